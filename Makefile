@@ -1,0 +1,45 @@
+# NPLT Assistant. `make run` and `make test` are the two commands a user needs.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+HOST   ?= 127.0.0.1
+PORT   ?= 0
+
+.PHONY: run test server client bench fuzz soak clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+## run: start a local server (offline agent, 127.0.0.1) and open the TUI on it
+run: $(VENV)/.installed
+	$(PY) scripts/run_local.py --host $(HOST) --port $(PORT)
+
+## server: only the server, in the foreground (port 9999 unless PORT is set)
+server: $(VENV)/.installed
+	$(VENV)/bin/nplt-server --host $(HOST) $(if $(filter-out 0,$(PORT)),--port $(PORT))
+
+## test: the whole suite, with branch coverage of src/protocol
+test: $(VENV)/.installed-dev
+	$(PY) -m pytest --cov --cov-branch --cov-report=term-missing:skip-covered
+
+## bench: every benchmark script, printing figures (LOCOMO=path to LoCoMo json for the recall bench)
+bench: $(VENV)/.installed-dev
+	for b in bench/codec.py bench/storage.py bench/roundtrip.py bench/load.py bench/turns.py bench/tui.py; do \
+		[ -f $$b ] && $(PY) $$b || exit 1; done
+	$(if $(LOCOMO),$(PY) bench/locomo_recall.py $(LOCOMO))
+
+## fuzz: long property-based runs (not part of make test)
+fuzz: $(VENV)/.installed-dev
+	NPLT_FUZZ=1 $(PY) -m pytest -q -p no:cacheprovider tests -k "fuzz or property" --hypothesis-profile=long
+
+clean:
+	rm -rf $(VENV) .pytest_cache .coverage build src/*.egg-info
