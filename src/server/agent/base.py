@@ -1,0 +1,66 @@
+"""The agent interface the turn pipeline drives: TurnSink (events out), TurnRequest, TurnResult, Agent.
+
+See docs/architecture.md. An agent reports everything it does through the sink; the turn runner turns
+each call into protocol events and, on cancellation, builds the partial answer from what it received.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from storage.models import ChatMessage, ToolCall
+
+
+@dataclass(slots=True)
+class BuiltContext:
+    """The prompt for one turn: OpenAI-style chat messages (system prompt first, new message last)."""
+    messages: list[dict[str, Any]]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class TurnSink(Protocol):
+    async def status(self, status: str, detail: str | None = None) -> None: ...
+    async def tool_call(self, call: ToolCall) -> None: ...
+    async def tool_result(self, call: ToolCall) -> None: ...
+    async def delta(self, text: str) -> None: ...
+    async def notice(self, level: str, code: str, message: str) -> None: ...
+
+
+@dataclass(slots=True)
+class TurnRequest:
+    session_id: str
+    user_id: str
+    model: str
+    turn_id: str
+    user_message: ChatMessage
+    context: BuiltContext
+
+
+@dataclass(slots=True)
+class TurnResult:
+    content: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str = "stop"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class AgentError(Exception):
+    """A turn failed for a reason the user should see (code is a protocol ERROR code)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@runtime_checkable
+class Agent(Protocol):
+    name: str
+    offline: bool
+    default_model: str
+
+    def models(self) -> list[str]: ...
+    async def run_turn(self, req: TurnRequest, sink: TurnSink) -> TurnResult: ...
+    async def complete(self, messages: list[dict[str, Any]], model: str | None = None) -> str: ...
+    async def aclose(self) -> None: ...

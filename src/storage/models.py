@@ -1,0 +1,151 @@
+"""The stored data model: ToolCall, ChatMessage, SummaryRecord, SessionRecord, Page, SearchHit.
+
+Each class converts to and from the JSON objects of docs/protocol.md §3 with ``to_dict`` /
+``from_dict``; ``from_dict`` tolerates missing optional fields so older files still load.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+ROLES = ("user", "assistant", "system", "tool")
+TOOL_STATUSES = ("success", "error", "timeout", "running")
+
+
+def now_iso() -> str:
+    """Current time as ISO 8601 with timezone (UTC)."""
+    return datetime.now(timezone.utc).isoformat()
+
+
+@dataclass(slots=True)
+class ToolCall:
+    id: str
+    tool_name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    result: str = ""
+    status: str = "success"
+    duration: float = 0.0
+    timestamp: str = field(default_factory=now_iso)
+    step: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "tool_name": self.tool_name, "arguments": self.arguments,
+            "result": self.result, "status": self.status, "duration": self.duration,
+            "timestamp": self.timestamp, "step": self.step,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ToolCall:
+        return cls(
+            id=str(d["id"]), tool_name=str(d["tool_name"]), arguments=dict(d.get("arguments") or {}),
+            result=str(d.get("result", "")), status=str(d.get("status", "success")),
+            duration=float(d.get("duration", 0.0)), timestamp=str(d.get("timestamp") or now_iso()),
+            step=int(d.get("step", 0)),
+        )
+
+
+@dataclass(slots=True)
+class ChatMessage:
+    id: int
+    role: str
+    content: str
+    timestamp: str = field(default_factory=now_iso)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "role": self.role, "content": self.content, "timestamp": self.timestamp,
+            "tool_calls": [t.to_dict() for t in self.tool_calls], "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ChatMessage:
+        return cls(
+            id=int(d["id"]), role=str(d["role"]), content=str(d.get("content", "")),
+            timestamp=str(d.get("timestamp") or now_iso()),
+            tool_calls=[ToolCall.from_dict(t) for t in d.get("tool_calls") or ()],
+            metadata=dict(d.get("metadata") or {}),
+        )
+
+
+@dataclass(slots=True)
+class SummaryRecord:
+    text: str
+    covers_from_id: int
+    covers_to_id: int
+    created_at: str = field(default_factory=now_iso)
+    model: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "covers_from_id": self.covers_from_id, "covers_to_id": self.covers_to_id,
+                "created_at": self.created_at, "model": self.model}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SummaryRecord:
+        return cls(text=str(d["text"]), covers_from_id=int(d.get("covers_from_id", 1)),
+                   covers_to_id=int(d["covers_to_id"]), created_at=str(d.get("created_at") or now_iso()),
+                   model=str(d.get("model", "")))
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    session_id: str
+    user_id: str
+    title: str
+    created_at: str
+    updated_at: str
+    message_count: int = 0
+    deleted: bool = False
+    model: str | None = None
+    preview: str = ""
+    summaries: list[SummaryRecord] = field(default_factory=list)
+
+    @property
+    def summary(self) -> SummaryRecord | None:
+        """The newest summary (it folds every earlier one in)."""
+        return self.summaries[-1] if self.summaries else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id, "user_id": self.user_id, "title": self.title,
+            "created_at": self.created_at, "updated_at": self.updated_at,
+            "message_count": self.message_count, "deleted": self.deleted, "model": self.model,
+            "preview": self.preview, "summaries": [s.to_dict() for s in self.summaries],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SessionRecord:
+        return cls(
+            session_id=str(d["session_id"]), user_id=str(d["user_id"]), title=str(d.get("title", "")),
+            created_at=str(d["created_at"]), updated_at=str(d.get("updated_at") or d["created_at"]),
+            message_count=int(d.get("message_count", 0)), deleted=bool(d.get("deleted", False)),
+            model=d.get("model"), preview=str(d.get("preview", "")),
+            summaries=[SummaryRecord.from_dict(s) for s in d.get("summaries") or ()],
+        )
+
+
+@dataclass(slots=True)
+class Page:
+    """One page of history: ``messages`` ascending by id; pages run newest-first."""
+    messages: list[ChatMessage]
+    has_more: bool
+    next_before: int | None
+    total: int
+
+
+@dataclass(slots=True)
+class SearchHit:
+    session_id: str
+    title: str
+    message_id: int
+    role: str
+    snippet: str
+    timestamp: str
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "title": self.title, "message_id": self.message_id,
+                "role": self.role, "snippet": self.snippet, "timestamp": self.timestamp, "score": self.score}
