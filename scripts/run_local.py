@@ -1,0 +1,66 @@
+"""`make run`: start a local server (offline agent unless an LLM is configured) and open the TUI on it.
+
+The server runs as a child process bound to 127.0.0.1 (an OS-chosen port unless --port is given), writing
+its port to a temporary file; the TUI connects to it; when the TUI exits the server is stopped with SIGTERM
+(graceful: turns finished or saved as partial, storage compacted).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_for_port(port_file: Path, server: subprocess.Popen, deadline_s: float = 30.0) -> int:
+    """Poll the port file the server writes once it listens (or fail if the server exits first)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"run: the server exited with code {server.returncode} before listening")
+        text = port_file.read_text().strip() if port_file.exists() else ""
+        if text.isdigit():
+            return int(text)
+        time.sleep(0.05)
+    raise SystemExit("run: the server did not start listening within 30 s")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0 = any free port")
+    ap.add_argument("--data-dir", default=str(ROOT / "storage" / "history"))
+    args, extra = ap.parse_known_args()
+    bindir = Path(sys.executable).parent
+    with tempfile.TemporaryDirectory(prefix="nplt-run-") as tmp:
+        port_file = Path(tmp) / "port"
+        log = open(Path(tmp) / "server.log", "w")
+        server = subprocess.Popen(
+            [str(bindir / "nplt-server"), "--host", args.host, "--port", str(args.port),
+             "--data-dir", args.data_dir, "--port-file", str(port_file)],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        try:
+            port = wait_for_port(port_file, server)
+            client = subprocess.run([str(bindir / "nplt-client"), "--host", args.host, "--port", str(port), *extra])
+            return client.returncode
+        finally:
+            if server.poll() is None:
+                server.send_signal(signal.SIGTERM)
+                try:
+                    server.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    server.kill()
+            log.close()
+            if server.returncode not in (0, -signal.SIGTERM, None):
+                sys.stderr.write((Path(tmp) / "server.log").read_text()[-4000:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
