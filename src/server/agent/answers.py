@@ -1,0 +1,212 @@
+"""Answers of the offline agent, written from real tool results in English or Chinese.
+
+``render(call, zh)`` turns one finished ToolCall into a short paragraph; every number comes from
+the tool's JSON result. Failed calls are reported with the tool's own error message.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import orjson
+
+from storage.models import ToolCall
+
+HELP_EN = (
+    "I'm the offline assistant: no language model is configured, so I understand a fixed set of requests "
+    "and answer from live tool results. I can report:\n"
+    "- CPU usage (\"CPU usage\"), memory (\"how much memory is free\"), disks (\"show disk usage\"),\n"
+    "- network interfaces and traffic, load average, uptime, or everything at once (\"system status\"),\n"
+    "- top processes (\"top processes by memory\", \"top 5 processes named python\"),\n"
+    "- whether a port answers (\"check port 22 on localhost\"; only hosts allowed by the server),\n"
+    "- the end of a log file (\"tail /var/log/syslog\"; only configured log directories),\n"
+    "- your earlier conversations (\"what did I ask about nginx earlier\"), and the time.\n"
+)
+HELP_ZH = (
+    "我是离线助手：服务器没有配置大语言模型，所以我只理解一组固定的请求，并用实时工具结果回答。我可以查看：\n"
+    "- CPU 使用率（“查看CPU使用率”）、内存（“内存还剩多少”）、磁盘（“磁盘空间”），\n"
+    "- 网卡与流量、系统负载、运行时间，或一次查看全部（“系统状态”），\n"
+    "- 占用最多的进程（“占用内存最多的进程”、“前5个python进程”），\n"
+    "- 端口是否可连通（“检查 127.0.0.1:22 端口”，仅限服务器允许的主机），\n"
+    "- 日志文件末尾（“查看 /var/log/syslog 日志”，仅限配置的日志目录），\n"
+    "- 你之前的对话（“我之前问过nginx什么”），以及当前时间。\n"
+)
+LLM_HINT_EN = ("To chat freely, configure a language model and restart the server, e.g. "
+               "`NPLT_LLM_PROVIDER=deepseek NPLT_LLM_API_KEY=sk-...`, or `NPLT_LLM_BASE_URL=http://127.0.0.1:11434/v1` "
+               "for a local Ollama (see docs/agent.md).")
+LLM_HINT_ZH = ("如需自由对话，请配置大语言模型后重启服务器，例如 "
+               "`NPLT_LLM_PROVIDER=deepseek NPLT_LLM_API_KEY=sk-...`，或本地 Ollama："
+               "`NPLT_LLM_BASE_URL=http://127.0.0.1:11434/v1`（见 docs/agent.md）。")
+
+
+def help_text(zh: bool) -> str:
+    return (HELP_ZH + "\n" + LLM_HINT_ZH) if zh else (HELP_EN + "\n" + LLM_HINT_EN)
+
+
+def not_understood(zh: bool) -> str:
+    lead = ("抱歉，离线助手无法理解这个请求。" if zh else
+            "Sorry, the offline assistant cannot handle that request.")
+    return lead + "\n\n" + help_text(zh)
+
+
+def _j(zh: bool, en: str, cn: str) -> str:
+    return cn if zh else en
+
+
+def _cpu(d: dict[str, Any], zh: bool) -> str:
+    cores = "、".join(f"{c}%" for c in d["per_core"]) if zh else ", ".join(f"{c}%" for c in d["per_core"])
+    if zh:
+        return (f"CPU 使用率：{d['percent']}%（采样 {d['sample_s']:g} 秒，{d['cores_logical']} 个逻辑核心；"
+                f"各核心：{cores}）。")
+    return (f"CPU usage: {d['percent']}% (sampled over {d['sample_s']:g} s, {d['cores_logical']} logical cores; "
+            f"per core: {cores}).")
+
+
+def _memory(d: dict[str, Any], zh: bool) -> str:
+    sw = d["swap"]
+    if zh:
+        swap = f"交换分区：已用 {sw['used']} / 共 {sw['total']}（{sw['percent']}%）。" if sw["total"] != "0 B" else "未启用交换分区。"
+        return f"内存：已用 {d['used']} / 共 {d['total']}（{d['percent']}%），可用 {d['available']}。{swap}"
+    swap = f"Swap: {sw['used']} used of {sw['total']} ({sw['percent']}%)." if sw["total"] != "0 B" else "No swap configured."
+    return f"Memory: {d['used']} used of {d['total']} ({d['percent']}%), {d['available']} available. {swap}"
+
+
+def _disk(d: dict[str, Any], zh: bool) -> str:
+    fss = d["filesystems"]
+    if not fss:
+        return _j(zh, "No mounted filesystems were found.", "没有找到已挂载的文件系统。")
+    lines = [_j(zh, "Disk usage:", "磁盘使用情况：")]
+    for fs in fss:
+        warn = _j(zh, " ⚠ nearly full", " ⚠ 接近满") if fs["percent"] >= 90 else ""
+        lines.append(_j(zh, f"- {fs['mount']} ({fs['fstype']}, {fs['device']}): {fs['used']} used of {fs['total']} "
+                            f"({fs['percent']}%), {fs['free']} free{warn}",
+                        f"- {fs['mount']}（{fs['fstype']}，{fs['device']}）：已用 {fs['used']} / 共 {fs['total']}"
+                        f"（{fs['percent']}%），剩余 {fs['free']}{warn}"))
+    return "\n".join(lines)
+
+
+def _network(d: dict[str, Any], zh: bool) -> str:
+    io = d["io"]
+    lines = [_j(zh, f"Network since boot: sent {io['sent']}, received {io['received']} "
+                    f"(errors in/out {io['errors_in']}/{io['errors_out']}, drops in/out {io['drops_in']}/{io['drops_out']}).",
+                f"开机以来网络流量：发送 {io['sent']}，接收 {io['received']}"
+                f"（错误 入/出 {io['errors_in']}/{io['errors_out']}，丢包 入/出 {io['drops_in']}/{io['drops_out']}）。")]
+    lines.append(_j(zh, "Interfaces:", "网络接口："))
+    for nic in d["interfaces"]:
+        addrs = ", ".join(a["address"] for a in nic["addresses"]) or _j(zh, "no address", "无地址")
+        state = _j(zh, "up" if nic["up"] else "down", "启用" if nic["up"] else "未启用")
+        traffic = _j(zh, f"; sent {nic['sent']}, received {nic['received']}", f"；发送 {nic['sent']}，接收 {nic['received']}") \
+            if "sent" in nic else ""
+        lines.append(f"- {nic['name']} ({state}): {addrs}{traffic}")
+    return "\n".join(lines)
+
+
+def _load(d: dict[str, Any], zh: bool) -> str:
+    return _j(zh, f"Load average: {d['load_1m']} (1 min), {d['load_5m']} (5 min), {d['load_15m']} (15 min) "
+                  f"on {d['cores_logical']} logical cores.",
+              f"系统负载：{d['load_1m']}（1 分钟）、{d['load_5m']}（5 分钟）、{d['load_15m']}（15 分钟），"
+              f"共 {d['cores_logical']} 个逻辑核心。")
+
+
+def _uptime(d: dict[str, Any], zh: bool) -> str:
+    return _j(zh, f"Uptime: {d['uptime']} (booted {d['boot_time']}).",
+              f"已运行 {d['uptime']}（开机时间 {d['boot_time']}）。")
+
+
+_METRICS: dict[str, Callable[[dict[str, Any], bool], str]] = {
+    "cpu": _cpu, "memory": _memory, "disk": _disk, "network": _network, "load": _load, "uptime": _uptime}
+
+
+def _sys_monitor(d: dict[str, Any], zh: bool) -> str:
+    if d["metric"] != "all":
+        return _METRICS[d["metric"]](d[d["metric"]], zh)
+    parts = [_cpu(d["cpu"], zh), _load(d["load"], zh), _memory(d["memory"], zh), _disk(d["disk"], zh),
+             _uptime(d["uptime"], zh)]
+    head = _j(zh, "System overview:", "系统概况：")
+    return head + "\n" + "\n".join(parts)
+
+
+def _processes(d: dict[str, Any], zh: bool) -> str:
+    procs = d["processes"]
+    by = _j(zh, "CPU" if d["sort_by"] == "cpu" else "memory", "CPU" if d["sort_by"] == "cpu" else "内存")
+    flt = d.get("name_filter")
+    if not procs:
+        return _j(zh, f"No running process matches '{flt}'." if flt else "No processes could be read.",
+                  f"没有名称包含“{flt}”的进程。" if flt else "无法读取进程信息。")
+    head = _j(zh, f"Top {len(procs)} processes by {by} ({d['matched']} matched of {d['total_processes']}):",
+              f"按{by}排序的前 {len(procs)} 个进程（共 {d['total_processes']} 个，匹配 {d['matched']} 个）：")
+    lines = [head]
+    for i, p in enumerate(procs, 1):
+        user = p["user"] or "?"
+        lines.append(_j(zh, f"{i}. {p['name']} (pid {p['pid']}, {user}): CPU {p['cpu_percent']}%, "
+                            f"RSS {p['rss']} ({p['memory_percent']}%)",
+                        f"{i}. {p['name']}（pid {p['pid']}，用户 {user}）：CPU {p['cpu_percent']}%，"
+                        f"内存 {p['rss']}（{p['memory_percent']}%）"))
+    return "\n".join(lines)
+
+
+def _network_check(d: dict[str, Any], zh: bool) -> str:
+    target = f"{d['host']}:{d['port']}"
+    if d["reachable"]:
+        return _j(zh, f"{target} is reachable: TCP connect to {d['address']} succeeded in {d['latency_ms']} ms.",
+                  f"{target} 可以连通：TCP 连接 {d['address']} 成功，耗时 {d['latency_ms']} 毫秒。")
+    tried = "; ".join(f"{a['address']}: {a['result']}" for a in d["attempts"])
+    return _j(zh, f"{target} is not reachable ({tried}).", f"{target} 无法连通（{tried}）。")
+
+
+def _read_log(d: dict[str, Any], zh: bool) -> str:
+    head = _j(zh, f"Last {d['lines_returned']} lines of {d['path']} ({d['size']}, modified {d['modified']}):",
+              f"{d['path']} 的最后 {d['lines_returned']} 行（大小 {d['size']}，修改于 {d['modified']}）：")
+    if not d["text"]:
+        return head + _j(zh, " the file is empty.", "文件为空。")
+    return f"{head}\n```\n{d['text']}\n```"
+
+
+def _history(d: dict[str, Any], zh: bool) -> str:
+    hits, q = d["hits"], d["query"]
+    if not hits:
+        return _j(zh, f"I found nothing about '{q}' in your earlier conversations.",
+                  f"在你之前的对话中没有找到与“{q}”相关的内容。")
+    lines = [_j(zh, f"Found {len(hits)} earlier message(s) about '{q}':", f"找到 {len(hits)} 条与“{q}”相关的历史消息：")]
+    for h in hits:
+        title = h.get("title") or h.get("session_id", "")
+        when = str(h.get("timestamp", ""))[:16].replace("T", " ")
+        role = h.get("role", "")
+        text = h.get("snippet") or h.get("content") or h.get("text") or ""
+        lines.append(f"- [{title}] {role} {when}: {text}".replace("  ", " "))
+    return "\n".join(lines)
+
+
+_WEEKDAYS_ZH = {"Monday": "星期一", "Tuesday": "星期二", "Wednesday": "星期三", "Thursday": "星期四",
+                "Friday": "星期五", "Saturday": "星期六", "Sunday": "星期日"}
+
+
+def _clock(d: dict[str, Any], zh: bool) -> str:
+    local = d["local"].replace("T", " ")[:19]
+    utc = d["utc"][11:19]
+    return _j(zh, f"It is {local} ({d['timezone']}, UTC{d['utc_offset']}), {d['weekday']}; UTC time {utc}.",
+              f"现在是 {local}（{d['timezone']}，UTC{d['utc_offset']}，{_WEEKDAYS_ZH.get(d['weekday'], d['weekday'])}），"
+              f"UTC 时间 {utc}。")
+
+
+RENDERERS: dict[str, Callable[[dict[str, Any], bool], str]] = {
+    "sys_monitor": _sys_monitor, "processes": _processes, "network_check": _network_check,
+    "read_log": _read_log, "history_search": _history, "clock": _clock}
+
+
+def render(call: ToolCall, zh: bool) -> str:
+    """One paragraph for one finished tool call."""
+    try:
+        data = orjson.loads(call.result) if call.result else {}
+    except orjson.JSONDecodeError:
+        data = {"error": call.result}
+    if call.status != "success" or "error" in data:
+        err = data.get("error", call.status)
+        if call.status == "timeout":
+            return _j(zh, f"The {call.tool_name} tool timed out: {err}", f"工具 {call.tool_name} 超时：{err}")
+        return _j(zh, f"The {call.tool_name} tool could not answer: {err}", f"工具 {call.tool_name} 无法完成：{err}")
+    if data.get("truncated") and "partial" in data:
+        return _j(zh, f"The {call.tool_name} result was too large to show.", f"工具 {call.tool_name} 的结果过大，无法显示。")
+    try:
+        return RENDERERS[call.tool_name](data, zh)
+    except (KeyError, TypeError, ValueError):
+        return _j(zh, f"The {call.tool_name} tool returned: {call.result}", f"工具 {call.tool_name} 返回：{call.result}")

@@ -1,0 +1,23 @@
+"""build_agent: the LLM agent when a model endpoint is configured, else the offline agent."""
+from __future__ import annotations
+
+import logging
+
+from server.agent.base import Agent
+from server.agent.config import AgentConfig, LLMConfig
+from server.agent.offline import OfflineAgent
+from server.agent.openai_agent import OpenAIAgent
+from server.agent.llm_support import endpoint_host
+from server.tools import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+
+def build_agent(llm_cfg: LLMConfig, agent_cfg: AgentConfig, tools: ToolRegistry) -> Agent:
+    """OpenAIAgent when an API key, or a keyless local provider/base_url, is configured; else OfflineAgent."""
+    if llm_cfg.usable:
+        agent = OpenAIAgent(llm_cfg, agent_cfg, tools)
+        log.info("agent: %s at %s, model %s", agent.name, endpoint_host(agent.base_url), agent.default_model)
+        return agent
+    log.info("agent: offline (no LLM configured: set NPLT_LLM_PROVIDER and NPLT_LLM_API_KEY to use one)")
+    return OfflineAgent(agent_cfg, tools)

@@ -1,0 +1,192 @@
+"""Helpers of the OpenAI agent: tool-call delta assembly, usage totals, retry policy, error mapping.
+
+Error messages name the endpoint host and the HTTP status, never the API key (it is scrubbed from
+anything the server echoes back).
+"""
+from __future__ import annotations
+
+import email.utils
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+import openai
+
+from server.agent.base import AgentError
+from server.tools.registry import new_call_id
+
+
+@dataclass(slots=True)
+class AssembledCall:
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+class ToolCallAssembler:
+    """Rebuilds tool calls from streamed deltas: id and name usually come first, arguments in pieces.
+
+    Deltas are keyed by ``index``; a server that omits it gets a new slot whenever a new id appears.
+    """
+
+    def __init__(self) -> None:
+        self._slots: dict[int, AssembledCall] = {}
+        self._last: int | None = None
+
+    def add(self, deltas: list[Any]) -> None:
+        for tc in deltas:
+            index = getattr(tc, "index", None)
+            tc_id = getattr(tc, "id", None)
+            if index is None:
+                if self._last is None or (tc_id and self._slots[self._last].id and tc_id != self._slots[self._last].id):
+                    index = len(self._slots)
+                else:
+                    index = self._last
+            slot = self._slots.setdefault(index, AssembledCall(index))
+            self._last = index
+            if tc_id:
+                slot.id = tc_id
+            fn = getattr(tc, "function", None)
+            if fn is not None:
+                if fn.name:
+                    # Most servers send the name once; a few repeat it in every delta.
+                    slot.name = fn.name if not slot.name or slot.name == fn.name else slot.name + fn.name
+                if fn.arguments:
+                    slot.arguments += fn.arguments
+
+    def calls(self) -> list[AssembledCall]:
+        """The calls in index order; missing ids get a stable generated one."""
+        out = []
+        for index in sorted(self._slots):
+            slot = self._slots[index]
+            if not slot.id:
+                slot.id = new_call_id()
+            out.append(slot)
+        return [c for c in out if c.name]
+
+    def __bool__(self) -> bool:
+        return bool(self._slots)
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token usage summed over the LLM calls of a turn."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    llm_calls: int = 0
+    reported: bool = False
+
+    def add(self, usage: Any | None) -> None:
+        self.llm_calls += 1
+        if usage is None:
+            return
+        self.reported = True
+        self.prompt_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
+        self.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
+        self.total_tokens += int(getattr(usage, "total_tokens", 0) or 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"llm_calls": self.llm_calls}
+        if self.reported:
+            d.update(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                     total_tokens=self.total_tokens)
+        return d
+
+
+@dataclass(slots=True)
+class RetryPolicy:
+    retries: int
+    backoff_s: float
+    max_delay_s: float
+    rng: random.Random = field(default_factory=random.Random)
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait before retry number ``attempt`` (0-based): retry-after, else backoff with jitter."""
+        if retry_after is not None:
+            return min(max(0.0, retry_after), self.max_delay_s)
+        base = self.backoff_s * (2 ** attempt)
+        return min(self.max_delay_s, base * (0.5 + self.rng.random() / 2))
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds from ``retry-after-ms`` / ``retry-after`` (number or HTTP date), when present."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, when.timestamp() - time.time())
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """429, 5xx and connection failures are retried; timeouts and other statuses are not."""
+    if isinstance(exc, openai.APITimeoutError):
+        return False
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code == 429 or exc.status_code >= 500
+    return isinstance(exc, openai.APIConnectionError)
+
+
+def endpoint_host(base_url: str) -> str:
+    return urlparse(base_url).netloc or base_url
+
+
+def _scrub(text: str, secret: str | None, limit: int = 300) -> str:
+    if secret:
+        text = text.replace(secret, "***")
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _status_detail(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err["message"]
+        if isinstance(body.get("message"), str):
+            return body["message"]
+    return exc.message
+
+
+def to_agent_error(exc: BaseException, base_url: str, timeout_s: float, secret: str | None,
+                   attempts: int = 1) -> AgentError:
+    """Map an openai exception to AgentError(LLM_TIMEOUT | LLM_ERROR) with a safe, precise message."""
+    host = endpoint_host(base_url)
+    tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+    if isinstance(exc, (openai.APITimeoutError, TimeoutError)):
+        return AgentError("LLM_TIMEOUT", f"the model endpoint {host} did not respond within {timeout_s:g} s{tries}")
+    if isinstance(exc, openai.APIStatusError):
+        detail = _scrub(_status_detail(exc), secret)
+        hint = ""
+        if exc.status_code in (401, 403):
+            hint = " (check the API key: NPLT_LLM_API_KEY)"
+        elif exc.status_code == 404:
+            hint = " (check the model name and base_url)"
+        return AgentError("LLM_ERROR", f"the model endpoint {host} returned HTTP {exc.status_code}{hint}: "
+                                       f"{detail}{tries}")
+    if isinstance(exc, openai.APIConnectionError):
+        return AgentError("LLM_ERROR", f"cannot connect to the model endpoint {host}{tries}")
+    if isinstance(exc, openai.APIError):
+        return AgentError("LLM_ERROR", f"the model endpoint {host} reported an error: "
+                                       f"{_scrub(exc.message, secret)}{tries}")
+    return AgentError("LLM_ERROR", f"unexpected failure talking to the model endpoint {host}: {type(exc).__name__}")

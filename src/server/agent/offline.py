@@ -1,0 +1,72 @@
+"""OfflineAgent: the deterministic default when no language model is configured.
+
+It recognizes a fixed set of Chinese and English requests (server.agent.intents), runs the same
+tools through the same registry with the same sink events and ToolCall records as the LLM agent,
+and streams a concise answer written from the real results (server.agent.answers) in the user's
+language. No network, no model: everything it says about the machine comes from a tool.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from server.agent import answers, intents
+from server.agent.base import TurnRequest, TurnResult, TurnSink
+from server.agent.config import AgentConfig
+from server.agent.toolexec import CallRequest, run_tool_step
+from server.tools import ToolContext, ToolRegistry
+
+OFFLINE_MODEL = "offline"
+
+
+class OfflineAgent:
+    """A real, useful agent without an LLM. ``models() == ["offline"]``."""
+
+    name = "offline"
+    offline = True
+    default_model = OFFLINE_MODEL
+
+    def __init__(self, agent: AgentConfig, tools: ToolRegistry) -> None:
+        self.cfg = agent
+        self.registry = tools
+
+    def __repr__(self) -> str:
+        return "OfflineAgent()"
+
+    def models(self) -> list[str]:
+        return [OFFLINE_MODEL]
+
+    async def aclose(self) -> None:
+        return None
+
+    async def complete(self, messages: list[dict[str, Any]], model: str | None = None) -> str:
+        """No model to summarize with: "" tells the memory layer to use its extractive summarizer."""
+        return ""
+
+    async def run_turn(self, req: TurnRequest, sink: TurnSink) -> TurnResult:
+        text = req.user_message.content
+        zh = intents.is_chinese(text)
+        await sink.status("thinking")
+        found = intents.parse(text)
+        calls = []
+        tool_intents = [i for i in found if i.tool]
+        if tool_intents:
+            requests = [CallRequest(None, i.tool, i.arguments) for i in tool_intents if i.tool]
+            calls = await run_tool_step(self.registry, sink, requests, ToolContext(req.user_id, req.session_id),
+                                        step=0, timeout=self.cfg.tool_timeout_s)
+            answer = "\n\n".join(answers.render(c, zh) for c in calls)
+        elif found:   # help
+            answer = answers.help_text(zh)
+        else:
+            answer = answers.not_understood(zh)
+        await sink.status("generating")
+        await self._stream(answer, sink)
+        return TurnResult(content=answer, tool_calls=calls, usage={"llm_calls": 0}, finish_reason="stop",
+                          metadata={"model": OFFLINE_MODEL, "agent": self.name,
+                                    "intents": [i.name for i in found] or ["unknown"]})
+
+    async def _stream(self, answer: str, sink: TurnSink) -> None:
+        size = self.cfg.stream_chunk_chars
+        for start in range(0, len(answer), size):
+            await sink.delta(answer[start:start + size])
+            await asyncio.sleep(0)   # a cancellation point between chunks

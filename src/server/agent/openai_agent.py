@@ -1,0 +1,217 @@
+"""OpenAIAgent: a streamed, tool-calling agent for any OpenAI-compatible chat endpoint.
+
+Per step: stream a completion (text deltas relayed as they arrive, tool-call deltas assembled),
+run the step's tool calls concurrently, append the assistant message and the tool results, loop.
+After ``max_iterations`` steps one last call without tool use asks for an answer with what it has.
+The SDK's own retries are off: 429, 5xx and connection errors are retried here with exponential
+backoff and jitter (retry-after honoured) as long as no text of the step has been relayed yet.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, TypeVar
+
+import openai
+
+from server.agent.base import TurnRequest, TurnResult, TurnSink
+from server.agent.config import AgentConfig, LLMConfig
+from server.agent.llm_support import (AssembledCall, RetryPolicy, ToolCallAssembler, Usage, endpoint_host,
+                                      is_retryable, retry_after, to_agent_error)
+from server.agent.toolexec import CallRequest, run_tool_step
+from server.tools import ToolContext, ToolRegistry
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+FINAL_ANSWER_PROMPT = ("The tool-call limit for this request has been reached. Do not call any more tools: "
+                       "answer now with the information gathered so far, and say what is still unknown.")
+NO_KEY_PLACEHOLDER = "no-key"   # the SDK insists on a key; keyless local servers ignore it
+
+
+@dataclass(slots=True)
+class StepResult:
+    text: str = ""
+    calls: list[AssembledCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Any = None
+
+
+@dataclass(slots=True)
+class _TurnText:
+    """Text relayed so far in the turn, and whether the current step relayed any."""
+    parts: list[str] = field(default_factory=list)
+    step_started: bool = False
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class OpenAIAgent:
+    """The LLM-backed agent. ``name`` is the provider profile (or "openai-compatible")."""
+
+    offline = False
+
+    def __init__(self, llm: LLMConfig, agent: AgentConfig, tools: ToolRegistry,
+                 client: openai.AsyncOpenAI | None = None) -> None:
+        self.llm = llm
+        self.cfg = agent
+        self.registry = tools
+        self.name = llm.provider or "openai-compatible"
+        self.default_model = llm.effective_model
+        self.base_url = llm.effective_base_url
+        self._key = llm.api_key
+        self._retry = RetryPolicy(llm.retries, llm.retry_backoff_s, llm.retry_max_delay_s)
+        self._stream_usage = True    # cleared when the endpoint rejects stream_options
+        self.client = client or openai.AsyncOpenAI(
+            base_url=self.base_url, api_key=llm.api_key or NO_KEY_PLACEHOLDER,
+            timeout=llm.request_timeout_s, max_retries=0)
+        tools.add_secret(llm.api_key)
+
+    def __repr__(self) -> str:
+        return f"OpenAIAgent(name={self.name!r}, host={endpoint_host(self.base_url)!r}, model={self.default_model!r})"
+
+    def models(self) -> list[str]:
+        return self.llm.all_models()
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    # -- turns -------------------------------------------------------------------------------------
+
+    async def run_turn(self, req: TurnRequest, sink: TurnSink) -> TurnResult:
+        model = req.model or self.default_model
+        messages: list[dict[str, Any]] = list(req.context.messages)
+        tools = self.registry.schemas()
+        ctx = ToolContext(req.user_id, req.session_id)
+        turn, usage, calls = _TurnText(), Usage(), []
+        finish, steps = "stop", 0
+        for step in range(self.cfg.max_iterations):
+            steps += 1
+            await sink.status("thinking", None if step == 0 else f"step {step + 1}")
+            res = await self._step(model, messages, tools, "auto", sink, turn)
+            usage.add(res.usage)
+            if not res.calls:
+                finish = "length" if res.finish_reason == "length" else "stop"
+                break
+            done = await run_tool_step(self.registry, sink, [CallRequest(c.id, c.name, c.arguments) for c in res.calls],
+                                       ctx, step, self.cfg.tool_timeout_s)
+            calls.extend(done)
+            messages.append(_assistant_message(res))
+            messages.extend({"role": "tool", "tool_call_id": d.id, "content": d.result} for d in done)
+        else:
+            steps += 1
+            await sink.status("thinking", "tool-call limit reached; answering")
+            messages.append({"role": "user", "content": FINAL_ANSWER_PROMPT})
+            res = await self._step(model, messages, tools, "none", sink, turn)
+            usage.add(res.usage)
+            finish = "max_iterations"
+        return TurnResult(content=turn.text(), tool_calls=calls, usage=usage.to_dict(), finish_reason=finish,
+                          metadata={"model": model, "agent": self.name, "steps": steps})
+
+    async def complete(self, messages: list[dict[str, Any]], model: str | None = None) -> str:
+        """One non-streamed completion without tools (used for summaries)."""
+        async def call() -> Any:
+            return await self.client.chat.completions.create(
+                model=model or self.default_model, messages=messages, temperature=self.llm.temperature,
+                max_tokens=self.llm.max_tokens)
+        resp = await self._with_retries(call, lambda: True)
+        if not resp.choices:
+            return ""
+        return resp.choices[0].message.content or ""
+
+    # -- one LLM call ------------------------------------------------------------------------------
+
+    async def _step(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                    tool_choice: str, sink: TurnSink, turn: _TurnText) -> StepResult:
+        turn.step_started = False
+        kwargs: dict[str, Any] = {"model": model, "messages": messages, "temperature": self.llm.temperature,
+                                  "max_tokens": self.llm.max_tokens, "stream": True}
+        if tools:
+            kwargs["tools"], kwargs["tool_choice"] = tools, tool_choice
+
+        async def attempt() -> StepResult:
+            stream = await self._open_stream(kwargs)
+            return await self._consume(stream, sink, turn, tool_choice != "none")
+        # Retrying after text went out would repeat it to the user: only retry a silent step.
+        return await self._with_retries(attempt, lambda: not turn.step_started)
+
+    async def _open_stream(self, kwargs: dict[str, Any]) -> Any:
+        if not self._stream_usage:
+            return await self.client.chat.completions.create(**kwargs)
+        try:
+            return await self.client.chat.completions.create(**kwargs, stream_options={"include_usage": True})
+        except openai.APIStatusError as e:
+            if e.status_code not in (400, 422):
+                raise
+            # Some compatible servers reject stream_options: retry once without it and remember.
+            stream = await self.client.chat.completions.create(**kwargs)
+            self._stream_usage = False
+            log.info("endpoint %s rejects stream_options; usage will not be streamed", endpoint_host(self.base_url))
+            return stream
+
+    async def _consume(self, stream: Any, sink: TurnSink, turn: _TurnText, want_tools: bool) -> StepResult:
+        result, assembler = StepResult(), ToolCallAssembler()
+        step_text: list[str] = []
+        try:
+            async for chunk in stream:
+                if getattr(chunk, "usage", None) is not None:
+                    result.usage = chunk.usage
+                for choice in chunk.choices or ():
+                    if choice.index not in (0, None):
+                        continue
+                    delta = choice.delta
+                    if delta is not None and delta.content:
+                        text = delta.content
+                        if not turn.step_started:
+                            turn.step_started = True
+                            await sink.status("generating")
+                            previous = turn.text()
+                            if previous and not previous.endswith("\n"):
+                                text = "\n\n" + text
+                        turn.parts.append(text)
+                        step_text.append(delta.content)
+                        await sink.delta(text)
+                    if delta is not None and delta.tool_calls:
+                        assembler.add(delta.tool_calls)
+                    if choice.finish_reason:
+                        result.finish_reason = choice.finish_reason
+        finally:
+            try:
+                await stream.close()
+            except Exception:  # closing a broken stream must not mask the real error
+                pass
+        result.text = "".join(step_text)
+        if want_tools:
+            result.calls = assembler.calls()
+        return result
+
+    async def _with_retries(self, fn: Callable[[], Awaitable[T]], may_retry: Callable[[], bool]) -> T:
+        attempt = 0
+        while True:
+            try:
+                return await fn()
+            except (openai.APIError, TimeoutError) as e:
+                if attempt < self._retry.retries and is_retryable(e) and may_retry():
+                    delay = self._retry.delay(attempt, retry_after(e))
+                    attempt += 1
+                    log.warning("LLM call to %s failed (%s); retry %d/%d in %.2fs", endpoint_host(self.base_url),
+                                _short(e), attempt, self._retry.retries, delay)
+                    await asyncio.sleep(delay)
+                    continue
+                raise to_agent_error(e, self.base_url, self.llm.request_timeout_s, self._key, attempt + 1) from None
+            except (openai.OpenAIError, ValueError) as e:   # ValueError: undecodable stream data
+                raise to_agent_error(e, self.base_url, self.llm.request_timeout_s, self._key, attempt + 1) from None
+
+
+def _assistant_message(res: StepResult) -> dict[str, Any]:
+    return {"role": "assistant", "content": res.text or None,
+            "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                           for c in res.calls]}
+
+
+def _short(exc: BaseException) -> str:
+    status = getattr(exc, "status_code", None)
+    return f"HTTP {status}" if status else type(exc).__name__
+

@@ -1,0 +1,200 @@
+"""ToolRegistry: the read-only tools, their JSON schemas, and ``run`` which never raises.
+
+Every outcome becomes a ToolCall: ``success`` with a compact JSON result, ``error`` with a precise
+message the model can act on (unknown tool, malformed JSON, schema violation, refused target), or
+``timeout``. Blocking work runs in threads; results are scrubbed of secret values.
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import psutil
+
+from server.tools import logs, netcheck, system
+from server.tools.config import ToolsConfig
+from server.tools.schema import ArgumentError, lenient_arguments, parse_arguments, validate
+from server.tools.secrets import redact
+from server.tools.units import ToolFailure, to_json
+from storage.models import ToolCall
+
+log = logging.getLogger(__name__)
+
+SearchFn = Callable[..., Awaitable[list[Any]]]
+
+HISTORY_SEARCH_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "minLength": 1, "maxLength": 200,
+                  "description": "Words to look for in the user's earlier conversations."},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 20, "default": 5,
+                  "description": "Maximum number of hits."},
+        "current_session_only": {"type": "boolean", "default": False,
+                                 "description": "Search only the current conversation."},
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+DESCRIPTIONS = {
+    "sys_monitor": "Live system metrics of the server machine: CPU (total and per core), memory and swap, "
+                   "disk usage of every mounted filesystem, network I/O and interfaces, load average, uptime.",
+    "processes": "Top processes by CPU or memory (pid, name, user, cpu percent, resident memory), "
+                 "optionally filtered by name.",
+    "network_check": "Resolve a host and test a TCP connection to host:port (only hosts allowed by the server).",
+    "read_log": "Read the last lines of a log file under the server's allowed log directories.",
+    "history_search": "Search this user's earlier conversations for a topic; returns matching snippets.",
+    "clock": "Current date and time of the server, with its timezone and UTC.",
+}
+
+SNIPPET_CHARS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Who a tool runs for (history_search is scoped to this user)."""
+    user_id: str
+    session_id: str | None = None
+
+
+@dataclass(slots=True)
+class Tool:
+    name: str
+    schema: dict[str, Any]
+    handler: Callable[[dict[str, Any], ToolContext], Awaitable[Any]]
+    timeout_s: float
+
+
+class ToolRegistry:
+    """The tools offered to agents. ``search`` is ``async search(user_id, query, session_id=None, k=5)``."""
+
+    def __init__(self, config: ToolsConfig | None = None, *, search: SearchFn | None = None,
+                 secrets: tuple[str, ...] = ()) -> None:
+        self.config = config or ToolsConfig()
+        self.search = search
+        self._secrets = tuple(secrets)
+        self._policy = netcheck.HostPolicy(self.config.allowed_hosts)
+        cfg = self.config
+        self._tools: dict[str, Tool] = {}
+        self._add("sys_monitor", system.SYS_MONITOR_SCHEMA, self._sys_monitor, cfg.timeout_s)
+        procs = copy.deepcopy(system.PROCESSES_SCHEMA)
+        procs["properties"]["limit"]["maximum"] = cfg.max_processes
+        self._add("processes", procs, self._processes, cfg.timeout_s)
+        net = copy.deepcopy(netcheck.NETWORK_CHECK_SCHEMA)
+        net["properties"]["timeout"]["maximum"] = cfg.max_network_timeout_s
+        net["properties"]["timeout"]["description"] = f"Connect timeout in seconds (default {cfg.network_timeout_s:g})."
+        # DNS and connect each get the timeout; leave headroom for both.
+        self._add("network_check", net, self._network_check, 2 * cfg.max_network_timeout_s + 1)
+        rl = copy.deepcopy(logs.READ_LOG_SCHEMA)
+        rl["properties"]["lines"]["maximum"] = cfg.max_log_lines
+        rl["properties"]["lines"]["default"] = min(50, cfg.max_log_lines)
+        self._add("read_log", rl, self._read_log, cfg.timeout_s)
+        self._add("history_search", HISTORY_SEARCH_SCHEMA, self._history_search, cfg.timeout_s)
+        self._add("clock", system.CLOCK_SCHEMA, self._clock, cfg.timeout_s)
+        psutil.cpu_percent(interval=None)   # prime psutil's counters once
+
+    def _add(self, name: str, schema: dict[str, Any], handler: Callable[..., Awaitable[Any]], timeout: float) -> None:
+        self._tools[name] = Tool(name, schema, handler, timeout)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def add_secret(self, value: str | None) -> None:
+        """Register one more value that must never appear in tool output (e.g. the LLM API key)."""
+        if value:
+            self._secrets = (*self._secrets, value)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The OpenAI ``tools`` parameter."""
+        return [{"type": "function", "function": {"name": t.name, "description": DESCRIPTIONS[t.name],
+                                                  "parameters": t.schema}} for t in self._tools.values()]
+
+    def pending(self, name: str, arguments: str | dict | None, call_id: str | None = None,
+                step: int = 0) -> ToolCall:
+        """The ``running`` ToolCall announced before a call executes."""
+        return ToolCall(id=call_id or new_call_id(), tool_name=name, arguments=lenient_arguments(arguments),
+                        result="", status="running", duration=0.0, step=step)
+
+    async def run(self, name: str, arguments: str | dict | None, ctx: ToolContext, call_id: str | None = None,
+                  step: int = 0, timeout: float | None = None) -> ToolCall:
+        """Validate and run one tool call. Never raises (except CancelledError)."""
+        call = self.pending(name, arguments, call_id, step)
+        start = time.perf_counter()
+        status, result = "success", ""
+        tool = self._tools.get(name)
+        try:
+            if tool is None:
+                raise ArgumentError(f"unknown tool '{name}' (available: {', '.join(self._tools)})")
+            args = validate(tool.schema, parse_arguments(arguments))
+            call.arguments = args
+            limit = tool.timeout_s if timeout is None else min(tool.timeout_s, timeout)
+            try:
+                async with asyncio.timeout(limit):
+                    value = await tool.handler(args, ctx)
+            except TimeoutError:
+                status, result = "timeout", to_json({"error": f"tool '{name}' timed out after {limit:g} s"})
+            else:
+                result = to_json(value)
+        except (ArgumentError, ToolFailure) as e:
+            status, result = "error", to_json({"error": str(e)})
+        except Exception as e:  # a bug or an unexpected OS error: report, never raise
+            log.exception("tool %s failed", name)
+            status, result = "error", to_json({"error": f"tool '{name}' failed: {type(e).__name__}"})
+        call.result = self._cap(redact(result, self._secrets))
+        call.status = status
+        call.duration = round(time.perf_counter() - start, 6)
+        return call
+
+    def _cap(self, text: str) -> str:
+        limit = self.config.max_result_chars
+        if len(text) <= limit:
+            return text
+        return to_json({"truncated": True, "partial": text[: limit - 64]})
+
+    # -- handlers ----------------------------------------------------------------------------------
+
+    async def _sys_monitor(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        return await asyncio.to_thread(system.sys_monitor, self.config, args["metric"])
+
+    async def _processes(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        return await asyncio.to_thread(system.processes, self.config, args["sort_by"], args["limit"],
+                                       args.get("name"))
+
+    async def _network_check(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        return await netcheck.network_check(self.config, self._policy, args["host"], args["port"],
+                                            args.get("timeout"))
+
+    async def _read_log(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        return await asyncio.to_thread(logs.read_log, self.config, args["path"], args["lines"])
+
+    async def _clock(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        return system.clock()
+
+    async def _history_search(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        if self.search is None:
+            raise ToolFailure("history search is unavailable on this server")
+        session = ctx.session_id if args["current_session_only"] else None
+        try:
+            hits = await self.search(ctx.user_id, args["query"], session_id=session, k=args["limit"])
+        except Exception as e:
+            log.warning("history search failed: %s", type(e).__name__)
+            raise ToolFailure(f"history search failed ({type(e).__name__})") from None
+        out = []
+        for hit in list(hits)[: args["limit"]]:
+            d = hit.to_dict() if hasattr(hit, "to_dict") else dict(hit)
+            for key in ("snippet", "content", "text"):
+                if isinstance(d.get(key), str) and len(d[key]) > SNIPPET_CHARS:
+                    d[key] = d[key][:SNIPPET_CHARS] + "…"
+            out.append(d)
+        return {"query": args["query"], "scope": "session" if session else "all", "hits": out}
+
+
+def new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:16]
+

@@ -1,0 +1,48 @@
+"""Human-meaningful units for tool results, and the error type tools raise."""
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+
+class ToolFailure(Exception):
+    """A tool could not do what was asked; the message goes back to the model as the result."""
+
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def fmt_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'; bytes are shown as integers."""
+    n = float(n)
+    for unit in _UNITS:
+        if abs(n) < 1024 or unit == _UNITS[-1]:
+            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"  # pragma: no cover
+
+
+def fmt_duration(seconds: float) -> str:
+    """93784 -> '1d 2h 3m'; under a minute -> '42s'."""
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if not (days or hours or minutes):
+        return f"{s}s"
+    parts = [f"{days}d"] if days else []
+    if days or hours:
+        parts.append(f"{hours}h")
+    parts.append(f"{minutes}m")
+    return " ".join(parts)
+
+
+def pct(value: float) -> float:
+    """Percentages rounded to one decimal."""
+    return round(float(value), 1)
+
+
+def to_json(obj: Any) -> str:
+    """Compact JSON text (UTF-8 kept readable, non-str keys allowed)."""
+    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode()

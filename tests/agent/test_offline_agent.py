@@ -1,0 +1,172 @@
+"""The offline agent end to end: intents in both languages run real tools; answers carry real numbers."""
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+from datetime import datetime, timezone
+
+import psutil
+import pytest
+
+from server.agent.config import AgentConfig
+from server.agent.offline import OfflineAgent
+from server.tools import ToolRegistry, ToolsConfig
+from server.tools.units import fmt_bytes
+
+from .conftest import RecordingSink, make_request
+
+_SIZE = re.compile(r"([\d.]+) (B|KiB|MiB|GiB|TiB)")
+_FACTORS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def size_of(text: str) -> float:
+    m = _SIZE.fullmatch(text.strip())
+    assert m, text
+    return float(m.group(1)) * _FACTORS[m.group(2)]
+
+
+@pytest.fixture
+def agent(tmp_path) -> OfflineAgent:
+    return OfflineAgent(AgentConfig(stream_chunk_chars=16), ToolRegistry(ToolsConfig(cpu_sample_s=0.05,
+                                                                                      log_roots=[str(tmp_path)])))
+
+
+async def ask(agent: OfflineAgent, text: str) -> tuple[str, RecordingSink, object]:
+    sink = RecordingSink()
+    result = await agent.run_turn(make_request(text, model="offline"), sink)
+    assert sink.text == result.content                          # what streamed is what is returned
+    assert all(0 < len(d) <= 16 for d in sink.of("delta"))
+    return result.content, sink, result
+
+
+async def test_identity(agent):
+    assert (agent.name, agent.offline, agent.models(), agent.default_model) == ("offline", True, ["offline"], "offline")
+    assert await agent.complete([{"role": "user", "content": "summarize"}]) == ""
+
+
+@pytest.mark.parametrize("text,marker", [("查看CPU使用率", "CPU 使用率："), ("CPU usage please", "CPU usage: ")])
+async def test_cpu_in_both_languages(agent, text, marker):
+    answer, sink, result = await ask(agent, text)
+    m = re.search(re.escape(marker) + r"([\d.]+)%", answer)
+    assert m and 0.0 <= float(m.group(1)) <= 100.0
+    assert sink.kinds[:5] == ["status:thinking", "status:tool_call", "tool_call", "tool_result", "status:generating"]
+    [call] = result.tool_calls
+    assert (call.tool_name, call.arguments, call.status, call.step) == ("sys_monitor", {"metric": "cpu"}, "success", 0)
+    assert sink.of("tool_call")[0].id == call.id and sink.of("tool_call")[0].status == "running"
+
+
+async def test_memory_chinese_matches_psutil(agent):
+    answer, _, _ = await ask(agent, "内存还剩多少")
+    m = re.search(r"已用 (.+?) / 共 (.+?)（([\d.]+)%），可用 (.+?)。", answer)
+    assert m, answer
+    assert m.group(2) == fmt_bytes(psutil.virtual_memory().total)
+    assert abs(size_of(m.group(4)) - psutil.virtual_memory().available) < 0.1 * psutil.virtual_memory().total
+
+
+async def test_disk_english_lists_root(agent):
+    answer, _, _ = await ask(agent, "show disk usage")
+    root = psutil.disk_usage("/")
+    assert f"- / (" in answer and f"of {fmt_bytes(root.total)}" in answer
+
+
+async def test_top_processes_by_memory_are_real_and_sorted(agent):
+    answer, _, result = await ask(agent, "占用内存最多的进程")
+    assert answer.startswith("按内存排序的前")
+    rows = re.findall(r"\d+\. (.+?)（pid (\d+)，用户 .+?）：CPU ([\d.]+)%，内存 (.+?)（", answer)
+    assert len(rows) >= 2
+    rss = [size_of(r[3]) for r in rows]
+    assert rss == sorted(rss, reverse=True)
+    live = {p.pid for p in psutil.process_iter()}
+    assert sum(int(r[1]) in live for r in rows) >= len(rows) - 1   # one may exit meanwhile
+    assert result.tool_calls[0].arguments == {"sort_by": "memory", "limit": 10}
+
+
+async def test_network_check_open_and_closed_ports(agent):
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        answer, _, _ = await ask(agent, f"检查 127.0.0.1:{port} 端口")
+        assert f"127.0.0.1:{port} 可以连通" in answer
+    finally:
+        server.close()
+        await server.wait_closed()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    answer, _, _ = await ask(agent, f"check port {closed} on 127.0.0.1")
+    assert answer == f"127.0.0.1:{closed} is not reachable (127.0.0.1: connection refused)."
+    answer, _, result = await ask(agent, "check port 443 on example.com")
+    assert result.tool_calls[0].status == "error" and "not allowed" in answer
+
+
+async def test_history_question_uses_search(tmp_path):
+    calls = []
+
+    async def search(user_id, query, session_id=None, k=5):
+        calls.append((user_id, query, session_id, k))
+        return [{"session_id": "s_1", "title": "nginx setup", "message_id": 3, "role": "user",
+                 "snippet": "how do I reload nginx config", "timestamp": "2026-11-20T10:00:00+00:00", "score": 2.5}]
+
+    agent = OfflineAgent(AgentConfig(), ToolRegistry(ToolsConfig(), search=search))
+    answer, _, _ = await ask_any(agent, "what did I ask about nginx earlier?")
+    assert calls == [("alice", "nginx", None, 5)]
+    assert "Found 1 earlier message(s) about 'nginx'" in answer and "how do I reload nginx config" in answer
+    answer, _, _ = await ask_any(agent, "我之前问过redis什么")
+    assert calls[-1][1] == "redis" and "how do I reload nginx config" in answer
+    unavailable = OfflineAgent(AgentConfig(), ToolRegistry(ToolsConfig()))
+    answer, _, _ = await ask_any(unavailable, "what did I ask about nginx earlier")
+    assert "history search is unavailable" in answer
+
+
+async def ask_any(agent: OfflineAgent, text: str):
+    sink = RecordingSink()
+    result = await agent.run_turn(make_request(text), sink)
+    return result.content, sink, result
+
+
+async def test_read_log_under_root(agent, tmp_path):
+    (tmp_path / "app.log").write_text("".join(f"line {i}\n" for i in range(100)))
+    answer, _, _ = await ask(agent, f"tail -n 3 lines {tmp_path}/app.log")
+    assert answer.endswith("```\nline 97\nline 98\nline 99\n```")
+    answer, _, _ = await ask(agent, "查看日志 app.log 最后 2 行")
+    assert "line 98\nline 99" in answer and "line 97" not in answer
+    answer, _, _ = await ask(agent, "tail /etc/passwd logs")
+    assert "outside the allowed log directories" in answer and "root:" not in answer
+
+
+async def test_clock_and_uptime(agent):
+    answer, _, _ = await ask(agent, "what time is it?")
+    m = re.search(r"UTC time (\d\d):(\d\d):(\d\d)\.$", answer)
+    assert m, answer
+    now = datetime.now(timezone.utc)
+    said = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
+    actual = now.hour * 3600 + now.minute * 60 + now.second
+    assert min((actual - said) % 86400, (said - actual) % 86400) <= 60
+    answer, _, _ = await ask(agent, "现在几点")
+    assert answer.startswith("现在是 ") and str(datetime.now().year) in answer
+    answer, _, _ = await ask(agent, "uptime")
+    assert answer.startswith("Uptime: ")
+
+
+async def test_overview_runs_one_all_metrics_call(agent):
+    answer, _, result = await ask(agent, "系统状态")
+    assert [c.arguments for c in result.tool_calls] == [{"metric": "all"}]
+    for part in ("系统概况", "CPU 使用率", "系统负载", "内存", "磁盘使用情况", "已运行"):
+        assert part in answer
+
+
+async def test_help_and_unknown_requests(agent):
+    answer, sink, result = await ask(agent, "你好")
+    assert "离线助手" in answer and result.tool_calls == [] and "tool_call" not in sink.kinds
+    answer, _, result = await ask(agent, "write me a poem about the sea")
+    assert answer.startswith("Sorry, the offline assistant cannot handle that request.")
+    assert "NPLT_LLM_API_KEY" in answer and "NPLT_LLM_PROVIDER" in answer
+    assert result.metadata["intents"] == ["unknown"] and result.finish_reason == "stop"
+
+
+async def test_two_intents_run_concurrently_in_one_step(agent):
+    answer, sink, result = await ask(agent, "CPU和内存怎么样")
+    assert [c.arguments["metric"] for c in result.tool_calls] == ["cpu", "memory"]
+    assert sink.kinds[1:4] == ["status:tool_call", "tool_call", "tool_call"]
+    assert "CPU 使用率" in answer and "内存：" in answer
