@@ -1,0 +1,130 @@
+"""The sans-IO NPLT connection: feed it bytes, get events; give it messages, get bytes.
+
+See docs/protocol.md §1-2 and §8 and docs/architecture.md. No I/O here: the caller owns the socket.
+One Connection per side of one TCP connection; the receiving half lives in ``receiver.py``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from .codes import V3_ONLY_TYPES, ErrorCode, MsgType, ProtocolVersion, Role, type_name
+from .errors import ProtocolError, closed_error
+from .frame import HEADER, MAX_PAYLOAD
+from .receiver import DEFAULT_MAX_MESSAGE_SIZE, Receiver
+
+_FRAGMENT = int(MsgType.FRAGMENT)
+_pack = HEADER.pack
+_dumps = orjson.dumps
+# Enum member lookups cost ~100 ns each on Python 3.11: bind them once.
+_UNKNOWN, _V2, _V3 = ProtocolVersion.UNKNOWN, ProtocolVersion.V2, ProtocolVersion.V3
+
+
+class Connection(Receiver):
+    """One side of one NPLT connection (sans-IO).
+
+    Server role: ``version`` is UNKNOWN until the first complete frame (HELLO -> V3, anything
+    else -> V2) or ``set_legacy()``. Client role: V3 unless another version is given.
+    ``receive_data`` returns events; recoverable errors are ``InvalidMessage`` events, fatal ones
+    raise ``ProtocolError`` (with ``.events`` = what was decoded before) and close the connection.
+    After a clean EOF (``receive_data(b"")``) sending still works; receiving raises.
+    """
+
+    __slots__ = ("role", "_tx_seq")
+
+    def __init__(self, role: Role | str, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+                 max_buffer_size: int | None = None,
+                 version: ProtocolVersion = ProtocolVersion.UNKNOWN) -> None:
+        self.role = Role(role)
+        if self.role is Role.CLIENT and version is ProtocolVersion.UNKNOWN:
+            version = ProtocolVersion.V3
+        super().__init__(version, max_message_size, max_buffer_size)
+        self._tx_seq = 0                 # seq of the next sent frame
+
+    def set_legacy(self) -> None:
+        """Server: the grace period expired with no frame, so this is a v2 connection.
+
+        No effect once the version is decided.
+        """
+        if self.version is _UNKNOWN:
+            self.version = _V2
+
+    # ------------------------------------------------------------------ sending
+    def send(self, type: MsgType | int, body: dict[str, Any] | bytes | str = b"") -> bytes:
+        """Encode one logical message; returns every frame of it as one byte string.
+
+        v3: a dict is JSON-encoded (bytes are taken as already-encoded JSON) and fragmented when
+        over 65535 bytes. v2: str is UTF-8 encoded, a dict JSON-encoded; the payload must fit one
+        frame and the type must be one a v2 peer knows. Errors that leave the connection usable
+        (too large, v3-only type to a v2 peer) raise a non-fatal ProtocolError.
+        """
+        if self._closed:
+            raise closed_error("send on a closed connection")
+        if type == _FRAGMENT or not 0 <= type <= 0xFF:
+            raise ValueError(f"cannot send type code {type!r}")
+        version = self.version
+        if isinstance(body, dict):
+            payload = _dumps(body)
+        elif isinstance(body, bytes):
+            payload = body
+        elif isinstance(body, str) and version is _V2:
+            payload = body.encode("utf-8")
+        elif isinstance(body, (bytearray, memoryview)):
+            payload = bytes(body)
+        else:
+            raise TypeError(f"cannot send a body of type {body.__class__.__name__} "
+                            f"on a {version.name} connection")
+        n = len(payload)
+        if version is _V3:
+            if n > self.max_message_size:
+                raise ProtocolError(ErrorCode.MESSAGE_TOO_LARGE,
+                                    f"message of {n} bytes is over max_message_size "
+                                    f"({self.max_message_size})", fatal=False)
+            if n > MAX_PAYLOAD:
+                return self._fragment(type, payload)
+        elif version is _V2:
+            if type in V3_ONLY_TYPES:
+                raise ProtocolError(ErrorCode.UNSUPPORTED,
+                                    f"{type_name(type)} is a v3 type; a v2 peer cannot receive it",
+                                    fatal=False)
+            if n > MAX_PAYLOAD:
+                raise ProtocolError(ErrorCode.MESSAGE_TOO_LARGE,
+                                    f"v2 payload of {n} bytes does not fit one frame "
+                                    f"({MAX_PAYLOAD}); split it with split_text_utf8", fatal=False)
+        else:
+            raise RuntimeError("protocol version not decided yet: wait for the first frame "
+                               "or call set_legacy()")
+        seq = self._tx_seq
+        self._tx_seq = (seq + 1) & 0xFFFF
+        return _pack(type, seq, n) + payload
+
+    def send_raw(self, type: int, payload: bytes = b"") -> bytes:
+        """Encode exactly one frame with this payload (no JSON, no fragmentation, no checks)."""
+        if self._closed:
+            raise closed_error("send on a closed connection")
+        if not 0 <= type <= 0xFF:
+            raise ValueError(f"type code out of range: {type!r}")
+        n = len(payload)
+        if n > MAX_PAYLOAD:
+            raise ProtocolError(ErrorCode.MESSAGE_TOO_LARGE,
+                                f"payload of {n} bytes does not fit one frame ({MAX_PAYLOAD})",
+                                fatal=False)
+        seq = self._tx_seq
+        self._tx_seq = (seq + 1) & 0xFFFF
+        return _pack(type, seq, n) + payload
+
+    def _fragment(self, type: int, payload: bytes) -> bytes:
+        count = (len(payload) - 1) // MAX_PAYLOAD       # FRAGMENT frames before the final one
+        view = memoryview(payload)
+        out = bytearray()
+        seq = self._tx_seq
+        for i in range(count):
+            out += _pack(_FRAGMENT, seq, MAX_PAYLOAD)
+            out += view[i * MAX_PAYLOAD:(i + 1) * MAX_PAYLOAD]
+            seq = (seq + 1) & 0xFFFF
+        rest = view[count * MAX_PAYLOAD:]
+        out += _pack(type, seq, len(rest))
+        out += rest
+        self._tx_seq = (seq + 1) & 0xFFFF
+        return bytes(out)

@@ -1,0 +1,378 @@
+"""Typed v3 request bodies (docs/protocol.md §5) with precise validation.
+
+Each class has ``from_body(dict)``, which raises ``ProtocolError(INVALID_MESSAGE)`` naming the field
+and what was wrong, e.g. ``field 'limit': expected an integer in 1..10000, got 'x'``. Unknown fields
+are ignored; an explicit ``null`` for an optional field means "absent". Page sizes are only checked
+against ``MAX_PAGE_LIMIT``: the server enforces its configured ``max_page_size``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+from .codes import ErrorCode, MsgType, type_name
+from .errors import ProtocolError
+from .events import InvalidMessage, Message
+
+RequestId = Union[int, str]
+
+MAX_ID_CHARS = 64            # request "id" strings
+MAX_PAGE_LIMIT = 10_000      # absolute sanity bound for "limit"
+MAX_TITLE_CHARS = 200        # session titles
+MAX_NAME_CHARS = 200         # client and model names
+MAX_REF_CHARS = 128          # session ids, turn ids
+MAX_CURSOR_CHARS = 256       # opaque session-list cursors
+MAX_QUERY_CHARS = 1000       # search queries
+MAX_TOKEN_CHARS = 4096       # auth tokens
+EXPORT_FORMATS = ("markdown", "json")
+DEFAULT_PAGE_LIMIT = 50
+DEFAULT_SEARCH_LIMIT = 20
+
+_MISSING: Any = object()
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def invalid(field: str, problem: str) -> ProtocolError:
+    """The INVALID_MESSAGE error for one field."""
+    return ProtocolError(ErrorCode.INVALID_MESSAGE, f"field '{field}': {problem}", fatal=False)
+
+
+def _fail(field: str, expected: str, value: Any) -> ProtocolError:
+    return invalid(field, f"expected {expected}, got {_show(value)}")
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise ProtocolError(ErrorCode.INVALID_MESSAGE, "request body must be a JSON object",
+                            fatal=False)
+    return body
+
+
+def _valid_id(value: Any) -> bool:
+    if isinstance(value, str):
+        return 1 <= len(value) <= MAX_ID_CHARS
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _id(body: dict[str, Any]) -> RequestId:
+    value = body.get("id", _MISSING)
+    if value is _MISSING:
+        raise invalid("id", "missing (every request carries an id)")
+    if not _valid_id(value):
+        raise _fail("id", f"a non-negative integer or a string of 1..{MAX_ID_CHARS} characters",
+                    value)
+    return value
+
+
+def _str(body: dict[str, Any], name: str, hi: int | None, *, required: bool = False,
+         blank: bool = False) -> str | None:
+    """A string of 1..hi characters (not only whitespace unless ``blank``)."""
+    value = body.get(name, _MISSING)
+    if value is _MISSING or (value is None and not required):
+        if required:
+            raise invalid(name, "missing (required)")
+        return None
+    size = "a non-empty string" if hi is None else f"a string of 1..{hi} characters"
+    if not isinstance(value, str) or not value or (hi is not None and len(value) > hi):
+        raise _fail(name, size, value)
+    if not blank and not value.strip():
+        raise _fail(name, "text that is not only whitespace", value)
+    return value
+
+
+def _int(body: dict[str, Any], name: str, lo: int, hi: int | None, default: Any) -> Any:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (
+            hi is not None and value > hi):
+        expected = f"an integer >= {lo}" if hi is None else f"an integer in {lo}..{hi}"
+        raise _fail(name, expected, value)
+    return value
+
+
+def _session(body: dict[str, Any], required: bool = False) -> str | None:
+    return _str(body, "session_id", MAX_REF_CHARS, required=required, blank=True)
+
+
+def _limit(body: dict[str, Any], default: int) -> int:
+    return _int(body, "limit", 1, MAX_PAGE_LIMIT, default)
+
+
+@dataclass(slots=True)
+class Hello:
+    """HELLO (§5.1). ``proto`` is only type-checked: the server answers UNSUPPORTED_VERSION."""
+    id: RequestId
+    proto: int
+    client: str
+    token: str | None = None
+    session_id: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Hello:
+        body = _object(body)
+        proto = body.get("proto", _MISSING)
+        if proto is _MISSING:
+            raise invalid("proto", "missing (required)")
+        if isinstance(proto, bool) or not isinstance(proto, int):
+            raise _fail("proto", "an integer", proto)
+        return cls(_id(body), proto, _str(body, "client", MAX_NAME_CHARS, required=True),
+                   _str(body, "token", MAX_TOKEN_CHARS, blank=True), _session(body))
+
+
+@dataclass(slots=True)
+class ChatSend:
+    """CHAT_TEXT (§5.4): send a user message."""
+    id: RequestId
+    text: str
+    session_id: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> ChatSend:
+        body = _object(body)
+        return cls(_id(body), _str(body, "text", None, required=True), _session(body))
+
+
+@dataclass(slots=True)
+class ChatCancel:
+    """CHAT_CANCEL (§5.4)."""
+    id: RequestId
+    session_id: str | None = None
+    turn_id: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> ChatCancel:
+        body = _object(body)
+        return cls(_id(body), _session(body), _str(body, "turn_id", MAX_REF_CHARS, blank=True))
+
+
+@dataclass(slots=True)
+class HistoryPage:
+    """HISTORY_REQUEST (§5.3): one page, newest first, of messages with id < before."""
+    id: RequestId
+    session_id: str | None = None
+    before: int | None = None
+    limit: int = DEFAULT_PAGE_LIMIT
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> HistoryPage:
+        body = _object(body)
+        return cls(_id(body), _session(body), _int(body, "before", 0, None, None),
+                   _limit(body, DEFAULT_PAGE_LIMIT))
+
+
+@dataclass(slots=True)
+class HistorySearch:
+    """HISTORY_SEARCH (§5.3); without session_id it searches all the user's sessions."""
+    id: RequestId
+    query: str
+    session_id: str | None = None
+    limit: int = DEFAULT_SEARCH_LIMIT
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> HistorySearch:
+        body = _object(body)
+        return cls(_id(body), _str(body, "query", MAX_QUERY_CHARS, required=True), _session(body),
+                   _limit(body, DEFAULT_SEARCH_LIMIT))
+
+
+@dataclass(slots=True)
+class HistoryExport:
+    """HISTORY_EXPORT (§5.3)."""
+    id: RequestId
+    format: str
+    session_id: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> HistoryExport:
+        body = _object(body)
+        fmt = body.get("format", _MISSING)
+        if fmt is _MISSING:
+            raise invalid("format", "missing (required)")
+        if fmt not in EXPORT_FORMATS:
+            raise _fail("format", " or ".join(repr(f) for f in EXPORT_FORMATS), fmt)
+        return cls(_id(body), fmt, _session(body))
+
+
+@dataclass(slots=True)
+class SessionList:
+    """SESSION_LIST (§5.2); ``before`` is an opaque cursor."""
+    id: RequestId
+    before: str | None = None
+    limit: int = DEFAULT_PAGE_LIMIT
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> SessionList:
+        body = _object(body)
+        return cls(_id(body), _str(body, "before", MAX_CURSOR_CHARS, blank=True),
+                   _limit(body, DEFAULT_PAGE_LIMIT))
+
+
+@dataclass(slots=True)
+class SessionNew:
+    """SESSION_NEW (§5.2)."""
+    id: RequestId
+    title: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> SessionNew:
+        body = _object(body)
+        return cls(_id(body), _str(body, "title", MAX_TITLE_CHARS))
+
+
+@dataclass(slots=True)
+class SessionSwitch:
+    """SESSION_SWITCH (§5.2)."""
+    id: RequestId
+    session_id: str
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> SessionSwitch:
+        body = _object(body)
+        return cls(_id(body), _session(body, required=True))
+
+
+@dataclass(slots=True)
+class SessionRename:
+    """SESSION_RENAME (§5.2)."""
+    id: RequestId
+    title: str
+    session_id: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> SessionRename:
+        body = _object(body)
+        return cls(_id(body), _str(body, "title", MAX_TITLE_CHARS, required=True), _session(body))
+
+
+@dataclass(slots=True)
+class SessionDelete:
+    """SESSION_DELETE (§5.2)."""
+    id: RequestId
+    session_id: str
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> SessionDelete:
+        body = _object(body)
+        return cls(_id(body), _session(body, required=True))
+
+
+@dataclass(slots=True)
+class SessionClear:
+    """CLEAR_REQUEST (§5.2)."""
+    id: RequestId
+    session_id: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> SessionClear:
+        body = _object(body)
+        return cls(_id(body), _session(body))
+
+
+@dataclass(slots=True)
+class SessionInfoReq:
+    """SESSION_INFO (§5.2)."""
+    id: RequestId
+    session_id: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> SessionInfoReq:
+        body = _object(body)
+        return cls(_id(body), _session(body))
+
+
+@dataclass(slots=True)
+class ModelList:
+    """MODEL_LIST (§5.6)."""
+    id: RequestId
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> ModelList:
+        return cls(_id(_object(body)))
+
+
+@dataclass(slots=True)
+class ModelSwitch:
+    """MODEL_SWITCH (§5.6), per session."""
+    id: RequestId
+    model: str
+    session_id: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> ModelSwitch:
+        body = _object(body)
+        return cls(_id(body), _str(body, "model", MAX_NAME_CHARS, required=True), _session(body))
+
+
+@dataclass(slots=True)
+class Ping:
+    """PING (§5.5), answered by PONG."""
+    id: RequestId
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Ping:
+        return cls(_id(_object(body)))
+
+
+@dataclass(slots=True)
+class Stats:
+    """STATS (§5.7)."""
+    id: RequestId
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Stats:
+        return cls(_id(_object(body)))
+
+
+Request = Union[Hello, ChatSend, ChatCancel, HistoryPage, HistorySearch, HistoryExport, SessionList,
+                SessionNew, SessionSwitch, SessionRename, SessionDelete, SessionClear,
+                SessionInfoReq, ModelList, ModelSwitch, Ping, Stats]
+
+REQUEST_TYPES: dict[MsgType, type] = {
+    MsgType.HELLO: Hello,
+    MsgType.CHAT_TEXT: ChatSend,
+    MsgType.CHAT_CANCEL: ChatCancel,
+    MsgType.HISTORY_REQUEST: HistoryPage,
+    MsgType.HISTORY_SEARCH: HistorySearch,
+    MsgType.HISTORY_EXPORT: HistoryExport,
+    MsgType.SESSION_LIST: SessionList,
+    MsgType.SESSION_NEW: SessionNew,
+    MsgType.SESSION_SWITCH: SessionSwitch,
+    MsgType.SESSION_RENAME: SessionRename,
+    MsgType.SESSION_DELETE: SessionDelete,
+    MsgType.CLEAR_REQUEST: SessionClear,
+    MsgType.SESSION_INFO: SessionInfoReq,
+    MsgType.MODEL_LIST: ModelList,
+    MsgType.MODEL_SWITCH: ModelSwitch,
+    MsgType.PING: Ping,
+    MsgType.STATS: Stats,
+}
+
+
+def request_id(body: Any) -> RequestId | None:
+    """The request's "id" if the body has a valid one, else None (for "re" in errors)."""
+    if isinstance(body, dict):
+        value = body.get("id")
+        if _valid_id(value):
+            return value
+    return None
+
+
+def parse_request(msg: Message) -> Request | InvalidMessage:
+    """Validate a v3 request message into its typed body.
+
+    Returns an ``InvalidMessage`` (``re`` = the request id when it could be read) for an invalid
+    body (INVALID_MESSAGE) or a type that is not a request (UNSUPPORTED).
+    """
+    cls = REQUEST_TYPES.get(msg.type)  # type: ignore[call-overload]
+    try:
+        if cls is None:
+            raise ProtocolError(ErrorCode.UNSUPPORTED,
+                                f"{type_name(msg.type)} is not a request", fatal=False)
+        return cls.from_body(msg.body)
+    except ProtocolError as exc:
+        return InvalidMessage(exc, msg.type, msg.seq, request_id(msg.body))

@@ -1,0 +1,317 @@
+"""The receiving half of the sans-IO NPLT connection: bytes in, events out.
+
+Frames are parsed straight out of the received ``bytes`` with ``struct.unpack_from``. Only the
+partial frame at the end of a read is kept (as a list of pieces, joined once when it completes),
+and the common case (a complete, known, unfragmented frame) takes a short inline path.
+See docs/protocol.md §1-2 and §8.
+"""
+from __future__ import annotations
+
+import orjson
+
+from .codes import ErrorCode, MsgType, ProtocolVersion, type_name
+from .errors import ProtocolError, closed_error
+from .events import Event, InvalidMessage, Message
+from .frame import HEADER, HEADER_SIZE, MAX_FRAME
+from .jsonbody import decode_body, json_error, not_object
+
+DEFAULT_MAX_MESSAGE_SIZE = 8 << 20      # 8 MiB reassembled
+BUFFER_SLACK = 4096                     # added to the default max_buffer_size
+
+_FRAGMENT = int(MsgType.FRAGMENT)
+_HELLO = int(MsgType.HELLO)
+_unpack_from = HEADER.unpack_from
+# Enum member lookups cost ~100 ns each on Python 3.11: bind them once.
+_UNKNOWN, _V2, _V3 = ProtocolVersion.UNKNOWN, ProtocolVersion.V2, ProtocolVersion.V3
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+
+_MEMBERS = {int(m): m for m in MsgType}
+#: v3 fast path: known, non-FRAGMENT codes -> MsgType member; everything else None.
+_V3_FAST: tuple[MsgType | None, ...] = tuple(
+    None if i == _FRAGMENT else _MEMBERS.get(i) for i in range(256))
+#: v2: known codes -> MsgType member, unknown codes -> the raw int.
+_V2_TYPE: tuple[int, ...] = tuple(_MEMBERS.get(i, i) for i in range(256))
+
+
+class Receiver:
+    """Decoding state of one connection; ``Connection`` adds the sending side."""
+
+    __slots__ = ("version", "max_message_size", "max_buffer_size", "seq_anomalies", "_pending",
+                 "_pending_len", "_rx_seq", "_parts", "_frag_size", "_discarding",
+                 "_discard_size", "_closed", "_eof")
+
+    def __init__(self, version: ProtocolVersion, max_message_size: int,
+                 max_buffer_size: int | None) -> None:
+        if max_message_size < 1:
+            raise ValueError(f"max_message_size must be >= 1, got {max_message_size}")
+        if max_buffer_size is None:
+            max_buffer_size = max_message_size + MAX_FRAME + BUFFER_SLACK
+        elif max_buffer_size < 1:
+            raise ValueError(f"max_buffer_size must be >= 1, got {max_buffer_size}")
+        self.version = ProtocolVersion(version)
+        self.max_message_size = max_message_size
+        self.max_buffer_size = max_buffer_size
+        self.seq_anomalies = 0           # v2 only: frames whose seq was not the expected one
+        self._pending: list[bytes] = []  # pieces of an incomplete frame carried over to the next
+        self._pending_len = 0            # call; once 5 bytes are held, piece 0 holds the header
+        self._rx_seq = 0                 # seq expected on the next received frame
+        self._parts: list[bytes] = []    # pieces of a fragmented message being reassembled
+        self._frag_size = 0
+        self._discarding = False         # dropping an over-size message up to its final frame
+        self._discard_size = 0
+        self._closed = False
+        self._eof = False
+
+    @property
+    def closed(self) -> bool:
+        """True after a fatal error or ``close()``."""
+        return self._closed
+
+    @property
+    def eof(self) -> bool:
+        """True once the peer's end of stream was fed (``receive_data(b"")``)."""
+        return self._eof
+
+    @property
+    def bytes_buffered(self) -> int:
+        """Bytes held between calls: a partial frame plus a message being reassembled."""
+        return self._pending_len + self._frag_size
+
+    def close(self) -> None:
+        """Close locally: further calls raise CONNECTION_CLOSED; buffers are released."""
+        self._closed = True
+        self._pending = []
+        self._pending_len = 0
+        self._parts = []
+        self._frag_size = 0
+        self._discarding = False
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Feed received bytes (any chunking); ``b""`` means the peer closed (EOF)."""
+        if self._closed or self._eof:
+            raise closed_error("data received after the connection was closed")
+        if not data:
+            return self._on_eof()
+        if type(data) is not bytes:
+            data = bytes(data)
+        events: list[Event] = []
+        try:
+            pos = self._complete_pending(data, events) if self._pending_len else 0
+            pos = self._parse(data, pos, events)
+            if pos < len(data):
+                self._pending.append(data[pos:])
+                self._pending_len += len(data) - pos
+            if self._pending_len + self._frag_size > self.max_buffer_size:
+                raise ProtocolError(
+                    ErrorCode.BUFFER_OVERFLOW,
+                    f"{self.bytes_buffered} bytes buffered, over max_buffer_size "
+                    f"({self.max_buffer_size})", fatal=True)
+        except ProtocolError as exc:
+            self.close()
+            exc.events = events
+            raise
+        return events
+
+    def _on_eof(self) -> list[Event]:
+        self._eof = True
+        if self._pending_len or self._frag_size or self._discarding:
+            if self._pending_len:
+                detail = f"in the middle of a frame ({self._pending_len} bytes of it received)"
+            else:
+                detail = "in the middle of a fragmented message"
+            self.close()
+            raise closed_error(f"peer closed the connection {detail}")
+        return []
+
+    def _complete_pending(self, data: bytes, events: list[Event]) -> int:
+        """Complete the carried-over partial frame from ``data``; return how much of data was used.
+
+        The payload is assembled with a single join, however many reads it spanned.
+        """
+        pending = self._pending
+        have = self._pending_len
+        pos = 0
+        if have < HEADER_SIZE:
+            pos = HEADER_SIZE - have
+            head = b"".join(pending) + data[:pos]
+            pending[:] = [head]
+            self._pending_len = len(head)
+            if len(head) < HEADER_SIZE:
+                return len(data)
+            have = HEADER_SIZE
+        t, seq, ln = _unpack_from(pending[0])
+        need = HEADER_SIZE + ln - have
+        if len(data) - pos < need:
+            pending.append(data[pos:])
+            self._pending_len += len(data) - pos
+            return len(data)
+        pending[0] = memoryview(pending[0])[HEADER_SIZE:]  # type: ignore[call-overload]
+        pending.append(memoryview(data)[pos:pos + need])  # type: ignore[arg-type]
+        payload = b"".join(pending)
+        pending.clear()
+        self._pending_len = 0
+        self._one_frame(t, seq, payload, events)
+        return pos + need
+
+    def _one_frame(self, t: int, seq: int, payload: bytes, events: list[Event]) -> None:
+        """Process one frame that was assembled from several reads."""
+        if self.version is _UNKNOWN:
+            self.version = _V3 if t == _HELLO else _V2
+        if self.version is _V3:
+            if seq != self._rx_seq:
+                raise _seq_error(self._rx_seq, seq)
+            self._rx_seq = (seq + 1) & 0xFFFF
+            event = self._v3_slow(t, seq, payload)
+            if event is not None:
+                events.append(event)
+            return
+        if seq != self._rx_seq:
+            self.seq_anomalies += 1
+        self._rx_seq = (seq + 1) & 0xFFFF
+        if t == _FRAGMENT or len(payload) > self.max_message_size:
+            events.append(self._v2_slow(t, seq, len(payload)))
+        else:
+            events.append(Message(_V2_TYPE[t], payload, seq))
+
+    def _parse(self, data: bytes, pos: int, events: list[Event]) -> int:
+        """Decode every complete frame of ``data`` from ``pos``; return where parsing stopped."""
+        if self.version is _UNKNOWN:
+            if len(data) - pos < HEADER_SIZE:
+                return pos
+            t, _, ln = _unpack_from(data, pos)
+            if pos + HEADER_SIZE + ln > len(data):
+                return pos
+            self.version = _V3 if t == _HELLO else _V2
+        if self.version is _V3:
+            return self._parse_v3(data, pos, events)
+        return self._parse_v2(data, pos, events)
+
+    def _parse_v3(self, data: bytes, pos: int, events: list[Event]) -> int:
+        n = len(data)
+        append = events.append
+        unpack = _unpack_from
+        loads = _loads
+        fast = _V3_FAST
+        expected = self._rx_seq
+        maxsize = self.max_message_size
+        busy = self._frag_size or self._discarding
+        last = n - 5                    # the last offset where a header can start
+        try:
+            while pos <= last:
+                t, seq, ln = unpack(data, pos)
+                start = pos + 5
+                end = start + ln
+                if end > n:
+                    break
+                if seq != expected:
+                    raise _seq_error(expected, seq)
+                expected = (seq + 1) & 0xFFFF
+                mt = fast[t]
+                if mt is None or busy or ln > maxsize:
+                    event = self._v3_slow(t, seq, data[start:end])
+                    if event is not None:
+                        append(event)
+                    busy = self._frag_size or self._discarding
+                else:
+                    try:
+                        body = loads(data[start:end])
+                    except _JSONDecodeError as exc:
+                        append(json_error(mt, seq, data[start:end], exc))
+                    else:
+                        if type(body) is dict:
+                            append(Message(mt, body, seq))
+                        else:
+                            append(not_object(mt, seq, body))
+                pos = end
+        finally:
+            self._rx_seq = expected
+        return pos
+
+    def _v3_slow(self, t: int, seq: int, payload: bytes) -> Event | None:
+        """FRAGMENT frames, final frames of fragmented messages, unknown codes, over-size frames."""
+        ln = len(payload)
+        if t == _FRAGMENT:
+            if ln == 0:
+                raise ProtocolError(ErrorCode.BAD_FRAGMENT,
+                                    f"empty FRAGMENT frame (seq {seq})", fatal=True)
+            if self._discarding:
+                self._discard_size += ln
+                return None
+            size = self._frag_size + ln
+            if size > self.max_message_size:
+                self._discarding = True
+                self._discard_size = size
+                self._parts = []
+                self._frag_size = 0
+                return None
+            if size > self.max_buffer_size:
+                raise ProtocolError(ErrorCode.BUFFER_OVERFLOW,
+                                    f"reassembly of {size} bytes is over max_buffer_size "
+                                    f"({self.max_buffer_size})", fatal=True)
+            self._parts.append(payload)
+            self._frag_size = size
+            return None
+        size = self._frag_size + ln
+        if self._discarding:
+            size = self._discard_size + ln
+            self._discarding = False
+            self._discard_size = 0
+        elif self._parts:
+            self._parts.append(payload)
+            payload = b"".join(self._parts)
+            self._parts = []
+            self._frag_size = 0
+        if size > self.max_message_size:
+            return InvalidMessage(ProtocolError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"{type_name(t)} message of {size} bytes is over max_message_size "
+                f"({self.max_message_size}); discarded", fatal=False), _V2_TYPE[t], seq)
+        mt = _V3_FAST[t]
+        if mt is None:
+            return InvalidMessage(ProtocolError(
+                ErrorCode.UNKNOWN_TYPE, f"unknown type code {type_name(t)}", fatal=False), t, seq)
+        return decode_body(mt, seq, payload)
+
+    def _parse_v2(self, data: bytes, pos: int, events: list[Event]) -> int:
+        n = len(data)
+        append = events.append
+        unpack = _unpack_from
+        types = _V2_TYPE
+        expected = self._rx_seq
+        maxsize = self.max_message_size
+        anomalies = 0
+        last = n - 5
+        try:
+            while pos <= last:
+                t, seq, ln = unpack(data, pos)
+                start = pos + 5
+                end = start + ln
+                if end > n:
+                    break
+                if seq != expected:
+                    anomalies += 1
+                expected = (seq + 1) & 0xFFFF
+                if t == 127 or ln > maxsize:    # FRAGMENT (0x7F) or over the cap
+                    append(self._v2_slow(t, seq, ln))
+                else:
+                    append(Message(types[t], data[start:end], seq))
+                pos = end
+        finally:
+            self._rx_seq = expected
+            self.seq_anomalies += anomalies
+        return pos
+
+    def _v2_slow(self, t: int, seq: int, ln: int) -> InvalidMessage:
+        """v2: FRAGMENT is fatal; a payload over max_message_size is skipped."""
+        if t == _FRAGMENT:
+            raise ProtocolError(ErrorCode.BAD_FRAGMENT, "FRAGMENT frame on a v2 connection",
+                                fatal=True)
+        return InvalidMessage(ProtocolError(
+            ErrorCode.MESSAGE_TOO_LARGE, f"{type_name(t)} payload of {ln} bytes is over "
+            f"max_message_size ({self.max_message_size}); discarded", fatal=False), _V2_TYPE[t], seq)
+
+
+def _seq_error(expected: int, seq: int) -> ProtocolError:
+    return ProtocolError(ErrorCode.SEQ_MISMATCH, f"expected frame seq {expected}, got {seq}",
+                         fatal=True)
