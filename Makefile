@@ -39,7 +39,7 @@ bench: $(VENV)/.installed-dev
 
 ## fuzz: long property-based runs (not part of make test)
 fuzz: $(VENV)/.installed-dev
-	NPLT_FUZZ=1 $(PY) -m pytest -q -p no:cacheprovider tests -k "fuzz or property" --hypothesis-profile=long
+	NPLT_FUZZ=1 $(PY) -m pytest -q -p no:cacheprovider tests/protocol tests/memory
 
 clean:
 	rm -rf $(VENV) .pytest_cache .coverage build src/*.egg-info

@@ -1,0 +1,18 @@
+"""Suite-wide settings: Hypothesis profiles.
+
+default: modest example counts so `make test` stays fast. long: many more examples, for `make fuzz`
+(selected by NPLT_FUZZ=1 or ``--hypothesis-profile=long``).
+"""
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+_SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
+settings.register_profile("default", max_examples=60, deadline=None, suppress_health_check=_SUPPRESS)
+settings.register_profile("long", max_examples=3000, deadline=None, suppress_health_check=_SUPPRESS)
+if os.environ.get("NPLT_FUZZ"):
+    settings.load_profile("long")
+elif settings.get_current_profile_name() == "default":
+    settings.load_profile("default")  # activate the re-registered default; keep any --hypothesis-profile
