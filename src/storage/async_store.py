@@ -1,0 +1,98 @@
+"""AsyncHistoryStore: the HistoryStore API as coroutines, each call run in a worker thread.
+
+Safe to call inline on the event loop (no file I/O): ``validate_session_id``, ``new_session_id``,
+``StorageConfig.from_dict``, ``AsyncHistoryStore.sync.list`` (reads the in-memory index only) and
+``AsyncHistoryStore.sync.loaded_count``. Everything else may read or fsync files: await it here.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from .config import StorageConfig
+from .models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall
+from .store import HistoryStore
+
+T = TypeVar("T")
+
+
+class AsyncHistoryStore:
+    """Async facade over a HistoryStore (``.sync``) with its own thread pool (``io_threads``)."""
+
+    def __init__(self, store: HistoryStore | StorageConfig) -> None:
+        self.sync = store if isinstance(store, HistoryStore) else HistoryStore(store)
+        self._pool = ThreadPoolExecutor(self.sync.config.io_threads, thread_name_prefix="storage-io")
+
+    @classmethod
+    async def open(cls, config: StorageConfig) -> AsyncHistoryStore:
+        """Open the store (startup recovery reads files) without blocking the loop."""
+        return cls(await asyncio.to_thread(HistoryStore, config))
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    async def create(self, user_id: str, title: str | None = None, model: str | None = None) -> SessionRecord:
+        return await self._run(self.sync.create, user_id, title, model)
+
+    async def get(self, session_id: str) -> SessionRecord:
+        return await self._run(self.sync.get, session_id)
+
+    async def list(self, user_id: str, *, before: str | None = None,
+                   limit: int = 50) -> tuple[list[SessionRecord], str | None]:
+        return await self._run(self.sync.list, user_id, before=before, limit=limit)
+
+    async def rename(self, session_id: str, title: str) -> SessionRecord:
+        return await self._run(self.sync.rename, session_id, title)
+
+    async def set_model(self, session_id: str, model: str | None) -> SessionRecord:
+        return await self._run(self.sync.set_model, session_id, model)
+
+    async def delete(self, session_id: str) -> SessionRecord:
+        return await self._run(self.sync.delete, session_id)
+
+    async def restore(self, session_id: str) -> SessionRecord:
+        return await self._run(self.sync.restore, session_id)
+
+    async def purge(self, session_id: str) -> None:
+        return await self._run(self.sync.purge, session_id)
+
+    async def clear(self, session_id: str) -> int:
+        return await self._run(self.sync.clear, session_id)
+
+    async def append(self, session_id: str, role: str, content: str, *, tool_calls: Iterable[ToolCall | dict] = (),
+                     metadata: dict[str, Any] | None = None, timestamp: str | None = None) -> ChatMessage:
+        return await self._run(self.sync.append, session_id, role, content, tool_calls=list(tool_calls),
+                               metadata=metadata, timestamp=timestamp)
+
+    async def update(self, session_id: str, message: ChatMessage) -> ChatMessage:
+        return await self._run(self.sync.update, session_id, message)
+
+    async def page(self, session_id: str, before: int | None = None, limit: int = 50) -> Page:
+        return await self._run(self.sync.page, session_id, before, limit)
+
+    async def messages(self, session_id: str, *, after_id: int = 0) -> list[ChatMessage]:
+        return await self._run(self.sync.messages, session_id, after_id=after_id)
+
+    async def search(self, user_id: str, query: str, *, session_id: str | None = None,
+                     limit: int = 20) -> list[SearchHit]:
+        return await self._run(self.sync.search, user_id, query, session_id=session_id, limit=limit)
+
+    async def export(self, session_id: str, fmt: str) -> str:
+        return await self._run(self.sync.export, session_id, fmt)
+
+    async def add_summary(self, session_id: str, summary: SummaryRecord) -> SessionRecord:
+        return await self._run(self.sync.add_summary, session_id, summary)
+
+    async def compact(self, session_id: str) -> bool:
+        return await self._run(self.sync.compact, session_id)
+
+    async def close(self) -> None:
+        """Close the store (compacts journals) in a thread, then stop the pool."""
+        try:
+            await self._run(self.sync.close)
+        finally:
+            self._pool.shutdown(wait=False)

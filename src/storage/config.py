@@ -1,0 +1,75 @@
+"""StorageConfig: the ``[storage]`` config section, validated with precise messages."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .errors import StorageConfigError
+
+DURABILITY_MODES = ("fsync", "batched")
+
+# key -> (kind, lo, hi); kind is "int" | "float" | "str" | "choice"
+_RULES: dict[str, tuple[str, float | None, float | None]] = {
+    "root": ("str", None, None),
+    "durability": ("choice", None, None),
+    "batch_ms": ("int", 1, 10_000),
+    "compact_threshold": ("int", 2, 10_000_000),
+    "lru_size": ("int", 1, 1_000_000),
+    "idle_evict_s": ("float", 0.001, 31_536_000),
+    "max_message_bytes": ("int", 1024, 256 << 20),
+    "max_title_chars": ("int", 1, 100_000),
+    "index_flush_ms": ("int", 10, 3_600_000),
+    "io_threads": ("int", 1, 256),
+}
+
+
+@dataclass
+class StorageConfig:
+    """Where and how conversation history is stored (see docs/storage.md)."""
+
+    root: str = "storage/history"
+    durability: str = "fsync"         # "fsync": every append is fsynced; "batched": every batch_ms
+    batch_ms: int = 50                # batched mode: longest time an acknowledged append stays unsynced
+    compact_threshold: int = 2000     # journal lines that trigger a background compaction
+    lru_size: int = 64                # sessions kept loaded in memory
+    idle_evict_s: float = 600.0       # a loaded session unused this long is evicted
+    max_message_bytes: int = 1 << 20  # largest JSON-encoded message accepted by append/update
+    max_title_chars: int = 200        # longest session title
+    index_flush_ms: int = 1000        # index.json is rewritten at most this often (and on close)
+    io_threads: int = 4               # AsyncHistoryStore worker threads
+
+    def __post_init__(self) -> None:
+        if isinstance(self.root, os.PathLike):
+            self.root = os.fspath(self.root)
+        for key, (kind, lo, hi) in _RULES.items():
+            _check(key, kind, getattr(self, key), lo, hi)
+        if isinstance(self.idle_evict_s, int):
+            self.idle_evict_s = float(self.idle_evict_s)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StorageConfig:
+        """Build from a config table; unknown keys and bad values raise StorageConfigError."""
+        if not isinstance(d, dict):
+            raise StorageConfigError("(section)", f"expected a table, got {type(d).__name__}")
+        allowed = {f.name for f in fields(cls)}
+        for key in d:
+            if key not in allowed:
+                raise StorageConfigError(str(key), f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        return cls(**d)
+
+
+def _check(key: str, kind: str, v: Any, lo: float | None, hi: float | None) -> None:
+    if kind == "str":
+        if not isinstance(v, str) or not v:
+            raise StorageConfigError(key, f"expected a non-empty string, got {v!r}")
+    elif kind == "choice":
+        if v not in DURABILITY_MODES:
+            raise StorageConfigError(key, f"expected one of {', '.join(DURABILITY_MODES)}, got {v!r}")
+    else:
+        ok = isinstance(v, int) if kind == "int" else isinstance(v, (int, float))
+        if isinstance(v, bool) or not ok:
+            what = "an integer" if kind == "int" else "a number"
+            raise StorageConfigError(key, f"expected {what} in {lo:g}..{hi:g}, got {v!r}")
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise StorageConfigError(key, f"expected a value in {lo:g}..{hi:g}, got {v!r}")

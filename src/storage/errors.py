@@ -1,0 +1,61 @@
+"""Storage exceptions. Each carries a stable UPPER_SNAKE ``code`` that is a protocol error code
+(docs/protocol.md §8), so the server can forward it as is."""
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base class of every error the store raises on purpose."""
+
+    code = "INTERNAL"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFound(StorageError, LookupError):
+    """No such session (or purged), or no such message in it."""
+
+    code = "NOT_FOUND"
+
+
+class CorruptSession(NotFound):
+    """The session's snapshot could not be read; it was moved to ``<root>/quarantine/``."""
+
+
+class InvalidSessionId(StorageError, ValueError):
+    """A session id that is not ``s_YYYYMMDD_<12 lowercase hex>`` (never used as a path)."""
+
+    code = "INVALID_MESSAGE"
+
+
+class InvalidArgument(StorageError, ValueError):
+    """A bad argument: unknown role, empty query, bad cursor, unknown export format, ..."""
+
+    code = "INVALID_MESSAGE"
+
+
+class MessageTooLarge(InvalidArgument):
+    """A message whose JSON encoding exceeds ``max_message_bytes``."""
+
+    code = "MESSAGE_TOO_LARGE"
+
+
+class StorageClosed(StorageError):
+    """The store was closed."""
+
+    code = "SHUTTING_DOWN"
+
+
+class StorageLocked(StorageError):
+    """Another process (or another open store) already uses this root directory."""
+
+
+class StorageConfigError(ValueError):
+    """A ``[storage]`` config value is unknown, of the wrong type or out of range."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"[storage] {key}: {message}")
+        self.path = f"storage.{key}"
+        self.key = key
+        self.message = message

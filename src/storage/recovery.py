@@ -1,0 +1,74 @@
+"""Startup: remove stray temp files, quarantine orphans and rebuild stale index entries.
+
+The index is trusted per session only when the entry's ``files`` stamp equals what ``stat`` reports
+for that session's snapshot and journal now; any other session is re-read from its files. Sessions
+in the index without files are dropped. Only ``stat`` is used for sessions that are up to date.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from .fsio import quarantine
+from .ids import JOURNAL_RE, SNAPSHOT_RE
+from .index import SessionIndex
+
+log = logging.getLogger("storage")
+
+_TMP_SUFFIXES = (".json.tmp", ".journal.tmp")
+
+
+def scan_root(root: str) -> tuple[dict[str, os.DirEntry], dict[str, os.DirEntry]]:
+    """Session snapshots and journals found in ``root``, by session id; removes stray temp files."""
+    snaps: dict[str, os.DirEntry] = {}
+    journals: dict[str, os.DirEntry] = {}
+    with os.scandir(root) as it:
+        for e in it:
+            name = e.name
+            if name.startswith("session_") and name.endswith(_TMP_SUFFIXES) or name == "index.json.tmp":
+                log.warning("storage: removing unfinished temp file %s", e.path)
+                os.unlink(e.path)
+                continue
+            m = SNAPSHOT_RE.fullmatch(name) or JOURNAL_RE.fullmatch(name)
+            if m is None:
+                continue
+            day, sid = m.groups()
+            if sid[2:10] != day:
+                log.warning("storage: ignoring %s: date does not match the session id", e.path)
+                continue
+            (snaps if name.endswith(".json") else journals)[sid] = e
+    return snaps, journals
+
+
+def recover(root: str, index: SessionIndex,
+            reload: Callable[[str], dict[str, Any] | None]) -> dict[str, int]:
+    """Fill ``index`` from index.json and the directory. ``reload(sid)`` re-reads one session and
+    returns its index entry, or None if it was unusable (quarantined or skipped)."""
+    stored = index.read_file()
+    snaps, journals = scan_root(root)
+    stats = {"sessions": 0, "reloaded": 0, "dropped": 0, "orphans": 0}
+    for sid, e in journals.items():
+        if sid not in snaps:
+            quarantine(root, e.path, reason="journal without snapshot")
+            stats["orphans"] += 1
+    for sid, e in snaps.items():
+        st = e.stat()
+        jst = journals.get(sid)
+        files = [st.st_ino, st.st_size, st.st_mtime_ns, jst.stat().st_size if jst is not None else 0]
+        entry = stored.get(sid) if stored is not None else None
+        if entry is None or entry["files"] != files:
+            entry = reload(sid)
+            stats["reloaded"] += 1
+            if entry is None:
+                continue
+        index.entries[sid] = entry
+        index.by_user.setdefault(entry["user_id"], {})[sid] = entry
+        stats["sessions"] += 1
+    if stored is not None:
+        stats["dropped"] = len(set(stored) - set(index.entries))
+    index.dirty = stored is None or stats["reloaded"] > 0 or stats["dropped"] > 0
+    if stats["reloaded"] or stats["dropped"] or stats["orphans"]:
+        log.info("storage: index recovery: %s", stats)
+    return stats

@@ -1,0 +1,270 @@
+"""One session in memory (record + raw message dicts) and its snapshot format.
+
+Messages are kept as the plain dicts orjson produced (converted to ChatMessage only when returned),
+so a cold load costs little more than ``orjson.loads`` of the snapshot. Ids ascend with position,
+so any id is found by bisection. Every change goes through ``SessionState.apply`` both live and on
+journal replay, so what is in memory is exactly what a reload produces.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import threading
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .fsio import read_bytes
+from .journal import JournalScan, JournalWriter, scan_journal
+from .models import ChatMessage, SessionRecord, SummaryRecord
+
+log = logging.getLogger("storage")
+
+SCHEMA_VERSION = 1
+PREVIEW_CHARS = 80
+LOADING, READY, GONE = "loading", "ready", "gone"
+
+
+class SnapshotError(ValueError):
+    """The snapshot is not a valid session file."""
+
+
+class UnsupportedSchema(SnapshotError):
+    """The snapshot was written by a newer version (left in place, not quarantined)."""
+
+
+def _mid(m: dict[str, Any]) -> int:
+    return m["id"]
+
+
+class SessionState:
+    """Pure in-memory state of one session; no locking, no I/O."""
+
+    __slots__ = ("record", "msgs", "cleared", "next_id", "last_seq")
+
+    def __init__(self, record: SessionRecord, msgs: list[dict[str, Any]], cleared: int = 0,
+                 next_id: int = 1, last_seq: int = 0) -> None:
+        self.record = record
+        self.msgs = msgs
+        self.cleared = cleared
+        self.next_id = max(next_id, msgs[-1]["id"] + 1 if msgs else 1)
+        self.last_seq = last_seq
+
+    # -- positions -------------------------------------------------------------------------
+    def vis_start(self) -> int:
+        """Position of the first visible (not cleared) message."""
+        return bisect_right(self.msgs, self.cleared, key=_mid) if self.cleared else 0
+
+    def position(self, message_id: int) -> int | None:
+        i = bisect_left(self.msgs, message_id, key=_mid)
+        return i if i < len(self.msgs) and self.msgs[i]["id"] == message_id else None
+
+    def visible_range(self, before: int | None, limit: int) -> tuple[int, int, int]:
+        """(start, end, vis_start) of the newest ``limit`` visible messages with id < before."""
+        vis = self.vis_start()
+        end = len(self.msgs) if before is None else bisect_left(self.msgs, before, key=_mid)
+        end = max(end, vis)
+        return max(vis, end - limit), end, vis
+
+    def after(self, after_id: int) -> list[dict[str, Any]]:
+        start = max(self.vis_start(), bisect_right(self.msgs, after_id, key=_mid))
+        return self.msgs[start:]
+
+    # -- changes ---------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Recompute the derived record fields (message_count, preview)."""
+        vis = self.vis_start()
+        self.record.message_count = len(self.msgs) - vis
+        last = self.msgs[-1] if len(self.msgs) > vis else None
+        self.record.preview = str(last.get("content", ""))[:PREVIEW_CHARS] if last else ""
+
+    def apply(self, e: dict[str, Any], *, refresh: bool = True) -> bool:
+        """Apply one journal entry; False if already applied (seq not above last_seq)."""
+        seq = e["seq"]
+        if seq <= self.last_seq:
+            return False
+        op, rec = e["op"], self.record
+        if op in ("append", "update"):
+            m = e["msg"]
+            if not isinstance(m, dict) or type(m.get("id")) is not int or not isinstance(m.get("role"), str):
+                raise ValueError("malformed message")
+        if op == "append":
+            mid = m["id"]
+            if self.msgs and mid <= self.msgs[-1]["id"]:
+                raise ValueError(f"append of message id {mid!r} out of order")
+            self.msgs.append(m)
+            self.next_id = mid + 1
+        elif op == "update":
+            i = self.position(m["id"])
+            if i is None:
+                raise ValueError(f"update of unknown message id {m['id']!r}")
+            self.msgs[i] = m
+        elif op == "rename":
+            rec.title = str(e["title"])
+        elif op == "model":
+            rec.model = e["model"]
+        elif op == "clear":
+            self.cleared = int(e["through"])
+        elif op == "delete":
+            rec.deleted = True
+        elif op == "restore":
+            rec.deleted, self.cleared = False, 0
+        elif op == "summary":
+            rec.summaries.append(SummaryRecord.from_dict(e["summary"]))
+        else:
+            raise ValueError(f"unknown journal op {op!r}")
+        if "at" in e:
+            rec.updated_at = str(e["at"])
+        self.last_seq = seq
+        if refresh:
+            self.refresh()
+        return True
+
+    # -- snapshot --------------------------------------------------------------------------
+    def head(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "session": self.record.to_dict(),
+                "cleared_through_id": self.cleared, "next_id": self.next_id, "last_seq": self.last_seq}
+
+
+def encode_snapshot(head: dict[str, Any], msgs: list[dict[str, Any]]) -> bytes:
+    """Snapshot bytes: the head object, then ``"messages"`` with one message per line."""
+    body = b",\n".join(map(orjson.dumps, msgs))
+    return b"".join((orjson.dumps(head)[:-1], b',\n"messages":[\n', body, b"\n]}\n"))
+
+
+WRITE_CHUNK = 256            # messages encoded per write() while streaming a snapshot
+SYNC_EVERY = 4 << 20         # fdatasync the temp snapshot every this many bytes
+
+
+def write_snapshot(path: str, head: dict[str, Any], msgs: list[dict[str, Any]]) -> None:
+    """Stream the snapshot (same bytes as encode_snapshot) into ``path`` and fsync it.
+
+    Encoding in chunks releases the GIL at every write, so a big compaction in the background does
+    not stall appends for its whole duration, and syncing every few MiB keeps the amount of dirty
+    data small, so the journal's own fsyncs are not queued behind tens of MiB of snapshot."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        _write_all(fd, orjson.dumps(head)[:-1] + b',\n"messages":[\n')
+        pending = 0
+        for i in range(0, len(msgs), WRITE_CHUNK):
+            part = b",\n".join(map(orjson.dumps, msgs[i:i + WRITE_CHUNK]))
+            _write_all(fd, b",\n" + part if i else part)
+            pending += len(part)
+            if pending >= SYNC_EVERY:
+                os.fdatasync(fd)
+                pending = 0
+        _write_all(fd, b"\n]}\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def decode_snapshot(data: bytes) -> SessionState:
+    """Parse snapshot bytes; raises SnapshotError (or UnsupportedSchema)."""
+    # The parsed tree is acyclic dicts and lists: pausing the cyclic GC while it is built avoids
+    # repeated full traversals of a growing heap (measured ~1.6x faster for 100k messages).
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise SnapshotError(f"not valid JSON: {exc}") from None
+    finally:
+        if paused:
+            gc.enable()
+    if not isinstance(doc, dict):
+        raise SnapshotError("not a JSON object")
+    ver = doc.get("schema_version")
+    if type(ver) is int and ver > SCHEMA_VERSION:
+        raise UnsupportedSchema(f"schema_version {ver} is newer than {SCHEMA_VERSION}")
+    if ver != SCHEMA_VERSION:
+        raise SnapshotError(f"bad schema_version {ver!r}")
+    msgs = doc.get("messages")
+    nums = [doc.get(k, 0) for k in ("cleared_through_id", "next_id", "last_seq")]
+    if not isinstance(msgs, list) or any(type(n) is not int for n in nums):
+        raise SnapshotError("bad messages/cleared_through_id/next_id/last_seq")
+    try:
+        record = SessionRecord.from_dict(doc["session"])
+        ids = [m["id"] for m in msgs]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SnapshotError(f"bad session or message: {exc!r}") from None
+    if any(type(i) is not int for i in ids) or any(a >= b for a, b in zip(ids, ids[1:])):
+        raise SnapshotError("message ids are not ascending integers")
+    return SessionState(record, msgs, nums[0], max(nums[1], 1), nums[2])
+
+
+@dataclass(slots=True)
+class Loaded:
+    state: SessionState
+    scan: JournalScan
+    snap_stat: tuple[int, int, int]
+    replayed: int
+
+
+def file_stat(path: str) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def load_session(snap_path: str, journal_path: str) -> Loaded:
+    """Snapshot + journal replay. Raises FileNotFoundError, SnapshotError."""
+    snap_stat = file_stat(snap_path)
+    state = decode_snapshot(read_bytes(snap_path))
+    scan = scan_journal(journal_path)
+    replayed = 0
+    for e in scan.entries:
+        try:
+            replayed += state.apply(e, refresh=False)
+        except (KeyError, TypeError, ValueError) as exc:
+            scan.rejected.append(e["seq"])
+            log.warning("storage: %s: skipping journal entry seq=%s: %s", journal_path, e.get("seq"), exc)
+    state.refresh()
+    return Loaded(state, scan, snap_stat, replayed)
+
+
+class LoadedSession:
+    """A session in the LRU: state plus its lock, journal writer and bookkeeping."""
+
+    __slots__ = ("sid", "lock", "status", "state", "writer", "journal_lines", "jdisk", "snap_stat",
+                 "compacting", "transient", "last_used", "snap_path", "journal_path")
+
+    def __init__(self, sid: str, snap_path: str, journal_path: str) -> None:
+        self.sid = sid
+        self.lock = threading.RLock()
+        self.status = LOADING
+        self.state: SessionState | None = None
+        self.writer: JournalWriter | None = None
+        self.journal_lines = 0
+        self.jdisk = 0
+        self.snap_stat = (0, 0, 0)
+        self.compacting = False
+        self.transient = False
+        self.last_used = 0.0
+        self.snap_path = snap_path
+        self.journal_path = journal_path
+
+    def files(self) -> list[int]:
+        """What the index records to detect staleness: snapshot (inode, size, mtime_ns), journal size."""
+        return [*self.snap_stat, self.jdisk]
+
+
+def to_message(d: dict[str, Any]) -> ChatMessage:
+    """A stored message dict as a ChatMessage; a malformed one (hand-edited file) becomes a
+    placeholder instead of failing the whole request."""
+    try:
+        return ChatMessage.from_dict(d)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        log.warning("storage: unreadable stored message %r: %r", d.get("id") if isinstance(d, dict) else d, exc)
+        mid = d.get("id") if isinstance(d, dict) else None
+        return ChatMessage(mid if type(mid) is int else 0, "system", "[unreadable message]",
+                           metadata={"unreadable": True})

@@ -1,0 +1,34 @@
+"""Child process of test_crash.py: append to one session forever, printing each acknowledged id.
+
+Usage: crash_child.py ROOT SESSION_ID MODE   (MODE: fsync | batched | compact)
+- fsync:   durable appends, compact_threshold 16 (background compactions happen often)
+- batched: batched fsync every 2 ms (a SIGKILL must not lose acknowledged appends either)
+- compact: durable appends, and a synchronous compaction right after every acknowledgement,
+           so a kill that follows an ack usually lands inside the compaction
+An id is printed only after append() returned. The parent kills this process with SIGKILL.
+"""
+from __future__ import annotations
+
+import sys
+
+from storage import HistoryStore, StorageConfig
+
+
+def main() -> None:
+    root, sid, mode = sys.argv[1:4]
+    cfg = StorageConfig(root=root, compact_threshold=16 if mode != "compact" else 1_000_000,
+                        durability="batched" if mode == "batched" else "fsync", batch_ms=2)
+    store = HistoryStore(cfg)
+    i = 0
+    while True:
+        m = store.append(sid, "user" if i % 2 == 0 else "assistant", f"{mode} {i} " + "x" * (i * 37 % 900),
+                         metadata={"i": i})
+        sys.stdout.write(f"{m.id}\n")
+        sys.stdout.flush()
+        if mode == "compact":
+            store.compact(sid)
+        i += 1
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Helpers shared by the storage tests (importable because conftest puts this folder on sys.path)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+
+from storage import HistoryStore
+from storage.ids import journal_name, snapshot_name
+
+
+def snap_path(root: Path, sid: str) -> Path:
+    return root / snapshot_name(sid)
+
+
+def journal_path(root: Path, sid: str) -> Path:
+    return root / journal_name(sid)
+
+
+def last_seq(root: Path, sid: str) -> int:
+    """The last change seq on disk (snapshot head + journal lines)."""
+    seq = orjson.loads(snap_path(root, sid).read_bytes())["last_seq"]
+    jp = journal_path(root, sid)
+    if jp.exists():
+        for line in jp.read_bytes().splitlines():
+            seq = max(seq, orjson.loads(line)["seq"])
+    return seq
+
+
+def journal_line(seq: int, op: str, **fields) -> bytes:
+    return orjson.dumps({"seq": seq, "op": op, "at": "2026-01-01T00:00:00+00:00", **fields}) + b"\n"
+
+
+def msg_dict(mid: int, content: str, role: str = "user") -> dict:
+    return {"id": mid, "role": role, "content": content, "timestamp": "2026-01-01T00:00:00+00:00",
+            "tool_calls": [], "metadata": {}}
+
+
+def drain(store: HistoryStore) -> None:
+    """Wait until queued background compactions have run (the compactor has one FIFO worker)."""
+    store._compactor.submit(lambda: None).result(timeout=30)
+
+
+def quarantined(root: Path) -> list[str]:
+    q = root / "quarantine"
+    return sorted(os.listdir(q)) if q.exists() else []
