@@ -1,0 +1,248 @@
+"""Load test: N concurrent v3 clients each running turns; turns/s, turn latency, server RSS, integrity.
+
+The server runs in a subprocess (this script with ``--serve``, uvloop when installed) with either the
+echo agent of the test kit (default) or the real offline agent (``--agent offline``), storing with
+the default durable fsync mode. Each client says HELLO, opens its own session and sends ``--turns``
+chat messages one after another, timing each from the send to its TURN_END. Afterwards every session's
+history is read back and checked: each user message exactly once, in order, each followed by its
+answer (no message lost or duplicated).
+
+    python bench/load.py [--clients 200] [--turns 5] [--agent echo|offline]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
+
+from protocol import Connection, Message, MsgType, Role  # noqa: E402
+
+T = MsgType
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+# ---------------------------------------------------------------- server side (subprocess)
+async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int, durability: str,
+                users: int) -> None:
+    from server.app import Server
+    from server.config import ServerConfig
+    agent = None
+    if agent_kind == "echo":
+        from testkit.echo_agent import EchoAgent
+        agent = EchoAgent(chunks=8)
+    from server.auth import hash_token
+    auth = {"users": [{"user_id": f"u{i}", "token_sha256": hash_token(f"token-{i}")} for i in range(users)]}
+    cfg = ServerConfig.from_dict({"server": {"host": "127.0.0.1", "port": 0},
+                                  "limits": {"max_clients": max_clients}, "auth": auth,
+                                  "storage": {"root": data_dir, "durability": durability}})
+    srv = Server(cfg, agent=agent)
+    _, port = await srv.start()
+    Path(port_file).write_text(str(port))
+    stop = asyncio.Event()
+    import signal
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await srv.stop()
+
+
+# ---------------------------------------------------------------- clients
+class Client:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.codec = Connection(Role.CLIENT, max_message_size=64 << 20)
+        self.ids = 0
+        self.pending: list[Message] = []
+
+    async def next(self) -> Message:
+        while not self.pending:
+            data = await self.reader.read(1 << 16)
+            if not data:
+                raise ConnectionError("server closed the connection")
+            self.pending.extend(self.codec.receive_data(data))
+        return self.pending.pop(0)
+
+    async def call(self, t: int, **body) -> dict:
+        self.ids += 1
+        rid = body["id"] = self.ids
+        self.writer.write(self.codec.send(t, body))
+        while True:
+            m = await self.next()
+            if m.type == T.PING:
+                self.writer.write(self.codec.send(T.PONG, {"re": m.body["id"], "time": "now"}))
+            elif m.type in (T.RESPONSE, T.ERROR) and m.body.get("re") == rid:
+                if m.type == T.ERROR:
+                    raise RuntimeError(f"{m.body['code']}: {m.body['message']}")
+                return m.body
+
+    async def turn(self, text: str) -> tuple[float, str]:
+        t0 = time.perf_counter()
+        r = await self.call(T.CHAT_TEXT, text=text)
+        while True:
+            m = await self.next()
+            if m.type in (T.TURN_END, T.TURN_ERROR) and m.body.get("turn_id") == r["turn_id"]:
+                if m.type == T.TURN_ERROR:
+                    raise RuntimeError(f"turn failed: {m.body['code']}")
+                return time.perf_counter() - t0, r["session_id"]
+
+
+async def one_client(port: int, idx: int, turns: int, latencies: list[float], texts: dict, users: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    c = Client(reader, writer)
+    await c.call(T.HELLO, proto=3, client="bench-load", **({"token": f"token-{idx}"} if users else {}))
+    sid = (await c.call(T.SESSION_NEW, title=f"load {idx}"))["session"]["session_id"]
+    sent: list[str] = []
+    texts[sid] = (idx, sent)
+    for k in range(turns):
+        text = f"client {idx} turn {k}: how is the disk doing?"
+        sent.append(text)
+        dt, turn_sid = await c.turn(text)
+        assert turn_sid == sid
+        latencies.append(dt)
+    writer.close()
+
+
+async def verify(port: int, texts: dict[str, tuple[int, list[str]]], users: int) -> tuple[int, int]:
+    """(sessions checked, problems found) by reading every history back as its owner."""
+    problems = 0
+    for sid, (idx, sent) in texts.items():
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        c = Client(reader, writer)
+        await c.call(T.HELLO, proto=3, client="bench-verify", **({"token": f"token-{idx}"} if users else {}))
+        page = await c.call(T.HISTORY_REQUEST, session_id=sid, limit=200)
+        writer.close()
+        msgs = page["messages"]
+        users = [m["content"] for m in msgs if m["role"] == "user"]
+        roles = [m["role"] for m in msgs]
+        if users != sent or roles != ["user", "assistant"] * len(sent) or page["total"] != 2 * len(sent):
+            problems += 1
+            print(f"  MISMATCH in {sid}: {len(users)} user messages, roles {roles[:6]}...")
+    return len(texts), problems
+
+
+async def stream_rate(port: int, tokens: int, users: int) -> float:
+    """Deltas per second of one streamed answer (echo agent "!tokens N"), TURN_START to TURN_END."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    c = Client(reader, writer)
+    await c.call(T.HELLO, proto=3, client="bench-stream", **({"token": "token-0"} if users else {}))
+    r = await c.call(T.CHAT_TEXT, text=f"!tokens {tokens}")
+    t0, deltas = None, 0
+    while True:
+        m = await c.next()
+        if m.type == T.TURN_START:
+            t0 = time.perf_counter()
+        elif m.type == T.ANSWER_DELTA:
+            deltas += 1
+        elif m.type in (T.TURN_END, T.TURN_ERROR) and m.body["turn_id"] == r["turn_id"]:
+            writer.close()
+            assert deltas == tokens, (deltas, tokens)
+            return deltas / (time.perf_counter() - t0)
+
+
+async def run_clients(port: int, n: int, turns: int, users: int) -> tuple[float, list[float], dict]:
+    latencies: list[float] = []
+    texts: dict[str, list[str]] = {}
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(one_client(port, i, turns, latencies, texts, users) for i in range(n)),
+                                   return_exceptions=True)
+    elapsed = time.perf_counter() - t0
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        print(f"  {len(errors)} clients failed, first: {errors[0]!r}")
+    return elapsed, latencies, texts
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", type=int, default=200)
+    ap.add_argument("--turns", type=int, default=5, help="turns per client")
+    ap.add_argument("--agent", choices=("echo", "offline"), default="echo")
+    ap.add_argument("--durability", choices=("fsync", "batched"), default="fsync")
+    ap.add_argument("--single-user", action="store_true",
+                    help="all clients are the single user 'local' (every session event fans out to all)")
+    ap.add_argument("--serve", nargs=2, metavar=("PORT_FILE", "DATA_DIR"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve:
+        with asyncio.Runner(loop_factory=new_loop) as r:
+            r.run(serve(args.serve[0], args.serve[1], args.agent, args.clients + 16, args.durability,
+                        0 if args.single_user else args.clients))
+        return
+    import psutil
+    with tempfile.TemporaryDirectory() as tmp:
+        port_file = Path(tmp) / "port"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NPLT_")}
+        proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file), str(Path(tmp) / "data"),
+                                 "--agent", args.agent, "--clients", str(args.clients),
+                                 "--durability", args.durability] + (["--single-user"] if args.single_user else []),
+                                env=env)
+        try:
+            deadline = time.monotonic() + 30
+            while not (port_file.exists() and port_file.read_text()):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("server did not start")
+                time.sleep(0.05)
+            port = int(port_file.read_text())
+            users = 0 if args.single_user else args.clients
+            ps = psutil.Process(proc.pid)
+            rss_idle = ps.memory_info().rss
+            peak = [rss_idle]
+
+            async def sample() -> None:
+                while True:
+                    peak[0] = max(peak[0], ps.memory_info().rss)
+                    await asyncio.sleep(0.1)
+
+            async def run() -> tuple:
+                sampler = asyncio.get_running_loop().create_task(sample())
+                try:
+                    res = await run_clients(port, args.clients, args.turns, users)
+                finally:
+                    sampler.cancel()
+                checked = await verify(port, res[2], users)
+                rate = await stream_rate(port, 50_000, users) if args.agent == "echo" else None
+                return res, checked, rate
+
+            with asyncio.Runner(loop_factory=new_loop) as r:
+                (elapsed, lat, texts), (checked, problems), rate = r.run(run())
+            n = len(lat)
+            print(f"agent={args.agent} clients={args.clients} turns/client={args.turns} "
+                  f"durability={args.durability} users={'1 (local)' if args.single_user else args.clients}")
+            print(f"turns completed   {n} in {elapsed:.2f} s  ->  {n / elapsed:,.0f} turns/s")
+            if lat:
+                print(f"turn latency      p50 {pct(lat, 50) * 1000:.1f} ms   p99 {pct(lat, 99) * 1000:.1f} ms   "
+                      f"mean {statistics.fmean(lat) * 1000:.1f} ms")
+            print(f"server RSS        idle {rss_idle / 2**20:.1f} MiB   peak {peak[0] / 2**20:.1f} MiB")
+            if rate is not None:
+                print(f"one stream        {rate:,.0f} deltas/s end to end (50,000 deltas, echo agent)")
+            ok = problems == 0 and n == args.clients * args.turns
+            print(f"integrity         {checked} sessions read back, {problems} with lost/duplicated messages "
+                  f"-> {'OK' if ok else 'FAILED'}")
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        if not ok:
+            sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Token authentication: users are configured as (user_id, sha256 of token); tokens never stored or logged."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from server.config import AuthConfig
+
+LOCAL_USER = "local"
+
+
+def hash_token(token: str) -> str:
+    """The hex sha256 of a token, as written in ``[auth] users``."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class Authenticator:
+    """Maps a HELLO token to a user id; with no users configured everyone is ``local``."""
+
+    def __init__(self, config: AuthConfig) -> None:
+        self._users = [(u.user_id, bytes.fromhex(u.token_sha256)) for u in config.users]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._users)
+
+    def authenticate(self, token: str | None) -> str | None:
+        """The user owning ``token``, or None. Compares every entry in constant time."""
+        if not self._users:
+            return LOCAL_USER
+        if not isinstance(token, str) or not token:
+            return None
+        digest = hashlib.sha256(token.encode("utf-8")).digest()
+        found: str | None = None
+        for user_id, expected in self._users:
+            if hmac.compare_digest(digest, expected) and found is None:
+                found = user_id
+        return found

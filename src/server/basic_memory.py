@@ -1,0 +1,41 @@
+"""BasicMemory: the stand-in for server.memory.MemoryManager when that package is not available.
+
+It does NOT summarize or recall: the context is only the system prompt and the new message. The server
+uses the real MemoryManager whenever it can be imported (see server.wiring); this class exists so the
+turn pipeline has one code path either way, and the context metadata says ``"memory": "basic"``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from server.agent.base import BuiltContext
+from storage.models import ChatMessage
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are NPLT Assistant, a remote operations assistant. Answer concisely and use the read-only "
+    "system tools when the question is about this machine."
+)
+
+
+class BasicMemory:
+    """System prompt + new message; no summaries, no recall, search delegated to the store."""
+
+    def __init__(self, store: Any, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> None:
+        self.store = store
+        self.system_prompt = system_prompt
+
+    async def build_context(self, session_id: str, user_id: str, new_message: ChatMessage,
+                            model: str) -> BuiltContext:
+        messages = [{"role": "system", "content": self.system_prompt},
+                    {"role": "user", "content": new_message.content}]
+        meta = {"memory": "basic", "turns_kept": 0, "turns_dropped": 0, "summary_used": False,
+                "recalled_turns": 0}
+        return BuiltContext(messages=messages, metadata=meta)
+
+    async def after_turn(self, session_id: str, user_id: str) -> None:
+        return None
+
+    async def search(self, user_id: str, query: str, *, session_id: str | None = None,
+                     k: int = 5) -> list[dict]:
+        hits = await self.store.search(user_id, query, session_id=session_id, limit=k)
+        return [h.to_dict() for h in hits]

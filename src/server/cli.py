@@ -1,0 +1,117 @@
+"""Command line of ``nplt-server``: flags, environment variables, and merging them over the TOML file.
+
+``nplt-server [flags]`` runs the server; ``nplt-server hash-token TOKEN`` prints the sha256 to put in
+``[auth] users``. Flags beat ``NPLT_*`` variables, which beat the file, which beats the defaults.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any, Mapping
+
+from server.config import LimitsConfig, ServerConfig, ServerSection, load_toml
+from server.config_base import ConfigError
+
+# [server] keys settable from the environment / flags (NPLT_<KEY upper>, --<key with dashes>).
+SERVER_KEYS = [f.name for f in dataclasses.fields(ServerSection)]
+LIMIT_KEYS = [f.name for f in dataclasses.fields(LimitsConfig)]
+_TYPES: dict[str, type] = {
+    "port": int, "legacy_grace_ms": int, "insecure": bool,
+    **{f.name: type(f.default) for f in dataclasses.fields(LimitsConfig)},
+}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nplt-server",
+        description="NPLT Assistant server. `nplt-server hash-token TOKEN` prints a token's sha256 for [auth].",
+    )
+    p.add_argument("--config", metavar="PATH", help="TOML config file (env NPLT_CONFIG)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="TCP port, 0 = any free port (default 9999)")
+    p.add_argument("--data-dir", metavar="DIR", help="history directory (storage.root, default storage/history)")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-format", choices=("text", "json"))
+    p.add_argument("--insecure", action="store_true", default=None,
+                   help="allow a non-loopback address without any configured user")
+    p.add_argument("--tls-cert", metavar="PEM", help="TLS certificate chain (with --tls-key)")
+    p.add_argument("--tls-key", metavar="PEM", help="TLS private key")
+    p.add_argument("--legacy-grace-ms", type=int, help="how long to wait for HELLO before assuming v2 (300)")
+    p.add_argument("--port-file", metavar="PATH", help="write the bound port to PATH once listening")
+    lim = p.add_argument_group("limits")
+    for f in dataclasses.fields(LimitsConfig):
+        lim.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), metavar="N",
+                         help=f"default {f.default}")
+    return p
+
+
+def _env_value(var: str, raw: str, typ: type) -> Any:
+    """Convert an environment string to the key's type, with an error naming the variable."""
+    if typ is bool:
+        low = raw.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ConfigError(var, f"expected true or false, got {raw!r}")
+    if typ is int:
+        try:
+            return int(raw.strip())
+        except ValueError:
+            raise ConfigError(var, f"expected an integer, got {raw!r}") from None
+    if typ is float:
+        try:
+            return float(raw.strip())
+        except ValueError:
+            raise ConfigError(var, f"expected a number, got {raw!r}") from None
+    return raw
+
+
+def env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """The ``NPLT_*`` variables this module owns, as a partial config dict."""
+    out: dict[str, dict[str, Any]] = {}
+    for section, keys in (("server", SERVER_KEYS), ("limits", LIMIT_KEYS)):
+        for key in keys:
+            var = "NPLT_" + key.upper()
+            if var in env:
+                out.setdefault(section, {})[key] = _env_value(var, env[var], _TYPES.get(key, str))
+    if "NPLT_DATA_DIR" in env:
+        out.setdefault("storage", {})["root"] = env["NPLT_DATA_DIR"]
+    return out
+
+
+def flag_overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The flags given on the command line, as a partial config dict."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in SERVER_KEYS:
+        v = getattr(ns, key, None)
+        if v is not None:
+            out.setdefault("server", {})[key] = v
+    for key in LIMIT_KEYS:
+        v = getattr(ns, key, None)
+        if v is not None:
+            out.setdefault("limits", {})[key] = v
+    if ns.data_dir is not None:
+        out.setdefault("storage", {})["root"] = ns.data_dir
+    return out
+
+
+def merge(base: dict, over: dict) -> dict:
+    """Section-wise overlay: keys of ``over`` replace those of ``base``."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for section, values in over.items():
+        target = out.setdefault(section, {})
+        if not isinstance(target, dict):
+            raise ConfigError(section, f"expected a table, got {type(target).__name__}")
+        target.update(values)
+    return out
+
+
+def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> ServerConfig:
+    """flags > env > file > defaults, then full validation."""
+    path = ns.config or env.get("NPLT_CONFIG")
+    data = load_toml(path) if path else {}
+    data = merge(merge(data, env_overrides(env)), flag_overrides(ns))
+    return ServerConfig.from_dict(data, env=env)

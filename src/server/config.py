@@ -1,0 +1,269 @@
+"""Server configuration: the [server], [limits] and [auth] sections plus the sections owned by other packages.
+
+Precedence, highest first: command-line flags > environment ``NPLT_*`` > TOML file (``--config``) > defaults.
+The sections of storage, agent, tools and memory are delegated to their own ``from_dict`` when the package
+is importable. Every bad value raises :class:`server.config_base.ConfigError` naming the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from server.config_base import ConfigError, check_keys, get_bool, get_float, get_int, get_str
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_USER_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+
+
+@dataclass(slots=True)
+class ServerSection:
+    """[server]: where and how to listen."""
+    host: str = "127.0.0.1"
+    port: int = 9999
+    log_level: str = "info"
+    log_format: str = "text"
+    insecure: bool = False
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    legacy_grace_ms: int = 300
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ServerSection:
+        s = "server"
+        check_keys(s, d, {f.name for f in dataclasses.fields(cls)})
+        sec = cls(
+            host=get_str(s, d, "host", "127.0.0.1"),
+            port=get_int(s, d, "port", 9999, 0, 65535),
+            log_level=get_str(s, d, "log_level", "info", LOG_LEVELS),
+            log_format=get_str(s, d, "log_format", "text", LOG_FORMATS),
+            insecure=get_bool(s, d, "insecure", False),
+            tls_cert=get_str(s, d, "tls_cert", None),
+            tls_key=get_str(s, d, "tls_key", None),
+            legacy_grace_ms=get_int(s, d, "legacy_grace_ms", 300, 0, 60_000),
+        )
+        if not sec.host:
+            raise ConfigError("server.host", "must not be empty")
+        if (sec.tls_cert is None) != (sec.tls_key is None):
+            raise ConfigError("server.tls_cert", "tls_cert and tls_key must be given together")
+        return sec
+
+
+@dataclass(slots=True)
+class LimitsConfig:
+    """[limits]: every resource bound of the server (docs/server.md)."""
+    max_clients: int = 256
+    max_message_size: int = 8 << 20
+    max_pending_requests: int = 32
+    max_page_size: int = 200
+    max_queued_turns: int = 8
+    idle_timeout_s: float = 300.0
+    ping_interval_s: float = 60.0
+    handshake_timeout_s: float = 10.0
+    max_output_buffer: int = 4 << 20
+    max_text_chars: int = 32000
+
+    @classmethod
+    def from_dict(cls, d: dict) -> LimitsConfig:
+        s = "limits"
+        check_keys(s, d, {f.name for f in dataclasses.fields(cls)})
+        lim = cls(
+            max_clients=get_int(s, d, "max_clients", 256, 1, 1_000_000),
+            max_message_size=get_int(s, d, "max_message_size", 8 << 20, 65535, 1 << 30),
+            max_pending_requests=get_int(s, d, "max_pending_requests", 32, 1, 10_000),
+            max_page_size=get_int(s, d, "max_page_size", 200, 1, 10_000),
+            max_queued_turns=get_int(s, d, "max_queued_turns", 8, 0, 10_000),
+            idle_timeout_s=get_float(s, d, "idle_timeout_s", 300.0, 0.05, 86_400.0),
+            ping_interval_s=get_float(s, d, "ping_interval_s", 60.0, 0.05, 86_400.0),
+            handshake_timeout_s=get_float(s, d, "handshake_timeout_s", 10.0, 0.05, 3_600.0),
+            max_output_buffer=get_int(s, d, "max_output_buffer", 4 << 20, 65536, 1 << 31),
+            max_text_chars=get_int(s, d, "max_text_chars", 32000, 1, 10_000_000),
+        )
+        return lim
+
+    def public(self) -> dict[str, Any]:
+        """The limits a client may know (sent in the HELLO reply)."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(slots=True)
+class UserEntry:
+    user_id: str
+    token_sha256: str
+
+
+@dataclass(slots=True)
+class AuthConfig:
+    """[auth]: users and the sha256 of their tokens. No users = single-user mode (user "local")."""
+    users: list[UserEntry] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> AuthConfig:
+        check_keys("auth", d, {"users"})
+        raw = d.get("users", [])
+        if not isinstance(raw, list):
+            raise ConfigError("auth.users", f"expected a list of tables, got {raw!r}")
+        users: list[UserEntry] = []
+        seen: set[str] = set()
+        for i, u in enumerate(raw):
+            path = f"auth.users[{i}]"
+            check_keys(path, u, {"user_id", "token_sha256"})
+            uid = get_str(path, u, "user_id", None)
+            digest = get_str(path, u, "token_sha256", None)
+            if uid is None or not _USER_RE.match(uid):
+                raise ConfigError(f"{path}.user_id", f"expected 1..64 characters of [A-Za-z0-9_.@-], got {uid!r}")
+            if digest is None or not _SHA256_RE.match(digest.lower()):
+                raise ConfigError(f"{path}.token_sha256",
+                                  "expected 64 hex digits (see `nplt-server hash-token TOKEN`)")
+            if uid in seen:
+                raise ConfigError(f"{path}.user_id", f"duplicate user {uid!r}")
+            seen.add(uid)
+            users.append(UserEntry(uid, digest.lower()))
+        return cls(users)
+
+
+def _optional_sections() -> dict[str, Any]:
+    """Section name -> from_dict callable for the packages that exist in this checkout."""
+    out: dict[str, Any] = {}
+    try:
+        from storage import StorageConfig
+        out["storage"] = StorageConfig.from_dict
+    except ImportError:  # pragma: no cover - storage is a hard dependency once it lands
+        pass
+    try:
+        from server.agent.config import AgentConfig, LLMConfig
+        out["llm"] = LLMConfig.from_dict
+        out["agent"] = AgentConfig.from_dict
+    except ImportError:
+        pass
+    try:
+        from server.tools.config import ToolsConfig
+        out["tools"] = ToolsConfig.from_dict
+    except ImportError:
+        pass
+    return out
+
+
+MEMORY_SECTIONS = ("summarization", "recall", "context")
+
+
+@dataclass
+class ServerConfig:
+    """The whole configuration. ``extra`` keeps the raw tables of sections whose package is absent."""
+    server: ServerSection = field(default_factory=ServerSection)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    storage: Any = None
+    llm: Any = None
+    agent: Any = None
+    tools: Any = None
+    memory: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict, env: Mapping[str, str] | None = None) -> ServerConfig:
+        """Build every section from one merged dict (TOML layout); unknown sections are errors."""
+        if not isinstance(d, dict):
+            raise ConfigError("config", "expected a table")
+        optional = _optional_sections()
+        known = {"server", "limits", "auth", "storage", "llm", "agent", "tools", *MEMORY_SECTIONS}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown section (allowed: {', '.join(sorted(known))})")
+        cfg = cls(
+            server=ServerSection.from_dict(d.get("server", {})),
+            limits=LimitsConfig.from_dict(d.get("limits", {})),
+            auth=AuthConfig.from_dict(d.get("auth", {})),
+        )
+        for name in ("storage", "llm", "agent", "tools"):
+            section = d.get(name, {})
+            if name in optional:
+                setattr(cfg, name, _call_from_dict(optional[name], section, env))
+            elif section:
+                cfg.extra[name] = section
+        cfg.memory = _memory_config(d)
+        if cfg.memory is None:
+            cfg.extra.update({k: d[k] for k in MEMORY_SECTIONS if k in d})
+        return cfg
+
+    @classmethod
+    def load(cls, argv: list[str] | None = None, env: Mapping[str, str] | None = None,
+             path: str | Path | None = None) -> ServerConfig:
+        """Parse flags (``argv``), the environment and the TOML file into a validated config."""
+        from server.cli import build_parser, config_from_args
+        ns = build_parser().parse_args(list(argv or []))
+        if path is not None:
+            ns.config = str(path)
+        return config_from_args(ns, os.environ if env is None else env)
+
+    @property
+    def single_user(self) -> bool:
+        return not self.auth.users
+
+
+def _call_from_dict(fn: Any, section: dict, env: Mapping[str, str] | None) -> Any:
+    """Call a section's from_dict, passing ``env`` when it accepts one (the LLM config reads API keys)."""
+    import inspect
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        params = {}
+    try:
+        if "env" in params:
+            return fn(section, env=env)
+        return fn(section)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:  # e.g. StorageConfigError: keep its path when it has one
+        raise ConfigError(getattr(exc, "path", "config"), getattr(exc, "message", str(exc))) from None
+
+
+def _memory_config(d: dict) -> Any:
+    """MemoryConfig from the [summarization], [recall] and [context] tables, when server.memory exists."""
+    try:
+        from server.memory.config import MemoryConfig
+    except ImportError:
+        return None
+    return MemoryConfig.from_dict({k: d[k] for k in MEMORY_SECTIONS if k in d})
+
+
+def load_toml(path: str | Path) -> dict:
+    """Read a TOML file, turning every failure into a ConfigError naming the file."""
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(str(p), "config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(p), f"invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(str(p), f"cannot read: {exc.strerror}") from None
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback IP literals; any other name counts as non-loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind_policy(cfg: ServerConfig) -> None:
+    """Single-user mode has no authentication: refuse non-loopback addresses unless insecure is set."""
+    if cfg.single_user and not cfg.server.insecure and not is_loopback(cfg.server.host):
+        raise ConfigError(
+            "server.host",
+            f"refusing to listen on {cfg.server.host!r}: no users are configured ([auth] users), so anyone who "
+            "can reach this address could use the assistant without a token. Configure users with tokens, "
+            "bind 127.0.0.1, or pass --insecure to accept the risk.",
+        )

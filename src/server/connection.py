@@ -1,0 +1,377 @@
+"""ServerConnection: one client connection (asyncio.Protocol) around the sans-IO protocol.Connection.
+
+``data_received`` feeds the codec and dispatches each message without awaiting; requests run as tasks
+bounded by ``max_pending_requests``. Writes are batched (one ``transport.write`` per loop iteration, or
+at once past ``FLUSH_BYTES``); reading pauses while the transport is over its high-water mark, and a
+client whose transport buffer (what the kernel would not take) exceeds ``max_output_buffer`` when more
+output is queued is dropped with SLOW_CONSUMER (one message may go over the cap, never two). Timers: the
+legacy grace period (no HELLO in time -> v2), the handshake timeout, and idle detection with a
+server PING after ``ping_interval_s`` of silence.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from protocol import (FATAL_CODES, ErrorCode, InvalidMessage, Message, MsgType, ProtocolError,
+                      ProtocolVersion, Role, encode_frame)
+from protocol import Connection as Codec
+from protocol.messages import request_id
+from server.errors import HandlerError
+from server.handlers.dispatch import dispatch
+from server.handlers.hello import handle_hello
+from server.legacy_v2 import LegacyV2
+from server.timeutil import iso_now
+
+if TYPE_CHECKING:  # pragma: no cover
+    from server.app import Server
+
+log = logging.getLogger("nplt.conn")
+
+FLUSH_BYTES = 256 * 1024
+_MAX_PAYLOAD = 65535
+_PING, _PONG, _HELLO, _ERROR = int(MsgType.PING), int(MsgType.PONG), int(MsgType.HELLO), int(MsgType.ERROR)
+_RESPONSE = int(MsgType.RESPONSE)
+_dumps = orjson.dumps
+class ServerConnection(asyncio.Protocol):
+    """One TCP (or TLS) connection: v3 requests/replies/events, or a legacy v2 session."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.limits = server.config.limits
+        self.loop = server.loop
+        self.codec = Codec(Role.SERVER, max_message_size=self.limits.max_message_size)
+        self.conn_id = server.next_conn_id()
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.user_id: str | None = None
+        self.session_id: str | None = None
+        self.legacy: LegacyV2 | None = None
+        self.ready = False            # v3 HELLO accepted
+        self.closing = False
+        self.rejected = False         # over max_clients: answer SERVER_FULL and close
+        self.pending: dict[Any, asyncio.Task] = {}
+        self._hello_busy = False
+        self._early: list[Message] = []
+        self._out: list[bytes] = []
+        self._out_size = 0
+        self._flush_bytes = min(FLUSH_BYTES, self.limits.max_output_buffer // 2)
+        self._flush_handle: asyncio.Handle | None = None
+        self._in_rx = False
+        self._grace: asyncio.TimerHandle | None = None
+        self._handshake: asyncio.TimerHandle | None = None
+        self._idle: asyncio.TimerHandle | None = None
+        self.last_rx = self.loop.time()
+        self._ping_sent = False
+        self._pings = 0
+
+    # -- asyncio.Protocol ----------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        srv = self.server
+        grace = srv.config.server.legacy_grace_ms / 1000
+        if srv.stopping or len(srv.connections) >= self.limits.max_clients:
+            self.rejected = True
+            log.warning("connection %s from %s refused: %s", self.conn_id, self.peer,
+                        "shutting down" if srv.stopping else "max_clients reached")
+            self._grace = self.loop.call_later(grace, self.close)
+            return
+        srv.connections.add(self)
+        log.debug("connection %s from %s", self.conn_id, self.peer)
+        self._grace = self.loop.call_later(grace, self._on_grace)
+        self._handshake = self.loop.call_later(self.limits.handshake_timeout_s, self._on_handshake_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        if self.rejected:
+            self._refuse(data)
+            return
+        self.last_rx = self.loop.time()
+        self._ping_sent = False
+        self._in_rx = True  # replies written meanwhile go out in one write at the end
+        try:
+            try:
+                events = self.codec.receive_data(data)
+            except ProtocolError as exc:
+                self._handle(exc.events)
+                self.fatal(exc.code, exc.message)
+                return
+            if not events:
+                return
+            if not self.ready or self.legacy is not None or self._grace is not None:
+                self._handle(events)
+                return
+            out, send_raw = self._out, self.codec.send_raw
+            for ev in events:  # the common case, inlined: PINGs answered here, the rest dispatched
+                if self.closing:
+                    return
+                if ev.type == _PING and type(ev) is Message:
+                    rid = ev.body.get("id")
+                    if type(rid) is int and rid >= 0 or type(rid) is str and 0 < len(rid) <= 64:
+                        out.append(send_raw(_PONG, _dumps({"re": rid, "time": iso_now()})))
+                        continue
+                self._on_v3(ev)
+        finally:
+            self._in_rx = False
+            if self._out and not self.closing:
+                self._flush()
+
+    def eof_received(self) -> bool | None:
+        try:
+            self.codec.receive_data(b"")
+        except ProtocolError:
+            pass
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        for timer in (self._grace, self._handshake, self._idle, self._flush_handle):
+            if timer is not None:
+                timer.cancel()
+        self._out.clear()
+        if self.rejected:
+            return
+        self.server.connections.discard(self)
+        self.server.hub.remove(self)
+        if self.legacy is not None:
+            self.legacy.closed()
+        log.debug("connection %s closed%s", self.conn_id, f": {exc}" if exc else "")
+
+    def pause_writing(self) -> None:
+        if not self.closing and self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if not self.closing and self.transport is not None:
+            self.transport.resume_reading()
+
+    # -- incoming ------------------------------------------------------------------------------------
+    def _handle(self, events: list) -> None:
+        if self.legacy is None and self.codec.version is ProtocolVersion.V2:
+            self._start_legacy()
+        if self.legacy is not None:
+            self.legacy.on_events(events)
+            return
+        if self._grace is not None:
+            self._grace.cancel()
+            self._grace = None
+        for ev in events:
+            if self.closing:
+                return
+            self._on_v3(ev)
+
+    def _on_v3(self, ev: Message | InvalidMessage) -> None:
+        if type(ev) is InvalidMessage:
+            self.send_error(ev.re, ev.error.code, ev.error.message)
+            return
+        t = ev.type
+        if not self.ready:
+            if self._hello_busy:
+                if len(self._early) >= self.limits.max_pending_requests:
+                    self.send_error(request_id(ev.body), ErrorCode.TOO_MANY_PENDING,
+                                    "too many requests sent before the HELLO reply")
+                else:
+                    self._early.append(ev)
+            elif t == _HELLO:
+                self._hello_busy = True
+                self.loop.create_task(self._run_hello(ev))
+            else:
+                self.fatal(ErrorCode.HANDSHAKE_REQUIRED, "the first request must be a valid HELLO",
+                           request_id(ev.body))
+            return
+        if t != _PONG and t != _ERROR:  # a client's PONG or ERROR needs no answer
+            dispatch(self, ev)
+
+    async def _run_hello(self, ev: Message) -> None:
+        rid = request_id(ev.body)
+        try:
+            reply = await handle_hello(self, ev.body)
+        except HandlerError as exc:
+            self._hello_busy = False
+            if exc.code in FATAL_CODES:
+                self.fatal(exc.code, exc.message, rid)
+            else:
+                self.send_error(rid, exc.code, exc.message)
+                early, self._early = self._early, []
+                for e in early:  # requests pipelined behind a refused HELLO
+                    self._on_v3(e)
+            return
+        except Exception:
+            log.exception("HELLO failed on connection %s", self.conn_id)
+            self.fatal(ErrorCode.INTERNAL, "internal error during HELLO", rid)
+            return
+        if self.closing:  # the client left while we were answering
+            self.server.hub.remove(self)
+            return
+        self.ready = True
+        self._hello_busy = False
+        if self._handshake is not None:
+            self._handshake.cancel()
+            self._handshake = None
+        self._arm_idle()
+        self.send_msg(_RESPONSE, {"re": rid, **reply})
+        early, self._early = self._early, []
+        for e in early:
+            if self.closing:
+                break
+            self._on_v3(e)
+
+    # -- outgoing ------------------------------------------------------------------------------------
+    def send_msg(self, msg_type: int, body: dict[str, Any]) -> None:
+        """Encode and queue one v3 message (fragmented if large). Raises ProtocolError if too large."""
+        if self.closing or self.codec.closed:
+            return
+        self.write(self.codec.send(msg_type, body))
+
+    def send_payload(self, msg_type: int, payload: bytes) -> None:
+        """Queue an already JSON-encoded v3 body (shared between connections by the hub)."""
+        if self.closing or self.codec.closed:
+            return
+        try:
+            if len(payload) <= _MAX_PAYLOAD:
+                data = self.codec.send_raw(msg_type, payload)
+            else:
+                data = self.codec.send(msg_type, payload)
+        except ProtocolError as exc:
+            log.warning("connection %s: event %s dropped: %s", self.conn_id, msg_type, exc.message)
+            return
+        self.write(data)
+
+    def send_error(self, re: Any, code: str, message: str, fatal: bool = False) -> None:
+        self.send_msg(_ERROR, {"re": re, "code": str(code), "message": message, "fatal": fatal})
+
+    def write(self, data: bytes) -> None:
+        """Batch ``data`` for the transport; drop the client if its backlog is over the cap."""
+        if self.closing:
+            return
+        self._out.append(data)
+        self._out_size += len(data)
+        if self._out_size >= self._flush_bytes:
+            self._flush()
+        elif self._flush_handle is None and not self._in_rx:
+            self._flush_handle = self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Hand the batch to the transport, unless what it already holds is over the cap."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        out = self._out
+        tr = self.transport
+        if not out or tr is None or tr.is_closing():
+            return
+        if tr.get_write_buffer_size() > self.limits.max_output_buffer and not self.closing:
+            self._slow_consumer()
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._out_size = 0
+        tr.write(data)
+
+    def _slow_consumer(self) -> None:
+        log.warning("connection %s (%s) dropped: SLOW_CONSUMER (more than %d bytes unsent)",
+                    self.conn_id, self.peer, self.limits.max_output_buffer)
+        self.server.slow_consumers += 1
+        self.closing = True
+        self._out.clear()
+        self._out_size = 0
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- closing -------------------------------------------------------------------------------------
+    def fatal(self, code: str, message: str, re: Any = None) -> None:
+        """Send ERROR (fatal) when the peer speaks v3, then close. v2 peers just see the close."""
+        if self.closing:
+            return
+        log.info("connection %s (%s): %s %s", self.conn_id, self.peer, code, message)
+        if self.legacy is None and self.codec.version is not ProtocolVersion.V2:
+            payload = _dumps({"re": re, "code": str(code), "message": message, "fatal": True})
+            if self.codec.closed:  # a fatal receive error closed the codec: frame it by hand
+                self._out.append(encode_frame(_ERROR, getattr(self.codec, "_tx_seq", 0), payload))
+            else:
+                self._out.append(self.codec.send_raw(_ERROR, payload))
+        self.close()
+
+    def close(self) -> None:
+        """Flush what is queued and close the transport."""
+        if self.closing:
+            return
+        self._flush()
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def shutdown(self) -> None:
+        """The server is stopping: tell the client, then close."""
+        if self.legacy is not None:
+            self.legacy.send_text("Server is shutting down.")
+            self.close()
+        else:
+            self.fatal(ErrorCode.SHUTTING_DOWN, "the server is stopping")
+
+    def _refuse(self, data: bytes) -> None:
+        """Over max_clients: a v3 client (first byte HELLO) gets ERROR SERVER_FULL; v2 sees a close."""
+        if data and data[0] == _HELLO:
+            re = None
+            if len(data) >= 5 and len(data) >= 5 + int.from_bytes(data[3:5], "big"):
+                try:
+                    re = request_id(orjson.loads(data[5:5 + int.from_bytes(data[3:5], "big")]))
+                except orjson.JSONDecodeError:
+                    pass
+            payload = _dumps({"re": re, "code": "SERVER_FULL", "fatal": True,
+                              "message": f"the server is full ({self.limits.max_clients} clients)"})
+            self._out.append(encode_frame(_ERROR, 0, payload))
+        self.close()
+
+    # -- timers --------------------------------------------------------------------------------------
+    def _on_grace(self) -> None:
+        self._grace = None
+        if self.closing or self.codec.version is not ProtocolVersion.UNKNOWN or self.codec.bytes_buffered:
+            return
+        self.codec.set_legacy()
+        self._start_legacy()
+
+    def _start_legacy(self) -> None:
+        for timer in (self._grace, self._handshake):
+            if timer is not None:
+                timer.cancel()
+        self._grace = self._handshake = None
+        self.legacy = LegacyV2(self)
+        self._arm_idle()
+        self.legacy.start()
+
+    def _on_handshake_timeout(self) -> None:
+        self._handshake = None
+        if not self.ready and self.legacy is None:
+            self.fatal(ErrorCode.HANDSHAKE_TIMEOUT,
+                       f"no valid HELLO within {self.limits.handshake_timeout_s:g} s")
+
+    def _arm_idle(self, delay: float | None = None) -> None:
+        lim = self.limits
+        if delay is None:
+            delay = min(lim.ping_interval_s, lim.idle_timeout_s)
+        self._idle = self.loop.call_later(max(delay, 0.01), self._on_idle)
+
+    def _on_idle(self) -> None:
+        self._idle = None
+        if self.closing:
+            return
+        lim = self.limits
+        quiet = self.loop.time() - self.last_rx
+        if quiet >= lim.idle_timeout_s:
+            self.fatal(ErrorCode.IDLE_TIMEOUT, f"no frame received for {lim.idle_timeout_s:g} s")
+            return
+        if quiet >= lim.ping_interval_s and not self._ping_sent and self.legacy is None:
+            self._pings += 1
+            self._ping_sent = True
+            self.write(self.codec.send_raw(_PING, _dumps({"id": f"srv-{self._pings}"})))
+        if self._ping_sent or lim.ping_interval_s >= lim.idle_timeout_s:
+            self._arm_idle(lim.idle_timeout_s - quiet)
+        else:
+            self._arm_idle(min(lim.ping_interval_s, lim.idle_timeout_s) - quiet)

@@ -1,0 +1,28 @@
+"""Chat requests (docs/protocol.md §5.4): send (stored, then streamed as turn events) and cancel."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from protocol.messages import ChatCancel, ChatSend
+from server.errors import HandlerError
+from server.handlers.common import target_session
+
+if TYPE_CHECKING:  # pragma: no cover
+    from server.connection import ServerConnection
+
+
+async def chat_send(conn: ServerConnection, req: ChatSend) -> dict[str, Any]:
+    cap = conn.limits.max_text_chars
+    if len(req.text) > cap:
+        raise HandlerError("INVALID_MESSAGE",
+                           f"field 'text': expected at most {cap} characters, got {len(req.text)}")
+    session_id = req.session_id or conn.session_id
+    turn, ahead = await conn.server.runner.submit(conn, conn.user_id, session_id, req.text, req.id)
+    return {"turn_id": turn.turn_id, "session_id": turn.session_id,
+            "user_message": turn.user_message.to_dict(), "queued": ahead}
+
+
+async def chat_cancel(conn: ServerConnection, req: ChatCancel) -> dict[str, Any]:
+    rec = await target_session(conn, req.session_id)
+    turn = conn.server.runner.cancel(rec.session_id, req.turn_id)
+    return {"turn_id": turn.turn_id, "cancelled": True}

@@ -1,0 +1,33 @@
+"""History requests (docs/protocol.md §5.3): page, search, export."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from protocol.messages import HistoryExport, HistoryPage, HistorySearch
+from server.handlers.common import check_limit, target_session
+
+if TYPE_CHECKING:  # pragma: no cover
+    from server.connection import ServerConnection
+
+
+async def history_page(conn: ServerConnection, req: HistoryPage) -> dict[str, Any]:
+    limit = check_limit(conn, req.limit)
+    rec = await target_session(conn, req.session_id)
+    page = await conn.server.store.page(rec.session_id, before=req.before, limit=limit)
+    return {"session_id": rec.session_id, "messages": [m.to_dict() for m in page.messages],
+            "has_more": page.has_more, "next_before": page.next_before, "total": page.total}
+
+
+async def history_search(conn: ServerConnection, req: HistorySearch) -> dict[str, Any]:
+    limit = check_limit(conn, req.limit)
+    session_id = None
+    if req.session_id is not None:
+        session_id = (await target_session(conn, req.session_id)).session_id
+    hits = await conn.server.store.search(conn.user_id, req.query, session_id=session_id, limit=limit)
+    return {"hits": [h.to_dict() for h in hits]}
+
+
+async def history_export(conn: ServerConnection, req: HistoryExport) -> dict[str, Any]:
+    rec = await target_session(conn, req.session_id)
+    content = await conn.server.store.export(rec.session_id, req.format)
+    return {"session_id": rec.session_id, "format": req.format, "content": content}

@@ -1,0 +1,88 @@
+"""``nplt-server``: parse the configuration, run the server until SIGINT/SIGTERM, shut down gracefully.
+
+Exit codes: 0 after a clean shutdown, 2 for configuration errors (message on stderr), 1 when the
+server cannot start (e.g. the port is in use, the data directory is locked).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from server.auth import hash_token
+from server.cli import build_parser, config_from_args
+from server.config import ServerConfig, check_bind_policy
+from server.config_base import ConfigError
+from server.logs import setup_logging
+
+log = logging.getLogger("nplt.main")
+
+
+def _loop_factory():
+    """uvloop's event loop when installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+async def serve(cfg: ServerConfig, port_file: str | None = None, stop: asyncio.Event | None = None) -> None:
+    """Run a Server until ``stop`` is set (or SIGINT/SIGTERM arrives)."""
+    from server.app import Server
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - non-main thread / Windows
+            pass
+    server = Server(cfg)
+    host, port = await server.start()
+    try:
+        if port_file:
+            tmp = Path(port_file + ".tmp")
+            tmp.write_text(f"{port}\n")
+            os.replace(tmp, port_file)
+        print(f"nplt-server listening on {host}:{port}", file=sys.stderr, flush=True)
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "hash-token":
+        if len(argv) != 2 or not argv[1]:
+            print("usage: nplt-server hash-token TOKEN", file=sys.stderr)
+            return 2
+        print(hash_token(argv[1]))
+        return 0
+    ns = build_parser().parse_args(argv)
+    try:
+        cfg = config_from_args(ns, os.environ)
+        check_bind_policy(cfg)
+    except ConfigError as exc:
+        print(f"nplt-server: configuration error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(cfg.server.log_level, cfg.server.log_format)
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(serve(cfg, ns.port_file))
+    except ConfigError as exc:
+        print(f"nplt-server: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"nplt-server: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # e.g. StorageLocked: another server uses the data directory
+        print(f"nplt-server: cannot start: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Session access shared by the v3 handlers and the legacy v2 handler.
+
+Every lookup checks ownership: a session of another user, a deleted one, a malformed id and a missing
+one all give the same ``NOT_FOUND``, so ids never leak. SessionInfo bodies are built here.
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from server.errors import HandlerError, not_found
+from storage.errors import InvalidSessionId, NotFound
+from storage.models import SessionRecord
+from storage.store import DEFAULT_TITLE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from server.app import Server
+
+TITLE_CHARS = 60
+_WS = re.compile(r"\s+")
+
+
+def auto_title(text: str) -> str:
+    """A session title from the first user message: one line, at most ~60 characters."""
+    line = _WS.sub(" ", text).strip()
+    if len(line) <= TITLE_CHARS:
+        return line
+    cut = line[:TITLE_CHARS]
+    space = cut.rfind(" ")
+    if space >= TITLE_CHARS // 2:
+        cut = cut[:space]
+    return cut.rstrip() + "…"
+
+
+def needs_title(rec: SessionRecord) -> bool:
+    """True while a session still has no title of its own."""
+    return not rec.title or rec.title == DEFAULT_TITLE
+
+
+class SessionService:
+    """Ownership-checked session operations over the AsyncHistoryStore."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.store = server.store
+
+    def default_model(self) -> str:
+        return self.server.agent.default_model
+
+    def model_of(self, rec: SessionRecord) -> str:
+        """The session's model, or the agent's default when unset or no longer offered."""
+        agent = self.server.agent
+        return rec.model if rec.model and rec.model in agent.models() else agent.default_model
+
+    def info(self, rec: SessionRecord, *, summary: bool = False) -> dict[str, Any]:
+        """The SessionInfo object of docs/protocol.md §3 (``summary`` only when asked)."""
+        s = rec.summary if summary else None
+        return {
+            "session_id": rec.session_id, "title": rec.title, "created_at": rec.created_at,
+            "updated_at": rec.updated_at, "message_count": rec.message_count, "preview": rec.preview,
+            "model": self.model_of(rec), "running": self.server.runner.is_running(rec.session_id),
+            "summary": s.to_dict() if s is not None else None,
+        }
+
+    async def owned(self, user_id: str, session_id: Any) -> SessionRecord:
+        """The user's live session ``session_id`` or NOT_FOUND."""
+        if not isinstance(session_id, str) or not session_id:
+            raise not_found()
+        try:
+            rec = await self.store.get(session_id)
+        except (NotFound, InvalidSessionId):
+            raise not_found() from None
+        if rec.user_id != user_id or rec.deleted:
+            raise not_found()
+        return rec
+
+    async def create(self, user_id: str, title: str | None = None) -> SessionRecord:
+        """A new session; without a title it is "New chat" until the first message names it."""
+        return await self.store.create(user_id, title=title.strip() if title else None)
+
+    async def newest(self, user_id: str) -> SessionRecord | None:
+        recs, _ = await self.store.list(user_id, limit=1)
+        return recs[0] if recs else None
+
+    async def newest_or_new(self, user_id: str) -> tuple[SessionRecord, bool]:
+        """The most recently updated session of the user, or a new one (second item: created)."""
+        rec = await self.newest(user_id)
+        if rec is not None:
+            return rec, False
+        return await self.create(user_id), True
+
+    async def list_all(self, user_id: str, page: int = 200) -> list[SessionRecord]:
+        """Every live session of the user, newest first (used by v2 prefix matching)."""
+        out: list[SessionRecord] = []
+        before: str | None = None
+        while True:
+            recs, before = await self.store.list(user_id, before=before, limit=page)
+            out.extend(recs)
+            if before is None or not recs:
+                return out
+
+    async def resolve(self, user_id: str, ref: str) -> SessionRecord:
+        """A full id or an unambiguous prefix of one of the user's session ids."""
+        ref = ref.strip()
+        if not ref:
+            raise HandlerError("INVALID_MESSAGE", "no session id given")
+        try:
+            return await self.owned(user_id, ref)
+        except HandlerError:
+            pass
+        matches = [r for r in await self.list_all(user_id) if r.session_id.startswith(ref)]
+        if not matches:
+            raise not_found()
+        if len(matches) > 1:
+            raise HandlerError("INVALID_MESSAGE", f"session prefix {ref!r} is ambiguous ({len(matches)} sessions)")
+        return matches[0]
+
+    def forget(self, session_id: str) -> None:
+        """Tell the memory layer a session was cleared or deleted (its recall index is rebuilt)."""
+        forget = getattr(self.server.memory, "forget_session", None)
+        if forget is not None:
+            forget(session_id)
+
+    async def publish_event(self, kind: str, rec: SessionRecord, *, summary: bool = False) -> None:
+        """SESSION_EVENT to every v3 connection of the session's owner."""
+        from protocol import MsgType
+        self.server.hub.publish_user(rec.user_id, MsgType.SESSION_EVENT,
+                                     {"kind": kind, "session": self.info(rec, summary=summary)})
+
+    async def publish_updated(self, session_id: str, kind: str = "updated") -> None:
+        """Re-read the record and publish it; silently skipped if the session vanished."""
+        try:
+            rec = await self.store.get(session_id)
+        except (NotFound, InvalidSessionId):
+            return
+        if not rec.deleted:
+            await self.publish_event(kind, rec, summary=kind == "summary")

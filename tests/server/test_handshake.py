@@ -1,0 +1,146 @@
+"""HELLO, authentication, handshake and idle timeouts, server heartbeat."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from protocol import Connection, MsgType, Role, encode_frame
+from testkit.server import ReplyError, V3Client, running_server
+from testkit.v2client import V2Client
+
+T = MsgType
+
+
+async def test_hello_reply_describes_server_and_session(tmp_path):
+    async with running_server(tmp_path, max_page_size=150) as (srv, addr):
+        c = await V3Client.connect(addr)
+        h = c.hello
+        assert h["server"] == "nplt-assistant/0.1.0" and h["proto"] == 3 and h["user"] == "local"
+        assert h["session_restored"] is False and h["running_turn"] is None
+        assert h["limits"]["max_page_size"] == 150 and h["limits"]["max_pending_requests"] == 32
+        assert {"sessions", "history", "chat", "cancel"} <= set(h["capabilities"])
+        assert h["agent"] == {"name": "echo", "offline": True, "model": "echo"}
+        assert h["session"]["session_id"].startswith("s_") and h["session"]["message_count"] == 0
+        again = await V3Client.connect(addr)  # the user's newest session is reused
+        assert again.session_id == c.session_id and again.hello["session_restored"] is False
+        restored = await V3Client.connect(addr, session_id=c.session_id)
+        assert restored.hello["session_restored"] is True
+        unknown = await V3Client.connect(addr, session_id="s_20200101_0123456789ab")
+        assert unknown.hello["session_restored"] is False and unknown.session_id == c.session_id
+        with pytest.raises(ReplyError) as err:
+            await c.call(T.HELLO, proto=3, client="x")
+        assert err.value.code == "INVALID_MESSAGE"
+        for x in (c, again, restored, unknown):
+            await x.close()
+
+
+async def test_unsupported_version_is_fatal(tmp_path):
+    async with running_server(tmp_path) as (srv, addr):
+        c = await V3Client.connect(addr, hello=False)
+        msg = await c.request(T.HELLO, proto=2, client="old")
+        assert msg.type == T.ERROR and msg.body["code"] == "UNSUPPORTED_VERSION" and msg.body["fatal"] is True
+        await c.wait_closed()
+        await c.close()
+
+
+async def test_invalid_hello_then_another_request_is_handshake_required(tmp_path):
+    async with running_server(tmp_path) as (srv, addr):
+        c = await V3Client.connect(addr, hello=False)
+        msg = await c.request(T.HELLO, proto=3)  # no "client"
+        assert msg.body["code"] == "INVALID_MESSAGE" and msg.body["fatal"] is False
+        assert "'client'" in msg.body["message"]
+        msg = await c.request(T.PING)
+        assert msg.type == T.ERROR and msg.body["code"] == "HANDSHAKE_REQUIRED" and msg.body["fatal"] is True
+        await c.wait_closed()
+        assert c.protocol_error is None  # the fatal ERROR frame carried the right seq
+        await c.close()
+        # invalid JSON in HELLO is recoverable: a valid HELLO afterwards works
+        c = await V3Client.connect(addr, hello=False)
+        c.send_bytes(c.codec.send_raw(T.HELLO, b"{not json"))
+        err = await c.wait_type(T.ERROR)
+        assert err.body["code"] == "INVALID_JSON" and err.body["re"] is None
+        ok = await c.call(T.HELLO, proto=3, client="retry")
+        assert ok["user"] == "local"
+        await c.close()
+
+
+async def test_requests_pipelined_behind_hello_are_answered(tmp_path):
+    async with running_server(tmp_path) as (srv, addr):
+        c = await V3Client.connect(addr, hello=False)
+        loop = asyncio.get_running_loop()
+        futs = {}
+        data = b""
+        for rid, (t, body) in enumerate([(T.HELLO, {"proto": 3, "client": "fast"}), (T.PING, {}),
+                                         (T.SESSION_INFO, {}), (T.STATS, {})], start=1):
+            futs[rid] = c._waiting[rid] = loop.create_future()
+            data += c.codec.send(t, {"id": rid, **body})
+        c.send_bytes(data)  # one write: HELLO and three requests
+        replies = [await asyncio.wait_for(futs[i], 5) for i in range(1, 5)]
+        assert [m.type for m in replies] == [T.RESPONSE, T.PONG, T.RESPONSE, T.RESPONSE]
+        assert replies[2].body["session"]["session_id"] == replies[0].body["session"]["session_id"]
+        await c.close()
+
+
+async def test_authentication(tmp_path):
+    async with running_server(tmp_path, users=[("alice", "s3cret")]) as (srv, addr):
+        ok = await V3Client.connect(addr, token="s3cret")
+        assert ok.hello["user"] == "alice"
+        for token in (None, "wrong", ""):
+            c = await V3Client.connect(addr, hello=False)
+            body = {"proto": 3, "client": "t"} if token is None else {"proto": 3, "client": "t", "token": token}
+            msg = await c.request(T.HELLO, **body)
+            assert msg.type == T.ERROR and msg.body["code"] in ("AUTH_FAILED", "INVALID_MESSAGE")
+            if token != "":
+                assert msg.body["code"] == "AUTH_FAILED" and msg.body["fatal"] is True
+                await c.wait_closed()
+            await c.close()
+        # a v2 client cannot authenticate: told so in text, then closed
+        v2, welcome = await V2Client.connect(addr)
+        assert "authentication" in welcome
+        assert await v2.expect_eof() == b"" and v2.only_v2_codes()
+        await v2.close()
+        assert (await ok.call(T.PING))["re"]  # the good client is unaffected
+        await ok.close()
+
+
+async def test_handshake_timeout(tmp_path):
+    async with running_server(tmp_path, handshake_timeout_s=0.2) as (srv, addr):
+        c = await V3Client.connect(addr, hello=False)
+        c.send_bytes(encode_frame(T.HELLO, 0, b'{"id":1}')[:3])  # half a header: still undecided
+        err = await c.wait_type(T.ERROR)
+        assert err.body["code"] == "HANDSHAKE_TIMEOUT" and err.body["fatal"] is True
+        await c.wait_closed()
+        await c.close()
+
+
+async def test_idle_connection_is_pinged_then_closed(tmp_path):
+    async with running_server(tmp_path, ping_interval_s=0.1, idle_timeout_s=0.6) as (srv, addr):
+        quiet = await V3Client.connect(addr, auto_pong=False)
+        alive = await V3Client.connect(addr, auto_pong=True)
+        ping = await quiet.wait_type(T.PING)
+        assert str(ping.body["id"]).startswith("srv-")
+        err = await quiet.wait_type(T.ERROR)
+        assert err.body["code"] == "IDLE_TIMEOUT" and err.body["fatal"] is True
+        await quiet.wait_closed()
+        # the client that answers PINGs survives several idle periods
+        for _ in range(3):
+            await alive.wait_type(T.PING)
+        assert not alive.closed.is_set()
+        assert (await alive.call(T.PING))["re"]
+        await quiet.close()
+        await alive.close()
+
+
+async def test_client_pong_and_error_frames_are_accepted_silently(tmp_path):
+    async with running_server(tmp_path) as (srv, addr):
+        c = await V3Client.connect(addr)
+        c.send(T.PONG, {"re": "x", "time": "now"})
+        c.send(T.ERROR, {"re": None, "code": "INTERNAL", "message": "client side", "fatal": False})
+        assert (await c.call(T.PING))["re"]
+        assert [m for m in c.inbox if m.type == T.ERROR] == []
+        await c.close()
+
+
+def test_codec_used_by_the_client_is_v3():
+    assert Connection(Role.CLIENT).version.name == "V3"
