@@ -1,0 +1,237 @@
+"""Prompt assembly: system prompt, summary, recalled excerpts, recent turns, new message -- within budget.
+
+Turns are the unit everywhere: a turn is a stored user message plus the messages answering it,
+expanded with ``server.agent.transcript.history_to_openai`` (an assistant message with
+``tool_calls`` is always followed by its tool results). ``sanitize`` then guarantees the pairing on
+whatever comes out: a tool result without its call, or a call without its result, is never emitted.
+
+Over budget, the assembler gives up, in order: whole oldest turns, recalled excerpts (lowest rank
+first), the summary's tail, the new message's tail (with a note), and last the system prompt's tail.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from server.agent.base import BuiltContext
+from server.agent.transcript import history_to_openai
+from storage.models import ChatMessage, SummaryRecord
+
+from .tokens import TokenCounter, message_tokens, truncate_to_tokens
+
+TRUNCATION_NOTE = "\n[message truncated to fit the model's context window]"
+SUMMARY_TRIMMED_NOTE = "\n[summary truncated to fit the context window]"
+RECALL_HEADER = ("Excerpts recalled from earlier in this conversation (older turns, for reference; "
+                 "they may be outdated):")
+
+
+@dataclass(slots=True)
+class Turn:
+    """One turn ready for the prompt."""
+    messages: list[dict[str, Any]]
+    ids: list[int]
+    tokens: int = 0
+
+
+@dataclass(slots=True)
+class Excerpt:
+    """One recalled turn, already formatted."""
+    ids: list[int]
+    text: str
+
+
+@dataclass(slots=True)
+class Parts:
+    """Everything the assembler may put in a prompt."""
+    system_prompt: str
+    new_message: str
+    summary: SummaryRecord | None = None
+    excerpts: list[Excerpt] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)          # oldest first
+    flags: dict[str, Any] = field(default_factory=dict)      # extra metadata (e.g. summary_fallback)
+
+
+def group_turns(messages: list[ChatMessage]) -> list[list[ChatMessage]]:
+    """Split ascending messages at each user message (leading non-user messages form their own group)."""
+    groups: list[list[ChatMessage]] = []
+    for m in messages:
+        if m.role == "user" or not groups:
+            groups.append([m])
+        else:
+            groups[-1].append(m)
+    return groups
+
+
+def sanitize(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep only complete tool-call groups: each assistant ``tool_calls`` entry followed by its result.
+
+    Calls without a result are removed from their assistant message (which is dropped when nothing
+    remains); tool messages that do not answer the immediately preceding assistant message are dropped.
+    """
+    out: list[dict[str, Any]] = []
+    i, n = 0, len(messages)
+    while i < n:
+        m = messages[i]
+        role = m.get("role")
+        if role == "tool":                       # not right after its assistant message: orphan
+            i += 1
+            continue
+        if role != "assistant" or not m.get("tool_calls"):
+            out.append(m)
+            i += 1
+            continue
+        calls: list[dict[str, Any]] = []
+        wanted: set[str] = set()
+        for c in m["tool_calls"]:                # the first call of each id
+            if isinstance(c, dict) and c.get("id") and c["id"] not in wanted:
+                calls.append(c)
+                wanted.add(c["id"])
+        results: dict[str, dict[str, Any]] = {}
+        i += 1
+        while i < n and messages[i].get("role") == "tool":
+            tid = messages[i].get("tool_call_id")
+            if tid in wanted and tid not in results:
+                results[tid] = messages[i]
+            i += 1
+        kept = [c for c in calls if c["id"] in results]
+        if kept:
+            out.append({**m, "tool_calls": kept})
+            out.extend(results[c["id"]] for c in kept)
+        elif m.get("content"):
+            out.append({k: v for k, v in m.items() if k != "tool_calls"})
+    return out
+
+
+def build_turns(messages: list[ChatMessage], counter: TokenCounter) -> list[Turn]:
+    """Stored messages -> prompt turns (empty ones skipped), token counts filled in."""
+    turns = []
+    for group in group_turns(messages):
+        expanded = sanitize(history_to_openai(group))
+        if expanded:
+            turns.append(Turn(expanded, [m.id for m in group],
+                              sum(message_tokens(counter, x) for x in expanded)))
+    return turns
+
+
+def recent_turns(messages: list[ChatMessage], n: int, counter: TokenCounter) -> tuple[list[Turn], int]:
+    """The newest ``n`` non-empty turns (oldest first) and how many older groups were left out.
+
+    Only those turns are expanded, so a long unsummarized session costs O(n) per prompt.
+    """
+    groups = group_turns(messages)
+    out: list[Turn] = []
+    i = len(groups)
+    while i > 0 and len(out) < n:
+        i -= 1
+        out.extend(build_turns(groups[i], counter))
+    out.reverse()
+    return out, i
+
+
+def summary_message(summary: SummaryRecord, text: str | None = None) -> dict[str, Any]:
+    body = summary.text if text is None else text
+    return {"role": "system", "content": f"Summary of the earlier conversation (messages "
+                                         f"{summary.covers_from_id}-{summary.covers_to_id}):\n{body}"}
+
+
+def recall_message(excerpts: list[Excerpt]) -> dict[str, Any]:
+    return {"role": "system", "content": RECALL_HEADER + "\n" + "\n".join(e.text for e in excerpts)}
+
+
+class _Prompt:
+    """The current selection; each part's tokens are counted once (memoized) however often it is re-priced."""
+
+    def __init__(self, parts: Parts, counter: TokenCounter) -> None:
+        self.counter = counter
+        self.system = parts.system_prompt
+        self.summary = parts.summary
+        self.summary_text = parts.summary.text if parts.summary else None
+        self.excerpts = list(parts.excerpts)
+        self.turns = list(parts.turns)
+        self.new = parts.new_message
+        self.base = counter.count_messages([])
+        self._memo: dict[tuple[str, str], int] = {}
+
+    def messages(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if self.system:
+            out.append({"role": "system", "content": self.system})
+        if self.summary is not None and self.summary_text:
+            out.append(summary_message(self.summary, self.summary_text))
+        if self.excerpts:
+            out.append(recall_message(self.excerpts))
+        for t in self.turns:
+            out.extend(t.messages)
+        out.append({"role": "user", "content": self.new})
+        return out
+
+    def _tokens(self, message: dict[str, Any]) -> int:
+        key = (message["role"], message["content"])     # str hashes are cached: lookups stay cheap
+        n = self._memo.get(key)
+        if n is None:
+            n = self._memo[key] = message_tokens(self.counter, message)
+        return n
+
+    def estimate(self) -> int:
+        n = self.base + sum(t.tokens for t in self.turns)
+        if self.system:
+            n += self._tokens({"role": "system", "content": self.system})
+        if self.summary is not None and self.summary_text:
+            n += self._tokens(summary_message(self.summary, self.summary_text))
+        if self.excerpts:
+            n += self._tokens(recall_message(self.excerpts))
+        return n + self._tokens({"role": "user", "content": self.new})
+
+
+def _shrink(counter: TokenCounter, text: str, excess: int, note: str) -> str:
+    """``text`` cut by at least ``excess`` tokens (plus room for ``note``), note appended; "" if nothing fits."""
+    room = counter.count(text) - excess - counter.count(note) - 1
+    if room <= 0:
+        return ""
+    return truncate_to_tokens(counter, text, room) + note
+
+
+def assemble(parts: Parts, counter: TokenCounter, budget: int) -> BuiltContext:
+    """The prompt for one turn, at most ``budget`` tokens (by ``counter``), with its metadata."""
+    p = _Prompt(parts, counter)
+    dropped = recall_dropped = 0
+    flags = {"summary_trimmed": False, "message_truncated": False, "system_truncated": False}
+    note_only = TRUNCATION_NOTE.strip()
+    while True:
+        total = p.estimate()
+        if total <= budget:
+            total = counter.count_messages(p.messages())     # exact for non-additive counters
+            if total <= budget:
+                break
+        excess = max(1, total - budget)
+        if p.turns:
+            p.turns.pop(0)
+            dropped += 1
+        elif p.excerpts:
+            p.excerpts.pop()
+            recall_dropped += 1
+        elif p.summary_text:
+            p.summary_text = _shrink(counter, p.summary_text, excess, SUMMARY_TRIMMED_NOTE)
+            flags["summary_trimmed"] = True
+        elif p.new != note_only:
+            p.new = _shrink(counter, p.new, excess, TRUNCATION_NOTE) or note_only
+            flags["message_truncated"] = True
+        elif p.system:
+            p.system = _shrink(counter, p.system, excess, "")
+            flags["system_truncated"] = True
+        else:                                            # nothing left to give up
+            break
+    msgs = p.messages()
+    meta = {
+        "memory": "memory",
+        "turns_kept": len(p.turns),
+        "turns_dropped": dropped,
+        "summary_used": p.summary.covers_to_id if p.summary is not None and p.summary_text else None,
+        "recalled": [e.ids[0] for e in p.excerpts],
+        "recall_dropped": recall_dropped,
+        "prompt_tokens_estimate": total,
+        "budget_tokens": budget,
+        **flags,
+        **parts.flags,
+    }
+    return BuiltContext(messages=msgs, metadata=meta)

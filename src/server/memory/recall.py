@@ -1,0 +1,251 @@
+"""Episodic recall: one BM25 document per finished turn, searchable per session or across a user's
+sessions, formatted as clearly marked excerpts for the prompt.
+
+A turn document holds the user message and the final answer (weight 1), the neighbouring turns of
+the same session as context (before: 0.6, 0.3; after: 0.4, 0.2 -- a reply only makes sense with
+what it answers), and the turn's date (day, month name, year at 0.5) so "what did we do in May"
+finds it. ``bench/locomo_recall.py`` measures this exact construction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import lru_cache
+from typing import Any, Callable, Hashable, Iterable
+
+from .analyze import analyze
+from .bm25 import BM25Index
+from .tokens import TokenCounter, truncate_to_tokens
+
+BM25_K1 = 1.2
+BM25_B = 0.5
+WEIGHTS_BEFORE = (0.6, 0.3)      # the turn right before, two before
+WEIGHTS_AFTER = (0.4, 0.2)
+DATE_WEIGHT = 0.5
+RRF_K = 60                       # reciprocal rank fusion constant
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
+          "october", "november", "december")
+
+
+@dataclass(slots=True)
+class TurnDoc:
+    """One finished turn as the recall layer sees it."""
+    session_id: str
+    message_id: int              # the user message id (identifies the turn)
+    answer_id: int | None        # the final assistant message id, if any
+    time: str                    # ISO 8601 timestamp of the user message
+    user_text: str
+    answer_text: str
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.session_id, self.message_id)
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return (self.message_id,) if self.answer_id is None else (self.message_id, self.answer_id)
+
+    def text(self) -> str:
+        return f"{self.user_text}\n{self.answer_text}" if self.answer_text else self.user_text
+
+
+def parse_time(iso: str) -> datetime | None:
+    """An ISO timestamp as an aware datetime (naive = UTC), None if unreadable."""
+    try:
+        dt = datetime.fromisoformat(iso)
+    except (TypeError, ValueError):
+        return None
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+@lru_cache(maxsize=4096)
+def _date_terms(iso: str) -> tuple[str, ...]:
+    dt = parse_time(iso)
+    return () if dt is None else tuple(analyze(f"{dt.day} {MONTHS[dt.month - 1]} {dt.year}"))
+
+
+def date_terms(iso: str) -> list[str]:
+    """Index terms of a timestamp: day, month name, year."""
+    return list(_date_terms(iso))
+
+
+def _add(bag: dict[str, float], terms: Iterable[str], weight: float) -> None:
+    for t in terms:
+        bag[t] = bag.get(t, 0.0) + weight
+
+
+def document_terms(own: list[str], before: list[list[str]], after: list[list[str]],
+                   dates: list[str]) -> dict[str, float]:
+    """The weighted term bag of one document from analyzed parts (neighbours: nearest first)."""
+    bag: dict[str, float] = {}
+    _add(bag, own, 1.0)
+    for terms, w in zip(before, WEIGHTS_BEFORE):
+        _add(bag, terms, w)
+    for terms, w in zip(after, WEIGHTS_AFTER):
+        _add(bag, terms, w)
+    _add(bag, dates, DATE_WEIGHT)
+    return bag
+
+
+def rrf(rankings: list[list[Hashable]], k: int = RRF_K) -> list[tuple[Hashable, float]]:
+    """Reciprocal rank fusion of several rankings (best first)."""
+    scores: dict[Hashable, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(ranking):
+            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank + 1)
+    return sorted(scores.items(), key=lambda kv: -kv[1])
+
+
+class RecallIndex:
+    """The turn documents of one user, every session in one BM25 collection."""
+
+    def __init__(self) -> None:
+        self.bm25 = BM25Index(BM25_K1, BM25_B)
+        self.docs: dict[tuple[str, int], TurnDoc] = {}
+        self._terms: dict[tuple[str, int], list[str]] = {}          # analyzed text of each document
+        self._order: dict[str, list[tuple[str, int]]] = {}    # per session, by message id
+        self.indexed_upto: dict[str, int] = {}                # highest message id consumed per session
+        self.vectors: dict[tuple[str, int], list[float]] = {}  # optional embeddings
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def _reindex(self, order: list[tuple[str, int]], i: int) -> None:
+        key = order[i]
+        terms = self._terms
+        before = [terms[order[j]] for j in range(i - 1, max(i - 1 - len(WEIGHTS_BEFORE), -1), -1)]
+        after = [terms[order[j]] for j in range(i + 1, min(i + 1 + len(WEIGHTS_AFTER), len(order)))]
+        self.bm25.add(key, document_terms(terms[key], before, after, date_terms(self.docs[key].time)))
+
+    def add_turns(self, session_id: str, docs: list[TurnDoc], upto: int) -> None:
+        """Append finished turns of a session (ascending ids); ``upto`` = last message id consumed."""
+        order = self._order.setdefault(session_id, [])
+        start = len(order)
+        for doc in docs:
+            if doc.key in self.docs:
+                continue
+            self.docs[doc.key] = doc
+            self._terms[doc.key] = analyze(doc.text())
+            order.append(doc.key)
+        if len(order) > start:          # earlier documents gain the new turns as "after" context
+            for i in range(max(0, start - len(WEIGHTS_AFTER)), len(order)):
+                self._reindex(order, i)
+        self.indexed_upto[session_id] = max(upto, self.indexed_upto.get(session_id, 0))
+
+    def remove_session(self, session_id: str) -> None:
+        for key in self._order.pop(session_id, ()):
+            self.docs.pop(key, None)
+            self._terms.pop(key, None)
+            self.vectors.pop(key, None)
+            self.bm25.remove(key)
+        self.indexed_upto.pop(session_id, None)
+
+    def acceptor(self, session_id: str | None, exclude: Iterable[int]) -> Callable[[Hashable], bool]:
+        """A filter on document keys: the session (None = any) and no message id in ``exclude``."""
+        excluded = set(exclude)
+
+        def accept(key: Hashable) -> bool:
+            doc = self.docs.get(key)    # type: ignore[arg-type]
+            if doc is None or (session_id is not None and doc.session_id != session_id):
+                return False
+            return not excluded.intersection(doc.ids)
+        return accept
+
+    def search(self, query: str, k: int, *, session_id: str | None = None, exclude: Iterable[int] = (),
+               vector_ranking: list[Hashable] | None = None) -> list[tuple[TurnDoc, float]]:
+        """Top ``k`` turns for ``query``; ``exclude`` = message ids already in the prompt.
+
+        With ``vector_ranking`` (document keys by embedding similarity, see ``rank_vectors``) the
+        BM25 ranking and it are fused by reciprocal rank fusion.
+        """
+        accept = self.acceptor(session_id, exclude)
+        if not vector_ranking:
+            return [(self.docs[key], score) for key, score in self.bm25.search(analyze(query), k, accept)]  # type: ignore[index]
+        ranked = self.bm25.search(analyze(query), max(k * 4, 20), accept)
+        fused = rrf([[key for key, _ in ranked], [key for key in vector_ranking if accept(key)]])
+        return [(self.docs[key], score) for key, score in fused[:k]]     # type: ignore[index]
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    num = sum(x * y for x, y in zip(a, b))
+    den = (sum(x * x for x in a) ** 0.5) * (sum(y * y for y in b) ** 0.5)
+    return num / den if den else 0.0
+
+
+def rank_vectors(query_vector: list[float], items: list[tuple[Hashable, list[float]]], depth: int) -> list[Hashable]:
+    """Keys of ``items`` by cosine similarity to the query (pure CPU: run it in a thread)."""
+    scored = sorted(((cosine(query_vector, vec), key) for key, vec in items), key=lambda sv: -sv[0])
+    return [key for _, key in scored[:depth]]
+
+
+def format_time(iso: str) -> str:
+    dt = parse_time(iso)
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if dt else "unknown time"
+
+
+def format_excerpt(doc: TurnDoc, counter: TokenCounter, max_tokens: int) -> str:
+    """``[Recalled from 2026-11-20 10:15 UTC] User: ... / Assistant: ...`` within ``max_tokens``.
+
+    The user text gets at least half of the room; a cut side ends with "…".
+    """
+    head = f"[Recalled from {format_time(doc.time)}] User: "
+    user, answer = " ".join(doc.user_text.split()), " ".join(doc.answer_text.split())
+    sep = " / Assistant: "
+    room = max_tokens - counter.count(head) - (counter.count(sep) if answer else 0)
+    text = head
+    for _ in range(4):                       # shrink until it fits (each cut adds a "…")
+        u_room = room if not answer else max(room // 2, room - counter.count(answer))
+        u = truncate_to_tokens(counter, user, u_room - 1) + "…" if counter.count(user) > u_room else user
+        text = head + u
+        if answer:
+            a_room = room - counter.count(u)
+            a = answer if counter.count(answer) <= a_room else truncate_to_tokens(counter, answer, a_room - 1) + "…"
+            text += sep + a
+        excess = counter.count(text) - max_tokens
+        if excess <= 0:
+            return text
+        room -= excess
+    return truncate_to_tokens(counter, text, max_tokens)
+
+
+def snippet(doc: TurnDoc, limit: int = 240) -> str:
+    """A one-line preview of a turn for search results."""
+    text = " ".join(doc.user_text.split())
+    if doc.answer_text:
+        text += " / " + " ".join(doc.answer_text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def turn_docs(session_id: str, messages: list[Any], *, final: bool) -> tuple[list[TurnDoc], int]:
+    """Finished turns of ``messages`` (ChatMessage, ascending) and the last message id they consume.
+
+    A turn is a user message plus the following non-user messages; its answer is the last non-empty
+    assistant content. The last turn counts as finished when it has an answer or ``final`` is set.
+    """
+    docs: list[TurnDoc] = []
+    upto = 0
+    current: list[Any] = []
+
+    def close(group: list[Any], require_answer: bool) -> bool:
+        user = group[0]
+        answers = [m for m in group[1:] if m.role == "assistant" and m.content.strip()]
+        if require_answer and not answers:
+            return False
+        ans = answers[-1] if answers else None
+        docs.append(TurnDoc(session_id, user.id, ans.id if ans else None, user.timestamp, user.content,
+                            ans.content if ans else ""))
+        return True
+
+    for m in messages:
+        if m.role == "user":
+            if current:
+                close(current, require_answer=False)
+                upto = current[-1].id
+            current = [m]
+        elif current:
+            current.append(m)
+        else:
+            upto = m.id                  # non-user messages before any user message: nothing to index
+    if current and close(current, require_answer=not final):
+        upto = current[-1].id
+    return docs, upto

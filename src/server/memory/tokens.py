@@ -1,0 +1,118 @@
+"""Approximate token counting that treats CJK text properly, behind a replaceable interface.
+
+The default counter needs no tokenizer files: a CJK character (Han, kana, Hangul) counts as one
+token, a run of letters/digits as ``ceil(len / 4)``, any other visible character as one token, and
+every chat message adds a fixed overhead. It errs on the generous side, which keeps assembled
+prompts safely inside the model window. Any object with ``count`` and ``count_messages`` can
+replace it (e.g. a tiktoken wrapper).
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Protocol, runtime_checkable
+
+# CJK Unified Ideographs (+ extension A, compatibility), CJK punctuation, kana, Hangul, fullwidth forms.
+CJK_CLASS = (
+    "\u3000-\u303f\u3040-\u309f\u30a0-\u30ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uac00-\ud7af\uf900-\ufaff\uff00-\uffef"
+)
+_TOKEN_RE = re.compile(rf"([{CJK_CLASS}])|([^\W_{CJK_CLASS}]+)|(\S)", re.UNICODE)
+_CJK_RE = re.compile(f"[{CJK_CLASS}]")
+_WORD_RE = re.compile(rf"[^\W_{CJK_CLASS}]+")
+_SYMBOL_RE = re.compile(rf"[^\w\s{CJK_CLASS}]|_")
+
+MESSAGE_OVERHEAD = 4      # role marker and separators per chat message
+PROMPT_OVERHEAD = 3       # priming of the assistant reply
+TOOL_CALL_OVERHEAD = 6    # id, type and function wrapper of one tool call
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """What the memory layer needs from a token counter."""
+
+    def count(self, text: str) -> int: ...
+    def count_messages(self, messages: list[dict[str, Any]]) -> int: ...
+
+
+class ApproxTokenCounter:
+    """The default counter: no dependencies, deterministic, CJK-aware (see module docstring)."""
+
+    def count(self, text: str) -> int:
+        """Approximate tokens in ``text``."""
+        if not text:
+            return 0
+        n = len(_CJK_RE.findall(text)) + len(_SYMBOL_RE.findall(text))
+        return n + sum((len(w) + 3) // 4 for w in _WORD_RE.findall(text))
+
+    def truncate(self, text: str, max_tokens: int, keep_end: bool = False) -> str:
+        """The longest prefix (suffix with ``keep_end``) counting at most ``max_tokens``, in one pass."""
+        if max_tokens <= 0:
+            return ""
+        if not keep_end:
+            used = 0
+            for m in _TOKEN_RE.finditer(text):
+                word = m.group(2)
+                cost = (len(word) + 3) // 4 if word is not None else 1
+                if used + cost > max_tokens:
+                    if word is not None and used < max_tokens:     # part of a long word still fits
+                        return text[: m.start() + 4 * (max_tokens - used)]
+                    return text[: m.start()]
+                used += cost
+            return text
+        rev = self.truncate(text[::-1], max_tokens)
+        return rev[::-1]
+
+    def count_message(self, message: dict[str, Any]) -> int:
+        """Tokens of one OpenAI-style chat message, tool calls included."""
+        n = MESSAGE_OVERHEAD
+        content = message.get("content")
+        if isinstance(content, str):
+            n += self.count(content)
+        elif isinstance(content, list):          # multi-part content
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    n += self.count(part["text"])
+        if message.get("name"):
+            n += self.count(str(message["name"]))
+        if message.get("tool_call_id"):
+            n += 2
+        for call in message.get("tool_calls") or ():
+            fn = call.get("function") or {}
+            args = fn.get("arguments", "")
+            if not isinstance(args, str):
+                args = json.dumps(args, ensure_ascii=False)
+            n += TOOL_CALL_OVERHEAD + self.count(str(fn.get("name", ""))) + self.count(args)
+        return n
+
+    def count_messages(self, messages: list[dict[str, Any]]) -> int:
+        """Tokens of a whole prompt (every message plus the reply priming)."""
+        return PROMPT_OVERHEAD + sum(self.count_message(m) for m in messages)
+
+
+def message_tokens(counter: TokenCounter, message: dict[str, Any]) -> int:
+    """Tokens of one message with any counter (the per-prompt overhead excluded)."""
+    one = getattr(counter, "count_message", None)
+    if one is not None:
+        return int(one(message))
+    return int(counter.count_messages([message]) - counter.count_messages([]))
+
+
+def truncate_to_tokens(counter: TokenCounter, text: str, max_tokens: int, *, keep_end: bool = False) -> str:
+    """The longest prefix (or suffix with ``keep_end``) of ``text`` that counts at most ``max_tokens``."""
+    if max_tokens <= 0 or not text:
+        return ""
+    if counter.count(text) <= max_tokens:
+        return text
+    fast = getattr(counter, "truncate", None)
+    if fast is not None:
+        return fast(text, max_tokens, keep_end)
+    lo, hi = 0, len(text)            # invariant: a cut of length lo fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        part = text[-mid:] if keep_end else text[:mid]
+        if counter.count(part) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[-lo:] if (keep_end and lo) else text[:lo]

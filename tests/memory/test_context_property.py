@@ -1,0 +1,171 @@
+"""Prompt assembly over thousands of generated histories: tool calls never orphaned, budget kept,
+raw history untouched, whole oldest turns dropped first."""
+from __future__ import annotations
+
+import os
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memory_testlib import check_tool_pairing, rand_history, rand_text
+from server.memory.context import (TRUNCATION_NOTE, Excerpt, Parts, assemble, build_turns, group_turns,
+                                   recent_turns, sanitize)
+from server.memory.tokens import ApproxTokenCounter
+from storage.models import ChatMessage, SummaryRecord, ToolCall
+
+COUNTER = ApproxTokenCounter()
+SWEEP = 8000 if os.environ.get("NPLT_FUZZ") else 1000
+SYSTEM = "You are NPLT Assistant, a remote operations assistant."
+
+
+def assemble_and_check(rng: random.Random, history: list[ChatMessage], budget: int, recent: int) -> dict:
+    """Build a prompt from ``history`` with random extras and check every invariant; returns metadata."""
+    snapshot = [m.to_dict() for m in history]
+    turns = build_turns(history, COUNTER)
+    window = turns[-recent:] if recent else []
+    fast, older = recent_turns(history, recent, COUNTER)
+    assert fast == window and 0 <= older <= len(group_turns(history)) - len(window)
+    summary = None
+    if rng.random() < 0.5 and history:
+        summary = SummaryRecord(rand_text(rng, 1, rng.choice((20, 400, 3000))), 1, history[0].id)
+    excerpts = [Excerpt([rng.randint(1, 99)], "[Recalled from 2026-01-01 10:00 UTC] User: " + rand_text(rng, 1, 80))
+                for _ in range(rng.randint(0, 3))]
+    new = rand_text(rng, 1, rng.choice((10, 100, 6000)))
+    system = SYSTEM if rng.random() < 0.9 else SYSTEM * rng.choice((1, 200))
+    ctx = assemble(Parts(system, new, summary, excerpts, window, {"summary_fallback": False}), COUNTER, budget)
+    msgs, meta = ctx.messages, ctx.metadata
+
+    assert [m.to_dict() for m in history] == snapshot, "the stored history must never be modified"
+    check_tool_pairing(msgs)
+    total = COUNTER.count_messages(msgs)
+    assert total <= budget, f"prompt of {total} tokens exceeds the budget {budget}"
+    assert meta["prompt_tokens_estimate"] == total
+    assert msgs[-1]["role"] == "user"
+    assert msgs[-1]["content"] == new or meta["message_truncated"]
+    if meta["message_truncated"]:
+        assert msgs[-1]["content"].endswith(TRUNCATION_NOTE.strip())
+    # whole oldest turns dropped: what is sent is exactly the newest turns_kept turns of the window
+    assert meta["turns_kept"] + meta["turns_dropped"] == len(window)
+    kept = window[len(window) - meta["turns_kept"]:]
+    body = [m for t in kept for m in t.messages]
+    assert msgs[len(msgs) - 1 - len(body):-1] == body
+    # lower-priority parts go first: a truncated summary or message means no turn or excerpt is left
+    if meta["summary_trimmed"] or meta["message_truncated"]:
+        assert meta["turns_kept"] == 0 and meta["recalled"] == []
+    if meta["recall_dropped"]:
+        assert meta["turns_kept"] == 0
+    return meta
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32), st.integers(0, 60), st.integers(256, 6000), st.integers(0, 8))
+def test_property_prompt_invariants(seed, n_items, budget, recent):
+    rng = random.Random(seed)          # a seed, not st.randoms(): histories need thousands of draws
+    assemble_and_check(rng, rand_history(rng, n_items), budget, recent)
+
+
+def test_property_thousands_of_random_histories():
+    """A seeded sweep (deterministic) on top of the Hypothesis search above; longer under NPLT_FUZZ."""
+    rng = random.Random(20261122)
+    dropped = truncated = 0
+    for _ in range(SWEEP):
+        history = rand_history(rng, rng.randint(0, 40))
+        meta = assemble_and_check(rng, history, rng.choice((256, 400, 800, 2000, 8000)), rng.randint(0, 6))
+        dropped += meta["turns_dropped"] > 0
+        truncated += meta["message_truncated"]
+    assert dropped > 100 and truncated > 10        # the sweep really exercised the reductions
+
+
+def test_sanitize_drops_orphans_and_unanswered_calls():
+    msgs = [
+        {"role": "tool", "tool_call_id": "x", "content": "orphan at start"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "clock", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": {"name": "clock", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "b", "content": "B"},
+        {"role": "tool", "tool_call_id": "zz", "content": "answers nothing here"},
+        {"role": "assistant", "content": "done"},
+        {"role": "tool", "tool_call_id": "b", "content": "late duplicate"},
+        {"role": "assistant", "content": "text kept", "tool_calls": [{"id": "c", "type": "function",
+                                                                       "function": {"name": "clock"}}]},
+    ]
+    out = sanitize(msgs)
+    assert out == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [msgs[2]["tool_calls"][1]]},
+        {"role": "tool", "tool_call_id": "b", "content": "B"},
+        {"role": "assistant", "content": "done"},
+        {"role": "assistant", "content": "text kept"},
+    ]
+    check_tool_pairing(out)
+
+
+def test_build_turns_expands_tool_calls_per_step_and_groups_by_user():
+    calls = [ToolCall("c1", "sys_monitor", {"metric": "cpu"}, "cpu 3%", step=0),
+             ToolCall("c2", "processes", {}, "nginx", step=1)]
+    history = [ChatMessage(3, "assistant", "no user before me"),
+               ChatMessage(4, "user", "check cpu"),
+               ChatMessage(5, "assistant", "all fine", tool_calls=calls),
+               ChatMessage(6, "tool", "stray", metadata={"tool_call_id": "c1"}),
+               ChatMessage(7, "user", "thanks")]
+    assert [[m.id for m in g] for g in group_turns(history)] == [[3], [4, 5, 6], [7]]
+    turns = build_turns(history, COUNTER)
+    assert [t.ids for t in turns] == [[3], [4, 5, 6], [7]]
+    roles = [m["role"] for m in turns[1].messages]
+    assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m.get("tool_call_id") for m in turns[1].messages if m["role"] == "tool"] == ["c1", "c2"]
+    assert all(t.tokens == sum(COUNTER.count_message(m) for m in t.messages) for t in turns)
+
+
+def _turns(n: int, words: int) -> list:
+    history = []
+    for i in range(n):
+        history.append(ChatMessage(2 * i + 1, "user", f"question {i} " + "disk " * words))
+        history.append(ChatMessage(2 * i + 2, "assistant", f"answer {i} " + "ok " * words,
+                                   tool_calls=[ToolCall(f"c{i}", "clock", {}, "12:00")]))
+    return build_turns(history, COUNTER)
+
+
+def test_reduction_order_turns_then_recall_then_summary_then_message():
+    turns = _turns(6, 60)
+    summary = SummaryRecord("facts " * 300, 1, 10)
+    excerpts = [Excerpt([1], "[Recalled from x] User: " + "old " * 100), Excerpt([3], "second " * 100)]
+    parts = Parts(SYSTEM, "new question", summary, excerpts, turns)
+    full = COUNTER.count_messages(assemble(parts, COUNTER, 100_000).messages)
+    per_turn = turns[0].tokens
+
+    meta = assemble(parts, COUNTER, full - per_turn // 2).metadata           # one turn must go
+    assert (meta["turns_dropped"], meta["turns_kept"], meta["recall_dropped"]) == (1, 5, 0)
+
+    meta = assemble(parts, COUNTER, full - 6 * per_turn - 50).metadata       # then excerpts, last first
+    assert meta["turns_kept"] == 0 and meta["recall_dropped"] == 1 and meta["recalled"] == [1]
+    assert not meta["summary_trimmed"]
+
+    ctx = assemble(parts, COUNTER, 300)                                      # then the summary's tail
+    assert ctx.metadata["summary_trimmed"] and not ctx.metadata["message_truncated"]
+    assert ctx.metadata["summary_used"] == 10
+    assert "[summary truncated" in ctx.messages[1]["content"]
+    assert ctx.messages[-1]["content"] == "new question"
+
+    big = Parts(SYSTEM, "please read this: " + "log line " * 3000, summary, excerpts, turns)
+    ctx = assemble(big, COUNTER, 400)                                        # last: the new message itself
+    assert ctx.metadata["message_truncated"] and ctx.metadata["summary_used"] is None
+    assert ctx.messages[-1]["content"].startswith("please read this: log line")
+    assert COUNTER.count_messages(ctx.messages) <= 400
+
+
+def test_layout_system_summary_recall_turns_new():
+    turns = _turns(2, 3)
+    ctx = assemble(Parts(SYSTEM, "now?", SummaryRecord("the user runs nginx", 1, 8),
+                         [Excerpt([1], "[Recalled from 2026-01-01 10:00 UTC] User: a / Assistant: b")],
+                         turns, {"summary_fallback": True}), COUNTER, 10_000)
+    m = ctx.messages
+    assert m[0] == {"role": "system", "content": SYSTEM}
+    assert m[1]["role"] == "system" and "messages 1-8" in m[1]["content"] and "the user runs nginx" in m[1]["content"]
+    assert m[2]["role"] == "system" and "[Recalled from 2026-01-01 10:00 UTC]" in m[2]["content"]
+    assert m[3:-1] == turns[0].messages + turns[1].messages
+    assert m[-1] == {"role": "user", "content": "now?"}
+    assert ctx.metadata["summary_used"] == 8 and ctx.metadata["recalled"] == [1]
+    assert ctx.metadata["summary_fallback"] is True and ctx.metadata["turns_kept"] == 2
