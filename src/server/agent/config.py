@@ -43,7 +43,7 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 _LLM_KEYS = {"provider", "base_url", "api_key", "model", "models", "temperature", "max_tokens",
-             "request_timeout_s", "retries", "retry_backoff_s", "retry_max_delay_s", "max_context_tokens"}
+             "request_timeout_s", "retries", "retry_backoff_s", "retry_max_delay_s"}
 _AGENT_KEYS = {"system_prompt", "max_iterations", "tool_timeout_s", "stream_chunk_chars"}
 
 
@@ -61,7 +61,6 @@ class LLMConfig:
     retries: int = 3
     retry_backoff_s: float = 0.5
     retry_max_delay_s: float = 20.0
-    max_context_tokens: int = 16000
 
     def __repr__(self) -> str:
         key = "set" if self.api_key else "unset"
@@ -136,7 +135,6 @@ class LLMConfig:
             retries=get_int("llm", d, "retries", 3, 0, 10),
             retry_backoff_s=get_float("llm", d, "retry_backoff_s", 0.5, 0.0, 60.0),
             retry_max_delay_s=get_float("llm", d, "retry_max_delay_s", 20.0, 0.0, 600.0),
-            max_context_tokens=get_int("llm", d, "max_context_tokens", 16000, 256, 10_000_000),
         )
 
 
