@@ -169,7 +169,7 @@ def _history(d: dict[str, Any], zh: bool) -> str:
     lines = [_j(zh, f"Found {len(hits)} earlier message(s) about '{q}':", f"找到 {len(hits)} 条与“{q}”相关的历史消息：")]
     for h in hits:
         title = h.get("title") or h.get("session_id", "")
-        when = str(h.get("timestamp", ""))[:16].replace("T", " ")
+        when = str(h.get("timestamp") or h.get("time") or "")[:16].replace("T", " ")   # storage / memory hits
         role = h.get("role", "")
         text = h.get("snippet") or h.get("content") or h.get("text") or ""
         lines.append(f"- [{title}] {role} {when}: {text}".replace("  ", " "))
