@@ -14,9 +14,10 @@ Measured, in the same run:
   turns so drift hits both), (b) the scripted server's own time per request (request read to last byte
   written). (a) is the target figure: it charges the openai client's own cost to the LLM, (b) to the server.
 - **deltas relayed per second per stream**: one answer of ``--deltas`` small deltas, counted by the
-  client from the first ANSWER_DELTA to the last, beside the openai client reading the same stream
-  directly (the ceiling the openai client allows), and beside a second server subprocess whose agent
-  is the test kit's EchoAgent (``!tokens N``: the server's own relay rate, no openai client involved).
+  client from the first ANSWER_DELTA to the last, beside the openai client's typed stream reading the
+  same stream directly (the ceiling before the agent read raw SSE, docs/agent.md), and beside a second
+  server subprocess whose agent is the test kit's EchoAgent (``!tokens N``: the server's own relay rate,
+  no openai client involved).
 
     .venv/bin/python bench/turns.py [--turns 300] [--deltas 20000] [--durability fsync|batched]
 """

@@ -4,7 +4,6 @@ from __future__ import annotations
 import random
 from email.utils import format_datetime
 from datetime import datetime, timedelta, timezone
-from types import SimpleNamespace as NS
 
 import httpx2
 import openai
@@ -13,7 +12,8 @@ from server.agent.llm_support import RetryPolicy, ToolCallAssembler, Usage, is_r
 
 
 def delta(index=None, id=None, name=None, arguments=None):
-    return NS(index=index, id=id, function=NS(name=name, arguments=arguments))
+    """A streamed tool-call delta as decoded from JSON (absent fields are null or missing)."""
+    return {"index": index, "id": id, "function": {"name": name, "arguments": arguments}}
 
 
 def test_assembler_by_index_interleaved():
@@ -73,7 +73,8 @@ def test_backoff_grows_with_jitter_and_is_capped():
 
 def test_usage_totals():
     u = Usage()
-    u.add(NS(prompt_tokens=3, completion_tokens=2, total_tokens=5))
+    u.add({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5})
     u.add(None)
-    assert u.to_dict() == {"llm_calls": 2, "prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    u.add({"prompt_tokens": "many", "completion_tokens": None, "total_tokens": 1, "extra": {"cached": 1}})
+    assert u.to_dict() == {"llm_calls": 3, "prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 6}
     assert Usage().to_dict() == {"llm_calls": 0}

@@ -13,8 +13,10 @@ from typing import Any
 from urllib.parse import urlparse
 
 import openai
+import orjson
 
 from server.agent.base import AgentError
+from server.agent.chat_stream import StreamInterrupted
 from server.tools.registry import new_call_id
 
 
@@ -37,25 +39,31 @@ class ToolCallAssembler:
         self._last: int | None = None
 
     def add(self, deltas: list[Any]) -> None:
+        """Merge the ``tool_calls`` list of one streamed delta (plain dicts, as decoded from JSON)."""
         for tc in deltas:
-            index = getattr(tc, "index", None)
-            tc_id = getattr(tc, "id", None)
-            if index is None:
+            if not isinstance(tc, dict):
+                continue
+            index = tc.get("index")
+            tc_id = tc.get("id")
+            if not isinstance(index, int):
                 if self._last is None or (tc_id and self._slots[self._last].id and tc_id != self._slots[self._last].id):
                     index = len(self._slots)
                 else:
                     index = self._last
             slot = self._slots.setdefault(index, AssembledCall(index))
             self._last = index
-            if tc_id:
+            if tc_id and isinstance(tc_id, str):
                 slot.id = tc_id
-            fn = getattr(tc, "function", None)
-            if fn is not None:
-                if fn.name:
+            fn = tc.get("function")
+            if isinstance(fn, dict):
+                name = fn.get("name")
+                if name and isinstance(name, str):
                     # Most servers send the name once; a few repeat it in every delta.
-                    slot.name = fn.name if not slot.name or slot.name == fn.name else slot.name + fn.name
-                if fn.arguments:
-                    slot.arguments += fn.arguments
+                    slot.name = name if not slot.name or slot.name == name else slot.name + name
+                arguments = fn.get("arguments")
+                if arguments:
+                    # Off-spec non-string arguments are kept as JSON text rather than failing the turn.
+                    slot.arguments += arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
 
     def calls(self) -> list[AssembledCall]:
         """The calls in index order; missing ids get a stable generated one."""
@@ -80,14 +88,15 @@ class Usage:
     llm_calls: int = 0
     reported: bool = False
 
-    def add(self, usage: Any | None) -> None:
+    def add(self, usage: dict[str, Any] | None) -> None:
+        """Count one LLM call and its ``usage`` object (a dict as decoded from JSON; None: not reported)."""
         self.llm_calls += 1
-        if usage is None:
+        if not isinstance(usage, dict):
             return
         self.reported = True
-        self.prompt_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
-        self.completion_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
-        self.total_tokens += int(getattr(usage, "total_tokens", 0) or 0)
+        self.prompt_tokens += _count(usage.get("prompt_tokens"))
+        self.completion_tokens += _count(usage.get("completion_tokens"))
+        self.total_tokens += _count(usage.get("total_tokens"))
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"llm_calls": self.llm_calls}
@@ -95,6 +104,10 @@ class Usage:
             d.update(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
                      total_tokens=self.total_tokens)
         return d
+
+
+def _count(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
 @dataclass(slots=True)
@@ -184,6 +197,8 @@ def to_agent_error(exc: BaseException, base_url: str, timeout_s: float, secret: 
             hint = " (check the model name and base_url)"
         return AgentError("LLM_ERROR", f"the model endpoint {host} returned HTTP {exc.status_code}{hint}: "
                                        f"{detail}{tries}")
+    if isinstance(exc, StreamInterrupted):
+        return AgentError("LLM_ERROR", f"the connection to the model endpoint {host} was lost mid-answer{tries}")
     if isinstance(exc, openai.APIConnectionError):
         return AgentError("LLM_ERROR", f"cannot connect to the model endpoint {host}{tries}")
     if isinstance(exc, openai.APIError):

@@ -5,10 +5,13 @@ run the step's tool calls concurrently, append the assistant message and the too
 After ``max_iterations`` steps one last call without tool use asks for an answer with what it has.
 The SDK's own retries are off: 429, 5xx and connection errors are retried here with exponential
 backoff and jitter (retry-after honoured) as long as no text of the step has been relayed yet.
+Streams are opened through the SDK's raw-response API and decoded by ``chat_stream`` into plain
+dicts (the SDK's typed chunk objects would cap a stream at a few thousand chunks per second).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
@@ -16,6 +19,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 import openai
 
 from server.agent.base import TurnRequest, TurnResult, TurnSink
+from server.agent.chat_stream import iter_chunks
 from server.agent.config import AgentConfig, LLMConfig
 from server.agent.llm_support import (AssembledCall, RetryPolicy, ToolCallAssembler, Usage, endpoint_host,
                                       is_retryable, retry_after, to_agent_error)
@@ -35,7 +39,7 @@ class StepResult:
     text: str = ""
     calls: list[AssembledCall] = field(default_factory=list)
     finish_reason: str | None = None
-    usage: Any = None
+    usage: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -132,56 +136,59 @@ class OpenAIAgent:
             kwargs["tools"], kwargs["tool_choice"] = tools, tool_choice
 
         async def attempt() -> StepResult:
-            stream = await self._open_stream(kwargs)
-            return await self._consume(stream, sink, turn, tool_choice != "none")
+            async with contextlib.AsyncExitStack() as stack:
+                response = await self._open_stream(stack, kwargs)
+                return await self._consume(response, sink, turn, tool_choice != "none")
         # Retrying after text went out would repeat it to the user: only retry a silent step.
         return await self._with_retries(attempt, lambda: not turn.step_started)
 
-    async def _open_stream(self, kwargs: dict[str, Any]) -> Any:
+    async def _open_stream(self, stack: contextlib.AsyncExitStack, kwargs: dict[str, Any]) -> Any:
+        """Send the request; the raw streamed response (closed by ``stack``). Non-2xx raises APIStatusError."""
+        create = self.client.chat.completions.with_streaming_response.create
         if not self._stream_usage:
-            return await self.client.chat.completions.create(**kwargs)
+            return await stack.enter_async_context(create(**kwargs))
         try:
-            return await self.client.chat.completions.create(**kwargs, stream_options={"include_usage": True})
+            return await stack.enter_async_context(create(**kwargs, stream_options={"include_usage": True}))
         except openai.APIStatusError as e:
             if e.status_code not in (400, 422):
                 raise
             # Some compatible servers reject stream_options: retry once without it and remember.
-            stream = await self.client.chat.completions.create(**kwargs)
+            response = await stack.enter_async_context(create(**kwargs))
             self._stream_usage = False
             log.info("endpoint %s rejects stream_options; usage will not be streamed", endpoint_host(self.base_url))
-            return stream
+            return response
 
-    async def _consume(self, stream: Any, sink: TurnSink, turn: _TurnText, want_tools: bool) -> StepResult:
+    async def _consume(self, response: Any, sink: TurnSink, turn: _TurnText, want_tools: bool) -> StepResult:
+        """Relay the text deltas of one streamed completion (one ``sink.delta`` per chunk), assemble tool calls."""
         result, assembler = StepResult(), ToolCallAssembler()
         step_text: list[str] = []
-        try:
-            async for chunk in stream:
-                if getattr(chunk, "usage", None) is not None:
-                    result.usage = chunk.usage
-                for choice in chunk.choices or ():
-                    if choice.index not in (0, None):
-                        continue
-                    delta = choice.delta
-                    if delta is not None and delta.content:
-                        text = delta.content
-                        if not turn.step_started:
-                            turn.step_started = True
-                            await sink.status("generating")
-                            previous = turn.text()
-                            if previous and not previous.endswith("\n"):
-                                text = "\n\n" + text
-                        turn.parts.append(text)
-                        step_text.append(delta.content)
-                        await sink.delta(text)
-                    if delta is not None and delta.tool_calls:
-                        assembler.add(delta.tool_calls)
-                    if choice.finish_reason:
-                        result.finish_reason = choice.finish_reason
-        finally:
-            try:
-                await stream.close()
-            except Exception:  # closing a broken stream must not mask the real error
-                pass
+        async with contextlib.aclosing(iter_chunks(response)) as batches:
+            async for batch in batches:
+                for chunk in batch:
+                    usage = chunk.get("usage")
+                    if usage:
+                        result.usage = usage
+                    for choice in chunk.get("choices") or ():
+                        if type(choice) is not dict or choice.get("index") not in (0, None):
+                            continue
+                        delta = choice.get("delta")
+                        if type(delta) is dict:
+                            content = delta.get("content")
+                            if content and type(content) is str:
+                                text = content
+                                if not turn.step_started:
+                                    turn.step_started = True
+                                    await sink.status("generating")
+                                    previous = turn.text()
+                                    if previous and not previous.endswith("\n"):
+                                        text = "\n\n" + content
+                                turn.parts.append(text)
+                                step_text.append(content)
+                                await sink.delta(text)
+                            if delta.get("tool_calls"):
+                                assembler.add(delta["tool_calls"])
+                        if choice.get("finish_reason"):
+                            result.finish_reason = choice["finish_reason"]
         result.text = "".join(step_text)
         if want_tools:
             result.calls = assembler.calls()
