@@ -5,6 +5,10 @@ decode the same frames, measured in the same run. The codec is measured with raw
 (``send_raw`` / a v2 connection: framing, seq numbering and checking, events) and with JSON (v3:
 orjson encode/decode, object check). "bare+orjson" rows are a second reference: the baseline plus
 orjson, i.e. the floor for any JSON codec. Target: codec >= 0.5x the bare baseline for small frames.
+The "ping" rows are the server's hot path: PING frames in, PONG frames out, 1 or 16 per read, with
+``receive_and_pong`` beside a bare echo (unpack, slice, pack a reply header around the payload).
+Each function runs once untimed, then the implementations run round-robin; the best time is kept
+(noise on a shared machine only ever adds time).
 
 Run: .venv/bin/python bench/codec.py [--quick]
 """
@@ -42,6 +46,8 @@ def measure(fns: dict[str, Callable[[], object]], repeats: int) -> list[tuple[st
 
     Returns (name, seconds, seconds of the first function = the baseline).
     """
+    for fn in fns.values():  # warm-up
+        fn()
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(repeats):
         for name, fn in fns.items():
@@ -52,13 +58,13 @@ def measure(fns: dict[str, Callable[[], object]], repeats: int) -> list[tuple[st
     return [(name, seconds, base) for name, seconds in best.items()]
 
 
-def bare_encode(payloads: list[bytes]) -> list[bytes]:
+def bare_encode(payloads: list[bytes], type_code: int = 0x34) -> list[bytes]:
     pack = HEADER.pack
     out = []
     append = out.append
     seq = 0
     for p in payloads:
-        append(pack(0x34, seq, len(p)) + p)
+        append(pack(type_code, seq, len(p)) + p)
         seq = (seq + 1) & 0xFFFF
     return out
 
@@ -131,6 +137,60 @@ def codec_decode_reads(reads: list[bytes], version: ProtocolVersion) -> int:
     return count
 
 
+def bare_echo_reads(reads: list[bytes]) -> int:
+    """Bare PING echo: unpack + slice + a reply header packed around the payload, one join per read."""
+    unpack, pack = HEADER.unpack_from, HEADER.pack
+    seq = count = 0
+    for data in reads:
+        out = []
+        append = out.append
+        pos, n = 0, len(data)
+        last = n - 5
+        while pos <= last:
+            t, _, ln = unpack(data, pos)
+            start = pos + 5
+            end = start + ln
+            if end > n:
+                break
+            append(pack(0x24, seq, ln) + data[start:end])
+            seq = (seq + 1) & 0xFFFF
+            pos = end
+        count += len(out)
+        b"".join(out)
+    return count
+
+
+def codec_pong_reads(reads: list[bytes]) -> int:
+    conn = Connection(Role.SERVER, version=ProtocolVersion.V3)
+    receive = conn.receive_and_pong
+    time = "2026-11-22T10:15:00.123456+00:00"
+    count = 0
+    for data in reads:
+        out: list[bytes] = []
+        if receive(data, time, out):
+            raise AssertionError("every PING should have been answered")
+        count += len(out)
+        b"".join(out)
+    return count
+
+
+def run_ping(count: int, repeats: int) -> list[tuple]:
+    """PING frames answered, 1 or 16 per read; ``{"id":N}`` as orjson writes it, and spaced out."""
+    rows = []
+    for spelling, fmt in (("", b'{"id":%d}'), (", spaced", b'{"id": %d}')):
+        frames = bare_encode([fmt % i for i in range(count)], 0x23)  # PING
+        stream_len = sum(map(len, frames))
+        for per_read in (1, 16):
+            reads = [b"".join(frames[i:i + per_read]) for i in range(0, count, per_read)]
+            assert codec_pong_reads(reads) == bare_echo_reads(reads) == count
+            fns = {f"bare echo, {per_read}/read{spelling}": lambda reads=reads: bare_echo_reads(reads),
+                   f"codec receive_and_pong, {per_read}/read{spelling}":
+                       lambda reads=reads: codec_pong_reads(reads)}
+            rows += [(name, seconds, base, stream_len) for name, seconds, base in measure(fns, repeats)]
+    return [("ping ~10 B", "answer", name, count / sec, size / sec / 1e6, base / sec)
+            for name, sec, base, size in rows]
+
+
 def run(label: str, count: int, make_body: Callable[[int], dict], repeats: int) -> list[tuple]:
     bodies = [make_body(i) for i in range(count)]
     payloads = [orjson.dumps(b) for b in bodies]
@@ -165,12 +225,14 @@ def main() -> None:
     repeats = 3 if quick else 7
     rows = run("small ~100 B", 5_000 if quick else 50_000, small_body, repeats)
     rows += run("large 60 KiB", 50 if quick else 300, large_body, repeats)
+    rows += run_ping(5_000 if quick else 32_000, repeats)
     print(f"NPLT codec benchmark (Python {sys.version.split()[0]}, orjson {orjson.__version__}), "
           f"best of {repeats}")
-    print(f"{'frames':<13} {'op':<7} {'implementation':<34} {'frames/s':>12} {'MB/s':>9} {'x baseline':>10}")
+    print(f"{'frames':<13} {'op':<7} {'implementation':<40} {'frames/s':>12} {'MB/s':>9} {'x baseline':>10}")
     for label, op, name, fps, mbs, ratio in rows:
-        print(f"{label:<13} {op:<7} {name:<34} {fps:>12,.0f} {mbs:>9,.1f} {ratio:>10.2f}")
+        print(f"{label:<13} {op:<7} {name:<40} {fps:>12,.0f} {mbs:>9,.1f} {ratio:>10.2f}")
     small = {(op, name): ratio for label, op, name, _, _, ratio in rows if label.startswith("small")}
+    ping = {name: ratio for label, _, name, _, _, ratio in rows if label.startswith("ping")}
     print("small-frame target >= 0.5x: raw encode "
           f"{small['encode', 'codec raw (send_raw)']:.2f}x, raw decode "
           f"{small['decode', 'codec raw (v2), 64K reads']:.2f}x (64K reads) / "
@@ -178,6 +240,9 @@ def main() -> None:
           f"{small['encode', 'codec JSON (v3 send)']:.2f}x, JSON decode "
           f"{small['decode', 'codec JSON (v3), 64K reads']:.2f}x (orjson alone: "
           f"{small['decode', 'bare+orjson, 64K reads']:.2f}x)")
+    print(f"PING answered in the codec (receive_and_pong) vs a bare echo: "
+          f"{ping['codec receive_and_pong, 1/read']:.2f}x (1 per read), "
+          f"{ping['codec receive_and_pong, 16/read']:.2f}x (16 per read)")
 
 
 if __name__ == "__main__":

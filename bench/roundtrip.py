@@ -1,12 +1,16 @@
 """PING round trips per second: the NPLT server beside a bare asyncio echo server of the same framing.
 
-Both servers run in subprocesses (uvloop when installed, like ``nplt-server``); the load generator
-runs here. For 1 and 50 connections with 1 and 16 requests in flight, each connection sends PING
-frames (``{"id": n}``) and counts replies: the NPLT server answers each with a JSON PONG after
-decoding and validating the request; the bare server parses the same ``>BHH`` frames and echoes
-the payload back in a reply frame, doing nothing else. Target: NPLT >= 0.9x bare at 50 connections.
+Both servers run in subprocesses with the same event loop (uvloop when installed, like
+``nplt-server``); one load generator (this process, same loop) drives both the same way. For 1 and 50
+connections with 1 and 16 requests in flight, each connection sends PING frames (``{"id": n}``) and
+counts replies: the NPLT server answers each with a JSON PONG after decoding and validating the
+request; the bare server parses the same ``>BHH`` frames and echoes the payload back in a reply frame,
+doing nothing else. Each configuration runs ``--rounds`` times, alternating which server goes first,
+each run after a warm-up; the median is printed, with the CPU time per round trip spent by each
+server process and by the load generator (from the OS process accounting), which shows where the
+difference comes from. Target: NPLT >= 0.9x bare at 50 connections.
 
-    python bench/roundtrip.py [--seconds 1] [--rounds 3]
+    python bench/roundtrip.py [--seconds 1] [--rounds 5]
 """
 from __future__ import annotations
 
@@ -14,11 +18,14 @@ import argparse
 import asyncio
 import os
 import struct
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = struct.Struct(">BHH")
@@ -115,7 +122,9 @@ class PingClient(asyncio.Protocol):
             self.t.write(b"".join(self.ping() for _ in range(replies)))
 
 
-async def measure(port: int, conns: int, inflight: int, seconds: float, hello: bool) -> float:
+async def measure(port: int, conns: int, inflight: int, seconds: float, hello: bool,
+                  server: psutil.Process) -> tuple[float, float, float]:
+    """(round trips/s, server CPU us per round trip, load generator CPU us per round trip)."""
     loop = asyncio.get_running_loop()
     clients = []
     for _ in range(conns):
@@ -126,12 +135,15 @@ async def measure(port: int, conns: int, inflight: int, seconds: float, hello: b
         c.start()
     await asyncio.sleep(seconds * 0.2)  # warm-up
     start_count, t0 = sum(c.count for c in clients), time.perf_counter()
+    srv0, cli0 = sum(server.cpu_times()[:2]), time.process_time()
     await asyncio.sleep(seconds)
     done, elapsed = sum(c.count for c in clients) - start_count, time.perf_counter() - t0
+    srv_cpu, cli_cpu = sum(server.cpu_times()[:2]) - srv0, time.process_time() - cli0
     for c in clients:
         c.running = False
         c.t.close()
-    return done / elapsed
+    done = max(done, 1)
+    return done / elapsed, srv_cpu / done * 1e6, cli_cpu / done * 1e6
 
 
 def start(cmd: list[str], port_file: Path) -> tuple[subprocess.Popen, int]:
@@ -149,7 +161,7 @@ def start(cmd: list[str], port_file: Path) -> tuple[subprocess.Popen, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=1.0, help="measured seconds per round")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per configuration (best kept)")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating runs per configuration (median kept)")
     ap.add_argument("--echo-server", metavar="PORT_FILE", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.echo_server:
@@ -163,15 +175,29 @@ def main() -> None:
         nplt, nplt_port = start([sys.executable, "-m", "server.main", "--port", "0", "--port-file",
                                  str(tmpd / "nplt.port"), "--data-dir", str(tmpd / "data"), "--log-level",
                                  "error", "--max-clients", "1000"], tmpd / "nplt.port")
+        servers = {"bare": (bare_port, False, psutil.Process(bare.pid)),
+                   "nplt": (nplt_port, True, psutil.Process(nplt.pid))}
+        loop_name = type(new_loop()).__module__.split(".")[0]
+        print(f"PING round trips, {loop_name} loop, medians of {args.rounds} runs x {args.seconds:g} s; ratio ="
+              f" median of the paired nplt/bare ratios (range in brackets); CPU = microseconds of CPU per round"
+              f" trip of the server process (srv) and of the load generator (gen)")
+        print(f"{'conns':>5} {'in flight':>9} {'bare rt/s':>10} {'nplt rt/s':>10} {'ratio':>6} {'(range)':>11} "
+              f"{'srv CPU bare':>12} {'srv CPU nplt':>12} {'gen CPU bare':>12} {'gen CPU nplt':>12}")
         try:
-            print(f"{'conns':>5} {'in flight':>9} {'bare echo rt/s':>15} {'nplt rt/s':>12} {'ratio':>6}")
-            for conns, inflight in ((1, 1), (1, 16), (50, 1), (50, 16)):
-                b = n = 0.0
-                with asyncio.Runner(loop_factory=new_loop) as r:
-                    for _ in range(args.rounds):  # alternate, keep the best of each: less noise
-                        b = max(b, r.run(measure(bare_port, conns, inflight, args.seconds, hello=False)))
-                        n = max(n, r.run(measure(nplt_port, conns, inflight, args.seconds, hello=True)))
-                print(f"{conns:>5} {inflight:>9} {b:>15,.0f} {n:>12,.0f} {n / b:>6.2f}x", flush=True)
+            with asyncio.Runner(loop_factory=new_loop) as r:
+                for port, hello, proc in servers.values():  # warm both servers up, untimed
+                    r.run(measure(port, 50, 16, 0.5, hello, proc))
+                for conns, inflight in ((1, 1), (1, 16), (50, 1), (50, 16)):
+                    res: dict[str, list[tuple[float, float, float]]] = {"bare": [], "nplt": []}
+                    for i in range(args.rounds):  # alternate which server goes first
+                        for name in (("bare", "nplt") if i % 2 == 0 else ("nplt", "bare")):
+                            port, hello, proc = servers[name]
+                            res[name].append(r.run(measure(port, conns, inflight, args.seconds, hello, proc)))
+                    b, n = ([statistics.median(col) for col in zip(*res[k])] for k in ("bare", "nplt"))
+                    paired = sorted(rn[0] / rb[0] for rb, rn in zip(res["bare"], res["nplt"]))
+                    span = f"({paired[0]:.2f}-{paired[-1]:.2f})"
+                    print(f"{conns:>5} {inflight:>9} {b[0]:>10,.0f} {n[0]:>10,.0f} {statistics.median(paired):>5.2f}x "
+                          f"{span:>11} {b[1]:>12.2f} {n[1]:>12.2f} {b[2]:>12.2f} {n[2]:>12.2f}", flush=True)
         finally:
             for p in (bare, nplt):
                 p.terminate()

@@ -29,9 +29,11 @@ class Connection(Receiver):
     ``receive_data`` returns events; recoverable errors are ``InvalidMessage`` events, fatal ones
     raise ``ProtocolError`` (with ``.events`` = what was decoded before) and close the connection.
     After a clean EOF (``receive_data(b"")``) sending still works; receiving raises.
+    ``receive_and_pong`` (inherited) is ``receive_data`` answering well-formed v3 PINGs itself;
+    ``tx_seq`` is the seq of the next frame sent.
     """
 
-    __slots__ = ("role", "_tx_seq")
+    __slots__ = ("role",)
 
     def __init__(self, role: Role | str, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  max_buffer_size: int | None = None,
@@ -40,7 +42,11 @@ class Connection(Receiver):
         if self.role is Role.CLIENT and version is ProtocolVersion.UNKNOWN:
             version = ProtocolVersion.V3
         super().__init__(version, max_message_size, max_buffer_size)
-        self._tx_seq = 0                 # seq of the next sent frame
+
+    @property
+    def tx_seq(self) -> int:
+        """The seq the next frame sent on this connection will carry (read-only)."""
+        return self._tx_seq
 
     def set_legacy(self) -> None:
         """Server: the grace period expired with no frame, so this is a v2 connection.

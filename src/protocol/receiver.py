@@ -2,8 +2,10 @@
 
 Frames are parsed straight out of the received ``bytes`` with ``struct.unpack_from``. Only the
 partial frame at the end of a read is kept (as a list of pieces, joined once when it completes),
-and the common case (a complete, known, unfragmented frame) takes a short inline path.
-See docs/protocol.md §1-2 and §8.
+and the common case (a complete, known, unfragmented frame) takes a short inline path that builds
+the ``Message`` without calling its ``__init__`` (one Python frame less per message). On request the
+v3 path also answers well-formed PINGs itself (``Connection.receive_and_pong``).
+See docs/protocol.md §1-2, §5.5 and §8.
 """
 from __future__ import annotations
 
@@ -14,16 +16,23 @@ from .errors import ProtocolError, closed_error
 from .events import Event, InvalidMessage, Message
 from .frame import HEADER, HEADER_SIZE, MAX_FRAME
 from .jsonbody import decode_body, json_error, not_object
+from .pong import CANON_PING_MAX, MAX_ID_CHARS, RE_PREFIX, pong_parts
+from .pong import cache as _pong_cache
 
 DEFAULT_MAX_MESSAGE_SIZE = 8 << 20      # 8 MiB reassembled
 BUFFER_SLACK = 4096                     # added to the default max_buffer_size
 
 _FRAGMENT = int(MsgType.FRAGMENT)
 _HELLO = int(MsgType.HELLO)
+_PING = MsgType.PING
+_PONG = int(MsgType.PONG)
 _unpack_from = HEADER.unpack_from
+_pack = HEADER.pack
+_new = object.__new__                   # Message instances without a Python-level __init__ call
 # Enum member lookups cost ~100 ns each on Python 3.11: bind them once.
 _UNKNOWN, _V2, _V3 = ProtocolVersion.UNKNOWN, ProtocolVersion.V2, ProtocolVersion.V3
 _loads = orjson.loads
+_dumps = orjson.dumps
 _JSONDecodeError = orjson.JSONDecodeError
 
 _MEMBERS = {int(m): m for m in MsgType}
@@ -38,7 +47,7 @@ class Receiver:
     """Decoding state of one connection; ``Connection`` adds the sending side."""
 
     __slots__ = ("version", "max_message_size", "max_buffer_size", "seq_anomalies", "_pending",
-                 "_pending_len", "_rx_seq", "_parts", "_frag_size", "_discarding",
+                 "_pending_len", "_rx_seq", "_tx_seq", "_parts", "_frag_size", "_discarding",
                  "_discard_size", "_closed", "_eof")
 
     def __init__(self, version: ProtocolVersion, max_message_size: int,
@@ -56,6 +65,8 @@ class Receiver:
         self._pending: list[bytes] = []  # pieces of an incomplete frame carried over to the next
         self._pending_len = 0            # call; once 5 bytes are held, piece 0 holds the header
         self._rx_seq = 0                 # seq expected on the next received frame
+        self._tx_seq = 0                 # seq of the next sent frame (sent by Connection, and
+                                         # by the PING fast path here)
         self._parts: list[bytes] = []    # pieces of a fragmented message being reassembled
         self._frag_size = 0
         self._discarding = False         # dropping an over-size message up to its final frame
@@ -89,20 +100,121 @@ class Receiver:
 
     def receive_data(self, data: bytes) -> list[Event]:
         """Feed received bytes (any chunking); ``b""`` means the peer closed (EOF)."""
+        return self.receive_and_pong(data, None, None)
+
+    def receive_and_pong(self, data: bytes, time: str | None,
+                         out: list[bytes] | None) -> list[Event]:
+        """``receive_data`` that answers well-formed v3 PINGs itself (a server's hot path).
+
+        A v3 PING whose body is a JSON object with a valid ``"id"`` (docs/protocol.md §3) is not
+        reported: its PONG ``{"re": id, "time": time}`` (the bytes ``send(PONG, {...})`` would give,
+        framed like ``send_raw``) is appended to ``out`` (one bytes object per frame) as it is
+        decoded, so ``out`` is complete even when a fatal ProtocolError is raised later in the same
+        call. The caller must send it before anything it sends afterwards (the PONGs took the next
+        outgoing seqs). Everything else is returned as by ``receive_data``, including malformed
+        PINGs and the rare PING that is not answered here (split across reads, or fragmented): the
+        caller still answers PING events. On a v2 connection, or with ``out=None``, this is
+        ``receive_data``.
+        ``time``: a str of at most ``protocol.pong.MAX_PONG_TIME_CHARS`` characters (else
+        ValueError, raised before anything is consumed). The v3 frame loop is inline here, so a
+        read costs one Python call.
+        """
         if self._closed or self._eof:
             raise closed_error("data received after the connection was closed")
         if not data:
             return self._on_eof()
         if type(data) is not bytes:
             data = bytes(data)
+        if out is None:
+            ping = None                 # never a MsgType member: no frame is answered
+            fmt_int = tail = b""
+        else:                           # (checked before any state changes)
+            ping = _PING
+            parts = _pong_cache[0]
+            if parts[0] != time:
+                parts = pong_parts(time)
+            _, fmt_int, tail = parts
         events: list[Event] = []
         try:
             pos = self._complete_pending(data, events) if self._pending_len else 0
-            pos = self._parse(data, pos, events)
-            if pos < len(data):
+            version = self.version
+            if version is _UNKNOWN:
+                version = self._detect(data, pos)
+            n = len(data)
+            if version is _V3:
+                unpack = _unpack_from
+                loads = _loads
+                fast = _V3_FAST
+                maxsize = self.max_message_size
+                expected = self._rx_seq
+                tx = self._tx_seq
+                busy = self._frag_size or self._discarding
+                last = n - 5          # the last offset where a header can start
+                try:
+                    while pos <= last:
+                        t, seq, ln = unpack(data, pos)
+                        start = pos + 5
+                        end = start + ln
+                        if end > n:
+                            break
+                        if seq != expected and (seq or expected != 0x10000):  # (wrap: 65535 -> 0)
+                            raise _seq_error(expected & 0xFFFF, seq)
+                        expected = seq + 1      # masked once, when stored
+                        mt = fast[t]
+                        if mt is None or busy or ln > maxsize:
+                            event = self._v3_slow(t, seq, data[start:end])
+                            if event is not None:
+                                events.append(event)
+                            busy = self._frag_size or self._discarding
+                        else:
+                            if mt is ping and ln <= CANON_PING_MAX and data[end - 1] == 0x7D \
+                                    and data.startswith(b'{"id":', start, end):
+                                # the canonical PING, b'{"id":N}' as orjson writes it: answered
+                                # without building the object (the same outcome as below, faster)
+                                digits = data[start + 6:end - 1]
+                                if digits.isdigit() and (ln == 8 or digits[0] != 0x30):
+                                    pong = RE_PREFIX + digits + tail
+                                    out.append(_pack(_PONG, tx, len(pong)) + pong)
+                                    tx = (tx + 1) & 0xFFFF
+                                    pos = end
+                                    continue
+                            try:
+                                body = loads(data[start:end])
+                            except _JSONDecodeError as exc:
+                                events.append(json_error(mt, seq, data[start:end], exc))
+                            else:
+                                if type(body) is not dict:
+                                    events.append(not_object(mt, seq, body))
+                                else:
+                                    if mt is ping:
+                                        rid = body.get("id")
+                                        if type(rid) is int and rid >= 0:
+                                            pong = fmt_int % rid
+                                        elif type(rid) is str and 0 < len(rid) <= MAX_ID_CHARS:
+                                            pong = RE_PREFIX + _dumps(rid) + tail
+                                        else:
+                                            pong = None  # reported: the caller answers the error
+                                        if pong is not None:
+                                            out.append(_pack(_PONG, tx, len(pong)) + pong)
+                                            tx = (tx + 1) & 0xFFFF
+                                            pos = end
+                                            continue
+                                    msg = _new(Message)  # no __init__ call: one Python frame less
+                                    msg.type = mt
+                                    msg.body = body
+                                    msg.seq = seq
+                                    events.append(msg)
+                        pos = end
+                finally:
+                    self._rx_seq = expected & 0xFFFF
+                    self._tx_seq = tx
+            elif version is _V2:
+                pos = self._parse_v2(data, pos, events)
+            if pos < n:
                 self._pending.append(data[pos:])
-                self._pending_len += len(data) - pos
-            if self._pending_len + self._frag_size > self.max_buffer_size:
+                self._pending_len += n - pos
+            # (with nothing pending, _v3_slow already keeps _frag_size within max_buffer_size)
+            if self._pending_len and self._pending_len + self._frag_size > self.max_buffer_size:
                 raise ProtocolError(
                     ErrorCode.BUFFER_OVERFLOW,
                     f"{self.bytes_buffered} bytes buffered, over max_buffer_size "
@@ -174,59 +286,13 @@ class Receiver:
         else:
             events.append(Message(_V2_TYPE[t], payload, seq))
 
-    def _parse(self, data: bytes, pos: int, events: list[Event]) -> int:
-        """Decode every complete frame of ``data`` from ``pos``; return where parsing stopped."""
-        if self.version is _UNKNOWN:
-            if len(data) - pos < HEADER_SIZE:
-                return pos
+    def _detect(self, data: bytes, pos: int) -> ProtocolVersion:
+        """Server, version still UNKNOWN: the first complete frame decides (HELLO -> V3, else V2)."""
+        if len(data) - pos >= HEADER_SIZE:
             t, _, ln = _unpack_from(data, pos)
-            if pos + HEADER_SIZE + ln > len(data):
-                return pos
-            self.version = _V3 if t == _HELLO else _V2
-        if self.version is _V3:
-            return self._parse_v3(data, pos, events)
-        return self._parse_v2(data, pos, events)
-
-    def _parse_v3(self, data: bytes, pos: int, events: list[Event]) -> int:
-        n = len(data)
-        append = events.append
-        unpack = _unpack_from
-        loads = _loads
-        fast = _V3_FAST
-        expected = self._rx_seq
-        maxsize = self.max_message_size
-        busy = self._frag_size or self._discarding
-        last = n - 5                    # the last offset where a header can start
-        try:
-            while pos <= last:
-                t, seq, ln = unpack(data, pos)
-                start = pos + 5
-                end = start + ln
-                if end > n:
-                    break
-                if seq != expected:
-                    raise _seq_error(expected, seq)
-                expected = (seq + 1) & 0xFFFF
-                mt = fast[t]
-                if mt is None or busy or ln > maxsize:
-                    event = self._v3_slow(t, seq, data[start:end])
-                    if event is not None:
-                        append(event)
-                    busy = self._frag_size or self._discarding
-                else:
-                    try:
-                        body = loads(data[start:end])
-                    except _JSONDecodeError as exc:
-                        append(json_error(mt, seq, data[start:end], exc))
-                    else:
-                        if type(body) is dict:
-                            append(Message(mt, body, seq))
-                        else:
-                            append(not_object(mt, seq, body))
-                pos = end
-        finally:
-            self._rx_seq = expected
-        return pos
+            if pos + HEADER_SIZE + ln <= len(data):
+                self.version = _V3 if t == _HELLO else _V2
+        return self.version
 
     def _v3_slow(self, t: int, seq: int, payload: bytes) -> Event | None:
         """FRAGMENT frames, final frames of fragmented messages, unknown codes, over-size frames."""
@@ -278,6 +344,8 @@ class Receiver:
         append = events.append
         unpack = _unpack_from
         types = _V2_TYPE
+        new = _new
+        message = Message
         expected = self._rx_seq
         maxsize = self.max_message_size
         anomalies = 0
@@ -289,16 +357,20 @@ class Receiver:
                 end = start + ln
                 if end > n:
                     break
-                if seq != expected:
+                if seq != expected and (seq or expected != 0x10000):  # (wrapped: 65535 -> 0)
                     anomalies += 1
-                expected = (seq + 1) & 0xFFFF
+                expected = seq + 1              # masked once, when stored
                 if t == 127 or ln > maxsize:    # FRAGMENT (0x7F) or over the cap
                     append(self._v2_slow(t, seq, ln))
                 else:
-                    append(Message(types[t], data[start:end], seq))
+                    msg = new(message)
+                    msg.type = types[t]
+                    msg.body = data[start:end]
+                    msg.seq = seq
+                    append(msg)
                 pos = end
         finally:
-            self._rx_seq = expected
+            self._rx_seq = expected & 0xFFFF
             self.seq_anomalies += anomalies
         return pos
 

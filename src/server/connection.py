@@ -1,10 +1,12 @@
 """ServerConnection: one client connection (asyncio.Protocol) around the sans-IO protocol.Connection.
 
 ``data_received`` feeds the codec and dispatches each message without awaiting; requests run as tasks
-bounded by ``max_pending_requests``. Writes are batched (one ``transport.write`` per loop iteration, or
-at once past ``FLUSH_BYTES``); reading pauses while the transport is over its high-water mark, and a
-client whose transport buffer (what the kernel would not take) exceeds ``max_output_buffer`` when more
-output is queued is dropped with SLOW_CONSUMER (one message may go over the cap, never two). Timers: the
+bounded by ``max_pending_requests``. Once the handshake is done, well-formed PINGs are answered by the
+codec itself (``receive_and_pong``: no event, no task, PONG bytes straight into the write batch).
+Writes are batched (one ``transport.write`` per ``data_received`` call or loop iteration, or at once
+past ``FLUSH_BYTES``); reading pauses while the transport is over its high-water mark, and a client
+whose transport buffer (what the kernel would not take) exceeds ``max_output_buffer`` when more output
+is queued is dropped with SLOW_CONSUMER (one message may go over the cap, never two). Timers: the
 legacy grace period (no HELLO in time -> v2), the handshake timeout, and idle detection with a
 server PING after ``ping_interval_s`` of silence.
 """
@@ -95,31 +97,23 @@ class ServerConnection(asyncio.Protocol):
         self.last_rx = self.loop.time()
         self._ping_sent = False
         self._in_rx = True  # replies written meanwhile go out in one write at the end
+        out = self._out
         try:
             try:
-                events = self.codec.receive_data(data)
+                if self.ready and self.legacy is None and self._grace is None:
+                    # hot path: the codec answers well-formed PINGs itself, PONGs straight into out
+                    events = self.codec.receive_and_pong(data, iso_now(), out)
+                else:
+                    events = self.codec.receive_data(data)
             except ProtocolError as exc:
                 self._handle(exc.events)
                 self.fatal(exc.code, exc.message)
                 return
-            if not events:
-                return
-            if not self.ready or self.legacy is not None or self._grace is not None:
+            if events:
                 self._handle(events)
-                return
-            out, send_raw = self._out, self.codec.send_raw
-            for ev in events:  # the common case, inlined: PINGs answered here, the rest dispatched
-                if self.closing:
-                    return
-                if ev.type == _PING and type(ev) is Message:
-                    rid = ev.body.get("id")
-                    if type(rid) is int and rid >= 0 or type(rid) is str and 0 < len(rid) <= 64:
-                        out.append(send_raw(_PONG, _dumps({"re": rid, "time": iso_now()})))
-                        continue
-                self._on_v3(ev)
         finally:
             self._in_rx = False
-            if self._out and not self.closing:
+            if out and not self.closing:
                 self._flush()
 
     def eof_received(self) -> bool | None:
@@ -293,7 +287,7 @@ class ServerConnection(asyncio.Protocol):
         if self.legacy is None and self.codec.version is not ProtocolVersion.V2:
             payload = _dumps({"re": re, "code": str(code), "message": message, "fatal": True})
             if self.codec.closed:  # a fatal receive error closed the codec: frame it by hand
-                self._out.append(encode_frame(_ERROR, getattr(self.codec, "_tx_seq", 0), payload))
+                self._out.append(encode_frame(_ERROR, self.codec.tx_seq, payload))
             else:
                 self._out.append(self.codec.send_raw(_ERROR, payload))
         self.close()
