@@ -31,6 +31,9 @@ def assemble_and_check(rng: random.Random, history: list[ChatMessage], budget: i
         summary = SummaryRecord(rand_text(rng, 1, rng.choice((20, 400, 3000))), 1, history[0].id)
     excerpts = [Excerpt([rng.randint(1, 99)], "[Recalled from 2026-01-01 10:00 UTC] User: " + rand_text(rng, 1, 80))
                 for _ in range(rng.randint(0, 3))]
+    if rng.random() < 0.5:                       # counted excerpts: the assembler adds their counts up
+        for e in excerpts:
+            e.tokens = COUNTER.count(e.text)
     new = rand_text(rng, 1, rng.choice((10, 100, 6000)))
     system = SYSTEM if rng.random() < 0.9 else SYSTEM * rng.choice((1, 200))
     ctx = assemble(Parts(system, new, summary, excerpts, window, {"summary_fallback": False}), COUNTER, budget)

@@ -132,7 +132,7 @@ def test_config_defaults():
     assert (cfg.recall.enabled, cfg.recall.k, cfg.recall.token_budget) == (True, 4, 800)
     assert cfg.recall.embeddings.enabled is False
     assert (cfg.context.recent_turns, cfg.context.window, cfg.context.reserve_output_tokens) == (5, 16000, 1024)
-    assert cfg.context.budget == 16000 - 1024
+    assert cfg.context.budget == 16000 - 1024 and cfg.context.max_sessions_cached == 256
 
 
 def test_config_accepts_one_trigger_or_a_list_and_null_trim():
@@ -182,6 +182,7 @@ def test_config_accepts_one_trigger_or_a_list_and_null_trim():
     ({"context": {"recent_turns": 1.5}}, "context.recent_turns", "integer"),
     ({"context": {"max_input_tokens": 100}}, "context.max_input_tokens", "512..100000000"),
     ({"context": {"system_prompt": "x"}}, "context.system_prompt", "unknown key"),
+    ({"context": {"max_sessions_cached": 0}}, "context.max_sessions_cached", "1..100000"),
     ({"memory": {}}, "memory.memory", "unknown key"),
 ])
 def test_config_errors_are_precise(d, path, words):

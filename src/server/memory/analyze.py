@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
 from .stemmer import stem
 from .tokens import CJK_CLASS
@@ -52,10 +53,13 @@ def normalize(text: str) -> str:
     return unicodedata.normalize("NFKC", text).lower()
 
 
-def _word_terms(word: str, out: list[str]) -> None:
+@lru_cache(maxsize=65536)
+def _word_terms(word: str) -> tuple[str, ...]:
+    """Terms of one (lowercased) word: nothing for a stopword, else its stem (and a synonym's)."""
     word = word.replace("’", "'")
     if word in STOPWORDS:
-        return
+        return ()
+    out = []
     syn = SYNONYMS.get(word)
     if syn is not None:
         out.append(stem(syn))
@@ -64,6 +68,7 @@ def _word_terms(word: str, out: list[str]) -> None:
     word = word.replace("'", "")
     if word and word not in STOPWORDS:
         out.append(stem(word))
+    return tuple(out)
 
 
 def _cjk_terms(run: str, out: list[str]) -> None:
@@ -78,12 +83,11 @@ def analyze(text: str) -> list[str]:
     out: list[str] = []
     # "de-stress" is indexed as "destress", "de" and "stress".
     text = _HYPHENATED.sub(r"\1\2 \1 \2", normalize(text))
-    for m in _RUN_RE.finditer(text):
-        cjk, word = m.groups()
-        if cjk is not None:
+    for cjk, word in _RUN_RE.findall(text):
+        if cjk:
             _cjk_terms(cjk, out)
         else:
-            _word_terms(word, out)
+            out.extend(_word_terms(word))
     return out
 
 

@@ -1,15 +1,16 @@
 """An incremental BM25 index in pure Python: add or remove documents one at a time, query top-k.
 
 Documents are bags of terms with (possibly fractional) weights, so callers can weight fields
-(e.g. a neighbouring turn at half weight). Postings are ``term -> {doc_id: tf}``; a query only
-touches the postings of its own terms, which keeps it fast for tens of thousands of documents.
+(e.g. a neighbouring turn at half weight). Postings are ``term -> {group: {doc_id: tf}}``; a query
+only touches the postings of its own terms (and of one group when restricted), which keeps it fast
+for tens of thousands of documents.
 """
 from __future__ import annotations
 
 import heapq
 import math
 from collections import Counter
-from typing import Callable, Hashable, Iterable, Mapping
+from typing import Callable, Container, Hashable, Iterable, Mapping
 
 DEFAULT_K1 = 1.2
 DEFAULT_B = 0.75
@@ -22,15 +23,30 @@ def as_bag(terms: Iterable[str] | Mapping[str, float]) -> dict[str, float]:
     return {t: float(n) for t, n in Counter(terms).items()}
 
 
+ALL = object()       # ``group`` value meaning every group
+SLACK = 1e-9         # relative margin on pruning bounds (float rounding of sums in another order)
+
+
 class BM25Index:
-    """Okapi BM25 over an incrementally built collection."""
+    """Okapi BM25 over an incrementally built collection.
+
+    Each document may belong to a ``group`` (e.g. a chat session): postings are kept per group, so
+    a query restricted to one group only walks that group's postings, while the collection
+    statistics (document count, document frequencies, average length) stay collection-wide --
+    a group-restricted search scores exactly as a filtered search over everything would.
+    """
 
     def __init__(self, k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> None:
         self.k1 = k1
         self.b = b
-        self._postings: dict[str, dict[Hashable, float]] = {}
+        self._postings: dict[str, dict[Hashable, dict[Hashable, float]]] = {}   # term -> group -> doc -> tf
+        self._df: dict[str, int] = {}
         self._doc_terms: dict[Hashable, dict[str, float]] = {}
         self._doc_len: dict[Hashable, float] = {}
+        self._group: dict[Hashable, Hashable] = {}
+        self._group_size: dict[Hashable, int] = {}
+        self._tf_max: dict[str, dict[Hashable, float]] = {}    # term -> group -> highest tf (never lowered)
+        self._min_len: dict[Hashable, float] = {}               # group -> shortest length (never raised)
         self._total_len = 0.0
         self._seq: dict[Hashable, int] = {}
         self._next_seq = 0
@@ -41,31 +57,83 @@ class BM25Index:
     def __contains__(self, doc_id: Hashable) -> bool:
         return doc_id in self._doc_len
 
-    def add(self, doc_id: Hashable, terms: Iterable[str] | Mapping[str, float]) -> None:
-        """Index one document (replacing any earlier version with the same id)."""
-        if doc_id in self._doc_len:
+    def add(self, doc_id: Hashable, terms: Iterable[str] | Mapping[str, float], group: Hashable = None) -> None:
+        """Index one document (replacing any earlier version with the same id; only the terms
+        that changed are touched, and the document counts as newly added for ties)."""
+        old = self._doc_terms.get(doc_id)
+        if old is not None and self._group[doc_id] != group:
             self.remove(doc_id)
+            old = None
         bag = as_bag(terms)
-        for term, tf in bag.items():
-            self._postings.setdefault(term, {})[doc_id] = tf
+        if old is None:
+            for term, tf in bag.items():
+                self._post(term, tf, doc_id, group)
+            self._group[doc_id] = group
+            self._group_size[group] = self._group_size.get(group, 0) + 1
+        else:
+            for term, tf in bag.items():
+                prev = old.get(term)
+                if prev is None:
+                    self._post(term, tf, doc_id, group)
+                elif prev != tf:
+                    self._postings[term][group][doc_id] = tf
+                    top = self._tf_max[term]
+                    if tf > top[group]:
+                        top[group] = tf
+            for term in old:
+                if term not in bag:
+                    self._unpost(term, doc_id, group)
+            self._total_len -= self._doc_len[doc_id]
         length = sum(bag.values())
+        if length < self._min_len.get(group, math.inf):
+            self._min_len[group] = length
         self._doc_terms[doc_id] = bag
         self._doc_len[doc_id] = length
         self._total_len += length
         self._seq[doc_id] = self._next_seq
         self._next_seq += 1
 
+    def _post(self, term: str, tf: float, doc_id: Hashable, group: Hashable) -> None:
+        groups = self._postings.get(term)
+        if groups is None:
+            groups = self._postings[term] = {}
+            self._tf_max[term] = {}
+        plist = groups.get(group)
+        if plist is None:
+            plist = groups[group] = {}
+        plist[doc_id] = tf
+        self._df[term] = self._df.get(term, 0) + 1
+        top = self._tf_max[term]
+        if tf > top.get(group, 0.0):
+            top[group] = tf
+
+    def _unpost(self, term: str, doc_id: Hashable, group: Hashable) -> None:
+        groups = self._postings.get(term)
+        plist = groups.get(group) if groups is not None else None
+        if plist is not None and plist.pop(doc_id, None) is not None:
+            self._df[term] -= 1
+            if not plist:
+                del groups[group]
+                del self._tf_max[term][group]
+                if not groups:
+                    del self._postings[term]
+                    del self._df[term]
+                    del self._tf_max[term]
+
     def remove(self, doc_id: Hashable) -> bool:
         """Drop one document; False if it was not indexed."""
         bag = self._doc_terms.pop(doc_id, None)
         if bag is None:
             return False
+        group = self._group.pop(doc_id)
         for term in bag:
-            plist = self._postings.get(term)
-            if plist is not None:
-                plist.pop(doc_id, None)
-                if not plist:
-                    del self._postings[term]
+            self._unpost(term, doc_id, group)
+        left = self._group_size[group] - 1
+        if left:
+            self._group_size[group] = left
+        else:
+            del self._group_size[group]
+            del self._min_len[group]
         self._total_len -= self._doc_len.pop(doc_id)
         del self._seq[doc_id]
         return True
@@ -75,11 +143,19 @@ class BM25Index:
         return self._doc_terms.get(doc_id, {})
 
     def doc_freq(self, term: str) -> int:
-        return len(self._postings.get(term, ()))
+        return self._df.get(term, 0)
+
+    def group_size(self, group: Hashable) -> int:
+        """Documents in ``group``."""
+        return self._group_size.get(group, 0)
 
     def scores(self, query: Iterable[str] | Mapping[str, float],
-               accept: Callable[[Hashable], bool] | None = None) -> dict[Hashable, float]:
-        """Score every document sharing a term with the query (query term weights multiply)."""
+               accept: Callable[[Hashable], bool] | None = None, *, group: Hashable = ALL,
+               skip: Container[Hashable] = ()) -> dict[Hashable, float]:
+        """Score every document sharing a term with the query (query term weights multiply).
+
+        Only documents of ``group`` (default: all), not in ``skip`` and accepted by ``accept`` count.
+        """
         n = len(self._doc_len)
         if n == 0:
             return {}
@@ -87,23 +163,109 @@ class BM25Index:
         k1, b = self.k1, self.b
         doc_len = self._doc_len
         out: dict[Hashable, float] = {}
+        get = out.get
         for term, qw in as_bag(query).items():
-            plist = self._postings.get(term)
-            if not plist:
+            groups = self._postings.get(term)
+            if not groups:
                 continue
-            df = len(plist)
-            weight = qw * math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-            for doc_id, tf in plist.items():
-                if accept is not None and not accept(doc_id):
+            if group is ALL:
+                plists: Iterable[dict[Hashable, float]] = groups.values()
+            else:
+                one = groups.get(group)
+                if one is None:
                     continue
-                norm = k1 * (1.0 - b + b * doc_len[doc_id] / avgdl)
-                out[doc_id] = out.get(doc_id, 0.0) + weight * tf * (k1 + 1.0) / (tf + norm)
+                plists = (one,)
+            df = self._df[term]
+            weight = qw * math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            for plist in plists:
+                for doc_id, tf in plist.items():
+                    if doc_id in skip or (accept is not None and not accept(doc_id)):
+                        continue
+                    norm = k1 * (1.0 - b + b * doc_len[doc_id] / avgdl)
+                    out[doc_id] = get(doc_id, 0.0) + weight * tf * (k1 + 1.0) / (tf + norm)
         return out
 
     def search(self, query: Iterable[str] | Mapping[str, float], k: int,
-               accept: Callable[[Hashable], bool] | None = None) -> list[tuple[Hashable, float]]:
-        """The top ``k`` (doc_id, score) pairs, best first; ties go to the newer document."""
+               accept: Callable[[Hashable], bool] | None = None, *, group: Hashable = ALL,
+               skip: Container[Hashable] = ()) -> list[tuple[Hashable, float]]:
+        """The top ``k`` (doc_id, score) pairs, best first; ties go to the newer document.
+
+        Restricted to one group without ``accept``, the search prunes (see ``_top_in_group``):
+        same result, much less work when common terms meet a few rare ones.
+        """
         if k <= 0:
             return []
         seq = self._seq
-        return heapq.nlargest(k, self.scores(query, accept).items(), key=lambda kv: (kv[1], seq[kv[0]]))
+        if group is not ALL and accept is None:
+            scored = self._top_in_group(as_bag(query), k, group, skip)
+        else:
+            scored = self.scores(query, accept, group=group, skip=skip)
+        return heapq.nlargest(k, scored.items(), key=lambda kv: (kv[1], seq[kv[0]]))
+
+    def _top_in_group(self, bag: dict[str, float], k: int, group: Hashable,
+                      skip: Container[Hashable]) -> dict[Hashable, float]:
+        """Exact scores of a superset of the top ``k`` documents of ``group`` (max-score pruning).
+
+        Terms are taken by decreasing upper bound of what they can add to one document
+        (``weight * f(highest tf, shortest length)``). Once the bounds of the terms left add up
+        to less than the k-th best partial score, no unseen document can reach the top k: the
+        remaining terms only update the documents already in play, dropping those that cannot
+        make it. The survivors are then scored exactly as ``scores`` does (same terms, same
+        order of additions), so scores and ties are bit-identical to a full scan.
+        """
+        n = len(self._doc_len)
+        min_len = self._min_len.get(group)
+        if n == 0 or min_len is None:
+            return {}
+        avgdl = (self._total_len / n) or 1.0
+        k1, b = self.k1, self.b
+        doc_len = self._doc_len
+        norm_min = k1 * (1.0 - b + b * min_len / avgdl)
+        terms = []                                # (term, weight, plist, bound) in query order
+        for term, qw in bag.items():
+            groups = self._postings.get(term)
+            plist = groups.get(group) if groups else None
+            if plist is None:
+                continue
+            df = self._df[term]
+            weight = qw * math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            tf = self._tf_max[term][group]
+            terms.append((term, weight, plist, weight * tf * (k1 + 1.0) / (tf + norm_min) * (1.0 + SLACK)))
+        order = sorted(terms, key=lambda t: -t[3])
+        rest = [0.0] * (len(order) + 1)
+        for j in range(len(order) - 1, -1, -1):
+            rest[j] = rest[j + 1] + order[j][3]
+        acc: dict[Hashable, float] = {}           # partial scores (rounding may differ: SLACK covers it)
+        theta = -math.inf
+        base, per_len = k1 * (1.0 - b), k1 * b / avgdl           # norm = base + per_len * length
+        for j, (_, weight, plist, _) in enumerate(order):
+            wk = weight * (k1 + 1.0)
+            if len(acc) >= k and rest[j] < max(acc.values()):      # else no document can be ruled out yet
+                theta = sorted(acc.values(), reverse=True)[k - 1] * (1.0 - SLACK)
+            if rest[j] < theta:                   # no unseen document can reach the top k
+                acc = {d: v for d, v in acc.items() if v + rest[j] >= theta}
+                if len(plist) < len(acc):
+                    hits = [(d, plist[d]) for d in plist if d in acc]
+                else:
+                    hits = [(d, plist[d]) for d in acc if d in plist]
+                for d, tf in hits:
+                    acc[d] += wk * tf / (tf + base + per_len * doc_len[d])
+            else:
+                get = acc.get
+                for d, tf in plist.items():
+                    if d not in skip:
+                        acc[d] = get(d, 0.0) + wk * tf / (tf + base + per_len * doc_len[d])
+        if len(acc) > k:                          # only those near the k-th best can be in the top k
+            cut = sorted(acc.values(), reverse=True)[k - 1] * (1.0 - SLACK)
+            acc = {d: v for d, v in acc.items() if v >= cut}
+        out: dict[Hashable, float] = {}
+        for d in acc:                             # exact: the additions of ``scores``, in query order
+            bag_d = self._doc_terms[d]
+            norm = k1 * (1.0 - b + b * doc_len[d] / avgdl)
+            total = 0.0
+            for term, weight, _, _ in terms:
+                tf = bag_d.get(term)
+                if tf is not None:
+                    total = total + weight * tf * (k1 + 1.0) / (tf + norm)
+            out[d] = total
+        return out

@@ -147,6 +147,7 @@ class ContextConfig:
     recent_turns: int = 5
     max_input_tokens: int | None = None       # the model window; None: DEFAULT_WINDOW_TOKENS
     reserve_output_tokens: int = 1024
+    max_sessions_cached: int = 256            # per-session views (uncovered messages) kept in memory
 
     @property
     def window(self) -> int:
@@ -160,11 +161,12 @@ class ContextConfig:
     @classmethod
     def from_dict(cls, d: dict) -> ContextConfig:
         s = "context"
-        check_keys(s, d, {"recent_turns", "max_input_tokens", "reserve_output_tokens"})
+        check_keys(s, d, {"recent_turns", "max_input_tokens", "reserve_output_tokens", "max_sessions_cached"})
         mit = d.get("max_input_tokens")
         out = cls(recent_turns=get_int(s, d, "recent_turns", 5, 0, 10_000),
                   max_input_tokens=None if mit is None else get_int(s, d, "max_input_tokens", 0, 512, 100_000_000),
-                  reserve_output_tokens=get_int(s, d, "reserve_output_tokens", 1024, 0, 100_000_000))
+                  reserve_output_tokens=get_int(s, d, "reserve_output_tokens", 1024, 0, 100_000_000),
+                  max_sessions_cached=get_int(s, d, "max_sessions_cached", 256, 1, 100_000))
         if out.budget < MIN_PROMPT_BUDGET:
             raise ConfigError(f"{s}.reserve_output_tokens",
                               f"leaves {out.budget} tokens of the {out.window}-token window for the prompt "

@@ -17,7 +17,7 @@ from server.agent.base import BuiltContext
 from server.agent.transcript import history_to_openai
 from storage.models import ChatMessage, SummaryRecord
 
-from .tokens import TokenCounter, message_tokens, truncate_to_tokens
+from .tokens import TokenCounter, message_tokens, splits_at_whitespace, truncate_to_tokens
 
 TRUNCATION_NOTE = "\n[message truncated to fit the model's context window]"
 SUMMARY_TRIMMED_NOTE = "\n[summary truncated to fit the context window]"
@@ -35,9 +35,10 @@ class Turn:
 
 @dataclass(slots=True)
 class Excerpt:
-    """One recalled turn, already formatted."""
+    """One recalled turn, already formatted (``tokens``: its count, when known)."""
     ids: list[int]
     text: str
+    tokens: int | None = None
 
 
 @dataclass(slots=True)
@@ -139,9 +140,13 @@ def recall_message(excerpts: list[Excerpt]) -> dict[str, Any]:
 
 
 class _Prompt:
-    """The current selection; each part's tokens are counted once (memoized) however often it is re-priced."""
+    """The current selection; each part's tokens are counted once (memoized) however often it is re-priced.
 
-    def __init__(self, parts: Parts, counter: TokenCounter) -> None:
+    ``stable``: a memo kept by the caller across prompts for the parts that rarely change (the
+    system prompt and the summary message), keyed like the per-prompt one.
+    """
+
+    def __init__(self, parts: Parts, counter: TokenCounter, stable: dict[tuple[str, str], int] | None) -> None:
         self.counter = counter
         self.system = parts.system_prompt
         self.summary = parts.summary
@@ -151,6 +156,8 @@ class _Prompt:
         self.new = parts.new_message
         self.base = counter.count_messages([])
         self._memo: dict[tuple[str, str], int] = {}
+        self._stable = stable if stable is not None else self._memo
+        self.additive = splits_at_whitespace(counter)
 
     def messages(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -165,21 +172,27 @@ class _Prompt:
         out.append({"role": "user", "content": self.new})
         return out
 
-    def _tokens(self, message: dict[str, Any]) -> int:
+    def _tokens(self, message: dict[str, Any], stable: bool = False) -> int:
+        memo = self._stable if stable else self._memo
         key = (message["role"], message["content"])     # str hashes are cached: lookups stay cheap
-        n = self._memo.get(key)
+        n = memo.get(key)
         if n is None:
-            n = self._memo[key] = message_tokens(self.counter, message)
+            n = memo[key] = message_tokens(self.counter, message)
         return n
 
     def estimate(self) -> int:
         n = self.base + sum(t.tokens for t in self.turns)
         if self.system:
-            n += self._tokens({"role": "system", "content": self.system})
+            n += self._tokens({"role": "system", "content": self.system}, True)
         if self.summary is not None and self.summary_text:
-            n += self._tokens(summary_message(self.summary, self.summary_text))
+            n += self._tokens(summary_message(self.summary, self.summary_text), True)
         if self.excerpts:
-            n += self._tokens(recall_message(self.excerpts))
+            if self.additive and all(e.tokens is not None for e in self.excerpts):
+                # the header message's tokens plus each excerpt's: they are joined at newlines
+                n += self._tokens({"role": "system", "content": RECALL_HEADER}, True) + \
+                    sum(e.tokens or 0 for e in self.excerpts)
+            else:
+                n += self._tokens(recall_message(self.excerpts))
         return n + self._tokens({"role": "user", "content": self.new})
 
 
@@ -191,16 +204,23 @@ def _shrink(counter: TokenCounter, text: str, excess: int, note: str) -> str:
     return truncate_to_tokens(counter, text, room) + note
 
 
-def assemble(parts: Parts, counter: TokenCounter, budget: int) -> BuiltContext:
-    """The prompt for one turn, at most ``budget`` tokens (by ``counter``), with its metadata."""
-    p = _Prompt(parts, counter)
+def assemble(parts: Parts, counter: TokenCounter, budget: int,
+             stable: dict[tuple[str, str], int] | None = None) -> BuiltContext:
+    """The prompt for one turn, at most ``budget`` tokens (by ``counter``), with its metadata.
+
+    ``stable``: optional memo of message tokens kept across calls (see ``_Prompt``). With an
+    ``additive`` counter the estimate is exact, so the whole prompt is not counted again.
+    """
+    p = _Prompt(parts, counter, stable)
+    exact = bool(getattr(counter, "additive", False))
     dropped = recall_dropped = 0
     flags = {"summary_trimmed": False, "message_truncated": False, "system_truncated": False}
     note_only = TRUNCATION_NOTE.strip()
     while True:
         total = p.estimate()
         if total <= budget:
-            total = counter.count_messages(p.messages())     # exact for non-additive counters
+            if not exact:
+                total = counter.count_messages(p.messages())     # exact for non-additive counters
             if total <= budget:
                 break
         excess = max(1, total - budget)

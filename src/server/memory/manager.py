@@ -9,7 +9,9 @@ results to the server:
   the summarizer failed ``max_failures_before_fallback`` times in a row (a ``NOTICE`` for clients).
 
 Indexes live in memory, one per user (LRU), filled from storage on first use and kept current
-by ``after_turn``; summarization runs in background tasks, at most one per session.
+by ``after_turn``; summarization runs in background tasks, at most one per session. Each active
+session has a ``SessionView`` (LRU of ``context.max_sessions_cached``): a turn reads only the
+messages stored since the previous one, and expands and counts each message once.
 """
 from __future__ import annotations
 
@@ -17,24 +19,27 @@ import asyncio
 import inspect
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from server.agent.base import BuiltContext
-from storage.models import ChatMessage, SessionRecord
+from storage.models import ChatMessage, SessionRecord, SummaryRecord
+from storage import HistoryStore
 
 from .config import MemoryConfig
-from .context import Excerpt, Parts, assemble, recent_turns
-from .embeddings import Embedder, EmbeddingError
-from .recall import RecallIndex, format_excerpt, rank_vectors, snippet, turn_docs
-from .summarizer import SummaryFailed, plan, summarize
+from .context import Excerpt, Parts, Turn, assemble, recent_turns
+from .embeddings import Embedder
+from .indexes import UserIndexes
+from .recall import excerpt_and_tokens, snippet
+from .summarizer import SummaryFailed, plan, plan_cut, summarize
 from .tokens import ApproxTokenCounter, TokenCounter
+from .view import SessionView
 
 log = logging.getLogger("nplt.memory")
 Notify = Callable[[str, str, dict], Any]
 MIN_EXCERPT_TOKENS = 24          # an excerpt smaller than this is not worth adding
 MIN_RELATIVE_SCORE = 0.3         # recalled turns score at least this share of the best one
-INDEX_CHUNK = 200                # turns indexed between two yields to the event loop
+STABLE_MEMO_SIZE = 64            # token counts of system prompts / summaries kept across prompts
 
 
 @dataclass
@@ -44,16 +49,6 @@ class _SessionState:
     fallback: bool = False
     task: asyncio.Task | None = None
     rerun: bool = False
-
-
-@dataclass
-class _UserIndex:
-    index: RecallIndex = field(default_factory=RecallIndex)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    counts: dict[str, int] = field(default_factory=dict)      # visible messages consumed per session
-    titles: dict[str, str] = field(default_factory=dict)
-    complete: bool = False                                    # every session of the user synced once
-    embed_task: asyncio.Task | None = None
 
 
 class MemoryManager:
@@ -70,7 +65,11 @@ class MemoryManager:
         self.counter: TokenCounter = token_counter or ApproxTokenCounter()
         emb = self.config.recall.embeddings
         self.embedder = embedder if embedder is not None else (Embedder(emb) if emb.enabled else None)
-        self._users: OrderedDict[str, _UserIndex] = OrderedDict()
+        self.indexes = UserIndexes(self.config.recall, store, self.embedder, self._spawn)
+        sync = getattr(store, "sync", None)
+        self._sync_store: HistoryStore | None = sync if isinstance(sync, HistoryStore) else None
+        self._views: OrderedDict[str, SessionView] = OrderedDict()
+        self._stable_tokens: dict[tuple[str, str], int] = {}
         self._sessions: dict[str, _SessionState] = {}
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
@@ -80,33 +79,102 @@ class MemoryManager:
                             model: str) -> BuiltContext:
         """System prompt + summary + recalled turns + recent turns + the new message, within budget."""
         cfg = self.config
-        record = await self.store.get(session_id)
-        summary = record.summary
-        msgs = await self.store.messages(session_id, after_id=summary.covers_to_id if summary else 0)
-        if summary is not None and record.message_count <= len(msgs):
-            summary = None                       # it only covers cleared messages
-        if new_message.id > 0:
-            msgs = [m for m in msgs if m.id < new_message.id]
-        window, older = recent_turns(msgs, cfg.context.recent_turns, self.counter)
+        record, view = await self.sync_view(session_id)
+        got = view.window(cfg.context.recent_turns, new_message.id, self.counter) if view is not None else None
+        if got is not None and view is not None:
+            summary = record.summary if view.summary_applies else None
+            window, older = got
+        else:                                     # deleted session, or the cached tail is too short
+            view = None
+            summary, window, older = await self._read_window(record, new_message)
         excerpts: list[Excerpt] = []
         if cfg.recall.enabled and cfg.recall.k and cfg.recall.token_budget and new_message.content.strip():
             exclude = {i for t in window for i in t.ids} | {new_message.id}
             try:
-                excerpts = await self._recall(record, user_id, new_message.content, exclude)
+                excerpts = await self._recall(record, user_id, new_message.content, exclude, view)
             except Exception:
                 log.exception("recall failed for session %s (prompt built without it)", session_id)
         state = self._sessions.get(session_id)
         flags = {"summary_fallback": bool(state and state.fallback), "turns_older": older}
         parts = Parts(self.system_prompt, new_message.content, summary, excerpts, window, flags)
-        return assemble(parts, self.counter, cfg.context.budget)
+        if len(self._stable_tokens) > STABLE_MEMO_SIZE:
+            self._stable_tokens.clear()
+        return assemble(parts, self.counter, cfg.context.budget, self._stable_tokens)
 
-    async def _recall(self, record: SessionRecord, user_id: str, query: str, exclude: set[int]) -> list[Excerpt]:
+    async def _read_window(self, record: SessionRecord, new_message: ChatMessage
+                           ) -> tuple[SummaryRecord | None, list[Turn], int]:
+        """The summary, recent window and older-turn count straight from storage (no view)."""
+        summary = record.summary
+        msgs = await self.store.messages(record.session_id, after_id=summary.covers_to_id if summary else 0)
+        if summary is not None and record.message_count <= len(msgs):
+            summary = None                       # it only covers cleared messages
+        if new_message.id > 0:
+            msgs = [m for m in msgs if m.id < new_message.id]
+        window, older = recent_turns(msgs, self.config.context.recent_turns, self.counter)
+        return summary, window, older
+
+    async def sync_view(self, session_id: str) -> tuple[SessionRecord, SessionView | None]:
+        """The session record and its ``SessionView``, brought up to date (None for a deleted session).
+
+        One read: the view's cached tail again plus the messages stored since the last sync; the
+        whole uncovered part is read again only when that does not add up (clear, restore) or the
+        summary moved backwards. Used by every turn; public for diagnostics and tests.
+        """
+        view = self._views.get(session_id)
+        if view is None:
+            view = self._views[session_id] = SessionView(self.config.context.recent_turns + 2)
+            while len(self._views) > self.config.context.max_sessions_cached:
+                self._views.popitem(last=False)
+        self._views.move_to_end(session_id)
+        async with view.lock:                     # the view changes only between awaits: always consistent
+            incremental = view.valid
+            record, msgs = await self._read(session_id, view.read_from() if incremental else None)
+            covers = record.summary.covers_to_id if record.summary else 0
+            if incremental and not record.deleted:
+                # view.valid is False if forget_session() ran meanwhile: start over as well
+                if view.valid and covers >= view.covers and view.merge(record, msgs, self.counter):
+                    if covers > view.covers:
+                        view.advance(covers)
+                    return record, view
+                record, msgs = await self._read(session_id, None)     # cleared or restored: start over
+                covers = record.summary.covers_to_id if record.summary else 0
+            if record.deleted:
+                view.valid = False
+                if self._views.get(session_id) is view:
+                    del self._views[session_id]
+                return record, None
+            view.reset(record, covers, msgs, self.counter)
+            return record, view
+
+    async def _read(self, session_id: str, after_id: int | None) -> tuple[SessionRecord, list[ChatMessage]]:
+        """The record and its visible messages with id > ``after_id`` (None: after the summary's
+        ``covers_to_id``). One worker-thread hop when the store exposes its synchronous
+        ``HistoryStore`` as ``.sync`` (``AsyncHistoryStore`` does), else two awaited calls."""
+        def after(record: SessionRecord) -> int:
+            if after_id is not None:
+                return after_id
+            return record.summary.covers_to_id if record.summary else 0
+
+        sync = self._sync_store
+        if sync is None:
+            record = await self.store.get(session_id)
+            return record, await self.store.messages(session_id, after_id=after(record))
+
+        def read() -> tuple[SessionRecord, list[ChatMessage]]:
+            record = sync.get(session_id)
+            return record, sync.messages(session_id, after_id=after(record))
+        return await asyncio.get_running_loop().run_in_executor(None, read)
+
+    async def _recall(self, record: SessionRecord, user_id: str, query: str, exclude: set[int],
+                      view: SessionView | None) -> list[Excerpt]:
         rc = self.config.recall
         session_id = record.session_id
-        uidx = self._user(user_id)
+        uidx = self.indexes.user(user_id)
         async with uidx.lock:
-            await self._sync(uidx, session_id, record)
-        vectors = await self._vector_ranking(uidx, query, session_id, exclude, rc.k)
+            await self.indexes.sync(uidx, session_id, record, view)
+        if not uidx.index.has_candidates(session_id, exclude):
+            return []                             # every turn of the session is in the window
+        vectors = await self.indexes.vector_ranking(uidx, query, session_id, exclude, rc.k)
         hits = uidx.index.search(query, rc.k, session_id=session_id, exclude=exclude, vector_ranking=vectors)
         if hits:                                  # weak matches only cost prompt tokens
             hits = [(d, s) for d, s in hits if s >= MIN_RELATIVE_SCORE * hits[0][1]]
@@ -116,132 +184,49 @@ class MemoryManager:
             share = remaining // (len(hits) - i)
             if share < MIN_EXCERPT_TOKENS:
                 break
-            text = format_excerpt(doc, self.counter, share)
-            remaining -= self.counter.count(text)
-            out.append(Excerpt(list(doc.ids), text))
+            text, tokens = excerpt_and_tokens(doc, self.counter, share)
+            remaining -= tokens
+            out.append(Excerpt(list(doc.ids), text, tokens))
         return out
 
-    # -- indexing ------------------------------------------------------------------------------
-    def _user(self, user_id: str) -> _UserIndex:
-        uidx = self._users.get(user_id)
-        if uidx is None:
-            uidx = self._users[user_id] = _UserIndex()
-            while len(self._users) > self.config.recall.max_users_cached:
-                self._users.popitem(last=False)
-        self._users.move_to_end(user_id)
-        return uidx
-
-    async def _sync(self, uidx: _UserIndex, session_id: str, record: SessionRecord | None = None) -> bool:
-        """Index the session's newly finished turns (rebuilding it after a clear/restore). Caller holds the lock.
-
-        Returns True when the session's documents changed.
-        """
-        index = uidx.index
-        if record is None:
-            record = await self.store.get(session_id)
-        if record.deleted:
-            had = session_id in index.indexed_upto
-            self.forget_session(session_id)
-            return had
-        uidx.titles[session_id] = record.title
-        upto = index.indexed_upto.get(session_id, 0)
-        new = await self.store.messages(session_id, after_id=upto)
-        rebuilt = record.message_count != uidx.counts.get(session_id, 0) + len(new)
-        if rebuilt:                               # messages hidden or restored since the last sync
-            index.remove_session(session_id)
-            uidx.counts[session_id] = 0
-            new = await self.store.messages(session_id)
-        docs, consumed = turn_docs(session_id, new, final=False)
-        for start in range(0, len(docs), INDEX_CHUNK):          # a big session must not stall the loop
-            if start:
-                await asyncio.sleep(0)
-            index.add_turns(session_id, docs[start:start + INDEX_CHUNK], 0)
-        if consumed:
-            index.add_turns(session_id, [], consumed)
-            uidx.counts[session_id] = uidx.counts.get(session_id, 0) + sum(1 for m in new if m.id <= consumed)
-        if docs and self.embedder is not None:
-            self._schedule_embeddings(uidx)
-        return rebuilt or bool(docs)
-
-    async def _sync_all(self, user_id: str, uidx: _UserIndex) -> None:
-        """First cross-session search: index every (recent) session of the user. Caller holds the lock."""
-        if uidx.complete:
-            return
-        limit = self.config.recall.max_sessions_indexed
-        cursor: str | None = None
-        records: list[SessionRecord] = []
-        while len(records) < limit:
-            page, cursor = await self.store.list(user_id, before=cursor, limit=min(100, limit - len(records)))
-            records.extend(page)
-            if cursor is None or not page:
-                break
-        for rec in records:
-            try:
-                await self._sync(uidx, rec.session_id)
-            except Exception:                     # one unreadable session must not hide the others
-                log.exception("cannot index session %s", rec.session_id)
-        uidx.complete = True
-
     def forget_session(self, session_id: str) -> None:
-        """Drop a session from every index (call on delete, purge or clear; the next use rebuilds)."""
-        for uidx in self._users.values():
-            uidx.index.remove_session(session_id)
-            uidx.counts.pop(session_id, None)
-            uidx.titles.pop(session_id, None)
-
-    # -- embeddings (optional) -----------------------------------------------------------------
-    def _schedule_embeddings(self, uidx: _UserIndex) -> None:
-        if self._closed or (uidx.embed_task is not None and not uidx.embed_task.done()):
-            return
-        uidx.embed_task = self._spawn(self._embed_pending(uidx))
-
-    async def _embed_pending(self, uidx: _UserIndex) -> None:
-        assert self.embedder is not None
-        size = self.config.recall.embeddings.batch_size
-        while True:
-            todo = [k for k in uidx.index.docs if k not in uidx.index.vectors][:size]
-            if not todo:
-                return
-            try:
-                vecs = await self.embedder.embed([uidx.index.docs[k].text() for k in todo])
-            except EmbeddingError as exc:
-                log.warning("turn embeddings unavailable: %s", exc)
-                return
-            for key, vec in zip(todo, vecs):
-                if key in uidx.index.docs:
-                    uidx.index.vectors[key] = vec
-
-    async def _vector_ranking(self, uidx: _UserIndex, query: str, session_id: str | None,
-                              exclude: set[int], k: int) -> list | None:
-        if self.embedder is None or not uidx.index.vectors:
-            return None
-        try:
-            [qv] = await self.embedder.embed([query])
-        except EmbeddingError as exc:
-            log.warning("query embedding unavailable: %s", exc)
-            return None
-        accept = uidx.index.acceptor(session_id, exclude)
-        items = [(key, vec) for key, vec in uidx.index.vectors.items() if accept(key)]
-        return await asyncio.to_thread(rank_vectors, qv, items, max(4 * k, 20))
+        """Drop a session from every index and its cached view (call on delete, purge or clear; the
+        next use rebuilds them)."""
+        self.indexes.forget_session(session_id)
+        view = self._views.pop(session_id, None)
+        if view is not None:
+            view.valid = False
 
     # -- after a turn ----------------------------------------------------------------------------
     async def after_turn(self, session_id: str, user_id: str) -> None:
-        """Index the finished turn, then schedule summarization in the background (never waits for it)."""
-        if self._closed:
+        """Index the finished turn, then schedule summarization in the background (never waits for it).
+
+        A summary task is started only when a trigger fires on the cached view (or re-run when one
+        is running), so a quiet turn costs one small read and no task.
+        """
+        rc, sc = self.config.recall, self.config.summarization
+        if self._closed or not (rc.enabled or sc.enabled):
             return
-        if self.config.recall.enabled:
-            uidx = self._user(user_id)
+        try:
+            record, view = await self.sync_view(session_id)
+        except Exception:
+            log.exception("reading session %s after the turn failed", session_id)
+            return
+        if rc.enabled:
+            uidx = self.indexes.user(user_id)
             try:
                 async with uidx.lock:
-                    await self._sync(uidx, session_id)
+                    await self.indexes.sync(uidx, session_id, record, view)
             except Exception:
                 log.exception("indexing session %s failed", session_id)
-        if self.config.summarization.enabled:
+        if not sc.enabled or view is None:
+            return
+        state = self._sessions.get(session_id)
+        if state is not None and state.task is not None and not state.task.done():
+            state.rerun = True                    # re-evaluated when the running one ends
+        elif plan_cut(sc, self.config.context, view.roles, view.costs) > 0 and not self._closed:
             state = self._sessions.setdefault(session_id, _SessionState())
-            if state.task is not None and not state.task.done():
-                state.rerun = True                # re-evaluated when the running one ends
-            else:
-                state.task = self._spawn(self._summary_loop(session_id, state))
+            state.task = self._spawn(self._summary_loop(session_id, state))
 
     async def _summary_loop(self, session_id: str, state: _SessionState) -> None:
         while True:
@@ -259,14 +244,14 @@ class MemoryManager:
 
     async def _summarize_once(self, session_id: str, state: _SessionState) -> None:
         cfg = self.config.summarization
-        record = await self.store.get(session_id)
-        if record.deleted:
-            return
-        previous = record.summary
-        uncovered = await self.store.messages(session_id, after_id=previous.covers_to_id if previous else 0)
-        if previous is not None and record.message_count <= len(uncovered):
-            previous = None                       # it only covers cleared messages
-        p = plan(cfg, self.config.context, previous, uncovered, self.counter)
+        record, view = await self.sync_view(session_id)
+        if view is None or plan_cut(cfg, self.config.context, view.roles, view.costs) <= 0:
+            return                                # deleted, or nothing to do (cheap check on the view)
+        previous = record.summary if view.summary_applies else None
+        ids, costs = list(view.ids), list(view.costs)
+        uncovered = await self.store.messages(session_id, after_id=view.covers)
+        same = [m.id for m in uncovered] == ids   # else it changed meanwhile: count again
+        p = plan(cfg, self.config.context, previous, uncovered, self.counter, costs if same else None)
         if p is None:
             return
         try:
@@ -302,21 +287,21 @@ class MemoryManager:
         """Best ``k`` earlier turns of the user's sessions (or one session) for ``query``."""
         if k <= 0 or not query.strip():
             return []
-        uidx = self._user(user_id)
+        uidx = self.indexes.user(user_id)
         async with uidx.lock:
             if session_id is not None:
                 record = await self.store.get(session_id)
                 if record.user_id != user_id:
                     return []
-                await self._sync(uidx, session_id, record)
+                await self.indexes.sync(uidx, session_id, record)
             else:
-                await self._sync_all(user_id, uidx)
+                await self.indexes.sync_all(user_id, uidx)
             for _ in range(3):                    # re-check the sessions of the hits (clears, deletes)
                 hits = uidx.index.search(query, k, session_id=session_id)
                 changed = False
                 for sid in dict.fromkeys(doc.session_id for doc, _ in hits):
                     try:
-                        changed |= await self._sync(uidx, sid)
+                        changed |= await self.indexes.sync(uidx, sid)
                     except Exception:             # gone: NotFound after a purge
                         self.forget_session(sid)
                         changed = True
@@ -351,6 +336,7 @@ class MemoryManager:
     async def aclose(self) -> None:
         """Cancel and await background tasks, close the embeddings client."""
         self._closed = True
+        self.indexes.closed = True
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()

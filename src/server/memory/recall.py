@@ -14,8 +14,8 @@ from functools import lru_cache
 from typing import Any, Callable, Hashable, Iterable
 
 from .analyze import analyze
-from .bm25 import BM25Index
-from .tokens import TokenCounter, truncate_to_tokens
+from .bm25 import ALL, BM25Index
+from .tokens import TokenCounter, splits_at_whitespace, truncate_to_tokens
 
 BM25_K1 = 1.2
 BM25_B = 0.5
@@ -104,6 +104,7 @@ class RecallIndex:
         self.docs: dict[tuple[str, int], TurnDoc] = {}
         self._terms: dict[tuple[str, int], list[str]] = {}          # analyzed text of each document
         self._order: dict[str, list[tuple[str, int]]] = {}    # per session, by message id
+        self._by_answer: dict[tuple[str, int], tuple[str, int]] = {}   # (session, answer id) -> key
         self.indexed_upto: dict[str, int] = {}                # highest message id consumed per session
         self.vectors: dict[tuple[str, int], list[float]] = {}  # optional embeddings
 
@@ -115,7 +116,7 @@ class RecallIndex:
         terms = self._terms
         before = [terms[order[j]] for j in range(i - 1, max(i - 1 - len(WEIGHTS_BEFORE), -1), -1)]
         after = [terms[order[j]] for j in range(i + 1, min(i + 1 + len(WEIGHTS_AFTER), len(order)))]
-        self.bm25.add(key, document_terms(terms[key], before, after, date_terms(self.docs[key].time)))
+        self.bm25.add(key, document_terms(terms[key], before, after, date_terms(self.docs[key].time)), key[0])
 
     def add_turns(self, session_id: str, docs: list[TurnDoc], upto: int) -> None:
         """Append finished turns of a session (ascending ids); ``upto`` = last message id consumed."""
@@ -126,6 +127,8 @@ class RecallIndex:
                 continue
             self.docs[doc.key] = doc
             self._terms[doc.key] = analyze(doc.text())
+            if doc.answer_id is not None:
+                self._by_answer[(session_id, doc.answer_id)] = doc.key
             order.append(doc.key)
         if len(order) > start:          # earlier documents gain the new turns as "after" context
             for i in range(max(0, start - len(WEIGHTS_AFTER)), len(order)):
@@ -134,7 +137,9 @@ class RecallIndex:
 
     def remove_session(self, session_id: str) -> None:
         for key in self._order.pop(session_id, ()):
-            self.docs.pop(key, None)
+            doc = self.docs.pop(key, None)
+            if doc is not None and doc.answer_id is not None:
+                self._by_answer.pop((session_id, doc.answer_id), None)
             self._terms.pop(key, None)
             self.vectors.pop(key, None)
             self.bm25.remove(key)
@@ -151,6 +156,22 @@ class RecallIndex:
             return not excluded.intersection(doc.ids)
         return accept
 
+    def excluded_keys(self, session_id: str, exclude: Iterable[int]) -> set[tuple[str, int]]:
+        """Keys of the session's documents holding a message id of ``exclude`` (as ``acceptor`` rejects)."""
+        out = set()
+        for mid in exclude:
+            key = (session_id, mid)
+            if key in self.docs:
+                out.add(key)
+            owner = self._by_answer.get(key)
+            if owner is not None:
+                out.add(owner)
+        return out
+
+    def has_candidates(self, session_id: str, exclude: Iterable[int]) -> bool:
+        """True when some document of the session holds no message id of ``exclude``."""
+        return self.bm25.group_size(session_id) > len(self.excluded_keys(session_id, exclude))
+
     def search(self, query: str, k: int, *, session_id: str | None = None, exclude: Iterable[int] = (),
                vector_ranking: list[Hashable] | None = None) -> list[tuple[TurnDoc, float]]:
         """Top ``k`` turns for ``query``; ``exclude`` = message ids already in the prompt.
@@ -158,10 +179,17 @@ class RecallIndex:
         With ``vector_ranking`` (document keys by embedding similarity, see ``rank_vectors``) the
         BM25 ranking and it are fused by reciprocal rank fusion.
         """
-        accept = self.acceptor(session_id, exclude)
         if not vector_ranking:
-            return [(self.docs[key], score) for key, score in self.bm25.search(analyze(query), k, accept)]  # type: ignore[index]
-        ranked = self.bm25.search(analyze(query), max(k * 4, 20), accept)
+            if session_id is not None:          # one session: only its postings, exclusions by key
+                ranked = self.bm25.search(analyze(query), k, group=session_id,
+                                          skip=self.excluded_keys(session_id, exclude))
+            else:
+                excluded = set(exclude)
+                ranked = self.bm25.search(analyze(query), k, self.acceptor(None, excluded) if excluded else None)
+            return [(self.docs[key], score) for key, score in ranked]     # type: ignore[index]
+        accept = self.acceptor(session_id, exclude)
+        ranked = self.bm25.search(analyze(query), max(k * 4, 20), accept,
+                                  group=ALL if session_id is None else session_id)
         fused = rrf([[key for key, _ in ranked], [key for key in vector_ranking if accept(key)]])
         return [(self.docs[key], score) for key, score in fused[:k]]     # type: ignore[index]
 
@@ -178,6 +206,7 @@ def rank_vectors(query_vector: list[float], items: list[tuple[Hashable, list[flo
     return [key for _, key in scored[:depth]]
 
 
+@lru_cache(maxsize=4096)
 def format_time(iso: str) -> str:
     dt = parse_time(iso)
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if dt else "unknown time"
@@ -188,24 +217,35 @@ def format_excerpt(doc: TurnDoc, counter: TokenCounter, max_tokens: int) -> str:
 
     The user text gets at least half of the room; a cut side ends with "…".
     """
+    return excerpt_and_tokens(doc, counter, max_tokens)[0]
+
+
+def excerpt_and_tokens(doc: TurnDoc, counter: TokenCounter, max_tokens: int) -> tuple[str, int]:
+    """``format_excerpt`` and the tokens of its text (each distinct text is counted once)."""
     head = f"[Recalled from {format_time(doc.time)}] User: "
     user, answer = " ".join(doc.user_text.split()), " ".join(doc.answer_text.split())
     sep = " / Assistant: "
-    room = max_tokens - counter.count(head) - (counter.count(sep) if answer else 0)
+    n_user, n_answer, n_head, n_sep = counter.count(user), counter.count(answer), counter.count(head), counter.count(sep)
+    additive = splits_at_whitespace(counter)   # head ends and sep starts with a space
+    room = max_tokens - n_head - (n_sep if answer else 0)
     text = head
     for _ in range(4):                       # shrink until it fits (each cut adds a "…")
-        u_room = room if not answer else max(room // 2, room - counter.count(answer))
-        u = truncate_to_tokens(counter, user, u_room - 1) + "…" if counter.count(user) > u_room else user
+        u_room = room if not answer else max(room // 2, room - n_answer)
+        u = truncate_to_tokens(counter, user, u_room - 1) + "…" if n_user > u_room else user
+        n_u = n_user if u is user else counter.count(u)
         text = head + u
+        n = n_head + n_u
         if answer:
-            a_room = room - counter.count(u)
-            a = answer if counter.count(answer) <= a_room else truncate_to_tokens(counter, answer, a_room - 1) + "…"
+            a = answer if n_answer <= room - n_u else truncate_to_tokens(counter, answer, room - n_u - 1) + "…"
             text += sep + a
-        excess = counter.count(text) - max_tokens
-        if excess <= 0:
-            return text
-        room -= excess
-    return truncate_to_tokens(counter, text, max_tokens)
+            n += n_sep + (n_answer if a is answer else counter.count(a))
+        if not additive:
+            n = counter.count(text)
+        if n <= max_tokens:
+            return text, n
+        room -= n - max_tokens
+    text = truncate_to_tokens(counter, text, max_tokens)
+    return text, counter.count(text)
 
 
 def snippet(doc: TurnDoc, limit: int = 240) -> str:

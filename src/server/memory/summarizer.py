@@ -10,7 +10,7 @@ fall out. With an offline agent (or none) the extractive summarizer writes it in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from storage.models import ChatMessage, SummaryRecord, now_iso
 
@@ -55,22 +55,25 @@ def _tokens_limit(t: Threshold, context: ContextConfig) -> float:
     return t.value * context.window if t.type == "fraction" else t.value
 
 
-def triggered(config: SummarizationConfig, context: ContextConfig, messages: list[ChatMessage],
-              costs: list[int]) -> bool:
-    """True when any trigger fires on the uncovered ``messages``."""
-    total = sum(costs)
+def fires(config: SummarizationConfig, context: ContextConfig, n_messages: int, tokens: int) -> bool:
+    """True when any trigger fires on ``n_messages`` uncovered messages worth ``tokens``."""
     for t in config.trigger:
-        if t.type == "messages" and len(messages) >= t.value:
+        if t.type == "messages" and n_messages >= t.value:
             return True
-        if t.type in ("tokens", "fraction") and total >= _tokens_limit(t, context):
+        if t.type in ("tokens", "fraction") and tokens >= _tokens_limit(t, context):
             return True
     return False
 
 
-def cut_index(config: SummarizationConfig, context: ContextConfig, messages: list[ChatMessage],
-              costs: list[int]) -> int:
-    """How many leading messages to cover: the largest user-message boundary leaving ``keep`` verbatim."""
-    n = len(messages)
+def triggered(config: SummarizationConfig, context: ContextConfig, messages: list[ChatMessage],
+              costs: list[int]) -> bool:
+    """True when any trigger fires on the uncovered ``messages``."""
+    return fires(config, context, len(messages), sum(costs))
+
+
+def cut_at(config: SummarizationConfig, context: ContextConfig, roles: Sequence[str], costs: Sequence[int]) -> int:
+    """``cut_index`` on the messages' roles: how many leading messages to cover (0: none)."""
+    n = len(roles)
     keep = config.keep
     if keep.type == "messages":
         target = n - int(keep.value)
@@ -81,22 +84,40 @@ def cut_index(config: SummarizationConfig, context: ContextConfig, messages: lis
             acc += costs[target]
     for i in range(min(target, n), 0, -1):
         if i == n:
-            if messages[-1].role != "user":      # the end is a boundary once the last turn finished
+            if roles[-1] != "user":              # the end is a boundary once the last turn finished
                 return i
-        elif messages[i].role == "user":
+        elif roles[i] == "user":
             return i
     return 0
 
 
+def cut_index(config: SummarizationConfig, context: ContextConfig, messages: list[ChatMessage],
+              costs: list[int]) -> int:
+    """How many leading messages to cover: the largest user-message boundary leaving ``keep`` verbatim."""
+    return cut_at(config, context, [m.role for m in messages], costs)
+
+
+def plan_cut(config: SummarizationConfig, context: ContextConfig, roles: Sequence[str], costs: Sequence[int],
+             total: int | None = None) -> int:
+    """How many leading uncovered messages a summary would cover now (0: no trigger or no boundary)."""
+    if not config.enabled or not roles:
+        return 0
+    if not fires(config, context, len(roles), sum(costs) if total is None else total):
+        return 0
+    return cut_at(config, context, roles, costs)
+
+
 def plan(config: SummarizationConfig, context: ContextConfig, previous: SummaryRecord | None,
-         uncovered: list[ChatMessage], counter: TokenCounter) -> Plan | None:
-    """What to summarize now, or None (no trigger fired, or no boundary to cut at)."""
+         uncovered: list[ChatMessage], counter: TokenCounter, costs: list[int] | None = None) -> Plan | None:
+    """What to summarize now, or None (no trigger fired, or no boundary to cut at).
+
+    ``costs``: ``message_costs(uncovered, counter)`` when the caller has them already.
+    """
     if not config.enabled or not uncovered:
         return None
-    costs = message_costs(uncovered, counter)
-    if not triggered(config, context, uncovered, costs):
-        return None
-    i = cut_index(config, context, uncovered, costs)
+    if costs is None:
+        costs = message_costs(uncovered, counter)
+    i = plan_cut(config, context, [m.role for m in uncovered], costs)
     if i <= 0:
         return None
     return Plan(previous, uncovered[:i], uncovered[i:])
@@ -117,12 +138,14 @@ def render(m: ChatMessage) -> str:
 
 def transcript(messages: list[ChatMessage], counter: TokenCounter, max_tokens: int | None) -> str:
     """The covered messages as text, trimmed to ``max_tokens`` keeping the most recent part."""
-    blocks = [b for b in (render(m) for m in messages) if b]
     if max_tokens is None:
-        return "\n".join(blocks)
+        return "\n".join(b for b in (render(m) for m in messages) if b)
     kept: list[str] = []
     used = 0
-    for block in reversed(blocks):
+    for m in reversed(messages):             # newest first: older messages are rendered only if they fit
+        block = render(m)
+        if not block:
+            continue
         cost = counter.count(block) + 1
         if used + cost > max_tokens:
             room = max_tokens - used - 1

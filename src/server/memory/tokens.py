@@ -18,9 +18,9 @@ CJK_CLASS = (
     "\uac00-\ud7af\uf900-\ufaff\uff00-\uffef"
 )
 _TOKEN_RE = re.compile(rf"([{CJK_CLASS}])|([^\W_{CJK_CLASS}]+)|(\S)", re.UNICODE)
-_CJK_RE = re.compile(f"[{CJK_CLASS}]")
-_WORD_RE = re.compile(rf"[^\W_{CJK_CLASS}]+")
-_SYMBOL_RE = re.compile(rf"[^\w\s{CJK_CLASS}]|_")
+# One pass: a letter/digit run yields ceil(len/4) matches of up to 4 characters, every other visible
+# character (CJK, punctuation, "_", and the ideographic space U+3000, which is CJK) one match.
+_COUNT_RE = re.compile(rf"[^\W_{CJK_CLASS}]{{1,4}}|\S|\u3000")
 
 MESSAGE_OVERHEAD = 4      # role marker and separators per chat message
 PROMPT_OVERHEAD = 3       # priming of the assistant reply
@@ -36,14 +36,17 @@ class TokenCounter(Protocol):
 
 
 class ApproxTokenCounter:
-    """The default counter: no dependencies, deterministic, CJK-aware (see module docstring)."""
+    """The default counter: no dependencies, deterministic, CJK-aware (see module docstring).
+
+    ``additive``: ``count_messages(ms) == count_messages([]) + sum(count_message(m) for m in ms)``,
+    so the assembler may add up per-message counts instead of recounting a whole prompt.
+    """
+
+    additive = True
 
     def count(self, text: str) -> int:
-        """Approximate tokens in ``text``."""
-        if not text:
-            return 0
-        n = len(_CJK_RE.findall(text)) + len(_SYMBOL_RE.findall(text))
-        return n + sum((len(w) + 3) // 4 for w in _WORD_RE.findall(text))
+        """Approximate tokens in ``text`` (CJK and other visible characters 1, a word run ceil(len / 4))."""
+        return len(_COUNT_RE.findall(text)) if text else 0
 
     def truncate(self, text: str, max_tokens: int, keep_end: bool = False) -> str:
         """The longest prefix (suffix with ``keep_end``) counting at most ``max_tokens``, in one pass."""
@@ -88,6 +91,13 @@ class ApproxTokenCounter:
     def count_messages(self, messages: list[dict[str, Any]]) -> int:
         """Tokens of a whole prompt (every message plus the reply priming)."""
         return PROMPT_OVERHEAD + sum(self.count_message(m) for m in messages)
+
+
+def splits_at_whitespace(counter: TokenCounter) -> bool:
+    """True for the default counter: text joined at whitespace counts the sum of its parts
+    (``count(a + " " + b) == count(a) + count(b)``: no token spans whitespace), and a plain
+    ``{"role", "content"}`` message counts ``MESSAGE_OVERHEAD + count(content)``."""
+    return type(counter) is ApproxTokenCounter
 
 
 def message_tokens(counter: TokenCounter, message: dict[str, Any]) -> int:

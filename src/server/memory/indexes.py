@@ -1,0 +1,157 @@
+"""Per-user recall indexes kept in step with storage (LRU of ``recall.max_users_cached`` users).
+
+A session's finished turns are indexed incrementally: only the messages after the last one
+consumed are read (from the session's ``SessionView`` when it holds them, else from storage). A
+session whose visible message count no longer adds up (clear/restore) is re-indexed; deleted and
+purged sessions are dropped. Optional embeddings are computed in the background.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from storage.models import SessionRecord
+
+from .config import RecallConfig
+from .embeddings import Embedder, EmbeddingError
+from .recall import RecallIndex, rank_vectors, turn_docs
+from .view import SessionView
+
+log = logging.getLogger("nplt.memory")
+INDEX_CHUNK = 200                # turns indexed between two yields to the event loop
+
+
+@dataclass
+class UserIndex:
+    index: RecallIndex = field(default_factory=RecallIndex)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    counts: dict[str, int] = field(default_factory=dict)      # visible messages consumed per session
+    titles: dict[str, str] = field(default_factory=dict)
+    complete: bool = False                                    # every session of the user synced once
+    embed_task: asyncio.Task | None = None
+
+
+class UserIndexes:
+    """The recall indexes of recently active users; ``spawn`` starts a background task."""
+
+    def __init__(self, config: RecallConfig, store: Any, embedder: Embedder | None,
+                 spawn: Callable[[Awaitable[Any]], asyncio.Task]) -> None:
+        self.config = config
+        self.store = store
+        self.embedder = embedder
+        self.spawn = spawn
+        self.closed = False
+        self._users: OrderedDict[str, UserIndex] = OrderedDict()
+
+    def user(self, user_id: str) -> UserIndex:
+        uidx = self._users.get(user_id)
+        if uidx is None:
+            uidx = self._users[user_id] = UserIndex()
+            while len(self._users) > self.config.max_users_cached:
+                self._users.popitem(last=False)
+        self._users.move_to_end(user_id)
+        return uidx
+
+    async def sync(self, uidx: UserIndex, session_id: str, record: SessionRecord | None = None,
+                   view: SessionView | None = None) -> bool:
+        """Index the session's newly finished turns (rebuilding it after a clear/restore). Caller holds the lock.
+
+        With a synced ``view`` holding every message after the last one consumed, nothing is read
+        from storage. Returns True when the session's documents changed.
+        """
+        index = uidx.index
+        upto = index.indexed_upto.get(session_id, 0)
+        new = view.after(upto) if view is not None and view.record is not None else None
+        if new is not None:
+            record = view.record                  # consistent with what the view holds
+        elif record is None:
+            record = await self.store.get(session_id)
+        assert record is not None
+        if record.deleted:
+            had = session_id in index.indexed_upto
+            self.forget_session(session_id)
+            return had
+        uidx.titles[session_id] = record.title
+        if new is None:
+            new = await self.store.messages(session_id, after_id=upto)
+        rebuilt = record.message_count != uidx.counts.get(session_id, 0) + len(new)
+        if rebuilt:                               # messages hidden or restored since the last sync
+            index.remove_session(session_id)
+            uidx.counts[session_id] = 0
+            new = await self.store.messages(session_id)
+        docs, consumed = turn_docs(session_id, new, final=False)
+        for start in range(0, len(docs), INDEX_CHUNK):          # a big session must not stall the loop
+            if start:
+                await asyncio.sleep(0)
+            index.add_turns(session_id, docs[start:start + INDEX_CHUNK], 0)
+        if consumed:
+            index.add_turns(session_id, [], consumed)
+            uidx.counts[session_id] = uidx.counts.get(session_id, 0) + sum(1 for m in new if m.id <= consumed)
+        if docs and self.embedder is not None:
+            self._schedule_embeddings(uidx)
+        return rebuilt or bool(docs)
+
+    async def sync_all(self, user_id: str, uidx: UserIndex) -> None:
+        """First cross-session search: index every (recent) session of the user. Caller holds the lock."""
+        if uidx.complete:
+            return
+        limit = self.config.max_sessions_indexed
+        cursor: str | None = None
+        records: list[SessionRecord] = []
+        while len(records) < limit:
+            page, cursor = await self.store.list(user_id, before=cursor, limit=min(100, limit - len(records)))
+            records.extend(page)
+            if cursor is None or not page:
+                break
+        for rec in records:
+            try:
+                await self.sync(uidx, rec.session_id)
+            except Exception:                     # one unreadable session must not hide the others
+                log.exception("cannot index session %s", rec.session_id)
+        uidx.complete = True
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop a session from every index (the next use rebuilds it)."""
+        for uidx in self._users.values():
+            uidx.index.remove_session(session_id)
+            uidx.counts.pop(session_id, None)
+            uidx.titles.pop(session_id, None)
+
+    # -- embeddings (optional) -----------------------------------------------------------------
+    def _schedule_embeddings(self, uidx: UserIndex) -> None:
+        if self.closed or (uidx.embed_task is not None and not uidx.embed_task.done()):
+            return
+        uidx.embed_task = self.spawn(self._embed_pending(uidx))
+
+    async def _embed_pending(self, uidx: UserIndex) -> None:
+        assert self.embedder is not None
+        size = self.config.embeddings.batch_size
+        while True:
+            todo = [k for k in uidx.index.docs if k not in uidx.index.vectors][:size]
+            if not todo:
+                return
+            try:
+                vecs = await self.embedder.embed([uidx.index.docs[k].text() for k in todo])
+            except EmbeddingError as exc:
+                log.warning("turn embeddings unavailable: %s", exc)
+                return
+            for key, vec in zip(todo, vecs):
+                if key in uidx.index.docs:
+                    uidx.index.vectors[key] = vec
+
+    async def vector_ranking(self, uidx: UserIndex, query: str, session_id: str | None,
+                             exclude: set[int], k: int) -> list | None:
+        """Document keys by embedding similarity to ``query`` (None without embeddings or on failure)."""
+        if self.embedder is None or not uidx.index.vectors:
+            return None
+        try:
+            [qv] = await self.embedder.embed([query])
+        except EmbeddingError as exc:
+            log.warning("query embedding unavailable: %s", exc)
+            return None
+        accept = uidx.index.acceptor(session_id, exclude)
+        items = [(key, vec) for key, vec in uidx.index.vectors.items() if accept(key)]
+        return await asyncio.to_thread(rank_vectors, qv, items, max(4 * k, 20))

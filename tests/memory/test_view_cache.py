@@ -1,0 +1,283 @@
+"""The per-session view cache and the incremental recall index against plain storage reads: random
+operations (turns, consecutive users, clears, restores, deletes, summaries moving either way,
+in-place updates, forgets, LRU eviction) must never change a prompt, a trigger decision or the index.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from memory_testlib import OfflineStub, ScriptedSummarizer, rand_text
+from server.memory import MemoryConfig, MemoryManager
+from server.memory.context import Parts, assemble, recent_turns
+from server.memory.recall import RecallIndex, turn_docs
+from server.memory.summarizer import message_costs, plan, plan_cut
+from server.memory.tokens import ApproxTokenCounter
+from storage.models import ChatMessage, SummaryRecord, ToolCall
+
+USER = "vera"
+SYS = "SYS"
+C = ApproxTokenCounter()
+
+
+def calls(rng: random.Random, n: int) -> list[ToolCall]:
+    return [ToolCall(f"c{n}_{i}", "sys_monitor", {"q": rand_text(rng, 1, 3)}, rand_text(rng, 0, 20),
+                     rng.choice(("success", "error")), step=rng.randint(0, 2)) for i in range(rng.choice((0, 0, 1, 3)))]
+
+
+async def expected_context(store, sid: str, new: ChatMessage, cfg: MemoryConfig) -> Any:
+    """The prompt built straight from storage, as the memory layer did before it cached anything."""
+    record = await store.get(sid)
+    summary = record.summary
+    msgs = await store.messages(sid, after_id=summary.covers_to_id if summary else 0)
+    if summary is not None and record.message_count <= len(msgs):
+        summary = None
+    window, older = recent_turns([m for m in msgs if m.id < new.id], cfg.context.recent_turns, C)
+    parts = Parts(SYS, new.content, summary, [], window, {"summary_fallback": False, "turns_older": older})
+    return assemble(parts, C, cfg.context.budget)
+
+
+async def check_view(store, mm: MemoryManager, sid: str) -> None:
+    """The view holds exactly the uncovered messages, with the costs the summarizer would compute."""
+    record, view = await mm.sync_view(sid)
+    if view is None:
+        assert record.deleted
+        return
+    covers = record.summary.covers_to_id if record.summary else 0
+    uncovered = await store.messages(sid, after_id=covers)
+    assert view.ids == [m.id for m in uncovered] and view.roles == [m.role for m in uncovered]
+    assert view.costs == message_costs(uncovered, C)
+    assert view.summary_applies == (record.summary is not None and record.message_count > len(uncovered))
+    p = plan(mm.config.summarization, mm.config.context, None, uncovered, C)
+    assert plan_cut(mm.config.summarization, mm.config.context, view.roles, view.costs) == (
+        len(p.covered) if p else 0)
+
+
+async def random_op(rng: random.Random, store, mm: MemoryManager, sid: str, n: int) -> None:
+    op = rng.choices(("turn", "users", "system", "clear", "restore", "summary", "update", "forget", "delete"),
+                     weights=(30, 4, 2, 2, 2, 4, 4, 2, 1))[0]
+    if op == "turn":
+        await store.append(sid, "user", rand_text(rng, 0, 12))
+        await store.append(sid, "assistant", rand_text(rng, 0, 12) if rng.random() < 0.8 else "",
+                           tool_calls=calls(rng, n))
+        await mm.after_turn(sid, USER)
+    elif op == "users":
+        for _ in range(rng.randint(1, 3)):
+            await store.append(sid, "user", rand_text(rng, 1, 8))
+    elif op == "system":
+        await store.append(sid, rng.choice(("system", "tool", "assistant")), rand_text(rng, 1, 5))
+    elif op == "clear":
+        await store.clear(sid)
+    elif op == "restore":
+        await store.restore(sid)
+    elif op == "summary":
+        ids = [m.id for m in await store.messages(sid)]
+        if ids:                                   # any visible id: forwards, backwards, or all of it
+            await store.add_summary(sid, SummaryRecord(f"summary {n}", 1, rng.choice(ids)))
+    elif op == "update":
+        _, view = await mm.sync_view(sid)
+        if view is not None and view.tail:       # messages the view holds verbatim
+            m = rng.choice(view.tail).message
+            await store.update(sid, ChatMessage(m.id, m.role, m.content + " edited " + rand_text(rng, 1, 4),
+                                                m.timestamp, m.tool_calls[:1], m.metadata))
+    elif op == "forget":
+        mm.forget_session(sid)
+    else:
+        await store.delete(sid)
+        await store.restore(sid)
+
+
+async def test_cached_prompts_equal_prompts_read_from_storage(store):
+    for seed in range(6):
+        rng = random.Random(seed)
+        cfg = MemoryConfig.from_dict({"summarization": {"enabled": False}, "recall": {"enabled": False},
+                                      "context": {"recent_turns": rng.randint(0, 4), "max_sessions_cached": 1}})
+        mm = MemoryManager(cfg, store, None, None, SYS)
+        sids = [(await store.create(USER)).session_id for _ in range(2)]
+        for n in range(70):
+            sid = rng.choice(sids)                # two sessions, one cached view: eviction on the way
+            await random_op(rng, store, mm, sid, n)
+            new = await store.append(sid, "user", rand_text(rng, 1, 10))
+            ctx = await mm.build_context(sid, USER, new, "m")
+            want = await expected_context(store, sid, new, cfg)
+            assert (ctx.messages, ctx.metadata) == (want.messages, want.metadata), (seed, n)
+            await check_view(store, mm, sid)
+        await mm.aclose()
+
+
+async def test_summary_triggers_on_the_view_match_a_full_read(store):
+    rng = random.Random(11)
+    cfg = MemoryConfig.from_dict({"summarization": {"trigger": [{"type": "messages", "value": 9},
+                                                                {"type": "tokens", "value": 400}],
+                                                    "keep": {"type": "tokens", "value": 120}},
+                                  "context": {"recent_turns": 2}})
+    mm = MemoryManager(cfg, store, OfflineStub(), None, SYS)
+    sid = (await store.create(USER)).session_id
+    for n in range(80):
+        await random_op(rng, store, mm, sid, n)
+        await mm.wait_idle()
+        await check_view(store, mm, sid)
+    assert len((await store.get(sid)).summaries) > 3          # the summarizer really ran along
+    await mm.aclose()
+
+
+async def test_incremental_index_equals_a_fresh_build(store):
+    rng = random.Random(3)
+    cfg = MemoryConfig.from_dict({"summarization": {"enabled": False}, "context": {"recent_turns": 1}})
+    mm = MemoryManager(cfg, store, None, None, SYS)
+    sid = (await store.create(USER)).session_id
+    for n in range(90):
+        op = rng.choices(("turn", "users", "clear", "restore", "forget"), weights=(30, 3, 1, 1, 1))[0]
+        if op == "turn":
+            user = await store.append(sid, "user", rand_text(rng, 1, 12))
+            await mm.build_context(sid, USER, user, "m")
+            await store.append(sid, "assistant", rand_text(rng, 0, 12), tool_calls=calls(rng, n))
+        elif op == "users":
+            await store.append(sid, "user", rand_text(rng, 1, 8))
+        elif op == "clear":
+            await store.clear(sid)
+        elif op == "restore":
+            await store.restore(sid)
+        else:
+            mm.forget_session(sid)
+        await mm.after_turn(sid, USER)
+        fresh = RecallIndex()
+        docs, upto = turn_docs(sid, await store.messages(sid), final=False)
+        fresh.add_turns(sid, docs, upto)
+        idx = mm.indexes.user(USER).index
+        assert idx.docs == fresh.docs, n
+        assert all(idx.bm25.terms_of(k) == fresh.bm25.terms_of(k) for k in fresh.docs), n
+    await mm.aclose()
+
+
+# -- invalidation, one case at a time -----------------------------------------------------------------
+def texts(ctx) -> list[str]:
+    return [m.get("content") or "" for m in ctx.messages]
+
+
+async def turn(store, mm, sid: str, text: str, answer: str = "ok"):
+    user = await store.append(sid, "user", text)
+    ctx = await mm.build_context(sid, USER, user, "m")
+    await store.append(sid, "assistant", answer)
+    await mm.after_turn(sid, USER)
+    return ctx
+
+
+async def test_restore_after_clear_brings_back_window_and_summary(store):
+    mm = MemoryManager(MemoryConfig.from_dict({"summarization": {"enabled": False},
+                                               "context": {"recent_turns": 2}}), store, None, None, SYS)
+    sid = (await store.create(USER)).session_id
+    for i in range(4):
+        await turn(store, mm, sid, f"question {i}")
+    await store.add_summary(sid, SummaryRecord("the early part", 1, 4))
+    ctx = await turn(store, mm, sid, "before the clear")
+    assert ctx.metadata["summary_used"] == 4 and "question 3" in texts(ctx)
+    await store.clear(sid)
+    ctx = await turn(store, mm, sid, "after the clear")
+    assert ctx.metadata["summary_used"] is None and ctx.metadata["turns_kept"] == 0
+    await store.restore(sid)
+    ctx = await turn(store, mm, sid, "after the restore")
+    assert ctx.metadata["summary_used"] == 4 and "after the clear" in texts(ctx)
+    assert ctx.metadata["turns_older"] == 2                   # questions 2 and 3 (0 and 1 are summarized)
+    await mm.aclose()
+
+
+async def test_in_place_update_of_a_window_message_is_in_the_next_prompt(store):
+    mm = MemoryManager(MemoryConfig.from_dict({"summarization": {"enabled": False}}), store, None, None, SYS)
+    sid = (await store.create(USER)).session_id
+    await turn(store, mm, sid, "how is the disk?", "partial answer")
+    [_, answer] = await store.messages(sid)
+    await store.update(sid, ChatMessage(answer.id, "assistant", "final answer: 42% used", answer.timestamp))
+    ctx = await turn(store, mm, sid, "and now?")
+    assert "final answer: 42% used" in texts(ctx) and "partial answer" not in texts(ctx)
+    await mm.aclose()
+
+
+async def test_new_summary_moves_the_window_and_an_older_one_rebuilds_it(store):
+    mm = MemoryManager(MemoryConfig.from_dict({"summarization": {"enabled": False}, "recall": {"enabled": False},
+                                               "context": {"recent_turns": 10}}), store, None, None, SYS)
+    sid = (await store.create(USER)).session_id
+    for i in range(6):
+        await turn(store, mm, sid, f"question {i}")
+    await store.add_summary(sid, SummaryRecord("up to question 3", 1, 8))
+    ctx = await turn(store, mm, sid, "next")
+    assert "question 3" not in texts(ctx) and "question 4" in texts(ctx) and ctx.metadata["summary_used"] == 8
+    await store.add_summary(sid, SummaryRecord("only question 0", 1, 2))       # moves backwards
+    ctx = await turn(store, mm, sid, "again")
+    assert "question 1" in texts(ctx) and ctx.metadata["summary_used"] == 2
+    await mm.aclose()
+
+
+async def test_views_are_bounded_and_evicted_sessions_stay_correct(store):
+    cfg = MemoryConfig.from_dict({"summarization": {"enabled": False}, "context": {"max_sessions_cached": 2}})
+    mm = MemoryManager(cfg, store, None, None, SYS)
+    sids = [(await store.create(USER)).session_id for _ in range(4)]
+    for round_ in range(3):
+        for i, sid in enumerate(sids):
+            ctx = await turn(store, mm, sid, f"session {i} round {round_}")
+            assert ctx.metadata["turns_kept"] == round_
+            assert all(f"session {i} round {r}" in texts(ctx) for r in range(round_))
+            assert len(mm._views) <= 2
+    await mm.aclose()
+
+
+async def test_quiet_turns_start_no_summary_task(store):
+    gate_agent = ScriptedSummarizer(["S"])
+    cfg = MemoryConfig.from_dict({"summarization": {"trigger": {"type": "messages", "value": 6},
+                                                    "keep": {"type": "messages", "value": 2}}})
+    mm = MemoryManager(cfg, store, gate_agent, None, SYS)
+    sid = (await store.create(USER)).session_id
+    for i in range(2):
+        await turn(store, mm, sid, f"q{i}")
+        assert mm.summary_tasks_idle()            # 2 and 4 messages: nothing fires, no task at all
+    await turn(store, mm, sid, "q2")              # 6 messages: the trigger fires
+    assert not mm.summary_tasks_idle()
+    await mm.wait_idle()
+    assert [s.covers_to_id for s in (await store.get(sid)).summaries] == [4] and len(gate_agent.calls) == 1
+    await mm.aclose()
+
+
+async def test_deleted_session_still_gets_a_prompt(store):
+    mm = MemoryManager(MemoryConfig.from_dict({"summarization": {"enabled": False}}), store, None, None, SYS)
+    sid = (await store.create(USER)).session_id
+    await turn(store, mm, sid, "the rack is in row 7")
+    await store.delete(sid)
+    new = await store.append(sid, "user", "which row?")
+    ctx = await mm.build_context(sid, USER, new, "m")
+    assert "the rack is in row 7" in texts(ctx) and ctx.metadata["turns_kept"] == 1
+    await store.restore(sid)
+    assert "the rack is in row 7" in texts(await turn(store, mm, sid, "row?"))
+    await mm.aclose()
+
+
+class PlainStore:
+    """Only the async store API (no ``.sync``): the manager falls back to two awaited reads."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str):
+        if name == "sync":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+async def test_a_store_without_sync_api_gives_the_same_prompts(store):
+    cfg = MemoryConfig.from_dict({"summarization": {"enabled": False}, "context": {"recent_turns": 2}})
+    fast = MemoryManager(cfg, store, None, None, SYS)
+    plain = MemoryManager(cfg, PlainStore(store), None, None, SYS)
+    assert fast._sync_store is not None and plain._sync_store is None
+    rng = random.Random(8)
+    sid = (await store.create(USER)).session_id
+    for n in range(25):
+        if n == 12:
+            await store.clear(sid)
+        user = await store.append(sid, "user", rand_text(rng, 1, 12))
+        a = await fast.build_context(sid, USER, user, "m")
+        b = await plain.build_context(sid, USER, user, "m")
+        assert (a.messages, a.metadata) == (b.messages, b.metadata)
+        await store.append(sid, "assistant", rand_text(rng, 1, 12), tool_calls=calls(rng, n))
+        await fast.after_turn(sid, USER)
+        await plain.after_turn(sid, USER)
+    await fast.aclose()
+    await plain.aclose()
