@@ -1,0 +1,213 @@
+"""Scriptable subcommands: ``ask``, ``sessions``, ``history``, ``export`` (see docs/client.md).
+
+Each command is an async function taking the parsed arguments and the loaded config and returning
+an exit code. Output: human-readable text by default; with ``--json`` exactly one JSON document on
+stdout. Errors go to stderr as ``nplt-client: CODE: message`` with a stable exit code.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from client import errors
+from client.config import ClientConfig
+from client.connection import Backoff, Client
+from client.errors import ClientError
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1      # unexpected failure (a bug)
+EXIT_USAGE = 2         # bad arguments or configuration
+EXIT_CONNECTION = 3    # cannot connect, TLS failure, connection lost, timeout, server full / shutting down
+EXIT_AUTH = 4          # AUTH_FAILED
+EXIT_REQUEST = 5       # the server rejected the request (NOT_FOUND, INVALID_MESSAGE, QUEUE_FULL, ...)
+EXIT_TURN = 6          # the turn failed (TURN_ERROR) or was cancelled
+EXIT_INTERRUPTED = 130  # Ctrl+C
+
+CONNECTION_SERVER_CODES = frozenset({"SERVER_FULL", "SHUTTING_DOWN", "UNSUPPORTED_VERSION", "HANDSHAKE_TIMEOUT",
+                                     "HANDSHAKE_REQUIRED", "IDLE_TIMEOUT", "SLOW_CONSUMER"})
+
+
+def exit_code_for(exc: ClientError) -> int:
+    """The stable exit code for a client error."""
+    if exc.code == "AUTH_FAILED":
+        return EXIT_AUTH
+    if exc.is_connection_error or exc.code in CONNECTION_SERVER_CODES:
+        return EXIT_CONNECTION
+    return EXIT_REQUEST
+
+
+def make_client(cfg: ClientConfig, session_id: str | None = None) -> Client:
+    """A non-reconnecting client for one command."""
+    return Client(cfg.host, cfg.port, token=cfg.token, tls=cfg.tls.context(), client_name="nplt-cli/0.1",
+                  session_id=session_id, reconnect=False, backoff=Backoff(max_attempts=0),
+                  request_timeout=cfg.request_timeout_s, connect_timeout=cfg.connect_timeout_s,
+                  event_queue_size=cfg.event_queue_size)
+
+
+def _dump(doc: Any, out: TextIO) -> None:
+    out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+    out.flush()
+
+
+async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """Send one message and stream the answer; with --json print one document at the end."""
+    async with make_client(cfg, session_id=args.session) as client:
+        if args.new:
+            await client.session_new()
+        elif args.session and client.session_id != args.session:
+            await client.session_switch(args.session)  # NOT_FOUND when it is not the user's session
+        reply = await client.chat_send(args.text)
+        turn_id = reply["turn_id"]
+        try:
+            end = await _follow_turn(client, turn_id, None if args.json else out, err)
+        except asyncio.CancelledError:
+            try:
+                await asyncio.wait_for(client.chat_cancel(turn_id=turn_id), 2.0)
+            except (ClientError, asyncio.TimeoutError):
+                pass
+            raise
+    if end.type == "TURN_ERROR":
+        err.write(f"nplt-client: {end.body.get('code', 'TURN_ERROR')}: {end.body.get('message', '')}\n")
+        return EXIT_TURN
+    message = end.body.get("message") or {}
+    if args.json:
+        _dump({"session_id": reply["session_id"], "turn_id": turn_id, "user_message": reply["user_message"],
+               "message": message, "tool_calls": message.get("tool_calls", []), "usage": end.body.get("usage", {}),
+               "finish_reason": end.body.get("finish_reason")}, out)
+    else:
+        out.write("\n")
+        out.flush()
+    if end.body.get("finish_reason") == "cancelled":
+        err.write("nplt-client: CANCELLED: the turn was cancelled\n")
+        return EXIT_TURN
+    return EXIT_OK
+
+
+async def _follow_turn(client: Client, turn_id: str, out: TextIO | None, err: TextIO):
+    """Read events until the turn ends; stream deltas to ``out`` and tool activity to ``err``."""
+    shown = 0
+    async for event in client.events():
+        if event.type == "STATE" and event.body.get("state") == "disconnected":
+            raise ClientError(errors.CONNECTION_LOST, event.body.get("error") or "connection lost")
+        if event.turn_id != turn_id:
+            continue
+        if event.type == "ANSWER_DELTA" and out is not None:
+            text, offset = event.body.get("text", ""), int(event.body.get("offset", 0))
+            if offset + len(text) > shown:
+                out.write(text[max(0, shown - offset):])
+                out.flush()
+                shown = offset + len(text)
+        elif event.type == "TOOL_CALL" and out is not None:
+            call = event.body.get("call", {})
+            err.write(f"[tool {call.get('tool_name')} {json.dumps(call.get('arguments', {}))}]\n")
+        elif event.type in ("TURN_END", "TURN_ERROR"):
+            return event
+    raise ClientError(errors.CONNECTION_LOST, "connection closed before the turn ended")
+
+
+async def cmd_sessions(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """List the user's sessions, newest first (every page)."""
+    sessions: list[dict[str, Any]] = []
+    async with make_client(cfg) as client:
+        before = None
+        while True:
+            page = await client.session_list(before=before, limit=args.page_size)
+            sessions.extend(page.get("sessions", []))
+            before = page.get("next_before")
+            if not page.get("has_more") or not before or (args.limit and len(sessions) >= args.limit):
+                break
+    if args.limit:
+        sessions = sessions[:args.limit]
+    if args.json:
+        _dump({"sessions": sessions}, out)
+        return EXIT_OK
+    for s in sessions:
+        out.write(f"{s['session_id']}  {s.get('updated_at', '')[:19]}  {s.get('message_count', 0):>6} msgs  "
+                  f"{s.get('title', '')}\n")
+    return EXIT_OK
+
+
+async def cmd_history(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """Print one page of a session's history (newest page unless --before)."""
+    async with make_client(cfg) as client:
+        page = await client.history_page(session_id=args.session, before=args.before, limit=args.limit)
+    if args.json:
+        _dump({k: page.get(k) for k in ("session_id", "messages", "has_more", "next_before", "total")}, out)
+        return EXIT_OK
+    for m in page.get("messages", []):
+        out.write(f"[{m['id']}] {m['role']}  {m.get('timestamp', '')[:19]}\n")
+        for call in m.get("tool_calls") or ():
+            out.write(f"  tool {call.get('tool_name')} {json.dumps(call.get('arguments', {}))} -> "
+                      f"{call.get('status')} ({call.get('duration', 0):.3f}s)\n")
+        out.write(m.get("content", "") + "\n\n")
+    if page.get("has_more"):
+        out.write(f"(older messages: --before {page.get('next_before')})\n")
+    return EXIT_OK
+
+
+async def cmd_export(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """Export a session as Markdown or JSON to --output or stdout."""
+    async with make_client(cfg) as client:
+        reply = await client.export(args.format, session_id=args.session)
+    content = reply.get("content", "")
+    if args.output:
+        try:
+            await asyncio.to_thread(Path(args.output).expanduser().write_text, content, encoding="utf-8")
+        except OSError as exc:
+            err.write(f"nplt-client: WRITE_FAILED: cannot write {args.output}: {exc.strerror or exc}\n")
+            return EXIT_USAGE
+        return EXIT_OK
+    out.write(content if content.endswith("\n") else content + "\n")
+    out.flush()
+    return EXIT_OK
+
+
+COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "export": cmd_export}
+
+
+def add_subcommands(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p = sub.add_parser("ask", help="send a message and stream the answer to stdout")
+    p.add_argument("text", help="the message")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--session", metavar="ID", help="session to use (default: the most recently updated)")
+    g.add_argument("--new", action="store_true", help="start a new session for this message")
+    p.add_argument("--json", action="store_true", help="print one JSON document at the end instead of streaming")
+    p = sub.add_parser("sessions", help="list sessions, newest first")
+    p.add_argument("--limit", type=_positive, default=0, help="at most N sessions (default: all)")
+    p.add_argument("--page-size", type=_positive, default=100, help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("history", help="print one page of a session's messages")
+    p.add_argument("--session", metavar="ID", required=True)
+    p.add_argument("--before", type=int, metavar="CURSOR", help="message id cursor (next_before of a page)")
+    p.add_argument("--limit", type=_positive, metavar="N", help="page size (server default 50)")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("export", help="export a session as Markdown or JSON")
+    p.add_argument("--session", metavar="ID", required=True)
+    p.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+async def run_command(args: argparse.Namespace, cfg: ClientConfig, out: TextIO | None = None,
+                      err: TextIO | None = None) -> int:
+    """Run one subcommand, mapping every failure to its exit code and a stderr line."""
+    out, err = out or sys.stdout, err or sys.stderr
+    try:
+        return await COMMANDS[args.command](args, cfg, out, err)
+    except ClientError as exc:
+        err.write(f"nplt-client: {exc.code}: {exc.message}\n")
+        return exit_code_for(exc)

@@ -1,0 +1,333 @@
+"""The asyncio NPLT v3 client: one TCP (or TLS) connection driven by the sans-IO ``protocol.Connection``.
+
+``Client`` connects and sends HELLO, matches replies to requests by id (futures), answers server
+PINGs, delivers server events through a bounded queue (``events()`` / ``next_event()``, see
+``client.events`` for the backpressure rule) and, when the connection drops after a successful
+HELLO, reconnects with exponential backoff, re-sending HELLO with the current session id. State
+changes are reported as ``STATE`` events.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import ssl
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, AsyncIterator
+
+from protocol import Connection, InvalidMessage, MsgType, ProtocolError, Role
+
+from client import errors
+from client.errors import ClientError
+from client.events import Event, EventQueue
+from client.operations import Operations
+
+DEFAULT_CLIENT_NAME = "nplt-client/0.1"
+READ_CHUNK = 65536
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Reconnect delays: ``initial * factor**(attempt-1)`` capped at ``maximum``, +/- ``jitter`` fraction."""
+    initial: float = 0.25
+    maximum: float = 10.0
+    factor: float = 2.0
+    jitter: float = 0.1
+    max_attempts: int | None = None  # None = keep trying until closed
+
+    def delay(self, attempt: int) -> float:
+        base = min(self.maximum, self.initial * self.factor ** max(0, attempt - 1))
+        return max(0.0, base * (1.0 + random.uniform(-self.jitter, self.jitter)))
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+class Client(Operations):
+    """An NPLT v3 client. Use ``async with Client(...) as c`` or ``await c.connect()`` / ``await c.close()``."""
+
+    def __init__(self, host: str, port: int, *, token: str | None = None, tls: ssl.SSLContext | None = None,
+                 client_name: str = DEFAULT_CLIENT_NAME, session_id: str | None = None, reconnect: bool = True,
+                 backoff: Backoff | None = None, request_timeout: float = 30.0, connect_timeout: float = 10.0,
+                 event_queue_size: int = 1000, max_message_size: int = 8 << 20) -> None:
+        self.host, self.port = host, port
+        self.token, self.tls, self.client_name = token, tls, client_name
+        self.reconnect_enabled = reconnect
+        self.backoff = backoff or Backoff()
+        self.request_timeout, self.connect_timeout = request_timeout, connect_timeout
+        self.max_message_size = max_message_size
+        self._session_id = session_id
+        self.hello: dict[str, Any] | None = None
+        self.state = "disconnected"
+        self._queue = EventQueue(event_queue_size)
+        self._ids = itertools.count(1)
+        self._pending: dict[int | str, asyncio.Future[dict[str, Any]]] = {}
+        self._conn: Connection | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._ever_connected = False
+        self._hello_id: int | None = None
+
+    # -- public surface -------------------------------------------------------------------------------
+    @property
+    def session_id(self) -> str | None:
+        """The connection's current session (from HELLO and session replies)."""
+        return self._session_id
+
+    @property
+    def connected(self) -> bool:
+        return self.state == "connected"
+
+    async def __aenter__(self) -> Client:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def connect(self) -> dict[str, Any]:
+        """Open the connection and complete HELLO; returns the HELLO reply. Raises ClientError."""
+        if self._closing:
+            raise ClientError(errors.CLOSED, "the client is closed")
+        self.state = "connecting"
+        try:
+            return await self._establish()
+        except ClientError:
+            self.state = "disconnected"
+            raise
+
+    async def close(self) -> None:
+        """Close the connection for good; pending requests fail with CLOSED and ``events()`` ends."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._reconnect_task is not None:
+            self._reconnect_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reconnect_task
+        await self._teardown()
+        self._fail_pending(ClientError(errors.CLOSED, "the client was closed"))
+        self.state = "closed"
+        self._queue.close()
+
+    async def request(self, msg_type: MsgType, body: dict[str, Any] | None = None,
+                      timeout: float | None = None) -> dict[str, Any]:
+        """Send one request and wait for its reply (RESPONSE body, or PONG for PING)."""
+        if self.state != "connected" and msg_type != MsgType.HELLO:
+            raise ClientError(errors.NOT_CONNECTED, f"not connected ({self.state})")
+        return await self._request(msg_type, dict(body or {}), timeout)
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Server events and STATE changes, in order, until the client is closed or gives up."""
+        while True:
+            event = await self._queue.get()
+            if event is None:
+                return
+            yield event
+
+    async def next_event(self, timeout: float | None = None) -> Event | None:
+        """The next event (None once closed); raises TimeoutError after ``timeout`` seconds."""
+        return await self._queue.get(timeout)
+
+    # -- connection lifecycle -------------------------------------------------------------------------
+    async def _establish(self) -> dict[str, Any]:
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port, ssl=self.tls,
+                                        server_hostname=self.host if self.tls else None,
+                                        limit=READ_CHUNK * 4),
+                self.connect_timeout)
+        except ConnectionRefusedError as exc:
+            raise ClientError(errors.CONNECTION_REFUSED, f"connection refused by {self.host}:{self.port}") from exc
+        except ssl.SSLError as exc:
+            raise ClientError(errors.TLS_ERROR, f"TLS handshake with {self.host}:{self.port} failed: {exc}") from exc
+        except asyncio.TimeoutError as exc:
+            raise ClientError(errors.TIMEOUT, f"connecting to {self.host}:{self.port} timed out") from exc
+        except OSError as exc:
+            raise ClientError(errors.CONNECTION_FAILED, f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        self._conn = Connection(Role.CLIENT, max_message_size=self.max_message_size)
+        self._writer = writer
+        self._reader_task = asyncio.create_task(self._read_loop(reader, self._conn), name="nplt-client-reader")
+        body: dict[str, Any] = {"proto": 3, "client": self.client_name}
+        if self.token is not None:
+            body["token"] = self.token
+        if self._session_id is not None:
+            body["session_id"] = self._session_id
+        try:
+            return await self._request(MsgType.HELLO, body, self.connect_timeout)
+        except ClientError:
+            await self._teardown()
+            raise
+
+    async def _on_hello(self, hello: dict[str, Any]) -> None:
+        """HELLO accepted (called by the reader, so STATE precedes every later event)."""
+        reconnected = self._ever_connected
+        self.hello = hello
+        self._track_session(hello.get("session"))
+        self.state = "connected"
+        self._ever_connected = True
+        await self._emit_state("connected", hello=hello, reconnected=reconnected)
+
+    async def _teardown(self) -> None:
+        """Close the socket and stop the reader of the current connection (no reconnect)."""
+        task, writer = self._reader_task, self._writer
+        self._reader_task, self._writer, self._conn = None, None, None
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 2.0)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    def _connection_lost(self, reason: str) -> None:
+        """Called by the reader when the socket ends: fail pending requests, maybe start reconnecting."""
+        self._reader_task = None
+        writer, self._writer, self._conn = self._writer, None, None
+        if writer is not None:
+            writer.close()
+        was_connected = self.state == "connected"
+        self._fail_pending(ClientError(errors.CONNECTION_LOST, f"connection lost: {reason}"))
+        if self._closing or not was_connected:
+            return
+        if self.reconnect_enabled and self._ever_connected:
+            self.state = "reconnecting"
+            self._reconnect_task = asyncio.create_task(self._reconnect_loop(reason), name="nplt-client-reconnect")
+        else:
+            self.state = "disconnected"
+            self._reconnect_task = asyncio.create_task(
+                self._give_up(errors.CONNECTION_LOST, f"connection lost: {reason}"))
+
+    async def _reconnect_loop(self, reason: str) -> None:
+        attempt = 0
+        error = reason
+        while not self._closing:
+            attempt += 1
+            if self.backoff.max_attempts is not None and attempt > self.backoff.max_attempts:
+                await self._give_up(errors.CONNECTION_LOST, f"gave up after {attempt - 1} attempts: {error}")
+                return
+            delay = self.backoff.delay(attempt)
+            await self._emit_state("reconnecting", attempt=attempt, delay=round(delay, 3), error=error)
+            await asyncio.sleep(delay)
+            try:
+                await self._establish()
+            except ClientError as exc:
+                error = exc.message
+                if exc.code in errors.PERMANENT_CODES:
+                    await self._give_up(exc.code, exc.message)
+                    return
+                continue
+            return
+
+    async def _give_up(self, code: str, message: str) -> None:
+        self.state = "disconnected"
+        await self._emit_state("disconnected", code=code, error=message)
+        self._queue.close()
+
+    async def _emit_state(self, state: str, **fields: Any) -> None:
+        await self._queue.put(Event("STATE", {"state": state, **fields}))
+
+    # -- requests -------------------------------------------------------------------------------------
+    async def _request(self, msg_type: MsgType, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        rid = next(self._ids)
+        body["id"] = rid
+        if msg_type == MsgType.HELLO:
+            self._hello_id = rid
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            await self._send(msg_type, body)
+            return await asyncio.wait_for(fut, timeout if timeout is not None else self.request_timeout)
+        except asyncio.TimeoutError as exc:
+            raise ClientError(errors.TIMEOUT, f"no reply to {msg_type.name} within the timeout") from exc
+        finally:
+            self._pending.pop(rid, None)
+
+    async def _send(self, msg_type: MsgType | int, body: dict[str, Any]) -> None:
+        conn, writer = self._conn, self._writer
+        if conn is None or writer is None or writer.is_closing():
+            raise ClientError(errors.NOT_CONNECTED, "not connected")
+        try:
+            writer.write(conn.send(msg_type, body))  # one write: the frames of a message stay contiguous
+            await writer.drain()
+        except ProtocolError as exc:
+            raise ClientError(str(exc.code), exc.message) from exc
+        except (ConnectionError, OSError) as exc:
+            raise ClientError(errors.CONNECTION_LOST, f"send failed: {exc}") from exc
+
+    def _fail_pending(self, error: ClientError) -> None:
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+                fut.exception()  # mark retrieved: the waiter may already be gone
+
+    # -- reading --------------------------------------------------------------------------------------
+    async def _read_loop(self, reader: asyncio.StreamReader, conn: Connection) -> None:
+        reason = "closed by the server"
+        try:
+            while True:
+                try:
+                    data = await reader.read(READ_CHUNK)
+                except (ConnectionError, OSError) as exc:
+                    reason = str(exc) or type(exc).__name__
+                    break
+                if not data:
+                    break
+                try:
+                    items = conn.receive_data(data)
+                except ProtocolError as exc:
+                    for item in getattr(exc, "events", None) or ():
+                        await self._dispatch(item)
+                    reason = f"protocol error {exc.code}: {exc.message}"
+                    break
+                for item in items:
+                    await self._dispatch(item)
+        finally:
+            if not self._closing and self._reader_task is asyncio.current_task():
+                self._connection_lost(reason)
+
+    async def _dispatch(self, item: Any) -> None:
+        if isinstance(item, InvalidMessage):
+            err = item.error
+            fut = self._pending.get(item.re) if item.re is not None else None
+            if fut is not None and not fut.done():
+                fut.set_exception(ClientError(str(err.code), err.message))
+            else:
+                await self._queue.put(Event("INVALID", {"code": str(err.code), "message": err.message}))
+            if str(err.code) == "UNKNOWN_TYPE":
+                with contextlib.suppress(ClientError):
+                    await self._send(MsgType.ERROR, {"re": None, "code": "UNKNOWN_TYPE",
+                                                     "message": f"unknown type code {item.type}", "fatal": False})
+            return
+        body = item.body if isinstance(item.body, dict) else {}
+        mtype = item.type
+        if mtype in (MsgType.RESPONSE, MsgType.PONG):
+            fut = self._pending.get(body.get("re"))
+            if fut is not None and not fut.done():
+                if body.get("re") == self._hello_id:
+                    await self._on_hello(body)
+                fut.set_result(body)
+        elif mtype == MsgType.ERROR:
+            fut = self._pending.get(body.get("re")) if body.get("re") is not None else None
+            err = ClientError(str(body.get("code", "INTERNAL")), str(body.get("message", "")),
+                              bool(body.get("fatal", False)))
+            if fut is not None and not fut.done():
+                fut.set_exception(err)
+            else:
+                await self._queue.put(Event("ERROR", body))
+        elif mtype == MsgType.PING:
+            with contextlib.suppress(ClientError):
+                await self._send(MsgType.PONG, {"re": body.get("id"), "time": _now()})
+        else:
+            try:
+                name = MsgType(mtype).name
+            except ValueError:
+                name = f"TYPE_{int(mtype):#04x}"
+            await self._queue.put(Event(name, body))

@@ -1,0 +1,35 @@
+"""Client-side errors and the stable codes the client adds to the server's ERROR codes.
+
+A ``ClientError`` carries either a server code (docs/protocol.md §8, e.g. ``NOT_FOUND``,
+``AUTH_FAILED``) or one of the client codes below, which never travel on the wire.
+"""
+from __future__ import annotations
+
+# Client-only codes (the server never sends these).
+CONNECTION_REFUSED = "CONNECTION_REFUSED"   # nothing listens on host:port
+CONNECTION_FAILED = "CONNECTION_FAILED"     # DNS failure, unreachable host, other OSError
+CONNECTION_LOST = "CONNECTION_LOST"         # the connection dropped while a request was pending
+NOT_CONNECTED = "NOT_CONNECTED"             # a request was made while (re)connecting or closed
+TIMEOUT = "TIMEOUT"                         # connect or request timed out
+TLS_ERROR = "TLS_ERROR"                     # TLS handshake or certificate verification failed
+CLOSED = "CLOSED"                           # the client was closed by its owner
+
+CONNECTION_CODES = frozenset({CONNECTION_REFUSED, CONNECTION_FAILED, CONNECTION_LOST, NOT_CONNECTED,
+                              TIMEOUT, TLS_ERROR, CLOSED})
+# Errors after which reconnecting is pointless: the same HELLO would fail again.
+PERMANENT_CODES = frozenset({"AUTH_FAILED", "UNSUPPORTED_VERSION"})
+
+
+class ClientError(Exception):
+    """A request failed: an ERROR reply from the server or a client-side failure."""
+
+    def __init__(self, code: str, message: str, fatal: bool = False) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.fatal = fatal
+
+    @property
+    def is_connection_error(self) -> bool:
+        """True when the failure is about the transport, not the request itself."""
+        return self.code in CONNECTION_CODES

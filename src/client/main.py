@@ -1,0 +1,46 @@
+"""``nplt-client``: the Textual TUI (no subcommand) or a scriptable subcommand (see docs/client.md)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Sequence
+
+from client import cli
+from client.config import ClientConfig, ClientConfigError, add_arguments
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nplt-client",
+        description="NPLT Assistant client: opens the TUI, or runs one subcommand for scripts.",
+        epilog="Exit codes: 0 ok, 1 internal error, 2 usage/config error, 3 connection error, "
+               "4 authentication failed, 5 request rejected, 6 turn failed or cancelled, 130 interrupted.")
+    add_arguments(parser)
+    cli.add_subcommands(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        cfg = ClientConfig.load(args)
+        cfg.tls.context()  # surface a bad CA file as a config error before connecting
+    except ClientConfigError as exc:
+        sys.stderr.write(f"nplt-client: CONFIG_ERROR: {exc}\n")
+        return cli.EXIT_USAGE
+    if not args.command:
+        from client.tui.app import NpltApp  # Textual is only imported for the TUI
+        NpltApp(cfg).run()
+        return cli.EXIT_OK
+    try:
+        return asyncio.run(cli.run_command(args, cfg))
+    except KeyboardInterrupt:
+        sys.stderr.write("nplt-client: INTERRUPTED\n")
+        return cli.EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

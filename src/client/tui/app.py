@@ -1,0 +1,207 @@
+"""The NPLT Textual app: layout, key bindings and actions. The logic lives in ``controller.Controller``."""
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from pathlib import Path
+from typing import Any, Iterable
+
+from textual.app import App, ComposeResult, SystemCommand
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Header
+
+from client.config import ClientConfig
+from client.connection import Backoff, Client
+from client.errors import ClientError
+from client.tui import commands
+from client.tui.chat import ChatView, code_blocks
+from client.tui.message import MessageView
+from client.tui.controller import Controller
+from client.tui.input import ChatInput
+from client.tui.modals import ConfirmModal, ExportModal, HelpScreen, RenameModal, SearchModal
+from client.tui.sidebar import Sidebar
+from client.tui.status import StatusLine
+
+
+class NpltApp(App[None]):
+    """Chat with the NPLT assistant: sessions sidebar, streamed answers, tool calls, search, export."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "NPLT Assistant"
+    BINDINGS = commands.bindings()
+
+    def __init__(self, config: ClientConfig | None = None, *, show_times: bool = True,
+                 show_address: bool = True, client: Client | None = None) -> None:
+        super().__init__()
+        self.config = config or ClientConfig()
+        self.show_times, self.show_address = show_times, show_address
+        self.client = client or Client(
+            self.config.host, self.config.port, token=self.config.token, tls=self.config.tls.context(),
+            client_name="nplt-tui/0.1", reconnect=True,
+            backoff=Backoff(initial=self.config.reconnect_initial_s, maximum=self.config.reconnect_max_s),
+            request_timeout=self.config.request_timeout_s, connect_timeout=self.config.connect_timeout_s,
+            event_queue_size=self.config.event_queue_size)
+        self.controller = Controller(self, self.client)
+        self.agent_info: dict[str, Any] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="◆")
+        with Horizontal(id="main"):
+            yield Sidebar(id="sidebar", show_times=self.show_times)
+            with Vertical(id="chat-pane"):
+                yield ChatView(id="chat", show_times=self.show_times)
+                yield StatusLine(id="status",
+                                 address=f"{self.config.host}:{self.config.port}" if self.show_address else "")
+                yield ChatInput(id="input")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self.config.theme in self.available_themes:
+            self.theme = self.config.theme
+        else:
+            self.notify(f"Unknown theme {self.config.theme!r}", severity="warning")
+        if self.config.keymap:
+            self.set_keymap(self.config.keymap)
+            bad = commands.unknown_ids(self.config.keymap)
+            if bad:
+                self.notify(f"Unknown binding ids in keymap: {', '.join(bad)}", severity="warning")
+        self.query_one(ChatInput).focus()
+        self.run_worker(self.controller.run(), name="client", group="client", exit_on_error=False)
+
+    async def on_unmount(self) -> None:
+        await self.client.close()
+
+    # -- messages from widgets --------------------------------------------------------------------------
+    def on_chat_input_submitted(self, event: ChatInput.Submitted) -> None:
+        self.controller.spawn(self.controller.send(event.text), "send")
+
+    def on_sidebar_selected(self, event: Sidebar.Selected) -> None:
+        self.controller.spawn(self.controller.switch(event.session_id), "session")
+
+    def on_chat_view_need_older(self, event: ChatView.NeedOlder) -> None:
+        self.controller.spawn(self.controller.load_older(), "older")
+
+    # -- actions ----------------------------------------------------------------------------------------
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(commands.help_rows(self.config.keymap)))
+
+    def action_cancel_turn(self) -> None:
+        self.controller.spawn(self.controller.cancel(), "cancel")
+
+    def action_focus_input(self) -> None:
+        self.query_one(ChatInput).focus()
+
+    def action_focus_sessions(self) -> None:
+        self.query_one(Sidebar).list.focus()
+
+    def action_toggle_sidebar(self) -> None:
+        sidebar = self.query_one(Sidebar)
+        sidebar.display = not sidebar.display
+
+    def action_load_older(self) -> None:
+        chat = self.query_one(ChatView)
+        if chat.has_more and not chat.loading_older:
+            chat.loading_older = True
+            self.controller.spawn(self.controller.load_older(), "older")
+
+    def action_new_session(self) -> None:
+        self.controller.spawn(self.controller.new_session(), "session")
+
+    def action_rename_session(self) -> None:
+        session = self.controller.session or {}
+
+        def done(title: str | None) -> None:
+            if title:
+                self.controller.spawn(self.controller.rename(title), "rename")
+        self.push_screen(RenameModal(session.get("title") or ""), done)
+
+    def action_delete_session(self) -> None:
+        sid = self.controller.session_id
+        if not sid:
+            return
+        title = (self.controller.session or {}).get("title") or sid
+
+        def done(ok: bool | None) -> None:
+            if ok:
+                self.controller.spawn(self.controller.delete(sid), "session")
+        self.push_screen(ConfirmModal(f"Delete session “{title}”? This cannot be undone."), done)
+
+    def action_clear_session(self) -> None:
+        def done(ok: bool | None) -> None:
+            if ok:
+                self.controller.spawn(self.controller.clear(), "session")
+        self.push_screen(ConfirmModal("Clear every message of this session?", "Clear"), done)
+
+    def action_search(self) -> None:
+        async def search(query: str) -> list[dict[str, Any]]:
+            return (await self.client.search(query)).get("hits", [])
+
+        def done(hit: dict[str, Any] | None) -> None:
+            if hit:
+                self.controller.spawn(self.controller.jump_to(hit), "session")
+        self.push_screen(SearchModal(search), done)
+
+    def action_export(self) -> None:
+        sid = self.controller.session_id
+        if not sid:
+            return
+
+        def done(choice: tuple[str, str] | None) -> None:
+            if choice:
+                self.controller.spawn(self.export(sid, *choice), "export")
+        self.push_screen(ExportModal(f"nplt-{sid}"), done)
+
+    async def export(self, session_id: str, fmt: str, path: str) -> None:
+        reply = await self.client.export(fmt, session_id=session_id)
+        try:
+            await asyncio.to_thread(Path(path).write_text, reply.get("content", ""), encoding="utf-8")
+        except OSError as exc:
+            raise ClientError("WRITE_FAILED", f"cannot write {path}: {exc.strerror or exc}") from exc
+        self.notify(f"Exported to {path}")
+
+    def _message_for_copy(self, need_code: bool = False) -> MessageView | None:
+        node = self.focused
+        while node is not None and not isinstance(node, MessageView):
+            node = node.parent
+        if isinstance(node, MessageView):
+            return node
+        for view in reversed(self.query_one(ChatView).messages()):
+            if view.role == "assistant" and (not need_code or code_blocks(view.content)):
+                return view
+        return None
+
+    def action_copy_message(self) -> None:
+        view = self._message_for_copy()
+        if view is None:
+            self.notify("Nothing to copy", severity="warning")
+            return
+        self.copy_to_clipboard(view.content)
+        self.notify("Message copied")
+
+    def action_copy_code(self) -> None:
+        view = self._message_for_copy(need_code=True)
+        blocks = code_blocks(view.content) if view else []
+        if not blocks:
+            self.notify("No code block to copy", severity="warning")
+            return
+        self.copy_to_clipboard(blocks[-1])
+        self.notify("Code block copied")
+
+    # -- command palette --------------------------------------------------------------------------------
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for spec in commands.palette_entries():
+            if spec.action != "quit":
+                yield SystemCommand(spec.title, spec.help, partial(self.run_action, spec.action))
+        for model in self.controller.models:
+            name = str(model.get("name"))
+            yield SystemCommand(f"Model: {name}", "Use this model for the current session",
+                                partial(self._switch_model, name))
+
+    def _switch_model(self, name: str) -> None:
+        async def switch() -> None:
+            reply = await self.client.model_switch(name)
+            self.notify(f"Model: {reply.get('model', name)}")
+        self.controller.spawn(switch(), "model")

@@ -1,0 +1,158 @@
+"""The chat view: messages as Markdown, a streaming answer, tool call items, inline errors, paging by cursor."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.widgets import Static
+from textual.worker import Worker, WorkerCancelled, WorkerFailed
+
+from client.tui.message import MessageView
+
+CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.S)
+FIRST_PAINT = 12      # newest messages mounted before the first paint (about a screenful)
+
+
+def code_blocks(text: str) -> list[str]:
+    """The fenced code blocks of a Markdown text, in order."""
+    return [m.group(1) for m in CODE_BLOCK.finditer(text)]
+
+
+class ChatView(VerticalScroll):
+    """Messages of the current session; pages run newest-first, older pages are prepended on scroll to top."""
+
+    class NeedOlder(Message):
+        """Posted when the view is scrolled to the top and older messages exist."""
+
+    def __init__(self, *, show_times: bool = True, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.show_times = show_times
+        self.session_id: str | None = None
+        self.has_more = False
+        self.next_before: int | None = None
+        self.loading_older = False
+        self.by_id: dict[int, MessageView] = {}
+        self.live: dict[str, MessageView] = {}
+        self._backfill: Worker[None] | None = None
+        self._backfill_views: list[dict[str, Any]] | None = None
+
+    def on_mount(self) -> None:
+        self.anchor()
+
+    async def reset(self, session_id: str | None) -> None:
+        for view in self.live.values():
+            await view.stop_stream()
+        if self._backfill is not None:
+            self._backfill.cancel()
+        self._backfill, self._backfill_views = None, None
+        self.session_id = session_id
+        self.has_more, self.next_before, self.loading_older = False, None, False
+        self.by_id.clear()
+        self.live.clear()
+        await self.remove_children()
+        self.anchor()
+
+    def _view(self, message: dict[str, Any], turn_id: str | None = None) -> MessageView:
+        view = MessageView(message, show_time=self.show_times, turn_id=turn_id)
+        if view.message_id is not None:
+            self.by_id[view.message_id] = view
+        return view
+
+    async def show_page(self, page: dict[str, Any]) -> None:
+        """Show the newest page of a freshly reset session.
+
+        The newest ``FIRST_PAINT`` messages (a screenful) are mounted at once; the rest of the page is
+        built and mounted above them after the first paint, so it does not wait for the whole page.
+        """
+        messages = [m for m in page.get("messages", []) if m.get("id") not in self.by_id]
+        self.has_more, self.next_before = bool(page.get("has_more")), page.get("next_before")
+        head, tail = messages[:-FIRST_PAINT], messages[-FIRST_PAINT:]
+        if tail:
+            await self.mount_all([self._view(m) for m in tail])
+        self.scroll_end(animate=False, immediate=True)
+        if head:
+            self._backfill_views = head
+            self.call_after_refresh(self._start_backfill)
+
+    def _start_backfill(self) -> None:
+        if self._backfill_views is not None and self._backfill is None:
+            views, self._backfill_views = self._backfill_views, None
+            self._backfill = self.run_worker(self._mount_backfill(views), group="backfill", exclusive=True)
+
+    async def _mount_backfill(self, messages: list[dict[str, Any]]) -> None:
+        await self._prepend([self._view(m) for m in messages if m.get("id") not in self.by_id])
+        self._backfill = None
+        self.call_after_refresh(self.check_top)
+
+    @property
+    def backfilling(self) -> bool:
+        """True while the older part of the first page is still being mounted."""
+        return self._backfill is not None or self._backfill_views is not None
+
+    async def settle(self) -> None:
+        """Wait until the whole current page is mounted."""
+        self._start_backfill()
+        worker = self._backfill
+        if worker is not None:
+            try:
+                await worker.wait()
+            except (WorkerCancelled, WorkerFailed):
+                pass
+
+    async def prepend_page(self, page: dict[str, Any]) -> None:
+        """Insert an older page at the top, keeping what the user looks at in place."""
+        await self.settle()
+        views = [self._view(m) for m in page.get("messages", []) if m.get("id") not in self.by_id]
+        self.has_more, self.next_before = bool(page.get("has_more")), page.get("next_before")
+        await self._prepend(views)
+
+    async def _prepend(self, views: list[MessageView]) -> None:
+        if not views:
+            return
+        before_height, before_y = self.virtual_size.height, self.scroll_y
+        if self.children:
+            await self.mount_all(views, before=self.children[0])
+        else:
+            await self.mount_all(views)
+
+        def keep_position() -> None:
+            if self.is_anchored and not self._anchor_released:
+                return   # following the bottom: the anchor keeps it in view
+            self.scroll_to(y=before_y + (self.virtual_size.height - before_height), animate=False, immediate=True)
+        self.call_after_refresh(keep_position)
+
+    async def add_message(self, message: dict[str, Any], turn_id: str | None = None) -> MessageView:
+        """Append a message at the bottom (deduplicated by id)."""
+        mid = message.get("id")
+        if isinstance(mid, int) and mid in self.by_id:
+            return self.by_id[mid]
+        view = self._view(message, turn_id)
+        if turn_id:
+            self.live[turn_id] = view
+        await self.mount(view)
+        return view
+
+    async def add_error(self, text: str) -> Static:
+        line = Static(text, markup=False, classes="error")
+        await self.mount(line)
+        return line
+
+    def register_id(self, view: MessageView) -> None:
+        if view.message_id is not None:
+            self.by_id[view.message_id] = view
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self.check_top()
+
+    def check_top(self) -> None:
+        """Ask for an older page when scrolled to the top (or the content does not fill the view)."""
+        if (self.scroll_y <= 0 and self.has_more and not self.loading_older and self.session_id
+                and not self.backfilling):
+            self.loading_older = True
+            self.post_message(self.NeedOlder())
+
+    def messages(self) -> list[MessageView]:
+        return [c for c in self.children if isinstance(c, MessageView)]

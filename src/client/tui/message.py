@@ -1,0 +1,220 @@
+"""One chat message: header in the top border, tool call items, and the Markdown body.
+
+Rendering cost matters because Textual lays out the whole widget tree on every frame:
+
+- A settled message (history, or a finished answer) is ONE Static holding a Rich Markdown
+  renderable, not Textual's Markdown widget (which makes a widget per block and list item).
+- A live answer streams into a Textual ``Markdown`` through ``MarkdownStream`` (fragments are
+  appended, only the last block is re-parsed). Once the live part grows past ``SEGMENT_CHARS``, the
+  text up to the last paragraph break (outside code fences) is frozen into a Static segment and
+  the live Markdown restarts with the remainder; past ``MAX_SEGMENTS`` the segments are merged. The
+  widget count stays bounded, so the per-delta cost stays flat however long the answer gets.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from datetime import datetime
+from typing import Any
+
+from markdown_it import MarkdownIt
+from rich.markdown import Markdown as RichMarkdown
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.markup import escape
+from textual.widget import Widget
+from textual.widgets import Markdown, Static
+from textual.widgets.markdown import MarkdownStream
+
+from client.tui.toolcall import ToolCallItem
+
+ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
+SEGMENT_CHARS = 1200   # live Markdown text kept before freezing completed paragraphs into a Static
+MAX_SEGMENTS = 3       # frozen segments per live answer; more are merged into the first one
+FENCE = re.compile(r"^\s*(```|~~~)", re.M)
+
+
+def short_time(ts: str | None) -> str:
+    """``HH:MM`` in local time for an ISO timestamp ('' when unparsable)."""
+    if not ts:
+        return ""
+    try:
+        return datetime.fromisoformat(ts).astimezone().strftime("%H:%M")
+    except ValueError:
+        return ""
+
+
+_PROTOTYPE = RichMarkdown("", code_theme="monokai")
+_PARSER = MarkdownIt().enable("strikethrough").enable("table")   # the parser rich.markdown configures
+
+
+def rendered(text: str) -> RichMarkdown:
+    """A Rich Markdown renderable sharing one parser (rich builds a new MarkdownIt per instance)."""
+    md = copy.copy(_PROTOTYPE)
+    md.markup = text
+    md.parsed = _PARSER.parse(text)
+    return md
+
+
+def split_point(text: str) -> int:
+    """Index just after the last paragraph break outside a code fence (0: none)."""
+    pos = text.rfind("\n\n")
+    while pos > 0:
+        if len(FENCE.findall(text, 0, pos)) % 2 == 0:
+            return pos + 2
+        pos = text.rfind("\n\n", 0, pos)
+    return 0
+
+
+class Segment(Static):
+    """A frozen, static part of a live answer."""
+
+    DEFAULT_CLASSES = "message-body segment"
+
+    def __init__(self, text: str) -> None:
+        super().__init__(rendered(text))
+        self.text = text
+
+    def set_text(self, text: str) -> None:
+        self.text = text
+        self.update(rendered(text))
+
+
+class MessageView(Vertical, can_focus=True):
+    """A stored message, or the live answer of a running turn (``turn_id`` set)."""
+
+    def __init__(self, message: dict[str, Any], *, show_time: bool = True, turn_id: str | None = None) -> None:
+        self.message = dict(message)
+        self.turn_id = turn_id
+        self.show_time = show_time
+        super().__init__(classes=f"message -{self.role}")
+        self.border_title = self._header_text()   # the header lives in the top border: no extra widget
+        self.tool_items: dict[str, ToolCallItem] = {}
+        self.streamed_chars = len(self.content)     # every character ever shown (reattach never repeats one)
+        self.shown_len = len(self.content)          # answer length on screen (ANSWER_DELTA offsets)
+        self._stream: MarkdownStream | None = None
+        self._live: Markdown | None = None
+        self._live_text = ""
+        self.body: Widget = self._make_body()
+
+    @property
+    def message_id(self) -> int | None:
+        mid = self.message.get("id")
+        return mid if isinstance(mid, int) else None
+
+    @property
+    def role(self) -> str:
+        return str(self.message.get("role", ""))
+
+    @property
+    def content(self) -> str:
+        return str(self.message.get("content", ""))
+
+    @property
+    def header_text(self) -> str:
+        return str(self.border_title or "")
+
+    @property
+    def is_live(self) -> bool:
+        return self._live is not None
+
+    def _header_text(self) -> str:
+        parts = [f"[b]{ROLE_LABELS.get(self.role, escape(self.role))}[/b]"]
+        when = short_time(self.message.get("timestamp")) if self.show_time else ""
+        if when:
+            parts.append(when)
+        meta = self.message.get("metadata") or {}
+        if meta.get("partial"):
+            parts.append("[i]partial[/i]")
+        if meta.get("finish_reason") and meta.get("finish_reason") != "stop":
+            parts.append(f"[i]{escape(str(meta['finish_reason']))}[/i]")
+        return " · ".join(parts)
+
+    def _make_body(self) -> Widget:
+        if self.turn_id is None:
+            return Static(rendered(self.content), classes="message-body")
+        self._live_text = self.content
+        self._live = Markdown(self.content, classes="message-body live")
+        return self._live
+
+    def compose(self) -> ComposeResult:
+        for call in self.message.get("tool_calls") or ():
+            item = ToolCallItem(call)
+            self.tool_items[item.call_id] = item
+            yield item
+        yield self.body
+
+    def _first_body(self) -> Widget | None:
+        return next((c for c in self.children if not isinstance(c, ToolCallItem)), None)
+
+    async def add_tool(self, call: dict[str, Any]) -> ToolCallItem:
+        cid = str(call.get("id", ""))
+        item = self.tool_items.get(cid)
+        if item is not None:
+            item.update_call(call)
+            return item
+        item = ToolCallItem(call)
+        self.tool_items[cid] = item
+        first = self._first_body()
+        await (self.mount(item, before=first) if first is not None else self.mount(item))
+        return item
+
+    # -- streaming --------------------------------------------------------------------------------------
+    async def append(self, text: str) -> None:
+        """Append streamed answer text to the live Markdown (incremental, bounded cost per delta)."""
+        if not text or self._live is None:
+            return
+        if self._stream is None:
+            self._stream = Markdown.get_stream(self._live)
+        self.shown_len += len(text)
+        self.streamed_chars += len(text)
+        self.message["content"] = self.content + text
+        self._live_text += text
+        await self._stream.write(text)
+        if len(self._live_text) > SEGMENT_CHARS:
+            await self._freeze()
+
+    async def _freeze(self) -> None:
+        """Move completed paragraphs of the live Markdown into a static segment."""
+        cut = split_point(self._live_text)
+        if cut <= 0 or self._live is None:
+            return
+        frozen, rest = self._live_text[:cut], self._live_text[cut:]
+        await self.stop_stream()
+        segments = [c for c in self.children if isinstance(c, Segment)]
+        if len(segments) >= MAX_SEGMENTS:   # merge: the widget count stays bounded too
+            segments[0].set_text("".join(seg.text for seg in segments) + frozen)
+            await self.remove_children(segments[1:])
+        else:
+            await self.mount(Segment(frozen), before=self._live)
+        self._live_text = rest
+        await self._live.update(rest)
+
+    async def stop_stream(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            await stream.stop()
+
+    async def finish(self, message: dict[str, Any], finish_reason: str | None = None) -> None:
+        """Settle into the stored message: one static Markdown body (also fixes any missed delta)."""
+        await self.stop_stream()
+        self.message = dict(message)
+        if finish_reason:
+            self.message.setdefault("metadata", {})["finish_reason"] = finish_reason
+        self.turn_id = None
+        self.shown_len = len(self.content)
+        for call in message.get("tool_calls") or ():
+            await self.add_tool(call)
+        if self._live is not None:
+            old = [c for c in self.children if not isinstance(c, ToolCallItem)]
+            self._live = None
+            self.body = Static(rendered(self.content), classes="message-body")
+            await self.mount(self.body, before=old[0] if old else None)
+            await self.remove_children(old)
+        else:
+            self.body.update(rendered(self.content))
+        self.border_title = self._header_text()
+
+    def set_error(self, text: str) -> None:
+        self.add_class("-error")
+        self.mount(Static(text, markup=False, classes="error"))

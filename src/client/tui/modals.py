@@ -1,0 +1,174 @@
+"""Modal screens: rename, confirm, search, export, help."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Markdown, OptionList, Static
+from textual.widgets.option_list import Option
+
+MAX_TITLE = 200
+
+
+class RenameModal(ModalScreen[str | None]):
+    """Ask for a new session title (1..200 characters)."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", show=False)]
+
+    def __init__(self, title: str) -> None:
+        super().__init__(classes="modal")
+        self.current = title
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label("Rename session", classes="dialog-title")
+            yield Input(self.current, max_length=MAX_TITLE, id="rename-input")
+            with Horizontal(classes="buttons"):
+                yield Button("Rename", variant="primary", id="rename-ok")
+                yield Button("Cancel", id="rename-cancel")
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#rename-ok")
+    def _ok(self) -> None:
+        title = self.query_one("#rename-input", Input).value.strip()
+        self.dismiss(title or None)
+
+    @on(Button.Pressed, "#rename-cancel")
+    def _cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ConfirmModal(ModalScreen[bool]):
+    """A yes/no question; Enter or Y confirms, Esc or N cancels."""
+
+    BINDINGS = [Binding("escape,n", "dismiss(False)", "No", show=False),
+                Binding("y", "dismiss(True)", "Yes", show=False)]
+
+    def __init__(self, question: str, confirm_label: str = "Delete") -> None:
+        super().__init__(classes="modal")
+        self.question, self.confirm_label = question, confirm_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(self.question, markup=False, classes="dialog-title")
+            with Horizontal(classes="buttons"):
+                yield Button(self.confirm_label, variant="error", id="confirm-yes")
+                yield Button("Cancel", id="confirm-no")
+
+    def on_mount(self) -> None:
+        self.query_one("#confirm-no", Button).focus()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "confirm-yes")
+
+
+SearchFn = Callable[[str], Awaitable[list[dict[str, Any]]]]
+
+
+class SearchModal(ModalScreen[dict[str, Any] | None]):
+    """Search across sessions; picking a hit returns it (the app then jumps to the message)."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Close", show=False)]
+
+    def __init__(self, search: SearchFn) -> None:
+        super().__init__(classes="modal")
+        self._search = search
+        self.hits: list[dict[str, Any]] = []
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog wide"):
+            yield Label("Search all sessions", classes="dialog-title")
+            yield Input(placeholder="words to find, Enter to search", id="search-input")
+            yield Static("", id="search-info")
+            yield OptionList(id="search-results")
+
+    @on(Input.Submitted, "#search-input")
+    def _submitted(self, event: Input.Submitted) -> None:
+        if event.value.strip():
+            self.run_search(event.value.strip())
+
+    @work(exclusive=True, group="search")
+    async def run_search(self, query: str) -> None:
+        info = self.query_one("#search-info", Static)
+        info.update("Searching…")
+        try:
+            self.hits = await self._search(query)
+        except Exception as exc:  # noqa: BLE001 - shown to the user, the modal stays usable
+            info.update(Text(f"Search failed: {exc}", style="red"))
+            return
+        results = self.query_one("#search-results", OptionList)
+        results.set_options(Option(self._prompt(h), id=str(i)) for i, h in enumerate(self.hits))
+        info.update(f"{len(self.hits)} result" + ("" if len(self.hits) == 1 else "s"))
+        if self.hits:
+            results.highlighted = 0
+            results.focus()
+
+    @staticmethod
+    def _prompt(hit: dict[str, Any]) -> Text:
+        head = Text.assemble((str(hit.get("title") or hit.get("session_id")), "bold"),
+                             (f"  #{hit.get('message_id')} {hit.get('role', '')}", "dim"))
+        return Text.assemble(head, "\n", str(hit.get("snippet", "")).replace("\n", " "))
+
+    @on(OptionList.OptionSelected, "#search-results")
+    def _picked(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(self.hits[int(event.option.id or 0)])
+
+
+class ExportModal(ModalScreen[tuple[str, str] | None]):
+    """Choose Markdown or JSON and a file path; returns (format, path)."""
+
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", show=False)]
+
+    def __init__(self, default_stem: str) -> None:
+        super().__init__(classes="modal")
+        self.default_path = str(Path.cwd() / f"{default_stem}.md")
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog wide"):
+            yield Label("Export session", classes="dialog-title")
+            yield Input(self.default_path, id="export-path")
+            with Horizontal(classes="buttons"):
+                yield Button("Markdown", variant="primary", id="export-markdown")
+                yield Button("JSON", variant="primary", id="export-json")
+                yield Button("Cancel", id="export-cancel")
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "export-cancel":
+            self.dismiss(None)
+            return
+        fmt = "json" if event.button.id == "export-json" else "markdown"
+        path = self.query_one("#export-path", Input).value.strip()
+        if not path:
+            return
+        p = Path(path).expanduser()
+        if p.suffix in (".md", ".json"):
+            p = p.with_suffix(".json" if fmt == "json" else ".md")
+        self.dismiss((fmt, str(p)))
+
+
+class HelpScreen(ModalScreen[None]):
+    """Key bindings with their ids (remappable in the config keymap) and short usage notes."""
+
+    BINDINGS = [Binding("escape,f1,q,question_mark", "dismiss(None)", "Close", show=False)]
+
+    def __init__(self, rows: list[tuple[str, str, str]]) -> None:
+        super().__init__(classes="modal")
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        lines = ["# Help", "", "| Key | Action | Binding id |", "|---|---|---|"]
+        lines += [f"| `{key}` | {desc} | `{bid}` |" for bid, key, desc in self.rows]
+        lines += ["", "Enter sends, Shift+Enter (or Ctrl+J) inserts a newline, Up/Down on the first/last line "
+                      "recall earlier inputs. Scroll to the top of the chat to load older messages.",
+                  "Remap keys in the `[keymap]` table of the client config file (binding id = \"keys\").",
+                  "", "Press Esc to close."]
+        with VerticalScroll(classes="dialog help"):
+            yield Markdown("\n".join(lines), id="help-text")

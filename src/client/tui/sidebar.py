@@ -1,0 +1,104 @@
+"""The sessions sidebar: title, message count and last update of each session, newest first, live-updated."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Iterable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+
+def when(ts: str | None) -> str:
+    """A compact local time: ``HH:MM`` today, else ``YYYY-MM-DD``."""
+    if not ts:
+        return ""
+    try:
+        dt = datetime.fromisoformat(ts).astimezone()
+    except ValueError:
+        return ""
+    return dt.strftime("%H:%M") if dt.date() == datetime.now().astimezone().date() else dt.strftime("%Y-%m-%d")
+
+
+class SessionList(OptionList):
+    """An OptionList whose option ids are session ids."""
+
+
+class Sidebar(Vertical):
+    """Sessions of the user; ``Selected`` is posted when the user picks one."""
+
+    class Selected(Message):
+        def __init__(self, session_id: str) -> None:
+            super().__init__()
+            self.session_id = session_id
+
+    def __init__(self, *, show_times: bool = True, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.show_times = show_times
+        self.sessions: dict[str, dict[str, Any]] = {}
+        self.current: str | None = None
+        self.list = SessionList(id="session-list")
+
+    def compose(self) -> ComposeResult:
+        yield Static("Sessions", classes="sidebar-title")
+        yield self.list
+
+    def _prompt(self, s: dict[str, Any]) -> Text:
+        sid = s["session_id"]
+        marker = "● " if sid == self.current else "  "
+        running = " ⟳" if s.get("running") else ""
+        title = Text(marker + (s.get("title") or "(untitled)") + running, style="bold" if sid == self.current else "")
+        title.truncate(60, overflow="ellipsis")
+        count = int(s.get("message_count") or 0)
+        detail = f"  {count} msg" + ("" if count == 1 else "s")
+        if self.show_times:
+            stamp = when(s.get("updated_at"))
+            if stamp:
+                detail += f" · {stamp}"
+        return Text.assemble(title, "\n", (detail, "dim"))
+
+    def _order(self) -> list[dict[str, Any]]:
+        return sorted(self.sessions.values(), key=lambda s: str(s.get("updated_at") or ""), reverse=True)
+
+    def _refresh_options(self) -> None:
+        highlighted = self.list.highlighted_option.id if self.list.highlighted_option else self.current
+        options = [Option(self._prompt(s), id=s["session_id"]) for s in self._order()]
+        self.list.set_options(options)
+        target = highlighted if highlighted in self.sessions else self.current
+        if target in self.sessions:
+            self.list.highlighted = self.list.get_option_index(target)
+
+    def set_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
+        self.sessions = {s["session_id"]: dict(s) for s in sessions}
+        self._refresh_options()
+
+    def upsert(self, session: dict[str, Any]) -> None:
+        sid = session.get("session_id")
+        if not sid:
+            return
+        merged = {**self.sessions.get(sid, {}), **session}
+        self.sessions[sid] = merged
+        self._refresh_options()
+
+    def remove(self, session_id: str) -> None:
+        if self.sessions.pop(session_id, None) is not None:
+            self._refresh_options()
+
+    def set_current(self, session_id: str | None) -> None:
+        self.current = session_id
+        self._refresh_options()
+
+    def newest_other(self, session_id: str) -> str | None:
+        """The most recently updated session other than ``session_id``."""
+        for s in self._order():
+            if s["session_id"] != session_id:
+                return s["session_id"]
+        return None
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        if event.option.id:
+            self.post_message(self.Selected(event.option.id))

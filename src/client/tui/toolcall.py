@@ -1,0 +1,70 @@
+"""A tool call shown as a collapsible item: name, status and duration in the title; arguments and result inside."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from textual.markup import escape
+from textual.widgets import Collapsible, Static
+
+MAX_RESULT_CHARS = 4000   # longer results are cut in the view (the full text stays in history/export)
+STATUS_ICONS = {"running": "…", "success": "✓", "error": "✗", "timeout": "⏱"}
+
+
+def tool_title(call: dict[str, Any]) -> str:
+    """The one-line title: icon, tool name, status, duration (markup-escaped)."""
+    status = str(call.get("status") or "running")
+    icon = STATUS_ICONS.get(status, "?")
+    name = escape(str(call.get("tool_name", "tool")))
+    if status == "running":
+        return f"{icon} {name} · running"
+    return f"{icon} {name} · {escape(status)} · {float(call.get('duration') or 0.0):.3f}s"
+
+
+def format_arguments(arguments: Any) -> str:
+    try:
+        return json.dumps(arguments, ensure_ascii=False, indent=2, sort_keys=True)
+    except (TypeError, ValueError):
+        return str(arguments)
+
+
+class ToolCallItem(Collapsible):
+    """One ToolCall (docs/protocol.md §3), live (updated on TOOL_RESULT) or read from history."""
+
+    DEFAULT_CLASSES = "tool-call"
+
+    def __init__(self, call: dict[str, Any]) -> None:
+        self.call = dict(call)
+        self._args = Static(format_arguments(call.get("arguments", {})), markup=False, classes="tool-args")
+        self._result = Static(self._result_text(), markup=False, classes="tool-result")
+        super().__init__(self._args, self._result, title=tool_title(call), collapsed=True)
+        self._apply_status_class()
+
+    @property
+    def call_id(self) -> str:
+        return str(self.call.get("id", ""))
+
+    @property
+    def status(self) -> str:
+        return str(self.call.get("status") or "running")
+
+    def _result_text(self) -> str:
+        status = self.call.get("status") or "running"
+        if status == "running":
+            return "(running)"
+        result = str(self.call.get("result", ""))
+        if len(result) > MAX_RESULT_CHARS:
+            result = result[:MAX_RESULT_CHARS] + f"\n… ({len(result) - MAX_RESULT_CHARS} more characters)"
+        return result or "(no output)"
+
+    def _apply_status_class(self) -> None:
+        for s in STATUS_ICONS:
+            self.set_class(s == self.status, f"-{s}")
+
+    def update_call(self, call: dict[str, Any]) -> None:
+        """Show the finished call (or a newer state of it)."""
+        self.call = dict(call)
+        self.title = tool_title(self.call)
+        self._args.update(format_arguments(self.call.get("arguments", {})))
+        self._result.update(self._result_text())
+        self._apply_status_class()

@@ -1,0 +1,105 @@
+"""Helpers for client tests: agents, a server in a background thread, history pre-fill, polling waits."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from testkit.echo_agent import EchoAgent
+from testkit.server import running_server
+
+DEADLINE = 15.0
+
+
+def offline_agent() -> Any:
+    """The real OfflineAgent with the real (read-only) tools."""
+    from server.agent.config import AgentConfig
+    from server.agent.offline import OfflineAgent
+    from server.tools import ToolRegistry
+    from server.tools.config import ToolsConfig
+    return OfflineAgent(AgentConfig(), ToolRegistry(ToolsConfig()))
+
+
+async def prefill(srv: Any, session_id: str, n: int, *, start: int = 0) -> None:
+    """Append ``n`` alternating user/assistant messages to a session through the server's store."""
+    def fill() -> None:
+        for i in range(start, start + n):
+            srv.store.sync.append(session_id, "user" if i % 2 == 0 else "assistant", f"message number {i}")
+    await asyncio.to_thread(fill)
+
+
+async def wait_until(pred: Callable[[], bool], *, pilot: Any = None, timeout: float = DEADLINE,
+                     what: str = "condition") -> None:
+    """Poll ``pred`` (letting the app process messages through ``pilot.pause()``) until true or the deadline."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        if pilot is not None:
+            await pilot.pause(0.01)
+        else:
+            await asyncio.sleep(0.01)
+
+
+async def next_event_of(client: Any, types: set[str], timeout: float = DEADLINE,
+                        pred: Callable[[Any], bool] | None = None) -> Any:
+    """The next client event whose type is in ``types`` (and matches ``pred``), skipping others."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no {types} event in time")
+        ev = await client.next_event(timeout=left)
+        if ev is None:
+            raise AssertionError("client closed while waiting for an event")
+        if ev.type in types and (pred is None or pred(ev)):
+            return ev
+
+
+class ServerThread:
+    """A real server running in its own event loop in a background thread (for sync tests:
+    subprocess CLI runs and snapshot tests, whose App.run() owns the main thread's loop)."""
+
+    def __init__(self, tmp_path: Path, agent_factory: Callable[[], Any] = EchoAgent, **overrides: Any) -> None:
+        self.tmp_path, self.agent_factory, self.overrides = tmp_path, agent_factory, overrides
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="nplt-test-server", daemon=True)
+        self.srv: Any = None
+        self.addr: tuple[str, int] = ("127.0.0.1", 0)
+        self._stop: asyncio.Event | None = None
+        self._done: Future[None] | None = None
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        ready: Future[None] = Future()
+
+        async def serve() -> None:
+            self._stop = asyncio.Event()
+            try:
+                async with running_server(self.tmp_path, agent=self.agent_factory(), **self.overrides) as (srv, addr):
+                    self.srv, self.addr = srv, addr
+                    ready.set_result(None)
+                    await self._stop.wait()
+            except BaseException as exc:
+                if not ready.done():
+                    ready.set_exception(exc)
+                raise
+        self._done = asyncio.run_coroutine_threadsafe(serve(), self.loop)
+        ready.result(DEADLINE)
+        return self
+
+    def run(self, coro: Awaitable[Any]) -> Any:
+        """Run a coroutine on the server's loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(DEADLINE)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        if self._done is not None:
+            self._done.result(DEADLINE)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(DEADLINE)
+        self.loop.close()

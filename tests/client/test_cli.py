@@ -1,0 +1,148 @@
+"""The scriptable CLI: every subcommand, its JSON document and its exit codes, against a real server."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from client import cli
+from client.main import main
+from client_testlib import ServerThread
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    with ServerThread(tmp_path_factory.mktemp("cli")) as st:
+        yield st
+
+
+def run(st: ServerThread | None, capsys: pytest.CaptureFixture, *args: str, port: int | None = None):
+    """main() in-process; returns (exit code, stdout, stderr)."""
+    host, p = st.addr if st else ("127.0.0.1", port)
+    code = main(["--host", host, "--port", str(p), *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ask_streams_answer(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = run(srv, capsys, "ask", "hello cli")
+    assert code == 0, err
+    assert out == "echo: hello cli\n"
+
+
+def test_ask_json_document(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = run(srv, capsys, "ask", "--new", "!tool json please", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert set(doc) == {"session_id", "turn_id", "user_message", "message", "tool_calls", "usage", "finish_reason"}
+    assert doc["user_message"]["content"] == "!tool json please"
+    assert doc["message"]["content"] == "echo: !tool json please"
+    assert doc["tool_calls"][0]["tool_name"] == "fake_tool" and doc["tool_calls"][0]["status"] == "success"
+    assert doc["finish_reason"] == "stop" and doc["usage"]["total_tokens"] > 0
+    # the same session is used with --session, and its history now holds both turns
+    code, out, _ = run(srv, capsys, "ask", "--session", doc["session_id"], "again", "--json")
+    assert code == 0 and json.loads(out)["session_id"] == doc["session_id"]
+    code, out, _ = run(srv, capsys, "history", "--session", doc["session_id"], "--json")
+    page = json.loads(out)
+    assert [m["content"] for m in page["messages"]][-1] == "echo: again" and page["total"] == 4
+
+
+def test_ask_errors(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = run(srv, capsys, "ask", "--session", "s_20260101_000000000000", "hi")
+    assert code == cli.EXIT_REQUEST and "NOT_FOUND" in err and out == ""
+    code, out, err = run(srv, capsys, "ask", "!fail please", "--json")
+    assert code == cli.EXIT_TURN and "LLM_ERROR" in err and out == ""
+    code, _, err = run(None, capsys, "ask", "hi", port=free_port())
+    assert code == cli.EXIT_CONNECTION and "CONNECTION_REFUSED" in err
+
+
+def test_auth_failure_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch) -> None:
+    with ServerThread(tmp_path, users=[("bob", "right")]) as st:
+        monkeypatch.setenv("NPLT_CLIENT_TOKEN", "wrong")
+        code, _, err = run(st, capsys, "sessions")
+        assert code == cli.EXIT_AUTH and "AUTH_FAILED" in err
+        code, _, err = run(st, capsys, "--token", "right", "sessions", "--json")  # flag beats env
+        assert code == 0, err
+
+
+def test_sessions(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
+    run(srv, capsys, "ask", "--new", "listed session")
+    code, out, err = run(srv, capsys, "sessions", "--json")
+    assert code == 0, err
+    sessions = json.loads(out)["sessions"]
+    assert sessions and all({"session_id", "title", "message_count", "updated_at"} <= set(s) for s in sessions)
+    updated = [s["updated_at"] for s in sessions]
+    assert updated == sorted(updated, reverse=True)
+    code, out, _ = run(srv, capsys, "sessions", "--limit", "1")
+    assert code == 0 and len(out.strip().splitlines()) == 1
+    assert sessions[0]["session_id"] in out
+
+
+def test_history_paging(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
+    code, out, _ = run(srv, capsys, "ask", "--new", "first", "--json")
+    sid = json.loads(out)["session_id"]
+    for text in ("second", "third"):
+        run(srv, capsys, "ask", "--session", sid, text)
+    code, out, _ = run(srv, capsys, "history", "--session", sid, "--limit", "2", "--json")
+    page = json.loads(out)
+    assert set(page) == {"session_id", "messages", "has_more", "next_before", "total"}
+    assert [m["content"] for m in page["messages"]] == ["third", "echo: third"] and page["has_more"]
+    code, out, _ = run(srv, capsys, "history", "--session", sid, "--before", str(page["next_before"]),
+                       "--limit", "2", "--json")
+    assert [m["content"] for m in json.loads(out)["messages"]] == ["second", "echo: second"]
+    code, out, _ = run(srv, capsys, "history", "--session", sid)
+    assert code == 0 and "] user" in out and "echo: first" in out
+    code, _, err = run(srv, capsys, "history", "--session", "s_20260101_000000000000")
+    assert code == cli.EXIT_REQUEST and "NOT_FOUND" in err
+    code, _, err = run(srv, capsys, "history", "--session", sid, "--limit", "5000")
+    assert code == cli.EXIT_REQUEST and "INVALID_MESSAGE" in err
+
+
+def test_export(srv: ServerThread, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    code, out, _ = run(srv, capsys, "ask", "--new", "export me", "--json")
+    sid = json.loads(out)["session_id"]
+    code, out, _ = run(srv, capsys, "export", "--session", sid, "--format", "markdown")
+    assert code == 0 and "export me" in out
+    target = tmp_path / "out.json"
+    code, out, _ = run(srv, capsys, "export", "--session", sid, "--format", "json", "--output", str(target))
+    assert code == 0 and out == ""
+    assert "echo: export me" in json.dumps(json.loads(target.read_text()))
+    code, _, err = run(srv, capsys, "export", "--session", sid, "--output", str(tmp_path / "no" / "dir.md"))
+    assert code == cli.EXIT_USAGE and "WRITE_FAILED" in err
+
+
+def test_usage_and_config_errors(srv: ServerThread, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as info:
+        run(srv, capsys, "export", "--session", "x", "--format", "pdf")
+    assert info.value.code == cli.EXIT_USAGE
+    code, _, err = run(srv, capsys, "--config", str(tmp_path / "missing.toml"), "sessions")
+    assert code == cli.EXIT_USAGE and "CONFIG_ERROR" in err
+    bad = tmp_path / "bad.toml"
+    bad.write_text('port = "high"\n')
+    code, _, err = run(srv, capsys, "--config", str(bad), "sessions")
+    assert code == cli.EXIT_USAGE and "port" in err
+
+
+def test_real_process_entry_point(srv: ServerThread, tmp_path: Path) -> None:
+    env = {**os.environ, "NPLT_CLIENT_HOST": srv.addr[0], "NPLT_CLIENT_PORT": str(srv.addr[1]),
+           "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "client.main", "ask", "from a process", "--json"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["message"]["content"] == "echo: from a process"
+    env["NPLT_CLIENT_PORT"] = str(free_port())
+    proc = subprocess.run([sys.executable, "-m", "client.main", "sessions"], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode == cli.EXIT_CONNECTION and proc.stderr.startswith("nplt-client: CONNECTION_REFUSED")

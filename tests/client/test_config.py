@@ -1,0 +1,75 @@
+"""Client configuration: file, environment and flag precedence, validation, TLS contexts."""
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+
+from client.config import ClientConfig, ClientConfigError, TlsConfig
+from client.main import build_parser
+
+CERT = Path(__file__).parent / "certs" / "cert.pem"
+
+
+def load(argv: list[str], env: dict[str, str] | None = None) -> ClientConfig:
+    return ClientConfig.load(build_parser().parse_args(argv), env=env or {})
+
+
+def test_defaults_without_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = load([])
+    assert (cfg.host, cfg.port, cfg.token, cfg.theme, cfg.page_size) == ("127.0.0.1", 9999, None, "textual-dark", 50)
+    assert cfg.tls.context() is None and cfg.keymap == {}
+
+
+def test_precedence_flags_env_file(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text('host = "file-host"\nport = 1000\ntoken = "file-token"\ntheme = "nord"\n'
+                 '[keymap]\n"session.new" = "f5"\n')
+    cfg = load(["--config", str(f)])
+    assert (cfg.host, cfg.port, cfg.token, cfg.theme, cfg.keymap) == ("file-host", 1000, "file-token", "nord",
+                                                                      {"session.new": "f5"})
+    env = {"NPLT_CLIENT_PORT": "2000", "NPLT_CLIENT_TOKEN": "env-token"}
+    cfg = load(["--config", str(f)], env)
+    assert (cfg.host, cfg.port, cfg.token) == ("file-host", 2000, "env-token")
+    cfg = load(["--config", str(f), "--port", "3000", "--host", "flag-host"], env)
+    assert (cfg.host, cfg.port, cfg.token) == ("flag-host", 3000, "env-token")
+    cfg = load([], {"NPLT_CLIENT_CONFIG": str(f)})
+    assert cfg.host == "file-host"
+
+
+@pytest.mark.parametrize("text, path", [
+    ('port = "x"\n', "port"),
+    ("port = 70000\n", "port"),
+    ("colour = 1\n", "colour"),
+    ("[tls]\nverify = true\n", "tls.verify"),
+    ("[keymap]\n\"session.new\" = 5\n", "keymap"),
+    ("page_size = 0\n", "page_size"),
+    ("not toml", "cannot read"),
+])
+def test_file_errors_name_the_key(tmp_path: Path, text: str, path: str) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ClientConfigError) as info:
+        load(["--config", str(f)])
+    assert path in str(info.value)
+
+
+def test_env_errors() -> None:
+    with pytest.raises(ClientConfigError, match="NPLT_CLIENT_PORT"):
+        load([], {"NPLT_CLIENT_PORT": "abc"})
+    with pytest.raises(ClientConfigError, match="NPLT_CLIENT_TLS"):
+        load([], {"NPLT_CLIENT_TLS": "maybe"})
+
+
+def test_tls_options(tmp_path: Path) -> None:
+    cfg = load(["--tls-ca", str(CERT)])
+    ctx = cfg.tls.context()
+    assert isinstance(ctx, ssl.SSLContext) and ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    cfg = load(["--tls-insecure"])
+    ctx = cfg.tls.context()
+    assert ctx.verify_mode == ssl.CERT_NONE and not ctx.check_hostname
+    assert load([], {"NPLT_CLIENT_TLS": "1"}).tls.enabled
+    with pytest.raises(ClientConfigError, match="tls.ca_file"):
+        TlsConfig(ca_file=str(tmp_path / "none.pem")).context()

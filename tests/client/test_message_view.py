@@ -1,0 +1,69 @@
+"""MessageView rendering: live streaming stays bounded (finished paragraphs are frozen), settling, helpers."""
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Markdown, Static
+
+from client.tui.chat import code_blocks
+from client.tui.message import MAX_SEGMENTS, SEGMENT_CHARS, MessageView, split_point
+from client_testlib import wait_until
+
+
+class Host(App[None]):
+    def compose(self) -> ComposeResult:
+        yield VerticalScroll(id="host")
+
+
+def test_split_point_skips_code_fences() -> None:
+    assert split_point("no break here") == 0
+    assert split_point("one\n\ntwo") == len("one\n\n")
+    text = "intro\n\n```\ncode\n\nmore code\n"   # the last break is inside an open fence
+    assert split_point(text) == len("intro\n\n")
+    assert split_point("```\na\n\nb\n```\n\nafter") == len("```\na\n\nb\n```\n\n")
+
+
+def test_code_blocks() -> None:
+    assert code_blocks("text\n```python\nx = 1\n```\nand\n```\ny\n```") == ["x = 1\n", "y\n"]
+    assert code_blocks("none") == []
+
+
+async def test_long_stream_keeps_the_live_markdown_small() -> None:
+    paragraphs = [f"Paragraph {i} " + "word " * 40 + "\n\n" for i in range(60)]
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        view = MessageView({"role": "assistant", "content": ""}, turn_id="t1")
+        await app.query_one("#host").mount(view)
+        largest_live = 0
+        for p in paragraphs:
+            for i in range(0, len(p), 7):
+                await view.append(p[i:i + 7])
+            largest_live = max(largest_live, len(view._live_text))
+        await view.stop_stream()
+        text = "".join(paragraphs)
+        assert view.content == text and view.streamed_chars == len(text)
+        segments = view.query(".segment")
+        assert 1 <= len(segments) <= MAX_SEGMENTS   # finished paragraphs frozen, segments merged
+        assert "".join(seg.text for seg in segments) + view._live_text == text
+        assert largest_live <= SEGMENT_CHARS + max(len(p) for p in paragraphs)
+        live_blocks = len(view.query_one(Markdown).children)
+        assert live_blocks <= SEGMENT_CHARS // 200 + 2   # bounded, whatever the answer length
+        await view.finish({"id": 7, "role": "assistant", "content": text, "metadata": {}})
+        await wait_until(lambda: not view.query(Markdown), pilot=pilot, what="settled body")
+        assert not view.is_live and view.message_id == 7
+        assert len(view.query(Static)) == 1 and not view.query(".segment")
+
+
+async def test_finish_repairs_missed_deltas_and_shows_tool_calls() -> None:
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        view = MessageView({"role": "assistant", "content": "partial"}, turn_id="t1")
+        await app.query_one("#host").mount(view)
+        call = {"id": "c1", "tool_name": "sys_monitor", "arguments": {"metric": "cpu"}, "result": "12%",
+                "status": "success", "duration": 0.5}
+        await view.finish({"id": 3, "role": "assistant", "content": "the full answer", "tool_calls": [call],
+                           "metadata": {"partial": True}}, "cancelled")
+        await pilot.pause()
+        assert view.content == "the full answer"
+        assert list(view.tool_items) == ["c1"] and view.tool_items["c1"].status == "success"
+        assert "partial" in view.header_text and "cancelled" in view.header_text

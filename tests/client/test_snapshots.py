@@ -1,0 +1,66 @@
+"""Snapshot tests (pytest-textual-snapshot) of the main screen states.
+
+Deterministic: fixed terminal size, times and the server address hidden (``show_times=False``,
+``show_address=False``), the echo agent, no cursor blink. The server runs in a background thread
+because ``snap_compare`` runs the app in its own event loop. Update with ``--snapshot-update``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from client.config import ClientConfig
+from client.tui.app import NpltApp
+from client.tui.chat import ChatView
+from client.tui.input import ChatInput
+from client.tui.modals import HelpScreen
+from client_testlib import ServerThread, wait_until
+
+TERMINAL = (100, 30)
+
+
+@pytest.fixture
+def srv(tmp_path: Path) -> Iterator[ServerThread]:
+    with ServerThread(tmp_path) as st:
+        yield st
+
+
+def make_app(st: ServerThread) -> NpltApp:
+    return NpltApp(ClientConfig(host=st.addr[0], port=st.addr[1]), show_times=False, show_address=False)
+
+
+async def settled(pilot: Any) -> None:
+    app = pilot.app
+    await wait_until(lambda: app.client.connected and app.query_one(ChatView).session_id is not None
+                     and app.controller._loads == 0 and not app.query_one(ChatView).backfilling
+                     and bool(app.query_one("#session-list").option_count), pilot=pilot, what="a settled screen")
+    app.query_one(ChatInput).cursor_blink = False
+
+
+def test_empty_session(srv: ServerThread, snap_compare) -> None:
+    assert snap_compare(make_app(srv), terminal_size=TERMINAL, run_before=settled)
+
+
+def test_conversation_with_tool_item(srv: ServerThread, snap_compare) -> None:
+    async def run_before(pilot: Any) -> None:
+        await settled(pilot)
+        app = pilot.app
+        box = app.query_one(ChatInput)
+        box.load_text("!tool what is the answer")
+        await pilot.press("enter")
+        chat = app.query_one(ChatView)
+        await wait_until(lambda: any(m.role == "assistant" and m.message_id for m in chat.messages())
+                         and app.query_one("#session-list").option_count == 1
+                         and app.controller.sidebar.sessions[chat.session_id]["message_count"] == 2,
+                         pilot=pilot, what="the finished turn")
+    assert snap_compare(make_app(srv), terminal_size=TERMINAL, run_before=run_before)
+
+
+def test_help_screen(srv: ServerThread, snap_compare) -> None:
+    async def run_before(pilot: Any) -> None:
+        await settled(pilot)
+        await pilot.press("f1")
+        await wait_until(lambda: isinstance(pilot.app.screen, HelpScreen), pilot=pilot)
+    assert snap_compare(make_app(srv), terminal_size=TERMINAL, run_before=run_before)
