@@ -88,7 +88,7 @@ class Server:
         self._stopped = asyncio.Event()
         store = self._store_arg
         if store is None:
-            store = await AsyncHistoryStore.open(cfg.storage or StorageConfig())
+            store = await AsyncHistoryStore.open(cfg.storage)
         elif isinstance(store, HistoryStore):
             store = AsyncHistoryStore(store)
         self.store = store

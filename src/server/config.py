@@ -1,8 +1,7 @@
 """Server configuration: the [server], [limits] and [auth] sections plus the sections owned by other packages.
 
 Precedence, highest first: command-line flags > environment ``NPLT_*`` > TOML file (``--config``) > defaults.
-The sections of storage, agent, tools and memory are delegated to their own ``from_dict`` when the package
-is importable. Every bad value raises :class:`server.config_base.ConfigError` naming the key.
+The sections of storage, agent, tools and memory are delegated to their owners' ``from_dict``. Every bad value raises :class:`server.config_base.ConfigError` naming the key.
 """
 from __future__ import annotations
 
@@ -15,7 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from server.agent.config import AgentConfig, LLMConfig
 from server.config_base import ConfigError, check_keys, get_bool, get_float, get_int, get_str
+from server.memory.config import MemoryConfig
+from server.tools.config import ToolsConfig
+from storage import StorageConfig
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
@@ -129,69 +132,40 @@ class AuthConfig:
         return cls(users)
 
 
-def _optional_sections() -> dict[str, Any]:
-    """Section name -> from_dict callable for the packages that exist in this checkout."""
-    out: dict[str, Any] = {}
-    try:
-        from storage import StorageConfig
-        out["storage"] = StorageConfig.from_dict
-    except ImportError:  # pragma: no cover - storage is a hard dependency once it lands
-        pass
-    try:
-        from server.agent.config import AgentConfig, LLMConfig
-        out["llm"] = LLMConfig.from_dict
-        out["agent"] = AgentConfig.from_dict
-    except ImportError:
-        pass
-    try:
-        from server.tools.config import ToolsConfig
-        out["tools"] = ToolsConfig.from_dict
-    except ImportError:
-        pass
-    return out
-
-
 MEMORY_SECTIONS = ("summarization", "recall", "context")
 
 
 @dataclass
 class ServerConfig:
-    """The whole configuration. ``extra`` keeps the raw tables of sections whose package is absent."""
+    """The whole configuration: the server's own sections plus those owned by storage, agent, tools, memory."""
     server: ServerSection = field(default_factory=ServerSection)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
-    storage: Any = None
-    llm: Any = None
-    agent: Any = None
-    tools: Any = None
-    memory: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    llm: LLMConfig = field(default_factory=lambda: LLMConfig.from_dict({}, env={}))
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    memory: MemoryConfig = field(default_factory=lambda: MemoryConfig.from_dict({}))
 
     @classmethod
     def from_dict(cls, d: dict, env: Mapping[str, str] | None = None) -> ServerConfig:
         """Build every section from one merged dict (TOML layout); unknown sections are errors."""
         if not isinstance(d, dict):
             raise ConfigError("config", "expected a table")
-        optional = _optional_sections()
         known = {"server", "limits", "auth", "storage", "llm", "agent", "tools", *MEMORY_SECTIONS}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(unknown[0], f"unknown section (allowed: {', '.join(sorted(known))})")
-        cfg = cls(
+        return cls(
             server=ServerSection.from_dict(d.get("server", {})),
             limits=LimitsConfig.from_dict(d.get("limits", {})),
             auth=AuthConfig.from_dict(d.get("auth", {})),
+            storage=_section(StorageConfig.from_dict, d.get("storage", {})),
+            llm=_section(lambda sec: LLMConfig.from_dict(sec, env=env), d.get("llm", {})),
+            agent=_section(AgentConfig.from_dict, d.get("agent", {})),
+            tools=_section(ToolsConfig.from_dict, d.get("tools", {})),
+            memory=_section(MemoryConfig.from_dict, {k: d[k] for k in MEMORY_SECTIONS if k in d}),
         )
-        for name in ("storage", "llm", "agent", "tools"):
-            section = d.get(name, {})
-            if name in optional:
-                setattr(cfg, name, _call_from_dict(optional[name], section, env))
-            elif section:
-                cfg.extra[name] = section
-        cfg.memory = _memory_config(d)
-        if cfg.memory is None:
-            cfg.extra.update({k: d[k] for k in MEMORY_SECTIONS if k in d})
-        return cfg
 
     @classmethod
     def load(cls, argv: list[str] | None = None, env: Mapping[str, str] | None = None,
@@ -208,30 +182,14 @@ class ServerConfig:
         return not self.auth.users
 
 
-def _call_from_dict(fn: Any, section: dict, env: Mapping[str, str] | None) -> Any:
-    """Call a section's from_dict, passing ``env`` when it accepts one (the LLM config reads API keys)."""
-    import inspect
+def _section(from_dict: Any, section: dict) -> Any:
+    """Run a section's from_dict, turning its own ValueError subclasses into ConfigError (keeping the path)."""
     try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # pragma: no cover
-        params = {}
-    try:
-        if "env" in params:
-            return fn(section, env=env)
-        return fn(section)
+        return from_dict(section)
     except ConfigError:
         raise
-    except (ValueError, TypeError) as exc:  # e.g. StorageConfigError: keep its path when it has one
+    except (ValueError, TypeError) as exc:  # e.g. StorageConfigError
         raise ConfigError(getattr(exc, "path", "config"), getattr(exc, "message", str(exc))) from None
-
-
-def _memory_config(d: dict) -> Any:
-    """MemoryConfig from the [summarization], [recall] and [context] tables, when server.memory exists."""
-    try:
-        from server.memory.config import MemoryConfig
-    except ImportError:
-        return None
-    return MemoryConfig.from_dict({k: d[k] for k in MEMORY_SECTIONS if k in d})
 
 
 def load_toml(path: str | Path) -> dict:

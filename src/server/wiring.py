@@ -1,17 +1,14 @@
 """Builds the runtime parts from the config: tools, agent and memory (docs/architecture.md, Wiring).
 
 tools(search=memory.search) -> agent(tools) -> memory(agent): the tools' search is bound late so the
-cycle resolves. When server.memory is not importable the turn pipeline uses BasicMemory (system prompt
-+ new message only), and says so in each turn's context metadata.
+cycle resolves. Tests may ask for BasicMemory (system prompt + new message only) with ``memory="basic"``.
 """
 from __future__ import annotations
 
-import logging
 from typing import Any, Callable
 
 from server.basic_memory import DEFAULT_SYSTEM_PROMPT, BasicMemory
 
-log = logging.getLogger("nplt.wiring")
 
 
 def system_prompt_of(config: Any) -> str:
@@ -20,12 +17,8 @@ def system_prompt_of(config: Any) -> str:
 
 
 def build_memory(config: Any, store: Any, agent: Any, notify: Callable[..., Any]) -> Any:
-    """MemoryManager when available, else BasicMemory."""
-    try:
-        from server.memory import MemoryManager
-    except ImportError:
-        log.warning("server.memory is not available: no summaries or recall (BasicMemory)")
-        return BasicMemory(store, system_prompt_of(config))
+    """The MemoryManager (summaries, recall, context budget)."""
+    from server.memory import MemoryManager
     return MemoryManager(config.memory, store, agent, notify, system_prompt_of(config))
 
 
@@ -41,12 +34,10 @@ def build_runtime(config: Any, store: Any, notify: Callable[..., Any], agent: An
         return await holder["memory"].search(*args, **kwargs)
 
     if agent is None:
-        from server.agent.config import AgentConfig, LLMConfig
         from server.agent.factory import build_agent
         from server.tools import ToolRegistry
-        from server.tools.config import ToolsConfig
-        tools = ToolRegistry(config.tools or ToolsConfig(), search=search)
-        agent = build_agent(config.llm or LLMConfig.from_dict({}), config.agent or AgentConfig(), tools)
+        tools = ToolRegistry(config.tools, search=search)
+        agent = build_agent(config.llm, config.agent, tools)
     if memory == "basic":  # explicitly requested (tests): no summaries, no recall
         memory = BasicMemory(store, system_prompt_of(config))
     elif memory is None:

@@ -107,7 +107,7 @@ async def test_garbage_and_malformed_frames(tmp_path):
         writer.close()
         # an empty FRAGMENT is fatal (BAD_FRAGMENT)
         d = await V3Client.connect(addr)
-        d.send_bytes(encode_frame(T.FRAGMENT, d.codec._tx_seq, b""))
+        d.send_bytes(encode_frame(T.FRAGMENT, d.codec.tx_seq, b""))
         err = await d.wait_type(T.ERROR)
         assert err.body["code"] == "BAD_FRAGMENT" and err.body["fatal"] is True
         await d.wait_closed()
