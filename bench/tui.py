@@ -8,8 +8,10 @@
    delta per token into a live assistant message the way the TUI does it (Markdown.append of each
    fragment, then a screen refresh), timing every delta in wall and CPU time; the median cost of the
    first 10% of deltas is compared with the last 10% (must stay flat: ratio near 1; CPU time is the
-   steadier figure on a shared machine). The same answer is then streamed
-   end to end from the server through the client library and the TUI, for the total time.
+   steadier figure on a shared machine). The same answer is then streamed end to end from the
+   server through the client library and the TUI (which coalesces the deltas already queued into
+   one append), for the total time and deltas/s; baseline in the same run: the same answer read by
+   the client library alone (no rendering), i.e. the rate the server streams at.
 
     python bench/tui.py [--messages 10000] [--tokens 5000] [--runs 5]
 """
@@ -32,6 +34,7 @@ from client.config import ClientConfig  # noqa: E402
 from client.connection import Client  # noqa: E402
 from client.tui.app import NpltApp  # noqa: E402
 from client.tui.chat import FIRST_PAINT, ChatView  # noqa: E402
+from client.tui.message import MessageView  # noqa: E402
 from server.agent.base import TurnRequest, TurnResult, TurnSink  # noqa: E402
 from storage import HistoryStore, StorageConfig  # noqa: E402
 from testkit.server import running_server  # noqa: E402
@@ -147,8 +150,24 @@ async def bench_first_paint(tmp: Path, n: int, runs: int) -> None:
     print(f"full newest page (50 messages) mounted: {p * 1000:7.1f} ms wall")
 
 
+async def library_rate(addr: tuple[str, int], tokens: list[str]) -> float:
+    """Seconds to stream the answer to the client library alone (baseline: no rendering)."""
+    async with Client(addr[0], addr[1]) as client:
+        await client.session_new(title="library baseline")
+        t0 = time.perf_counter()
+        reply = await client.chat_send("stream please")
+        while True:
+            event = await client.next_event(timeout=300)
+            if event is not None and event.type == "TURN_END" and event.turn_id == reply["turn_id"]:
+                break
+        total = time.perf_counter() - t0
+        assert event.body["message"]["content"] == "".join(tokens)
+    return total
+
+
 async def bench_stream(tmp: Path, tokens: list[str]) -> None:
     async with running_server(tmp, agent=TokenAgent(tokens)) as (_, addr):
+        base = await library_rate(addr, tokens)
         app = NpltApp(ClientConfig(host=addr[0], port=addr[1]))
         async with app.run_test(size=SIZE) as pilot:
             chat = app.query_one(ChatView)
@@ -174,16 +193,29 @@ async def bench_stream(tmp: Path, tokens: list[str]) -> None:
                 print(f"render per delta ({label}, median), first 10%: {first * 1000:6.2f} ms   "
                       f"last 10%: {last * 1000:6.2f} ms   ratio {last / first:.2f}  ({len(tokens)} deltas)")
             await chat.reset(chat.session_id)
-            # (b) end to end: server -> client library -> TUI (MarkdownStream coalesces when behind)
-            t0 = time.perf_counter()
-            await app.controller.send("stream please")
-            await poll(pilot, lambda: any(m.role == "assistant" and m.message_id and m.turn_id is None
-                                          for m in chat.messages()), timeout=300)
-            total = time.perf_counter() - t0
+            # (b) end to end: server -> client library -> TUI (queued deltas coalesced into one append)
+            appends = 0
+            plain_append = MessageView.append
+
+            async def counting_append(self: MessageView, text: str) -> None:
+                nonlocal appends
+                appends += 1
+                await plain_append(self, text)
+            MessageView.append = counting_append  # type: ignore[method-assign]
+            try:
+                t0 = time.perf_counter()
+                await app.controller.send("stream please")
+                await poll(pilot, lambda: any(m.role == "assistant" and m.message_id and m.turn_id is None
+                                              for m in chat.messages()), timeout=300)
+                total = time.perf_counter() - t0
+            finally:
+                MessageView.append = plain_append  # type: ignore[method-assign]
             done = next(m for m in chat.messages() if m.role == "assistant")
             assert done.content == "".join(tokens)
-            print(f"end to end through the server: {total:.2f} s for {len(tokens)} deltas "
-                  f"({len(tokens) / total:,.0f} deltas/s)")
+            n = len(tokens)
+            print(f"end to end, client library only (baseline): {base:6.2f} s  {n / base:9,.0f} deltas/s")
+            print(f"end to end deltas/s through the TUI:        {total:6.2f} s  {n / total:9,.0f} deltas/s  "
+                  f"({base / total:.2f}x baseline; {n} deltas rendered in {appends} appends)")
 
 
 def main() -> None:

@@ -5,6 +5,8 @@ Rules that keep it correct:
   full event queue can never block a reply (see client.events).
 - While a session is being (re)loaded, turn events are deferred and replayed after the page is
   shown; messages are deduplicated by id, and a reattached turn drops deltas it already shows.
+- Deltas are coalesced (see client.tui.batch): taking an ANSWER_DELTA drains the events already
+  queued, and each run of consecutive deltas of one turn is rendered with a single append.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from textual.css.query import NoMatches
 from client.connection import Backoff, Client
 from client.errors import PERMANENT_CODES, ClientError
 from client.events import Event
+from client.tui.batch import drain, join_deltas, runs
 from client.tui.chat import ChatView
 from client.tui.message import MessageView
 from client.tui.sidebar import Sidebar
@@ -101,14 +104,33 @@ class Controller:
                 if attempt == 1:
                     await self.chat.add_error(f"Cannot connect: {exc.message} (retrying)")
                 await asyncio.sleep(backoff.delay(attempt))
-        async for event in self.client.events():
-            try:
-                await self.handle(event)
-            except Exception as exc:  # noqa: BLE001 - a rendering bug must not stop the event loop
-                self.app.log.error(f"event {event.type} failed: {exc!r}")
-                self.app.notify(f"Display error on {event.type}: {exc}", severity="error")
+        while (event := await self.client.next_event()) is not None:
+            batch, closed = [event], False
+            if event.type == "ANSWER_DELTA":  # coalesce: take whatever else is already waiting
+                closed = await drain(self.client, batch, self.cfg.event_queue_size)
+            for run in runs(batch):
+                try:
+                    await self.handle(run)
+                except Exception as exc:  # noqa: BLE001 - a rendering bug must not stop the event loop
+                    self.app.log.error(f"event {run[0].type} failed: {exc!r}")
+                    self.app.notify(f"Display error on {run[0].type}: {exc}", severity="error")
+            if closed:
+                return
+            if len(batch) > 1:
+                await asyncio.sleep(0)  # let the screen refresh and input run between batches
 
-    async def handle(self, event: Event) -> None:
+    async def on_turn_run(self, run: list[Event]) -> None:
+        """Show a turn event, or a run of deltas of one turn, if it belongs to the shown session."""
+        if run[0].session_id != self.chat.session_id:
+            return
+        if len(run) > 1:
+            await self.on_deltas(run[0].turn_id or "", [e.body for e in run])
+        else:
+            await self.on_turn_event(run[0])
+
+    async def handle(self, run: list[Event]) -> None:
+        """Handle one event, or a run of consecutive ANSWER_DELTAs of one turn (see ``batch.runs``)."""
+        event = run[0]
         t, body = event.type, event.body
         if t == "STATE":
             await self.on_state(body)
@@ -121,9 +143,9 @@ class Controller:
             self.app.notify(f"{body.get('code')}: {body.get('message')}", severity="error")
         elif event.is_turn_event:
             if self._loads:
-                self.deferred.append(event)
-            elif event.session_id == self.chat.session_id:
-                await self.on_turn_event(event)
+                self.deferred.extend(run)
+            else:
+                await self.on_turn_run(run)
 
     async def on_state(self, body: dict[str, Any]) -> None:
         state = body.get("state", "")
@@ -191,9 +213,8 @@ class Controller:
             try:
                 while self.deferred and self._loads == 1:
                     batch, self.deferred = self.deferred, []
-                    for event in batch:
-                        if event.session_id == self.chat.session_id:
-                            await self.on_turn_event(event)
+                    for run in runs(batch):
+                        await self.on_turn_run(run)
             finally:
                 self._loads -= 1
 
@@ -343,10 +364,7 @@ class Controller:
         elif t in ("TOOL_CALL", "TOOL_RESULT"):
             await (await self._live(turn_id)).add_tool(body.get("call") or {})
         elif t == "ANSWER_DELTA":
-            view = await self._live(turn_id)
-            text, offset = str(body.get("text", "")), int(body.get("offset", 0))
-            if offset + len(text) > view.shown_len:
-                await view.append(text[max(0, view.shown_len - offset):])
+            await self.on_deltas(turn_id, [body])
         elif t == "TURN_END":
             await self._end(turn_id, body.get("message"), body.get("finish_reason"))
         elif t == "TURN_ERROR":
@@ -356,6 +374,13 @@ class Controller:
                 view.set_error(text)
             else:
                 await chat.add_error(text)
+
+    async def on_deltas(self, turn_id: str, bodies: list[dict[str, Any]]) -> None:
+        """Append consecutive deltas of a turn at once; deltas below the shown length are dropped."""
+        view = await self._live(turn_id)
+        text = join_deltas(view.shown_len, bodies)
+        if text:
+            await view.append(text)
 
     async def _live(self, turn_id: str) -> MessageView:
         view = self.chat.live.get(turn_id)

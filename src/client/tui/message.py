@@ -161,24 +161,29 @@ class MessageView(Vertical, can_focus=True):
 
     # -- streaming --------------------------------------------------------------------------------------
     async def append(self, text: str) -> None:
-        """Append streamed answer text to the live Markdown (incremental, bounded cost per delta)."""
+        """Append streamed answer text to the live Markdown (incremental, bounded cost per delta).
+
+        When the live part outgrows ``SEGMENT_CHARS``, its completed paragraphs (new text included)
+        go straight to a static segment: a large coalesced batch is never streamed into the live
+        Markdown only to be frozen right after.
+        """
         if not text or self._live is None:
             return
-        if self._stream is None:
-            self._stream = Markdown.get_stream(self._live)
         self.shown_len += len(text)
         self.streamed_chars += len(text)
         self.message["content"] = self.content + text
         self._live_text += text
+        if len(self._live_text) > SEGMENT_CHARS and await self._freeze():
+            return
+        if self._stream is None:
+            self._stream = Markdown.get_stream(self._live)
         await self._stream.write(text)
-        if len(self._live_text) > SEGMENT_CHARS:
-            await self._freeze()
 
-    async def _freeze(self) -> None:
-        """Move completed paragraphs of the live Markdown into a static segment."""
+    async def _freeze(self) -> bool:
+        """Move completed paragraphs of the live text into a static segment (False: none to move)."""
         cut = split_point(self._live_text)
         if cut <= 0 or self._live is None:
-            return
+            return False
         frozen, rest = self._live_text[:cut], self._live_text[cut:]
         await self.stop_stream()
         segments = [c for c in self.children if isinstance(c, Segment)]
@@ -189,6 +194,7 @@ class MessageView(Vertical, can_focus=True):
             await self.mount(Segment(frozen), before=self._live)
         self._live_text = rest
         await self._live.update(rest)
+        return True
 
     async def stop_stream(self) -> None:
         if self._stream is not None:
