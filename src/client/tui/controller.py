@@ -11,7 +11,6 @@ Rules that keep it correct:
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from textual.css.query import NoMatches
@@ -19,11 +18,12 @@ from textual.css.query import NoMatches
 from client.connection import Backoff, Client
 from client.errors import PERMANENT_CODES, ClientError
 from client.events import Event
-from client.tui.batch import drain, join_deltas, runs
+from client.tui.batch import drain, runs
 from client.tui.chat import ChatView
 from client.tui.message import MessageView
 from client.tui.sidebar import Sidebar
 from client.tui.status import StatusLine
+from client.tui.turn_events import TurnEvents, _now
 
 if TYPE_CHECKING:
     from client.tui.app import NpltApp
@@ -31,11 +31,7 @@ if TYPE_CHECKING:
 SESSION_KINDS_RELOAD = frozenset({"cleared"})
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
-
-
-class Controller:
+class Controller(TurnEvents):
     def __init__(self, app: NpltApp, client: Client) -> None:
         self.app, self.client, self.cfg = app, client, app.config
         self.session: dict[str, Any] | None = None
@@ -350,62 +346,3 @@ class Controller:
         except ClientError as exc:
             if exc.code != "NO_ACTIVE_TURN":
                 raise
-
-    async def on_turn_event(self, event: Event) -> None:
-        chat, body, turn_id = self.chat, event.body, event.turn_id or ""
-        t = event.type
-        if t == "TURN_START":
-            if body.get("user_message"):
-                await chat.add_message(body["user_message"])
-            await self._live(turn_id)
-            self.status.set_turn("thinking")
-        elif t == "TURN_STATUS":
-            self.status.set_turn(body.get("status") or "thinking", body.get("detail"))
-        elif t in ("TOOL_CALL", "TOOL_RESULT"):
-            await (await self._live(turn_id)).add_tool(body.get("call") or {})
-        elif t == "ANSWER_DELTA":
-            await self.on_deltas(turn_id, [body])
-        elif t == "TURN_END":
-            await self._end(turn_id, body.get("message"), body.get("finish_reason"))
-        elif t == "TURN_ERROR":
-            view = await self._end(turn_id, body.get("partial_message"), None)
-            text = f"Error {body.get('code')}: {body.get('message')}"
-            if view is not None:
-                view.set_error(text)
-            else:
-                await chat.add_error(text)
-
-    async def on_deltas(self, turn_id: str, bodies: list[dict[str, Any]]) -> None:
-        """Append consecutive deltas of a turn at once; deltas below the shown length are dropped."""
-        view = await self._live(turn_id)
-        text = join_deltas(view.shown_len, bodies)
-        if text:
-            await view.append(text)
-
-    async def _live(self, turn_id: str) -> MessageView:
-        view = self.chat.live.get(turn_id)
-        if view is None:
-            view = await self.chat.add_message({"role": "assistant", "content": "", "timestamp": _now()},
-                                               turn_id=turn_id)
-        return view
-
-    async def _end(self, turn_id: str, message: dict[str, Any] | None, finish_reason: str | None) -> MessageView | None:
-        chat = self.chat
-        view = chat.live.pop(turn_id, None)
-        if not chat.live:
-            self.status.set_turn(None)
-        if message is None:
-            if view is not None:
-                await view.stop_stream()
-            return view
-        existing = chat.by_id.get(message.get("id")) if isinstance(message.get("id"), int) else None
-        if existing is not None and existing is not view:
-            if view is not None:
-                await view.stop_stream()
-                await view.remove()
-            return existing
-        if view is None:
-            view = await chat.add_message(message)
-        await view.finish(message, finish_reason)
-        chat.register_id(view)
-        return view
