@@ -16,8 +16,9 @@ from .errors import ProtocolError, closed_error
 from .events import Event, InvalidMessage, Message
 from .frame import HEADER, HEADER_SIZE, MAX_FRAME
 from .jsonbody import decode_body, json_error, not_object
-from .pong import CANON_PING_MAX, MAX_ID_CHARS, RE_PREFIX, pong_parts
+from .pong import CANON_PING_MAX, MAX_ID_CHARS, MIN_RUN, RE_PREFIX, answer_run, pong_parts
 from .pong import cache as _pong_cache
+from .receiver_v2 import _MEMBERS, _V2_TYPE, V2Receiving
 
 DEFAULT_MAX_MESSAGE_SIZE = 8 << 20      # 8 MiB reassembled
 BUFFER_SLACK = 4096                     # added to the default max_buffer_size
@@ -35,15 +36,12 @@ _loads = orjson.loads
 _dumps = orjson.dumps
 _JSONDecodeError = orjson.JSONDecodeError
 
-_MEMBERS = {int(m): m for m in MsgType}
 #: v3 fast path: known, non-FRAGMENT codes -> MsgType member; everything else None.
 _V3_FAST: tuple[MsgType | None, ...] = tuple(
     None if i == _FRAGMENT else _MEMBERS.get(i) for i in range(256))
-#: v2: known codes -> MsgType member, unknown codes -> the raw int.
-_V2_TYPE: tuple[int, ...] = tuple(_MEMBERS.get(i, i) for i in range(256))
 
 
-class Receiver:
+class Receiver(V2Receiving):
     """Decoding state of one connection; ``Connection`` adds the sending side."""
 
     __slots__ = ("version", "max_message_size", "max_buffer_size", "seq_anomalies", "_pending",
@@ -108,9 +106,9 @@ class Receiver:
 
         A v3 PING whose body is a JSON object with a valid ``"id"`` (docs/protocol.md §3) is not
         reported: its PONG ``{"re": id, "time": time}`` (the bytes ``send(PONG, {...})`` would give,
-        framed like ``send_raw``) is appended to ``out`` (one bytes object per frame) as it is
-        decoded, so ``out`` is complete even when a fatal ProtocolError is raised later in the same
-        call. The caller must send it before anything it sends afterwards (the PONGs took the next
+        framed like ``send_raw``) is appended to ``out`` as it is decoded (in order; a run of PINGs
+        may share one bytes object), so ``out`` is complete even when a fatal ProtocolError is
+        raised later in the same call. The caller must send it before anything it sends afterwards (the PONGs took the next
         outgoing seqs). Everything else is returned as by ``receive_data``, including malformed
         PINGs and the rare PING that is not answered here (split across reads, or fragmented): the
         caller still answers PING events. On a v2 connection, or with ``out=None``, this is
@@ -134,6 +132,21 @@ class Receiver:
             if parts[0] != time:
                 parts = pong_parts(time)
             _, fmt_int, tail = parts
+            n = len(data)             # a read that is exactly one canonical PING (the common
+            if data[0] == 0x23 and 13 <= n <= CANON_PING_MAX + 5 and data[n - 1] == 0x7D \
+                    and self.version is _V3 and not (self._pending_len or self._frag_size
+                                                     or self._discarding):  # case): answered here
+                _, seq, ln = _unpack_from(data)     # (the same outcome as the loop below)
+                digits = data[11:n - 1]
+                if ln == n - 5 and seq == self._rx_seq and ln <= self.max_message_size \
+                        and data.startswith(b'{"id":', 5) and digits.isdigit() \
+                        and (ln == 8 or digits[0] != 0x30):
+                    tx = self._tx_seq
+                    self._rx_seq = (seq + 1) & 0xFFFF
+                    self._tx_seq = (tx + 1) & 0xFFFF
+                    pong = RE_PREFIX + digits + tail
+                    out.append(_pack(_PONG, tx, len(pong)) + pong)
+                    return []
         events: list[Event] = []
         try:
             pos = self._complete_pending(data, events) if self._pending_len else 0
@@ -149,6 +162,7 @@ class Receiver:
                 expected = self._rx_seq
                 tx = self._tx_seq
                 busy = self._frag_size or self._discarding
+                run = True            # try answer_run on the first canonical PING
                 last = n - 5          # the last offset where a header can start
                 try:
                     while pos <= last:
@@ -171,6 +185,14 @@ class Receiver:
                                     and data.startswith(b'{"id":', start, end):
                                 # the canonical PING, b'{"id":N}' as orjson writes it: answered
                                 # without building the object (the same outcome as below, faster)
+                                if run and n - pos >= MIN_RUN * (ln + 5):  # a run may follow
+                                    k = answer_run(data, pos, ln, seq, tx, tail, out)
+                                    if k:       # k PINGs answered at once (C-level struct work)
+                                        expected = seq + k
+                                        tx = (tx + k) & 0xFFFF
+                                        pos += k * (ln + 5)
+                                        continue
+                                    run = False     # not a clean run: frame by frame from here
                                 digits = data[start + 6:end - 1]
                                 if digits.isdigit() and (ln == 8 or digits[0] != 0x30):
                                     pong = RE_PREFIX + digits + tail
@@ -338,50 +360,6 @@ class Receiver:
             return InvalidMessage(ProtocolError(
                 ErrorCode.UNKNOWN_TYPE, f"unknown type code {type_name(t)}", fatal=False), t, seq)
         return decode_body(mt, seq, payload)
-
-    def _parse_v2(self, data: bytes, pos: int, events: list[Event]) -> int:
-        n = len(data)
-        append = events.append
-        unpack = _unpack_from
-        types = _V2_TYPE
-        new = _new
-        message = Message
-        expected = self._rx_seq
-        maxsize = self.max_message_size
-        anomalies = 0
-        last = n - 5
-        try:
-            while pos <= last:
-                t, seq, ln = unpack(data, pos)
-                start = pos + 5
-                end = start + ln
-                if end > n:
-                    break
-                if seq != expected and (seq or expected != 0x10000):  # (wrapped: 65535 -> 0)
-                    anomalies += 1
-                expected = seq + 1              # masked once, when stored
-                if t == 127 or ln > maxsize:    # FRAGMENT (0x7F) or over the cap
-                    append(self._v2_slow(t, seq, ln))
-                else:
-                    msg = new(message)
-                    msg.type = types[t]
-                    msg.body = data[start:end]
-                    msg.seq = seq
-                    append(msg)
-                pos = end
-        finally:
-            self._rx_seq = expected & 0xFFFF
-            self.seq_anomalies += anomalies
-        return pos
-
-    def _v2_slow(self, t: int, seq: int, ln: int) -> InvalidMessage:
-        """v2: FRAGMENT is fatal; a payload over max_message_size is skipped."""
-        if t == _FRAGMENT:
-            raise ProtocolError(ErrorCode.BAD_FRAGMENT, "FRAGMENT frame on a v2 connection",
-                                fatal=True)
-        return InvalidMessage(ProtocolError(
-            ErrorCode.MESSAGE_TOO_LARGE, f"{type_name(t)} payload of {ln} bytes is over "
-            f"max_message_size ({self.max_message_size}); discarded", fatal=False), _V2_TYPE[t], seq)
 
 
 def _seq_error(expected: int, seq: int) -> ProtocolError:

@@ -1,0 +1,72 @@
+"""The legacy v2 half of the receiver: frames are passed through with their raw payloads.
+
+v2 peers number their frames but cannot be held to it (the original system did not), so a seq that
+is not the expected one is only counted (``seq_anomalies``); FRAGMENT is fatal and a payload over
+``max_message_size`` is skipped with a recoverable error. See docs/protocol.md §7.
+"""
+from __future__ import annotations
+
+from .codes import ErrorCode, MsgType, type_name
+from .errors import ProtocolError
+from .events import Event, InvalidMessage, Message
+from .frame import HEADER
+
+_FRAGMENT = int(MsgType.FRAGMENT)
+_unpack_from = HEADER.unpack_from
+_new = object.__new__                   # Message instances without a Python-level __init__ call
+_MEMBERS = {int(m): m for m in MsgType}
+#: v2: known codes -> MsgType member, unknown codes -> the raw int.
+_V2_TYPE: tuple[int, ...] = tuple(_MEMBERS.get(i, i) for i in range(256))
+
+
+class V2Receiving:
+    """Mixin of ``Receiver`` (which holds the state named here)."""
+
+    __slots__ = ()
+    max_message_size: int
+    seq_anomalies: int
+    _rx_seq: int
+
+    def _parse_v2(self, data: bytes, pos: int, events: list[Event]) -> int:
+        n = len(data)
+        append = events.append
+        unpack = _unpack_from
+        types = _V2_TYPE
+        new = _new
+        message = Message
+        expected = self._rx_seq
+        maxsize = self.max_message_size
+        anomalies = 0
+        last = n - 5
+        try:
+            while pos <= last:
+                t, seq, ln = unpack(data, pos)
+                start = pos + 5
+                end = start + ln
+                if end > n:
+                    break
+                if seq != expected and (seq or expected != 0x10000):  # (wrapped: 65535 -> 0)
+                    anomalies += 1
+                expected = seq + 1              # masked once, when stored
+                if t == 127 or ln > maxsize:    # FRAGMENT (0x7F) or over the cap
+                    append(self._v2_slow(t, seq, ln))
+                else:
+                    msg = new(message)
+                    msg.type = types[t]
+                    msg.body = data[start:end]
+                    msg.seq = seq
+                    append(msg)
+                pos = end
+        finally:
+            self._rx_seq = expected & 0xFFFF
+            self.seq_anomalies += anomalies
+        return pos
+
+    def _v2_slow(self, t: int, seq: int, ln: int) -> InvalidMessage:
+        """v2: FRAGMENT is fatal; a payload over max_message_size is skipped."""
+        if t == _FRAGMENT:
+            raise ProtocolError(ErrorCode.BAD_FRAGMENT, "FRAGMENT frame on a v2 connection",
+                                fatal=True)
+        return InvalidMessage(ProtocolError(
+            ErrorCode.MESSAGE_TOO_LARGE, f"{type_name(t)} payload of {ln} bytes is over "
+            f"max_message_size ({self.max_message_size}); discarded", fatal=False), _V2_TYPE[t], seq)
