@@ -10,7 +10,7 @@ each run after a warm-up; the median is printed, with the CPU time per round tri
 server process and by the load generator (from the OS process accounting), which shows where the
 difference comes from. Target: NPLT >= 0.9x bare at 50 connections.
 
-    python bench/roundtrip.py [--seconds 1] [--rounds 5]
+    python bench/roundtrip.py [--seconds 1] [--rounds 5] [--only 50x1,50x16]
 """
 from __future__ import annotations
 
@@ -162,12 +162,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=1.0, help="measured seconds per round")
     ap.add_argument("--rounds", type=int, default=5, help="alternating runs per configuration (median kept)")
+    ap.add_argument("--only", metavar="CxF,...", help="configurations to run, e.g. 50x1,50x16 (default: all)")
     ap.add_argument("--echo-server", metavar="PORT_FILE", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.echo_server:
         with asyncio.Runner(loop_factory=new_loop) as r:
             r.run(run_echo(args.echo_server))
         return
+    configs = [(1, 1), (1, 16), (50, 1), (50, 16)]
+    if args.only:
+        try:
+            configs = [tuple(int(x) for x in c.split("x")) for c in args.only.split(",")]
+        except ValueError:
+            ap.error(f"--only: expected CONNSxINFLIGHT[,...], got {args.only!r}")
     with tempfile.TemporaryDirectory() as tmp:
         tmpd = Path(tmp)
         bare, bare_port = start([sys.executable, __file__, "--echo-server", str(tmpd / "bare.port")],
@@ -187,7 +194,7 @@ def main() -> None:
             with asyncio.Runner(loop_factory=new_loop) as r:
                 for port, hello, proc in servers.values():  # warm both servers up, untimed
                     r.run(measure(port, 50, 16, 0.5, hello, proc))
-                for conns, inflight in ((1, 1), (1, 16), (50, 1), (50, 16)):
+                for conns, inflight in configs:
                     res: dict[str, list[tuple[float, float, float]]] = {"bare": [], "nplt": []}
                     for i in range(args.rounds):  # alternate which server goes first
                         for name in (("bare", "nplt") if i % 2 == 0 else ("nplt", "bare")):

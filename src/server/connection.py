@@ -4,11 +4,12 @@
 bounded by ``max_pending_requests``. Once the handshake is done, well-formed PINGs are answered by the
 codec itself (``receive_and_pong``: no event, no task, PONG bytes straight into the write batch).
 Writes are batched (one ``transport.write`` per ``data_received`` call or loop iteration, or at once
-past ``FLUSH_BYTES``); reading pauses while the transport is over its high-water mark, and a client
-whose transport buffer (what the kernel would not take) exceeds ``max_output_buffer`` when more output
-is queued is dropped with SLOW_CONSUMER (one message may go over the cap, never two). Timers: the
-legacy grace period (no HELLO in time -> v2), the handshake timeout, and idle detection with a
-server PING after ``ping_interval_s`` of silence.
+past ``FLUSH_BYTES``); reading pauses while the transport is over its high-water mark (set to at most
+``max_output_buffer``), and a client whose transport buffer (what the kernel would not take) exceeds
+``max_output_buffer`` when more output is queued is dropped with SLOW_CONSUMER (one message may go over
+the cap, never two; a read's replies are checked only while writing is paused). Timers: the legacy
+grace period (no HELLO in time -> v2), the handshake timeout, and idle detection with a server PING
+after ``ping_interval_s`` of silence.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from protocol import (FATAL_CODES, ErrorCode, InvalidMessage, Message, MsgType, 
                       ProtocolVersion, Role, encode_frame)
 from protocol import Connection as Codec
 from protocol.messages import request_id
-from server.errors import HandlerError
+from server.errors import HandlerError, server_full_frame
 from server.handlers.dispatch import dispatch
 from server.handlers.hello import handle_hello
 from server.legacy_v2 import LegacyV2
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("nplt.conn")
 
 FLUSH_BYTES = 256 * 1024
+HIGH_WATER = 64 * 1024       # transport write buffer high-water mark (asyncio's and uvloop's default)
 _MAX_PAYLOAD = 65535
 _PING, _PONG, _HELLO, _ERROR = int(MsgType.PING), int(MsgType.PONG), int(MsgType.HELLO), int(MsgType.ERROR)
 _RESPONSE = int(MsgType.RESPONSE)
@@ -63,6 +65,8 @@ class ServerConnection(asyncio.Protocol):
         self._flush_bytes = min(FLUSH_BYTES, self.limits.max_output_buffer // 2)
         self._flush_handle: asyncio.Handle | None = None
         self._in_rx = False
+        self._hot = False             # ready v3 connection: data_received takes its short path
+        self._write_paused = False    # between pause_writing and resume_writing
         self._grace: asyncio.TimerHandle | None = None
         self._handshake: asyncio.TimerHandle | None = None
         self._idle: asyncio.TimerHandle | None = None
@@ -73,6 +77,8 @@ class ServerConnection(asyncio.Protocol):
     # -- asyncio.Protocol ----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        high = min(HIGH_WATER, self.limits.max_output_buffer)  # backlog over the cap => paused
+        transport.set_write_buffer_limits(high=high, low=high // 4)  # type: ignore[attr-defined]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         srv = self.server
@@ -91,6 +97,34 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
+        if self._hot:  # handshake done (v3): the codec answers well-formed PINGs, one write per read
+            self.last_rx = self.loop.time()
+            self._ping_sent = False
+            self._in_rx = True  # replies written meanwhile go out in the same write
+            out = self._out
+            try:
+                try:
+                    events = self.codec.receive_and_pong(data, iso_now(), out)
+                except ProtocolError as exc:
+                    self._handle(exc.events)
+                    self.fatal(exc.code, exc.message)
+                    return
+                if events:
+                    self._handle(events)
+            finally:
+                self._in_rx = False
+                if out and not self.closing:
+                    if self._write_paused or self._flush_handle is not None:
+                        self._flush()   # with the backlog check
+                    else:               # the transport's buffer is under its high-water mark
+                        self.transport.write(out[0] if len(out) == 1 else b"".join(out))  # type: ignore[union-attr]
+                        out.clear()
+                        self._out_size = 0
+            return
+        self._data_received_cold(data)
+
+    def _data_received_cold(self, data: bytes) -> None:
+        """Before the handshake, legacy v2 connections, refused connections."""
         if self.rejected:
             self._refuse(data)
             return
@@ -100,11 +134,7 @@ class ServerConnection(asyncio.Protocol):
         out = self._out
         try:
             try:
-                if self.ready and self.legacy is None and self._grace is None:
-                    # hot path: the codec answers well-formed PINGs itself, PONGs straight into out
-                    events = self.codec.receive_and_pong(data, iso_now(), out)
-                else:
-                    events = self.codec.receive_data(data)
+                events = self.codec.receive_data(data)
             except ProtocolError as exc:
                 self._handle(exc.events)
                 self.fatal(exc.code, exc.message)
@@ -138,10 +168,12 @@ class ServerConnection(asyncio.Protocol):
         log.debug("connection %s closed%s", self.conn_id, f": {exc}" if exc else "")
 
     def pause_writing(self) -> None:
+        self._write_paused = True
         if not self.closing and self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self._write_paused = False
         if not self.closing and self.transport is not None:
             self.transport.resume_reading()
 
@@ -204,6 +236,7 @@ class ServerConnection(asyncio.Protocol):
             self.server.hub.remove(self)
             return
         self.ready = True
+        self._hot = self.legacy is None and self._grace is None
         self._hello_busy = False
         if self._handshake is not None:
             self._handshake.cancel()
@@ -311,16 +344,9 @@ class ServerConnection(asyncio.Protocol):
 
     def _refuse(self, data: bytes) -> None:
         """Over max_clients: a v3 client (first byte HELLO) gets ERROR SERVER_FULL; v2 sees a close."""
-        if data and data[0] == _HELLO:
-            re = None
-            if len(data) >= 5 and len(data) >= 5 + int.from_bytes(data[3:5], "big"):
-                try:
-                    re = request_id(orjson.loads(data[5:5 + int.from_bytes(data[3:5], "big")]))
-                except orjson.JSONDecodeError:
-                    pass
-            payload = _dumps({"re": re, "code": "SERVER_FULL", "fatal": True,
-                              "message": f"the server is full ({self.limits.max_clients} clients)"})
-            self._out.append(encode_frame(_ERROR, 0, payload))
+        frame = server_full_frame(data, self.limits.max_clients)
+        if frame:
+            self._out.append(frame)
         self.close()
 
     # -- timers --------------------------------------------------------------------------------------

@@ -1,0 +1,38 @@
+"""PINGs pipelined over TCP: runs answered in one go by the codec, mixed with requests, in order."""
+from __future__ import annotations
+
+import asyncio
+
+from protocol import MsgType
+from testkit.server import V3Client, running_server
+
+T = MsgType
+
+
+async def test_pipelined_pings_and_requests_are_answered_in_order(tmp_path):
+    async with running_server(tmp_path) as (srv, addr):
+        c = await V3Client.connect(addr)
+        loop = asyncio.get_running_loop()
+        ids: list = [*range(1000, 1040), "info", *range(2000, 2040), "s-1", 7, 8]
+        futs = {i: loop.create_future() for i in ids}
+        c._waiting.update(futs)
+        data = b"".join(c.codec.send(T.SESSION_INFO if i == "info" else T.PING, {"id": i}) for i in ids)
+        c.send_bytes(data)                      # one segment: runs of 40 PINGs around a request
+        replies = {i: await asyncio.wait_for(f, 10) for i, f in futs.items()}
+        assert c.protocol_error is None         # the client checked every seq it received
+        assert replies["info"].type == T.RESPONSE and replies["info"].body["session"]["session_id"] == c.session_id
+        pongs = [i for i in ids if i != "info"]
+        assert all(replies[i].type == T.PONG and replies[i].body["re"] == i for i in pongs)
+        assert all(isinstance(replies[i].body["time"], str) for i in pongs)
+        # PONGs came back in the order of their PINGs (their frames carry increasing seqs)
+        order = sorted(pongs, key=lambda i: replies[i].seq)
+        assert order == pongs
+        # a PING split across two writes is answered too, and the connection stays usable
+        frame = c.codec.send(T.PING, {"id": 99})
+        fut = c._waiting[99] = loop.create_future()
+        c.send_bytes(frame[:7])
+        await c.writer.drain()
+        c.send_bytes(frame[7:])
+        assert (await asyncio.wait_for(fut, 10)).body["re"] == 99
+        assert (await c.call(T.SESSION_LIST))["sessions"]
+        await c.close()
