@@ -11,8 +11,18 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import orjson
 
+from server.fit import SLACK, cut_strings
+
 if TYPE_CHECKING:  # pragma: no cover
     from server.connection import ServerConnection
+
+def _encode(body: dict[str, Any], limit: int) -> bytes:
+    """JSON of a turn event; one over ``limit`` is sent with its longest texts cut (server.fit)."""
+    payload = orjson.dumps(body)
+    if len(payload) > limit:
+        payload = orjson.dumps(cut_strings(body, limit - SLACK))
+    return payload
+
 
 class Hub:
     """Connection registry per session and per user, with encode-once fan-out."""
@@ -73,11 +83,10 @@ class Hub:
                 conn.legacy.on_turn_event(msg_type, body, conn is origin)
                 continue
             if conn is origin and re is not None:
-                full = {"re": re, **body}
-                conn.send_payload(msg_type, orjson.dumps(full))
+                conn.send_payload(msg_type, _encode({"re": re, **body}, conn.limits.max_message_size))
             else:
                 if shared is None:
-                    shared = orjson.dumps({"re": None, **body})
+                    shared = _encode({"re": None, **body}, conn.limits.max_message_size)
                 conn.send_payload(msg_type, shared)
 
     def publish_user(self, user_id: str, msg_type: int, body: dict[str, Any]) -> None:

@@ -13,8 +13,9 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from protocol import ErrorCode, InvalidMessage, Message, MsgType, ProtocolError
-from protocol.messages import parse_request
+from protocol.messages import HistoryExport, HistoryPage, parse_request
 from server.errors import HandlerError
+from server.fit import shrink_reply
 from server.handlers import chat, history, misc, sessions
 from server.handlers.hello import handle_hello
 from storage.errors import StorageError
@@ -98,5 +99,13 @@ async def _run(conn: ServerConnection, handler: Handler, req: Any) -> None:
         return
     try:
         conn.send_msg(_RESPONSE, {"re": rid, **body})
-    except ProtocolError as exc:  # e.g. an export over max_message_size
+        return
+    except ProtocolError as exc:  # over max_message_size: exports are refused, other replies shrunk
+        if exc.code != ErrorCode.MESSAGE_TOO_LARGE or isinstance(req, HistoryExport):
+            conn.send_error(rid, exc.code, f"reply not sent: {exc.message}")
+            return
+    body = shrink_reply(body, conn.limits.max_message_size, page=isinstance(req, HistoryPage))
+    try:
+        conn.send_msg(_RESPONSE, {"re": rid, **body})
+    except ProtocolError as exc:
         conn.send_error(rid, exc.code, f"reply not sent: {exc.message}")
