@@ -8,7 +8,8 @@ written straight into a store on a temp dir, then ``--turns`` new turns run as t
 drives them: append the user message, ``build_context`` (timed: on the turn's critical path),
 append the answer, ``after_turn`` (timed: runs after TURN_END), then the background work it
 scheduled (summaries) is awaited ("bg", mean). The first turn of a session (cold: view and
-recall index built from storage) is reported apart.
+recall index built from storage) is reported apart, with "stall": the longest time the event loop
+was blocked during its context build (a 0.5 ms ticker runs beside it).
 
 Modes: ``summarized`` = default config, offline agent (extractive summaries), the session already
 summarized up to its last 20 messages, with one stored summary per ``--summaries-every`` turns as
@@ -125,17 +126,49 @@ async def floor(root: str, size: int, mode: str, every: int, n_turns: int) -> li
     return out
 
 
+class StallMeter:
+    """The longest time the event loop did not run a 0.5 ms ticker (a blocked loop shows here)."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._task: asyncio.Task | None = None
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while True:
+            await asyncio.sleep(0.0005)
+            now = loop.time()
+            self.longest = max(self.longest, now - last)
+            last = now
+
+    async def __aenter__(self) -> StallMeter:
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
 async def run_one(root: str, size: int, mode: str, every: int, n_turns: int,
                   profile: cProfile.Profile | None) -> dict[str, list[float]]:
     store, sid, rng = await setup(root, size, mode, every)
     mm = MemoryManager(config(mode), store, Offline(), None, "SYS")
-    out: dict[str, list[float]] = {"build": [], "after": [], "bg": [], "cold": []}
+    out: dict[str, list[float]] = {"build": [], "after": [], "bg": [], "cold": [], "stall": []}
     for t in range(n_turns + 1):
         user = await store.append(sid, "user", text(rng, 5, 30))
         if profile is not None and t:
             profile.enable()
         t0 = time.perf_counter()
-        await mm.build_context(sid, USER, user, "m")
+        if t == 0:
+            async with StallMeter() as meter:
+                await mm.build_context(sid, USER, user, "m")
+            out["stall"].append(meter.longest * 1e3)
+        else:
+            await mm.build_context(sid, USER, user, "m")
         t1 = time.perf_counter()
         if profile is not None:
             profile.disable()
@@ -175,7 +208,7 @@ async def main() -> None:
     args = ap.parse_args()
     modes = ("summarized", "unsummarized") if args.mode == "both" else (args.mode,)
     print(f"{'mode':<13}{'turns':>6} {'build p50/p90':>15} {'after p50/p90':>15} {'bg mean':>8} "
-          f"{'cold':>8} {'floor':>7} {'ratio':>6}")
+          f"{'cold':>8} {'stall':>6} {'floor':>7} {'ratio':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for mode in modes:
             for size in args.sizes:
@@ -186,7 +219,7 @@ async def main() -> None:
                 b50, a50 = statistics.median(r["build"]), statistics.median(r["after"])
                 print(f"{mode:<13}{size:>6} {b50:>7.3f}/{pct(r['build'], .9):<7.3f} "
                       f"{a50:>7.3f}/{pct(r['after'], .9):<7.3f} {statistics.mean(r['bg']):>8.3f} "
-                      f"{r['cold'][0]:>8.1f} {base:>7.3f} {(b50 + a50) / base:>5.1f}x")
+                      f"{r['cold'][0]:>8.1f} {r['stall'][0]:>6.1f} {base:>7.3f} {(b50 + a50) / base:>5.1f}x")
                 if prof is not None:
                     s = io.StringIO()
                     pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(35)

@@ -105,6 +105,34 @@ async def test_cached_prompts_equal_prompts_read_from_storage(store):
         await mm.aclose()
 
 
+async def test_views_rebuilt_in_a_worker_thread_give_the_same_prompts(store, monkeypatch):
+    import threading
+
+    from server.memory import manager, view
+    threads: list[threading.Thread] = []
+
+    def recording(*args: Any) -> Any:
+        threads.append(threading.current_thread())
+        return view.built_view(*args)
+    monkeypatch.setattr(manager, "RESET_INLINE_MAX", 0)        # every rebuild goes off the loop
+    monkeypatch.setattr(manager, "built_view", recording)
+    rng = random.Random(5)
+    cfg = MemoryConfig.from_dict({"summarization": {"enabled": False}, "recall": {"enabled": False},
+                                  "context": {"recent_turns": 3, "max_sessions_cached": 1}})
+    mm = MemoryManager(cfg, store, None, None, SYS)
+    sids = [(await store.create(USER)).session_id for _ in range(2)]
+    for n in range(60):
+        sid = rng.choice(sids)
+        await random_op(rng, store, mm, sid, n)
+        new = await store.append(sid, "user", rand_text(rng, 1, 10))
+        ctx = await mm.build_context(sid, USER, new, "m")
+        want = await expected_context(store, sid, new, cfg)
+        assert (ctx.messages, ctx.metadata) == (want.messages, want.metadata), n
+        await check_view(store, mm, sid)
+    assert threads and threading.main_thread() not in threads
+    await mm.aclose()
+
+
 async def test_summary_triggers_on_the_view_match_a_full_read(store):
     rng = random.Random(11)
     cfg = MemoryConfig.from_dict({"summarization": {"trigger": [{"type": "messages", "value": 9},

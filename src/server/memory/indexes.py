@@ -21,7 +21,7 @@ from .recall import RecallIndex, rank_vectors, turn_docs
 from .view import SessionView
 
 log = logging.getLogger("nplt.memory")
-INDEX_CHUNK = 200                # turns indexed between two yields to the event loop
+INDEX_CHUNK = 25                 # turns indexed between two yields to the event loop (~10 ms)
 
 
 @dataclass

@@ -33,12 +33,13 @@ from .indexes import UserIndexes
 from .recall import excerpt_and_tokens, snippet
 from .summarizer import SummaryFailed, plan, plan_cut, summarize
 from .tokens import ApproxTokenCounter, TokenCounter
-from .view import SessionView
+from .view import SessionView, built_view
 
 log = logging.getLogger("nplt.memory")
 Notify = Callable[[str, str, dict], Any]
 MIN_EXCERPT_TOKENS = 24          # an excerpt smaller than this is not worth adding
 MIN_RELATIVE_SCORE = 0.3         # recalled turns score at least this share of the best one
+RESET_INLINE_MAX = 200           # a view rebuilt from more messages than this is built in a worker thread
 STABLE_MEMO_SIZE = 64            # token counts of system prompts / summaries kept across prompts
 
 
@@ -143,7 +144,11 @@ class MemoryManager:
                 if self._views.get(session_id) is view:
                     del self._views[session_id]
                 return record, None
-            view.reset(record, covers, msgs, self.counter)
+            if len(msgs) > RESET_INLINE_MAX:      # a long session: token counting off the loop
+                view.adopt(await asyncio.get_running_loop().run_in_executor(
+                    None, built_view, view.keep_turns, record, covers, msgs, self.counter))
+            else:
+                view.reset(record, covers, msgs, self.counter)
             return record, view
 
     async def _read(self, session_id: str, after_id: int | None) -> tuple[SessionRecord, list[ChatMessage]]:

@@ -44,6 +44,17 @@ def expand(m: ChatMessage, counter: TokenCounter) -> Entry:
     return Entry(m, expanded, sum(message_tokens(counter, x) for x in expanded))
 
 
+_STATE = ("record", "valid", "covers", "seen", "last_id", "ids", "roles", "costs", "starts", "tail", "tail_pos")
+
+
+def built_view(keep_turns: int, record: SessionRecord, covers: int, messages: list[ChatMessage],
+               counter: TokenCounter) -> SessionView:
+    """A new view reset from ``messages`` (run in a worker thread for long sessions)."""
+    view = SessionView(keep_turns)
+    view.reset(record, covers, messages, counter)
+    return view
+
+
 class SessionView:
     """The uncovered messages of one session (see the module docstring); synced by the manager."""
 
@@ -69,6 +80,11 @@ class SessionView:
         self.ids, self.roles, self.costs, self.starts, self.tail, self.tail_pos = [], [], [], [], [], 0
         self.extend(messages, counter, count_seen=False)
         self.record, self.valid = record, True
+
+    def adopt(self, other: SessionView) -> None:
+        """Take over the contents of ``other`` (built off the event loop by ``built_view``) at once."""
+        for name in _STATE:
+            setattr(self, name, getattr(other, name))
 
     def extend(self, messages: list[ChatMessage], counter: TokenCounter, *, count_seen: bool = True) -> None:
         """Append newly stored messages (ascending, all above ``last_id``)."""
