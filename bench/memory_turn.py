@@ -13,7 +13,7 @@ was blocked during its context build (a 0.5 ms ticker runs beside it).
 
 Modes: ``summarized`` = default config, offline agent (extractive summaries), the session already
 summarized up to its last 20 messages, with one stored summary per ``--summaries-every`` turns as
-the rolling summarizer leaves them (``store.get`` copies every one of them); ``unsummarized`` =
+the rolling summarizer leaves them (``store.get`` returns every one of them); ``unsummarized`` =
 summarization disabled, so every stored message is uncovered (worst case for the view).
 
 Baseline measured in the same run ("floor"): the storage round trips a memory layer cannot avoid,

@@ -71,8 +71,10 @@ class ChatMessage:
         )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class SummaryRecord:
+    """A summary of messages covers_from_id..covers_to_id; immutable, so records can share it."""
+
     text: str
     covers_from_id: int
     covers_to_id: int

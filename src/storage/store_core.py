@@ -3,6 +3,7 @@ journaled commits, background compaction, the batched-fsync flusher, idle evicti
 recovery and shutdown. The public API is in store.py."""
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import os
@@ -345,7 +346,8 @@ class StoreCore:
 
     @staticmethod
     def _copy(record: SessionRecord) -> SessionRecord:
-        return SessionRecord.from_dict(record.to_dict())
+        """A copy the caller may change; the (immutable) summaries are shared, not copied."""
+        return dataclasses.replace(record, summaries=list(record.summaries))
 
 
 def _unlink_quiet(path: str) -> None:

@@ -168,6 +168,20 @@ def test_rename_model_and_summaries(open_store) -> None:
     assert store.list("u")[0][0].summaries == []          # listings come from the index
 
 
+def test_returned_records_are_copies_and_summaries_immutable(open_store) -> None:
+    store = open_store()
+    sid = store.create("alice", "t").session_id
+    store.add_summary(sid, SummaryRecord("first", 1, 2))
+    got = store.get(sid)
+    got.title = "changed"
+    got.summaries.append(SummaryRecord("injected", 1, 3))
+    got.summaries.clear()
+    with pytest.raises(AttributeError):
+        store.get(sid).summaries[0].text = "changed"  # type: ignore[misc]
+    again = store.get(sid)
+    assert again.title == "t" and [s.text for s in again.summaries] == ["first"]
+
+
 def test_export_json_and_markdown(open_store) -> None:
     store = open_store()
     sid = store.create("u", "Ops <chat>").session_id
