@@ -97,35 +97,8 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        if self._hot:  # handshake done (v3): the codec answers well-formed PINGs, one write per read
-            self.last_rx = self.loop.time()
-            self._ping_sent = False
-            self._in_rx = True  # replies written meanwhile go out in the same write
-            out = self._out
-            try:
-                try:
-                    events = self.codec.receive_and_pong(data, iso_now(), out)
-                except ProtocolError as exc:
-                    self._handle(exc.events)
-                    self.fatal(exc.code, exc.message)
-                    return
-                if events:
-                    self._handle(events)
-            finally:
-                self._in_rx = False
-                if out and not self.closing:
-                    if self._write_paused or self._flush_handle is not None:
-                        self._flush()   # with the backlog check
-                    else:               # the transport's buffer is under its high-water mark
-                        self.transport.write(out[0] if len(out) == 1 else b"".join(out))  # type: ignore[union-attr]
-                        out.clear()
-                        self._out_size = 0
-            return
-        self._data_received_cold(data)
-
-    def _data_received_cold(self, data: bytes) -> None:
-        """Before the handshake, legacy v2 connections, refused connections."""
-        if self.rejected:
+        hot = self._hot  # handshake done (v3): the codec answers well-formed PINGs itself
+        if not hot and self.rejected:
             self._refuse(data)
             return
         self.last_rx = self.loop.time()
@@ -134,7 +107,8 @@ class ServerConnection(asyncio.Protocol):
         out = self._out
         try:
             try:
-                events = self.codec.receive_data(data)
+                events = self.codec.receive_and_pong(data, iso_now(), out) if hot else \
+                    self.codec.receive_data(data)
             except ProtocolError as exc:
                 self._handle(exc.events)
                 self.fatal(exc.code, exc.message)
@@ -144,7 +118,12 @@ class ServerConnection(asyncio.Protocol):
         finally:
             self._in_rx = False
             if out and not self.closing:
-                self._flush()
+                if not hot or self._write_paused or self._flush_handle is not None:
+                    self._flush()   # with the backlog check
+                else:               # the transport's buffer is under its high-water mark
+                    self.transport.write(out[0] if len(out) == 1 else b"".join(out))  # type: ignore[union-attr]
+                    out.clear()
+                    self._out_size = 0
 
     def eof_received(self) -> bool | None:
         try:
