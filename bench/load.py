@@ -24,17 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
-from protocol import Connection, Message, MsgType, Role  # noqa: E402
+from benchclient import BenchClient as Client  # noqa: E402
+from benchclient import new_loop  # noqa: E402
+from protocol import MsgType  # noqa: E402
 
 T = MsgType
 
-
-def new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-        return uvloop.new_event_loop()
-    except ImportError:
-        return asyncio.new_event_loop()
 
 
 # ---------------------------------------------------------------- server side (subprocess)
@@ -62,45 +57,6 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
 
 
 # ---------------------------------------------------------------- clients
-class Client:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self.codec = Connection(Role.CLIENT, max_message_size=64 << 20)
-        self.ids = 0
-        self.pending: list[Message] = []
-
-    async def next(self) -> Message:
-        while not self.pending:
-            data = await self.reader.read(1 << 16)
-            if not data:
-                raise ConnectionError("server closed the connection")
-            self.pending.extend(self.codec.receive_data(data))
-        return self.pending.pop(0)
-
-    async def call(self, t: int, **body) -> dict:
-        self.ids += 1
-        rid = body["id"] = self.ids
-        self.writer.write(self.codec.send(t, body))
-        while True:
-            m = await self.next()
-            if m.type == T.PING:
-                self.writer.write(self.codec.send(T.PONG, {"re": m.body["id"], "time": "now"}))
-            elif m.type in (T.RESPONSE, T.ERROR) and m.body.get("re") == rid:
-                if m.type == T.ERROR:
-                    raise RuntimeError(f"{m.body['code']}: {m.body['message']}")
-                return m.body
-
-    async def turn(self, text: str) -> tuple[float, str]:
-        t0 = time.perf_counter()
-        r = await self.call(T.CHAT_TEXT, text=text)
-        while True:
-            m = await self.next()
-            if m.type in (T.TURN_END, T.TURN_ERROR) and m.body.get("turn_id") == r["turn_id"]:
-                if m.type == T.TURN_ERROR:
-                    raise RuntimeError(f"turn failed: {m.body['code']}")
-                return time.perf_counter() - t0, r["session_id"]
-
-
 async def one_client(port: int, idx: int, turns: int, latencies: list[float], texts: dict, users: int) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     c = Client(reader, writer)
@@ -111,7 +67,7 @@ async def one_client(port: int, idx: int, turns: int, latencies: list[float], te
     for k in range(turns):
         text = f"client {idx} turn {k}: how is the disk doing?"
         sent.append(text)
-        dt, turn_sid = await c.turn(text)
+        dt, _, _, turn_sid = await c.turn(text)
         assert turn_sid == sid
         latencies.append(dt)
     writer.close()

@@ -38,7 +38,9 @@ from typing import Any, AsyncIterator
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
-from protocol import Connection, Message, MsgType, Role  # noqa: E402
+from benchclient import BenchClient as Client  # noqa: E402
+from benchclient import new_loop  # noqa: E402
+from protocol import MsgType  # noqa: E402
 from testkit.scripted_llm import Recorded, Reply, ScriptedLLM  # noqa: E402
 
 T = MsgType
@@ -55,61 +57,6 @@ def question(i: int) -> str:
     n = len(WORDS)
     return f"turn {i}: what about {WORDS[i % n]} and {WORDS[(i * 7 + 3) % n]} on {WORDS[(i * 13 + 5) % n]}?"
 
-
-def new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-        return uvloop.new_event_loop()
-    except ImportError:
-        return asyncio.new_event_loop()
-
-
-# ---------------------------------------------------------------- v3 client
-class Client:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self.codec = Connection(Role.CLIENT, max_message_size=64 << 20)
-        self.ids = 0
-        self.pending: list[Message] = []
-
-    async def next(self) -> Message:
-        while not self.pending:
-            data = await self.reader.read(1 << 18)
-            if not data:
-                raise ConnectionError("server closed the connection")
-            self.pending.extend(self.codec.receive_data(data))
-            self.pending.reverse()          # pop() from the end = oldest first
-        return self.pending.pop()
-
-    async def call(self, t: int, **body: Any) -> dict:
-        self.ids += 1
-        rid = body["id"] = self.ids
-        self.writer.write(self.codec.send(t, body))
-        while True:
-            m = await self.next()
-            if m.type == T.PING:
-                self.writer.write(self.codec.send(T.PONG, {"re": m.body["id"], "time": "now"}))
-            elif m.type in (T.RESPONSE, T.ERROR) and m.body.get("re") == rid:
-                if m.type == T.ERROR:
-                    raise RuntimeError(f"{m.body['code']}: {m.body['message']}")
-                return m.body
-
-    async def turn(self, text: str) -> tuple[float, int, float]:
-        """(seconds CHAT_TEXT -> TURN_END, deltas received, seconds first -> last delta)."""
-        t0 = time.perf_counter()
-        r = await self.call(T.CHAT_TEXT, text=text)
-        deltas, first, last = 0, 0.0, 0.0
-        while True:
-            m = await self.next()
-            if m.type == T.ANSWER_DELTA:
-                last = time.perf_counter()
-                if not deltas:
-                    first = last
-                deltas += 1
-            elif m.type in (T.TURN_END, T.TURN_ERROR) and m.body.get("turn_id") == r["turn_id"]:
-                if m.type == T.TURN_ERROR:
-                    raise RuntimeError(f"turn failed: {m.body['code']}: {m.body['message']}")
-                return time.perf_counter() - t0, deltas, last - first
 
 
 # ---------------------------------------------------------------- server side (subprocess)
@@ -213,7 +160,7 @@ async def run(args: argparse.Namespace) -> None:
         async with server_process(args, llm.base_url, "echo") as (client, _):
             rates = []
             for _ in range(args.streams):
-                _, deltas, span = await client.turn(f"!tokens {args.deltas}")
+                _, deltas, span, _ = await client.turn(f"!tokens {args.deltas}")
                 assert deltas == args.deltas
                 rates.append(deltas / span)
             results["echo_rate"] = statistics.median(rates)
@@ -230,7 +177,7 @@ async def measure(args: argparse.Namespace, llm: TimedLLM, client: Client, oai: 
     for i in range(args.turns):             # a no-op turn, then the very request it made, sent directly
         llm.push(Reply.text("ok"))
         served_before = len(llm.served)
-        dt, deltas, _ = await client.turn(question(i))
+        dt, deltas, _, _ = await client.turn(question(i))
         assert deltas == 1 and len(llm.served) == served_before + 1
         served = llm.served[-1]
         llm.push(Reply.text("ok"))
@@ -244,7 +191,7 @@ async def measure(args: argparse.Namespace, llm: TimedLLM, client: Client, oai: 
     e2e_rates, direct_rates = [], []
     for i in range(args.streams):
         llm.push(Reply.text(*pieces))
-        _, deltas, span = await client.turn(f"long answer {i}")
+        _, deltas, span, _ = await client.turn(f"long answer {i}")
         assert deltas == args.deltas, (deltas, args.deltas)
         e2e_rates.append(deltas / span)
         llm.push(Reply.text(*pieces))
