@@ -127,9 +127,14 @@ class TimedLLM(ScriptedLLM):
 
 # ---------------------------------------------------------------- measurements
 async def direct(oai: Any, body: dict[str, Any]) -> tuple[float, int, float]:
-    """The same request straight to the scripted endpoint: (seconds, text deltas, first -> last delta)."""
+    """The same request straight to the scripted endpoint: (seconds, text deltas, first -> last delta).
+
+    Sent as the agent sends it (messages and tools in ``extra_body``, docs/agent.md), so the SDK's
+    own cost is the same on both sides."""
+    body = dict(body)
+    extra = {k: body.pop(k) for k in ("messages", "tools", "tool_choice") if k in body}
     t0 = time.perf_counter()
-    stream = await oai.chat.completions.create(**body)
+    stream = await oai.chat.completions.create(**body, messages=[], extra_body=extra)
     deltas, first, last = 0, 0.0, 0.0
     async for chunk in stream:
         for choice in chunk.choices:

