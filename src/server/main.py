@@ -6,6 +6,7 @@ server cannot start (e.g. the port is in use, the data directory is locked).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -42,6 +43,10 @@ async def serve(cfg: ServerConfig, port_file: str | None = None, stop: asyncio.E
             pass
     server = Server(cfg)
     host, port = await server.start()
+    # Everything loaded so far (modules, config, the SDKs) lives as long as the process: keep it out of
+    # the collector's full passes (~80k objects, ~20 ms of event-loop time each).
+    gc.collect()
+    gc.freeze()
     try:
         if port_file:
             tmp = Path(port_file + ".tmp")
