@@ -167,9 +167,10 @@ def codec_pong_reads(reads: list[bytes]) -> int:
     count = 0
     for data in reads:
         out: list[bytes] = []
+        before = conn.tx_seq
         if receive(data, time, out):
             raise AssertionError("every PING should have been answered")
-        count += len(out)
+        count += (conn.tx_seq - before) & 0xFFFF     # (a run of PINGs is answered as one bytes object)
         b"".join(out)
     return count
 
