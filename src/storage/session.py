@@ -43,7 +43,7 @@ def _mid(m: dict[str, Any]) -> int:
 class SessionState:
     """Pure in-memory state of one session; no locking, no I/O."""
 
-    __slots__ = ("record", "msgs", "cleared", "next_id", "last_seq")
+    __slots__ = ("record", "msgs", "cleared", "next_id", "last_seq", "text")
 
     def __init__(self, record: SessionRecord, msgs: list[dict[str, Any]], cleared: int = 0,
                  next_id: int = 1, last_seq: int = 0) -> None:
@@ -52,6 +52,7 @@ class SessionState:
         self.cleared = cleared
         self.next_id = max(next_id, msgs[-1]["id"] + 1 if msgs else 1)
         self.last_seq = last_seq
+        self.text: Any = None            # textscan.SessionText of the last search (checked by last_seq)
 
     # -- positions -------------------------------------------------------------------------
     def vis_start(self) -> int:

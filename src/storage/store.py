@@ -21,6 +21,7 @@ from .ids import new_session_id, validate_session_id
 from .journal import JournalWriter
 from .models import ROLES, ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
 from .search import compile_query, snippet
+from .textscan import SEP, session_text
 from .session import READY, LoadedSession, SessionState, encode_snapshot, file_stat, to_message
 from .store_core import StoreCore
 
@@ -181,12 +182,16 @@ class HistoryStore(StoreCore):
             try:
                 with self._locked(sid, transient=True) as s:
                     title, st = s.state.record.title, s.state
-                    for d in st.msgs[st.vis_start():]:
-                        hit = q.match(d.get("content"))
-                        if hit is None:
-                            continue
+                    if SEP in q.text:             # (a NUL in the query: message by message)
+                        found = [(i, *hit) for i, d in enumerate(st.msgs[st.vis_start():], st.vis_start())
+                                 if (hit := q.match(d.get("content"))) is not None]
+                    else:
+                        st.text = session_text(st.text, st.last_seq, st.vis_start(), st.msgs)
+                        found = st.text.scan(q)
+                    for i, score, pos in found:
+                        d = st.msgs[i]
                         n += 1
-                        item = ((hit[0], str(d.get("timestamp", "")), d["id"]), n, sid, title, d, hit[1])
+                        item = ((score, str(d.get("timestamp", "")), d["id"]), n, sid, title, d, pos)
                         if len(heap) < limit:
                             heapq.heappush(heap, item)
                         elif item[0] > heap[0][0]:
