@@ -108,10 +108,10 @@ class Receiver(V2Receiving):
         reported: its PONG ``{"re": id, "time": time}`` (the bytes ``send(PONG, {...})`` would give,
         framed like ``send_raw``) is appended to ``out`` as it is decoded (in order; a run of PINGs
         may share one bytes object), so ``out`` is complete even when a fatal ProtocolError is
-        raised later in the same call. The caller must send it before anything it sends afterwards (the PONGs took the next
-        outgoing seqs). Everything else is returned as by ``receive_data``, including malformed
-        PINGs and the rare PING that is not answered here (split across reads, or fragmented): the
-        caller still answers PING events. On a v2 connection, or with ``out=None``, this is
+        raised later in the same call. The caller must send it before anything it sends
+        afterwards (the PONGs took the next outgoing seqs). Everything else is returned as by
+        ``receive_data``, including malformed PINGs and the rare PING that is not answered here
+        (split across reads, or fragmented): the caller still answers PING events. On a v2 connection, or with ``out=None``, this is
         ``receive_data``.
         ``time``: a str of at most ``protocol.pong.MAX_PONG_TIME_CHARS`` characters (else
         ValueError, raised before anything is consumed). The v3 frame loop is inline here, so a
