@@ -5,9 +5,14 @@ import asyncio
 import threading
 import time
 from concurrent.futures import Future
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
+from client.config import ClientConfig
+from client.tui.app import NpltApp
+from client.tui.chat import ChatView
+from client.tui.input import ChatInput
 from testkit.echo_agent import EchoAgent
 from testkit.server import running_server
 
@@ -103,3 +108,30 @@ class ServerThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(DEADLINE)
         self.loop.close()
+
+
+# ---------------------------------------------------------------- the TUI under Pilot
+SIZE = (110, 40)
+
+
+@asynccontextmanager
+async def open_app(addr: tuple[str, int], **cfg: Any) -> AsyncIterator[tuple[NpltApp, Any]]:
+    """Run the app on the server and wait until it shows a session."""
+    config = ClientConfig(host=addr[0], port=addr[1], reconnect_initial_s=0.05, reconnect_max_s=0.2, **cfg)
+    app = NpltApp(config)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(lambda: app.client.connected and app.query_one(ChatView).session_id is not None
+                         and app.controller._loads == 0, pilot=pilot, what="the first session")
+        yield app, pilot
+
+
+def chat(app: NpltApp) -> ChatView:
+    return app.query_one(ChatView)
+
+
+async def type_and_send(pilot: Any, text: str) -> None:
+    """Put text in the input and press Enter (typing key by key is covered in the recall test)."""
+    box = pilot.app.query_one(ChatInput)
+    box.focus()
+    box.load_text(text)
+    await pilot.press("enter")

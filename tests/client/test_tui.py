@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import json
 import socket
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from textual.command import CommandPalette
 
@@ -13,45 +12,20 @@ from client.config import ClientConfig
 from client.connection import Client
 from client.tui import commands
 from client.tui.app import NpltApp
-from client.tui.chat import ChatView
 from client.tui.message import MessageView
 from client.tui.input import ChatInput
 from client.tui.modals import ConfirmModal, ExportModal, HelpScreen, RenameModal, SearchModal
 from client.tui.sidebar import Sidebar
 from client.tui.status import StatusLine
 from client.tui.toolcall import ToolCallItem
-from client_testlib import next_event_of, offline_agent, prefill, wait_until
+from client_testlib import SIZE, chat, next_event_of, offline_agent, open_app, prefill, type_and_send, wait_until
 from testkit.echo_agent import EchoAgent
 from testkit.server import running_server
 
-SIZE = (110, 40)
-
-
-@asynccontextmanager
-async def open_app(addr: tuple[str, int], **cfg: Any) -> AsyncIterator[tuple[NpltApp, Any]]:
-    """Run the app on the server and wait until it shows a session."""
-    config = ClientConfig(host=addr[0], port=addr[1], reconnect_initial_s=0.05, reconnect_max_s=0.2, **cfg)
-    app = NpltApp(config)
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_until(lambda: app.client.connected and app.query_one(ChatView).session_id is not None
-                         and app.controller._loads == 0, pilot=pilot, what="the first session")
-        yield app, pilot
-
-
-def chat(app: NpltApp) -> ChatView:
-    return app.query_one(ChatView)
 
 
 def contents(app: NpltApp) -> list[tuple[str, str]]:
     return [(m.role, m.content) for m in chat(app).messages()]
-
-
-async def type_and_send(pilot: Any, text: str) -> None:
-    """Put text in the input and press Enter (typing key by key is covered in the recall test)."""
-    box = pilot.app.query_one(ChatInput)
-    box.focus()
-    box.load_text(text)
-    await pilot.press("enter")
 
 
 async def wait_answer(app: NpltApp, pilot: Any, content: str) -> MessageView:

@@ -41,7 +41,13 @@ class TurnEvents:
         elif t == "ANSWER_DELTA":
             await self.on_deltas(turn_id, [body])
         elif t == "TURN_END":
-            await self._end(turn_id, body.get("message"), body.get("finish_reason"))
+            message = body.get("message")
+            view = self.chat.live.get(turn_id)
+            if body.get("truncated") and isinstance(message, dict) and view is not None \
+                    and len(view.content) > len(str(message.get("content") or "")):
+                # the server cut the stored answer to fit max_message_size: keep the streamed text
+                message = {**message, "content": view.content}
+            await self._end(turn_id, message, body.get("finish_reason"))
         elif t == "TURN_ERROR":
             view = await self._end(turn_id, body.get("partial_message"), None)
             text = f"Error {body.get('code')}: {body.get('message')}"
