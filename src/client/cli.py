@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import sys
 from pathlib import Path
@@ -63,7 +64,8 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
         reply = await client.chat_send(args.text)
         turn_id = reply["turn_id"]
         try:
-            end = await _follow_turn(client, turn_id, None if args.json else out, err)
+            streamed = io.StringIO() if args.json else out   # --json: kept for a cut TURN_END
+            end = await _follow_turn(client, turn_id, streamed, None if args.json else err)
         except asyncio.CancelledError:
             try:
                 await asyncio.wait_for(client.chat_cancel(turn_id=turn_id), 2.0)
@@ -74,6 +76,9 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
         err.write(f"nplt-client: {end.body.get('code', 'TURN_ERROR')}: {end.body.get('message', '')}\n")
         return EXIT_TURN
     message = end.body.get("message") or {}
+    if args.json and end.body.get("truncated") and isinstance(streamed, io.StringIO) \
+            and len(streamed.getvalue()) > len(str(message.get("content") or "")):
+        message = {**message, "content": streamed.getvalue()}   # cut to fit max_message_size
     if args.json:
         _dump({"session_id": reply["session_id"], "turn_id": turn_id, "user_message": reply["user_message"],
                "message": message, "tool_calls": message.get("tool_calls", []), "usage": end.body.get("usage", {}),
@@ -87,7 +92,7 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
     return EXIT_OK
 
 
-async def _follow_turn(client: Client, turn_id: str, out: TextIO | None, err: TextIO):
+async def _follow_turn(client: Client, turn_id: str, out: TextIO | None, err: TextIO | None):
     """Read events until the turn ends; stream deltas to ``out`` and tool activity to ``err``."""
     shown = 0
     async for event in client.events():
@@ -101,7 +106,7 @@ async def _follow_turn(client: Client, turn_id: str, out: TextIO | None, err: Te
                 out.write(text[max(0, shown - offset):])
                 out.flush()
                 shown = offset + len(text)
-        elif event.type == "TOOL_CALL" and out is not None:
+        elif event.type == "TOOL_CALL" and err is not None:
             call = event.body.get("call", {})
             err.write(f"[tool {call.get('tool_name')} {json.dumps(call.get('arguments', {}))}]\n")
         elif event.type in ("TURN_END", "TURN_ERROR"):

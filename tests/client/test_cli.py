@@ -42,6 +42,15 @@ def test_ask_streams_answer(srv: ServerThread, capsys: pytest.CaptureFixture) ->
     assert out == "echo: hello cli\n"
 
 
+def test_ask_json_keeps_an_answer_the_server_cut_to_fit(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with ServerThread(tmp_path, max_message_size=65535) as st:
+        code, out, err = run(st, capsys, "ask", "!big 90000", "--json")
+        assert code == 0, err
+        assert json.loads(out)["message"]["content"] == "x" * 90_000     # the streamed text, not the cut copy
+        code, out, err = run(st, capsys, "ask", "!big 90000")
+        assert code == 0 and out == "x" * 90_000 + "\n" and err == ""
+
+
 def test_ask_json_document(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
     code, out, err = run(srv, capsys, "ask", "--new", "!tool json please", "--json")
     assert code == 0, err
