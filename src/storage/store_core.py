@@ -229,13 +229,23 @@ class StoreCore:
             with self._dirty_lock:
                 self._dirty.add(sess)
         self.index.put(sess.state.record, sess.files())
-        if sess.journal_lines >= self.config.compact_threshold and not sess.compacting:
-            sess.compacting = True
-            cap = self._capture(sess)
-            try:
-                self._compactor.submit(self._compact_bg, sess, cap)
-            except RuntimeError:          # shutting down: close() compacts
-                sess.compacting = False
+        if not sess.compacting:
+            self._schedule_compaction(sess)
+
+    def _schedule_compaction(self, sess: LoadedSession) -> bool:
+        """Queue a background compaction if the journal reached the threshold. Holds sess.lock.
+
+        Sets ``sess.compacting`` while one is queued; returns whether one was queued.
+        """
+        if sess.journal_lines < self.config.compact_threshold:
+            return False
+        sess.compacting = True
+        try:
+            self._compactor.submit(self._compact_bg, sess, self._capture(sess))
+        except RuntimeError:              # shutting down: close() compacts
+            sess.compacting = False
+            return False
+        return True
 
     @staticmethod
     def _capture(sess: LoadedSession) -> tuple[dict[str, Any], list[dict[str, Any]], int, int]:
@@ -254,6 +264,7 @@ class StoreCore:
     def _compact_bg(self, sess: LoadedSession, cap: tuple) -> None:
         head, msgs, offset, lines = cap
         tmp = sess.snap_path + ".tmp"
+        queued_again = False
         try:
             write_snapshot(tmp, head, msgs)
             with sess.lock:
@@ -261,11 +272,16 @@ class StoreCore:
                     os.unlink(tmp)
                     return
                 self._install(sess, tmp, offset, lines)
+                # Appends made while this snapshot was written may have filled the journal again;
+                # nothing else would compact it until the next append. (Queued behind this one on
+                # the single worker, so it cannot start before this call returns.)
+                queued_again = self._schedule_compaction(sess)
         except Exception:
             log.exception("storage: background compaction of %s failed", sess.sid)
             _unlink_quiet(tmp)
         finally:
-            sess.compacting = False
+            if not queued_again:
+                sess.compacting = False
             self._trim()
 
     def _compact_locked(self, sess: LoadedSession) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import orjson
@@ -38,8 +39,19 @@ def msg_dict(mid: int, content: str, role: str = "user") -> dict:
 
 
 def drain(store: HistoryStore) -> None:
-    """Wait until queued background compactions have run (the compactor has one FIFO worker)."""
-    store._compactor.submit(lambda: None).result(timeout=30)
+    """Wait until background compaction has settled: none running and none queued.
+
+    The compactor has one FIFO worker, and a finishing compaction may queue the next one itself, so
+    a no-op job is pushed through until no loaded session is marked compacting (30 s deadline).
+    """
+    deadline = time.monotonic() + 30
+    while True:
+        store._compactor.submit(lambda: None).result(timeout=30)
+        with store._cache_lock:
+            busy = [s.sid for s in store._cache.values() if s.compacting]
+        if not busy:
+            return
+        assert time.monotonic() < deadline, f"compaction never settled for {busy}"
 
 
 def quarantined(root: Path) -> list[str]:

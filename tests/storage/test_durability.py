@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 
 import orjson
@@ -173,6 +174,25 @@ def test_background_compaction_keeps_journal_short(open_store, root) -> None:
     store.close()
     store = open_store()
     assert [m.id for m in store.messages(sid)] == list(range(1, 36))
+
+
+def test_journal_refilled_during_compaction_is_compacted_again(open_store, root) -> None:
+    """Appends made while a background compaction runs are compacted by a follow-up without a new append."""
+    store = open_store(compact_threshold=10)
+    sid = store.create("u").session_id
+    gate = threading.Event()
+    blocker = store._compactor.submit(gate.wait, 30)          # hold the single compaction worker
+    for i in range(25):                                       # 10 queue a compaction, 15 more refill
+        store.append(sid, "user", f"m{i}")
+    gate.set()
+    assert blocker.result(timeout=30) is True
+    drain(store)
+    snap = orjson.loads(snap_path(root, sid).read_bytes())
+    assert [m["content"] for m in snap["messages"]] == [f"m{i}" for i in range(25)]
+    assert journal_path(root, sid).read_bytes() == b""
+    store.close()
+    store = open_store()
+    assert [m.id for m in store.messages(sid)] == list(range(1, 26))
 
 
 def test_missing_corrupt_and_misshapen_index_is_rebuilt(open_store, root) -> None:
