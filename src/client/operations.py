@@ -74,8 +74,8 @@ class Operations:
         return await self.request(MsgType.CHAT_CANCEL, _body(session_id=session_id, turn_id=turn_id))
 
     # -- models, stats (5.6, 5.7) --------------------------------------------------------------------
-    async def model_list(self) -> dict[str, Any]:
-        return await self.request(MsgType.MODEL_LIST, {})
+    async def model_list(self, session_id: str | None = None) -> dict[str, Any]:
+        return await self.request(MsgType.MODEL_LIST, _body(session_id=session_id))
 
     async def model_switch(self, model: str, session_id: str | None = None) -> dict[str, Any]:
         return await self.request(MsgType.MODEL_SWITCH, _body(model=model, session_id=session_id))

@@ -1,12 +1,14 @@
 """Typed v3 request bodies (docs/protocol.md §5) with precise validation.
 
 Each class has ``from_body(dict)``, which raises ``ProtocolError(INVALID_MESSAGE)`` naming the field
-and what was wrong, e.g. ``field 'limit': expected an integer in 1..10000, got 'x'``. Unknown fields
-are ignored; an explicit ``null`` for an optional field means "absent". Page sizes are only checked
-against ``MAX_PAGE_LIMIT``: the server enforces its configured ``max_page_size``.
+and what was wrong, e.g. ``field 'limit': expected an integer >= 1, got 'x'``. Unknown fields are
+ignored; an explicit ``null`` for an optional field means "absent". An absent ``limit`` stays None:
+the server applies ``DEFAULT_PAGE_LIMIT`` / ``DEFAULT_SEARCH_LIMIT`` within its configured
+``max_page_size``, which also bounds an explicit one.
 """
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -17,7 +19,6 @@ from .events import InvalidMessage, Message
 RequestId = Union[int, str]
 
 MAX_ID_CHARS = 64            # request "id" strings
-MAX_PAGE_LIMIT = 10_000      # absolute sanity bound for "limit"
 MAX_TITLE_CHARS = 200        # session titles
 MAX_NAME_CHARS = 200         # client and model names
 MAX_REF_CHARS = 128          # session ids, turn ids
@@ -99,8 +100,21 @@ def _session(body: dict[str, Any], required: bool = False) -> str | None:
     return _str(body, "session_id", MAX_REF_CHARS, required=required, blank=True)
 
 
-def _limit(body: dict[str, Any], default: int) -> int:
-    return _int(body, "limit", 1, MAX_PAGE_LIMIT, default)
+def _limit(body: dict[str, Any]) -> int | None:
+    """A page size >= 1, or None (absent: the server's default); the upper bound is the server's."""
+    return _int(body, "limit", 1, None, None)
+
+
+def _title(body: dict[str, Any], required: bool = False) -> str | None:
+    """A session title: 1..MAX_TITLE_CHARS characters, no control characters, something visible."""
+    value = _str(body, "title", MAX_TITLE_CHARS, required=required)
+    if value is None:
+        return None
+    if any(unicodedata.category(c) == "Cc" for c in value):
+        raise _fail("title", "one line without control characters", value)
+    if all(c.isspace() or unicodedata.category(c) == "Cf" for c in value):
+        raise _fail("title", "text with a visible character", value)
+    return value
 
 
 @dataclass(slots=True)
@@ -156,13 +170,12 @@ class HistoryPage:
     id: RequestId
     session_id: str | None = None
     before: int | None = None
-    limit: int = DEFAULT_PAGE_LIMIT
+    limit: int | None = None
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> HistoryPage:
         body = _object(body)
-        return cls(_id(body), _session(body), _int(body, "before", 0, None, None),
-                   _limit(body, DEFAULT_PAGE_LIMIT))
+        return cls(_id(body), _session(body), _int(body, "before", 1, None, None), _limit(body))
 
 
 @dataclass(slots=True)
@@ -171,13 +184,13 @@ class HistorySearch:
     id: RequestId
     query: str
     session_id: str | None = None
-    limit: int = DEFAULT_SEARCH_LIMIT
+    limit: int | None = None
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> HistorySearch:
         body = _object(body)
         return cls(_id(body), _str(body, "query", MAX_QUERY_CHARS, required=True), _session(body),
-                   _limit(body, DEFAULT_SEARCH_LIMIT))
+                   _limit(body))
 
 
 @dataclass(slots=True)
@@ -203,13 +216,12 @@ class SessionList:
     """SESSION_LIST (§5.2); ``before`` is an opaque cursor."""
     id: RequestId
     before: str | None = None
-    limit: int = DEFAULT_PAGE_LIMIT
+    limit: int | None = None
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> SessionList:
         body = _object(body)
-        return cls(_id(body), _str(body, "before", MAX_CURSOR_CHARS, blank=True),
-                   _limit(body, DEFAULT_PAGE_LIMIT))
+        return cls(_id(body), _str(body, "before", MAX_CURSOR_CHARS, blank=True), _limit(body))
 
 
 @dataclass(slots=True)
@@ -221,7 +233,7 @@ class SessionNew:
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> SessionNew:
         body = _object(body)
-        return cls(_id(body), _str(body, "title", MAX_TITLE_CHARS))
+        return cls(_id(body), _title(body))
 
 
 @dataclass(slots=True)
@@ -246,7 +258,7 @@ class SessionRename:
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> SessionRename:
         body = _object(body)
-        return cls(_id(body), _str(body, "title", MAX_TITLE_CHARS, required=True), _session(body))
+        return cls(_id(body), _title(body, required=True), _session(body))
 
 
 @dataclass(slots=True)
@@ -287,12 +299,14 @@ class SessionInfoReq:
 
 @dataclass(slots=True)
 class ModelList:
-    """MODEL_LIST (§5.6)."""
+    """MODEL_LIST (§5.6); ``current`` is the model of ``session_id`` (default: the current session)."""
     id: RequestId
+    session_id: str | None = None
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> ModelList:
-        return cls(_id(_object(body)))
+        body = _object(body)
+        return cls(_id(body), _session(body))
 
 
 @dataclass(slots=True)

@@ -115,6 +115,29 @@ class SessionService:
             raise HandlerError("INVALID_MESSAGE", f"session prefix {ref!r} is ambiguous ({len(matches)} sessions)")
         return matches[0]
 
+    async def delete(self, user_id: str, session_id: Any) -> SessionRecord:
+        """Soft-delete one of the user's sessions: its turns are cancelled (queued ones withdrawn), and
+        every connection attached to it moves to the user's newest remaining session (or a new one);
+        v3 clients learn it from SESSION_EVENT ``deleted``, v2 clients are told in text."""
+        srv = self.server
+        rec = await self.owned(user_id, session_id)
+        srv.runner.cancel_session(rec.session_id, reason="deleted")
+        deleted = await self.store.delete(rec.session_id)
+        self.forget(rec.session_id)
+        await self.publish_event("deleted", deleted)
+        attached = [c for c in srv.hub.session_connections(rec.session_id) if not c.closing]
+        if attached:
+            current, created = await self.newest_or_new(user_id)
+            if created:
+                await self.publish_event("created", current)
+            for conn in attached:
+                if conn.session_id != rec.session_id or conn.closing:
+                    continue  # it moved by itself meanwhile
+                srv.hub.attach(conn, current.session_id)
+                if conn.legacy is not None:
+                    conn.legacy.session_moved(rec.session_id, current.session_id)
+        return deleted
+
     def forget(self, session_id: str) -> None:
         """Tell the memory layer a session was cleared or deleted (its recall index is rebuilt)."""
         forget = getattr(self.server.memory, "forget_session", None)

@@ -1,18 +1,19 @@
 """The turn pipeline: one queue per session (turns serialized), sessions concurrent.
 
-A chat send stores the user message durably and enqueues a Turn; the session's worker runs it:
-TURN_START, then whatever the agent reports through the TurnSink (status, tool calls, deltas), then the
-assistant message is stored and TURN_END sent. AgentError -> TURN_ERROR (what was streamed is saved with
-``partial: true``); cancel -> partial saved, TURN_END ``finish_reason: "cancelled"``. A turn does not
-belong to a connection: a client that goes away does not stop it, and a client that comes back can
+A chat send enqueues a Turn; the session's worker runs it: TURN_START, then whatever the agent
+reports through the TurnSink (status, tool calls, deltas), then the assistant message is stored and
+TURN_END sent. The user message is stored durably before the chat reply when the session is idle; a
+turn queued behind another stores it when it starts, so history always reads question, answer,
+question, answer (and each turn's context holds the answers before it). A queued turn that is
+cancelled is withdrawn: nothing is stored and it ends with TURN_END ``message: null``.
+AgentError -> TURN_ERROR (what was streamed is saved with ``partial: true``); cancel of the running
+turn -> partial saved, TURN_END ``finish_reason: "cancelled"``. A turn does not belong to a connection: a client that goes away does not stop it, and a client that comes back can
 reattach (``Turn.state()`` is the TurnState of docs/protocol.md).
 """
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import secrets
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from protocol import MsgType
 from server.agent.base import AgentError, BuiltContext, TurnRequest, TurnResult
 from server.errors import HandlerError
 from server.sessions import auto_title, needs_title
+from server.turn import RunnerSink, Turn
 from storage.models import ChatMessage, ToolCall, now_iso
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,101 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from server.connection import ServerConnection
 
 log = logging.getLogger("nplt.turns")
-
-_TURN_PREFIX = secrets.token_hex(4)   # unique per server run; the counter makes ids unique within it
-_turn_counter = itertools.count(1)
-YIELD_EVERY = 32  # deltas between forced yields to the event loop
-
-
-class Turn:
-    """One user message being answered; holds what has been streamed so far."""
-
-    __slots__ = ("turn_id", "session_id", "user_id", "user_message", "origin", "re", "model", "status",
-                 "parts", "length", "calls", "started_at", "task", "cancel_reason")
-
-    def __init__(self, session_id: str, user_id: str, user_message: ChatMessage,
-                 origin: ServerConnection | None, re: Any) -> None:
-        self.turn_id = f"t_{_TURN_PREFIX}{next(_turn_counter):x}"
-        self.session_id = session_id
-        self.user_id = user_id
-        self.user_message = user_message
-        self.origin = origin
-        self.re = re
-        self.model = ""
-        self.status = "thinking"
-        self.parts: list[str] = []
-        self.length = 0
-        self.calls: dict[str, ToolCall] = {}
-        self.started_at: str | None = None
-        self.task: asyncio.Task | None = None
-        self.cancel_reason: str | None = None
-
-    @property
-    def content(self) -> str:
-        if len(self.parts) > 1:
-            self.parts[:] = ["".join(self.parts)]
-        return self.parts[0] if self.parts else ""
-
-    def finished_calls(self) -> list[ToolCall]:
-        """Tool calls for a partial message; calls still running are marked interrupted."""
-        out = []
-        for call in self.calls.values():
-            if call.status == "running":
-                call.status, call.result = "error", "interrupted"
-            out.append(call)
-        return out
-
-    def state(self) -> dict[str, Any]:
-        return {"turn_id": self.turn_id, "session_id": self.session_id,
-                "user_message": self.user_message.to_dict(), "status": self.status,
-                "content": self.content, "tool_calls": [c.to_dict() for c in self.calls.values()],
-                "started_at": self.started_at or self.user_message.timestamp}
-
-
-class RunnerSink:
-    """TurnSink implementation: every call updates the Turn and fans out one event, without awaiting."""
-
-    __slots__ = ("turn", "hub", "base")
-
-    def __init__(self, turn: Turn, server: Server) -> None:
-        self.turn = turn
-        self.hub = server.hub
-        self.base = {"session_id": turn.session_id, "turn_id": turn.turn_id}
-
-    def _publish(self, msg_type: int, extra: dict[str, Any]) -> None:
-        t = self.turn
-        self.hub.publish_turn(t.session_id, msg_type, {**self.base, **extra}, t.origin, t.re)
-
-    async def status(self, status: str, detail: str | None = None) -> None:
-        self.turn.status = status
-        self._publish(MsgType.TURN_STATUS, {"status": status} if detail is None else
-                      {"status": status, "detail": detail})
-
-    async def tool_call(self, call: ToolCall) -> None:
-        self.turn.calls[call.id] = call
-        d = call.to_dict()
-        d.update(result="", status="running", duration=0)
-        self._publish(MsgType.TOOL_CALL, {"call": d})
-
-    async def tool_result(self, call: ToolCall) -> None:
-        self.turn.calls[call.id] = call
-        self._publish(MsgType.TOOL_RESULT, {"call": call.to_dict()})
-
-    async def delta(self, text: str) -> None:
-        if not text:
-            return
-        t = self.turn
-        offset = t.length
-        t.parts.append(text)
-        t.length = offset + len(text)
-        self._publish(MsgType.ANSWER_DELTA, {"text": text, "offset": offset})
-        if len(t.parts) % YIELD_EVERY == 0:  # an agent that never awaits must not starve the loop
-            await asyncio.sleep(0)
-
-    async def notice(self, level: str, code: str, message: str) -> None:
-        self.hub.publish_session_v3(self.turn.session_id, MsgType.NOTICE,
-                                    {"level": level, "code": code, "message": message,
-                                     "session_id": self.turn.session_id})
 
 
 class _Lane:
@@ -157,32 +64,53 @@ class TurnRunner:
         return lane is not None and (lane.current is not None or bool(lane.waiting))
 
     def running_state(self, session_id: str) -> dict[str, Any] | None:
-        turn = self.running(session_id)
-        return turn.state() if turn is not None and turn.started_at is not None else None
+        """TurnState of the running turn, with ``queued``: the turns waiting behind it, in order."""
+        lane = self.lanes.get(session_id)
+        turn = lane.current if lane is not None else None
+        if turn is None or turn.started_at is None:
+            return None
+        state = turn.state()
+        state["queued"] = [{"turn_id": t.turn_id, "user_message": t.user_message_dict()}
+                           for t in lane.waiting if t.cancel_reason is None]
+        return state
+
+    def find(self, turn_id: str) -> Turn | None:
+        """The running or queued turn ``turn_id`` in any session."""
+        for lane in self.lanes.values():
+            if lane.current is not None and lane.current.turn_id == turn_id:
+                return lane.current
+            for turn in lane.waiting:
+                if turn.turn_id == turn_id:
+                    return turn
+        return None
 
     # -- submit / cancel -------------------------------------------------------------------------
     async def submit(self, origin: ServerConnection | None, user_id: str, session_id: str, text: str,
                      re: Any = None) -> tuple[Turn, int]:
-        """Store the user message durably and enqueue its turn; returns (turn, turns ahead of it)."""
+        """Enqueue a turn; returns (turn, turns ahead of it).
+
+        In an idle session the user message is stored durably before this returns; behind other
+        turns it is stored when the turn starts (``turn.user_message`` is None until then).
+        """
         if self.closing:
             raise HandlerError("SHUTTING_DOWN", "the server is stopping")
         srv = self.server
+        rec = await srv.sessions.owned(user_id, session_id)  # first: another user's session is NOT_FOUND
         lane = self.lanes.get(session_id)
         if lane is None:
             lane = self.lanes[session_id] = _Lane()
         try:
             async with lane.lock:
+                if self.closing:
+                    raise HandlerError("SHUTTING_DOWN", "the server is stopping")
                 if len(lane.waiting) >= srv.config.limits.max_queued_turns + (0 if lane.current else 1):
                     raise HandlerError("QUEUE_FULL", f"session {session_id} already has "
                                        f"{len(lane.waiting)} turns waiting (max_queued_turns)")
-                rec = await srv.sessions.owned(user_id, session_id)
-                msg = await srv.store.append(session_id, "user", text)
-                titled = needs_title(rec)
-                if titled:
-                    await srv.store.rename(session_id, auto_title(text))
-                turn = Turn(session_id, user_id, msg, origin, re)
+                turn = Turn(session_id, user_id, text, origin, re)
                 turn.model = srv.sessions.model_of(rec)
                 ahead = len(lane.waiting) + (1 if lane.current is not None else 0)
+                if not ahead:
+                    await self._store_user(turn, needs_title(rec))
                 lane.waiting.append(turn)
                 if lane.worker is None:
                     lane.worker = asyncio.get_running_loop().create_task(self._drain(session_id, lane))
@@ -190,35 +118,57 @@ class TurnRunner:
             if lane.worker is None and not lane.waiting and not lane.lock.locked() \
                     and self.lanes.get(session_id) is lane:
                 del self.lanes[session_id]  # a refused request leaves no empty lane behind
-        if titled:  # the list shows the new title now; other changes are published when the turn ends
-            self._spawn(srv.sessions.publish_updated(session_id))
         return turn, ahead
 
+    async def _store_user(self, turn: Turn, title: bool = False) -> None:
+        """Append the turn's user message (fsynced); the first message of a session names it."""
+        store = self.server.store
+        turn.user_message = await store.append(turn.session_id, "user", turn.text)
+        if title:
+            await store.rename(turn.session_id, auto_title(turn.text))
+
     def cancel(self, session_id: str, turn_id: str | None = None, reason: str = "cancelled") -> Turn:
-        """Cancel the running turn (or the queued turn ``turn_id``); NO_ACTIVE_TURN otherwise."""
+        """Cancel the running turn, or the turn ``turn_id`` (a queued one is withdrawn)."""
         lane = self.lanes.get(session_id)
         turns = [] if lane is None else ([lane.current] if lane.current else []) + list(lane.waiting)
         for turn in turns:
             if (turn_id is None or turn.turn_id == turn_id) and turn.cancel_reason is None:
-                turn.cancel_reason = reason
-                if turn.task is not None:
-                    turn.task.cancel()
+                self._cancel_turn(lane, turn, reason)
                 return turn
             if turn_id is None:
                 break
         raise HandlerError("NO_ACTIVE_TURN", "no running turn to cancel" if turn_id is None
                            else f"no active turn {turn_id!r} in this session")
 
-    def cancel_session(self, session_id: str, reason: str = "cancelled") -> None:
-        """Cancel every running and queued turn of a session (it is being deleted)."""
+    def cancel_session(self, session_id: str, reason: str = "cancelled", *, withdraw: bool = True) -> None:
+        """Cancel the running turn of a session and its queued ones (withdrawn, unless not ``withdraw``:
+        then they still run, store their user message and end cancelled at once, as at shutdown)."""
         lane = self.lanes.get(session_id)
         if lane is None:
             return
         for turn in ([lane.current] if lane.current else []) + list(lane.waiting):
             if turn.cancel_reason is None:
-                turn.cancel_reason = reason
-                if turn.task is not None:
-                    turn.task.cancel()
+                if withdraw or turn is lane.current:
+                    self._cancel_turn(lane, turn, reason)
+                else:
+                    turn.cancel_reason = reason
+
+    def _cancel_turn(self, lane: _Lane, turn: Turn, reason: str) -> None:
+        turn.cancel_reason = reason
+        if turn is lane.current:
+            if turn.task is not None:
+                turn.task.cancel()
+            return
+        lane.waiting.remove(turn)  # queued: withdrawn, nothing was stored
+        RunnerSink(turn, self.server)._publish(MsgType.TURN_END, {
+            "message": None, "user_message": turn.user_message_dict(), "usage": {},
+            "finish_reason": "cancelled", "context": {}, "withdrawn": True})
+
+    async def settle(self, session_id: str, timeout: float = 10.0) -> None:
+        """Wait (at most ``timeout``) until the session has no running or queued turn."""
+        lane = self.lanes.get(session_id)
+        if lane is not None and lane.worker is not None:
+            await asyncio.wait([lane.worker], timeout=timeout)
 
     # -- the worker ------------------------------------------------------------------------------
     async def _drain(self, session_id: str, lane: _Lane) -> None:
@@ -244,7 +194,18 @@ class TurnRunner:
         srv = self.server
         turn.started_at = now_iso()
         sink = RunnerSink(turn, srv)
+        if turn.user_message is None:  # it was queued: stored now, after the answers before it
+            try:
+                await self._store_user(turn)
+            except Exception as exc:
+                log.warning("turn %s: user message not stored: %s", turn.turn_id, exc)
+                code = getattr(exc, "code", "INTERNAL")
+                sink._publish(MsgType.TURN_ERROR, {"code": code if isinstance(code, str) else "INTERNAL",
+                                                   "message": f"the message could not be stored: {exc}",
+                                                   "partial_message": None})
+                return
         sink._publish(MsgType.TURN_START, {"user_message": turn.user_message.to_dict(), "model": turn.model})
+        self._spawn(srv.sessions.publish_updated(turn.session_id))  # session lists show it running
         log.debug("turn %s started in %s", turn.turn_id, turn.session_id)
         ctx = BuiltContext(messages=[], metadata={})
         try:
@@ -337,7 +298,7 @@ class TurnRunner:
         """Cancel every turn (partial answers are saved), wait for the workers, then background work."""
         self.closing = True
         for session_id in list(self.lanes):
-            self.cancel_session(session_id, reason="shutdown")
+            self.cancel_session(session_id, reason="shutdown", withdraw=False)  # queued ones are stored
         workers = [lane.worker for lane in self.lanes.values() if lane.worker is not None]
         if workers:
             _, pending = await asyncio.wait(workers, timeout=timeout)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from protocol import ErrorCode, InvalidMessage, Message, MsgType, ProtocolError
-from protocol.messages import (MAX_PAGE_LIMIT, REQUEST_TYPES, ChatCancel, ChatSend, Hello,
+from protocol.messages import (REQUEST_TYPES, ChatCancel, ChatSend, Hello,
                                HistoryExport, HistoryPage, HistorySearch, ModelList, ModelSwitch,
                                Ping, SessionClear, SessionDelete, SessionInfoReq, SessionList,
                                SessionNew, SessionRename, SessionSwitch, Stats, parse_request,
@@ -16,16 +16,16 @@ VALID = {
     ChatSend: ({"id": "a", "text": "hi", "session_id": "s_1", "extra": 1}, ChatSend("a", "hi", "s_1")),
     ChatCancel: ({"id": 1, "turn_id": "t_1"}, ChatCancel(1, None, "t_1")),
     HistoryPage: ({"id": 1, "before": 40, "limit": 200}, HistoryPage(1, None, 40, 200)),
-    HistorySearch: ({"id": 1, "query": "cpu"}, HistorySearch(1, "cpu", None, 20)),
+    HistorySearch: ({"id": 1, "query": "cpu"}, HistorySearch(1, "cpu", None, None)),
     HistoryExport: ({"id": 1, "format": "markdown"}, HistoryExport(1, "markdown", None)),
-    SessionList: ({"id": 1, "before": "c:1", "limit": None}, SessionList(1, "c:1", 50)),
+    SessionList: ({"id": 1, "before": "c:1", "limit": None}, SessionList(1, "c:1", None)),
     SessionNew: ({"id": 1}, SessionNew(1, None)),
     SessionSwitch: ({"id": 1, "session_id": "s_2"}, SessionSwitch(1, "s_2")),
     SessionRename: ({"id": 1, "title": "Disk"}, SessionRename(1, "Disk", None)),
     SessionDelete: ({"id": 1, "session_id": "s_2"}, SessionDelete(1, "s_2")),
     SessionClear: ({"id": 1, "session_id": None}, SessionClear(1, None)),
     SessionInfoReq: ({"id": 1}, SessionInfoReq(1, None)),
-    ModelList: ({"id": 1}, ModelList(1)),
+    ModelList: ({"id": 1, "session_id": "s_3"}, ModelList(1, "s_3")),
     ModelSwitch: ({"id": 1, "model": "gpt"}, ModelSwitch(1, "gpt", None)),
     Ping: ({"id": 99}, Ping(99)),
     Stats: ({"id": "x" * 64}, Stats("x" * 64)),
@@ -63,12 +63,12 @@ def test_every_request_checks_its_body_and_id(cls: type) -> None:
 
 
 @pytest.mark.parametrize("cls, body, message", [
-    (HistoryPage, {"limit": "x"}, "field 'limit': expected an integer in 1..10000, got 'x'"),
-    (HistoryPage, {"limit": 0}, "field 'limit': expected an integer in 1..10000, got 0"),
-    (HistoryPage, {"limit": MAX_PAGE_LIMIT + 1}, "field 'limit': expected an integer in 1..10000, got 10001"),
-    (HistoryPage, {"limit": True}, "field 'limit': expected an integer in 1..10000, got True"),
-    (HistoryPage, {"before": -1}, "field 'before': expected an integer >= 0, got -1"),
-    (HistoryPage, {"before": "12"}, "field 'before': expected an integer >= 0, got '12'"),
+    (HistoryPage, {"limit": "x"}, "field 'limit': expected an integer >= 1, got 'x'"),
+    (HistoryPage, {"limit": 0}, "field 'limit': expected an integer >= 1, got 0"),
+    (HistoryPage, {"limit": True}, "field 'limit': expected an integer >= 1, got True"),
+    (HistoryPage, {"before": -1}, "field 'before': expected an integer >= 1, got -1"),
+    (HistoryPage, {"before": 0}, "field 'before': expected an integer >= 1, got 0"),
+    (HistoryPage, {"before": "12"}, "field 'before': expected an integer >= 1, got '12'"),
     (HistoryPage, {"session_id": 5}, "field 'session_id': expected a string of 1..128 characters, got 5"),
     (SessionList, {"before": ""}, "field 'before': expected a string of 1..256 characters, got ''"),
     (ChatSend, {}, "field 'text': missing (required)"),
@@ -79,10 +79,13 @@ def test_every_request_checks_its_body_and_id(cls: type) -> None:
     (SessionRename, {"title": "t" * 201}, "field 'title': expected a string of 1..200 characters, got 'ttt"),
     (SessionRename, {}, "field 'title': missing (required)"),
     (SessionNew, {"title": " "}, "field 'title': expected text that is not only whitespace, got ' '"),
+    (SessionNew, {"title": "a\nb"}, "field 'title': expected one line without control characters, got 'a\\nb'"),
+    (SessionRename, {"title": "x\x00"}, "field 'title': expected one line without control characters"),
+    (SessionRename, {"title": "\u200b \u200b"}, "field 'title': expected text with a visible character"),
     (SessionSwitch, {}, "field 'session_id': missing (required)"),
     (SessionDelete, {"session_id": None}, "field 'session_id': expected a string of 1..128"),
     (HistorySearch, {}, "field 'query': missing (required)"),
-    (HistorySearch, {"query": "q", "limit": 0}, "field 'limit': expected an integer in 1..10000, got 0"),
+    (HistorySearch, {"query": "q", "limit": 0}, "field 'limit': expected an integer >= 1, got 0"),
     (HistoryExport, {}, "field 'format': missing (required)"),
     (HistoryExport, {"format": "pdf"}, "field 'format': expected 'markdown' or 'json', got 'pdf'"),
     (ModelSwitch, {"model": 3}, "field 'model': expected a string of 1..200 characters, got 3"),
@@ -102,6 +105,11 @@ def test_long_values_are_shortened_in_messages() -> None:
     assert message.endswith("...") and len(message) < 120
 
 
+def test_titles_keep_visible_unicode() -> None:
+    assert SessionRename.from_body({"id": 1, "title": "磁盘 \u200d👩‍💻 report"}).title == "磁盘 \u200d👩‍💻 report"
+    assert HistoryPage.from_body({"id": 1, "limit": 10**6}).limit == 10**6  # bounded by the server
+
+
 def test_hello_proto_is_only_type_checked() -> None:
     assert Hello.from_body({"id": 0, "proto": 2, "client": "old"}).proto == 2
 
@@ -115,7 +123,7 @@ def test_parse_request_reports_invalid_bodies_with_the_request_id() -> None:
     bad = parse_request(Message(MsgType.HISTORY_REQUEST, {"id": "q7", "limit": "x"}, 3))
     assert isinstance(bad, InvalidMessage) and bad.re == "q7" and bad.seq == 3
     assert bad.type is MsgType.HISTORY_REQUEST and bad.code is ErrorCode.INVALID_MESSAGE
-    assert bad.error.message == "field 'limit': expected an integer in 1..10000, got 'x'"
+    assert bad.error.message == "field 'limit': expected an integer >= 1, got 'x'"
     no_id = parse_request(Message(MsgType.PING, {"id": -3}, 0))
     assert isinstance(no_id, InvalidMessage) and no_id.re is None
 

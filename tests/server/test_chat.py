@@ -95,7 +95,7 @@ async def test_cancel_saves_the_partial_answer(tmp_path):
         info = await c.call(T.SESSION_INFO)
         assert info["session"]["running"] is True
         cancel = await c.call(T.CHAT_CANCEL)
-        assert cancel == {"re": cancel["re"], "turn_id": r["turn_id"], "cancelled": True}
+        assert cancel == {"re": cancel["re"], "turn_id": r["turn_id"], "cancelled": True, "withdrawn": False}
         events = await c.turn_events(r["turn_id"])
         end = events[-1]
         assert end.type == T.TURN_END and end.body["finish_reason"] == "cancelled"
@@ -188,15 +188,18 @@ async def test_turns_in_one_session_are_queued_and_serialized(tmp_path):
         await agent.wait_blocked()
         r2 = await c.call(T.CHAT_TEXT, text="second")
         assert r1["queued"] == 0 and r2["queued"] == 1
+        assert isinstance(r1["user_message"]["id"], int)
+        # queued: stored when its turn starts, after the answer before it
+        assert r2["user_message"]["id"] is None and r2["user_message"]["metadata"] == {"queued": True}
         assert agent.started == 1  # the second waits for the first
         agent.release()
         e1 = await c.turn_events(r1["turn_id"])
         e2 = await c.turn_events(r2["turn_id"])
         assert e1[-1].type == e2[-1].type == T.TURN_END
-        assert e1[-1].body["message"]["id"] < e2[-1].body["message"]["id"]
+        assert e1[-1].body["message"]["id"] < e2[0].body["user_message"]["id"] < e2[-1].body["message"]["id"]
         page = await c.call(T.HISTORY_REQUEST)
         assert [m["content"] for m in page["messages"]] == [
-            "!block first", "second", "echo: !block first", "echo: second"]
+            "!block first", "echo: !block first", "second", "echo: second"]
         await c.close()
 
 

@@ -35,6 +35,8 @@ class ChatView(VerticalScroll):
         self.loading_older = False
         self.by_id: dict[int, MessageView] = {}
         self.live: dict[str, MessageView] = {}
+        # user messages of turns queued behind the running one (turn id -> view), kept at the bottom
+        self.pending: dict[str, MessageView] = {}
         self._backfill: Worker[None] | None = None
         self._backfill_views: list[dict[str, Any]] | None = None
 
@@ -51,6 +53,7 @@ class ChatView(VerticalScroll):
         self.has_more, self.next_before, self.loading_older = False, None, False
         self.by_id.clear()
         self.live.clear()
+        self.pending.clear()
         await self.remove_children()
         self.anchor()
 
@@ -124,15 +127,37 @@ class ChatView(VerticalScroll):
         self.call_after_refresh(keep_position)
 
     async def add_message(self, message: dict[str, Any], turn_id: str | None = None) -> MessageView:
-        """Append a message at the bottom (deduplicated by id)."""
+        """Append a message (deduplicated by id) at the bottom, above the queued messages."""
         mid = message.get("id")
         if isinstance(mid, int) and mid in self.by_id:
             return self.by_id[mid]
         view = self._view(message, turn_id)
         if turn_id:
             self.live[turn_id] = view
+        first_pending = next(iter(self.pending.values()), None)
+        await self.mount(view, before=first_pending)
+        return view
+
+    async def add_pending(self, turn_id: str, message: dict[str, Any]) -> MessageView:
+        """Show the user message of a queued turn (not stored yet, ``id`` null) at the very bottom."""
+        if turn_id in self.pending:
+            return self.pending[turn_id]
+        view = self._view(message)
+        self.pending[turn_id] = view
         await self.mount(view)
         return view
+
+    async def settle_pending(self, turn_id: str, message: dict[str, Any] | None) -> bool:
+        """A queued turn started (``message``: its stored user message) or was withdrawn (None)."""
+        view = self.pending.pop(turn_id, None)
+        if view is None:
+            return False
+        if message is None:
+            await view.remove()
+        else:
+            await view.finish(message)
+            self.register_id(view)
+        return True
 
     async def add_error(self, text: str) -> Static:
         line = Static(text, markup=False, classes="error")

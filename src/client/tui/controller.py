@@ -224,6 +224,8 @@ class Controller(TurnEvents):
             await chat.add_message({"role": "assistant", "content": turn.get("content", ""),
                                     "timestamp": turn.get("started_at") or _now(),
                                     "tool_calls": turn.get("tool_calls") or []}, turn_id=turn["turn_id"])
+        for queued in turn.get("queued") or ():
+            await chat.add_pending(queued["turn_id"], queued["user_message"])
         self.status.set_turn(turn.get("status") or "thinking")
 
     async def switch(self, session_id: str) -> None:
@@ -333,7 +335,11 @@ class Controller(TurnEvents):
         sid = self.chat.session_id
         reply = await self.client.chat_send(text)
         if self.chat.session_id == sid and reply.get("session_id") == sid:
-            await self.chat.add_message(reply["user_message"])
+            message, turn_id = reply["user_message"], reply.get("turn_id") or ""
+            if message.get("id") is not None:
+                await self.chat.add_message(message)
+            elif turn_id not in self.chat.live:   # queued: stored when its turn starts
+                await self.chat.add_pending(turn_id, message)
             if reply.get("queued") and not self.chat.live:
                 self.status.set_turn("queued", f"{reply['queued']} ahead")
 

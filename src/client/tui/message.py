@@ -124,6 +124,8 @@ class MessageView(Vertical, can_focus=True):
         if when:
             parts.append(when)
         meta = self.message.get("metadata") or {}
+        if meta.get("queued"):
+            parts.append("[i]queued[/i]")
         if meta.get("partial"):
             parts.append("[i]partial[/i]")
         if meta.get("finish_reason") and meta.get("finish_reason") != "stop":

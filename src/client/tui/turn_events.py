@@ -30,7 +30,7 @@ class TurnEvents:
         chat, body, turn_id = self.chat, event.body, event.turn_id or ""
         t = event.type
         if t == "TURN_START":
-            if body.get("user_message"):
+            if body.get("user_message") and not await chat.settle_pending(turn_id, body["user_message"]):
                 await chat.add_message(body["user_message"])
             await self._live(turn_id)
             self.status.set_turn("thinking")
@@ -40,6 +40,8 @@ class TurnEvents:
             await (await self._live(turn_id)).add_tool(body.get("call") or {})
         elif t == "ANSWER_DELTA":
             await self.on_deltas(turn_id, [body])
+        elif t == "TURN_END" and body.get("withdrawn"):   # a queued turn cancelled before it started
+            await chat.settle_pending(turn_id, None)
         elif t == "TURN_END":
             message = body.get("message")
             view = self.chat.live.get(turn_id)

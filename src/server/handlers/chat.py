@@ -19,10 +19,19 @@ async def chat_send(conn: ServerConnection, req: ChatSend) -> dict[str, Any]:
     session_id = req.session_id or conn.session_id
     turn, ahead = await conn.server.runner.submit(conn, conn.user_id, session_id, req.text, req.id)
     return {"turn_id": turn.turn_id, "session_id": turn.session_id,
-            "user_message": turn.user_message.to_dict(), "queued": ahead}
+            "user_message": turn.user_message_dict(), "queued": ahead}
 
 
 async def chat_cancel(conn: ServerConnection, req: ChatCancel) -> dict[str, Any]:
-    rec = await target_session(conn, req.session_id)
-    turn = conn.server.runner.cancel(rec.session_id, req.turn_id)
-    return {"turn_id": turn.turn_id, "cancelled": True}
+    """Cancel the running turn of a session, or the turn ``turn_id`` (found in any of the user's
+    sessions when no ``session_id`` is given; a queued one is withdrawn)."""
+    runner = conn.server.runner
+    if req.turn_id is not None and req.session_id is None:
+        turn = runner.find(req.turn_id)
+        if turn is None or turn.user_id != conn.user_id:
+            raise HandlerError("NO_ACTIVE_TURN", f"no active turn {req.turn_id!r}")
+        session_id = turn.session_id
+    else:
+        session_id = (await target_session(conn, req.session_id)).session_id
+    turn = runner.cancel(session_id, req.turn_id)
+    return {"turn_id": turn.turn_id, "cancelled": True, "withdrawn": turn.started_at is None}

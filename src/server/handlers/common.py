@@ -15,9 +15,11 @@ async def target_session(conn: ServerConnection, session_id: str | None) -> Sess
     return await conn.server.sessions.owned(conn.user_id, session_id or conn.session_id)
 
 
-def check_limit(conn: ServerConnection, limit: int) -> int:
-    """``limit`` must not exceed the configured ``max_page_size``."""
+def check_limit(conn: ServerConnection, limit: int | None, default: int) -> int:
+    """The page size: ``default`` when absent (never over ``max_page_size``), else at most that."""
     cap = conn.limits.max_page_size
+    if limit is None:
+        return min(default, cap)
     if limit > cap:
         raise HandlerError("INVALID_MESSAGE", f"field 'limit': expected an integer in 1..{cap}, got {limit}")
     return limit

@@ -59,7 +59,7 @@ def dispatch(conn: ServerConnection, msg: Message) -> None:
         return
     t = msg.type
     if t == _PING:  # (PINGs split across reads, or sent before the handshake finished)
-        conn.send_msg(_PONG, {"re": req.id, **misc.ping(conn, req)})
+        conn.send_msg(_PONG, {"re": req.id, **HANDLERS[_PING](conn, req)})
         return
     if t == _HELLO:
         conn.send_error(req.id, ErrorCode.INVALID_MESSAGE, "HELLO was already accepted")

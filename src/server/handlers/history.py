@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from protocol.messages import HistoryExport, HistoryPage, HistorySearch
+from protocol.messages import (DEFAULT_PAGE_LIMIT, DEFAULT_SEARCH_LIMIT, HistoryExport, HistoryPage,
+                               HistorySearch)
 from server.handlers.common import check_limit, target_session
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -11,7 +12,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 async def history_page(conn: ServerConnection, req: HistoryPage) -> dict[str, Any]:
-    limit = check_limit(conn, req.limit)
+    limit = check_limit(conn, req.limit, DEFAULT_PAGE_LIMIT)
     rec = await target_session(conn, req.session_id)
     page = await conn.server.store.page(rec.session_id, before=req.before, limit=limit)
     return {"session_id": rec.session_id, "messages": [m.to_dict() for m in page.messages],
@@ -19,7 +20,7 @@ async def history_page(conn: ServerConnection, req: HistoryPage) -> dict[str, An
 
 
 async def history_search(conn: ServerConnection, req: HistorySearch) -> dict[str, Any]:
-    limit = check_limit(conn, req.limit)
+    limit = check_limit(conn, req.limit, DEFAULT_SEARCH_LIMIT)
     session_id = None
     if req.session_id is not None:
         session_id = (await target_session(conn, req.session_id)).session_id

@@ -21,7 +21,7 @@ def ping(conn: ServerConnection, req: Ping) -> dict[str, Any]:
 
 async def model_list(conn: ServerConnection, req: ModelList) -> dict[str, Any]:
     agent = conn.server.agent
-    rec = await target_session(conn, None)
+    rec = await target_session(conn, req.session_id)
     return {"models": [{"name": m, "offline": bool(agent.offline), "default": m == agent.default_model}
                        for m in agent.models()],
             "current": conn.server.sessions.model_of(rec)}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from protocol.messages import (SessionClear, SessionDelete, SessionInfoReq, SessionList, SessionNew,
+from protocol.messages import (DEFAULT_PAGE_LIMIT, SessionClear, SessionDelete, SessionInfoReq, SessionList, SessionNew,
                                SessionRename, SessionSwitch)
 from server.handlers.common import check_limit, target_session
 
@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 async def session_list(conn: ServerConnection, req: SessionList) -> dict[str, Any]:
-    limit = check_limit(conn, req.limit)
+    limit = check_limit(conn, req.limit, DEFAULT_PAGE_LIMIT)
     srv = conn.server
     recs, cursor = await srv.store.list(conn.user_id, before=req.before, limit=limit)
     return {"sessions": [srv.sessions.info(r) for r in recs], "has_more": cursor is not None,
@@ -44,26 +44,20 @@ async def session_rename(conn: ServerConnection, req: SessionRename) -> dict[str
 
 
 async def session_delete(conn: ServerConnection, req: SessionDelete) -> dict[str, Any]:
-    """Soft delete; running turns of the session are cancelled; the connection moves if it was there."""
+    """Soft delete (SessionService.delete: turns cancelled, every attached connection moved)."""
     srv = conn.server
-    rec = await srv.sessions.owned(conn.user_id, req.session_id)
-    srv.runner.cancel_session(rec.session_id)
-    deleted = await srv.store.delete(rec.session_id)
-    srv.sessions.forget(rec.session_id)
-    await srv.sessions.publish_event("deleted", deleted)
-    if conn.session_id == rec.session_id:
-        current, created = await srv.sessions.newest_or_new(conn.user_id)
-        srv.hub.attach(conn, current.session_id)
-        if created:
-            await srv.sessions.publish_event("created", current)
-    else:
-        current = await target_session(conn, None)
-    return {"session_id": rec.session_id, "current": srv.sessions.info(current, summary=True)}
+    deleted = await srv.sessions.delete(conn.user_id, req.session_id)
+    current = await target_session(conn, None)
+    return {"session_id": deleted.session_id, "current": srv.sessions.info(current, summary=True)}
 
 
 async def session_clear(conn: ServerConnection, req: SessionClear) -> dict[str, Any]:
+    """Hide every message; a running turn is cancelled first (its partial answer is hidden too)."""
     srv = conn.server
     rec = await target_session(conn, req.session_id)
+    if srv.runner.is_running(rec.session_id):
+        srv.runner.cancel_session(rec.session_id, reason="cleared")
+        await srv.runner.settle(rec.session_id)
     cleared = await srv.store.clear(rec.session_id)
     srv.sessions.forget(rec.session_id)
     rec = await srv.store.get(rec.session_id)
