@@ -1,4 +1,4 @@
-"""Split text into UTF-8 chunks that each fit one frame, cutting only at character boundaries."""
+"""Split (or cut) text into UTF-8 that fits one frame, cutting only at character boundaries."""
 from __future__ import annotations
 
 from .frame import MAX_PAYLOAD
@@ -25,3 +25,15 @@ def split_text_utf8(text: str, max_bytes: int = MAX_PAYLOAD) -> list[bytes]:
         start = end
     chunks.append(data[start:])
     return chunks
+
+
+def cut_text_utf8(text: str, max_bytes: int = MAX_PAYLOAD, marker: str = "…") -> str:
+    """``text`` if its UTF-8 fits in ``max_bytes``, else its longest prefix that fits with ``marker``
+    appended (no character is split)."""
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    room = max_bytes - len(marker.encode("utf-8"))
+    if room < 0:
+        raise ValueError(f"max_bytes ({max_bytes}) is smaller than the marker")
+    return data[:room].decode("utf-8", errors="ignore") + marker

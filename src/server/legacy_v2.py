@@ -1,11 +1,15 @@
 """Legacy NPLT v2 connections (docs/protocol.md §7): served as the original system did, minus its bugs.
 
-Requests are handled one at a time, in order (v2 has no request ids). Answers are CHAT_TEXT text,
-split at UTF-8 boundaries so no frame exceeds 65535 bytes; a turn streams AGENT_THOUGHT status JSON,
-the answer as CHAT_TEXT chunks, then an empty CHAT_TEXT. Nothing but v2 type codes is ever sent:
-requests that cannot be served are answered in text or ignored. A v2 connection sees the events of
-the turns it started itself (not those of v3 clients on the same session), and has no token, so a
-server with users configured refuses v2 connections with an explanation.
+Requests are handled one at a time, in order (v2 has no request ids), and each non-chat request is
+answered with exactly ONE ``CHAT_TEXT`` (at most 65535 bytes of UTF-8: longer replies are cut, never
+split). A turn streams AGENT_THOUGHT status JSON, the answer as CHAT_TEXT chunks (split at UTF-8
+boundaries), then an empty CHAT_TEXT, the end marker. Nothing is ever written between a turn's
+TURN_START and its end marker but that turn's own frames: after submitting a chat, the request
+worker waits until the turn has ended (anything the client sends meanwhile is answered after the end
+marker, in order), and notices (``session_moved``) go through the same queue. Nothing but v2 type
+codes is ever sent: requests that cannot be served are answered in text or ignored. A v2 connection
+sees the events of the turns it started itself (not those of v3 clients on the same session), and
+has no token, so a server with users configured refuses v2 connections with an explanation.
 """
 from __future__ import annotations
 
@@ -16,17 +20,30 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from protocol import InvalidMessage, Message, MsgType, ProtocolError, split_text_utf8
+from protocol.textsplit import cut_text_utf8
+from server import legacy_v2_sessions as sessions
 from server.auth import LOCAL_USER
 from server.errors import HandlerError
+from server.legacy_v2_history import (MAX_FRAME_TEXT, HistoryRequestError, error_document,
+                                      history_document, parse_history_request)
 from storage.errors import StorageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from server.connection import ServerConnection
+    from storage.models import SessionRecord
 
 log = logging.getLogger("nplt.v2")
 
-MAX_FRAME_TEXT = 65535
 _STOP = object()
+
+
+class _Notice:
+    """A text for the client that is not a reply (``session_moved``), queued behind the requests."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
 
 def _ref(payload: bytes, key: str) -> str:
@@ -44,6 +61,8 @@ def _ref(payload: bytes, key: str) -> str:
 class LegacyV2:
     """The v2 side of one ServerConnection."""
 
+    max_reply_bytes = MAX_FRAME_TEXT
+
     def __init__(self, conn: ServerConnection) -> None:
         self.conn = conn
         self.server = conn.server
@@ -51,6 +70,8 @@ class LegacyV2:
         self.worker: asyncio.Task | None = None
         self.streamed: set[str] = set()
         self.paused = False
+        self.streaming = False                      # between a turn's TURN_START and its end marker
+        self._turn_done: asyncio.Event | None = None  # set when the turn the worker waits for ends
 
     # -- plumbing ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -65,14 +86,40 @@ class LegacyV2:
 
     def closed(self) -> None:
         self.queue.put_nowait(_STOP)
+        if self._turn_done is not None:
+            self._turn_done.set()
 
-    def send_text(self, text: str) -> None:
-        """CHAT_TEXT frames carrying ``text`` (nothing for empty text: that is the end marker)."""
+    def session_moved(self, deleted_id: str, new_id: str) -> None:
+        """Another connection deleted this connection's session and re-attached it to ``new_id``.
+
+        The client is told in a CHAT_TEXT queued behind its pending requests, so it never lands
+        inside a running answer.
+        """
+        self.on_events([_Notice(f"Session {deleted_id} was deleted; you are now in session {new_id}.")])
+
+    # -- output --------------------------------------------------------------------------------------
+    def _write_text(self, text: str) -> None:
+        """CHAT_TEXT frames carrying ``text`` (an answer's chunks; nothing for empty text)."""
         conn = self.conn
         for chunk in split_text_utf8(text, MAX_FRAME_TEXT):
             conn.write(conn.codec.send(MsgType.CHAT_TEXT, chunk))
 
+    def reply(self, text: str) -> None:
+        """One CHAT_TEXT frame: ``text``, cut (marked "…") if its UTF-8 is over one frame."""
+        conn = self.conn
+        data = (text or " ").encode()
+        if len(data) > MAX_FRAME_TEXT:
+            data = cut_text_utf8(text, MAX_FRAME_TEXT).encode()
+        conn.write(conn.codec.send(MsgType.CHAT_TEXT, data))
+
+    def send_text(self, text: str) -> None:
+        """A last word before the connection closes (shutdown): an open answer is ended first."""
+        if self.streaming:
+            self.send_end()
+        self.reply(text)
+
     def send_end(self) -> None:
+        self.streaming = False
         self.conn.write(self.conn.codec.send(MsgType.CHAT_TEXT, b""))
 
     def thought(self, kind: str, content: Any) -> None:
@@ -82,30 +129,32 @@ class LegacyV2:
         self.conn.write(self.conn.codec.send(MsgType.AGENT_THOUGHT, payload))
 
     async def _run(self) -> None:
-        try:
-            if not await self._welcome():
+        if not await self._welcome():
+            return
+        while True:
+            ev = await self.queue.get()
+            if ev is _STOP or self.conn.closing:
                 return
-            while True:
-                ev = await self.queue.get()
-                if ev is _STOP or self.conn.closing:
-                    return
-                if self.paused and self.queue.qsize() <= self.conn.limits.max_pending_requests // 2:
-                    self.paused = False
-                    self.conn.transport.resume_reading()
-                try:
-                    await self._handle(ev)
-                except (HandlerError, StorageError) as exc:
-                    self.send_text(f"Error: {exc.message}")
-                except Exception:
+            if self.paused and self.queue.qsize() <= self.conn.limits.max_pending_requests // 2:
+                self.paused = False
+                self.conn.transport.resume_reading()
+            try:
+                await self._handle(ev)
+            except Exception as exc:
+                if isinstance(exc, (HandlerError, StorageError)):
+                    problem = exc.message
+                else:
                     log.exception("v2 request failed on connection %s", self.conn.conn_id)
-                    self.send_text("Error: internal error")
-        except asyncio.CancelledError:
-            raise
+                    problem = "internal error"
+                if getattr(ev, "type", None) == MsgType.CHAT_TEXT:
+                    self._chat_error(problem)
+                else:
+                    self.reply(f"Error: {problem}")
 
     async def _welcome(self) -> bool:
         srv = self.server
         if srv.auth.enabled:
-            self.send_text("This server requires authentication: connect with an NPLT v3 client and a token.")
+            self.reply("This server requires authentication: connect with an NPLT v3 client and a token.")
             self.conn.close()
             return False
         rec, _ = await srv.sessions.newest_or_new(LOCAL_USER)
@@ -113,17 +162,36 @@ class LegacyV2:
         if self.conn.closing:
             return False
         srv.hub.attach(self.conn, rec.session_id)
-        self.send_text(f"Welcome to NPLT Assistant ({srv.agent.name}). Session: {rec.session_id} "
-                       f"({rec.message_count} messages). Type a message to chat.")
+        self.reply(f"Welcome to NPLT Assistant ({srv.agent.name}). Session: {rec.session_id} "
+                   f"({rec.message_count} messages). Type a message to chat.")
         return True
 
+    async def current(self) -> tuple[SessionRecord, str]:
+        """The connection's session and "" if it still exists; otherwise the connection is moved to
+        the user's newest session (or a new one) and the second item says so."""
+        srv = self.server
+        old = self.conn.session_id
+        try:
+            return await srv.sessions.owned(LOCAL_USER, old), ""
+        except HandlerError as exc:
+            if exc.code != "NOT_FOUND":
+                raise
+        rec, created = await srv.sessions.newest_or_new(LOCAL_USER)
+        srv.hub.attach(self.conn, rec.session_id)
+        if created:
+            await srv.sessions.publish_event("created", rec)
+        return rec, (f"Session {old} was deleted; you are now in session {rec.session_id} "
+                     f"({rec.message_count} messages).")
+
     # -- requests ------------------------------------------------------------------------------------
-    async def _handle(self, ev: Message | InvalidMessage) -> None:
+    async def _handle(self, ev: Message | InvalidMessage | _Notice) -> None:
+        if isinstance(ev, _Notice):
+            self.reply(ev.text)
+            return
         t = ev.type
         if isinstance(ev, InvalidMessage):
             if t == MsgType.CHAT_TEXT:
-                self.send_text(f"Error: {ev.error.message}")
-                self.send_end()
+                self._chat_error(ev.error.message)
             return
         body: bytes = ev.body  # type: ignore[assignment]
         if t == MsgType.CHAT_TEXT:
@@ -131,121 +199,75 @@ class LegacyV2:
         elif t == MsgType.HISTORY_REQUEST:
             await self._history(body)
         elif t == MsgType.SESSION_LIST:
-            await self._session_list()
+            await sessions.session_list(self)
         elif t == MsgType.SESSION_NEW:
-            await self._session_new()
+            await sessions.session_new(self)
         elif t == MsgType.SESSION_SWITCH:
-            await self._session_switch(_ref(body, "session_id"))
+            await sessions.session_switch(self, _ref(body, "session_id"))
         elif t == MsgType.SESSION_DELETE:
-            await self._session_delete(_ref(body, "session_id"))
+            await sessions.session_delete(self, _ref(body, "session_id"))
         elif t == MsgType.CLEAR_REQUEST:
-            await self._clear()
+            await sessions.clear(self)
         elif t == MsgType.MODEL_SWITCH:
-            await self._model_switch(_ref(body, "model"))
+            await sessions.model_switch(self, _ref(body, "model"))
         elif t in (MsgType.FILE_METADATA, MsgType.DOWNLOAD_OFFER):
-            self.send_text("File transfer is not supported by this server.")
+            self.reply("File transfer is not supported by this server.")
         else:  # CLIENT_UDP_PORT (no UDP transfer), FILE_DATA, unknown and v3-only codes: ignored
             log.debug("v2 connection %s: ignored frame type 0x%02X", self.conn.conn_id, int(t))
+
+    def _chat_error(self, problem: str) -> None:
+        """A chat that starts no turn is answered like one: the error text, then the end marker."""
+        self.reply(f"Error: {problem}")
+        self.send_end()
 
     async def _chat(self, ev: Message) -> None:
         try:
             text = ev.text
         except ProtocolError as exc:
-            self.send_text(f"Error: {exc.message}")
-            self.send_end()
+            self._chat_error(exc.message)
             return
         if text == "HEARTBEAT":
-            self.send_text("HEARTBEAT")
+            self.reply("HEARTBEAT")
             return
         cap = self.conn.limits.max_text_chars
-        problem = None
         if not text.strip():
-            problem = "empty message"
-        elif len(text) > cap:
-            problem = f"message too long ({len(text)} characters, at most {cap})"
-        if problem is None:
-            try:
-                await self.server.runner.submit(self.conn, LOCAL_USER, self.conn.session_id, text)
+            self._chat_error("empty message")
+            return
+        if len(text) > cap:
+            self._chat_error(f"message too long ({len(text)} characters, at most {cap})")
+            return
+        try:
+            rec, note = await self.current()
+            if note:
+                self._chat_error(f"{note} Your message was not sent; send it again.")
                 return
-            except HandlerError as exc:
-                problem = exc.message
-        self.send_text(f"Error: {problem}")
-        self.send_end()
+            done = self._turn_done = asyncio.Event()
+            await self.server.runner.submit(self.conn, LOCAL_USER, rec.session_id, text)
+        except (HandlerError, StorageError) as exc:
+            self._turn_done = None
+            self._chat_error(exc.message)
+            return
+        try:
+            await done.wait()  # the next request is handled once this turn's end marker is out
+        finally:
+            self._turn_done = None
 
     async def _history(self, payload: bytes) -> None:
-        before, limit = None, 50
-        if payload.strip():
-            try:
-                req = orjson.loads(payload)
-                if not isinstance(req, dict):
-                    raise ValueError("expected a JSON object")
-                before, limit = req.get("before"), req.get("limit", 50)
-                for name, v in (("before", before), ("limit", limit)):
-                    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                        raise ValueError(f"field '{name}': expected a non-negative integer, got {v!r}")
-            except (ValueError, orjson.JSONDecodeError) as exc:
-                doc = {"error": {"code": "INVALID_MESSAGE", "message": f"HISTORY_REQUEST: {exc}"}}
-                self.send_text(orjson.dumps(doc).decode())
-                return
-        limit = max(1, min(limit or 50, self.conn.limits.max_page_size))
-        sid = self.conn.session_id
-        page = await self.server.store.page(sid, before=before, limit=limit)
-        self.send_text(history_document(sid, page))
-
-    async def _session_list(self) -> None:
-        recs = await self.server.sessions.list_all(LOCAL_USER)
-        lines = [f"Sessions ({len(recs)}):"]
-        for r in recs:
-            mark = "*" if r.session_id == self.conn.session_id else " "
-            lines.append(f"{mark} {r.session_id} | {r.title or '(untitled)'} | {r.message_count} messages | "
-                         f"updated {r.updated_at[:19].replace('T', ' ')}")
-        self.send_text("\n".join(lines))
-
-    async def _session_new(self) -> None:
-        rec = await self.server.sessions.create(LOCAL_USER)
-        self.server.hub.attach(self.conn, rec.session_id)
-        await self.server.sessions.publish_event("created", rec)
-        self.send_text(f"New session: {rec.session_id}")
-
-    async def _session_switch(self, ref: str) -> None:
-        rec = await self.server.sessions.resolve(LOCAL_USER, ref)
-        self.server.hub.attach(self.conn, rec.session_id)
-        self.send_text(f"Switched to session {rec.session_id}: {rec.title or '(untitled)'} "
-                       f"({rec.message_count} messages)")
-
-    async def _session_delete(self, ref: str) -> None:
-        srv = self.server
-        rec = await srv.sessions.resolve(LOCAL_USER, ref)
-        srv.runner.cancel_session(rec.session_id)
-        deleted = await srv.store.delete(rec.session_id)
-        srv.sessions.forget(rec.session_id)
-        await srv.sessions.publish_event("deleted", deleted)
-        text = f"Deleted session {rec.session_id}."
-        if self.conn.session_id == rec.session_id:
-            cur, created = await srv.sessions.newest_or_new(LOCAL_USER)
-            srv.hub.attach(self.conn, cur.session_id)
-            if created:
-                await srv.sessions.publish_event("created", cur)
-            text += f" Current session: {cur.session_id}"
-        self.send_text(text)
-
-    async def _clear(self) -> None:
-        srv = self.server
-        sid = self.conn.session_id
-        n = await srv.store.clear(sid)
-        srv.sessions.forget(sid)
-        await srv.sessions.publish_updated(sid, "cleared")
-        self.send_text(f"Cleared {n} messages from session {sid}.")
-
-    async def _model_switch(self, name: str) -> None:
-        srv = self.server
-        offered = srv.agent.models()
-        if name not in offered:
-            self.send_text(f"Unknown model {name!r}. Available: {', '.join(offered)}")
+        """One CHAT_TEXT: the history document, or ``{"error": {"code", "message"}}``."""
+        try:
+            before, limit = parse_history_request(payload, self.conn.limits.max_page_size)
+            rec, note = await self.current()
+            if note:
+                raise HistoryRequestError("NOT_FOUND", f"{note} Send the request again for its history.")
+            page = await self.server.store.page(rec.session_id, before=before, limit=limit)
+        except (HistoryRequestError, HandlerError, StorageError) as exc:
+            self.reply(error_document(exc.code, exc.message))
             return
-        rec = await srv.store.set_model(self.conn.session_id, name)
-        await srv.sessions.publish_event("model", rec)
-        self.send_text(f"Model switched to {name} for session {rec.session_id}.")
+        except Exception:
+            log.exception("v2 history request failed on connection %s", self.conn.conn_id)
+            self.reply(error_document("INTERNAL", "internal error"))
+            return
+        self.reply(history_document(rec.session_id, page))
 
     # -- turn events ---------------------------------------------------------------------------------
     def on_turn_event(self, msg_type: int, body: dict[str, Any], is_origin: bool) -> None:
@@ -254,8 +276,9 @@ class LegacyV2:
             return
         if msg_type == MsgType.ANSWER_DELTA:
             self.streamed.add(body["turn_id"])
-            self.send_text(body["text"])
+            self._write_text(body["text"])
         elif msg_type == MsgType.TURN_START:
+            self.streaming = True
             self.thought("stream_start", "")
         elif msg_type == MsgType.TURN_STATUS:
             self.thought(body["status"], body.get("detail") or "")
@@ -265,36 +288,13 @@ class LegacyV2:
         elif msg_type == MsgType.TOOL_RESULT:
             call = body["call"]
             self.thought("tool_call", f"{call['tool_name']}: {call['status']} ({call['duration']:.2f} s)")
-        elif msg_type == MsgType.TURN_END:
-            if body["turn_id"] not in self.streamed:
-                self.send_text(body["message"]["content"])
+        elif msg_type in (MsgType.TURN_END, MsgType.TURN_ERROR):
+            if msg_type == MsgType.TURN_END:
+                if body["turn_id"] not in self.streamed:
+                    self._write_text(body["message"]["content"])
+            else:
+                self._write_text(f"\n[error {body['code']}] {body['message']}")
             self.streamed.discard(body["turn_id"])
             self.send_end()
-        elif msg_type == MsgType.TURN_ERROR:
-            self.streamed.discard(body["turn_id"])
-            self.send_text(f"\n[error {body['code']}] {body['message']}")
-            self.send_end()
-
-
-def history_document(session_id: str, page: Any) -> str:
-    """The v2 history JSON text, shrunk (oldest messages dropped, then content cut) to fit one frame."""
-    msgs = [{"id": m.id, "role": m.role, "content": m.content, "timestamp": m.timestamp,
-             "tool_calls": [c.to_dict() for c in m.tool_calls], "metadata": m.metadata} for m in page.messages]
-    has_more = page.has_more
-    while True:
-        doc = {"session_id": session_id, "message_count": page.total, "messages": msgs,
-               "has_more": has_more, "next_before": msgs[0]["id"] if msgs else page.next_before}
-        text = orjson.dumps(doc)
-        if len(text) <= MAX_FRAME_TEXT:
-            return text.decode()
-        if len(msgs) > 1:
-            msgs = msgs[1:]
-            has_more = True
-            continue
-        m = msgs[0]  # one message alone is too big: cut its content, then drop the extras
-        if m["content"]:
-            over = len(text) - MAX_FRAME_TEXT + 200
-            m["content"] = m["content"][: max(0, len(m["content"]) - over)]
-            m["metadata"] = {**m["metadata"], "truncated": True}
-        else:
-            m["tool_calls"], m["metadata"] = [], {"truncated": True}
+            if self._turn_done is not None:
+                self._turn_done.set()

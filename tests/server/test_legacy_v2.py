@@ -152,3 +152,36 @@ async def test_v3_clients_see_a_v2_clients_turn(tmp_path):
         assert v2.only_v2_codes()
         await v2.close()
         await v3.close()
+
+
+async def test_fragment_frame_closes_a_v2_connection_without_a_v3_error(tmp_path):
+    async with running_server(tmp_path) as (srv, addr):
+        v2, _ = await V2Client.connect(addr)
+        v2.send(MsgType.FRAGMENT, b"\x01part")  # v3 framing on a v2 connection: fatal, BAD_FRAGMENT
+        rest = await v2.expect_eof()
+        assert rest == b""  # no ERROR frame (a v3 type code) before the close
+        assert v2.only_v2_codes()
+        other, welcome = await V2Client.connect(addr)  # the server is fine
+        assert welcome.startswith("Welcome")
+        await other.close()
+        await v2.close()
+
+
+async def test_multibyte_text_at_an_answer_split_point(tmp_path):
+    async with running_server(tmp_path, EchoAgent(chunks=1)) as (srv, addr):
+        v2, _ = await V2Client.connect(addr)
+        question = "ab" + "中" * 21844  # 65534 bytes; the answer "echo: ab中中..." is 65540 bytes
+        v2.send(CHAT_TEXT, question)
+        frames: list[bytes] = []
+        while True:
+            t, payload = await v2.recv()
+            if t == CHAT_TEXT:
+                if not payload:
+                    break
+                frames.append(payload)
+        assert len(frames) == 2 and all(len(f) <= 65535 for f in frames)
+        assert len(frames[0]) == 65534  # the 65535th byte starts a 3-byte character: cut before it
+        text = "".join(f.decode("utf-8") for f in frames)  # each frame is valid UTF-8 on its own
+        assert text == "echo: " + question
+        assert v2.only_v2_codes()
+        await v2.close()

@@ -1,0 +1,119 @@
+"""v2 session, clear and model requests, each answered with ONE ``CHAT_TEXT`` (docs/protocol.md §7).
+
+Every request that uses the connection's current session first checks that it still exists
+(``LegacyV2.current``): a session deleted meanwhile (e.g. by a v3 client) moves the connection to
+the user's newest session, or a new one, and the reply says so instead of acting on the wrong one.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from server.auth import LOCAL_USER
+
+if TYPE_CHECKING:  # pragma: no cover
+    from server.legacy_v2 import LegacyV2
+    from storage.models import SessionRecord
+
+TITLE_CHARS = 80          # a title longer than this is shown cut in the session list
+ECHO_CHARS = 64           # client input quoted back in a reply (an unknown model name) is cut to this
+
+
+def clip(text: str, n: int) -> str:
+    """``text`` cut to ``n`` characters, marked with "…"."""
+    return text if len(text) <= n else text[:n] + "…"
+
+
+def _line(rec: SessionRecord, current: str | None) -> str:
+    mark = "*" if rec.session_id == current else " "
+    title = clip(" ".join((rec.title or "(untitled)").split()), TITLE_CHARS)
+    return (f"{mark} {rec.session_id} | {title} | {rec.message_count} messages | "
+            f"updated {rec.updated_at[:19].replace('T', ' ')}")
+
+
+def session_list_text(recs: list[SessionRecord], current: str | None, note: str, max_bytes: int) -> str:
+    """The session list (newest first), cut to ``max_bytes`` of UTF-8 with a line saying what was left out."""
+    head = ([note] if note else []) + [f"Sessions ({len(recs)}):"]
+    lines = [_line(r, current) for r in recs]
+    text = "\n".join(head + lines)
+    if len(text.encode()) <= max_bytes:
+        return text
+    used = sum(len(s.encode()) + 1 for s in head) + 400  # 400: room for the footer line
+    shown = 0
+    for line in lines:
+        used += len(line.encode()) + 1
+        if used > max_bytes:
+            break
+        shown += 1
+    left = len(lines) - shown
+    footer = (f"... and {left} older sessions not listed (the list must fit one frame). Switch to one "
+              f"with SESSION_SWITCH and its id or an unambiguous prefix, delete old ones with "
+              f"SESSION_DELETE, or page through all of them with an NPLT v3 client.")
+    if current is not None and all(r.session_id != current for r in recs[:shown]):
+        footer += f" Current session: {current}."
+    return "\n".join(head + lines[:shown] + [footer])
+
+
+async def session_list(v2: LegacyV2) -> None:
+    _, note = await v2.current()
+    recs = await v2.server.sessions.list_all(LOCAL_USER)
+    v2.reply(session_list_text(recs, v2.conn.session_id, note, v2.max_reply_bytes))
+
+
+async def session_new(v2: LegacyV2) -> None:
+    srv = v2.server
+    rec = await srv.sessions.create(LOCAL_USER)
+    srv.hub.attach(v2.conn, rec.session_id)
+    await srv.sessions.publish_event("created", rec)
+    v2.reply(f"New session: {rec.session_id}")
+
+
+async def session_switch(v2: LegacyV2, ref: str) -> None:
+    srv = v2.server
+    rec = await srv.sessions.resolve(LOCAL_USER, clip(ref, ECHO_CHARS))
+    srv.hub.attach(v2.conn, rec.session_id)
+    v2.reply(f"Switched to session {rec.session_id}: {clip(rec.title or '(untitled)', TITLE_CHARS)} "
+             f"({rec.message_count} messages)")
+
+
+async def session_delete(v2: LegacyV2, ref: str) -> None:
+    srv = v2.server
+    rec = await srv.sessions.resolve(LOCAL_USER, clip(ref, ECHO_CHARS))
+    was_current = v2.conn.session_id == rec.session_id
+    srv.runner.cancel_session(rec.session_id)
+    deleted = await srv.store.delete(rec.session_id)
+    srv.sessions.forget(rec.session_id)
+    await srv.sessions.publish_event("deleted", deleted)
+    text = f"Deleted session {rec.session_id}."
+    cur, note = await v2.current()
+    if was_current:
+        text += f" Current session: {cur.session_id}"
+    elif note:
+        text += " " + note
+    v2.reply(text)
+
+
+async def clear(v2: LegacyV2) -> None:
+    srv = v2.server
+    rec, note = await v2.current()
+    if note:
+        v2.reply(f"{note} Nothing was cleared.")
+        return
+    n = await srv.store.clear(rec.session_id)
+    srv.sessions.forget(rec.session_id)
+    await srv.sessions.publish_updated(rec.session_id, "cleared")
+    v2.reply(f"Cleared {n} messages from session {rec.session_id}.")
+
+
+async def model_switch(v2: LegacyV2, name: str) -> None:
+    srv = v2.server
+    offered = srv.agent.models()
+    if name not in offered:
+        v2.reply(f"Unknown model {clip(name, ECHO_CHARS)!r}. Available: {', '.join(offered)}")
+        return
+    rec, note = await v2.current()
+    if note:
+        v2.reply(f"{note} The model was not switched; send the request again to switch it there.")
+        return
+    rec = await srv.store.set_model(rec.session_id, name)
+    await srv.sessions.publish_event("model", rec)
+    v2.reply(f"Model switched to {name} for session {rec.session_id}.")

@@ -1,0 +1,150 @@
+"""v2 session requests: a deleted current session, one-frame replies, ambiguous prefixes."""
+from __future__ import annotations
+
+import json
+
+from protocol import MsgType
+from protocol.textsplit import cut_text_utf8
+from testkit.echo_agent import EchoAgent
+from testkit.server import V3Client, running_server
+from testkit.v2client import (CHAT_TEXT, CLEAR_REQUEST, HISTORY_REQUEST, MODEL_SWITCH, SESSION_DELETE,
+                              SESSION_LIST, SESSION_NEW, V2Client)
+
+FRAME = 65535
+
+
+def _current(text: str) -> str:
+    """The session id after "you are now in session "."""
+    return text.split("you are now in session ")[1].split()[0].rstrip(".")
+
+
+async def test_requests_after_a_v3_client_deleted_the_current_session_move_the_connection(tmp_path):
+    async with running_server(tmp_path) as (srv, addr):
+        v2, welcome = await V2Client.connect(addr)
+        first = welcome.split("Session: ")[1].split()[0]
+        v3 = await V3Client.connect(addr)
+        other = (await v3.call(MsgType.SESSION_NEW))["session"]["session_id"]
+
+        await v3.call(MsgType.SESSION_DELETE, session_id=first)
+        v2.send(HISTORY_REQUEST)
+        doc = json.loads(await v2.recv_text())
+        assert doc["error"]["code"] == "NOT_FOUND"
+        assert f"Session {first} was deleted" in doc["error"]["message"]
+        assert _current(doc["error"]["message"]) == other
+        v2.send(HISTORY_REQUEST)  # now served from the new session
+        assert json.loads(await v2.recv_text())["session_id"] == other
+
+        await v3.call(MsgType.SESSION_DELETE, session_id=other)
+        v2.send(CLEAR_REQUEST)
+        text = await v2.recv_text()
+        assert f"Session {other} was deleted" in text and "Nothing was cleared" in text
+        third = _current(text)
+        assert third not in (first, other)  # no session was left: a new one was made
+
+        await v3.call(MsgType.SESSION_DELETE, session_id=third)
+        v2.send(MODEL_SWITCH, "echo-large")
+        text = await v2.recv_text()
+        assert f"Session {third} was deleted" in text and "not switched" in text
+        fourth = _current(text)
+
+        await v3.call(MsgType.SESSION_DELETE, session_id=fourth)
+        v2.send(CHAT_TEXT, "lost?")
+        _, text, chunks = await v2.read_answer()
+        assert chunks == 1 and f"Session {fourth} was deleted" in text and "not sent" in text
+        fifth = _current(text)
+        v2.send(CHAT_TEXT, "hello again")
+        _, text, _ = await v2.read_answer()
+        assert text == "echo: hello again"
+
+        await v3.call(MsgType.SESSION_DELETE, session_id=fifth)
+        v2.send(SESSION_LIST)
+        text = await v2.recv_text()
+        sixth = _current(text)
+        assert text.startswith(f"Session {fifth} was deleted") and f"* {sixth}" in text
+        sessions = (await v3.call(MsgType.SESSION_LIST))["sessions"]
+        assert [s["session_id"] for s in sessions] == [sixth]
+        assert v2.only_v2_codes()
+        await v2.close()
+        await v3.close()
+
+
+async def test_session_moved_is_told_after_the_running_answer(tmp_path):
+    """``LegacyV2.session_moved`` (called by the delete handler) never lands inside an answer."""
+    agent = EchoAgent()
+    async with running_server(tmp_path, agent) as (srv, addr):
+        v2, welcome = await V2Client.connect(addr)
+        first = welcome.split("Session: ")[1].split()[0]
+        v2.send(SESSION_NEW)
+        second = (await v2.recv_text()).removeprefix("New session: ")
+        v2.send(CHAT_TEXT, "!block long answer")
+        await agent.wait_blocked(1)
+        conn = next(c for c in srv.connections if c.legacy is not None)
+        srv.hub.attach(conn, first)  # what the delete handler does before calling session_moved
+        conn.legacy.session_moved(second, first)
+        agent.release()
+        _, text, _ = await v2.read_answer()
+        assert text == "echo: !block long answer"
+        assert await v2.recv_text() == f"Session {second} was deleted; you are now in session {first}."
+        v2.send(HISTORY_REQUEST)
+        assert json.loads(await v2.recv_text())["session_id"] == first
+        await v2.close()
+
+
+async def test_a_session_list_over_one_frame_is_cut_and_says_so(tmp_path):
+    async with running_server(tmp_path) as (srv, addr):
+        v2, welcome = await V2Client.connect(addr)
+        first = welcome.split("Session: ")[1].split()[0]
+        for i in range(700):  # about 250 bytes a line: 170 KB
+            await srv.store.create("local", title=f"session number {i} " + "標題" * 90)
+        v2.send(SESSION_LIST)
+        t, payload = await v2.recv()
+        assert t == CHAT_TEXT and len(payload) <= FRAME
+        text = payload.decode("utf-8")
+        assert text.startswith("Sessions (701):")
+        shown = [line for line in text.splitlines() if line.startswith(("* ", "  "))]
+        assert 100 < len(shown) < 701
+        assert f"{701 - len(shown)} older sessions not listed" in text
+        assert f"Current session: {first}" in text  # the oldest: left out, but named
+        v2.send(CHAT_TEXT, "HEARTBEAT")  # still in step: the next frame is the next reply
+        assert await v2.recv_text() == "HEARTBEAT"
+        await v2.close()
+
+
+async def test_an_unknown_model_name_is_not_echoed_in_full(tmp_path):
+    async with running_server(tmp_path) as (srv, addr):
+        v2, _ = await V2Client.connect(addr)
+        v2.send(MODEL_SWITCH, "m" * 65530)  # the largest v2 payload: an echo would take two frames
+        t, payload = await v2.recv()
+        assert t == CHAT_TEXT and len(payload) < 1000
+        assert payload.decode().startswith("Unknown model 'mmm") and "Available: echo, echo-large" in payload.decode()
+        v2.send(CHAT_TEXT, "HEARTBEAT")
+        assert await v2.recv_text() == "HEARTBEAT"
+        await v2.close()
+
+
+async def test_delete_with_an_ambiguous_prefix_deletes_nothing(tmp_path):
+    async with running_server(tmp_path) as (srv, addr):
+        v2, welcome = await V2Client.connect(addr)
+        first = welcome.split("Session: ")[1].split()[0]
+        v2.send(SESSION_NEW)
+        second = (await v2.recv_text()).removeprefix("New session: ")
+        v2.send(SESSION_DELETE, json.dumps({"session_id": "s_"}))
+        text = await v2.recv_text()
+        assert text.startswith("Error:") and "ambiguous" in text and "'s_'" in text
+        v2.send(SESSION_DELETE, "s_")  # bare form too
+        assert "ambiguous" in await v2.recv_text()
+        v2.send(SESSION_LIST)
+        listing = await v2.recv_text()
+        assert listing.startswith("Sessions (2):") and first in listing and f"* {second}" in listing
+        assert v2.only_v2_codes()
+        await v2.close()
+
+
+def test_cut_text_utf8_keeps_whole_characters():
+    """The backstop of every one-frame reply: cut by UTF-8 size, never inside a character."""
+    assert cut_text_utf8("short", 10) == "short"
+    for text in ("x" * 70000, "中" * 30000, "a😀" * 20000):
+        cut = cut_text_utf8(text, 65535)
+        data = cut.encode()
+        assert len(data) <= 65535 and len(data) > 65535 - 4 - 3
+        assert cut.endswith("…") and text.startswith(cut[:-1])
