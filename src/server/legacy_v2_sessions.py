@@ -79,10 +79,7 @@ async def session_delete(v2: LegacyV2, ref: str) -> None:
     srv = v2.server
     rec = await srv.sessions.resolve(LOCAL_USER, clip(ref, ECHO_CHARS))
     was_current = v2.conn.session_id == rec.session_id
-    srv.runner.cancel_session(rec.session_id)
-    deleted = await srv.store.delete(rec.session_id)
-    srv.sessions.forget(rec.session_id)
-    await srv.sessions.publish_event("deleted", deleted)
+    await srv.sessions.delete(LOCAL_USER, rec.session_id, requester=v2.conn)
     text = f"Deleted session {rec.session_id}."
     cur, note = await v2.current()
     if was_current:
@@ -98,9 +95,7 @@ async def clear(v2: LegacyV2) -> None:
     if note:
         v2.reply(f"{note} Nothing was cleared.")
         return
-    n = await srv.store.clear(rec.session_id)
-    srv.sessions.forget(rec.session_id)
-    await srv.sessions.publish_updated(rec.session_id, "cleared")
+    _, n = await srv.sessions.clear(rec.session_id)
     v2.reply(f"Cleared {n} messages from session {rec.session_id}.")
 
 

@@ -115,10 +115,11 @@ class SessionService:
             raise HandlerError("INVALID_MESSAGE", f"session prefix {ref!r} is ambiguous ({len(matches)} sessions)")
         return matches[0]
 
-    async def delete(self, user_id: str, session_id: Any) -> SessionRecord:
+    async def delete(self, user_id: str, session_id: Any, requester: Any = None) -> SessionRecord:
         """Soft-delete one of the user's sessions: its turns are cancelled (queued ones withdrawn), and
         every connection attached to it moves to the user's newest remaining session (or a new one);
-        v3 clients learn it from SESSION_EVENT ``deleted``, v2 clients are told in text."""
+        v3 clients learn it from SESSION_EVENT ``deleted``, v2 clients other than ``requester`` (which
+        gets its own reply) are told in text."""
         srv = self.server
         rec = await self.owned(user_id, session_id)
         srv.runner.cancel_session(rec.session_id, reason="deleted")
@@ -134,9 +135,22 @@ class SessionService:
                 if conn.session_id != rec.session_id or conn.closing:
                     continue  # it moved by itself meanwhile
                 srv.hub.attach(conn, current.session_id)
-                if conn.legacy is not None:
+                if conn.legacy is not None and conn is not requester:
                     conn.legacy.session_moved(rec.session_id, current.session_id)
         return deleted
+
+    async def clear(self, session_id: str) -> tuple[SessionRecord, int]:
+        """Hide every message of a session (checked by the caller); a running turn is cancelled and
+        queued ones withdrawn first, so no answer lands in the cleared session without its question."""
+        runner = self.server.runner
+        if runner.is_running(session_id):
+            runner.cancel_session(session_id, reason="cleared")
+            await runner.settle(session_id)
+        cleared = await self.store.clear(session_id)
+        self.forget(session_id)
+        rec = await self.store.get(session_id)
+        await self.publish_event("cleared", rec)
+        return rec, cleared
 
     def forget(self, session_id: str) -> None:
         """Tell the memory layer a session was cleared or deleted (its recall index is rebuilt)."""

@@ -18,14 +18,16 @@ def _current(text: str) -> str:
     return text.split("you are now in session ")[1].split()[0].rstrip(".")
 
 
-async def test_requests_after_a_v3_client_deleted_the_current_session_move_the_connection(tmp_path):
+async def test_requests_in_a_session_deleted_behind_its_back_move_the_connection(tmp_path):
+    """Belt and braces: a session deleted without SessionService.delete (which moves attached
+    connections itself, see the next test) is noticed by the next request that uses it."""
     async with running_server(tmp_path) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
         first = welcome.split("Session: ")[1].split()[0]
         v3 = await V3Client.connect(addr)
         other = (await v3.call(MsgType.SESSION_NEW))["session"]["session_id"]
 
-        await v3.call(MsgType.SESSION_DELETE, session_id=first)
+        await srv.store.delete(first)
         v2.send(HISTORY_REQUEST)
         doc = json.loads(await v2.recv_text())
         assert doc["error"]["code"] == "NOT_FOUND"
@@ -34,20 +36,20 @@ async def test_requests_after_a_v3_client_deleted_the_current_session_move_the_c
         v2.send(HISTORY_REQUEST)  # now served from the new session
         assert json.loads(await v2.recv_text())["session_id"] == other
 
-        await v3.call(MsgType.SESSION_DELETE, session_id=other)
+        await srv.store.delete(other)
         v2.send(CLEAR_REQUEST)
         text = await v2.recv_text()
         assert f"Session {other} was deleted" in text and "Nothing was cleared" in text
         third = _current(text)
         assert third not in (first, other)  # no session was left: a new one was made
 
-        await v3.call(MsgType.SESSION_DELETE, session_id=third)
+        await srv.store.delete(third)
         v2.send(MODEL_SWITCH, "echo-large")
         text = await v2.recv_text()
         assert f"Session {third} was deleted" in text and "not switched" in text
         fourth = _current(text)
 
-        await v3.call(MsgType.SESSION_DELETE, session_id=fourth)
+        await srv.store.delete(fourth)
         v2.send(CHAT_TEXT, "lost?")
         _, text, chunks = await v2.read_answer()
         assert chunks == 1 and f"Session {fourth} was deleted" in text and "not sent" in text
@@ -56,7 +58,7 @@ async def test_requests_after_a_v3_client_deleted_the_current_session_move_the_c
         _, text, _ = await v2.read_answer()
         assert text == "echo: hello again"
 
-        await v3.call(MsgType.SESSION_DELETE, session_id=fifth)
+        await srv.store.delete(fifth)
         v2.send(SESSION_LIST)
         text = await v2.recv_text()
         sixth = _current(text)
@@ -68,8 +70,8 @@ async def test_requests_after_a_v3_client_deleted_the_current_session_move_the_c
         await v3.close()
 
 
-async def test_session_moved_is_told_after_the_running_answer(tmp_path):
-    """``LegacyV2.session_moved`` (called by the delete handler) never lands inside an answer."""
+async def test_session_deleted_by_a_v3_client_is_told_after_the_running_answer(tmp_path):
+    """The delete moves the v2 connection and tells it in text, never inside an answer."""
     agent = EchoAgent()
     async with running_server(tmp_path, agent) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
@@ -78,16 +80,17 @@ async def test_session_moved_is_told_after_the_running_answer(tmp_path):
         second = (await v2.recv_text()).removeprefix("New session: ")
         v2.send(CHAT_TEXT, "!block long answer")
         await agent.wait_blocked(1)
-        conn = next(c for c in srv.connections if c.legacy is not None)
-        srv.hub.attach(conn, first)  # what the delete handler does before calling session_moved
-        conn.legacy.session_moved(second, first)
-        agent.release()
+        v3 = await V3Client.connect(addr, session_id=first)
+        await v3.call(MsgType.SESSION_DELETE, session_id=second)   # cancels the v2 client's turn
         _, text, _ = await v2.read_answer()
-        assert text == "echo: !block long answer"
+        assert text and "echo: !block long answer".startswith(text)   # the partial answer, then its end
         assert await v2.recv_text() == f"Session {second} was deleted; you are now in session {first}."
         v2.send(HISTORY_REQUEST)
         assert json.loads(await v2.recv_text())["session_id"] == first
+        assert v2.only_v2_codes()
+        agent.release()
         await v2.close()
+        await v3.close()
 
 
 async def test_a_session_list_over_one_frame_is_cut_and_says_so(tmp_path):

@@ -55,13 +55,7 @@ async def session_clear(conn: ServerConnection, req: SessionClear) -> dict[str, 
     """Hide every message; a running turn is cancelled first (its partial answer is hidden too)."""
     srv = conn.server
     rec = await target_session(conn, req.session_id)
-    if srv.runner.is_running(rec.session_id):
-        srv.runner.cancel_session(rec.session_id, reason="cleared")
-        await srv.runner.settle(rec.session_id)
-    cleared = await srv.store.clear(rec.session_id)
-    srv.sessions.forget(rec.session_id)
-    rec = await srv.store.get(rec.session_id)
-    await srv.sessions.publish_event("cleared", rec)
+    rec, cleared = await srv.sessions.clear(rec.session_id)
     return {"session": srv.sessions.info(rec, summary=True), "cleared": cleared}
 
 
