@@ -290,8 +290,11 @@ class LegacyV2:
             self.thought("tool_call", f"{call['tool_name']}: {call['status']} ({call['duration']:.2f} s)")
         elif msg_type in (MsgType.TURN_END, MsgType.TURN_ERROR):
             if msg_type == MsgType.TURN_END:
-                if body["turn_id"] not in self.streamed:
-                    self._write_text(body["message"]["content"])
+                message = body.get("message")
+                if message is None:   # a queued turn withdrawn before it started (delete, clear)
+                    self._write_text("[cancelled before it started; nothing was stored]")
+                elif body["turn_id"] not in self.streamed:
+                    self._write_text(message["content"])
             else:
                 self._write_text(f"\n[error {body['code']}] {body['message']}")
             self.streamed.discard(body["turn_id"])

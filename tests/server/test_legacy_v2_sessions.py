@@ -1,7 +1,9 @@
 """v2 session requests: a deleted current session, one-frame replies, ambiguous prefixes."""
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 from protocol import MsgType
 from protocol.textsplit import cut_text_utf8
@@ -151,3 +153,35 @@ def test_cut_text_utf8_keeps_whole_characters():
         data = cut.encode()
         assert len(data) <= 65535 and len(data) > 65535 - 4 - 3
         assert cut.endswith("…") and text.startswith(cut[:-1])
+
+
+async def test_a_v2_chat_queued_behind_a_v3_turn_and_withdrawn_by_a_clear_ends_cleanly(tmp_path):
+    agent = EchoAgent()
+    async with running_server(tmp_path, agent) as (srv, addr):
+        v2, welcome = await V2Client.connect(addr)
+        sid = welcome.split("Session: ")[1].split()[0]
+        v3 = await V3Client.connect(addr, session_id=sid)
+        r = await v3.call(MsgType.CHAT_TEXT, text="!block v3 turn")
+        await agent.wait_blocked(1)
+        v2.send(CHAT_TEXT, "queued behind it")
+        await v3.wait_for(lambda m: m.type == MsgType.SESSION_EVENT and m.body["session"]["running"] is True)
+        await _wait_queued(srv, sid)
+        cleared = await v3.call(MsgType.CLEAR_REQUEST)
+        assert cleared["cleared"] == 2
+        _, text, _ = await v2.read_answer()
+        assert text == "[cancelled before it started; nothing was stored]"
+        assert (await v3.turn_events(r["turn_id"]))[-1].body["finish_reason"] == "cancelled"
+        v2.send(CHAT_TEXT, "after the clear")
+        _, text, _ = await v2.read_answer()
+        assert text == "echo: after the clear"
+        assert v2.only_v2_codes()
+        await v2.close()
+        await v3.close()
+
+
+async def _wait_queued(srv, sid: str, timeout: float = 10.0) -> None:
+    """Poll (with a deadline) until the session has a queued turn."""
+    deadline = time.monotonic() + timeout
+    while not (sid in srv.runner.lanes and srv.runner.lanes[sid].waiting):
+        assert time.monotonic() < deadline, "no queued turn"
+        await asyncio.sleep(0.005)
