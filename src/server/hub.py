@@ -7,6 +7,7 @@ connection's own sequence number).
 """
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Iterable
 
 import orjson
@@ -15,6 +16,9 @@ from server.fit import SLACK, cut_strings
 
 if TYPE_CHECKING:  # pragma: no cover
     from server.connection import ServerConnection
+
+log = logging.getLogger("nplt.hub")
+
 
 def _encode(body: dict[str, Any], limit: int) -> bytes:
     """JSON of a turn event; one over ``limit`` is sent with its longest texts cut (server.fit)."""
@@ -80,7 +84,11 @@ class Hub:
         shared: bytes | None = None
         for conn in tuple(conns):
             if conn.legacy is not None:
-                conn.legacy.on_turn_event(msg_type, body, conn is origin)
+                try:
+                    conn.legacy.on_turn_event(msg_type, body, conn is origin)
+                except Exception:   # one broken connection must not stop the turn or the others
+                    log.exception("v2 connection %s failed on a turn event; closing it", conn.conn_id)
+                    conn.close()
                 continue
             if conn is origin and re is not None:
                 conn.send_payload(msg_type, _encode({"re": re, **body}, conn.limits.max_message_size))

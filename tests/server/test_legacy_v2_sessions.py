@@ -185,3 +185,20 @@ async def _wait_queued(srv, sid: str, timeout: float = 10.0) -> None:
     while not (sid in srv.runner.lanes and srv.runner.lanes[sid].waiting):
         assert time.monotonic() < deadline, "no queued turn"
         await asyncio.sleep(0.005)
+
+
+async def test_a_v2_connection_failing_on_a_turn_event_is_closed_and_others_are_served(tmp_path):
+    async with running_server(tmp_path) as (srv, addr):
+        v2, welcome = await V2Client.connect(addr)
+        sid = welcome.split("Session: ")[1].split()[0]
+        v3 = await V3Client.connect(addr, session_id=sid)
+        conn = next(c for c in srv.connections if c.legacy is not None)
+
+        def broken(*args):
+            raise RuntimeError("simulated bug in the v2 translation")
+        conn.legacy.on_turn_event = broken
+        r = await v3.call(MsgType.CHAT_TEXT, text="still answered")
+        events = await v3.turn_events(r["turn_id"])
+        assert events[-1].type == MsgType.TURN_END and events[-1].body["message"]["content"] == "echo: still answered"
+        assert conn.closing
+        await v3.close()
