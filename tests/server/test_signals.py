@@ -1,6 +1,6 @@
-"""SIGTERM / SIGINT to a real ``nplt-server`` process while a turn is running.
+"""A real ``nplt-server`` process: SIGTERM / SIGINT (also while a turn is running) and its log level.
 
-The server's LLM is a scripted OpenAI-compatible server on loopback (``NPLT_LLM_BASE_URL``) that
+For the running turn, the server's LLM is a scripted OpenAI-compatible server on loopback (``NPLT_LLM_BASE_URL``) that
 streams part of an answer and then stalls, so the turn is reliably still running when the signal
 arrives. The client must get the turn's cancelled TURN_END with the partial answer, then
 ERROR SHUTTING_DOWN; the process exits 0 and its store is compacted (empty journal) and complete.
@@ -8,6 +8,7 @@ ERROR SHUTTING_DOWN; the process exits 0 and its store is compacted (empty journ
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -92,3 +93,65 @@ async def test_signal_during_a_turn_saves_the_partial_answer(tmp_path, sig):
         assert meta["partial"] is True and meta["cancel_reason"] == "shutdown"
     finally:
         store.close()
+
+
+async def stop(proc: subprocess.Popen) -> str:
+    """SIGTERM, expect exit code 0, return what the server wrote on stderr."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+        return proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+def log_lines(stderr: str) -> list[dict]:
+    """The JSON log lines (other stderr lines, e.g. "nplt-server listening on ...", are not logs)."""
+    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+async def test_entry_point_serves_and_stops_on_sigterm(tmp_path):
+    proc, port = await start_server(tmp_path)
+    try:
+        c = await V3Client.connect(("127.0.0.1", port))
+        assert c.hello["agent"]["offline"] is True  # no LLM configured: the offline agent
+        r = await c.call(T.CHAT_TEXT, text="what time is it")
+        end = (await c.turn_events(r["turn_id"], timeout=30))[-1]
+        assert end.type == T.TURN_END and end.body["message"]["content"]
+    finally:
+        log = await stop(proc)
+    err = await c.wait_type(T.ERROR)
+    assert err.body["code"] == "SHUTTING_DOWN"
+    await c.close()
+    assert '"msg":"listening on 127.0.0.1:' in log and "what time is it" not in log
+
+
+async def test_log_level_from_the_environment_any_case(tmp_path):
+    proc, port = await start_server(tmp_path, env={"NPLT_LOG_LEVEL": "DEBUG"})
+    try:
+        c = await V3Client.connect(("127.0.0.1", port))
+        await c.close()
+    finally:
+        lines = log_lines(await stop(proc))
+    levels = {line["level"] for line in lines}
+    assert {"debug", "info"} <= levels, lines
+    assert any(line["level"] == "debug" and line["msg"].startswith("connection 1 from 127.0.0.1:") for line in lines)
+
+
+async def test_log_level_flag_beats_the_environment_and_filters(tmp_path):
+    # --max-clients 1: a second connection is refused, which logs a WARNING
+    proc, port = await start_server(tmp_path, "--log-level", "warning", "--max-clients", "1",
+                                    env={"NPLT_LOG_LEVEL": "debug"})
+    try:
+        c = await V3Client.connect(("127.0.0.1", port))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), 30) == b""  # refused: closed after legacy_grace_ms
+        writer.close()
+        await c.close()
+    finally:
+        lines = log_lines(await stop(proc))
+    assert {line["level"] for line in lines} <= {"warning", "error"}, lines  # no info, no debug
+    assert any(line["level"] == "warning" and "refused: max_clients reached" in line["msg"] for line in lines)
