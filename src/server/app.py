@@ -56,7 +56,7 @@ def make_ssl_context(cert: str, key: str) -> ssl.SSLContext:
         ctx.load_cert_chain(cert, key)
     except (ssl.SSLError, OSError) as exc:
         raise ConfigError("server.tls_cert",
-                          f"cannot load certificate {cert} with key {key} (tls_key): {exc}") from None
+                          f"cannot load certificate {cert} with key {key} (server.tls_key): {exc}") from None
     return ctx
 
 
