@@ -46,6 +46,7 @@ root = "/tmp/from-file"
 
 
 D1, D2 = hash_token("token-1"), hash_token("token-2")
+USERS = "[auth]\nusers = [{user_id = '%s', token_sha256 = '%s'}, {user_id = '%s', token_sha256 = '%s'}]\n"
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -106,13 +107,11 @@ def test_llm_env_is_handled_by_the_agent_config():
     ("[limits]\nidle_timeout_s = 30\nping_interval_s = 30\n", "limits.ping_interval_s: must be less than "
      "limits.idle_timeout_s (got ping_interval_s = 30, idle_timeout_s = 30)"),
     ("[limits]\nidle_timeout_s = 30\n", "limits.ping_interval_s: must be less than limits.idle_timeout_s"),
-    ("[auth]\nusers = [{user_id = 'a', token_sha256 = '" + "0" * 63 + "'}]\n", "users[0].token_sha256: expected 64 hex"),
-    ("[auth]\nusers = [{user_id = 'a', token_sha256 = '" + "g" * 64 + "'}]\n", "users[0].token_sha256: expected 64 hex"),
-    ("[auth]\nusers = [{user_id = 'a', token_sha256 = '%s'}, {user_id = 'a', token_sha256 = '%s'}]\n" % (D1, D2),
-     "auth.users[1].user_id: duplicate user 'a'"),
+    ("[auth]\nusers = [{user_id = 'a', token_sha256 = '%s'}]\n" % ("0" * 63), "users[0].token_sha256: expected 64 hex"),
+    ("[auth]\nusers = [{user_id = 'a', token_sha256 = '%s'}]\n" % ("g" * 64), "users[0].token_sha256: expected 64 hex"),
+    (USERS % ("a", D1, "a", D2), "auth.users[1].user_id: duplicate user 'a'"),
     # the same digest in another case is the same token
-    ("[auth]\nusers = [{user_id = 'a', token_sha256 = '%s'}, {user_id = 'b', token_sha256 = '%s'}]\n" % (D1, D1.upper()),
-     "auth.users[1].token_sha256: users 'a' and 'b' have the same token"),
+    (USERS % ("a", D1, "b", D1.upper()), "auth.users[1].token_sha256: users 'a' and 'b' have the same token"),
 ])
 def test_config_errors_are_precise(tmp_path, text, where):
     with pytest.raises(ConfigError) as err:

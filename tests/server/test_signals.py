@@ -1,9 +1,10 @@
 """A real ``nplt-server`` process: SIGTERM / SIGINT (also while a turn is running) and its log level.
 
-For the running turn, the server's LLM is a scripted OpenAI-compatible server on loopback (``NPLT_LLM_BASE_URL``) that
-streams part of an answer and then stalls, so the turn is reliably still running when the signal
-arrives. The client must get the turn's cancelled TURN_END with the partial answer, then
-ERROR SHUTTING_DOWN; the process exits 0 and its store is compacted (empty journal) and complete.
+For the running turn, the server's LLM is a scripted OpenAI-compatible server on loopback
+(``NPLT_LLM_BASE_URL``, an existing config path) that streams part of an answer and then stalls, so
+the turn is reliably still running when the signal arrives. The client must get the turn's cancelled
+TURN_END with the partial answer, then ERROR SHUTTING_DOWN; the process exits 0 and its store is
+compacted (empty journal) and complete.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ async def start_server(tmp_path: Path, *args: str, env: dict[str, str] | None = 
             raise AssertionError(f"server exited with {proc.returncode}: {proc.stderr.read()}")
         if time.monotonic() > deadline:
             proc.kill()
+            proc.wait()
             raise AssertionError("server did not write its port file")
         await asyncio.sleep(0.05)  # polling a file another process writes, with a deadline
     return proc, int(port_file.read_text())
