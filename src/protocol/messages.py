@@ -119,11 +119,16 @@ def _title(body: dict[str, Any], required: bool = False) -> str | None:
 
 @dataclass(slots=True)
 class Hello:
-    """HELLO (§5.1). ``proto`` is only type-checked: the server answers UNSUPPORTED_VERSION."""
+    """HELLO (§5.1). ``proto`` is only type-checked: the server answers UNSUPPORTED_VERSION.
+
+    ``token`` is passed on as sent (``None`` when absent or null), not validated: whether it is
+    acceptable is the server's authentication decision (a bad token is AUTH_FAILED and fatal when
+    users are configured, and is ignored otherwise), never a retryable INVALID_MESSAGE.
+    """
     id: RequestId
     proto: int
     client: str
-    token: str | None = None
+    token: Any = None
     session_id: str | None = None
 
     @classmethod
@@ -135,7 +140,7 @@ class Hello:
         if isinstance(proto, bool) or not isinstance(proto, int):
             raise _fail("proto", "an integer", proto)
         return cls(_id(body), proto, _str(body, "client", MAX_NAME_CHARS, required=True),
-                   _str(body, "token", MAX_TOKEN_CHARS, blank=True), _session(body))
+                   body.get("token"), _session(body))
 
 
 @dataclass(slots=True)

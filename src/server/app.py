@@ -31,15 +31,32 @@ VERSION = "0.1.0"
 SESSION_EVENT_KINDS = {"created", "renamed", "deleted", "cleared", "updated", "summary", "model"}
 
 
+def _check_readable(key: str, path: str) -> None:
+    """A ConfigError naming the config key and the file when ``path`` cannot be opened for reading.
+
+    ssl's own errors do not say which of the two files is missing (``FileNotFoundError`` has no filename).
+    """
+    try:
+        with open(path, "rb"):
+            pass
+    except FileNotFoundError:
+        raise ConfigError(f"server.{key}", f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"server.{key}", f"is a directory, not a PEM file: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"server.{key}", f"cannot read {path}: {exc.strerror}") from None
+
+
 def make_ssl_context(cert: str, key: str) -> ssl.SSLContext:
-    """A server TLS context from PEM files; unreadable or invalid files are config errors."""
+    """A server TLS context from PEM files; missing, unreadable or invalid files are config errors."""
+    _check_readable("tls_cert", cert)
+    _check_readable("tls_key", key)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
         ctx.load_cert_chain(cert, key)
-    except FileNotFoundError as exc:
-        raise ConfigError("server.tls_cert", f"file not found: {exc.filename}") from None
     except (ssl.SSLError, OSError) as exc:
-        raise ConfigError("server.tls_cert", f"cannot load certificate/key: {exc}") from None
+        raise ConfigError("server.tls_cert",
+                          f"cannot load certificate {cert} with key {key} (server.tls_key): {exc}") from None
     return ctx
 
 

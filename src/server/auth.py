@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from typing import Any
 
+from protocol.messages import MAX_TOKEN_CHARS
 from server.config import AuthConfig
 
 LOCAL_USER = "local"
@@ -24,11 +26,15 @@ class Authenticator:
     def enabled(self) -> bool:
         return bool(self._users)
 
-    def authenticate(self, token: str | None) -> str | None:
-        """The user owning ``token``, or None. Compares every entry in constant time."""
+    def authenticate(self, token: Any) -> str | None:
+        """The user owning ``token`` (the HELLO's value as sent), or None. Compares every entry in constant time.
+
+        With no users configured everyone is ``local`` and the token is ignored, whatever it is. Otherwise
+        a missing, empty, non-string or over-long (> MAX_TOKEN_CHARS) token matches nobody.
+        """
         if not self._users:
             return LOCAL_USER
-        if not isinstance(token, str) or not token:
+        if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
             return None
         digest = hashlib.sha256(token.encode("utf-8")).digest()
         found: str | None = None

@@ -9,7 +9,8 @@ import argparse
 import dataclasses
 from typing import Any, Mapping
 
-from server.config import LimitsConfig, ServerConfig, ServerSection, load_toml
+from server.config import (LOG_FORMATS, LOG_LEVELS, MIN_LEGACY_GRACE_MS, LimitsConfig, ServerConfig,
+                           ServerSection, load_toml)
 from server.config_base import ConfigError
 
 # [server] keys settable from the environment / flags (NPLT_<KEY upper>, --<key with dashes>).
@@ -32,13 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="TCP port, 0 = any free port (default 9999)")
     p.add_argument("--data-dir", metavar="DIR", help="history directory (storage.root, default storage/history)")
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
-    p.add_argument("--log-format", choices=("text", "json"))
-    p.add_argument("--insecure", action="store_true", default=None,
-                   help="allow a non-loopback address without any configured user")
+    p.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, help="any case (default info)")
+    p.add_argument("--log-format", type=str.lower, choices=LOG_FORMATS, help="any case (default text)")
+    # --no-insecure turns off an insecure = true coming from NPLT_INSECURE or the file.
+    p.add_argument("--insecure", action=argparse.BooleanOptionalAction, default=None,
+                   help="allow a non-loopback address without any configured user (default off)")
     p.add_argument("--tls-cert", metavar="PEM", help="TLS certificate chain (with --tls-key)")
     p.add_argument("--tls-key", metavar="PEM", help="TLS private key")
-    p.add_argument("--legacy-grace-ms", type=int, help="how long to wait for HELLO before assuming v2 (300)")
+    p.add_argument("--legacy-grace-ms", type=int,
+                   help=f"how long to wait for HELLO before assuming v2 (300, at least {MIN_LEGACY_GRACE_MS})")
     p.add_argument("--port-file", metavar="PATH", help="write the bound port to PATH once listening")
     lim = p.add_argument_group("limits")
     for f in dataclasses.fields(LimitsConfig):

@@ -24,6 +24,18 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _USER_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+# A v2 client waits silently for the greeting, so the server decides "v2" after this much silence. A v3
+# client sends HELLO right after connecting; a grace period shorter than that HELLO's trip would greet
+# every v3 client as v2 (0 ms always does), hence the floor.
+MIN_LEGACY_GRACE_MS = 50
+
+
+def _choice(section: str, d: dict, key: str, default: str, choices: tuple[str, ...]) -> str:
+    """A case-insensitive choice (``DEBUG`` = ``debug``), returned in lower case."""
+    v = get_str(section, d, key, default)
+    if v.lower() not in choices:
+        raise ConfigError(f"{section}.{key}", f"expected one of {', '.join(choices)} (any case), got {v!r}")
+    return v.lower()
 
 
 @dataclass(slots=True)
@@ -45,12 +57,12 @@ class ServerSection:
         sec = cls(
             host=get_str(s, d, "host", "127.0.0.1"),
             port=get_int(s, d, "port", 9999, 0, 65535),
-            log_level=get_str(s, d, "log_level", "info", LOG_LEVELS),
-            log_format=get_str(s, d, "log_format", "text", LOG_FORMATS),
+            log_level=_choice(s, d, "log_level", "info", LOG_LEVELS),
+            log_format=_choice(s, d, "log_format", "text", LOG_FORMATS),
             insecure=get_bool(s, d, "insecure", False),
             tls_cert=get_str(s, d, "tls_cert", None),
             tls_key=get_str(s, d, "tls_key", None),
-            legacy_grace_ms=get_int(s, d, "legacy_grace_ms", 300, 0, 60_000),
+            legacy_grace_ms=get_int(s, d, "legacy_grace_ms", 300, MIN_LEGACY_GRACE_MS, 60_000),
         )
         if not sec.host:
             raise ConfigError("server.host", "must not be empty")
@@ -89,6 +101,13 @@ class LimitsConfig:
             max_output_buffer=get_int(s, d, "max_output_buffer", 4 << 20, 65536, 1 << 31),
             max_text_chars=get_int(s, d, "max_text_chars", 32000, 1, 10_000_000),
         )
+        if lim.ping_interval_s >= lim.idle_timeout_s:
+            raise ConfigError(
+                "limits.ping_interval_s",
+                f"must be less than limits.idle_timeout_s (got ping_interval_s = {lim.ping_interval_s:g}, "
+                f"idle_timeout_s = {lim.idle_timeout_s:g}): a silent connection is pinged after "
+                "ping_interval_s and closed after idle_timeout_s, so it would be closed before any PING "
+                "(the heartbeat would be off)")
         return lim
 
     def public(self) -> dict[str, Any]:
@@ -115,6 +134,7 @@ class AuthConfig:
             raise ConfigError("auth.users", f"expected a list of tables, got {raw!r}")
         users: list[UserEntry] = []
         seen: set[str] = set()
+        owners: dict[str, str] = {}  # token_sha256 -> the user it belongs to
         for i, u in enumerate(raw):
             path = f"auth.users[{i}]"
             check_keys(path, u, {"user_id", "token_sha256"})
@@ -125,10 +145,16 @@ class AuthConfig:
             if digest is None or not _SHA256_RE.match(digest.lower()):
                 raise ConfigError(f"{path}.token_sha256",
                                   "expected 64 hex digits (see `nplt-server hash-token TOKEN`)")
+            digest = digest.lower()
             if uid in seen:
                 raise ConfigError(f"{path}.user_id", f"duplicate user {uid!r}")
+            if digest in owners:
+                raise ConfigError(f"{path}.token_sha256",
+                                  f"users {owners[digest]!r} and {uid!r} have the same token: a token must "
+                                  "identify one user (give each user its own token)")
             seen.add(uid)
-            users.append(UserEntry(uid, digest.lower()))
+            owners[digest] = uid
+            users.append(UserEntry(uid, digest))
         return cls(users)
 
 

@@ -1,25 +1,33 @@
-"""Configuration: precedence (flags > env > file > defaults), precise errors, bind policy, entry point."""
+"""Configuration: precedence (flags > env > file > defaults), precise errors, bind policy, main()'s exit codes.
+
+The running ``nplt-server`` process (signals, log levels) is tested in test_signals.py.
+"""
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
-import signal
-import subprocess
 import sys
-import time
+import types
 from pathlib import Path
 
 import pytest
 
-from protocol import MsgType
+from server import main as server_main
 from server.auth import hash_token
 from server.config import ServerConfig, check_bind_policy, is_loopback
 from server.config_base import ConfigError
 from server.logs import setup_logging
 from server.main import main
-from testkit.server import V3Client
+
+
+@pytest.fixture(autouse=True)
+def _no_caller_environment(monkeypatch):
+    """The caller's NPLT_* (and OpenAI) variables must not change what these tests see."""
+    for var in list(os.environ):
+        if var.startswith("NPLT_") or var == "OPENAI_API_KEY":
+            monkeypatch.delenv(var)
+
 
 TOML = """
 [server]
@@ -30,10 +38,15 @@ log_format = "json"
 [limits]
 max_clients = 10
 idle_timeout_s = 30
+ping_interval_s = 10
 
 [storage]
 root = "/tmp/from-file"
 """
+
+
+D1, D2 = hash_token("token-1"), hash_token("token-2")
+USERS = "[auth]\nusers = [{user_id = '%s', token_sha256 = '%s'}, {user_id = '%s', token_sha256 = '%s'}]\n"
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -57,7 +70,8 @@ def test_precedence_flags_over_env_over_file(tmp_path):
     path = write(tmp_path, TOML)
     cfg = ServerConfig.load([], env={}, path=path)
     assert cfg.server.port == 7001 and cfg.server.log_format == "json" and cfg.limits.max_clients == 10
-    assert cfg.limits.idle_timeout_s == 30.0 and cfg.storage.root == "/tmp/from-file"
+    assert cfg.limits.idle_timeout_s == 30.0 and cfg.limits.ping_interval_s == 10.0
+    assert cfg.storage.root == "/tmp/from-file"
     env = {"NPLT_PORT": "7002", "NPLT_DATA_DIR": "/tmp/from-env", "NPLT_MAX_CLIENTS": "20",
            "NPLT_INSECURE": "yes", "NPLT_CONFIG": str(path)}
     cfg = ServerConfig.load([], env=env)  # NPLT_CONFIG names the file
@@ -88,11 +102,44 @@ def test_llm_env_is_handled_by_the_agent_config():
     ("[storage]\ndurability = 'never'\n", "storage.durability"),
     ("[nonsense]\nx = 1\n", "nonsense: unknown section"),
     ("[server\n", "invalid TOML"),
+    ("[server]\nlog_level = 'verbose'\n", "server.log_level: expected one of debug, info, warning, error"),
+    ("[server]\nlegacy_grace_ms = 0\n", "server.legacy_grace_ms: expected a value in 50..60000, got 0"),
+    ("[limits]\nidle_timeout_s = 30\nping_interval_s = 30\n", "limits.ping_interval_s: must be less than "
+     "limits.idle_timeout_s (got ping_interval_s = 30, idle_timeout_s = 30)"),
+    ("[limits]\nidle_timeout_s = 30\n", "limits.ping_interval_s: must be less than limits.idle_timeout_s"),
+    ("[auth]\nusers = [{user_id = 'a', token_sha256 = '%s'}]\n" % ("0" * 63), "users[0].token_sha256: expected 64 hex"),
+    ("[auth]\nusers = [{user_id = 'a', token_sha256 = '%s'}]\n" % ("g" * 64), "users[0].token_sha256: expected 64 hex"),
+    (USERS % ("a", D1, "a", D2), "auth.users[1].user_id: duplicate user 'a'"),
+    # the same digest in another case is the same token
+    (USERS % ("a", D1, "b", D1.upper()), "auth.users[1].token_sha256: users 'a' and 'b' have the same token"),
 ])
 def test_config_errors_are_precise(tmp_path, text, where):
     with pytest.raises(ConfigError) as err:
         ServerConfig.load([], env={}, path=write(tmp_path, text))
     assert where in str(err.value)
+
+
+def test_log_level_and_format_are_case_insensitive(tmp_path):
+    cfg = ServerConfig.load([], env={}, path=write(tmp_path, "[server]\nlog_level = 'Warning'\nlog_format = 'JSON'\n"))
+    assert (cfg.server.log_level, cfg.server.log_format) == ("warning", "json")
+    cfg = ServerConfig.load([], env={"NPLT_LOG_LEVEL": "DEBUG", "NPLT_LOG_FORMAT": "Json"})
+    assert (cfg.server.log_level, cfg.server.log_format) == ("debug", "json")
+    cfg = ServerConfig.load(["--log-level", "ERROR", "--log-format", "TEXT"], env={"NPLT_LOG_LEVEL": "DEBUG"})
+    assert (cfg.server.log_level, cfg.server.log_format) == ("error", "text")
+    with pytest.raises(ConfigError) as err:
+        ServerConfig.load([], env={"NPLT_LOG_LEVEL": "LOUD"})
+    assert str(err.value) == "server.log_level: expected one of debug, info, warning, error (any case), got 'LOUD'"
+
+
+def test_no_insecure_flag_overrides_env_and_file(tmp_path):
+    path = write(tmp_path, "[server]\ninsecure = true\n")
+    assert ServerConfig.load([], env={}, path=path).server.insecure is True
+    assert ServerConfig.load(["--no-insecure"], env={}, path=path).server.insecure is False
+    assert ServerConfig.load(["--no-insecure"], env={"NPLT_INSECURE": "1"}).server.insecure is False
+    assert ServerConfig.load(["--insecure"], env={"NPLT_INSECURE": "0"}).server.insecure is True
+    assert ServerConfig.load([], env={"NPLT_INSECURE": "on"}).server.insecure is True
+    with pytest.raises(ConfigError):  # insecure from the environment, turned off again by the flag
+        check_bind_policy(ServerConfig.load(["--host", "0.0.0.0", "--no-insecure"], env={"NPLT_INSECURE": "1"}))
 
 
 def test_env_errors_name_the_variable():
@@ -124,10 +171,21 @@ def test_main_exit_codes_and_hash_token(capsys):
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     assert main(["--host", "0.0.0.0"]) == 2
     assert "refusing to listen on '0.0.0.0'" in capsys.readouterr().err
-    os.environ.pop("NPLT_PORT", None)
     assert main(["--config", "/nonexistent.toml"]) == 2
     assert "configuration error" in capsys.readouterr().err
     assert main(["hash-token"]) == 2
+
+
+def test_uvloop_is_selected_when_installed(monkeypatch):
+    fake = types.ModuleType("uvloop")
+    fake.new_event_loop = lambda: None  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "uvloop", fake)
+    assert server_main._loop_factory() is fake.new_event_loop
+
+
+def test_default_loop_without_uvloop(monkeypatch):
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # "import uvloop" now raises ImportError
+    assert server_main._loop_factory() is None  # asyncio.Runner's default loop
 
 
 def test_json_logging(capsys):
@@ -141,35 +199,3 @@ def test_json_logging(capsys):
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
-
-
-async def test_entry_point_serves_and_stops_on_sigterm(tmp_path):
-    port_file = tmp_path / "port"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NPLT_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "server.main", "--port", "0", "--port-file", str(port_file),
-         "--data-dir", str(tmp_path / "data"), "--log-format", "json"],
-        env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not port_file.exists():
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, "server did not write its port file"
-            await asyncio.sleep(0.05)
-        port = int(port_file.read_text())
-        c = await V3Client.connect(("127.0.0.1", port))
-        assert c.hello["agent"]["offline"] is True  # no LLM configured: the offline agent
-        r = await c.call(MsgType.CHAT_TEXT, text="what time is it")
-        end = (await c.turn_events(r["turn_id"], timeout=30))[-1]
-        assert end.type == MsgType.TURN_END and end.body["message"]["content"]
-        proc.send_signal(signal.SIGTERM)
-        err = await c.wait_type(MsgType.ERROR)
-        assert err.body["code"] == "SHUTTING_DOWN"
-        await c.close()
-        assert await asyncio.to_thread(proc.wait, 30) == 0
-        log = proc.stderr.read()
-        assert '"msg":"listening on 127.0.0.1:' in log and "what time is it" not in log
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()

@@ -82,18 +82,27 @@ async def test_requests_pipelined_behind_hello_are_answered(tmp_path):
         await c.close()
 
 
+BAD_TOKENS = [None, "wrong", "", " ", 123, 0, False, [], {"token": "s3cret"}, ["s3cret"], "s3cret" * 1000]
+
+
 async def test_authentication(tmp_path):
     async with running_server(tmp_path, users=[("alice", "s3cret")]) as (srv, addr):
         ok = await V3Client.connect(addr, token="s3cret")
         assert ok.hello["user"] == "alice"
-        for token in (None, "wrong", ""):
+        missing = await V3Client.connect(addr, hello=False)
+        msg = await missing.request(T.HELLO, proto=3, client="t")  # no "token" at all
+        assert msg.type == T.ERROR and msg.body["code"] == "AUTH_FAILED" and msg.body["fatal"] is True
+        assert msg.body["message"] == "a token is required"
+        await missing.wait_closed()
+        await missing.close()
+        # null, wrong, empty, blank, non-string or over-long: AUTH_FAILED (fatal) and the connection closes
+        for token in BAD_TOKENS:
             c = await V3Client.connect(addr, hello=False)
-            body = {"proto": 3, "client": "t"} if token is None else {"proto": 3, "client": "t", "token": token}
-            msg = await c.request(T.HELLO, **body)
-            assert msg.type == T.ERROR and msg.body["code"] in ("AUTH_FAILED", "INVALID_MESSAGE")
-            if token != "":
-                assert msg.body["code"] == "AUTH_FAILED" and msg.body["fatal"] is True
-                await c.wait_closed()
+            msg = await c.request(T.HELLO, proto=3, client="t", token=token)
+            assert msg.type == T.ERROR, token
+            assert (msg.body["code"], msg.body["fatal"]) == ("AUTH_FAILED", True), (token, msg.body)
+            await c.wait_closed()
+            assert c.protocol_error is None
             await c.close()
         # a v2 client cannot authenticate: told so in text, then closed
         v2, welcome = await V2Client.connect(addr)
@@ -102,6 +111,16 @@ async def test_authentication(tmp_path):
         await v2.close()
         assert (await ok.call(T.PING))["re"]  # the good client is unaffected
         await ok.close()
+
+
+async def test_single_user_mode_ignores_the_token(tmp_path):
+    async with running_server(tmp_path) as (srv, addr):
+        for token in BAD_TOKENS:
+            c = await V3Client.connect(addr, hello=False)
+            hello = await c.call(T.HELLO, proto=3, client="t", token=token)
+            assert hello["user"] == "local", token
+            assert (await c.call(T.PING))["re"]
+            await c.close()
 
 
 async def test_handshake_timeout(tmp_path):

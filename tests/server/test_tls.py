@@ -40,11 +40,26 @@ async def test_tls_round_trip(tmp_path):
 
 
 def test_bad_tls_files_are_config_errors(tmp_path):
+    missing = str(tmp_path / "missing.pem")
     with pytest.raises(ConfigError) as err:
-        make_ssl_context(str(tmp_path / "missing.pem"), KEY)
-    assert "file not found" in str(err.value)
+        make_ssl_context(missing, KEY)
+    assert str(err.value) == f"server.tls_cert: file not found: {missing}"
+    with pytest.raises(ConfigError) as err:
+        make_ssl_context(CERT, missing)
+    assert str(err.value) == f"server.tls_key: file not found: {missing}"
+    with pytest.raises(ConfigError) as err:
+        make_ssl_context(CERT, str(tmp_path))
+    assert str(err.value).startswith("server.tls_key: is a directory") and str(tmp_path) in str(err.value)
     bad = tmp_path / "bad.pem"
     bad.write_text("not a certificate")
     with pytest.raises(ConfigError) as err:
         make_ssl_context(str(bad), KEY)
-    assert "cannot load" in str(err.value)
+    assert "cannot load" in str(err.value) and str(bad) in str(err.value)
+
+
+async def test_server_with_a_missing_key_file_does_not_start(tmp_path):
+    missing = str(tmp_path / "nokey.pem")
+    srv = Server(make_config(tmp_path, tls_cert=CERT, tls_key=missing), agent=EchoAgent(), memory="basic")
+    with pytest.raises(ConfigError) as err:
+        await srv.start()
+    assert err.value.path == "server.tls_key" and missing in err.value.message

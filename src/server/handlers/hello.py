@@ -30,8 +30,8 @@ async def handle_hello(conn: ServerConnection, body: dict[str, Any]) -> dict[str
         raise HandlerError(exc.code, exc.message) from None
     srv = conn.server
     user = srv.auth.authenticate(req.token)
-    if user is None:
-        raise HandlerError("AUTH_FAILED", "a token is required" if not req.token else "invalid token")
+    if user is None:  # AUTH_FAILED is fatal: the connection closes after this ERROR
+        raise HandlerError("AUTH_FAILED", "a token is required" if req.token is None else "invalid token")
     conn.user_id = user
     rec, restored, created = None, False, False
     if req.session_id:
