@@ -79,6 +79,7 @@ class LimitsConfig:
     max_pending_requests: int = 32
     max_page_size: int = 200
     max_queued_turns: int = 8
+    max_active_turns_per_user: int = 16
     idle_timeout_s: float = 300.0
     ping_interval_s: float = 60.0
     handshake_timeout_s: float = 10.0
@@ -95,6 +96,7 @@ class LimitsConfig:
             max_pending_requests=get_int(s, d, "max_pending_requests", 32, 1, 10_000),
             max_page_size=get_int(s, d, "max_page_size", 200, 1, 10_000),
             max_queued_turns=get_int(s, d, "max_queued_turns", 8, 0, 10_000),
+            max_active_turns_per_user=get_int(s, d, "max_active_turns_per_user", 16, 1, 100_000),
             idle_timeout_s=get_float(s, d, "idle_timeout_s", 300.0, 0.05, 86_400.0),
             ping_interval_s=get_float(s, d, "ping_interval_s", 60.0, 0.05, 86_400.0),
             handshake_timeout_s=get_float(s, d, "handshake_timeout_s", 10.0, 0.05, 3_600.0),

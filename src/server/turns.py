@@ -51,6 +51,7 @@ class TurnRunner:
         self.lanes: dict[str, _Lane] = {}
         self.turns_total = 0
         self.turns_running = 0
+        self.active: dict[str, int] = {}   # user id -> running + queued turns (max_active_turns_per_user)
         self.background: set[asyncio.Task] = set()
         self.closing = False
 
@@ -103,15 +104,20 @@ class TurnRunner:
             async with lane.lock:
                 if self.closing:
                     raise HandlerError("SHUTTING_DOWN", "the server is stopping")
-                if len(lane.waiting) >= srv.config.limits.max_queued_turns + (0 if lane.current else 1):
+                limits = srv.config.limits
+                if len(lane.waiting) >= limits.max_queued_turns + (0 if lane.current else 1):
                     raise HandlerError("QUEUE_FULL", f"session {session_id} already has "
                                        f"{len(lane.waiting)} turns waiting (max_queued_turns)")
+                if self.active.get(user_id, 0) >= limits.max_active_turns_per_user:
+                    raise HandlerError("QUEUE_FULL", f"you already have {self.active[user_id]} turns "
+                                       "running or queued (max_active_turns_per_user)")
                 turn = Turn(session_id, user_id, text, origin, re)
                 turn.model = srv.sessions.model_of(rec)
                 ahead = len(lane.waiting) + (1 if lane.current is not None else 0)
                 if not ahead:
                     await self._store_user(turn, needs_title(rec))
                 lane.waiting.append(turn)
+                self.active[user_id] = self.active.get(user_id, 0) + 1
                 if lane.worker is None:
                     lane.worker = asyncio.get_running_loop().create_task(self._drain(session_id, lane))
         finally:
@@ -160,6 +166,7 @@ class TurnRunner:
                 turn.task.cancel()
             return
         lane.waiting.remove(turn)  # queued: withdrawn, nothing was stored
+        self._left(turn)
         RunnerSink(turn, self.server)._publish(MsgType.TURN_END, {
             "message": None, "user_message": turn.user_message_dict(), "usage": {},
             "finish_reason": "cancelled", "context": {}, "withdrawn": True})
@@ -185,10 +192,19 @@ class TurnRunner:
                     self.turns_running -= 1
                     self.turns_total += 1
                     lane.current = None
+                    self._left(turn)
         finally:
             lane.worker = None
             if not lane.waiting and not lane.lock.locked() and self.lanes.get(session_id) is lane:
                 del self.lanes[session_id]
+
+    def _left(self, turn: Turn) -> None:
+        """A turn ended or was withdrawn: it no longer counts for its user."""
+        left = self.active.get(turn.user_id, 0) - 1
+        if left > 0:
+            self.active[turn.user_id] = left
+        else:
+            self.active.pop(turn.user_id, None)
 
     async def _run(self, turn: Turn) -> None:
         srv = self.server

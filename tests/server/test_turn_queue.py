@@ -242,3 +242,26 @@ async def test_model_list_reports_the_given_sessions_model(tmp_path):
         assert err.value.code == "INVALID_MESSAGE"
         await c.close()
         await other.close()
+
+
+async def test_active_turns_per_user_are_capped_across_sessions(tmp_path):
+    agent = EchoAgent()
+    async with running_server(tmp_path, agent, max_active_turns_per_user=2) as (srv, addr):
+        c = await V3Client.connect(addr)
+        r1 = await c.call(T.CHAT_TEXT, text="!block in the first session")
+        await agent.wait_blocked(1)
+        r2 = await c.call(T.CHAT_TEXT, text="queued in the first session")
+        await c.call(T.SESSION_NEW, title="second")
+        with pytest.raises(ReplyError) as err:
+            await c.call(T.CHAT_TEXT, text="a third turn elsewhere")
+        assert err.value.code == "QUEUE_FULL" and "max_active_turns_per_user" in err.value.body["message"]
+        await c.call(T.CHAT_CANCEL, turn_id=r2["turn_id"])                # withdrawing frees a slot
+        r3 = await c.call(T.CHAT_TEXT, text="!block now it fits")
+        await agent.wait_blocked(2)
+        assert srv.runner.active == {"local": 2}
+        agent.release()
+        for r in (r1, r3):
+            assert (await c.turn_events(r["turn_id"]))[-1].type == T.TURN_END
+        assert srv.runner.active == {}
+        assert c.hello["limits"]["max_active_turns_per_user"] == 2
+        await c.close()
