@@ -142,8 +142,11 @@ class Server:
         fut.set_result(None)
         return fut
 
-    async def stop(self, grace_s: float = 5.0) -> None:
-        """Graceful shutdown; safe to call twice."""
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Graceful shutdown; safe to call twice. Each waiting step (turns saving their partial
+        answers, requests in progress, connections closing) takes at most ``limits.shutdown_grace_s``."""
+        if grace_s is None:
+            grace_s = self.config.limits.shutdown_grace_s
         if self.stopping:
             if self._stopped is not None:
                 await self._stopped.wait()

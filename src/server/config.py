@@ -85,6 +85,7 @@ class LimitsConfig:
     handshake_timeout_s: float = 10.0
     max_output_buffer: int = 4 << 20
     max_text_chars: int = 32000
+    shutdown_grace_s: float = 5.0
 
     @classmethod
     def from_dict(cls, d: dict) -> LimitsConfig:
@@ -102,6 +103,7 @@ class LimitsConfig:
             handshake_timeout_s=get_float(s, d, "handshake_timeout_s", 10.0, 0.05, 3_600.0),
             max_output_buffer=get_int(s, d, "max_output_buffer", 4 << 20, 65536, 1 << 31),
             max_text_chars=get_int(s, d, "max_text_chars", 32000, 1, 10_000_000),
+            shutdown_grace_s=get_float(s, d, "shutdown_grace_s", 5.0, 0.1, 600.0),
         )
         if lim.ping_interval_s >= lim.idle_timeout_s:
             raise ConfigError(

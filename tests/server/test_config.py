@@ -62,6 +62,7 @@ def test_defaults():
     assert (lim.max_clients, lim.max_message_size, lim.max_pending_requests, lim.max_page_size) == (256, 8 << 20, 32, 200)
     assert (lim.max_queued_turns, lim.idle_timeout_s, lim.ping_interval_s, lim.handshake_timeout_s) == (8, 300, 60, 10)
     assert (lim.max_output_buffer, lim.max_text_chars, lim.max_active_turns_per_user) == (4 << 20, 32000, 16)
+    assert lim.shutdown_grace_s == 5.0
     assert cfg.auth.users == [] and cfg.single_user
     assert cfg.storage.root == "storage/history"
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -57,3 +58,35 @@ async def test_stop_is_idempotent_and_refuses_new_turns(tmp_path):
         await srv.stop()
         await srv.stop()
         assert srv.runner.closing
+
+
+class StubbornAgent(EchoAgent):
+    """An agent that ignores cancellation until told to stop (a hung LLM client)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.let_go = asyncio.Event()
+
+    async def run_turn(self, req, sink):
+        self.entered.set()
+        while not self.let_go.is_set():
+            try:
+                await self.let_go.wait()
+            except asyncio.CancelledError:
+                continue
+        return await super().run_turn(req, sink)
+
+
+async def test_shutdown_waits_at_most_shutdown_grace_s_for_a_hung_turn(tmp_path):
+    agent = StubbornAgent()
+    async with running_server(tmp_path, agent, shutdown_grace_s=0.2) as (srv, addr):
+        c = await V3Client.connect(addr)
+        await c.call(T.CHAT_TEXT, text="hang")
+        await asyncio.wait_for(agent.entered.wait(), 10)
+        started = time.monotonic()
+        await srv.stop()
+        elapsed = time.monotonic() - started
+        agent.let_go.set()
+        assert elapsed < 2.5, f"stop took {elapsed:.2f} s with shutdown_grace_s = 0.2 (default 5 s)"
+        await c.close()
