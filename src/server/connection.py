@@ -3,13 +3,9 @@
 ``data_received`` feeds the codec and dispatches each message without awaiting; requests run as tasks
 bounded by ``max_pending_requests``. Once the handshake is done, well-formed PINGs are answered by the
 codec itself (``receive_and_pong``: no event, no task, PONG bytes straight into the write batch).
-Writes are batched (one ``transport.write`` per ``data_received`` call or loop iteration, or at once
-past ``FLUSH_BYTES``); reading pauses while the transport is over its high-water mark (set to at most
-``max_output_buffer``), and a client whose transport buffer (what the kernel would not take) exceeds
-``max_output_buffer`` when more output is queued is dropped with SLOW_CONSUMER (one message may go over
-the cap, never two; a read's replies are checked only while writing is paused). Timers: the legacy
-grace period (no HELLO in time -> v2), the handshake timeout, and idle detection with a server PING
-after ``ping_interval_s`` of silence.
+Output, batching and SLOW_CONSUMER: ``server.conn_output``. Timers: the legacy grace period (no HELLO
+in time -> v2), the handshake timeout, and idle detection with a server PING after
+``ping_interval_s`` of silence.
 """
 from __future__ import annotations
 
@@ -23,6 +19,7 @@ from protocol import (FATAL_CODES, ErrorCode, InvalidMessage, Message, MsgType, 
                       ProtocolVersion, Role, encode_frame)
 from protocol import Connection as Codec
 from protocol.messages import request_id
+from server.conn_output import FLUSH_BYTES, HIGH_WATER, OutputMixin
 from server.errors import HandlerError, server_full_frame
 from server.handlers.dispatch import dispatch
 from server.handlers.hello import handle_hello
@@ -34,13 +31,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("nplt.conn")
 
-FLUSH_BYTES = 256 * 1024
-HIGH_WATER = 64 * 1024       # transport write buffer high-water mark (asyncio's and uvloop's default)
-_MAX_PAYLOAD = 65535
 _PING, _PONG, _HELLO, _ERROR = int(MsgType.PING), int(MsgType.PONG), int(MsgType.HELLO), int(MsgType.ERROR)
 _RESPONSE = int(MsgType.RESPONSE)
 _dumps = orjson.dumps
-class ServerConnection(asyncio.Protocol):
+
+
+class ServerConnection(OutputMixin, asyncio.Protocol):
     """One TCP (or TLS) connection: v3 requests/replies/events, or a legacy v2 session."""
 
     def __init__(self, server: Server) -> None:
@@ -146,16 +142,6 @@ class ServerConnection(asyncio.Protocol):
             self.legacy.closed()
         log.debug("connection %s closed%s", self.conn_id, f": {exc}" if exc else "")
 
-    def pause_writing(self) -> None:
-        self._write_paused = True
-        if not self.closing and self.transport is not None:
-            self.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if not self.closing and self.transport is not None:
-            self.transport.resume_reading()
-
     # -- incoming ------------------------------------------------------------------------------------
     def _handle(self, events: list) -> None:
         if self.legacy is None and self.codec.version is ProtocolVersion.V2:
@@ -227,68 +213,6 @@ class ServerConnection(asyncio.Protocol):
             if self.closing:
                 break
             self._on_v3(e)
-
-    # -- outgoing ------------------------------------------------------------------------------------
-    def send_msg(self, msg_type: int, body: dict[str, Any]) -> None:
-        """Encode and queue one v3 message (fragmented if large). Raises ProtocolError if too large."""
-        if self.closing or self.codec.closed:
-            return
-        self.write(self.codec.send(msg_type, body))
-
-    def send_payload(self, msg_type: int, payload: bytes) -> None:
-        """Queue an already JSON-encoded v3 body (shared between connections by the hub)."""
-        if self.closing or self.codec.closed:
-            return
-        try:
-            if len(payload) <= _MAX_PAYLOAD:
-                data = self.codec.send_raw(msg_type, payload)
-            else:
-                data = self.codec.send(msg_type, payload)
-        except ProtocolError as exc:
-            log.warning("connection %s: event %s dropped: %s", self.conn_id, msg_type, exc.message)
-            return
-        self.write(data)
-
-    def send_error(self, re: Any, code: str, message: str, fatal: bool = False) -> None:
-        self.send_msg(_ERROR, {"re": re, "code": str(code), "message": message, "fatal": fatal})
-
-    def write(self, data: bytes) -> None:
-        """Batch ``data`` for the transport; drop the client if its backlog is over the cap."""
-        if self.closing:
-            return
-        self._out.append(data)
-        self._out_size += len(data)
-        if self._out_size >= self._flush_bytes:
-            self._flush()
-        elif self._flush_handle is None and not self._in_rx:
-            self._flush_handle = self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        """Hand the batch to the transport, unless what it already holds is over the cap."""
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        out = self._out
-        tr = self.transport
-        if not out or tr is None or tr.is_closing():
-            return
-        if tr.get_write_buffer_size() > self.limits.max_output_buffer and not self.closing:
-            self._slow_consumer()
-            return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        self._out_size = 0
-        tr.write(data)
-
-    def _slow_consumer(self) -> None:
-        log.warning("connection %s (%s) dropped: SLOW_CONSUMER (more than %d bytes unsent)",
-                    self.conn_id, self.peer, self.limits.max_output_buffer)
-        self.server.slow_consumers += 1
-        self.closing = True
-        self._out.clear()
-        self._out_size = 0
-        if self.transport is not None:
-            self.transport.abort()
 
     # -- closing -------------------------------------------------------------------------------------
     def fatal(self, code: str, message: str, re: Any = None) -> None:
