@@ -1,10 +1,11 @@
 """The sending half of ServerConnection: batched writes, back-pressure, SLOW_CONSUMER.
 
 Writes are batched (one ``transport.write`` per ``data_received`` call or loop iteration, or at once
-past ``FLUSH_BYTES``); reading pauses while the transport is over its high-water mark (set to at
-most ``max_output_buffer``), and a client whose transport buffer (what the kernel would not take)
+past ``FLUSH_BYTES``). Reading pauses while the transport is over its high-water mark (set to at
+most ``max_output_buffer``), and so does the start of the connection's next request
+(``server.request_queue``). A client whose transport buffer (what the kernel would not take)
 exceeds ``max_output_buffer`` when more output is queued is dropped with SLOW_CONSUMER (one message
-may go over the cap, never two; a read's replies are checked only while writing is paused).
+may go over the cap, never two).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from protocol import MsgType, ProtocolError
 if TYPE_CHECKING:  # pragma: no cover
     from protocol import Connection as Codec
     from server.config import LimitsConfig
+    from server.request_queue import RequestQueue
 
 log = logging.getLogger("nplt.conn")
 
@@ -37,6 +39,7 @@ class OutputMixin:
     peer: str
     transport: asyncio.Transport | None
     closing: bool
+    requests: RequestQueue
     _out: list[bytes]
     _out_size: int
     _flush_bytes: int
@@ -54,6 +57,11 @@ class OutputMixin:
         self._write_paused = False
         if not self.closing and self.transport is not None:
             self.transport.resume_reading()
+            self.requests.resume()
+
+    def output_full(self) -> bool:
+        """True while the transport is over its high-water mark (no new request work starts)."""
+        return self._write_paused
 
     # -- sending -------------------------------------------------------------------------------
     def send_msg(self, msg_type: int, body: dict[str, Any]) -> None:
@@ -114,5 +122,6 @@ class OutputMixin:
         self.closing = True
         self._out.clear()
         self._out_size = 0
+        self.requests.drop()
         if self.transport is not None:
             self.transport.abort()

@@ -1,9 +1,10 @@
 """ServerConnection: one client connection (asyncio.Protocol) around the sans-IO protocol.Connection.
 
-``data_received`` feeds the codec and dispatches each message without awaiting; requests run as tasks
-bounded by ``max_pending_requests``. Once the handshake is done, well-formed PINGs are answered by the
-codec itself (``receive_and_pong``: no event, no task, PONG bytes straight into the write batch).
-Output, batching and SLOW_CONSUMER: ``server.conn_output``. Timers: the legacy grace period (no HELLO
+``data_received`` feeds the codec and hands each decoded message on without awaiting. Once the
+handshake is done, well-formed PINGs are answered by the codec itself (``receive_and_pong``: no
+event, no task, PONG bytes straight into the write batch); other v3 requests go to the
+connection's RequestQueue (``server.request_queue``: one runs at a time, and none starts while the
+output is over its high-water mark). Output, batching and SLOW_CONSUMER: ``server.conn_output``. Timers: the legacy grace period (no HELLO
 in time -> v2), the handshake timeout, and idle detection with a server PING after
 ``ping_interval_s`` of silence.
 """
@@ -21,9 +22,9 @@ from protocol import Connection as Codec
 from protocol.messages import request_id
 from server.conn_output import FLUSH_BYTES, HIGH_WATER, OutputMixin
 from server.errors import HandlerError, server_full_frame
-from server.handlers.dispatch import dispatch
 from server.handlers.hello import handle_hello
 from server.legacy_v2 import LegacyV2
+from server.request_queue import RequestQueue
 from server.timeutil import iso_now
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -50,10 +51,11 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         self.user_id: str | None = None
         self.session_id: str | None = None
         self.legacy: LegacyV2 | None = None
+        self.requests = RequestQueue(self)
         self.ready = False            # v3 HELLO accepted
         self.closing = False
         self.rejected = False         # over max_clients: answer SERVER_FULL and close
-        self.pending: dict[Any, asyncio.Task] = {}
+        self.pending: dict[Any, asyncio.Future] = {}
         self._hello_busy = False
         self._early: list[Message] = []
         self._out: list[bytes] = []
@@ -134,6 +136,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self._out.clear()
+        self.requests.drop()
         if self.rejected:
             return
         self.server.connections.discard(self)
@@ -177,7 +180,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
                            request_id(ev.body))
             return
         if t != _PONG and t != _ERROR:  # a client's PONG or ERROR needs no answer
-            dispatch(self, ev)
+            self.requests.submit(ev)
 
     async def _run_hello(self, ev: Message) -> None:
         rid = request_id(ev.body)
@@ -234,6 +237,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
             return
         self._flush()
         self.closing = True
+        self.requests.drop()
         if self.transport is not None:
             self.transport.close()
 
