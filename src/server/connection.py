@@ -6,7 +6,8 @@ event, no task, PONG bytes straight into the write batch); other v3 requests go 
 connection's RequestQueue (``server.request_queue``: one runs at a time, and none starts while the
 output is over its high-water mark). Output, batching and SLOW_CONSUMER: ``server.conn_output``. Timers: the legacy grace period (no HELLO
 in time -> v2), the handshake timeout, and idle detection with a server PING after
-``ping_interval_s`` of silence.
+``ping_interval_s`` of silence. Only complete messages count as activity: a frame trickled byte by
+byte, or a fragmented message never finished, does not.
 """
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         self._grace: asyncio.TimerHandle | None = None
         self._handshake: asyncio.TimerHandle | None = None
         self._idle: asyncio.TimerHandle | None = None
-        self.last_rx = self.loop.time()
+        self.last_rx = self.loop.time()   # when the last complete message arrived
         self._ping_sent = False
         self._pings = 0
 
@@ -99,10 +100,9 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         if not hot and self.rejected:
             self._refuse(data)
             return
-        self.last_rx = self.loop.time()
-        self._ping_sent = False
         self._in_rx = True  # replies written meanwhile go out in one write at the end
         out = self._out
+        n_out = len(out)
         try:
             try:
                 events = self.codec.receive_and_pong(data, iso_now(), out) if hot else \
@@ -111,8 +111,11 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
                 self._handle(exc.events)
                 self.fatal(exc.code, exc.message)
                 return
-            if events:
-                self._handle(events)
+            if events or len(out) != n_out:  # a complete message (PONGs in out: PINGs) arrived
+                self.last_rx = self.loop.time()
+                self._ping_sent = False
+                if events:
+                    self._handle(events)
         finally:
             self._in_rx = False
             if out and not self.closing:
@@ -292,7 +295,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         lim = self.limits
         quiet = self.loop.time() - self.last_rx
         if quiet >= lim.idle_timeout_s:
-            self.fatal(ErrorCode.IDLE_TIMEOUT, f"no frame received for {lim.idle_timeout_s:g} s")
+            self.fatal(ErrorCode.IDLE_TIMEOUT, f"no message received for {lim.idle_timeout_s:g} s")
             return
         if quiet >= lim.ping_interval_s and not self._ping_sent and self.legacy is None:
             self._pings += 1
