@@ -39,7 +39,9 @@ class OutputMixin:
     peer: str
     transport: asyncio.Transport | None
     closing: bool
+    legacy: Any
     requests: RequestQueue
+    last_tx: float
     _out: list[bytes]
     _out_size: int
     _flush_bytes: int
@@ -110,6 +112,8 @@ class OutputMixin:
         if tr.get_write_buffer_size() > self.limits.max_output_buffer and not self.closing:
             self._slow_consumer()
             return
+        if self.legacy is not None:  # v2 cannot be pinged: what we send to it counts as activity
+            self.last_tx = self.loop.time()
         data = out[0] if len(out) == 1 else b"".join(out)
         out.clear()
         self._out_size = 0

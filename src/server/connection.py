@@ -7,7 +7,8 @@ connection's RequestQueue (``server.request_queue``: one runs at a time, and non
 output is over its high-water mark). Output, batching and SLOW_CONSUMER: ``server.conn_output``. Timers: the legacy grace period (no HELLO
 in time -> v2), the handshake timeout, and idle detection with a server PING after
 ``ping_interval_s`` of silence. Only complete messages count as activity: a frame trickled byte by
-byte, or a fragmented message never finished, does not.
+byte, or a fragmented message never finished, does not. For v2 connections, which cannot be
+pinged, so do the frames sent to them (a streaming answer).
 """
 from __future__ import annotations
 
@@ -70,6 +71,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         self._handshake: asyncio.TimerHandle | None = None
         self._idle: asyncio.TimerHandle | None = None
         self.last_rx = self.loop.time()   # when the last complete message arrived
+        self.last_tx = 0.0                # v2 only: when we last sent it something
         self._ping_sent = False
         self._pings = 0
 
@@ -293,7 +295,8 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         if self.closing:
             return
         lim = self.limits
-        quiet = self.loop.time() - self.last_rx
+        last = self.last_rx if self.legacy is None else max(self.last_rx, self.last_tx)
+        quiet = self.loop.time() - last
         if quiet >= lim.idle_timeout_s:
             self.fatal(ErrorCode.IDLE_TIMEOUT, f"no message received for {lim.idle_timeout_s:g} s")
             return

@@ -1,4 +1,4 @@
-"""Idle detection counts complete messages, not bytes."""
+"""Idle detection counts complete messages, not bytes; a v2 connection is not dropped while it is streamed to."""
 from __future__ import annotations
 
 import asyncio
@@ -6,6 +6,8 @@ import asyncio
 import pytest
 
 from protocol import MsgType, encode_frame
+from server.agent.base import TurnResult
+from testkit.echo_agent import EchoAgent
 from testkit.server import V3Client, running_server
 from testkit.v2client import CHAT_TEXT, V2Client
 
@@ -69,5 +71,37 @@ async def test_a_silent_connection_is_served_as_v2_then_closed_at_idle_timeout(t
         v2, welcome = await V2Client.connect(addr, send_udp_port=False)
         assert welcome.startswith("Welcome to NPLT Assistant")
         assert await v2.expect_eof() == b""  # closed, with no PING or ERROR frame (v3 codes)
+        assert v2.only_v2_codes()
+        await v2.close()
+
+
+class SlowStreamAgent(EchoAgent):
+    """Streams its answer one delta per ``pace`` seconds (a slow model), ``deltas`` of them."""
+
+    def __init__(self, deltas: int, pace: float) -> None:
+        super().__init__()
+        self.deltas, self.pace = deltas, pace
+
+    async def run_turn(self, req, sink):
+        await sink.status("generating")
+        for i in range(self.deltas):
+            await sink.delta(f"{i} ")
+            await asyncio.sleep(self.pace)
+        text = "".join(f"{i} " for i in range(self.deltas))
+        return TurnResult(text, [], {}, "stop", {})
+
+
+async def test_a_v2_client_is_not_dropped_while_its_answer_streams(tmp_path):
+    agent = SlowStreamAgent(deltas=15, pace=0.1)  # 1.5 s of streaming, idle timeout 0.5 s
+    async with running_server(tmp_path, agent, idle_timeout_s=0.5) as (srv, addr):
+        v2, _ = await V2Client.connect(addr)
+        v2.send(CHAT_TEXT, "tell me slowly")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        _, text, chunks = await v2.read_answer()
+        assert text == "".join(f"{i} " for i in range(15)) and chunks == 15
+        assert loop.time() - start > 1.0
+        # once the answer is over, the idle clock runs again
+        assert await v2.expect_eof() == b""
         assert v2.only_v2_codes()
         await v2.close()
