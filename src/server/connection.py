@@ -8,7 +8,8 @@ output is over its high-water mark). Output, batching and SLOW_CONSUMER: ``serve
 in time -> v2), the handshake timeout, and idle detection with a server PING after
 ``ping_interval_s`` of silence. Only complete messages count as activity: a frame trickled byte by
 byte, or a fragmented message never finished, does not. For v2 connections, which cannot be
-pinged, so do the frames sent to them (a streaming answer).
+pinged, so do the frames sent to them (a streaming answer). After the client's EOF (plain TCP)
+what it sent is still answered, then the connection is closed.
 """
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         self.pending: dict[Any, asyncio.Future] = {}
         self._hello_busy = False
         self._early: list[Message] = []
+        self._eof = False             # the client half-closed: answer what it sent, then close
+        self._eof_error: str | None = None  # ... and it did so in the middle of a message
+        self._tls = False
         self._out: list[bytes] = []
         self._out_size = 0
         self._flush_bytes = min(FLUSH_BYTES, self.limits.max_output_buffer // 2)
@@ -80,6 +84,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         high = min(HIGH_WATER, self.limits.max_output_buffer)  # backlog over the cap => paused
         transport.set_write_buffer_limits(high=high, low=high // 4)  # type: ignore[attr-defined]
+        self._tls = transport.get_extra_info("sslcontext") is not None
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         srv = self.server
@@ -129,11 +134,25 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
                     self._out_size = 0
 
     def eof_received(self) -> bool | None:
-        try:
-            self.codec.receive_data(b"")
-        except ProtocolError:
-            pass
-        return None
+        """The client will send nothing more: answer what it sent, then close (plain TCP only)."""
+        if self.closing or self.rejected:
+            return None
+        self._eof = True
+        if self.codec.bytes_buffered:  # (not fed to the codec: that would close it for sending too)
+            self._eof_error = (f"the client closed the connection in the middle of a message "
+                               f"({self.codec.bytes_buffered} bytes of it received)")
+        if self._tls:  # asyncio's TLS transport cannot stay half-open
+            return None
+        if self.legacy is not None:
+            self.legacy.closed()  # its worker ends after the requests already queued
+            worker = self.legacy.worker
+            if worker is None or worker.done():
+                self._close_after_eof()
+            else:
+                worker.add_done_callback(lambda _t: self._close_after_eof())
+            return True
+        self.requests_done()
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -200,6 +219,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
                 early, self._early = self._early, []
                 for e in early:  # requests pipelined behind a refused HELLO
                     self._on_v3(e)
+                self.requests_done()
             return
         except Exception:
             log.exception("HELLO failed on connection %s", self.conn_id)
@@ -221,6 +241,19 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
             if self.closing:
                 break
             self._on_v3(e)
+        self.requests_done()
+
+    def requests_done(self) -> None:
+        """A request was answered: after the client's EOF, close once everything is answered."""
+        if self._eof and not self.closing and self.legacy is None and not self._hello_busy \
+                and not self._early and not self.pending and self.requests.idle:
+            self._close_after_eof()
+
+    def _close_after_eof(self) -> None:
+        if self._eof_error is not None:
+            self.fatal(ErrorCode.CONNECTION_CLOSED, self._eof_error)
+        else:
+            self.close()
 
     # -- closing -------------------------------------------------------------------------------------
     def fatal(self, code: str, message: str, re: Any = None) -> None:
@@ -237,7 +270,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         self.close()
 
     def close(self) -> None:
-        """Flush what is queued and close the transport."""
+        """Flush what is queued and close the transport (which sends what it holds first)."""
         if self.closing:
             return
         self._flush()

@@ -97,3 +97,4 @@ class RequestQueue:
         if self.running is task:
             self.running = None
         self.resume()
+        self.conn.requests_done()
