@@ -4,12 +4,15 @@
 handshake is done, well-formed PINGs are answered by the codec itself (``receive_and_pong``: no
 event, no task, PONG bytes straight into the write batch); other v3 requests go to the
 connection's RequestQueue (``server.request_queue``: one runs at a time, and none starts while the
-output is over its high-water mark). Output, batching and SLOW_CONSUMER: ``server.conn_output``. Timers: the legacy grace period (no HELLO
-in time -> v2), the handshake timeout, and idle detection with a server PING after
-``ping_interval_s`` of silence. Only complete messages count as activity: a frame trickled byte by
-byte, or a fragmented message never finished, does not. For v2 connections, which cannot be
-pinged, so do the frames sent to them (a streaming answer). After the client's EOF (plain TCP)
-what it sent is still answered, then the connection is closed.
+output is over its high-water mark). Output, batching and SLOW_CONSUMER: ``server.conn_output``.
+
+The version is known from the first byte: a v3 client's first frame is HELLO (0x20), anything else
+is a legacy v2 client, served at once by ``server.legacy_v2`` (never sent a v3 type code); a
+connection that sends nothing for ``legacy_grace_ms`` is v2 too. Timers: that grace period, the
+handshake timeout, and idle detection with a server PING after ``ping_interval_s`` of silence.
+Only complete messages count as activity (a frame trickled byte by byte, or a fragmented message
+never finished, does not); for v2 connections, which cannot be pinged, so do frames sent to them.
+After the client's EOF (plain TCP) what it sent is still answered, then the connection is closed.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ log = logging.getLogger("nplt.conn")
 
 _PING, _PONG, _HELLO, _ERROR = int(MsgType.PING), int(MsgType.PONG), int(MsgType.HELLO), int(MsgType.ERROR)
 _RESPONSE = int(MsgType.RESPONSE)
+_UNKNOWN, _V2, _V3 = ProtocolVersion.UNKNOWN, ProtocolVersion.V2, ProtocolVersion.V3
 _dumps = orjson.dumps
 
 
@@ -61,6 +65,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         self.pending: dict[Any, asyncio.Future] = {}
         self._hello_busy = False
         self._early: list[Message] = []
+        self._first: int | None = None  # the first byte received (HELLO = a v3 client)
         self._eof = False             # the client half-closed: answer what it sent, then close
         self._eof_error: str | None = None  # ... and it did so in the middle of a message
         self._tls = False
@@ -104,9 +109,15 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         if self.closing:
             return
         hot = self._hot  # handshake done (v3): the codec answers well-formed PINGs itself
-        if not hot and self.rejected:
-            self._refuse(data)
-            return
+        if not hot:
+            if self.rejected:
+                self._refuse(data)
+                return
+            if self._first is None:
+                self._first = data[0]
+                if data[0] != _HELLO and self.codec.version is _UNKNOWN:
+                    self.codec.set_legacy()  # not a HELLO: a v2 client, whatever follows
+                    self._start_legacy()
         self._in_rx = True  # replies written meanwhile go out in one write at the end
         out = self._out
         n_out = len(out)
@@ -171,7 +182,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
 
     # -- incoming ------------------------------------------------------------------------------------
     def _handle(self, events: list) -> None:
-        if self.legacy is None and self.codec.version is ProtocolVersion.V2:
+        if self.legacy is None and self.codec.version is _V2:
             self._start_legacy()
         if self.legacy is not None:
             self.legacy.on_events(events)
@@ -256,12 +267,19 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
             self.close()
 
     # -- closing -------------------------------------------------------------------------------------
+    def _speaks_v3(self) -> bool:
+        """Whether the peer may be sent v3 frames: v3, or undecided with a HELLO under way."""
+        if self.legacy is not None:
+            return False
+        version = self.codec.version
+        return version is _V3 or (version is _UNKNOWN and self._first == _HELLO)
+
     def fatal(self, code: str, message: str, re: Any = None) -> None:
         """Send ERROR (fatal) when the peer speaks v3, then close. v2 peers just see the close."""
         if self.closing:
             return
         log.info("connection %s (%s): %s %s", self.conn_id, self.peer, code, message)
-        if self.legacy is None and self.codec.version is not ProtocolVersion.V2:
+        if self._speaks_v3():
             payload = _dumps({"re": re, "code": str(code), "message": message, "fatal": True})
             if self.codec.closed:  # a fatal receive error closed the codec: frame it by hand
                 self._out.append(encode_frame(_ERROR, self.codec.tx_seq, payload))
@@ -297,7 +315,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
     # -- timers --------------------------------------------------------------------------------------
     def _on_grace(self) -> None:
         self._grace = None
-        if self.closing or self.codec.version is not ProtocolVersion.UNKNOWN or self.codec.bytes_buffered:
+        if self.closing or self.codec.version is not _UNKNOWN or self.codec.bytes_buffered:
             return
         self.codec.set_legacy()
         self._start_legacy()
