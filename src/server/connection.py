@@ -28,6 +28,7 @@ from protocol import Connection as Codec
 from protocol.messages import request_id
 from server.conn_output import FLUSH_BYTES, HIGH_WATER, OutputMixin
 from server.errors import HandlerError, server_full_frame
+from server.handlers.dispatch import send_response
 from server.handlers.hello import handle_hello
 from server.legacy_v2 import LegacyV2
 from server.request_queue import RequestQueue
@@ -246,7 +247,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
             self._handshake.cancel()
             self._handshake = None
         self._arm_idle()
-        self.send_msg(_RESPONSE, {"re": rid, **reply})
+        send_response(self, rid, reply)  # a running turn's text may have to be cut to fit
         early, self._early = self._early, []
         for e in early:
             if self.closing:
