@@ -52,8 +52,12 @@ async def test_a_v2_frame_trickled_forever_is_closed_at_idle_timeout(tmp_path):
         eof = asyncio.Event()
 
         async def wait_eof() -> None:
-            assert await v2.expect_eof() == b""  # no v3 frame either
-            eof.set()
+            try:
+                assert await v2.expect_eof() == b""  # no v3 frame either
+            except ConnectionResetError:  # a byte written after the server closed: RST, not FIN
+                pass
+            finally:
+                eof.set()
 
         watcher = asyncio.get_running_loop().create_task(wait_eof())
         try:
