@@ -97,8 +97,7 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         grace = srv.config.server.legacy_grace_ms / 1000
         if srv.stopping or len(srv.connections) >= self.limits.max_clients:
             self.rejected = True
-            log.warning("connection %s from %s refused: %s", self.conn_id, self.peer,
-                        "shutting down" if srv.stopping else "max_clients reached")
+            srv.refusals.note(self.conn_id, self.peer, "shutting down" if srv.stopping else "max_clients reached")
             self._grace = self.loop.call_later(grace, self.close)
             return
         srv.connections.add(self)
