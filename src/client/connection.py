@@ -168,6 +168,9 @@ class Client(Operations):
         """HELLO accepted (called by the reader, so STATE precedes every later event)."""
         reconnected = self._ever_connected
         self.hello = hello
+        limit = (hello.get("limits") or {}).get("max_message_size")
+        if self._conn is not None and isinstance(limit, int) and 0 < limit < self._conn.max_message_size:
+            self._conn.max_message_size = limit  # a request the server would discard fails here, at once
         self._track_session(hello.get("session"))
         self.state = "connected"
         self._ever_connected = True

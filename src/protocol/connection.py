@@ -49,7 +49,8 @@ class Connection(Receiver):
         return self._tx_seq
 
     def set_legacy(self) -> None:
-        """Server: the grace period expired with no frame, so this is a v2 connection.
+        """Server: this is a v2 connection (no frame within the grace period, or a first byte
+        that is not HELLO's).
 
         No effect once the version is decided.
         """

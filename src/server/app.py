@@ -20,6 +20,7 @@ from server.config import ServerConfig, check_bind_policy
 from server.config_base import ConfigError
 from server.connection import ServerConnection
 from server.hub import Hub
+from server.refusals import Refusals
 from server.sessions import SessionService
 from server.turns import TurnRunner
 from server.wiring import build_runtime
@@ -82,6 +83,7 @@ class Server:
         self.stopping = False
         self.started_monotonic = time.monotonic()
         self.slow_consumers = 0
+        self.refusals = Refusals()
         self._ids = itertools.count(1)
         self._listener: asyncio.base_events.Server | None = None
         self._stopped: asyncio.Event | None = None

@@ -1,15 +1,18 @@
 """ServerConnection: one client connection (asyncio.Protocol) around the sans-IO protocol.Connection.
 
-``data_received`` feeds the codec and dispatches each message without awaiting; requests run as tasks
-bounded by ``max_pending_requests``. Once the handshake is done, well-formed PINGs are answered by the
-codec itself (``receive_and_pong``: no event, no task, PONG bytes straight into the write batch).
-Writes are batched (one ``transport.write`` per ``data_received`` call or loop iteration, or at once
-past ``FLUSH_BYTES``); reading pauses while the transport is over its high-water mark (set to at most
-``max_output_buffer``), and a client whose transport buffer (what the kernel would not take) exceeds
-``max_output_buffer`` when more output is queued is dropped with SLOW_CONSUMER (one message may go over
-the cap, never two; a read's replies are checked only while writing is paused). Timers: the legacy
-grace period (no HELLO in time -> v2), the handshake timeout, and idle detection with a server PING
-after ``ping_interval_s`` of silence.
+``data_received`` feeds the codec and hands each decoded message on without awaiting. Once the
+handshake is done, well-formed PINGs are answered by the codec itself (``receive_and_pong``: no
+event, no task, PONG bytes straight into the write batch); other v3 requests go to the
+connection's RequestQueue (``server.request_queue``: one runs at a time, and none starts while the
+output is over its high-water mark). Output, batching and SLOW_CONSUMER: ``server.conn_output``.
+
+The version is known from the first byte: a v3 client's first frame is HELLO (0x20), anything else
+is a legacy v2 client, served at once by ``server.legacy_v2`` (never sent a v3 type code); a
+connection that sends nothing for ``legacy_grace_ms`` is v2 too. Timers: that grace period, the
+handshake timeout, and idle detection with a server PING after ``ping_interval_s`` of silence.
+Only complete messages count as activity (a frame trickled byte by byte, or a fragmented message
+never finished, does not); for v2 connections, which cannot be pinged, so do frames sent to them.
+After the client's EOF (plain TCP) what it sent is still answered, then the connection is closed.
 """
 from __future__ import annotations
 
@@ -23,10 +26,12 @@ from protocol import (FATAL_CODES, ErrorCode, InvalidMessage, Message, MsgType, 
                       ProtocolVersion, Role, encode_frame)
 from protocol import Connection as Codec
 from protocol.messages import request_id
+from server.conn_output import FLUSH_BYTES, HIGH_WATER, OutputMixin
 from server.errors import HandlerError, server_full_frame
-from server.handlers.dispatch import dispatch
+from server.handlers.dispatch import send_response
 from server.handlers.hello import handle_hello
 from server.legacy_v2 import LegacyV2
+from server.request_queue import RequestQueue
 from server.timeutil import iso_now
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,13 +39,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("nplt.conn")
 
-FLUSH_BYTES = 256 * 1024
-HIGH_WATER = 64 * 1024       # transport write buffer high-water mark (asyncio's and uvloop's default)
-_MAX_PAYLOAD = 65535
 _PING, _PONG, _HELLO, _ERROR = int(MsgType.PING), int(MsgType.PONG), int(MsgType.HELLO), int(MsgType.ERROR)
 _RESPONSE = int(MsgType.RESPONSE)
+_UNKNOWN, _V2, _V3 = ProtocolVersion.UNKNOWN, ProtocolVersion.V2, ProtocolVersion.V3
 _dumps = orjson.dumps
-class ServerConnection(asyncio.Protocol):
+
+
+class ServerConnection(OutputMixin, asyncio.Protocol):
     """One TCP (or TLS) connection: v3 requests/replies/events, or a legacy v2 session."""
 
     def __init__(self, server: Server) -> None:
@@ -54,12 +59,17 @@ class ServerConnection(asyncio.Protocol):
         self.user_id: str | None = None
         self.session_id: str | None = None
         self.legacy: LegacyV2 | None = None
+        self.requests = RequestQueue(self)
         self.ready = False            # v3 HELLO accepted
         self.closing = False
         self.rejected = False         # over max_clients: answer SERVER_FULL and close
-        self.pending: dict[Any, asyncio.Task] = {}
+        self.pending: dict[Any, asyncio.Future] = {}
         self._hello_busy = False
         self._early: list[Message] = []
+        self._first: int | None = None  # the first byte received (HELLO = a v3 client)
+        self._eof = False             # the client half-closed: answer what it sent, then close
+        self._eof_error: str | None = None  # ... and it did so in the middle of a message
+        self._tls = False
         self._out: list[bytes] = []
         self._out_size = 0
         self._flush_bytes = min(FLUSH_BYTES, self.limits.max_output_buffer // 2)
@@ -70,7 +80,8 @@ class ServerConnection(asyncio.Protocol):
         self._grace: asyncio.TimerHandle | None = None
         self._handshake: asyncio.TimerHandle | None = None
         self._idle: asyncio.TimerHandle | None = None
-        self.last_rx = self.loop.time()
+        self.last_rx = self.loop.time()   # when the last complete message arrived
+        self.last_tx = 0.0                # v2 only: when we last sent it something
         self._ping_sent = False
         self._pings = 0
 
@@ -79,14 +90,14 @@ class ServerConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         high = min(HIGH_WATER, self.limits.max_output_buffer)  # backlog over the cap => paused
         transport.set_write_buffer_limits(high=high, low=high // 4)  # type: ignore[attr-defined]
+        self._tls = transport.get_extra_info("sslcontext") is not None
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         srv = self.server
         grace = srv.config.server.legacy_grace_ms / 1000
         if srv.stopping or len(srv.connections) >= self.limits.max_clients:
             self.rejected = True
-            log.warning("connection %s from %s refused: %s", self.conn_id, self.peer,
-                        "shutting down" if srv.stopping else "max_clients reached")
+            srv.refusals.note(self.conn_id, self.peer, "shutting down" if srv.stopping else "max_clients reached")
             self._grace = self.loop.call_later(grace, self.close)
             return
         srv.connections.add(self)
@@ -98,13 +109,18 @@ class ServerConnection(asyncio.Protocol):
         if self.closing:
             return
         hot = self._hot  # handshake done (v3): the codec answers well-formed PINGs itself
-        if not hot and self.rejected:
-            self._refuse(data)
-            return
-        self.last_rx = self.loop.time()
-        self._ping_sent = False
+        if not hot:
+            if self.rejected:
+                self._refuse(data)
+                return
+            if self._first is None:
+                self._first = data[0]
+                if data[0] != _HELLO and self.codec.version is _UNKNOWN:
+                    self.codec.set_legacy()  # not a HELLO: a v2 client, whatever follows
+                    self._start_legacy()
         self._in_rx = True  # replies written meanwhile go out in one write at the end
         out = self._out
+        n_out = len(out)
         try:
             try:
                 events = self.codec.receive_and_pong(data, iso_now(), out) if hot else \
@@ -113,8 +129,11 @@ class ServerConnection(asyncio.Protocol):
                 self._handle(exc.events)
                 self.fatal(exc.code, exc.message)
                 return
-            if events:
-                self._handle(events)
+            if events or len(out) != n_out:  # a complete message (PONGs in out: PINGs) arrived
+                self.last_rx = self.loop.time()
+                self._ping_sent = False
+                if events:
+                    self._handle(events)
         finally:
             self._in_rx = False
             if out and not self.closing:
@@ -126,11 +145,25 @@ class ServerConnection(asyncio.Protocol):
                     self._out_size = 0
 
     def eof_received(self) -> bool | None:
-        try:
-            self.codec.receive_data(b"")
-        except ProtocolError:
-            pass
-        return None
+        """The client will send nothing more: answer what it sent, then close (plain TCP only)."""
+        if self.closing or self.rejected:
+            return None
+        self._eof = True
+        if self.codec.bytes_buffered:  # (not fed to the codec: that would close it for sending too)
+            self._eof_error = (f"the client closed the connection in the middle of a message "
+                               f"({self.codec.bytes_buffered} bytes of it received)")
+        if self._tls:  # asyncio's TLS transport cannot stay half-open
+            return None
+        if self.legacy is not None:
+            self.legacy.closed()  # its worker ends after the requests already queued
+            worker = self.legacy.worker
+            if worker is None or worker.done():
+                self._close_after_eof()
+            else:
+                worker.add_done_callback(lambda _t: self._close_after_eof())
+            return True
+        self.requests_done()
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -138,6 +171,7 @@ class ServerConnection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self._out.clear()
+        self.requests.drop()
         if self.rejected:
             return
         self.server.connections.discard(self)
@@ -146,19 +180,9 @@ class ServerConnection(asyncio.Protocol):
             self.legacy.closed()
         log.debug("connection %s closed%s", self.conn_id, f": {exc}" if exc else "")
 
-    def pause_writing(self) -> None:
-        self._write_paused = True
-        if not self.closing and self.transport is not None:
-            self.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if not self.closing and self.transport is not None:
-            self.transport.resume_reading()
-
     # -- incoming ------------------------------------------------------------------------------------
     def _handle(self, events: list) -> None:
-        if self.legacy is None and self.codec.version is ProtocolVersion.V2:
+        if self.legacy is None and self.codec.version is _V2:
             self._start_legacy()
         if self.legacy is not None:
             self.legacy.on_events(events)
@@ -191,7 +215,7 @@ class ServerConnection(asyncio.Protocol):
                            request_id(ev.body))
             return
         if t != _PONG and t != _ERROR:  # a client's PONG or ERROR needs no answer
-            dispatch(self, ev)
+            self.requests.submit(ev)
 
     async def _run_hello(self, ev: Message) -> None:
         rid = request_id(ev.body)
@@ -206,6 +230,7 @@ class ServerConnection(asyncio.Protocol):
                 early, self._early = self._early, []
                 for e in early:  # requests pipelined behind a refused HELLO
                     self._on_v3(e)
+                self.requests_done()
             return
         except Exception:
             log.exception("HELLO failed on connection %s", self.conn_id)
@@ -221,82 +246,40 @@ class ServerConnection(asyncio.Protocol):
             self._handshake.cancel()
             self._handshake = None
         self._arm_idle()
-        self.send_msg(_RESPONSE, {"re": rid, **reply})
+        send_response(self, rid, reply)  # a running turn's text may have to be cut to fit
         early, self._early = self._early, []
         for e in early:
             if self.closing:
                 break
             self._on_v3(e)
+        self.requests_done()
 
-    # -- outgoing ------------------------------------------------------------------------------------
-    def send_msg(self, msg_type: int, body: dict[str, Any]) -> None:
-        """Encode and queue one v3 message (fragmented if large). Raises ProtocolError if too large."""
-        if self.closing or self.codec.closed:
-            return
-        self.write(self.codec.send(msg_type, body))
+    def requests_done(self) -> None:
+        """A request was answered: after the client's EOF, close once everything is answered."""
+        if self._eof and not self.closing and self.legacy is None and not self._hello_busy \
+                and not self._early and not self.pending and self.requests.idle:
+            self._close_after_eof()
 
-    def send_payload(self, msg_type: int, payload: bytes) -> None:
-        """Queue an already JSON-encoded v3 body (shared between connections by the hub)."""
-        if self.closing or self.codec.closed:
-            return
-        try:
-            if len(payload) <= _MAX_PAYLOAD:
-                data = self.codec.send_raw(msg_type, payload)
-            else:
-                data = self.codec.send(msg_type, payload)
-        except ProtocolError as exc:
-            log.warning("connection %s: event %s dropped: %s", self.conn_id, msg_type, exc.message)
-            return
-        self.write(data)
-
-    def send_error(self, re: Any, code: str, message: str, fatal: bool = False) -> None:
-        self.send_msg(_ERROR, {"re": re, "code": str(code), "message": message, "fatal": fatal})
-
-    def write(self, data: bytes) -> None:
-        """Batch ``data`` for the transport; drop the client if its backlog is over the cap."""
-        if self.closing:
-            return
-        self._out.append(data)
-        self._out_size += len(data)
-        if self._out_size >= self._flush_bytes:
-            self._flush()
-        elif self._flush_handle is None and not self._in_rx:
-            self._flush_handle = self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        """Hand the batch to the transport, unless what it already holds is over the cap."""
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-            self._flush_handle = None
-        out = self._out
-        tr = self.transport
-        if not out or tr is None or tr.is_closing():
-            return
-        if tr.get_write_buffer_size() > self.limits.max_output_buffer and not self.closing:
-            self._slow_consumer()
-            return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        self._out_size = 0
-        tr.write(data)
-
-    def _slow_consumer(self) -> None:
-        log.warning("connection %s (%s) dropped: SLOW_CONSUMER (more than %d bytes unsent)",
-                    self.conn_id, self.peer, self.limits.max_output_buffer)
-        self.server.slow_consumers += 1
-        self.closing = True
-        self._out.clear()
-        self._out_size = 0
-        if self.transport is not None:
-            self.transport.abort()
+    def _close_after_eof(self) -> None:
+        if self._eof_error is not None:
+            self.fatal(ErrorCode.CONNECTION_CLOSED, self._eof_error)
+        else:
+            self.close()
 
     # -- closing -------------------------------------------------------------------------------------
+    def _speaks_v3(self) -> bool:
+        """Whether the peer may be sent v3 frames: v3, or undecided with a HELLO under way."""
+        if self.legacy is not None:
+            return False
+        version = self.codec.version
+        return version is _V3 or (version is _UNKNOWN and self._first == _HELLO)
+
     def fatal(self, code: str, message: str, re: Any = None) -> None:
         """Send ERROR (fatal) when the peer speaks v3, then close. v2 peers just see the close."""
         if self.closing:
             return
         log.info("connection %s (%s): %s %s", self.conn_id, self.peer, code, message)
-        if self.legacy is None and self.codec.version is not ProtocolVersion.V2:
+        if self._speaks_v3():
             payload = _dumps({"re": re, "code": str(code), "message": message, "fatal": True})
             if self.codec.closed:  # a fatal receive error closed the codec: frame it by hand
                 self._out.append(encode_frame(_ERROR, self.codec.tx_seq, payload))
@@ -305,11 +288,12 @@ class ServerConnection(asyncio.Protocol):
         self.close()
 
     def close(self) -> None:
-        """Flush what is queued and close the transport."""
+        """Flush what is queued and close the transport (which sends what it holds first)."""
         if self.closing:
             return
         self._flush()
         self.closing = True
+        self.requests.drop()
         if self.transport is not None:
             self.transport.close()
 
@@ -331,7 +315,7 @@ class ServerConnection(asyncio.Protocol):
     # -- timers --------------------------------------------------------------------------------------
     def _on_grace(self) -> None:
         self._grace = None
-        if self.closing or self.codec.version is not ProtocolVersion.UNKNOWN or self.codec.bytes_buffered:
+        if self.closing or self.codec.version is not _UNKNOWN or self.codec.bytes_buffered:
             return
         self.codec.set_legacy()
         self._start_legacy()
@@ -354,7 +338,7 @@ class ServerConnection(asyncio.Protocol):
     def _arm_idle(self, delay: float | None = None) -> None:
         lim = self.limits
         if delay is None:
-            delay = min(lim.ping_interval_s, lim.idle_timeout_s)
+            delay = lim.ping_interval_s
         self._idle = self.loop.call_later(max(delay, 0.01), self._on_idle)
 
     def _on_idle(self) -> None:
@@ -362,15 +346,16 @@ class ServerConnection(asyncio.Protocol):
         if self.closing:
             return
         lim = self.limits
-        quiet = self.loop.time() - self.last_rx
+        last = self.last_rx if self.legacy is None else max(self.last_rx, self.last_tx)
+        quiet = self.loop.time() - last
         if quiet >= lim.idle_timeout_s:
-            self.fatal(ErrorCode.IDLE_TIMEOUT, f"no frame received for {lim.idle_timeout_s:g} s")
+            self.fatal(ErrorCode.IDLE_TIMEOUT, f"no message received for {lim.idle_timeout_s:g} s")
             return
         if quiet >= lim.ping_interval_s and not self._ping_sent and self.legacy is None:
             self._pings += 1
             self._ping_sent = True
             self.write(self.codec.send_raw(_PING, _dumps({"id": f"srv-{self._pings}"})))
-        if self._ping_sent or lim.ping_interval_s >= lim.idle_timeout_s:
+        if self._ping_sent or self.legacy is not None:  # (config: ping_interval_s < idle_timeout_s)
             self._arm_idle(lim.idle_timeout_s - quiet)
         else:
-            self._arm_idle(min(lim.ping_interval_s, lim.idle_timeout_s) - quiet)
+            self._arm_idle(lim.ping_interval_s - quiet)

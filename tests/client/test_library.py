@@ -245,3 +245,13 @@ async def test_gives_up_after_max_attempts(tmp_path: Path) -> None:
     assert states == ["connected", "reconnecting", "reconnecting", "disconnected"]
     assert c.state == "disconnected"
     await c.close()
+
+
+async def test_a_request_over_the_servers_max_message_size_fails_at_once(tmp_path: Path) -> None:
+    # the server discards such a message unread (it cannot know the request id): fail it locally
+    async with running_server(tmp_path, max_message_size=65535) as (_, (host, port)):
+        async with Client(host, port, request_timeout=30) as c:
+            with pytest.raises(ClientError) as info:
+                await c.chat_send("中" * 30000)  # 90 KB of UTF-8
+            assert info.value.code == "MESSAGE_TOO_LARGE" and "65535" in info.value.message
+            assert (await c.chat_send("short"))["user_message"]["content"] == "short"  # still usable

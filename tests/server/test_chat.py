@@ -305,3 +305,25 @@ async def test_many_deltas_arrive_complete_and_in_order(tmp_path):
         text = answer_text(events)
         assert text == "tok " * 5000 == events[-1].body["message"]["content"]
         await c.close()
+
+
+async def test_hello_reply_with_a_running_turn_too_big_for_one_message_is_cut_to_fit(tmp_path):
+    # the running turn's user message and partial answer together exceed max_message_size
+    agent = EchoAgent(chunks=2)
+    async with running_server(tmp_path, agent, max_message_size=65535) as (srv, addr):
+        a = await V3Client.connect(addr)
+        text = "!block " + "é" * 16000 + "z" * 15990  # 48 KB of UTF-8; with half its echo, over 64 KB
+        r = await a.call(T.CHAT_TEXT, text=text)
+        await agent.wait_blocked()
+        b = await V3Client.connect(addr, session_id=a.session_id)  # answered, not left hanging
+        assert b.hello["truncated"] is True
+        state = b.hello["running_turn"]
+        assert state["turn_id"] == r["turn_id"]
+        assert state["user_message"]["content"].startswith("!block éé") and "cut by the server" in state["user_message"]["content"]
+        assert len(state["user_message"]["content"]) < len(text)
+        assert (await b.call(T.PING)) is not None  # the connection is usable
+        agent.release()
+        end = (await b.turn_events(r["turn_id"]))[-1]
+        assert end.type == T.TURN_END
+        await a.close()
+        await b.close()

@@ -163,3 +163,35 @@ async def test_client_pong_and_error_frames_are_accepted_silently(tmp_path):
 
 def test_codec_used_by_the_client_is_v3():
     assert Connection(Role.CLIENT).version.name == "V3"
+
+
+async def read_frames_until_eof(reader: asyncio.StreamReader) -> list[tuple[int, bytes]]:
+    """Every frame the server sends until it closes, as (type, payload)."""
+    data = await asyncio.wait_for(reader.read(), 10)
+    frames, pos = [], 0
+    while pos + 5 <= len(data):
+        t, n = data[pos], int.from_bytes(data[pos + 3:pos + 5], "big")
+        frames.append((t, data[pos + 5:pos + 5 + n]))
+        pos += 5 + n
+    assert pos == len(data)
+    return frames
+
+
+async def test_first_bytes_that_are_not_a_hello_make_a_v2_connection(tmp_path):
+    # the first two bytes of a v2 CLIENT_UDP_PORT header, then nothing: never a v3 frame
+    async with running_server(tmp_path, handshake_timeout_s=0.2, idle_timeout_s=0.6, ping_interval_s=0.1) as (srv, addr):
+        reader, writer = await asyncio.open_connection(*addr)
+        writer.write(b"\x18\x00")
+        frames = await read_frames_until_eof(reader)  # the v2 welcome, then closed when idle
+        assert [t for t, _ in frames] == [T.CHAT_TEXT]
+        assert frames[0][1].startswith(b"Welcome to NPLT Assistant")
+        writer.close()
+
+
+async def test_a_silent_client_is_closed_quietly_at_handshake_timeout(tmp_path):
+    # a grace period longer than the handshake timeout: the silent client may be v2, so no ERROR frame
+    async with running_server(tmp_path, legacy_grace_ms=5000, handshake_timeout_s=0.2) as (srv, addr):
+        reader, writer = await asyncio.open_connection(*addr)
+        assert await read_frames_until_eof(reader) == []
+        writer.close()
+

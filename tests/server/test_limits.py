@@ -51,7 +51,9 @@ async def test_max_clients(tmp_path):
 
 
 async def test_slow_reader_is_disconnected_while_others_keep_working(tmp_path):
-    async with running_server(tmp_path, max_output_buffer=65536) as (srv, addr):
+    # its requests wait for its output to drain; the server's PING (the next output due) finds the
+    # output over the cap and drops it
+    async with running_server(tmp_path, max_output_buffer=65536, ping_interval_s=0.3) as (srv, addr):
         good = await V3Client.connect(addr)
         r = await good.call(T.CHAT_TEXT, text="!big 1000000")  # a 1 MB answer to export
         await good.turn_events(r["turn_id"], timeout=30)

@@ -97,14 +97,21 @@ async def _run(conn: ServerConnection, handler: Handler, req: Any) -> None:
         log.exception("request %r (%s) failed on connection %s", rid, type(req).__name__, conn.conn_id)
         conn.send_error(rid, ErrorCode.INTERNAL, "internal error")
         return
+    send_response(conn, rid, body, page=isinstance(req, HistoryPage), shrink=not isinstance(req, HistoryExport))
+
+
+def send_response(conn: ServerConnection, rid: Any, body: dict[str, Any], *, page: bool = False,
+                  shrink: bool = True) -> None:
+    """RESPONSE ``body`` to request ``rid``; a body over max_message_size is shrunk to fit
+    (``server.fit``; ``page``: a history page) or, with ``shrink`` false, refused with an ERROR."""
     try:
         conn.send_msg(_RESPONSE, {"re": rid, **body})
         return
-    except ProtocolError as exc:  # over max_message_size: exports are refused, other replies shrunk
-        if exc.code != ErrorCode.MESSAGE_TOO_LARGE or isinstance(req, HistoryExport):
+    except ProtocolError as exc:
+        if exc.code != ErrorCode.MESSAGE_TOO_LARGE or not shrink:
             conn.send_error(rid, exc.code, f"reply not sent: {exc.message}")
             return
-    body = shrink_reply(body, conn.limits.max_message_size, page=isinstance(req, HistoryPage))
+    body = shrink_reply(body, conn.limits.max_message_size, page=page)
     try:
         conn.send_msg(_RESPONSE, {"re": rid, **body})
     except ProtocolError as exc:

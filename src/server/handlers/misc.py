@@ -42,4 +42,5 @@ async def stats(conn: ServerConnection, req: Stats) -> dict[str, Any]:
     srv = conn.server
     return {"uptime_s": round(time.monotonic() - srv.started_monotonic, 3), "clients": len(srv.connections),
             "sessions_loaded": srv.sessions_loaded(), "turns_total": srv.runner.turns_total,
-            "turns_running": srv.runner.turns_running, "agent": agent_info(conn), "version": srv.version}
+            "turns_running": srv.runner.turns_running, "refused_total": srv.refusals.total,
+            "slow_consumers_total": srv.slow_consumers, "agent": agent_info(conn), "version": srv.version}
