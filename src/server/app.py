@@ -24,7 +24,7 @@ from server.refusals import Refusals
 from server.sessions import SessionService
 from server.turns import TurnRunner
 from server.wiring import build_runtime
-from storage import AsyncHistoryStore, HistoryStore, StorageConfig
+from storage import AsyncHistoryStore, HistoryStore
 
 log = logging.getLogger("nplt.server")
 

@@ -67,7 +67,7 @@ async def test_memory_chinese_matches_psutil(agent):
 async def test_disk_english_lists_root(agent):
     answer, _, _ = await ask(agent, "show disk usage")
     root = psutil.disk_usage("/")
-    assert f"- / (" in answer and f"of {fmt_bytes(root.total)}" in answer
+    assert "- / (" in answer and f"of {fmt_bytes(root.total)}" in answer
 
 
 async def test_top_processes_by_memory_are_real_and_sorted(agent):

@@ -3,22 +3,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 
 from protocol import MsgType
-from testkit.server import V3Client, running_server
+from testkit.server import V3Client, non_reading_client, poll, running_server
 
 T = MsgType
 EXPORTS = 10
-
-
-async def poll(pred, timeout: float = 10.0) -> None:
-    """Poll a condition with a deadline (no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 def count_exports(srv) -> list[int]:
@@ -45,18 +35,11 @@ async def test_a_client_that_does_not_read_gets_no_new_reply_built(tmp_path):
     async with running_server(tmp_path, max_output_buffer=65536, ping_interval_s=0.5) as (srv, addr):
         good = await big_session(addr)
         built = count_exports(srv)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(sock, addr)
-        reader, writer = await asyncio.open_connection(sock=sock)
-        slow = V3Client(reader, writer)
-        await slow.call(T.HELLO, proto=3, client="slow")
-        slow._task.cancel()  # stop reading entirely
-        conn = next(c for c in srv.connections if c.peer.endswith(f":{sock.getsockname()[1]}"))
+        slow = await non_reading_client(addr)
+        conn = next(c for c in srv.connections if c.peer.endswith(f":{slow.writer.get_extra_info('sockname')[1]}"))
         # small kernel buffers on both ends: what the client does not read stays in the server's transport
         conn.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        writer.write(b"".join(slow.codec.send(T.HISTORY_EXPORT, {"id": i, "format": "json"})
+        slow.writer.write(b"".join(slow.codec.send(T.HISTORY_EXPORT, {"id": i, "format": "json"})
                              for i in range(EXPORTS)))  # ten 1 MB replies asked in one segment
         await poll(lambda: built[0] >= 1)
         await poll(lambda: conn.transport.get_write_buffer_size() > 65536 or srv.slow_consumers)
@@ -67,7 +50,7 @@ async def test_a_client_that_does_not_read_gets_no_new_reply_built(tmp_path):
         await poll(lambda: conn not in srv.connections)
         assert built[0] == 1 and not conn.pending
         assert (await good.call(T.PING))["re"]
-        writer.close()
+        slow.writer.close()
         await good.close()
 
 

@@ -3,22 +3,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 from protocol import Connection, Message, MsgType, Role
-from testkit.server import V3Client, running_server
+from testkit.server import V3Client, poll, running_server
 from testkit.v2client import CHAT_TEXT, HISTORY_REQUEST, SESSION_LIST, V2Client
 
 T = MsgType
-
-
-async def poll(pred, timeout: float = 10.0) -> None:
-    """Poll an async condition with a deadline (no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while not await pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 async def read_all_v3(reader: asyncio.StreamReader) -> list[Message]:

@@ -1,23 +1,12 @@
 """v2: nothing is ever written between the CHAT_TEXT chunks of a running answer (docs/protocol.md §7)."""
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 
 from testkit.echo_agent import EchoAgent
-from testkit.server import V3Client, running_server
+from testkit.server import V3Client, poll, running_server
 from testkit.v2client import (CHAT_TEXT, HISTORY_REQUEST, SESSION_LIST, SESSION_NEW, SESSION_SWITCH,
                               V2Client)
-
-
-async def poll(pred, timeout: float = 10.0) -> None:
-    """Poll a condition with a deadline (no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 async def server_has_read(srv, v2: V2Client) -> None:

@@ -2,26 +2,15 @@
 from __future__ import annotations
 
 import asyncio
-import socket
-import time
 
 import pytest
 
 from protocol import MsgType, encode_frame
 from testkit.echo_agent import EchoAgent
-from testkit.server import V3Client, running_server
+from testkit.server import V3Client, non_reading_client, poll, running_server
 from testkit.v2client import CHAT_TEXT
 
 T = MsgType
-
-
-async def poll(pred, timeout: float = 10.0) -> None:
-    """Poll a condition with a deadline (no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 async def test_max_clients(tmp_path):
@@ -57,22 +46,15 @@ async def test_slow_reader_is_disconnected_while_others_keep_working(tmp_path):
         good = await V3Client.connect(addr)
         r = await good.call(T.CHAT_TEXT, text="!big 1000000")  # a 1 MB answer to export
         await good.turn_events(r["turn_id"], timeout=30)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(sock, addr)
-        reader, writer = await asyncio.open_connection(sock=sock)
-        slow = V3Client(reader, writer)
-        await slow.call(T.HELLO, proto=3, client="slow")
-        slow._task.cancel()  # stop reading entirely
+        slow = await non_reading_client(addr)
         data = b"".join(slow.codec.send(T.HISTORY_EXPORT, {"id": i, "format": "json"}) for i in range(30))
-        writer.write(data)
+        slow.writer.write(data)
         await poll(lambda: srv.slow_consumers == 1, timeout=30)
         await poll(lambda: len(srv.connections) == 1)
         assert (await good.call(T.PING))["re"]
         r = await good.call(T.CHAT_TEXT, text="still here")
         assert (await good.turn_events(r["turn_id"]))[-1].type == T.TURN_END
-        writer.close()
+        slow.writer.close()
         await good.close()
 
 

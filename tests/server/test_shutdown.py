@@ -10,7 +10,7 @@ from protocol import MsgType
 from storage import HistoryStore, StorageConfig
 from testkit.echo_agent import EchoAgent
 from testkit.server import V3Client, running_server
-from testkit.v2client import CHAT_TEXT, V2Client
+from testkit.v2client import V2Client
 
 T = MsgType
 

@@ -50,7 +50,7 @@ async def test_cancelling_a_queued_turn_withdraws_it(tmp_path):
     async with running_server(tmp_path, agent, max_queued_turns=1) as (srv, addr):
         c = await V3Client.connect(addr)
         other = await V3Client.connect(addr)   # same user, same session
-        r1 = await c.call(T.CHAT_TEXT, text="!block running")
+        await c.call(T.CHAT_TEXT, text="!block running")
         await agent.wait_blocked()
         r2 = await c.call(T.CHAT_TEXT, text="withdraw me")
         cancel = await other.call(T.CHAT_CANCEL, turn_id=r2["turn_id"])   # from another connection

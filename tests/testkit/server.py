@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import itertools
+import socket
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -220,3 +223,30 @@ def answer_text(events: list[Message]) -> str:
             assert m.body["offset"] == len(text), (m.body["offset"], len(text))
             text += m.body["text"]
     return text
+
+
+async def poll(pred: Callable[[], Any], timeout: float = 10.0) -> None:
+    """Poll a condition (a function, or a coroutine function) with a deadline: no fixed sleeps."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ok = pred()
+        if inspect.isawaitable(ok):
+            ok = await ok
+        if ok:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+async def non_reading_client(addr: tuple[str, int]) -> V3Client:
+    """A v3 client past HELLO that then never reads (a 4 KiB receive buffer fills at once)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, addr)
+    reader, writer = await asyncio.open_connection(sock=sock)
+    slow = V3Client(reader, writer)
+    await slow.call(MsgType.HELLO, proto=3, client="slow")
+    slow._task.cancel()  # stop reading entirely
+    return slow

@@ -20,7 +20,6 @@ from client.errors import PERMANENT_CODES, ClientError
 from client.events import Event
 from client.tui.batch import drain, runs
 from client.tui.chat import ChatView
-from client.tui.message import MessageView
 from client.tui.sidebar import Sidebar
 from client.tui.status import StatusLine
 from client.tui.turn_events import TurnEvents, _now
