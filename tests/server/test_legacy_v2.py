@@ -6,8 +6,8 @@ import json
 from protocol import MsgType
 from testkit.echo_agent import EchoAgent
 from testkit.server import V3Client, running_server
-from testkit.v2client import (CHAT_TEXT, CLEAR_REQUEST, CLIENT_UDP_PORT, FILE_METADATA, HISTORY_REQUEST,
-                              MODEL_SWITCH, SESSION_DELETE, SESSION_LIST, SESSION_NEW, SESSION_SWITCH, V2Client)
+from testkit.v2client import (CHAT_TEXT, CLEAR_REQUEST, CLIENT_UDP_PORT, FILE_METADATA, HISTORY_REQUEST, MODEL_SWITCH,
+                              SESSION_DELETE, SESSION_LIST, SESSION_SWITCH, V2Client, welcome_session)
 
 
 async def test_welcome_chat_and_heartbeat(tmp_path):
@@ -91,9 +91,8 @@ async def test_large_answers_and_history_fit_v2_frames(tmp_path):
 async def test_sessions_clear_models_and_unsupported_requests(tmp_path):
     async with running_server(tmp_path) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        first = welcome.split("Session: ")[1].split()[0]
-        v2.send(SESSION_NEW)
-        second = (await v2.recv_text()).removeprefix("New session: ")
+        first = welcome_session(welcome)
+        second = await v2.new_session()
         assert second.startswith("s_") and second != first
         v2.send(SESSION_LIST)
         listing = await v2.recv_text()
@@ -138,7 +137,7 @@ async def test_v3_clients_see_a_v2_clients_turn(tmp_path):
     agent = EchoAgent()
     async with running_server(tmp_path, agent) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        sid = welcome.split("Session: ")[1].split()[0]
+        sid = welcome_session(welcome)
         v3 = await V3Client.connect(addr, session_id=sid)
         v2.send(CHAT_TEXT, "from the old client")
         _, text, _ = await v2.read_answer()

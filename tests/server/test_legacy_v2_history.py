@@ -7,7 +7,7 @@ import pytest
 
 from storage.models import ToolCall
 from testkit.server import running_server
-from testkit.v2client import CHAT_TEXT, HISTORY_REQUEST, V2Client
+from testkit.v2client import CHAT_TEXT, HISTORY_REQUEST, V2Client, welcome_session
 
 FRAME = 65535
 
@@ -22,7 +22,7 @@ async def _history(v2: V2Client, request: bytes | str = b"") -> tuple[dict, int]
 async def test_one_oversized_message_keeps_as_much_content_as_fits(tmp_path):
     async with running_server(tmp_path) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        sid = welcome.split("Session: ")[1].split()[0]
+        sid = welcome_session(welcome)
         cjk = "中" * 25000           # 75 KB of UTF-8
         quotes = '"' * 70000         # 70 KB, but 140 KB once JSON-escaped
         await srv.store.append(sid, "assistant", cjk)
@@ -42,7 +42,7 @@ async def test_one_oversized_message_keeps_as_much_content_as_fits(tmp_path):
 async def test_tool_results_and_metadata_are_cut_before_the_content(tmp_path):
     async with running_server(tmp_path) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        sid = welcome.split("Session: ")[1].split()[0]
+        sid = welcome_session(welcome)
         calls = [ToolCall(id=f"c{i}", tool_name="read_log", arguments={"path": "/var/log/x"},
                           result="é" * 15000) for i in range(3)]  # 3 x 30 KB of results
         await srv.store.append(sid, "assistant", "the answer itself", tool_calls=calls,
@@ -88,7 +88,7 @@ async def test_history_errors_are_json_error_documents(tmp_path):
 async def test_a_page_too_big_for_one_frame_leaves_older_messages_for_the_next(tmp_path, n):
     async with running_server(tmp_path) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        sid = welcome.split("Session: ")[1].split()[0]
+        sid = welcome_session(welcome)
         for i in range(n):
             await srv.store.append(sid, "user", f"{i:03d}" + "ü" * 6000)
         seen: list[str] = []

@@ -9,8 +9,8 @@ from protocol import MsgType
 from protocol.textsplit import cut_text_utf8
 from testkit.echo_agent import EchoAgent
 from testkit.server import V3Client, running_server
-from testkit.v2client import (CHAT_TEXT, CLEAR_REQUEST, HISTORY_REQUEST, MODEL_SWITCH, SESSION_DELETE,
-                              SESSION_LIST, SESSION_NEW, V2Client)
+from testkit.v2client import (CHAT_TEXT, CLEAR_REQUEST, HISTORY_REQUEST, MODEL_SWITCH, SESSION_DELETE, SESSION_LIST,
+                              V2Client, welcome_session)
 
 FRAME = 65535
 
@@ -25,7 +25,7 @@ async def test_requests_in_a_session_deleted_behind_its_back_move_the_connection
     connections itself, see the next test) is noticed by the next request that uses it."""
     async with running_server(tmp_path) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        first = welcome.split("Session: ")[1].split()[0]
+        first = welcome_session(welcome)
         v3 = await V3Client.connect(addr)
         other = (await v3.call(MsgType.SESSION_NEW))["session"]["session_id"]
 
@@ -77,9 +77,8 @@ async def test_session_deleted_by_a_v3_client_is_told_after_the_running_answer(t
     agent = EchoAgent()
     async with running_server(tmp_path, agent) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        first = welcome.split("Session: ")[1].split()[0]
-        v2.send(SESSION_NEW)
-        second = (await v2.recv_text()).removeprefix("New session: ")
+        first = welcome_session(welcome)
+        second = await v2.new_session()
         v2.send(CHAT_TEXT, "!block long answer")
         await agent.wait_blocked(1)
         v3 = await V3Client.connect(addr, session_id=first)
@@ -98,7 +97,7 @@ async def test_session_deleted_by_a_v3_client_is_told_after_the_running_answer(t
 async def test_a_session_list_over_one_frame_is_cut_and_says_so(tmp_path):
     async with running_server(tmp_path) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        first = welcome.split("Session: ")[1].split()[0]
+        first = welcome_session(welcome)
         for i in range(700):  # about 250 bytes a line: 170 KB
             await srv.store.create("local", title=f"session number {i} " + "標題" * 90)
         v2.send(SESSION_LIST)
@@ -130,9 +129,8 @@ async def test_an_unknown_model_name_is_not_echoed_in_full(tmp_path):
 async def test_delete_with_an_ambiguous_prefix_deletes_nothing(tmp_path):
     async with running_server(tmp_path) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        first = welcome.split("Session: ")[1].split()[0]
-        v2.send(SESSION_NEW)
-        second = (await v2.recv_text()).removeprefix("New session: ")
+        first = welcome_session(welcome)
+        second = await v2.new_session()
         v2.send(SESSION_DELETE, json.dumps({"session_id": "s_"}))
         text = await v2.recv_text()
         assert text.startswith("Error:") and "ambiguous" in text and "'s_'" in text
@@ -159,7 +157,7 @@ async def test_a_v2_chat_queued_behind_a_v3_turn_and_withdrawn_by_a_clear_ends_c
     agent = EchoAgent()
     async with running_server(tmp_path, agent) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        sid = welcome.split("Session: ")[1].split()[0]
+        sid = welcome_session(welcome)
         v3 = await V3Client.connect(addr, session_id=sid)
         r = await v3.call(MsgType.CHAT_TEXT, text="!block v3 turn")
         await agent.wait_blocked(1)
@@ -190,7 +188,7 @@ async def _wait_queued(srv, sid: str, timeout: float = 10.0) -> None:
 async def test_a_v2_connection_failing_on_a_turn_event_is_closed_and_others_are_served(tmp_path):
     async with running_server(tmp_path) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        sid = welcome.split("Session: ")[1].split()[0]
+        sid = welcome_session(welcome)
         v3 = await V3Client.connect(addr, session_id=sid)
         conn = next(c for c in srv.connections if c.legacy is not None)
 

@@ -5,8 +5,7 @@ import json
 
 from testkit.echo_agent import EchoAgent
 from testkit.server import V3Client, poll, running_server
-from testkit.v2client import (CHAT_TEXT, HISTORY_REQUEST, SESSION_LIST, SESSION_NEW, SESSION_SWITCH,
-                              V2Client)
+from testkit.v2client import CHAT_TEXT, HISTORY_REQUEST, SESSION_LIST, SESSION_SWITCH, V2Client, welcome_session
 
 
 async def server_has_read(srv, v2: V2Client) -> None:
@@ -18,7 +17,7 @@ async def test_requests_sent_during_an_answer_are_answered_after_its_end_marker(
     agent = EchoAgent()
     async with running_server(tmp_path, agent, max_queued_turns=0) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        sid = welcome.split("Session: ")[1].split()[0]
+        sid = welcome_session(welcome)
         v2.send(CHAT_TEXT, "!block one")
         await agent.wait_blocked(1)
         v2.send(CHAT_TEXT, "HEARTBEAT")
@@ -46,9 +45,8 @@ async def test_a_switch_sent_during_an_answer_applies_after_it(tmp_path):
     agent = EchoAgent()
     async with running_server(tmp_path, agent) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        first = welcome.split("Session: ")[1].split()[0]
-        v2.send(SESSION_NEW)
-        second = (await v2.recv_text()).removeprefix("New session: ")
+        first = welcome_session(welcome)
+        second = await v2.new_session()
         v2.send(CHAT_TEXT, "!block in second")
         await agent.wait_blocked(1)
         v2.send(SESSION_SWITCH, first)
@@ -74,7 +72,7 @@ async def test_a_v3_turn_on_the_same_session_does_not_hold_the_v2_connection(tmp
     agent = EchoAgent()
     async with running_server(tmp_path, agent) as (srv, addr):
         v2, welcome = await V2Client.connect(addr)
-        sid = welcome.split("Session: ")[1].split()[0]
+        sid = welcome_session(welcome)
         v3 = await V3Client.connect(addr, session_id=sid)
         r = await v3.call(CHAT_TEXT, text="!block from v3")
         await agent.wait_blocked(1)

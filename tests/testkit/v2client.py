@@ -18,6 +18,11 @@ V2_CODES = {0x01, 0x0A, 0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x14, 0x15, 0x16, 0x
 DEADLINE = 10.0
 
 
+def welcome_session(welcome: str) -> str:
+    """The session id in the server's welcome text ("... Session: s_... ...")."""
+    return welcome.split("Session: ")[1].split()[0]
+
+
 class V2Client:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
@@ -35,6 +40,11 @@ class V2Client:
             client.send(CLIENT_UDP_PORT, struct.pack(">H", 40000))
         welcome = await client.recv_text()
         return client, welcome
+
+    async def new_session(self) -> str:
+        """SESSION_NEW; the new session's id (the connection is switched to it)."""
+        self.send(SESSION_NEW)
+        return (await self.recv_text()).removeprefix("New session: ")
 
     def send(self, msg_type: int, payload: bytes | str = b"") -> None:
         data = payload.encode() if isinstance(payload, str) else payload
