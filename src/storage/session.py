@@ -28,6 +28,10 @@ PREVIEW_CHARS = 80
 LOADING, READY, GONE = "loading", "ready", "gone"
 
 
+#: Journal ops that do not change ``updated_at``: renaming a session, switching its model or
+#: summarizing it is not activity, so it does not move the session to the top of the list.
+QUIET_OPS = frozenset({"rename", "model", "summary"})
+
 class SnapshotError(ValueError):
     """The snapshot is not a valid session file."""
 
@@ -117,7 +121,7 @@ class SessionState:
             rec.summaries.append(SummaryRecord.from_dict(e["summary"]))
         else:
             raise ValueError(f"unknown journal op {op!r}")
-        if "at" in e:
+        if "at" in e and op not in QUIET_OPS:
             rec.updated_at = str(e["at"])
         self.last_seq = seq
         if refresh:

@@ -174,3 +174,19 @@ async def test_session_events_reach_every_connection_of_the_user(tmp_path):
         assert (await b.wait_type(T.SESSION_EVENT, kind="deleted")).body["session"]["session_id"] == sid
         await a.close()
         await b.close()
+
+
+async def test_rename_and_model_switch_keep_the_list_order(tmp_path):
+    async with running_server(tmp_path) as (srv, addr):
+        c = await V3Client.connect(addr)
+        old = c.session_id
+        await chat(c, "hello")
+        new = (await c.call(T.SESSION_NEW))["session"]["session_id"]
+        await c.call(T.SESSION_RENAME, session_id=old, title="Renamed")
+        await c.call(T.MODEL_SWITCH, session_id=old, model="echo-large")
+        listing = await c.call(T.SESSION_LIST)
+        assert [s["session_id"] for s in listing["sessions"]] == [new, old]
+        assert listing["sessions"][1]["title"] == "Renamed"
+        await chat(c, "back again", session_id=old)  # a message does move it up
+        assert [s["session_id"] for s in (await c.call(T.SESSION_LIST))["sessions"]] == [old, new]
+        await c.close()

@@ -168,6 +168,27 @@ def test_rename_model_and_summaries(open_store) -> None:
     assert store.list("u")[0][0].summaries == []          # listings come from the index
 
 
+def test_rename_model_and_summaries_do_not_move_a_session_up_the_list(open_store) -> None:
+    store = open_store()
+    old = store.create("u", "old").session_id
+    store.append(old, "user", "first question")
+    new = store.create("u", "new").session_id
+    stamp = store.get(old).updated_at
+    store.rename(old, "renamed")
+    store.set_model(old, "gpt-4o")
+    store.add_summary(old, SummaryRecord("a summary", 1, 1))
+    assert store.get(old).updated_at == stamp
+    assert [r.session_id for r in store.list("u")[0]] == [new, old]
+    store.append(old, "user", "second question")  # activity does
+    assert [r.session_id for r in store.list("u")[0]] == [old, new]
+    stamp = store.get(old).updated_at
+    store.rename(old, "renamed again")
+    store.close()
+    store = open_store()                          # and so it stays when the journal is replayed
+    assert store.get(old).updated_at == stamp and store.get(old).title == "renamed again"
+    assert [r.session_id for r in store.list("u")[0]] == [old, new]
+
+
 def test_returned_records_are_copies_and_summaries_immutable(open_store) -> None:
     store = open_store()
     sid = store.create("alice", "t").session_id
