@@ -185,6 +185,9 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         if self.legacy is None and self.codec.version is _V2:
             self._start_legacy()
         if self.legacy is not None:
+            if self._handshake is not None:  # its first message: a v2 client, not a silent socket
+                self._handshake.cancel()
+                self._handshake = None
             self.legacy.on_events(events)
             return
         if self._grace is not None:
@@ -321,17 +324,22 @@ class ServerConnection(OutputMixin, asyncio.Protocol):
         self._start_legacy()
 
     def _start_legacy(self) -> None:
-        for timer in (self._grace, self._handshake):
-            if timer is not None:
-                timer.cancel()
-        self._grace = self._handshake = None
+        if self._grace is not None:  # (the handshake timer runs on until a first message)
+            self._grace.cancel()
+            self._grace = None
         self.legacy = LegacyV2(self)
         self._arm_idle()
         self.legacy.start()
 
     def _on_handshake_timeout(self) -> None:
         self._handshake = None
-        if not self.ready and self.legacy is None:
+        if self.closing:
+            return
+        if self.legacy is not None:  # v2 by its silence or its first bytes, yet no whole message
+            log.info("connection %s (%s): no message within %g s; closed", self.conn_id, self.peer,
+                     self.limits.handshake_timeout_s)
+            self.close()
+        elif not self.ready:
             self.fatal(ErrorCode.HANDSHAKE_TIMEOUT,
                        f"no valid HELLO within {self.limits.handshake_timeout_s:g} s")
 

@@ -6,8 +6,8 @@ import asyncio
 import pytest
 
 from protocol import Connection, MsgType, Role, encode_frame
-from testkit.server import ReplyError, V3Client, running_server
-from testkit.v2client import V2Client
+from testkit.server import ReplyError, V3Client, poll, running_server
+from testkit.v2client import CHAT_TEXT, V2Client
 
 T = MsgType
 
@@ -195,3 +195,28 @@ async def test_a_silent_client_is_closed_quietly_at_handshake_timeout(tmp_path):
         assert await read_frames_until_eof(reader) == []
         writer.close()
 
+
+
+async def test_a_v2_connection_that_never_sends_a_message_is_closed_at_handshake_timeout(tmp_path):
+    # silent sockets must not hold a max_clients slot until idle_timeout_s
+    async with running_server(tmp_path, legacy_grace_ms=50, handshake_timeout_s=0.3, ping_interval_s=30,
+                              idle_timeout_s=60) as (srv, addr):
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        silent, welcome = await V2Client.connect(addr, send_udp_port=False)
+        assert welcome.startswith("Welcome to NPLT Assistant")
+        assert await silent.expect_eof() == b"" and loop.time() - start < 5
+        assert silent.only_v2_codes()
+        await poll(lambda: not srv.connections)
+        await silent.close()
+
+
+async def test_a_v2_client_that_sent_a_message_outlives_the_handshake_timeout(tmp_path):
+    async with running_server(tmp_path, legacy_grace_ms=50, handshake_timeout_s=0.3) as (srv, addr):
+        v2, _ = await V2Client.connect(addr)  # sends CLIENT_UDP_PORT, as the original client does
+        conn = next(iter(srv.connections))
+        deadline = conn.loop.time() + 0.3
+        await poll(lambda: conn.loop.time() > deadline + 0.2)  # well past the handshake timeout
+        v2.send(CHAT_TEXT, "HEARTBEAT")
+        assert await v2.recv_text() == "HEARTBEAT" and conn in srv.connections
+        await v2.close()
