@@ -166,7 +166,9 @@ async def test_cancel_with_escape(server, echo: EchoAgent) -> None:
         await echo.wait_blocked(1)
         await wait_until(lambda: bool(chat(app).live), pilot=pilot)
         await pilot.press("escape")
-        await wait_until(lambda: not chat(app).live, pilot=pilot, what="cancelled turn")
+        # (the answer leaves ``live`` before it has settled into its stored message: wait for both)
+        await wait_until(lambda: not chat(app).live and "finish_reason" in chat(app).messages()[-1].message.get(
+            "metadata", {}), pilot=pilot, what="cancelled turn, stored")
         view = chat(app).messages()[-1]
         assert view.message["metadata"]["partial"] is True
         assert view.message["metadata"]["finish_reason"] == "cancelled"

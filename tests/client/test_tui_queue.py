@@ -32,10 +32,12 @@ async def test_queued_messages_wait_at_the_bottom_then_settle_in_order(server, e
         echo.release()
         expected = [("user", "!block one"), ("assistant", "echo: !block one"),
                     ("user", "two"), ("assistant", "echo: two")]
-        await wait_until(lambda: contents(app) == expected and not view.live, pilot=pilot,
-                         what="question/answer order")
+        # (the answer leaves ``live`` before it has settled into its stored message: wait for the ids too)
+        await wait_until(lambda: contents(app) == expected and not view.live
+                         and all(m.message_id is not None for m in view.messages()), pilot=pilot,
+                         what="question/answer order, every message stored")
         assert not view.pending
-        assert all(m.message_id is not None and "queued" not in m.header_text for m in view.messages())
+        assert not any("queued" in m.header_text for m in view.messages())
 
 
 async def test_reattach_shows_the_queued_messages(server, echo: EchoAgent) -> None:
