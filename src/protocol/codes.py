@@ -92,6 +92,16 @@ class ErrorCode(StrEnum):
     LLM_ERROR = "LLM_ERROR"
     LLM_TIMEOUT = "LLM_TIMEOUT"
     INTERNAL = "INTERNAL"
+    STORAGE_ERROR = "STORAGE_ERROR"
+    STORAGE_UNAVAILABLE = "STORAGE_UNAVAILABLE"
+    UNSUPPORTED_MEDIA = "UNSUPPORTED_MEDIA"
+    CHECKSUM_MISMATCH = "CHECKSUM_MISMATCH"
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    FORBIDDEN = "FORBIDDEN"
+    SERVER_BUSY = "SERVER_BUSY"
+    MESSAGE_TIMEOUT = "MESSAGE_TIMEOUT"
+    TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
+    CLIENT_KILLED = "CLIENT_KILLED"
 
 
 #: Codes whose errors end the connection (the "fatal" column of §8).
@@ -100,6 +110,7 @@ FATAL_CODES: frozenset[ErrorCode] = frozenset({
     ErrorCode.CONNECTION_CLOSED, ErrorCode.HANDSHAKE_REQUIRED, ErrorCode.HANDSHAKE_TIMEOUT,
     ErrorCode.UNSUPPORTED_VERSION, ErrorCode.AUTH_FAILED, ErrorCode.SERVER_FULL,
     ErrorCode.IDLE_TIMEOUT, ErrorCode.SLOW_CONSUMER, ErrorCode.SHUTTING_DOWN,
+    ErrorCode.MESSAGE_TIMEOUT, ErrorCode.TOO_MANY_CONNECTIONS, ErrorCode.CLIENT_KILLED,
 })
 
 #: Type codes a legacy v2 peer knows; a v3 server never sends any other code to a v2 connection.
