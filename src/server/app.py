@@ -1,4 +1,5 @@
-"""Server: owns the listening socket, the store, the agent, the hub and the turn runner.
+"""Server: owns the listening socket and builds the ``Services`` (store, hub, sessions, runner, agent,
+memory, auth) once; connections and handlers get those, never the Server.
 
 ``await start()`` opens the store (unless one is given), wires agent and memory, and listens;
 ``await stop()`` shuts down gracefully: stop accepting, cancel running turns (their partial answers are
@@ -19,8 +20,8 @@ from server.auth import Authenticator
 from server.config import ServerConfig, check_bind_policy
 from server.config_base import ConfigError
 from server.connection import ServerConnection
-from server.hub import Hub
-from server.refusals import Refusals
+from server.hub import Event, Hub
+from server.services import VERSION, Counters, Services
 from server.sessions import SessionService
 from server.turns import TurnRunner
 from server.wiring import build_runtime
@@ -28,7 +29,6 @@ from storage import AsyncHistoryStore, HistoryStore
 
 log = logging.getLogger("nplt.server")
 
-VERSION = "0.1.0"
 SESSION_EVENT_KINDS = {"created", "renamed", "deleted", "cleared", "updated", "summary", "model"}
 
 
@@ -62,60 +62,81 @@ def make_ssl_context(cert: str, key: str) -> ssl.SSLContext:
 
 
 class Server:
-    """The NPLT server. Tests run it in-process on port 0."""
+    """The NPLT server. Tests run it in-process on port 0.
+
+    ``services`` exists once ``start()`` has run; ``store``, ``runner``, ``hub``, ``agent``,
+    ``memory``, ``connections`` and ``slow_consumers`` read it (for tests and tools).
+    """
 
     version = VERSION
 
     def __init__(self, config: ServerConfig, agent: Any = None, store: Any = None, memory: Any = None) -> None:
         self.config = config
         self._agent_arg, self._store_arg, self._memory_arg = agent, store, memory
-        self.agent: Any = agent
-        self.store: Any = None
-        self.memory: Any = memory
-        self.hub = Hub()
-        self.runner = TurnRunner(self)
-        self.sessions: SessionService | None = None
-        self.auth = Authenticator(config.auth)
-        self.connections: set[ServerConnection] = set()
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self.services: Services | None = None
+        self.counters = Counters()
         self.host: str = config.server.host
         self.port: int | None = None
         self.stopping = False
-        self.started_monotonic = time.monotonic()
-        self.slow_consumers = 0
-        self.refusals = Refusals()
         self._ids = itertools.count(1)
         self._listener: asyncio.base_events.Server | None = None
         self._stopped: asyncio.Event | None = None
         self._owns_store = store is None
 
-    def next_conn_id(self) -> int:
-        return next(self._ids)
+    # -- views of the services ------------------------------------------------------------------------
+    def _svc(self) -> Services:
+        if self.services is None:
+            raise RuntimeError("the server is not started")
+        return self.services
 
-    def sessions_loaded(self) -> int:
-        count = getattr(self.store.sync, "loaded_count", None)
-        if callable(count):
-            count = count()
-        return int(count) if count is not None else self.hub.attached_sessions()
+    store = property(lambda self: self._svc().store)
+    hub = property(lambda self: self._svc().hub)
+    sessions = property(lambda self: self._svc().sessions)
+    runner = property(lambda self: self._svc().runner)
+    agent = property(lambda self: self._svc().agent)
+    memory = property(lambda self: self._svc().memory)
+    connections = property(lambda self: self._svc().connections)
+    slow_consumers = property(lambda self: self.counters.slow_consumers)
+    refusals = property(lambda self: self.counters.refusals)
+
+    def _build(self, store: Any) -> Services:
+        """Every service, once: hub -> sessions -> (agent, memory) -> runner."""
+        cfg = self.config
+        hub = Hub()
+        agent, memory = build_runtime(cfg, store, self.notify, self._agent_arg, self._memory_arg)
+        sessions = SessionService(store, hub, agent, memory)
+        runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
+                            limits=cfg.limits)
+        sessions.turns = runner
+        return Services(config=cfg, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
+                        memory=memory, auth=Authenticator(cfg.auth), counters=self.counters)
+
+    def _refuse_reason(self) -> str | None:
+        if self.stopping:
+            return "shutting down"
+        if len(self._svc().connections) >= self.config.limits.max_clients:
+            return "max_clients reached"
+        return None
+
+    def _new_connection(self) -> ServerConnection:
+        return ServerConnection(self._svc(), next(self._ids), self._refuse_reason)
 
     async def start(self) -> tuple[str, int]:
         """Open everything and listen; returns the bound (host, port)."""
         cfg = self.config
         check_bind_policy(cfg)
         ssl_ctx = make_ssl_context(cfg.server.tls_cert, cfg.server.tls_key) if cfg.server.tls_cert else None
-        self.loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         store = self._store_arg
         if store is None:
             store = await AsyncHistoryStore.open(cfg.storage)
         elif isinstance(store, HistoryStore):
             store = AsyncHistoryStore(store)
-        self.store = store
-        self.sessions = SessionService(self)
-        self.agent, self.memory = build_runtime(cfg, store, self.notify, self._agent_arg, self._memory_arg)
+        self.services = svc = self._build(store)
         try:
-            self._listener = await self.loop.create_server(
-                lambda: ServerConnection(self), cfg.server.host, cfg.server.port, ssl=ssl_ctx,
+            self._listener = await loop.create_server(
+                self._new_connection, cfg.server.host, cfg.server.port, ssl=ssl_ctx,
                 backlog=min(4096, max(128, cfg.limits.max_clients)))
         except BaseException:
             if self._owns_store:
@@ -123,9 +144,9 @@ class Server:
             raise
         sock = self._listener.sockets[0].getsockname()
         self.host, self.port = sock[0], sock[1]
-        self.started_monotonic = time.monotonic()
+        self.counters.started_monotonic = time.monotonic()
         log.info("listening on %s:%d (%s, agent %s, %s)", self.host, self.port, "TLS" if ssl_ctx else "TCP",
-                 self.agent.name, "single user" if cfg.single_user else f"{len(cfg.auth.users)} users")
+                 svc.agent.name, "single user" if cfg.single_user else f"{len(cfg.auth.users)} users")
         return self.host, self.port
 
     def notify(self, kind: str, session_id: str, payload: Any = None) -> asyncio.Future:
@@ -133,14 +154,15 @@ class Server:
 
         Returns a finished future, so the caller may await it or not.
         """
+        svc = self._svc()
         if kind in SESSION_EVENT_KINDS:
-            self.runner._spawn(self.sessions.publish_updated(session_id, kind))
+            svc.runner.spawn(svc.sessions.publish_updated(session_id, kind))
         else:
             p = payload if isinstance(payload, dict) else {"message": str(payload or kind)}
-            self.hub.publish_session_v3(session_id, MsgType.NOTICE, {
+            svc.hub.publish_session(session_id, Event(MsgType.NOTICE, {
                 "level": p.get("level", "warning"), "code": p.get("code", str(kind).upper()),
-                "message": p.get("message", ""), "session_id": session_id})
-        fut = self.loop.create_future()
+                "message": p.get("message", ""), "session_id": session_id}))
+        fut = asyncio.get_running_loop().create_future()
         fut.set_result(None)
         return fut
 
@@ -157,26 +179,25 @@ class Server:
         log.info("shutting down")
         if self._listener is not None:
             self._listener.close()
-        await self.runner.shutdown(timeout=grace_s)
-        for conn in list(self.connections):
+        svc = self.services
+        if svc is None:  # never started
+            return
+        await svc.runner.shutdown(timeout=grace_s)
+        for conn in list(svc.connections):
             conn.shutdown()
-        tasks = [t for conn in list(self.connections) for t in conn.pending.values()]
+        tasks = [t for conn in list(svc.connections) for t in conn.pending.values()]
         if tasks:  # requests already being answered (e.g. an append in progress) may finish
             _, late = await asyncio.wait(tasks, timeout=grace_s)
             for t in late:
                 t.cancel()
-        if hasattr(self.memory, "aclose"):  # background summaries are cancelled: they change nothing
-            try:
-                await self.memory.aclose()
-            except Exception:
-                log.exception("memory close failed")
-        if self.agent is not None and hasattr(self.agent, "aclose"):
-            try:
-                await self.agent.aclose()
-            except Exception:
-                log.exception("agent close failed")
-        if self._owns_store and self.store is not None:
-            await self.store.close()
+        for name, part in (("memory", svc.memory), ("agent", svc.agent)):
+            if hasattr(part, "aclose"):  # background summaries are cancelled: they change nothing
+                try:
+                    await part.aclose()
+                except Exception:  # the rest of the shutdown (the store's compaction) must still run
+                    log.exception("%s close failed", name)
+        if self._owns_store:
+            await svc.store.close()
         if self._listener is not None:
             try:
                 await asyncio.wait_for(self._listener.wait_closed(), timeout=grace_s)

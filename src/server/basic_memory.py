@@ -1,20 +1,17 @@
-"""BasicMemory: the stand-in for server.memory.MemoryManager when that package is not available.
+"""BasicMemory: a minimal stand-in for server.memory.MemoryManager, used only when asked for.
 
-It does NOT summarize or recall: the context is only the system prompt and the new message. The server
-uses the real MemoryManager whenever it can be imported (see server.wiring); this class exists so the
-turn pipeline has one code path either way, and the context metadata says ``"memory": "basic"``.
+It does NOT summarize or recall: the context is only the system prompt and the new message, and the
+context metadata says ``"memory": "basic"``. The server always wires the real MemoryManager; tests
+(and benchmarks) that must not depend on the memory layer ask for this one with ``memory="basic"``
+(see server.wiring).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from server.agent.base import BuiltContext
+from server.agent.config import DEFAULT_SYSTEM_PROMPT
 from storage.models import ChatMessage
-
-DEFAULT_SYSTEM_PROMPT = (
-    "You are NPLT Assistant, a remote operations assistant. Answer concisely and use the read-only "
-    "system tools when the question is about this machine."
-)
 
 
 class BasicMemory:

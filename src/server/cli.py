@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+from pathlib import Path
 from typing import Any, Mapping
 
 from server.config import (LOG_FORMATS, LOG_LEVELS, MIN_LEGACY_GRACE_MS, LimitsConfig, ServerConfig,
@@ -118,3 +120,12 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> ServerCo
     data = load_toml(path) if path else {}
     data = merge(merge(data, env_overrides(env)), flag_overrides(ns))
     return ServerConfig.from_dict(data, env=env)
+
+
+def load_config(argv: list[str] | None = None, env: Mapping[str, str] | None = None,
+                path: str | Path | None = None) -> ServerConfig:
+    """Parse flags (``argv``), the environment and the TOML file into a validated config."""
+    ns = build_parser().parse_args(list(argv or []))
+    if path is not None:
+        ns.config = str(path)
+    return config_from_args(ns, os.environ if env is None else env)

@@ -1,13 +1,13 @@
 """Server configuration: the [server], [limits] and [auth] sections plus the sections owned by other packages.
 
-Precedence, highest first: command-line flags > environment ``NPLT_*`` > TOML file (``--config``) > defaults.
+Precedence, highest first: command-line flags > environment ``NPLT_*`` > TOML file (``--config``) > defaults
+(flags and environment are read by ``server.cli``: ``load_config``).
 The sections of storage, agent, tools and memory are delegated to their owners' ``from_dict``. Every bad value raises :class:`server.config_base.ConfigError` naming the key.
 """
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -52,17 +52,17 @@ class ServerSection:
 
     @classmethod
     def from_dict(cls, d: dict) -> ServerSection:
-        s = "server"
+        s, df = "server", cls()   # df: the defaults, written once (the field defaults above)
         check_keys(s, d, {f.name for f in dataclasses.fields(cls)})
         sec = cls(
-            host=get_str(s, d, "host", "127.0.0.1"),
-            port=get_int(s, d, "port", 9999, 0, 65535),
-            log_level=_choice(s, d, "log_level", "info", LOG_LEVELS),
-            log_format=_choice(s, d, "log_format", "text", LOG_FORMATS),
-            insecure=get_bool(s, d, "insecure", False),
-            tls_cert=get_str(s, d, "tls_cert", None),
-            tls_key=get_str(s, d, "tls_key", None),
-            legacy_grace_ms=get_int(s, d, "legacy_grace_ms", 300, MIN_LEGACY_GRACE_MS, 60_000),
+            host=get_str(s, d, "host", df.host),
+            port=get_int(s, d, "port", df.port, 0, 65535),
+            log_level=_choice(s, d, "log_level", df.log_level, LOG_LEVELS),
+            log_format=_choice(s, d, "log_format", df.log_format, LOG_FORMATS),
+            insecure=get_bool(s, d, "insecure", df.insecure),
+            tls_cert=get_str(s, d, "tls_cert", df.tls_cert),
+            tls_key=get_str(s, d, "tls_key", df.tls_key),
+            legacy_grace_ms=get_int(s, d, "legacy_grace_ms", df.legacy_grace_ms, MIN_LEGACY_GRACE_MS, 60_000),
         )
         if not sec.host:
             raise ConfigError("server.host", "must not be empty")
@@ -89,21 +89,21 @@ class LimitsConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> LimitsConfig:
-        s = "limits"
+        s, df = "limits", cls()   # df: the defaults, written once (the field defaults above)
         check_keys(s, d, {f.name for f in dataclasses.fields(cls)})
         lim = cls(
-            max_clients=get_int(s, d, "max_clients", 256, 1, 1_000_000),
-            max_message_size=get_int(s, d, "max_message_size", 8 << 20, 65535, 1 << 30),
-            max_pending_requests=get_int(s, d, "max_pending_requests", 32, 1, 10_000),
-            max_page_size=get_int(s, d, "max_page_size", 200, 1, 10_000),
-            max_queued_turns=get_int(s, d, "max_queued_turns", 8, 0, 10_000),
-            max_active_turns_per_user=get_int(s, d, "max_active_turns_per_user", 16, 1, 100_000),
-            idle_timeout_s=get_float(s, d, "idle_timeout_s", 300.0, 0.05, 86_400.0),
-            ping_interval_s=get_float(s, d, "ping_interval_s", 60.0, 0.05, 86_400.0),
-            handshake_timeout_s=get_float(s, d, "handshake_timeout_s", 10.0, 0.05, 3_600.0),
-            max_output_buffer=get_int(s, d, "max_output_buffer", 4 << 20, 65536, 1 << 31),
-            max_text_chars=get_int(s, d, "max_text_chars", 32000, 1, 10_000_000),
-            shutdown_grace_s=get_float(s, d, "shutdown_grace_s", 5.0, 0.1, 600.0),
+            max_clients=get_int(s, d, "max_clients", df.max_clients, 1, 1_000_000),
+            max_message_size=get_int(s, d, "max_message_size", df.max_message_size, 65535, 1 << 30),
+            max_pending_requests=get_int(s, d, "max_pending_requests", df.max_pending_requests, 1, 10_000),
+            max_page_size=get_int(s, d, "max_page_size", df.max_page_size, 1, 10_000),
+            max_queued_turns=get_int(s, d, "max_queued_turns", df.max_queued_turns, 0, 10_000),
+            max_active_turns_per_user=get_int(s, d, "max_active_turns_per_user", df.max_active_turns_per_user, 1, 100_000),
+            idle_timeout_s=get_float(s, d, "idle_timeout_s", df.idle_timeout_s, 0.05, 86_400.0),
+            ping_interval_s=get_float(s, d, "ping_interval_s", df.ping_interval_s, 0.05, 86_400.0),
+            handshake_timeout_s=get_float(s, d, "handshake_timeout_s", df.handshake_timeout_s, 0.05, 3_600.0),
+            max_output_buffer=get_int(s, d, "max_output_buffer", df.max_output_buffer, 65536, 1 << 31),
+            max_text_chars=get_int(s, d, "max_text_chars", df.max_text_chars, 1, 10_000_000),
+            shutdown_grace_s=get_float(s, d, "shutdown_grace_s", df.shutdown_grace_s, 0.1, 600.0),
         )
         if lim.ping_interval_s >= lim.idle_timeout_s:
             raise ConfigError(
@@ -196,16 +196,6 @@ class ServerConfig:
             tools=_section(ToolsConfig.from_dict, d.get("tools", {})),
             memory=_section(MemoryConfig.from_dict, {k: d[k] for k in MEMORY_SECTIONS if k in d}),
         )
-
-    @classmethod
-    def load(cls, argv: list[str] | None = None, env: Mapping[str, str] | None = None,
-             path: str | Path | None = None) -> ServerConfig:
-        """Parse flags (``argv``), the environment and the TOML file into a validated config."""
-        from server.cli import build_parser, config_from_args
-        ns = build_parser().parse_args(list(argv or []))
-        if path is not None:
-            ns.config = str(path)
-        return config_from_args(ns, os.environ if env is None else env)
 
     @property
     def single_user(self) -> bool:

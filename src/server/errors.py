@@ -1,27 +1,57 @@
-"""HandlerError: a request failed with a stable protocol error code (sent as ERROR with the request's id).
+"""The errors a request can end with, each with a stable ``ErrorCode`` (docs/protocol.md §8).
 
-Also the ERROR frame for a connection refused before it has a codec state (``server_full_frame``).
+``HandlerError`` is raised by handlers and services and answered as ``ERROR {code, message}`` with the
+request's id. ``failure_of`` maps what the store raises to a code: its own errors carry theirs
+(``StorageError.code``); an ``OSError`` from the store (a full disk, an I/O error) is
+``STORAGE_ERROR``, never "not found". Also the ERROR frame for a connection refused before it has a
+codec state (``server_full_frame``).
 """
 from __future__ import annotations
 
 import orjson
 
-from protocol import MsgType, encode_frame
+from protocol import ErrorCode, MsgType, encode_frame
 from protocol.messages import request_id
+from storage.errors import StorageError
 
 
 class HandlerError(Exception):
     """Raised by handlers and services; the connection answers ``ERROR {code, message}``."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        if not isinstance(code, ErrorCode):
+            raise TypeError(f"HandlerError needs an ErrorCode, got {code!r}")
         super().__init__(f"{code}: {message}")
-        self.code = str(code)
+        self.code = code
         self.message = message
 
 
 def not_found(what: str = "session") -> HandlerError:
     """The one answer for missing and foreign objects alike, so ids do not leak."""
-    return HandlerError("NOT_FOUND", f"no such {what}")
+    return HandlerError(ErrorCode.NOT_FOUND, f"no such {what}")
+
+
+def _code(raw: str) -> ErrorCode:
+    try:
+        return ErrorCode(raw)
+    except ValueError:
+        return ErrorCode.INTERNAL
+
+
+def failure_of(exc: BaseException) -> HandlerError | None:
+    """The client-facing error for ``exc``, or None when it is a bug (logged, answered INTERNAL).
+
+    HandlerError as it is; a StorageError by its code (NOT_FOUND, INVALID_MESSAGE, STORAGE_ERROR, ...);
+    an OSError (raised by the store's file I/O: ENOSPC, EIO, ...) as STORAGE_ERROR.
+    """
+    if isinstance(exc, HandlerError):
+        return exc
+    if isinstance(exc, StorageError):
+        return HandlerError(_code(exc.code), exc.message)
+    if isinstance(exc, OSError):
+        reason = exc.strerror or type(exc).__name__
+        return HandlerError(ErrorCode.STORAGE_ERROR, f"the server could not store or read this: {reason}")
+    return None
 
 
 def server_full_frame(first: bytes, max_clients: int) -> bytes:
@@ -38,7 +68,7 @@ def server_full_frame(first: bytes, max_clients: int) -> bytes:
         try:
             re = request_id(orjson.loads(first[5:end]))
         except orjson.JSONDecodeError:
-            pass
-    payload = orjson.dumps({"re": re, "code": "SERVER_FULL", "fatal": True,
+            re = None   # a HELLO we cannot read still gets the error, without an id
+    payload = orjson.dumps({"re": re, "code": ErrorCode.SERVER_FULL, "fatal": True,
                             "message": f"the server is full ({max_clients} clients)"})
     return encode_frame(MsgType.ERROR, 0, payload)

@@ -1,116 +1,116 @@
-"""The hub: which connections are attached to which session, and which belong to which user.
+"""The hub: which subscribers are attached to which session, and which belong to which user.
 
-Turn events go to every connection attached to the turn's session (``"re"`` set only on the connection
-that sent the chat request); SESSION_EVENT and NOTICE go to every v3 connection of the user. Each
-distinct payload is JSON-encoded once, then framed per connection (the frame header carries the
-connection's own sequence number).
+A subscriber is anything with the ``Subscriber`` shape: the v3 connection's port
+(``server.v3_port``) and the v2 adapter (``server.legacy_v2``) alike; the hub does not know which
+it is talking to. Turn events go to every subscriber attached to the turn's session, ``mine`` set
+only for the one that sent the chat request (its events carry the request's ``re``); SESSION_EVENT
+and NOTICE go to ``event`` (a v2 subscriber ignores them). The body of an event is encoded at most
+once for all subscribers (``Event.shared``), then framed per connection.
 """
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable, Protocol
 
-import orjson
-
-from server.fit import SLACK, cut_strings
-
-if TYPE_CHECKING:  # pragma: no cover
-    from server.connection import ServerConnection
-
-log = logging.getLogger("nplt.hub")
+from server.wire import encode_event
 
 
-def _encode(body: dict[str, Any], limit: int) -> bytes:
-    """JSON of a turn event; one over ``limit`` is sent with its longest texts cut (server.fit)."""
-    payload = orjson.dumps(body)
-    if len(payload) > limit:
-        payload = orjson.dumps(cut_strings(body, limit - SLACK))
-    return payload
+class Event:
+    """One event (a type code and its body, without ``re``), encoded once on first use."""
+
+    __slots__ = ("type", "body", "_shared")
+
+    def __init__(self, msg_type: int, body: dict[str, Any]) -> None:
+        self.type = msg_type
+        self.body = body
+        self._shared: bytes | None = None
+
+    def shared(self, limit: int) -> bytes:
+        """The payload with ``"re": null`` (cut to ``limit`` if needed), encoded once."""
+        if self._shared is None:
+            self._shared = encode_event(self.body, None, limit)
+        return self._shared
+
+    def answering(self, re: Any, limit: int) -> bytes:
+        """The payload with the request id ``re`` (for the subscriber that sent the request)."""
+        return encode_event(self.body, re, limit)
+
+
+class Subscriber(Protocol):
+    """What the hub delivers to: one per connection."""
+
+    user_id: str | None
+    session_id: str | None
+
+    @property
+    def closed(self) -> bool: ...
+    def turn_event(self, event: Event, mine: bool, re: Any) -> None: ...
+    def event(self, event: Event) -> None: ...
+    def session_moved(self, deleted_id: str, new_id: str) -> None: ...
 
 
 class Hub:
-    """Connection registry per session and per user, with encode-once fan-out."""
+    """Subscriber registry per session and per user, with encode-once fan-out."""
 
     def __init__(self) -> None:
-        self._by_session: dict[str, set[ServerConnection]] = {}
-        self._by_user: dict[str, set[ServerConnection]] = {}
+        self._by_session: dict[str, set[Subscriber]] = {}
+        self._by_user: dict[str, set[Subscriber]] = {}
 
     # -- registry -------------------------------------------------------------------------------
-    def add_user(self, conn: ServerConnection, user_id: str) -> None:
-        self._by_user.setdefault(user_id, set()).add(conn)
+    def add_user(self, sub: Subscriber, user_id: str) -> None:
+        sub.user_id = user_id
+        self._by_user.setdefault(user_id, set()).add(sub)
 
-    def attach(self, conn: ServerConnection, session_id: str) -> None:
-        """Attach ``conn`` to ``session_id`` (detaching it from its previous session)."""
-        old = conn.session_id
+    def attach(self, sub: Subscriber, session_id: str) -> None:
+        """Attach ``sub`` to ``session_id`` (detaching it from its previous session)."""
+        old = sub.session_id
         if old is not None and old != session_id:
-            self._discard(self._by_session, old, conn)
-        conn.session_id = session_id
-        self._by_session.setdefault(session_id, set()).add(conn)
+            self._discard(self._by_session, old, sub)
+        sub.session_id = session_id
+        self._by_session.setdefault(session_id, set()).add(sub)
 
-    def remove(self, conn: ServerConnection) -> None:
-        """Forget ``conn`` entirely (it closed)."""
-        if conn.session_id is not None:
-            self._discard(self._by_session, conn.session_id, conn)
-        if conn.user_id is not None:
-            self._discard(self._by_user, conn.user_id, conn)
+    def remove(self, sub: Subscriber) -> None:
+        """Forget ``sub`` entirely (its connection closed)."""
+        if sub.session_id is not None:
+            self._discard(self._by_session, sub.session_id, sub)
+        if sub.user_id is not None:
+            self._discard(self._by_user, sub.user_id, sub)
 
     @staticmethod
-    def _discard(table: dict[str, set], key: str, conn: Any) -> None:
-        conns = table.get(key)
-        if conns is not None:
-            conns.discard(conn)
-            if not conns:
+    def _discard(table: dict[str, set], key: str, sub: Subscriber) -> None:
+        subs = table.get(key)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
                 del table[key]
 
-    def session_connections(self, session_id: str) -> set[ServerConnection]:
+    def session_subscribers(self, session_id: str) -> set[Subscriber]:
         return self._by_session.get(session_id, set())
-
-    def user_connections(self, user_id: str) -> set[ServerConnection]:
-        return self._by_user.get(user_id, set())
 
     def attached_sessions(self) -> int:
         return len(self._by_session)
 
     # -- fan-out --------------------------------------------------------------------------------
-    def publish_turn(self, session_id: str, msg_type: int, body: dict[str, Any],
-                     origin: ServerConnection | None = None, re: Any = None) -> None:
-        """Send a turn event to the session's connections; ``body`` must not contain ``re``."""
-        conns = self._by_session.get(session_id)
-        if origin is not None and not origin.closing and (conns is None or origin not in conns):
+    def publish_turn(self, session_id: str, event: Event, origin: Subscriber | None = None,
+                     re: Any = None) -> None:
+        """A turn event to the session's subscribers, and to ``origin`` (the sender) wherever it is."""
+        subs = self._by_session.get(session_id)
+        if origin is not None and not origin.closed and (subs is None or origin not in subs):
             # the sender switched away (or chatted into another session): it still sees its turn
-            conns = {origin, *conns} if conns else {origin}
-        if not conns:
+            subs = {origin, *subs} if subs else {origin}
+        if not subs:
             return
-        shared: bytes | None = None
-        for conn in tuple(conns):
-            if conn.legacy is not None:
-                try:
-                    conn.legacy.on_turn_event(msg_type, body, conn is origin)
-                except Exception:   # one broken connection must not stop the turn or the others
-                    log.exception("v2 connection %s failed on a turn event; closing it", conn.conn_id)
-                    conn.close()
-                continue
-            if conn is origin and re is not None:
-                conn.send_payload(msg_type, _encode({"re": re, **body}, conn.limits.max_message_size))
-            else:
-                if shared is None:
-                    shared = _encode({"re": None, **body}, conn.limits.max_message_size)
-                conn.send_payload(msg_type, shared)
+        for sub in tuple(subs):
+            sub.turn_event(event, sub is origin, re)
 
-    def publish_user(self, user_id: str, msg_type: int, body: dict[str, Any]) -> None:
-        """Send an event (``re`` null) to every v3 connection of ``user_id``."""
-        self._publish(self._by_user.get(user_id, ()), msg_type, body)
+    def publish_user(self, user_id: str, event: Event) -> None:
+        """An event (``re`` null) to every subscriber of ``user_id``."""
+        self._publish(self._by_user.get(user_id, ()), event)
 
-    def publish_session_v3(self, session_id: str, msg_type: int, body: dict[str, Any]) -> None:
-        """Send an event (``re`` null) to the v3 connections attached to ``session_id``."""
-        self._publish(self._by_session.get(session_id, ()), msg_type, body)
+    def publish_session(self, session_id: str, event: Event) -> None:
+        """An event (``re`` null) to the subscribers attached to ``session_id``."""
+        self._publish(self._by_session.get(session_id, ()), event)
 
     @staticmethod
-    def _publish(conns: Iterable[ServerConnection], msg_type: int, body: dict[str, Any]) -> None:
-        shared: bytes | None = None
-        for conn in tuple(conns):
-            if conn.legacy is not None:
-                continue
-            if shared is None:
-                shared = orjson.dumps({"re": None, **body})
-            conn.send_payload(msg_type, shared)
+    def _publish(subs: Iterable[Subscriber], event: Event) -> None:
+        for sub in tuple(subs):
+            sub.event(event)

@@ -10,31 +10,50 @@ marker, in order), and notices (``session_moved``) go through the same queue. No
 codes is ever sent: requests that cannot be served are answered in text or ignored. A v2 connection
 sees the events of the turns it started itself (not those of v3 clients on the same session), and
 has no token, so a server with users configured refuses v2 connections with an explanation.
+
+The adapter is the connection's hub subscriber, like a v3 port: it translates the turn events of
+its own turns into v2 frames and ignores the rest. Requests go through its own table
+(``V2_HANDLERS``); it talks to the connection only through the small ``V2Host`` interface.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Awaitable, Callable, Protocol
 
 import orjson
 
-from protocol import InvalidMessage, Message, MsgType, ProtocolError, split_text_utf8
+from protocol import Connection as Codec
+from protocol import ErrorCode, InvalidMessage, Message, MsgType, ProtocolError, split_text_utf8
 from protocol.textsplit import cut_text_utf8
 from server import legacy_v2_sessions as sessions
 from server.auth import LOCAL_USER
-from server.errors import HandlerError
+from server.config import LimitsConfig
+from server.errors import HandlerError, failure_of
+from server.hub import Event
 from server.legacy_v2_history import (MAX_FRAME_TEXT, HistoryRequestError, error_document,
                                       history_document, parse_history_request)
-from storage.errors import StorageError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from server.connection import ServerConnection
-    from storage.models import SessionRecord
+from server.services import Services
+from storage.models import SessionRecord
 
 log = logging.getLogger("nplt.v2")
 
 _STOP = object()
+
+
+class V2Host(Protocol):
+    """What the adapter needs of its connection."""
+
+    codec: Codec
+    limits: LimitsConfig
+    conn_id: int
+
+    @property
+    def closing(self) -> bool: ...
+    def write(self, data: bytes) -> None: ...
+    def close(self) -> None: ...
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
 
 
 class _Notice:
@@ -46,26 +65,16 @@ class _Notice:
         self.text = text
 
 
-def _ref(payload: bytes, key: str) -> str:
-    """``{"<key>": value}`` JSON, a JSON string, or the bare text."""
-    text = payload.decode("utf-8", errors="replace").strip()
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return text
-    if isinstance(value, dict):
-        value = value.get(key, "")
-    return value.strip() if isinstance(value, str) else str(value)
-
-
 class LegacyV2:
-    """The v2 side of one ServerConnection."""
+    """The v2 side of one connection, and its hub subscriber."""
 
     max_reply_bytes = MAX_FRAME_TEXT
 
-    def __init__(self, conn: ServerConnection) -> None:
-        self.conn = conn
-        self.server = conn.server
+    def __init__(self, host: V2Host, services: Services) -> None:
+        self.host = host
+        self.services = services
+        self.user_id: str | None = None
+        self.session_id: str | None = None
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.worker: asyncio.Task | None = None
         self.streamed: set[str] = set()
@@ -75,19 +84,35 @@ class LegacyV2:
 
     # -- plumbing ------------------------------------------------------------------------------------
     def start(self) -> None:
-        self.worker = self.conn.loop.create_task(self._run())
+        self.worker = asyncio.get_running_loop().create_task(self._run())
 
     def on_events(self, events: list) -> None:
         for ev in events:
             self.queue.put_nowait(ev)
-        if self.queue.qsize() > self.conn.limits.max_pending_requests and not self.paused:
+        if self.queue.qsize() > self.host.limits.max_pending_requests and not self.paused:
             self.paused = True
-            self.conn.transport.pause_reading()
+            self.host.pause_reading()
 
-    def closed(self) -> None:
+    def stop(self) -> None:
+        """The connection closed, or will receive nothing more: the worker ends after what is queued."""
         self.queue.put_nowait(_STOP)
         if self._turn_done is not None:
             self._turn_done.set()
+
+    # -- hub subscriber ------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self.host.closing
+
+    def turn_event(self, event: Event, mine: bool, re: Any) -> None:
+        try:
+            self.on_turn_event(event.type, event.body, mine)
+        except Exception:   # one broken connection must not stop the turn or the others
+            log.exception("v2 connection %s failed on a turn event; closing it", self.host.conn_id)
+            self.host.close()
+
+    def event(self, event: Event) -> None:
+        """Session events and notices have no v2 form: v2 clients learn changes from replies."""
 
     def session_moved(self, deleted_id: str, new_id: str) -> None:
         """Another connection deleted this connection's session and re-attached it to ``new_id``.
@@ -100,17 +125,17 @@ class LegacyV2:
     # -- output --------------------------------------------------------------------------------------
     def _write_text(self, text: str) -> None:
         """CHAT_TEXT frames carrying ``text`` (an answer's chunks; nothing for empty text)."""
-        conn = self.conn
+        host = self.host
         for chunk in split_text_utf8(text, MAX_FRAME_TEXT):
-            conn.write(conn.codec.send(MsgType.CHAT_TEXT, chunk))
+            host.write(host.codec.send(MsgType.CHAT_TEXT, chunk))
 
     def reply(self, text: str) -> None:
         """One CHAT_TEXT frame: ``text``, cut (marked "…") if its UTF-8 is over one frame."""
-        conn = self.conn
+        host = self.host
         data = (text or " ").encode()
         if len(data) > MAX_FRAME_TEXT:
             data = cut_text_utf8(text, MAX_FRAME_TEXT).encode()
-        conn.write(conn.codec.send(MsgType.CHAT_TEXT, data))
+        host.write(host.codec.send(MsgType.CHAT_TEXT, data))
 
     def send_text(self, text: str) -> None:
         """A last word before the connection closes (shutdown): an open answer is ended first."""
@@ -120,66 +145,67 @@ class LegacyV2:
 
     def send_end(self) -> None:
         self.streaming = False
-        self.conn.write(self.conn.codec.send(MsgType.CHAT_TEXT, b""))
+        self.host.write(self.host.codec.send(MsgType.CHAT_TEXT, b""))
 
     def thought(self, kind: str, content: Any) -> None:
         payload = orjson.dumps({"type": kind, "content": content})
         if len(payload) > MAX_FRAME_TEXT:
             payload = orjson.dumps({"type": kind, "content": str(content)[:4000] + "…"})
-        self.conn.write(self.conn.codec.send(MsgType.AGENT_THOUGHT, payload))
+        self.host.write(self.host.codec.send(MsgType.AGENT_THOUGHT, payload))
 
     async def _run(self) -> None:
         if not await self._welcome():
             return
         while True:
             ev = await self.queue.get()
-            if ev is _STOP or self.conn.closing:
+            if ev is _STOP or self.host.closing:
                 return
-            if self.paused and self.queue.qsize() <= self.conn.limits.max_pending_requests // 2:
+            if self.paused and self.queue.qsize() <= self.host.limits.max_pending_requests // 2:
                 self.paused = False
-                self.conn.transport.resume_reading()
+                self.host.resume_reading()
             try:
                 await self._handle(ev)
             except Exception as exc:
-                if isinstance(exc, (HandlerError, StorageError)):
-                    problem = exc.message
-                else:
-                    log.exception("v2 request failed on connection %s", self.conn.conn_id)
+                err = failure_of(exc)
+                if err is None:
+                    log.exception("v2 request failed on connection %s", self.host.conn_id)
                     problem = "internal error"
+                else:
+                    problem = err.message
                 if getattr(ev, "type", None) == MsgType.CHAT_TEXT:
                     self._chat_error(problem)
                 else:
                     self.reply(f"Error: {problem}")
 
     async def _welcome(self) -> bool:
-        srv = self.server
-        if srv.auth.enabled:
+        svc = self.services
+        if svc.auth.enabled:
             self.reply("This server requires authentication: connect with an NPLT v3 client and a token.")
-            self.conn.close()
+            self.host.close()
             return False
-        rec, _ = await srv.sessions.newest_or_new(LOCAL_USER)
-        self.conn.user_id = LOCAL_USER
-        if self.conn.closing:
+        rec, _ = await svc.sessions.newest_or_new(LOCAL_USER)
+        if self.host.closing:
             return False
-        srv.hub.attach(self.conn, rec.session_id)
-        self.reply(f"Welcome to NPLT Assistant ({srv.agent.name}). Session: {rec.session_id} "
+        svc.hub.add_user(self, LOCAL_USER)
+        svc.hub.attach(self, rec.session_id)
+        self.reply(f"Welcome to NPLT Assistant ({svc.agent.name}). Session: {rec.session_id} "
                    f"({rec.message_count} messages). Type a message to chat.")
         return True
 
     async def current(self) -> tuple[SessionRecord, str]:
         """The connection's session and "" if it still exists; otherwise the connection is moved to
         the user's newest session (or a new one) and the second item says so."""
-        srv = self.server
-        old = self.conn.session_id
+        svc = self.services
+        old = self.session_id
         try:
-            return await srv.sessions.owned(LOCAL_USER, old), ""
+            return await svc.sessions.owned(LOCAL_USER, old), ""
         except HandlerError as exc:
-            if exc.code != "NOT_FOUND":
+            if exc.code != ErrorCode.NOT_FOUND:
                 raise
-        rec, created = await srv.sessions.newest_or_new(LOCAL_USER)
-        srv.hub.attach(self.conn, rec.session_id)
+        rec, created = await svc.sessions.newest_or_new(LOCAL_USER)
+        svc.hub.attach(self, rec.session_id)
         if created:
-            await srv.sessions.publish_event("created", rec)
+            await svc.sessions.publish_event("created", rec)
         return rec, (f"Session {old} was deleted; you are now in session {rec.session_id} "
                      f"({rec.message_count} messages).")
 
@@ -188,39 +214,22 @@ class LegacyV2:
         if isinstance(ev, _Notice):
             self.reply(ev.text)
             return
-        t = ev.type
         if isinstance(ev, InvalidMessage):
-            if t == MsgType.CHAT_TEXT:
+            if ev.type == MsgType.CHAT_TEXT:
                 self._chat_error(ev.error.message)
             return
-        body: bytes = ev.body  # type: ignore[assignment]
-        if t == MsgType.CHAT_TEXT:
-            await self._chat(ev)
-        elif t == MsgType.HISTORY_REQUEST:
-            await self._history(body)
-        elif t == MsgType.SESSION_LIST:
-            await sessions.session_list(self)
-        elif t == MsgType.SESSION_NEW:
-            await sessions.session_new(self)
-        elif t == MsgType.SESSION_SWITCH:
-            await sessions.session_switch(self, _ref(body, "session_id"))
-        elif t == MsgType.SESSION_DELETE:
-            await sessions.session_delete(self, _ref(body, "session_id"))
-        elif t == MsgType.CLEAR_REQUEST:
-            await sessions.clear(self)
-        elif t == MsgType.MODEL_SWITCH:
-            await sessions.model_switch(self, _ref(body, "model"))
-        elif t in (MsgType.FILE_METADATA, MsgType.DOWNLOAD_OFFER):
-            self.reply("File transfer is not supported by this server.")
-        else:  # CLIENT_UDP_PORT (no UDP transfer), FILE_DATA, unknown and v3-only codes: ignored
-            log.debug("v2 connection %s: ignored frame type 0x%02X", self.conn.conn_id, int(t))
+        handler = V2_HANDLERS.get(ev.type)
+        if handler is None:  # CLIENT_UDP_PORT (no UDP transfer), FILE_DATA, unknown and v3-only codes
+            log.debug("v2 connection %s: ignored frame type 0x%02X", self.host.conn_id, int(ev.type))
+            return
+        await handler(self, ev)
 
     def _chat_error(self, problem: str) -> None:
         """A chat that starts no turn is answered like one: the error text, then the end marker."""
         self.reply(f"Error: {problem}")
         self.send_end()
 
-    async def _chat(self, ev: Message) -> None:
+    async def chat(self, ev: Message) -> None:
         try:
             text = ev.text
         except ProtocolError as exc:
@@ -229,7 +238,7 @@ class LegacyV2:
         if text == "HEARTBEAT":
             self.reply("HEARTBEAT")
             return
-        cap = self.conn.limits.max_text_chars
+        cap = self.host.limits.max_text_chars
         if not text.strip():
             self._chat_error("empty message")
             return
@@ -242,37 +251,43 @@ class LegacyV2:
                 self._chat_error(f"{note} Your message was not sent; send it again.")
                 return
             done = self._turn_done = asyncio.Event()
-            await self.server.runner.submit(self.conn, LOCAL_USER, rec.session_id, text)
-        except (HandlerError, StorageError) as exc:
+            await self.services.runner.submit(self, LOCAL_USER, rec.session_id, text)
+        except Exception as exc:
             self._turn_done = None
-            self._chat_error(exc.message)
+            err = failure_of(exc)
+            if err is None:
+                raise
+            self._chat_error(err.message)
             return
         try:
             await done.wait()  # the next request is handled once this turn's end marker is out
         finally:
             self._turn_done = None
 
-    async def _history(self, payload: bytes) -> None:
+    async def history(self, ev: Message) -> None:
         """One CHAT_TEXT: the history document, or ``{"error": {"code", "message"}}``."""
         try:
-            before, limit = parse_history_request(payload, self.conn.limits.max_page_size)
+            before, limit = parse_history_request(ev.body, self.host.limits.max_page_size)
             rec, note = await self.current()
             if note:
                 raise HistoryRequestError("NOT_FOUND", f"{note} Send the request again for its history.")
-            page = await self.server.store.page(rec.session_id, before=before, limit=limit)
-        except (HistoryRequestError, HandlerError, StorageError) as exc:
+            page = await self.services.store.page(rec.session_id, before=before, limit=limit)
+        except HistoryRequestError as exc:
             self.reply(error_document(exc.code, exc.message))
             return
-        except Exception:
-            log.exception("v2 history request failed on connection %s", self.conn.conn_id)
-            self.reply(error_document("INTERNAL", "internal error"))
+        except Exception as exc:
+            err = failure_of(exc)
+            if err is None:
+                log.exception("v2 history request failed on connection %s", self.host.conn_id)
+                err = HandlerError(ErrorCode.INTERNAL, "internal error")
+            self.reply(error_document(err.code, err.message))
             return
         self.reply(history_document(rec.session_id, page))
 
     # -- turn events ---------------------------------------------------------------------------------
     def on_turn_event(self, msg_type: int, body: dict[str, Any], is_origin: bool) -> None:
         """Translate a v3 turn event of a turn this connection started into v2 frames."""
-        if not is_origin or self.conn.closing:
+        if not is_origin or self.host.closing:
             return
         if msg_type == MsgType.ANSWER_DELTA:
             self.streamed.add(body["turn_id"])
@@ -301,3 +316,24 @@ class LegacyV2:
             self.send_end()
             if self._turn_done is not None:
                 self._turn_done.set()
+
+
+async def _unsupported_file(v2: LegacyV2, ev: Message) -> None:
+    v2.reply("File transfer is not supported by this server.")
+
+
+V2Handler = Callable[[LegacyV2, Message], Awaitable[None]]
+
+# THE v2 dispatch table: type code -> handler (the adapter, the request). Other codes are ignored.
+V2_HANDLERS: dict[int, V2Handler] = {
+    MsgType.CHAT_TEXT: LegacyV2.chat,
+    MsgType.HISTORY_REQUEST: LegacyV2.history,
+    MsgType.SESSION_LIST: sessions.session_list,
+    MsgType.SESSION_NEW: sessions.session_new,
+    MsgType.SESSION_SWITCH: sessions.session_switch,
+    MsgType.SESSION_DELETE: sessions.session_delete,
+    MsgType.CLEAR_REQUEST: sessions.clear,
+    MsgType.MODEL_SWITCH: sessions.model_switch,
+    MsgType.FILE_METADATA: _unsupported_file,
+    MsgType.DOWNLOAD_OFFER: _unsupported_file,
+}

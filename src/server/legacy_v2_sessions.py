@@ -6,16 +6,41 @@ the user's newest session, or a new one, and the reply says so instead of acting
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+import orjson
+
+from protocol import Message
 from server.auth import LOCAL_USER
+from server.services import Services
+from server.sessions import TITLE_CHARS
+from storage.models import SessionRecord
 
-if TYPE_CHECKING:  # pragma: no cover
-    from server.legacy_v2 import LegacyV2
-    from storage.models import SessionRecord
-
-TITLE_CHARS = 80          # a title longer than this is shown cut in the session list
 ECHO_CHARS = 64           # client input quoted back in a reply (an unknown model name) is cut to this
+
+
+class V2Adapter(Protocol):
+    """What these handlers use of ``server.legacy_v2.LegacyV2`` (the adapter is also a hub subscriber)."""
+
+    services: Services
+    session_id: str | None
+    max_reply_bytes: int
+
+    def reply(self, text: str) -> None: ...
+    async def current(self) -> tuple[SessionRecord, str]: ...
+
+
+def _ref(ev: Message, key: str) -> str:
+    """``{"<key>": value}`` JSON, a JSON string, or the bare text of the request's payload."""
+    payload: Any = ev.body
+    text = payload.decode("utf-8", errors="replace").strip()
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+    if isinstance(value, dict):
+        value = value.get(key, "")
+    return value.strip() if isinstance(value, str) else str(value)
 
 
 def clip(text: str, n: int) -> str:
@@ -53,33 +78,33 @@ def session_list_text(recs: list[SessionRecord], current: str | None, note: str,
     return "\n".join(head + lines[:shown] + [footer])
 
 
-async def session_list(v2: LegacyV2) -> None:
+async def session_list(v2: V2Adapter, ev: Message) -> None:
     _, note = await v2.current()
-    recs = await v2.server.sessions.list_all(LOCAL_USER)
-    v2.reply(session_list_text(recs, v2.conn.session_id, note, v2.max_reply_bytes))
+    recs = await v2.services.sessions.list_all(LOCAL_USER)
+    v2.reply(session_list_text(recs, v2.session_id, note, v2.max_reply_bytes))
 
 
-async def session_new(v2: LegacyV2) -> None:
-    srv = v2.server
-    rec = await srv.sessions.create(LOCAL_USER)
-    srv.hub.attach(v2.conn, rec.session_id)
-    await srv.sessions.publish_event("created", rec)
+async def session_new(v2: V2Adapter, ev: Message) -> None:
+    svc = v2.services
+    rec = await svc.sessions.create(LOCAL_USER)
+    svc.hub.attach(v2, rec.session_id)
+    await svc.sessions.publish_event("created", rec)
     v2.reply(f"New session: {rec.session_id}")
 
 
-async def session_switch(v2: LegacyV2, ref: str) -> None:
-    srv = v2.server
-    rec = await srv.sessions.resolve(LOCAL_USER, clip(ref, ECHO_CHARS))
-    srv.hub.attach(v2.conn, rec.session_id)
+async def session_switch(v2: V2Adapter, ev: Message) -> None:
+    svc = v2.services
+    rec = await svc.sessions.resolve(LOCAL_USER, clip(_ref(ev, "session_id"), ECHO_CHARS))
+    svc.hub.attach(v2, rec.session_id)
     v2.reply(f"Switched to session {rec.session_id}: {clip(rec.title or '(untitled)', TITLE_CHARS)} "
              f"({rec.message_count} messages)")
 
 
-async def session_delete(v2: LegacyV2, ref: str) -> None:
-    srv = v2.server
-    rec = await srv.sessions.resolve(LOCAL_USER, clip(ref, ECHO_CHARS))
-    was_current = v2.conn.session_id == rec.session_id
-    await srv.sessions.delete(LOCAL_USER, rec.session_id, requester=v2.conn)
+async def session_delete(v2: V2Adapter, ev: Message) -> None:
+    svc = v2.services
+    rec = await svc.sessions.resolve(LOCAL_USER, clip(_ref(ev, "session_id"), ECHO_CHARS))
+    was_current = v2.session_id == rec.session_id
+    await svc.sessions.delete(LOCAL_USER, rec.session_id, requester=v2)
     text = f"Deleted session {rec.session_id}."
     cur, note = await v2.current()
     if was_current:
@@ -89,19 +114,19 @@ async def session_delete(v2: LegacyV2, ref: str) -> None:
     v2.reply(text)
 
 
-async def clear(v2: LegacyV2) -> None:
-    srv = v2.server
+async def clear(v2: V2Adapter, ev: Message) -> None:
     rec, note = await v2.current()
     if note:
         v2.reply(f"{note} Nothing was cleared.")
         return
-    _, n = await srv.sessions.clear(rec.session_id)
+    _, n = await v2.services.sessions.clear(rec.session_id)
     v2.reply(f"Cleared {n} messages from session {rec.session_id}.")
 
 
-async def model_switch(v2: LegacyV2, name: str) -> None:
-    srv = v2.server
-    offered = srv.agent.models()
+async def model_switch(v2: V2Adapter, ev: Message) -> None:
+    svc = v2.services
+    name = _ref(ev, "model")
+    offered = svc.agent.models()
     if name not in offered:
         v2.reply(f"Unknown model {clip(name, ECHO_CHARS)!r}. Available: {', '.join(offered)}")
         return
@@ -109,6 +134,6 @@ async def model_switch(v2: LegacyV2, name: str) -> None:
     if note:
         v2.reply(f"{note} The model was not switched; send the request again to switch it there.")
         return
-    rec = await srv.store.set_model(rec.session_id, name)
-    await srv.sessions.publish_event("model", rec)
+    rec = await svc.store.set_model(rec.session_id, name)
+    await svc.sessions.publish_event("model", rec)
     v2.reply(f"Model switched to {name} for session {rec.session_id}.")

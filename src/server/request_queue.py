@@ -19,28 +19,32 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 from protocol import Message, MsgType
 from protocol.messages import request_id
-from server.handlers.dispatch import dispatch
-
-if TYPE_CHECKING:  # pragma: no cover
-    from server.connection import ServerConnection
+from server.handlers.dispatch import Dispatcher
 
 _INLINE = frozenset({int(MsgType.PING), int(MsgType.HELLO)})   # answered by dispatch, no task
 
 
 class RequestQueue:
-    """The requests of one v3 connection: the running one and those waiting for it."""
+    """The requests of one v3 connection: the running one and those waiting for it.
 
-    __slots__ = ("conn", "held", "running", "_marker")
+    ``may_start()`` says whether the connection may start work now (not closing, output under its
+    high-water mark); ``on_answered()`` is called after each answer.
+    """
 
-    def __init__(self, conn: ServerConnection) -> None:
-        self.conn = conn
+    __slots__ = ("dispatcher", "may_start", "on_answered", "held", "running", "_marker")
+
+    def __init__(self, dispatcher: Dispatcher, may_start: Callable[[], bool],
+                 on_answered: Callable[[], None]) -> None:
+        self.dispatcher = dispatcher
+        self.may_start = may_start
+        self.on_answered = on_answered
         self.held: deque[tuple[Any, Message]] = deque()
         self.running: asyncio.Task | None = None
-        self._marker: asyncio.Future | None = None   # conn.pending's entry for a held request
+        self._marker: asyncio.Future | None = None   # dispatcher.pending's entry for a held request
 
     @property
     def idle(self) -> bool:
@@ -49,47 +53,44 @@ class RequestQueue:
 
     def submit(self, ev: Message) -> None:
         """Start ``ev`` now if the connection may, else keep it (or refuse it at once)."""
-        conn = self.conn
+        d = self.dispatcher
         if ev.type in _INLINE:
-            dispatch(conn, ev)
+            d.dispatch(ev)
             return
-        if self.running is None and not self.held and not conn.output_full():
+        if self.running is None and not self.held and self.may_start():
             self._start(ev)
             return
         rid = request_id(ev.body)
-        pending = conn.pending
-        if rid is None or rid in pending or len(pending) >= conn.limits.max_pending_requests:
-            dispatch(conn, ev)   # an ERROR at once (invalid id, id in use, too many): no work
+        pending = d.pending
+        if rid is None or rid in pending or len(pending) >= d.max_pending:
+            d.dispatch(ev)   # an ERROR at once (invalid id, id in use, too many): no work
             return
-        if self._marker is None:  # a finished future: Server.stop may wait on conn.pending values
-            self._marker = conn.loop.create_future()
+        if self._marker is None:  # a finished future: Server.stop may wait on the pending values
+            self._marker = d.loop.create_future()
             self._marker.set_result(None)
         pending[rid] = self._marker
         self.held.append((rid, ev))
 
     def resume(self) -> None:
         """Start the next held request if the connection may (after an answer, or a drain)."""
-        conn = self.conn
-        while self.held and self.running is None and not conn.closing and not conn.output_full():
+        pending = self.dispatcher.pending
+        while self.held and self.running is None and self.may_start():
             rid, ev = self.held.popleft()
-            if conn.pending.get(rid) is self._marker:
-                del conn.pending[rid]
+            if pending.get(rid) is self._marker:
+                del pending[rid]
             self._start(ev)
 
     def drop(self) -> None:
         """The connection is closing: forget the requests that did not start."""
-        pending = self.conn.pending
+        pending = self.dispatcher.pending
         for rid, _ in self.held:
             if pending.get(rid) is self._marker:
                 del pending[rid]
         self.held.clear()
 
     def _start(self, ev: Message) -> None:
-        conn = self.conn
-        dispatch(conn, ev)
-        rid = request_id(ev.body)
-        task = conn.pending.get(rid) if rid is not None else None
-        if task is not None and task is not self._marker and not task.done():
+        task = self.dispatcher.dispatch(ev)
+        if task is not None and not task.done():
             self.running = task
             task.add_done_callback(self._done)
 
@@ -97,4 +98,4 @@ class RequestQueue:
         if self.running is task:
             self.running = None
         self.resume()
-        self.conn.requests_done()
+        self.on_answered()

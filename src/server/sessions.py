@@ -1,4 +1,4 @@
-"""Session access shared by the v3 handlers and the legacy v2 handler.
+"""Session access shared by the v3 handlers and the legacy v2 adapter.
 
 Every lookup checks ownership: a session of another user, a deleted one, a malformed id and a missing
 one all give the same ``NOT_FOUND``, so ids never leak. SessionInfo bodies are built here.
@@ -6,17 +6,16 @@ one all give the same ``NOT_FOUND``, so ids never leak. SessionInfo bodies are b
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from protocol import ErrorCode, MsgType
 from server.errors import HandlerError, not_found
+from server.hub import Event, Hub, Subscriber
 from storage.errors import InvalidSessionId, NotFound
 from storage.models import SessionRecord
 from storage.store import DEFAULT_TITLE
 
-if TYPE_CHECKING:  # pragma: no cover
-    from server.app import Server
-
-TITLE_CHARS = 60
+TITLE_CHARS = 60          # automatic titles, and titles shown in v2 session lists, are at most this long
 _WS = re.compile(r"\s+")
 
 
@@ -37,19 +36,30 @@ def needs_title(rec: SessionRecord) -> bool:
     return not rec.title or rec.title == DEFAULT_TITLE
 
 
+class TurnControl(Protocol):
+    """What sessions need of the turn runner (``server.turns.TurnRunner``)."""
+
+    def is_running(self, session_id: str) -> bool: ...
+    def cancel_session(self, session_id: str, reason: str = ..., *, withdraw: bool = ...) -> None: ...
+    async def settle(self, session_id: str, timeout: float = ...) -> None: ...
+
+
 class SessionService:
-    """Ownership-checked session operations over the AsyncHistoryStore."""
+    """Ownership-checked session operations over the AsyncHistoryStore.
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.store = server.store
+    ``turns`` is set once the turn runner exists (the runner is built on this service).
+    """
 
-    def default_model(self) -> str:
-        return self.server.agent.default_model
+    def __init__(self, store: Any, hub: Hub, agent: Any, memory: Any) -> None:
+        self.store = store
+        self.hub = hub
+        self.agent = agent
+        self.memory = memory
+        self.turns: TurnControl | None = None
 
     def model_of(self, rec: SessionRecord) -> str:
         """The session's model, or the agent's default when unset or no longer offered."""
-        agent = self.server.agent
+        agent = self.agent
         return rec.model if rec.model and rec.model in agent.models() else agent.default_model
 
     def info(self, rec: SessionRecord, *, summary: bool = False) -> dict[str, Any]:
@@ -58,7 +68,7 @@ class SessionService:
         return {
             "session_id": rec.session_id, "title": rec.title, "created_at": rec.created_at,
             "updated_at": rec.updated_at, "message_count": rec.message_count, "preview": rec.preview,
-            "model": self.model_of(rec), "running": self.server.runner.is_running(rec.session_id),
+            "model": self.model_of(rec), "running": self.turns is not None and self.turns.is_running(rec.session_id),
             "summary": s.to_dict() if s is not None else None,
         }
 
@@ -103,47 +113,48 @@ class SessionService:
         """A full id or an unambiguous prefix of one of the user's session ids."""
         ref = ref.strip()
         if not ref:
-            raise HandlerError("INVALID_MESSAGE", "no session id given")
+            raise HandlerError(ErrorCode.INVALID_MESSAGE, "no session id given")
         try:
             return await self.owned(user_id, ref)
-        except HandlerError:
-            pass
+        except HandlerError as exc:
+            if exc.code != ErrorCode.NOT_FOUND:
+                raise
+            # not a whole id of the user's: try it as a prefix
         matches = [r for r in await self.list_all(user_id) if r.session_id.startswith(ref)]
         if not matches:
             raise not_found()
         if len(matches) > 1:
-            raise HandlerError("INVALID_MESSAGE", f"session prefix {ref!r} is ambiguous ({len(matches)} sessions)")
+            raise HandlerError(ErrorCode.INVALID_MESSAGE, f"session prefix {ref!r} is ambiguous ({len(matches)} sessions)")
         return matches[0]
 
-    async def delete(self, user_id: str, session_id: Any, requester: Any = None) -> SessionRecord:
+    async def delete(self, user_id: str, session_id: Any, requester: Subscriber | None = None) -> SessionRecord:
         """Soft-delete one of the user's sessions: its turns are cancelled (queued ones withdrawn), and
-        every connection attached to it moves to the user's newest remaining session (or a new one);
-        v3 clients learn it from SESSION_EVENT ``deleted``, v2 clients other than ``requester`` (which
-        gets its own reply) are told in text."""
-        srv = self.server
+        every subscriber attached to it moves to the user's newest remaining session (or a new one)
+        and is told (``session_moved``), except ``requester``, which gets its own reply."""
         rec = await self.owned(user_id, session_id)
-        srv.runner.cancel_session(rec.session_id, reason="deleted")
+        if self.turns is not None:
+            self.turns.cancel_session(rec.session_id, reason="deleted")
         deleted = await self.store.delete(rec.session_id)
         self.forget(rec.session_id)
         await self.publish_event("deleted", deleted)
-        attached = [c for c in srv.hub.session_connections(rec.session_id) if not c.closing]
+        attached = [s for s in self.hub.session_subscribers(rec.session_id) if not s.closed]
         if attached:
             current, created = await self.newest_or_new(user_id)
             if created:
                 await self.publish_event("created", current)
-            for conn in attached:
-                if conn.session_id != rec.session_id or conn.closing:
+            for sub in attached:
+                if sub.session_id != rec.session_id or sub.closed:
                     continue  # it moved by itself meanwhile
-                srv.hub.attach(conn, current.session_id)
-                if conn.legacy is not None and conn is not requester:
-                    conn.legacy.session_moved(rec.session_id, current.session_id)
+                self.hub.attach(sub, current.session_id)
+                if sub is not requester:
+                    sub.session_moved(rec.session_id, current.session_id)
         return deleted
 
     async def clear(self, session_id: str) -> tuple[SessionRecord, int]:
         """Hide every message of a session (checked by the caller); a running turn is cancelled and
         queued ones withdrawn first, so no answer lands in the cleared session without its question."""
-        runner = self.server.runner
-        if runner.is_running(session_id):
+        runner = self.turns
+        if runner is not None and runner.is_running(session_id):
             runner.cancel_session(session_id, reason="cleared")
             await runner.settle(session_id)
         cleared = await self.store.clear(session_id)
@@ -154,15 +165,14 @@ class SessionService:
 
     def forget(self, session_id: str) -> None:
         """Tell the memory layer a session was cleared or deleted (its recall index is rebuilt)."""
-        forget = getattr(self.server.memory, "forget_session", None)
+        forget = getattr(self.memory, "forget_session", None)
         if forget is not None:
             forget(session_id)
 
     async def publish_event(self, kind: str, rec: SessionRecord, *, summary: bool = False) -> None:
-        """SESSION_EVENT to every v3 connection of the session's owner."""
-        from protocol import MsgType
-        self.server.hub.publish_user(rec.user_id, MsgType.SESSION_EVENT,
-                                     {"kind": kind, "session": self.info(rec, summary=summary)})
+        """SESSION_EVENT to every connection of the session's owner (v2 ones ignore it)."""
+        self.hub.publish_user(rec.user_id, Event(MsgType.SESSION_EVENT,
+                                                 {"kind": kind, "session": self.info(rec, summary=summary)}))
 
     async def publish_updated(self, session_id: str, kind: str = "updated") -> None:
         """Re-read the record and publish it; silently skipped if the session vanished."""

@@ -5,14 +5,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from protocol import MsgType
+from server.hub import Event, Hub, Subscriber
 from storage.models import ChatMessage, ToolCall, now_iso
-
-if TYPE_CHECKING:  # pragma: no cover
-    from server.app import Server
-    from server.connection import ServerConnection
 
 _TURN_PREFIX = secrets.token_hex(4)   # unique per server run; the counter makes ids unique within it
 _turn_counter = itertools.count(1)
@@ -26,7 +23,7 @@ class Turn:
                  "model", "status", "parts", "length", "calls", "started_at", "task", "cancel_reason")
 
     def __init__(self, session_id: str, user_id: str, text: str,
-                 origin: ServerConnection | None, re: Any) -> None:
+                 origin: Subscriber | None, re: Any) -> None:
         self.turn_id = f"t_{_TURN_PREFIX}{next(_turn_counter):x}"
         self.session_id = session_id
         self.user_id = user_id
@@ -78,29 +75,30 @@ class RunnerSink:
 
     __slots__ = ("turn", "hub", "base")
 
-    def __init__(self, turn: Turn, server: Server) -> None:
+    def __init__(self, turn: Turn, hub: Hub) -> None:
         self.turn = turn
-        self.hub = server.hub
+        self.hub = hub
         self.base = {"session_id": turn.session_id, "turn_id": turn.turn_id}
 
-    def _publish(self, msg_type: int, extra: dict[str, Any]) -> None:
+    def publish(self, msg_type: int, extra: dict[str, Any]) -> None:
+        """One turn event (``extra`` plus the session and turn ids) to the session and the sender."""
         t = self.turn
-        self.hub.publish_turn(t.session_id, msg_type, {**self.base, **extra}, t.origin, t.re)
+        self.hub.publish_turn(t.session_id, Event(msg_type, {**self.base, **extra}), t.origin, t.re)
 
     async def status(self, status: str, detail: str | None = None) -> None:
         self.turn.status = status
-        self._publish(MsgType.TURN_STATUS, {"status": status} if detail is None else
+        self.publish(MsgType.TURN_STATUS, {"status": status} if detail is None else
                       {"status": status, "detail": detail})
 
     async def tool_call(self, call: ToolCall) -> None:
         self.turn.calls[call.id] = call
         d = call.to_dict()
         d.update(result="", status="running", duration=0)
-        self._publish(MsgType.TOOL_CALL, {"call": d})
+        self.publish(MsgType.TOOL_CALL, {"call": d})
 
     async def tool_result(self, call: ToolCall) -> None:
         self.turn.calls[call.id] = call
-        self._publish(MsgType.TOOL_RESULT, {"call": call.to_dict()})
+        self.publish(MsgType.TOOL_RESULT, {"call": call.to_dict()})
 
     async def delta(self, text: str) -> None:
         if not text:
@@ -109,11 +107,10 @@ class RunnerSink:
         offset = t.length
         t.parts.append(text)
         t.length = offset + len(text)
-        self._publish(MsgType.ANSWER_DELTA, {"text": text, "offset": offset})
+        self.publish(MsgType.ANSWER_DELTA, {"text": text, "offset": offset})
         if len(t.parts) % YIELD_EVERY == 0:  # an agent that never awaits must not starve the loop
             await asyncio.sleep(0)
 
     async def notice(self, level: str, code: str, message: str) -> None:
-        self.hub.publish_session_v3(self.turn.session_id, MsgType.NOTICE,
-                                    {"level": level, "code": code, "message": message,
-                                     "session_id": self.turn.session_id})
+        self.hub.publish_session(self.turn.session_id, Event(MsgType.NOTICE, {
+            "level": level, "code": code, "message": message, "session_id": self.turn.session_id}))

@@ -15,18 +15,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from protocol import MsgType
+from protocol import ErrorCode, MsgType
 from server.agent.base import AgentError, BuiltContext, TurnRequest, TurnResult
-from server.errors import HandlerError
-from server.sessions import auto_title, needs_title
+from server.config import LimitsConfig
+from server.errors import HandlerError, failure_of
+from server.hub import Hub, Subscriber
+from server.sessions import SessionService, auto_title, needs_title
 from server.turn import RunnerSink, Turn
+from storage.errors import InvalidSessionId, NotFound
 from storage.models import ChatMessage, ToolCall, now_iso
-
-if TYPE_CHECKING:  # pragma: no cover
-    from server.app import Server
-    from server.connection import ServerConnection
 
 log = logging.getLogger("nplt.turns")
 
@@ -46,8 +45,14 @@ class _Lane:
 class TurnRunner:
     """Owns every running and queued turn."""
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    def __init__(self, *, store: Any, sessions: SessionService, hub: Hub, agent: Any, memory: Any,
+                 limits: LimitsConfig) -> None:
+        self.store = store
+        self.sessions = sessions
+        self.hub = hub
+        self.agent = agent
+        self.memory = memory
+        self.limits = limits
         self.lanes: dict[str, _Lane] = {}
         self.turns_total = 0
         self.turns_running = 0
@@ -86,33 +91,33 @@ class TurnRunner:
         return None
 
     # -- submit / cancel -------------------------------------------------------------------------
-    async def submit(self, origin: ServerConnection | None, user_id: str, session_id: str, text: str,
+    async def submit(self, origin: Subscriber | None, user_id: str, session_id: str, text: str,
                      re: Any = None) -> tuple[Turn, int]:
         """Enqueue a turn; returns (turn, turns ahead of it).
 
-        In an idle session the user message is stored durably before this returns; behind other
-        turns it is stored when the turn starts (``turn.user_message`` is None until then).
+        In an idle session the user message is stored durably before this returns (a storage
+        failure is raised, so nothing unstored is acknowledged); behind other turns it is stored
+        when the turn starts (``turn.user_message`` is None until then).
         """
         if self.closing:
-            raise HandlerError("SHUTTING_DOWN", "the server is stopping")
-        srv = self.server
-        rec = await srv.sessions.owned(user_id, session_id)  # first: another user's session is NOT_FOUND
+            raise HandlerError(ErrorCode.SHUTTING_DOWN, "the server is stopping")
+        rec = await self.sessions.owned(user_id, session_id)  # first: another user's session is NOT_FOUND
         lane = self.lanes.get(session_id)
         if lane is None:
             lane = self.lanes[session_id] = _Lane()
         try:
             async with lane.lock:
                 if self.closing:
-                    raise HandlerError("SHUTTING_DOWN", "the server is stopping")
-                limits = srv.config.limits
+                    raise HandlerError(ErrorCode.SHUTTING_DOWN, "the server is stopping")
+                limits = self.limits
                 if len(lane.waiting) >= limits.max_queued_turns + (0 if lane.current else 1):
-                    raise HandlerError("QUEUE_FULL", f"session {session_id} already has "
+                    raise HandlerError(ErrorCode.QUEUE_FULL, f"session {session_id} already has "
                                        f"{len(lane.waiting)} turns waiting (max_queued_turns)")
                 if self.active.get(user_id, 0) >= limits.max_active_turns_per_user:
-                    raise HandlerError("QUEUE_FULL", f"you already have {self.active[user_id]} turns "
+                    raise HandlerError(ErrorCode.QUEUE_FULL, f"you already have {self.active[user_id]} turns "
                                        "running or queued (max_active_turns_per_user)")
                 turn = Turn(session_id, user_id, text, origin, re)
-                turn.model = srv.sessions.model_of(rec)
+                turn.model = self.sessions.model_of(rec)
                 ahead = len(lane.waiting) + (1 if lane.current is not None else 0)
                 if not ahead:
                     await self._store_user(turn, needs_title(rec))
@@ -128,7 +133,7 @@ class TurnRunner:
 
     async def _store_user(self, turn: Turn, title: bool = False) -> None:
         """Append the turn's user message (fsynced); the first message of a session names it."""
-        store = self.server.store
+        store = self.store
         turn.user_message = await store.append(turn.session_id, "user", turn.text)
         if title:
             await store.rename(turn.session_id, auto_title(turn.text))
@@ -143,7 +148,7 @@ class TurnRunner:
                 return turn
             if turn_id is None:
                 break
-        raise HandlerError("NO_ACTIVE_TURN", "no running turn to cancel" if turn_id is None
+        raise HandlerError(ErrorCode.NO_ACTIVE_TURN, "no running turn to cancel" if turn_id is None
                            else f"no active turn {turn_id!r} in this session")
 
     def cancel_session(self, session_id: str, reason: str = "cancelled", *, withdraw: bool = True) -> None:
@@ -167,7 +172,7 @@ class TurnRunner:
             return
         lane.waiting.remove(turn)  # queued: withdrawn, nothing was stored
         self._left(turn)
-        RunnerSink(turn, self.server)._publish(MsgType.TURN_END, {
+        RunnerSink(turn, self.hub).publish(MsgType.TURN_END, {
             "message": None, "user_message": turn.user_message_dict(), "usage": {},
             "finish_reason": "cancelled", "context": {}, "withdrawn": True})
 
@@ -207,32 +212,34 @@ class TurnRunner:
             self.active.pop(turn.user_id, None)
 
     async def _run(self, turn: Turn) -> None:
-        srv = self.server
         turn.started_at = now_iso()
-        sink = RunnerSink(turn, srv)
+        sink = RunnerSink(turn, self.hub)
         if turn.user_message is None:  # it was queued: stored now, after the answers before it
             try:
                 await self._store_user(turn)
             except Exception as exc:
-                log.warning("turn %s: user message not stored: %s", turn.turn_id, exc)
-                code = getattr(exc, "code", "INTERNAL")
-                sink._publish(MsgType.TURN_ERROR, {"code": code if isinstance(code, str) else "INTERNAL",
-                                                   "message": f"the message could not be stored: {exc}",
-                                                   "partial_message": None})
+                err = failure_of(exc)
+                if err is None:
+                    log.exception("turn %s: user message not stored", turn.turn_id)
+                    err = HandlerError(ErrorCode.INTERNAL, "internal error")
+                else:
+                    log.warning("turn %s: user message not stored: %s", turn.turn_id, err)
+                sink.publish(MsgType.TURN_ERROR, {"code": err.code, "partial_message": None,
+                                                  "message": f"the message could not be stored: {err.message}"})
                 return
-        sink._publish(MsgType.TURN_START, {"user_message": turn.user_message.to_dict(), "model": turn.model})
-        self._spawn(srv.sessions.publish_updated(turn.session_id))  # session lists show it running
+        sink.publish(MsgType.TURN_START, {"user_message": turn.user_message.to_dict(), "model": turn.model})
+        self.spawn(self.sessions.publish_updated(turn.session_id))  # session lists show it running
         log.debug("turn %s started in %s", turn.turn_id, turn.session_id)
         ctx = BuiltContext(messages=[], metadata={})
         try:
             if turn.cancel_reason is None:
-                ctx = await srv.memory.build_context(turn.session_id, turn.user_id, turn.user_message,
+                ctx = await self.memory.build_context(turn.session_id, turn.user_id, turn.user_message,
                                                      turn.model)
             if turn.cancel_reason is not None:
                 raise asyncio.CancelledError
             req = TurnRequest(session_id=turn.session_id, user_id=turn.user_id, model=turn.model,
                               turn_id=turn.turn_id, user_message=turn.user_message, context=ctx)
-            turn.task = asyncio.get_running_loop().create_task(srv.agent.run_turn(req, sink))
+            turn.task = asyncio.get_running_loop().create_task(self.agent.run_turn(req, sink))
             result = await turn.task
         except asyncio.CancelledError:
             if turn.cancel_reason is None:  # the worker itself was cancelled: not ours to absorb
@@ -244,7 +251,7 @@ class TurnRunner:
             await self._end_error(turn, sink, exc.code, exc.message)
         except Exception:
             log.exception("turn %s failed", turn.turn_id)
-            await self._end_error(turn, sink, "INTERNAL", "internal error while running the turn")
+            await self._end_error(turn, sink, ErrorCode.INTERNAL, "internal error while running the turn")
         else:
             if turn.cancel_reason is not None:
                 await self._end_cancelled(turn, sink, ctx)
@@ -252,23 +259,35 @@ class TurnRunner:
                 await self._end_ok(turn, sink, ctx, result)
 
     async def _store_assistant(self, turn: Turn, content: str, calls: list[ToolCall],
-                               metadata: dict[str, Any]) -> ChatMessage | None:
+                               metadata: dict[str, Any]) -> ChatMessage | HandlerError:
+        """The stored answer, or why it could not be stored: NOT_FOUND only when the session is
+        really gone (deleted during the turn), STORAGE_ERROR for an I/O failure (a full disk)."""
         try:
-            return await self.server.store.append(turn.session_id, "assistant", content,
-                                                  tool_calls=calls, metadata=metadata)
-        except Exception as exc:  # e.g. the session was deleted during the turn
-            log.warning("turn %s: answer not stored: %s", turn.turn_id, exc)
-            return None
+            return await self.store.append(turn.session_id, "assistant", content,
+                                           tool_calls=calls, metadata=metadata)
+        except (NotFound, InvalidSessionId):
+            log.info("turn %s: answer not stored: the session is gone", turn.turn_id)
+            return HandlerError(ErrorCode.NOT_FOUND, "the session is gone")
+        except Exception as exc:
+            err = failure_of(exc)
+            if err is None:
+                log.exception("turn %s: answer not stored", turn.turn_id)
+                return HandlerError(ErrorCode.INTERNAL, "internal error: the answer was not stored")
+            log.warning("turn %s: answer not stored: %s", turn.turn_id, err)
+            return HandlerError(err.code, f"the answer could not be stored: {err.message}")
+
+    def _not_stored(self, sink: RunnerSink, err: HandlerError) -> None:
+        sink.publish(MsgType.TURN_ERROR, {"code": err.code, "message": err.message, "partial_message": None})
+        self.spawn(self.sessions.publish_updated(sink.turn.session_id))
 
     async def _end_ok(self, turn: Turn, sink: RunnerSink, ctx: BuiltContext, result: TurnResult) -> None:
         meta = {**result.metadata, "model": turn.model, "usage": result.usage,
                 "finish_reason": result.finish_reason, "context": ctx.metadata, "turn_id": turn.turn_id}
         msg = await self._store_assistant(turn, result.content, list(result.tool_calls), meta)
-        if msg is None:
-            sink._publish(MsgType.TURN_ERROR, {"code": "NOT_FOUND", "message": "the session is gone",
-                                               "partial_message": None})
+        if isinstance(msg, HandlerError):
+            self._not_stored(sink, msg)
             return
-        sink._publish(MsgType.TURN_END, {"message": msg.to_dict(), "usage": result.usage,
+        sink.publish(MsgType.TURN_END, {"message": msg.to_dict(), "usage": result.usage,
                                          "finish_reason": result.finish_reason, "context": ctx.metadata})
         self._after_turn(turn)
 
@@ -276,11 +295,10 @@ class TurnRunner:
         meta = {"partial": True, "model": turn.model, "finish_reason": "cancelled",
                 "cancel_reason": turn.cancel_reason, "context": ctx.metadata, "turn_id": turn.turn_id}
         msg = await self._store_assistant(turn, turn.content, turn.finished_calls(), meta)
-        if msg is None:
-            sink._publish(MsgType.TURN_ERROR, {"code": "NOT_FOUND", "message": "the session is gone",
-                                               "partial_message": None})
+        if isinstance(msg, HandlerError):
+            self._not_stored(sink, msg)
             return
-        sink._publish(MsgType.TURN_END, {"message": msg.to_dict(), "usage": {}, "finish_reason": "cancelled",
+        sink.publish(MsgType.TURN_END, {"message": msg.to_dict(), "usage": {}, "finish_reason": "cancelled",
                                          "context": ctx.metadata})
         self._after_turn(turn)
 
@@ -289,17 +307,17 @@ class TurnRunner:
         if turn.length or turn.calls:
             meta = {"partial": True, "model": turn.model, "error": code, "turn_id": turn.turn_id}
             msg = await self._store_assistant(turn, turn.content, turn.finished_calls(), meta)
-            partial = msg.to_dict() if msg is not None else None
+            partial = None if isinstance(msg, HandlerError) else msg.to_dict()
         log.info("turn %s ended with %s", turn.turn_id, code)
-        sink._publish(MsgType.TURN_ERROR, {"code": code, "message": message, "partial_message": partial})
-        self._spawn(self.server.sessions.publish_updated(turn.session_id))
+        sink.publish(MsgType.TURN_ERROR, {"code": code, "message": message, "partial_message": partial})
+        self.spawn(self.sessions.publish_updated(turn.session_id))
 
     def _after_turn(self, turn: Turn) -> None:
         """Session-list update and memory work, in the background (never delays TURN_END)."""
-        self._spawn(self.server.sessions.publish_updated(turn.session_id))
-        self._spawn(self.server.memory.after_turn(turn.session_id, turn.user_id))
+        self.spawn(self.sessions.publish_updated(turn.session_id))
+        self.spawn(self.memory.after_turn(turn.session_id, turn.user_id))
 
-    def _spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self.background.add(task)
         task.add_done_callback(self._background_done)

@@ -7,22 +7,19 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from server.basic_memory import DEFAULT_SYSTEM_PROMPT, BasicMemory
+from server.agent.factory import build_agent
+from server.basic_memory import BasicMemory
+from server.config import ServerConfig
+from server.memory import MemoryManager
+from server.tools import ToolRegistry
 
 
-
-def system_prompt_of(config: Any) -> str:
-    agent_cfg = getattr(config, "agent", None)
-    return getattr(agent_cfg, "system_prompt", None) or DEFAULT_SYSTEM_PROMPT
-
-
-def build_memory(config: Any, store: Any, agent: Any, notify: Callable[..., Any]) -> Any:
+def build_memory(config: ServerConfig, store: Any, agent: Any, notify: Callable[..., Any]) -> Any:
     """The MemoryManager (summaries, recall, context budget)."""
-    from server.memory import MemoryManager
-    return MemoryManager(config.memory, store, agent, notify, system_prompt_of(config))
+    return MemoryManager(config.memory, store, agent, notify, config.agent.system_prompt)
 
 
-def build_runtime(config: Any, store: Any, notify: Callable[..., Any], agent: Any = None,
+def build_runtime(config: ServerConfig, store: Any, notify: Callable[..., Any], agent: Any = None,
                   memory: Any = None) -> tuple[Any, Any]:
     """(agent, memory); the given ones are used as they are (tests pass an echo agent).
 
@@ -34,12 +31,10 @@ def build_runtime(config: Any, store: Any, notify: Callable[..., Any], agent: An
         return await holder["memory"].search(*args, **kwargs)
 
     if agent is None:
-        from server.agent.factory import build_agent
-        from server.tools import ToolRegistry
         tools = ToolRegistry(config.tools, search=search)
         agent = build_agent(config.llm, config.agent, tools)
     if memory == "basic":  # explicitly requested (tests): no summaries, no recall
-        memory = BasicMemory(store, system_prompt_of(config))
+        memory = BasicMemory(store, config.agent.system_prompt)
     elif memory is None:
         memory = build_memory(config, store, agent, notify)
     holder["memory"] = memory

@@ -16,6 +16,7 @@ import pytest
 from server import main as server_main
 from server.auth import hash_token
 from server.config import ServerConfig, check_bind_policy, is_loopback
+from server.cli import load_config
 from server.config_base import ConfigError
 from server.logs import setup_logging
 from server.main import main
@@ -56,7 +57,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_defaults():
-    cfg = ServerConfig.load([], env={})
+    cfg = load_config([], env={})
     assert (cfg.server.host, cfg.server.port, cfg.server.legacy_grace_ms) == ("127.0.0.1", 9999, 300)
     lim = cfg.limits
     assert (lim.max_clients, lim.max_message_size, lim.max_pending_requests, lim.max_page_size) == (256, 8 << 20, 32, 200)
@@ -69,23 +70,23 @@ def test_defaults():
 
 def test_precedence_flags_over_env_over_file(tmp_path):
     path = write(tmp_path, TOML)
-    cfg = ServerConfig.load([], env={}, path=path)
+    cfg = load_config([], env={}, path=path)
     assert cfg.server.port == 7001 and cfg.server.log_format == "json" and cfg.limits.max_clients == 10
     assert cfg.limits.idle_timeout_s == 30.0 and cfg.limits.ping_interval_s == 10.0
     assert cfg.storage.root == "/tmp/from-file"
     env = {"NPLT_PORT": "7002", "NPLT_DATA_DIR": "/tmp/from-env", "NPLT_MAX_CLIENTS": "20",
            "NPLT_INSECURE": "yes", "NPLT_CONFIG": str(path)}
-    cfg = ServerConfig.load([], env=env)  # NPLT_CONFIG names the file
+    cfg = load_config([], env=env)  # NPLT_CONFIG names the file
     assert (cfg.server.port, cfg.storage.root, cfg.limits.max_clients) == (7002, "/tmp/from-env", 20)
     assert cfg.server.insecure is True and cfg.server.log_format == "json"
-    cfg = ServerConfig.load(["--port", "7003", "--data-dir", "/tmp/from-flag", "--max-clients", "30",
+    cfg = load_config(["--port", "7003", "--data-dir", "/tmp/from-flag", "--max-clients", "30",
                              "--log-format", "text", "--legacy-grace-ms", "50"], env=env)
     assert (cfg.server.port, cfg.storage.root, cfg.limits.max_clients) == (7003, "/tmp/from-flag", 30)
     assert cfg.server.log_format == "text" and cfg.server.legacy_grace_ms == 50
 
 
 def test_llm_env_is_handled_by_the_agent_config():
-    cfg = ServerConfig.load([], env={"NPLT_LLM_API_KEY": "sk-test", "NPLT_LLM_PROVIDER": "deepseek"})
+    cfg = load_config([], env={"NPLT_LLM_API_KEY": "sk-test", "NPLT_LLM_PROVIDER": "deepseek"})
     assert cfg.llm.api_key == "sk-test" and cfg.llm.provider == "deepseek"
     assert "sk-test" not in repr(cfg)
 
@@ -116,42 +117,42 @@ def test_llm_env_is_handled_by_the_agent_config():
 ])
 def test_config_errors_are_precise(tmp_path, text, where):
     with pytest.raises(ConfigError) as err:
-        ServerConfig.load([], env={}, path=write(tmp_path, text))
+        load_config([], env={}, path=write(tmp_path, text))
     assert where in str(err.value)
 
 
 def test_log_level_and_format_are_case_insensitive(tmp_path):
-    cfg = ServerConfig.load([], env={}, path=write(tmp_path, "[server]\nlog_level = 'Warning'\nlog_format = 'JSON'\n"))
+    cfg = load_config([], env={}, path=write(tmp_path, "[server]\nlog_level = 'Warning'\nlog_format = 'JSON'\n"))
     assert (cfg.server.log_level, cfg.server.log_format) == ("warning", "json")
-    cfg = ServerConfig.load([], env={"NPLT_LOG_LEVEL": "DEBUG", "NPLT_LOG_FORMAT": "Json"})
+    cfg = load_config([], env={"NPLT_LOG_LEVEL": "DEBUG", "NPLT_LOG_FORMAT": "Json"})
     assert (cfg.server.log_level, cfg.server.log_format) == ("debug", "json")
-    cfg = ServerConfig.load(["--log-level", "ERROR", "--log-format", "TEXT"], env={"NPLT_LOG_LEVEL": "DEBUG"})
+    cfg = load_config(["--log-level", "ERROR", "--log-format", "TEXT"], env={"NPLT_LOG_LEVEL": "DEBUG"})
     assert (cfg.server.log_level, cfg.server.log_format) == ("error", "text")
     with pytest.raises(ConfigError) as err:
-        ServerConfig.load([], env={"NPLT_LOG_LEVEL": "LOUD"})
+        load_config([], env={"NPLT_LOG_LEVEL": "LOUD"})
     assert str(err.value) == "server.log_level: expected one of debug, info, warning, error (any case), got 'LOUD'"
 
 
 def test_no_insecure_flag_overrides_env_and_file(tmp_path):
     path = write(tmp_path, "[server]\ninsecure = true\n")
-    assert ServerConfig.load([], env={}, path=path).server.insecure is True
-    assert ServerConfig.load(["--no-insecure"], env={}, path=path).server.insecure is False
-    assert ServerConfig.load(["--no-insecure"], env={"NPLT_INSECURE": "1"}).server.insecure is False
-    assert ServerConfig.load(["--insecure"], env={"NPLT_INSECURE": "0"}).server.insecure is True
-    assert ServerConfig.load([], env={"NPLT_INSECURE": "on"}).server.insecure is True
+    assert load_config([], env={}, path=path).server.insecure is True
+    assert load_config(["--no-insecure"], env={}, path=path).server.insecure is False
+    assert load_config(["--no-insecure"], env={"NPLT_INSECURE": "1"}).server.insecure is False
+    assert load_config(["--insecure"], env={"NPLT_INSECURE": "0"}).server.insecure is True
+    assert load_config([], env={"NPLT_INSECURE": "on"}).server.insecure is True
     with pytest.raises(ConfigError):  # insecure from the environment, turned off again by the flag
-        check_bind_policy(ServerConfig.load(["--host", "0.0.0.0", "--no-insecure"], env={"NPLT_INSECURE": "1"}))
+        check_bind_policy(load_config(["--host", "0.0.0.0", "--no-insecure"], env={"NPLT_INSECURE": "1"}))
 
 
 def test_env_errors_name_the_variable():
     with pytest.raises(ConfigError) as err:
-        ServerConfig.load([], env={"NPLT_PORT": "abc"})
+        load_config([], env={"NPLT_PORT": "abc"})
     assert str(err.value) == "NPLT_PORT: expected an integer, got 'abc'"
     with pytest.raises(ConfigError) as err:
-        ServerConfig.load([], env={"NPLT_INSECURE": "maybe"})
+        load_config([], env={"NPLT_INSECURE": "maybe"})
     assert "NPLT_INSECURE" in str(err.value)
     with pytest.raises(ConfigError) as err:
-        ServerConfig.load([], env={}, path="/nonexistent/nplt.toml")
+        load_config([], env={}, path="/nonexistent/nplt.toml")
     assert "config file not found" in str(err.value)
 
 
@@ -159,9 +160,9 @@ def test_non_loopback_needs_users_or_insecure():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
     with pytest.raises(ConfigError) as err:
-        check_bind_policy(ServerConfig.load(["--host", "0.0.0.0"], env={}))
+        check_bind_policy(load_config(["--host", "0.0.0.0"], env={}))
     assert "--insecure" in str(err.value) and "no users are configured" in str(err.value)
-    check_bind_policy(ServerConfig.load(["--host", "0.0.0.0", "--insecure"], env={}))
+    check_bind_policy(load_config(["--host", "0.0.0.0", "--insecure"], env={}))
     users = {"auth": {"users": [{"user_id": "a", "token_sha256": hash_token("t")}]}}
     check_bind_policy(ServerConfig.from_dict({"server": {"host": "0.0.0.0"}, **users}, env={}))
 

@@ -1,1 +1,2 @@
-"""Request handlers: one coroutine per v3 request type; the table lives in server.handlers.dispatch."""
+"""Request handlers: ``async def handle(ctx: RequestContext, req) -> dict`` (the reply body), one per
+v3 request type; the one table is ``server.handlers.dispatch.HANDLERS``."""

@@ -1,37 +1,38 @@
 """Chat requests (docs/protocol.md §5.4): send (stored, then streamed as turn events) and cancel."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from protocol import ErrorCode
 from protocol.messages import ChatCancel, ChatSend
+from server.context import RequestContext
 from server.errors import HandlerError
 from server.handlers.common import target_session
 
-if TYPE_CHECKING:  # pragma: no cover
-    from server.connection import ServerConnection
 
-
-async def chat_send(conn: ServerConnection, req: ChatSend) -> dict[str, Any]:
-    cap = conn.limits.max_text_chars
+async def chat_send(ctx: RequestContext, req: ChatSend) -> dict[str, Any]:
+    """The user message is stored (fsynced) before this reply when the session is idle: a storage
+    failure answers STORAGE_ERROR and nothing is acknowledged."""
+    cap = ctx.limits.max_text_chars
     if len(req.text) > cap:
-        raise HandlerError("INVALID_MESSAGE",
+        raise HandlerError(ErrorCode.INVALID_MESSAGE,
                            f"field 'text': expected at most {cap} characters, got {len(req.text)}")
-    session_id = req.session_id or conn.session_id
-    turn, ahead = await conn.server.runner.submit(conn, conn.user_id, session_id, req.text, req.id)
+    session_id = req.session_id or ctx.session_id
+    turn, ahead = await ctx.services.runner.submit(ctx.port, ctx.user_id, session_id, req.text, req.id)
     return {"turn_id": turn.turn_id, "session_id": turn.session_id,
             "user_message": turn.user_message_dict(), "queued": ahead}
 
 
-async def chat_cancel(conn: ServerConnection, req: ChatCancel) -> dict[str, Any]:
+async def chat_cancel(ctx: RequestContext, req: ChatCancel) -> dict[str, Any]:
     """Cancel the running turn of a session, or the turn ``turn_id`` (found in any of the user's
     sessions when no ``session_id`` is given; a queued one is withdrawn)."""
-    runner = conn.server.runner
+    runner = ctx.services.runner
     if req.turn_id is not None and req.session_id is None:
         turn = runner.find(req.turn_id)
-        if turn is None or turn.user_id != conn.user_id:
-            raise HandlerError("NO_ACTIVE_TURN", f"no active turn {req.turn_id!r}")
+        if turn is None or turn.user_id != ctx.user_id:
+            raise HandlerError(ErrorCode.NO_ACTIVE_TURN, f"no active turn {req.turn_id!r}")
         session_id = turn.session_id
     else:
-        session_id = (await target_session(conn, req.session_id)).session_id
+        session_id = (await target_session(ctx, req.session_id)).session_id
     turn = runner.cancel(session_id, req.turn_id)
     return {"turn_id": turn.turn_id, "cancelled": True, "withdrawn": turn.started_at is None}

@@ -1,0 +1,52 @@
+"""Services: everything a request handler may use, built once by ``server.app.Server.start``.
+
+Handlers and adapters receive this object (inside a ``RequestContext``) instead of reaching through
+the connection to the server: what a handler can touch is exactly what is listed here.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from server.auth import Authenticator
+from server.config import LimitsConfig, ServerConfig
+from server.hub import Hub
+from server.refusals import Refusals
+from server.sessions import SessionService
+from server.turns import TurnRunner
+
+VERSION = "0.1.0"
+
+
+@dataclass
+class Counters:
+    """Server-wide figures reported by STATS."""
+    started_monotonic: float = field(default_factory=time.monotonic)
+    slow_consumers: int = 0
+    refusals: Refusals = field(default_factory=Refusals)
+
+
+@dataclass
+class Services:
+    config: ServerConfig
+    store: Any                 # storage.AsyncHistoryStore (or a stand-in with the same methods)
+    hub: Hub
+    sessions: SessionService
+    runner: TurnRunner
+    agent: Any                 # server.agent.base.Agent
+    memory: Any                # server.memory.MemoryManager or server.basic_memory.BasicMemory
+    auth: Authenticator
+    counters: Counters
+    connections: set[Any] = field(default_factory=set)   # open connections (STATS "clients")
+    version: str = VERSION
+
+    @property
+    def limits(self) -> LimitsConfig:
+        return self.config.limits
+
+    def sessions_loaded(self) -> int:
+        count = getattr(self.store.sync, "loaded_count", None)
+        if callable(count):
+            count = count()
+        return int(count) if count is not None else self.hub.attached_sessions()

@@ -1,0 +1,95 @@
+"""V3Port: how the server talks to one v3 client: the send port of a request context and the
+connection's hub subscriber.
+
+It encodes (``server.wire``), frames (the connection's codec) and queues (its ``OutputBuffer``);
+it never sees the connection itself. A reply over ``max_message_size`` is shrunk to fit
+(``server.fit``), or refused with an ERROR when it must not be cut (an export).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from protocol import Connection as Codec
+from protocol import ErrorCode, MsgType, ProtocolError
+from server.fit import shrink_reply
+from server.hub import Event
+from server.output import OutputBuffer
+from server.wire import encode_reply
+
+log = logging.getLogger("nplt.conn")
+
+_MAX_PAYLOAD = 65535
+_ERROR, _RESPONSE = int(MsgType.ERROR), int(MsgType.RESPONSE)
+
+
+class V3Port:
+    """Send port and hub subscriber of one v3 connection."""
+
+    __slots__ = ("codec", "output", "limit", "name", "user_id", "session_id")
+
+    def __init__(self, codec: Codec, output: OutputBuffer, max_message_size: int, name: str) -> None:
+        self.codec = codec
+        self.output = output
+        self.limit = max_message_size
+        self.name = name
+        self.user_id: str | None = None
+        self.session_id: str | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self.output.stopped or self.codec.closed
+
+    # -- sending ----------------------------------------------------------------------------------
+    def send(self, msg_type: int, body: dict[str, Any]) -> None:
+        """Encode and queue one message (fragmented if large). Raises ProtocolError if too large."""
+        if self.closed:
+            return
+        self.output.write(self.codec.send(msg_type, body))
+
+    def send_payload(self, msg_type: int, payload: bytes) -> None:
+        """Queue an already JSON-encoded body (shared between connections by the hub)."""
+        if self.closed:
+            return
+        try:
+            if len(payload) <= _MAX_PAYLOAD:
+                data = self.codec.send_raw(msg_type, payload)
+            else:
+                data = self.codec.send(msg_type, payload)
+        except ProtocolError as exc:
+            log.warning("connection %s: event %s dropped: %s", self.name, msg_type, exc.message)
+            return
+        self.output.write(data)
+
+    def send_error(self, re: Any, code: ErrorCode, message: str, fatal: bool = False) -> None:
+        self.send(_ERROR, {"re": re, "code": str(code), "message": message, "fatal": fatal})
+
+    def respond(self, rid: Any, body: dict[str, Any], *, page: bool = False, shrink: bool = True) -> None:
+        """RESPONSE ``body`` to request ``rid``; a body over max_message_size is shrunk to fit
+        (``page``: a history page, whose oldest messages go first) or, with ``shrink`` false,
+        refused with an ERROR."""
+        try:
+            self.send(_RESPONSE, encode_reply(rid, body))
+            return
+        except ProtocolError as exc:
+            if exc.code != ErrorCode.MESSAGE_TOO_LARGE or not shrink:
+                self.send_error(rid, exc.code, f"reply not sent: {exc.message}")
+                return
+        body = shrink_reply(body, self.limit, page=page)
+        try:
+            self.send(_RESPONSE, encode_reply(rid, body))
+        except ProtocolError as exc:
+            self.send_error(rid, exc.code, f"reply not sent: {exc.message}")
+
+    # -- hub subscriber ---------------------------------------------------------------------------
+    def turn_event(self, event: Event, mine: bool, re: Any) -> None:
+        if mine and re is not None:
+            self.send_payload(event.type, event.answering(re, self.limit))
+        else:
+            self.send_payload(event.type, event.shared(self.limit))
+
+    def event(self, event: Event) -> None:
+        self.send_payload(event.type, event.shared(self.limit))
+
+    def session_moved(self, deleted_id: str, new_id: str) -> None:
+        """A v3 client learns it from SESSION_EVENT ``deleted`` (and its next HELLO or switch)."""
