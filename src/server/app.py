@@ -16,15 +16,11 @@ import time
 from typing import Any
 
 from protocol import MsgType
-from server.auth import Authenticator
 from server.config import ServerConfig, check_bind_policy
 from server.config_base import ConfigError
 from server.connection import ServerConnection
-from server.hub import Event, Hub
-from server.services import VERSION, Counters, Services
-from server.sessions import SessionService
-from server.turns import TurnRunner
-from server.wiring import build_runtime
+from server.hub import Event
+from server.services import VERSION, Counters, Services, build_services
 from storage import AsyncHistoryStore, HistoryStore
 
 log = logging.getLogger("nplt.server")
@@ -99,18 +95,6 @@ class Server:
     slow_consumers = property(lambda self: self.counters.slow_consumers)
     refusals = property(lambda self: self.counters.refusals)
 
-    def _build(self, store: Any) -> Services:
-        """Every service, once: hub -> sessions -> (agent, memory) -> runner."""
-        cfg = self.config
-        hub = Hub()
-        agent, memory = build_runtime(cfg, store, self.notify, self._agent_arg, self._memory_arg)
-        sessions = SessionService(store, hub, agent, memory)
-        runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
-                            limits=cfg.limits)
-        sessions.turns = runner
-        return Services(config=cfg, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
-                        memory=memory, auth=Authenticator(cfg.auth), counters=self.counters)
-
     def _refuse_reason(self) -> str | None:
         if self.stopping:
             return "shutting down"
@@ -133,7 +117,8 @@ class Server:
             store = await AsyncHistoryStore.open(cfg.storage)
         elif isinstance(store, HistoryStore):
             store = AsyncHistoryStore(store)
-        self.services = svc = self._build(store)
+        self.services = svc = build_services(cfg, store, self.notify, agent=self._agent_arg,
+                                             memory=self._memory_arg, counters=self.counters)
         try:
             self._listener = await loop.create_server(
                 self._new_connection, cfg.server.host, cfg.server.port, ssl=ssl_ctx,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from server.auth import Authenticator
 from server.config import LimitsConfig, ServerConfig
@@ -15,6 +15,7 @@ from server.hub import Hub
 from server.refusals import Refusals
 from server.sessions import SessionService
 from server.turns import TurnRunner
+from server.wiring import build_runtime
 
 VERSION = "0.1.0"
 
@@ -50,3 +51,20 @@ class Services:
         if callable(count):
             count = count()
         return int(count) if count is not None else self.hub.attached_sessions()
+
+
+def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any], *, agent: Any = None,
+                   memory: Any = None, counters: Counters | None = None) -> Services:
+    """Every service, once, in dependency order: hub -> (agent, memory) -> sessions -> runner.
+
+    ``store`` is an open AsyncHistoryStore; ``agent`` and ``memory`` are built from the config unless
+    given (``memory="basic"``: BasicMemory); ``notify`` is the memory layer's callback.
+    """
+    hub = Hub()
+    agent, memory = build_runtime(config, store, notify, agent, memory)
+    sessions = SessionService(store, hub, agent, memory)
+    runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
+                        limits=config.limits)
+    sessions.turns = runner
+    return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
+                    memory=memory, auth=Authenticator(config.auth), counters=counters or Counters())

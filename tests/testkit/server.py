@@ -250,3 +250,59 @@ async def non_reading_client(addr: tuple[str, int]) -> V3Client:
     await slow.call(MsgType.HELLO, proto=3, client="slow")
     slow._task.cancel()  # stop reading entirely
     return slow
+
+
+class FakePort:
+    """A hub subscriber standing in for a connection in handler tests (no TCP): what the hub
+    delivers is kept in ``events`` as (type, body, mine, re)."""
+
+    def __init__(self) -> None:
+        self.user_id: str | None = None
+        self.session_id: str | None = None
+        self.closed = False
+        self.events: list[tuple[int, dict[str, Any], bool, Any]] = []
+        self.moved: list[tuple[str, str]] = []
+
+    def turn_event(self, event: Any, mine: bool, re: Any) -> None:
+        self.events.append((event.type, event.body, mine, re))
+
+    def event(self, event: Any) -> None:
+        self.events.append((event.type, event.body, False, None))
+
+    def session_moved(self, deleted_id: str, new_id: str) -> None:
+        self.moved.append((deleted_id, new_id))
+
+    def of_type(self, msg_type: int) -> list[dict[str, Any]]:
+        return [body for t, body, _, _ in self.events if t == msg_type]
+
+
+@asynccontextmanager
+async def handler_services(tmp_path: Path, agent: Any = None, *, store: Any = None,
+                           **overrides: Any) -> AsyncIterator[Any]:
+    """``server.services.Services`` over a real store in ``tmp_path`` (or ``store``), an EchoAgent and
+    BasicMemory, without any listening socket; the turn runner is shut down and the store closed after."""
+    from server.services import build_services
+    from storage import AsyncHistoryStore
+    cfg = make_config(tmp_path, **overrides)
+    own = store is None
+    if own:
+        store = await AsyncHistoryStore.open(cfg.storage)
+
+    def notify(kind: str, session_id: str, payload: Any = None) -> None:
+        return None
+
+    svc = build_services(cfg, store, notify, agent=agent if agent is not None else EchoAgent(), memory="basic")
+    try:
+        yield svc
+    finally:
+        await svc.runner.shutdown(timeout=5)
+        await store.close()
+
+
+async def hello_context(svc: Any, port: FakePort | None = None) -> Any:
+    """A RequestContext after a successful HELLO (user ``local``, attached to a session)."""
+    from server.context import RequestContext
+    from server.handlers.hello import handle_hello
+    ctx = RequestContext(svc, port or FakePort())
+    await handle_hello(ctx, {"id": 1, "proto": 3, "client": "testkit/1"})
+    return ctx
