@@ -1,7 +1,8 @@
 """Sans-IO NPLT v3 codec (compatible with NPLT v2). See docs/protocol.md and docs/architecture.md.
 
 No asyncio, no sockets: feed ``Connection.receive_data`` the bytes you read, write out what
-``Connection.send`` returns. Typed request bodies live in ``protocol.messages``.
+``Connection.send`` returns. Typed request bodies live in ``protocol.messages``; typed replies and
+events in ``protocol.replies`` and ``protocol.server_events`` (shared objects: ``protocol.objects``).
 """
 from __future__ import annotations
 
