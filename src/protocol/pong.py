@@ -15,8 +15,9 @@ from struct import Struct
 
 import orjson
 
+from .messages import MAX_ID_CHARS  # docs/protocol.md §3 (defined once, with the request checks)
+
 MAX_PONG_TIME_CHARS = 256       # sanity bound on the "time" given to receive_and_pong
-MAX_ID_CHARS = 64               # docs/protocol.md §3 (the same as protocol.messages.MAX_ID_CHARS)
 #: the longest b'{"id":N}' the canonical PING path takes: N of at most 19 digits is always below
 #: 2**64, which orjson reads as an int (longer numbers go through orjson, which may give a float)
 CANON_PING_MAX = len(b'{"id":}') + 19

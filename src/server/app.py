@@ -15,11 +15,10 @@ import ssl
 import time
 from typing import Any
 
-from protocol import MsgType
+from protocol.server_events import Notice
 from server.config import ServerConfig, check_bind_policy
 from server.config_base import ConfigError
 from server.connection import ServerConnection
-from server.hub import Event
 from server.services import VERSION, Counters, Services, build_services
 from storage import AsyncHistoryStore, HistoryStore
 
@@ -144,9 +143,8 @@ class Server:
             svc.runner.spawn(svc.sessions.publish_updated(session_id, kind))
         else:
             p = payload if isinstance(payload, dict) else {"message": str(payload or kind)}
-            svc.hub.publish_session(session_id, Event(MsgType.NOTICE, {
-                "level": p.get("level", "warning"), "code": p.get("code", str(kind).upper()),
-                "message": p.get("message", ""), "session_id": session_id}))
+            svc.hub.publish_session(session_id, Notice(p.get("level", "warning"), p.get("code", str(kind).upper()),
+                                                       p.get("message", ""), session_id))
         fut = asyncio.get_running_loop().create_future()
         fut.set_result(None)
         return fut

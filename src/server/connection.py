@@ -31,6 +31,7 @@ import orjson
 from protocol import FATAL_CODES, ErrorCode, InvalidMessage, Message, MsgType, ProtocolError, Role, encode_frame
 from protocol import Connection as Codec
 from protocol.messages import request_id
+from protocol.replies import ErrorReply
 from server import conn_state
 from server.conn_state import ConnState
 from server.context import RequestContext
@@ -43,6 +44,7 @@ from server.request_queue import RequestQueue
 from server.services import Services
 from server.timeutil import iso_now
 from server.v3_port import V3Port
+from server.wire import encode_reply
 
 log = logging.getLogger("nplt.conn")
 
@@ -320,7 +322,7 @@ class ServerConnection(asyncio.Protocol):
             return
         log.info("connection %s (%s): %s %s", self.conn_id, self.peer, code, message)
         if self.state is _HANDSHAKING or self.state is _READY:
-            payload = _dumps({"re": re, "code": str(code), "message": message, "fatal": True})
+            payload = _dumps(encode_reply(re, ErrorReply(ErrorCode(code), message, True)))
             if self.codec.closed:  # a fatal receive error closed the codec: frame it by hand
                 self.output.out.append(encode_frame(_ERROR, self.codec.tx_seq, payload))
             else:

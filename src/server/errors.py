@@ -31,7 +31,8 @@ def not_found(what: str = "session") -> HandlerError:
     return HandlerError(ErrorCode.NOT_FOUND, f"no such {what}")
 
 
-def _code(raw: str) -> ErrorCode:
+def error_code(raw: str) -> ErrorCode:
+    """``raw`` as an ErrorCode (an unknown code is INTERNAL)."""
     try:
         return ErrorCode(raw)
     except ValueError:
@@ -47,7 +48,7 @@ def failure_of(exc: BaseException) -> HandlerError | None:
     if isinstance(exc, HandlerError):
         return exc
     if isinstance(exc, StorageError):
-        return HandlerError(_code(exc.code), exc.message)
+        return HandlerError(error_code(exc.code), exc.message)
     if isinstance(exc, OSError):
         reason = exc.strerror or type(exc).__name__
         return HandlerError(ErrorCode.STORAGE_ERROR, f"the server could not store or read this: {reason}")

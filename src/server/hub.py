@@ -4,35 +4,37 @@ A subscriber is anything with the ``Subscriber`` shape: the v3 connection's port
 (``server.v3_port``) and the v2 adapter (``server.legacy_v2``) alike; the hub does not know which
 it is talking to. Turn events go to every subscriber attached to the turn's session, ``mine`` set
 only for the one that sent the chat request (its events carry the request's ``re``); SESSION_EVENT
-and NOTICE go to ``event`` (a v2 subscriber ignores them). The body of an event is encoded at most
-once for all subscribers (``Event.shared``), then framed per connection.
+and NOTICE go to ``event`` (a v2 subscriber ignores them). Events are typed
+(``protocol.server_events``); one is encoded at most once for all subscribers (``Outgoing.shared``;
+the sender's copy, with its ``re``, apart), then framed per connection.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable, Protocol
 
+from protocol.server_events import ServerEvent
 from server.wire import encode_event
 
 
-class Event:
-    """One event (a type code and its body, without ``re``), encoded once on first use."""
+class Outgoing:
+    """One typed event being published (``event``, its ``re`` unset), encoded once on first use."""
 
-    __slots__ = ("type", "body", "_shared")
+    __slots__ = ("event", "type", "_shared")
 
-    def __init__(self, msg_type: int, body: dict[str, Any]) -> None:
-        self.type = msg_type
-        self.body = body
+    def __init__(self, event: ServerEvent) -> None:
+        self.event = event
+        self.type = event.TYPE
         self._shared: bytes | None = None
 
     def shared(self, limit: int) -> bytes:
         """The payload with ``"re": null`` (cut to ``limit`` if needed), encoded once."""
         if self._shared is None:
-            self._shared = encode_event(self.body, None, limit)
+            self._shared = encode_event(self.event, None, limit)
         return self._shared
 
     def answering(self, re: Any, limit: int) -> bytes:
         """The payload with the request id ``re`` (for the subscriber that sent the request)."""
-        return encode_event(self.body, re, limit)
+        return encode_event(self.event, re, limit)
 
 
 class Subscriber(Protocol):
@@ -43,8 +45,8 @@ class Subscriber(Protocol):
 
     @property
     def closed(self) -> bool: ...
-    def turn_event(self, event: Event, mine: bool, re: Any) -> None: ...
-    def event(self, event: Event) -> None: ...
+    def turn_event(self, out: Outgoing, mine: bool, re: Any) -> None: ...
+    def event(self, out: Outgoing) -> None: ...
     def session_moved(self, deleted_id: str, new_id: str) -> None: ...
 
 
@@ -90,7 +92,7 @@ class Hub:
         return len(self._by_session)
 
     # -- fan-out --------------------------------------------------------------------------------
-    def publish_turn(self, session_id: str, event: Event, origin: Subscriber | None = None,
+    def publish_turn(self, session_id: str, event: ServerEvent, origin: Subscriber | None = None,
                      re: Any = None) -> None:
         """A turn event to the session's subscribers, and to ``origin`` (the sender) wherever it is."""
         subs = self._by_session.get(session_id)
@@ -99,18 +101,20 @@ class Hub:
             subs = {origin, *subs} if subs else {origin}
         if not subs:
             return
+        out = Outgoing(event)
         for sub in tuple(subs):
-            sub.turn_event(event, sub is origin, re)
+            sub.turn_event(out, sub is origin, re)
 
-    def publish_user(self, user_id: str, event: Event) -> None:
+    def publish_user(self, user_id: str, event: ServerEvent) -> None:
         """An event (``re`` null) to every subscriber of ``user_id``."""
         self._publish(self._by_user.get(user_id, ()), event)
 
-    def publish_session(self, session_id: str, event: Event) -> None:
+    def publish_session(self, session_id: str, event: ServerEvent) -> None:
         """An event (``re`` null) to the subscribers attached to ``session_id``."""
         self._publish(self._by_session.get(session_id, ()), event)
 
     @staticmethod
-    def _publish(subs: Iterable[Subscriber], event: Event) -> None:
+    def _publish(subs: Iterable[Subscriber], event: ServerEvent) -> None:
+        out = Outgoing(event)
         for sub in tuple(subs):
-            sub.event(event)
+            sub.event(out)

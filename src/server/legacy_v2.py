@@ -30,7 +30,9 @@ from server import legacy_v2_sessions as sessions
 from server.auth import LOCAL_USER
 from server.config import LimitsConfig
 from server.errors import HandlerError, failure_of
-from server.hub import Event
+from protocol.server_events import (AnswerDelta, ServerEvent, ToolCallEvent, ToolResultEvent, TurnEnd, TurnError,
+                                    TurnStart, TurnStatus)
+from server.hub import Outgoing
 from server.legacy_v2_history import (MAX_FRAME_TEXT, HistoryRequestError, error_document,
                                       history_document, parse_history_request)
 from server.services import Services
@@ -104,14 +106,14 @@ class LegacyV2:
     def closed(self) -> bool:
         return self.host.closing
 
-    def turn_event(self, event: Event, mine: bool, re: Any) -> None:
+    def turn_event(self, out: Outgoing, mine: bool, re: Any) -> None:
         try:
-            self.on_turn_event(event.type, event.body, mine)
+            self.on_turn_event(out.event, mine)
         except Exception:   # one broken connection must not stop the turn or the others
             log.exception("v2 connection %s failed on a turn event; closing it", self.host.conn_id)
             self.host.close()
 
-    def event(self, event: Event) -> None:
+    def event(self, out: Outgoing) -> None:
         """Session events and notices have no v2 form: v2 clients learn changes from replies."""
 
     def session_moved(self, deleted_id: str, new_id: str) -> None:
@@ -285,37 +287,38 @@ class LegacyV2:
         self.reply(history_document(rec.session_id, page))
 
     # -- turn events ---------------------------------------------------------------------------------
-    def on_turn_event(self, msg_type: int, body: dict[str, Any], is_origin: bool) -> None:
-        """Translate a v3 turn event of a turn this connection started into v2 frames."""
+    def on_turn_event(self, event: ServerEvent, is_origin: bool) -> None:
+        """Translate a typed turn event of a turn this connection started into v2 frames."""
         if not is_origin or self.host.closing:
             return
-        if msg_type == MsgType.ANSWER_DELTA:
-            self.streamed.add(body["turn_id"])
-            self._write_text(body["text"])
-        elif msg_type == MsgType.TURN_START:
-            self.streaming = True
-            self.thought("stream_start", "")
-        elif msg_type == MsgType.TURN_STATUS:
-            self.thought(body["status"], body.get("detail") or "")
-        elif msg_type == MsgType.TOOL_CALL:
-            call = body["call"]
-            self.thought("tool_call", f"{call['tool_name']} {orjson.dumps(call['arguments']).decode()}")
-        elif msg_type == MsgType.TOOL_RESULT:
-            call = body["call"]
-            self.thought("tool_call", f"{call['tool_name']}: {call['status']} ({call['duration']:.2f} s)")
-        elif msg_type in (MsgType.TURN_END, MsgType.TURN_ERROR):
-            if msg_type == MsgType.TURN_END:
-                message = body.get("message")
+        match event:
+            case AnswerDelta(turn_id=turn_id, text=text):
+                self.streamed.add(turn_id)
+                self._write_text(text)
+            case TurnStart():
+                self.streaming = True
+                self.thought("stream_start", "")
+            case TurnStatus(status=status, detail=detail):
+                self.thought(status, detail or "")
+            case ToolCallEvent(call=call):
+                self.thought("tool_call", f"{call.tool_name} {orjson.dumps(call.arguments).decode()}")
+            case ToolResultEvent(call=call):
+                self.thought("tool_call", f"{call.tool_name}: {call.status} ({call.duration:.2f} s)")
+            case TurnEnd(turn_id=turn_id, message=message):
                 if message is None:   # a queued turn withdrawn before it started (delete, clear)
                     self._write_text("[cancelled before it started; nothing was stored]")
-                elif body["turn_id"] not in self.streamed:
-                    self._write_text(message["content"])
-            else:
-                self._write_text(f"\n[error {body['code']}] {body['message']}")
-            self.streamed.discard(body["turn_id"])
-            self.send_end()
-            if self._turn_done is not None:
-                self._turn_done.set()
+                elif turn_id not in self.streamed:
+                    self._write_text(message.content)
+                self._end_turn(turn_id)
+            case TurnError(turn_id=turn_id, code=code, message=message):
+                self._write_text(f"\n[error {code}] {message}")
+                self._end_turn(turn_id)
+
+    def _end_turn(self, turn_id: str) -> None:
+        self.streamed.discard(turn_id)
+        self.send_end()
+        if self._turn_done is not None:
+            self._turn_done.set()
 
 
 async def _unsupported_file(v2: LegacyV2, ev: Message) -> None:

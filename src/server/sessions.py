@@ -8,9 +8,12 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from protocol import ErrorCode, MsgType
+from protocol import ErrorCode
+from protocol.objects import SessionInfo
+from protocol.server_events import SessionEvent
 from server.errors import HandlerError, not_found
-from server.hub import Event, Hub, Subscriber
+from server.hub import Hub, Subscriber
+from server.wire import summary_obj
 from storage.errors import InvalidSessionId, NotFound
 from storage.models import SessionRecord
 from storage.store import DEFAULT_TITLE
@@ -62,15 +65,12 @@ class SessionService:
         agent = self.agent
         return rec.model if rec.model and rec.model in agent.models() else agent.default_model
 
-    def info(self, rec: SessionRecord, *, summary: bool = False) -> dict[str, Any]:
+    def info(self, rec: SessionRecord, *, summary: bool = False) -> SessionInfo:
         """The SessionInfo object of docs/protocol.md §3 (``summary`` only when asked)."""
         s = rec.summary if summary else None
-        return {
-            "session_id": rec.session_id, "title": rec.title, "created_at": rec.created_at,
-            "updated_at": rec.updated_at, "message_count": rec.message_count, "preview": rec.preview,
-            "model": self.model_of(rec), "running": self.turns is not None and self.turns.is_running(rec.session_id),
-            "summary": s.to_dict() if s is not None else None,
-        }
+        running = self.turns is not None and self.turns.is_running(rec.session_id)
+        return SessionInfo(rec.session_id, rec.title, rec.created_at, rec.updated_at, rec.message_count,
+                           rec.preview, self.model_of(rec), running, summary_obj(s) if s is not None else None)
 
     async def owned(self, user_id: str, session_id: Any) -> SessionRecord:
         """The user's live session ``session_id`` or NOT_FOUND."""
@@ -171,8 +171,7 @@ class SessionService:
 
     async def publish_event(self, kind: str, rec: SessionRecord, *, summary: bool = False) -> None:
         """SESSION_EVENT to every connection of the session's owner (v2 ones ignore it)."""
-        self.hub.publish_user(rec.user_id, Event(MsgType.SESSION_EVENT,
-                                                 {"kind": kind, "session": self.info(rec, summary=summary)}))
+        self.hub.publish_user(rec.user_id, SessionEvent(kind, self.info(rec, summary=summary)))
 
     async def publish_updated(self, session_id: str, kind: str = "updated") -> None:
         """Re-read the record and publish it; silently skipped if the session vanished."""

@@ -7,8 +7,12 @@ import itertools
 import secrets
 from typing import Any
 
-from protocol import MsgType
-from server.hub import Event, Hub, Subscriber
+from protocol.objects import ChatMessage as MessageObj
+from protocol.objects import QueuedTurn, TurnState
+from protocol.server_events import (AnswerDelta, Notice, ToolCallEvent, ToolResultEvent, TurnEvent,
+                                    TurnStatus)
+from server.hub import Hub, Subscriber
+from server.wire import call_obj, message_obj
 from storage.models import ChatMessage, ToolCall, now_iso
 
 _TURN_PREFIX = secrets.token_hex(4)   # unique per server run; the counter makes ids unique within it
@@ -56,49 +60,45 @@ class Turn:
             out.append(call)
         return out
 
-    def user_message_dict(self) -> dict[str, Any]:
+    def user_message_obj(self) -> MessageObj:
         """The stored user message, or (queued, not stored yet) the same shape with ``id: null``."""
         if self.user_message is not None:
-            return self.user_message.to_dict()
-        return {"id": None, "role": "user", "content": self.text, "timestamp": self.sent_at,
-                "tool_calls": [], "metadata": {"queued": True}}
+            return message_obj(self.user_message)
+        return MessageObj(None, "user", self.text, self.sent_at, (), {"queued": True})
 
-    def state(self) -> dict[str, Any]:
-        return {"turn_id": self.turn_id, "session_id": self.session_id,
-                "user_message": self.user_message_dict(), "status": self.status,
-                "content": self.content, "tool_calls": [c.to_dict() for c in self.calls.values()],
-                "started_at": self.started_at or self.sent_at}
+    def state(self, queued: tuple[QueuedTurn, ...] = ()) -> TurnState:
+        return TurnState(self.turn_id, self.session_id, self.user_message_obj(), self.status, self.content,
+                         tuple(call_obj(c) for c in self.calls.values()), self.started_at or self.sent_at,
+                         queued)
 
 
 class RunnerSink:
     """TurnSink implementation: every call updates the Turn and fans out one event, without awaiting."""
 
-    __slots__ = ("turn", "hub", "base")
+    __slots__ = ("turn", "hub", "sid", "tid")
 
     def __init__(self, turn: Turn, hub: Hub) -> None:
         self.turn = turn
         self.hub = hub
-        self.base = {"session_id": turn.session_id, "turn_id": turn.turn_id}
+        self.sid = turn.session_id
+        self.tid = turn.turn_id
 
-    def publish(self, msg_type: int, extra: dict[str, Any]) -> None:
-        """One turn event (``extra`` plus the session and turn ids) to the session and the sender."""
+    def publish(self, event: TurnEvent) -> None:
+        """One turn event to the session and the sender (which gets it with its request's ``re``)."""
         t = self.turn
-        self.hub.publish_turn(t.session_id, Event(msg_type, {**self.base, **extra}), t.origin, t.re)
+        self.hub.publish_turn(self.sid, event, t.origin, t.re)
 
     async def status(self, status: str, detail: str | None = None) -> None:
         self.turn.status = status
-        self.publish(MsgType.TURN_STATUS, {"status": status} if detail is None else
-                      {"status": status, "detail": detail})
+        self.publish(TurnStatus(self.sid, self.tid, status, detail))
 
     async def tool_call(self, call: ToolCall) -> None:
         self.turn.calls[call.id] = call
-        d = call.to_dict()
-        d.update(result="", status="running", duration=0)
-        self.publish(MsgType.TOOL_CALL, {"call": d})
+        self.publish(ToolCallEvent(self.sid, self.tid, call_obj(call, running=True)))
 
     async def tool_result(self, call: ToolCall) -> None:
         self.turn.calls[call.id] = call
-        self.publish(MsgType.TOOL_RESULT, {"call": call.to_dict()})
+        self.publish(ToolResultEvent(self.sid, self.tid, call_obj(call)))
 
     async def delta(self, text: str) -> None:
         if not text:
@@ -107,10 +107,9 @@ class RunnerSink:
         offset = t.length
         t.parts.append(text)
         t.length = offset + len(text)
-        self.publish(MsgType.ANSWER_DELTA, {"text": text, "offset": offset})
+        self.publish(AnswerDelta(self.sid, self.tid, text, offset))
         if len(t.parts) % YIELD_EVERY == 0:  # an agent that never awaits must not starve the loop
             await asyncio.sleep(0)
 
     async def notice(self, level: str, code: str, message: str) -> None:
-        self.hub.publish_session(self.turn.session_id, Event(MsgType.NOTICE, {
-            "level": level, "code": code, "message": message, "session_id": self.turn.session_id}))
+        self.hub.publish_session(self.sid, Notice(level, code, message, self.sid))

@@ -17,13 +17,16 @@ import logging
 from collections import deque
 from typing import Any
 
-from protocol import ErrorCode, MsgType
+from protocol import ErrorCode
+from protocol.objects import QueuedTurn, TurnState
+from protocol.server_events import TurnEnd, TurnError, TurnStart
 from server.agent.base import AgentError, BuiltContext, TurnRequest, TurnResult
 from server.config import LimitsConfig
-from server.errors import HandlerError, failure_of
+from server.errors import HandlerError, error_code, failure_of
 from server.hub import Hub, Subscriber
 from server.sessions import SessionService, auto_title, needs_title
 from server.turn import RunnerSink, Turn
+from server.wire import message_obj
 from storage.errors import InvalidSessionId, NotFound
 from storage.models import ChatMessage, ToolCall, now_iso
 
@@ -69,16 +72,14 @@ class TurnRunner:
         lane = self.lanes.get(session_id)
         return lane is not None and (lane.current is not None or bool(lane.waiting))
 
-    def running_state(self, session_id: str) -> dict[str, Any] | None:
+    def running_state(self, session_id: str) -> TurnState | None:
         """TurnState of the running turn, with ``queued``: the turns waiting behind it, in order."""
         lane = self.lanes.get(session_id)
         turn = lane.current if lane is not None else None
         if turn is None or turn.started_at is None:
             return None
-        state = turn.state()
-        state["queued"] = [{"turn_id": t.turn_id, "user_message": t.user_message_dict()}
-                           for t in lane.waiting if t.cancel_reason is None]
-        return state
+        return turn.state(tuple(QueuedTurn(t.turn_id, t.user_message_obj())
+                                for t in lane.waiting if t.cancel_reason is None))
 
     def find(self, turn_id: str) -> Turn | None:
         """The running or queued turn ``turn_id`` in any session."""
@@ -172,9 +173,8 @@ class TurnRunner:
             return
         lane.waiting.remove(turn)  # queued: withdrawn, nothing was stored
         self._left(turn)
-        RunnerSink(turn, self.hub).publish(MsgType.TURN_END, {
-            "message": None, "user_message": turn.user_message_dict(), "usage": {},
-            "finish_reason": "cancelled", "context": {}, "withdrawn": True})
+        RunnerSink(turn, self.hub).publish(TurnEnd(
+            turn.session_id, turn.turn_id, None, {}, "cancelled", {}, turn.user_message_obj(), True))
 
     async def settle(self, session_id: str, timeout: float = 10.0) -> None:
         """Wait (at most ``timeout``) until the session has no running or queued turn."""
@@ -224,10 +224,10 @@ class TurnRunner:
                     err = HandlerError(ErrorCode.INTERNAL, "internal error")
                 else:
                     log.warning("turn %s: user message not stored: %s", turn.turn_id, err)
-                sink.publish(MsgType.TURN_ERROR, {"code": err.code, "partial_message": None,
-                                                  "message": f"the message could not be stored: {err.message}"})
+                sink.publish(TurnError(turn.session_id, turn.turn_id, err.code,
+                                       f"the message could not be stored: {err.message}"))
                 return
-        sink.publish(MsgType.TURN_START, {"user_message": turn.user_message.to_dict(), "model": turn.model})
+        sink.publish(TurnStart(turn.session_id, turn.turn_id, message_obj(turn.user_message), turn.model))
         self.spawn(self.sessions.publish_updated(turn.session_id))  # session lists show it running
         log.debug("turn %s started in %s", turn.turn_id, turn.session_id)
         ctx = BuiltContext(messages=[], metadata={})
@@ -277,7 +277,7 @@ class TurnRunner:
             return HandlerError(err.code, f"the answer could not be stored: {err.message}")
 
     def _not_stored(self, sink: RunnerSink, err: HandlerError) -> None:
-        sink.publish(MsgType.TURN_ERROR, {"code": err.code, "message": err.message, "partial_message": None})
+        sink.publish(TurnError(sink.sid, sink.tid, err.code, err.message))
         self.spawn(self.sessions.publish_updated(sink.turn.session_id))
 
     async def _end_ok(self, turn: Turn, sink: RunnerSink, ctx: BuiltContext, result: TurnResult) -> None:
@@ -287,8 +287,8 @@ class TurnRunner:
         if isinstance(msg, HandlerError):
             self._not_stored(sink, msg)
             return
-        sink.publish(MsgType.TURN_END, {"message": msg.to_dict(), "usage": result.usage,
-                                         "finish_reason": result.finish_reason, "context": ctx.metadata})
+        sink.publish(TurnEnd(turn.session_id, turn.turn_id, message_obj(msg), result.usage,
+                             result.finish_reason, ctx.metadata))
         self._after_turn(turn)
 
     async def _end_cancelled(self, turn: Turn, sink: RunnerSink, ctx: BuiltContext) -> None:
@@ -298,8 +298,7 @@ class TurnRunner:
         if isinstance(msg, HandlerError):
             self._not_stored(sink, msg)
             return
-        sink.publish(MsgType.TURN_END, {"message": msg.to_dict(), "usage": {}, "finish_reason": "cancelled",
-                                         "context": ctx.metadata})
+        sink.publish(TurnEnd(turn.session_id, turn.turn_id, message_obj(msg), {}, "cancelled", ctx.metadata))
         self._after_turn(turn)
 
     async def _end_error(self, turn: Turn, sink: RunnerSink, code: str, message: str) -> None:
@@ -307,9 +306,9 @@ class TurnRunner:
         if turn.length or turn.calls:
             meta = {"partial": True, "model": turn.model, "error": code, "turn_id": turn.turn_id}
             msg = await self._store_assistant(turn, turn.content, turn.finished_calls(), meta)
-            partial = None if isinstance(msg, HandlerError) else msg.to_dict()
+            partial = None if isinstance(msg, HandlerError) else message_obj(msg)
         log.info("turn %s ended with %s", turn.turn_id, code)
-        sink.publish(MsgType.TURN_ERROR, {"code": code, "message": message, "partial_message": partial})
+        sink.publish(TurnError(turn.session_id, turn.turn_id, error_code(code), message, partial))
         self.spawn(self.sessions.publish_updated(turn.session_id))
 
     def _after_turn(self, turn: Turn) -> None:

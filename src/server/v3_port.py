@@ -1,7 +1,7 @@
 """V3Port: how the server talks to one v3 client: the send port of a request context and the
 connection's hub subscriber.
 
-It encodes (``server.wire``), frames (the connection's codec) and queues (its ``OutputBuffer``);
+It encodes typed replies and events (``server.wire``), frames (the connection's codec) and queues (its ``OutputBuffer``);
 it never sees the connection itself. A reply over ``max_message_size`` is shrunk to fit
 (``server.fit``), or refused with an ERROR when it must not be cut (an export).
 """
@@ -12,8 +12,9 @@ from typing import Any
 
 from protocol import Connection as Codec
 from protocol import ErrorCode, MsgType, ProtocolError
+from protocol.replies import ErrorReply, Reply
 from server.fit import shrink_reply
-from server.hub import Event
+from server.hub import Outgoing
 from server.output import OutputBuffer
 from server.wire import encode_reply
 
@@ -62,14 +63,19 @@ class V3Port:
         self.output.write(data)
 
     def send_error(self, re: Any, code: ErrorCode, message: str, fatal: bool = False) -> None:
-        self.send(_ERROR, {"re": re, "code": str(code), "message": message, "fatal": fatal})
+        self.send(_ERROR, encode_reply(re, ErrorReply(ErrorCode(code), message, fatal)))
 
-    def respond(self, rid: Any, body: dict[str, Any], *, page: bool = False, shrink: bool = True) -> None:
-        """RESPONSE ``body`` to request ``rid``; a body over max_message_size is shrunk to fit
+    def answer(self, msg_type: int, rid: Any, reply: Reply) -> None:
+        """A reply that always fits (PONG)."""
+        self.send(msg_type, encode_reply(rid, reply))
+
+    def respond(self, rid: Any, reply: Reply, *, page: bool = False, shrink: bool = True) -> None:
+        """RESPONSE ``reply`` to request ``rid``; a body over max_message_size is shrunk to fit
         (``page``: a history page, whose oldest messages go first) or, with ``shrink`` false,
         refused with an ERROR."""
+        body = encode_reply(rid, reply)
         try:
-            self.send(_RESPONSE, encode_reply(rid, body))
+            self.send(_RESPONSE, body)
             return
         except ProtocolError as exc:
             if exc.code != ErrorCode.MESSAGE_TOO_LARGE or not shrink:
@@ -77,19 +83,19 @@ class V3Port:
                 return
         body = shrink_reply(body, self.limit, page=page)
         try:
-            self.send(_RESPONSE, encode_reply(rid, body))
+            self.send(_RESPONSE, body)
         except ProtocolError as exc:
             self.send_error(rid, exc.code, f"reply not sent: {exc.message}")
 
     # -- hub subscriber ---------------------------------------------------------------------------
-    def turn_event(self, event: Event, mine: bool, re: Any) -> None:
+    def turn_event(self, out: Outgoing, mine: bool, re: Any) -> None:
         if mine and re is not None:
-            self.send_payload(event.type, event.answering(re, self.limit))
+            self.send_payload(out.type, out.answering(re, self.limit))
         else:
-            self.send_payload(event.type, event.shared(self.limit))
+            self.send_payload(out.type, out.shared(self.limit))
 
-    def event(self, event: Event) -> None:
-        self.send_payload(event.type, event.shared(self.limit))
+    def event(self, out: Outgoing) -> None:
+        self.send_payload(out.type, out.shared(self.limit))
 
     def session_moved(self, deleted_id: str, new_id: str) -> None:
         """A v3 client learns it from SESSION_EVENT ``deleted`` (and its next HELLO or switch)."""

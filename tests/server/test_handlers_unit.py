@@ -21,11 +21,11 @@ async def test_hello_attaches_the_port_and_a_new_session_is_announced(tmp_path):
         assert port.user_id == "local" and port.session_id is not None
         first = port.session_id
         reply = await HANDLERS[MsgType.SESSION_NEW](ctx, SessionNew(id=2, title="second"))
-        assert reply["session"]["title"] == "second" and port.session_id == reply["session"]["session_id"] != first
-        kinds = [b["kind"] for b in port.of_type(MsgType.SESSION_EVENT)]
+        assert reply.session.title == "second" and port.session_id == reply.session.session_id != first
+        kinds = [e.kind for e in port.of_type(MsgType.SESSION_EVENT)]
         assert kinds[-1] == "created"
         switched = await HANDLERS[MsgType.SESSION_SWITCH](ctx, SessionSwitch(id=3, session_id=first))
-        assert switched["session"]["session_id"] == first == port.session_id
+        assert switched.session.session_id == first == port.session_id
 
 
 async def test_chat_send_streams_turn_events_to_the_sender(tmp_path):
@@ -33,12 +33,12 @@ async def test_chat_send_streams_turn_events_to_the_sender(tmp_path):
         port = FakePort()
         ctx = await hello_context(svc, port)
         reply = await HANDLERS[MsgType.CHAT_TEXT](ctx, ChatSend(id=7, text="hello"))
-        assert reply["queued"] == 0 and reply["user_message"]["id"] == 1
+        assert reply.queued == 0 and reply.user_message.id == 1
         await poll(lambda: port.of_type(MsgType.TURN_END))
         mine = [(t, re) for t, _, m, re in port.events if m]
         assert mine and all(re == 7 for _, re in mine)
         end = port.of_type(MsgType.TURN_END)[0]
-        assert end["message"]["content"] == "echo: hello"
+        assert end.message.content == "echo: hello" and end.turn_id == reply.turn_id
 
 
 async def test_delete_moves_other_subscribers_and_tells_them(tmp_path):
@@ -49,7 +49,7 @@ async def test_delete_moves_other_subscribers_and_tells_them(tmp_path):
         assert a.session_id == b.session_id
         gone = a.session_id
         reply = await HANDLERS[MsgType.SESSION_DELETE](ctx_a, SessionDelete(id=2, session_id=gone))
-        assert reply["session_id"] == gone and a.session_id == b.session_id != gone
+        assert reply.session_id == gone and a.session_id == b.session_id != gone
         assert b.moved == [(gone, b.session_id)] and a.moved == []   # the requester gets the reply instead
 
 
@@ -57,7 +57,7 @@ async def test_stats_counts_without_a_listener(tmp_path):
     async with handler_services(tmp_path) as svc:
         ctx = await hello_context(svc)
         reply = await HANDLERS[MsgType.STATS](ctx, Stats(id=2))
-        assert reply["clients"] == 0 and reply["turns_total"] == 0 and reply["agent"]["name"] == "echo"
+        assert reply.clients == 0 and reply.turns_total == 0 and reply.agent.name == "echo"
 
 
 class FullDisk:
@@ -92,7 +92,7 @@ async def test_a_full_disk_is_storage_error_and_nothing_is_acknowledged(tmp_path
         assert page.total == 0 and not svc.runner.is_running(port.session_id)   # nothing stored, no turn
         disk.full = False   # the disk has room again: the same session works
         body, err = await run_handler(HANDLERS[MsgType.CHAT_TEXT], ctx, ChatSend(id=3, text="again"))
-        assert err is None and body["user_message"]["id"] == 1
+        assert err is None and body.user_message.id == 1
 
 
 async def test_an_answer_that_cannot_be_stored_is_storage_error_not_session_gone(tmp_path):
@@ -108,7 +108,7 @@ async def test_an_answer_that_cannot_be_stored_is_storage_error_not_session_gone
         reply = await HANDLERS[MsgType.CHAT_TEXT](ctx, ChatSend(id=2, text="hello"))
         await poll(lambda: port.of_type(MsgType.TURN_ERROR))
         err = port.of_type(MsgType.TURN_ERROR)[0]
-        assert err["code"] == "STORAGE_ERROR" and err["turn_id"] == reply["turn_id"]
+        assert err.code is ErrorCode.STORAGE_ERROR and err.turn_id == reply.turn_id
         assert not port.of_type(MsgType.TURN_END)
         page = await real.page(port.session_id)
         assert [m.role for m in page.messages] == ["user"]       # the question was stored, no answer

@@ -253,27 +253,27 @@ async def non_reading_client(addr: tuple[str, int]) -> V3Client:
 
 
 class FakePort:
-    """A hub subscriber standing in for a connection in handler tests (no TCP): what the hub
-    delivers is kept in ``events`` as (type, body, mine, re)."""
+    """A hub subscriber standing in for a connection in handler tests (no TCP): the typed events the
+    hub delivers are kept in ``events`` as (type, event, mine, re)."""
 
     def __init__(self) -> None:
         self.user_id: str | None = None
         self.session_id: str | None = None
         self.closed = False
-        self.events: list[tuple[int, dict[str, Any], bool, Any]] = []
+        self.events: list[tuple[int, Any, bool, Any]] = []
         self.moved: list[tuple[str, str]] = []
 
-    def turn_event(self, event: Any, mine: bool, re: Any) -> None:
-        self.events.append((event.type, event.body, mine, re))
+    def turn_event(self, out: Any, mine: bool, re: Any) -> None:
+        self.events.append((out.type, out.event, mine, re))
 
-    def event(self, event: Any) -> None:
-        self.events.append((event.type, event.body, False, None))
+    def event(self, out: Any) -> None:
+        self.events.append((out.type, out.event, False, None))
 
     def session_moved(self, deleted_id: str, new_id: str) -> None:
         self.moved.append((deleted_id, new_id))
 
-    def of_type(self, msg_type: int) -> list[dict[str, Any]]:
-        return [body for t, body, _, _ in self.events if t == msg_type]
+    def of_type(self, msg_type: int) -> list[Any]:
+        return [event for t, event, _, _ in self.events if t == msg_type]
 
 
 @asynccontextmanager

@@ -1,16 +1,15 @@
 """Chat requests (docs/protocol.md §5.4): send (stored, then streamed as turn events) and cancel."""
 from __future__ import annotations
 
-from typing import Any
-
 from protocol import ErrorCode
 from protocol.messages import ChatCancel, ChatSend
+from protocol.replies import ChatCancelReply, ChatSendReply
 from server.context import RequestContext
 from server.errors import HandlerError
 from server.handlers.common import target_session
 
 
-async def chat_send(ctx: RequestContext, req: ChatSend) -> dict[str, Any]:
+async def chat_send(ctx: RequestContext, req: ChatSend) -> ChatSendReply:
     """The user message is stored (fsynced) before this reply when the session is idle: a storage
     failure answers STORAGE_ERROR and nothing is acknowledged."""
     cap = ctx.limits.max_text_chars
@@ -19,11 +18,10 @@ async def chat_send(ctx: RequestContext, req: ChatSend) -> dict[str, Any]:
                            f"field 'text': expected at most {cap} characters, got {len(req.text)}")
     session_id = req.session_id or ctx.session_id
     turn, ahead = await ctx.services.runner.submit(ctx.port, ctx.user_id, session_id, req.text, req.id)
-    return {"turn_id": turn.turn_id, "session_id": turn.session_id,
-            "user_message": turn.user_message_dict(), "queued": ahead}
+    return ChatSendReply(turn.turn_id, turn.session_id, turn.user_message_obj(), ahead)
 
 
-async def chat_cancel(ctx: RequestContext, req: ChatCancel) -> dict[str, Any]:
+async def chat_cancel(ctx: RequestContext, req: ChatCancel) -> ChatCancelReply:
     """Cancel the running turn of a session, or the turn ``turn_id`` (found in any of the user's
     sessions when no ``session_id`` is given; a queued one is withdrawn)."""
     runner = ctx.services.runner
@@ -35,4 +33,4 @@ async def chat_cancel(ctx: RequestContext, req: ChatCancel) -> dict[str, Any]:
     else:
         session_id = (await target_session(ctx, req.session_id)).session_id
     turn = runner.cancel(session_id, req.turn_id)
-    return {"turn_id": turn.turn_id, "cancelled": True, "withdrawn": turn.started_at is None}
+    return ChatCancelReply(turn.turn_id, True, turn.started_at is None)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from protocol import ErrorCode
+from protocol.objects import AgentInfo
 from server.context import RequestContext
 from server.errors import HandlerError
 from storage.models import SessionRecord
@@ -22,6 +23,6 @@ def check_limit(ctx: RequestContext, limit: int | None, default: int) -> int:
     return limit
 
 
-def agent_info(ctx: RequestContext) -> dict:
+def agent_info(ctx: RequestContext) -> AgentInfo:
     agent = ctx.services.agent
-    return {"name": agent.name, "offline": bool(agent.offline), "model": agent.default_model}
+    return AgentInfo(agent.name, bool(agent.offline), agent.default_model)

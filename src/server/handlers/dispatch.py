@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable
 
 from protocol import ErrorCode, InvalidMessage, Message, MsgType
 from protocol.messages import HistoryExport, HistoryPage, parse_request
+from protocol.replies import Reply
 from server.context import RequestContext
 from server.errors import HandlerError, failure_of
 from server.handlers import chat, history, misc, sessions
@@ -24,7 +25,7 @@ from server.v3_port import V3Port
 
 log = logging.getLogger("nplt.dispatch")
 
-Handler = Callable[[RequestContext, Any], Awaitable[dict[str, Any]]]
+Handler = Callable[[RequestContext, Any], Awaitable[Reply]]
 
 # Enum member lookups cost ~100 ns each on Python 3.11: bind them once.
 _PING, _PONG, _HELLO = MsgType.PING, MsgType.PONG, MsgType.HELLO
@@ -50,8 +51,8 @@ HANDLERS: dict[MsgType, Any] = {
 }
 
 
-async def run_handler(handler: Handler, ctx: RequestContext, req: Any) -> tuple[dict[str, Any] | None, Any]:
-    """(reply body, None) or (None, HandlerError): what the client is told, whatever the handler raised."""
+async def run_handler(handler: Handler, ctx: RequestContext, req: Any) -> tuple[Any, HandlerError | None]:
+    """(typed reply, None) or (None, HandlerError): what the client is told, whatever the handler raised."""
     try:
         return await handler(ctx, req), None
     except Exception as exc:
@@ -83,7 +84,7 @@ class Dispatcher:
             return None
         t = msg.type
         if t == _PING:  # (PINGs split across reads, or sent before the handshake finished)
-            port.send(_PONG, {"re": req.id, **HANDLERS[_PING](self.ctx, req)})
+            port.answer(_PONG, req.id, HANDLERS[_PING](self.ctx, req))
             return None
         if t == _HELLO:
             port.send_error(req.id, ErrorCode.INVALID_MESSAGE, "HELLO was already accepted")
@@ -103,11 +104,11 @@ class Dispatcher:
         return task
 
     async def _run(self, handler: Handler, req: Any) -> None:
-        body, err = await run_handler(handler, self.ctx, req)
+        reply, err = await run_handler(handler, self.ctx, req)
         if err is not None:
             self.port.send_error(req.id, err.code, err.message)
         else:
-            self.port.respond(req.id, body, page=isinstance(req, HistoryPage),
+            self.port.respond(req.id, reply, page=isinstance(req, HistoryPage),
                               shrink=not isinstance(req, HistoryExport))
 
 

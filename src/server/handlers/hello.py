@@ -8,16 +8,17 @@ from typing import Any
 
 from protocol import ErrorCode, ProtocolError
 from protocol.messages import Hello
+from protocol.replies import HelloReply
 from server.context import RequestContext
 from server.errors import HandlerError
 from server.handlers.common import agent_info
 
 PROTO = 3
-CAPABILITIES = ["sessions", "history", "search", "export", "chat", "cancel", "models", "stats",
-                "events", "fragmentation", "reattach"]
+CAPABILITIES = ("sessions", "history", "search", "export", "chat", "cancel", "models", "stats",
+                "events", "fragmentation", "reattach")
 
 
-async def handle_hello(ctx: RequestContext, body: dict[str, Any]) -> dict[str, Any]:
+async def handle_hello(ctx: RequestContext, body: dict[str, Any]) -> HelloReply:
     proto = body.get("proto")
     if isinstance(proto, int) and not isinstance(proto, bool) and proto != PROTO:
         raise HandlerError(ErrorCode.UNSUPPORTED_VERSION,
@@ -45,9 +46,6 @@ async def handle_hello(ctx: RequestContext, body: dict[str, Any]) -> dict[str, A
     ctx.attach(rec.session_id)
     if created:
         await svc.sessions.publish_event("created", rec)
-    return {
-        "server": f"nplt-assistant/{svc.version}", "proto": PROTO, "user": user,
-        "session": svc.sessions.info(rec, summary=True), "session_restored": restored,
-        "running_turn": svc.runner.running_state(rec.session_id),
-        "limits": svc.config.limits.public(), "capabilities": CAPABILITIES, "agent": agent_info(ctx),
-    }
+    return HelloReply(f"nplt-assistant/{svc.version}", PROTO, user, svc.sessions.info(rec, summary=True), restored,
+                      svc.runner.running_state(rec.session_id), svc.config.limits.public(), CAPABILITIES,
+                      agent_info(ctx))
