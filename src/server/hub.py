@@ -23,7 +23,7 @@ class Outgoing:
 
     def __init__(self, event: ServerEvent) -> None:
         self.event = event
-        self.type = event.TYPE
+        self.type = type(event).TYPE
         self._shared: bytes | None = None
 
     def shared(self, limit: int) -> bytes:
@@ -31,10 +31,6 @@ class Outgoing:
         if self._shared is None:
             self._shared = encode_event(self.event, None, limit)
         return self._shared
-
-    def answering(self, re: Any, limit: int) -> bytes:
-        """The payload with the request id ``re`` (for the subscriber that sent the request)."""
-        return encode_event(self.event, re, limit)
 
 
 class Subscriber(Protocol):
@@ -96,7 +92,7 @@ class Hub:
                      re: Any = None) -> None:
         """A turn event to the session's subscribers, and to ``origin`` (the sender) wherever it is."""
         subs = self._by_session.get(session_id)
-        if origin is not None and not origin.closed and (subs is None or origin not in subs):
+        if origin is not None and (subs is None or origin not in subs) and not origin.closed:
             # the sender switched away (or chatted into another session): it still sees its turn
             subs = {origin, *subs} if subs else {origin}
         if not subs:

@@ -75,18 +75,19 @@ class Turn:
 class RunnerSink:
     """TurnSink implementation: every call updates the Turn and fans out one event, without awaiting."""
 
-    __slots__ = ("turn", "hub", "sid", "tid")
+    __slots__ = ("turn", "hub", "sid", "tid", "_publish")
 
     def __init__(self, turn: Turn, hub: Hub) -> None:
         self.turn = turn
         self.hub = hub
         self.sid = turn.session_id
         self.tid = turn.turn_id
+        self._publish = hub.publish_turn
 
     def publish(self, event: TurnEvent) -> None:
         """One turn event to the session and the sender (which gets it with its request's ``re``)."""
         t = self.turn
-        self.hub.publish_turn(self.sid, event, t.origin, t.re)
+        self._publish(self.sid, event, t.origin, t.re)
 
     async def status(self, status: str, detail: str | None = None) -> None:
         self.turn.status = status
@@ -107,7 +108,7 @@ class RunnerSink:
         offset = t.length
         t.parts.append(text)
         t.length = offset + len(text)
-        self.publish(AnswerDelta(self.sid, self.tid, text, offset))
+        self._publish(self.sid, AnswerDelta(self.sid, self.tid, text, offset), t.origin, t.re)  # (hot: inlined)
         if len(t.parts) % YIELD_EVERY == 0:  # an agent that never awaits must not starve the loop
             await asyncio.sleep(0)
 

@@ -16,7 +16,7 @@ from protocol.replies import ErrorReply, Reply
 from server.fit import shrink_reply
 from server.hub import Outgoing
 from server.output import OutputBuffer
-from server.wire import encode_reply
+from server.wire import encode_event, encode_reply
 
 log = logging.getLogger("nplt.conn")
 
@@ -50,7 +50,7 @@ class V3Port:
 
     def send_payload(self, msg_type: int, payload: bytes) -> None:
         """Queue an already JSON-encoded body (shared between connections by the hub)."""
-        if self.closed:
+        if self.output.stopped or self.codec.closed:   # (self.closed, inlined: once per event)
             return
         try:
             if len(payload) <= _MAX_PAYLOAD:
@@ -90,7 +90,7 @@ class V3Port:
     # -- hub subscriber ---------------------------------------------------------------------------
     def turn_event(self, out: Outgoing, mine: bool, re: Any) -> None:
         if mine and re is not None:
-            self.send_payload(out.type, out.answering(re, self.limit))
+            self.send_payload(out.type, encode_event(out.event, re, self.limit))
         else:
             self.send_payload(out.type, out.shared(self.limit))
 
