@@ -147,7 +147,3 @@ class JournalWriter:
                 _sync(self.fd)
                 self.dirty = False
             self._close_fd()
-
-
-def encode_entry(entry: dict[str, Any]) -> bytes:
-    return orjson.dumps(entry) + b"\n"

@@ -65,12 +65,6 @@ def fires(config: SummarizationConfig, context: ContextConfig, n_messages: int, 
     return False
 
 
-def triggered(config: SummarizationConfig, context: ContextConfig, messages: list[ChatMessage],
-              costs: list[int]) -> bool:
-    """True when any trigger fires on the uncovered ``messages``."""
-    return fires(config, context, len(messages), sum(costs))
-
-
 def cut_at(config: SummarizationConfig, context: ContextConfig, roles: Sequence[str], costs: Sequence[int]) -> int:
     """``cut_index`` on the messages' roles: how many leading messages to cover (0: none)."""
     n = len(roles)
