@@ -39,8 +39,8 @@ async def serve(cfg: ServerConfig, port_file: str | None = None, stop: asyncio.E
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
             loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):  # pragma: no cover - non-main thread / Windows
-            pass
+        except (NotImplementedError, RuntimeError) as exc:  # pragma: no cover - non-main thread / Windows
+            log.debug("no handler for %s here (%s): stop only through the event", sig.name, exc)
     server = Server(cfg)
     host, port = await server.start()
     # Everything loaded so far (modules, config, the SDKs) lives as long as the process: keep it out of
