@@ -8,11 +8,15 @@ codec state (``server_full_frame``).
 """
 from __future__ import annotations
 
+import logging
+
 import orjson
 
 from protocol import ErrorCode, MsgType, encode_frame
 from protocol.messages import request_id
 from storage.errors import StorageError
+
+log = logging.getLogger("nplt.errors")
 
 
 class HandlerError(Exception):
@@ -32,10 +36,11 @@ def not_found(what: str = "session") -> HandlerError:
 
 
 def error_code(raw: str) -> ErrorCode:
-    """``raw`` as an ErrorCode (an unknown code is INTERNAL)."""
+    """``raw`` as an ErrorCode (an unknown code is INTERNAL, and logged: it is a bug)."""
     try:
         return ErrorCode(raw)
     except ValueError:
+        log.error("unknown error code %r sent as INTERNAL", raw)
         return ErrorCode.INTERNAL
 
 
