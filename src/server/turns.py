@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol import MsgType
 from server.agent.base import AgentError, BuiltContext, TurnRequest, TurnResult
+from server.agent.fit_message import fit_assistant_message, store_failure
 from server.errors import HandlerError
 from server.sessions import auto_title, needs_title
 from server.turn import RunnerSink, Turn
@@ -252,21 +253,22 @@ class TurnRunner:
                 await self._end_ok(turn, sink, ctx, result)
 
     async def _store_assistant(self, turn: Turn, content: str, calls: list[ToolCall],
-                               metadata: dict[str, Any]) -> ChatMessage | None:
+                               metadata: dict[str, Any]) -> ChatMessage | tuple[str, str]:
+        """The stored message, cut to fit max_message_bytes; else (code, message) of the failure."""
+        fitted = fit_assistant_message(content, calls, metadata, self.server.config.storage.max_message_bytes)
         try:
-            return await self.server.store.append(turn.session_id, "assistant", content,
-                                                  tool_calls=calls, metadata=metadata)
+            return await self.server.store.append(turn.session_id, "assistant", fitted.content,
+                                                  tool_calls=fitted.tool_calls, metadata=fitted.metadata)
         except Exception as exc:  # e.g. the session was deleted during the turn
             log.warning("turn %s: answer not stored: %s", turn.turn_id, exc)
-            return None
+            return store_failure(exc)
 
     async def _end_ok(self, turn: Turn, sink: RunnerSink, ctx: BuiltContext, result: TurnResult) -> None:
         meta = {**result.metadata, "model": turn.model, "usage": result.usage,
                 "finish_reason": result.finish_reason, "context": ctx.metadata, "turn_id": turn.turn_id}
         msg = await self._store_assistant(turn, result.content, list(result.tool_calls), meta)
-        if msg is None:
-            sink._publish(MsgType.TURN_ERROR, {"code": "NOT_FOUND", "message": "the session is gone",
-                                               "partial_message": None})
+        if not isinstance(msg, ChatMessage):
+            sink._publish(MsgType.TURN_ERROR, {"code": msg[0], "message": msg[1], "partial_message": None})
             return
         sink._publish(MsgType.TURN_END, {"message": msg.to_dict(), "usage": result.usage,
                                          "finish_reason": result.finish_reason, "context": ctx.metadata})
@@ -276,9 +278,8 @@ class TurnRunner:
         meta = {"partial": True, "model": turn.model, "finish_reason": "cancelled",
                 "cancel_reason": turn.cancel_reason, "context": ctx.metadata, "turn_id": turn.turn_id}
         msg = await self._store_assistant(turn, turn.content, turn.finished_calls(), meta)
-        if msg is None:
-            sink._publish(MsgType.TURN_ERROR, {"code": "NOT_FOUND", "message": "the session is gone",
-                                               "partial_message": None})
+        if not isinstance(msg, ChatMessage):
+            sink._publish(MsgType.TURN_ERROR, {"code": msg[0], "message": msg[1], "partial_message": None})
             return
         sink._publish(MsgType.TURN_END, {"message": msg.to_dict(), "usage": {}, "finish_reason": "cancelled",
                                          "context": ctx.metadata})
@@ -289,7 +290,7 @@ class TurnRunner:
         if turn.length or turn.calls:
             meta = {"partial": True, "model": turn.model, "error": code, "turn_id": turn.turn_id}
             msg = await self._store_assistant(turn, turn.content, turn.finished_calls(), meta)
-            partial = msg.to_dict() if msg is not None else None
+            partial = msg.to_dict() if isinstance(msg, ChatMessage) else None
         log.info("turn %s ended with %s", turn.turn_id, code)
         sink._publish(MsgType.TURN_ERROR, {"code": code, "message": message, "partial_message": partial})
         self._spawn(self.server.sessions.publish_updated(turn.session_id))

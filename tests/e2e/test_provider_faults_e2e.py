@@ -3,8 +3,10 @@ scripted endpoint, a v3 client on loopback. A fault ends the turn in TURN_ERROR 
 what streamed before is stored as a partial answer, and nothing else is stored as an answer."""
 from __future__ import annotations
 
+import json
+
 from e2e_testlib import API_KEY, T, chat, last_messages, llm_server, names
-from testkit.scripted_llm import Reply
+from testkit.scripted_llm import Reply, ToolCallSpec
 from testkit.server import V3Client
 
 STREAMED_THEN_ERROR = ["TURN_START", "STATUS:thinking", "STATUS:generating", "ANSWER_DELTA", "TURN_ERROR"]
@@ -67,3 +69,34 @@ async def test_429_retry_is_shown_then_the_answer_comes(tmp_path):
         assert events[-1].type == T.TURN_END and events[-1].body["message"]["content"] == "fine"
         assert scripted.requests[1].at - scripted.requests[0].at >= 0.29
         await c.close()
+
+
+async def _huge_arguments_turn(tmp_path, specs: list) -> tuple[list, dict]:
+    async with llm_server(tmp_path) as (srv, addr, scripted):
+        c = await V3Client.connect(addr)
+        scripted.push(Reply.tools(*specs), Reply.text("The arguments were too big to use."))
+        _, events = await chat(c, "check memory")
+        end = events[-1]
+        assert end.type == T.TURN_END, end.body
+        message = end.body["message"]
+        [_, stored] = await last_messages(c)
+        assert stored["id"] == message["id"] and stored["metadata"]["truncated"] is True
+        limit = srv.config.storage.max_message_bytes
+        assert len(json.dumps(stored, ensure_ascii=False).encode()) <= limit
+        await c.close()
+        return events, stored
+
+
+async def test_two_megabytes_of_tool_arguments_are_stored_cut_to_fit(tmp_path):
+    _, stored = await _huge_arguments_turn(tmp_path, [ToolCallSpec.huge("call_big", "sys_monitor", 2 << 20)])
+    [call] = stored["tool_calls"]
+    assert call["id"] == "call_big" and call["arguments"]["truncated"] is True
+    assert "cut to fit max_message_bytes" in call["arguments"]["partial"]
+    assert stored["content"] == "The arguments were too big to use."
+
+
+async def test_two_calls_of_600_kb_are_stored_cut_to_fit(tmp_path):
+    specs = [ToolCallSpec.huge(f"call_{i}", "sys_monitor", 600_000) for i in range(2)]
+    _, stored = await _huge_arguments_turn(tmp_path, specs)
+    assert [c["id"] for c in stored["tool_calls"]] == ["call_0", "call_1"]
+    assert all(c["arguments"]["truncated"] is True for c in stored["tool_calls"])
