@@ -5,9 +5,9 @@ one all give the same ``NOT_FOUND``, so ids never leak. SessionInfo bodies are b
 """
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
+from server.agent.titles import title_from_message
 from server.errors import HandlerError, not_found
 from storage.errors import InvalidSessionId, NotFound
 from storage.models import SessionRecord
@@ -17,19 +17,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from server.app import Server
 
 TITLE_CHARS = 60
-_WS = re.compile(r"\s+")
 
 
 def auto_title(text: str) -> str:
-    """A session title from the first user message: one line, at most ~60 characters."""
-    line = _WS.sub(" ", text).strip()
-    if len(line) <= TITLE_CHARS:
-        return line
-    cut = line[:TITLE_CHARS]
-    space = cut.rfind(" ")
-    if space >= TITLE_CHARS // 2:
-        cut = cut[:space]
-    return cut.rstrip() + "…"
+    """A session title from the first user message: one line, at most ~60 characters, no Markdown."""
+    return title_from_message(text, TITLE_CHARS)
 
 
 def needs_title(rec: SessionRecord) -> bool:

@@ -206,3 +206,12 @@ async def test_search_and_recall_do_not_match_the_canned_replies(tmp_path):
         assert data["hits"] and {h["role"] for h in data["hits"]} == {"user"}     # no canned reply
         assert asked["user_message"]["id"] in [h["message_id"] for h in data["hits"]]
         await c.close()
+
+
+async def test_the_automatic_title_has_no_markdown(tmp_path):
+    async with real_server(tmp_path) as (_, addr):
+        c = await V3Client.connect(addr)
+        await chat(c, "## Why is **nginx** returning `502`? See [the logs](https://example.com)")
+        info = await c.call(T.SESSION_INFO, session_id=c.session_id)
+        assert info["session"]["title"] == "Why is nginx returning 502? See the logs"
+        await c.close()
