@@ -93,8 +93,10 @@ async def test_stall_before_any_text_is_llm_timeout(llm, make_agent, sink):
     llm.push(Reply.stalled())
     with pytest.raises(AgentError) as err:
         await make_agent(request_timeout_s=0.3).run_turn(make_request("hi"), sink)
-    assert err.value.code == "LLM_TIMEOUT" and "did not respond within 0.3 s" in err.value.message
-    assert sink.text == ""
+    assert err.value.code == "LLM_TIMEOUT"
+    assert err.value.message == (f"the model endpoint 127.0.0.1:{llm.port} stopped sending mid-stream: "
+                                 "nothing came for 0.3 s")
+    assert sink.text == "" and len(llm.requests) == 1       # a timeout is not retried
 
 
 async def test_429_retry_after_is_waited_and_each_retry_reported(llm, make_agent, sink):

@@ -7,7 +7,7 @@ timeouts, and non-2xx statuses still raised as ``APIStatusError`` subclasses on 
 body here: bytes are split into SSE events and each ``data:`` payload is decoded with orjson.
 
 Errors are mapped like the SDK's own stream: a read timeout (the per-read timeout, i.e. a stalled
-stream) becomes ``openai.APITimeoutError``, a broken connection ``StreamInterrupted`` (an
+stream) becomes ``StreamStalled`` (an ``openai.APITimeoutError``), a broken connection ``StreamInterrupted`` (an
 ``openai.APIConnectionError``), an ``{"error": ...}`` event ``openai.APIError`` with the server's
 message. Faults the SDK would let pass are errors too: a body that ends before ``[DONE]``
 raises ``StreamEnded`` (a ``StreamInterrupted``; the reader accepts it only when a finish_reason
@@ -36,6 +36,10 @@ _TRANSPORT_ERRORS = (_http.RequestError, ssl.SSLError)
 
 class StreamInterrupted(openai.APIConnectionError):
     """The connection failed after the response started (mid-stream), not while connecting."""
+
+
+class StreamStalled(openai.APITimeoutError):
+    """No byte of the body came within the read timeout, after the response had started."""
 
 
 class StreamEnded(StreamInterrupted):
@@ -156,7 +160,7 @@ async def iter_chunks(response: Any) -> AsyncIterator[list[dict[str, Any]]]:
                 if batch:
                     yield batch
         except _http.TimeoutException as e:
-            raise openai.APITimeoutError(request=request) from e
+            raise StreamStalled(request=request) from e
         except _TRANSPORT_ERRORS as e:
             raise StreamInterrupted(message="The connection was lost mid-stream.", request=request) from e
         if not done:

@@ -16,7 +16,8 @@ import openai
 import orjson
 
 from server.agent.base import AgentError
-from server.agent.chat_stream import MalformedStream, StreamEnded, StreamInterrupted, UnexpectedContentType
+from server.agent.chat_stream import (MalformedStream, StreamEnded, StreamInterrupted, StreamStalled,
+                                     UnexpectedContentType)
 from server.tools.registry import new_call_id
 
 
@@ -199,6 +200,9 @@ def _to_agent_error(exc: BaseException, base_url: str, timeout_s: float, secret:
                     attempts: int) -> AgentError:
     host = endpoint_host(base_url)
     tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+    if isinstance(exc, StreamStalled):
+        return AgentError("LLM_TIMEOUT", f"the model endpoint {host} stopped sending mid-stream: nothing came "
+                                         f"for {timeout_s:g} s{tries}")
     if isinstance(exc, (openai.APITimeoutError, TimeoutError)):
         return AgentError("LLM_TIMEOUT", f"the model endpoint {host} did not respond within {timeout_s:g} s{tries}")
     if isinstance(exc, UnexpectedContentType):
