@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from e2e_testlib import API_KEY, T, chat, last_messages, llm_server, names
+from e2e_testlib import API_KEY, MODEL, OTHER_MODEL, T, chat, last_messages, llm_server, names
 from testkit.scripted_llm import Reply, ToolCallSpec
-from testkit.server import V3Client
+from testkit.server import V3Client, poll
 
 STREAMED_THEN_ERROR = ["TURN_START", "STATUS:thinking", "STATUS:generating", "ANSWER_DELTA", "TURN_ERROR"]
 
@@ -100,3 +100,21 @@ async def test_two_calls_of_600_kb_are_stored_cut_to_fit(tmp_path):
     _, stored = await _huge_arguments_turn(tmp_path, specs)
     assert [c["id"] for c in stored["tool_calls"]] == ["call_0", "call_1"]
     assert all(c["arguments"]["truncated"] is True for c in stored["tool_calls"])
+
+
+async def test_model_list_merges_the_endpoint_models_and_never_waits(tmp_path):
+    async with llm_server(tmp_path) as (_, addr, scripted):
+        scripted.models = [MODEL, "remote-large", "remote-small"]
+        c = await V3Client.connect(addr)
+        names_now = [m["name"] for m in (await c.call(T.MODEL_LIST))["models"]]
+        assert names_now[:2] == [MODEL, OTHER_MODEL]               # the configured ones, at once
+
+        async def merged() -> bool:
+            got = [m["name"] for m in (await c.call(T.MODEL_LIST))["models"]]
+            return got == [MODEL, OTHER_MODEL, "remote-large", "remote-small"]
+        await poll(merged)
+        assert (await c.call(T.MODEL_SWITCH, model="remote-small"))["model"] == "remote-small"
+        scripted.push(Reply.text("small model here"))
+        _, events = await chat(c, "hi")
+        assert events[-1].type == T.TURN_END and scripted.requests[-1].body["model"] == "remote-small"
+        await c.close()
