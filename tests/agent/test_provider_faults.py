@@ -73,6 +73,15 @@ async def test_json_error_body_with_200_keeps_the_servers_message(llm, make_agen
     assert "content type application/json" in err.value.message and "quota exhausted" in err.value.message
 
 
+async def test_a_stream_without_a_content_type_is_read_as_sse(llm, make_agent, sink):
+    events = [_chunk({"role": "assistant", "content": "untyped "}), _chunk({"content": "but fine"}, "stop")]
+    reply = Reply.html("".join(f"data: {e}\n\n" for e in events) + "data: [DONE]\n\n")
+    reply.content_type = ""
+    llm.push(reply)
+    result = await make_agent().run_turn(make_request("hi"), sink)
+    assert result.content == "untyped but fine" and result.finish_reason == "stop"
+
+
 async def test_html_with_200_for_a_summary_is_llm_error(llm, make_agent):
     llm.push(Reply.html())
     with pytest.raises(AgentError) as err:

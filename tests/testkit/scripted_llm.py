@@ -221,7 +221,9 @@ class ScriptedLLM:
             return True
         reply = self._queue.popleft()
         if reply.body is not None:
-            head = ["HTTP/1.1 200 OK", f"content-type: {reply.content_type}", f"content-length: {len(reply.body)}"]
+            head = ["HTTP/1.1 200 OK", f"content-length: {len(reply.body)}"]
+            if reply.content_type:                 # "": no content-type header at all
+                head.append(f"content-type: {reply.content_type}")
             writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + reply.body)
             await writer.drain()
             return True

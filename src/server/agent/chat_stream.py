@@ -11,8 +11,8 @@ stream) becomes ``StreamStalled`` (an ``openai.APITimeoutError``), a broken conn
 ``openai.APIConnectionError``), an ``{"error": ...}`` event ``openai.APIError`` with the server's
 message. Faults the SDK would let pass are errors too: a body that ends before ``[DONE]``
 raises ``StreamEnded`` (a ``StreamInterrupted``; the reader accepts it only when a finish_reason
-came), a 200 response that is not ``text/event-stream`` (an HTML portal page, say)
-``UnexpectedContentType``, and an event whose data is not JSON ``MalformedStream``.
+came), a 200 response of another declared type than ``text/event-stream`` (an HTML portal page,
+say) ``UnexpectedContentType``, and an event whose data is not JSON ``MalformedStream``.
 """
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ async def iter_chunks(response: Any) -> AsyncIterator[list[dict[str, Any]]]:
     try:
         try:
             content_type = response.headers.get("content-type", "")
-            if not content_type.lower().startswith("text/event-stream"):
+            if content_type and not content_type.lower().startswith("text/event-stream"):   # none: try SSE
                 raise UnexpectedContentType(content_type.split(";")[0].strip(), request,
                                             await _error_message(body))
             async for raw in body:
