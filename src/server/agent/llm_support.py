@@ -128,7 +128,7 @@ class RetryPolicy:
 
 def retry_detail(attempt: int, retries: int, delay: float, reason: str) -> str:
     """The status detail of a retry: ``retrying 2/3 in 1 s (HTTP 429)`` (docs/agent.md)."""
-    seconds = f"{delay:.0f}" if delay >= 10 or delay == int(delay) else f"{delay:.1f}"
+    seconds = f"{delay:.0f}" if delay >= 10 else f"{delay:.1f}".rstrip("0").rstrip(".")
     return f"retrying {attempt}/{retries} in {seconds} s ({reason})"
 
 
