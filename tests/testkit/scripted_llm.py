@@ -171,13 +171,12 @@ class ScriptedLLM:
                 request = await self._read_request(reader)
                 if request is None:
                     break
+                listing = request.method == "GET" and request.path.endswith("/models")
                 async with self._changed:
-                    if request.method == "GET" and request.path.endswith("/models"):
-                        self.model_requests.append(request)   # kept apart: ``requests`` are completions
-                    else:
-                        self.requests.append(request)
+                    # kept apart: ``requests`` (and ``_respond``, which subclasses time) are completions
+                    (self.model_requests if listing else self.requests).append(request)
                     self._changed.notify_all()
-                keep = await self._respond(request, writer)
+                keep = await (self._list_models(writer) if listing else self._respond(request, writer))
                 if not keep:
                     break
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -202,17 +201,18 @@ class ScriptedLLM:
         body = json.loads(raw) if raw else {}
         return Recorded(method, path, headers, body, time.monotonic())
 
-    async def _respond(self, req: Recorded, writer: asyncio.StreamWriter) -> bool:
-        if req.method == "GET" and req.path.endswith("/models"):
-            if self.models_stall:
-                await self._stopping.wait()
-                return False
-            if self.models_status != 200:
-                await self._send_json(writer, self.models_status, {"error": {"message": "no models here"}})
-                return True
-            await self._send_json(writer, 200, {"object": "list", "data": [
-                {"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in self.models]})
+    async def _list_models(self, writer: asyncio.StreamWriter) -> bool:
+        if self.models_stall:
+            await self._stopping.wait()
+            return False
+        if self.models_status != 200:
+            await self._send_json(writer, self.models_status, {"error": {"message": "no models here"}})
             return True
+        await self._send_json(writer, 200, {"object": "list", "data": [
+            {"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in self.models]})
+        return True
+
+    async def _respond(self, req: Recorded, writer: asyncio.StreamWriter) -> bool:
         if not req.path.endswith("/chat/completions"):
             await self._send_json(writer, 404, {"error": {"message": f"no route {req.path}", "type": "not_found"}})
             return True

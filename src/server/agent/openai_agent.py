@@ -83,6 +83,7 @@ class OpenAIAgent:
             timeout=llm.request_timeout_s, max_retries=0)
         self.catalog = ModelCatalog(llm.all_models(), self._list_models if llm.models_from_endpoint else None,
                                     ttl_s=llm.models_refresh_s, timeout_s=llm.models_timeout_s)
+        self.catalog.offered()   # built on the running loop: the first fetch starts now, not at the first query
         tools.add_secret(llm.api_key)
 
     def __repr__(self) -> str:
