@@ -64,7 +64,7 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     agent, memory = build_runtime(config, store, notify, agent, memory)
     sessions = SessionService(store, hub, agent, memory)
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
-                        limits=config.limits)
+                        limits=config.limits, max_message_bytes=config.storage.max_message_bytes)
     sessions.turns = runner
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
                     memory=memory, auth=Authenticator(config.auth), counters=counters or Counters())

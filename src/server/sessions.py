@@ -5,12 +5,12 @@ one all give the same ``NOT_FOUND``, so ids never leak. SessionInfo bodies are b
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Protocol
 
 from protocol import ErrorCode
 from protocol.objects import SessionInfo
 from protocol.server_events import SessionEvent
+from server.agent.titles import title_from_message
 from server.errors import HandlerError, not_found
 from server.hub import Hub, Subscriber
 from server.wire import summary_obj
@@ -19,19 +19,11 @@ from storage.models import SessionRecord
 from storage.store import DEFAULT_TITLE
 
 TITLE_CHARS = 60          # automatic titles, and titles shown in v2 session lists, are at most this long
-_WS = re.compile(r"\s+")
 
 
 def auto_title(text: str) -> str:
-    """A session title from the first user message: one line, at most ~60 characters."""
-    line = _WS.sub(" ", text).strip()
-    if len(line) <= TITLE_CHARS:
-        return line
-    cut = line[:TITLE_CHARS]
-    space = cut.rfind(" ")
-    if space >= TITLE_CHARS // 2:
-        cut = cut[:space]
-    return cut.rstrip() + "…"
+    """A session title from the first user message: one line, at most ~60 characters, no Markdown."""
+    return title_from_message(text, TITLE_CHARS)
 
 
 def needs_title(rec: SessionRecord) -> bool:

@@ -25,6 +25,7 @@ from server.config import LimitsConfig
 from server.errors import HandlerError, error_code, failure_of
 from server.hub import Hub, Subscriber
 from server.sessions import SessionService, auto_title, needs_title
+from server.agent.fit_message import fit_assistant_message
 from server.turn import RunnerSink, Turn
 from server.wire import message_obj
 from storage.errors import InvalidSessionId, NotFound
@@ -49,8 +50,9 @@ class TurnRunner:
     """Owns every running and queued turn."""
 
     def __init__(self, *, store: Any, sessions: SessionService, hub: Hub, agent: Any, memory: Any,
-                 limits: LimitsConfig) -> None:
+                 limits: LimitsConfig, max_message_bytes: int = 1 << 20) -> None:
         self.store = store
+        self.max_message_bytes = max_message_bytes   # storage's cap: the stored answer is cut to fit it
         self.sessions = sessions
         self.hub = hub
         self.agent = agent
@@ -260,11 +262,12 @@ class TurnRunner:
 
     async def _store_assistant(self, turn: Turn, content: str, calls: list[ToolCall],
                                metadata: dict[str, Any]) -> ChatMessage | HandlerError:
-        """The stored answer, or why it could not be stored: NOT_FOUND only when the session is
+        """The stored answer (cut to fit max_message_bytes), or why it could not be stored: NOT_FOUND only when the session is
         really gone (deleted during the turn), STORAGE_ERROR for an I/O failure (a full disk)."""
+        fitted = fit_assistant_message(content, calls, metadata, self.max_message_bytes)
         try:
-            return await self.store.append(turn.session_id, "assistant", content,
-                                           tool_calls=calls, metadata=metadata)
+            return await self.store.append(turn.session_id, "assistant", fitted.content,
+                                           tool_calls=fitted.tool_calls, metadata=fitted.metadata)
         except (NotFound, InvalidSessionId):
             log.info("turn %s: answer not stored: the session is gone", turn.turn_id)
             return HandlerError(ErrorCode.NOT_FOUND, "the session is gone")

@@ -21,6 +21,7 @@ class RecordingSink:
 
     def __init__(self) -> None:
         self.events: list[tuple[str, Any]] = []
+        self.details: list[tuple[str, str | None]] = []   # every status with its detail
         self._changed = asyncio.Condition()
 
     async def _record(self, kind: str, payload: Any) -> None:
@@ -29,6 +30,7 @@ class RecordingSink:
             self._changed.notify_all()
 
     async def status(self, status: str, detail: str | None = None) -> None:
+        self.details.append((status, detail))
         await self._record("status", status)
 
     async def tool_call(self, call: ToolCall) -> None:

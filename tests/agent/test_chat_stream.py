@@ -127,7 +127,9 @@ async def raw():
 
 @pytest.fixture
 async def raw_agent(raw):
-    agent = OpenAIAgent(llm_config(f"http://127.0.0.1:{raw.port}/v1", retries=1), AgentConfig(),
+    # models_from_endpoint off: the raw server answers completions only, and these tests count connections
+    agent = OpenAIAgent(llm_config(f"http://127.0.0.1:{raw.port}/v1", retries=1, models_from_endpoint=False),
+                        AgentConfig(),
                         ToolRegistry(ToolsConfig()))
     yield agent
     await agent.aclose()

@@ -7,8 +7,10 @@ from datetime import datetime, timedelta, timezone
 
 import httpx2
 import openai
+import pytest
 
-from server.agent.llm_support import RetryPolicy, ToolCallAssembler, Usage, is_retryable, retry_after
+from server.agent.llm_support import (RetryPolicy, ToolCallAssembler, Usage, is_retryable, retry_after,
+                                      retry_detail)
 
 
 def delta(index=None, id=None, name=None, arguments=None):
@@ -78,3 +80,9 @@ def test_usage_totals():
     u.add({"prompt_tokens": "many", "completion_tokens": None, "total_tokens": 1, "extra": {"cached": 1}})
     assert u.to_dict() == {"llm_calls": 3, "prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 6}
     assert Usage().to_dict() == {"llm_calls": 0}
+
+
+@pytest.mark.parametrize("delay, shown", [(0.0, "0"), (0.01, "0"), (0.2, "0.2"), (1.0, "1"), (1.26, "1.3"),
+                                          (9.99, "10"), (12.4, "12"), (20.0, "20")])
+def test_retry_detail_format(delay, shown):
+    assert retry_detail(2, 3, delay, "HTTP 429") == f"retrying 2/3 in {shown} s (HTTP 429)"

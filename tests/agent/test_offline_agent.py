@@ -163,6 +163,12 @@ async def test_help_and_unknown_requests(agent):
     assert answer.startswith("Sorry, the offline assistant cannot handle that request.")
     assert "NPLT_LLM_API_KEY" in answer and "NPLT_LLM_PROVIDER" in answer
     assert result.metadata["intents"] == ["unknown"] and result.finish_reason == "stop"
+    assert result.metadata["canned"] is True and "what did I ask" not in answer   # no example requests
+
+
+async def test_tool_answers_are_not_marked_canned(agent):
+    _, _, result = await ask(agent, "CPU usage")
+    assert "canned" not in result.metadata
 
 
 async def test_two_intents_run_concurrently_in_one_step(agent):

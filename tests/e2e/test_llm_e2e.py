@@ -112,7 +112,11 @@ async def test_rate_limited_then_success(tmp_path):
         c = await V3Client.connect(addr)
         llm.push(Reply.fail(429, "slow down", headers={"retry-after": "0"}), Reply.text("after ", "the retry"))
         _, events = await chat(c, "hello?")
-        assert names(events) == TEXT_TURN
+        # the retry is reported as a status detail, then the plain status comes back
+        assert names(events) == ["TURN_START", "STATUS:thinking", "STATUS:thinking", "STATUS:thinking",
+                                 "STATUS:generating", "ANSWER_DELTA", "TURN_END"]
+        assert [e.body.get("detail") for e in events if e.type == T.TURN_STATUS][:3] == \
+            [None, "retrying 1/2 in 0 s (HTTP 429)", None]
         assert check_turn(events, "hello?", tools=0)["content"] == "after the retry"
         assert len(llm.requests) == 2 and llm.requests[0].body == llm.requests[1].body   # the same call again
         await c.close()

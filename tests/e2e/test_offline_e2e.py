@@ -184,3 +184,34 @@ async def test_two_intents_run_concurrently_in_one_step(tmp_path):
         assert "CPU 使用率" in message["content"] and "内存：" in message["content"]
         await check_stored(c, events)
         await c.close()
+
+
+async def test_search_and_recall_do_not_match_the_canned_replies(tmp_path):
+    """Issue 16: the reply to unknown requests quoted "what did I ask about nginx earlier", so a search
+    for nginx found the canned text 4 times out of 5."""
+    async with real_server(tmp_path) as (_, addr):
+        c = await V3Client.connect(addr)
+        asked, _ = await chat(c, "how do I restart nginx gracefully?")
+        canned = []
+        for text in ("help", "write me a poem", "tell me a joke", "帮助", "给我写一首诗"):
+            _, events = await chat(c, text)
+            canned.append(events[-1].body["message"])
+        assert all(m["metadata"]["canned"] is True for m in canned)
+        assert not any("nginx" in m["content"] for m in canned)
+        hits = (await c.call(T.HISTORY_SEARCH, query="nginx"))["hits"]
+        assert [(h["role"], h["message_id"]) for h in hits] == [("user", asked["user_message"]["id"])]
+        await c.call(T.SESSION_NEW, title="later")
+        data, _ = await one_tool_turn(c, "what did I ask about nginx earlier", "history_search",
+                                      {"query": "nginx", "limit": 5, "current_session_only": False})
+        assert data["hits"] and {h["role"] for h in data["hits"]} == {"user"}     # no canned reply
+        assert asked["user_message"]["id"] in [h["message_id"] for h in data["hits"]]
+        await c.close()
+
+
+async def test_the_automatic_title_has_no_markdown(tmp_path):
+    async with real_server(tmp_path) as (_, addr):
+        c = await V3Client.connect(addr)
+        await chat(c, "## Why is **nginx** returning `502`? See [the logs](https://example.com)")
+        info = await c.call(T.SESSION_INFO, session_id=c.session_id)
+        assert info["session"]["title"] == "Why is nginx returning 502? See the logs"
+        await c.close()

@@ -4,6 +4,12 @@ Each test queues replies; every request takes the next one. Streamed replies are
 (``text/event-stream``) with chunked transfer encoding, non-streamed ones as JSON with
 Content-Length. Every request is recorded (method, path, headers, JSON body, arrival time).
 
+Provider faults: ``Reply.fail`` (any status, e.g. 429 with ``retry-after``), ``Reply.stalled``
+(hangs mid-stream), ``Reply.cut_stream`` (the body ends, or with ``abrupt`` the connection drops, before
+finish_reason and [DONE]), ``Reply.html`` (HTTP 200 with a text/html page), ``Reply.malformed``
+(an SSE event that is not JSON), and ``ToolCallSpec.huge`` (megabytes of tool arguments).
+``GET /v1/models`` lists ``models`` (``models_stall`` makes it hang, ``models_status`` fail).
+
     async with ScriptedLLM() as llm:
         llm.push(Reply.text("Hel", "lo"), Reply.error(429, headers={"retry-after": "0.1"}))
         client = AsyncOpenAI(base_url=llm.base_url, api_key="k")
@@ -29,6 +35,11 @@ class ToolCallSpec:
     arguments: str
     pieces: int = 3
 
+    @classmethod
+    def huge(cls, id: str, name: str, size: int, pieces: int = 64) -> ToolCallSpec:
+        """A call whose JSON arguments are about ``size`` bytes (one long string field)."""
+        return cls(id, name, '{"metric": "memory", "note": "' + "x" * max(0, size - 32) + '"}', pieces)
+
 
 @dataclass
 class Reply:
@@ -41,6 +52,9 @@ class Reply:
     error: str = ""
     stall: bool = False            # send headers + chunks, then hang until the server stops
     raw_events: list[str] | None = None   # SSE data lines sent verbatim (overrides chunks)
+    cut: str | None = None         # "clean": the body ends without finish/[DONE]; "abrupt": the socket closes
+    body: bytes | None = None      # a non-SSE 200 body (with ``content_type``), e.g. an HTML page
+    content_type: str = "text/html; charset=utf-8"
 
     @classmethod
     def text(cls, *pieces: str, finish_reason: str = "stop", usage: dict[str, int] | None = None) -> Reply:
@@ -65,6 +79,27 @@ class Reply:
         return cls(status=status, error=message, headers=dict(headers or {}))
 
     @classmethod
+    def cut_stream(cls, *pieces: str, abrupt: bool = False) -> Reply:
+        """Every piece, then the stream stops with neither finish_reason nor [DONE]."""
+        reply = cls.text(*pieces)
+        reply.cut = "abrupt" if abrupt else "clean"
+        return reply
+
+    @classmethod
+    def html(cls, page: str = "<html><body><h1>Welcome to the captive portal</h1></body></html>") -> Reply:
+        """HTTP 200 with an HTML page instead of a completion (a proxy or portal in the way)."""
+        return cls(body=page.encode())
+
+    @classmethod
+    def malformed(cls, *pieces: str, bad: str = '{"choices": [{"delta": {"content": "x"') -> Reply:
+        """Every piece as valid chunks, then an SSE event whose data is not JSON."""
+        reply = cls.text(*pieces)
+        reply.raw_events = [json.dumps({"id": "chatcmpl-scripted", "object": "chat.completion.chunk",
+                                        "choices": [{"index": 0, "delta": d, "finish_reason": None}]})
+                            for d in reply.chunks] + [bad]
+        return reply
+
+    @classmethod
     def stalled(cls, *pieces: str) -> Reply:
         reply = cls.text(*pieces)
         reply.stall = True
@@ -85,7 +120,11 @@ class ScriptedLLM:
 
     def __init__(self, model: str = "scripted-model") -> None:
         self.model = model
+        self.models: list[str] = [model]      # what GET /v1/models lists
+        self.models_stall = False             # GET /v1/models hangs until the server stops
+        self.models_status = 200
         self.requests: list[Recorded] = []
+        self.model_requests: list[Recorded] = []
         self._queue: deque[Reply] = deque()
         self._server: asyncio.base_events.Server | None = None
         self._stopping = asyncio.Event()
@@ -132,10 +171,12 @@ class ScriptedLLM:
                 request = await self._read_request(reader)
                 if request is None:
                     break
+                listing = request.method == "GET" and request.path.endswith("/models")
                 async with self._changed:
-                    self.requests.append(request)
+                    # kept apart: ``requests`` (and ``_respond``, which subclasses time) are completions
+                    (self.model_requests if listing else self.requests).append(request)
                     self._changed.notify_all()
-                keep = await self._respond(request, writer)
+                keep = await (self._list_models(writer) if listing else self._respond(request, writer))
                 if not keep:
                     break
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -160,6 +201,17 @@ class ScriptedLLM:
         body = json.loads(raw) if raw else {}
         return Recorded(method, path, headers, body, time.monotonic())
 
+    async def _list_models(self, writer: asyncio.StreamWriter) -> bool:
+        if self.models_stall:
+            await self._stopping.wait()
+            return False
+        if self.models_status != 200:
+            await self._send_json(writer, self.models_status, {"error": {"message": "no models here"}})
+            return True
+        await self._send_json(writer, 200, {"object": "list", "data": [
+            {"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in self.models]})
+        return True
+
     async def _respond(self, req: Recorded, writer: asyncio.StreamWriter) -> bool:
         if not req.path.endswith("/chat/completions"):
             await self._send_json(writer, 404, {"error": {"message": f"no route {req.path}", "type": "not_found"}})
@@ -168,6 +220,13 @@ class ScriptedLLM:
             await self._send_json(writer, 500, {"error": {"message": "script exhausted", "type": "server_error"}})
             return True
         reply = self._queue.popleft()
+        if reply.body is not None:
+            head = ["HTTP/1.1 200 OK", f"content-length: {len(reply.body)}"]
+            if reply.content_type:                 # "": no content-type header at all
+                head.append(f"content-type: {reply.content_type}")
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + reply.body)
+            await writer.drain()
+            return True
         if reply.status != 200:
             await self._send_json(writer, reply.status, {"error": {"message": reply.error, "type": "scripted"}},
                                   reply.headers)
@@ -191,9 +250,14 @@ class ScriptedLLM:
         writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
         events = reply.raw_events if reply.raw_events is not None else self._events(req, reply)
         for i, event in enumerate(events):
-            if reply.stall and i == len(events) - 1 and reply.raw_events is None:
-                break   # stalled: never send the final chunk nor [DONE]
+            if (reply.stall or reply.cut) and i == len(events) - 1 and reply.raw_events is None:
+                break   # stalled or cut: never send the final chunk nor [DONE]
             await self._chunk(writer, f"data: {event}\n\n".encode())
+        if reply.cut == "clean":
+            await self._chunk(writer, b"")       # a well-formed end of the body, but no finish nor [DONE]
+            return True
+        if reply.cut == "abrupt":
+            return False                         # the connection closes in the middle of the body
         if reply.stall:
             await self._stopping.wait()
             return False

@@ -2,6 +2,11 @@
 
 ``render(call, zh)`` turns one finished ToolCall into a short paragraph; every number comes from
 the tool's JSON result. Failed calls are reported with the tool's own error message.
+
+Canned replies (help, not understood) are stored like any answer, so they are worded to stay out of
+the user's searches: the reply to an unknown request lists no example requests (it points to
+"help"), and the help text's examples name no subject a user would search for (no "nginx"). The
+offline agent also marks them ``"canned": true`` in the message metadata.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ HELP_EN = (
     "- top processes (\"top processes by memory\", \"top 5 processes named python\"),\n"
     "- whether a port answers (\"check port 22 on localhost\"; only hosts allowed by the server),\n"
     "- the end of a log file (\"tail /var/log/syslog\"; only configured log directories),\n"
-    "- your earlier conversations (\"what did I ask about nginx earlier\"), and the time.\n"
+    "- your earlier conversations (\"what did I ask about <topic> earlier\"), and the time.\n"
 )
 HELP_ZH = (
     "我是离线助手：服务器没有配置大语言模型，所以我只理解一组固定的请求，并用实时工具结果回答。我可以查看：\n"
@@ -28,7 +33,7 @@ HELP_ZH = (
     "- 占用最多的进程（“占用内存最多的进程”、“前5个python进程”），\n"
     "- 端口是否可连通（“检查 127.0.0.1:22 端口”，仅限服务器允许的主机），\n"
     "- 日志文件末尾（“查看 /var/log/syslog 日志”，仅限配置的日志目录），\n"
-    "- 你之前的对话（“我之前问过nginx什么”），以及当前时间。\n"
+    "- 你之前的对话（“我之前问过<主题>什么”），以及当前时间。\n"
 )
 LLM_HINT_EN = ("To chat freely, configure a language model and restart the server, e.g. "
                "`NPLT_LLM_PROVIDER=deepseek NPLT_LLM_API_KEY=sk-...`, or `NPLT_LLM_BASE_URL=http://127.0.0.1:11434/v1` "
@@ -43,9 +48,11 @@ def help_text(zh: bool) -> str:
 
 
 def not_understood(zh: bool) -> str:
-    lead = ("抱歉，离线助手无法理解这个请求。" if zh else
-            "Sorry, the offline assistant cannot handle that request.")
-    return lead + "\n\n" + help_text(zh)
+    """The reply to an unknown request: no example requests in it (see the module docstring)."""
+    if zh:
+        return "抱歉，离线助手无法理解这个请求。输入“帮助”查看我能做什么。\n\n" + LLM_HINT_ZH
+    return ("Sorry, the offline assistant cannot handle that request. Say \"help\" to see what I can do.\n\n"
+            + LLM_HINT_EN)
 
 
 def _j(zh: bool, en: str, cn: str) -> str:

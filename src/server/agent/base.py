@@ -46,12 +46,16 @@ class TurnResult:
 
 
 class AgentError(Exception):
-    """A turn failed for a reason the user should see (code is a protocol ERROR code)."""
+    """A turn failed for a reason the user should see (code is a protocol ERROR code).
 
-    def __init__(self, code: str, message: str) -> None:
+    ``attempts``: how many times the failing model call was tried (1 when it was not retried).
+    """
+
+    def __init__(self, code: str, message: str, attempts: int = 1) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.attempts = attempts
 
 
 @runtime_checkable

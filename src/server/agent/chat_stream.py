@@ -7,9 +7,12 @@ timeouts, and non-2xx statuses still raised as ``APIStatusError`` subclasses on 
 body here: bytes are split into SSE events and each ``data:`` payload is decoded with orjson.
 
 Errors are mapped like the SDK's own stream: a read timeout (the per-read timeout, i.e. a stalled
-stream) becomes ``openai.APITimeoutError``, a broken connection ``StreamInterrupted`` (an
+stream) becomes ``StreamStalled`` (an ``openai.APITimeoutError``), a broken connection ``StreamInterrupted`` (an
 ``openai.APIConnectionError``), an ``{"error": ...}`` event ``openai.APIError`` with the server's
-message, undecodable data a ValueError (orjson.JSONDecodeError).
+message. Faults the SDK would let pass are errors too: a body that ends before ``[DONE]``
+raises ``StreamEnded`` (a ``StreamInterrupted``; the reader accepts it only when a finish_reason
+came), a 200 response of another declared type than ``text/event-stream`` (an HTML portal page,
+say) ``UnexpectedContentType``, and an event whose data is not JSON ``MalformedStream``.
 """
 from __future__ import annotations
 
@@ -27,11 +30,33 @@ except ImportError:                  # pragma: no cover - openai releases built 
 
 DONE = b"[DONE]"
 DRAIN_AFTER_DONE_S = 0.1   # after [DONE], wait this long at most for the body's end (keeps the connection reusable)
+WRONG_BODY_PEEK = 2048     # bytes of a non-SSE body read to find an error message in it
 _TRANSPORT_ERRORS = (_http.RequestError, ssl.SSLError)
 
 
 class StreamInterrupted(openai.APIConnectionError):
     """The connection failed after the response started (mid-stream), not while connecting."""
+
+
+class StreamStalled(openai.APITimeoutError):
+    """No byte of the body came within the read timeout, after the response had started."""
+
+
+class StreamEnded(StreamInterrupted):
+    """The body ended cleanly but before ``[DONE]``: the answer may be cut short."""
+
+
+class UnexpectedContentType(openai.APIError):
+    """A 2xx response to a streamed request whose body is not ``text/event-stream``."""
+
+    def __init__(self, content_type: str, request: Any, detail: str | None = None) -> None:
+        super().__init__(f"HTTP 200 with content type {content_type or 'none'} instead of an event stream"
+                         + (f": {detail}" if detail else ""), request, body=None)
+        self.content_type = content_type
+
+
+class MalformedStream(openai.APIError):
+    """An SSE event whose data is neither JSON nor ``[DONE]``."""
 
 
 class SSEDecoder:
@@ -96,7 +121,11 @@ def _decode(payloads: list[bytes], request: Any) -> tuple[list[dict[str, Any]], 
     for payload in payloads:
         if payload.startswith(DONE):
             return batch, True
-        chunk = orjson.loads(payload)
+        try:
+            chunk = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise MalformedStream(f"a stream event is not JSON: {payload[:80].decode('utf-8', 'replace')!r}",
+                                  request, body=None) from None
         if type(chunk) is dict:
             if chunk.get("error"):
                 raise _stream_error(chunk, request)
@@ -108,6 +137,7 @@ async def iter_chunks(response: Any) -> AsyncIterator[list[dict[str, Any]]]:
     """The chunks of a streamed completion, one list per network read, up to ``[DONE]``.
 
     ``response`` is the ``AsyncAPIResponse`` of ``with_streaming_response``; the caller closes it.
+    Raises ``StreamEnded`` after the last chunk when the body ended without ``[DONE]``.
     """
     request = response.http_request
     decoder = SSEDecoder()
@@ -115,6 +145,10 @@ async def iter_chunks(response: Any) -> AsyncIterator[list[dict[str, Any]]]:
     done = False
     try:
         try:
+            content_type = response.headers.get("content-type", "")
+            if content_type and not content_type.lower().startswith("text/event-stream"):   # none: try SSE
+                raise UnexpectedContentType(content_type.split(";")[0].strip(), request,
+                                            await _error_message(body))
             async for raw in body:
                 batch, done = _decode(decoder.feed(raw), request)
                 if batch:
@@ -126,13 +160,30 @@ async def iter_chunks(response: Any) -> AsyncIterator[list[dict[str, Any]]]:
                 if batch:
                     yield batch
         except _http.TimeoutException as e:
-            raise openai.APITimeoutError(request=request) from e
+            raise StreamStalled(request=request) from e
         except _TRANSPORT_ERRORS as e:
             raise StreamInterrupted(message="The connection was lost mid-stream.", request=request) from e
-        if done:
-            await _drain(body)
+        if not done:
+            raise StreamEnded(message="The stream ended before [DONE].", request=request)
+        await _drain(body)
     finally:
         await body.aclose()
+
+
+async def _error_message(body: AsyncIterator[bytes]) -> str | None:
+    """The ``error.message`` of a short JSON body, if it is one (a few servers answer errors with 200)."""
+    head = b""
+    async for raw in body:
+        head += raw
+        if len(head) >= WRONG_BODY_PEEK:
+            return None
+    try:
+        obj = orjson.loads(head)
+    except orjson.JSONDecodeError:
+        return None
+    error = obj.get("error") if isinstance(obj, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    return message[:200] if isinstance(message, str) and message else None
 
 
 async def _drain(body: AsyncIterator[bytes]) -> None:

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from server.config_base import ConfigError, check_keys, get_float, get_int, get_str, get_str_list
+from server.config_base import ConfigError, check_keys, get_bool, get_float, get_int, get_str, get_str_list
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,8 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 _LLM_KEYS = {"provider", "base_url", "api_key", "model", "models", "temperature", "max_tokens",
-             "request_timeout_s", "retries", "retry_backoff_s", "retry_max_delay_s"}
+             "request_timeout_s", "retries", "retry_backoff_s", "retry_max_delay_s",
+             "models_from_endpoint", "models_refresh_s", "models_timeout_s"}
 _AGENT_KEYS = {"system_prompt", "max_iterations", "tool_timeout_s", "stream_chunk_chars"}
 
 
@@ -61,6 +62,9 @@ class LLMConfig:
     retries: int = 3
     retry_backoff_s: float = 0.5
     retry_max_delay_s: float = 20.0
+    models_from_endpoint: bool = True    # merge the endpoint's GET /models list into the offered models
+    models_refresh_s: float = 300.0      # how long a fetched model list is kept
+    models_timeout_s: float = 5.0        # bound on one GET /models (done in the background)
 
     def __repr__(self) -> str:
         key = "set" if self.api_key else "unset"
@@ -135,6 +139,9 @@ class LLMConfig:
             retries=get_int("llm", d, "retries", 3, 0, 10),
             retry_backoff_s=get_float("llm", d, "retry_backoff_s", 0.5, 0.0, 60.0),
             retry_max_delay_s=get_float("llm", d, "retry_max_delay_s", 20.0, 0.0, 600.0),
+            models_from_endpoint=get_bool("llm", d, "models_from_endpoint", True),
+            models_refresh_s=get_float("llm", d, "models_refresh_s", 300.0, 1.0, 86400.0),
+            models_timeout_s=get_float("llm", d, "models_timeout_s", 5.0, 0.05, 120.0),
         )
 
 

@@ -16,7 +16,8 @@ import openai
 import orjson
 
 from server.agent.base import AgentError
-from server.agent.chat_stream import StreamInterrupted
+from server.agent.chat_stream import (MalformedStream, StreamEnded, StreamInterrupted, StreamStalled,
+                                     UnexpectedContentType)
 from server.tools.registry import new_call_id
 
 
@@ -125,6 +126,12 @@ class RetryPolicy:
         return min(self.max_delay_s, base * (0.5 + self.rng.random() / 2))
 
 
+def retry_detail(attempt: int, retries: int, delay: float, reason: str) -> str:
+    """The status detail of a retry: ``retrying 2/3 in 1 s (HTTP 429)`` (docs/agent.md)."""
+    seconds = f"{delay:.0f}" if delay >= 10 else f"{delay:.1f}".rstrip("0").rstrip(".")
+    return f"retrying {attempt}/{retries} in {seconds} s ({reason})"
+
+
 def retry_after(exc: BaseException) -> float | None:
     """Seconds from ``retry-after-ms`` / ``retry-after`` (number or HTTP date), when present."""
     response = getattr(exc, "response", None)
@@ -184,10 +191,26 @@ def _status_detail(exc: openai.APIStatusError) -> str:
 def to_agent_error(exc: BaseException, base_url: str, timeout_s: float, secret: str | None,
                    attempts: int = 1) -> AgentError:
     """Map an openai exception to AgentError(LLM_TIMEOUT | LLM_ERROR) with a safe, precise message."""
+    error = _to_agent_error(exc, base_url, timeout_s, secret, attempts)
+    error.attempts = attempts
+    return error
+
+
+def _to_agent_error(exc: BaseException, base_url: str, timeout_s: float, secret: str | None,
+                    attempts: int) -> AgentError:
     host = endpoint_host(base_url)
     tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+    if isinstance(exc, StreamStalled):
+        return AgentError("LLM_TIMEOUT", f"the model endpoint {host} stopped sending mid-stream: nothing came "
+                                         f"for {timeout_s:g} s{tries}")
     if isinstance(exc, (openai.APITimeoutError, TimeoutError)):
         return AgentError("LLM_TIMEOUT", f"the model endpoint {host} did not respond within {timeout_s:g} s{tries}")
+    if isinstance(exc, UnexpectedContentType):
+        return AgentError("LLM_ERROR", f"the model endpoint {host} answered {_scrub(exc.message, secret)}"
+                                       " (is base_url the API, not a web page or proxy?)")
+    if isinstance(exc, MalformedStream):
+        return AgentError("LLM_ERROR", f"the model endpoint {host} sent a malformed stream: "
+                                       f"{_scrub(exc.message, secret)}")
     if isinstance(exc, openai.APIStatusError):
         detail = _scrub(_status_detail(exc), secret)
         hint = ""
@@ -197,6 +220,9 @@ def to_agent_error(exc: BaseException, base_url: str, timeout_s: float, secret: 
             hint = " (check the model name and base_url)"
         return AgentError("LLM_ERROR", f"the model endpoint {host} returned HTTP {exc.status_code}{hint}: "
                                        f"{detail}{tries}")
+    if isinstance(exc, StreamEnded):
+        return AgentError("LLM_ERROR", f"the stream from the model endpoint {host} ended before the answer was "
+                                       f"complete (no finish_reason nor [DONE]){tries}")
     if isinstance(exc, StreamInterrupted):
         return AgentError("LLM_ERROR", f"the connection to the model endpoint {host} was lost mid-answer{tries}")
     if isinstance(exc, openai.APIConnectionError):

@@ -61,9 +61,12 @@ class OfflineAgent:
             answer = answers.not_understood(zh)
         await sink.status("generating")
         await self._stream(answer, sink)
+        metadata: dict[str, Any] = {"model": OFFLINE_MODEL, "agent": self.name,
+                                    "intents": [i.name for i in found] or ["unknown"]}
+        if not tool_intents:
+            metadata["canned"] = True    # help or not understood: a fixed text, not about the user's topic
         return TurnResult(content=answer, tool_calls=calls, usage={"llm_calls": 0}, finish_reason="stop",
-                          metadata={"model": OFFLINE_MODEL, "agent": self.name,
-                                    "intents": [i.name for i in found] or ["unknown"]})
+                          metadata=metadata)
 
     async def _stream(self, answer: str, sink: TurnSink) -> None:
         size = self.cfg.stream_chunk_chars

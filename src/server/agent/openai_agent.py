@@ -3,8 +3,14 @@
 Per step: stream a completion (text deltas relayed as they arrive, tool-call deltas assembled),
 run the step's tool calls concurrently, append the assistant message and the tool results, loop.
 After ``max_iterations`` steps one last call without tool use asks for an answer with what it has.
-The SDK's own retries are off: 429, 5xx and connection errors are retried here with exponential
-backoff and jitter (retry-after honoured) as long as no text of the step has been relayed yet.
+The SDK's own retries are off (``max_retries=0``) and one policy retries here instead: 429, 5xx,
+connection errors and streams cut before any text, with exponential backoff and jitter
+(``retry-after`` honoured, capped), as long as no text of the step has been relayed yet. The SDK's
+policy cannot do this: it retries only until the response headers arrive (not a stream cut after
+them) and has no hook to report a retry, while each retry here is reported through the sink as a
+status detail ``retrying N/M in D s (REASON)`` (docs/agent.md).
+A stream is an answer only when it ends with a finish_reason or ``[DONE]``: a cut stream, a 200
+that is not an event stream, malformed SSE and a stall are LLM_ERROR / LLM_TIMEOUT (chat_stream).
 Streams are opened through the SDK's raw-response API and decoded by ``chat_stream`` into plain
 dicts (the SDK's typed chunk objects would cap a stream at a few thousand chunks per second).
 ``messages`` and ``tools`` go in ``extra_body`` (the SDK's documented way to add JSON fields): they
@@ -22,10 +28,11 @@ from typing import Any, Awaitable, Callable, TypeVar
 import openai
 
 from server.agent.base import TurnRequest, TurnResult, TurnSink
-from server.agent.chat_stream import iter_chunks
+from server.agent.chat_stream import StreamEnded, iter_chunks
 from server.agent.config import AgentConfig, LLMConfig
 from server.agent.llm_support import (AssembledCall, RetryPolicy, ToolCallAssembler, Usage, endpoint_host,
-                                      is_retryable, retry_after, to_agent_error)
+                                      is_retryable, retry_after, retry_detail, to_agent_error)
+from server.agent.model_catalog import ModelCatalog, ids_of
 from server.agent.toolexec import CallRequest, run_tool_step
 from server.tools import ToolContext, ToolRegistry
 
@@ -74,15 +81,23 @@ class OpenAIAgent:
         self.client = client or openai.AsyncOpenAI(
             base_url=self.base_url, api_key=llm.api_key or NO_KEY_PLACEHOLDER,
             timeout=llm.request_timeout_s, max_retries=0)
+        self.catalog = ModelCatalog(llm.all_models(), self._list_models if llm.models_from_endpoint else None,
+                                    ttl_s=llm.models_refresh_s, timeout_s=llm.models_timeout_s)
+        self.catalog.offered()   # built on the running loop: the first fetch starts now, not at the first query
         tools.add_secret(llm.api_key)
 
     def __repr__(self) -> str:
         return f"OpenAIAgent(name={self.name!r}, host={endpoint_host(self.base_url)!r}, model={self.default_model!r})"
 
     def models(self) -> list[str]:
-        return self.llm.all_models()
+        """The configured models, then those the endpoint lists (cached; refreshed in the background)."""
+        return self.catalog.offered()
+
+    async def _list_models(self) -> list[str]:
+        return ids_of(await self.client.models.list())
 
     async def aclose(self) -> None:
+        await self.catalog.aclose()
         await self.client.close()
 
     # -- turns -------------------------------------------------------------------------------------
@@ -96,8 +111,9 @@ class OpenAIAgent:
         finish, steps = "stop", 0
         for step in range(self.cfg.max_iterations):
             steps += 1
-            await sink.status("thinking", None if step == 0 else f"step {step + 1}")
-            res = await self._step(model, messages, tools, "auto", sink, turn)
+            detail = None if step == 0 else f"step {step + 1}"
+            await sink.status("thinking", detail)
+            res = await self._step(model, messages, tools, "auto", sink, turn, detail)
             usage.add(res.usage)
             if not res.calls:
                 finish = "length" if res.finish_reason == "length" else "stop"
@@ -109,9 +125,10 @@ class OpenAIAgent:
             messages.extend({"role": "tool", "tool_call_id": d.id, "content": d.result} for d in done)
         else:
             steps += 1
-            await sink.status("thinking", "tool-call limit reached; answering")
+            detail = "tool-call limit reached; answering"
+            await sink.status("thinking", detail)
             messages.append({"role": "user", "content": FINAL_ANSWER_PROMPT})
-            res = await self._step(model, messages, tools, "none", sink, turn)
+            res = await self._step(model, messages, tools, "none", sink, turn, detail)
             usage.add(res.usage)
             finish = "max_iterations"
         return TurnResult(content=turn.text(), tool_calls=calls, usage=usage.to_dict(), finish_reason=finish,
@@ -124,14 +141,18 @@ class OpenAIAgent:
                 model=model or self.default_model, messages=[], temperature=self.llm.temperature,
                 max_tokens=self.llm.max_tokens, extra_body={"messages": messages})
         resp = await self._with_retries(call, lambda: True)
-        if not resp.choices:
+        choices = getattr(resp, "choices", None)
+        if not isinstance(choices, list):    # e.g. an HTML page answered with 200: the SDK hands back text
+            raise to_agent_error(openai.APIError("HTTP 200 with a body that is not a chat completion", None,
+                                                 body=None), self.base_url, self.llm.request_timeout_s, self._key)
+        if not choices:
             return ""
-        return resp.choices[0].message.content or ""
+        return choices[0].message.content or ""
 
     # -- one LLM call ------------------------------------------------------------------------------
 
     async def _step(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-                    tool_choice: str, sink: TurnSink, turn: _TurnText) -> StepResult:
+                    tool_choice: str, sink: TurnSink, turn: _TurnText, detail: str | None = None) -> StepResult:
         turn.step_started = False
         body: dict[str, Any] = {"messages": messages}
         if tools:
@@ -144,7 +165,7 @@ class OpenAIAgent:
                 response = await self._open_stream(stack, kwargs)
                 return await self._consume(response, sink, turn, tool_choice != "none")
         # Retrying after text went out would repeat it to the user: only retry a silent step.
-        return await self._with_retries(attempt, lambda: not turn.step_started)
+        return await self._with_retries(attempt, lambda: not turn.step_started, sink, detail)
 
     async def _open_stream(self, stack: contextlib.AsyncExitStack, kwargs: dict[str, Any]) -> Any:
         """Send the request; the raw streamed response (closed by ``stack``). Non-2xx raises APIStatusError."""
@@ -166,6 +187,19 @@ class OpenAIAgent:
         """Relay the text deltas of one streamed completion (one ``sink.delta`` per chunk), assemble tool calls."""
         result, assembler = StepResult(), ToolCallAssembler()
         step_text: list[str] = []
+        try:
+            await self._read(response, sink, turn, result, assembler, step_text)
+        except StreamEnded:
+            if result.finish_reason is None:
+                raise
+            # a finish_reason came: the answer is whole, only the [DONE] line is missing (lenient servers)
+        result.text = "".join(step_text)
+        if want_tools:
+            result.calls = assembler.calls()
+        return result
+
+    async def _read(self, response: Any, sink: TurnSink, turn: _TurnText, result: StepResult,
+                    assembler: ToolCallAssembler, step_text: list[str]) -> None:
         async with contextlib.aclosing(iter_chunks(response)) as batches:
             async for batch in batches:
                 for chunk in batch:
@@ -193,12 +227,11 @@ class OpenAIAgent:
                                 assembler.add(delta["tool_calls"])
                         if choice.get("finish_reason"):
                             result.finish_reason = choice["finish_reason"]
-        result.text = "".join(step_text)
-        if want_tools:
-            result.calls = assembler.calls()
-        return result
 
-    async def _with_retries(self, fn: Callable[[], Awaitable[T]], may_retry: Callable[[], bool]) -> T:
+    async def _with_retries(self, fn: Callable[[], Awaitable[T]], may_retry: Callable[[], bool],
+                            sink: TurnSink | None = None, detail: str | None = None) -> T:
+        """``fn`` under the retry policy; each retry is logged and, with a sink, reported as a
+        ``thinking`` status whose detail is ``retry_detail(...)``; ``detail`` is restored after the wait."""
         attempt = 0
         while True:
             try:
@@ -209,7 +242,11 @@ class OpenAIAgent:
                     attempt += 1
                     log.warning("LLM call to %s failed (%s); retry %d/%d in %.2fs", endpoint_host(self.base_url),
                                 _short(e), attempt, self._retry.retries, delay)
+                    if sink is not None:
+                        await sink.status("thinking", retry_detail(attempt, self._retry.retries, delay, _short(e)))
                     await asyncio.sleep(delay)
+                    if sink is not None:
+                        await sink.status("thinking", detail)
                     continue
                 raise to_agent_error(e, self.base_url, self.llm.request_timeout_s, self._key, attempt + 1) from None
             except (openai.OpenAIError, ValueError) as e:   # ValueError: undecodable stream data
@@ -224,5 +261,11 @@ def _assistant_message(res: StepResult) -> dict[str, Any]:
 
 def _short(exc: BaseException) -> str:
     status = getattr(exc, "status_code", None)
-    return f"HTTP {status}" if status else type(exc).__name__
+    if status:
+        return f"HTTP {status}"
+    if isinstance(exc, StreamEnded):
+        return "stream cut"
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection failed"
+    return type(exc).__name__
 

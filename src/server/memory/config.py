@@ -7,7 +7,9 @@ Defaults and meanings are listed in docs/memory.md.
 """
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from server.config_base import ConfigError, check_keys, get_bool, get_int, get_str
@@ -22,6 +24,9 @@ DEFAULT_SUMMARY_PROMPT = (
 )
 DEFAULT_WINDOW_TOKENS = 16000     # used when context.max_input_tokens is not set
 MIN_PROMPT_BUDGET = 256           # max_input_tokens - reserve_output_tokens must leave at least this
+
+MAX_PROMPT_FILE_BYTES = 64 * 1024  # a summary_prompt_file larger than this is refused
+TOKEN_COUNTERS = ("auto", "estimate", "tiktoken")
 
 TRIGGER_TYPES = ("tokens", "messages", "fraction")
 KEEP_TYPES = ("messages", "tokens", "fraction")
@@ -60,16 +65,22 @@ class SummarizationConfig:
     keep: Threshold = field(default_factory=lambda: Threshold("messages", 20))
     trim_tokens_to_summarize: int | None = 4000   # None: no trim (0 in the file means the same)
     summary_prompt: str = DEFAULT_SUMMARY_PROMPT
+    summary_prompt_file: str | None = None    # where summary_prompt was read from, if from a file
     max_failures_before_fallback: int = 3
 
     @classmethod
     def from_dict(cls, d: dict) -> SummarizationConfig:
         s = "summarization"
-        check_keys(s, d, {"enabled", "model", "trigger", "keep", "trim_tokens_to_summarize",
-                          "summary_prompt", "max_failures_before_fallback"})
-        out = cls(enabled=get_bool(s, d, "enabled", True), model=get_str(s, d, "model", None))
+        check_keys(s, d, {"enabled", "model", "model_name", "trigger", "keep", "trim_tokens_to_summarize",
+                          "summary_prompt", "summary_prompt_file", "max_failures_before_fallback"})
+        model, alias = get_str(s, d, "model", None), get_str(s, d, "model_name", None)
+        if model is not None and alias is not None and model != alias:
+            raise ConfigError(f"{s}.model_name", f"is another name of {s}.model: set one of them "
+                                                 f"(got model={model!r}, model_name={alias!r})")
+        key = "model" if model is not None else "model_name"
+        out = cls(enabled=get_bool(s, d, "enabled", True), model=model if model is not None else alias)
         if out.model is not None and not out.model.strip():
-            raise ConfigError(f"{s}.model", "expected a model name or null, got an empty string")
+            raise ConfigError(f"{s}.{key}", "expected a model name or null, got an empty string")
         if "trigger" in d:
             raw = d["trigger"]
             items = [raw] if isinstance(raw, dict) else raw
@@ -86,8 +97,31 @@ class SummarizationConfig:
         if prompt is None or not prompt.strip():
             raise ConfigError(f"{s}.summary_prompt", "expected a non-empty string")
         out.summary_prompt = prompt
+        path = get_str(s, d, "summary_prompt_file", None)
+        if path is not None:
+            if "summary_prompt" in d:
+                raise ConfigError(f"{s}.summary_prompt_file", "set summary_prompt or summary_prompt_file, not both")
+            out.summary_prompt, out.summary_prompt_file = read_prompt_file(f"{s}.summary_prompt_file", path), path
         out.max_failures_before_fallback = get_int(s, d, "max_failures_before_fallback", 3, 1, 1000)
         return out
+
+
+def read_prompt_file(key: str, path: str) -> str:
+    """The text of a prompt file (UTF-8, non-empty, at most MAX_PROMPT_FILE_BYTES), read at start-up."""
+    p = Path(path).expanduser()
+    try:
+        raw = p.read_bytes() if p.stat().st_size <= MAX_PROMPT_FILE_BYTES else None
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {path!r}: {exc.strerror or exc}") from None
+    if raw is None:
+        raise ConfigError(key, f"{path!r} is larger than {MAX_PROMPT_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(key, f"{path!r} is not UTF-8 text") from None
+    if not text.strip():
+        raise ConfigError(key, f"{path!r} is empty")
+    return text.strip()
 
 
 @dataclass(slots=True)
@@ -148,6 +182,8 @@ class ContextConfig:
     max_input_tokens: int | None = None       # the model window; None: DEFAULT_WINDOW_TOKENS
     reserve_output_tokens: int = 1024
     max_sessions_cached: int = 256            # per-session views (uncovered messages) kept in memory
+    token_counter: str = "auto"               # auto (tiktoken when installed, else estimate), estimate, tiktoken
+    token_encoding: str = "o200k_base"        # the tiktoken encoding when tiktoken counts
 
     @property
     def window(self) -> int:
@@ -161,12 +197,20 @@ class ContextConfig:
     @classmethod
     def from_dict(cls, d: dict) -> ContextConfig:
         s = "context"
-        check_keys(s, d, {"recent_turns", "max_input_tokens", "reserve_output_tokens", "max_sessions_cached"})
+        check_keys(s, d, {"recent_turns", "max_input_tokens", "reserve_output_tokens", "max_sessions_cached",
+                          "token_counter", "token_encoding"})
         mit = d.get("max_input_tokens")
         out = cls(recent_turns=get_int(s, d, "recent_turns", 5, 0, 10_000),
                   max_input_tokens=None if mit is None else get_int(s, d, "max_input_tokens", 0, 512, 100_000_000),
                   reserve_output_tokens=get_int(s, d, "reserve_output_tokens", 1024, 0, 100_000_000),
-                  max_sessions_cached=get_int(s, d, "max_sessions_cached", 256, 1, 100_000))
+                  max_sessions_cached=get_int(s, d, "max_sessions_cached", 256, 1, 100_000),
+                  token_counter=get_str(s, d, "token_counter", "auto", TOKEN_COUNTERS),
+                  token_encoding=get_str(s, d, "token_encoding", "o200k_base"))
+        if out.token_counter == "tiktoken" and importlib.util.find_spec("tiktoken") is None:
+            raise ConfigError(f"{s}.token_counter", "'tiktoken' is not installed (pip install "
+                                                    "'nplt-assistant[tiktoken]'), or use 'auto' or 'estimate'")
+        if not out.token_encoding.strip():
+            raise ConfigError(f"{s}.token_encoding", "expected a tiktoken encoding name, e.g. o200k_base")
         if out.budget < MIN_PROMPT_BUDGET:
             raise ConfigError(f"{s}.reserve_output_tokens",
                               f"leaves {out.budget} tokens of the {out.window}-token window for the prompt "

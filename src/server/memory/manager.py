@@ -32,7 +32,7 @@ from .embeddings import Embedder
 from .indexes import UserIndexes
 from .recall import excerpt_and_tokens, snippet
 from .summarizer import SummaryFailed, plan, plan_cut, summarize
-from .tokens import ApproxTokenCounter, TokenCounter
+from .tokens import TokenCounter, make_counter
 from .view import SessionView, built_view
 
 log = logging.getLogger("nplt.memory")
@@ -63,7 +63,8 @@ class MemoryManager:
         self.agent = agent
         self.notify = notify
         self.system_prompt = system_prompt
-        self.counter: TokenCounter = token_counter or ApproxTokenCounter()
+        self.counter: TokenCounter = token_counter or make_counter(self.config.context.token_counter,
+                                                                   self.config.context.token_encoding)
         emb = self.config.recall.embeddings
         self.embedder = embedder if embedder is not None else (Embedder(emb) if emb.enabled else None)
         self.indexes = UserIndexes(self.config.recall, store, self.embedder, self._spawn)

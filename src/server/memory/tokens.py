@@ -4,11 +4,13 @@ The default counter needs no tokenizer files: a CJK character (Han, kana, Hangul
 token, a run of letters/digits as ``ceil(len / 4)``, any other visible character as one token, and
 every chat message adds a fixed overhead. It errs on the generous side, which keeps assembled
 prompts safely inside the model window. Any object with ``count`` and ``count_messages`` can
-replace it (e.g. a tiktoken wrapper).
+replace it: ``make_counter`` picks one from ``[context] token_counter`` (``auto``: tiktoken when it
+is installed and its encoding loads, else the estimator; ``estimate``; ``tiktoken``: required).
 """
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any, Protocol, runtime_checkable
 
@@ -21,6 +23,8 @@ _TOKEN_RE = re.compile(rf"([{CJK_CLASS}])|([^\W_{CJK_CLASS}]+)|(\S)", re.UNICODE
 # One pass: a letter/digit run yields ceil(len/4) matches of up to 4 characters, every other visible
 # character (CJK, punctuation, "_", and the ideographic space U+3000, which is CJK) one match.
 _COUNT_RE = re.compile(rf"[^\W_{CJK_CLASS}]{{1,4}}|\S|\u3000")
+
+log = logging.getLogger(__name__)
 
 MESSAGE_OVERHEAD = 4      # role marker and separators per chat message
 PROMPT_OVERHEAD = 3       # priming of the assistant reply
@@ -91,6 +95,48 @@ class ApproxTokenCounter:
     def count_messages(self, messages: list[dict[str, Any]]) -> int:
         """Tokens of a whole prompt (every message plus the reply priming)."""
         return PROMPT_OVERHEAD + sum(self.count_message(m) for m in messages)
+
+
+class TiktokenCounter(ApproxTokenCounter):
+    """Exact BPE counts with a tiktoken ``Encoding`` (same per-message overheads as the estimator)."""
+
+    def __init__(self, encoding: Any) -> None:
+        self.encoding = encoding
+        self.name = str(getattr(encoding, "name", "tiktoken"))
+
+    def count(self, text: str) -> int:
+        return len(self.encoding.encode(text, disallowed_special=())) if text else 0
+
+    def truncate(self, text: str, max_tokens: int, keep_end: bool = False) -> str:
+        if max_tokens <= 0:
+            return ""
+        ids = self.encoding.encode(text, disallowed_special=())
+        if len(ids) <= max_tokens:
+            return text
+        part = self.encoding.decode(ids[-max_tokens:] if keep_end else ids[:max_tokens])
+        # a cut inside a multi-byte character decodes to U+FFFD: drop it rather than store a wrong character
+        return part.lstrip("\ufffd") if keep_end else part.rstrip("\ufffd")
+
+
+class CounterUnavailable(RuntimeError):
+    """``token_counter = "tiktoken"`` but tiktoken or its encoding cannot be loaded."""
+
+
+def make_counter(choice: str = "auto", encoding: str = "o200k_base") -> TokenCounter:
+    """The counter ``[context] token_counter`` names (see the module docstring)."""
+    if choice == "estimate":
+        return ApproxTokenCounter()
+    try:
+        import tiktoken      # optional: pip install 'nplt-assistant[tiktoken]'
+        counter: TokenCounter = TiktokenCounter(tiktoken.get_encoding(encoding))
+    except Exception as exc:   # noqa: BLE001 - not installed, unknown encoding, encoding file not cached
+        if choice == "tiktoken":
+            raise CounterUnavailable(f"token_counter = \"tiktoken\" but it cannot be used: "
+                                     f"{type(exc).__name__}: {exc}") from None
+        log.info("token counter: the estimator (tiktoken not usable: %s)", type(exc).__name__)
+        return ApproxTokenCounter()
+    log.info("token counter: tiktoken %s", encoding)
+    return counter
 
 
 def splits_at_whitespace(counter: TokenCounter) -> bool:
