@@ -19,7 +19,9 @@ from server.auth import Authenticator
 from server.config import ServerConfig, check_bind_policy
 from server.config_base import ConfigError
 from server.connection import ServerConnection
+from server.httpd import start_http, stop_http
 from server.hub import Hub
+from server.metrics import Metrics
 from server.refusals import Refusals
 from server.sessions import SessionService
 from server.turns import TurnRunner
@@ -84,6 +86,8 @@ class Server:
         self.started_monotonic = time.monotonic()
         self.slow_consumers = 0
         self.refusals = Refusals()
+        self.metrics = Metrics()
+        self.http: Any = None   # server.httpd.HttpEndpoint when [http] listen is set
         self._ids = itertools.count(1)
         self._listener: asyncio.base_events.Server | None = None
         self._stopped: asyncio.Event | None = None
@@ -126,6 +130,11 @@ class Server:
         self.started_monotonic = time.monotonic()
         log.info("listening on %s:%d (%s, agent %s, %s)", self.host, self.port, "TLS" if ssl_ctx else "TCP",
                  self.agent.name, "single user" if cfg.single_user else f"{len(cfg.auth.users)} users")
+        try:
+            self.http = await start_http(self)
+        except BaseException:
+            await self.stop()
+            raise
         return self.host, self.port
 
     def notify(self, kind: str, session_id: str, payload: Any = None) -> asyncio.Future:
@@ -182,5 +191,6 @@ class Server:
                 await asyncio.wait_for(self._listener.wait_closed(), timeout=grace_s)
             except asyncio.TimeoutError:
                 log.warning("some connections did not close in time")
+        await stop_http(self.http)
         self._stopped.set()
         log.info("stopped")

@@ -129,7 +129,7 @@ class TurnRunner:
     async def _store_user(self, turn: Turn, title: bool = False) -> None:
         """Append the turn's user message (fsynced); the first message of a session names it."""
         store = self.server.store
-        turn.user_message = await store.append(turn.session_id, "user", turn.text)
+        turn.user_message = await self.server.metrics.timed_append(store.append(turn.session_id, "user", turn.text))
         if title:
             await store.rename(turn.session_id, auto_title(turn.text))
 
@@ -185,7 +185,7 @@ class TurnRunner:
                 lane.current = turn
                 self.turns_running += 1
                 try:
-                    await self._run(turn)
+                    await self.server.metrics.timed_turn(self._run(turn))
                 except Exception:  # pragma: no cover - _run handles its own failures
                     log.exception("turn %s crashed", turn.turn_id)
                 finally:
@@ -241,6 +241,7 @@ class TurnRunner:
                 raise
             await self._end_cancelled(turn, sink, ctx)
         except AgentError as exc:
+            srv.metrics.provider_error(exc.code)
             await self._end_error(turn, sink, exc.code, exc.message)
         except Exception:
             log.exception("turn %s failed", turn.turn_id)
@@ -254,8 +255,8 @@ class TurnRunner:
     async def _store_assistant(self, turn: Turn, content: str, calls: list[ToolCall],
                                metadata: dict[str, Any]) -> ChatMessage | None:
         try:
-            return await self.server.store.append(turn.session_id, "assistant", content,
-                                                  tool_calls=calls, metadata=metadata)
+            return await self.server.metrics.timed_append(self.server.store.append(
+                turn.session_id, "assistant", content, tool_calls=calls, metadata=metadata))
         except Exception as exc:  # e.g. the session was deleted during the turn
             log.warning("turn %s: answer not stored: %s", turn.turn_id, exc)
             return None
