@@ -9,7 +9,7 @@ import httpx2 as httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.agent.base import AgentError, TurnResult
+from server.agent.base import AgentError
 from server.app import Server
 from server.auth import hash_token
 from server.config import ServerConfig
@@ -233,3 +233,33 @@ def test_config_flags_and_env():
     with pytest.raises(ConfigError) as ei:
         ServerConfig.load([], env={"NPLT_HTTP_INSECURE": "maybe"})
     assert ei.value.path == "NPLT_HTTP_INSECURE"
+
+
+async def test_readyz_is_503_while_stopping_and_connections_are_capped():
+    from types import SimpleNamespace
+
+    from server.http_config import HttpConfig
+    from server.httpd import HttpEndpoint, Readiness
+    from server.metrics import Metrics
+
+    state = SimpleNamespace(stopping=False)
+    endpoint = HttpEndpoint(HttpConfig(listen="127.0.0.1:0", max_connections=1), state, Metrics(),
+                            Readiness({}, 1.0), tokens=[])
+    await endpoint.start()
+    try:
+        base = f"http://127.0.0.1:{endpoint.port}"
+        async with httpx.AsyncClient(timeout=5) as client:
+            assert (await client.get(base + "/readyz")).status_code == 200
+            # a silent connection holds the only slot: the next one is closed at once, unanswered
+            _, idle = await asyncio.open_connection("127.0.0.1", endpoint.port)
+            await poll(lambda: len(endpoint._handlers) == 1)
+            with pytest.raises(httpx.TransportError):
+                await client.get(base + "/healthz")
+            assert endpoint.refused == 1
+            idle.close()
+            await poll(lambda: not endpoint._handlers)
+            state.stopping = True
+            r = await client.get(base + "/readyz")
+            assert (r.status_code, r.text) == (503, "not ready: the server is stopping\n")
+    finally:
+        await endpoint.stop()

@@ -239,3 +239,11 @@ async def test_schemas_offered(root):
     assert {"list_dir", "read_file", "search_files"} <= set(schemas)
     assert schemas["read_file"]["parameters"]["properties"]["lines"]["maximum"] == 40
     assert schemas["search_files"]["parameters"]["required"] == ["root", "pattern"]
+
+
+async def test_lone_surrogates_are_refused(root):
+    tools = registry(root)
+    status, d = await run(tools, "read_file", path="app\ud800.log")
+    assert status == "error" and d["error"] == "path must be valid Unicode text (it holds a lone surrogate)"
+    status, d = await run(tools, "search_files", root=".", pattern="x\udfff")
+    assert status == "error" and d["error"] == "pattern must be valid Unicode text (it holds a lone surrogate)"

@@ -57,6 +57,10 @@ def check_syntax(path: str, noun: str = "path") -> None:
         raise ToolFailure(f"{noun} must not be empty")
     if "\x00" in path:
         raise ToolFailure(f"{noun} must not contain NUL bytes")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolFailure(f"{noun} must be valid Unicode text (it holds a lone surrogate)") from None
     if len(path) > MAX_PATH_CHARS:
         raise ToolFailure(f"{noun} is {len(path)} characters long; the limit is {MAX_PATH_CHARS}")
     if ".." in path.replace("\\", "/").split("/"):

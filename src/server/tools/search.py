@@ -56,7 +56,11 @@ def compile_pattern(pattern: str, regex: bool, ignore_case: bool) -> Any:
     opts.case_sensitive = not ignore_case
     source = pattern if regex else re.escape(pattern)
     try:
-        return re2.compile(("(?m)" + source).encode("utf-8"), opts)
+        program = ("(?m)" + source).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolFailure("pattern must be valid Unicode text (it holds a lone surrogate)") from None
+    try:
+        return re2.compile(program, opts)
     except re2.error as e:
         msg = e.args[0].decode("utf-8", "replace") if e.args and isinstance(e.args[0], bytes) else str(e)
         raise ToolFailure(f"invalid regular expression {pattern!r}: {msg} (RE2 syntax: no backreferences "
