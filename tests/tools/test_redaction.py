@@ -60,3 +60,10 @@ def test_ordinary_text_is_left_alone():
     for text in ("password reset requested for bob", "token bucket refilled", "CPU 5% on host auth-1",
                  "GET /api/v1/keys 200", "http://example.com:8080/path", "secret: no"):
         assert redact(text) == text
+
+
+def test_counters_named_like_secrets_are_left_alone():
+    text = '{"max_tokens":1024,"tokens_used":12345,"auth_mode":"single","text":"token_count=99999 passwords: 3"}'
+    assert redact(text) == text
+    assert redact("x-auth-token: qwerty12 aws_secret_access_key=AKzz/abcd") == (
+        f"x-auth-token: {MASK} aws_secret_access_key={MASK}")

@@ -40,8 +40,9 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(_B + r"AIza[A-Za-z0-9_-]{35}\b"), MASK),
     (re.compile(_B + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), MASK),
     # name = value assignments (password=..., "token": "...", api_key: ...)
-    (re.compile(r"(" + _B + r"[\w.-]*(?:passw(?:or)?d|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|"
-                r"client[_-]?secret|auth)[\w.-]*(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?)"
+    # (the name must END with the secret word: max_tokens, token_count or auth_mode are not secrets)
+    (re.compile(r"(" + _B + r"[\w.-]*?(?:passw(?:or)?d|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|"
+                r"private[_-]?key|credentials?)(?![\w])(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?)"
                 r"(?!\[REDACTED\]|(?:Bearer|Basic|Token)\s)" + _V + r"{4,}", re.I),
      r"\1" + MASK),
 ]
