@@ -20,6 +20,7 @@ from server.config import ServerConfig, check_bind_policy
 from server.config_base import ConfigError
 from server.connection import ServerConnection
 from server.services import VERSION, Counters, Services, build_services
+from server.httpd import start_http, stop_http
 from storage import AsyncHistoryStore, HistoryStore
 
 log = logging.getLogger("nplt.server")
@@ -73,6 +74,7 @@ class Server:
         self.host: str = config.server.host
         self.port: int | None = None
         self.stopping = False
+        self.http: Any = None   # server.httpd.HttpEndpoint when [http] listen is set
         self._ids = itertools.count(1)
         self._listener: asyncio.base_events.Server | None = None
         self._stopped: asyncio.Event | None = None
@@ -93,6 +95,7 @@ class Server:
     connections = property(lambda self: self._svc().connections)
     slow_consumers = property(lambda self: self.counters.slow_consumers)
     refusals = property(lambda self: self.counters.refusals)
+    metrics = property(lambda self: self._svc().metrics)
 
     def _refuse_reason(self) -> str | None:
         if self.stopping:
@@ -131,6 +134,11 @@ class Server:
         self.counters.started_monotonic = time.monotonic()
         log.info("listening on %s:%d (%s, agent %s, %s)", self.host, self.port, "TLS" if ssl_ctx else "TCP",
                  svc.agent.name, "single user" if cfg.single_user else f"{len(cfg.auth.users)} users")
+        try:
+            self.http = await start_http(self)
+        except BaseException:
+            await self.stop()
+            raise
         return self.host, self.port
 
     def notify(self, kind: str, session_id: str, payload: Any = None) -> asyncio.Future:
@@ -186,5 +194,6 @@ class Server:
                 await asyncio.wait_for(self._listener.wait_closed(), timeout=grace_s)
             except asyncio.TimeoutError:
                 log.warning("some connections did not close in time")
+        await stop_http(self.http)
         self._stopped.set()
         log.info("stopped")

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from server.config import (LOG_FORMATS, LOG_LEVELS, MIN_LEGACY_GRACE_MS, LimitsConfig, ServerConfig,
                            ServerSection, load_toml)
+from server import http_config
 from server.config_base import ConfigError
 
 # [server] keys settable from the environment / flags (NPLT_<KEY upper>, --<key with dashes>).
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     for f in dataclasses.fields(LimitsConfig):
         lim.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), metavar="N",
                          help=f"default {f.default}")
+    http_config.add_flags(p)
     return p
 
 
@@ -84,6 +86,7 @@ def env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
                 out.setdefault(section, {})[key] = _env_value(var, env[var], _TYPES.get(key, str))
     if "NPLT_DATA_DIR" in env:
         out.setdefault("storage", {})["root"] = env["NPLT_DATA_DIR"]
+    out.update(http_config.env_overrides(env))
     return out
 
 
@@ -100,6 +103,7 @@ def flag_overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
             out.setdefault("limits", {})[key] = v
     if ns.data_dir is not None:
         out.setdefault("storage", {})["root"] = ns.data_dir
+    out.update(http_config.flag_overrides(ns))
     return out
 
 

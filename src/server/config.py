@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from server.agent.config import AgentConfig, LLMConfig
 from server.config_base import ConfigError, check_keys, get_bool, get_float, get_int, get_str
+from server.http_config import HttpConfig
 from server.memory.config import MemoryConfig
 from server.tools.config import ToolsConfig
 from storage import StorageConfig
@@ -176,13 +177,14 @@ class ServerConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     memory: MemoryConfig = field(default_factory=lambda: MemoryConfig.from_dict({}))
+    http: HttpConfig = field(default_factory=HttpConfig)
 
     @classmethod
     def from_dict(cls, d: dict, env: Mapping[str, str] | None = None) -> ServerConfig:
         """Build every section from one merged dict (TOML layout); unknown sections are errors."""
         if not isinstance(d, dict):
             raise ConfigError("config", "expected a table")
-        known = {"server", "limits", "auth", "storage", "llm", "agent", "tools", *MEMORY_SECTIONS}
+        known = {"server", "limits", "auth", "storage", "llm", "agent", "tools", "http", *MEMORY_SECTIONS}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(unknown[0], f"unknown section (allowed: {', '.join(sorted(known))})")
@@ -195,6 +197,7 @@ class ServerConfig:
             agent=_section(AgentConfig.from_dict, d.get("agent", {})),
             tools=_section(ToolsConfig.from_dict, d.get("tools", {})),
             memory=_section(MemoryConfig.from_dict, {k: d[k] for k in MEMORY_SECTIONS if k in d}),
+            http=HttpConfig.from_dict(d.get("http", {})),
         )
 
     @property

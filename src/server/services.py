@@ -12,6 +12,7 @@ from typing import Any, Callable
 from server.auth import Authenticator
 from server.config import LimitsConfig, ServerConfig
 from server.hub import Hub
+from server.metrics import Metrics
 from server.refusals import Refusals
 from server.sessions import SessionService
 from server.turns import TurnRunner
@@ -40,6 +41,7 @@ class Services:
     auth: Authenticator
     counters: Counters
     connections: set[Any] = field(default_factory=set)   # open connections (STATS "clients")
+    metrics: Metrics = field(default_factory=Metrics)    # GET /metrics (server.httpd)
     version: str = VERSION
 
     @property
@@ -63,8 +65,10 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     hub = Hub()
     agent, memory = build_runtime(config, store, notify, agent, memory)
     sessions = SessionService(store, hub, agent, memory)
+    metrics = Metrics()
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
-                        limits=config.limits, max_message_bytes=config.storage.max_message_bytes)
+                        limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics)
     sessions.turns = runner
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
-                    memory=memory, auth=Authenticator(config.auth), counters=counters or Counters())
+                    memory=memory, auth=Authenticator(config.auth), counters=counters or Counters(),
+                    metrics=metrics)

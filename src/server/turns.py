@@ -24,6 +24,7 @@ from server.agent.base import AgentError, BuiltContext, TurnRequest, TurnResult
 from server.config import LimitsConfig
 from server.errors import HandlerError, error_code, failure_of
 from server.hub import Hub, Subscriber
+from server.metrics import Metrics
 from server.sessions import SessionService, auto_title, needs_title
 from server.agent.fit_message import fit_assistant_message
 from server.turn import RunnerSink, Turn
@@ -50,8 +51,9 @@ class TurnRunner:
     """Owns every running and queued turn."""
 
     def __init__(self, *, store: Any, sessions: SessionService, hub: Hub, agent: Any, memory: Any,
-                 limits: LimitsConfig, max_message_bytes: int = 1 << 20) -> None:
+                 limits: LimitsConfig, max_message_bytes: int = 1 << 20, metrics: Metrics | None = None) -> None:
         self.store = store
+        self.metrics = metrics or Metrics()   # turn latency, append latency, provider errors (GET /metrics)
         self.max_message_bytes = max_message_bytes   # storage's cap: the stored answer is cut to fit it
         self.sessions = sessions
         self.hub = hub
@@ -137,7 +139,7 @@ class TurnRunner:
     async def _store_user(self, turn: Turn, title: bool = False) -> None:
         """Append the turn's user message (fsynced); the first message of a session names it."""
         store = self.store
-        turn.user_message = await store.append(turn.session_id, "user", turn.text)
+        turn.user_message = await self.metrics.timed_append(store.append(turn.session_id, "user", turn.text))
         if title:
             await store.rename(turn.session_id, auto_title(turn.text))
 
@@ -192,7 +194,7 @@ class TurnRunner:
                 lane.current = turn
                 self.turns_running += 1
                 try:
-                    await self._run(turn)
+                    await self.metrics.timed_turn(self._run(turn))
                 except Exception:  # pragma: no cover - _run handles its own failures
                     log.exception("turn %s crashed", turn.turn_id)
                 finally:
@@ -250,6 +252,7 @@ class TurnRunner:
                 raise
             await self._end_cancelled(turn, sink, ctx)
         except AgentError as exc:
+            self.metrics.provider_error(exc.code)
             await self._end_error(turn, sink, exc.code, exc.message)
         except Exception:
             log.exception("turn %s failed", turn.turn_id)
@@ -266,8 +269,8 @@ class TurnRunner:
         really gone (deleted during the turn), STORAGE_ERROR for an I/O failure (a full disk)."""
         fitted = fit_assistant_message(content, calls, metadata, self.max_message_bytes)
         try:
-            return await self.store.append(turn.session_id, "assistant", fitted.content,
-                                           tool_calls=fitted.tool_calls, metadata=fitted.metadata)
+            return await self.metrics.timed_append(self.store.append(
+                turn.session_id, "assistant", fitted.content, tool_calls=fitted.tool_calls, metadata=fitted.metadata))
         except (NotFound, InvalidSessionId):
             log.info("turn %s: answer not stored: the session is gone", turn.turn_id)
             return HandlerError(ErrorCode.NOT_FOUND, "the session is gone")

@@ -114,3 +114,20 @@ async def test_disabled_without_roots(root):
 async def test_nul_byte(root):
     status, d = await read(registry(root), "app.log\x00.txt")
     assert status == "error" and d["error"] == "path must not contain NUL bytes"
+
+
+async def test_hardlink_to_a_file_outside_is_refused(root, tmp_path):
+    os.link(tmp_path / "secret.txt", root / "linked.log")
+    status, d = await read(registry(root), "linked.log")
+    assert status == "error" and d == {"error": "'linked.log' has 2 hard links and is refused: a hard link may "
+                                                "expose a file from outside the allowed directories"}
+    assert "top secret" not in orjson.dumps(d).decode()
+
+
+async def test_secret_names_and_pseudo_filesystems_are_refused(root):
+    (root / "id_ed25519").write_text("key\n")
+    status, d = await read(registry(root), "id_ed25519")
+    assert status == "error" and d["error"].startswith("'id_ed25519' is refused: files named like")
+    status, d = await read(registry(root), "/proc/self/environ")
+    assert status == "error" and d["error"] == ("path '/proc/self/environ' is under /proc, a pseudo filesystem "
+                                                "that is never readable")

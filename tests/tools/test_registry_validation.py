@@ -21,7 +21,8 @@ def tools() -> ToolRegistry:
 def test_schemas_are_openai_tools():
     tools = ToolRegistry(ToolsConfig(max_processes=20, max_log_lines=80))
     schemas = {s["function"]["name"]: s for s in tools.schemas()}
-    assert set(schemas) == {"sys_monitor", "processes", "network_check", "read_log", "history_search", "clock"}
+    assert set(schemas) == {"sys_monitor", "processes", "network_check", "read_log", "list_dir", "read_file",
+                            "search_files", "history_search", "clock"}
     for s in schemas.values():
         assert s["type"] == "function" and s["function"]["description"]
         assert s["function"]["parameters"]["type"] == "object"
@@ -32,7 +33,7 @@ def test_schemas_are_openai_tools():
 
 @pytest.mark.parametrize("name,args,error", [
     ("nope", {}, "unknown tool 'nope' (available: sys_monitor, processes, network_check, read_log, "
-                 "history_search, clock)"),
+                 "list_dir, read_file, search_files, history_search, clock)"),
     ("sys_monitor", "[1, 2]", "arguments must be a JSON object, got list"),
     ("sys_monitor", {"metric": "gpu"}, "argument 'metric': expected one of 'cpu', 'memory', 'disk', 'network', "
                                        "'load', 'uptime', 'all', got 'gpu'"),

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import orjson
 
+from server.agent import file_answers
 from storage.models import ToolCall
 
 HELP_EN = (
@@ -197,7 +198,7 @@ def _clock(d: dict[str, Any], zh: bool) -> str:
 
 RENDERERS: dict[str, Callable[[dict[str, Any], bool], str]] = {
     "sys_monitor": _sys_monitor, "processes": _processes, "network_check": _network_check,
-    "read_log": _read_log, "history_search": _history, "clock": _clock}
+    "read_log": _read_log, "history_search": _history, "clock": _clock, **file_answers.RENDERERS}
 
 
 def render(call: ToolCall, zh: bool) -> str:

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from server.agent.file_intents import parse_file_request
+
 THRESHOLD = 1.0
 CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 
@@ -22,7 +24,7 @@ def is_chinese(text: str) -> bool:
 @dataclass(slots=True)
 class Intent:
     name: str                      # cpu, memory, disk, network, load, uptime, overview, processes,
-    score: float                   # network_check, read_log, history, clock, help
+    score: float                   # network_check, read_log, list_dir, read_file, search_files, history, clock, help
     tool: str | None = None
     arguments: dict[str, Any] = field(default_factory=dict)
 
@@ -161,6 +163,9 @@ def parse(text: str) -> list[Intent]:
         topic = history_topic(text)
         if topic:
             return [Intent("history", scores["history"], "history_search", {"query": topic})]
+    file_request = parse_file_request(text)   # list_dir / read_file / search_files
+    if file_request is not None:
+        return [Intent(file_request[0], 2.0, *file_request)]
     if _LOG_WORDS.search(text):
         args = _log_args(text)
         if args:

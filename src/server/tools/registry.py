@@ -16,7 +16,8 @@ from typing import Any, Awaitable, Callable
 
 import psutil
 
-from server.tools import logs, netcheck, system
+from server.tools import files, logs, netcheck, system
+from server.tools import search as file_search
 from server.tools.config import ToolsConfig
 from server.tools.schema import ArgumentError, lenient_arguments, parse_arguments, validate
 from server.tools.secrets import redact
@@ -50,9 +51,16 @@ DESCRIPTIONS = {
     "read_log": "Read the last lines of a log file under the server's allowed log directories.",
     "history_search": "Search this user's earlier conversations for a topic; returns matching snippets.",
     "clock": "Current date and time of the server, with its timezone and UTC.",
+    "list_dir": "List a directory under the server's allowed file directories: name, type, size, modified time. "
+                "Read-only; secret-looking files are hidden.",
+    "read_file": "Read lines of a text file under the server's allowed file directories (binary files and "
+                 "secret files are refused; long files are paged with offset).",
+    "search_files": "Search text files under the server's allowed file directories for a string or RE2 regular "
+                    "expression (like grep): returns matching lines with file and line number.",
 }
 
 SNIPPET_CHARS = 300
+OFF_LOOP_REDACT_CHARS = 32 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +102,18 @@ class ToolRegistry:
         rl["properties"]["lines"]["maximum"] = cfg.max_log_lines
         rl["properties"]["lines"]["default"] = min(50, cfg.max_log_lines)
         self._add("read_log", rl, self._read_log, cfg.timeout_s)
+        ld = copy.deepcopy(files.LIST_DIR_SCHEMA)
+        ld["properties"]["limit"]["maximum"] = cfg.max_list_entries
+        ld["properties"]["limit"]["default"] = min(100, cfg.max_list_entries)
+        self._add("list_dir", ld, self._list_dir, cfg.timeout_s)
+        rf = copy.deepcopy(files.READ_FILE_SCHEMA)
+        rf["properties"]["lines"]["maximum"] = cfg.max_read_lines
+        rf["properties"]["lines"]["default"] = min(200, cfg.max_read_lines)
+        self._add("read_file", rf, self._read_file, cfg.timeout_s)
+        sf = copy.deepcopy(file_search.SEARCH_FILES_SCHEMA)
+        sf["properties"]["limit"]["maximum"] = cfg.max_search_matches
+        sf["properties"]["limit"]["default"] = min(50, cfg.max_search_matches)
+        self._add("search_files", sf, self._search_files, cfg.timeout_s)
         self._add("history_search", HISTORY_SEARCH_SCHEMA, self._history_search, cfg.timeout_s)
         self._add("clock", system.CLOCK_SCHEMA, self._clock, cfg.timeout_s)
         psutil.cpu_percent(interval=None)   # prime psutil's counters once
@@ -146,7 +166,10 @@ class ToolRegistry:
         except Exception as e:  # a bug or an unexpected OS error: report, never raise
             log.exception("tool %s failed", name)
             status, result = "error", to_json({"error": f"tool '{name}' failed: {type(e).__name__}"})
-        call.result = self._cap(redact(result, self._secrets))
+        if len(result) > OFF_LOOP_REDACT_CHARS:   # a long text: scrub it off the event loop
+            call.result = await asyncio.to_thread(lambda: self._cap(redact(result, self._secrets)))
+        else:
+            call.result = self._cap(redact(result, self._secrets))
         call.status = status
         call.duration = round(time.perf_counter() - start, 6)
         return call
@@ -172,6 +195,16 @@ class ToolRegistry:
 
     async def _read_log(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return await asyncio.to_thread(logs.read_log, self.config, args["path"], args["lines"])
+
+    async def _list_dir(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        return await asyncio.to_thread(files.list_dir, self.config, args["path"], args.get("pattern"), args["limit"])
+
+    async def _read_file(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        return await asyncio.to_thread(files.read_file, self.config, args["path"], args["offset"], args["lines"])
+
+    async def _search_files(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        return await asyncio.to_thread(file_search.search_files, self.config, args["root"], args["pattern"],
+                                       args["regex"], args["ignore_case"], args["limit"])
 
     async def _clock(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return system.clock()

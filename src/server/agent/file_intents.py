@@ -1,0 +1,97 @@
+"""Offline recognition of file requests, in Chinese and English: list a directory, show a file, grep.
+
+"列出 /var/log/nginx 目录下的文件", "what's in /etc/nginx" -> list_dir; "查看 config.yaml 的内容",
+"cat /etc/hosts" -> read_file; "grep ERROR in app.log", "在 app.log 中搜索 ERROR" -> search_files.
+A request that names no path gets none of them (except a directory listing, which then lists the
+first allowed root). Tails of logs stay with read_log (server.agent.intents).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# Paths in ASCII only: Python's \w would swallow the Chinese words around a path.
+_C = r"[A-Za-z0-9_.\-@+~]"
+_ABS = rf"/(?:{_C}+(?:/{_C}+)*/?)?"      # unambiguous: no nested quantifier can backtrack
+_REL = rf"{_C}+(?:/{_C}+)+/?"
+_NAME = rf"{_C}*[A-Za-z0-9_]\.[A-Za-z][A-Za-z0-9]{{0,7}}"
+_DOTFILE = r"\.[A-Za-z][A-Za-z0-9_.\-]*"
+PATH = rf"(?:{_ABS}|{_REL}|{_NAME}|{_DOTFILE}|\.)"
+TARGET = rf"(?:{PATH}|{_C}+)"     # after "in" / "在" a bare name is a path too ("grep ERROR in nginx")
+_PATH_RE = re.compile(rf"(?<![A-Za-z0-9_/.])({_ABS}|{_REL}|{_NAME}|{_DOTFILE})(?![A-Za-z0-9_/])")
+_QUOTED = r"[\"'“”‘’`]"
+_CASE_TAIL = r"(?:\s*,?\s*(?:ignore[- ]case|case[- ]insensitive|忽略大小写|不区分大小写))?"
+
+_LIST = re.compile(r"\b(?:ls|list|dir)\b|\bwhat(?:'s| is) in\b|\bfiles? (?:in|under)\b|\bcontents of (?:the )?"
+                   r"(?:directory|folder|dir)\b|列出|目录下|文件夹下|目录里|目录中|有哪些文件|有什么文件|下的文件",
+                   re.IGNORECASE)
+_READ = re.compile(r"\b(?:cat|read|open|view|print|show(?: me)?)\b|\bcontents?\b|的内容|内容|打开|读取|显示|查看|看看|看一下",
+                   re.IGNORECASE)
+_LOGISH = re.compile(r"\b(?:tail|logs?|syslog)\b|日志|最后\s*\d*\s*行", re.IGNORECASE)
+
+_GREP_EN = [
+    re.compile(rf"\bgrep\s+(-i\s+)?{_QUOTED}?(.+?){_QUOTED}?\s+(?:in\s+|from\s+)?({TARGET}){_CASE_TAIL}\s*[?.!]*\s*$", re.I),
+    re.compile(rf"\b(?:search|look|find|grep)\s+(?:for\s+)?{_QUOTED}?(.+?){_QUOTED}?\s+(?:in|inside|within|under)\s+"
+               rf"({TARGET}){_CASE_TAIL}\s*[?.!]*\s*$", re.I),
+]
+_GREP_ZH = [
+    re.compile(rf"在\s*({TARGET})\s*(?:文件|目录)?\s*(?:中|里|里面|内|下)?\s*(?:搜索|查找|搜|找|grep)(?:一下)?\s*"
+               rf"{_QUOTED}?(.+?){_QUOTED}?\s*[？?。！!]*\s*$"),
+    re.compile(rf"(?:搜索|查找|grep)\s*({TARGET})\s*(?:文件|目录)?\s*(?:中|里|里面|内)\s*(?:的)?\s*{_QUOTED}?(.+?)"
+               rf"{_QUOTED}?\s*[？?。！!]*\s*$"),
+    re.compile(rf"({TARGET})\s*(?:文件|目录)?\s*(?:中|里|里面)\s*(?:有没有|是否有|包含)\s*{_QUOTED}?(.+?){_QUOTED}?\s*"
+               rf"[？?。！!吗]*\s*$"),
+]
+_ZH_GREP_WORDS = re.compile(r"搜|找|grep|有没有|是否有|包含")
+MAX_REQUEST_CHARS = 500      # longer messages are not file requests (and keep the regexes cheap)
+_IGNORE_CASE = re.compile(r"\b(?:ignore[- ]case|case[- ]insensitive)\b|忽略大小写|不区分大小写", re.IGNORECASE)
+
+
+def paths_in(text: str) -> list[str]:
+    """Path-looking tokens (absolute, relative with a slash, or a file name with an extension)."""
+    return [p for p in _PATH_RE.findall(text) if not re.fullmatch(r"[\d.]+", p)]
+
+
+def _grep(text: str) -> dict[str, Any] | None:
+    for pat in _GREP_EN:
+        m = pat.search(text)
+        if m:
+            groups = m.groups()
+            flag, pattern, root = (groups if len(groups) == 3 else (None, *groups))
+            return _grep_args(text, pattern, root, bool(flag))
+    if not _ZH_GREP_WORDS.search(text):
+        return None
+    for pat in _GREP_ZH:
+        m = pat.search(text)
+        if m:
+            root, pattern = m.group(1), m.group(2)
+            return _grep_args(text, pattern, root, False)
+    return None
+
+
+def _grep_args(text: str, pattern: str, root: str, ignore_case: bool) -> dict[str, Any] | None:
+    pattern = re.sub(r"\s*(?:,\s*)?(?:ignore[- ]case|case[- ]insensitive|忽略大小写|不区分大小写)\s*$", "", pattern,
+                     flags=re.IGNORECASE).strip(" \"'“”‘’`")
+    if not pattern:
+        return None
+    args: dict[str, Any] = {"root": root, "pattern": pattern[:1000]}
+    if ignore_case or _IGNORE_CASE.search(text):
+        args["ignore_case"] = True
+    return args
+
+
+def parse_file_request(text: str) -> tuple[str, dict[str, Any]] | None:
+    """(tool, arguments) for a file request, or None."""
+    if len(text) > MAX_REQUEST_CHARS:
+        return None
+    grep = _grep(text)
+    if grep is not None:
+        return "search_files", grep
+    paths = paths_in(text)
+    if _LIST.search(text) and not (paths and _READ.search(text) and not re.search(r"目录|folder|directory|\bdir\b|\bls\b", text, re.I)):
+        return "list_dir", {"path": paths[0] if paths else "."}
+    if paths and _READ.search(text) and not _LOGISH.search(text):
+        return "read_file", {"path": paths[0]}
+    if paths and re.search(r"的内容|\bcontents?\b|\bcat\b", text, re.IGNORECASE):
+        return "read_file", {"path": paths[0]}   # "查看 app.log 的内容": the file from its start
+    return None

@@ -1,0 +1,237 @@
+"""The HTTP health and metrics endpoint: GET /healthz, /readyz, /metrics on asyncio (h11 parses HTTP/1.1).
+
+- ``/healthz``: 200 while the process runs its event loop.
+- ``/readyz``: 200 when every readiness check passes within ``readiness_timeout_s``, else 503 with the
+  failing check named. Checks are pluggable (``Readiness``): the storage check uses the store's own
+  ``async check_ready()`` when it has one (a PostgreSQL store runs a query there), else it writes,
+  fsyncs and removes a probe file in the storage directory, in a worker thread. A stopping server
+  is not ready.
+- ``/metrics``: the Prometheus text format of ``server.metrics.Metrics``. With ``[http]
+  token_sha256`` or ``[auth] users`` configured it needs ``Authorization: Bearer TOKEN``.
+
+One request per connection (``Connection: close``); at most ``max_connections`` at once; a request
+must arrive and be answered within ``request_timeout_s``. Nothing here blocks the event loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import os
+import uuid
+from typing import Any, Awaitable, Callable
+
+import h11
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from server.config import is_loopback
+from server.http_config import HttpConfig, check_http_bind
+from server.metrics import LoopLagSampler, Metrics
+
+log = logging.getLogger("nplt.http")
+
+ReadyCheck = Callable[[], Awaitable[None]]   # returns when ready, raises (with a reason) when not
+
+
+def probe_directory(root: str) -> None:
+    """Create, write, fsync and remove a small file in ``root`` (blocking)."""
+    path = os.path.join(root, f".nplt-ready-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        os.write(fd, b"ready\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def storage_check(store: Any, root: str | os.PathLike[str]) -> ReadyCheck:
+    """The store's own ``check_ready()`` if it has one, else a probe write under ``root``."""
+    own = getattr(store, "check_ready", None)
+    if callable(own):
+        return own
+
+    async def check() -> None:
+        await asyncio.to_thread(probe_directory, os.fspath(root))
+    return check
+
+
+class Readiness:
+    """Named async checks run concurrently under one deadline."""
+
+    def __init__(self, checks: dict[str, ReadyCheck], timeout_s: float) -> None:
+        self.checks, self.timeout_s = dict(checks), timeout_s
+
+    async def _one(self, name: str, check: ReadyCheck) -> str | None:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await check()
+        except TimeoutError:
+            return f"{name}: no answer within {self.timeout_s:g} s"
+        except Exception as exc:
+            log.warning("readiness check %s failed: %s", name, exc)
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            return f"{name}: {reason}"
+        return None
+
+    async def run(self) -> list[str]:
+        """The failures (empty when ready)."""
+        results = await asyncio.gather(*(self._one(n, c) for n, c in self.checks.items()))
+        return [r for r in results if r is not None]
+
+
+class HttpEndpoint:
+    """The listening HTTP server of one NPLT server (``server`` is read duck-typed: stopping, metrics)."""
+
+    def __init__(self, cfg: HttpConfig, server: Any, metrics: Metrics, readiness: Readiness,
+                 tokens: list[bytes]) -> None:
+        self.cfg, self.server, self.metrics, self.readiness = cfg, server, metrics, readiness
+        self.tokens = tokens            # sha256 digests accepted for /metrics; empty = open
+        self.sampler = LoopLagSampler(metrics, cfg.loop_lag_interval_s)
+        self.host: str = ""
+        self.port: int = 0
+        self.refused = 0
+        self._listener: asyncio.base_events.Server | None = None
+        self._handlers: set[asyncio.Task] = set()
+
+    async def start(self) -> tuple[str, int]:
+        host, port = self.cfg.address or ("127.0.0.1", 0)
+        self._listener = await asyncio.start_server(self._accept, host, port, limit=self.cfg.max_request_bytes)
+        self.host, self.port = self._listener.sockets[0].getsockname()[:2]
+        self.sampler.start()
+        log.info("HTTP health and metrics on %s:%d", self.host, self.port)
+        return self.host, self.port
+
+    async def stop(self) -> None:
+        await self.sampler.stop()
+        if self._listener is not None:
+            self._listener.close()
+        for task in list(self._handlers):
+            task.cancel()
+        if self._handlers:
+            await asyncio.wait(list(self._handlers), timeout=1.0)
+        if self._listener is not None:
+            try:
+                await asyncio.wait_for(self._listener.wait_closed(), timeout=1.0)
+            except TimeoutError:   # pragma: no cover
+                pass
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if len(self._handlers) >= self.cfg.max_connections:
+            self.refused += 1
+            writer.close()
+            return
+        self._handlers.add(task)
+        try:
+            async with asyncio.timeout(self.cfg.request_timeout_s):
+                await self._serve(reader, writer)
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except Exception:
+            log.exception("HTTP request failed")
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.cfg.max_request_bytes)
+        request: h11.Request | None = None
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                await self._send(writer, conn, exc.error_status_hint, b"bad request\n", "text/plain")
+                return
+            if event is h11.NEED_DATA:
+                data = await reader.read(4096)
+                conn.receive_data(data)
+                if not data and conn.their_state is not h11.DONE:
+                    try:
+                        conn.next_event()
+                    except h11.RemoteProtocolError:
+                        pass
+                    return
+                continue
+            if isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            elif isinstance(event, h11.ConnectionClosed):
+                return
+        assert request is not None
+        status, body, ctype, extra = await self._route(request)
+        if request.method == b"HEAD":
+            await self._send(writer, conn, status, b"", ctype, extra, length=len(body))
+        else:
+            await self._send(writer, conn, status, body, ctype, extra)
+
+    async def _send(self, writer: asyncio.StreamWriter, conn: h11.Connection, status: int, body: bytes,
+                    ctype: str, extra: list[tuple[str, str]] | None = None, length: int | None = None) -> None:
+        headers = [("content-type", ctype), ("content-length", str(len(body) if length is None else length)),
+                   ("connection", "close"), ("cache-control", "no-store"), *(extra or [])]
+        if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        try:
+            out = conn.send(h11.Response(status_code=status, headers=headers))
+            if body:
+                out += conn.send(h11.Data(data=body))
+            out += conn.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:
+            return
+        writer.write(out)
+        await writer.drain()
+
+    def _authorized(self, request: h11.Request) -> bool:
+        if not self.tokens:
+            return True
+        for name, value in request.headers:
+            if name == b"authorization" and value[:7].lower() == b"bearer ":
+                digest = hashlib.sha256(value[7:].strip()).digest()
+                found = False
+                for expected in self.tokens:
+                    found |= hmac.compare_digest(digest, expected)
+                return found
+        return False
+
+    async def _route(self, request: h11.Request) -> tuple[int, bytes, str, list[tuple[str, str]]]:
+        text = "text/plain; charset=utf-8"
+        path = request.target.split(b"?", 1)[0]
+        if path not in (b"/healthz", b"/readyz", b"/metrics"):
+            return 404, b"not found: try /healthz, /readyz or /metrics\n", text, []
+        if request.method not in (b"GET", b"HEAD"):
+            return 405, b"method not allowed\n", text, [("allow", "GET, HEAD")]
+        if path == b"/healthz":
+            return 200, b"ok\n", text, []
+        if path == b"/readyz":
+            if getattr(self.server, "stopping", False):
+                return 503, b"not ready: the server is stopping\n", text, []
+            failures = await self.readiness.run()
+            if failures:
+                return 503, ("not ready: " + "; ".join(failures) + "\n").encode(), text, []
+            return 200, b"ready\n", text, []
+        if not self._authorized(request):
+            return 401, b"unauthorized: send Authorization: Bearer TOKEN\n", text, [("www-authenticate", "Bearer")]
+        return 200, await self.metrics.render(self.server), CONTENT_TYPE_LATEST, []
+
+
+async def start_http(server: Any) -> HttpEndpoint | None:
+    """Start the endpoint when ``[http] listen`` is set (else None). Raises ConfigError for a refused address."""
+    cfg = server.config
+    http: HttpConfig = cfg.http
+    if http.address is None:
+        return None
+    check_http_bind(http, bool(cfg.auth.users), is_loopback)
+    tokens = [bytes.fromhex(u.token_sha256) for u in cfg.auth.users]
+    if http.token_sha256:
+        tokens.append(bytes.fromhex(http.token_sha256))
+    readiness = Readiness({"storage": storage_check(server.store, cfg.storage.root)}, http.readiness_timeout_s)
+    endpoint = HttpEndpoint(http, server, server.metrics, readiness, tokens)
+    await endpoint.start()
+    return endpoint
+
+
+async def stop_http(endpoint: HttpEndpoint | None) -> None:
+    if endpoint is not None:
+        await endpoint.stop()

@@ -1,0 +1,201 @@
+"""The read-only file browsing tools: ``list_dir`` and ``read_file``, under ``tools.file_roots``.
+
+Paths go through ``server.tools.paths`` (the same checks as read_log). list_dir never follows a
+symlink and hides secret-looking names (counted in ``hidden``); read_file reads text only (a NUL
+byte or invalid UTF-8 in the first block refuses the file as binary), at most ``max_file_bytes``
+from the start of the file, and cuts its answer to fit the result budget, saying where to go on
+(``next_offset``). Every function blocks: the registry runs them in a thread.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+from datetime import datetime
+from typing import Any
+
+from server.tools.config import ToolsConfig
+from server.tools.paths import PathPolicy, SECRET_DIRS, is_secret_name, open_regular
+from server.tools.units import ToolFailure, fmt_bytes, to_json
+
+LIST_DIR_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "minLength": 1, "maxLength": 4096,
+                 "description": "Directory, absolute or relative to an allowed root."},
+        "pattern": {"type": "string", "minLength": 1, "maxLength": 200,
+                    "description": "Only names matching this glob, e.g. '*.log'."},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 500, "default": 100,
+                  "description": "How many entries at most (sorted by name)."},
+    },
+    "required": ["path"],
+    "additionalProperties": False,
+}
+
+READ_FILE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "minLength": 1, "maxLength": 4096,
+                 "description": "Text file, absolute or relative to an allowed root."},
+        "offset": {"type": "integer", "minimum": 1, "maximum": 100_000_000, "default": 1,
+                   "description": "First line to return (1 = the first line of the file)."},
+        "lines": {"type": "integer", "minimum": 1, "maximum": 500, "default": 200,
+                  "description": "How many lines to return."},
+    },
+    "required": ["path"],
+    "additionalProperties": False,
+}
+
+BLOCK = 64 * 1024
+RESULT_MARGIN = 1024      # room left in max_result_chars for the fields around the text
+_PURPOSE = "read_file reads regular text files only"
+
+
+def file_policy(cfg: ToolsConfig, tool: str) -> PathPolicy:
+    return PathPolicy(tuple(cfg.file_roots), "file directories", "tools.file_roots", tool)
+
+
+def iso_mtime(ts: float) -> str:
+    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+
+
+def looks_binary(head: bytes) -> bool:
+    """A NUL byte, or bytes that are not UTF-8 (a character cut at the end of the block is fine)."""
+    if b"\x00" in head:
+        return True
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start < len(head) - 3
+    return False
+
+
+def _entry(e: os.DirEntry[str]) -> dict[str, Any]:
+    try:
+        st = e.stat(follow_symlinks=False)
+    except OSError:
+        return {"name": e.name, "type": "unknown"}
+    if stat.S_ISDIR(st.st_mode):
+        kind = "dir"
+    elif stat.S_ISREG(st.st_mode):
+        kind = "file"
+    elif stat.S_ISLNK(st.st_mode):
+        kind = "symlink"
+    else:
+        kind = "other"
+    out: dict[str, Any] = {"name": e.name, "type": kind}
+    if kind == "file":
+        out["size"] = fmt_bytes(st.st_size)
+        out["bytes"] = st.st_size
+    out["modified"] = iso_mtime(st.st_mtime)
+    return out
+
+
+def list_dir(cfg: ToolsConfig, path: str, pattern: str | None, limit: int) -> dict[str, Any]:
+    """The ``list_dir`` tool (blocking)."""
+    real = file_policy(cfg, "list_dir").resolve(path)
+    if not os.path.isdir(real):
+        raise ToolFailure(f"'{path}' is not a directory; use read_file to read a file")
+    limit = min(limit, cfg.max_list_entries)
+    names: list[os.DirEntry[str]] = []
+    scanned = hidden = 0
+    complete = True
+    try:
+        with os.scandir(real) as it:
+            for e in it:
+                if scanned >= cfg.max_dir_scan:
+                    complete = False
+                    break
+                scanned += 1
+                if is_secret_name(e.name) or e.name.lower() in SECRET_DIRS:
+                    hidden += 1
+                    continue
+                if pattern is None or fnmatch.fnmatch(e.name, pattern):
+                    names.append(e)
+    except PermissionError:
+        raise ToolFailure(f"permission denied listing '{path}'") from None
+    except OSError as e:
+        raise ToolFailure(f"cannot list '{path}': {e.strerror or type(e).__name__}") from None
+    names.sort(key=lambda e: e.name)
+    entries: list[dict[str, Any]] = []
+    budget = cfg.max_result_chars - RESULT_MARGIN
+    for e in names[:limit]:
+        item = _entry(e)
+        budget -= len(to_json(item)) + 1
+        if budget < 0:
+            break
+        entries.append(item)
+    out: dict[str, Any] = {"path": real, "entries": entries, "returned": len(entries), "matched": len(names),
+                           "truncated": len(entries) < len(names) or not complete}
+    if pattern is not None:
+        out["pattern"] = pattern
+    if hidden:
+        out["hidden"] = hidden   # secret-looking names, never listed
+    if not complete:
+        out["scan_limit"] = cfg.max_dir_scan
+    return out
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def read_file(cfg: ToolsConfig, path: str, offset: int, lines: int) -> dict[str, Any]:
+    """The ``read_file`` tool (blocking): lines ``offset``.. of a text file, within the byte cap."""
+    real = file_policy(cfg, "read_file").resolve(path, missing="no such file")
+    fd, st = open_regular(real, path, _PURPOSE)
+    try:
+        head = os.pread(fd, min(BLOCK, cfg.max_file_bytes), 0)
+        if looks_binary(head):
+            raise ToolFailure(f"'{path}' is a binary file ({fmt_bytes(st.st_size)}); read_file shows text files only")
+        lines = min(lines, cfg.max_read_lines)
+        budget = cfg.max_result_chars - RESULT_MARGIN
+        line_no, pos, rest = 1, 0, b""
+        out: list[str] = []
+        used = 0
+        stopped = None          # why the answer ends before the end of the file
+        while True:
+            if pos >= cfg.max_file_bytes:
+                stopped = "byte_cap"
+                break
+            block = head if pos == 0 else os.pread(fd, min(BLOCK, cfg.max_file_bytes - pos), pos)
+            if not block:
+                break
+            pos += len(block)
+            parts = (rest + block).split(b"\n")
+            rest = parts.pop()
+            for raw in parts:
+                if line_no >= offset:
+                    text = _decode(raw)
+                    if len(out) >= lines:
+                        stopped = "lines"
+                        break
+                    if used + len(text) + 1 > budget and out:
+                        stopped = "size"
+                        break
+                    out.append(text[:budget])
+                    used += len(text) + 1
+                line_no += 1
+            if stopped:
+                break
+        if not stopped and rest and line_no >= offset:
+            if len(out) >= lines:
+                stopped = "lines"
+            elif used + len(rest) + 1 > budget and out:
+                stopped = "size"
+            else:
+                out.append(_decode(rest)[:budget])
+                line_no += 1
+    finally:
+        os.close(fd)
+    if offset > 1 and not out and stopped is None:
+        raise ToolFailure(f"'{path}' has {line_no - 1} lines; offset {offset} is past the end")
+    result: dict[str, Any] = {"path": real, "size": fmt_bytes(st.st_size), "modified": iso_mtime(st.st_mtime),
+                              "offset": offset, "lines_returned": len(out), "text": "\n".join(out),
+                              "truncated": stopped is not None}
+    if stopped in ("lines", "size"):
+        result["next_offset"] = offset + len(out)
+    if stopped == "byte_cap":
+        result["note"] = (f"only the first {fmt_bytes(cfg.max_file_bytes)} of the file are read "
+                          "(tools.max_file_bytes); use search_files or read_log for the rest")
+    return result

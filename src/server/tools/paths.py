@@ -1,0 +1,153 @@
+"""Path checking shared by every file tool (read_log, list_dir, read_file, search_files).
+
+A ``PathPolicy`` holds the allowlisted roots of one tool family and turns a client path into the
+real path of an existing file or directory, or raises ToolFailure with a precise message:
+
+- empty paths, NUL bytes, paths over ``MAX_PATH_CHARS`` and ``..`` components are refused as given;
+- relative paths are looked up under each root in order; absolute paths must be under a root;
+- the real path (every symlink resolved) must lie inside the real path of a root;
+- pseudo filesystems (/proc, /sys, /dev) are never readable, whatever the roots say;
+- files whose name looks like a secret (``.env``, ``*.pem``, ``id_*``, ``*.key``, ``shadow``,
+  ``credentials``, ...) are refused, by the name given and by the real name;
+- ``open_regular`` opens with O_NOFOLLOW | O_NONBLOCK and checks with fstat that the file is a
+  regular file with exactly one link: a hardlink inside a root to a file elsewhere has the same
+  inode as its outside name, so no path check can tell them apart; such files are refused.
+
+Every function here blocks (stat, realpath): callers run them in a thread.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+from dataclasses import dataclass
+
+from server.tools.config import PSEUDO_FILESYSTEMS
+from server.tools.units import ToolFailure
+
+MAX_PATH_CHARS = 4096
+PSEUDO_ROOTS = PSEUDO_FILESYSTEMS
+SECRET_NAME_PATTERNS = (".env", ".env.*", "*.env", "*.pem", "*.key", "id_*", "*.p12", "*.pfx", "*.jks",
+                        "*.keystore", "shadow", "shadow-", "gshadow", "gshadow-", "credentials",
+                        "credentials.*", ".netrc", ".pgpass", ".htpasswd", "*.kdbx")
+SECRET_DIRS = (".ssh", ".gnupg", ".aws")
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def is_secret_name(name: str) -> bool:
+    """True when a file name looks like it holds secrets (case-insensitive)."""
+    low = name.lower()
+    return any(fnmatch.fnmatchcase(low, p) for p in SECRET_NAME_PATTERNS)
+
+
+def _inside(path: str, root: str) -> bool:
+    try:
+        return os.path.commonpath([path, root]) == root
+    except ValueError:
+        return False
+
+
+def _pseudo(real: str) -> str | None:
+    return next((p for p in PSEUDO_ROOTS if _inside(real, p)), None)
+
+
+def check_syntax(path: str, noun: str = "path") -> None:
+    """The checks that need no file system: empty, NUL, length, ``..``."""
+    if not path:
+        raise ToolFailure(f"{noun} must not be empty")
+    if "\x00" in path:
+        raise ToolFailure(f"{noun} must not contain NUL bytes")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolFailure(f"{noun} must be valid Unicode text (it holds a lone surrogate)") from None
+    if len(path) > MAX_PATH_CHARS:
+        raise ToolFailure(f"{noun} is {len(path)} characters long; the limit is {MAX_PATH_CHARS}")
+    if ".." in path.replace("\\", "/").split("/"):
+        raise ToolFailure(f"{noun} '{path}' must not contain '..' components")
+
+
+@dataclass(frozen=True, slots=True)
+class PathPolicy:
+    """The roots one tool family may read under. ``what`` names them in messages ("log directories")."""
+    roots: tuple[str, ...]
+    what: str
+    setting: str            # the config key, for the "disabled" message
+    tool: str               # the tool name, for the "disabled" message
+
+    def real_roots(self) -> list[str]:
+        return [os.path.realpath(r) for r in self.roots]
+
+    def secret_check(self, shown: str, *names: str) -> None:
+        for name in names:
+            if is_secret_name(name):
+                raise ToolFailure(f"'{shown}' is refused: files named like '{name}' may hold secrets and are never read")
+        for part in shown.replace("\\", "/").split("/"):
+            if part.lower() in SECRET_DIRS:
+                raise ToolFailure(f"'{shown}' is refused: '{part}' directories may hold secrets and are never read")
+
+    def resolve(self, path: str, missing: str = "no such file or directory") -> str:
+        """Validate ``path`` and return the real path of an existing entry (raises ToolFailure)."""
+        if not self.roots:
+            raise ToolFailure(f"{self.tool} is disabled: no {self.what} are configured on the server ({self.setting})")
+        check_syntax(path)
+        if os.path.isabs(path):
+            pseudo = _pseudo(os.path.normpath(path))
+            if pseudo:
+                raise ToolFailure(f"path '{path}' is under {pseudo}, a pseudo filesystem that is never readable")
+        roots = self.real_roots()
+        candidates = [path] if os.path.isabs(path) else [os.path.join(r, path) for r in roots]
+        for candidate in candidates:
+            real = os.path.realpath(candidate)
+            pseudo = _pseudo(real)
+            if pseudo:
+                raise ToolFailure(f"path '{path}' resolves under {pseudo}, a pseudo filesystem that is never readable")
+            if not any(_inside(real, r) for r in roots):
+                if os.path.isabs(path):
+                    raise ToolFailure(f"path '{path}' is outside the allowed {self.what}")
+                continue   # a symlink under this root pointing out of it: try no further here
+            if os.path.lexists(candidate):
+                self.secret_check(path, os.path.basename(path.rstrip("/")), os.path.basename(real))
+                self.secret_check(real)
+                return real
+        if os.path.isabs(path) or not any(os.path.lexists(c) for c in candidates):
+            raise ToolFailure(f"{missing}: '{path}'")
+        raise ToolFailure(f"path '{path}' resolves outside the allowed {self.what}")
+
+
+def describe_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "not a regular file"
+
+
+def check_regular(st: os.stat_result, shown: str, purpose: str) -> None:
+    """A regular file with one link, else ToolFailure (``purpose``: "read_log reads regular log files only")."""
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolFailure(f"'{shown}' is {describe_kind(st.st_mode)}; {purpose}")
+    if st.st_nlink > 1:
+        raise ToolFailure(f"'{shown}' has {st.st_nlink} hard links and is refused: a hard link may expose a file "
+                          "from outside the allowed directories")
+
+
+def open_regular(real: str, shown: str, purpose: str, missing: str = "no such file") -> tuple[int, os.stat_result]:
+    """Open ``real`` read-only without following a final symlink; (fd, fstat) of a one-link regular file."""
+    try:
+        fd = os.open(real, _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise ToolFailure(f"{missing}: '{shown}'") from None
+    except PermissionError:
+        raise ToolFailure(f"permission denied reading '{shown}'") from None
+    except IsADirectoryError:
+        raise ToolFailure(f"'{shown}' is a directory; {purpose}") from None
+    except OSError as e:
+        raise ToolFailure(f"cannot open '{shown}': {e.strerror or type(e).__name__}") from None
+    try:
+        st = os.fstat(fd)
+        check_regular(st, shown, purpose)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st

@@ -1,0 +1,211 @@
+"""The ``search_files`` tool: a read-only grep over one file or a directory tree under ``tools.file_roots``.
+
+Patterns are matched by RE2 (``google-re2``), whose matching time is linear in the input: a
+catastrophic pattern such as ``(a+)+$`` cannot stall the search, and constructs RE2 does not
+support (backreferences, lookaround) are refused with RE2's own message. A plain pattern
+(``regex: false``, the default) is matched literally. Matches never span lines.
+
+Bounds, each reported when reached (``stopped``): ``limit`` matches, ``max_search_files`` files
+opened, ``max_search_bytes`` bytes read, ``search_timeout_s`` seconds. The walk never follows
+symlinks, skips secret-looking names and directories, files with more than one link, and binary
+files (a NUL byte or invalid UTF-8 in the first block); the counts of skipped files are returned.
+Blocking: the registry runs it in a thread.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from typing import Any, Iterator
+
+import re2
+
+from server.tools.config import ToolsConfig
+from server.tools.files import RESULT_MARGIN, file_policy, looks_binary
+from server.tools.paths import SECRET_DIRS, is_secret_name, open_regular
+from server.tools.units import ToolFailure, to_json
+
+SEARCH_FILES_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "root": {"type": "string", "minLength": 1, "maxLength": 4096,
+                 "description": "File or directory to search, absolute or relative to an allowed root."},
+        "pattern": {"type": "string", "minLength": 1, "maxLength": 1000,
+                    "description": "Text to look for (a regular expression when regex is true)."},
+        "regex": {"type": "boolean", "default": False,
+                  "description": "Treat pattern as a regular expression (RE2 syntax)."},
+        "ignore_case": {"type": "boolean", "default": False, "description": "Case-insensitive match."},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50,
+                  "description": "How many matching lines at most."},
+    },
+    "required": ["root", "pattern"],
+    "additionalProperties": False,
+}
+
+BLOCK = 1 << 20
+RE2_MAX_MEM = 16 << 20
+
+
+def compile_pattern(pattern: str, regex: bool, ignore_case: bool) -> Any:
+    """An RE2 program over UTF-8 bytes that never matches a newline; ToolFailure if the regex is invalid."""
+    opts = re2.Options()
+    opts.log_errors = False
+    opts.never_nl = True
+    opts.max_mem = RE2_MAX_MEM
+    opts.case_sensitive = not ignore_case
+    source = pattern if regex else re.escape(pattern)
+    try:
+        program = ("(?m)" + source).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolFailure("pattern must be valid Unicode text (it holds a lone surrogate)") from None
+    try:
+        return re2.compile(program, opts)
+    except re2.error as e:
+        msg = e.args[0].decode("utf-8", "replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        raise ToolFailure(f"invalid regular expression {pattern!r}: {msg} (RE2 syntax: no backreferences "
+                          "or lookaround)") from None
+
+
+class _Search:
+    def __init__(self, cfg: ToolsConfig, program: Any, limit: int) -> None:
+        self.cfg, self.program = cfg, program
+        self.limit = min(limit, cfg.max_search_matches)
+        self.deadline = time.monotonic() + cfg.search_timeout_s
+        self.matches: list[dict[str, Any]] = []
+        self.files = self.bytes = 0
+        self.skipped = {"binary": 0, "secret": 0, "hardlink": 0, "symlink_or_special": 0, "unreadable": 0}
+        self.stopped: str | None = None
+        self.budget = cfg.max_result_chars - RESULT_MARGIN
+
+    def check_bounds(self) -> bool:
+        if self.stopped is None:
+            if len(self.matches) >= self.limit:
+                self.stopped = "limit"
+            elif self.files >= self.cfg.max_search_files:
+                self.stopped = "max_search_files"
+            elif self.bytes >= self.cfg.max_search_bytes:
+                self.stopped = "max_search_bytes"
+            elif time.monotonic() >= self.deadline:
+                self.stopped = "search_timeout_s"
+        return self.stopped is None
+
+    def _add(self, shown: str, line_no: int, line: bytes) -> None:
+        text = line.decode("utf-8", "replace")
+        if len(text) > self.cfg.max_line_chars:
+            text = text[: self.cfg.max_line_chars] + "…"
+        item = {"path": shown, "line": line_no, "text": text}
+        self.budget -= len(to_json(item)) + 1
+        if self.budget < 0:
+            self.stopped = "max_result_chars"
+            return
+        self.matches.append(item)
+
+    def _region(self, shown: str, region: bytes, first_line: int) -> None:
+        """Matches in ``region`` (whole lines), whose first line is number ``first_line``."""
+        pos, counted_to, line_no = 0, 0, first_line
+        while self.stopped is None:
+            m = self.program.search(region, pos)
+            if m is None:
+                return
+            start = region.rfind(b"\n", 0, m.start()) + 1
+            end = region.find(b"\n", m.start())
+            end = len(region) if end < 0 else end
+            line_no += region.count(b"\n", counted_to, start)
+            counted_to = start
+            self._add(shown, line_no, region[start:end])
+            if len(self.matches) >= self.limit:
+                self.stopped = "limit"
+            pos = end + 1
+            if pos > len(region):
+                return
+
+    def file(self, real: str, shown: str) -> None:
+        try:
+            fd, st = open_regular(real, shown, "search_files reads regular files only")
+        except ToolFailure:
+            self.skipped["unreadable"] += 1
+            return
+        self.files += 1
+        try:
+            offset, rest, line_no = 0, b"", 1
+            while self.check_bounds():
+                want = min(BLOCK, self.cfg.max_search_bytes - self.bytes)
+                block = os.pread(fd, want, offset)
+                if offset == 0 and looks_binary(block[:65536]):
+                    self.skipped["binary"] += 1
+                    return
+                if not block:
+                    if rest:
+                        self._region(shown, rest, line_no)
+                    return
+                offset += len(block)
+                self.bytes += len(block)
+                chunk = rest + block
+                cut = chunk.rfind(b"\n") + 1
+                if cut == 0 and len(chunk) > BLOCK:   # one huge line: search what we have
+                    cut = len(chunk)
+                region, rest = chunk[:cut], chunk[cut:]
+                self._region(shown, region, line_no)
+                line_no += region.count(b"\n")
+        except OSError:
+            self.skipped["unreadable"] += 1
+        finally:
+            os.close(fd)
+
+    def walk(self, top: str) -> Iterator[tuple[str, str]]:
+        """(real path, path relative to ``top``) of candidate files, in name order, symlinks not followed."""
+        for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+            kept = []
+            for d in sorted(dirnames):
+                if d.lower() in SECRET_DIRS or is_secret_name(d):
+                    self.skipped["secret"] += 1
+                else:
+                    kept.append(d)
+            dirnames[:] = kept
+            for name in sorted(filenames):
+                real = os.path.join(dirpath, name)
+                if is_secret_name(name):
+                    self.skipped["secret"] += 1
+                    continue
+                try:
+                    st = os.lstat(real)
+                except OSError:
+                    self.skipped["unreadable"] += 1
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    self.skipped["symlink_or_special"] += 1
+                elif st.st_nlink > 1:
+                    self.skipped["hardlink"] += 1
+                else:
+                    yield real, os.path.relpath(real, top)
+            if not self.check_bounds():
+                return
+
+
+def search_files(cfg: ToolsConfig, root: str, pattern: str, regex: bool, ignore_case: bool,
+                 limit: int) -> dict[str, Any]:
+    """The ``search_files`` tool (blocking)."""
+    real = file_policy(cfg, "search_files").resolve(root)
+    program = compile_pattern(pattern, regex, ignore_case)
+    s = _Search(cfg, program, limit)
+    if os.path.isdir(real):
+        for path, shown in s.walk(real):
+            if not s.check_bounds():
+                break
+            s.file(path, shown)
+    else:
+        fd, _ = open_regular(real, root, "search_files searches regular files and directories only")
+        os.close(fd)
+        s.file(real, os.path.basename(real))
+        if s.skipped["binary"]:
+            raise ToolFailure(f"'{root}' is a binary file; search_files searches text files only")
+    out: dict[str, Any] = {"root": real, "pattern": pattern, "regex": regex, "matches": s.matches,
+                           "returned": len(s.matches), "files_searched": s.files, "bytes_read": s.bytes,
+                           "truncated": s.stopped is not None}
+    if s.stopped:
+        out["stopped"] = s.stopped
+    skipped = {k: v for k, v in s.skipped.items() if v}
+    if skipped:
+        out["skipped"] = skipped
+    return out

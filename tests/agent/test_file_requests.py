@@ -1,0 +1,91 @@
+"""The offline agent understands file requests in Chinese and English and answers from the real file tools."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from server.agent.config import AgentConfig
+from server.agent.intents import parse
+from server.agent.offline import OfflineAgent
+from server.tools import ToolRegistry, ToolsConfig
+
+from .conftest import RecordingSink, make_request
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("列出 /var/log/nginx 目录下的文件", ("list_dir", {"path": "/var/log/nginx"})),
+    ("列出/tmp目录下的文件", ("list_dir", {"path": "/tmp"})),
+    ("/etc/nginx 目录里有哪些文件", ("list_dir", {"path": "/etc/nginx"})),
+    ("ls /var/log", ("list_dir", {"path": "/var/log"})),
+    ("list files in logs/nginx", ("list_dir", {"path": "logs/nginx"})),
+    ("what's in /etc/nginx?", ("list_dir", {"path": "/etc/nginx"})),
+    ("查看 config.yaml 的内容", ("read_file", {"path": "config.yaml"})),
+    ("查看config.yaml的内容", ("read_file", {"path": "config.yaml"})),
+    ("看看 /etc/nginx/nginx.conf", ("read_file", {"path": "/etc/nginx/nginx.conf"})),
+    ("cat /etc/hosts", ("read_file", {"path": "/etc/hosts"})),
+    ("show me the contents of config.yaml", ("read_file", {"path": "config.yaml"})),
+    ("grep ERROR in app.log", ("search_files", {"root": "app.log", "pattern": "ERROR"})),
+    ("grep ERROR app.log", ("search_files", {"root": "app.log", "pattern": "ERROR"})),
+    ("grep -i error /var/log/syslog", ("search_files", {"root": "/var/log/syslog", "pattern": "error",
+                                                         "ignore_case": True})),
+    ('search for "connection refused" in /var/log/nginx',
+     ("search_files", {"root": "/var/log/nginx", "pattern": "connection refused"})),
+    ("find timeout in app.log ignore case", ("search_files", {"root": "app.log", "pattern": "timeout",
+                                                              "ignore_case": True})),
+    ("在 app.log 中搜索 ERROR", ("search_files", {"root": "app.log", "pattern": "ERROR"})),
+    ("在 /var/log 里查找 error", ("search_files", {"root": "/var/log", "pattern": "error"})),
+    ("搜索 app.log 中的 ERROR", ("search_files", {"root": "app.log", "pattern": "ERROR"})),
+    ("app.log 里有没有 ERROR", ("search_files", {"root": "app.log", "pattern": "ERROR"})),
+])
+def test_file_requests_are_recognized(text, expected):
+    assert [(i.tool, i.arguments) for i in parse(text)] == [expected]
+
+
+@pytest.mark.parametrize("text", ["查看 /var/log/dpkg.log 最后 20 行日志", "tail /var/log/syslog", "show disk usage",
+                                  "is localhost:8080 open?", "检查 127.0.0.1:9999 端口"])
+def test_other_requests_keep_their_tools(text):
+    assert all(i.tool not in ("list_dir", "read_file", "search_files") for i in parse(text))
+
+
+def test_long_hostile_texts_parse_quickly():
+    for text in ("/a" * 5000 + "!", "grep " + "a " * 5000 + "in /x", "在" + "/a" * 240 + "里搜", "列出" + "x" * 30000):
+        start = time.monotonic()
+        parse(text)
+        assert time.monotonic() - start < 1.0
+
+
+@pytest.fixture
+def agent(tmp_path) -> OfflineAgent:
+    (tmp_path / "nginx").mkdir()
+    (tmp_path / "nginx" / "access.log").write_text("GET / 200\nGET /x 500 ERROR upstream\n")
+    (tmp_path / "config.yaml").write_text("port: 8080\npassword: hunter2hunter2\n")
+    (tmp_path / ".env").write_text("KEY=1\n")
+    return OfflineAgent(AgentConfig(), ToolRegistry(ToolsConfig(file_roots=[str(tmp_path)])))
+
+
+async def ask(agent, text):
+    sink = RecordingSink()
+    result = await agent.run_turn(make_request(text, model="offline"), sink)
+    assert sink.text == result.content
+    return result.content, sink, result
+
+
+async def test_offline_answers_from_the_file_tools(agent, tmp_path):
+    answer, sink, result = await ask(agent, f"列出 {tmp_path} 目录下的文件")
+    assert [c.tool_name for c in result.tool_calls] == ["list_dir"] and "tool_call" in sink.kinds
+    assert "config.yaml" in answer and "nginx/" in answer and ".env" not in answer and "已隐藏 1 个" in answer
+    answer, _, _ = await ask(agent, "查看 config.yaml 的内容")
+    assert "port: 8080" in answer and "hunter2hunter2" not in answer and "[REDACTED]" in answer
+    answer, _, _ = await ask(agent, "grep ERROR in nginx")
+    assert "access.log:2: GET /x 500 ERROR upstream" in answer and answer.startswith("1 line(s) matching 'ERROR'")
+    answer, _, _ = await ask(agent, "在 nginx 中搜索 ERROR")
+    assert answer.startswith("在 ") and "access.log:2:" in answer
+
+
+async def test_refusals_are_answered_and_the_turn_goes_on(agent):
+    answer, _, result = await ask(agent, "cat /proc/self/environ")
+    assert result.tool_calls[0].status == "error" and "pseudo filesystem" in answer
+    assert result.finish_reason == "stop"
+    answer, _, _ = await ask(agent, "查看 .env 的内容")
+    assert "无法完成" in answer and "secrets" in answer and "KEY=1" not in answer
