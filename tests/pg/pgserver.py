@@ -75,7 +75,8 @@ class EmbeddedPostgres:
             self.proc = subprocess.Popen(
                 [str(POSTGRES_BIN_PATH / "postgres"), "-D", str(self.data), "-k", str(self.data), "-h", "",
                  "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                 "-c", "max_connections=200", "-c", "shared_buffers=32MB"],
+                 "-c", "max_connections=200", "-c", "shared_buffers=32MB",
+                 "-c", "wal_level=minimal", "-c", "max_wal_senders=0"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 user=self.user, preexec_fn=_die_with_parent)
         finally:
