@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 from asyncpg.exceptions._base import DataError as ClientDataError
+from asyncpg.exceptions._base import InternalClientError
 
 from ..config import StorageConfig
 from ..errors import InvalidArgument, StorageClosed, StorageError
@@ -31,7 +32,7 @@ MAX_BACKOFF_S = 5.0
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError, asyncio.TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
     asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError, asyncpg.CrashShutdownError,
-    asyncpg.TooManyConnectionsError,
+    asyncpg.TooManyConnectionsError, InternalClientError,    # (a connection broken under a call)
 )
 
 
@@ -70,7 +71,7 @@ class PgLink:
         cfg = self.config
 
         async def make_pool() -> asyncpg.Pool:
-            return await asyncpg.create_pool(min_size=1, max_size=cfg.pg_pool_size,
+            return await asyncpg.create_pool(min_size=0, max_size=cfg.pg_pool_size,
                                              max_inactive_connection_lifetime=60.0, **self._connect_args())
         self.pool = await self._retrying(make_pool, "open the connection pool")
 
@@ -98,6 +99,7 @@ class PgLink:
             except CONNECTION_ERRORS as exc:
                 if not is_connection_error(exc):
                     raise
+                con.terminate()                    # never hand a broken connection out again
                 if write:
                     raise StorageUnavailable(f"PostgreSQL connection lost during a write ({_why(exc)}); "
                                              "it was not acknowledged, retry later") from None
