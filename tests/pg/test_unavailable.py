@@ -76,7 +76,7 @@ async def test_connection_killed_mid_append_leaves_nothing_half_written(pg_url):
         waiting = "SELECT pid FROM pg_stat_activity WHERE application_name = 'nplt-server' " \
                   "AND wait_event_type = 'Lock'"
         await poll(lambda: blocker.fetchval(waiting), timeout=30)
-        await blocker.execute(f"SELECT pg_terminate_backend(({waiting}))")
+        assert await blocker.fetchval(f"SELECT pg_terminate_backend(({waiting}))")
         with pytest.raises(StorageUnavailable, match="not acknowledged"):
             await task
         await tx.rollback()

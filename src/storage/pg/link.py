@@ -99,7 +99,7 @@ class PgLink:
             except CONNECTION_ERRORS as exc:
                 if not is_connection_error(exc):
                     raise
-                con.terminate()                    # never hand a broken connection out again
+                _discard(con)
                 if write:
                     raise StorageUnavailable(f"PostgreSQL connection lost during a write ({_why(exc)}); "
                                              "it was not acknowledged, retry later") from None
@@ -136,6 +136,14 @@ class PgLink:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_BACKOFF_S)
         raise StorageUnavailable(f"PostgreSQL is unavailable: cannot {what} ({_why(exc)})")
+
+
+def _discard(con: asyncpg.Connection) -> None:
+    """Close a broken connection so the pool never hands it out again."""
+    try:
+        con.terminate()
+    except Exception:              # already detached from the pool or closed: nothing to do
+        pass
 
 
 async def _release(pool: asyncpg.Pool, con: asyncpg.Connection) -> None:
