@@ -53,7 +53,7 @@ class PgLink:
         self.pool: asyncpg.Pool | None = None
         self.closed = False
 
-    def _connect_args(self) -> dict[str, Any]:
+    def connect_args(self) -> dict[str, Any]:
         cfg = self.config
         return {"dsn": cfg.url, "timeout": cfg.pg_connect_timeout_s,
                 "server_settings": {"statement_timeout": str(cfg.pg_statement_timeout_ms),
@@ -62,18 +62,18 @@ class PgLink:
     async def open(self) -> None:
         """Connect (with the retry policy), apply pending migrations, then open the pool."""
         async def migrate_once() -> None:
-            con = await asyncpg.connect(**self._connect_args())
+            con = await asyncpg.connect(**self.connect_args())
             try:
                 await migrate(con)
             finally:
                 await con.close()
-        await self._retrying(migrate_once, "apply the schema migrations")
+        await self.retrying(migrate_once, "apply the schema migrations")
         cfg = self.config
 
         async def make_pool() -> asyncpg.Pool:
             return await asyncpg.create_pool(min_size=0, max_size=cfg.pg_pool_size,
-                                             max_inactive_connection_lifetime=60.0, **self._connect_args())
-        self.pool = await self._retrying(make_pool, "open the connection pool")
+                                             max_inactive_connection_lifetime=60.0, **self.connect_args())
+        self.pool = await self.retrying(make_pool, "open the connection pool")
 
     async def close(self) -> None:
         if self.closed:
@@ -106,9 +106,35 @@ class PgLink:
                 raise Unsent() from exc
             finally:
                 await _release(self.pool, con)
-        return await self._retrying(once, "reach PostgreSQL")
+        return await self.retrying(once, "reach PostgreSQL")
 
-    async def _retrying(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
+    async def run_holding(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> asyncpg.Connection:
+        """Run ``work(connection)`` (idempotent: retried like a read) and keep the connection: the
+        caller releases it with ``release``. For state tied to a connection (advisory locks)."""
+        async def once() -> asyncpg.Connection:
+            if self.closed or self.pool is None:
+                raise StorageClosed("the history store is closed")
+            try:
+                con = await self.pool.acquire(timeout=self.config.pg_connect_timeout_s)
+            except CONNECTION_ERRORS as exc:
+                raise Unsent() from exc
+            try:
+                await work(con)
+                return con
+            except BaseException as exc:
+                if is_connection_error(exc):
+                    _discard(con)
+                await _release(self.pool, con)
+                if is_connection_error(exc):
+                    raise Unsent() from exc
+                raise
+        return await self.retrying(once, "reach PostgreSQL")
+
+    async def release(self, con: asyncpg.Connection) -> None:
+        if self.pool is not None:
+            await _release(self.pool, con)
+
+    async def retrying(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
         cfg = self.config
         delay = cfg.pg_retry_backoff_ms / 1000
         for attempt in range(cfg.pg_retry_attempts + 1):
