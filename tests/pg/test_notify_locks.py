@@ -47,6 +47,10 @@ async def test_events_reach_the_other_node_and_survive_a_reconnect(two_nodes, pg
         await publish(a.link, "nplt_session_events", {"n": "committed"})
         assert (await asyncio.wait_for(got.get(), 10))[1] == {"n": "committed"}
 
+        for i in range(20):                       # handled one at a time, in order
+            await publish(a.link, "nplt_session_events", {"seq": i})
+        assert [(await asyncio.wait_for(got.get(), 10))[1]["seq"] for _ in range(20)] == list(range(20))
+
         with pytest.raises(InvalidArgument):
             await publish(a.link, "nplt_session_events", {"content": "x" * 8000})
         with pytest.raises(InvalidArgument):

@@ -55,7 +55,8 @@ async def publish_in(con: asyncpg.Connection, channel: str, payload: dict[str, A
 
 class Listener:
     """LISTEN on channels over one dedicated connection; ``on_event(channel, payload)`` is called for
-    each notification, ``on_gap()`` after every reconnect (notifications may have been missed)."""
+    each notification, one at a time in the order PostgreSQL delivered them, and ``on_gap()`` after
+    every reconnect (notifications may have been missed)."""
 
     def __init__(self, link: PgLink, channels: list[str],
                  on_event: Callable[[str, dict[str, Any]], Awaitable[None] | None],
@@ -66,13 +67,15 @@ class Listener:
         self.on_gap = on_gap
         self.connected = asyncio.Event()
         self.connects = 0
-        self._task: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
         self._con: asyncpg.Connection | None = None
+        self._queue: asyncio.Queue = asyncio.Queue()
 
     async def start(self) -> None:
         """Connect and LISTEN (raises StorageUnavailable if that fails), then keep it up."""
         await self._connect()
-        self._task = asyncio.create_task(self._watch(), name="pg-listener")
+        self._tasks = [asyncio.create_task(self._watch(), name="pg-listener"),
+                       asyncio.create_task(self._consume(), name="pg-listener-events")]
 
     async def _connect(self) -> None:
         lost = asyncio.Event()
@@ -94,7 +97,19 @@ class Listener:
         except orjson.JSONDecodeError:
             log.warning("storage: ignored a malformed notification on %s", channel)
             return
-        _spawn(self.on_event(channel, data))
+        self._queue.put_nowait((channel, data))
+
+    async def _consume(self) -> None:
+        while True:
+            item = await self._queue.get()
+            try:
+                if item is None:
+                    if self.on_gap is not None:
+                        await _maybe_await(self.on_gap())
+                else:
+                    await _maybe_await(self.on_event(*item))
+            except Exception:
+                log.exception("storage: a notification handler failed")
 
     async def _watch(self) -> None:
         delay = self.link.config.pg_retry_backoff_ms / 1000
@@ -111,25 +126,20 @@ class Listener:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, MAX_BACKOFF_S)
             delay = self.link.config.pg_retry_backoff_ms / 1000
-            if self.on_gap is not None:
-                _spawn(self.on_gap())
+            self._queue.put_nowait(None)              # the gap, in order with the events
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             try:
-                await self._task
+                await task
             except asyncio.CancelledError:
                 pass
         if self._con is not None and not self._con.is_closed():
             self._con.terminate()
 
 
-_pending: set[asyncio.Task] = set()
-
-
-def _spawn(result: Awaitable[None] | None) -> None:
-    if asyncio.iscoroutine(result):
-        task = asyncio.ensure_future(result)
-        _pending.add(task)
-        task.add_done_callback(_pending.discard)
+async def _maybe_await(result: Awaitable[None] | None) -> None:
+    if result is not None and asyncio.iscoroutine(result):
+        await result
