@@ -5,22 +5,12 @@ from __future__ import annotations
 import pytest
 
 from pg.dbs import fresh_database
-from pg.pgserver import EmbeddedPostgres
 from protocol import MsgType as T
 from storage import StorageConfig
 from storage.port import open_store
 from server.app import Server
 from testkit.echo_agent import EchoAgent
 from testkit.server import ReplyError, V3Client, answer_text, make_config, poll
-
-
-@pytest.fixture
-def own_server():
-    server = EmbeddedPostgres().start()
-    try:
-        yield server
-    finally:
-        server.destroy()
 
 
 @pytest.mark.parametrize("memory", ["basic", "auto"])

@@ -8,21 +8,10 @@ import asyncpg
 import pytest
 
 from pg.dbs import fresh_database
-from pg.pgserver import EmbeddedPostgres
 from protocol.codes import ErrorCode
 from storage import StorageConfig, StorageUnavailable
 from storage.port import open_store
 from testkit.server import poll
-
-
-@pytest.fixture
-def own_server():
-    """A server of this test's own, to stop and start."""
-    server = EmbeddedPostgres().start()
-    try:
-        yield server
-    finally:
-        server.destroy()
 
 
 async def test_stopped_postgres_gives_storage_unavailable_then_recovers(own_server):
@@ -53,9 +42,8 @@ async def test_stopped_postgres_gives_storage_unavailable_then_recovers(own_serv
         await store.close()
 
 
-async def test_open_fails_clearly_when_postgres_is_unreachable(own_server):
-    url = await fresh_database(own_server)
-    own_server.stop()
+async def test_open_fails_clearly_when_postgres_is_unreachable(tmp_path):
+    url = f"postgresql://postgres@/nplt?host={tmp_path}"          # no server on that socket
     with pytest.raises(StorageUnavailable, match="unavailable"):
         await open_store(StorageConfig(url=url, pg_retry_attempts=1, pg_retry_backoff_ms=10))
 
