@@ -34,4 +34,6 @@ def candidates_sql(q: Query, user_id: str, session_id: str | None) -> tuple[str,
     patterns = [_like(q.text)]
     if len(q.tokens) >= 2:
         patterns += [_like(t) for t in q.tokens]
-    return _BASE + " AND m.search_text LIKE ANY($3::text[])" + _ORDER, [user_id, session_id, patterns]
+    # OR of LIKEs rather than LIKE ANY(array): a GIN index serves each LIKE, not an array of them.
+    likes = " OR ".join(f"m.search_text LIKE ${i}" for i in range(3, 3 + len(patterns)))
+    return _BASE + f" AND ({likes})" + _ORDER, [user_id, session_id, *patterns]
