@@ -77,7 +77,7 @@ async def _copy(pg: PgHistoryStore, sess: _Session) -> int | None:
                 "cleared_through, next_id, message_count, preview, summaries) "
                 "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
                 "ON CONFLICT (session_id) DO NOTHING RETURNING 1",
-                h["session_id"], h["user_id"], h["title"], h["created_at"], h["updated_at"], h["model"],
+                h["session_id"], h["user_id"], str(h["title"]).encode(), h["created_at"], h["updated_at"], h["model"],
                 h["deleted"], sess.cleared, sess.next_id, h["message_count"],
                 str(h["preview"])[:PREVIEW_CHARS].encode(), orjson.dumps(h["summaries"]))
             if done is None:

@@ -35,7 +35,7 @@ INT64_MAX = (1 << 63) - 1
 
 def _record(row: asyncpg.Record, *, summaries: bool = True) -> SessionRecord:
     sums = [SummaryRecord.from_dict(d) for d in orjson.loads(row["summaries"])] if summaries else []
-    return SessionRecord(row["session_id"], row["user_id"], row["title"], row["created_at"], row["updated_at"],
+    return SessionRecord(row["session_id"], row["user_id"], row["title"].decode(), row["created_at"], row["updated_at"],
                          row["message_count"], row["deleted"], row["model"], row["preview"].decode(), sums)
 
 
@@ -43,6 +43,13 @@ def _message(mid: int, body: bytes) -> ChatMessage:
     d = orjson.loads(body)
     d["id"] = mid
     return ChatMessage.from_dict(d)
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{what}: not valid Unicode text (lone surrogate)") from None
 
 
 class PgHistoryStore:
@@ -83,7 +90,7 @@ class PgHistoryStore:
                 row = await con.fetchrow(
                     f"INSERT INTO nplt_sessions (session_id, user_id, title, created_at, updated_at, model) "
                     f"VALUES ($1, $2, $3, $4, $4, $5) ON CONFLICT (session_id) DO NOTHING RETURNING {_REC}",
-                    new_session_id(dt), user_id, title, now, model)
+                    new_session_id(dt), user_id, _utf8(title, "title"), now, model)
                 if row is not None:
                     return row
         return _record(await self._write(insert))
@@ -122,7 +129,7 @@ class PgHistoryStore:
     async def rename(self, session_id: str, title: str) -> SessionRecord:
         title = checks.check_title(title, self.config.max_title_chars)
         return await self._change(session_id, f"UPDATE nplt_sessions SET title = $2 WHERE session_id = $1 "
-                                              f"RETURNING {_REC}", title)
+                                              f"RETURNING {_REC}", _utf8(title, "title"))
 
     async def set_model(self, session_id: str, model: str | None) -> SessionRecord:
         checks.check_opt_str("model", model)
@@ -305,7 +312,7 @@ class PgHistoryStore:
             if hit is not None:
                 scored.append(((hit[0], str(d.get("timestamp", "")), r["id"]), n, r, d, hit[1]))
         scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
-        return [SearchHit(r["session_id"], r["title"], r["id"], str(d.get("role", "")),
+        return [SearchHit(r["session_id"], r["title"].decode(), r["id"], str(d.get("role", "")),
                           snippet(d.get("content", ""), pos), str(d.get("timestamp", "")), key[0])
                 for key, _, r, d, pos in scored[:limit]]
 

@@ -3,7 +3,7 @@
 CREATE TABLE nplt_sessions (
     session_id      text COLLATE "C" PRIMARY KEY,
     user_id         text COLLATE "C" NOT NULL,
-    title           text NOT NULL,
+    title           bytea NOT NULL,              -- UTF-8 (titles may hold NUL characters)
     created_at      text COLLATE "C" NOT NULL,
     updated_at      text COLLATE "C" NOT NULL,
     model           text,
