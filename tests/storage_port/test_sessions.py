@@ -159,3 +159,4 @@ async def test_data_survives_reopen(make_config):
         assert [m.content for m in await st.messages(rec.session_id)] == ["persisted"]
     finally:
         await st.close()
+
