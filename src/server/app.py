@@ -21,7 +21,7 @@ from server.config_base import ConfigError
 from server.connection import ServerConnection
 from server.services import VERSION, Counters, Services, build_services
 from server.httpd import start_http, stop_http
-from storage import AsyncHistoryStore, HistoryStore
+from storage import AsyncHistoryStore, HistoryStore, open_store
 
 log = logging.getLogger("nplt.server")
 
@@ -116,7 +116,7 @@ class Server:
         self._stopped = asyncio.Event()
         store = self._store_arg
         if store is None:
-            store = await AsyncHistoryStore.open(cfg.storage)
+            store = await open_store(cfg.storage)   # JSON files, or PostgreSQL when [storage] url is set
         elif isinstance(store, HistoryStore):
             store = AsyncHistoryStore(store)
         self.services = svc = build_services(cfg, store, self.notify, agent=self._agent_arg,

@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="TCP port, 0 = any free port (default 9999)")
     p.add_argument("--data-dir", metavar="DIR", help="history directory (storage.root, default storage/history)")
+    p.add_argument("--storage-url", metavar="URL", help="postgresql://... stores history in PostgreSQL (storage.url)")
     p.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, help="any case (default info)")
     p.add_argument("--log-format", type=str.lower, choices=LOG_FORMATS, help="any case (default text)")
     # --no-insecure turns off an insecure = true coming from NPLT_INSECURE or the file.
@@ -86,6 +87,8 @@ def env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
                 out.setdefault(section, {})[key] = _env_value(var, env[var], _TYPES.get(key, str))
     if "NPLT_DATA_DIR" in env:
         out.setdefault("storage", {})["root"] = env["NPLT_DATA_DIR"]
+    if "NPLT_STORAGE_URL" in env:
+        out.setdefault("storage", {})["url"] = env["NPLT_STORAGE_URL"]
     out.update(http_config.env_overrides(env))
     return out
 
@@ -103,6 +106,8 @@ def flag_overrides(ns: argparse.Namespace) -> dict[str, dict[str, Any]]:
             out.setdefault("limits", {})[key] = v
     if ns.data_dir is not None:
         out.setdefault("storage", {})["root"] = ns.data_dir
+    if ns.storage_url is not None:
+        out.setdefault("storage", {})["url"] = ns.storage_url
     out.update(http_config.flag_overrides(ns))
     return out
 

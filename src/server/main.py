@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(hash_token(argv[1]))
         return 0
+    if argv and argv[0] == "migrate-json-to-pg":
+        from storage.pg.migrate import main as migrate_main
+        return migrate_main(argv[1:])
     ns = build_parser().parse_args(argv)
     try:
         cfg = config_from_args(ns, os.environ)

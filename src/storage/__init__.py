@@ -4,6 +4,8 @@ from .config import StorageConfig
 from .errors import (CorruptSession, InvalidArgument, InvalidSessionId, MessageTooLarge, NotFound,
                      StorageClosed, StorageConfigError, StorageError, StorageLocked)
 from .ids import new_session_id, validate_session_id
+from .pg.errors import StorageUnavailable
+from .port import StoragePort, open_store
 from .models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall
 from .store import HistoryStore
 
@@ -12,4 +14,5 @@ __all__ = [
     "InvalidSessionId", "MessageTooLarge", "NotFound", "Page", "SearchHit", "SessionRecord",
     "StorageClosed", "StorageConfig", "StorageConfigError", "StorageError", "StorageLocked",
     "SummaryRecord", "ToolCall", "new_session_id", "validate_session_id",
+    "StoragePort", "StorageUnavailable", "open_store",
 ]

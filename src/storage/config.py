@@ -21,7 +21,14 @@ _RULES: dict[str, tuple[str, float | None, float | None]] = {
     "max_title_chars": ("int", 1, 100_000),
     "index_flush_ms": ("int", 10, 3_600_000),
     "io_threads": ("int", 1, 256),
+    "url": ("url", None, None),
+    "pg_pool_size": ("int", 1, 1000),
+    "pg_statement_timeout_ms": ("int", 0, 86_400_000),
+    "pg_connect_timeout_s": ("float", 0.1, 600),
+    "pg_retry_attempts": ("int", 0, 100),
+    "pg_retry_backoff_ms": ("int", 1, 60_000),
 }
+URL_SCHEMES = ("postgresql://", "postgres://")
 
 
 @dataclass
@@ -38,6 +45,12 @@ class StorageConfig:
     max_title_chars: int = 200        # longest session title
     index_flush_ms: int = 1000        # index.json is rewritten at most this often (and on close)
     io_threads: int = 4               # AsyncHistoryStore worker threads
+    url: str | None = None            # postgresql://... selects the PostgreSQL backend (root is then unused)
+    pg_pool_size: int = 10            # PostgreSQL connections per node (the pool's maximum)
+    pg_statement_timeout_ms: int = 30_000  # PostgreSQL statement_timeout per connection (0 = none)
+    pg_connect_timeout_s: float = 5.0      # one connection attempt gives up after this long
+    pg_retry_attempts: int = 3        # extra tries when no connection can be had (PostgreSQL restarting)
+    pg_retry_backoff_ms: int = 200    # wait before the first retry, doubled each time (capped at 5 s)
 
     def __post_init__(self) -> None:
         if isinstance(self.root, os.PathLike):
@@ -46,6 +59,8 @@ class StorageConfig:
             _check(key, kind, getattr(self, key), lo, hi)
         if isinstance(self.idle_evict_s, int):
             self.idle_evict_s = float(self.idle_evict_s)
+        if isinstance(self.pg_connect_timeout_s, int):
+            self.pg_connect_timeout_s = float(self.pg_connect_timeout_s)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StorageConfig:
@@ -63,6 +78,9 @@ def _check(key: str, kind: str, v: Any, lo: float | None, hi: float | None) -> N
     if kind == "str":
         if not isinstance(v, str) or not v:
             raise StorageConfigError(key, f"expected a non-empty string, got {v!r}")
+    elif kind == "url":
+        if v is not None and (not isinstance(v, str) or not v.startswith(URL_SCHEMES)):
+            raise StorageConfigError(key, f"expected a {URL_SCHEMES[0]}... URL or nothing, got {_redact(v)!r}")
     elif kind == "choice":
         if v not in DURABILITY_MODES:
             raise StorageConfigError(key, f"expected one of {', '.join(DURABILITY_MODES)}, got {v!r}")
@@ -73,3 +91,12 @@ def _check(key: str, kind: str, v: Any, lo: float | None, hi: float | None) -> N
             raise StorageConfigError(key, f"expected {what} in {lo:g}..{hi:g}, got {v!r}")
         if (lo is not None and v < lo) or (hi is not None and v > hi):
             raise StorageConfigError(key, f"expected a value in {lo:g}..{hi:g}, got {v!r}")
+
+
+def _redact(v: object) -> object:
+    """A URL with its password hidden, for error messages."""
+    if isinstance(v, str) and "@" in v and "://" in v:
+        scheme, _, rest = v.partition("://")
+        cred, _, host = rest.rpartition("@")
+        return f"{scheme}://{cred.split(':', 1)[0]}:***@{host}" if ":" in cred else v
+    return v

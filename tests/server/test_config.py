@@ -201,3 +201,14 @@ def test_json_logging(capsys):
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+
+
+def test_storage_url_from_flag_env_and_file(tmp_path):
+    """PostgreSQL is one setting away: --storage-url > NPLT_STORAGE_URL > [storage] url."""
+    assert load_config([], env={}).storage.url is None
+    assert load_config([], env={"NPLT_STORAGE_URL": "postgresql://e/db"}).storage.url == "postgresql://e/db"
+    path = tmp_path / "c.toml"
+    path.write_text('[storage]\nurl = "postgresql://f/db"\n', encoding="utf-8")
+    assert load_config([], env={}, path=path).storage.url == "postgresql://f/db"
+    got = load_config(["--storage-url", "postgresql://g/db"], env={"NPLT_STORAGE_URL": "postgresql://e/db"}, path=path)
+    assert got.storage.url == "postgresql://g/db"

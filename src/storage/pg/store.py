@@ -1,0 +1,325 @@
+"""PgHistoryStore: the storage port on PostgreSQL (tables of migrations/0001_*.sql).
+
+Every change is one SQL statement (or one transaction), committed before the call returns, so
+what a call acknowledged survives a crash of the node, and a call that failed left nothing behind.
+Concurrent appends to one session serialize on the session row, which hands out message ids.
+Semantics follow the JSON backend (docs/storage.md): soft delete, clear hides messages until
+restore, rename / model / summary do not change ``updated_at``.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+import asyncpg
+import orjson
+
+from ..config import StorageConfig
+from ..errors import InvalidArgument, MessageTooLarge, NotFound
+from ..export import FORMATS, export_json, export_markdown
+from ..ids import new_session_id, validate_session_id
+from ..index import parse_cursor
+from ..models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
+from ..search import compile_query, snippet
+from . import checks
+from .link import PgLink
+from .search_sql import candidates_sql, search_text
+
+DEFAULT_TITLE = "New chat"
+PREVIEW_CHARS = 80
+_REC = ("session_id, user_id, title, created_at, updated_at, message_count, deleted, model, preview, "
+        "summaries")
+INT64_MAX = (1 << 63) - 1
+
+
+def _record(row: asyncpg.Record, *, summaries: bool = True) -> SessionRecord:
+    sums = [SummaryRecord.from_dict(d) for d in orjson.loads(row["summaries"])] if summaries else []
+    return SessionRecord(row["session_id"], row["user_id"], row["title"].decode(), row["created_at"], row["updated_at"],
+                         row["message_count"], row["deleted"], row["model"], row["preview"].decode(), sums)
+
+
+def _message(mid: int, body: bytes) -> ChatMessage:
+    d = orjson.loads(body)
+    d["id"] = mid
+    return ChatMessage.from_dict(d)
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{what}: not valid Unicode text (lone surrogate)") from None
+
+
+class PgHistoryStore:
+    """The storage port on PostgreSQL. Open with ``await PgHistoryStore.open(config)``."""
+
+    sync = None        # no synchronous twin (the server falls back to the async calls)
+
+    def __init__(self, config: StorageConfig) -> None:
+        self.config = config
+        self.link = PgLink(config)
+
+    @classmethod
+    async def open(cls, config: StorageConfig) -> PgHistoryStore:
+        """Connect, apply pending migrations (under an advisory lock), open the pool."""
+        store = cls(config)
+        await store.link.open()
+        return store
+
+    async def close(self) -> None:
+        await self.link.close()
+
+    async def _read(self, fn, *args: Any) -> Any:
+        return await self.link.run(lambda con: fn(con, *args), write=False)
+
+    async def _write(self, fn, *args: Any) -> Any:
+        return await self.link.run(lambda con: fn(con, *args), write=True)
+
+    # -- sessions --------------------------------------------------------------------------
+    async def create(self, user_id: str, title: str | None = None, model: str | None = None) -> SessionRecord:
+        checks.check_user(user_id)
+        title = DEFAULT_TITLE if title is None else checks.check_title(title, self.config.max_title_chars)
+        checks.check_opt_str("model", model)
+
+        async def insert(con: asyncpg.Connection) -> asyncpg.Record:
+            while True:
+                dt = datetime.now(timezone.utc)
+                now = dt.isoformat()
+                row = await con.fetchrow(
+                    f"INSERT INTO nplt_sessions (session_id, user_id, title, created_at, updated_at, model) "
+                    f"VALUES ($1, $2, $3, $4, $4, $5) ON CONFLICT (session_id) DO NOTHING RETURNING {_REC}",
+                    new_session_id(dt), user_id, _utf8(title, "title"), now, model)
+                if row is not None:
+                    return row
+        return _record(await self._write(insert))
+
+    async def get(self, session_id: str) -> SessionRecord:
+        """The full record (with summaries); deleted sessions come back with ``deleted=True``."""
+        validate_session_id(session_id)
+        row = await self._read(lambda con: con.fetchrow(
+            f"SELECT {_REC} FROM nplt_sessions WHERE session_id = $1", session_id))
+        if row is None:
+            raise NotFound(f"session {session_id} not found")
+        return _record(row)
+
+    async def list(self, user_id: str, *, before: str | None = None,
+                   limit: int = 50) -> tuple[list[SessionRecord], str | None]:
+        """The user's non-deleted sessions, newest ``updated_at`` first (records carry no summaries)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidArgument(f"limit: expected a positive integer, got {limit!r}")
+        key = parse_cursor(before) if before is not None else None
+        rows = await self._read(lambda con: con.fetch(
+            f"SELECT {_REC} FROM nplt_sessions WHERE user_id = $1 AND NOT deleted "
+            f"AND ($2::text IS NULL OR (updated_at, session_id) < ($2::text, $3::text)) "
+            f"ORDER BY updated_at DESC, session_id DESC LIMIT $4",
+            user_id, key[0] if key else None, key[1] if key else None, min(limit, INT64_MAX - 1) + 1))
+        page = [_record(r, summaries=False) for r in rows[:limit]]
+        nxt = f"{page[-1].updated_at}|{page[-1].session_id}" if len(rows) > limit else None
+        return page, nxt
+
+    async def _change(self, session_id: str, sql: str, *args: Any) -> SessionRecord:
+        validate_session_id(session_id)
+        row = await self._write(lambda con: con.fetchrow(sql, session_id, *args))
+        if row is None:
+            raise NotFound(f"session {session_id} not found")
+        return _record(row)
+
+    async def rename(self, session_id: str, title: str) -> SessionRecord:
+        title = checks.check_title(title, self.config.max_title_chars)
+        return await self._change(session_id, f"UPDATE nplt_sessions SET title = $2 WHERE session_id = $1 "
+                                              f"RETURNING {_REC}", _utf8(title, "title"))
+
+    async def set_model(self, session_id: str, model: str | None) -> SessionRecord:
+        checks.check_opt_str("model", model)
+        return await self._change(session_id, f"UPDATE nplt_sessions SET model = $2 WHERE session_id = $1 "
+                                              f"RETURNING {_REC}", model)
+
+    async def add_summary(self, session_id: str, summary: SummaryRecord) -> SessionRecord:
+        if not isinstance(summary, SummaryRecord):
+            raise InvalidArgument("summary: expected a SummaryRecord")
+        raw = orjson.dumps([summary.to_dict()])
+        # Append to the JSON array: drop its closing "]" and the new array's opening "[".
+        return await self._change(
+            session_id,
+            "UPDATE nplt_sessions SET summaries = CASE WHEN summaries = '\\x5b5d'::bytea THEN $2::bytea "
+            "ELSE substring(summaries FROM 1 FOR length(summaries) - 1) || '\\x2c'::bytea "
+            "|| substring($2::bytea FROM 2) END "
+            f"WHERE session_id = $1 RETURNING {_REC}", raw)
+
+    async def delete(self, session_id: str) -> SessionRecord:
+        """Soft delete: hidden from list() and search() until restore() or purge()."""
+        return await self._change(
+            session_id, "UPDATE nplt_sessions SET deleted = true, "
+            "updated_at = CASE WHEN deleted THEN updated_at ELSE $2 END "
+            f"WHERE session_id = $1 RETURNING {_REC}", now_iso())
+
+    async def restore(self, session_id: str) -> SessionRecord:
+        """Undo delete() and every clear(): all stored messages become visible again."""
+        validate_session_id(session_id)
+
+        async def restore(con: asyncpg.Connection) -> asyncpg.Record | None:
+            async with con.transaction():
+                if await con.fetchval("SELECT 1 FROM nplt_sessions WHERE session_id = $1 FOR UPDATE",
+                                      session_id) is None:
+                    return None
+                last = await con.fetchrow("SELECT body, (SELECT count(*) FROM nplt_messages WHERE session_id = $1) "
+                                          "AS n FROM nplt_messages WHERE session_id = $1 ORDER BY id DESC LIMIT 1",
+                                          session_id)
+                preview = str(orjson.loads(last["body"]).get("content", ""))[:PREVIEW_CHARS] if last else ""
+                preview = preview.encode()
+                return await con.fetchrow(
+                    "UPDATE nplt_sessions SET deleted = false, cleared_through = 0, updated_at = $2, "
+                    f"message_count = $3, preview = $4 WHERE session_id = $1 RETURNING {_REC}",
+                    session_id, now_iso(), last["n"] if last else 0, preview)
+        row = await self._write(restore)
+        if row is None:
+            raise NotFound(f"session {session_id} not found")
+        return _record(row)
+
+    async def purge(self, session_id: str) -> None:
+        """Remove the session and its messages (irreversible)."""
+        validate_session_id(session_id)
+        done = await self._write(lambda con: con.fetchval(
+            "DELETE FROM nplt_sessions WHERE session_id = $1 RETURNING 1", session_id))
+        if done is None:
+            raise NotFound(f"session {session_id} not found")
+
+    async def clear(self, session_id: str) -> int:
+        """Hide every current message (restore() brings them back); returns how many."""
+        validate_session_id(session_id)
+
+        async def clear(con: asyncpg.Connection) -> int | None:
+            async with con.transaction():
+                row = await con.fetchrow("SELECT message_count, next_id FROM nplt_sessions WHERE session_id = $1 "
+                                         "FOR UPDATE", session_id)
+                if row is None:
+                    return None
+                if row["message_count"]:
+                    await con.execute("UPDATE nplt_sessions SET cleared_through = next_id - 1, message_count = 0, "
+                                      "preview = ''::bytea, updated_at = $2 WHERE session_id = $1", session_id, now_iso())
+                return row["message_count"]
+        n = await self._write(clear)
+        if n is None:
+            raise NotFound(f"session {session_id} not found")
+        return n
+
+    # -- messages --------------------------------------------------------------------------
+    def _encode(self, msg: ChatMessage) -> tuple[bytes, str]:
+        """(body without the id, search text); checks the size like the JSON backend."""
+        d = msg.to_dict()
+        try:
+            size = len(orjson.dumps(d))
+        except TypeError as exc:
+            raise InvalidArgument(f"message is not JSON-serializable: {exc}") from None
+        if size > self.config.max_message_bytes:
+            raise MessageTooLarge(f"message is {size} bytes encoded, over max_message_bytes "
+                                  f"({self.config.max_message_bytes})")
+        del d["id"]
+        return orjson.dumps(d), search_text(msg.content)
+
+    async def append(self, session_id: str, role: str, content: str, *, tool_calls: Iterable[ToolCall | dict] = (),
+                     metadata: dict[str, Any] | None = None, timestamp: str | None = None) -> ChatMessage:
+        """Store one message with the next id; returns once it is committed."""
+        calls = checks.tool_calls(tool_calls)
+        checks.check_message(role, content, metadata, timestamp)
+        validate_session_id(session_id)
+        msg = ChatMessage(0, role, content, timestamp or now_iso(), calls, dict(metadata or {}))
+        body, text = self._encode(msg)
+        mid = await self._write(lambda con: con.fetchval(
+            "WITH s AS (UPDATE nplt_sessions SET next_id = next_id + 1, message_count = message_count + 1, "
+            "updated_at = $2, preview = $3 WHERE session_id = $1 RETURNING next_id - 1 AS id) "
+            "INSERT INTO nplt_messages (session_id, id, body, search_text) SELECT $1, s.id, $4, $5 FROM s "
+            "RETURNING id", session_id, now_iso(), content[:PREVIEW_CHARS].encode(), body, text))
+        if mid is None:
+            raise NotFound(f"session {session_id} not found")
+        return _message(mid, body)
+
+    async def update(self, session_id: str, message: ChatMessage) -> ChatMessage:
+        """Replace the stored message with the same id (e.g. finalize a streamed answer)."""
+        if not isinstance(message, ChatMessage):
+            raise InvalidArgument("message: expected a ChatMessage")
+        msg = ChatMessage(message.id, message.role, message.content, message.timestamp,
+                          checks.tool_calls(message.tool_calls), message.metadata)
+        checks.check_message(msg.role, msg.content, msg.metadata, msg.timestamp)
+        validate_session_id(session_id)
+        mid = msg.id
+        if isinstance(mid, bool) or not isinstance(mid, int) or not 0 < mid <= INT64_MAX:
+            raise NotFound(f"message {message.id!r} not found in session {session_id}")
+        body, text = self._encode(msg)
+        done = await self._write(lambda con: con.fetchval(
+            "WITH m AS (UPDATE nplt_messages SET body = $3, search_text = $4 "
+            "WHERE session_id = $1 AND id = $2 RETURNING id) "
+            "UPDATE nplt_sessions s SET updated_at = $5, preview = CASE WHEN $2 > s.cleared_through AND $2 = "
+            "(SELECT max(id) FROM nplt_messages WHERE session_id = $1) THEN $6 ELSE s.preview END "
+            "FROM m WHERE s.session_id = $1 RETURNING m.id",
+            session_id, mid, body, text, now_iso(), msg.content[:PREVIEW_CHARS].encode()))
+        if done is None:
+            raise NotFound(f"message {message.id!r} not found in session {session_id}")
+        return _message(mid, body)
+
+    async def page(self, session_id: str, before: int | None = None, limit: int = 50) -> Page:
+        """The newest ``limit`` visible messages with id < before (ascending)."""
+        if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 1):
+            raise InvalidArgument(f"before: expected a positive integer or None, got {before!r}")
+        checks.check_positive("limit", limit)
+        validate_session_id(session_id)
+        rows = await self._read(lambda con: con.fetch(
+            "SELECT s.message_count, m.id, m.body FROM nplt_sessions s LEFT JOIN LATERAL "
+            "(SELECT id, body FROM nplt_messages WHERE session_id = s.session_id AND id > s.cleared_through "
+            "AND ($2::bigint IS NULL OR id < $2) ORDER BY id DESC LIMIT $3) m ON true WHERE s.session_id = $1",
+            session_id, min(before, INT64_MAX) if before is not None else None, min(limit, INT64_MAX - 1) + 1))
+        if not rows:
+            raise NotFound(f"session {session_id} not found")
+        found = [r for r in rows if r["id"] is not None]
+        has_more = len(found) > limit
+        msgs = [_message(r["id"], r["body"]) for r in reversed(found[:limit])]
+        return Page(msgs, has_more, msgs[0].id if has_more else None, rows[0]["message_count"])
+
+    async def messages(self, session_id: str, *, after_id: int = 0) -> list[ChatMessage]:
+        """Visible messages with id > after_id, ascending."""
+        checks.check_int("after_id", after_id)
+        validate_session_id(session_id)
+        after_id = max(min(after_id, INT64_MAX), -INT64_MAX)
+        rows = await self._read(lambda con: con.fetch(
+            "SELECT m.id, m.body FROM nplt_sessions s LEFT JOIN LATERAL "
+            "(SELECT id, body FROM nplt_messages WHERE session_id = s.session_id "
+            "AND id > greatest(s.cleared_through, $2) ORDER BY id) m ON true WHERE s.session_id = $1",
+            session_id, after_id))
+        if not rows:
+            raise NotFound(f"session {session_id} not found")
+        return [_message(r["id"], r["body"]) for r in rows if r["id"] is not None]
+
+    async def search(self, user_id: str, query: str, *, session_id: str | None = None,
+                     limit: int = 20) -> list[SearchHit]:
+        """Best ``limit`` matches among visible messages of the user's non-deleted sessions, best
+        score first, newest first among ties (the JSON backend's scoring, storage/search.py)."""
+        q = compile_query(query)
+        checks.check_positive("limit", limit)
+        if session_id is not None:
+            validate_session_id(session_id)
+            owner = await self._read(lambda con: con.fetchval(
+                "SELECT user_id FROM nplt_sessions WHERE session_id = $1 AND NOT deleted", session_id))
+            if owner != user_id:
+                raise NotFound(f"session {session_id} not found")
+        sql, args = candidates_sql(q, user_id, session_id)
+        rows = await self._read(lambda con: con.fetch(sql, *args))
+        scored = []
+        for n, r in enumerate(rows):
+            d = orjson.loads(r["body"])
+            hit = q.match(d.get("content"))
+            if hit is not None:
+                scored.append(((hit[0], str(d.get("timestamp", "")), r["id"]), n, r, d, hit[1]))
+        scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        return [SearchHit(r["session_id"], r["title"].decode(), r["id"], str(d.get("role", "")),
+                          snippet(d.get("content", ""), pos), str(d.get("timestamp", "")), key[0])
+                for key, _, r, d, pos in scored[:limit]]
+
+    async def export(self, session_id: str, fmt: str) -> str:
+        """The session's visible messages as ``"json"`` or ``"markdown"``."""
+        if fmt not in FORMATS:
+            raise InvalidArgument(f"export format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+        record = await self.get(session_id)
+        msgs = await self.messages(session_id)
+        return export_json(record, msgs) if fmt == "json" else export_markdown(record, msgs)

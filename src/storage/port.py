@@ -1,0 +1,74 @@
+"""The storage port: the async conversation-store API the server uses, and ``open_store`` that opens
+the backend a StorageConfig names.
+
+Two backends implement it: AsyncHistoryStore (JSON snapshot + journal files under ``root``, the
+default) and PgHistoryStore (PostgreSQL through asyncpg, when ``url`` is set; docs/storage.md).
+The PostgreSQL code, and asyncpg, are imported only when ``url`` is set.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+from .config import StorageConfig
+from .errors import StorageConfigError
+from .models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall
+
+
+@runtime_checkable
+class StoragePort(Protocol):
+    """What the server needs from a conversation store. Every method may raise a StorageError
+    (NotFound, InvalidArgument, MessageTooLarge, StorageClosed, StorageUnavailable, ...)."""
+
+    async def create(self, user_id: str, title: str | None = None, model: str | None = None) -> SessionRecord: ...
+
+    async def get(self, session_id: str) -> SessionRecord: ...
+
+    async def list(self, user_id: str, *, before: str | None = None,
+                   limit: int = 50) -> tuple[list[SessionRecord], str | None]: ...
+
+    async def rename(self, session_id: str, title: str) -> SessionRecord: ...
+
+    async def set_model(self, session_id: str, model: str | None) -> SessionRecord: ...
+
+    async def delete(self, session_id: str) -> SessionRecord: ...
+
+    async def restore(self, session_id: str) -> SessionRecord: ...
+
+    async def purge(self, session_id: str) -> None: ...
+
+    async def clear(self, session_id: str) -> int: ...
+
+    async def append(self, session_id: str, role: str, content: str, *, tool_calls: Iterable[ToolCall | dict] = (),
+                     metadata: dict[str, Any] | None = None, timestamp: str | None = None) -> ChatMessage: ...
+
+    async def update(self, session_id: str, message: ChatMessage) -> ChatMessage: ...
+
+    async def page(self, session_id: str, before: int | None = None, limit: int = 50) -> Page: ...
+
+    async def messages(self, session_id: str, *, after_id: int = 0) -> list[ChatMessage]: ...
+
+    async def search(self, user_id: str, query: str, *, session_id: str | None = None,
+                     limit: int = 20) -> list[SearchHit]: ...
+
+    async def export(self, session_id: str, fmt: str) -> str: ...
+
+    async def add_summary(self, session_id: str, summary: SummaryRecord) -> SessionRecord: ...
+
+    async def close(self) -> None: ...
+
+
+async def open_store(config: StorageConfig) -> StoragePort:
+    """The backend ``config`` selects: PostgreSQL when ``config.url`` is set, else the JSON files
+    under ``config.root``. Opening PostgreSQL applies pending schema migrations."""
+    if config.url:
+        try:
+            from .pg.store import PgHistoryStore   # asyncpg is loaded only here
+        except ModuleNotFoundError as exc:
+            if exc.name != "asyncpg":
+                raise
+            raise StorageConfigError("url", "the PostgreSQL backend needs asyncpg: "
+                                     "pip install 'nplt-assistant[pg]'") from None
+        return await PgHistoryStore.open(config)
+    from .async_store import AsyncHistoryStore
+    return await AsyncHistoryStore.open(config)

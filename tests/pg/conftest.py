@@ -1,0 +1,40 @@
+"""PostgreSQL-only tests: the session's embedded server (shared with tests/storage_port) and a
+fresh database per test."""
+from __future__ import annotations
+
+import pytest
+
+from pg.dbs import fresh_database
+from pg.pgserver import shared_server, stop_shared
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    try:
+        yield shared_server()
+    finally:
+        stop_shared()
+
+
+@pytest.fixture
+async def pg_url(pg_server) -> str:
+    return await fresh_database(pg_server)
+
+
+@pytest.fixture(scope="session")
+def restartable_server():
+    """A second server, for the tests that stop and start PostgreSQL (each leaves it running)."""
+    from pg.pgserver import EmbeddedPostgres
+    server = EmbeddedPostgres().start()
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def own_server(restartable_server):
+    try:
+        yield restartable_server
+    finally:
+        restartable_server.start()
