@@ -36,7 +36,7 @@ class Gen(asyncio.Protocol):
         self.id += 1
         a = self.a
         before = 51 + (self.idx * 7919 + self.id) * 50 % (a.before_max - 100) if a.before_max > 100 else 0
-        return self.frame(a.req_type, (a.template % (self.id, before)).encode())
+        return self.frame(a.req_type, (a.template % (self.id, before)[:a.holes]).encode())
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.t = transport
@@ -77,6 +77,7 @@ class Args:
         self.warmup, self.seconds = float(warmup), float(seconds)
         self.req_type, self.reply_type = int(req_type, 0), int(reply_type, 0)
         self.template = template.replace("%u", "%d")
+        self.holes = self.template.count("%d")   # (printf ignores extra arguments, % does not)
         self.before_max = int(before_max)
 
 

@@ -178,6 +178,8 @@ class Generator:
         if errors:
             raise SystemExit(f"{errors} unexpected replies from the server ({row.label})")
         rate = sum(int(e[1]) / float(e[2]) for e in ends)
+        if not count:
+            raise SystemExit(f"no round trips in {window:.1f} s ({row.label}, {row.conns}x{row.inflight})")
         gen_cpu = sum(float(e[3]) for e in ends)
         done = max(count, 1)
         return rate, srv_cpu / max(rate * window, 1) * 1e6, gen_cpu / done * 1e6
