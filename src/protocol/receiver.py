@@ -46,7 +46,7 @@ class Receiver(V2Receiving):
 
     __slots__ = ("version", "max_message_size", "max_buffer_size", "seq_anomalies", "_pending",
                  "_pending_len", "_rx_seq", "_tx_seq", "_parts", "_frag_size", "_discarding",
-                 "_discard_size", "_closed", "_eof")
+                 "_discard_size", "_closed", "_eof", "_heartbeats")
 
     def __init__(self, version: ProtocolVersion, max_message_size: int,
                  max_buffer_size: int | None) -> None:
@@ -71,6 +71,7 @@ class Receiver(V2Receiving):
         self._discard_size = 0
         self._closed = False
         self._eof = False
+        self._heartbeats: list[bytes] | None = None  # receive_and_heartbeat's out, during the call
 
     @property
     def closed(self) -> bool:
@@ -99,6 +100,25 @@ class Receiver(V2Receiving):
     def receive_data(self, data: bytes) -> list[Event]:
         """Feed received bytes (any chunking); ``b""`` means the peer closed (EOF)."""
         return self.receive_and_pong(data, None, None)
+
+    def receive_and_heartbeat(self, data: bytes, out: list[bytes]) -> list[Event]:
+        """v2 ``receive_data`` that answers the heartbeats at the head of ``data`` itself.
+
+        For a server whose v2 request worker is idle (nothing queued, nothing running): every
+        ``CHAT_TEXT "HEARTBEAT"`` frame (that exact payload) that comes before the first other
+        complete frame of this call is not reported; its reply, ``CHAT_TEXT "HEARTBEAT"`` (the
+        bytes ``send(CHAT_TEXT, b"HEARTBEAT")`` would give), is appended to ``out``, which the
+        caller must send before anything else. From the first other frame on, heartbeats are
+        events like any frame, so replies keep the order of requests. A heartbeat split across
+        reads is an event too. ValueError unless the version is V2.
+        """
+        if self.version is not _V2:
+            raise ValueError("receive_and_heartbeat is for v2 connections")
+        self._heartbeats = out
+        try:
+            return self.receive_and_pong(data, None, None)
+        finally:
+            self._heartbeats = None
 
     def receive_and_pong(self, data: bytes, time: str | None,
                          out: list[bytes] | None) -> list[Event]:
@@ -231,7 +251,7 @@ class Receiver(V2Receiving):
                     self._rx_seq = expected & 0xFFFF
                     self._tx_seq = tx
             elif version is _V2:
-                pos = self._parse_v2(data, pos, events)
+                pos = self._parse_v2(data, pos, events, self._heartbeats)
             if pos < n:
                 self._pending.append(data[pos:])
                 self._pending_len += n - pos

@@ -3,6 +3,10 @@
 v2 peers number their frames but cannot be held to it (the original system did not), so a seq that
 is not the expected one is only counted (``seq_anomalies``); FRAGMENT is fatal and a payload over
 ``max_message_size`` is skipped with a recoverable error. See docs/protocol.md §7.
+
+A server whose v2 request worker is idle may let the receiver answer the heartbeats at the head of
+a read itself (``Receiver.receive_and_heartbeat``): ``CHAT_TEXT "HEARTBEAT"`` is answered
+``CHAT_TEXT "HEARTBEAT"`` (§7), and nothing else needs the worker, so no event is made for them.
 """
 from __future__ import annotations
 
@@ -12,7 +16,10 @@ from .events import Event, InvalidMessage, Message
 from .frame import HEADER
 
 _FRAGMENT = int(MsgType.FRAGMENT)
+_CHAT_TEXT = int(MsgType.CHAT_TEXT)
+HEARTBEAT = b"HEARTBEAT"                # a v2 heartbeat: CHAT_TEXT with exactly this payload
 _unpack_from = HEADER.unpack_from
+_pack = HEADER.pack
 _new = object.__new__                   # Message instances without a Python-level __init__ call
 _MEMBERS = {int(m): m for m in MsgType}
 #: v2: known codes -> MsgType member, unknown codes -> the raw int.
@@ -26,8 +33,10 @@ class V2Receiving:
     max_message_size: int
     seq_anomalies: int
     _rx_seq: int
+    _tx_seq: int
 
-    def _parse_v2(self, data: bytes, pos: int, events: list[Event]) -> int:
+    def _parse_v2(self, data: bytes, pos: int, events: list[Event], out: list[bytes] | None = None) -> int:
+        """Frames from ``pos``; with ``out``, heartbeats before the first event are answered there."""
         n = len(data)
         append = events.append
         unpack = _unpack_from
@@ -38,6 +47,8 @@ class V2Receiving:
         maxsize = self.max_message_size
         anomalies = 0
         last = n - 5
+        answer = out is not None and not events and maxsize >= 9  # (after an event they must wait)
+        tx = self._tx_seq
         try:
             while pos <= last:
                 t, seq, ln = unpack(data, pos)
@@ -48,6 +59,13 @@ class V2Receiving:
                 if seq != expected and (seq or expected != 0x10000):  # (wrapped: 65535 -> 0)
                     anomalies += 1
                 expected = seq + 1              # masked once, when stored
+                if answer:
+                    if t == _CHAT_TEXT and ln == 9 and data.startswith(HEARTBEAT, start):
+                        out.append(_pack(_CHAT_TEXT, tx, 9) + HEARTBEAT)  # type: ignore[union-attr]
+                        tx = (tx + 1) & 0xFFFF
+                        pos = end
+                        continue
+                    answer = False              # the rest waits behind this request, in order
                 if t == 127 or ln > maxsize:    # FRAGMENT (0x7F) or over the cap
                     append(self._v2_slow(t, seq, ln))
                 else:
@@ -59,6 +77,7 @@ class V2Receiving:
                 pos = end
         finally:
             self._rx_seq = expected & 0xFFFF
+            self._tx_seq = tx
             self.seq_anomalies += anomalies
         return pos
 
