@@ -43,7 +43,8 @@ class AsyncHistoryStore:
         return await self._run(self.sync.create, user_id, title, model)
 
     async def get(self, session_id: str) -> SessionRecord:
-        return await self._run(self.sync.get, session_id)
+        record = self.sync.get_loaded(session_id)       # loaded and not busy: no thread hop
+        return record if record is not None else await self._run(self.sync.get, session_id)
 
     async def list(self, user_id: str, *, before: str | None = None,
                    limit: int = 50) -> tuple[list[SessionRecord], str | None]:

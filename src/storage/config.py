@@ -21,6 +21,7 @@ _RULES: dict[str, tuple[str, float | None, float | None]] = {
     "max_title_chars": ("int", 1, 100_000),
     "index_flush_ms": ("int", 10, 3_600_000),
     "io_threads": ("int", 1, 256),
+    "fsync_threads": ("int", 1, 256),
 }
 
 
@@ -38,6 +39,7 @@ class StorageConfig:
     max_title_chars: int = 200        # longest session title
     index_flush_ms: int = 1000        # index.json is rewritten at most this often (and on close)
     io_threads: int = 4               # AsyncHistoryStore worker threads
+    fsync_threads: int = 8            # fsync mode: journals of one group-commit round fsynced side by side
 
     def __post_init__(self) -> None:
         if isinstance(self.root, os.PathLike):

@@ -66,6 +66,7 @@ class HistoryStore:
             raise
         batched = config.durability == "batched"
         self.flusher = JournalFlusher(batched=batched, batch_s=config.batch_ms / 1000,
+                                      threads=config.fsync_threads,
                                       on_failure=self._invalidate)
         self.cache = SessionCache(size=config.lru_size, idle_s=config.idle_evict_s,
                                   exists=lambda sid: self.index.get(sid) is not None,
@@ -101,6 +102,20 @@ class HistoryStore:
         """The full record (with summaries); deleted sessions are returned with ``deleted=True``."""
         with self.cache.locked(session_id) as s:
             return _copy(s.state.record)
+
+    def get_loaded(self, session_id: str) -> SessionRecord | None:
+        """``get`` without waiting and without I/O: the record if the session is loaded and its lock
+        is free right now, else None (then call ``get``). Safe on the event loop (microseconds)."""
+        sess = self.cache.get(session_id) if not self.cache.closed else None
+        if sess is None or not sess.lock.acquire(blocking=False):
+            return None
+        try:
+            if sess.status != READY:
+                return None
+            sess.last_used = time.monotonic()
+            return _copy(sess.state.record)
+        finally:
+            sess.lock.release()
 
     def list(self, user_id: str, *, before: str | None = None, limit: int = 50) -> tuple[list[SessionRecord], str | None]:
         """The user's non-deleted sessions, newest ``updated_at`` first, from the index only
