@@ -94,10 +94,16 @@ class JournalFlusher:
                     self._cond.wait_for(lambda: self._waiting or self._stopping)
                 batch, self._waiting = self._waiting, []
                 stopping = self._stopping
-            if self.batched:
-                self.flush()
-            elif batch:
-                self._flush_batch(batch)
+            try:
+                if self.batched:
+                    self.flush()
+                elif batch:
+                    self._flush_batch(batch)
+            except Exception as exc:       # a bug, not an I/O error: fail the round, keep the thread
+                log.exception("storage: flush round failed")
+                for _, _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(StorageIOError(f"could not make the change durable: {exc!r}"))
             if stopping:
                 return
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from .errors import InvalidArgument
 from .models import ROLES, ToolCall
