@@ -12,7 +12,7 @@ Also printed: the CPU seconds the server process and this load generator spent w
 (uvloop when installed) and spends a small fraction of what the server does per turn.
 
     python bench/load.py [--clients 200] [--turns 5] [--agent echo|offline] [--durability fsync|batched]
-                         [--io-threads N] [--switch-ms MS]
+                         [--io-threads N] [--lru-size N] [--switch-ms MS]
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ T = MsgType
 
 # ---------------------------------------------------------------- server side (subprocess)
 async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int, durability: str,
-                users: int, io_threads: int, switch_ms: float) -> None:
+                users: int, io_threads: int, switch_ms: float, lru_size: int) -> None:
     from server.app import Server
     from server.config import ServerConfig
     agent = None
@@ -51,7 +51,8 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
     cfg = ServerConfig.from_dict({"server": {"host": "127.0.0.1", "port": 0},
                                   "limits": {"max_clients": max_clients}, "auth": auth,
                                   "storage": {"root": data_dir, "durability": durability,
-                                              **({"io_threads": io_threads} if io_threads else {})}})
+                                              **({"io_threads": io_threads} if io_threads else {}),
+                                              **({"lru_size": lru_size} if lru_size else {})}})
     if switch_ms:
         sys.setswitchinterval(switch_ms / 1000)
     srv = Server(cfg, agent=agent)
@@ -145,6 +146,7 @@ def main() -> None:
     ap.add_argument("--single-user", action="store_true",
                     help="all clients are the single user 'local' (every session event fans out to all)")
     ap.add_argument("--io-threads", type=int, default=0, help="[storage] io_threads (default: the config default)")
+    ap.add_argument("--lru-size", type=int, default=0, help="[storage] lru_size (default: the config default)")
     ap.add_argument("--switch-ms", type=float, default=0,
                     help="server sys.setswitchinterval in ms (default: Python's 5 ms)")
     ap.add_argument("--serve", nargs=2, metavar=("PORT_FILE", "DATA_DIR"), help=argparse.SUPPRESS)
@@ -152,7 +154,8 @@ def main() -> None:
     if args.serve:
         with asyncio.Runner(loop_factory=new_loop) as r:
             r.run(serve(args.serve[0], args.serve[1], args.agent, args.clients + 16, args.durability,
-                        0 if args.single_user else args.clients, args.io_threads, args.switch_ms))
+                        0 if args.single_user else args.clients, args.io_threads, args.switch_ms,
+                        args.lru_size))
         return
     import psutil
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,7 +164,7 @@ def main() -> None:
         proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file), str(Path(tmp) / "data"),
                                  "--agent", args.agent, "--clients", str(args.clients),
                                  "--durability", args.durability, "--io-threads", str(args.io_threads),
-                                 "--switch-ms", str(args.switch_ms)] + (["--single-user"] if args.single_user else []),
+                                 "--switch-ms", str(args.switch_ms), "--lru-size", str(args.lru_size)] + (["--single-user"] if args.single_user else []),
                                 env=env)
         try:
             deadline = time.monotonic() + 30
