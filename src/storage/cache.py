@@ -1,8 +1,8 @@
 """The bounded LRU of loaded sessions and their per-session locks.
 
 ``locked(sid)`` yields a session with its lock held, loading it on a miss through the ``load``
-callback; eviction fsyncs and closes a session's journal. A session that is busy or compacting is
-skipped by eviction and retried later by the maintenance thread, so the count can exceed the bound
+callback; eviction fsyncs and closes a session's journal. A session that is busy, compacting or
+waiting for a flush round is skipped by eviction and retried later by the maintenance thread, so the count can exceed the bound
 briefly.
 """
 from __future__ import annotations
@@ -127,8 +127,8 @@ class SessionCache:
         if not sess.lock.acquire(blocking=False):
             return False          # in use right now: not a good victim
         try:
-            if sess.status != READY or sess.compacting:
-                return False
+            if sess.status != READY or sess.compacting or (sess.writer is not None and sess.writer.dirty):
+                return False      # (dirty: a commit is waiting for its flush round; closing would fsync here)
             self.close_session(sess)
             return True
         finally:

@@ -91,7 +91,14 @@ class HistoryStore:
         state = SessionState(SessionRecord(sid, user_id, title, now, now, 0, False, model), [])
         sess = LoadedSession(sid, *self.loader.paths(sid))
         with _io_errors(f"could not create session {sid}"):
-            atomic_write(sess.snap_path, encode_snapshot(state.head(), []))
+            # The empty journal is created first, so the directory fsync of the snapshot's rename
+            # covers both entries and the first append does not need a directory fsync of its own.
+            os.close(os.open(sess.journal_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            try:
+                atomic_write(sess.snap_path, encode_snapshot(state.head(), []))
+            except BaseException:
+                os.unlink(sess.journal_path)
+                raise
         sess.state, sess.writer, sess.snap_stat = state, JournalWriter(sess.journal_path, 0), file_stat(sess.snap_path)
         sess.status, sess.last_used = READY, time.monotonic()
         self.cache.add(sess)
