@@ -104,3 +104,22 @@ def test_async_appends_do_not_hold_worker_threads(root, monkeypatch) -> None:
         finally:
             await store.close()
     asyncio.run(main())
+
+
+def test_eviction_leaves_a_session_whose_commit_waits_for_its_round(open_store, monkeypatch) -> None:
+    """Eviction does not fsync (or close) a journal under a waiting commit; it evicts it afterwards."""
+    store = open_store(lru_size=1)
+    a = store.create("u", "a").session_id
+    store.append(a, "user", "warm")
+    entered, release, calls = _gate_fsync(monkeypatch)
+    t = threading.Thread(target=store.append, args=(a, "user", "waiting"))
+    t.start()
+    assert entered.wait(30)                                  # a's commit is inside its round's fsync
+    b = store.create("u", "b").session_id                    # over lru_size: a would be the victim
+    assert store.cache.get(a) is not None                    # ... but its commit is not durable yet
+    assert len(calls) == 1                                   # and eviction did not fsync it itself
+    release.set()
+    t.join(30)
+    _wait_for(lambda: store.cache.get(a) is None)            # the maintenance thread trims again
+    assert store.cache.get(b) is not None
+    assert [m.content for m in store.messages(a)] == ["warm", "waiting"]
