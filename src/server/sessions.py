@@ -93,13 +93,14 @@ class SessionService:
         """A new session; without a title it is "New chat" until the first message names it."""
         return await self.store.create(user_id, title=title.strip() if title else None)
 
-    async def fresh(self, user_id: str, title: str | None = None,
-                    system_prompt: str | None = None) -> tuple[SessionRecord, bool]:
+    async def fresh(self, user_id: str, title: str | None = None, system_prompt: str | None = None,
+                    exclude: str | None = None) -> tuple[SessionRecord, bool]:
         """A session to start a chat in: without a title, the user's empty untitled session when
-        there is one (so empty "New chat" sessions never pile up), else a new one ("New chat" until
-        the first message names it). Second item: whether it was created."""
+        there is one other than ``exclude`` (the requester's current session: asking for a new chat
+        never answers with the one you are in), so empty "New chat" sessions do not pile up; else a
+        new one ("New chat" until the first message names it). Second item: whether it was created."""
         if not title:
-            rec = await self.empty_session(user_id)
+            rec = await self.empty_session(user_id, exclude)
             if rec is not None:
                 if rec.system_prompt != system_prompt:
                     rec = await self.store.set_system_prompt(rec.session_id, system_prompt)
@@ -109,10 +110,13 @@ class SessionService:
             rec = await self.store.set_system_prompt(rec.session_id, system_prompt)
         return rec, True
 
-    async def empty_session(self, user_id: str) -> SessionRecord | None:
-        """The user's newest live session with no message, no title of its own and no turn."""
+    async def empty_session(self, user_id: str, exclude: str | None = None) -> SessionRecord | None:
+        """The user's newest live session with no message, no title of its own and no turn (other
+        than ``exclude``)."""
         recs, _ = await self.store.list(user_id, limit=EMPTY_SCAN)
         for r in recs:
+            if r.session_id == exclude:
+                continue
             if r.message_count == 0 and needs_title(r) and not (self.turns and self.turns.is_running(r.session_id)):
                 rec = await self.store.get(r.session_id)
                 if rec.message_count == 0 and not rec.deleted and needs_title(rec):

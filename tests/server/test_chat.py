@@ -259,7 +259,7 @@ async def test_chat_into_another_session_reaches_the_sender(tmp_path):
     async with running_server(tmp_path) as (srv, addr):
         c = await V3Client.connect(addr)
         first = c.session_id
-        other = (await c.call(T.SESSION_NEW, title="other"))["session"]["session_id"]   # untitled: reuses `first`
+        other = (await c.call(T.SESSION_NEW))["session"]["session_id"]
         r = await c.call(T.CHAT_TEXT, text="to the first", session_id=first)
         assert r["session_id"] == first
         events = await c.turn_events(r["turn_id"])

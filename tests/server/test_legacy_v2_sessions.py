@@ -27,7 +27,7 @@ async def test_requests_in_a_session_deleted_behind_its_back_move_the_connection
         v2, welcome = await V2Client.connect(addr)
         first = welcome_session(welcome)
         v3 = await V3Client.connect(addr)
-        other = (await v3.call(MsgType.SESSION_NEW, title="other"))["session"]["session_id"]  # untitled: reused
+        other = (await v3.call(MsgType.SESSION_NEW))["session"]["session_id"]
 
         await srv.store.delete(first)
         v2.send(HISTORY_REQUEST)

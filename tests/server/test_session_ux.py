@@ -45,20 +45,30 @@ async def test_empty_sessions_do_not_pile_up(tmp_path):
             c = await V3Client.connect(addr)
             assert c.session_id == sid and await session_ids(c) == [sid]
             await c.close()
-        again = await first.call(T.SESSION_NEW)            # the empty one is reused, no "created"
-        assert again["session"]["session_id"] == sid and await session_ids(first) == [sid]
-        r = await first.call(T.CHAT_TEXT, text="now it has a message")
-        await first.turn_events(r["turn_id"])
-        fresh = (await first.call(T.SESSION_NEW))["session"]["session_id"]
-        assert fresh != sid
+        # "new" never answers with the session you are in: a second empty one is made ...
+        second = (await first.call(T.SESSION_NEW))["session"]["session_id"]
+        assert second != sid
         await first.wait_for(lambda m: m.type == T.SESSION_EVENT and m.body["kind"] == "created"
-                             and m.body["session"]["session_id"] == fresh)
+                             and m.body["session"]["session_id"] == second)
+        # ... and from then on the other empty one is reused: never more than two
+        for expected in (sid, second, sid):
+            assert (await first.call(T.SESSION_NEW))["session"]["session_id"] == expected
+        assert set(await session_ids(first)) == {sid, second}
         created = [m.body["session"]["session_id"] for m in first.inbox
                    if m.type == T.SESSION_EVENT and m.body["kind"] == "created"]
-        assert created == [sid]                             # HELLO's, once: the reuse announced nothing
-        assert (await first.call(T.SESSION_NEW))["session"]["session_id"] == fresh
+        assert created == [sid]                             # HELLO's: the reuses announced nothing
+        r = await first.call(T.CHAT_TEXT, text="now it has a message")   # in `sid`
+        await first.turn_events(r["turn_id"])
+        # `ask --new` as the CLI does it: HELLO (the newest session, the one with a message), then new
+        for _ in range(3):
+            c = await V3Client.connect(addr)
+            assert c.session_id == sid
+            assert (await c.call(T.SESSION_NEW))["session"]["session_id"] == second
+            await c.close()
+        fresh = (await first.call(T.SESSION_NEW))["session"]["session_id"]   # from `sid`: `second` is empty
+        assert fresh == second
         titled = (await first.call(T.SESSION_NEW, title="my own"))["session"]["session_id"]
-        assert titled not in (sid, fresh) and set(await session_ids(first)) == {sid, fresh, titled}
+        assert titled not in (sid, second) and set(await session_ids(first)) == {sid, second, titled}
         v2, welcome = await V2Client.connect(addr)          # a v2 greeting reuses the newest session
         assert titled in welcome
         await v2.close()

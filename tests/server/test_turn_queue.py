@@ -227,8 +227,7 @@ async def test_model_list_reports_the_given_sessions_model(tmp_path):
     async with running_server(tmp_path) as (srv, addr):
         c = await V3Client.connect(addr)
         first = c.session_id
-        # a titled session: SESSION_NEW without a title would reuse the empty first one
-        second = (await c.call(T.SESSION_NEW, title="second"))["session"]["session_id"]
+        second = (await c.call(T.SESSION_NEW))["session"]["session_id"]
         await c.call(T.MODEL_SWITCH, model="echo-large", session_id=first)
         assert (await c.call(T.MODEL_LIST))["current"] == "echo"                       # current: second
         assert (await c.call(T.MODEL_LIST, session_id=first))["current"] == "echo-large"

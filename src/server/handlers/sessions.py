@@ -19,9 +19,10 @@ async def session_list(ctx: RequestContext, req: SessionList) -> SessionListRepl
 
 
 async def session_new(ctx: RequestContext, req: SessionNew) -> SessionReply:
-    """Without a title, the user's empty session is reused (empty sessions never pile up)."""
+    """Without a title, the user's empty session (not the current one) is reused: empty sessions do
+    not pile up."""
     sessions = ctx.services.sessions
-    rec, created = await sessions.fresh(ctx.user_id, req.title, req.system_prompt)
+    rec, created = await sessions.fresh(ctx.user_id, req.title, req.system_prompt, exclude=ctx.session_id)
     ctx.attach(rec.session_id)
     if created:
         await sessions.publish_event("created", rec)
