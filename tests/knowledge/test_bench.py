@@ -22,7 +22,7 @@ def test_bench_prints_baseline_default_and_speed(tmp_path, capsys, monkeypatch):
     data = {"version": "x", "data": [{"title": "机房清单", "id": "a", "paragraphs": paragraphs}]}
     path = tmp_path / "squad.json"
     path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-    monkeypatch.setattr(sys, "argv", ["kb_recall.py", str(path), "--scale", "300", "--queries", "5"])
+    monkeypatch.setattr(sys, "argv", ["kb_recall.py", str(path), "--scale", "300", "--queries", "5", "--big-mb", "0.05"])
     bench.main()
     out = capsys.readouterr().out
     assert "9 paragraphs in 2 documents" in out and "9 questions" in out

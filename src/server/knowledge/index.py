@@ -8,6 +8,7 @@ safe: ``KnowledgeBase`` serializes access with one lock.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Hashable, Iterable
 
@@ -29,9 +30,7 @@ class IndexedChunk:
 
 def chunk_terms(text: str, heading: Iterable[str], title_weight: float) -> dict[str, float]:
     """The weighted bag of a chunk: its text, plus its heading path at ``title_weight``."""
-    bag: dict[str, float] = {}
-    for t in analyze(text):
-        bag[t] = bag.get(t, 0.0) + 1.0
+    bag: dict[str, float] = dict(Counter(analyze(text)))
     if title_weight:
         for t in analyze(" ".join(heading)):
             bag[t] = bag.get(t, 0.0) + title_weight
@@ -40,7 +39,7 @@ def chunk_terms(text: str, heading: Iterable[str], title_weight: float) -> dict[
 
 class ChunkIndex:
     def __init__(self, k1: float, b: float, title_weight: float) -> None:
-        self.bm25 = BM25Index(k1, b)
+        self.bm25 = BM25Index(k1, b)          # each document's chunks go in as one sealed segment
         self.title_weight = title_weight
         self.chunks: dict[ChunkKey, IndexedChunk] = {}
         self._vectors: dict[str, dict[ChunkKey, np.ndarray]] = {}      # collection -> key -> unit vector
@@ -51,10 +50,9 @@ class ChunkIndex:
 
     def add(self, doc_id: str, collection: str, chunks: list[dict],
             terms: list[dict[str, float]], vectors: list[list[float]] | None) -> None:
-        for i, (ch, bag) in enumerate(zip(chunks, terms)):
-            key = (doc_id, i)
-            self.chunks[key] = IndexedChunk(collection, ch["text"], ch["location"])
-            self.bm25.add(key, bag, collection)
+        for i, ch in enumerate(chunks):
+            self.chunks[(doc_id, i)] = IndexedChunk(collection, ch["text"], ch["location"])
+        self.bm25.add_sealed(((doc_id, i), bag, collection) for i, bag in enumerate(terms))
         if vectors:
             coll = self._vectors.setdefault(collection, {})
             for i, vec in enumerate(vectors):
@@ -62,6 +60,10 @@ class ChunkIndex:
                 n = float(np.linalg.norm(v))
                 coll[(doc_id, i)] = v / n if n else v
             self._matrix.pop(collection, None)
+
+    def compact(self) -> None:
+        """After a bulk load: every chunk into one sealed segment (fastest queries, least memory)."""
+        self.bm25.compact()
 
     def remove(self, doc_id: str, n_chunks: int) -> None:
         for i in range(n_chunks):

@@ -94,6 +94,8 @@ class KnowledgeBase:
                      for c in chunks]
             with self._lock:
                 self._add(info, chunks, terms, vectors)
+        with self._lock:
+            self.index.compact()
 
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._pool.shutdown)
