@@ -151,3 +151,11 @@ async def test_documents_survive_a_restart(tmp_path, kb_config):
         assert (await kb.ingest("alice", [], None, "b.md", RUNBOOK)).duplicate
     finally:
         await kb.close()
+
+
+async def test_concurrent_uploads_of_the_same_bytes_make_one_document(kb):
+    import asyncio
+    results = await asyncio.gather(*(kb.ingest("alice", [], None, f"r{i}.md", RUNBOOK) for i in range(4)))
+    assert len({r.doc_id for r in results}) == 1 and sum(not r.duplicate for r in results) == 1
+    assert len(await kb.list("alice", [])) == 1 and len(kb.index) == results[0].chunks
+    assert not list(kb.store.tmp.iterdir())
