@@ -159,3 +159,36 @@ async def test_concurrent_uploads_of_the_same_bytes_make_one_document(kb):
     assert len({r.doc_id for r in results}) == 1 and sum(not r.duplicate for r in results) == 1
     assert len(await kb.list("alice", [])) == 1 and len(kb.index) == results[0].chunks
     assert not list(kb.store.tmp.iterdir())
+
+
+async def test_a_duplicate_is_reported_even_at_the_quota(tmp_path):
+    kb = KnowledgeBase(KnowledgeConfig(user_quota_bytes=len(RUNBOOK)), tmp_path / "kb")
+    await kb.start()
+    try:
+        first = await kb.ingest("alice", [], None, "a.md", RUNBOOK)
+        assert (await kb.ingest("alice", [], None, "a.md", RUNBOOK)).duplicate     # no new bytes: no quota
+        assert await code_of(kb.ingest("alice", [], None, "b.md", RUNBOOK + b"x")) == "QUOTA_EXCEEDED"
+        assert await kb.list("alice", []) == [first]
+    finally:
+        await kb.close()
+
+
+async def test_a_cancelled_ingest_leaves_nothing_behind(kb, monkeypatch):
+    import asyncio
+    started, release = threading.Event(), threading.Event()
+    real = kb_module.parse
+
+    def slow(*a):
+        started.set()
+        release.wait(30)
+        return real(*a)
+    monkeypatch.setattr(kb_module, "parse", slow)
+    task = asyncio.create_task(kb.ingest("alice", [], None, "a.md", RUNBOOK))
+    await asyncio.get_running_loop().run_in_executor(None, started.wait, 30)
+    task.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    from testkit.server import poll
+    await poll(lambda: not list(kb.store.tmp.iterdir()))     # the staging thread ran on, then was cleaned
+    assert await kb.list("alice", []) == []

@@ -139,7 +139,12 @@ class KnowledgeBase:
             if progress is not None:
                 loop.call_soon_threadsafe(progress, stage, done, total)
 
-        staged = await loop.run_in_executor(self._pool, self._stage, user, coll, name, data, md5, report)
+        job = loop.run_in_executor(self._pool, self._stage, user, coll, name, data, md5, report)
+        try:
+            staged = await asyncio.shield(job)
+        except asyncio.CancelledError:          # the thread runs on: remove what it stages
+            job.add_done_callback(self._discard_result)
+            raise
         if isinstance(staged, DocumentInfo):
             return staged
         try:
@@ -149,10 +154,18 @@ class KnowledgeBase:
             self.store.discard(staged.path)
             raise
 
-    def _check_size(self, user: str, coll: str, size: int) -> None:
+    def _discard_result(self, job: asyncio.Future) -> None:
+        if not job.cancelled() and job.exception() is None and isinstance(job.result(), _Staged):
+            self.store.discard(job.result().path)
+
+    def _check_upload(self, size: int) -> None:
+        if size > self.config.max_upload_bytes:
+            raise HandlerError("QUOTA_EXCEEDED",
+                               f"file of {size} bytes over the upload limit ({self.config.max_upload_bytes})")
+
+    def _check_quota(self, user: str, coll: str, size: int) -> None:
+        """Checked once the bytes are known not to be a duplicate, and again at commit."""
         cfg = self.config
-        if size > cfg.max_upload_bytes:
-            raise HandlerError("QUOTA_EXCEEDED", f"file of {size} bytes over the upload limit ({cfg.max_upload_bytes})")
         used = self.usage(user)
         if used + size > cfg.user_quota_bytes:
             raise HandlerError("QUOTA_EXCEEDED", f"quota of {cfg.user_quota_bytes} bytes reached ({used} used)")
@@ -163,7 +176,7 @@ class KnowledgeBase:
                report: Progress) -> _Staged | DocumentInfo:
         """Worker thread: copy, hash, verify, parse, chunk and analyze into a staging directory."""
         size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else os.stat(data).st_size
-        self._check_size(user, coll, size)
+        self._check_upload(size)
         doc_id = secrets.token_hex(12)
         try:
             path = self.store.staging(doc_id)
@@ -201,6 +214,7 @@ class KnowledgeBase:
                 if dup is not None:
                     self.store.discard(path)
                     return replace(self._docs[dup], duplicate=True)
+            self._check_quota(user, coll, size)
             report("parsing", 0, 1)
             blocks = parse(name, raw, self.config)
             report("parsing", 1, 1)
@@ -254,7 +268,7 @@ class KnowledgeBase:
                 if dup is not None:                  # the same bytes committed meanwhile
                     self.store.discard(staged.path)
                     return replace(self._docs[dup], duplicate=True)
-                self._check_size(user, coll, staged.size)
+                self._check_quota(user, coll, staged.size)
                 info = DocumentInfo(staged.doc_id, name, staged.md5, staged.sha256, staged.size,
                                     len(staged.chunks), coll, datetime.now(timezone.utc).isoformat(), user)
                 meta = info.to_dict()

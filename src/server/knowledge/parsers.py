@@ -229,8 +229,10 @@ def parse_pdf(data: bytes, cfg: KnowledgeConfig) -> list[Block]:
             out.extend(_paragraphs(text.split("\n"), 1, no))
     except HandlerError:
         raise
-    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError) as exc:
+    except PyPdfError as exc:
         raise unsupported(f"corrupt pdf: {exc or type(exc).__name__}") from None
+    except Exception as exc:              # pypdf meets malformed objects with all kinds of errors
+        raise unsupported(f"corrupt pdf: {type(exc).__name__}: {exc}") from None
     for b in out:                         # pdf "lines" are extraction artefacts: cite the page only
         b.line_start = b.line_end = None
     return out
