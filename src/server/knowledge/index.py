@@ -48,6 +48,10 @@ class ChunkIndex:
     def __len__(self) -> int:
         return len(self.chunks)
 
+    @property
+    def has_vectors(self) -> bool:
+        return any(self._vectors.values())
+
     def add(self, doc_id: str, collection: str, chunks: list[dict],
             terms: list[dict[str, float]], vectors: list[list[float]] | None) -> None:
         for i, ch in enumerate(chunks):

@@ -317,7 +317,7 @@ class KnowledgeBase:
         if not query.strip():
             return []
         qvec = None
-        if self.embedder is not None and self.index._vectors:
+        if self.embedder is not None and self.index.has_vectors:
             try:
                 [qvec] = await self.embedder.embed([query])
             except EmbeddingError as exc:
