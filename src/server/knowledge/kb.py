@@ -21,7 +21,7 @@ from typing import BinaryIO, Callable, Collection
 
 from ..errors import HandlerError, not_found
 from ..memory.embeddings import Embedder, EmbeddingError
-from . import access
+from .access import readable, resolve
 from .chunker import chunk_blocks
 from .config import KnowledgeConfig
 from .index import ChunkIndex, chunk_terms
@@ -111,7 +111,7 @@ class KnowledgeBase:
     # -- access ------------------------------------------------------------------------------------
     def _visible(self, user: str, groups: Collection[str], doc_id: str) -> DocumentInfo:
         info = self._docs.get(doc_id) if isinstance(doc_id, str) else None
-        if info is None or info.collection not in access.readable(user, groups):
+        if info is None or info.collection not in readable(user, groups):
             raise not_found("document")
         return info
 
@@ -130,7 +130,7 @@ class KnowledgeBase:
         UNSUPPORTED_MEDIA, STORAGE_ERROR. Nothing is kept on error. The same bytes already in the
         collection return that document with ``duplicate=True``.
         """
-        coll = access.resolve(user, groups, collection)
+        coll = resolve(user, groups, collection)
         name = clean_name(name)
         kind_of(name)
         loop = asyncio.get_running_loop()
@@ -284,7 +284,7 @@ class KnowledgeBase:
     # -- reading -----------------------------------------------------------------------------------
     async def list(self, user: str, groups: Collection[str], collection: str | None = None) -> list[DocumentInfo]:
         """Documents of ``collection`` (default: every readable collection), newest first."""
-        colls = {access.resolve(user, groups, collection)} if collection else set(access.readable(user, groups))
+        colls = {resolve(user, groups, collection)} if collection else set(readable(user, groups))
         docs = [d for d in list(self._docs.values()) if d.collection in colls]
         return sorted(docs, key=lambda d: d.uploaded_at, reverse=True)
 
@@ -312,7 +312,7 @@ class KnowledgeBase:
     async def search(self, user: str, groups: Collection[str], query: str, top_k: int = 5,
                      collection: str | None = None) -> list[Hit]:
         """The best ``top_k`` passages of the readable collections (or of ``collection``)."""
-        colls = [access.resolve(user, groups, collection)] if collection else access.readable(user, groups)
+        colls = [resolve(user, groups, collection)] if collection else readable(user, groups)
         top_k = max(1, min(int(top_k), 100))
         if not query.strip():
             return []
