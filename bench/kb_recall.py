@@ -105,7 +105,7 @@ async def recall(path: str, per_file: int, big_mb: float = 8.0) -> None:
     b, d = score(base_ranked, qas), score(ranked, qas)
     print(f"{len(paras)} paragraphs in {len(files)} documents, {len(chunks)} chunks, {len(qas)} questions")
     print(line("baseline", b))
-    print(line("default ", d))
+    print(line("default", d))
     print("ratio    " + " ".join(f"top{k} x{d[k] / b[k]:.3f}" for k in KS if b[k]))
     print(f"ingest: {mb:.2f} MB of text in {len(files)} documents in {took:.2f} s = {mb / took:.2f} MB/s "
           f"(fsync-bound); one {len(big) / 1e6:.1f} MB document: {len(big) / 1e6 / big_took:.2f} MB/s; "
