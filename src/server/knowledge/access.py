@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Collection
 
-from ..errors import HandlerError
+from protocol import ErrorCode
+from server.errors import HandlerError
 
 
 def personal(user: str) -> str:
@@ -24,4 +25,4 @@ def resolve(user: str, groups: Collection[str], collection: str | None) -> str:
         return collection
     if not collection.startswith(("user:", "group:")) and collection in groups:
         return f"group:{collection}"            # a bare group name
-    raise HandlerError("FORBIDDEN", f"no access to collection {collection!r}")
+    raise HandlerError(ErrorCode.FORBIDDEN, f"no access to collection {collection!r}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .blocks import Block
+from server.knowledge.blocks import Block
 
 _SENTENCE_END = re.compile(r"(?<=[。！？!?…])\s*|(?<=[.;；])\s+|(?<=\n)")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..config_base import check_keys, get_float, get_int
-from ..memory.config import EmbeddingsConfig
+from server.config_base import check_keys, get_float, get_int
+from server.memory.config import EmbeddingsConfig
 
 MIB = 1024 * 1024
 
@@ -47,7 +47,7 @@ class KnowledgeConfig:
         out.bm25_b = get_float(s, d, "bm25_b", out.bm25_b, 0.0, 1.0)
         out.title_weight = get_float(s, d, "title_weight", out.title_weight, 0.0, 10.0)
         if out.chunk_overlap_chars >= out.chunk_target_chars:
-            from ..config_base import ConfigError
+            from server.config_base import ConfigError
             raise ConfigError(f"{s}.chunk_overlap_chars", "must be smaller than chunk_target_chars")
         out.embeddings = EmbeddingsConfig.from_dict(d.get("embeddings", {}))
         return out

@@ -14,9 +14,9 @@ from typing import Hashable, Iterable
 
 import numpy as np
 
-from ..memory.analyze import analyze
-from ..memory.bm25 import BM25Index
-from ..memory.recall import rrf
+from server.memory.analyze import analyze
+from server.memory.bm25 import BM25Index
+from server.memory.recall import rrf
 
 ChunkKey = tuple[str, int]       # (doc_id, chunk number)
 

@@ -19,15 +19,16 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable, Collection
 
-from ..errors import HandlerError, not_found
-from ..memory.embeddings import Embedder, EmbeddingError
-from .access import readable, resolve
-from .chunker import chunk_blocks
-from .config import KnowledgeConfig
-from .index import ChunkIndex, chunk_terms
-from .models import DocumentInfo, Hit
-from .parsers import kind_of, parse
-from .store import DocumentStore, write_file, write_json
+from protocol import ErrorCode
+from server.errors import HandlerError, not_found
+from server.memory.embeddings import Embedder, EmbeddingError
+from server.knowledge.access import readable, resolve
+from server.knowledge.chunker import chunk_blocks
+from server.knowledge.config import KnowledgeConfig
+from server.knowledge.index import ChunkIndex, chunk_terms
+from server.knowledge.models import DocumentInfo, Hit
+from server.knowledge.parsers import kind_of, parse
+from server.knowledge.store import DocumentStore, write_file, write_json
 
 log = logging.getLogger("nplt.knowledge")
 
@@ -41,12 +42,12 @@ def clean_name(name: str) -> str:
     """The base name of an uploaded file, or INVALID_MESSAGE for a hostile one (NUL, control
     characters, empty, '.'/'..', over MAX_NAME_CHARS). The name is metadata only: never a path."""
     if not isinstance(name, str) or any(unicodedata.category(c) == "Cc" for c in name):
-        raise HandlerError("INVALID_MESSAGE", "file name holds control characters")
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds control characters")
     base = PurePosixPath(name.replace("\\", "/")).name.strip()
     if not base or base in (".", ".."):
-        raise HandlerError("INVALID_MESSAGE", "empty file name")
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, "empty file name")
     if len(base) > MAX_NAME_CHARS:
-        raise HandlerError("INVALID_MESSAGE", f"file name over {MAX_NAME_CHARS} characters")
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, f"file name over {MAX_NAME_CHARS} characters")
     return base
 
 
@@ -160,7 +161,7 @@ class KnowledgeBase:
 
     def _check_upload(self, size: int) -> None:
         if size > self.config.max_upload_bytes:
-            raise HandlerError("QUOTA_EXCEEDED",
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
                                f"file of {size} bytes over the upload limit ({self.config.max_upload_bytes})")
 
     def _check_quota(self, user: str, coll: str, size: int) -> None:
@@ -168,9 +169,9 @@ class KnowledgeBase:
         cfg = self.config
         used = self.usage(user)
         if used + size > cfg.user_quota_bytes:
-            raise HandlerError("QUOTA_EXCEEDED", f"quota of {cfg.user_quota_bytes} bytes reached ({used} used)")
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"quota of {cfg.user_quota_bytes} bytes reached ({used} used)")
         if sum(1 for d in list(self._docs.values()) if d.collection == coll) >= cfg.max_documents_per_collection:
-            raise HandlerError("QUOTA_EXCEEDED", f"collection holds {cfg.max_documents_per_collection} documents")
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"collection holds {cfg.max_documents_per_collection} documents")
 
     def _stage(self, user: str, coll: str, name: str, data: bytes | str | os.PathLike, md5: str | None,
                report: Progress) -> _Staged | DocumentInfo:
@@ -181,7 +182,7 @@ class KnowledgeBase:
         try:
             path = self.store.staging(doc_id)
         except OSError as exc:
-            raise HandlerError("STORAGE_ERROR", f"cannot stage the document: {exc.strerror}") from None
+            raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot stage the document: {exc.strerror}") from None
         try:
             h_md5, h_sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
             report("receiving", 0, size)
@@ -198,7 +199,7 @@ class KnowledgeBase:
                     with open(data, "rb") as src:
                         while part := src.read(READ_BLOCK):
                             if len(buf) + len(part) > self.config.max_upload_bytes:
-                                raise HandlerError("QUOTA_EXCEEDED", "file grew over the upload limit")
+                                raise HandlerError(ErrorCode.QUOTA_EXCEEDED, "file grew over the upload limit")
                             h_md5.update(part), h_sha.update(part), out.write(part)
                             buf += part
                             report("receiving", len(buf), size)
@@ -208,7 +209,7 @@ class KnowledgeBase:
                 os.fsync(out.fileno())
             digest, sha = h_md5.hexdigest(), h_sha.hexdigest()
             if md5 is not None and md5.lower() != digest:
-                raise HandlerError("CHECKSUM_MISMATCH", f"md5 of the received bytes is {digest}, not {md5.lower()}")
+                raise HandlerError(ErrorCode.CHECKSUM_MISMATCH, f"md5 of the received bytes is {digest}, not {md5.lower()}")
             with self._lock:
                 dup = self._by_hash.get((coll, sha))
                 if dup is not None:
@@ -221,7 +222,7 @@ class KnowledgeBase:
             report("chunking", 0, len(blocks))
             chunks = chunk_blocks(blocks, self.config.chunk_target_chars, self.config.chunk_overlap_chars)
             if len(chunks) > self.config.max_chunks_per_document:
-                raise HandlerError("QUOTA_EXCEEDED", f"document makes {len(chunks)} chunks "
+                raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"document makes {len(chunks)} chunks "
                                    f"(limit {self.config.max_chunks_per_document})")
             report("chunking", len(blocks), len(blocks))
             records = [{"text": c.text, "location": c.location()} for c in chunks]
@@ -238,7 +239,7 @@ class KnowledgeBase:
             raise
         except OSError as exc:
             self.store.discard(path)
-            raise HandlerError("STORAGE_ERROR", f"cannot store the document: {exc.strerror or exc}") from None
+            raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot store the document: {exc.strerror or exc}") from None
         except BaseException:
             self.store.discard(path)
             raise
@@ -279,7 +280,7 @@ class KnowledgeBase:
             return info
         except OSError as exc:
             self.store.discard(staged.path)
-            raise HandlerError("STORAGE_ERROR", f"cannot store the document: {exc.strerror or exc}") from None
+            raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot store the document: {exc.strerror or exc}") from None
 
     # -- reading -----------------------------------------------------------------------------------
     async def list(self, user: str, groups: Collection[str], collection: str | None = None) -> list[DocumentInfo]:
@@ -295,7 +296,7 @@ class KnowledgeBase:
         """Remove a document: its uploader or an admin (FORBIDDEN otherwise; NOT_FOUND if unseen)."""
         info = self._visible(user, groups, doc_id)
         if info.uploader != user and not admin:
-            raise HandlerError("FORBIDDEN", "only the uploader or an admin may delete a document")
+            raise HandlerError(ErrorCode.FORBIDDEN, "only the uploader or an admin may delete a document")
 
         def run() -> None:
             with self._lock:
@@ -306,7 +307,7 @@ class KnowledgeBase:
                 try:
                     self.store.remove(info.collection, doc_id)
                 except OSError as exc:
-                    raise HandlerError("STORAGE_ERROR", f"cannot delete: {exc.strerror or exc}") from None
+                    raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot delete: {exc.strerror or exc}") from None
         await asyncio.get_running_loop().run_in_executor(None, run)
 
     async def search(self, user: str, groups: Collection[str], query: str, top_k: int = 5,
@@ -350,7 +351,7 @@ class KnowledgeBase:
         the loop and close it. INVALID_MESSAGE for an offset outside 0..size."""
         info = self._visible(user, groups, doc_id)
         if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= info.size:
-            raise HandlerError("INVALID_MESSAGE", f"offset must be in 0..{info.size}")
+            raise HandlerError(ErrorCode.INVALID_MESSAGE, f"offset must be in 0..{info.size}")
 
         def run() -> BinaryIO:
             try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .chunker import citation
+from server.knowledge.chunker import citation
 
 
 @dataclass(slots=True, frozen=True)

@@ -15,9 +15,10 @@ from html.parser import HTMLParser
 from pathlib import PurePath
 from typing import Callable
 
-from ..errors import HandlerError
-from .blocks import Block
-from .config import KnowledgeConfig
+from protocol import ErrorCode
+from server.errors import HandlerError
+from server.knowledge.blocks import Block
+from server.knowledge.config import KnowledgeConfig
 
 TEXT_KINDS = {".txt": "text", ".text": "text", ".log": "text", ".md": "markdown", ".markdown": "markdown",
               ".csv": "csv", ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".html": "html", ".htm": "html"}
@@ -30,7 +31,7 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 
 
 def unsupported(message: str) -> HandlerError:
-    return HandlerError("UNSUPPORTED_MEDIA", message)
+    return HandlerError(ErrorCode.UNSUPPORTED_MEDIA, message)
 
 
 def kind_of(name: str) -> str:
