@@ -35,6 +35,7 @@ from client.connection import Client  # noqa: E402
 from client.tui.app import NpltApp  # noqa: E402
 from client.tui.chat import FIRST_PAINT, ChatView  # noqa: E402
 from client.tui.message import MessageView  # noqa: E402
+from protocol.server_events import TurnEnd  # noqa: E402
 from server.agent.base import TurnRequest, TurnResult, TurnSink  # noqa: E402
 from storage import HistoryStore, StorageConfig  # noqa: E402
 from testkit.server import running_server  # noqa: E402
@@ -158,10 +159,10 @@ async def library_rate(addr: tuple[str, int], tokens: list[str]) -> float:
         reply = await client.chat_send("stream please")
         while True:
             event = await client.next_event(timeout=300)
-            if event is not None and event.type == "TURN_END" and event.turn_id == reply["turn_id"]:
+            if isinstance(event, TurnEnd) and event.turn_id == reply.turn_id:
                 break
         total = time.perf_counter() - t0
-        assert event.body["message"]["content"] == "".join(tokens)
+        assert event.message is not None and event.message.content == "".join(tokens)
     return total
 
 

@@ -53,7 +53,7 @@ def test_conversation_with_tool_item(srv: ServerThread, snap_compare) -> None:
         chat = app.query_one(ChatView)
         await wait_until(lambda: any(m.role == "assistant" and m.message_id for m in chat.messages())
                          and app.query_one("#session-list").option_count == 1
-                         and app.controller.sidebar.sessions[chat.session_id]["message_count"] == 2,
+                         and app.controller.sidebar.sessions[chat.session_id].message_count == 2,
                          pilot=pilot, what="the finished turn")
     assert snap_compare(make_app(srv), terminal_size=TERMINAL, run_before=run_before)
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header
+
+from protocol.objects import SearchHit
 
 from client.config import ClientConfig
 from client.connection import Backoff, Client
@@ -42,8 +44,7 @@ class NpltApp(App[None]):
             backoff=Backoff(initial=self.config.reconnect_initial_s, maximum=self.config.reconnect_max_s),
             request_timeout=self.config.request_timeout_s, connect_timeout=self.config.connect_timeout_s,
             event_queue_size=self.config.event_queue_size)
-        self.controller = Controller(self, self.client)
-        self.agent_info: dict[str, Any] = {}
+        self.controller = Controller(self, self.client, self.config)
 
     def compose(self) -> ComposeResult:
         yield Header(icon="◆")
@@ -110,18 +111,19 @@ class NpltApp(App[None]):
         self.controller.spawn(self.controller.new_session(), "session")
 
     def action_rename_session(self) -> None:
-        session = self.controller.session or {}
+        session = self.controller.session
 
         def done(title: str | None) -> None:
             if title:
                 self.controller.spawn(self.controller.rename(title), "rename")
-        self.push_screen(RenameModal(session.get("title") or ""), done)
+        self.push_screen(RenameModal(session.title if session is not None else ""), done)
 
     def action_delete_session(self) -> None:
         sid = self.controller.session_id
         if not sid:
             return
-        title = (self.controller.session or {}).get("title") or sid
+        session = self.controller.session
+        title = (session.title if session is not None else "") or sid
 
         def done(ok: bool | None) -> None:
             if ok:
@@ -135,10 +137,10 @@ class NpltApp(App[None]):
         self.push_screen(ConfirmModal("Clear every message of this session?", "Clear"), done)
 
     def action_search(self) -> None:
-        async def search(query: str) -> list[dict[str, Any]]:
-            return (await self.client.search(query)).get("hits", [])
+        async def search(query: str) -> tuple[SearchHit, ...]:
+            return (await self.client.search(query)).hits
 
-        def done(hit: dict[str, Any] | None) -> None:
+        def done(hit: SearchHit | None) -> None:
             if hit:
                 self.controller.spawn(self.controller.jump_to(hit), "session")
         self.push_screen(SearchModal(search), done)
@@ -156,7 +158,7 @@ class NpltApp(App[None]):
     async def export(self, session_id: str, fmt: str, path: str) -> None:
         reply = await self.client.export(fmt, session_id=session_id)
         try:
-            await asyncio.to_thread(Path(path).write_text, reply.get("content", ""), encoding="utf-8")
+            await asyncio.to_thread(Path(path).write_text, reply.content, encoding="utf-8")
         except OSError as exc:
             raise ClientError("WRITE_FAILED", f"cannot write {path}: {exc.strerror or exc}") from exc
         self.notify(f"Exported to {path}")
@@ -196,12 +198,12 @@ class NpltApp(App[None]):
             if spec.action != "quit":
                 yield SystemCommand(spec.title, spec.help, partial(self.run_action, spec.action))
         for model in self.controller.models:
-            name = str(model.get("name"))
+            name = model.name
             yield SystemCommand(f"Model: {name}", "Use this model for the current session",
                                 partial(self._switch_model, name))
 
     def _switch_model(self, name: str) -> None:
         async def switch() -> None:
             reply = await self.client.model_switch(name)
-            self.notify(f"Model: {reply.get('model', name)}")
+            self.notify(f"Model: {reply.model}")
         self.controller.spawn(switch(), "model")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 from rich.text import Text
 from textual import on, work
@@ -12,6 +12,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Markdown, OptionList, Static
 from textual.widgets.option_list import Option
+
+from protocol.objects import SearchHit
 
 MAX_TITLE = 200
 
@@ -69,10 +71,10 @@ class ConfirmModal(ModalScreen[bool]):
         self.dismiss(event.button.id == "confirm-yes")
 
 
-SearchFn = Callable[[str], Awaitable[list[dict[str, Any]]]]
+SearchFn = Callable[[str], Awaitable[Sequence[SearchHit]]]
 
 
-class SearchModal(ModalScreen[dict[str, Any] | None]):
+class SearchModal(ModalScreen[SearchHit | None]):
     """Search across sessions; picking a hit returns it (the app then jumps to the message)."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Close", show=False)]
@@ -80,7 +82,7 @@ class SearchModal(ModalScreen[dict[str, Any] | None]):
     def __init__(self, search: SearchFn) -> None:
         super().__init__(classes="modal")
         self._search = search
-        self.hits: list[dict[str, Any]] = []
+        self.hits: list[SearchHit] = []
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide"):
@@ -99,7 +101,7 @@ class SearchModal(ModalScreen[dict[str, Any] | None]):
         info = self.query_one("#search-info", Static)
         info.update("Searching…")
         try:
-            self.hits = await self._search(query)
+            self.hits = list(await self._search(query))
         except Exception as exc:  # noqa: BLE001 - shown to the user, the modal stays usable
             info.update(Text(f"Search failed: {exc}", style="red"))
             return
@@ -111,10 +113,9 @@ class SearchModal(ModalScreen[dict[str, Any] | None]):
             results.focus()
 
     @staticmethod
-    def _prompt(hit: dict[str, Any]) -> Text:
-        head = Text.assemble((str(hit.get("title") or hit.get("session_id")), "bold"),
-                             (f"  #{hit.get('message_id')} {hit.get('role', '')}", "dim"))
-        return Text.assemble(head, "\n", str(hit.get("snippet", "")).replace("\n", " "))
+    def _prompt(hit: SearchHit) -> Text:
+        head = Text.assemble((hit.title or hit.session_id, "bold"), (f"  #{hit.message_id} {hit.role}", "dim"))
+        return Text.assemble(head, "\n", hit.snippet.replace("\n", " "))
 
     @on(OptionList.OptionSelected, "#search-results")
     def _picked(self, event: OptionList.OptionSelected) -> None:
