@@ -21,7 +21,7 @@ from client import errors
 from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import ClientError
-from client.events import Disconnected
+from client.events import Disconnected, ServerError
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1      # unexpected failure (a bug)
@@ -59,13 +59,20 @@ def _dump(doc: Any, out: TextIO) -> None:
 
 
 async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
-    """Send one message and stream the answer; with --json print one document at the end."""
+    """Send one message (``-``: read it from stdin) and stream the answer; with --json print one
+    document at the end."""
+    text = args.text
+    if text == "-":
+        text = (await asyncio.to_thread(sys.stdin.read)).rstrip("\n")
+        if not text.strip():
+            err.write("nplt-client: USAGE: no message on stdin\n")
+            return EXIT_USAGE
     async with make_client(cfg, session_id=args.session) as client:
         if args.new:
             await client.session_new()
         elif args.session and client.session_id != args.session:
             await client.session_switch(args.session)  # NOT_FOUND when it is not the user's session
-        reply = await client.chat_send(args.text)
+        reply = await client.chat_send(text)
         turn_id = reply.turn_id
         try:
             streamed = io.StringIO() if args.json else out   # --json: kept for a cut TURN_END
@@ -90,6 +97,10 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
     else:
         out.write("\n")
         out.flush()
+    if end.finish_reason == "cancelled" and end.message is not None \
+            and end.message.metadata.get("cancel_reason") == "shutdown":
+        err.write("nplt-client: SHUTTING_DOWN: the server stopped during the answer (the partial answer was saved)\n")
+        return EXIT_CONNECTION
     if end.finish_reason == "cancelled":
         err.write("nplt-client: CANCELLED: the turn was cancelled\n")
         return EXIT_TURN
@@ -103,6 +114,10 @@ async def _follow_turn(client: Client, turn_id: str, out: TextIO | None,
     async for event in client.events():
         if isinstance(event, Disconnected):
             raise ClientError(errors.CONNECTION_LOST, event.error or "connection lost")
+        if isinstance(event, ServerError) and event.error.fatal:
+            stopped = event.error.code == "SHUTTING_DOWN"
+            raise ClientError(event.error.code, "the server stopped during the answer" if stopped
+                              else event.error.message)
         if not isinstance(event, TurnEvent) or event.turn_id != turn_id:
             continue
         match event:
@@ -181,7 +196,7 @@ COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "e
 def add_subcommands(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("ask", help="send a message and stream the answer to stdout")
-    p.add_argument("text", help="the message")
+    p.add_argument("text", help="the message ('-': read it from stdin)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--session", metavar="ID", help="session to use (default: the most recently updated)")
     g.add_argument("--new", action="store_true", help="start a new session for this message")

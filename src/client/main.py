@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
+from importlib import metadata
 from typing import Sequence
 
 from client import cli
@@ -16,9 +18,26 @@ def build_parser() -> argparse.ArgumentParser:
         description="NPLT Assistant client: opens the TUI, or runs one subcommand for scripts.",
         epilog="Exit codes: 0 ok, 1 internal error, 2 usage/config error, 3 connection error, "
                "4 authentication failed, 5 request rejected, 6 turn failed or cancelled, 130 interrupted.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     add_arguments(parser)
     cli.add_subcommands(parser)
     return parser
+
+
+def version() -> str:
+    """The installed package's version."""
+    try:
+        return metadata.version("nplt-assistant")
+    except metadata.PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown"
+
+
+def _quiet_broken_pipe() -> int:
+    """stdout's reader went away (``| head``): stop quietly. Later writes (the interpreter's final
+    flush included) go to /dev/null instead of printing a BrokenPipeError traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return cli.EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli.EXIT_OK
     try:
         return asyncio.run(cli.run_command(args, cfg))
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except KeyboardInterrupt:
         sys.stderr.write("nplt-client: INTERRUPTED\n")
         return cli.EXIT_INTERRUPTED

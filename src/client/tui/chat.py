@@ -109,8 +109,8 @@ class ChatView(VerticalScroll):
         if worker is not None:
             try:
                 await worker.wait()
-            except (WorkerCancelled, WorkerFailed):
-                pass
+            except (WorkerCancelled, WorkerFailed) as exc:  # a reset cancelled it: nothing left to wait for
+                self.log.debug(f"backfill ended early: {exc!r}")
 
     async def prepend_page(self, page: HistoryPageReply) -> None:
         """Insert an older page at the top, keeping what the user looks at in place."""
