@@ -7,6 +7,7 @@ from textual.widgets import Markdown, Static
 
 from client.tui.chat import code_blocks
 from client.tui.message import MAX_SEGMENTS, SEGMENT_CHARS, MessageView, split_point
+from client.tui.toolcall import ToolCallItem, format_result
 from client_testlib import wait_until
 from protocol.objects import ChatMessage, ToolCall
 
@@ -67,3 +68,20 @@ async def test_finish_repairs_missed_deltas_and_shows_tool_calls() -> None:
         assert view.content == "the full answer"
         assert list(view.tool_items) == ["c1"] and view.tool_items["c1"].status == "success"
         assert "partial" in view.header_text and "cancelled" in view.header_text
+
+
+def test_tool_results_are_pretty_printed_like_the_arguments() -> None:
+    assert format_result('{"b": 1, "a": [1, 2]}') == '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}'
+    assert format_result("[1,2]") == "[\n  1,\n  2\n]"
+    assert format_result("cpu 5%") == "cpu 5%"
+    assert format_result("{not json") == "{not json"
+
+
+async def test_a_tool_item_shows_a_json_result_indented() -> None:
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        call = ToolCall("c1", "sys_monitor", {"metric": "cpu"}, '{"cpu": {"percent": 5}}', "success", 0.1)
+        item = ToolCallItem(call)
+        await app.query_one("#host").mount(item)
+        await pilot.pause()
+        assert str(item.query_one(".tool-result").render()) == '{\n  "cpu": {\n    "percent": 5\n  }\n}'

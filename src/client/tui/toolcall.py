@@ -30,6 +30,17 @@ def format_arguments(arguments: Any) -> str:
         return str(arguments)
 
 
+def format_result(result: str) -> str:
+    """A result that is a JSON object or array is pretty-printed like the arguments; other text as is."""
+    text = result.strip()
+    if text[:1] in ("{", "["):
+        try:
+            return format_arguments(json.loads(text))
+        except ValueError:  # text that only looks like JSON: shown as it came
+            return result
+    return result
+
+
 class ToolCallItem(Collapsible):
     """One ToolCall (docs/protocol.md §3), live (updated on TOOL_RESULT) or read from history."""
 
@@ -53,7 +64,7 @@ class ToolCallItem(Collapsible):
     def _result_text(self) -> str:
         if self.status == "running":
             return "(running)"
-        result = self.call.result
+        result = format_result(self.call.result)
         if len(result) > MAX_RESULT_CHARS:
             result = result[:MAX_RESULT_CHARS] + f"\n… ({len(result) - MAX_RESULT_CHARS} more characters)"
         return result or "(no output)"
