@@ -9,11 +9,14 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
 import pytest
+from textual.widgets import Input
 
 from client.config import ClientConfig
 from client.events import Connected, Reconnecting
 from client.tui.app import NpltApp
+from client.tui.input import ChatInput
 from client.tui.message import MessageView
+from client.tui.modals import ConfirmModal, RenameModal
 from client.tui.sidebar import Sidebar
 from client.tui.status import StatusLine
 from client.tui.toolcall import ToolCallItem
@@ -201,3 +204,61 @@ async def test_connection_states_show_in_the_status_line() -> None:
         assert fake.hello is not None
         await fake.push(Connected(fake.hello, reconnected=True))
         await wait_until(lambda: status.connection == "connected", pilot=pilot, what="connected again")
+
+
+# -- focus and the sidebar cursor after session operations (issue 16) --------------------------------
+def highlighted(app: NpltApp) -> str | None:
+    option = app.query_one(Sidebar).list.highlighted_option
+    return option.id if option is not None else None
+
+
+def two_sessions() -> FakeClient:
+    return FakeClient([SessionInfo("s1", "Current", stamp(0), stamp(30)), SessionInfo("s2", "Other", stamp(0), stamp(20))],
+                      {"s2": [user(1, "in s2")]})
+
+
+async def test_ctrl_n_from_the_sidebar_focuses_the_input_and_moves_the_cursor() -> None:
+    fake = two_sessions()
+    async with scripted_app(fake) as (app, pilot):
+        sidebar = app.query_one(Sidebar)
+        app.action_focus_sessions()
+        await pilot.pause()
+        assert app.focused is sidebar.list and highlighted(app) == "s1"
+        await pilot.press("ctrl+n")
+        await wait_until(lambda: chat(app).session_id == "s3" and app.controller._loads == 0, pilot=pilot,
+                         what="the new session")
+        assert isinstance(app.focused, ChatInput) and highlighted(app) == "s3"
+        await pilot.press("h", "i")                       # typed text is not lost
+        assert app.query_one(ChatInput).text == "hi"
+
+
+async def test_switching_from_the_sidebar_focuses_the_input() -> None:
+    fake = two_sessions()
+    async with scripted_app(fake) as (app, pilot):
+        sidebar = app.query_one(Sidebar)
+        sidebar.list.focus()
+        sidebar.list.highlighted = sidebar.list.get_option_index("s2")
+        await pilot.press("enter")
+        await wait_until(lambda: chat(app).session_id == "s2" and contents(app) == [("user", "in s2")],
+                         pilot=pilot, what="the other session")
+        await wait_until(lambda: isinstance(app.focused, ChatInput), pilot=pilot, what="focus in the input")
+        assert highlighted(app) == "s2" and sidebar.current == "s2"
+
+
+async def test_rename_and_delete_give_the_focus_back_to_the_input() -> None:
+    fake = two_sessions()
+    async with scripted_app(fake) as (app, pilot):
+        app.action_focus_sessions()
+        await pilot.press("f2")
+        await wait_until(lambda: isinstance(app.screen, RenameModal), pilot=pilot, what="the rename dialog")
+        app.screen.query_one("#rename-input", Input).value = "Renamed"
+        await pilot.press("enter")
+        await wait_until(lambda: app.sub_title == "Renamed" and isinstance(app.focused, ChatInput), pilot=pilot,
+                         what="renamed, focus in the input")
+        app.action_focus_sessions()
+        await pilot.press("f8")
+        await wait_until(lambda: isinstance(app.screen, ConfirmModal), pilot=pilot, what="the delete dialog")
+        await pilot.click("#confirm-yes")
+        await wait_until(lambda: chat(app).session_id == "s2" and app.controller._loads == 0
+                         and isinstance(app.focused, ChatInput), pilot=pilot, what="deleted, the other session")
+        assert highlighted(app) == "s2" and "s1" not in app.query_one(Sidebar).sessions

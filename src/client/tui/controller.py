@@ -29,6 +29,7 @@ from client.errors import PERMANENT_CODES, ClientError
 from client.events import Connected, Disconnected, Event, InvalidFrame, Reconnecting, ServerError
 from client.tui.batch import drain, runs
 from client.tui.chat import ChatView
+from client.tui.input import ChatInput
 from client.tui.sidebar import Sidebar
 from client.tui.state import Change, ChatState, StatusChanged
 from client.tui.status import StatusLine
@@ -90,6 +91,13 @@ class Controller:
             await self.chat.add_error(f"Error {exc.code}: {exc.message}")
         except NoMatches:  # the app is shutting down: the notification is all that can be shown
             self.app.log.warning(f"error not shown in the chat (closing): {exc}")
+
+    def focus_input(self) -> None:
+        """After a session operation the user asked for, typing goes to the message input."""
+        try:
+            self.app.query_one(ChatInput).focus()
+        except NoMatches:  # the app is shutting down: nothing to focus
+            self.app.log.debug("no input to focus")
 
     async def render(self, changes: list[Change]) -> None:
         """Hand ChatState's changes to the widgets, in order."""
@@ -206,8 +214,10 @@ class Controller:
         self.sidebar.set_sessions(sessions)
 
     # -- sessions ---------------------------------------------------------------------------------------
-    async def load_session(self, fetch: Fetch) -> None:
-        """Fetch a session (switch/new/hello) and show its newest page; turn events wait meanwhile."""
+    async def load_session(self, fetch: Fetch, *, focus: bool = False) -> None:
+        """Fetch a session (switch/new/hello) and show its newest page; turn events wait meanwhile.
+
+        ``focus``: the user asked for it (new, switch, delete, clear), so the input gets the focus."""
         self._loads += 1
         try:
             async with self._load_lock:
@@ -224,6 +234,8 @@ class Controller:
                 if running is not None:
                     changes += self.state.attach(running)
                 await self.render(changes)
+                if focus:
+                    self.focus_input()
                 chat.call_after_refresh(chat.check_top)
         finally:
             try:
@@ -241,16 +253,17 @@ class Controller:
         async def fetch() -> tuple[SessionInfo, TurnState | None]:
             reply = await self.client.session_switch(session_id)
             return reply.session, reply.running_turn
-        await self.load_session(fetch)
+        await self.load_session(fetch, focus=True)
 
     async def new_session(self) -> None:
         async def fetch() -> tuple[SessionInfo, TurnState | None]:
             return (await self.client.session_new()).session, None
-        await self.load_session(fetch)
+        await self.load_session(fetch, focus=True)
 
     async def rename(self, title: str) -> None:
         reply = await self.client.session_rename(title, session_id=self.session_id)
         self._session_changed(reply.session)
+        self.focus_input()
 
     async def delete(self, session_id: str) -> None:
         self._deleting.add(session_id)
@@ -258,20 +271,21 @@ class Controller:
             if session_id != self.session_id:
                 await self.client.session_delete(session_id)
                 self.sidebar.remove(session_id)
+                self.focus_input()
                 return
 
             async def fetch() -> tuple[SessionInfo, TurnState | None]:
                 reply = await self.client.session_delete(session_id)
                 self.sidebar.remove(session_id)
                 return reply.current, None
-            await self.load_session(fetch)
+            await self.load_session(fetch, focus=True)
         finally:
             self._deleting.discard(session_id)
 
     async def clear(self) -> None:
         async def fetch() -> tuple[SessionInfo, TurnState | None]:
             return (await self.client.session_clear(self.session_id)).session, None
-        await self.load_session(fetch)
+        await self.load_session(fetch, focus=True)
 
     def _session_changed(self, session: SessionInfo) -> None:
         self.sidebar.upsert(session)

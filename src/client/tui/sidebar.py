@@ -65,11 +65,13 @@ class Sidebar(Vertical):
     def _order(self) -> list[SessionInfo]:
         return sorted(self.sessions.values(), key=lambda s: s.updated_at, reverse=True)
 
-    def _refresh_options(self) -> None:
+    def _refresh_options(self, follow_current: bool = False) -> None:
+        """Rebuild the options; the cursor stays where the user put it, or (``follow_current``, or
+        when its session is gone) moves to the current session."""
         highlighted = self.list.highlighted_option.id if self.list.highlighted_option else self.current
         options = [Option(self._prompt(s), id=s.session_id) for s in self._order()]
         self.list.set_options(options)
-        target = highlighted if highlighted in self.sessions else self.current
+        target = self.current if follow_current or highlighted not in self.sessions else highlighted
         if target in self.sessions:
             self.list.highlighted = self.list.get_option_index(target)
 
@@ -86,8 +88,9 @@ class Sidebar(Vertical):
             self._refresh_options()
 
     def set_current(self, session_id: str | None) -> None:
+        """Mark the session on screen; the cursor follows it."""
         self.current = session_id
-        self._refresh_options()
+        self._refresh_options(follow_current=True)
 
     def newest_other(self, session_id: str) -> str | None:
         """The most recently updated session other than ``session_id``."""
