@@ -6,17 +6,19 @@ and checks the screen. The end-to-end Pilot tests against a real server are in t
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
 from textual.widgets import Input
 
+from client import paths
 from client.config import ClientConfig
 from client.events import Connected, Reconnecting
 from client.tui.app import NpltApp
 from client.tui.input import ChatInput
 from client.tui.message import MessageView
-from client.tui.modals import ConfirmModal, RenameModal
+from client.tui.modals import ConfirmModal, ExportModal, RenameModal
 from client.tui.sidebar import Sidebar
 from client.tui.status import StatusLine
 from client.tui.toolcall import ToolCallItem
@@ -262,3 +264,21 @@ async def test_rename_and_delete_give_the_focus_back_to_the_input() -> None:
         await wait_until(lambda: chat(app).session_id == "s2" and app.controller._loads == 0
                          and isinstance(app.focused, ChatInput), pilot=pilot, what="deleted, the other session")
         assert highlighted(app) == "s2" and "s1" not in app.query_one(Sidebar).sessions
+
+
+async def test_export_dialog_one_at_a_time_enter_saves_to_the_user_folder(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DOCUMENTS_DIR", str(tmp_path / "docs"))
+    assert paths.export_dir() == tmp_path / "docs" / "NPLT"     # platformdirs honours the XDG folder
+    fake = FakeClient(messages={"s1": [user(1, "keep this")]})
+    async with scripted_app(fake) as (app, pilot):
+        await pilot.press("ctrl+s")
+        await wait_until(lambda: isinstance(app.screen, ExportModal), pilot=pilot, what="the export dialog")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert sum(isinstance(s, ExportModal) for s in app.screen_stack) == 1
+        assert app.screen.query_one("#export-path", Input).value == str(tmp_path / "docs" / "NPLT" / "nplt-s1.md")
+        await pilot.press("enter")
+        target = tmp_path / "docs" / "NPLT" / "nplt-s1.md"
+        await wait_until(target.exists, pilot=pilot, what="the export file")
+        assert target.read_text() == "keep this" and not isinstance(app.screen, ExportModal)

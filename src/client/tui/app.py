@@ -13,6 +13,7 @@ from textual.widgets import Footer, Header
 
 from protocol.objects import SearchHit
 
+from client import paths
 from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import ClientError
@@ -147,18 +148,23 @@ class NpltApp(App[None]):
 
     def action_export(self) -> None:
         sid = self.controller.session_id
-        if not sid:
-            return
+        if not sid or any(isinstance(s, ExportModal) for s in self.screen_stack):
+            return   # one export dialog at a time
 
         def done(choice: tuple[str, str] | None) -> None:
             if choice:
                 self.controller.spawn(self.export(sid, *choice), "export")
-        self.push_screen(ExportModal(f"nplt-{sid}"), done)
+        self.push_screen(ExportModal(f"nplt-{sid}", paths.export_dir()), done)
 
     async def export(self, session_id: str, fmt: str, path: str) -> None:
         reply = await self.client.export(fmt, session_id=session_id)
+
+        def write() -> None:
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)   # the default folder may not exist yet
+            target.write_text(reply.content, encoding="utf-8")
         try:
-            await asyncio.to_thread(Path(path).write_text, reply.content, encoding="utf-8")
+            await asyncio.to_thread(write)
         except OSError as exc:
             raise ClientError("WRITE_FAILED", f"cannot write {path}: {exc.strerror or exc}") from exc
         self.notify(f"Exported to {path}")

@@ -127,9 +127,9 @@ class ExportModal(ModalScreen[tuple[str, str] | None]):
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", show=False)]
 
-    def __init__(self, default_stem: str) -> None:
+    def __init__(self, default_stem: str, folder: Path) -> None:
         super().__init__(classes="modal")
-        self.default_path = str(Path.cwd() / f"{default_stem}.md")
+        self.default_path = str(folder / f"{default_stem}.md")
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide"):
@@ -140,12 +140,20 @@ class ExportModal(ModalScreen[tuple[str, str] | None]):
                 yield Button("JSON", variant="primary", id="export-json")
                 yield Button("Cancel", id="export-cancel")
 
+    @on(Input.Submitted, "#export-path")
+    def _submitted(self, event: Input.Submitted) -> None:
+        """Enter saves; the format follows the file name (``.json``: JSON, else Markdown)."""
+        path = event.value.strip()
+        self._save("json" if path.lower().endswith(".json") else "markdown")
+
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "export-cancel":
             self.dismiss(None)
             return
-        fmt = "json" if event.button.id == "export-json" else "markdown"
+        self._save("json" if event.button.id == "export-json" else "markdown")
+
+    def _save(self, fmt: str) -> None:
         path = self.query_one("#export-path", Input).value.strip()
         if not path:
             return
