@@ -282,3 +282,17 @@ async def test_export_dialog_one_at_a_time_enter_saves_to_the_user_folder(tmp_pa
         target = tmp_path / "docs" / "NPLT" / "nplt-s1.md"
         await wait_until(target.exists, pilot=pilot, what="the export file")
         assert target.read_text() == "keep this" and not isinstance(app.screen, ExportModal)
+
+
+async def test_long_sidebar_titles_end_with_an_ellipsis() -> None:
+    long_title = "A very long session title that would wrap over several lines of the sidebar"
+    fake = FakeClient([SessionInfo("s1", long_title, stamp(0), stamp(1))])
+    async with scripted_app(fake) as (app, pilot):
+        sidebar = app.query_one(Sidebar)
+        await pilot.pause()
+        first_line = str(sidebar.list.get_option("s1").prompt).splitlines()[0]
+        width = sidebar.list.scrollable_content_region.width
+        assert first_line.endswith("…") and len(first_line) < width and first_line.startswith("● A very long")
+        assert len(str(sidebar.list.get_option("s1").prompt).splitlines()) == 2   # title + details, no wrap
+        assert sidebar.list.get_option_at_index(0).id == "s1"
+        assert app.sub_title == long_title                       # the header keeps the whole title

@@ -25,6 +25,9 @@ def when(ts: str | None) -> str:
     return dt.strftime("%H:%M") if dt.date() == datetime.now().astimezone().date() else dt.strftime("%Y-%m-%d")
 
 
+TITLE_WIDTH = 28      # title cells before the list is laid out (the sidebar is 32 wide); then its width
+
+
 class SessionList(OptionList):
     """An OptionList whose option ids are session ids."""
 
@@ -53,7 +56,7 @@ class Sidebar(Vertical):
         marker = "● " if sid == self.current else "  "
         running = " ⟳" if s.running else ""
         title = Text(marker + (s.title or "(untitled)") + running, style="bold" if sid == self.current else "")
-        title.truncate(60, overflow="ellipsis")
+        title.truncate(self._title_width(), overflow="ellipsis")   # one line, never wrapped
         count = s.message_count
         detail = f"  {count} msg" + ("" if count == 1 else "s")
         if self.show_times:
@@ -61,6 +64,13 @@ class Sidebar(Vertical):
             if stamp:
                 detail += f" · {stamp}"
         return Text.assemble(title, "\n", (detail, "dim"))
+
+    def _title_width(self) -> int:
+        width = self.list.scrollable_content_region.width
+        return width - 1 if width > 8 else TITLE_WIDTH
+
+    def on_resize(self) -> None:
+        self._refresh_options()   # titles are cut to the new width
 
     def _order(self) -> list[SessionInfo]:
         return sorted(self.sessions.values(), key=lambda s: s.updated_at, reverse=True)
