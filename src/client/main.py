@@ -3,13 +3,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import logging.handlers
 import os
 import sys
 from importlib import metadata
 from typing import Sequence
 
-from client import cli
+from client import cli, paths
 from client.config import ClientConfig, ClientConfigError, add_arguments
+
+
+LOG_BYTES = 1 << 20   # one log file; LOG_FILES older ones are kept
+LOG_FILES = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +38,20 @@ def version() -> str:
         return "unknown"
 
 
+def log_to_file() -> None:
+    """The TUI owns the terminal: its log goes to a rotating file in the user's log folder."""
+    path = paths.log_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_BYTES, backupCount=LOG_FILES,
+                                                       encoding="utf-8")
+    except OSError as exc:
+        sys.stderr.write(f"nplt-client: cannot open the log file {path}: {exc}\n")
+        return
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+
+
 def _quiet_broken_pipe() -> int:
     """stdout's reader went away (``| head``): stop quietly. Later writes (the interpreter's final
     flush included) go to /dev/null instead of printing a BrokenPipeError traceback."""
@@ -52,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli.EXIT_USAGE
     if not args.command:
         from client.tui.app import NpltApp  # Textual is only imported for the TUI
+        log_to_file()
         NpltApp(cfg).run()
         return cli.EXIT_OK
     try:

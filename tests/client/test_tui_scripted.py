@@ -296,3 +296,19 @@ async def test_long_sidebar_titles_end_with_an_ellipsis() -> None:
         assert len(str(sidebar.list.get_option("s1").prompt).splitlines()) == 2   # title + details, no wrap
         assert sidebar.list.get_option_at_index(0).id == "s1"
         assert app.sub_title == long_title                       # the header keeps the whole title
+
+
+async def test_the_palette_theme_and_the_input_history_survive_a_restart() -> None:
+    async with scripted_app(FakeClient()) as (app, pilot):
+        assert app.theme == "textual-dark"
+        await type_and_send(pilot, "remember me")
+        app.theme = "nord"                          # as picked in the command palette
+        await wait_until(lambda: paths.state_file().exists()
+                         and '"nord"' in paths.state_file().read_text()
+                         and "remember me" in paths.state_file().read_text(), pilot=pilot, what="the saved state")
+    async with scripted_app(FakeClient()) as (app, pilot):
+        await wait_until(lambda: app.theme == "nord", pilot=pilot, what="the theme restored")
+        box = app.query_one(ChatInput)
+        box.focus()
+        await pilot.press("up")
+        assert box.text == "remember me"

@@ -24,6 +24,7 @@ from client.tui.controller import Controller
 from client.tui.input import ChatInput
 from client.tui.modals import ConfirmModal, ExportModal, HelpScreen, RenameModal, SearchModal
 from client.tui.sidebar import Sidebar
+from client.tui.saved import SavedState
 from client.tui.status import StatusLine
 
 
@@ -35,9 +36,11 @@ class NpltApp(App[None]):
     BINDINGS = commands.bindings()
 
     def __init__(self, config: ClientConfig | None = None, *, show_times: bool = True,
-                 show_address: bool = True, client: Client | None = None) -> None:
+                 show_address: bool = True, client: Client | None = None, state_path: Path | None = None) -> None:
         super().__init__()
         self.config = config or ClientConfig()
+        self.state_path = state_path if state_path is not None else paths.state_file()
+        self._save_lock = asyncio.Lock()
         self.show_times, self.show_address = show_times, show_address
         self.client = client or Client(
             self.config.host, self.config.port, token=self.config.token, tls=self.config.tls.context(),
@@ -70,6 +73,28 @@ class NpltApp(App[None]):
                 self.notify(f"Unknown binding ids in keymap: {', '.join(bad)}", severity="warning")
         self.query_one(ChatInput).focus()
         self.run_worker(self.controller.run(), name="client", group="client", exit_on_error=False)
+        self.run_worker(self._restore_state(), name="restore", group="state", exit_on_error=False)
+
+    # -- saved state (theme picked in the palette, input history) -----------------------------------------
+    async def _restore_state(self) -> None:
+        saved = await asyncio.to_thread(SavedState.load, self.state_path)
+        # an explicit theme (config file, environment, flag) wins over the one last picked in the palette
+        if saved.theme in self.available_themes and self.config.theme == ClientConfig().theme:
+            self.theme = saved.theme
+        box = self.query_one(ChatInput)
+        box.recall[:0] = saved.history
+        self.theme_changed_signal.subscribe(self, lambda _theme: self._save_state_soon())
+
+    def _save_state_soon(self) -> None:
+        self.run_worker(self._save_state(), group="state", exit_on_error=False)
+
+    async def _save_state(self) -> None:
+        saved = SavedState(self.theme, list(self.query_one(ChatInput).recall))
+        async with self._save_lock:   # one writer at a time: the last state wins
+            try:
+                await asyncio.to_thread(saved.save, self.state_path)
+            except OSError as exc:   # a read-only home: the TUI works, it just does not remember
+                self.log.warning(f"cannot save the TUI state to {self.state_path}: {exc}")
 
     async def on_unmount(self) -> None:
         await self.client.close()
@@ -77,6 +102,7 @@ class NpltApp(App[None]):
     # -- messages from widgets --------------------------------------------------------------------------
     def on_chat_input_submitted(self, event: ChatInput.Submitted) -> None:
         self.controller.spawn(self.controller.send(event.text), "send")
+        self._save_state_soon()   # the input history survives a restart
 
     def on_sidebar_selected(self, event: Sidebar.Selected) -> None:
         self.controller.spawn(self.controller.switch(event.session_id), "session")
