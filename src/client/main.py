@@ -73,8 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         from client.tui.app import NpltApp  # Textual is only imported for the TUI
         log_to_file()
-        NpltApp(cfg).run()
-        return cli.EXIT_OK
+        app = NpltApp(cfg)
+        app.run()
+        return app.return_code or cli.EXIT_OK
     try:
         return asyncio.run(cli.run_command(args, cfg))
     except BrokenPipeError:

@@ -5,6 +5,9 @@ and checks the screen. The end-to-end Pilot tests against a real server are in t
 """
 from __future__ import annotations
 
+import os
+import pty
+import signal
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -16,6 +19,7 @@ from client import paths
 from client.config import ClientConfig
 from client.events import Connected, Reconnecting
 from client.tui.app import NpltApp
+from client.tui.hangup import TerminalWatch
 from client.tui.input import ChatInput
 from client.tui.message import MessageView
 from client.tui.modals import ConfirmModal, ExportModal, RenameModal
@@ -312,3 +316,27 @@ async def test_the_palette_theme_and_the_input_history_survive_a_restart() -> No
         box.focus()
         await pilot.press("up")
         assert box.text == "remember me"
+
+
+async def test_sighup_exits_the_tui() -> None:
+    async with scripted_app(FakeClient()) as (app, pilot):
+        os.kill(os.getpid(), signal.SIGHUP)
+        await wait_until(lambda: app.return_code == 129, pilot=pilot, what="the exit on SIGHUP")
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL     # the handler was removed with the app
+
+
+def test_a_hung_up_terminal_is_noticed() -> None:
+    master, slave = pty.openpty()
+    reasons: list[str] = []
+    try:
+        watch = TerminalWatch(reasons.append, fd=slave)
+        assert watch.watching_tty
+        watch.check()
+        assert reasons == []
+        os.close(master)             # the other side went away (SSH drop, closed pane)
+        watch.check()
+        watch.check()
+        assert reasons == ["the terminal hung up"]   # once
+    finally:
+        os.close(slave)
+    assert not TerminalWatch(reasons.append, fd=None).watching_tty

@@ -24,8 +24,12 @@ from client.tui.controller import Controller
 from client.tui.input import ChatInput
 from client.tui.modals import ConfirmModal, ExportModal, HelpScreen, RenameModal, SearchModal
 from client.tui.sidebar import Sidebar
+from client.tui.hangup import CHECK_S, TerminalWatch
 from client.tui.saved import SavedState
 from client.tui.status import StatusLine
+
+
+EXIT_HANGUP = 129   # 128 + SIGHUP, as a shell reports a process ended by it
 
 
 class NpltApp(App[None]):
@@ -40,6 +44,7 @@ class NpltApp(App[None]):
         super().__init__()
         self.config = config or ClientConfig()
         self.state_path = state_path if state_path is not None else paths.state_file()
+        self.terminal = TerminalWatch(self._terminal_gone)
         self._save_lock = asyncio.Lock()
         self.show_times, self.show_address = show_times, show_address
         self.client = client or Client(
@@ -74,6 +79,12 @@ class NpltApp(App[None]):
         self.query_one(ChatInput).focus()
         self.run_worker(self.controller.run(), name="client", group="client", exit_on_error=False)
         self.run_worker(self._restore_state(), name="restore", group="state", exit_on_error=False)
+        self.terminal.install_signal()
+        self.set_interval(CHECK_S, self.terminal.check)
+
+    def _terminal_gone(self, reason: str) -> None:
+        """SIGHUP or a hung-up terminal: nobody can see or type here any more; exit (code 129)."""
+        self.exit(return_code=EXIT_HANGUP)
 
     # -- saved state (theme picked in the palette, input history) -----------------------------------------
     async def _restore_state(self) -> None:
@@ -97,6 +108,7 @@ class NpltApp(App[None]):
                 self.log.warning(f"cannot save the TUI state to {self.state_path}: {exc}")
 
     async def on_unmount(self) -> None:
+        self.terminal.remove_signal()
         await self.client.close()
 
     # -- messages from widgets --------------------------------------------------------------------------
