@@ -49,9 +49,9 @@ async def wait_until(pred: Callable[[], bool], *, pilot: Any = None, timeout: fl
             await asyncio.sleep(0.01)
 
 
-async def next_event_of(client: Any, types: set[str], timeout: float = DEADLINE,
+async def next_event_of(client: Any, types: type | tuple[type, ...], timeout: float = DEADLINE,
                         pred: Callable[[Any], bool] | None = None) -> Any:
-    """The next client event whose type is in ``types`` (and matches ``pred``), skipping others."""
+    """The next client event that is an instance of ``types`` (and matches ``pred``), skipping others."""
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
@@ -60,7 +60,7 @@ async def next_event_of(client: Any, types: set[str], timeout: float = DEADLINE,
         ev = await client.next_event(timeout=left)
         if ev is None:
             raise AssertionError("client closed while waiting for an event")
-        if ev.type in types and (pred is None or pred(ev)):
+        if isinstance(ev, types) and (pred is None or pred(ev)):
             return ev
 
 
