@@ -356,3 +356,14 @@ async def test_retries_show_in_the_status_line_then_the_answer_settles() -> None
         await wait_until(lambda: settled(app, "fine") and status.turn_status is None, pilot=pilot,
                          what="the answer after the retry")
         assert status.detail == ""
+
+
+async def test_the_header_names_the_sessions_model_and_follows_a_switch() -> None:
+    fake = FakeClient(sessions=[SessionInfo("s1", "First", stamp(0), stamp(0), model="qwen2.5:7b")])
+    async with scripted_app(fake) as (app, pilot):
+        assert app.title == "NPLT Assistant · qwen2.5:7b" and app.sub_title == "First"
+        await fake.push(SessionEvent("model", SessionInfo("s1", "First", stamp(0), stamp(0), model="deepseek-chat")))
+        await wait_until(lambda: app.title == "NPLT Assistant · deepseek-chat", pilot=pilot, what="the new model")
+        await fake.push(SessionEvent("model", SessionInfo("s9", "Other", stamp(0), stamp(0), model="other-model")))
+        await pilot.pause()
+        assert app.title == "NPLT Assistant · deepseek-chat"        # another session's switch changes nothing
