@@ -4,6 +4,10 @@ The server runs as a child process bound to 127.0.0.1 (an OS-chosen port unless 
 its port to a temporary file; the TUI connects to it; when the TUI exits the server is stopped with SIGTERM
 (graceful: turns finished or saved as partial, storage compacted).
 
+When the terminal goes away (SSH drop, closed tmux pane: SIGHUP) or this script gets SIGTERM, the TUI
+exits (it handles SIGHUP itself, and is killed if it lingers) and the server is stopped the same
+graceful way. The server runs in its own session, so the terminal's SIGHUP never kills it abruptly.
+
 The server writes its rotating log file in the history directory (``<data-dir>/logs/nplt-server.log``;
 its stderr goes to ``nplt-server.stderr`` beside it). Both are kept after exit. Where the log is and
 which port the server listens on are printed before the TUI opens and again after it closes, so the
@@ -36,12 +40,14 @@ def wait_for_port(port_file: Path, server: subprocess.Popen, deadline_s: float =
     raise SystemExit("run: the server did not start listening within 30 s")
 
 
-def where(host: str, port: int, log_file: Path) -> str:
-    return (f"run: nplt-server on {host}:{port} (CLI: nplt-client --port {port} ...)\n"
-            f"run: server log: {log_file}\n")
+def _stop(signum: int, frame: object) -> None:
+    """SIGHUP / SIGTERM: unwind main() so its ``finally`` stops the server."""
+    raise SystemExit(128 + signum)
 
 
 def main() -> int:
+    signal.signal(signal.SIGHUP, _stop)
+    signal.signal(signal.SIGTERM, _stop)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0 = any free port")
@@ -57,12 +63,12 @@ def main() -> int:
             server = subprocess.Popen(
                 [str(bindir / "nplt-server"), "--host", args.host, "--port", str(args.port),
                  "--data-dir", args.data_dir, "--log-file", str(log_file), "--port-file", str(port_file)],
-                stdout=err, stderr=subprocess.STDOUT,
+                stdout=err, stderr=subprocess.STDOUT, start_new_session=True,
             )
-        port = None
         try:
             port = wait_for_port(port_file, server)
-            sys.stderr.write(where(args.host, port, log_file))
+            sys.stderr.write(f"run: nplt-server on {args.host}:{port} (CLI: nplt-client --port {port} ...)\n"
+                             f"run: server log: {log_file}\n")
             sys.stderr.flush()
             client = subprocess.run([str(bindir / "nplt-client"), "--host", args.host, "--port", str(port), *extra])
             return client.returncode
