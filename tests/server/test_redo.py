@@ -96,3 +96,17 @@ async def test_regenerate_and_edit_need_an_idle_session(tmp_path):
         page = await c.call(T.HISTORY_REQUEST, superseded=True)
         assert not any(m["metadata"].get("superseded") for m in page["messages"])   # nothing was changed
         await c.close()
+
+
+async def test_superseded_turns_are_not_recalled(tmp_path):
+    async with running_server(tmp_path, EchoAgent(), memory="auto") as (srv, addr):
+        c = await V3Client.connect(addr)
+        await chat(c, "my pet is a zebra")
+        await chat(c, "filler")
+        assert await srv.memory.search("local", "zebra", session_id=c.session_id)   # indexed
+        reply = await c.call(T.CHAT_EDIT, message_id=1, text="my pet is a cat")
+        await c.turn_events(reply["turn_id"])
+        hits = await srv.memory.search("local", "zebra", session_id=c.session_id)
+        assert hits == []
+        assert await srv.memory.search("local", "cat", session_id=c.session_id)
+        await c.close()
