@@ -15,6 +15,7 @@ from typing import Any, Union
 from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .events import InvalidMessage, Message
+from .kb import KB_REQUEST_TYPES
 
 RequestId = Union[int, str]
 
@@ -369,6 +370,7 @@ REQUEST_TYPES: dict[MsgType, type] = {
     MsgType.MODEL_SWITCH: ModelSwitch,
     MsgType.PING: Ping,
     MsgType.STATS: Stats,
+    **KB_REQUEST_TYPES,
 }
 
 

@@ -17,6 +17,7 @@ from typing import Any, Union
 from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .fields import Fields, RequestId, Wire
+from .kb import KB_REPLY_TYPES
 from .objects import AgentInfo, ChatMessage, ModelInfo, SearchHit, SessionInfo, TurnState
 
 
@@ -320,7 +321,7 @@ AnyReply = Union[HelloReply, SessionListReply, SessionReply, SessionSwitchReply,
                  ChatCancelReply, ModelListReply, ModelSwitchReply, StatsReply, Pong, ErrorReply]
 
 #: Request type -> the class of its successful reply (the RESPONSE body; PONG for PING).
-REPLY_TYPES: dict[MsgType, type[Reply]] = {
+REPLY_TYPES: dict[MsgType, type[Wire]] = {
     MsgType.HELLO: HelloReply,
     MsgType.SESSION_LIST: SessionListReply,
     MsgType.SESSION_NEW: SessionReply,
@@ -338,6 +339,7 @@ REPLY_TYPES: dict[MsgType, type[Reply]] = {
     MsgType.MODEL_SWITCH: ModelSwitchReply,
     MsgType.PING: Pong,
     MsgType.STATS: StatsReply,
+    **KB_REPLY_TYPES,
 }
 
 

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol import (MAX_PAYLOAD, V2_TYPES, Connection, ErrorCode, InvalidMessage, Message,
+from protocol import (BINARY_TYPES, MAX_PAYLOAD, V2_TYPES, Connection, ErrorCode, InvalidMessage, Message,
                       MsgType, ProtocolError, ProtocolVersion, Role, encode_frame, split_text_utf8)
 
 V3, V2, UNKNOWN = ProtocolVersion.V3, ProtocolVersion.V2, ProtocolVersion.UNKNOWN
-SENDABLE = [t for t in MsgType if t is not MsgType.FRAGMENT]
+SENDABLE = [t for t in MsgType if t is not MsgType.FRAGMENT and t not in BINARY_TYPES]  # JSON bodies
 
 
 def chunks(data: bytes, sizes: list[int]) -> Iterator[bytes]:
