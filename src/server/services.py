@@ -6,12 +6,15 @@ the connection to the server: what a handler can touch is exactly what is listed
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from server.auth import Authenticator
 from server.config import LimitsConfig, ServerConfig
+from server.handlers.knowledge_uploads import UploadService
 from server.hub import Hub
+from server.knowledge import KnowledgeBase
 from server.metrics import Metrics
 from server.refusals import Refusals
 from server.sessions import SessionService
@@ -42,6 +45,8 @@ class Services:
     counters: Counters
     connections: set[Any] = field(default_factory=set)   # open connections (STATS "clients")
     metrics: Metrics = field(default_factory=Metrics)    # GET /metrics (server.httpd)
+    knowledge: KnowledgeBase | None = None               # documents (docs/knowledge.md); started by the app
+    uploads: UploadService | None = None                 # v3 uploads in progress (docs/protocol.md §5.8)
     version: str = VERSION
 
     @property
@@ -69,6 +74,8 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
                         limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics)
     sessions.turns = runner
+    data = Path(config.storage.root)
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
                     memory=memory, auth=Authenticator(config.auth), counters=counters or Counters(),
-                    metrics=metrics)
+                    metrics=metrics, knowledge=KnowledgeBase(config.knowledge, data / "knowledge"),
+                    uploads=UploadService(config.knowledge, data / "uploads"))

@@ -19,7 +19,7 @@ from protocol.messages import HistoryExport, HistoryPage, parse_request
 from protocol.replies import Reply
 from server.context import RequestContext
 from server.errors import HandlerError, failure_of
-from server.handlers import chat, history, misc, sessions
+from server.handlers import chat, history, knowledge, misc, sessions
 from server.handlers.hello import handle_hello
 from server.v3_port import V3Port
 
@@ -48,6 +48,13 @@ HANDLERS: dict[MsgType, Any] = {
     MsgType.MODEL_LIST: misc.model_list,
     MsgType.MODEL_SWITCH: misc.model_switch,
     MsgType.STATS: misc.stats,
+    MsgType.KB_UPLOAD_BEGIN: knowledge.upload_begin,
+    MsgType.KB_UPLOAD_END: knowledge.upload_end,
+    MsgType.KB_LIST: knowledge.kb_list,
+    MsgType.KB_DELETE: knowledge.kb_delete,
+    MsgType.KB_SEARCH: knowledge.kb_search,
+    MsgType.KB_PASSAGE: knowledge.kb_passage,
+    MsgType.KB_DOWNLOAD: knowledge.kb_download,
 }
 
 
