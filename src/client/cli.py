@@ -1,4 +1,4 @@
-"""Scriptable subcommands: ``ask``, ``sessions``, ``history``, ``export`` (see docs/client.md).
+"""Scriptable subcommands: ``ask``, ``sessions``, ``history``, ``export``, ``kb`` (``client.kb_cli``; see docs/client.md).
 
 Each command is an async function taking the parsed arguments and the loaded config and returning
 an exit code. Output: human-readable text by default; with ``--json`` exactly one JSON document on
@@ -11,6 +11,7 @@ import asyncio
 import io
 import json
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -18,6 +19,7 @@ from client import errors
 from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import ClientError
+from client.kb_cli import add_kb_parser, cmd_kb
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1      # unexpected failure (a bug)
@@ -171,7 +173,8 @@ async def cmd_export(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     return EXIT_OK
 
 
-COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "export": cmd_export}
+COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "export": cmd_export,
+            "kb": partial(cmd_kb, exit_code_for=exit_code_for)}
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:
@@ -195,6 +198,7 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--session", metavar="ID", required=True)
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    add_kb_parser(sub)
 
 
 def _positive(text: str) -> int:
