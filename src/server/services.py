@@ -15,6 +15,7 @@ from server.config import LimitsConfig, ServerConfig
 from server.handlers.knowledge_uploads import UploadService
 from server.hub import Hub
 from server.knowledge import KnowledgeBase
+from server.tools.knowledge import KnowledgeSource
 from server.metrics import Metrics
 from server.refusals import Refusals
 from server.sessions import SessionService
@@ -62,20 +63,23 @@ class Services:
 
 def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any], *, agent: Any = None,
                    memory: Any = None, counters: Counters | None = None) -> Services:
-    """Every service, once, in dependency order: hub -> (agent, memory) -> sessions -> runner.
+    """Every service, once, in dependency order: hub -> knowledge -> (agent, memory) -> sessions -> runner.
 
     ``store`` is an open AsyncHistoryStore; ``agent`` and ``memory`` are built from the config unless
     given (``memory="basic"``: BasicMemory); ``notify`` is the memory layer's callback.
     """
     hub = Hub()
-    agent, memory = build_runtime(config, store, notify, agent, memory)
+    data = Path(config.storage.root)
+    auth = Authenticator(config.auth)
+    knowledge = KnowledgeBase(config.knowledge, data / "knowledge")
+    agent, memory = build_runtime(config, store, notify, agent, memory,
+                                  knowledge=KnowledgeSource(knowledge, auth.groups_of))
     sessions = SessionService(store, hub, agent, memory)
     metrics = Metrics()
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
                         limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics)
     sessions.turns = runner
-    data = Path(config.storage.root)
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
-                    memory=memory, auth=Authenticator(config.auth), counters=counters or Counters(),
-                    metrics=metrics, knowledge=KnowledgeBase(config.knowledge, data / "knowledge"),
+                    memory=memory, auth=auth, counters=counters or Counters(),
+                    metrics=metrics, knowledge=knowledge,
                     uploads=UploadService(config.knowledge, data / "uploads"))

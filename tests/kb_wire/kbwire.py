@@ -57,3 +57,25 @@ async def raw_upload(c: V3Client, name: str, data: bytes, *, checksum: str | Non
     begin = await c.call(MsgType.KB_UPLOAD_BEGIN, **body)
     send_data(c, begin["handle"], begin["offset"], data[begin["offset"]:])
     return await c.call(MsgType.KB_UPLOAD_END, upload_id=begin["upload_id"])
+
+
+@asynccontextmanager
+async def wired_server(tmp_path: Path, **sections: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """The production wiring (the real agent from the config, the real memory) with the test users."""
+    from server.app import Server
+    from testkit.server import make_config
+    cfg = make_config(tmp_path, sections={"llm": {}, "auth": auth_section(), **sections})
+    srv = Server(cfg)
+    addr = await srv.start()
+    try:
+        yield srv, addr
+    finally:
+        await srv.stop()
+
+
+async def chat(c: V3Client, text: str) -> tuple[dict[str, Any], list[Any]]:
+    """Send one chat message; (TURN_END body, every event of the turn)."""
+    reply = await c.call(MsgType.CHAT_TEXT, text=text)
+    events = await c.turn_events(reply["turn_id"], timeout=30)
+    assert events[-1].type == MsgType.TURN_END, events[-1].body
+    return events[-1].body, events
