@@ -42,7 +42,8 @@ def file_digests(path: Path) -> tuple[str, str, int]:
 async def upload(client: Any, path: str | os.PathLike, *, collection: str | None = None,
                  progress: Progress | None = None, retries: int = 5, reconnect_timeout: float = 30.0,
                  end_timeout: float = 600.0, name: str | None = None) -> dict[str, Any]:
-    """Upload one file; returns the stored document (a dict: doc_id, name, md5, chunks, duplicate, ...).
+    """Upload one file; returns the stored document (the §5.8 Document as a dict: doc_id, name, md5,
+    chunks, duplicate, ...).
     Server refusals raise ClientError with the server's code (UNSUPPORTED_MEDIA, QUOTA_EXCEEDED, ...)."""
     path = Path(path)
     md5, sha, size = await asyncio.to_thread(file_digests, path)
@@ -63,7 +64,7 @@ async def upload(client: Any, path: str | os.PathLike, *, collection: str | None
 async def _upload_once(client: Any, path: Path, body: dict[str, Any], progress: Progress | None,
                        end_timeout: float) -> dict[str, Any]:
     begin = await client.request(MsgType.KB_UPLOAD_BEGIN, dict(body))
-    upload_id, handle, offset, step = begin["upload_id"], begin["handle"], begin["offset"], begin["chunk_size"]
+    upload_id, handle, offset, step = begin.upload_id, begin.handle, begin.offset, begin.chunk_size
 
     def on_progress(ev: Any) -> bool:
         if not isinstance(ev, dict) or ev.get("upload_id") != upload_id:
@@ -83,7 +84,7 @@ async def _upload_once(client: Any, path: Path, body: dict[str, Any], progress: 
                 await client.send_data(MsgType.KB_UPLOAD_DATA, handle, offset, block)
                 offset += len(block)
         reply = await client.request(MsgType.KB_UPLOAD_END, {"upload_id": upload_id}, timeout=end_timeout)
-        return reply["document"]
+        return reply.document.encode()
     finally:
         if client.taps.get(MsgType.KB_PROGRESS) is on_progress:
             del client.taps[MsgType.KB_PROGRESS]
@@ -151,4 +152,4 @@ async def _download_once(client: Any, doc_id: str, part: Path, progress: Progres
         await task
     if failure:
         raise ClientError("INVALID_MESSAGE", failure[0])
-    return reply["document"]
+    return reply.document.encode()

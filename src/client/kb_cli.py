@@ -60,14 +60,14 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
         return await _upload(args, cfg, out, err, exit_code_for)
     async with _client(cfg) as c:
         if action == "list":
-            docs = (await c.request(MsgType.KB_LIST, {}))["documents"]
+            docs = [d.encode() for d in (await c.request(MsgType.KB_LIST, {})).documents]
             if args.json:
                 _dump({"documents": docs}, out)
             for d in [] if args.json else docs:
                 out.write(f"{d['doc_id']}  {d['uploaded_at'][:19]}  {d['size']:>10}  {d['chunks']:>5} chunks  "
                           f"{d['collection']:16}  {d['name']}\n")
         elif action == "search":
-            hits = (await c.request(MsgType.KB_SEARCH, {"query": args.query, "limit": args.limit}))["hits"]
+            hits = [h.encode() for h in (await c.request(MsgType.KB_SEARCH, {"query": args.query, "limit": args.limit})).hits]
             if args.json:
                 _dump({"hits": [{k: h.get(k) for k in HIT_FIELDS} for h in hits]}, out)
             for h in [] if args.json else hits:
@@ -78,11 +78,11 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
         elif action == "download":
             dest = Path(args.output) if args.output else None
             if dest is None:
-                docs = (await c.request(MsgType.KB_LIST, {}))["documents"]
-                match = [d for d in docs if d["doc_id"] == args.doc_id]
+                docs = (await c.request(MsgType.KB_LIST, {})).documents
+                match = [d for d in docs if d.doc_id == args.doc_id]
                 if not match:
                     raise ClientError("NOT_FOUND", "no such document")
-                dest = Path(Path(match[0]["name"]).name)
+                dest = Path(Path(match[0].name).name)
             doc = await kbclient.download(c, args.doc_id, dest, progress=_bar(err, args.doc_id))
             if err.isatty():
                 err.write("\n")

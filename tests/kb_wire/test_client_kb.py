@@ -67,7 +67,7 @@ async def test_upload_resumes_after_the_connection_drops(tmp_path):
             c.request = recording
             doc = await kbclient.upload(c, src, progress=progress)
             assert dropped and doc["md5"] == hashlib.md5(LOG).hexdigest()
-            assert len(begins) == 2 and begins[0]["offset"] == 0 and begins[1]["offset"] >= dropped[0]
+            assert len(begins) == 2 and begins[0].offset == 0 and begins[1].offset >= dropped[0]
         a = await connect(addr, "alice")
         assert [d["doc_id"] for d in (await a.call(MsgType.KB_LIST))["documents"]] == [doc["doc_id"]]
         assert list(srv.services.uploads.root.iterdir()) == []
