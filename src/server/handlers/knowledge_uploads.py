@@ -58,7 +58,7 @@ class Upload:
     writer: asyncio.Task | None = None
     file: Any = None                           # the open .part file (worker threads only)
     h_md5: Any = field(default_factory=lambda: hashlib.md5(usedforsecurity=False))
-    h_sha: Any = field(default_factory=hashlib.sha256)
+    h_sha: Any = None                          # sha256, only when the client announced one
     port: Any = None                           # the connection it is attached to, and its handle
     handle: int = 0
     re: Any = None                             # BEGIN's id: KB_PROGRESS "receiving" carries it
@@ -125,7 +125,8 @@ class UploadService:
         if self.in_progress() >= cfg.max_uploads:
             raise HandlerError(ErrorCode.SERVER_BUSY, f"{cfg.max_uploads} uploads in progress on the server "
                                                       "(max_uploads); retry later")
-        up = Upload(uid, user, collection, name, size, md5.lower(), sha256, self.root / f"{uid}.part")
+        up = Upload(uid, user, collection, name, size, md5.lower(), sha256, self.root / f"{uid}.part",
+                    h_sha=hashlib.sha256() if sha256 else None)
         self._active[uid] = up                   # (reserved before the await: limits hold)
         try:
             await asyncio.to_thread(self._open, up)
@@ -152,7 +153,9 @@ class UploadService:
                     block = f.read(min(HASH_BLOCK, left))
                     if not block:
                         break
-                    up.h_md5.update(block), up.h_sha.update(block)
+                    up.h_md5.update(block)
+                    if up.h_sha is not None:
+                        up.h_sha.update(block)
                     left -= len(block)
             up.file = open(up.part, "r+b")
             up.file.truncate(held)
@@ -215,7 +218,8 @@ class UploadService:
     def _write(up: Upload, f: Any, data: bytearray) -> None:
         f.write(data)
         up.h_md5.update(data)
-        up.h_sha.update(data)
+        if up.h_sha is not None:
+            up.h_sha.update(data)
         up.written += len(data)
 
     def _progress(self, up: Upload, re: Any, stage: str, done: int, total: int) -> None:
@@ -240,8 +244,9 @@ class UploadService:
             raise HandlerError(ErrorCode.INVALID_MESSAGE,
                                f"{up.written} of {up.size} bytes received; continue from offset {up.written}")
         self._detach(up)
-        md5, sha = up.h_md5.hexdigest(), up.h_sha.hexdigest()
-        if md5 != up.md5 or (up.sha256 is not None and sha != up.sha256):
+        md5 = up.h_md5.hexdigest()
+        sha = up.h_sha.hexdigest() if up.h_sha is not None else None
+        if md5 != up.md5 or sha != up.sha256:
             await self.remove(up)
             which = "md5" if md5 != up.md5 else "sha256"
             raise HandlerError(ErrorCode.CHECKSUM_MISMATCH,
