@@ -90,6 +90,13 @@ async def test_wrong_checksum_is_refused_and_nothing_is_kept(tmp_path):
             await raw_upload(c, "runbook.md", RUNBOOK, checksum=md5(b"something else"))
         assert exc.value.code == "CHECKSUM_MISMATCH" and "nothing was kept" in exc.value.body["message"]
         assert leftovers(srv) == [] and (await c.call(MsgType.KB_LIST))["documents"] == []
+        begin = await c.call(MsgType.KB_UPLOAD_BEGIN, name="runbook.md", size=len(RUNBOOK), md5=md5(RUNBOOK),
+                             sha256="0" * 64)            # the md5 matches, the announced sha256 does not
+        send_data(c, begin["handle"], 0, RUNBOOK)
+        with pytest.raises(ReplyError) as exc:
+            await c.call(MsgType.KB_UPLOAD_END, upload_id=begin["upload_id"])
+        assert exc.value.code == "CHECKSUM_MISMATCH" and "sha256" in exc.value.body["message"]
+        assert leftovers(srv) == [] and (await c.call(MsgType.KB_LIST))["documents"] == []
         await c.close()
 
 
@@ -193,4 +200,24 @@ async def test_quota_and_expiry(tmp_path):
         c = await connect(addr, "alice")
         fresh = await c.call(MsgType.KB_UPLOAD_BEGIN, name="d.txt", size=5, md5=md5(b"ddddd"))
         assert not old.exists() and fresh["offset"] == 0
+        await c.close()
+
+
+async def test_download_streams_within_a_small_output_buffer_and_resumes_by_offset(tmp_path):
+    from protocol.binary import decode_data
+    data = b"".join(f"row {i}, value {i * 3}\n".encode() for i in range(40_000))   # ~0.8 MB
+    async with kb_server(tmp_path, max_output_buffer=65536) as (srv, addr):
+        c = await connect(addr, "alice")
+        doc = (await raw_upload(c, "rows.csv.txt", data))["document"]
+        c.inbox.clear()
+        reply = await c.call(MsgType.KB_DOWNLOAD, doc_id=doc["doc_id"], handle=5, offset=1000, timeout=30)
+        assert reply["offset"] == 1000 and reply["length"] == len(data) - 1000
+        frames = [decode_data(m.body) for m in c.inbox if m.type == MsgType.KB_DOWNLOAD_DATA]
+        assert all(h == 5 for h, _, _ in frames)
+        assert [o for _, o, _ in frames] == sorted(o for _, o, _ in frames) and frames[0][1] == 1000
+        assert b"".join(bytes(d) for _, _, d in frames) == data[1000:]
+        assert srv.slow_consumers == 0
+        with pytest.raises(ReplyError) as exc:
+            await c.call(MsgType.KB_DOWNLOAD, doc_id=doc["doc_id"], handle=6, offset=len(data) + 1)
+        assert exc.value.code == "INVALID_MESSAGE"
         await c.close()

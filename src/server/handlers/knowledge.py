@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from protocol import ErrorCode, MsgType
-from protocol.binary import data_frames
+from protocol.binary import MAX_DATA, data_frames
 from protocol.kb import (KbDelete, KbDeleteReply, KbDocument, KbDocumentReply, KbDownload, KbDownloadReply, KbHit,
                          KbList, KbListReply, KbPassage, KbPassageReply, KbSearch, KbSearchReply, KbUploadBegin,
                          KbUploadEnd, KbUploadReply)
@@ -103,9 +103,10 @@ async def kb_download(ctx: RequestContext, req: KbDownload) -> KbDownloadReply:
     info, f = await _kb(ctx).open_document(user, groups, req.doc_id, req.offset)
     port = ctx.port
     pos = req.offset
+    block = max(MAX_DATA, min(DOWNLOAD_BLOCK, ctx.limits.max_output_buffer // 4))  # never near SLOW_CONSUMER
     try:
         while not port.closed:
-            data = await asyncio.to_thread(f.read, DOWNLOAD_BLOCK)
+            data = await asyncio.to_thread(f.read, block)
             if not data:
                 break
             port.send_frames(data_frames(port.codec.send_raw, _DOWNLOAD_DATA, req.handle, pos, data))

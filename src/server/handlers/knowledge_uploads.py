@@ -133,6 +133,9 @@ class UploadService:
         except OSError as exc:
             self._active.pop(uid, None)
             raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot store the upload: {exc.strerror or exc}") from None
+        except BaseException:
+            self._active.pop(uid, None)
+            raise
         self._handles = (self._handles + 1) & 0xFFFFFFFF
         up.port, up.handle, up.re = port, self._handles, re
         up.next_report = up.received + max(1, size // REPORT_STEPS)
