@@ -193,7 +193,7 @@ class UploadService:
             return
         up.buf += chunk
         up.received += n
-        if len(up.buf) >= self.config.upload_buffer_bytes and not up.paused:
+        if len(up.buf) >= self.config.upload_buffer_bytes:   # (again if something resumed reading meanwhile)
             up.paused, up.flow = True, flow
             flow.pause_reading()
         if up.writer is None:
