@@ -190,6 +190,7 @@ class Server:
                     await part.aclose()
                 except Exception:  # the rest of the shutdown (the store's compaction) must still run
                     log.exception("%s close failed", name)
+        await svc.uploads.close()
         await svc.knowledge.close()
         if self._owns_store:
             await svc.store.close()

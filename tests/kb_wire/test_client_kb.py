@@ -82,3 +82,4 @@ async def test_a_refused_file_raises_the_servers_code(tmp_path):
             with pytest.raises(ClientError) as exc:
                 await kbclient.upload(c, src)
             assert exc.value.code == "UNSUPPORTED_MEDIA"
+

@@ -81,11 +81,17 @@ class UploadService:
         self.root = Path(root)
         self._active: dict[str, Upload] = {}                  # upload_id -> attached upload
         self._ports: dict[Any, dict[int, Upload]] = {}        # port -> handle -> upload
+        self._closing: dict[str, asyncio.Task] = {}           # upload_id -> its .part file being closed
         self._handles = 0
 
     # -- lifecycle -----------------------------------------------------------------------------------
     async def start(self) -> None:
         await asyncio.to_thread(self._sweep)
+
+    async def close(self) -> None:
+        """Wait for the partial files being closed (server stop)."""
+        for task in list(self._closing.values()):
+            await task
 
     def _sweep(self) -> None:
         """Remove partial uploads not touched for ``upload_expiry_s`` (worker thread)."""
@@ -118,6 +124,7 @@ class UploadService:
         if up is not None:                       # resumed while the old connection still holds it
             await self._flush(up)
             self._detach(up)
+        await self._closed(uid)                  # its file, closed by a connection that went away
         cfg = self.config
         if self.in_progress(user) >= cfg.max_uploads_per_user:
             raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
@@ -197,13 +204,14 @@ class UploadService:
             up.paused, up.flow = True, flow
             flow.pause_reading()
         if up.writer is None:
-            up.writer = asyncio.get_running_loop().create_task(self._drain(up))
+            up.writer = asyncio.get_running_loop().create_task(self._drain(up, up.file))
 
-    async def _drain(self, up: Upload) -> None:
+    async def _drain(self, up: Upload, f: Any) -> None:
+        """Write what was received (all of it, even after a disconnect: a resume continues after it)."""
         try:
-            while up.buf and up.file is not None:
+            while up.buf:
                 data, up.buf = up.buf, bytearray()
-                await asyncio.to_thread(self._write, up, up.file, data)
+                await asyncio.to_thread(self._write, up, f, data)
                 if up.paused and len(up.buf) < self.config.upload_buffer_bytes // 2:
                     up.paused = False
                     up.flow.resume_reading()  # type: ignore[union-attr]
@@ -247,6 +255,7 @@ class UploadService:
             raise HandlerError(ErrorCode.INVALID_MESSAGE,
                                f"{up.written} of {up.size} bytes received; continue from offset {up.written}")
         self._detach(up)
+        await self._closed(upload_id)
         md5 = up.h_md5.hexdigest()
         sha = up.h_sha.hexdigest() if up.h_sha is not None else None
         if md5 != up.md5 or sha != up.sha256:
@@ -286,12 +295,22 @@ class UploadService:
         if up.paused and up.flow is not None:
             up.paused = False
             up.flow.resume_reading()
-        if up.file is not None:
+        if up.file is not None:     # closed (flushed) off the loop, after the writer's last write
             f, up.file = up.file, None
-            if up.writer is None:
-                f.close()
-            else:
-                up.writer.add_done_callback(lambda _t: f.close())
+            task = asyncio.get_running_loop().create_task(self._close_file(up.writer, f))
+            self._closing[up.upload_id] = task
+            task.add_done_callback(lambda t, uid=up.upload_id: self._closing.pop(uid, None)
+                                   if self._closing.get(uid) is t else None)
+
+    async def _close_file(self, writer: asyncio.Task | None, f: Any) -> None:
+        if writer is not None:
+            await asyncio.wait([writer])
+        await asyncio.to_thread(f.close)
+
+    async def _closed(self, upload_id: str) -> None:
+        task = self._closing.pop(upload_id, None)
+        if task is not None:
+            await task
 
     def detach_port(self, port: Any) -> None:
         """The connection closed: its uploads stop (the partial files wait for a resume)."""
