@@ -48,6 +48,8 @@ def test_kb_commands(srv: ServerThread, capsys: pytest.CaptureFixture, tmp_path:
     assert "UNSUPPORTED_MEDIA" in err and "empty file" in err and "tool.exe" in err
     code, out, err = run(srv, capsys, "kb", "upload", str(tmp_path / "missing.md"))
     assert code != 0 and "missing.md" in err
+    code, out, err = run(srv, capsys, "kb", "upload", str(notes), "--group", "ops")   # user local has no groups
+    assert code == 5 and "FORBIDDEN" in err
     code, out, _ = run(srv, capsys, "kb", "list", "--json")
     assert code == 0 and [d["doc_id"] for d in json.loads(out)["documents"]] == [doc["doc_id"]]
     code, out, _ = run(srv, capsys, "kb", "search", "exporter port", "--limit", "3", "--json")
