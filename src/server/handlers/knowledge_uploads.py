@@ -33,7 +33,7 @@ log = logging.getLogger("nplt.knowledge")
 
 _PROGRESS = int(MsgType.KB_PROGRESS)
 HASH_BLOCK = 1 << 20
-REPORT_STEPS = 50           # "receiving" progress about every 2 %
+REPORT_STEPS = 50           # "receiving" progress about every 2 %, and whenever the writer caught up
 
 
 class Flow(Protocol):
@@ -215,7 +215,7 @@ class UploadService:
                 if up.paused and len(up.buf) < self.config.upload_buffer_bytes // 2:
                     up.paused = False
                     up.flow.resume_reading()  # type: ignore[union-attr]
-                if up.written >= up.next_report or up.written == up.size:
+                if up.written >= up.next_report or not up.buf:   # every 2 %, and when caught up
                     up.next_report = up.written + max(1, up.size // REPORT_STEPS)
                     self._progress(up, up.re, "receiving", up.written, up.size)
         except OSError as exc:
