@@ -54,7 +54,8 @@ class Upload:
     part: Path
     received: int = 0                          # bytes accepted (buffered or written)
     written: int = 0
-    buf: bytearray = field(default_factory=bytearray)
+    buf: list[memoryview] = field(default_factory=list)   # received, not written yet (no copy)
+    buffered: int = 0
     writer: asyncio.Task | None = None
     file: Any = None                           # the open .part file (worker threads only)
     h_md5: Any = field(default_factory=lambda: hashlib.md5(usedforsecurity=False))
@@ -198,9 +199,10 @@ class UploadService:
                 port.send_error(None, ErrorCode.INVALID_MESSAGE,
                                 f"upload {up.upload_id}: data frame dropped ({why}); send KB_UPLOAD_BEGIN to resume")
             return
-        up.buf += chunk
+        up.buf.append(chunk)
+        up.buffered += n
         up.received += n
-        if len(up.buf) >= self.config.upload_buffer_bytes:   # (again if something resumed reading meanwhile)
+        if up.buffered >= self.config.upload_buffer_bytes:   # (again if something resumed reading meanwhile)
             up.paused, up.flow = True, flow
             flow.pause_reading()
         if up.writer is None:
@@ -210,9 +212,9 @@ class UploadService:
         """Write what was received (all of it, even after a disconnect: a resume continues after it)."""
         try:
             while up.buf:
-                data, up.buf = up.buf, bytearray()
-                await asyncio.to_thread(self._write, up, f, data)
-                if up.paused and len(up.buf) < self.config.upload_buffer_bytes // 2:
+                parts, up.buf, up.buffered = up.buf, [], 0
+                await asyncio.to_thread(self._write, up, f, parts)
+                if up.paused and up.buffered < self.config.upload_buffer_bytes // 2:
                     up.paused = False
                     up.flow.resume_reading()  # type: ignore[union-attr]
                 if up.written >= up.next_report or not up.buf:   # every 2 %, and when caught up
@@ -226,12 +228,13 @@ class UploadService:
             up.writer = None
 
     @staticmethod
-    def _write(up: Upload, f: Any, data: bytearray) -> None:
-        f.write(data)
-        up.h_md5.update(data)
-        if up.h_sha is not None:
-            up.h_sha.update(data)
-        up.written += len(data)
+    def _write(up: Upload, f: Any, parts: list[memoryview]) -> None:
+        for data in parts:
+            f.write(data)
+            up.h_md5.update(data)
+            if up.h_sha is not None:
+                up.h_sha.update(data)
+            up.written += len(data)
 
     def _progress(self, up: Upload, re: Any, stage: str, done: int, total: int) -> None:
         port = up.port
