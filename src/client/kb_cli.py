@@ -118,6 +118,16 @@ async def _upload(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
     return status
 
 
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"expected an integer in 1..100, got {text!r}")
+    return value
+
+
 def add_kb_parser(sub: Any) -> None:
     p = sub.add_parser("kb", help="knowledge base: upload, list, search, delete, download documents")
     kb = p.add_subparsers(dest="kb_command", metavar="ACTION", required=True)
@@ -129,7 +139,7 @@ def add_kb_parser(sub: Any) -> None:
     q.add_argument("--json", action="store_true")
     q = kb.add_parser("search", help="the best passages for a query, with citations")
     q.add_argument("query")
-    q.add_argument("--limit", type=int, default=5, choices=range(1, 101), metavar="N")
+    q.add_argument("--limit", type=_limit, default=5, metavar="N", help="1..100 passages (default 5)")
     q.add_argument("--json", action="store_true")
     q = kb.add_parser("delete", help="delete a document (its uploader or an admin)")
     q.add_argument("doc_id")
