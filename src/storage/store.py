@@ -68,7 +68,7 @@ class HistoryStore:
         self.flusher = JournalFlusher(batched=batched, batch_s=config.batch_ms / 1000,
                                       threads=config.fsync_threads,
                                       on_failure=self._invalidate)
-        self.cache = SessionCache(size=config.lru_size, idle_s=config.idle_evict_s,
+        self.cache = SessionCache(size=config.lru_size, max_bytes=config.lru_mib << 20, idle_s=config.idle_evict_s,
                                   exists=lambda sid: self.index.get(sid) is not None,
                                   new=lambda sid: LoadedSession(sid, *self.loader.paths(sid)),
                                   load=self.loader.fill, on_close=self.flusher.forget)
@@ -121,6 +121,30 @@ class HistoryStore:
                 return None
             sess.last_used = time.monotonic()
             return _copy(sess.state.record)
+        finally:
+            sess.lock.release()
+
+    def read_loaded(self, session_id: str, after_id: int | None,
+                    max_messages: int) -> tuple[SessionRecord, list[ChatMessage]] | None:
+        """``get`` and ``messages`` in one, without waiting and without I/O (as ``get_loaded``): the
+        record and the visible messages with id > ``after_id`` (None: those its newest summary does
+        not cover), or None if the session is not loaded, its lock is busy or more than
+        ``max_messages`` would be returned (then read through a thread). Safe on the event loop."""
+        sess = self.cache.get(session_id) if not self.cache.closed else None
+        if sess is None or not sess.lock.acquire(blocking=False):
+            return None
+        try:
+            st = sess.state
+            if sess.status != READY:
+                return None
+            if after_id is None:
+                summary = st.record.summary
+                after_id = summary.covers_to_id if summary is not None else 0
+            start = st.after_pos(after_id)
+            if len(st.msgs) - start > max_messages:
+                return None
+            sess.last_used = time.monotonic()
+            return _copy(st.record), [to_message(d) for d in st.msgs[start:]]
         finally:
             sess.lock.release()
 
