@@ -12,7 +12,7 @@ Also printed: the CPU seconds the server process and this load generator spent w
 (uvloop when installed) and spends a small fraction of what the server does per turn.
 
     python bench/load.py [--clients 200] [--turns 5] [--agent echo|offline] [--durability fsync|batched]
-                         [--io-threads N] [--lru-size N] [--switch-ms MS]
+                         [--io-threads N] [--lru-size N] [--fsync-threads N] [--switch-ms MS]
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ T = MsgType
 
 # ---------------------------------------------------------------- server side (subprocess)
 async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int, durability: str,
-                users: int, io_threads: int, switch_ms: float, lru_size: int) -> None:
+                users: int, io_threads: int, switch_ms: float, lru_size: int, fsync_threads: int) -> None:
     from server.app import Server
     from server.config import ServerConfig
     agent = None
@@ -52,7 +52,8 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
                                   "limits": {"max_clients": max_clients}, "auth": auth,
                                   "storage": {"root": data_dir, "durability": durability,
                                               **({"io_threads": io_threads} if io_threads else {}),
-                                              **({"lru_size": lru_size} if lru_size else {})}})
+                                              **({"lru_size": lru_size} if lru_size else {}),
+                                              **({"fsync_threads": fsync_threads} if fsync_threads else {})}})
     if switch_ms:
         sys.setswitchinterval(switch_ms / 1000)
     srv = Server(cfg, agent=agent)
@@ -61,7 +62,11 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
     stop = asyncio.Event()
     import signal
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    fl = srv.store.sync.flusher
+    before = (fl.batches, fl.fsyncs)
     await stop.wait()
+    # group-commit figures for the parent (rounds with waiters, journal fsyncs; verify reads none)
+    Path(port_file + ".stats").write_text(f"{fl.batches - before[0]} {fl.fsyncs - before[1]}")
     await srv.stop()
 
 
@@ -155,6 +160,8 @@ def main() -> None:
                     help="all clients are the single user 'local' (every session event fans out to all)")
     ap.add_argument("--io-threads", type=int, default=0, help="[storage] io_threads (default: the config default)")
     ap.add_argument("--lru-size", type=int, default=0, help="[storage] lru_size (default: the config default)")
+    ap.add_argument("--fsync-threads", type=int, default=0,
+                    help="[storage] fsync_threads (default: the config default)")
     ap.add_argument("--switch-ms", type=float, default=0,
                     help="server sys.setswitchinterval in ms (default: Python's 5 ms)")
     ap.add_argument("--serve", nargs=2, metavar=("PORT_FILE", "DATA_DIR"), help=argparse.SUPPRESS)
@@ -163,7 +170,7 @@ def main() -> None:
         with asyncio.Runner(loop_factory=new_loop) as r:
             r.run(serve(args.serve[0], args.serve[1], args.agent, args.clients + 16, args.durability,
                         0 if args.single_user else args.clients, args.io_threads, args.switch_ms,
-                        args.lru_size))
+                        args.lru_size, args.fsync_threads))
         return
     import psutil
     with tempfile.TemporaryDirectory() as tmp:
@@ -172,7 +179,8 @@ def main() -> None:
         proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file), str(Path(tmp) / "data"),
                                  "--agent", args.agent, "--clients", str(args.clients),
                                  "--durability", args.durability, "--io-threads", str(args.io_threads),
-                                 "--switch-ms", str(args.switch_ms), "--lru-size", str(args.lru_size)] + (["--single-user"] if args.single_user else []),
+                                 "--switch-ms", str(args.switch_ms), "--lru-size", str(args.lru_size),
+                                 "--fsync-threads", str(args.fsync_threads)] + (["--single-user"] if args.single_user else []),
                                 env=env)
         try:
             deadline = time.monotonic() + 30
@@ -224,11 +232,16 @@ def main() -> None:
             if rate is not None:
                 print(f"one stream        {rate:,.0f} deltas/s end to end (50,000 deltas, echo agent)")
             ok = problems == 0 and n == args.clients * args.turns
-            print(f"integrity         {checked} sessions read back, {problems} with lost/duplicated messages "
-                  f"-> {'OK' if ok else 'FAILED'}")
         finally:
             proc.terminate()
             proc.wait(30)
+        stats = Path(str(port_file) + ".stats")
+        if stats.exists():
+            rounds, fsyncs = map(int, stats.read_text().split())
+            print(f"group commit      {2 * n} durable appends in {rounds} flush rounds, {fsyncs} journal fsyncs "
+                  f"({2 * n / max(rounds, 1):.1f} appends per round)")
+        print(f"integrity         {checked} sessions read back, {problems} with lost/duplicated messages "
+              f"-> {'OK' if ok else 'FAILED'}")
         if not ok:
             sys.exit(1)
 

@@ -40,7 +40,9 @@ class AsyncHistoryStore:
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
     async def create(self, user_id: str, title: str | None = None, model: str | None = None) -> SessionRecord:
-        return await self._run(self.sync.create, user_id, title, model)
+        record, done = await self._run(self.sync.create_pending, user_id, title, model)
+        await _durable(done)
+        return record
 
     async def get(self, session_id: str) -> SessionRecord:
         record = self.sync.get_loaded(session_id)       # loaded and not busy: no thread hop
