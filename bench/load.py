@@ -199,7 +199,7 @@ def main() -> None:
                     peak[0] = max(peak[0], ps.memory_info().rss)
                     await asyncio.sleep(0.1)
 
-            cpu = [0.0, 0.0, 0.0]
+            cpu = [0.0, 0.0, 0.0, 0.0]
 
             async def run() -> tuple:
                 sampler = asyncio.get_running_loop().create_task(sample())
@@ -210,7 +210,7 @@ def main() -> None:
                     sampler.cancel()
                 s1, g1 = ps.cpu_times(), psutil.Process().cpu_times()
                 cpu[:] = [s1.user + s1.system - s0.user - s0.system, g1.user + g1.system - g0.user - g0.system,
-                          main_thread_cpu(ps) - m0]
+                          main_thread_cpu(ps) - m0, s1.system - s0.system]
                 checked = await verify(port, res[2], users)
                 rate = await stream_rate(port, 50_000, users) if args.agent == "echo" else None
                 return res, checked, rate
@@ -225,8 +225,8 @@ def main() -> None:
                 print(f"turn latency      p50 {pct(lat, 50) * 1000:.1f} ms   p99 {pct(lat, 99) * 1000:.1f} ms   "
                       f"mean {statistics.fmean(lat) * 1000:.1f} ms")
             print(f"CPU seconds       server {cpu[0]:.2f} ({cpu[0] / elapsed:.0%} of one core, "
-                  f"{cpu[0] / max(n, 1) * 1e3:.2f} ms/turn; event-loop thread {cpu[2]:.2f}, other threads "
-                  f"{cpu[0] - cpu[2]:.2f})   load generator {cpu[1]:.2f} "
+                  f"{cpu[0] / max(n, 1) * 1e3:.2f} ms/turn, {cpu[3]:.2f} s in the kernel; event-loop thread "
+                  f"{cpu[2]:.2f}, other threads {cpu[0] - cpu[2]:.2f})   load generator {cpu[1]:.2f} "
                   f"({cpu[1] / elapsed:.0%} of one core)")
             print(f"server RSS        idle {rss_idle / 2**20:.1f} MiB   peak {peak[0] / 2**20:.1f} MiB")
             if rate is not None:

@@ -44,6 +44,11 @@ class AsyncHistoryStore:
         await _durable(done)
         return record
 
+    def get_loaded(self, session_id: str) -> SessionRecord | None:
+        """``HistoryStore.get_loaded``: the record if it is in memory and idle right now, else None
+        (then await ``get``). No I/O, no waiting: safe on the event loop."""
+        return self.sync.get_loaded(session_id)
+
     async def get(self, session_id: str) -> SessionRecord:
         record = self.sync.get_loaded(session_id)       # loaded and not busy: no thread hop
         return record if record is not None else await self._run(self.sync.get, session_id)
