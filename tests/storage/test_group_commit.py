@@ -176,3 +176,29 @@ def test_a_failed_fsync_on_create_leaves_no_session(open_store, root, monkeypatc
     sid = store.create("u", "created").session_id
     store.close()
     assert open_store().get(sid).title == "created"
+
+
+def test_async_results_reach_the_loop_and_a_cancelled_call_that_has_not_started_never_runs(root) -> None:
+    async def main() -> None:
+        store = await AsyncHistoryStore.open(StorageConfig(root=str(root), io_threads=1))
+        try:
+            sid = (await store.create("u")).session_id
+            entered, release = threading.Event(), threading.Event()
+
+            def hold() -> None:
+                entered.set()
+                assert release.wait(30)
+            busy = asyncio.ensure_future(store._run(hold))            # the only worker thread is taken
+            await asyncio.to_thread(entered.wait, 30)
+            queued = asyncio.ensure_future(store.append(sid, "user", "never"))
+            await asyncio.sleep(0)          # one loop iteration: its first step (queued before ours) submits the job
+            queued.cancel()
+            release.set()
+            await busy
+            msgs = await asyncio.gather(*(store.append(sid, "user", f"m{i}") for i in range(50)))
+            assert [m.content for m in await store.messages(sid)] == [f"m{i}" for i in range(50)]
+            assert sorted(m.id for m in msgs) == list(range(1, 51))
+            assert queued.cancelled()
+        finally:
+            await store.close()
+    asyncio.run(main())
