@@ -12,7 +12,8 @@ Also printed: the CPU seconds the server process and this load generator spent w
 (uvloop when installed) and spends a small fraction of what the server does per turn.
 
     python bench/load.py [--clients 200] [--turns 5] [--agent echo|offline] [--durability fsync|batched]
-                         [--io-threads N] [--lru-size N] [--fsync-threads N] [--switch-ms MS]
+                         [--memory manager|basic] [--io-threads N] [--lru-size N] [--fsync-threads N]
+                         [--switch-ms MS]
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ T = MsgType
 
 # ---------------------------------------------------------------- server side (subprocess)
 async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int, durability: str,
-                users: int, io_threads: int, switch_ms: float, lru_size: int, fsync_threads: int) -> None:
+                users: int, io_threads: int, switch_ms: float, lru_size: int, fsync_threads: int,
+                memory: str) -> None:
     from server.app import Server
     from server.config import ServerConfig
     agent = None
@@ -56,7 +58,7 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
                                               **({"fsync_threads": fsync_threads} if fsync_threads else {})}})
     if switch_ms:
         sys.setswitchinterval(switch_ms / 1000)
-    srv = Server(cfg, agent=agent)
+    srv = Server(cfg, agent=agent, memory="basic" if memory == "basic" else None)
     _, port = await srv.start()
     Path(port_file).write_text(str(port))
     stop = asyncio.Event()
@@ -156,6 +158,8 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=5, help="turns per client")
     ap.add_argument("--agent", choices=("echo", "offline"), default="echo")
     ap.add_argument("--durability", choices=("fsync", "batched"), default="fsync")
+    ap.add_argument("--memory", choices=("manager", "basic"), default="manager",
+                    help="the server's memory layer: the real MemoryManager (default) or BasicMemory")
     ap.add_argument("--single-user", action="store_true",
                     help="all clients are the single user 'local' (every session event fans out to all)")
     ap.add_argument("--io-threads", type=int, default=0, help="[storage] io_threads (default: the config default)")
@@ -170,7 +174,7 @@ def main() -> None:
         with asyncio.Runner(loop_factory=new_loop) as r:
             r.run(serve(args.serve[0], args.serve[1], args.agent, args.clients + 16, args.durability,
                         0 if args.single_user else args.clients, args.io_threads, args.switch_ms,
-                        args.lru_size, args.fsync_threads))
+                        args.lru_size, args.fsync_threads, args.memory))
         return
     import psutil
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,7 +184,7 @@ def main() -> None:
                                  "--agent", args.agent, "--clients", str(args.clients),
                                  "--durability", args.durability, "--io-threads", str(args.io_threads),
                                  "--switch-ms", str(args.switch_ms), "--lru-size", str(args.lru_size),
-                                 "--fsync-threads", str(args.fsync_threads)] + (["--single-user"] if args.single_user else []),
+                                 "--fsync-threads", str(args.fsync_threads), "--memory", args.memory] + (["--single-user"] if args.single_user else []),
                                 env=env)
         try:
             deadline = time.monotonic() + 30
@@ -219,7 +223,7 @@ def main() -> None:
                 (elapsed, lat, texts), (checked, problems), rate = r.run(run())
             n = len(lat)
             print(f"agent={args.agent} clients={args.clients} turns/client={args.turns} "
-                  f"durability={args.durability} users={'1 (local)' if args.single_user else args.clients}")
+                  f"durability={args.durability} memory={args.memory} users={'1 (local)' if args.single_user else args.clients}")
             print(f"turns completed   {n} in {elapsed:.2f} s  ->  {n / elapsed:,.0f} turns/s")
             if lat:
                 print(f"turn latency      p50 {pct(lat, 50) * 1000:.1f} ms   p99 {pct(lat, 99) * 1000:.1f} ms   "
