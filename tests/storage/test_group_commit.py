@@ -193,6 +193,7 @@ def test_async_results_reach_the_loop_and_a_cancelled_call_that_has_not_started_
             queued = asyncio.ensure_future(store.append(sid, "user", "never"))
             await asyncio.sleep(0)          # one loop iteration: its first step (queued before ours) submits the job
             queued.cancel()
+            await asyncio.gather(queued, return_exceptions=True)   # its cancellation reached the job
             release.set()
             await busy
             msgs = await asyncio.gather(*(store.append(sid, "user", f"m{i}") for i in range(50)))
