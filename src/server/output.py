@@ -1,7 +1,9 @@
 """OutputBuffer: the sending half of one connection: batched writes, back-pressure, SLOW_CONSUMER.
 
-Writes are batched (one ``transport.write`` per ``data_received`` call or loop iteration, or at once
-past ``FLUSH_BYTES``). The connection pauses reading while the transport is over its high-water mark
+Writes are batched: one ``transport.write`` per ``data_received`` call, or at once past
+``FLUSH_BYTES``; otherwise the first write arms a flush two loop iterations later, so what the
+tasks it woke (or created) publish in the next iteration leaves in the same write (a turn's
+TURN_START, SESSION_EVENT, TURN_STATUS and first deltas: one send instead of three). The connection pauses reading while the transport is over its high-water mark
 (set to at most ``max_output_buffer``; ``paused``), and no new request starts meanwhile
 (``server.request_queue``). A client whose transport buffer (what the kernel would not take)
 exceeds ``max_output_buffer`` when more output is queued is dropped with SLOW_CONSUMER (one message
@@ -55,7 +57,11 @@ class OutputBuffer:
         if self.size >= self.flush_bytes:
             self.flush()
         elif self._handle is None and not self.in_rx:
-            self._handle = self.loop.call_soon(self.flush)
+            self._handle = self.loop.call_soon(self._flush_next)
+
+    def _flush_next(self) -> None:
+        """The armed flush, one iteration on: flush at the end of the next one."""
+        self._handle = self.loop.call_soon(self.flush)
 
     def end_rx(self, hot: bool) -> None:
         """The end of one ``data_received``: send what it queued (PONGs, replies) in one write.
