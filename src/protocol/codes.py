@@ -58,6 +58,7 @@ class MsgType(IntEnum):
     TURN_ERROR = 0x36
     SESSION_EVENT = 0x37
     NOTICE = 0x38
+    DOWNLOAD_OFFER_V3 = 0x4F
     FRAGMENT = 0x7F
 
 
@@ -142,7 +143,7 @@ REQUEST_CODES: frozenset[MsgType] = frozenset({
 EVENT_CODES: frozenset[MsgType] = frozenset({
     MsgType.TURN_START, MsgType.TURN_STATUS, MsgType.TOOL_CALL, MsgType.TOOL_RESULT,
     MsgType.ANSWER_DELTA, MsgType.TURN_END, MsgType.TURN_ERROR, MsgType.SESSION_EVENT,
-    MsgType.NOTICE,
+    MsgType.NOTICE, MsgType.DOWNLOAD_OFFER_V3,
 })
 
 

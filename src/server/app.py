@@ -21,6 +21,7 @@ from server.config_base import ConfigError
 from server.connection import ServerConnection
 from server.services import VERSION, Counters, Services, build_services
 from server.httpd import start_http, stop_http
+from server.legacy_v2_files import clear_incoming
 from storage import AsyncHistoryStore, HistoryStore, open_store
 
 log = logging.getLogger("nplt.server")
@@ -122,10 +123,15 @@ class Server:
         self.services = svc = build_services(cfg, store, self.notify, agent=self._agent_arg,
                                              memory=self._memory_arg, counters=self.counters)
         try:
+            await svc.kb.start()
+            await clear_incoming(cfg)
+            await svc.udp.start(cfg.transfer.udp_host or cfg.server.host)
             self._listener = await loop.create_server(
                 self._new_connection, cfg.server.host, cfg.server.port, ssl=ssl_ctx,
                 backlog=min(4096, max(128, cfg.limits.max_clients)))
         except BaseException:
+            await svc.udp.close()
+            await svc.kb.close()
             if self._owns_store:
                 await store.close()
             raise
@@ -187,6 +193,8 @@ class Server:
                     await part.aclose()
                 except Exception:  # the rest of the shutdown (the store's compaction) must still run
                     log.exception("%s close failed", name)
+        await svc.udp.close()
+        await svc.kb.close()
         if self._owns_store:
             await svc.store.close()
         if self._listener is not None:

@@ -6,16 +6,20 @@ the connection to the server: what a handler can touch is exactly what is listed
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from server.auth import Authenticator
 from server.config import LimitsConfig, ServerConfig
 from server.hub import Hub
+from server.knowledge import KnowledgeBase
 from server.metrics import Metrics
+from server.offers import OfferService
 from server.refusals import Refusals
 from server.sessions import SessionService
 from server.turns import TurnRunner
+from server.udp_transfer import UdpTransfer
 from server.wiring import build_runtime
 
 VERSION = "0.1.0"
@@ -42,6 +46,9 @@ class Services:
     counters: Counters
     connections: set[Any] = field(default_factory=set)   # open connections (STATS "clients")
     metrics: Metrics = field(default_factory=Metrics)    # GET /metrics (server.httpd)
+    kb: Any = None             # server.knowledge.KnowledgeBase (started by the Server)
+    udp: UdpTransfer | None = None    # v2 downloads over UDP (started by the Server)
+    offers: OfferService | None = None
     version: str = VERSION
 
     @property
@@ -63,12 +70,21 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     given (``memory="basic"``: BasicMemory); ``notify`` is the memory layer's callback.
     """
     hub = Hub()
-    agent, memory = build_runtime(config, store, notify, agent, memory)
+    kb = KnowledgeBase(config.knowledge, knowledge_root(config))
+    udp = UdpTransfer(config.transfer)
+    offers = OfferService(kb, hub, udp)
+    agent, memory = build_runtime(config, store, notify, agent, memory, offers=offers.offer_in_session)
     sessions = SessionService(store, hub, agent, memory)
     metrics = Metrics()
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
                         limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics)
     sessions.turns = runner
+    offers.turns = runner
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
                     memory=memory, auth=Authenticator(config.auth), counters=counters or Counters(),
-                    metrics=metrics)
+                    metrics=metrics, kb=kb, udp=udp, offers=offers)
+
+
+def knowledge_root(config: ServerConfig) -> Path:
+    """Where the knowledge base keeps its documents: ``knowledge/`` next to the history store's root."""
+    return Path(config.storage.root).parent / "knowledge"
