@@ -198,8 +198,9 @@ async def file_metadata(v2: V2FileAdapter, ev: Message) -> None:
     state.orphan_reported = False
     if state.upload is not None:   # a new upload replaces one that never finished
         old, state.upload = state.upload, None
+        answered = old.path is None        # refused at its metadata: answered then
         await old.discard()
-        if old.path is not None:
+        if not answered:
             v2.reply(FAILED.format(reason=f"{_shown(old.name)}: a new upload started after {old.received} of "
                                           f"{old.size} bytes"))
     try:
@@ -241,8 +242,9 @@ async def file_data(v2: V2FileAdapter, ev: Message) -> None:
     upload.last = time.monotonic()
     if upload.received + len(data) > upload.size:
         state.upload = None
+        answered = upload.path is None    # refused at its metadata: answered then
         await upload.discard()
-        if upload.path is not None:   # (a refused upload was answered already)
+        if not answered:
             v2.reply(FAILED.format(reason=f"{_shown(upload.name)}: more bytes than the {upload.size} announced"))
         return
     upload.received += len(data)
@@ -280,13 +282,14 @@ async def _finish(v2: V2FileAdapter, state: V2Files, upload: _Upload) -> None:
         if err is None:
             log.exception("v2 upload of %r failed on connection %s", upload.name, v2.host.conn_id)
             err = HandlerError(ErrorCode.INTERNAL, "internal error")
-        v2.reply(FAILED.format(reason=f"{_shown(upload.name)}: {err.message}"))
+        text = FAILED.format(reason=f"{_shown(upload.name)}: {err.message}")
     else:
         log.info("v2 connection %s uploaded %s (%d bytes) as %s%s", v2.host.conn_id, info.name, info.size,
                  info.doc_id, " (duplicate)" if info.duplicate else "")
-        v2.reply(OK.format(name=info.name, doc_id=info.doc_id))
+        text = OK.format(name=info.name, doc_id=info.doc_id)
     finally:
-        await upload.discard()
+        await upload.discard()             # the temporary file goes before the answer
+    v2.reply(text)
 
 
 def _arm(v2: V2FileAdapter, state: V2Files, upload: _Upload) -> None:

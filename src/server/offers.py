@@ -28,6 +28,7 @@ from protocol.server_events import DownloadOfferV3
 from server.errors import HandlerError
 from server.hub import Hub, Outgoing
 from server.udp_transfer import UdpTransfer
+from server.v3_port import V3Port
 
 log = logging.getLogger("nplt.offers")
 
@@ -105,13 +106,13 @@ class OfferService:
         """Offer document ``doc_id`` to one connection. HandlerError: NOT_FOUND, QUOTA_EXCEEDED (over
         64 MiB for UDP), SERVER_BUSY (UDP downloads busy or off), INVALID_MESSAGE (no UDP port)."""
         info = await self.kb.get(user, groups, doc_id)
-        target = self._v2.get(subscriber)
-        if target is None:
+        if isinstance(subscriber, V3Port):
             event = DownloadOfferV3(info.doc_id, info.name, info.size, info.md5)
             subscriber.event(Outgoing(event))
             return OfferResult(info.doc_id, info.name, info.size, info.md5, "tcp")
-        addr = target.udp_address()
-        if addr is None:
+        target = self._v2.get(subscriber)
+        addr = target.udp_address() if target is not None else None
+        if target is None or addr is None:
             raise HandlerError(ErrorCode.INVALID_MESSAGE, "the client has not announced a UDP port "
                                                           "(CLIENT_UDP_PORT), so it cannot receive downloads")
         if self.udp is None:

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import struct
 import zlib
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from protocol import ErrorCode
 from server.errors import HandlerError
@@ -154,6 +154,7 @@ class UdpTransfer(asyncio.DatagramProtocol):
         transfer = Transfer(addr, f, size, token)
         self.transfers[addr] = transfer
         transfer.task = asyncio.get_running_loop().create_task(self._run(transfer))
+        transfer.task.add_done_callback(lambda task: self._finished(transfer, task))
         return transfer
 
     def _tx(self, transfer: Transfer, seq: int) -> None:
@@ -198,16 +199,14 @@ class UdpTransfer(asyncio.DatagramProtocol):
             log.warning("UDP download %s to %s:%d failed: %s", t.token, *t.addr, exc)
         finally:
             t.outcome = outcome
-            t.packets.clear()
-            if self.transfers.get(t.addr) is t:
-                del self.transfers[t.addr]
-            await _close_quietly(t.file)
-            if not t.done.done():
-                t.done.set_result(outcome)
 
-
-async def _close_quietly(f: Any) -> None:
-    try:
-        await asyncio.shield(asyncio.to_thread(f.close))
-    except (OSError, asyncio.CancelledError):
-        f.close()
+    def _finished(self, t: Transfer, task: asyncio.Task) -> None:
+        """Done callback (also when the task was cancelled before it ever ran): release everything."""
+        if t.outcome is None:
+            t.outcome = "closed"
+        t.packets.clear()
+        if self.transfers.get(t.addr) is t:
+            del self.transfers[t.addr]
+        t.file.close()          # a read-only file: closing it does no I/O worth a thread
+        if not t.done.done():
+            t.done.set_result(t.outcome)
