@@ -119,3 +119,18 @@ async def test_memory_stays_bounded_the_bytes_go_to_disk(tmp_path: Path) -> None
         m = OK.match(await v2.recv_text(timeout=60))
         assert m and m["name"] == "big.log"
         await v2.close()
+
+
+async def test_paced_pieces_like_the_deployed_client_never_time_out(tmp_path: Path) -> None:
+    """200-byte pieces 10 ms apart for longer than the stall timeout: each piece restarts the clock."""
+    import asyncio
+    async with files_server(tmp_path, transfer={"v2_upload_timeout_s": 0.25}) as (srv, addr):
+        v2 = await connect(addr)
+        data = (RUNBOOK * 4).encode()[:12_000]          # 60 pieces: ~0.6 s at the client's pace
+        v2.send(FILE_METADATA, json.dumps({"filename": "paced.md", "size": len(data)}))
+        for off in range(0, len(data), 200):
+            v2.send(FILE_DATA, data[off:off + 200])
+            await asyncio.sleep(0.01)                   # the deployed client's pacing, not synchronisation
+        m = OK.match(await v2.recv_text())
+        assert m and m["name"] == "paced.md"
+        await v2.close()
