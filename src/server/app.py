@@ -123,7 +123,7 @@ class Server:
         self.services = svc = build_services(cfg, store, self.notify, agent=self._agent_arg,
                                              memory=self._memory_arg, counters=self.counters)
         try:
-            await svc.kb.start()
+            await svc.knowledge.start()
             await clear_incoming(cfg)
             await svc.udp.start(cfg.transfer.udp_host or cfg.server.host)
             self._listener = await loop.create_server(
@@ -131,7 +131,7 @@ class Server:
                 backlog=min(4096, max(128, cfg.limits.max_clients)))
         except BaseException:
             await svc.udp.close()
-            await svc.kb.close()
+            await svc.knowledge.close()
             if self._owns_store:
                 await store.close()
             raise
@@ -194,7 +194,7 @@ class Server:
                 except Exception:  # the rest of the shutdown (the store's compaction) must still run
                     log.exception("%s close failed", name)
         await svc.udp.close()
-        await svc.kb.close()
+        await svc.knowledge.close()
         if self._owns_store:
             await svc.store.close()
         if self._listener is not None:

@@ -1,7 +1,7 @@
 """v2 file features (docs/protocol.md §7, docs/knowledge.md "v2 clients"): uploads and the UDP port.
 
 Upload: ``FILE_METADATA`` JSON ``{"filename", "size"}``, then ``FILE_DATA`` frames (any piece size) until
-``size`` bytes have arrived. The bytes go to a file under ``<knowledge root>/incoming/`` (at most
+``size`` bytes have arrived. The bytes go to a file under ``<storage root>/v2-uploads/`` (at most
 ``v2_upload_buffer_bytes`` are held in memory; writes run in a worker thread), then the knowledge base
 ingests that file into the user's collection (off the loop) and the client gets ONE ``CHAT_TEXT``:
 ``文件上传成功: <filename> (ID: <doc_id>)`` or ``文件保存失败: <reason>``. A refusal known from the
@@ -34,7 +34,7 @@ from server.config import ServerConfig
 from server.errors import HandlerError, failure_of
 from server.knowledge.kb import clean_name
 from server.knowledge.parsers import kind_of
-from server.services import Services, knowledge_root
+from server.services import Services
 
 log = logging.getLogger("nplt.v2.files")
 
@@ -64,7 +64,7 @@ class V2FileAdapter(Protocol):
 
 
 def incoming_dir(config: ServerConfig) -> Path:
-    return knowledge_root(config) / "incoming"
+    return Path(config.storage.root) / "v2-uploads"
 
 
 async def clear_incoming(config: ServerConfig) -> None:
@@ -211,7 +211,7 @@ async def file_metadata(v2: V2FileAdapter, ev: Message) -> None:
     try:
         name = clean_name(name)
         kind_of(name)
-        limit = v2.services.kb.config.max_upload_bytes
+        limit = v2.services.knowledge.config.max_upload_bytes
         if size > limit:
             raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"{size} bytes is over the upload limit ({limit} bytes)")
         path, f = await asyncio.to_thread(_create, incoming_dir(v2.services.config))
@@ -276,7 +276,7 @@ async def _finish(v2: V2FileAdapter, state: V2Files, upload: _Upload) -> None:
         f, upload.file = upload.file, None
         if f is not None:
             await asyncio.to_thread(f.close)
-        info = await v2.services.kb.ingest(LOCAL_USER, (), None, upload.name, upload.path)
+        info = await v2.services.knowledge.ingest(LOCAL_USER, (), None, upload.name, upload.path)
     except Exception as exc:
         err = failure_of(exc)
         if err is None:

@@ -19,7 +19,7 @@ import logging
 import secrets
 import weakref
 from dataclasses import dataclass
-from typing import Any, Collection, Protocol
+from typing import Any, Callable, Collection, Protocol
 
 import orjson
 
@@ -65,10 +65,12 @@ class OfferResult:
 class OfferService:
     """Offers documents of the knowledge base to connections (see the module docstring)."""
 
-    def __init__(self, kb: Any, hub: Hub, udp: UdpTransfer | None) -> None:
+    def __init__(self, kb: Any, hub: Hub, udp: UdpTransfer | None,
+                 groups_of: Callable[[str], Collection[str]] | None = None) -> None:
         self.kb = kb
         self.hub = hub
         self.udp = udp
+        self.groups_of = groups_of or (lambda user: ())     # a user's knowledge-base groups
         self.turns: TurnLookup | None = None       # set once the turn runner exists (server.services)
         self._v2: weakref.WeakKeyDictionary[Any, V2OfferTarget] = weakref.WeakKeyDictionary()
 
@@ -137,8 +139,9 @@ class OfferService:
         return OfferResult(info.doc_id, info.name, info.size, info.md5, "udp")
 
     async def offer_in_session(self, user: str, session_id: str | None, doc_id: str | None = None,
-                               name: str | None = None, groups: Collection[str] = ()) -> dict[str, Any]:
+                               name: str | None = None) -> dict[str, Any]:
         """The tool's entry point: find the document, offer it to the turn's connection (see above)."""
+        groups = tuple(self.groups_of(user))
         info = await self.find(user, groups, doc_id, name)
         targets = self._targets(user, session_id)
         if not targets:

@@ -46,7 +46,7 @@ class Services:
     counters: Counters
     connections: set[Any] = field(default_factory=set)   # open connections (STATS "clients")
     metrics: Metrics = field(default_factory=Metrics)    # GET /metrics (server.httpd)
-    kb: Any = None             # server.knowledge.KnowledgeBase (started by the Server)
+    knowledge: KnowledgeBase | None = None               # documents (docs/knowledge.md); started by the app
     udp: UdpTransfer | None = None    # v2 downloads over UDP (started by the Server)
     offers: OfferService | None = None
     version: str = VERSION
@@ -70,9 +70,9 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     given (``memory="basic"``: BasicMemory); ``notify`` is the memory layer's callback.
     """
     hub = Hub()
-    kb = KnowledgeBase(config.knowledge, knowledge_root(config))
+    knowledge = KnowledgeBase(config.knowledge, Path(config.storage.root) / "knowledge")
     udp = UdpTransfer(config.transfer)
-    offers = OfferService(kb, hub, udp)
+    offers = OfferService(knowledge, hub, udp)
     agent, memory = build_runtime(config, store, notify, agent, memory, offers=offers.offer_in_session)
     sessions = SessionService(store, hub, agent, memory)
     metrics = Metrics()
@@ -82,9 +82,4 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     offers.turns = runner
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
                     memory=memory, auth=Authenticator(config.auth), counters=counters or Counters(),
-                    metrics=metrics, kb=kb, udp=udp, offers=offers)
-
-
-def knowledge_root(config: ServerConfig) -> Path:
-    """Where the knowledge base keeps its documents: ``knowledge/`` next to the history store's root."""
-    return Path(config.storage.root).parent / "knowledge"
+                    metrics=metrics, knowledge=knowledge, udp=udp, offers=offers)

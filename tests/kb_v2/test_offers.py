@@ -105,7 +105,7 @@ async def test_v2_client_without_udp_port_is_told_it_cannot_download(tmp_path: P
 
 async def test_v3_client_gets_the_offer_as_an_event(tmp_path: Path) -> None:
     async with files_server(tmp_path) as (srv, addr):
-        info = await srv.services.kb.ingest(LOCAL_USER, (), None, "runbook.md", b"# Runbook\n\nRestart nginx.\n")
+        info = await srv.services.knowledge.ingest(LOCAL_USER, (), None, "runbook.md", b"# Runbook\n\nRestart nginx.\n")
         c = await V3Client.connect(addr)
         reply = await c.call(MsgType.CHAT_TEXT, text="download runbook.md")
         events = await c.turn_events(reply["turn_id"])
@@ -124,7 +124,7 @@ async def test_openai_agent_offers_through_its_tool(tmp_path: Path) -> None:
         llm_section = {"base_url": llm.base_url, "api_key": "sk-test-000000", "model": "m",
                        "request_timeout_s": 5.0, "retries": 0}
         async with files_server(tmp_path, llm=llm_section, summarization={"enabled": False}) as (srv, addr):
-            info = await srv.services.kb.ingest(LOCAL_USER, (), None, "plan.txt", b"the release plan is ready")
+            info = await srv.services.knowledge.ingest(LOCAL_USER, (), None, "plan.txt", b"the release plan is ready")
             llm.push(Reply.tools(ToolCallSpec("call_1", "offer_download", json.dumps({"name": "plan"}))),
                      Reply.text("I sent plan.txt to your client."))
             c = await V3Client.connect(addr)

@@ -15,7 +15,7 @@ OK = re.compile(r"^文件上传成功: (?P<name>.+) \(ID: (?P<id>[0-9a-f]+)\)$")
 
 
 def _incoming(tmp_path: Path) -> list[Path]:
-    d = tmp_path / "knowledge" / "incoming"
+    d = tmp_path / "history" / "v2-uploads"
     return list(d.iterdir()) if d.exists() else []
 
 
@@ -26,7 +26,7 @@ async def test_upload_in_200_byte_pieces_is_stored_indexed_and_searchable(tmp_pa
         send_file(v2, "runbook.md", data)          # 200-byte pieces, as the deployed client sends them
         m = OK.match(await v2.recv_text())
         assert m and m["name"] == "runbook.md"
-        kb = srv.services.kb
+        kb = srv.services.knowledge
         [doc] = await kb.list(LOCAL_USER, ())
         assert doc.doc_id == m["id"] and doc.size == len(data) and doc.collection == f"user:{LOCAL_USER}"
         hits = await kb.search(LOCAL_USER, (), "zebra-archive-7 bucket")
@@ -70,7 +70,7 @@ async def test_refusals_are_one_text_and_the_announced_bytes_are_swallowed(tmp_p
         v2.send(0x01, "HEARTBEAT")
         assert (await v2.recv_text()).startswith("文件保存失败: FILE_DATA without FILE_METADATA")
         assert await v2.recv_text() == "HEARTBEAT"
-        assert await srv.services.kb.list(LOCAL_USER, ()) == []
+        assert await srv.services.knowledge.list(LOCAL_USER, ()) == []
         await poll(lambda: _incoming(tmp_path) == [])
         await v2.close()
 
@@ -97,7 +97,7 @@ async def test_a_disconnect_mid_upload_keeps_nothing(tmp_path: Path) -> None:
         await poll(lambda: len(_incoming(tmp_path)) == 1)
         await v2.close()
         await poll(lambda: _incoming(tmp_path) == [])
-        assert await srv.services.kb.list(LOCAL_USER, ()) == []
+        assert await srv.services.knowledge.list(LOCAL_USER, ()) == []
 
 
 async def test_memory_stays_bounded_the_bytes_go_to_disk(tmp_path: Path) -> None:
