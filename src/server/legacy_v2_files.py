@@ -177,7 +177,7 @@ async def client_udp_port(v2: V2FileAdapter, ev: Message) -> None:
 
 
 # -- upload ------------------------------------------------------------------------------------------
-def _metadata(v2: V2FileAdapter, body: bytes) -> tuple[str, int]:
+def _metadata(body: bytes) -> tuple[str, int]:
     """(filename, size) of a FILE_METADATA, or ValueError with the reason."""
     try:
         meta = orjson.loads(body)
@@ -204,7 +204,7 @@ async def file_metadata(v2: V2FileAdapter, ev: Message) -> None:
             v2.reply(FAILED.format(reason=f"{_shown(old.name)}: a new upload started after {old.received} of "
                                           f"{old.size} bytes"))
     try:
-        name, size = _metadata(v2, ev.body)
+        name, size = _metadata(ev.body)
     except ValueError as exc:
         v2.reply(FAILED.format(reason=str(exc)))
         return
@@ -224,10 +224,12 @@ async def file_metadata(v2: V2FileAdapter, ev: Message) -> None:
         upload = _Upload(name, size, None, None)   # swallow the bytes announced
     else:
         upload = _Upload(name, size, path, f)
+    if size == 0:                      # nothing to wait for
+        if upload.path is not None:
+            await _finish(v2, state, upload)
+        return
     state.upload = upload
     _arm(v2, state, upload)
-    if size == 0:
-        await _finish(v2, state, upload)
 
 
 async def file_data(v2: V2FileAdapter, ev: Message) -> None:

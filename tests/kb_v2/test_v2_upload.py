@@ -60,6 +60,8 @@ async def test_refusals_are_one_text_and_the_announced_bytes_are_swallowed(tmp_p
         assert await v2.recv_text() == "文件保存失败: field 'size': expected a non-negative integer"
         send_file(v2, "empty.txt", b"")
         assert (await v2.recv_text()).startswith("文件保存失败: empty.txt: ")
+        send_file(v2, "empty.exe", b"")                            # refused at the metadata: one answer only
+        assert (await v2.recv_text()).startswith("文件保存失败: empty.exe: ")
         send_file(v2, "bin.txt", b"\x00\x01\x02" * 50)            # binary content in a text format
         assert (await v2.recv_text()).startswith("文件保存失败: bin.txt: ")
         send_file(v2, "short.txt", b"0123456789", size=5)          # more bytes than announced
