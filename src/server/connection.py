@@ -10,7 +10,8 @@ the output is over its high-water mark), or, for a v2 client, the ``LegacyV2`` a
 
 ``data_received`` feeds the codec and hands each decoded message on without awaiting. Once the
 handshake is done, well-formed PINGs are answered by the codec itself (``receive_and_pong``: no
-event, no task, PONG bytes straight into the write batch).
+event, no task, PONG bytes straight into the write batch); likewise, on a v2 connection whose request
+worker is idle with nothing queued, the heartbeats at the head of a read (``receive_and_heartbeat``).
 
 The version is known from the first byte: a v3 client's first frame is HELLO (0x20), anything else
 is a legacy v2 client, served at once by ``server.legacy_v2`` (never sent a v3 type code); a
@@ -168,16 +169,25 @@ class ServerConnection(asyncio.Protocol):
         out = output.out
         n_out = len(out)
         try:
+            legacy = self.legacy
             try:
-                events = self.codec.receive_and_pong(data, iso_now(), out) if hot else \
-                    self.codec.receive_data(data)
+                if hot:
+                    events = self.codec.receive_and_pong(data, iso_now(), out)
+                elif legacy is not None and legacy.idle and legacy.queue.empty():
+                    # v2, nothing queued or running: leading heartbeats are answered by the codec
+                    events = self.codec.receive_and_heartbeat(data, out)
+                else:
+                    events = self.codec.receive_data(data)
             except ProtocolError as exc:
                 self._handle(exc.events)
                 self.fatal(exc.code, exc.message)
                 return
-            if events or len(out) != n_out:  # a complete message (PONGs in out: PINGs) arrived
+            if events or len(out) != n_out:  # a complete message (PONGs/heartbeats in out) arrived
                 self.last_rx = self.loop.time()
                 self._ping_sent = False
+                if legacy is not None and self._handshake is not None:
+                    self._handshake.cancel()  # a v2 client, not a silent socket
+                    self._handshake = None
                 if events:
                     self._handle(events)
         finally:

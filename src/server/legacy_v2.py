@@ -82,6 +82,7 @@ class LegacyV2:
         self.streamed: set[str] = set()
         self.paused = False
         self.streaming = False                      # between a turn's TURN_START and its end marker
+        self.idle = False       # the worker waits on an empty queue (the codec may answer heartbeats)
         self._turn_done: asyncio.Event | None = None  # set when the turn the worker waits for ends
 
     # -- plumbing ------------------------------------------------------------------------------------
@@ -158,8 +159,16 @@ class LegacyV2:
     async def _run(self) -> None:
         if not await self._welcome():
             return
+        queue = self.queue
         while True:
-            ev = await self.queue.get()
+            if queue.empty():
+                self.idle = True
+                try:
+                    ev = await queue.get()
+                finally:
+                    self.idle = False
+            else:
+                ev = queue.get_nowait()
             if ev is _STOP or self.host.closing:
                 return
             if self.paused and self.queue.qsize() <= self.host.limits.max_pending_requests // 2:
