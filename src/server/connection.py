@@ -227,7 +227,7 @@ class ServerConnection(asyncio.Protocol):
         svc.connections.discard(self)
         svc.hub.remove(self.subscriber)
         if self.legacy is not None:
-            self.legacy.stop()
+            self.legacy.abort()
         log.debug("connection %s closed%s", self.conn_id, f": {exc}" if exc else "")
 
     def pause_writing(self) -> None:
