@@ -44,7 +44,7 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
     from server.auth import hash_token
     auth = {"users": [{"user_id": f"u{i}", "token_sha256": hash_token(f"token-{i}")} for i in range(users)]}
     cfg = ServerConfig.from_dict({"server": {"host": "127.0.0.1", "port": 0},
-                                  "limits": {"max_clients": max_clients}, "auth": auth,
+                                  "limits": {"max_clients": max_clients, "max_clients_per_ip": 0}, "auth": auth,
                                   "storage": {"root": data_dir, "durability": durability}})
     srv = Server(cfg, agent=agent)
     _, port = await srv.start()

@@ -21,10 +21,18 @@ class Authenticator:
 
     def __init__(self, config: AuthConfig) -> None:
         self._users = [(u.user_id, bytes.fromhex(u.token_sha256)) for u in config.users]
+        self._admins = frozenset(u.user_id for u in config.users if u.admin)
 
     @property
     def enabled(self) -> bool:
         return bool(self._users)
+
+    def is_admin(self, user_id: str | None) -> bool:
+        """Whether ``user_id`` may administer the server (CLIENT_LIST, CLIENT_KILL): a user marked
+        ``admin = true`` in [auth]; in single-user mode, ``local``."""
+        if not self._users:
+            return user_id == LOCAL_USER
+        return user_id in self._admins
 
     def authenticate(self, token: Any) -> str | None:
         """The user owning ``token`` (the HELLO's value as sent), or None. Compares every entry in constant time.

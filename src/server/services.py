@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from server.auth import Authenticator
 from server.config import LimitsConfig, ServerConfig
+from server.conn_limits import InputBudget
 from server.hub import Hub
 from server.metrics import Metrics
 from server.refusals import Refusals
@@ -42,6 +43,7 @@ class Services:
     counters: Counters
     connections: set[Any] = field(default_factory=set)   # open connections (STATS "clients")
     metrics: Metrics = field(default_factory=Metrics)    # GET /metrics (server.httpd)
+    input_budget: InputBudget = field(default_factory=InputBudget)  # max_total_input_buffer
     version: str = VERSION
 
     @property
