@@ -49,6 +49,8 @@ class MsgType(IntEnum):
     MODEL_LIST = 0x29
     STATS = 0x2A
     SESSION_INFO = 0x2B
+    CLIENT_LIST = 0x2C
+    CLIENT_KILL = 0x2D
     TURN_START = 0x30
     TURN_STATUS = 0x31
     TOOL_CALL = 0x32
@@ -136,6 +138,7 @@ REQUEST_CODES: frozenset[MsgType] = frozenset({
     MsgType.HISTORY_SEARCH, MsgType.HISTORY_EXPORT, MsgType.SESSION_LIST, MsgType.SESSION_NEW,
     MsgType.SESSION_SWITCH, MsgType.SESSION_RENAME, MsgType.SESSION_DELETE, MsgType.CLEAR_REQUEST,
     MsgType.SESSION_INFO, MsgType.MODEL_LIST, MsgType.MODEL_SWITCH, MsgType.PING, MsgType.STATS,
+    MsgType.CLIENT_LIST, MsgType.CLIENT_KILL,
 })
 
 #: Server-to-client events of §6 (pushed, carrying "re" or null).

@@ -29,9 +29,11 @@ from typing import Any, Callable
 
 import orjson
 
-from protocol import FATAL_CODES, ErrorCode, InvalidMessage, Message, MsgType, ProtocolError, Role, encode_frame
+from protocol import (FATAL_CODES, ErrorCode, InvalidMessage, Message, MsgType, ProtocolError, ProtocolVersion, Role,
+                      encode_frame)
 from protocol import Connection as Codec
 from protocol.messages import request_id
+from protocol.objects import ClientInfo
 from protocol.replies import ErrorReply
 from server import conn_state
 from server.conn_state import ConnState
@@ -53,6 +55,7 @@ log = logging.getLogger("nplt.conn")
 _PING, _PONG, _HELLO, _ERROR = int(MsgType.PING), int(MsgType.PONG), int(MsgType.HELLO), int(MsgType.ERROR)
 _GRACE, _HANDSHAKING, _READY, _LEGACY, _REFUSED, _CLOSING, _CLOSED = ConnState
 _dumps = orjson.dumps
+_PROTO = {ProtocolVersion.V3: "v3", ProtocolVersion.V2: "v2", ProtocolVersion.UNKNOWN: None}
 
 
 class ServerConnection(asyncio.Protocol):
@@ -122,6 +125,27 @@ class ServerConnection(asyncio.Protocol):
     def subscriber(self) -> Any:
         """What the hub knows this connection as: the v2 adapter or the v3 port."""
         return self.legacy if self.legacy is not None else self.port
+
+    # -- admin (server.handlers.admin.Client) --------------------------------------------------------
+    def info(self, me: bool) -> ClientInfo:
+        """This connection as CLIENT_LIST shows it."""
+        now = self.loop.time()
+        sub = self.subscriber
+        tr = self.transport
+        unsent = self.output.size + (tr.get_write_buffer_size() if tr is not None and not tr.is_closing() else 0)
+        return ClientInfo(self.conn_id, self.peer, sub.user_id, sub.session_id, self.state.value,
+                          _PROTO[self.codec.version], round(now - self.started, 3), round(now - self.last_rx, 3),
+                          self.codec.bytes_buffered, unsent, me)
+
+    def kill(self, by: str) -> None:
+        """CLIENT_KILL: v3 clients get ERROR CLIENT_KILLED (fatal), v2 clients a last CHAT_TEXT."""
+        if self.closing:
+            return
+        if self.legacy is not None:
+            self.legacy.send_text("Connection closed by an administrator.")
+            self.close()
+        else:
+            self.fatal(ErrorCode.CLIENT_KILLED, f"connection closed by an administrator ({by})")
 
     # -- V2Host (server.legacy_v2) -------------------------------------------------------------------
     def write(self, data: bytes) -> None:

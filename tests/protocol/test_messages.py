@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from protocol import ErrorCode, InvalidMessage, Message, MsgType, ProtocolError
-from protocol.messages import (REQUEST_TYPES, ChatCancel, ChatSend, Hello,
+from protocol.messages import (REQUEST_TYPES, ChatCancel, ChatSend, ClientKill, ClientList, Hello,
                                HistoryExport, HistoryPage, HistorySearch, ModelList, ModelSwitch,
                                Ping, SessionClear, SessionDelete, SessionInfoReq, SessionList,
                                SessionNew, SessionRename, SessionSwitch, Stats, parse_request,
@@ -29,6 +29,8 @@ VALID = {
     ModelSwitch: ({"id": 1, "model": "gpt"}, ModelSwitch(1, "gpt", None)),
     Ping: ({"id": 99}, Ping(99)),
     Stats: ({"id": "x" * 64}, Stats("x" * 64)),
+    ClientList: ({"id": 5}, ClientList(5)),
+    ClientKill: ({"id": 6, "user": "bob", "peer": "127.0.0.1"}, ClientKill(6, None, "bob", "127.0.0.1")),
 }
 
 
@@ -47,7 +49,7 @@ def test_valid_bodies(cls: type) -> None:
 
 def test_one_class_per_request_type() -> None:
     assert set(REQUEST_TYPES.values()) == set(VALID)
-    assert len(REQUEST_TYPES) == 17
+    assert len(REQUEST_TYPES) == 19
 
 
 @pytest.mark.parametrize("cls", list(VALID))
