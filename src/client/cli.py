@@ -1,4 +1,4 @@
-"""Scriptable subcommands: ``ask``, ``sessions``, ``history``, ``export`` (see docs/client.md).
+"""Scriptable subcommands: ``ask``, ``sessions``, ``history``, ``export``, ``clients`` (see docs/client.md).
 
 Each command is an async function taking the parsed arguments and the loaded config and returning
 an exit code. Output: human-readable text by default; with ``--json`` exactly one JSON document on
@@ -208,7 +208,30 @@ async def cmd_export(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     return EXIT_OK
 
 
-COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "export": cmd_export}
+async def cmd_clients(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """Admins: ``clients list`` (the server's connections) and ``clients kill ID``."""
+    async with make_client(cfg) as client:
+        if args.action == "kill":
+            reply = await client.client_kill(client_id=args.id)
+            if args.json:
+                _dump({"killed": list(reply.killed)}, out)
+            else:
+                out.write(f"killed {', '.join(map(str, reply.killed))}\n")
+            return EXIT_OK
+        clients = (await client.client_list()).clients
+    if args.json:
+        _dump({"clients": [c.encode() for c in clients]}, out)
+        return EXIT_OK
+    out.write(f"{'ID':>5}  {'PEER':<21} {'USER':<12} {'STATE':<11} {'PROTO':<5} {'AGE':>8} {'IDLE':>8} "
+              f"{'IN':>9} {'OUT':>9}  SESSION\n")
+    for c in clients:
+        out.write(f"{c.id:>5}{'*' if c.me else ' '} {c.peer:<21} {c.user or '-':<12} {c.state:<11} {c.proto or '-':<5} "
+                  f"{c.age_s:>7.1f}s {c.idle_s:>7.1f}s {c.buffered:>9} {c.output:>9}  {c.session or '-'}\n")
+    return EXIT_OK
+
+
+COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "export": cmd_export,
+            "clients": cmd_clients}
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:
@@ -232,6 +255,13 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--session", metavar="ID", required=True)
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    p = sub.add_parser("clients", help="admins: list the server's connections, or kill one")
+    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    a = acts.add_parser("list", help="every connection: id (* = this one), peer, user, state, age, idle, bytes")
+    a.add_argument("--json", action="store_true")
+    a = acts.add_parser("kill", help="close connection ID (it is told CLIENT_KILLED)")
+    a.add_argument("id", type=_positive, metavar="ID", help="the connection id from 'clients list'")
+    a.add_argument("--json", action="store_true")
 
 
 def _positive(text: str) -> int:
