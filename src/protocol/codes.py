@@ -51,6 +51,8 @@ class MsgType(IntEnum):
     SESSION_INFO = 0x2B
     CLIENT_LIST = 0x2C
     CLIENT_KILL = 0x2D
+    SESSION_RESTORE = 0x2E
+    SESSION_PURGE = 0x2F
     TURN_START = 0x30
     TURN_STATUS = 0x31
     TOOL_CALL = 0x32
@@ -60,6 +62,9 @@ class MsgType(IntEnum):
     TURN_ERROR = 0x36
     SESSION_EVENT = 0x37
     NOTICE = 0x38
+    SESSION_PROMPT = 0x39
+    CHAT_REGENERATE = 0x3A
+    CHAT_EDIT = 0x3B
     FRAGMENT = 0x7F
 
 
@@ -139,6 +144,8 @@ REQUEST_CODES: frozenset[MsgType] = frozenset({
     MsgType.SESSION_SWITCH, MsgType.SESSION_RENAME, MsgType.SESSION_DELETE, MsgType.CLEAR_REQUEST,
     MsgType.SESSION_INFO, MsgType.MODEL_LIST, MsgType.MODEL_SWITCH, MsgType.PING, MsgType.STATS,
     MsgType.CLIENT_LIST, MsgType.CLIENT_KILL,
+    MsgType.SESSION_RESTORE, MsgType.SESSION_PURGE, MsgType.SESSION_PROMPT, MsgType.CHAT_REGENERATE,
+    MsgType.CHAT_EDIT,
 })
 
 #: Server-to-client events of §6 (pushed, carrying "re" or null).
