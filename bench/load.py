@@ -51,7 +51,7 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
     from server.auth import hash_token
     auth = {"users": [{"user_id": f"u{i}", "token_sha256": hash_token(f"token-{i}")} for i in range(users)]}
     cfg = ServerConfig.from_dict({"server": {"host": "127.0.0.1", "port": 0},
-                                  "limits": {"max_clients": max_clients}, "auth": auth,
+                                  "limits": {"max_clients": max_clients, "max_clients_per_ip": 0}, "auth": auth,
                                   "storage": {"root": data_dir, "durability": durability,
                                               **({"io_threads": io_threads} if io_threads else {}),
                                               **({"lru_size": lru_size} if lru_size else {}),

@@ -278,7 +278,7 @@ def main() -> None:
         built = time.perf_counter() - t0
         nplt, nplt_port = start([sys.executable, "-m", "server.main", "--port", "0", "--port-file",
                                  str(tmp / "nplt.port"), "--data-dir", str(tmp / "data"), "--log-level",
-                                 "error", "--max-clients", "1000"], tmp / "nplt.port", srv_cpus)
+                                 "error", "--max-clients", "1000", "--max-clients-per-ip", "0"], tmp / "nplt.port", srv_cpus)
         procs.append(nplt)
         (tmp / "page.json").write_bytes(asyncio.run(real_page(nplt_port, sid)))
         echo_cmd = [sys.executable, __file__, "--echo-server", str(tmp / "bare.port"), "--page-file",

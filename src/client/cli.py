@@ -1,4 +1,5 @@
-"""Scriptable subcommands: ``ask``, ``sessions``, ``history``, ``export``, ``kb`` (``client.kb_cli``; see docs/client.md).
+"""Scriptable subcommands: ``ask``, ``sessions``, ``history``, ``export``, ``delete``/``restore``/``purge``,
+``clients``, ``kb`` (``client.kb_cli``; see docs/client.md).
 
 Each command is an async function taking the parsed arguments and the loaded config and returning
 an exit code. Output: human-readable text by default; with ``--json`` exactly one JSON document on
@@ -210,6 +211,28 @@ async def cmd_export(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     return EXIT_OK
 
 
+async def cmd_clients(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """Admins: ``clients list`` (the server's connections) and ``clients kill ID``."""
+    async with make_client(cfg) as client:
+        if args.action == "kill":
+            reply = await client.client_kill(client_id=args.id)
+            if args.json:
+                _dump({"killed": list(reply.killed)}, out)
+            else:
+                out.write(f"killed {', '.join(map(str, reply.killed))}\n")
+            return EXIT_OK
+        clients = (await client.client_list()).clients
+    if args.json:
+        _dump({"clients": [c.encode() for c in clients]}, out)
+        return EXIT_OK
+    out.write(f"{'ID':>5}  {'PEER':<21} {'USER':<12} {'STATE':<11} {'PROTO':<5} {'AGE':>8} {'IDLE':>8} "
+              f"{'IN':>9} {'OUT':>9}  SESSION\n")
+    for c in clients:
+        out.write(f"{c.id:>5}{'*' if c.me else ' '} {c.peer:<21} {c.user or '-':<12} {c.state:<11} {c.proto or '-':<5} "
+                  f"{c.age_s:>7.1f}s {c.idle_s:>7.1f}s {c.buffered:>9} {c.output:>9}  {c.session or '-'}\n")
+    return EXIT_OK
+
+
 async def cmd_delete(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
     """Move a session to the trash (restore brings it back, purge removes it for good)."""
     async with make_client(cfg) as client:
@@ -235,7 +258,7 @@ async def cmd_purge(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, er
 
 
 COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "export": cmd_export,
-            "delete": cmd_delete, "restore": cmd_restore, "purge": cmd_purge,
+            "delete": cmd_delete, "restore": cmd_restore, "purge": cmd_purge, "clients": cmd_clients,
             "kb": partial(cmd_kb, exit_code_for=exit_code_for)}
 
 
@@ -261,6 +284,13 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--session", metavar="ID", required=True)
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    p = sub.add_parser("clients", help="admins: list the server's connections, or kill one")
+    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    a = acts.add_parser("list", help="every connection: id (* = this one), peer, user, state, age, idle, bytes")
+    a.add_argument("--json", action="store_true")
+    a = acts.add_parser("kill", help="close connection ID (it is told CLIENT_KILLED)")
+    a.add_argument("id", type=_positive, metavar="ID", help="the connection id from 'clients list'")
+    a.add_argument("--json", action="store_true")
     p = sub.add_parser("delete", help="move a session to the trash")
     p.add_argument("session_id", metavar="ID")
     p = sub.add_parser("restore", help="bring a deleted session back out of the trash")

@@ -9,7 +9,8 @@ from typing import Any, TypeVar
 
 from protocol import MsgType
 from protocol.objects import SessionInfo
-from protocol.replies import (ChatCancelReply, ChatSendReply, HistoryExportReply, HistoryPageReply,
+from protocol.replies import (ChatCancelReply, ChatSendReply, ClientKillReply, ClientListReply, HistoryExportReply,
+                              HistoryPageReply,
                               HistorySearchReply, ModelListReply, ModelSwitchReply, Pong, Reply, SessionClearReply,
                               SessionDeleteReply, SessionListReply, SessionReply, SessionSwitchReply, StatsReply)
 
@@ -109,6 +110,14 @@ class Operations:
 
     async def stats(self) -> StatsReply:
         return await self._call(StatsReply, MsgType.STATS, {})
+
+    # -- clients (5.8, admins only) -------------------------------------------------------------------
+    async def client_list(self) -> ClientListReply:
+        return await self._call(ClientListReply, MsgType.CLIENT_LIST, {})
+
+    async def client_kill(self, client_id: int | None = None, user: str | None = None,
+                          peer: str | None = None) -> ClientKillReply:
+        return await self._call(ClientKillReply, MsgType.CLIENT_KILL, _body(client_id=client_id, user=user, peer=peer))
 
     # -- heartbeat (5.5) ------------------------------------------------------------------------------
     async def ping(self, timeout: float | None = None) -> Pong:

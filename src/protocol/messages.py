@@ -426,10 +426,38 @@ class Stats:
         return cls(_id(_object(body)))
 
 
+@dataclass(slots=True)
+class ClientList:
+    """CLIENT_LIST (§5.9, admin only): the server's connections."""
+    id: RequestId
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> ClientList:
+        return cls(_id(_object(body)))
+
+
+@dataclass(slots=True)
+class ClientKill:
+    """CLIENT_KILL (§5.9, admin only): close the connections matching every filter given (at least one)."""
+    id: RequestId
+    client_id: int | None = None
+    user: str | None = None
+    peer: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> ClientKill:
+        body = _object(body)
+        req = cls(_id(body), _int(body, "client_id", 1, None, None), _str(body, "user", MAX_REF_CHARS),
+                  _str(body, "peer", MAX_REF_CHARS))
+        if req.client_id is None and req.user is None and req.peer is None:
+            raise invalid("client_id", "missing (give client_id, user or peer)")
+        return req
+
+
 Request = Union[Hello, ChatSend, ChatCancel, HistoryPage, HistorySearch, HistoryExport, SessionList,
                 SessionNew, SessionSwitch, SessionRename, SessionDelete, SessionClear,
-                SessionInfoReq, ModelList, ModelSwitch, Ping, Stats, SessionRestore, SessionPurge,
-                SessionPrompt, ChatRegenerate, ChatEdit]
+                SessionInfoReq, ModelList, ModelSwitch, Ping, Stats, ClientList, ClientKill, SessionRestore,
+                SessionPurge, SessionPrompt, ChatRegenerate, ChatEdit]
 
 REQUEST_TYPES: dict[MsgType, type] = {
     MsgType.HELLO: Hello,
@@ -449,6 +477,8 @@ REQUEST_TYPES: dict[MsgType, type] = {
     MsgType.MODEL_SWITCH: ModelSwitch,
     MsgType.PING: Ping,
     MsgType.STATS: Stats,
+    MsgType.CLIENT_LIST: ClientList,
+    MsgType.CLIENT_KILL: ClientKill,
     MsgType.SESSION_RESTORE: SessionRestore,
     MsgType.SESSION_PURGE: SessionPurge,
     MsgType.SESSION_PROMPT: SessionPrompt,

@@ -219,3 +219,33 @@ class SearchHit(Wire):
     def encode(self) -> dict[str, Any]:
         return {"session_id": self.session_id, "title": self.title, "message_id": self.message_id,
                 "role": self.role, "snippet": self.snippet, "timestamp": self.timestamp, "score": self.score}
+
+
+@dataclass(frozen=True, slots=True)
+class ClientInfo(Wire):
+    """One connection in a CLIENT_LIST reply (§5.9). ``user`` and ``session`` are None before HELLO;
+    ``proto`` is "v3", "v2" or None (not decided yet); ``state`` one of the connection states
+    (grace, handshaking, ready, legacy, refused, closing); ``buffered`` the bytes of partial input
+    it holds, ``output`` its unsent bytes; ``me`` marks the connection the request came on."""
+    id: int
+    peer: str
+    user: str | None = None
+    session: str | None = None
+    state: str = ""
+    proto: str | None = None
+    age_s: float = 0
+    idle_s: float = 0
+    buffered: int = 0
+    output: int = 0
+    me: bool = False
+
+    @classmethod
+    def read(cls, f: Fields) -> ClientInfo:
+        return cls(f.integer("id"), f.text("peer"), f.text("user", optional=True), f.text("session", optional=True),
+                   f.text("state"), f.text("proto", optional=True), f.number("age_s"), f.number("idle_s"),
+                   f.integer("buffered"), f.integer("output"), f.flag("me", optional=True))
+
+    def encode(self) -> dict[str, Any]:
+        return {"id": self.id, "peer": self.peer, "user": self.user, "session": self.session, "state": self.state,
+                "proto": self.proto, "age_s": self.age_s, "idle_s": self.idle_s, "buffered": self.buffered,
+                "output": self.output, "me": self.me}

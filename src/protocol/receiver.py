@@ -48,7 +48,7 @@ class Receiver(V2Receiving):
 
     __slots__ = ("version", "max_message_size", "max_buffer_size", "seq_anomalies", "_pending",
                  "_pending_len", "_rx_seq", "_tx_seq", "_parts", "_frag_size", "_discarding",
-                 "_discard_size", "_closed", "_eof", "_heartbeats")
+                 "_discard_size", "_refusal", "_closed", "_eof", "_heartbeats")
 
     def __init__(self, version: ProtocolVersion, max_message_size: int,
                  max_buffer_size: int | None) -> None:
@@ -71,6 +71,7 @@ class Receiver(V2Receiving):
         self._frag_size = 0
         self._discarding = False         # dropping an over-size message up to its final frame
         self._discard_size = 0
+        self._refusal: ProtocolError | None = None  # why the message being discarded was refused
         self._closed = False
         self._eof = False
         self._heartbeats: list[bytes] | None = None  # receive_and_heartbeat's out, during the call
@@ -90,6 +91,28 @@ class Receiver(V2Receiving):
         """Bytes held between calls: a partial frame plus a message being reassembled."""
         return self._pending_len + self._frag_size
 
+    @property
+    def in_message(self) -> bool:
+        """A message has started and not ended: a partial frame, or a fragmented message being
+        reassembled or skipped."""
+        return bool(self._pending_len or self._frag_size or self._discarding)
+
+    def refuse_message(self, code: ErrorCode | str, message: str) -> int:
+        """Refuse the fragmented message being reassembled (v3): its fragments are released now,
+        the rest of it is skipped as it arrives, and its final frame gives
+        ``InvalidMessage(ProtocolError(code, message, fatal=False))`` (``re`` None: the body, where
+        the id is, is never read). The connection stays usable. Returns the bytes released (0 when
+        no message is being reassembled)."""
+        size = self._frag_size
+        if not size or self._discarding:
+            return 0
+        self._parts = []
+        self._frag_size = 0
+        self._discarding = True
+        self._discard_size = size
+        self._refusal = ProtocolError(code, message, fatal=False)
+        return size
+
     def close(self) -> None:
         """Close locally: further calls raise CONNECTION_CLOSED; buffers are released."""
         self._closed = True
@@ -98,6 +121,7 @@ class Receiver(V2Receiving):
         self._parts = []
         self._frag_size = 0
         self._discarding = False
+        self._refusal = None
 
     def receive_data(self, data: bytes) -> list[Event]:
         """Feed received bytes (any chunking); ``b""`` means the peer closed (EOF)."""
@@ -367,6 +391,9 @@ class Receiver(V2Receiving):
             size = self._discard_size + ln
             self._discarding = False
             self._discard_size = 0
+            refusal, self._refusal = self._refusal, None
+            if refusal is not None:
+                return InvalidMessage(refusal, _V2_TYPE[t], seq)
         elif self._parts:
             self._parts.append(payload)
             payload = b"".join(self._parts)

@@ -16,9 +16,9 @@ from typing import Any, Union
 
 from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
-from .fields import Fields, RequestId, Wire
+from .fields import Fields, RequestId, Wire, invalid
 from .kb import KB_REPLY_TYPES
-from .objects import AgentInfo, ChatMessage, ModelInfo, SearchHit, SessionInfo, TurnState
+from .objects import AgentInfo, ChatMessage, ClientInfo, ModelInfo, SearchHit, SessionInfo, TurnState
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +283,35 @@ class StatsReply(Reply):
 
 
 @dataclass(frozen=True, slots=True)
+class ClientListReply(Reply):
+    """CLIENT_LIST (§5.9): every connection, oldest first."""
+    clients: tuple[ClientInfo, ...] = ()
+
+    @classmethod
+    def read(cls, f: Fields) -> ClientListReply:
+        return cls(f.objects("clients", ClientInfo.read), **_re(f))
+
+    def encode(self) -> dict[str, Any]:
+        return self._finish({"re": self.re, "clients": [c.encode() for c in self.clients]})
+
+
+@dataclass(frozen=True, slots=True)
+class ClientKillReply(Reply):
+    """CLIENT_KILL (§5.9): the ids of the connections closed."""
+    killed: tuple[int, ...] = ()
+
+    @classmethod
+    def read(cls, f: Fields) -> ClientKillReply:
+        killed = f.body.get("killed")
+        if not isinstance(killed, list) or not all(type(k) is int and k >= 0 for k in killed):
+            raise invalid(f.name("killed"), f"expected an array of connection ids, got {killed!r:.40}")
+        return cls(tuple(killed), **_re(f))
+
+    def encode(self) -> dict[str, Any]:
+        return self._finish({"re": self.re, "killed": list(self.killed)})
+
+
+@dataclass(frozen=True, slots=True)
 class Pong(Reply):
     """PONG (§5.5): the answer to PING, with the answering side's time."""
     time: str = ""
@@ -318,7 +347,8 @@ class ErrorReply(Reply):
 
 AnyReply = Union[HelloReply, SessionListReply, SessionReply, SessionSwitchReply, SessionDeleteReply,
                  SessionClearReply, HistoryPageReply, HistorySearchReply, HistoryExportReply, ChatSendReply,
-                 ChatCancelReply, ModelListReply, ModelSwitchReply, StatsReply, Pong, ErrorReply]
+                 ChatCancelReply, ModelListReply, ModelSwitchReply, StatsReply, ClientListReply, ClientKillReply,
+                 Pong, ErrorReply]
 
 @dataclass(frozen=True, slots=True)
 class SessionPromptReply(Reply):
@@ -388,6 +418,8 @@ REPLY_TYPES: dict[MsgType, type[Wire]] = {
     MsgType.MODEL_SWITCH: ModelSwitchReply,
     MsgType.PING: Pong,
     MsgType.STATS: StatsReply,
+    MsgType.CLIENT_LIST: ClientListReply,
+    MsgType.CLIENT_KILL: ClientKillReply,
     MsgType.SESSION_RESTORE: SessionReply,
     MsgType.SESSION_PURGE: SessionDeleteReply,
     MsgType.SESSION_PROMPT: SessionPromptReply,

@@ -101,7 +101,7 @@ class Server:
     def _refuse_reason(self) -> str | None:
         if self.stopping:
             return "shutting down"
-        if len(self._svc().connections) >= self.config.limits.max_clients:
+        if len(self._svc().connections) >= self.config.limits.max_clients + self.config.auth.reserved_slots:
             return "max_clients reached"
         return None
 

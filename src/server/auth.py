@@ -35,6 +35,13 @@ class Authenticator:
     def enabled(self) -> bool:
         return bool(self._users)
 
+    def is_admin(self, user_id: str | None) -> bool:
+        """Whether ``user_id`` may administer the server (CLIENT_LIST, CLIENT_KILL): a user marked
+        ``admin = true`` in [auth]; in single-user mode, ``local``."""
+        if not self._users:
+            return user_id == LOCAL_USER
+        return user_id in self._admins
+
     def authenticate(self, token: Any) -> str | None:
         """The user owning ``token`` (the HELLO's value as sent), or None. Compares every entry in constant time.
 

@@ -95,6 +95,9 @@ class LimitsConfig:
     max_output_buffer: int = 4 << 20
     max_text_chars: int = 32000
     shutdown_grace_s: float = 5.0
+    max_total_input_buffer: int = 256 << 20
+    message_timeout_s: float = 60.0
+    max_clients_per_ip: int = 64
 
     @classmethod
     def from_dict(cls, d: dict) -> LimitsConfig:
@@ -113,6 +116,9 @@ class LimitsConfig:
             max_output_buffer=get_int(s, d, "max_output_buffer", df.max_output_buffer, 65536, 1 << 31),
             max_text_chars=get_int(s, d, "max_text_chars", df.max_text_chars, 1, 10_000_000),
             shutdown_grace_s=get_float(s, d, "shutdown_grace_s", df.shutdown_grace_s, 0.1, 600.0),
+            max_total_input_buffer=get_int(s, d, "max_total_input_buffer", df.max_total_input_buffer, 1 << 20, 1 << 40),
+            message_timeout_s=get_float(s, d, "message_timeout_s", df.message_timeout_s, 0.05, 86_400.0),
+            max_clients_per_ip=get_int(s, d, "max_clients_per_ip", df.max_clients_per_ip, 0, 1_000_000),
         )
         if lim.ping_interval_s >= lim.idle_timeout_s:
             raise ConfigError(
@@ -133,13 +139,18 @@ class UserEntry:
     user_id: str
     token_sha256: str
     groups: tuple[str, ...] = ()     # knowledge-base groups: members read and upload to group:<name>
-    admin: bool = False              # may delete any document it can see (and admin-only requests)
+    admin: bool = False              # may delete any document it can see, use CLIENT_LIST / CLIENT_KILL and the reserved slot
 
 
 @dataclass(slots=True)
 class AuthConfig:
     """[auth]: users and the sha256 of their tokens. No users = single-user mode (user "local")."""
     users: list[UserEntry] = field(default_factory=list)
+
+    @property
+    def reserved_slots(self) -> int:
+        """Connections accepted beyond max_clients for an admin: 1 when a user is marked admin."""
+        return 1 if any(u.admin for u in self.users) else 0
 
     @classmethod
     def from_dict(cls, d: dict) -> AuthConfig:

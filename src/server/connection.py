@@ -10,7 +10,8 @@ the output is over its high-water mark), or, for a v2 client, the ``LegacyV2`` a
 
 ``data_received`` feeds the codec and hands each decoded message on without awaiting. Once the
 handshake is done, well-formed PINGs are answered by the codec itself (``receive_and_pong``: no
-event, no task, PONG bytes straight into the write batch).
+event, no task, PONG bytes straight into the write batch); likewise, on a v2 connection whose request
+worker is idle with nothing queued, the heartbeats at the head of a read (``receive_and_heartbeat``).
 
 The version is known from the first byte: a v3 client's first frame is HELLO (0x20), anything else
 is a legacy v2 client, served at once by ``server.legacy_v2`` (never sent a v3 type code); a
@@ -28,14 +29,17 @@ from typing import Any, Callable
 
 import orjson
 
-from protocol import FATAL_CODES, ErrorCode, InvalidMessage, Message, MsgType, ProtocolError, Role, encode_frame
+from protocol import (FATAL_CODES, ErrorCode, InvalidMessage, Message, MsgType, ProtocolError, ProtocolVersion, Role,
+                      encode_frame)
 from protocol import Connection as Codec
 from protocol.messages import request_id
+from protocol.objects import ClientInfo
 from protocol.replies import ErrorReply
 from server import conn_state
 from server.conn_state import ConnState
+from server.conn_input import InputWatch
+from server.conn_limits import count_from, peer_ip, refusal_frame, regular_clients
 from server.context import RequestContext
-from server.errors import server_full_frame
 from server.handlers.dispatch import Dispatcher, run_handler
 from server.handlers.hello import handle_hello
 from server.legacy_v2 import LegacyV2
@@ -52,6 +56,7 @@ _PING, _PONG, _HELLO, _ERROR = int(MsgType.PING), int(MsgType.PONG), int(MsgType
 _UPLOAD_DATA = int(MsgType.KB_UPLOAD_DATA)
 _GRACE, _HANDSHAKING, _READY, _LEGACY, _REFUSED, _CLOSING, _CLOSED = ConnState
 _dumps = orjson.dumps
+_PROTO = {ProtocolVersion.V3: "v3", ProtocolVersion.V2: "v2", ProtocolVersion.UNKNOWN: None}
 
 
 class ServerConnection(asyncio.Protocol):
@@ -70,6 +75,11 @@ class ServerConnection(asyncio.Protocol):
         self.codec = Codec(Role.SERVER, max_message_size=self.limits.max_message_size)
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.ip = "?"
+        self.admin = False            # HELLO accepted for an admin user (who may hold the admin slot)
+        self.started = self.loop.time()
+        self.input = InputWatch(self.codec, services.input_budget, self.limits, self.loop,
+                                self._on_message_timeout, str(conn_id))
         self.output = OutputBuffer(self.loop, self.limits.max_output_buffer, self._on_slow, str(conn_id))
         self.port = V3Port(self.codec, self.output, self.limits.max_message_size, str(conn_id))
         self.ctx = RequestContext(services, self.port)
@@ -77,6 +87,7 @@ class ServerConnection(asyncio.Protocol):
         self.requests = RequestQueue(self.dispatcher, self._may_start, self.requests_done)
         self.legacy: LegacyV2 | None = None
         self._refuse_reason = refuse_reason
+        self._refusal = (ErrorCode.SERVER_FULL, "")  # what a REFUSED connection is told
         self._hello: asyncio.Task | None = None     # the HELLO being answered
         self._early: list[Message] = []              # requests pipelined behind it
         self._eof = False             # the client half-closed: answer what it sent, then close
@@ -116,6 +127,27 @@ class ServerConnection(asyncio.Protocol):
         """What the hub knows this connection as: the v2 adapter or the v3 port."""
         return self.legacy if self.legacy is not None else self.port
 
+    # -- admin (server.handlers.admin.Client) --------------------------------------------------------
+    def info(self, me: bool) -> ClientInfo:
+        """This connection as CLIENT_LIST shows it."""
+        now = self.loop.time()
+        sub = self.subscriber
+        tr = self.transport
+        unsent = self.output.size + (tr.get_write_buffer_size() if tr is not None and not tr.is_closing() else 0)
+        return ClientInfo(self.conn_id, self.peer, sub.user_id, sub.session_id, self.state.value,
+                          _PROTO[self.codec.version], round(now - self.started, 3), round(now - self.last_rx, 3),
+                          self.codec.bytes_buffered, unsent, me)
+
+    def kill(self, by: str) -> None:
+        """CLIENT_KILL: v3 clients get ERROR CLIENT_KILLED (fatal), v2 clients a last CHAT_TEXT."""
+        if self.closing:
+            return
+        if self.legacy is not None:
+            self.legacy.send_text("Connection closed by an administrator.")
+            self.close()
+        else:
+            self.fatal(ErrorCode.CLIENT_KILLED, f"connection closed by an administrator ({by})")
+
     # -- V2Host (server.legacy_v2) -------------------------------------------------------------------
     def write(self, data: bytes) -> None:
         self.output.write(data)
@@ -135,9 +167,18 @@ class ServerConnection(asyncio.Protocol):
         self._tls = transport.get_extra_info("sslcontext") is not None
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.ip = peer_ip(peer)
         svc = self.services
         grace = svc.config.server.legacy_grace_ms / 1000
         reason = self._refuse_reason()
+        if reason is not None:
+            self._refusal = (ErrorCode.SERVER_FULL, f"the server is full ({self.limits.max_clients} clients)")
+        else:
+            per_ip = self.limits.max_clients_per_ip
+            if per_ip and count_from(svc.connections, self.ip) >= per_ip:
+                reason = "max_clients_per_ip reached"
+                self._refusal = (ErrorCode.TOO_MANY_CONNECTIONS,
+                                 f"too many connections from {self.ip} (max_clients_per_ip = {per_ip})")
         if reason is not None:
             self._set(_REFUSED)
             svc.counters.refusals.note(self.conn_id, self.peer, reason)
@@ -164,23 +205,37 @@ class ServerConnection(asyncio.Protocol):
                 else:  # not a HELLO: a v2 client, whatever follows
                     self.codec.set_legacy()
                     self._start_legacy()
+                    if self.closing:  # over max_clients: the admin slot is not for v2
+                        return
         output = self.output
         output.in_rx = True  # replies written meanwhile go out in one write at the end
         out = output.out
         n_out = len(out)
         try:
+            legacy = self.legacy
             try:
-                events = self.codec.receive_and_pong(data, iso_now(), out) if hot else \
-                    self.codec.receive_data(data)
+                if hot:
+                    events = self.codec.receive_and_pong(data, iso_now(), out)
+                elif legacy is not None and legacy.idle and legacy.queue.empty():
+                    # v2, nothing queued or running: leading heartbeats are answered by the codec
+                    events = self.codec.receive_and_heartbeat(data, out)
+                else:
+                    events = self.codec.receive_data(data)
             except ProtocolError as exc:
                 self._handle(exc.events)
                 self.fatal(exc.code, exc.message)
                 return
-            if events or len(out) != n_out:  # a complete message (PONGs in out: PINGs) arrived
+            completed = bool(events) or len(out) != n_out
+            if completed:  # a complete message (PONGs/heartbeats in out) arrived
                 self.last_rx = self.loop.time()
                 self._ping_sent = False
-                if events:
-                    self._handle(events)
+                if legacy is not None and self._handshake is not None:
+                    self._handshake.cancel()  # a v2 client, not a silent socket
+                    self._handshake = None
+            if self.input.busy:  # partial input: counted server-wide, timed (message_timeout_s)
+                self.input.after_read(completed)
+            if events:
+                self._handle(events)
         finally:
             output.end_rx(hot)
 
@@ -214,12 +269,15 @@ class ServerConnection(asyncio.Protocol):
         self.output.stop()
         self.output.discard()
         self.requests.drop()
+        self.codec.close()        # partial input is given back now, not when a gc cycle finds us
+        self.input.release()
+        self._early.clear()
         svc = self.services
         svc.connections.discard(self)
         svc.hub.remove(self.subscriber)
         svc.uploads.detach_port(self.port)
         if self.legacy is not None:
-            self.legacy.stop()
+            self.legacy.abort()
         log.debug("connection %s closed%s", self.conn_id, f": {exc}" if exc else "")
 
     def pause_writing(self) -> None:
@@ -285,6 +343,12 @@ class ServerConnection(asyncio.Protocol):
             return
         if self.closing:  # the client left while we were answering
             self.services.hub.remove(self.port)
+            return
+        self.admin = self.services.auth.is_admin(self.port.user_id)
+        if self._over_regular_slots():
+            self.services.counters.refusals.note(self.conn_id, self.peer, "max_clients reached (admin slot)")
+            self.fatal(ErrorCode.SERVER_FULL, f"the server is full ({self.limits.max_clients} clients; "
+                       "the one slot beyond is reserved for an admin)", rid)
             return
         self._set(_READY)
         self._hello = None
@@ -362,8 +426,9 @@ class ServerConnection(asyncio.Protocol):
             self.fatal(ErrorCode.SHUTTING_DOWN, "the server is stopping")
 
     def _refuse(self, data: bytes) -> None:
-        """Over max_clients: a v3 client (first byte HELLO) gets ERROR SERVER_FULL; v2 sees a close."""
-        frame = server_full_frame(data, self.limits.max_clients)
+        """Over max_clients (SERVER_FULL) or max_clients_per_ip (TOO_MANY_CONNECTIONS): a v3 client
+        (first byte HELLO) gets the ERROR; a v2 client sees a close."""
+        frame = refusal_frame(data, *self._refusal)
         if frame:
             self.output.out.append(frame)
         self.close()
@@ -381,12 +446,26 @@ class ServerConnection(asyncio.Protocol):
         self.codec.set_legacy()
         self._start_legacy()
 
+    def _over_regular_slots(self) -> bool:
+        """This connection is in the admin slot (over max_clients) without being an admin's."""
+        conns = self.services.connections
+        cap = self.limits.max_clients
+        return not self.admin and len(conns) > cap and regular_clients(conns) > cap
+
     def _start_legacy(self) -> None:
         self._cancel_grace()  # (the handshake timer runs on until a first message)
+        if self._over_regular_slots():
+            self.services.counters.refusals.note(self.conn_id, self.peer, "max_clients reached (admin slot)")
+            self.close()
+            return
         self._set(_LEGACY)
         self.legacy = LegacyV2(self, self.services)
         self._arm_idle()
         self.legacy.start()
+
+    def _on_message_timeout(self, message: str) -> None:
+        if not self.closing:
+            self.fatal(ErrorCode.MESSAGE_TIMEOUT, message)
 
     def _on_handshake_timeout(self) -> None:
         self._handshake = None

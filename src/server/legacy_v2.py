@@ -83,6 +83,7 @@ class LegacyV2:
         self.streamed: set[str] = set()
         self.paused = False
         self.streaming = False                      # between a turn's TURN_START and its end marker
+        self.idle = False       # the worker waits on an empty queue (the codec may answer heartbeats)
         self._turn_done: asyncio.Event | None = None  # set when the turn the worker waits for ends
 
     # -- plumbing ------------------------------------------------------------------------------------
@@ -97,7 +98,11 @@ class LegacyV2:
             self.host.pause_reading()
 
     def stop(self) -> None:
-        """The connection closed, or will receive nothing more: the worker ends after what is queued."""
+        """The client will send nothing more: the worker ends after what is queued (answers included)."""
+        self.queue.put_nowait(_STOP)
+
+    def abort(self) -> None:
+        """The connection is gone: the worker ends now (a turn it waits for runs on without it)."""
         self.queue.put_nowait(_STOP)
         if self._turn_done is not None:
             self._turn_done.set()
@@ -126,19 +131,24 @@ class LegacyV2:
         self.on_events([_Notice(f"Session {deleted_id} was deleted; you are now in session {new_id}.")])
 
     # -- output --------------------------------------------------------------------------------------
+    def _send(self, msg_type: MsgType, payload: bytes) -> None:
+        """Frame and queue one frame; nothing once the connection is closing (its codec may be closed)."""
+        host = self.host
+        if host.closing or host.codec.closed:
+            return
+        host.write(host.codec.send(msg_type, payload))
+
     def _write_text(self, text: str) -> None:
         """CHAT_TEXT frames carrying ``text`` (an answer's chunks; nothing for empty text)."""
-        host = self.host
         for chunk in split_text_utf8(text, MAX_FRAME_TEXT):
-            host.write(host.codec.send(MsgType.CHAT_TEXT, chunk))
+            self._send(MsgType.CHAT_TEXT, chunk)
 
     def reply(self, text: str) -> None:
         """One CHAT_TEXT frame: ``text``, cut (marked "…") if its UTF-8 is over one frame."""
-        host = self.host
         data = (text or " ").encode()
         if len(data) > MAX_FRAME_TEXT:
             data = cut_text_utf8(text, MAX_FRAME_TEXT).encode()
-        host.write(host.codec.send(MsgType.CHAT_TEXT, data))
+        self._send(MsgType.CHAT_TEXT, data)
 
     def send_text(self, text: str) -> None:
         """A last word before the connection closes (shutdown): an open answer is ended first."""
@@ -148,19 +158,50 @@ class LegacyV2:
 
     def send_end(self) -> None:
         self.streaming = False
-        self.host.write(self.host.codec.send(MsgType.CHAT_TEXT, b""))
+        self._send(MsgType.CHAT_TEXT, b"")
 
     def thought(self, kind: str, content: Any) -> None:
         payload = orjson.dumps({"type": kind, "content": content})
         if len(payload) > MAX_FRAME_TEXT:
             payload = orjson.dumps({"type": kind, "content": str(content)[:4000] + "…"})
-        self.host.write(self.host.codec.send(MsgType.AGENT_THOUGHT, payload))
+        self._send(MsgType.AGENT_THOUGHT, payload)
 
     async def _run(self) -> None:
-        if not await self._welcome():
+        """The request worker. It never ends with an exception: a request that fails is answered with
+        its error (or, on a connection already closing, dropped), and an unexpected failure outside a
+        request is logged once and closes the connection."""
+        try:
+            await self._serve()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("v2 worker of connection %s failed; closing it", self.host.conn_id)
+            self.host.close()
+
+    async def _serve(self) -> None:
+        try:
+            welcomed = await self._welcome()
+        except Exception as exc:
+            if self.host.closing:
+                return
+            err = failure_of(exc)
+            if err is None:
+                raise
+            self.reply(f"Error: {err.message}")
+            self.host.close()
             return
+        if not welcomed:
+            return
+        queue = self.queue
         while True:
-            ev = await self.queue.get()
+            if queue.empty():
+                self.idle = True
+                try:
+                    ev = await queue.get()
+                finally:
+                    self.idle = False
+            else:
+                ev = queue.get_nowait()
             if ev is _STOP or self.host.closing:
                 return
             if self.paused and self.queue.qsize() <= self.host.limits.max_pending_requests // 2:
@@ -169,6 +210,8 @@ class LegacyV2:
             try:
                 await self._handle(ev)
             except Exception as exc:
+                if self.host.closing:  # the client left meanwhile: nobody to tell
+                    return
                 err = failure_of(exc)
                 if err is None:
                     log.exception("v2 request failed on connection %s", self.host.conn_id)
@@ -250,6 +293,8 @@ class LegacyV2:
             return
         try:
             rec, note = await self.current()
+            if self.host.closing:   # the client left meanwhile: start no turn for nobody
+                return
             if note:
                 self._chat_error(f"{note} Your message was not sent; send it again.")
                 return
@@ -263,7 +308,8 @@ class LegacyV2:
             self._chat_error(err.message)
             return
         try:
-            await done.wait()  # the next request is handled once this turn's end marker is out
+            if not self.host.closing:  # (once closed, abort() sets it: no await between)
+                await done.wait()  # the next request is handled once this turn's end marker is out
         finally:
             self._turn_done = None
 

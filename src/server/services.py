@@ -13,6 +13,7 @@ from typing import Any, Callable
 from server.auth import Authenticator
 from server.config import LimitsConfig, ServerConfig
 from server.handlers.knowledge_uploads import UploadService
+from server.conn_limits import InputBudget
 from server.hub import Hub
 from server.knowledge import KnowledgeBase
 from server.tools.knowledge import KnowledgeSource
@@ -52,6 +53,7 @@ class Services:
     uploads: UploadService | None = None                 # v3 uploads in progress (docs/protocol.md §5.8)
     udp: UdpTransfer | None = None    # v2 downloads over UDP (started by the Server)
     offers: OfferService | None = None
+    input_budget: InputBudget = field(default_factory=InputBudget)  # max_total_input_buffer
     version: str = VERSION
 
     @property

@@ -38,12 +38,17 @@ async def real_server(tmp_path: Path, **sections: dict[str, Any]) -> AsyncIterat
 
 
 @asynccontextmanager
-async def llm_server(tmp_path: Path, **llm: Any) -> AsyncIterator[tuple[Server, tuple[str, int], ScriptedLLM]]:
+async def llm_server(tmp_path: Path, endpoint_models: list[str] | None = None,
+                     **llm: Any) -> AsyncIterator[tuple[Server, tuple[str, int], ScriptedLLM]]:
     """The production wiring with the LLM section pointing at a scripted endpoint on loopback.
 
     Summarization is off so that no background summary call takes a scripted reply meant for a turn.
+    ``endpoint_models``: what GET /models answers, set before the server (whose agent fetches it at once)
+    starts.
     """
     async with ScriptedLLM(model=MODEL) as scripted:
+        if endpoint_models is not None:
+            scripted.models = endpoint_models
         section = {"base_url": scripted.base_url, "api_key": API_KEY, "model": MODEL, "models": [OTHER_MODEL],
                    "request_timeout_s": 5.0, "retries": 2, "retry_backoff_s": 0.01, "retry_max_delay_s": 0.05,
                    **llm}

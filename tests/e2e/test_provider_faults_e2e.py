@@ -104,8 +104,8 @@ async def test_two_calls_of_600_kb_are_stored_cut_to_fit(tmp_path):
 
 
 async def test_model_list_merges_the_endpoint_models_and_never_waits(tmp_path):
-    async with llm_server(tmp_path) as (_, addr, scripted):
-        scripted.models = [MODEL, "remote-large", "remote-small"]
+    # (set before the server starts: its agent asks GET /models at once and keeps the answer models_refresh_s)
+    async with llm_server(tmp_path, endpoint_models=[MODEL, "remote-large", "remote-small"]) as (_, addr, scripted):
         c = await V3Client.connect(addr)
         names_now = [m["name"] for m in (await c.call(T.MODEL_LIST))["models"]]
         assert names_now[:2] == [MODEL, OTHER_MODEL]               # the configured ones, at once

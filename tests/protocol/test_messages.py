@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from protocol import ErrorCode, InvalidMessage, Message, MsgType, ProtocolError
-from protocol.messages import (REQUEST_TYPES, ChatCancel, ChatEdit, ChatRegenerate, ChatSend, Hello,
+from protocol.messages import (REQUEST_TYPES, ChatCancel, ChatEdit, ChatRegenerate, ChatSend, ClientKill, ClientList,
+                               Hello,
                                HistoryExport, HistoryPage, HistorySearch, ModelList, ModelSwitch,
                                Ping, SessionClear, SessionDelete, SessionInfoReq, SessionList,
                                SessionNew, SessionPrompt, SessionPurge, SessionRename, SessionRestore,
@@ -30,6 +31,8 @@ VALID = {
     ModelSwitch: ({"id": 1, "model": "gpt"}, ModelSwitch(1, "gpt", None)),
     Ping: ({"id": 99}, Ping(99)),
     Stats: ({"id": "x" * 64}, Stats("x" * 64)),
+    ClientList: ({"id": 5}, ClientList(5)),
+    ClientKill: ({"id": 6, "user": "bob", "peer": "127.0.0.1"}, ClientKill(6, None, "bob", "127.0.0.1")),
     SessionRestore: ({"id": 1, "session_id": "s_2"}, SessionRestore(1, "s_2")),
     SessionPurge: ({"id": 1, "session_id": "s_2"}, SessionPurge(1, "s_2")),
     SessionPrompt: ({"id": 1, "system_prompt": ""}, SessionPrompt(1, None, "")),
@@ -54,7 +57,7 @@ def test_valid_bodies(cls: type) -> None:
 def test_one_class_per_request_type() -> None:
     from protocol.kb import KB_REQUEST_TYPES      # tested in tests/kb_wire/test_protocol.py
     assert set(REQUEST_TYPES.values()) == set(VALID) | set(KB_REQUEST_TYPES.values())
-    assert len(REQUEST_TYPES) == 29
+    assert len(REQUEST_TYPES) == 31
 
 
 @pytest.mark.parametrize("cls", list(VALID))

@@ -67,6 +67,8 @@ def test_defaults():
     assert (lim.max_queued_turns, lim.idle_timeout_s, lim.ping_interval_s, lim.handshake_timeout_s) == (8, 300, 60, 10)
     assert (lim.max_output_buffer, lim.max_text_chars, lim.max_active_turns_per_user) == (4 << 20, 32000, 16)
     assert lim.shutdown_grace_s == 5.0
+    assert (lim.max_total_input_buffer, lim.message_timeout_s, lim.max_clients_per_ip) == (256 << 20, 60.0, 64)
+    assert cfg.auth.reserved_slots == 0
     assert cfg.auth.users == [] and cfg.single_user
     # the installed server's data directory does not depend on the current folder
     assert cfg.storage.root == str(platformdirs.user_data_path("nplt-assistant") / "history")
@@ -109,6 +111,10 @@ def test_llm_env_is_handled_by_the_agent_config():
     ("[auth]\nusers = [{user_id = 'a', token_sha256 = 'abc'}]\n", "auth.users[0].token_sha256: expected 64 hex"),
     ("[auth]\nusers = [{user_id = 'a b', token_sha256 = '" + "0" * 64 + "'}]\n", "auth.users[0].user_id"),
     ("[storage]\ndurability = 'never'\n", "storage.durability"),
+    ("[limits]\nmax_total_input_buffer = 1000\n", "limits.max_total_input_buffer: expected a value in"),
+    ("[limits]\nmessage_timeout_s = 0\n", "limits.message_timeout_s: expected a value in"),
+    ("[limits]\nmax_clients_per_ip = -1\n", "limits.max_clients_per_ip: expected a value in"),
+    ("[auth]\nusers = [{user_id = 'a', token_sha256 = '%s', admin = 'yes'}]\n" % ("0" * 64), "auth.users[0].admin"),
     ("[nonsense]\nx = 1\n", "nonsense: unknown section"),
     ("[server\n", "invalid TOML"),
     ("[server]\nlog_level = 'verbose'\n", "server.log_level: expected one of debug, info, warning, error"),
@@ -126,6 +132,14 @@ def test_config_errors_are_precise(tmp_path, text, where):
     with pytest.raises(ConfigError) as err:
         load_config([], env={}, path=write(tmp_path, text))
     assert where in str(err.value)
+
+
+def test_admin_users_reserve_one_slot(tmp_path):
+    cfg = load_config([], env={}, path=write(tmp_path, USERS % ("a", D1, "b", D2)))
+    assert [u.admin for u in cfg.auth.users] == [False, False] and cfg.auth.reserved_slots == 0
+    text = "[auth]\nusers = [{user_id = 'a', token_sha256 = '%s', admin = true}, {user_id = 'b', token_sha256 = '%s'}]\n"
+    cfg = load_config([], env={}, path=write(tmp_path, text % (D1, D2)))
+    assert [u.admin for u in cfg.auth.users] == [True, False] and cfg.auth.reserved_slots == 1
 
 
 def test_log_level_and_format_are_case_insensitive(tmp_path):

@@ -72,7 +72,9 @@ async def test_v2_requests_sent_before_eof_are_all_answered(tmp_path):
         assert await v2.recv_text() == "HEARTBEAT"
         history = json.loads(await v2.recv_text())
         assert history["message_count"] == 0
-        await v2.expect_eof()
+        _, answer, _ = await v2.read_answer()   # the chat's answer too: the worker waits for its turn
+        assert answer == "echo: asked before the eof"
+        assert await v2.expect_eof() == b""
         assert v2.only_v2_codes()
         await v2.close()
         sid = history["session_id"]

@@ -1,0 +1,124 @@
+"""Limits that span connections: buffered input server-wide, clients per IP, the admin slot.
+
+- ``InputBudget``: the bytes of partial input (incomplete frames, fragmented messages being
+  reassembled) held by all connections together, counted against ``max_total_input_buffer`` (as
+  redis counts client buffers against ``maxmemory``). Each connection adds what its codec holds
+  after every read and gives it all back when it closes. A connection whose fragmented message
+  grows while the total is over the cap has that message refused (ERROR SERVER_BUSY, not fatal):
+  its fragments are released at once and the rest of the message is skipped. (Messages are refused
+  past 15/16 of the cap, so that reads in flight and allocator overhead stay within it.)
+- ``max_clients_per_ip``: connections from one address beyond it are refused with
+  TOO_MANY_CONNECTIONS (v3 clients; a v2 client sees the close).
+- The admin slot: when a configured user is marked ``admin``, one connection beyond
+  ``max_clients`` is accepted, and it may only stay by saying HELLO as an admin.
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+from typing import Any, Callable, Iterable
+
+import orjson
+
+from protocol import ErrorCode, MsgType, encode_frame
+from protocol.messages import request_id
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` (None elsewhere, e.g. musl or macOS)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
+TRIM_MIN_BYTES = 1 << 20     # given back at once: worth asking the allocator to return free pages
+TRIM_DELAY_S = 0.2           # (and at most one trim per this interval, in a worker thread)
+HEADROOM = 16                # messages are refused past (15/16) of the cap: reads in flight and the
+                             # allocator's own overhead stay within the cap too
+
+
+class InputBudget:
+    """Partial input held by every connection of the server, in bytes (``total``), the most it
+    reached (``peak``), and how many messages were refused for it (``refused``).
+
+    Bytes given back in bulk (a connection closing with a large message half received) are followed
+    by a ``malloc_trim`` in a worker thread: glibc keeps freed 64 KiB blocks in the heap, so without
+    it RSS would stay at its peak after the memory is free.
+    """
+
+    __slots__ = ("total", "peak", "refused", "trims", "_trim")
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.peak = 0
+        self.refused = 0
+        self.trims = 0
+        self._trim: asyncio.TimerHandle | asyncio.Future | None = None
+
+    @staticmethod
+    def threshold(cap: int) -> int:
+        """The total over which growing messages are refused."""
+        return cap - cap // HEADROOM
+
+    def add(self, delta: int) -> int:
+        total = self.total = self.total + delta
+        if total > self.peak:
+            self.peak = total
+        return total
+
+    def give_back(self, n: int) -> None:
+        """``n`` bytes were released (the caller holds the event loop)."""
+        self.add(-n)
+        if n >= TRIM_MIN_BYTES and self._trim is None and _malloc_trim is not None:
+            self._trim = asyncio.get_running_loop().call_later(TRIM_DELAY_S, self._start_trim)
+
+    def _start_trim(self) -> None:
+        self.trims += 1
+        fut = asyncio.get_running_loop().run_in_executor(None, _malloc_trim, 0)
+        self._trim = fut
+        fut.add_done_callback(self._trimmed)
+
+    def _trimmed(self, fut: asyncio.Future) -> None:
+        self._trim = None
+        if not fut.cancelled():
+            fut.exception()   # (retrieved: malloc_trim does not raise; a closed executor might)
+
+
+def peer_ip(peername: Any) -> str:
+    """The address part of a transport's ``peername`` ("?" when there is none, e.g. a UNIX socket)."""
+    if isinstance(peername, tuple) and peername:
+        return str(peername[0])
+    return "?"
+
+
+def count_from(connections: Iterable[Any], ip: str) -> int:
+    """How many of ``connections`` (objects with an ``ip``) come from ``ip``."""
+    return sum(1 for c in connections if c.ip == ip)
+
+
+def regular_clients(connections: Iterable[Any]) -> int:
+    """Connections that do not hold the admin slot (every one but those of admins after HELLO)."""
+    return sum(1 for c in connections if not c.admin)
+
+
+def refusal_frame(first: bytes, code: ErrorCode, message: str) -> bytes:
+    """ERROR ``code`` (fatal) for a client refused on its first read ``first``; b"" unless it is v3.
+
+    A v3 client starts with HELLO (type code 0x20): it gets the error, with the HELLO's id when the
+    whole frame is in ``first``. Anything else is a v2 client, which only sees the close.
+    """
+    if not first or first[0] != MsgType.HELLO:
+        return b""
+    re = None
+    if len(first) >= 5:
+        end = 5 + int.from_bytes(first[3:5], "big")
+        if len(first) >= end:
+            try:
+                re = request_id(orjson.loads(first[5:end]))
+            except orjson.JSONDecodeError:
+                re = None   # a HELLO we cannot read still gets the error, without an id
+    payload = orjson.dumps({"re": re, "code": code, "message": message, "fatal": True})
+    return encode_frame(MsgType.ERROR, 0, payload)

@@ -1,0 +1,69 @@
+"""CLIENT_LIST and CLIENT_KILL (docs/protocol.md §5.9): the server's connections, for admins only.
+
+Like redis CLIENT LIST / CLIENT KILL. An admin is a user marked ``admin = true`` in [auth] (in
+single-user mode, ``local``); anyone else gets FORBIDDEN. A handler sees the connections only
+through the small ``Client`` interface below. A killed v3 connection is sent ERROR CLIENT_KILLED
+(fatal); a v2 one a last CHAT_TEXT. The connection the request came on is never killed.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from protocol import ErrorCode
+from protocol.messages import ClientKill, ClientList
+from protocol.objects import ClientInfo
+from protocol.replies import ClientKillReply, ClientListReply
+from server.context import RequestContext
+from server.errors import HandlerError
+
+log = logging.getLogger("nplt.admin")
+
+
+class Client(Protocol):
+    """What an admin request may see and do of a connection (``server.connection.ServerConnection``)."""
+
+    conn_id: int
+    port: Any          # its V3Port: the requester is the connection whose port is ctx.port
+
+    def info(self, me: bool) -> ClientInfo: ...
+    def kill(self, by: str) -> None: ...
+
+
+def _require_admin(ctx: RequestContext) -> None:
+    if not ctx.services.auth.is_admin(ctx.user_id):
+        raise HandlerError(ErrorCode.FORBIDDEN, "this request is for administrators ([auth] admin = true)")
+
+
+def _clients(ctx: RequestContext) -> list[Client]:
+    return sorted(ctx.services.connections, key=lambda c: c.conn_id)
+
+
+async def client_list(ctx: RequestContext, req: ClientList) -> ClientListReply:
+    _require_admin(ctx)
+    return ClientListReply(tuple(c.info(c.port is ctx.port) for c in _clients(ctx)))
+
+
+def _matches(info: ClientInfo, req: ClientKill) -> bool:
+    if req.client_id is not None and info.id != req.client_id:
+        return False
+    if req.user is not None and info.user != req.user:
+        return False
+    if req.peer is not None and req.peer not in (info.peer, info.peer.rpartition(":")[0]):
+        return False
+    return True
+
+
+async def client_kill(ctx: RequestContext, req: ClientKill) -> ClientKillReply:
+    """Close every other connection matching all the filters given (id, user, peer "ip:port" or "ip")."""
+    _require_admin(ctx)
+    hits = [c for c in _clients(ctx) if c.port is not ctx.port and _matches(c.info(False), req)]
+    if not hits:
+        asked = ", ".join(f"{k} {v!r}" for k, v in (("client_id", req.client_id), ("user", req.user),
+                                                    ("peer", req.peer)) if v is not None)
+        raise HandlerError(ErrorCode.NOT_FOUND, f"no other connection matches {asked}")
+    for c in hits:
+        c.kill(ctx.user_id)
+    killed = tuple(c.conn_id for c in hits)
+    log.warning("user %s killed connection(s) %s", ctx.user_id, ", ".join(map(str, killed)))
+    return ClientKillReply(killed)
