@@ -42,6 +42,7 @@ class Services:
     counters: Counters
     connections: set[Any] = field(default_factory=set)   # open connections (STATS "clients")
     metrics: Metrics = field(default_factory=Metrics)    # GET /metrics (server.httpd)
+    cluster: Any = None        # server.cluster.Cluster when storage is PostgreSQL, else None
     version: str = VERSION
 
     @property
@@ -57,7 +58,8 @@ class Services:
 
 def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any], *, agent: Any = None,
                    memory: Any = None, counters: Counters | None = None) -> Services:
-    """Every service, once, in dependency order: hub -> (agent, memory) -> sessions -> runner.
+    """Every service, once, in dependency order: hub -> (agent, memory) -> sessions -> cluster
+    (PostgreSQL storage only) -> runner.
 
     ``store`` is an open AsyncHistoryStore; ``agent`` and ``memory`` are built from the config unless
     given (``memory="basic"``: BasicMemory); ``notify`` is the memory layer's callback.
@@ -66,9 +68,14 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     agent, memory = build_runtime(config, store, notify, agent, memory)
     sessions = SessionService(store, hub, agent, memory)
     metrics = Metrics()
+    cluster = None
+    if getattr(store, "link", None) is not None:   # PostgreSQL: other nodes may share the database
+        from server.cluster import Cluster         # (not imported at all on the JSON backend)
+        cluster = Cluster(store, hub, sessions)
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
-                        limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics)
+                        limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics,
+                        lock=cluster.turn_lock if cluster is not None else None)
     sessions.turns = runner
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
                     memory=memory, auth=Authenticator(config.auth), counters=counters or Counters(),
-                    metrics=metrics)
+                    metrics=metrics, cluster=cluster)
