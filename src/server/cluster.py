@@ -36,6 +36,7 @@ from storage.pg.lock_holder import LockHolder, key_of
 log = logging.getLogger("nplt.cluster")
 
 
+
 @dataclass(frozen=True)
 class ClusterConfig:
     """Settings of the cluster component (docs/cluster.md)."""
@@ -141,7 +142,8 @@ class Cluster:
 
     async def repair(self, session_id: str) -> None:
         """With the session's lock held: if its last message is an unanswered user message (a turn cut
-        short by a dead node), store the message closing it as interrupted and announce it."""
+        short by a dead node), store the message closing it as interrupted and announce it. (Always
+        read: a node can die before the notification of its turn's start went out.)"""
         try:
             page = await self.store.page(session_id, limit=1)
         except (NotFound, InvalidSessionId):
@@ -163,9 +165,12 @@ class Cluster:
 class Hold:
     """One turn's claim on its session: granted at once (``ready``) or waiting in PostgreSQL's queue."""
 
-    __slots__ = ("_release", "_task")
+    __slots__ = ("_release", "_task", "_session_id", "_releasing")
 
-    def __init__(self, release: Any = None, task: asyncio.Task | None = None) -> None:
+    def __init__(self, session_id: str, releasing: dict[str, asyncio.Event], release: Any,
+                 task: asyncio.Task | None = None) -> None:
+        self._session_id = session_id
+        self._releasing = releasing      # session -> set once this node's hold on it is released
         self._release = release          # async () -> None: unlock (holder connection), or flush events
         self._task = task                # the wait, for a contended lock (its result: the connection)
 
@@ -185,13 +190,18 @@ class Hold:
 
     async def release(self) -> None:
         task = self._task
-        if task is None:
-            await self._release()
-        elif not task.done():
-            task.cancel()
-        elif not task.cancelled() and task.exception() is None:
-            await self._release()         # this turn's last events first
-            task.result().terminate()     # then the lock goes with its connection
+        if task is not None and (not task.done() or task.cancelled() or task.exception() is not None):
+            task.cancel()                 # never granted: nothing to release
+            return
+        done = self._releasing[self._session_id] = asyncio.Event()
+        try:
+            await self._release()         # this turn's last events first, then the lock
+            if task is not None:
+                task.result().terminate() # (a contended lock goes with its connection)
+        finally:
+            done.set()
+            if self._releasing.get(self._session_id) is done:
+                del self._releasing[self._session_id]
 
 
 class ClusterTurnLock:
@@ -200,9 +210,13 @@ class ClusterTurnLock:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.holder = cluster.holder
+        self.releasing: dict[str, asyncio.Event] = {}   # holds of this node being released
 
     async def try_hold(self, session_id: str) -> Hold | None:
         """The session's lock if it is free now (nothing left to close: repaired first), else None."""
+        releasing = self.releasing.get(session_id)
+        if releasing is not None:         # this node's previous turn there is letting go: after it
+            await releasing.wait()        # (a waiter from another node still comes first)
         key = key_of("session", session_id)
         if not await self.holder.try_lock(key):
             return None
@@ -212,7 +226,7 @@ class ClusterTurnLock:
         except BaseException:
             await self.holder.unlock(key)
             raise
-        return Hold(self._unlocker(key))
+        return Hold(session_id, self.releasing, self._unlocker(key))
 
     def _unlocker(self, key: int) -> Any:
         async def release() -> None:
@@ -222,7 +236,8 @@ class ClusterTurnLock:
 
     def request(self, session_id: str) -> Hold:
         """Queue for the session's lock now (arrival order); ``Hold.wait`` until it is granted."""
-        return Hold(self.cluster.relay.flush, asyncio.get_running_loop().create_task(self._acquire(session_id)))
+        return Hold(session_id, self.releasing, self.cluster.relay.flush,
+                    asyncio.get_running_loop().create_task(self._acquire(session_id)))
 
     async def _acquire(self, session_id: str) -> asyncpg.Connection:
         con = await self.holder.wait_lock(key_of("session", session_id))

@@ -164,6 +164,9 @@ class Relay:
         node = payload.get("n")
         if node == self.node_id or not isinstance(payload.get("e"), list):
             return
+        for item in payload["e"]:           # turns known as started at once (the taker of a session
+            if item[0] == "s":                  # waits for their TURN_END, see Cluster.after_remote_turn)
+                self.on_start(node, item[1], item[2], item[3])
         for item in payload["e"]:
             try:
                 await self._deliver(node, item)
@@ -173,7 +176,8 @@ class Relay:
     async def _deliver(self, node: str, item: list[Any]) -> None:
         self.received += 1
         kind = item[0]
-        if kind == "x":
+        spilled = kind == "x"
+        if spilled:
             body = await read_spilled(self.link, item[1])
             if body is None:
                 return
@@ -181,13 +185,14 @@ class Relay:
             kind = item[0]
         hub = self.hub
         if kind == "u":
-            hub.publish_user(item[1], decode_event(item[2], item[3]), remote=True)
+            if hub.user_subscribers(item[1]):
+                hub.publish_user(item[1], decode_event(item[2], item[3]), remote=True)
             return
         if kind == "p":
             hub.publish_session(item[1], decode_event(item[2], item[3]), remote=True)
             return
         sid, tid = item[1], item[2]
-        if kind == "s":
+        if kind == "s" and spilled:
             self.on_start(node, sid, tid, item[3])
         try:
             if hub.session_subscribers(sid):    # else nobody here follows the session: nothing to read

@@ -95,6 +95,9 @@ class Hub:
     def session_subscribers(self, session_id: str) -> set[Subscriber]:
         return self._by_session.get(session_id, set())
 
+    def user_subscribers(self, user_id: str) -> set[Subscriber]:
+        return self._by_user.get(user_id, set())
+
     def attached_sessions(self) -> int:
         return len(self._by_session)
 

@@ -231,12 +231,12 @@ class TurnRunner:
                 except Exception:  # pragma: no cover - _run handles its own failures
                     log.exception("turn %s crashed", turn.turn_id)
                 finally:
-                    if hold is not None:
-                        await hold.release()
                     self.turns_running -= 1
                     self.turns_total += 1
                     lane.current = None
                     self._left(turn)
+                    if hold is not None:   # (the lane is idle meanwhile: a chat now claims the session)
+                        await hold.release()
         finally:
             lane.worker = None
             if not lane.waiting and not lane.lock.locked() and self.lanes.get(session_id) is lane:
