@@ -45,7 +45,7 @@ USERS = 1000
 
 
 # ---------------------------------------------------------------- a node (subprocess)
-async def serve(port_file: str, url: str, data_dir: str, durability: str) -> None:
+async def serve(port_file: str, url: str, data_dir: str, durability: str, pool: str) -> None:
     from server.app import Server
     from server.auth import hash_token
     from server.config import ServerConfig
@@ -54,6 +54,7 @@ async def serve(port_file: str, url: str, data_dir: str, durability: str) -> Non
     storage: dict[str, Any] = {"root": data_dir, "durability": durability}
     if url != "-":
         storage["url"] = url
+        storage["pg_pool_size"] = int(pool)
     cfg = ServerConfig.from_dict({"server": {"host": "127.0.0.1", "port": 0, "log_level": "error"},
                                   "limits": {"max_clients": 2000}, "auth": auth, "storage": storage})
     srv = Server(cfg, agent=EchoAgent(chunks=8))
@@ -66,11 +67,11 @@ async def serve(port_file: str, url: str, data_dir: str, durability: str) -> Non
 
 
 class Node:
-    def __init__(self, tmp: Path, name: str, url: str | None, durability: str = "batched") -> None:
+    def __init__(self, tmp: Path, name: str, url: str | None, durability: str = "batched", pool: int = 10) -> None:
         self.port_file = tmp / f"{name}.port"
         env = {k: v for k, v in os.environ.items() if not k.startswith("NPLT_")}
         self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(self.port_file), url or "-",
-                                      str(tmp / f"{name}-data"), durability], env=env)
+                                      str(tmp / f"{name}-data"), durability, str(pool)], env=env)
         self.port = 0
 
     def wait(self) -> Node:
@@ -295,7 +296,11 @@ def main() -> None:
     ap.add_argument("--history", type=int, default=100_000, help="messages in the big session")
     ap.add_argument("--quick", action="store_true", help="fewer turns and probes (a smoke run)")
     ap.add_argument("--repeat", type=int, default=2, help="interleaved repeats of the turns/s runs (best kept)")
-    ap.add_argument("--serve", nargs=4, metavar=("PORT_FILE", "URL", "DATA_DIR", "DURABILITY"), help=argparse.SUPPRESS)
+    ap.add_argument("--pool", type=int, default=40,
+                    help="pg_pool_size of each node (default 40 here: the setting's default, 10, is a "
+                         "bottleneck at 200 concurrent turns a node; one run with 10 is printed too)")
+    ap.add_argument("--serve", nargs=5, metavar=("PORT_FILE", "URL", "DATA_DIR", "DURABILITY", "POOL"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
         with asyncio.Runner(loop_factory=new_loop) as r:
@@ -311,7 +316,7 @@ def main() -> None:
     nodes: list[Node] = []
 
     def start(n: int, url: str | None, durability: str = "batched") -> list[Node]:
-        group = [Node(tmp, f"n{len(nodes) + i}", url, durability) for i in range(n)]
+        group = [Node(tmp, f"n{len(nodes) + i}", url, durability, args.pool) for i in range(n)]
         nodes.extend(group)
         return [g.wait() for g in group]
 
@@ -320,16 +325,20 @@ def main() -> None:
             g.stop()
 
     print(f"bench/cluster.py: {args.clients} clients x {turns} turns, echo agent (8 deltas), "
-          f"{os.cpu_count()} CPUs, PostgreSQL {pg.bin.parent.name} (fsync off)")
+          f"{os.cpu_count()} CPUs, embedded PostgreSQL (fsync off), pg_pool_size {args.pool} a node")
     try:
         rates: dict[str, float] = {}
         print("\n-- turns/s (load generator CPU = this process, % of one core)")
         runs = (("json fsync  1 node ", "fsync", 1), ("json batched 1 node", "batched", 1),
                 ("pg          1 node ", "pg", 1), ("pg          2 nodes", "pg", 2), ("pg          3 nodes", "pg", 3))
+        default_pool = args.pool
+        runs = runs + (("pg 1 node, pg_pool_size 10", "pg10", 1),)
         for rep in range(args.repeat):       # interleaved repeats, best kept: the CPUs are shared
             for label, kind, n in runs:
-                url = runner.run(fresh_database(pg)) if kind == "pg" else None
-                group = start(n, url, "batched" if kind == "pg" else kind)
+                url = runner.run(fresh_database(pg)) if kind.startswith("pg") else None
+                args.pool = 10 if kind == "pg10" else default_pool
+                group = start(n, url, "batched" if kind.startswith("pg") else kind)
+                args.pool = default_pool
                 elapsed, lat, cpu = runner.run(load([g.port for g in group], args.clients, turns))
                 stop(group)
                 rate = len(lat) / elapsed

@@ -119,7 +119,7 @@ class Cluster:
             return
         self._watchers.pop(node, None)
         left = [sid for sid, entry in self.remote_turns.items() if entry[0] == node]
-        log.warning("cluster: node %s is gone, %d of its turns left running", node, len(left))
+        (log.warning if left else log.info)("cluster: node %s is gone, %d of its turns left running", node, len(left))
         for sid in left:
             self._spawn(self.close_interrupted(sid))
 

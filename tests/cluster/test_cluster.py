@@ -3,6 +3,8 @@ the turns that run on the other, live and in order; turns of one session run one
 nodes, in arrival order."""
 from __future__ import annotations
 
+import asyncpg
+
 from protocol import MsgType as T
 from storage.pg.lock_holder import key_of
 from testkit.server import V3Client, answer_text, poll
@@ -107,3 +109,43 @@ async def _lock_waiters(srv, session_id: str, n: int) -> bool:
         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
         "AND ((classid::bigint << 32) | objid::bigint) = $1", key_of("session", session_id)), write=False)
     return count == n
+
+
+async def test_a_turn_waiting_for_another_node_can_be_withdrawn(tmp_path, pg_url):
+    from testkit.echo_agent import EchoAgent
+    agent_a = EchoAgent()
+    async with node(tmp_path, pg_url, "a", agent_a) as a, node(tmp_path, pg_url, "b") as b:
+        ca = await V3Client.connect(_addr(a))
+        sid = ca.session_id
+        cb = await V3Client.connect(_addr(b), session_id=sid)
+        try:
+            r1 = await ca.call(T.CHAT_TEXT, text="!block first")
+            await agent_a.wait_blocked()
+            r2 = await cb.call(T.CHAT_TEXT, text="never mind")
+            await poll(lambda: _lock_waiters(b, sid, 1), timeout=30)
+            cancelled = await cb.call(T.CHAT_CANCEL, turn_id=r2["turn_id"])
+            assert cancelled["cancelled"] is True
+            end = (await cb.turn_events(r2["turn_id"], timeout=30))[-1]
+            assert end.type == T.TURN_END and end.body["withdrawn"] is True and end.body["message"] is None
+            await poll(lambda: _lock_waiters(b, sid, 0), timeout=30)   # its claim left the queue
+            agent_a.release()
+            assert answer_text(await ca.turn_events(r1["turn_id"], timeout=30)) == "echo: !block first"
+            await poll(lambda: not a.runner.lanes, timeout=30)     # node A let the session go
+            r3 = await cb.call(T.CHAT_TEXT, text="now")             # node B takes the session at once
+            assert r3["queued"] == 0
+            assert answer_text(await cb.turn_events(r3["turn_id"], timeout=30)) == "echo: now"
+            page = await cb.call(T.HISTORY_REQUEST, limit=50)
+            assert [m["content"] for m in page["messages"]] == ["!block first", "echo: !block first",
+                                                                 "now", "echo: now"]
+        finally:
+            await ca.close()
+            await cb.close()
+    # stopped nodes leave no backend behind (lock waiters and node watchers included)
+    con = await asyncpg.connect(pg_url)
+    try:
+        async def no_node_backends() -> bool:
+            return await con.fetchval("SELECT count(*) FROM pg_stat_activity "
+                                      "WHERE application_name LIKE 'nplt-node:%'") == 0
+        await poll(no_node_backends, timeout=30)
+    finally:
+        await con.close()

@@ -34,6 +34,7 @@ class LockHolder:
         self.held: set[int] = set()      # keys held on the holder connection
         self._con: asyncpg.Connection | None = None
         self._mutex = asyncio.Lock()     # one statement at a time on the holder connection
+        self._cleanups: set[asyncio.Task] = set()
 
     async def _connect(self, *, wait: bool = False) -> asyncpg.Connection:
         args = self.link.connect_args()
@@ -96,9 +97,25 @@ class LockHolder:
         try:
             await con.execute("SELECT pg_advisory_lock($1)", key)
         except BaseException:
-            con.terminate()
+            self._abandon(con)
             raise
         return con
+
+    def _abandon(self, con: asyncpg.Connection) -> None:
+        """Close a connection whose backend may still wait for a lock. A backend blocked on a lock
+        does not notice its client is gone (it would be granted the lock, in its turn, before it
+        noticed), so it is also ended from a pooled connection."""
+        pid = con.get_server_pid()
+        con.terminate()
+
+        async def end_backend() -> None:
+            try:
+                await self.link.run(lambda c: c.execute("SELECT pg_terminate_backend($1)", pid), write=False)
+            except Exception:              # PostgreSQL gone or the pool closed: the backend went too
+                pass
+        task = asyncio.get_running_loop().create_task(end_backend())
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     async def _connect_waiter(self) -> asyncpg.Connection:
         return await self._connect(wait=True)
@@ -108,10 +125,15 @@ class LockHolder:
         con = await self.link.retrying(self._connect_waiter, "watch a node")
         try:
             await con.execute("SELECT pg_advisory_lock($1)", node_key)
-        finally:
-            con.terminate()
+        except BaseException:
+            self._abandon(con)
+            raise
+        con.terminate()
 
     async def close(self) -> None:
+        """Close the holder connection (before the pool: abandoned waiters are ended through it)."""
+        if self._cleanups:
+            await asyncio.wait(list(self._cleanups), timeout=self.link.config.pg_connect_timeout_s)
         async with self._mutex:
             if self._con is not None and not self._con.is_closed():
                 try:
