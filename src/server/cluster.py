@@ -162,6 +162,9 @@ class Cluster:
         self._spawn(self.sessions.publish_updated(session_id))
 
 
+_background: set[asyncio.Task] = set()      # releases of withdrawn claims in progress
+
+
 class Hold:
     """One turn's claim on its session: granted at once (``ready``) or waiting in PostgreSQL's queue."""
 
@@ -185,8 +188,13 @@ class Hold:
             await self._task
 
     def cancel(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        """Give the claim up without waiting (a withdrawn turn): stop waiting, or let the lock go."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+        elif task is None or (not task.cancelled() and task.exception() is None):
+            _background.add(t := asyncio.get_running_loop().create_task(self.release()))
+            t.add_done_callback(_background.discard)
 
     async def release(self) -> None:
         task = self._task
