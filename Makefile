@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 HOST   ?= 127.0.0.1
 PORT   ?= 0
 
-.PHONY: run test server client bench fuzz soak clean
+.PHONY: run test server client bench fuzz soak cluster clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ bench: $(VENV)/.installed-dev
 		[ -f $$b ] && $(PY) $$b || exit 1; done
 	$(if $(LOCOMO),$(PY) bench/locomo_recall.py $(LOCOMO))
 	$(if $(CMRC),$(PY) bench/kb_recall.py $(CMRC))
+
+## cluster: embedded PostgreSQL + two server nodes on loopback sharing it (Ctrl+C stops all); NODES=3 for more
+cluster: $(VENV)/.installed-dev
+	$(PY) scripts/cluster.py --nodes $(or $(NODES),2) --host $(HOST) --port $(PORT)
 
 ## fuzz: long property-based runs (not part of make test)
 fuzz: $(VENV)/.installed-dev

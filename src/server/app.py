@@ -127,10 +127,14 @@ class Server:
             await svc.uploads.start()
             await clear_incoming(cfg)
             await svc.udp.start(cfg.transfer.udp_host or cfg.server.host)
+            if svc.cluster is not None:
+                await svc.cluster.start()   # before listening: every turn is relayed and locked
             self._listener = await loop.create_server(
                 self._new_connection, cfg.server.host, cfg.server.port, ssl=ssl_ctx,
                 backlog=min(4096, max(128, cfg.limits.max_clients)))
         except BaseException:
+            if svc.cluster is not None:
+                await svc.cluster.close()
             await svc.udp.close()
             await svc.knowledge.close()
             if self._owns_store:
@@ -194,6 +198,8 @@ class Server:
                     await part.aclose()
                 except Exception:  # the rest of the shutdown (the store's compaction) must still run
                     log.exception("%s close failed", name)
+        if svc.cluster is not None:   # after the turns: their last events reach the other nodes
+            await svc.cluster.close()
         await svc.uploads.close()
         await svc.udp.close()
         await svc.knowledge.close()

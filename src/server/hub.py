@@ -6,7 +6,9 @@ it is talking to. Turn events go to every subscriber attached to the turn's sess
 only for the one that sent the chat request (its events carry the request's ``re``); SESSION_EVENT
 and NOTICE go to ``event`` (a v2 subscriber ignores them). Events are typed
 (``protocol.server_events``); one is encoded at most once for all subscribers (``Outgoing.shared``;
-the sender's copy, with its ``re``, apart), then framed per connection.
+the sender's copy, with its ``re``, apart), then framed per connection. With PostgreSQL storage the
+cluster component sets ``relay``: every event published here also goes to the other nodes, and theirs
+come back with ``remote=True`` (delivered here only). On the JSON backend ``relay`` stays None.
 """
 from __future__ import annotations
 
@@ -46,12 +48,21 @@ class Subscriber(Protocol):
     def session_moved(self, deleted_id: str, new_id: str) -> None: ...
 
 
+class Relay(Protocol):
+    """Where a node's events also go when it runs in a cluster (``server.cluster_relay``)."""
+
+    def turn(self, session_id: str, event: ServerEvent) -> None: ...
+    def user(self, user_id: str, event: ServerEvent) -> None: ...
+    def session(self, session_id: str, event: ServerEvent) -> None: ...
+
+
 class Hub:
     """Subscriber registry per session and per user, with encode-once fan-out."""
 
     def __init__(self) -> None:
         self._by_session: dict[str, set[Subscriber]] = {}
         self._by_user: dict[str, set[Subscriber]] = {}
+        self.relay: Relay | None = None   # set by the cluster component (PostgreSQL storage only)
 
     # -- registry -------------------------------------------------------------------------------
     def add_user(self, sub: Subscriber, user_id: str) -> None:
@@ -84,13 +95,19 @@ class Hub:
     def session_subscribers(self, session_id: str) -> set[Subscriber]:
         return self._by_session.get(session_id, set())
 
+    def user_subscribers(self, user_id: str) -> set[Subscriber]:
+        return self._by_user.get(user_id, set())
+
     def attached_sessions(self) -> int:
         return len(self._by_session)
 
     # -- fan-out --------------------------------------------------------------------------------
     def publish_turn(self, session_id: str, event: ServerEvent, origin: Subscriber | None = None,
-                     re: Any = None) -> None:
-        """A turn event to the session's subscribers, and to ``origin`` (the sender) wherever it is."""
+                     re: Any = None, remote: bool = False) -> None:
+        """A turn event to the session's subscribers, and to ``origin`` (the sender) wherever it is;
+        also to the relay (other nodes) unless it came from another node (``remote``)."""
+        if self.relay is not None and not remote:
+            self.relay.turn(session_id, event)
         subs = self._by_session.get(session_id)
         if origin is not None and (subs is None or origin not in subs) and not origin.closed:
             # the sender switched away (or chatted into another session): it still sees its turn
@@ -101,12 +118,16 @@ class Hub:
         for sub in tuple(subs):
             sub.turn_event(out, sub is origin, re)
 
-    def publish_user(self, user_id: str, event: ServerEvent) -> None:
+    def publish_user(self, user_id: str, event: ServerEvent, remote: bool = False) -> None:
         """An event (``re`` null) to every subscriber of ``user_id``."""
+        if self.relay is not None and not remote:
+            self.relay.user(user_id, event)
         self._publish(self._by_user.get(user_id, ()), event)
 
-    def publish_session(self, session_id: str, event: ServerEvent) -> None:
+    def publish_session(self, session_id: str, event: ServerEvent, remote: bool = False) -> None:
         """An event (``re`` null) to the subscribers attached to ``session_id``."""
+        if self.relay is not None and not remote:
+            self.relay.session(session_id, event)
         self._publish(self._by_session.get(session_id, ()), event)
 
     @staticmethod

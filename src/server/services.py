@@ -54,6 +54,7 @@ class Services:
     udp: UdpTransfer | None = None    # v2 downloads over UDP (started by the Server)
     offers: OfferService | None = None
     input_budget: InputBudget = field(default_factory=InputBudget)  # max_total_input_buffer
+    cluster: Any = None        # server.cluster.Cluster when storage is PostgreSQL, else None
     version: str = VERSION
 
     @property
@@ -69,7 +70,8 @@ class Services:
 
 def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any], *, agent: Any = None,
                    memory: Any = None, counters: Counters | None = None) -> Services:
-    """Every service, once, in dependency order: hub -> knowledge -> (agent, memory) -> sessions -> runner.
+    """Every service, once, in dependency order: hub -> knowledge -> (agent, memory) -> sessions ->
+    cluster (PostgreSQL storage only) -> runner.
 
     ``store`` is an open AsyncHistoryStore; ``agent`` and ``memory`` are built from the config unless
     given (``memory="basic"``: BasicMemory); ``notify`` is the memory layer's callback.
@@ -85,11 +87,16 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
                                   offers=offers.offer_in_session)
     sessions = SessionService(store, hub, agent, memory)
     metrics = Metrics()
+    cluster = None
+    if getattr(store, "link", None) is not None:   # PostgreSQL: other nodes may share the database
+        from server.cluster import Cluster         # (not imported at all on the JSON backend)
+        cluster = Cluster(store, hub, sessions)
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
-                        limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics)
+                        limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics,
+                        lock=cluster.turn_lock if cluster is not None else None)
     sessions.turns = runner
     offers.turns = runner
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
                     memory=memory, auth=auth, counters=counters or Counters(),
                     metrics=metrics, knowledge=knowledge,
-                    uploads=UploadService(config.knowledge, data / "uploads"), udp=udp, offers=offers)
+                    uploads=UploadService(config.knowledge, data / "uploads"), udp=udp, offers=offers, cluster=cluster)

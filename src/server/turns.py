@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import Any
+from typing import Any, Protocol
 
 from protocol import ErrorCode
 from protocol.objects import QueuedTurn, TurnState
@@ -35,24 +35,34 @@ from storage.models import ChatMessage, ToolCall, now_iso
 log = logging.getLogger("nplt.turns")
 
 
+class TurnLock(Protocol):
+    """One turn per session across server nodes (``server.cluster.ClusterTurnLock``; None on JSON)."""
+
+    async def try_hold(self, session_id: str) -> Any: ...   # a Hold if the session is free now, else None
+    def request(self, session_id: str) -> Any: ...          # a Hold queued now (arrival order)
+
+
 class _Lane:
     """The queue of one session."""
 
-    __slots__ = ("waiting", "current", "worker", "lock")
+    __slots__ = ("waiting", "current", "worker", "lock", "holds")
 
     def __init__(self) -> None:
         self.waiting: deque[Turn] = deque()
         self.current: Turn | None = None
         self.worker: asyncio.Task | None = None
         self.lock = asyncio.Lock()
+        self.holds: dict[Turn, Any] = {}   # turn -> its claim on the cluster lock (cluster only)
 
 
 class TurnRunner:
     """Owns every running and queued turn."""
 
     def __init__(self, *, store: Any, sessions: SessionService, hub: Hub, agent: Any, memory: Any,
-                 limits: LimitsConfig, max_message_bytes: int = 1 << 20, metrics: Metrics | None = None) -> None:
+                 limits: LimitsConfig, max_message_bytes: int = 1 << 20, metrics: Metrics | None = None,
+                 lock: TurnLock | None = None) -> None:
         self.store = store
+        self.lock = lock   # the cluster's session lock (PostgreSQL storage), else None
         self.metrics = metrics or Metrics()   # turn latency, append latency, provider errors (GET /metrics)
         self.max_message_bytes = max_message_bytes   # storage's cap: the stored answer is cut to fit it
         self.sessions = sessions
@@ -131,11 +141,27 @@ class TurnRunner:
                                        "wait for it to end (or cancel it) first")
                 turn = Turn(session_id, user_id, text, origin, re)
                 turn.model = self.sessions.model_of(rec)
-                if prepare is not None:
-                    turn.user_message = await prepare(rec)
-                    turn.text = turn.user_message.content
-                elif not ahead:
-                    await self._store_user(turn, needs_title(rec))
+                if self.lock is not None:
+                    if prepare is None:
+                        ahead = await self._claim(lane, turn, ahead)
+                    else:   # regenerate / edit need the session idle on every node
+                        hold = await self.lock.try_hold(turn.session_id)
+                        if hold is None:
+                            raise HandlerError(ErrorCode.QUEUE_FULL, f"session {session_id} has a turn running "
+                                               "on another node: wait for it to end first")
+                        lane.holds[turn] = hold
+                if prepare is not None or not ahead:
+                    try:
+                        if prepare is not None:
+                            turn.user_message = await prepare(rec)
+                            turn.text = turn.user_message.content
+                        else:
+                            await self._store_user(turn, needs_title(rec))
+                    except BaseException:
+                        hold = lane.holds.pop(turn, None)
+                        if hold is not None:
+                            await hold.release()
+                        raise
                 lane.waiting.append(turn)
                 self.active[user_id] = self.active.get(user_id, 0) + 1
                 if lane.worker is None:
@@ -145,6 +171,16 @@ class TurnRunner:
                     and self.lanes.get(session_id) is lane:
                 del self.lanes[session_id]  # a refused request leaves no empty lane behind
         return turn, ahead
+
+    async def _claim(self, lane: _Lane, turn: Turn, ahead: int) -> int:
+        """Cluster: claim the session for ``turn`` now, in arrival order; returns the turns ahead
+        (at least 1 when another node runs one: the user message is then stored when it starts)."""
+        hold = await self.lock.try_hold(turn.session_id) if not ahead else None
+        if hold is None:
+            hold = self.lock.request(turn.session_id)
+            ahead = max(ahead, 1)
+        lane.holds[turn] = hold
+        return ahead
 
     async def _store_user(self, turn: Turn, title: bool = False) -> None:
         """Append the turn's user message (fsynced); the first message of a session names it."""
@@ -186,6 +222,9 @@ class TurnRunner:
                 turn.task.cancel()
             return
         lane.waiting.remove(turn)  # queued: withdrawn, nothing was stored
+        hold = lane.holds.pop(turn, None)
+        if hold is not None:
+            hold.cancel()
         self._left(turn)
         RunnerSink(turn, self.hub).publish(TurnEnd(
             turn.session_id, turn.turn_id, None, {}, "cancelled", {}, turn.user_message_obj(), True))
@@ -203,8 +242,10 @@ class TurnRunner:
                 turn = lane.waiting.popleft()
                 lane.current = turn
                 self.turns_running += 1
+                hold = lane.holds.pop(turn, None)
                 try:
-                    await self.metrics.timed_turn(self._run(turn))
+                    if hold is None or await self._wait_hold(turn, hold):
+                        await self.metrics.timed_turn(self._run(turn))
                 except Exception:  # pragma: no cover - _run handles its own failures
                     log.exception("turn %s crashed", turn.turn_id)
                 finally:
@@ -212,10 +253,37 @@ class TurnRunner:
                     self.turns_total += 1
                     lane.current = None
                     self._left(turn)
+                    if hold is not None:   # (the lane is idle meanwhile: a chat now claims the session)
+                        await hold.release()
         finally:
             lane.worker = None
             if not lane.waiting and not lane.lock.locked() and self.lanes.get(session_id) is lane:
                 del self.lanes[session_id]
+
+    async def _wait_hold(self, turn: Turn, hold: Any) -> bool:
+        """Cluster: wait until the session is this turn's (False: it was cancelled meanwhile and is
+        withdrawn, or the lock could not be had: TURN_ERROR)."""
+        if turn.cancel_reason is not None and not hold.ready:
+            hold.cancel()               # shutdown or cancel before its turn came: nothing was stored
+        else:
+            turn.task = asyncio.get_running_loop().create_task(hold.wait())
+            try:
+                await turn.task
+                return True
+            except asyncio.CancelledError:
+                if turn.cancel_reason is None:
+                    raise               # the worker itself was cancelled
+            except Exception as exc:
+                err = failure_of(exc) or HandlerError(ErrorCode.INTERNAL, "internal error")
+                log.warning("turn %s: session lock not had: %s", turn.turn_id, exc)
+                RunnerSink(turn, self.hub).publish(TurnError(turn.session_id, turn.turn_id, err.code,
+                                                             f"the turn could not start: {err.message}"))
+                return False
+            finally:
+                turn.task = None
+        RunnerSink(turn, self.hub).publish(TurnEnd(
+            turn.session_id, turn.turn_id, None, {}, "cancelled", {}, turn.user_message_obj(), True))
+        return False
 
     def _left(self, turn: Turn) -> None:
         """A turn ended or was withdrawn: it no longer counts for its user."""

@@ -1,0 +1,258 @@
+"""This node's part in a cluster of server nodes sharing one PostgreSQL database (issue 17).
+
+Built by ``services.build_services`` only when the store is PostgreSQL (the JSON backend has no
+cluster component at all), started and closed by ``server.app.Server``. It owns:
+
+- ``relay`` (``server.cluster_relay``): the hub's events go to the other nodes and theirs come into
+  the local hub, so a client of any node follows a session wherever its turns run;
+- ``turn_lock`` (``ClusterTurnLock``): what the TurnRunner takes around each turn, so at most one turn
+  per session runs at a time on all nodes, in the order the nodes asked (PostgreSQL's lock queue);
+- the dead-node watch: every node holds a liveness lock on its lock connection; for each node whose
+  turns it has seen start, a peer waits on that lock. A node that dies loses its connections, so its
+  session locks and its liveness lock are released at once; the peers then close the turns it left
+  running as interrupted (``server.agent.interrupted``). Whichever node takes the session's lock first
+  does it; a turn that takes the lock later finds nothing left to close. Every turn also closes such a
+  leftover before it stores its own user message, so history keeps reading question, answer.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from protocol.server_events import TurnEnd
+from server.agent.interrupted import interrupted_message
+from server.cluster_relay import Relay
+from server.hub import Hub
+from server.wire import message_obj
+from storage.errors import InvalidSessionId, NotFound
+from storage.models import now_iso
+from storage.pg.lock_holder import LockHolder, key_of
+
+log = logging.getLogger("nplt.cluster")
+
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Settings of the cluster component (docs/cluster.md)."""
+    delta_batch_ms: float = 3.0      # deltas of one turn sent within this interval share a notification
+    remote_end_wait_ms: float = 500.0  # a turn that takes over a session waits this long at most for
+                                       # the previous (other node's) turn's TURN_END to arrive here
+
+
+class Cluster:
+    """The cluster component the Services own when storage is PostgreSQL."""
+
+    def __init__(self, store: Any, hub: Hub, sessions: Any, config: ClusterConfig | None = None) -> None:
+        self.config = cfg = config or ClusterConfig()
+        self.node_id = secrets.token_hex(6)
+        self.store = store
+        self.hub = hub
+        self.sessions = sessions
+        self.holder = LockHolder(store.link, key_of("node", self.node_id), f"nplt-node:{self.node_id}")
+        self.relay = Relay(self.node_id, store.link, store, hub, batch_ms=cfg.delta_batch_ms,
+                           on_start=self._remote_start, on_end=self._remote_end)
+        self.turn_lock = ClusterTurnLock(self)
+        self.remote_turns: dict[str, tuple[str, str, int]] = {}   # session -> (node, turn id, user msg id)
+        self.interrupted = 0                                      # turns this node closed as interrupted
+        self._watchers: dict[str, asyncio.Task] = {}
+        self._end_waiters: dict[str, asyncio.Event] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        await self.holder.open()
+        await self.relay.start()
+        self.hub.relay = self.relay
+        log.info("cluster node %s", self.node_id)
+
+    async def close(self) -> None:
+        self.hub.relay = None
+        await self.relay.close()
+        for task in [*self._watchers.values(), *self._tasks]:
+            task.cancel()
+        await asyncio.gather(*self._watchers.values(), *self._tasks, return_exceptions=True)
+        await self.holder.close()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- other nodes' turns --------------------------------------------------------------------------
+    def _remote_start(self, node: str, session_id: str, turn_id: str, user_message_id: int) -> None:
+        self.remote_turns[session_id] = (node, turn_id, user_message_id)
+        if node not in self._watchers:
+            self._watchers[node] = asyncio.get_running_loop().create_task(self._watch(node))
+
+    def _remote_end(self, session_id: str, turn_id: str) -> None:
+        entry = self.remote_turns.get(session_id)
+        if entry is not None and entry[1] == turn_id:
+            del self.remote_turns[session_id]
+            waiter = self._end_waiters.pop(session_id, None)
+            if waiter is not None:
+                waiter.set()
+
+    async def after_remote_turn(self, session_id: str) -> None:
+        """With the session's lock just taken: wait (at most ``remote_end_wait_ms``) until the other
+        node's last turn there has ended here too, so local clients never see two turns overlap."""
+        if session_id not in self.remote_turns:
+            return
+        waiter = self._end_waiters.setdefault(session_id, asyncio.Event())
+        try:
+            await asyncio.wait_for(waiter.wait(), self.config.remote_end_wait_ms / 1000)
+        except asyncio.TimeoutError:          # its node died, or its TURN_END is late: repair decides
+            self._end_waiters.pop(session_id, None)
+
+    async def _watch(self, node: str) -> None:
+        try:
+            await self.holder.wait_node_gone(key_of("node", node))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("cluster: cannot watch node %s (%s)", node, exc)
+            self._watchers.pop(node, None)
+            return
+        self._watchers.pop(node, None)
+        left = [sid for sid, entry in self.remote_turns.items() if entry[0] == node]
+        (log.warning if left else log.info)("cluster: node %s is gone, %d of its turns left running", node, len(left))
+        for sid in left:
+            self._spawn(self.close_interrupted(sid))
+
+    async def close_interrupted(self, session_id: str) -> None:
+        """Close the turn a dead node left running in ``session_id``, unless another node holds the
+        session (it is closing it, or runs a turn, which closes it first)."""
+        key = key_of("session", session_id)
+        try:
+            if not await self.holder.try_lock(key):
+                return
+        except Exception as exc:          # PostgreSQL unreachable: the session's next turn closes it
+            log.warning("cluster: cannot close the interrupted turn of %s (%s)", session_id, exc)
+            return
+        try:
+            await self.repair(session_id)
+        except Exception as exc:
+            log.warning("cluster: cannot close the interrupted turn of %s (%s)", session_id, exc)
+        finally:
+            await self.holder.unlock(key)
+
+    async def repair(self, session_id: str) -> None:
+        """With the session's lock held: if its last message is an unanswered user message (a turn cut
+        short by a dead node), store the message closing it as interrupted and announce it. (Always
+        read: a node can die before the notification of its turn's start went out.)"""
+        try:
+            page = await self.store.page(session_id, limit=1)
+        except (NotFound, InvalidSessionId):
+            self.remote_turns.pop(session_id, None)
+            return
+        last = page.messages[-1] if page.messages else None
+        entry = self.remote_turns.pop(session_id, None)
+        if last is None or last.role != "user":
+            return
+        closing = interrupted_message(last, detected_at=now_iso())
+        msg = await self.store.append(session_id, "assistant", closing.content, metadata=closing.metadata)
+        self.interrupted += 1
+        log.warning("cluster: turn of message %d in %s closed as interrupted", last.id, session_id)
+        if entry is not None and entry[2] == last.id:
+            self.hub.publish_turn(session_id, TurnEnd(session_id, entry[1], message_obj(msg), {}, "interrupted", {}))
+        self._spawn(self.sessions.publish_updated(session_id))
+
+
+_background: set[asyncio.Task] = set()      # releases of withdrawn claims in progress
+
+
+class Hold:
+    """One turn's claim on its session: granted at once (``ready``) or waiting in PostgreSQL's queue."""
+
+    __slots__ = ("_release", "_task", "_session_id", "_releasing")
+
+    def __init__(self, session_id: str, releasing: dict[str, asyncio.Event], release: Any,
+                 task: asyncio.Task | None = None) -> None:
+        self._session_id = session_id
+        self._releasing = releasing      # session -> set once this node's hold on it is released
+        self._release = release          # async () -> None: unlock (holder connection), or flush events
+        self._task = task                # the wait, for a contended lock (its result: the connection)
+
+    @property
+    def ready(self) -> bool:
+        return self._task is None or (self._task.done() and not self._task.cancelled()
+                                      and self._task.exception() is None)
+
+    async def wait(self) -> None:
+        """Until the lock is granted (cancel the awaiting task to give up; errors are StorageErrors)."""
+        if self._task is not None:
+            await self._task
+
+    def cancel(self) -> None:
+        """Give the claim up without waiting (a withdrawn turn): stop waiting, or let the lock go."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+        elif task is None or (not task.cancelled() and task.exception() is None):
+            _background.add(t := asyncio.get_running_loop().create_task(self.release()))
+            t.add_done_callback(_background.discard)
+
+    async def release(self) -> None:
+        task = self._task
+        if task is not None and (not task.done() or task.cancelled() or task.exception() is not None):
+            task.cancel()                 # never granted: nothing to release
+            return
+        done = self._releasing[self._session_id] = asyncio.Event()
+        try:
+            await self._release()         # this turn's last events first, then the lock
+            if task is not None:
+                task.result().terminate() # (a contended lock goes with its connection)
+        finally:
+            done.set()
+            if self._releasing.get(self._session_id) is done:
+                del self._releasing[self._session_id]
+
+
+class ClusterTurnLock:
+    """The TurnRunner's lock (``turns.TurnLock``): one turn per session across the nodes."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.holder = cluster.holder
+        self.releasing: dict[str, asyncio.Event] = {}   # holds of this node being released
+
+    async def try_hold(self, session_id: str) -> Hold | None:
+        """The session's lock if it is free now (nothing left to close: repaired first), else None."""
+        releasing = self.releasing.get(session_id)
+        if releasing is not None:         # this node's previous turn there is letting go: after it
+            await releasing.wait()        # (a waiter from another node still comes first)
+        key = key_of("session", session_id)
+        if not await self.holder.try_lock(key):
+            return None
+        try:
+            await self.cluster.after_remote_turn(session_id)
+            await self.cluster.repair(session_id)
+        except BaseException:
+            await self.holder.unlock(key)
+            raise
+        return Hold(session_id, self.releasing, self._unlocker(key))
+
+    def _unlocker(self, key: int) -> Any:
+        async def release() -> None:
+            await self.cluster.relay.flush()     # this turn's last events first, then the next turn
+            await self.holder.unlock(key)
+        return release
+
+    def request(self, session_id: str) -> Hold:
+        """Queue for the session's lock now (arrival order); ``Hold.wait`` until it is granted."""
+        return Hold(session_id, self.releasing, self.cluster.relay.flush,
+                    asyncio.get_running_loop().create_task(self._acquire(session_id)))
+
+    async def _acquire(self, session_id: str) -> asyncpg.Connection:
+        con = await self.holder.wait_lock(key_of("session", session_id))
+        try:
+            await self.cluster.after_remote_turn(session_id)
+            await self.cluster.repair(session_id)
+        except BaseException:
+            con.terminate()
+            raise
+        return con

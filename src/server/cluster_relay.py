@@ -1,0 +1,254 @@
+"""Turn and session events between nodes (issue 17): this node's hub events go out through
+PostgreSQL NOTIFY, other nodes' events come back into the local hub.
+
+Out: the hub calls ``turn`` / ``user`` / ``session`` for every event it publishes locally (cheap: the
+event is queued). A sender task wakes, waits ``batch_ms`` so deltas of the same turn coalesce into
+one, and sends everything queued in one round trip: notifications of at most 7900 bytes, each a list
+of compact items, numbered per node (PostgreSQL drops duplicate payloads within a transaction).
+Large payloads go by reference: TURN_START and TURN_END / TURN_ERROR name the stored message by id
+(the listener reads the row); any other item over ``MAX_ITEM_BYTES`` is spilled to
+``nplt_cluster_events`` and the notification carries its id.
+
+In: items are handled one at a time in delivery order (events of one turn stay in order). Rows are
+read only when a local subscriber is attached to the session. ``on_start(node, session, turn,
+message id)`` and ``on_end(session, turn)`` report other nodes' turns (for the dead-node watch).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from protocol.server_events import (AnswerDelta, ServerEvent, TurnEnd, TurnError, TurnStart,
+                                    decode_event)
+from server.errors import error_code
+from server.hub import Hub
+from server.wire import message_obj
+from storage.pg.link import PgLink
+from storage.pg.notify import MAX_PAYLOAD_BYTES, Listener
+from storage.pg.relay import forget_old, notify_many, read_spilled, spill
+
+log = logging.getLogger("nplt.cluster")
+
+CHANNEL = "nplt_cluster"
+MAX_ITEM_BYTES = 7000            # an item over this is spilled to the table
+MAX_DELTA_CHARS = 2000           # coalesced delta text per item (3 bytes a character at worst)
+SPILL_CLEANUP_S = 60.0
+
+
+class Relay:
+    """The hub's relay (``Hub.relay``) and the listener of other nodes' events."""
+
+    def __init__(self, node_id: str, link: PgLink, store: Any, hub: Hub, *, batch_ms: float,
+                 on_start: Callable[[str, str, str, int], None], on_end: Callable[[str, str], None]) -> None:
+        self.node_id = node_id
+        self.link = link
+        self.store = store
+        self.hub = hub
+        self.batch_s = batch_ms / 1000
+        self.on_start = on_start
+        self.on_end = on_end
+        self.sent = 0                     # notifications sent
+        self.received = 0                 # items from other nodes
+        self._queue: list[list[Any]] = []
+        self._open_delta: dict[str, list[Any]] = {}   # turn id -> its delta item still in the queue
+        self._wake = asyncio.Event()
+        self._sending = asyncio.Lock()
+        self._seq = 0
+        self._prefix = orjson.dumps(node_id).decode()
+        self._last_cleanup = 0.0
+        self._sender: asyncio.Task | None = None
+        self.listener = Listener(link, [CHANNEL], self._on_notification)
+
+    async def start(self) -> None:
+        await self.listener.start()
+        self._sender = asyncio.get_running_loop().create_task(self._send_loop(), name="cluster-sender")
+
+    async def close(self) -> None:
+        if self._sender is not None:
+            await self.flush()
+            self._sender.cancel()
+            try:
+                await self._sender
+            except asyncio.CancelledError:
+                pass
+        await self.listener.close()
+
+    async def flush(self) -> None:
+        """Send what is queued now, after what is being sent (batches go out in order). Called before a
+        session's lock is released, so the next node's turn follows this one's TURN_END."""
+        async with self._sending:
+            items, self._queue = self._queue, []
+            self._open_delta.clear()
+            if items:
+                try:
+                    await self._send(items)
+                except Exception as exc:
+                    log.warning("cluster: %d events not sent to the other nodes (%s)", len(items), exc)
+
+    # -- out (called by the hub, on the event loop's hot path) --------------------------------------
+    def turn(self, session_id: str, event: ServerEvent) -> None:
+        if type(event) is AnswerDelta:
+            item = self._open_delta.get(event.turn_id)
+            if item is not None and item[4] + item[5] == event.offset and item[5] + len(event.text) <= MAX_DELTA_CHARS:
+                item[3].append(event.text)
+                item[5] += len(event.text)
+                return
+            item = ["d", session_id, event.turn_id, [event.text], event.offset, len(event.text)]
+            self._open_delta[event.turn_id] = item
+            self._queue.append(item)
+        else:
+            self._open_delta.pop(event.turn_id, None)      # later deltas must follow this event
+            self._queue.append(["t", session_id, event])
+        self._wake.set()
+
+    def user(self, user_id: str, event: ServerEvent) -> None:
+        self._queue.append(["u", user_id, event])
+        self._wake.set()
+
+    def session(self, session_id: str, event: ServerEvent) -> None:
+        self._queue.append(["p", session_id, event])
+        self._wake.set()
+
+    async def _send_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            if self.batch_s:
+                await asyncio.sleep(self.batch_s)         # the batching interval (deltas coalesce)
+            self._wake.clear()
+            await self.flush()
+
+    async def _send(self, items: list[list[Any]]) -> None:
+        encoded = [_encode(item) for item in items]
+        big = [i for i, raw in enumerate(encoded) if len(raw) > MAX_ITEM_BYTES]
+        loop = asyncio.get_running_loop()
+        cleanup = bool(big) and loop.time() - self._last_cleanup > SPILL_CLEANUP_S
+
+        async def work(con: Any) -> None:
+            async with con.transaction():
+                if big:
+                    ids = await spill(con, [encoded[i] for i in big])
+                    for i, spilled in zip(big, ids):
+                        encoded[i] = orjson.dumps(["x", spilled])
+                    if cleanup:
+                        await forget_old(con)
+                await notify_many(con, CHANNEL, self._pack(encoded))
+        await self.link.run(work, write=True)
+        if cleanup:
+            self._last_cleanup = loop.time()
+
+    def _pack(self, encoded: list[bytes]) -> list[str]:
+        payloads: list[str] = []
+        batch: list[bytes] = []
+        size = 0
+        for raw in encoded:
+            if batch and size + len(raw) + 1 > MAX_PAYLOAD_BYTES - 64:
+                payloads.append(self._payload(batch))
+                batch, size = [], 0
+            batch.append(raw)
+            size += len(raw) + 1
+        if batch:
+            payloads.append(self._payload(batch))
+        self.sent += len(payloads)
+        return payloads
+
+    def _payload(self, batch: list[bytes]) -> str:
+        self._seq += 1
+        return f'{{"n":{self._prefix},"q":{self._seq},"e":[{b",".join(batch).decode()}]}}'
+
+    # -- in -------------------------------------------------------------------------------------------
+    async def _on_notification(self, _channel: str, payload: dict[str, Any]) -> None:
+        node = payload.get("n")
+        if node == self.node_id or not isinstance(payload.get("e"), list):
+            return
+        for item in payload["e"]:           # turns known as started at once (the taker of a session
+            if item[0] == "s":                  # waits for their TURN_END, see Cluster.after_remote_turn)
+                self.on_start(node, item[1], item[2], item[3])
+        for item in payload["e"]:
+            try:
+                await self._deliver(node, item)
+            except Exception:
+                log.exception("cluster: an event from node %s could not be delivered", node)
+
+    async def _deliver(self, node: str, item: list[Any]) -> None:
+        self.received += 1
+        kind = item[0]
+        spilled = kind == "x"
+        if spilled:
+            body = await read_spilled(self.link, item[1])
+            if body is None:
+                return
+            item = orjson.loads(body)
+            kind = item[0]
+        hub = self.hub
+        if kind == "u":
+            if hub.user_subscribers(item[1]):
+                hub.publish_user(item[1], decode_event(item[2], item[3]), remote=True)
+            return
+        if kind == "p":
+            hub.publish_session(item[1], decode_event(item[2], item[3]), remote=True)
+            return
+        sid, tid = item[1], item[2]
+        if kind == "s" and spilled:
+            self.on_start(node, sid, tid, item[3])
+        try:
+            if hub.session_subscribers(sid):    # else nobody here follows the session: nothing to read
+                await self._publish_turn(kind, sid, tid, item)
+        finally:
+            if kind in ("e", "f") or (kind == "t" and item[3] in (TurnEnd.TYPE, TurnError.TYPE)):
+                self.on_end(sid, tid)           # after its TURN_END went out here
+
+    async def _publish_turn(self, kind: str, sid: str, tid: str, item: list[Any]) -> None:
+        hub = self.hub
+        if kind == "d":
+            event: ServerEvent = AnswerDelta(sid, tid, item[3], item[4])
+        elif kind == "s":
+            msg = await self._message(sid, item[3])
+            if msg is None:
+                return
+            event = TurnStart(sid, tid, msg, item[4])
+        elif kind == "e":
+            msg = await self._message(sid, item[3])
+            if msg is None:
+                return
+            event = TurnEnd(sid, tid, msg, item[4], item[5], item[6])
+        elif kind == "f":
+            event = TurnError(sid, tid, error_code(item[3]), item[4],
+                              None if item[5] is None else await self._message(sid, item[5]))
+        else:
+            event = decode_event(item[3], item[4])
+        hub.publish_turn(sid, event, remote=True)
+
+    async def _message(self, session_id: str, message_id: int) -> Any:
+        """The stored message, as the protocol object (None if it is gone: cleared or purged)."""
+        page = await self.store.page(session_id, before=message_id + 1, limit=1)
+        if page.messages and page.messages[-1].id == message_id:
+            return message_obj(page.messages[-1])
+        log.info("cluster: message %d of %s is gone; its event is dropped", message_id, session_id)
+        return None
+
+
+def _encode(item: list[Any]) -> bytes:
+    """One queued item as the compact JSON list the other nodes read."""
+    kind = item[0]
+    if kind == "d":
+        return orjson.dumps(["d", item[1], item[2], "".join(item[3]), item[4]])
+    event = item[2]
+    if kind != "t":
+        return orjson.dumps([kind, item[1], event.TYPE, event.encode()])
+    sid = item[1]
+    tp = type(event)
+    if tp is TurnStart and event.user_message.id is not None:
+        return orjson.dumps(["s", sid, event.turn_id, event.user_message.id, event.model])
+    if tp is TurnEnd and event.message is not None and event.message.id is not None:
+        return orjson.dumps(["e", sid, event.turn_id, event.message.id, event.usage, event.finish_reason,
+                             event.context])
+    if tp is TurnError:
+        partial = event.partial_message
+        if partial is None or partial.id is not None:
+            return orjson.dumps(["f", sid, event.turn_id, str(event.code), event.message,
+                                 None if partial is None else partial.id])
+    return orjson.dumps(["t", sid, event.turn_id, tp.TYPE, event.encode()])

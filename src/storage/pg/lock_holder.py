@@ -1,0 +1,144 @@
+"""Advisory locks for many sessions on few connections: what several server nodes need to run one
+turn per session at a time (issue 17).
+
+``LockHolder`` keeps one dedicated connection that holds the node's liveness lock for its whole life
+and, taken with ``pg_try_advisory_lock``, the lock of every session whose turn runs uncontended on
+this node: no connection per running turn. A contended session is waited for on a connection of its
+own (``wait_lock``), queued by PostgreSQL in arrival order; closing that connection releases it. A
+node that dies loses its connections, so PostgreSQL releases all its locks at once, and
+``wait_node_gone`` (a peer waiting on the dead node's liveness lock) returns.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import asyncpg
+
+from .link import CONNECTION_ERRORS, PgLink, Unsent, is_connection_error
+
+
+def key_of(kind: str, name: str) -> int:
+    """The signed 64-bit advisory lock key of ``kind``:``name``."""
+    digest = hashlib.blake2b(f"nplt-{kind}:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+class LockHolder:
+    """One connection holding the node lock and the uncontended session locks (see module doc)."""
+
+    def __init__(self, link: PgLink, node_key: int, application_name: str) -> None:
+        self.link = link
+        self.node_key = node_key
+        self.application_name = application_name
+        self.held: set[int] = set()      # keys held on the holder connection
+        self._con: asyncpg.Connection | None = None
+        self._mutex = asyncio.Lock()     # one statement at a time on the holder connection
+        self._cleanups: set[asyncio.Task] = set()
+
+    async def _connect(self, *, wait: bool = False) -> asyncpg.Connection:
+        args = self.link.connect_args()
+        args["server_settings"] = {**args["server_settings"], "application_name": self.application_name}
+        if wait:
+            args["server_settings"]["statement_timeout"] = "0"      # a turn may take minutes
+        return await asyncpg.connect(**args)
+
+    async def open(self) -> None:
+        async def once() -> asyncpg.Connection:
+            con = await self._connect()
+            await con.execute("SELECT pg_advisory_lock($1)", self.node_key)
+            return con
+        self._con = await self.link.retrying(once, "take the node lock")
+        self.held.clear()
+
+    async def _holder(self) -> asyncpg.Connection:
+        if self._con is None or self._con.is_closed():
+            self.held.clear()                  # the locks went with the old connection
+            await self.open()
+        assert self._con is not None
+        return self._con
+
+    async def try_lock(self, key: int) -> bool:
+        """Take ``key`` on the holder connection if nobody holds it (nor waits for it)."""
+        async with self._mutex:
+            if key in self.held:             # advisory locks are re-entrant: never take one twice
+                return False
+            async def once() -> bool:
+                con = await self._holder()
+                try:
+                    return bool(await con.fetchval("SELECT pg_try_advisory_lock($1)", key))
+                except CONNECTION_ERRORS as exc:
+                    if not is_connection_error(exc):
+                        raise
+                    con.terminate()             # its locks are gone: the next call reconnects
+                    raise Unsent() from exc
+            got = await self.link.retrying(once, "take a session lock")
+            if got:
+                self.held.add(key)
+            return bool(got)
+
+    async def unlock(self, key: int) -> None:
+        async with self._mutex:
+            if key not in self.held:
+                return
+            self.held.discard(key)
+            con = self._con
+            if con is None or con.is_closed():
+                return                        # released with the connection
+            try:
+                await con.fetchval("SELECT pg_advisory_unlock($1)", key)
+            except CONNECTION_ERRORS:
+                self._con = None
+
+    async def wait_lock(self, key: int) -> asyncpg.Connection:
+        """Wait (arrival order) for ``key`` on a connection of its own; close it to release the lock.
+        Cancel the awaiting task to give up (the connection is closed)."""
+        con = await self.link.retrying(self._connect_waiter, "wait for a session lock")
+        try:
+            await con.execute("SELECT pg_advisory_lock($1)", key)
+        except BaseException:
+            self._abandon(con)
+            raise
+        return con
+
+    def _abandon(self, con: asyncpg.Connection) -> None:
+        """Close a connection whose backend may still wait for a lock. A backend blocked on a lock
+        does not notice its client is gone (it would be granted the lock, in its turn, before it
+        noticed), so it is also ended from a pooled connection."""
+        pid = con.get_server_pid()
+        con.terminate()
+
+        async def end_backend() -> None:
+            try:
+                await self.link.run(lambda c: c.execute("SELECT pg_terminate_backend($1)", pid), write=False)
+            except Exception:              # PostgreSQL gone or the pool closed: the backend went too
+                pass
+        task = asyncio.get_running_loop().create_task(end_backend())
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+
+    async def _connect_waiter(self) -> asyncpg.Connection:
+        return await self._connect(wait=True)
+
+    async def wait_node_gone(self, node_key: int) -> None:
+        """Return when the node holding ``node_key`` has no connection left (it died or stopped)."""
+        con = await self.link.retrying(self._connect_waiter, "watch a node")
+        try:
+            await con.execute("SELECT pg_advisory_lock($1)", node_key)
+        except BaseException:
+            self._abandon(con)
+            raise
+        con.terminate()
+
+    async def close(self) -> None:
+        """Close the holder connection (before the pool: abandoned waiters are ended through it)."""
+        if self._cleanups:
+            await asyncio.wait(list(self._cleanups), timeout=self.link.config.pg_connect_timeout_s)
+        async with self._mutex:
+            if self._con is not None and not self._con.is_closed():
+                try:
+                    await asyncio.wait_for(self._con.close(), self.link.config.pg_connect_timeout_s)
+                except (asyncio.TimeoutError, *CONNECTION_ERRORS):
+                    self._con.terminate()
+            self._con = None
+            self.held.clear()

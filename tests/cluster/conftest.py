@@ -1,0 +1,45 @@
+"""Several server nodes on one embedded PostgreSQL database (the test session's server)."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from pg.dbs import fresh_database
+from pg.pgserver import shared_server, stop_shared
+from server.app import Server
+from testkit.echo_agent import EchoAgent
+from testkit.server import make_config
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    try:
+        yield shared_server()
+    finally:
+        stop_shared()
+
+
+@pytest.fixture
+async def pg_url(pg_server) -> str:
+    return await fresh_database(pg_server)
+
+
+@contextlib.asynccontextmanager
+async def node(tmp_path: Path, url: str, name: str, agent: EchoAgent | None = None) -> AsyncIterator[Server]:
+    """One in-process server node on loopback, storing in ``url``."""
+    cfg = make_config(tmp_path / name, storage={"url": url, "pg_retry_backoff_ms": 10})
+    srv = Server(cfg, agent=agent or EchoAgent(), memory="basic")
+    await srv.start()
+    try:
+        yield srv
+    finally:
+        await srv.stop()
+
+
+@pytest.fixture
+async def two_nodes(tmp_path, pg_url):
+    async with node(tmp_path, pg_url, "a") as a, node(tmp_path, pg_url, "b") as b:
+        yield a, b

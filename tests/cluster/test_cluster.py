@@ -1,0 +1,151 @@
+"""Two server nodes on one PostgreSQL database (issue 17, item 2): a client of one node follows
+the turns that run on the other, live and in order; turns of one session run one at a time across
+nodes, in arrival order."""
+from __future__ import annotations
+
+import asyncpg
+
+from protocol import MsgType as T
+from storage.pg.lock_holder import key_of
+from testkit.server import V3Client, answer_text, poll
+
+from cluster.conftest import node
+
+
+def _addr(srv):
+    return (srv.host, srv.port)
+
+
+def _strip(body: dict) -> dict:
+    return {k: v for k, v in body.items() if k != "re"}
+
+
+async def test_a_client_of_one_node_follows_a_turn_running_on_the_other(two_nodes):
+    a, b = two_nodes
+    writer = await V3Client.connect(_addr(b))
+    sid = writer.session_id
+    watcher = await V3Client.connect(_addr(a), session_id=sid)
+    try:
+        # a tool call whose arguments are too large for a notification (spilled to the table),
+        # then an answer in deltas
+        text = "!tool " + "big argument " * 800
+        r = await writer.call(T.CHAT_TEXT, text=text)
+        mine = await writer.turn_events(r["turn_id"], timeout=30)
+        seen = await watcher.turn_events(r["turn_id"], timeout=30)
+        kinds = [m.type for m in seen]
+        assert kinds[0] == T.TURN_START and kinds[-1] == T.TURN_END
+        assert [k for k in kinds if k != T.ANSWER_DELTA] == [k for k in (m.type for m in mine)
+                                                             if k != T.ANSWER_DELTA]
+        assert answer_text(seen) == answer_text(mine) == "echo: " + text   # contiguous offsets
+        for kind in (T.TURN_START, T.TOOL_CALL, T.TOOL_RESULT, T.TURN_END):
+            assert [_strip(m.body) for m in seen if m.type == kind] == \
+                [_strip(m.body) for m in mine if m.type == kind]
+        start = next(m for m in seen if m.type == T.TURN_START).body
+        assert start["user_message"]["content"] == text and start["user_message"]["id"] == 1
+        end = seen[-1].body
+        assert end["message"]["id"] == 2 and end["message"]["content"] == "echo: " + text
+        assert [_strip(m.body) for m in seen if m.type == T.TOOL_CALL][0]["call"]["arguments"]["q"] == text[5:].strip()
+        # the session list update of node B's turn reaches node A's client too
+        ev = await watcher.wait_type(T.SESSION_EVENT, timeout=30)
+        assert ev.body["session"]["session_id"] == sid
+
+        # and the other way round, several turns: every event in order
+        for i in range(5):
+            r = await watcher.call(T.CHAT_TEXT, text=f"from a {i}")
+            seen = await writer.turn_events(r["turn_id"], timeout=30)
+            assert seen[0].type == T.TURN_START and seen[-1].type == T.TURN_END
+            assert answer_text(seen) == f"echo: from a {i}"
+            assert seen[-1].body["message"]["content"] == f"echo: from a {i}"
+        page = await writer.call(T.HISTORY_REQUEST, limit=50)
+        assert len(page["messages"]) == 12
+    finally:
+        await writer.close()
+        await watcher.close()
+
+
+async def test_turns_of_one_session_from_two_nodes_run_one_at_a_time_in_arrival_order(tmp_path, pg_url):
+    from testkit.echo_agent import EchoAgent
+    agent_a, agent_b = EchoAgent(), EchoAgent()
+    async with node(tmp_path, pg_url, "a", agent_a) as a, node(tmp_path, pg_url, "b", agent_b) as b:
+        ca = await V3Client.connect(_addr(a))
+        sid = ca.session_id
+        cb = await V3Client.connect(_addr(b), session_id=sid)
+        try:
+            r1 = await ca.call(T.CHAT_TEXT, text="!block first")        # runs on A, held there
+            await agent_a.wait_blocked()
+            r2 = await cb.call(T.CHAT_TEXT, text="second")              # B: waits for A's turn
+            assert r2["queued"] >= 1 and r2["user_message"]["id"] is None
+            await poll(lambda: _lock_waiters(b, sid, 1), timeout=30)          # its claim is queued first
+            r3 = await ca.call(T.CHAT_TEXT, text="third")               # A again, after B's
+            assert r3["queued"] >= 1
+            await poll(lambda: _lock_waiters(a, sid, 2), timeout=30)
+            r4 = await cb.call(T.CHAT_TEXT, text="fourth")
+            await poll(lambda: _lock_waiters(a, sid, 3), timeout=30)
+            assert agent_b.started == 0                                 # nothing ran beside "first"
+            agent_a.release()
+            ids = [r["turn_id"] for r in (r1, r2, r3, r4)]
+            await poll(lambda: sum(m.type == T.TURN_END and m.body["turn_id"] in ids for m in ca.inbox) == 4,
+                       timeout=30)
+            # one at a time: a client of node A saw each turn end before the next one started
+            order = [(m.type, m.body["turn_id"]) for m in ca.inbox if m.type in (T.TURN_START, T.TURN_END)]
+            assert order == [(t, i) for i in ids for t in (T.TURN_START, T.TURN_END)]
+            for i, text in zip(ids, ("!block first", "second", "third", "fourth")):
+                assert answer_text(await ca.turn_events(i)) == "echo: " + text
+            page = await ca.call(T.HISTORY_REQUEST, limit=50)
+            assert [(m["role"], m["content"]) for m in page["messages"]] == [
+                ("user", "!block first"), ("assistant", "echo: !block first"),
+                ("user", "second"), ("assistant", "echo: second"),
+                ("user", "third"), ("assistant", "echo: third"),
+                ("user", "fourth"), ("assistant", "echo: fourth")]
+            assert agent_a.started == 2 and agent_b.started == 2
+        finally:
+            await ca.close()
+            await cb.close()
+
+
+async def _lock_waiters(srv, session_id: str, n: int) -> bool:
+    """Whether ``n`` turns wait in PostgreSQL's queue for the session's lock."""
+    count = await srv.store.link.run(lambda con: con.fetchval(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND ((classid::bigint << 32) | objid::bigint) = $1", key_of("session", session_id)), write=False)
+    return count == n
+
+
+async def test_a_turn_waiting_for_another_node_can_be_withdrawn(tmp_path, pg_url):
+    from testkit.echo_agent import EchoAgent
+    agent_a = EchoAgent()
+    async with node(tmp_path, pg_url, "a", agent_a) as a, node(tmp_path, pg_url, "b") as b:
+        ca = await V3Client.connect(_addr(a))
+        sid = ca.session_id
+        cb = await V3Client.connect(_addr(b), session_id=sid)
+        try:
+            r1 = await ca.call(T.CHAT_TEXT, text="!block first")
+            await agent_a.wait_blocked()
+            r2 = await cb.call(T.CHAT_TEXT, text="never mind")
+            await poll(lambda: _lock_waiters(b, sid, 1), timeout=30)
+            cancelled = await cb.call(T.CHAT_CANCEL, turn_id=r2["turn_id"])
+            assert cancelled["cancelled"] is True
+            end = (await cb.turn_events(r2["turn_id"], timeout=30))[-1]
+            assert end.type == T.TURN_END and end.body["withdrawn"] is True and end.body["message"] is None
+            await poll(lambda: _lock_waiters(b, sid, 0), timeout=30)   # its claim left the queue
+            agent_a.release()
+            assert answer_text(await ca.turn_events(r1["turn_id"], timeout=30)) == "echo: !block first"
+            await poll(lambda: not a.runner.lanes, timeout=30)     # node A let the session go
+            r3 = await cb.call(T.CHAT_TEXT, text="now")             # node B takes the session at once
+            assert r3["queued"] == 0
+            assert answer_text(await cb.turn_events(r3["turn_id"], timeout=30)) == "echo: now"
+            page = await cb.call(T.HISTORY_REQUEST, limit=50)
+            assert [m["content"] for m in page["messages"]] == ["!block first", "echo: !block first",
+                                                                 "now", "echo: now"]
+        finally:
+            await ca.close()
+            await cb.close()
+    # stopped nodes leave no backend behind (lock waiters and node watchers included)
+    con = await asyncpg.connect(pg_url)
+    try:
+        async def no_node_backends() -> bool:
+            return await con.fetchval("SELECT count(*) FROM pg_stat_activity "
+                                      "WHERE application_name LIKE 'nplt-node:%'") == 0
+        await poll(no_node_backends, timeout=30)
+    finally:
+        await con.close()
