@@ -130,7 +130,7 @@ class SessionService:
             # the cancelled turn's TURN_END reaches the attached subscribers before they are moved
             await runner.settle(rec.session_id)
         deleted = await self.store.delete(rec.session_id)
-        self.forget(rec.session_id)
+        self.forget(rec.session_id, rec.user_id)
         await self.publish_event("deleted", deleted)
         attached = [s for s in self.hub.session_subscribers(rec.session_id) if not s.closed]
         if attached:
@@ -153,16 +153,17 @@ class SessionService:
             runner.cancel_session(session_id, reason="cleared")
             await runner.settle(session_id)
         cleared = await self.store.clear(session_id)
-        self.forget(session_id)
         rec = await self.store.get(session_id)
+        self.forget(session_id, rec.user_id)
         await self.publish_event("cleared", rec)
         return rec, cleared
 
-    def forget(self, session_id: str) -> None:
-        """Tell the memory layer a session was cleared or deleted (its recall index is rebuilt)."""
+    def forget(self, session_id: str, user_id: str) -> None:
+        """Tell the memory layer a session was cleared or deleted: its recall index is rebuilt and
+        the user's long-term memory drops what it learned from it."""
         forget = getattr(self.memory, "forget_session", None)
         if forget is not None:
-            forget(session_id)
+            forget(session_id, user_id, cleared=True)
 
     async def publish_event(self, kind: str, rec: SessionRecord, *, summary: bool = False) -> None:
         """SESSION_EVENT to every connection of the session's owner (v2 ones ignore it)."""

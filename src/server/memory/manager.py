@@ -33,6 +33,8 @@ from server.memory.indexes import UserIndexes
 from server.memory.recall import excerpt_and_tokens, snippet
 from server.memory.summarizer import SummaryFailed, plan, plan_cut, summarize
 from server.memory.tokens import TokenCounter, make_counter
+from server.memory.user_memory import UserMemory
+from server.memory.user_store import UserMemoryStore
 from server.memory.view import SessionView, built_view
 
 log = logging.getLogger("nplt.memory")
@@ -57,7 +59,7 @@ class MemoryManager:
 
     def __init__(self, config: MemoryConfig | None, store: Any, agent: Any, notify: Notify | None = None,
                  system_prompt: str = "", token_counter: TokenCounter | None = None,
-                 embedder: Embedder | None = None) -> None:
+                 embedder: Embedder | None = None, user_store: UserMemoryStore | None = None) -> None:
         self.config = config or MemoryConfig()
         self.store = store
         self.agent = agent
@@ -75,6 +77,12 @@ class MemoryManager:
         self._sessions: dict[str, _SessionState] = {}
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        um = self.config.user_memory
+        self.user_memory: UserMemory | None = None     # long-term user memory (needs a store and enabled)
+        if um.enabled and user_store is not None:
+            self.user_memory = UserMemory(um, user_store, self.counter, agent, self.config.summarization.model)
+        self._learned: OrderedDict[str, int] = OrderedDict()   # session -> last message id distilled
+        self._learning: dict[str, asyncio.Task] = {}           # session -> its latest learning task
 
     # -- context -------------------------------------------------------------------------------
     async def build_context(self, session_id: str, user_id: str, new_message: ChatMessage,
@@ -96,9 +104,15 @@ class MemoryManager:
                 excerpts = await self._recall(record, user_id, new_message.content, exclude, view)
             except Exception:
                 log.exception("recall failed for session %s (prompt built without it)", session_id)
+        items: list[Excerpt] = []
+        if self.user_memory is not None and new_message.content.strip():
+            try:
+                items = await self.user_memory.select(user_id, session_id, new_message.content)
+            except Exception:
+                log.exception("user memory failed for session %s (prompt built without it)", session_id)
         state = self._sessions.get(session_id)
         flags = {"summary_fallback": bool(state and state.fallback), "turns_older": older}
-        parts = Parts(self.system_prompt, new_message.content, summary, excerpts, window, flags)
+        parts = Parts(self.system_prompt, new_message.content, summary, excerpts, window, flags, items)
         if len(self._stable_tokens) > STABLE_MEMO_SIZE:
             self._stable_tokens.clear()
         return assemble(parts, self.counter, cfg.context.budget, self._stable_tokens)
@@ -195,10 +209,16 @@ class MemoryManager:
             out.append(Excerpt(list(doc.ids), text, tokens))
         return out
 
-    def forget_session(self, session_id: str) -> None:
+    def forget_session(self, session_id: str, user_id: str | None = None, *, cleared: bool = False) -> None:
         """Drop a session from every index and its cached view (call on delete, purge or clear; the
-        next use rebuilds them)."""
+        next use rebuilds them). ``cleared`` (a clear or a purge of ``user_id``'s session): what the
+        user's long-term memory learned from it is removed too, in the background."""
         self.indexes.forget_session(session_id)
+        self._learned.pop(session_id, None)
+        if cleared and user_id is not None and self.user_memory is not None and not self._closed:
+            self.user_memory.hide_session(session_id)      # left out of prompts from now on
+            self._spawn(self._forget_learned(self.user_memory, user_id, session_id,
+                                             self._learning.pop(session_id, None)))
         view = self._views.pop(session_id, None)
         if view is not None:
             view.valid = False
@@ -225,6 +245,8 @@ class MemoryManager:
                     await self.indexes.sync(uidx, session_id, record, view)
             except Exception:
                 log.exception("indexing session %s failed", session_id)
+        if self.user_memory is not None and view is not None:
+            self._learn(session_id, user_id, view)
         if not sc.enabled or view is None:
             return
         state = self._sessions.get(session_id)
@@ -233,6 +255,42 @@ class MemoryManager:
         elif plan_cut(sc, self.config.context, view.roles, view.costs) > 0 and not self._closed:
             state = self._sessions.setdefault(session_id, _SessionState())
             state.task = self._spawn(self._summary_loop(session_id, state))
+
+    def _learn(self, session_id: str, user_id: str, view: SessionView) -> None:
+        """Distill the user messages stored since the last call into long-term memory (background)."""
+        upto = self._learned.pop(session_id, 0)
+        msgs = view.after(upto) if upto else [e.message for e in view.tail]
+        self._learned[session_id] = view.last_id
+        while len(self._learned) > self.config.context.max_sessions_cached:
+            self._learned.popitem(last=False)
+        if msgs is None:
+            msgs = []                                 # older than the cached tail: not read again
+        news = [m for m in msgs if m.role == "user" and m.id > upto]
+        if news and self.user_memory is not None and not self._closed:
+            self._learning[session_id] = self._spawn(
+                self._learn_task(self.user_memory, user_id, session_id, news, self._learning.get(session_id)))
+
+    async def _learn_task(self, um: UserMemory, user_id: str, session_id: str, messages: list,
+                          before: asyncio.Task | None) -> None:
+        if before is not None:                        # one at a time per session, in order
+            await asyncio.gather(before, return_exceptions=True)
+        try:
+            await um.learn(user_id, session_id, messages)
+        except Exception:
+            log.exception("learning long-term memory from session %s failed", session_id)
+        finally:
+            if self._learning.get(session_id) is asyncio.current_task():
+                del self._learning[session_id]
+
+    async def _forget_learned(self, um: UserMemory, user_id: str, session_id: str,
+                              learning: asyncio.Task | None) -> None:
+        """After any learning still running for the session (so nothing comes back), drop its items."""
+        if learning is not None:
+            await asyncio.gather(learning, return_exceptions=True)
+        try:
+            await um.forget_session(user_id, session_id)
+        except Exception:
+            log.exception("removing session %s from long-term memory failed", session_id)
 
     async def _summary_loop(self, session_id: str, state: _SessionState) -> None:
         while True:
@@ -350,3 +408,5 @@ class MemoryManager:
             await asyncio.gather(*tasks, return_exceptions=True)
         if self.embedder is not None:
             await self.embedder.aclose()
+        if self.user_memory is not None:
+            await self.user_memory.close()
