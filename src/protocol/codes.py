@@ -58,6 +58,8 @@ class MsgType(IntEnum):
     TURN_ERROR = 0x36
     SESSION_EVENT = 0x37
     NOTICE = 0x38
+    MEMORY_LIST = 0x50
+    MEMORY_FORGET = 0x51
     FRAGMENT = 0x7F
 
 
@@ -136,6 +138,7 @@ REQUEST_CODES: frozenset[MsgType] = frozenset({
     MsgType.HISTORY_SEARCH, MsgType.HISTORY_EXPORT, MsgType.SESSION_LIST, MsgType.SESSION_NEW,
     MsgType.SESSION_SWITCH, MsgType.SESSION_RENAME, MsgType.SESSION_DELETE, MsgType.CLEAR_REQUEST,
     MsgType.SESSION_INFO, MsgType.MODEL_LIST, MsgType.MODEL_SWITCH, MsgType.PING, MsgType.STATS,
+    MsgType.MEMORY_LIST, MsgType.MEMORY_FORGET,
 })
 
 #: Server-to-client events of §6 (pushed, carrying "re" or null).

@@ -347,9 +347,31 @@ class Stats:
         return cls(_id(_object(body)))
 
 
+@dataclass(slots=True)
+class MemoryList:
+    """MEMORY_LIST (§5.8): the caller's long-term memory items."""
+    id: RequestId
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> MemoryList:
+        return cls(_id(_object(body)))
+
+
+@dataclass(slots=True)
+class MemoryForget:
+    """MEMORY_FORGET (§5.8): delete one of the caller's long-term memory items."""
+    id: RequestId
+    item_id: str
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> MemoryForget:
+        body = _object(body)
+        return cls(_id(body), _str(body, "item_id", MAX_REF_CHARS, required=True))  # type: ignore[arg-type]
+
+
 Request = Union[Hello, ChatSend, ChatCancel, HistoryPage, HistorySearch, HistoryExport, SessionList,
                 SessionNew, SessionSwitch, SessionRename, SessionDelete, SessionClear,
-                SessionInfoReq, ModelList, ModelSwitch, Ping, Stats]
+                SessionInfoReq, ModelList, ModelSwitch, Ping, Stats, MemoryList, MemoryForget]
 
 REQUEST_TYPES: dict[MsgType, type] = {
     MsgType.HELLO: Hello,
@@ -369,6 +391,8 @@ REQUEST_TYPES: dict[MsgType, type] = {
     MsgType.MODEL_SWITCH: ModelSwitch,
     MsgType.PING: Ping,
     MsgType.STATS: Stats,
+    MsgType.MEMORY_LIST: MemoryList,
+    MsgType.MEMORY_FORGET: MemoryForget,
 }
 
 

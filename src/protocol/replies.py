@@ -17,7 +17,7 @@ from typing import Any, Union
 from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .fields import Fields, RequestId, Wire
-from .objects import AgentInfo, ChatMessage, ModelInfo, SearchHit, SessionInfo, TurnState
+from .objects import AgentInfo, ChatMessage, MemoryItem, ModelInfo, SearchHit, SessionInfo, TurnState
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +282,33 @@ class StatsReply(Reply):
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryListReply(Reply):
+    """MEMORY_LIST (§5.8): ``enabled`` false when long-term memory is turned off (``items`` empty)."""
+    enabled: bool = True
+    items: tuple[MemoryItem, ...] = ()
+
+    @classmethod
+    def read(cls, f: Fields) -> MemoryListReply:
+        return cls(f.flag("enabled"), f.objects("items", MemoryItem.read), **_re(f))
+
+    def encode(self) -> dict[str, Any]:
+        return self._finish({"re": self.re, "enabled": self.enabled, "items": [i.encode() for i in self.items]})
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryForgetReply(Reply):
+    """MEMORY_FORGET (§5.8): the item is gone."""
+    item_id: str
+
+    @classmethod
+    def read(cls, f: Fields) -> MemoryForgetReply:
+        return cls(f.text("item_id"), **_re(f))
+
+    def encode(self) -> dict[str, Any]:
+        return self._finish({"re": self.re, "item_id": self.item_id})
+
+
+@dataclass(frozen=True, slots=True)
 class Pong(Reply):
     """PONG (§5.5): the answer to PING, with the answering side's time."""
     time: str = ""
@@ -338,6 +365,8 @@ REPLY_TYPES: dict[MsgType, type[Reply]] = {
     MsgType.MODEL_SWITCH: ModelSwitchReply,
     MsgType.PING: Pong,
     MsgType.STATS: StatsReply,
+    MsgType.MEMORY_LIST: MemoryListReply,
+    MsgType.MEMORY_FORGET: MemoryForgetReply,
 }
 
 

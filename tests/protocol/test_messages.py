@@ -5,7 +5,8 @@ import pytest
 
 from protocol import ErrorCode, InvalidMessage, Message, MsgType, ProtocolError
 from protocol.messages import (REQUEST_TYPES, ChatCancel, ChatSend, Hello,
-                               HistoryExport, HistoryPage, HistorySearch, ModelList, ModelSwitch,
+                               HistoryExport, HistoryPage, HistorySearch, MemoryForget, MemoryList,
+                               ModelList, ModelSwitch,
                                Ping, SessionClear, SessionDelete, SessionInfoReq, SessionList,
                                SessionNew, SessionRename, SessionSwitch, Stats, parse_request,
                                request_id)
@@ -29,6 +30,8 @@ VALID = {
     ModelSwitch: ({"id": 1, "model": "gpt"}, ModelSwitch(1, "gpt", None)),
     Ping: ({"id": 99}, Ping(99)),
     Stats: ({"id": "x" * 64}, Stats("x" * 64)),
+    MemoryList: ({"id": 1}, MemoryList(1)),
+    MemoryForget: ({"id": 1, "item_id": "m0a1b2c3d4e5f"}, MemoryForget(1, "m0a1b2c3d4e5f")),
 }
 
 
@@ -47,7 +50,7 @@ def test_valid_bodies(cls: type) -> None:
 
 def test_one_class_per_request_type() -> None:
     assert set(REQUEST_TYPES.values()) == set(VALID)
-    assert len(REQUEST_TYPES) == 17
+    assert len(REQUEST_TYPES) == 19
 
 
 @pytest.mark.parametrize("cls", list(VALID))
@@ -94,6 +97,8 @@ def test_every_request_checks_its_body_and_id(cls: type) -> None:
     (Hello, {"proto": "3", "client": "c"}, "field 'proto': expected an integer, got '3'"),
     (Hello, {"proto": True, "client": "c"}, "field 'proto': expected an integer, got True"),
     (Hello, {"proto": 3}, "field 'client': missing (required)"),
+    (MemoryForget, {}, "field 'item_id': missing (required)"),
+    (MemoryForget, {"item_id": 7}, "field 'item_id': expected a string of 1..128 characters, got 7"),
 ])
 def test_field_errors_name_the_field(cls: type, body: dict, message: str) -> None:
     assert error_of(cls, {"id": 1, **body}).startswith(message)

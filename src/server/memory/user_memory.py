@@ -27,8 +27,8 @@ MIN_ITEM_TOKENS = 8
 
 
 def item_line(item: MemoryItem) -> str:
-    """``- <text> (session 1a2b3c4d, 2026-11-20 10:15 UTC)``"""
-    return f"- {item.text} (session {item.session_id[:8]}, {format_time(item.created_at)})"
+    """``- <text> (session <session id>, 2026-11-20 10:15 UTC)``"""
+    return f"- {item.text} (session {item.session_id}, {format_time(item.created_at)})"
 
 
 class UserMemory:
