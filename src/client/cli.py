@@ -155,6 +155,23 @@ async def cmd_sessions(args: argparse.Namespace, cfg: ClientConfig, out: TextIO,
     return EXIT_OK
 
 
+def message_marks(meta: dict) -> list[str]:
+    """What a stored message's metadata says about how it ended, for the text history: cancelled,
+    interrupted, error CODE, partial, truncated, ..."""
+    marks = []
+    finish = meta.get("finish_reason")
+    if finish in ("cancelled", "interrupted", "length", "max_iterations"):
+        marks.append(str(finish))
+    error = meta.get("error")
+    if error:
+        code = error.get("code") if isinstance(error, dict) else error
+        marks.append(f"error {code}")
+    for flag in ("partial", "truncated"):
+        if meta.get(flag):
+            marks.append(flag)
+    return marks
+
+
 async def cmd_history(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
     """Print one page of a session's history (newest page unless --before)."""
     async with make_client(cfg) as client:
@@ -164,11 +181,12 @@ async def cmd_history(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, 
         _dump({k: body[k] for k in ("session_id", "messages", "has_more", "next_before", "total")}, out)
         return EXIT_OK
     for m in page.messages:
-        out.write(f"[{m.id}] {m.role}  {m.timestamp[:19]}\n")
+        marks = message_marks(m.metadata)
+        out.write(f"[{m.id}] {m.role}  {m.timestamp[:19]}" + (f"  ({', '.join(marks)})" if marks else "") + "\n")
         for call in m.tool_calls:
             out.write(f"  tool {call.tool_name} {json.dumps(call.arguments)} -> "
                       f"{call.status} ({call.duration:.3f}s)\n")
-        out.write(m.content + "\n\n")
+        out.write((m.content or ("(no answer)" if m.role == "assistant" else "")) + "\n\n")
     if page.has_more:
         out.write(f"(older messages: --before {page.next_before})\n")
     return EXIT_OK

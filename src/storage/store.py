@@ -39,7 +39,7 @@ from .models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, 
 from .recovery import recover
 from .searcher import Searcher
 from .session import READY, LoadedSession, SessionState, encode_snapshot, file_stat, to_message
-from .validation import check_message, check_opt_str, check_positive, check_user
+from .validation import check_message, check_opt_str, check_positive, check_title, check_user
 from .validation import tool_calls as tool_calls_of
 
 log = logging.getLogger("storage")
@@ -366,11 +366,7 @@ class HistoryStore:
         return raw
 
     def _check_title(self, title: object) -> str:
-        if not isinstance(title, str) or not title.strip():
-            raise InvalidArgument("title: expected a non-empty string")
-        if len(title) > self.config.max_title_chars:
-            raise InvalidArgument(f"title: longer than max_title_chars ({self.config.max_title_chars})")
-        return title.strip()
+        return check_title(title, self.config.max_title_chars)
 
 
 def _durable(done: Future[None] | None) -> None:

@@ -19,6 +19,20 @@ def check_opt_str(name: str, v: object) -> None:
         raise InvalidArgument(f"{name}: expected a string or None, got {type(v).__name__}")
 
 
+def check_title(title: object, max_chars: int) -> str:
+    """The title stripped; InvalidArgument when empty or over ``max_chars`` (max_title_chars)."""
+    if not isinstance(title, str) or not title.strip():
+        raise InvalidArgument("title: expected a non-empty string")
+    if len(title) > max_chars:
+        raise InvalidArgument(f"title: longer than max_title_chars ({max_chars})")
+    return title.strip()
+
+
+def check_int(name: str, v: object) -> None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InvalidArgument(f"{name}: expected an integer, got {v!r}")
+
+
 def check_positive(name: str, v: object) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise InvalidArgument(f"{name}: expected a positive integer, got {v!r}")

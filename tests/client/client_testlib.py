@@ -69,6 +69,10 @@ class ServerThread:
     subprocess CLI runs and snapshot tests, whose App.run() owns the main thread's loop)."""
 
     def __init__(self, tmp_path: Path, agent_factory: Callable[[], Any] = EchoAgent, **overrides: Any) -> None:
+        # The app under test sends HELLO only once Textual has mounted it, which on a loaded machine can
+        # take longer than the default 300 ms grace after which a silent socket is served as v2 (the
+        # app then got the v2 welcome: "INVALID_JSON: CHAT_TEXT payload..."). These clients are v3.
+        overrides.setdefault("legacy_grace_ms", 60_000)
         self.tmp_path, self.agent_factory, self.overrides = tmp_path, agent_factory, overrides
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="nplt-test-server", daemon=True)

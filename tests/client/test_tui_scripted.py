@@ -340,3 +340,30 @@ def test_a_hung_up_terminal_is_noticed() -> None:
     finally:
         os.close(slave)
     assert not TerminalWatch(reasons.append, fd=None).watching_tty
+
+
+async def test_retries_show_in_the_status_line_then_the_answer_settles() -> None:
+    """The agent reports a retry as TURN_STATUS detail ``retrying N/M in D s (REASON)`` (docs/agent.md)."""
+    fake = FakeClient()
+    async with scripted_app(fake) as (app, pilot):
+        status = app.query_one(StatusLine)
+        await fake.push(TurnStart("s1", "t1", user(1, "cpu?"), "fake"),
+                        TurnStatus("s1", "t1", "thinking", "retrying 2/3 in 1 s (HTTP 429)"))
+        await wait_until(lambda: status.detail == "retrying 2/3 in 1 s (HTTP 429)", pilot=pilot, what="the retry")
+        assert "Thinking: retrying 2/3 in 1 s (HTTP 429)" in str(status._turn.render())
+        await fake.push(TurnStatus("s1", "t1", "generating"), AnswerDelta("s1", "t1", "fine", 0),
+                        TurnEnd("s1", "t1", answer(2, "fine"), {}, "stop", {}))
+        await wait_until(lambda: settled(app, "fine") and status.turn_status is None, pilot=pilot,
+                         what="the answer after the retry")
+        assert status.detail == ""
+
+
+async def test_the_header_names_the_sessions_model_and_follows_a_switch() -> None:
+    fake = FakeClient(sessions=[SessionInfo("s1", "First", stamp(0), stamp(0), model="qwen2.5:7b")])
+    async with scripted_app(fake) as (app, pilot):
+        assert app.title == "NPLT Assistant · qwen2.5:7b" and app.sub_title == "First"
+        await fake.push(SessionEvent("model", SessionInfo("s1", "First", stamp(0), stamp(0), model="deepseek-chat")))
+        await wait_until(lambda: app.title == "NPLT Assistant · deepseek-chat", pilot=pilot, what="the new model")
+        await fake.push(SessionEvent("model", SessionInfo("s9", "Other", stamp(0), stamp(0), model="other-model")))
+        await pilot.pause()
+        assert app.title == "NPLT Assistant · deepseek-chat"        # another session's switch changes nothing

@@ -228,7 +228,7 @@ class Controller:
                 await chat.reset(sid)
                 self.sidebar.upsert(session)
                 self.sidebar.set_current(sid)
-                self.app.sub_title = session.title
+                self._show_header(session)
                 page = await self.client.history_page(sid, limit=self.page_size)
                 await chat.show_page(page)
                 if running is not None:
@@ -290,7 +290,13 @@ class Controller:
     def _session_changed(self, session: SessionInfo) -> None:
         self.sidebar.upsert(session)
         if self.state.session_changed(session):
-            self.app.sub_title = session.title
+            self._show_header(session)
+
+    def _show_header(self, session: SessionInfo) -> None:
+        """The header: the app and the session's model as title, the session title as sub-title."""
+        base = type(self.app).TITLE
+        self.app.title = f"{base} · {session.model}" if session.model else base
+        self.app.sub_title = session.title
 
     async def on_session_event(self, event: SessionEvent) -> None:
         sid = event.session.session_id
