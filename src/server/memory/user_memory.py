@@ -11,6 +11,7 @@ session.
 """
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 from typing import Any
 
@@ -24,6 +25,7 @@ from server.memory.tokens import TokenCounter, truncate_to_tokens
 from server.memory.user_store import MemoryItem, UserMemoryStore, new_item_id
 
 MIN_ITEM_TOKENS = 8
+INLINE_DISTILL_CHARS = 4000      # longer user messages are distilled in a worker thread
 
 
 def item_line(item: MemoryItem) -> str:
@@ -54,8 +56,12 @@ class UserMemory:
         for m in messages:
             if m.role != "user" or not m.content.strip():
                 continue
-            found = (await distill_with_model(self.agent, self.model, m.content) if self.uses_model
-                     else distill_rules(m.content))
+            if self.uses_model:
+                found = await distill_with_model(self.agent, self.model, m.content)
+            elif len(m.content) > INLINE_DISTILL_CHARS:       # a pasted log: the regexes run off the loop
+                found = await asyncio.to_thread(distill_rules, m.content)
+            else:
+                found = distill_rules(m.content)
             source = "model" if self.uses_model else "rules"
             when = m.timestamp or datetime.now(timezone.utc).isoformat()
             items.extend(MemoryItem(new_item_id(), kind, text, session_id, m.id, when, source)
