@@ -112,4 +112,7 @@ async def test_the_trace_reaches_turn_end_and_the_stored_answer(tmp_path):
         assert list(trace) == ["route", "recall", "retrieve", "generate", "persist"]
         page = await c.call(T.HISTORY_REQUEST)
         assert page["messages"][-1]["metadata"]["context"]["pipeline"] == trace
+        exported = await c.call(T.HISTORY_EXPORT, format="markdown")
+        assert "<details><summary>Why this answer (context sent to the model)</summary>" in exported["content"]
+        assert '"decision": "chat"' in exported["content"]
         await c.close()
