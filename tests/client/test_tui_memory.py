@@ -80,3 +80,18 @@ async def test_why_this_answer_shows_what_reached_the_model() -> None:
 
 def test_why_lines_without_context() -> None:
     assert why_lines({}) == ["No context was recorded for this message."]
+
+
+async def test_why_this_answer_on_a_live_answer_from_a_real_server(tmp_path) -> None:
+    from client_testlib import open_app, type_and_send
+    from testkit.server import running_server
+    async with running_server(tmp_path, memory="auto") as (_, addr):
+        async with open_app(addr) as (app, pilot):
+            await type_and_send(pilot, "hello there")
+            await wait_until(lambda: any(m.role == "assistant" and m.message_id and m.turn_id is None
+                                         for m in chat(app).messages()), pilot=pilot, what="the answer")
+            await pilot.press("f5")
+            await wait_until(lambda: isinstance(app.screen, WhyScreen), pilot=pilot, what="the why view")
+            body = str(app.screen.query_one("#why-body", Static).render())
+            assert "Route: chat (no router configured)" in body and "Summary: none" in body
+            assert "Knowledge passages: none (no knowledge base wired)" in body and "Model: echo" in body
