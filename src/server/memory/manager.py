@@ -20,6 +20,7 @@ import inspect
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
 from server.agent.base import BuiltContext
@@ -30,7 +31,7 @@ from server.memory.config import MemoryConfig
 from server.memory.context import Excerpt, Parts, Turn, assemble, recent_turns
 from server.memory.embeddings import Embedder
 from server.memory.indexes import UserIndexes
-from server.memory.recall import excerpt_and_tokens, snippet
+from server.memory.recall import excerpt_and_tokens, parse_time, snippet
 from server.memory.summarizer import SummaryFailed, plan, plan_cut, summarize
 from server.memory.tokens import TokenCounter, make_counter
 from server.memory.user_memory import UserMemory
@@ -101,7 +102,8 @@ class MemoryManager:
         if cfg.recall.enabled and cfg.recall.k and cfg.recall.token_budget and new_message.content.strip():
             exclude = {i for t in window for i in t.ids} | {new_message.id}
             try:
-                excerpts = await self._recall(record, user_id, new_message.content, exclude, view)
+                now = parse_time(new_message.timestamp) or datetime.now(timezone.utc)
+                excerpts = await self._recall(record, user_id, new_message.content, exclude, view, now)
             except Exception:
                 log.exception("recall failed for session %s (prompt built without it)", session_id)
         items: list[Excerpt] = []
@@ -186,7 +188,7 @@ class MemoryManager:
         return await asyncio.get_running_loop().run_in_executor(None, read)
 
     async def _recall(self, record: SessionRecord, user_id: str, query: str, exclude: set[int],
-                      view: SessionView | None) -> list[Excerpt]:
+                      view: SessionView | None, now: datetime | None = None) -> list[Excerpt]:
         rc = self.config.recall
         session_id = record.session_id
         uidx = self.indexes.user(user_id)
@@ -195,7 +197,8 @@ class MemoryManager:
         if not uidx.index.has_candidates(session_id, exclude):
             return []                             # every turn of the session is in the window
         vectors = await self.indexes.vector_ranking(uidx, query, session_id, exclude, rc.k)
-        hits = uidx.index.search(query, rc.k, session_id=session_id, exclude=exclude, vector_ranking=vectors)
+        hits = uidx.index.search(query, rc.k, session_id=session_id, exclude=exclude, vector_ranking=vectors,
+                                 now=now)
         if hits:                                  # weak matches only cost prompt tokens
             hits = [(d, s) for d, s in hits if s >= MIN_RELATIVE_SCORE * hits[0][1]]
         out: list[Excerpt] = []
@@ -361,7 +364,7 @@ class MemoryManager:
             else:
                 await self.indexes.sync_all(user_id, uidx)
             for _ in range(3):                    # re-check the sessions of the hits (clears, deletes)
-                hits = uidx.index.search(query, k, session_id=session_id)
+                hits = uidx.index.search(query, k, session_id=session_id, now=datetime.now(timezone.utc))
                 changed = False
                 for sid in dict.fromkeys(doc.session_id for doc, _ in hits):
                     try:
