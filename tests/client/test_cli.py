@@ -208,17 +208,19 @@ def test_a_server_stopping_during_ask_exits_with_the_connection_code(tmp_path: P
     assert "SHUTTING_DOWN: the server stopped" in err
 
 
-def test_text_history_marks_how_an_answer_ended(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
+def test_text_history_marks_how_an_answer_ended(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A cancelled answer is not an anonymous empty '[4] assistant' (issue 16)."""
-    code, out, _ = run(srv, capsys, "ask", "--new", "first", "--json")
-    sid = json.loads(out)["session_id"]
-    store = srv.srv.store
-    srv.run(store.append(sid, "user", "stop that"))
-    srv.run(store.append(sid, "assistant", "", metadata={"partial": True, "finish_reason": "cancelled"}))
-    srv.run(store.append(sid, "user", "again"))
-    srv.run(store.append(sid, "assistant", "half", metadata={"partial": True, "error": "LLM_ERROR"}))
-    code, out, _ = run(srv, capsys, "history", "--session", sid)
-    assert code == 0
+    with ServerThread(tmp_path) as srv:
+        code, out, err = run(srv, capsys, "ask", "--new", "first", "--json")
+        assert code == 0 and out, err
+        sid = json.loads(out)["session_id"]
+        store = srv.srv.store
+        srv.run(store.append(sid, "user", "stop that"))
+        srv.run(store.append(sid, "assistant", "", metadata={"partial": True, "finish_reason": "cancelled"}))
+        srv.run(store.append(sid, "user", "again"))
+        srv.run(store.append(sid, "assistant", "half", metadata={"partial": True, "error": "LLM_ERROR"}))
+        code, out, err = run(srv, capsys, "history", "--session", sid)
+    assert code == 0, err
     assert "] assistant" in out and "(cancelled, partial)\n(no answer)\n" in out
     assert "(error LLM_ERROR, partial)\nhalf\n" in out
 
@@ -229,3 +231,27 @@ def test_message_marks() -> None:
     assert cli.message_marks({"finish_reason": "interrupted", "partial": True}) == ["interrupted", "partial"]
     assert cli.message_marks({"error": {"code": "LLM_TIMEOUT", "message": "x"}, "truncated": True}) == [
         "error LLM_TIMEOUT", "truncated"]
+
+
+def test_trash_restore_and_purge(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = run(srv, capsys, "ask", "--new", "a session for the trash", "--json")
+    assert code == 0, err
+    sid = json.loads(out)["session_id"]
+    code, out, err = run(srv, capsys, "purge", "s_20260101_000000000000")
+    assert code == 5 and "NOT_FOUND" in err
+    code, out, err = run(srv, capsys, "delete", sid)
+    assert code == 0 and out.startswith(f"deleted {sid}")
+    code, out, err = run(srv, capsys, "sessions", "--deleted", "--json")
+    assert code == 0 and [s["session_id"] for s in json.loads(out)["sessions"]] == [sid]
+    code, out, err = run(srv, capsys, "sessions", "--json")
+    assert sid not in out
+    code, out, err = run(srv, capsys, "restore", sid)
+    assert code == 0 and out.startswith(f"restored {sid}")
+    code, out, err = run(srv, capsys, "sessions", "--json")
+    assert sid in out and sid not in run(srv, capsys, "sessions", "--deleted")[1]
+    code, out, err = run(srv, capsys, "purge", sid)                   # a live one is deleted, then purged
+    assert code == 0 and out == f"purged {sid}\n"
+    code, out, err = run(srv, capsys, "sessions", "--json")
+    assert sid not in out
+    code, out, err = run(srv, capsys, "restore", sid)
+    assert code == 5 and "NOT_FOUND" in err
