@@ -77,7 +77,12 @@ def recall_step(memory: Any) -> Step:
                    {"what": "memory items", "count": m.get("memory_dropped", 0), "why": "over the prompt budget"},
                    {"what": "older turns", "count": m.get("turns_older", 0),
                     "why": "before the recent window (reachable by recall only)"}]
-        state.record("recall", memory=m.get("memory", "basic"), summary=m.get("summary_used"),
+        first = ctx.messages[0] if ctx.messages else {}
+        server_prompt = getattr(memory, "system_prompt", None)
+        own = (first.get("role") == "system" and server_prompt is not None and first.get("content") != server_prompt
+               and not m.get("system_truncated"))
+        state.record("recall", memory=m.get("memory", "basic"), system_prompt="session" if own else "server",
+                     summary=m.get("summary_used"),
                      recalled=list(m.get("recalled", [])), memory_items=list(m.get("memory_items", [])),
                      turns_kept=m.get("turns_kept"), prompt_tokens=m.get("prompt_tokens_estimate"),
                      budget_tokens=m.get("budget_tokens"), dropped=[d for d in dropped if d["count"]],

@@ -264,10 +264,10 @@ class TurnRunner:
             await self._end_cancelled(turn, sink, ctx)
         except AgentError as exc:
             self.metrics.provider_error(exc.code)
-            await self._end_error(turn, sink, exc.code, exc.message, exc.attempts)
+            await self._end_error(turn, sink, exc.code, exc.message, exc.attempts, ctx)
         except Exception:
             log.exception("turn %s failed", turn.turn_id)
-            await self._end_error(turn, sink, ErrorCode.INTERNAL, "internal error while running the turn")
+            await self._end_error(turn, sink, ErrorCode.INTERNAL, "internal error while running the turn", ctx=ctx)
         else:
             if turn.cancel_reason is not None:
                 await self._end_cancelled(turn, sink, ctx)
@@ -320,11 +320,15 @@ class TurnRunner:
         sink.publish(TurnEnd(turn.session_id, turn.turn_id, message_obj(msg), {}, "cancelled", ctx.metadata))
         self._after_turn(turn)
 
-    async def _end_error(self, turn: Turn, sink: RunnerSink, code: str, message: str, attempts: int = 1) -> None:
+    async def _end_error(self, turn: Turn, sink: RunnerSink, code: str, message: str, attempts: int = 1,
+                         ctx: BuiltContext | None = None) -> None:
         """The failed answer is stored (whatever was streamed, possibly nothing) marked with the
         error, so history never holds two user messages in a row and the failure shows after reload."""
         meta = {"partial": bool(turn.length or turn.calls), "model": turn.model, "finish_reason": "error",
                 "error": str(code), "error_message": message, "attempts": attempts, "turn_id": turn.turn_id}
+        if ctx is not None and ctx.metadata:                  # what reached the model ("why this answer")
+            persist(ctx, turn.content, turn.finished_calls(), "error")
+            meta["context"] = ctx.metadata
         msg = await self._store_assistant(turn, turn.content, turn.finished_calls(), meta)
         partial = None if isinstance(msg, HandlerError) else message_obj(msg)
         log.info("turn %s ended with %s", turn.turn_id, code)

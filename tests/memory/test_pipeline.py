@@ -116,3 +116,21 @@ async def test_the_trace_reaches_turn_end_and_the_stored_answer(tmp_path):
         assert "<details><summary>Why this answer (context sent to the model)</summary>" in exported["content"]
         assert '"decision": "chat"' in exported["content"]
         await c.close()
+
+
+async def test_the_trace_names_a_session_system_prompt_and_a_failed_answer_keeps_its_context(tmp_path):
+    async with running_server(tmp_path, memory="auto") as (srv, addr):
+        c = await V3Client.connect(addr)
+        await c.call(T.SESSION_PROMPT, system_prompt="You are terse.")
+        reply = await c.call(T.CHAT_TEXT, text="hello there")
+        events = await c.turn_events(reply["turn_id"])
+        assert events[-1].body["context"]["pipeline"]["recall"]["system_prompt"] == "session"
+        reply = await c.call(T.CHAT_TEXT, text="!fail now")
+        events = await c.turn_events(reply["turn_id"])
+        assert events[-1].type == T.TURN_ERROR
+        page = await c.call(T.HISTORY_REQUEST)
+        failed = page["messages"][-1]["metadata"]
+        assert failed["finish_reason"] == "error"
+        assert list(failed["context"]["pipeline"]) == ["route", "recall", "retrieve", "persist"]
+        assert failed["context"]["pipeline"]["persist"]["finish_reason"] == "error"
+        await c.close()

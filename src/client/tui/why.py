@@ -27,6 +27,10 @@ def why_lines(metadata: Mapping[str, Any], memory_texts: Mapping[str, str] | Non
     out: list[str] = []
     route = trace.get("route") or {}
     out.append(f"Route: {route.get('decision', 'chat')}" + (f" ({route['reason']})" if route.get("reason") else ""))
+    recall = trace.get("recall") or {}
+    if recall.get("system_prompt"):
+        out.append("System prompt: " + ("this session's own" if recall["system_prompt"] == "session"
+                                        else "the server's"))
     summary = ctx.get("summary_used")
     out.append(f"Summary: messages up to #{summary}" if summary else "Summary: none")
     out.append(f"Recent turns kept: {ctx.get('turns_kept', 0)}")
