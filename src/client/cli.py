@@ -1,5 +1,5 @@
-"""Scriptable subcommands: ``ask``, ``sessions``, ``history``, ``export``, ``memory list|forget``
-(see docs/client.md).
+"""Scriptable subcommands: ``ask``, ``sessions``, ``history``, ``export``, ``memory list|forget``, ``kb``
+(``client.kb_cli``; see docs/client.md).
 
 Each command is an async function taking the parsed arguments and the loaded config and returning
 an exit code. Output: human-readable text by default; with ``--json`` exactly one JSON document on
@@ -12,6 +12,7 @@ import asyncio
 import io
 import json
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,6 +24,7 @@ from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import ClientError
 from client.events import Disconnected, ServerError
+from client.kb_cli import add_kb_parser, cmd_kb
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1      # unexpected failure (a bug)
@@ -254,6 +256,7 @@ async def cmd_memory(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
 
 COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "export": cmd_export,
             "delete": cmd_delete, "restore": cmd_restore, "purge": cmd_purge,
+            "kb": partial(cmd_kb, exit_code_for=exit_code_for),
             "memory": cmd_memory}
 
 
@@ -285,6 +288,7 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     p.add_argument("session_id", metavar="ID")
     p = sub.add_parser("purge", help="remove a session for good (it cannot be restored)")
     p.add_argument("session_id", metavar="ID")
+    add_kb_parser(sub)
     p = sub.add_parser("memory", help="list or forget what the assistant remembers about you")
     msub = p.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
     q = msub.add_parser("list", help="list the remembered facts and preferences")

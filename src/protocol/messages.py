@@ -16,6 +16,7 @@ from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .events import InvalidMessage, Message
 from .fields import _MISSING, MAX_ID_CHARS, _show, invalid, valid_request_id
+from .kb import KB_REQUEST_TYPES
 
 RequestId = Union[int, str]
 
@@ -427,7 +428,7 @@ class Stats:
 
 @dataclass(slots=True)
 class MemoryList:
-    """MEMORY_LIST (§5.8): the caller's long-term memory items."""
+    """MEMORY_LIST (§5.9): the caller's long-term memory items."""
     id: RequestId
 
     @classmethod
@@ -437,7 +438,7 @@ class MemoryList:
 
 @dataclass(slots=True)
 class MemoryForget:
-    """MEMORY_FORGET (§5.8): delete one of the caller's long-term memory items."""
+    """MEMORY_FORGET (§5.9): delete one of the caller's long-term memory items."""
     id: RequestId
     item_id: str
 
@@ -475,6 +476,7 @@ REQUEST_TYPES: dict[MsgType, type] = {
     MsgType.SESSION_PROMPT: SessionPrompt,
     MsgType.CHAT_REGENERATE: ChatRegenerate,
     MsgType.CHAT_EDIT: ChatEdit,
+    **KB_REQUEST_TYPES,
     MsgType.MEMORY_LIST: MemoryList,
     MsgType.MEMORY_FORGET: MemoryForget,
 }

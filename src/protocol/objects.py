@@ -201,7 +201,7 @@ class ModelInfo(Wire):
 
 @dataclass(frozen=True, slots=True)
 class MemoryItem(Wire):
-    """One long-term memory item (§5.8): a durable fact or preference and where it was said."""
+    """One long-term memory item (§5.9): a durable fact or preference and where it was said."""
     id: str
     kind: str                 # "fact" | "preference" (checked as a string)
     text: str

@@ -17,6 +17,7 @@ from typing import Any, Union
 from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .fields import Fields, RequestId, Wire
+from .kb import KB_REPLY_TYPES
 from .objects import AgentInfo, ChatMessage, MemoryItem, ModelInfo, SearchHit, SessionInfo, TurnState
 
 
@@ -283,7 +284,7 @@ class StatsReply(Reply):
 
 @dataclass(frozen=True, slots=True)
 class MemoryListReply(Reply):
-    """MEMORY_LIST (§5.8): ``enabled`` false when long-term memory is turned off (``items`` empty)."""
+    """MEMORY_LIST (§5.9): ``enabled`` false when long-term memory is turned off (``items`` empty)."""
     enabled: bool = True
     items: tuple[MemoryItem, ...] = ()
 
@@ -297,7 +298,7 @@ class MemoryListReply(Reply):
 
 @dataclass(frozen=True, slots=True)
 class MemoryForgetReply(Reply):
-    """MEMORY_FORGET (§5.8): the item is gone."""
+    """MEMORY_FORGET (§5.9): the item is gone."""
     item_id: str
 
     @classmethod
@@ -346,7 +347,6 @@ AnyReply = Union[HelloReply, SessionListReply, SessionReply, SessionSwitchReply,
                  SessionClearReply, HistoryPageReply, HistorySearchReply, HistoryExportReply, ChatSendReply,
                  ChatCancelReply, ModelListReply, ModelSwitchReply, StatsReply, Pong, ErrorReply]
 
-#: Request type -> the class of its successful reply (the RESPONSE body; PONG for PING).
 @dataclass(frozen=True, slots=True)
 class SessionPromptReply(Reply):
     """SESSION_PROMPT (§5.2): the session and its own system prompt (null: the server's is used)."""
@@ -396,7 +396,8 @@ class ChatRedoReply(Reply):
                              "user_message": self.user_message.encode(), "superseded": list(self.superseded)})
 
 
-REPLY_TYPES: dict[MsgType, type[Reply]] = {
+#: Request type -> the class of its successful reply (the RESPONSE body; PONG for PING).
+REPLY_TYPES: dict[MsgType, type[Wire]] = {
     MsgType.HELLO: HelloReply,
     MsgType.SESSION_LIST: SessionListReply,
     MsgType.SESSION_NEW: SessionReply,
@@ -419,6 +420,7 @@ REPLY_TYPES: dict[MsgType, type[Reply]] = {
     MsgType.SESSION_PROMPT: SessionPromptReply,
     MsgType.CHAT_REGENERATE: ChatRedoReply,
     MsgType.CHAT_EDIT: ChatRedoReply,
+    **KB_REPLY_TYPES,
     MsgType.MEMORY_LIST: MemoryListReply,
     MsgType.MEMORY_FORGET: MemoryForgetReply,
 }

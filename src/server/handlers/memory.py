@@ -1,4 +1,4 @@
-"""Long-term memory requests: list and forget the caller's own items (docs/protocol.md §5.8)."""
+"""Long-term memory requests: list and forget the caller's own items (docs/protocol.md §5.9)."""
 from __future__ import annotations
 
 from protocol import ErrorCode
