@@ -6,11 +6,15 @@ entry, sent in TURN_END ``context`` and stored with the answer (so the TUI's "wh
 and the JSON export show it). The trace names things by id only -- message ids, memory item ids,
 passage citations -- never their text, so a later clear or forget leaves no copy behind.
 
-* ``route``: which path the turn takes. Default: ``chat`` (no router configured). A router (the
-  knowledge-base branch's route decision) replaces it with ``TurnPipeline.replace("route", fn)``.
+* ``route``: which path the turn takes. Default: ``chat`` (no router configured), or a router set
+  with ``TurnPipeline.replace("route", fn)``. The knowledge base's route is decided inside the agent
+  (the offline agent's rule, or the model calling ``search_knowledge``); ``generate`` adopts it
+  (``adopt_agent_decisions``: ``decided_by: "agent"``).
 * ``recall``: the memory layer's ``build_context``: summary, recalled turns, long-term memory
   items, recent window, all within the budget; records which were used and what was dropped, why.
-* ``retrieve``: knowledge passages for the turn. Default: skipped (no knowledge base wired); a
+* ``retrieve``: knowledge passages for the turn. Default: skipped (no knowledge put in the prompt
+  up front); passages the agent got from ``search_knowledge`` are recorded by ``generate`` (their
+  citations, ``via: "search_knowledge tool"``). A
   ``search(user_id, query) -> list[Passage]`` can be given, and its passages are put in the prompt
   as quoted documents within ``retrieve_budget`` tokens (the rest recorded as dropped).
 * ``generate``: the agent's ``run_turn`` (the runner runs it as the cancellable task).
@@ -94,7 +98,7 @@ def retrieve_step(search: Search | None = None, counter: Any = None, budget: int
     """The retrieve step: knowledge passages (none without a ``search``)."""
     async def retrieve(state: TurnState) -> None:
         if search is None or state.route == "no_retrieval":
-            state.record("retrieve", passages=[], skipped="no knowledge base wired" if search is None
+            state.record("retrieve", passages=[], skipped="not up front (the agent searches with search_knowledge)" if search is None
                          else "route")
             return
         found = await search(state.user_id, state.user_message.content)
@@ -135,7 +139,24 @@ async def generate(state: TurnState, agent: Any, sink: Any) -> TurnResult:
     state.result = result
     state.record("generate", model=state.model, finish_reason=result.finish_reason,
                  tool_calls=[c.tool_name for c in result.tool_calls], usage=dict(result.usage or {}))
+    adopt_agent_decisions(state, result)
     return result
+
+
+def adopt_agent_decisions(state: TurnState, result: TurnResult) -> None:
+    """The knowledge branch decides inside the agent: the offline agent's route rule or the model's
+    choice to call ``search_knowledge`` (``context.metadata["route"]``), and the passages it quoted
+    (``result.metadata["citations"]``). They replace the default route and retrieve records."""
+    assert state.context is not None
+    route = state.context.metadata.get("route")
+    if isinstance(route, dict) and route.get("route"):
+        state.route = str(route["route"])
+        state.record("route", decision=route.get("route"), method=route.get("method"), reason=route.get("reason"),
+                     decided_by="agent")
+    searches = sum(1 for c in result.tool_calls if c.tool_name == "search_knowledge")
+    cited = [c.get("citation") for c in result.metadata.get("citations") or () if isinstance(c, dict)]
+    if searches or cited:
+        state.record("retrieve", passages=[c for c in cited if c], via="search_knowledge tool", searches=searches)
 
 
 def persist(ctx: BuiltContext, content: str, calls: list[Any], finish_reason: str) -> None:

@@ -21,7 +21,7 @@ CONTEXT = {"turns_kept": 2, "summary_used": 40, "recalled": [7, 9], "memory_item
            "prompt_tokens_estimate": 812, "budget_tokens": 14976,
            "pipeline": {"route": {"decision": "chat", "reason": "no router configured"},
                         "recall": {"dropped": [{"what": "turns", "count": 3, "why": "over the prompt budget"}]},
-                        "retrieve": {"passages": [], "skipped": "no knowledge base wired"},
+                        "retrieve": {"passages": [], "skipped": "not up front (the agent searches with search_knowledge)"},
                         "generate": {"model": "fake", "finish_reason": "stop", "tool_calls": ["clock"]}}}
 
 
@@ -73,7 +73,7 @@ async def test_why_this_answer_shows_what_reached_the_model() -> None:
         body = str(app.screen.query_one("#why-body", Static).render())
         assert "Summary: messages up to #40" in body and "Recalled earlier turns: #7, #9" in body
         assert "m1: The prod DB host is db-prod-42." in body and "m9: (forgotten since)" in body
-        assert "3 turns: over the prompt budget" in body and "no knowledge base wired" in body
+        assert "3 turns: over the prompt budget" in body and "not up front (the agent searches with search_knowledge)" in body
         assert "Prompt: about 812 of 14976 tokens" in body and "tools: clock" in body
         await pilot.press("escape")
 
@@ -94,4 +94,4 @@ async def test_why_this_answer_on_a_live_answer_from_a_real_server(tmp_path) -> 
             await wait_until(lambda: isinstance(app.screen, WhyScreen), pilot=pilot, what="the why view")
             body = str(app.screen.query_one("#why-body", Static).render())
             assert "Route: chat (no router configured)" in body and "Summary: none" in body
-            assert "Knowledge passages: none (no knowledge base wired)" in body and "Model: echo" in body
+            assert "Knowledge passages: none (not up front (the agent searches with search_knowledge))" in body and "Model: echo" in body

@@ -49,7 +49,7 @@ async def test_recall_alone_records_summary_turns_memory_items_and_drops(store, 
 async def test_retrieve_alone_quotes_passages_within_budget():
     s = state()
     await retrieve_step()(s)
-    assert s.trace["retrieve"] == {"passages": [], "skipped": "no knowledge base wired"}
+    assert s.trace["retrieve"] == {"passages": [], "skipped": "not up front (the agent searches with search_knowledge)"}
 
     async def search(user_id: str, query: str) -> list[Passage]:
         assert (user_id, query) == ("alice", "where is the prod database?")
@@ -134,3 +134,21 @@ async def test_the_trace_names_a_session_system_prompt_and_a_failed_answer_keeps
         assert list(failed["context"]["pipeline"]) == ["route", "recall", "retrieve", "persist"]
         assert failed["context"]["pipeline"]["persist"]["finish_reason"] == "error"
         await c.close()
+
+
+async def test_generate_adopts_the_agents_knowledge_route_and_citations():
+    class KnowledgeAgent:
+        async def run_turn(self, req, sink):
+            req.context.metadata["route"] = {"route": "knowledge", "method": "keyword", "reason": "mentions the docs"}
+            return TurnResult("per [runbook.md §Backups] ...", [ToolCall("c1", "search_knowledge", {"query": "q"})],
+                              {}, "stop", {"citations": [{"citation": "[runbook.md §Backups]", "doc_id": "d1"}]})
+    s = state("what do my documents say about backups?")
+    s.context = BuiltContext([{"role": "user", "content": s.user_message.content}], {"pipeline": s.trace})
+    await route(s)
+    await retrieve_step()(s)
+    await generate(s, KnowledgeAgent(), None)
+    assert s.route == "knowledge"
+    assert s.trace["route"] == {"decision": "knowledge", "method": "keyword", "reason": "mentions the docs",
+                                "decided_by": "agent"}
+    assert s.trace["retrieve"] == {"passages": ["[runbook.md §Backups]"], "via": "search_knowledge tool",
+                                   "searches": 1}

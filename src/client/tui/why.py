@@ -26,7 +26,8 @@ def why_lines(metadata: Mapping[str, Any], memory_texts: Mapping[str, str] | Non
         return ["No context was recorded for this message."]
     out: list[str] = []
     route = trace.get("route") or {}
-    out.append(f"Route: {route.get('decision', 'chat')}" + (f" ({route['reason']})" if route.get("reason") else ""))
+    by = f", decided by the {route['decided_by']}" if route.get("decided_by") else ""
+    out.append(f"Route: {route.get('decision', 'chat')}" + (f" ({route['reason']}{by})" if route.get("reason") else ""))
     recall = trace.get("recall") or {}
     if recall.get("system_prompt"):
         out.append("System prompt: " + ("this session's own" if recall["system_prompt"] == "session"
