@@ -74,6 +74,7 @@ class MsgType(IntEnum):
     KB_PASSAGE = 0x47
     KB_DOWNLOAD = 0x48
     KB_DOWNLOAD_DATA = 0x49
+    DOWNLOAD_OFFER_V3 = 0x4F
     MEMORY_LIST = 0x50
     MEMORY_FORGET = 0x51
     FRAGMENT = 0x7F
@@ -165,7 +166,7 @@ REQUEST_CODES: frozenset[MsgType] = frozenset({
 EVENT_CODES: frozenset[MsgType] = frozenset({
     MsgType.TURN_START, MsgType.TURN_STATUS, MsgType.TOOL_CALL, MsgType.TOOL_RESULT,
     MsgType.ANSWER_DELTA, MsgType.TURN_END, MsgType.TURN_ERROR, MsgType.SESSION_EVENT,
-    MsgType.NOTICE, MsgType.KB_PROGRESS,
+    MsgType.NOTICE, MsgType.KB_PROGRESS, MsgType.DOWNLOAD_OFFER_V3,
 })
 
 #: v3 binary types: the payload is not JSON but a fixed header and raw bytes (``protocol.binary``).

@@ -21,6 +21,7 @@ from server.config_base import ConfigError
 from server.connection import ServerConnection
 from server.services import VERSION, Counters, Services, build_services
 from server.httpd import start_http, stop_http
+from server.legacy_v2_files import clear_incoming
 from storage import AsyncHistoryStore, HistoryStore, open_store
 
 log = logging.getLogger("nplt.server")
@@ -124,10 +125,13 @@ class Server:
         try:
             await svc.knowledge.start()
             await svc.uploads.start()
+            await clear_incoming(cfg)
+            await svc.udp.start(cfg.transfer.udp_host or cfg.server.host)
             self._listener = await loop.create_server(
                 self._new_connection, cfg.server.host, cfg.server.port, ssl=ssl_ctx,
                 backlog=min(4096, max(128, cfg.limits.max_clients)))
         except BaseException:
+            await svc.udp.close()
             await svc.knowledge.close()
             if self._owns_store:
                 await store.close()
@@ -191,6 +195,7 @@ class Server:
                 except Exception:  # the rest of the shutdown (the store's compaction) must still run
                     log.exception("%s close failed", name)
         await svc.uploads.close()
+        await svc.udp.close()
         await svc.knowledge.close()
         if self._owns_store:
             await svc.store.close()

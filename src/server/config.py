@@ -20,6 +20,7 @@ from server.http_config import HttpConfig
 from server.knowledge.config import KnowledgeConfig
 from server.memory.config import MemoryConfig
 from server.tools.config import ToolsConfig
+from server.transfer_config import TransferConfig
 from storage import StorageConfig
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -192,13 +193,15 @@ class ServerConfig:
     memory: MemoryConfig = field(default_factory=lambda: MemoryConfig.from_dict({}))
     http: HttpConfig = field(default_factory=HttpConfig)
     knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
+    transfer: TransferConfig = field(default_factory=TransferConfig)
 
     @classmethod
     def from_dict(cls, d: dict, env: Mapping[str, str] | None = None) -> ServerConfig:
         """Build every section from one merged dict (TOML layout); unknown sections are errors."""
         if not isinstance(d, dict):
             raise ConfigError("config", "expected a table")
-        known = {"server", "limits", "auth", "storage", "llm", "agent", "tools", "http", "knowledge", *MEMORY_SECTIONS}
+        known = {"server", "limits", "auth", "storage", "llm", "agent", "tools", "http", "knowledge", "transfer",
+                 *MEMORY_SECTIONS}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(unknown[0], f"unknown section (allowed: {', '.join(sorted(known))})")
@@ -213,6 +216,7 @@ class ServerConfig:
             memory=_section(MemoryConfig.from_dict, {k: d[k] for k in MEMORY_SECTIONS if k in d}),
             http=HttpConfig.from_dict(d.get("http", {})),
             knowledge=_section(KnowledgeConfig.from_dict, d.get("knowledge", {})),
+            transfer=TransferConfig.from_dict(d.get("transfer", {})),
         )
 
     @property
@@ -263,3 +267,9 @@ def check_bind_policy(cfg: ServerConfig) -> None:
             "can reach this address could use the assistant without a token. Configure users with tokens, "
             "bind 127.0.0.1, or pass --insecure to accept the risk.",
         )
+    udp = cfg.transfer.udp_host
+    if udp and cfg.single_user and not cfg.server.insecure and not is_loopback(udp):
+        raise ConfigError(
+            "transfer.udp_host",
+            f"refusing to send downloads from {udp!r}: no users are configured ([auth] users); bind a loopback "
+            "address, configure users, or pass --insecure to accept the risk.")

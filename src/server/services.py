@@ -17,9 +17,11 @@ from server.hub import Hub
 from server.knowledge import KnowledgeBase
 from server.tools.knowledge import KnowledgeSource
 from server.metrics import Metrics
+from server.offers import OfferService
 from server.refusals import Refusals
 from server.sessions import SessionService
 from server.turns import TurnRunner
+from server.udp_transfer import UdpTransfer
 from server.wiring import build_runtime
 
 VERSION = "0.1.0"
@@ -48,6 +50,8 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)    # GET /metrics (server.httpd)
     knowledge: KnowledgeBase | None = None               # documents (docs/knowledge.md); started by the app
     uploads: UploadService | None = None                 # v3 uploads in progress (docs/protocol.md §5.8)
+    udp: UdpTransfer | None = None    # v2 downloads over UDP (started by the Server)
+    offers: OfferService | None = None
     version: str = VERSION
 
     @property
@@ -72,14 +76,18 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     data = Path(config.storage.root)
     auth = Authenticator(config.auth)
     knowledge = KnowledgeBase(config.knowledge, data / "knowledge")
+    udp = UdpTransfer(config.transfer)
+    offers = OfferService(knowledge, hub, udp, groups_of=auth.groups_of)
     agent, memory = build_runtime(config, store, notify, agent, memory,
-                                  knowledge=KnowledgeSource(knowledge, auth.groups_of))
+                                  knowledge=KnowledgeSource(knowledge, auth.groups_of),
+                                  offers=offers.offer_in_session)
     sessions = SessionService(store, hub, agent, memory)
     metrics = Metrics()
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
                         limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics)
     sessions.turns = runner
+    offers.turns = runner
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
                     memory=memory, auth=auth, counters=counters or Counters(),
                     metrics=metrics, knowledge=knowledge,
-                    uploads=UploadService(config.knowledge, data / "uploads"))
+                    uploads=UploadService(config.knowledge, data / "uploads"), udp=udp, offers=offers)

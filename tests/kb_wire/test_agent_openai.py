@@ -12,7 +12,8 @@ from kb_wire.kbwire import chat, connect, raw_upload, wired_server
 from kb_wire.test_agent_offline import INJECTION, RUNBOOK
 
 READ_ONLY = {"sys_monitor", "processes", "network_check", "read_log", "list_dir", "read_file", "search_files",
-             "history_search", "clock", "search_knowledge"}
+             "history_search", "clock", "search_knowledge",
+             "offer_download"}   # sends the user one of their own documents: reads, never writes
 
 
 def tool_names(body: dict) -> set[str]:

@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable
 
 import psutil
 
-from server.tools import files, logs, netcheck, system
+from server.tools import files, logs, netcheck, offer, system
 from server.tools import search as file_search
 from server.tools.config import ToolsConfig
 from server.tools.knowledge import DESCRIPTION as SEARCH_KNOWLEDGE_DESCRIPTION
@@ -60,6 +60,7 @@ DESCRIPTIONS = {
     "search_files": "Search text files under the server's allowed file directories for a string or RE2 regular "
                     "expression (like grep): returns matching lines with file and line number.",
     "search_knowledge": SEARCH_KNOWLEDGE_DESCRIPTION,
+    "offer_download": offer.DESCRIPTION,
 }
 
 SNIPPET_CHARS = 300
@@ -85,10 +86,12 @@ class ToolRegistry:
     """The tools offered to agents. ``search`` is ``async search(user_id, query, session_id=None, k=5)``."""
 
     def __init__(self, config: ToolsConfig | None = None, *, search: SearchFn | None = None,
-                 secrets: tuple[str, ...] = (), knowledge: KnowledgeSource | None = None) -> None:
+                 secrets: tuple[str, ...] = (), knowledge: KnowledgeSource | None = None,
+                 offers: offer.OfferFn | None = None) -> None:
         self.config = config or ToolsConfig()
         self.search = search
         self.knowledge = knowledge      # search_knowledge is offered only with a knowledge base
+        self.offers = offers
         self._secrets = tuple(secrets)
         self._policy = netcheck.HostPolicy(self.config.allowed_hosts)
         cfg = self.config
@@ -122,6 +125,8 @@ class ToolRegistry:
         self._add("clock", system.CLOCK_SCHEMA, self._clock, cfg.timeout_s)
         if knowledge is not None:
             self._add("search_knowledge", SEARCH_KNOWLEDGE_SCHEMA, self._search_knowledge, cfg.timeout_s)
+        if offers is not None:
+            self._add("offer_download", offer.OFFER_DOWNLOAD_SCHEMA, self._offer_download, cfg.timeout_s)
         psutil.cpu_percent(interval=None)   # prime psutil's counters once
 
     def _add(self, name: str, schema: dict[str, Any], handler: Callable[..., Awaitable[Any]], timeout: float) -> None:
@@ -224,6 +229,9 @@ class ToolRegistry:
 
     async def _clock(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return system.clock()
+
+    async def _offer_download(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        return await offer.offer_download(self.offers, args, ctx.user_id, ctx.session_id)
 
     async def _history_search(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         if self.search is None:
