@@ -110,11 +110,12 @@ def baseline_retriever(turns: list[tuple[str, str, str, str]], stopwords: bool) 
 
 
 def evaluate(data: list[dict[str, Any]], make: Callable[[list], Retriever], ks: list[int],
-             captions: bool) -> tuple[dict[Any, list[float]], dict[Any, int], float, float]:
-    """Per-category sums of recall@k, question counts, index seconds, query seconds."""
+             captions: bool) -> tuple[dict[Any, list[float]], dict[Any, int], float, list[float]]:
+    """Per-category sums of recall@k, question counts, index seconds, each query's seconds."""
     sums: dict[Any, list[float]] = defaultdict(lambda: [0.0] * len(ks))
     counts: dict[Any, int] = defaultdict(int)
-    t_index = t_query = 0.0
+    t_index = 0.0
+    t_query: list[float] = []
     depth = max(ks)
     for conv in data:
         t0 = time.perf_counter()
@@ -126,7 +127,7 @@ def evaluate(data: list[dict[str, Any]], make: Callable[[list], Retriever], ks: 
                 continue
             t0 = time.perf_counter()
             ranked = retrieve(str(qa["question"]), depth)
-            t_query += time.perf_counter() - t0
+            t_query.append(time.perf_counter() - t0)
             for cat in (qa.get("category"), "all"):
                 counts[cat] += 1
                 for j, k in enumerate(ks):
@@ -172,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         b, d = base[0]["all"][j] / n, best[0]["all"][j] / n
         print(f"R@{k}: default {d:.3f} vs plain BM25 {b:.3f} (x{d / b if b else float('inf'):.2f})")
     for name, (_, counts, t_index, t_query) in results.items():
-        print(f"{name:<16} index {t_index * 1000:8.1f} ms total, query {t_query / counts['all'] * 1e6:8.1f} us/question")
+        q = sorted(t_query)
+        p50, p95 = q[len(q) // 2], q[min(len(q) - 1, int(len(q) * 0.95))]
+        print(f"{name:<16} index {t_index * 1000:8.1f} ms total, query {sum(q) / len(q) * 1e6:8.1f} us/question "
+              f"(p50 {p50 * 1e6:.1f} us, p95 {p95 * 1e6:.1f} us)")
     return 0
 
 

@@ -1,5 +1,5 @@
 """Scriptable subcommands: ``ask``, ``sessions``, ``history``, ``export``, ``delete``/``restore``/``purge``,
-``clients``, ``kb`` (``client.kb_cli``; see docs/client.md).
+``clients``, ``memory list|forget``, ``kb`` (``client.kb_cli``; see docs/client.md).
 
 Each command is an async function taking the parsed arguments and the loaded config and returning
 an exit code. Output: human-readable text by default; with ``--json`` exactly one JSON document on
@@ -257,9 +257,28 @@ async def cmd_purge(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, er
     return EXIT_OK
 
 
+async def cmd_memory(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """``memory list [--json]``: the user's long-term memory; ``memory forget ID``: delete one item."""
+    async with make_client(cfg) as client:
+        if args.memory_command == "forget":
+            reply = await client.memory_forget(args.item_id)
+            out.write(f"forgot {reply.item_id}\n")
+            return EXIT_OK
+        listing = await client.memory_list()
+    if args.json:
+        _dump({"enabled": listing.enabled, "items": [i.encode() for i in listing.items]}, out)
+        return EXIT_OK
+    if not listing.enabled:
+        out.write("long-term memory is turned off on this server\n")
+    for i in listing.items:
+        out.write(f"{i.id}  {i.kind:<10}  {i.created_at[:16].replace('T', ' ')}  "
+                  f"session {i.session_id}  {i.text}\n")
+    return EXIT_OK
+
+
 COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "export": cmd_export,
             "delete": cmd_delete, "restore": cmd_restore, "purge": cmd_purge, "clients": cmd_clients,
-            "kb": partial(cmd_kb, exit_code_for=exit_code_for)}
+            "kb": partial(cmd_kb, exit_code_for=exit_code_for), "memory": cmd_memory}
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:
@@ -298,6 +317,12 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("purge", help="remove a session for good (it cannot be restored)")
     p.add_argument("session_id", metavar="ID")
     add_kb_parser(sub)
+    p = sub.add_parser("memory", help="list or forget what the assistant remembers about you")
+    msub = p.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
+    q = msub.add_parser("list", help="list the remembered facts and preferences")
+    q.add_argument("--json", action="store_true")
+    q = msub.add_parser("forget", help="delete one remembered item")
+    q.add_argument("item_id", metavar="ID", help="the item's id (from 'memory list')")
 
 
 def _positive(text: str) -> int:

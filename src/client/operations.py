@@ -11,7 +11,7 @@ from protocol import MsgType
 from protocol.objects import SessionInfo
 from protocol.replies import (ChatCancelReply, ChatSendReply, ClientKillReply, ClientListReply, HistoryExportReply,
                               HistoryPageReply,
-                              HistorySearchReply, ModelListReply, ModelSwitchReply, Pong, Reply, SessionClearReply,
+                              HistorySearchReply, MemoryForgetReply, MemoryListReply, ModelListReply, ModelSwitchReply, Pong, Reply, SessionClearReply,
                               SessionDeleteReply, SessionListReply, SessionReply, SessionSwitchReply, StatsReply)
 
 R = TypeVar("R", bound=Reply)
@@ -107,6 +107,13 @@ class Operations:
 
     async def model_switch(self, model: str, session_id: str | None = None) -> ModelSwitchReply:
         return await self._call(ModelSwitchReply, MsgType.MODEL_SWITCH, _body(model=model, session_id=session_id))
+
+    # -- long-term memory (5.8) ------------------------------------------------------------------------
+    async def memory_list(self) -> MemoryListReply:
+        return await self._call(MemoryListReply, MsgType.MEMORY_LIST, {})
+
+    async def memory_forget(self, item_id: str) -> MemoryForgetReply:
+        return await self._call(MemoryForgetReply, MsgType.MEMORY_FORGET, {"item_id": item_id})
 
     async def stats(self) -> StatsReply:
         return await self._call(StatsReply, MsgType.STATS, {})

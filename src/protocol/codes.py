@@ -77,6 +77,8 @@ class MsgType(IntEnum):
     KB_DOWNLOAD = 0x48
     KB_DOWNLOAD_DATA = 0x49
     DOWNLOAD_OFFER_V3 = 0x4F
+    MEMORY_LIST = 0x50
+    MEMORY_FORGET = 0x51
     FRAGMENT = 0x7F
 
 
@@ -160,6 +162,7 @@ REQUEST_CODES: frozenset[MsgType] = frozenset({
     MsgType.CHAT_EDIT,
     MsgType.KB_UPLOAD_BEGIN, MsgType.KB_UPLOAD_END, MsgType.KB_LIST, MsgType.KB_DELETE, MsgType.KB_SEARCH,
     MsgType.KB_PASSAGE, MsgType.KB_DOWNLOAD,
+    MsgType.MEMORY_LIST, MsgType.MEMORY_FORGET,
 })
 
 #: Server-to-client events of §6 (pushed, carrying "re" or null).

@@ -436,6 +436,16 @@ class ClientList:
         return cls(_id(_object(body)))
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryList:
+    """MEMORY_LIST (§5.10): the caller's long-term memory items."""
+    id: RequestId
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> MemoryList:
+        return cls(_id(_object(body)))
+
+
 @dataclass(slots=True)
 class ClientKill:
     """CLIENT_KILL (§5.9, admin only): close the connections matching every filter given (at least one)."""
@@ -454,10 +464,22 @@ class ClientKill:
         return req
 
 
+@dataclass(frozen=True, slots=True)
+class MemoryForget:
+    """MEMORY_FORGET (§5.10): delete one of the caller's long-term memory items."""
+    id: RequestId
+    item_id: str
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> MemoryForget:
+        body = _object(body)
+        return cls(_id(body), _str(body, "item_id", MAX_REF_CHARS, required=True))  # type: ignore[arg-type]
+
+
 Request = Union[Hello, ChatSend, ChatCancel, HistoryPage, HistorySearch, HistoryExport, SessionList,
                 SessionNew, SessionSwitch, SessionRename, SessionDelete, SessionClear,
                 SessionInfoReq, ModelList, ModelSwitch, Ping, Stats, ClientList, ClientKill, SessionRestore,
-                SessionPurge, SessionPrompt, ChatRegenerate, ChatEdit]
+                SessionPurge, SessionPrompt, ChatRegenerate, ChatEdit, MemoryList, MemoryForget]
 
 REQUEST_TYPES: dict[MsgType, type] = {
     MsgType.HELLO: Hello,
@@ -485,6 +507,8 @@ REQUEST_TYPES: dict[MsgType, type] = {
     MsgType.CHAT_REGENERATE: ChatRegenerate,
     MsgType.CHAT_EDIT: ChatEdit,
     **KB_REQUEST_TYPES,
+    MsgType.MEMORY_LIST: MemoryList,
+    MsgType.MEMORY_FORGET: MemoryForget,
 }
 
 

@@ -200,6 +200,27 @@ class ModelInfo(Wire):
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryItem(Wire):
+    """One long-term memory item (§5.10): a durable fact or preference and where it was said."""
+    id: str
+    kind: str                 # "fact" | "preference" (checked as a string)
+    text: str
+    session_id: str
+    message_id: int
+    created_at: str
+    source: str = "rules"     # "rules" | "model"
+
+    @classmethod
+    def read(cls, f: Fields) -> MemoryItem:
+        return cls(f.text("id"), f.text("kind"), f.text("text"), f.text("session_id"), f.integer("message_id"),
+                   f.text("created_at"), f.text("source", optional=True, default="rules"))
+
+    def encode(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "text": self.text, "session_id": self.session_id,
+                "message_id": self.message_id, "created_at": self.created_at, "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
 class SearchHit(Wire):
     """One HISTORY_SEARCH hit."""
     session_id: str

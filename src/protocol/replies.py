@@ -18,7 +18,7 @@ from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .fields import Fields, RequestId, Wire, invalid
 from .kb import KB_REPLY_TYPES
-from .objects import AgentInfo, ChatMessage, ClientInfo, ModelInfo, SearchHit, SessionInfo, TurnState
+from .objects import AgentInfo, ChatMessage, ClientInfo, MemoryItem, ModelInfo, SearchHit, SessionInfo, TurnState
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +312,33 @@ class ClientKillReply(Reply):
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryListReply(Reply):
+    """MEMORY_LIST (§5.10): ``enabled`` false when long-term memory is turned off (``items`` empty)."""
+    enabled: bool = True
+    items: tuple[MemoryItem, ...] = ()
+
+    @classmethod
+    def read(cls, f: Fields) -> MemoryListReply:
+        return cls(f.flag("enabled"), f.objects("items", MemoryItem.read), **_re(f))
+
+    def encode(self) -> dict[str, Any]:
+        return self._finish({"re": self.re, "enabled": self.enabled, "items": [i.encode() for i in self.items]})
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryForgetReply(Reply):
+    """MEMORY_FORGET (§5.10): the item is gone."""
+    item_id: str
+
+    @classmethod
+    def read(cls, f: Fields) -> MemoryForgetReply:
+        return cls(f.text("item_id"), **_re(f))
+
+    def encode(self) -> dict[str, Any]:
+        return self._finish({"re": self.re, "item_id": self.item_id})
+
+
+@dataclass(frozen=True, slots=True)
 class Pong(Reply):
     """PONG (§5.5): the answer to PING, with the answering side's time."""
     time: str = ""
@@ -426,6 +453,8 @@ REPLY_TYPES: dict[MsgType, type[Wire]] = {
     MsgType.CHAT_REGENERATE: ChatRedoReply,
     MsgType.CHAT_EDIT: ChatRedoReply,
     **KB_REPLY_TYPES,
+    MsgType.MEMORY_LIST: MemoryListReply,
+    MsgType.MEMORY_FORGET: MemoryForgetReply,
 }
 
 

@@ -188,7 +188,7 @@ class AuthConfig:
         return cls(users)
 
 
-MEMORY_SECTIONS = ("summarization", "recall", "context")
+MEMORY_SECTIONS = ("summarization", "recall", "context", "user_memory")
 
 
 @dataclass

@@ -139,7 +139,7 @@ class SessionService:
         if not rec.deleted:
             rec = await self.delete(user_id, rec.session_id, requester)
         await self.store.purge(rec.session_id)
-        self.forget(rec.session_id)
+        self.forget(rec.session_id, rec.user_id)
         await self.publish_event("purged", rec)
         return rec
 
@@ -199,7 +199,7 @@ class SessionService:
             # the cancelled turn's TURN_END reaches the attached subscribers before they are moved
             await runner.settle(rec.session_id)
         deleted = await self.store.delete(rec.session_id)
-        self.forget(rec.session_id)
+        self.forget(rec.session_id, rec.user_id)
         await self.publish_event("deleted", deleted)
         attached = [s for s in self.hub.session_subscribers(rec.session_id) if not s.closed]
         if attached:
@@ -223,16 +223,21 @@ class SessionService:
             runner.cancel_session(session_id, reason="cleared")
             await runner.settle(session_id)
         cleared = await self.store.clear(session_id, purge=purge)
-        self.forget(session_id)
         rec = await self.store.get(session_id)
+        self.forget(session_id, rec.user_id)
         await self.publish_event("cleared", rec)
         return rec, cleared
 
-    def forget(self, session_id: str) -> None:
-        """Tell the memory layer a session was cleared or deleted (its recall index is rebuilt)."""
+    def forget(self, session_id: str, user_id: str | None = None) -> None:
+        """Tell the memory layer a session changed under it: its recall index is rebuilt. With
+        ``user_id`` (clear, delete, purge) the user's long-term memory also drops what it learned
+        from the session (a restore does not bring that back)."""
         forget = getattr(self.memory, "forget_session", None)
         if forget is not None:
-            forget(session_id)
+            if user_id is None:
+                forget(session_id)
+            else:
+                forget(session_id, user_id, cleared=True)
 
     async def publish_event(self, kind: str, rec: SessionRecord, *, summary: bool = False) -> None:
         """SESSION_EVENT to every connection of the session's owner (v2 ones ignore it)."""

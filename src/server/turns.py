@@ -20,11 +20,12 @@ from typing import Any, Protocol
 from protocol import ErrorCode
 from protocol.objects import QueuedTurn, TurnState
 from protocol.server_events import TurnEnd, TurnError, TurnStart
-from server.agent.base import AgentError, BuiltContext, TurnRequest, TurnResult
+from server.agent.base import AgentError, BuiltContext, TurnResult
 from server.config import LimitsConfig
 from server.errors import HandlerError, error_code, failure_of
 from server.hub import Hub, Subscriber
 from server.metrics import Metrics
+from server.pipeline import TurnPipeline, TurnState as PipelineState, generate, persist
 from server.sessions import SessionService, auto_title, needs_title
 from server.agent.fit_message import fit_assistant_message
 from server.turn import RunnerSink, Turn
@@ -60,7 +61,7 @@ class TurnRunner:
 
     def __init__(self, *, store: Any, sessions: SessionService, hub: Hub, agent: Any, memory: Any,
                  limits: LimitsConfig, max_message_bytes: int = 1 << 20, metrics: Metrics | None = None,
-                 lock: TurnLock | None = None) -> None:
+                 lock: TurnLock | None = None, pipeline: TurnPipeline | None = None) -> None:
         self.store = store
         self.lock = lock   # the cluster's session lock (PostgreSQL storage), else None
         self.metrics = metrics or Metrics()   # turn latency, append latency, provider errors (GET /metrics)
@@ -69,6 +70,7 @@ class TurnRunner:
         self.hub = hub
         self.agent = agent
         self.memory = memory
+        self.pipeline = pipeline or TurnPipeline.default(memory)   # route -> recall -> retrieve (server.pipeline)
         self.limits = limits
         self.lanes: dict[str, _Lane] = {}
         self.turns_total = 0
@@ -313,15 +315,13 @@ class TurnRunner:
         self.sessions.publish_updated_soon(turn.session_id, self.spawn)  # session lists show it running
         log.debug("turn %s started in %s", turn.turn_id, turn.session_id)
         ctx = BuiltContext(messages=[], metadata={})
+        state = PipelineState(turn.session_id, turn.user_id, turn.model, turn.turn_id, turn.user_message)
         try:
             if turn.cancel_reason is None:
-                ctx = await self.memory.build_context(turn.session_id, turn.user_id, turn.user_message,
-                                                     turn.model)
+                ctx = await self.pipeline.prepare(state)
             if turn.cancel_reason is not None:
                 raise asyncio.CancelledError
-            req = TurnRequest(session_id=turn.session_id, user_id=turn.user_id, model=turn.model,
-                              turn_id=turn.turn_id, user_message=turn.user_message, context=ctx)
-            turn.task = asyncio.get_running_loop().create_task(self.agent.run_turn(req, sink))
+            turn.task = asyncio.get_running_loop().create_task(generate(state, self.agent, sink))
             result = await turn.task
         except asyncio.CancelledError:
             if turn.cancel_reason is None:  # the worker itself was cancelled: not ours to absorb
@@ -331,10 +331,10 @@ class TurnRunner:
             await self._end_cancelled(turn, sink, ctx)
         except AgentError as exc:
             self.metrics.provider_error(exc.code)
-            await self._end_error(turn, sink, exc.code, exc.message, exc.attempts)
+            await self._end_error(turn, sink, exc.code, exc.message, exc.attempts, ctx)
         except Exception:
             log.exception("turn %s failed", turn.turn_id)
-            await self._end_error(turn, sink, ErrorCode.INTERNAL, "internal error while running the turn")
+            await self._end_error(turn, sink, ErrorCode.INTERNAL, "internal error while running the turn", ctx=ctx)
         else:
             if turn.cancel_reason is not None:
                 await self._end_cancelled(turn, sink, ctx)
@@ -365,6 +365,7 @@ class TurnRunner:
         self._updated_after(sink.turn.session_id)
 
     async def _end_ok(self, turn: Turn, sink: RunnerSink, ctx: BuiltContext, result: TurnResult) -> None:
+        persist(ctx, result.content, list(result.tool_calls), result.finish_reason)
         meta = {**result.metadata, "model": turn.model, "usage": result.usage,
                 "finish_reason": result.finish_reason, "context": ctx.metadata, "turn_id": turn.turn_id}
         msg = await self._store_assistant(turn, result.content, list(result.tool_calls), meta)
@@ -376,6 +377,7 @@ class TurnRunner:
         self._after_turn(turn)
 
     async def _end_cancelled(self, turn: Turn, sink: RunnerSink, ctx: BuiltContext) -> None:
+        persist(ctx, turn.content, turn.finished_calls(), "cancelled")
         meta = {"partial": True, "model": turn.model, "finish_reason": "cancelled",
                 "cancel_reason": turn.cancel_reason, "context": ctx.metadata, "turn_id": turn.turn_id}
         msg = await self._store_assistant(turn, turn.content, turn.finished_calls(), meta)
@@ -385,11 +387,15 @@ class TurnRunner:
         sink.publish(TurnEnd(turn.session_id, turn.turn_id, message_obj(msg), {}, "cancelled", ctx.metadata))
         self._after_turn(turn)
 
-    async def _end_error(self, turn: Turn, sink: RunnerSink, code: str, message: str, attempts: int = 1) -> None:
+    async def _end_error(self, turn: Turn, sink: RunnerSink, code: str, message: str, attempts: int = 1,
+                         ctx: BuiltContext | None = None) -> None:
         """The failed answer is stored (whatever was streamed, possibly nothing) marked with the
         error, so history never holds two user messages in a row and the failure shows after reload."""
         meta = {"partial": bool(turn.length or turn.calls), "model": turn.model, "finish_reason": "error",
                 "error": str(code), "error_message": message, "attempts": attempts, "turn_id": turn.turn_id}
+        if ctx is not None and ctx.metadata:                  # what reached the model ("why this answer")
+            persist(ctx, turn.content, turn.finished_calls(), "error")
+            meta["context"] = ctx.metadata
         msg = await self._store_assistant(turn, turn.content, turn.finished_calls(), meta)
         partial = None if isinstance(msg, HandlerError) else message_obj(msg)
         log.info("turn %s ended with %s", turn.turn_id, code)

@@ -5,18 +5,26 @@ cycle resolves. Tests may ask for BasicMemory (system prompt + new message only)
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 from server.agent.factory import build_agent
 from server.basic_memory import BasicMemory
 from server.config import ServerConfig
 from server.memory import MemoryManager
+from server.memory.user_store import JsonUserMemoryStore
 from server.tools import ToolRegistry
 
 
 def build_memory(config: ServerConfig, store: Any, agent: Any, notify: Callable[..., Any]) -> Any:
-    """The MemoryManager (summaries, recall, context budget)."""
-    return MemoryManager(config.memory, store, agent, notify, config.agent.system_prompt)
+    """The MemoryManager (summaries, recall, context budget, long-term user memory: JSON files in
+    ``user_memory.root``, by default ``<storage.root>/user_memory``)."""
+    um = config.memory.user_memory
+    user_store = None
+    if um.enabled:
+        root = um.root or os.path.join(config.storage.root, "user_memory")
+        user_store = JsonUserMemoryStore(root, um.max_items, um.max_users_cached)
+    return MemoryManager(config.memory, store, agent, notify, config.agent.system_prompt, user_store=user_store)
 
 
 def build_runtime(config: ServerConfig, store: Any, notify: Callable[..., Any], agent: Any = None,

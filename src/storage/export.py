@@ -60,6 +60,9 @@ def export_markdown(record: SessionRecord, messages: list[ChatMessage]) -> str:
             out += ["", "Sources: " + " ".join(c for c in cites if c)]
         for tc in m.tool_calls:
             out += ["", _tool_call(tc)]
+        context = m.metadata.get("context") if m.role == "assistant" else None
+        if isinstance(context, dict) and context:
+            out += ["", _context(context)]
     return "\n".join(out) + "\n"
 
 
@@ -86,3 +89,10 @@ def _marks(m: ChatMessage) -> tuple[str, str]:
     if meta.get("superseded"):
         flags.append("superseded")
     return (f" ({', '.join(flags)})" if flags else ""), body
+
+
+def _context(context: dict[str, Any]) -> str:
+    """What reached the model for an answer (the server's context metadata, ids only)."""
+    body = orjson.dumps(context, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+    return "\n".join(["<details><summary>Why this answer (context sent to the model)</summary>", "",
+                      _fence(body, "json"), "", "</details>"])

@@ -11,9 +11,9 @@ from typing import Any
 from client.errors import ClientError
 from client.events import Connected, Event, EventQueue
 from protocol import ErrorCode
-from protocol.objects import AgentInfo, ChatMessage, ModelInfo, SearchHit, SessionInfo, TurnState
+from protocol.objects import AgentInfo, ChatMessage, MemoryItem, ModelInfo, SearchHit, SessionInfo, TurnState
 from protocol.replies import (ChatCancelReply, ChatSendReply, HelloReply, HistoryExportReply, HistoryPageReply,
-                              HistorySearchReply, ModelListReply, ModelSwitchReply, SessionClearReply,
+                              HistorySearchReply, MemoryForgetReply, MemoryListReply, ModelListReply, ModelSwitchReply, SessionClearReply,
                               SessionDeleteReply, SessionListReply, SessionReply, SessionSwitchReply)
 
 AGENT = AgentInfo("fake", True, "fake")
@@ -29,6 +29,7 @@ class FakeClient:
         self.sessions = {s.session_id: s for s in sessions or [SessionInfo("s1", "First", stamp(0), stamp(0))]}
         self.messages = {sid: list((messages or {}).get(sid, [])) for sid in self.sessions}
         self.running = running
+        self.memory: list[MemoryItem] = []      # long-term memory items (MEMORY_LIST)
         self.session_id: str | None = next(iter(self.sessions))
         self.hello: HelloReply | None = None
         self.state = "disconnected"
@@ -145,6 +146,17 @@ class FakeClient:
         hits = [SearchHit(sid, self.sessions[sid].title, m.id or 0, m.role, m.content, m.timestamp, 1.0)
                 for sid, msgs in self.messages.items() for m in msgs if query in m.content]
         return HistorySearchReply(tuple(hits))
+
+    async def memory_list(self) -> MemoryListReply:
+        self.calls.append(("memory_list", None))
+        return MemoryListReply(True, tuple(self.memory))
+
+    async def memory_forget(self, item_id: str) -> MemoryForgetReply:
+        self.calls.append(("memory_forget", item_id))
+        if not any(i.id == item_id for i in self.memory):
+            raise ClientError(ErrorCode.NOT_FOUND, f"no memory item {item_id!r}")
+        self.memory = [i for i in self.memory if i.id != item_id]
+        return MemoryForgetReply(item_id)
 
     async def export(self, fmt: str, session_id: str | None = None) -> HistoryExportReply:
         session = self._session(session_id)

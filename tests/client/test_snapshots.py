@@ -15,6 +15,7 @@ from client.config import ClientConfig
 from client.tui.app import NpltApp
 from client.tui.chat import ChatView
 from client.tui.input import ChatInput
+from client.tui.memory_panel import MemoryPanel
 from client.tui.modals import ExportModal, HelpScreen
 from client_testlib import ServerThread, wait_until
 from fake_client import FakeClient
@@ -77,4 +78,21 @@ def test_export_dialog(snap_compare, monkeypatch: pytest.MonkeyPatch) -> None:
         await pilot.press("ctrl+s")
         await wait_until(lambda: isinstance(pilot.app.screen, ExportModal), pilot=pilot, what="the export dialog")
         pilot.app.screen.query_one("#export-path").cursor_blink = False
+    assert snap_compare(app, terminal_size=TERMINAL, run_before=run_before)
+
+
+def test_memory_panel(snap_compare) -> None:
+    from protocol.objects import MemoryItem
+    fake = FakeClient()
+    fake.memory = [MemoryItem("m1", "fact", "The prod DB host is db-prod-42.", "s_20261120_a", 3,
+                              "2026-11-20T10:15:00+00:00"),
+                   MemoryItem("m2", "preference", "以后请用中文回答。", "s_20261120_a", 5, "2026-11-20T10:16:00+00:00")]
+    app = NpltApp(ClientConfig(), show_times=False, show_address=False, client=fake)  # type: ignore[arg-type]
+
+    async def run_before(pilot: Any) -> None:
+        await settled(pilot)
+        await pilot.press("f12")
+        await wait_until(lambda: isinstance(pilot.app.screen, MemoryPanel)
+                         and pilot.app.screen.query_one("#memory-items").option_count == 2, pilot=pilot,
+                         what="the memory panel with its items")
     assert snap_compare(app, terminal_size=TERMINAL, run_before=run_before)

@@ -34,9 +34,12 @@ def assemble_and_check(rng: random.Random, history: list[ChatMessage], budget: i
     if rng.random() < 0.5:                       # counted excerpts: the assembler adds their counts up
         for e in excerpts:
             e.tokens = COUNTER.count(e.text)
+    memory = [Excerpt([f"m{i}"], f"- {rand_text(rng, 1, 40)} (session s_1, 2026-01-01 10:00 UTC)")
+              for i in range(rng.randint(0, 3))]         # long-term memory items
     new = rand_text(rng, 1, rng.choice((10, 100, 6000)))
     system = SYSTEM if rng.random() < 0.9 else SYSTEM * rng.choice((1, 200))
-    ctx = assemble(Parts(system, new, summary, excerpts, window, {"summary_fallback": False}), COUNTER, budget)
+    ctx = assemble(Parts(system, new, summary, excerpts, window, {"summary_fallback": False}, memory), COUNTER,
+                   budget)
     msgs, meta = ctx.messages, ctx.metadata
 
     assert [m.to_dict() for m in history] == snapshot, "the stored history must never be modified"
@@ -58,6 +61,12 @@ def assemble_and_check(rng: random.Random, history: list[ChatMessage], budget: i
         assert meta["turns_kept"] == 0 and meta["recalled"] == []
     if meta["recall_dropped"]:
         assert meta["turns_kept"] == 0
+    # memory items go after recalled excerpts, before the summary; the best ranked stay longest
+    assert meta["memory_items"] == [e.ids[0] for e in memory[:len(memory) - meta["memory_dropped"]]]
+    if meta["memory_dropped"]:
+        assert meta["turns_kept"] == 0 and meta["recalled"] == []
+    if meta["summary_trimmed"] or meta["message_truncated"]:
+        assert meta["memory_items"] == []
     return meta
 
 

@@ -163,3 +163,27 @@ async def test_embeddings_are_fused_with_bm25(store):
         ctx = await mm.build_context(sid, USER, await store.append(sid, "user", "which garage is the car in?"), "m")
         assert "garage B" in recall_block(ctx)
         await mm.aclose()
+
+
+def test_relative_times_in_a_query_prefer_the_days_they_name():
+    from datetime import datetime, timezone
+
+    from server.memory.recall import RecallIndex, TurnDoc, query_terms
+    from server.memory.when import referenced_days
+    now = datetime(2026, 11, 25, 12, 0, tzinfo=timezone.utc)          # a Wednesday
+    days = {q: [d.date().isoformat() for d in referenced_days(q, now)] for q in (
+        "what did we change yesterday?", "last Tuesday", "3 days ago", "the day before yesterday", "昨天的nginx",
+        "上周二", "三天前", "前天", "十二天前", "nothing relative")}
+    assert days == {"what did we change yesterday?": ["2026-11-24"], "last Tuesday": ["2026-11-24"],
+                    "3 days ago": ["2026-11-22"], "the day before yesterday": ["2026-11-23"],
+                    "昨天的nginx": ["2026-11-24"], "上周二": ["2026-11-17"], "三天前": ["2026-11-22"],
+                    "前天": ["2026-11-23"], "十二天前": ["2026-11-13"], "nothing relative": []}
+    assert len(referenced_days("last week", now)) == 7
+    assert query_terms("nginx yesterday") == query_terms("nginx yesterday", None)
+    index = RecallIndex()
+    docs = [TurnDoc("s", 1, 2, "2026-11-20T09:00:00+00:00", "we changed the nginx worker count", "done"),
+            TurnDoc("s", 3, 4, "2026-11-24T09:00:00+00:00", "we changed the nginx worker count", "done")]
+    index.add_turns("s", docs, 4)
+    assert index.search("what did we change on nginx yesterday?", 1, now=now)[0][0].message_id == 3
+    assert index.search("我们昨天对nginx改了什么", 1, now=now)[0][0].message_id == 3
+    assert index.search("what did we change on nginx 5 days ago?", 1, now=now)[0][0].message_id == 1

@@ -6,7 +6,7 @@ import pytest
 from protocol import ErrorCode, InvalidMessage, Message, MsgType, ProtocolError
 from protocol.messages import (REQUEST_TYPES, ChatCancel, ChatEdit, ChatRegenerate, ChatSend, ClientKill, ClientList,
                                Hello,
-                               HistoryExport, HistoryPage, HistorySearch, ModelList, ModelSwitch,
+                               HistoryExport, HistoryPage, HistorySearch, MemoryForget, MemoryList, ModelList, ModelSwitch,
                                Ping, SessionClear, SessionDelete, SessionInfoReq, SessionList,
                                SessionNew, SessionPrompt, SessionPurge, SessionRename, SessionRestore,
                                SessionSwitch, Stats, parse_request,
@@ -38,6 +38,8 @@ VALID = {
     SessionPrompt: ({"id": 1, "system_prompt": ""}, SessionPrompt(1, None, "")),
     ChatRegenerate: ({"id": 1, "session_id": "s_2"}, ChatRegenerate(1, "s_2")),
     ChatEdit: ({"id": 1, "message_id": 3, "text": "again"}, ChatEdit(1, 3, "again", None)),
+    MemoryList: ({"id": 1}, MemoryList(1)),
+    MemoryForget: ({"id": 1, "item_id": "m0a1b2c3d4e5f"}, MemoryForget(1, "m0a1b2c3d4e5f")),
 }
 
 
@@ -57,7 +59,7 @@ def test_valid_bodies(cls: type) -> None:
 def test_one_class_per_request_type() -> None:
     from protocol.kb import KB_REQUEST_TYPES      # tested in tests/kb_wire/test_protocol.py
     assert set(REQUEST_TYPES.values()) == set(VALID) | set(KB_REQUEST_TYPES.values())
-    assert len(REQUEST_TYPES) == 31
+    assert len(REQUEST_TYPES) == 33
 
 
 @pytest.mark.parametrize("cls", list(VALID))
@@ -114,6 +116,8 @@ def test_every_request_checks_its_body_and_id(cls: type) -> None:
     (Hello, {"proto": "3", "client": "c"}, "field 'proto': expected an integer, got '3'"),
     (Hello, {"proto": True, "client": "c"}, "field 'proto': expected an integer, got True"),
     (Hello, {"proto": 3}, "field 'client': missing (required)"),
+    (MemoryForget, {}, "field 'item_id': missing (required)"),
+    (MemoryForget, {"item_id": 7}, "field 'item_id': expected a string of 1..128 characters, got 7"),
 ])
 def test_field_errors_name_the_field(cls: type, body: dict, message: str) -> None:
     assert error_of(cls, {"id": 1, **body}).startswith(message)

@@ -17,10 +17,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol import EVENT_CODES, REQUEST_CODES, ErrorCode, MsgType, ProtocolError
-from protocol.objects import (AgentInfo, ChatMessage, ModelInfo, QueuedTurn, SearchHit, SessionInfo, Summary,
+from protocol.objects import (AgentInfo, ChatMessage, MemoryItem, ModelInfo, QueuedTurn, SearchHit, SessionInfo, Summary,
                               ToolCall, TurnState)
 from protocol.replies import (REPLY_TYPES, ChatCancelReply, ChatSendReply, ErrorReply, HelloReply,
-                              HistoryExportReply, HistoryPageReply, HistorySearchReply, ModelListReply,
+                              HistoryExportReply, HistoryPageReply, HistorySearchReply, MemoryForgetReply,
+                              MemoryListReply, ModelListReply,
                               ModelSwitchReply, Pong, Reply, SessionClearReply, SessionDeleteReply,
                               SessionListReply, SessionReply, SessionSwitchReply, StatsReply, decode_reply)
 from protocol.server_events import (EVENT_TYPES, AnswerDelta, Notice, ServerEvent, SessionEvent, ToolCallEvent,
@@ -72,6 +73,9 @@ REPLIES: list[st.SearchStrategy[Any]] = [
                                        max_size=3).map(tuple), text, **kw),
     st.builds(ModelSwitchReply, ident, text, **kw),
     st.builds(StatsReply, number, count, count, count, count, count, count, agents, text, **kw),
+    st.builds(MemoryListReply, st.booleans(), st.lists(st.builds(MemoryItem, ident, st.sampled_from(
+        ["fact", "preference"]), text, ident, count, text, text), max_size=2).map(tuple), **kw),
+    st.builds(MemoryForgetReply, ident, **kw),
     st.builds(Pong, text, **kw),
     st.builds(ErrorReply, st.sampled_from(list(ErrorCode)), text, st.booleans(), **kw),
 ]
@@ -196,6 +200,10 @@ TODAY: list[tuple[type, dict[str, Any]]] = [
     (Notice, {"re": None, "level": "warning", "code": "SUMMARY_FAILED", "message": "fell back",
               "session_id": "s_1"}),
     (AnswerDelta, {"re": 9, "session_id": "s_1", "turn_id": "t_1", "text": "cut", "offset": 0, "truncated": True}),
+    (MemoryListReply, {"re": 15, "enabled": True, "items": [
+        {"id": "m1", "kind": "fact", "text": "prod DB host is db-prod-42", "session_id": "s_1", "message_id": 3,
+         "created_at": "2026-11-20T10:15:00+00:00", "source": "rules"}]}),
+    (MemoryForgetReply, {"re": 16, "item_id": "m1"}),
 ]
 
 

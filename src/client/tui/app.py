@@ -22,7 +22,9 @@ from client.tui.chat import ChatView, code_blocks
 from client.tui.message import MessageView
 from client.tui.controller import Controller
 from client.tui.input import ChatInput
+from client.tui.memory_panel import MemoryPanel
 from client.tui.modals import ConfirmModal, ExportModal, HelpScreen, RenameModal, SearchModal
+from client.tui.why import WhyScreen, why_lines
 from client.tui.sidebar import Sidebar
 from client.tui.hangup import CHECK_S, TerminalWatch
 from client.tui.saved import SavedState
@@ -234,6 +236,27 @@ class NpltApp(App[None]):
             return
         self.copy_to_clipboard(blocks[-1])
         self.notify("Code block copied")
+
+    def action_memory(self) -> None:
+        if not any(isinstance(s, MemoryPanel) for s in self.screen_stack):
+            self.push_screen(MemoryPanel(self.client.memory_list, self.client.memory_forget))
+
+    def action_why(self) -> None:
+        view = self._message_for_copy()
+        if view is None or view.role != "assistant":
+            self.notify("No answer to explain", severity="warning")
+            return
+        metadata = dict(view.message.metadata or {})
+
+        async def show() -> None:
+            texts: dict[str, str] = {}
+            if (metadata.get("context") or {}).get("memory_items"):
+                try:
+                    texts = {i.id: i.text for i in (await self.client.memory_list()).items}
+                except Exception:  # noqa: BLE001 - the view works without the texts
+                    texts = {}
+            self.push_screen(WhyScreen(f"Why this answer (#{view.message_id})", why_lines(metadata, texts)))
+        self.controller.spawn(show(), "why")
 
     # -- command palette --------------------------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

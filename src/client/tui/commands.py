@@ -36,6 +36,10 @@ ACTIONS: tuple[ActionSpec, ...] = (
                "Copy the focused message (or the last answer) to the clipboard"),
     ActionSpec("message.copy_code", "f4", "copy_code", "Copy code block",
                "Copy the last code block of the focused message (or the last answer)"),
+    ActionSpec("message.why", "f5", "why", "Why this answer",
+               "Show what reached the model for the focused answer (or the last one)"),
+    ActionSpec("memory.panel", "f12", "memory", "Long-term memory",
+               "List what the assistant remembers about you, and forget items"),
     ActionSpec("view.sidebar", "ctrl+b", "toggle_sidebar", "Toggle sidebar", "Show or hide the sessions sidebar"),
 )
 

@@ -19,7 +19,7 @@ from protocol.messages import HistoryExport, HistoryPage, parse_request
 from protocol.replies import Reply
 from server.context import RequestContext
 from server.errors import HandlerError, failure_of
-from server.handlers import admin, chat, history, knowledge, misc, redo, sessions
+from server.handlers import admin, chat, history, knowledge, memory, misc, redo, sessions
 from server.handlers.hello import handle_hello
 from server.v3_port import V3Port
 
@@ -62,6 +62,8 @@ HANDLERS: dict[MsgType, Any] = {
     MsgType.KB_SEARCH: knowledge.kb_search,
     MsgType.KB_PASSAGE: knowledge.kb_passage,
     MsgType.KB_DOWNLOAD: knowledge.kb_download,
+    MsgType.MEMORY_LIST: memory.memory_list,
+    MsgType.MEMORY_FORGET: memory.memory_forget,
 }
 
 

@@ -219,18 +219,42 @@ class ContextConfig:
 
 
 @dataclass(slots=True)
+class UserMemoryConfig:
+    """``[user_memory]``: long-term memory of each user's durable facts and preferences."""
+    enabled: bool = True
+    token_budget: int = 300          # tokens for the memory block of one prompt
+    k: int = 8                       # items per prompt at most
+    max_items: int = 200             # items kept per user (the oldest go first)
+    max_users_cached: int = 64       # users whose items stay loaded (LRU)
+    root: str | None = None          # directory of the JSON files; None: "user_memory" next to storage.root
+
+    @classmethod
+    def from_dict(cls, d: dict) -> UserMemoryConfig:
+        s = "user_memory"
+        check_keys(s, d, {"enabled", "token_budget", "k", "max_items", "max_users_cached", "root"})
+        return cls(enabled=get_bool(s, d, "enabled", True),
+                   token_budget=get_int(s, d, "token_budget", 300, 0, 1_000_000),
+                   k=get_int(s, d, "k", 8, 0, 100), max_items=get_int(s, d, "max_items", 200, 1, 100_000),
+                   max_users_cached=get_int(s, d, "max_users_cached", 64, 1, 100_000),
+                   root=get_str(s, d, "root", None))
+
+
+@dataclass(slots=True)
 class MemoryConfig:
     summarization: SummarizationConfig = field(default_factory=SummarizationConfig)
     recall: RecallConfig = field(default_factory=RecallConfig)
     context: ContextConfig = field(default_factory=ContextConfig)
+    user_memory: UserMemoryConfig = field(default_factory=UserMemoryConfig)
 
     @classmethod
     def from_dict(cls, d: dict) -> MemoryConfig:
-        """From ``{"summarization": {...}, "recall": {...}, "context": {...}}`` (each optional)."""
-        check_keys("memory", d, {"summarization", "recall", "context"})
+        """From ``{"summarization": {...}, "recall": {...}, "context": {...}, "user_memory": {...}}``
+        (each optional)."""
+        check_keys("memory", d, {"summarization", "recall", "context", "user_memory"})
         out = cls(summarization=SummarizationConfig.from_dict(d.get("summarization", {})),
                   recall=RecallConfig.from_dict(d.get("recall", {})),
-                  context=ContextConfig.from_dict(d.get("context", {})))
+                  context=ContextConfig.from_dict(d.get("context", {})),
+                  user_memory=UserMemoryConfig.from_dict(d.get("user_memory", {})))
         out.validate()
         return out
 

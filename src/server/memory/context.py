@@ -6,7 +6,7 @@ expanded with ``server.agent.transcript.history_to_openai`` (an assistant messag
 whatever comes out: a tool result without its call, or a call without its result, is never emitted.
 
 Over budget, the assembler gives up, in order: whole oldest turns, recalled excerpts (lowest rank
-first), the summary's tail, the new message's tail (with a note), and last the system prompt's tail.
+first), long-term memory items (lowest rank first), the summary's tail, the new message's tail (with a note), and last the system prompt's tail.
 """
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from server.memory.tokens import TokenCounter, message_tokens, splits_at_whitesp
 
 TRUNCATION_NOTE = "\n[message truncated to fit the model's context window]"
 SUMMARY_TRIMMED_NOTE = "\n[summary truncated to fit the context window]"
+MEMORY_HEADER = ("What this user told you in earlier sessions (long-term memory; it may be outdated, "
+                 "the current conversation wins):")
 RECALL_HEADER = ("Excerpts recalled from earlier in this conversation (older turns, for reference; "
                  "they may be outdated):")
 
@@ -35,8 +37,8 @@ class Turn:
 
 @dataclass(slots=True)
 class Excerpt:
-    """One recalled turn, already formatted (``tokens``: its count, when known)."""
-    ids: list[int]
+    """One recalled turn or long-term memory item, already formatted (``tokens``: its count, when known)."""
+    ids: list[Any]                   # message ids (a recalled turn) or [item id] (a memory item)
     text: str
     tokens: int | None = None
 
@@ -50,6 +52,7 @@ class Parts:
     excerpts: list[Excerpt] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)          # oldest first
     flags: dict[str, Any] = field(default_factory=dict)      # extra metadata (e.g. summary_fallback)
+    memory: list[Excerpt] = field(default_factory=list)      # long-term user memory items, best first
 
 
 def in_prompt(m: ChatMessage) -> bool:
@@ -142,6 +145,10 @@ def summary_message(summary: SummaryRecord, text: str | None = None) -> dict[str
                                          f"{summary.covers_from_id}-{summary.covers_to_id}):\n{body}"}
 
 
+def memory_message(items: list[Excerpt]) -> dict[str, Any]:
+    return {"role": "system", "content": MEMORY_HEADER + "\n" + "\n".join(e.text for e in items)}
+
+
 def recall_message(excerpts: list[Excerpt]) -> dict[str, Any]:
     return {"role": "system", "content": RECALL_HEADER + "\n" + "\n".join(e.text for e in excerpts)}
 
@@ -159,6 +166,7 @@ class _Prompt:
         self.summary = parts.summary
         self.summary_text = parts.summary.text if parts.summary else None
         self.excerpts = list(parts.excerpts)
+        self.memory = list(parts.memory)
         self.turns = list(parts.turns)
         self.new = parts.new_message
         self.base = counter.count_messages([])
@@ -170,6 +178,8 @@ class _Prompt:
         out: list[dict[str, Any]] = []
         if self.system:
             out.append({"role": "system", "content": self.system})
+        if self.memory:
+            out.append(memory_message(self.memory))
         if self.summary is not None and self.summary_text:
             out.append(summary_message(self.summary, self.summary_text))
         if self.excerpts:
@@ -200,6 +210,8 @@ class _Prompt:
                     sum(e.tokens or 0 for e in self.excerpts)
             else:
                 n += self._tokens(recall_message(self.excerpts))
+        if self.memory:
+            n += self._tokens(memory_message(self.memory))
         return n + self._tokens({"role": "user", "content": self.new})
 
 
@@ -220,7 +232,7 @@ def assemble(parts: Parts, counter: TokenCounter, budget: int,
     """
     p = _Prompt(parts, counter, stable)
     exact = bool(getattr(counter, "additive", False))
-    dropped = recall_dropped = 0
+    dropped = recall_dropped = memory_dropped = 0
     flags = {"summary_trimmed": False, "message_truncated": False, "system_truncated": False}
     note_only = TRUNCATION_NOTE.strip()
     while True:
@@ -237,6 +249,9 @@ def assemble(parts: Parts, counter: TokenCounter, budget: int,
         elif p.excerpts:
             p.excerpts.pop()
             recall_dropped += 1
+        elif p.memory:
+            p.memory.pop()
+            memory_dropped += 1
         elif p.summary_text:
             p.summary_text = _shrink(counter, p.summary_text, excess, SUMMARY_TRIMMED_NOTE)
             flags["summary_trimmed"] = True
@@ -256,6 +271,8 @@ def assemble(parts: Parts, counter: TokenCounter, budget: int,
         "summary_used": p.summary.covers_to_id if p.summary is not None and p.summary_text else None,
         "recalled": [e.ids[0] for e in p.excerpts],
         "recall_dropped": recall_dropped,
+        "memory_items": [e.ids[0] for e in p.memory],
+        "memory_dropped": memory_dropped,
         "prompt_tokens_estimate": total,
         "budget_tokens": budget,
         **flags,

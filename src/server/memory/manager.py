@@ -20,6 +20,7 @@ import inspect
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
 from server.agent.base import BuiltContext
@@ -30,9 +31,11 @@ from server.memory.config import MemoryConfig
 from server.memory.context import Excerpt, Parts, Turn, assemble, recent_turns
 from server.memory.embeddings import Embedder
 from server.memory.indexes import UserIndexes
-from server.memory.recall import excerpt_and_tokens, snippet
+from server.memory.recall import excerpt_and_tokens, parse_time, snippet
 from server.memory.summarizer import SummaryFailed, plan, plan_cut, summarize
 from server.memory.tokens import TokenCounter, make_counter
+from server.memory.user_memory import UserMemory
+from server.memory.user_store import UserMemoryStore
 from server.memory.view import SessionView, built_view
 
 log = logging.getLogger("nplt.memory")
@@ -58,7 +61,7 @@ class MemoryManager:
 
     def __init__(self, config: MemoryConfig | None, store: Any, agent: Any, notify: Notify | None = None,
                  system_prompt: str = "", token_counter: TokenCounter | None = None,
-                 embedder: Embedder | None = None) -> None:
+                 embedder: Embedder | None = None, user_store: UserMemoryStore | None = None) -> None:
         self.config = config or MemoryConfig()
         self.store = store
         self.agent = agent
@@ -76,6 +79,12 @@ class MemoryManager:
         self._sessions: dict[str, _SessionState] = {}
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        um = self.config.user_memory
+        self.user_memory: UserMemory | None = None     # long-term user memory (needs a store and enabled)
+        if um.enabled and user_store is not None:
+            self.user_memory = UserMemory(um, user_store, self.counter, agent, self.config.summarization.model)
+        self._learned: OrderedDict[str, int] = OrderedDict()   # session -> last message id distilled
+        self._learning: dict[str, asyncio.Task] = {}           # session -> its latest learning task
 
     # -- context -------------------------------------------------------------------------------
     async def build_context(self, session_id: str, user_id: str, new_message: ChatMessage,
@@ -94,13 +103,20 @@ class MemoryManager:
         if cfg.recall.enabled and cfg.recall.k and cfg.recall.token_budget and new_message.content.strip():
             exclude = {i for t in window for i in t.ids} | {new_message.id}
             try:
-                excerpts = await self._recall(record, user_id, new_message.content, exclude, view)
+                now = parse_time(new_message.timestamp) or datetime.now(timezone.utc)
+                excerpts = await self._recall(record, user_id, new_message.content, exclude, view, now)
             except Exception:
                 log.exception("recall failed for session %s (prompt built without it)", session_id)
+        items: list[Excerpt] = []
+        if self.user_memory is not None and new_message.content.strip():
+            try:
+                items = await self.user_memory.select(user_id, session_id, new_message.content)
+            except Exception:
+                log.exception("user memory failed for session %s (prompt built without it)", session_id)
         state = self._sessions.get(session_id)
         flags = {"summary_fallback": bool(state and state.fallback), "turns_older": older}
         system = self.system_prompt if record.system_prompt is None else record.system_prompt
-        parts = Parts(system, new_message.content, summary, excerpts, window, flags)
+        parts = Parts(system, new_message.content, summary, excerpts, window, flags, items)
         if len(self._stable_tokens) > STABLE_MEMO_SIZE:
             self._stable_tokens.clear()
         return assemble(parts, self.counter, cfg.context.budget, self._stable_tokens)
@@ -179,7 +195,7 @@ class MemoryManager:
         return await asyncio.get_running_loop().run_in_executor(None, read)
 
     async def _recall(self, record: SessionRecord, user_id: str, query: str, exclude: set[int],
-                      view: SessionView | None) -> list[Excerpt]:
+                      view: SessionView | None, now: datetime | None = None) -> list[Excerpt]:
         rc = self.config.recall
         session_id = record.session_id
         uidx = self.indexes.user(user_id)
@@ -188,7 +204,8 @@ class MemoryManager:
         if not uidx.index.has_candidates(session_id, exclude):
             return []                             # every turn of the session is in the window
         vectors = await self.indexes.vector_ranking(uidx, query, session_id, exclude, rc.k)
-        hits = uidx.index.search(query, rc.k, session_id=session_id, exclude=exclude, vector_ranking=vectors)
+        hits = uidx.index.search(query, rc.k, session_id=session_id, exclude=exclude, vector_ranking=vectors,
+                                 now=now)
         if hits:                                  # weak matches only cost prompt tokens
             hits = [(d, s) for d, s in hits if s >= MIN_RELATIVE_SCORE * hits[0][1]]
         out: list[Excerpt] = []
@@ -202,10 +219,16 @@ class MemoryManager:
             out.append(Excerpt(list(doc.ids), text, tokens))
         return out
 
-    def forget_session(self, session_id: str) -> None:
+    def forget_session(self, session_id: str, user_id: str | None = None, *, cleared: bool = False) -> None:
         """Drop a session from every index and its cached view (call on delete, purge or clear; the
-        next use rebuilds them)."""
+        next use rebuilds them). ``cleared`` (a clear or a purge of ``user_id``'s session): what the
+        user's long-term memory learned from it is removed too, in the background."""
         self.indexes.forget_session(session_id)
+        self._learned.pop(session_id, None)
+        if cleared and user_id is not None and self.user_memory is not None and not self._closed:
+            self.user_memory.hide_session(session_id)      # left out of prompts from now on
+            self._spawn(self._forget_learned(self.user_memory, user_id, session_id,
+                                             self._learning.pop(session_id, None)))
         view = self._views.pop(session_id, None)
         if view is not None:
             view.valid = False
@@ -232,6 +255,8 @@ class MemoryManager:
                     await self.indexes.sync(uidx, session_id, record, view)
             except Exception:
                 log.exception("indexing session %s failed", session_id)
+        if self.user_memory is not None and view is not None:
+            self._learn(session_id, user_id, view)
         if not sc.enabled or view is None:
             return
         state = self._sessions.get(session_id)
@@ -240,6 +265,42 @@ class MemoryManager:
         elif plan_cut(sc, self.config.context, view.roles, view.costs) > 0 and not self._closed:
             state = self._sessions.setdefault(session_id, _SessionState())
             state.task = self._spawn(self._summary_loop(session_id, state))
+
+    def _learn(self, session_id: str, user_id: str, view: SessionView) -> None:
+        """Distill the user messages stored since the last call into long-term memory (background)."""
+        upto = self._learned.pop(session_id, 0)
+        msgs = view.after(upto) if upto else [e.message for e in view.tail]
+        self._learned[session_id] = view.last_id
+        while len(self._learned) > self.config.context.max_sessions_cached:
+            self._learned.popitem(last=False)
+        if msgs is None:
+            msgs = []                                 # older than the cached tail: not read again
+        news = [m for m in msgs if m.role == "user" and m.id > upto]
+        if news and self.user_memory is not None and not self._closed:
+            self._learning[session_id] = self._spawn(
+                self._learn_task(self.user_memory, user_id, session_id, news, self._learning.get(session_id)))
+
+    async def _learn_task(self, um: UserMemory, user_id: str, session_id: str, messages: list,
+                          before: asyncio.Task | None) -> None:
+        if before is not None:                        # one at a time per session, in order
+            await asyncio.gather(before, return_exceptions=True)
+        try:
+            await um.learn(user_id, session_id, messages)
+        except Exception:
+            log.exception("learning long-term memory from session %s failed", session_id)
+        finally:
+            if self._learning.get(session_id) is asyncio.current_task():
+                del self._learning[session_id]
+
+    async def _forget_learned(self, um: UserMemory, user_id: str, session_id: str,
+                              learning: asyncio.Task | None) -> None:
+        """After any learning still running for the session (so nothing comes back), drop its items."""
+        if learning is not None:
+            await asyncio.gather(learning, return_exceptions=True)
+        try:
+            await um.forget_session(user_id, session_id)
+        except Exception:
+            log.exception("removing session %s from long-term memory failed", session_id)
 
     async def _summary_loop(self, session_id: str, state: _SessionState) -> None:
         while True:
@@ -310,7 +371,7 @@ class MemoryManager:
             else:
                 await self.indexes.sync_all(user_id, uidx)
             for _ in range(3):                    # re-check the sessions of the hits (clears, deletes)
-                hits = uidx.index.search(query, k, session_id=session_id)
+                hits = uidx.index.search(query, k, session_id=session_id, now=datetime.now(timezone.utc))
                 changed = False
                 for sid in dict.fromkeys(doc.session_id for doc, _ in hits):
                     try:
@@ -357,3 +418,5 @@ class MemoryManager:
             await asyncio.gather(*tasks, return_exceptions=True)
         if self.embedder is not None:
             await self.embedder.aclose()
+        if self.user_memory is not None:
+            await self.user_memory.close()

@@ -16,6 +16,7 @@ from typing import Any, Callable, Hashable, Iterable
 from server.memory.analyze import analyze
 from server.memory.bm25 import ALL, BM25Index
 from server.memory.tokens import TokenCounter, splits_at_whitespace, truncate_to_tokens
+from server.memory.when import referenced_days
 
 BM25_K1 = 1.2
 BM25_B = 0.5
@@ -67,6 +68,20 @@ def _date_terms(iso: str) -> tuple[str, ...]:
 def date_terms(iso: str) -> list[str]:
     """Index terms of a timestamp: day, month name, year."""
     return list(_date_terms(iso))
+
+
+def query_terms(query: str, now: datetime | None = None) -> list[str]:
+    """Analyzed query terms, plus the date terms of the days a relative time in it refers to
+    ("yesterday", "last Tuesday", "上周二"; resolved against ``now``, see ``server.memory.when``)."""
+    terms = analyze(query)
+    if now is not None:
+        extra: list[str] = []
+        for day in referenced_days(query, now):
+            for t in _date_terms(day.isoformat()):
+                if t not in extra:
+                    extra.append(t)
+        terms.extend(extra)
+    return terms
 
 
 def _add(bag: dict[str, float], terms: Iterable[str], weight: float) -> None:
@@ -173,22 +188,25 @@ class RecallIndex:
         return self.bm25.group_size(session_id) > len(self.excluded_keys(session_id, exclude))
 
     def search(self, query: str, k: int, *, session_id: str | None = None, exclude: Iterable[int] = (),
-               vector_ranking: list[Hashable] | None = None) -> list[tuple[TurnDoc, float]]:
-        """Top ``k`` turns for ``query``; ``exclude`` = message ids already in the prompt.
+               vector_ranking: list[Hashable] | None = None, now: datetime | None = None
+               ) -> list[tuple[TurnDoc, float]]:
+        """Top ``k`` turns for ``query``; ``exclude`` = message ids already in the prompt; ``now``:
+        the time of the question, for relative times in it (``query_terms``).
 
         With ``vector_ranking`` (document keys by embedding similarity, see ``rank_vectors``) the
         BM25 ranking and it are fused by reciprocal rank fusion.
         """
+        terms = query_terms(query, now)
         if not vector_ranking:
             if session_id is not None:          # one session: only its postings, exclusions by key
-                ranked = self.bm25.search(analyze(query), k, group=session_id,
+                ranked = self.bm25.search(terms, k, group=session_id,
                                           skip=self.excluded_keys(session_id, exclude))
             else:
                 excluded = set(exclude)
-                ranked = self.bm25.search(analyze(query), k, self.acceptor(None, excluded) if excluded else None)
+                ranked = self.bm25.search(terms, k, self.acceptor(None, excluded) if excluded else None)
             return [(self.docs[key], score) for key, score in ranked]     # type: ignore[index]
         accept = self.acceptor(session_id, exclude)
-        ranked = self.bm25.search(analyze(query), max(k * 4, 20), accept,
+        ranked = self.bm25.search(terms, max(k * 4, 20), accept,
                                   group=ALL if session_id is None else session_id)
         fused = rrf([[key for key, _ in ranked], [key for key in vector_ranking if accept(key)]])
         return [(self.docs[key], score) for key, score in fused[:k]]     # type: ignore[index]

@@ -1,0 +1,105 @@
+"""Distilling durable facts and preferences from a user's message.
+
+Embedded default (no model): rules, English and Chinese. A sentence of a *user* message is kept
+when it states something about the user or their systems ("my ... is", "our ... are", "the prod DB
+host is db-prod-42", "I prefer", "call me", "我叫", "我的…是", "我们的…在", "记住") -- a fact -- or
+asks for a lasting way of answering ("answer in Chinese", "always reply briefly", "以后用中文回答",
+"请用英文回复") -- a preference. Questions are never kept. With a summary model configured,
+``distill_with_model`` asks it for the same kind of list as JSON and falls back to the rules when
+the answer is not usable.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from server.memory.extractive import is_fact, sentences
+
+MAX_ITEM_CHARS = 240
+MAX_ITEMS_PER_MESSAGE = 8
+
+_PREFERENCE = [re.compile(p, re.IGNORECASE) for p in (
+    r"\b(?:answer|reply|respond|write|talk|speak)\s+(?:to me\s+)?(?:only\s+)?in\s+[A-Za-z]+",
+    r"\b(?:always|never|from now on|in future|going forward)\b.{0,60}\b(?:answer|reply|respond|use|show|"
+    r"give|write|include|call)\b",
+    r"\bI\s+(?:prefer|like|want)\b.{0,40}\b(?:answers?|replies|responses|output|format|language)\b",
+    r"(?:以后|今后|总是|始终|永远|一律|请用|请使用|用中文|用英文|用英语).{0,20}(?:回答|回复|答复|交流|说|写)",
+    r"(?:不要|别).{0,20}(?:回答|回复|使用|用)",
+)]
+_SYSTEM_FACT = re.compile(
+    r"\b(?:host|hostname|server|database|db|cluster|ip|endpoint|url|port|path|region|account|bucket|"
+    r"namespace|password|user ?name|version|timezone|time zone|email|team|project)\b[\w .'/-]{0,40}?"
+    r"\s+(?:is|are|=|:|lives at|runs on)\s+\S+", re.IGNORECASE)
+_QUESTION = re.compile(r"[?？]\s*$|^\s*(?:what|which|who|where|when|why|how|is|are|do|does|can|could)\b|"
+                       r"(?:吗|呢|什么|哪|几|怎么|如何|是否)[。？?]?\s*$", re.IGNORECASE)
+_SECRET = re.compile(r"(?:password|passwd|secret|token|api[ _-]?key|密码|口令)", re.IGNORECASE)
+
+DISTILL_PROMPT = (
+    "Extract the durable facts and preferences the USER states about themselves, their work or their "
+    "systems in the message below (names, hosts, paths, settings, how they want answers). Skip "
+    "questions, one-off requests and anything uncertain; never include secrets such as passwords or "
+    "keys. Answer with JSON only: a list of objects {\"kind\": \"fact\" or \"preference\", \"text\": "
+    "\"one short sentence in the user's language\"}; [] when there is nothing durable.")
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_ITEM_CHARS else text[: MAX_ITEM_CHARS - 1] + "…"
+
+
+def classify(sentence: str) -> str | None:
+    """``"preference"``, ``"fact"`` or None for one sentence of a user message."""
+    s = sentence.strip()
+    if not s or _QUESTION.search(s) or _SECRET.search(s):
+        return None
+    if any(p.search(s) for p in _PREFERENCE):
+        return "preference"
+    if is_fact(s) or _SYSTEM_FACT.search(s):
+        return "fact"
+    return None
+
+
+def distill_rules(text: str) -> list[tuple[str, str]]:
+    """(kind, text) of the durable statements of one user message, in order, at most
+    ``MAX_ITEMS_PER_MESSAGE``."""
+    out: list[tuple[str, str]] = []
+    for s in sentences(text):
+        kind = classify(s)
+        if kind is not None:
+            out.append((kind, _clip(s)))
+        if len(out) >= MAX_ITEMS_PER_MESSAGE:
+            break
+    return out
+
+
+def parse_model_answer(answer: str) -> list[tuple[str, str]] | None:
+    """The model's JSON list as (kind, text) pairs; None when it is not a usable answer."""
+    m = re.search(r"\[.*\]", answer, re.DOTALL)
+    if m is None:
+        return None
+    try:
+        data = json.loads(m.group(0))
+    except ValueError:
+        return None
+    if not isinstance(data, list):
+        return None
+    out = []
+    for d in data[:MAX_ITEMS_PER_MESSAGE]:
+        if not isinstance(d, dict) or not isinstance(d.get("text"), str) or not d["text"].strip():
+            return None
+        if _SECRET.search(d["text"]):
+            continue
+        out.append(("preference" if d.get("kind") == "preference" else "fact", _clip(d["text"])))
+    return out
+
+
+async def distill_with_model(agent: Any, model: str | None, text: str) -> list[tuple[str, str]]:
+    """Ask the summary model; the rules' answer when it fails or answers something unusable."""
+    try:
+        answer = await agent.complete([{"role": "system", "content": DISTILL_PROMPT},
+                                       {"role": "user", "content": text}], model)
+    except Exception:
+        return distill_rules(text)
+    parsed = parse_model_answer(answer or "")
+    return distill_rules(text) if parsed is None else parsed

@@ -1,0 +1,147 @@
+"""Long-term user memory: durable facts and preferences of a user, learned from their turns and put
+into the prompts of their *other* sessions when relevant (no tool call needed).
+
+``learn`` distills the user messages of a finished turn (rules, or the summary model when one is
+configured) into the user's ``UserMemoryStore``; ``select`` picks what the next prompt gets:
+every preference ("answer in Chinese") and the facts that share terms with the new message
+(BM25 over the user's items, the recall engine), best first, within ``user_memory.token_budget``.
+Items from the current session are left out: that session's own history (window, summary,
+recall) carries them. ``forget_session`` drops everything distilled from a cleared or purged
+session.
+"""
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+from typing import Any
+
+from server.memory.analyze import analyze
+from server.memory.bm25 import BM25Index
+from server.memory.config import UserMemoryConfig
+from server.memory.context import Excerpt
+from server.memory.distill import distill_rules, distill_with_model
+from server.memory.recall import format_time
+from server.memory.tokens import TokenCounter, truncate_to_tokens
+from server.memory.user_store import MemoryItem, UserMemoryStore, new_item_id
+
+MIN_ITEM_TOKENS = 8
+INLINE_DISTILL_CHARS = 4000      # longer user messages are distilled in a worker thread
+
+
+def item_line(item: MemoryItem) -> str:
+    """``- <text> (session <session id>, 2026-11-20 10:15 UTC)``"""
+    return f"- {item.text} (session {item.session_id}, {format_time(item.created_at)})"
+
+
+class UserMemory:
+    """See the module docstring. ``agent``/``model``: the summary model, when one is configured."""
+
+    def __init__(self, config: UserMemoryConfig, store: UserMemoryStore, counter: TokenCounter,
+                 agent: Any = None, model: str | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.counter = counter
+        self.agent = agent
+        self.model = model
+        self._indexes: dict[str, tuple[tuple[str, ...], BM25Index]] = {}
+        self._hidden: dict[str, int] = {}     # sessions being forgotten -> pending removals
+
+    @property
+    def uses_model(self) -> bool:
+        return self.model is not None and self.agent is not None and not getattr(self.agent, "offline", True)
+
+    async def learn(self, user_id: str, session_id: str, messages: list[Any]) -> list[MemoryItem]:
+        """Distill the user messages among ``messages`` (ChatMessage) and store what is new."""
+        items: list[MemoryItem] = []
+        for m in messages:
+            if m.role != "user" or not m.content.strip():
+                continue
+            if self.uses_model:
+                found = await distill_with_model(self.agent, self.model, m.content)
+            elif len(m.content) > INLINE_DISTILL_CHARS:       # a pasted log: the regexes run off the loop
+                found = await asyncio.to_thread(distill_rules, m.content)
+            else:
+                found = distill_rules(m.content)
+            source = "model" if self.uses_model else "rules"
+            when = m.timestamp or datetime.now(timezone.utc).isoformat()
+            items.extend(MemoryItem(new_item_id(), kind, text, session_id, m.id, when, source)
+                         for kind, text in found)
+        if not items:
+            return []
+        added = await self.store.add(user_id, items)
+        if added:
+            self._indexes.pop(user_id, None)
+        return added
+
+    def _index(self, user_id: str, items: list[MemoryItem]) -> BM25Index:
+        ids = tuple(i.id for i in items)
+        cached = self._indexes.pop(user_id, None)
+        if cached is None or cached[0] != ids:
+            index = BM25Index()
+            for item in items:
+                index.add(item.id, analyze(item.text))
+            cached = (ids, index)
+        self._indexes[user_id] = cached
+        while len(self._indexes) > self.config.max_users_cached:
+            self._indexes.pop(next(iter(self._indexes)))
+        return cached[1]
+
+    async def select(self, user_id: str, session_id: str, query: str) -> list[Excerpt]:
+        """The items for this prompt (see the module docstring), formatted, within the budget."""
+        cfg = self.config
+        items = [i for i in await self.store.list(user_id)
+                 if i.session_id != session_id and i.session_id not in self._hidden]
+        if not items or cfg.token_budget <= 0:
+            return []
+        by_id = {i.id: i for i in items}
+        chosen = [i for i in reversed(items) if i.kind == "preference"]      # newest first
+        terms = analyze(query)
+        if terms:
+            for item_id, _ in self._index(user_id, items).search(terms, cfg.k):
+                item = by_id[item_id]
+                if item.kind != "preference":
+                    chosen.append(item)
+        out: list[Excerpt] = []
+        remaining = cfg.token_budget
+        for item in chosen[: cfg.k]:
+            line = item_line(item)
+            n = self.counter.count(line)
+            if n > remaining:
+                if remaining < MIN_ITEM_TOKENS:
+                    break
+                line = truncate_to_tokens(self.counter, line, remaining - 1) + "…"
+                n = self.counter.count(line)
+            remaining -= n
+            out.append(Excerpt([item.id], line, n))
+        return out
+
+    async def list(self, user_id: str) -> list[MemoryItem]:
+        return await self.store.list(user_id)
+
+    async def forget(self, user_id: str, item_id: str) -> bool:
+        found = await self.store.forget(user_id, item_id)
+        if found:
+            self._indexes.pop(user_id, None)
+        return found
+
+    def hide_session(self, session_id: str) -> None:
+        """Leave the session's items out of prompts until ``forget_session`` has removed them."""
+        self._hidden[session_id] = self._hidden.get(session_id, 0) + 1
+
+    async def forget_session(self, user_id: str, session_id: str) -> int:
+        """Remove everything learned from ``session_id`` (after ``hide_session``, if it was called)."""
+        try:
+            n = await self.store.forget_session(user_id, session_id)
+        finally:
+            left = self._hidden.get(session_id, 0) - 1
+            if left > 0:
+                self._hidden[session_id] = left
+            else:
+                self._hidden.pop(session_id, None)
+        if n:
+            self._indexes.pop(user_id, None)
+        return n
+
+    async def close(self) -> None:
+        self._indexes.clear()
+        await self.store.close()

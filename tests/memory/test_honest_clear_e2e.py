@@ -1,0 +1,74 @@
+"""Honest clear, end to end over loopback TCP with the real memory layer: after a clear (plain or
+purge) or a purge of the session, none of its text reaches a later prompt (the exact context the
+agent receives), SESSION_INFO, the export or the long-term memory -- summaries, recall and
+long-term memory included."""
+from __future__ import annotations
+
+import pytest
+
+from protocol import MsgType as T
+from testkit.echo_agent import EchoAgent
+from testkit.server import V3Client, poll, running_server
+
+SECRETS = ("vault-7", "PELICAN", "zsh-extra")
+SUMMARIZE = {"summarization": {"trigger": {"type": "messages", "value": 6}, "keep": {"type": "messages", "value": 2}}}
+
+
+async def say(c: V3Client, text: str) -> None:
+    reply = await c.call(T.CHAT_TEXT, text=text)
+    events = await c.turn_events(reply["turn_id"])
+    assert events[-1].type == T.TURN_END, events[-1].body
+
+
+def leaks(text: str) -> list[str]:
+    return [s for s in SECRETS if s in text]
+
+
+@pytest.mark.parametrize("how", ["clear", "clear purge", "purge"])
+async def test_cleared_text_reaches_no_prompt_info_export_or_memory(tmp_path, how):
+    echo = EchoAgent()
+    async with running_server(tmp_path, echo, memory="auto", sections=SUMMARIZE) as (srv, addr):
+        c = await V3Client.connect(addr)
+        first = c.hello["session"]["session_id"]
+        # a title given by the user (an automatic title is made from the first message and is not
+        # reset by a clear: see docs/memory.md, Honest clear)
+        await c.call(T.SESSION_RENAME, session_id=first, title="ops notes")
+        await say(c, "The vault host is vault-7. My favourite shell is zsh-extra.")
+        await say(c, "remember the code word PELICAN for the backup job")
+        for i in range(4):
+            await say(c, f"check disk usage on web{i}")
+        memory = srv.services.memory
+
+        async def summarized() -> bool:
+            await memory.wait_idle()
+            rec = await srv.store.get(first)
+            return bool(rec.summaries) and bool(await memory.user_memory.list("local"))
+        await poll(summarized)
+        assert leaks((await srv.store.get(first)).summaries[-1].text)      # the summary did hold them
+
+        if how == "purge":
+            await c.call(T.SESSION_PURGE, session_id=first)
+            session = (await c.call(T.SESSION_NEW))["session"]["session_id"]
+        else:
+            await c.call(T.CLEAR_REQUEST, session_id=first, purge=how == "clear purge")
+            session = first
+        question = "what is the vault host, the code word and my favourite shell?"
+        await say(c, question)
+        context = echo.requests[-1].context
+        assert not leaks(str(context.messages)), context.messages
+        assert context.metadata["summary_used"] is None and context.metadata["memory_items"] == []
+        other = (await c.call(T.SESSION_NEW))["session"]["session_id"]    # another session: no memory of it
+        await say(c, question)
+        assert not leaks(str(echo.requests[-1].context.messages))
+        await memory.wait_idle()
+        assert await memory.user_memory.list("local") == []
+        assert (await c.call(T.MEMORY_LIST))["items"] == []
+        for sid in (session, other):
+            info = await c.call(T.SESSION_INFO, session_id=sid)
+            assert not leaks(str(info)), info
+            for fmt in ("json", "markdown"):
+                exported = await c.call(T.HISTORY_EXPORT, session_id=sid, format=fmt)
+                assert not leaks(exported["content"]), (sid, fmt)
+        hits = await c.call(T.HISTORY_SEARCH, query="vault PELICAN zsh-extra")
+        assert not leaks(str(hits))
+        await c.close()
