@@ -282,10 +282,35 @@ class Controller:
         finally:
             self._deleting.discard(session_id)
 
-    async def clear(self) -> None:
+    async def clear(self, purge: bool = False) -> None:
         async def fetch() -> tuple[SessionInfo, TurnState | None]:
-            return (await self.client.session_clear(self.session_id)).session, None
+            return (await self.client.session_clear(self.session_id, purge=purge)).session, None
         await self.load_session(fetch, focus=True)
+
+    # -- trash --------------------------------------------------------------------------------------------
+    async def trash(self) -> list[SessionInfo]:
+        """The user's deleted sessions (the first page of the trash, as long as the sidebar's limit)."""
+        page = await self.client.session_list(limit=min(100, self.cfg.sidebar_max_sessions), deleted=True)
+        return list(page.sessions)
+
+    async def restore(self, session_id: str) -> None:
+        reply = await self.client.session_restore(session_id)
+        self.sidebar.upsert(reply.session)
+
+    async def purge(self, session_id: str) -> None:
+        await self.client.session_purge(session_id)
+        self.sidebar.remove(session_id)
+
+    # -- the session's own system prompt ----------------------------------------------------------------
+    async def system_prompt(self) -> str:
+        """The current session's own system prompt ("" when the server's default is used)."""
+        return (await self.client.session_prompt(session_id=self.session_id)).system_prompt or ""
+
+    async def set_system_prompt(self, text: str) -> None:
+        reply = await self.client.session_prompt(text, session_id=self.session_id)
+        self._session_changed(reply.session)
+        self.app.notify("System prompt saved" if reply.system_prompt else "System prompt reset to the server's")
+        self.focus_input()
 
     def _session_changed(self, session: SessionInfo) -> None:
         self.sidebar.upsert(session)
@@ -300,6 +325,9 @@ class Controller:
 
     async def on_session_event(self, event: SessionEvent) -> None:
         sid = event.session.session_id
+        if event.kind == "purged":   # gone for good; a live one was "deleted" first (that event moved us)
+            self.sidebar.remove(sid)
+            return
         if event.kind == "deleted":
             self.sidebar.remove(sid)
             if sid == self.session_id and sid not in self._deleting:
@@ -358,6 +386,28 @@ class Controller:
         reply = await self.client.chat_send(text)
         if self.session_id == sid:
             await self.render(self.state.sent(reply))
+
+    async def regenerate(self) -> None:
+        """Answer the last user message again; the chat reloads without the superseded answer."""
+        await self._redo(lambda sid: self.client.chat_regenerate(session_id=sid))
+
+    async def edit(self, message_id: int, text: str) -> None:
+        """Resend user message ``message_id`` as ``text``; it and what followed are superseded."""
+        await self._redo(lambda sid: self.client.chat_edit(message_id, text, session_id=sid))
+
+    async def _redo(self, request: Callable[[str | None], Awaitable[Any]]) -> None:
+        """Send a regenerate/edit, then reload: superseded messages leave the default history page, and
+        the new turn is reattached from the switch reply (its events wait until the page is shown)."""
+        if not self.client.connected:
+            await self.chat.add_error(f"Not sent (connection {self.client.state})")
+            return
+        sid = self.session_id
+
+        async def fetch() -> tuple[SessionInfo, TurnState | None]:
+            await request(sid)
+            reply = await self.client.session_switch(sid or "")
+            return reply.session, reply.running_turn
+        await self.load_session(fetch, focus=True)
 
     async def cancel(self) -> None:
         turn_id = self.state.live_turn
