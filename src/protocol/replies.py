@@ -17,6 +17,7 @@ from typing import Any, Union
 from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .fields import Fields, RequestId, Wire
+from .kb import KB_REPLY_TYPES
 from .objects import AgentInfo, ChatMessage, ModelInfo, SearchHit, SessionInfo, TurnState
 
 
@@ -369,7 +370,7 @@ class ChatRedoReply(Reply):
                              "user_message": self.user_message.encode(), "superseded": list(self.superseded)})
 
 
-REPLY_TYPES: dict[MsgType, type[Reply]] = {
+REPLY_TYPES: dict[MsgType, type[Wire]] = {
     MsgType.HELLO: HelloReply,
     MsgType.SESSION_LIST: SessionListReply,
     MsgType.SESSION_NEW: SessionReply,
@@ -392,6 +393,7 @@ REPLY_TYPES: dict[MsgType, type[Reply]] = {
     MsgType.SESSION_PROMPT: SessionPromptReply,
     MsgType.CHAT_REGENERATE: ChatRedoReply,
     MsgType.CHAT_EDIT: ChatRedoReply,
+    **KB_REPLY_TYPES,
 }
 
 

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Union
 from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .fields import Fields, RequestId, Wire
+from .kb import KbProgress
 from .objects import ChatMessage, SessionInfo, ToolCall
 
 FINISH_REASONS = ("stop", "length", "max_iterations", "cancelled")
@@ -229,6 +230,7 @@ EVENT_TYPES: dict[MsgType, type[ServerEvent]] = {
     cls.TYPE: cls for cls in (TurnStart, TurnStatus, ToolCallEvent, ToolResultEvent, AnswerDelta, TurnEnd,
                               TurnError, SessionEvent, Notice)
 }
+EVENT_TYPES[MsgType.KB_PROGRESS] = KbProgress  # type: ignore[assignment]  # knowledge base (protocol.kb)
 
 
 def decode_event(frame: int, body: Any) -> ServerEvent:

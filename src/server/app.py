@@ -122,10 +122,13 @@ class Server:
         self.services = svc = build_services(cfg, store, self.notify, agent=self._agent_arg,
                                              memory=self._memory_arg, counters=self.counters)
         try:
+            await svc.knowledge.start()
+            await svc.uploads.start()
             self._listener = await loop.create_server(
                 self._new_connection, cfg.server.host, cfg.server.port, ssl=ssl_ctx,
                 backlog=min(4096, max(128, cfg.limits.max_clients)))
         except BaseException:
+            await svc.knowledge.close()
             if self._owns_store:
                 await store.close()
             raise
@@ -187,6 +190,8 @@ class Server:
                     await part.aclose()
                 except Exception:  # the rest of the shutdown (the store's compaction) must still run
                     log.exception("%s close failed", name)
+        await svc.uploads.close()
+        await svc.knowledge.close()
         if self._owns_store:
             await svc.store.close()
         if self._listener is not None:

@@ -23,7 +23,7 @@ class OutputBuffer:
     """Frames waiting for the transport. ``out`` is public: the codec's PONG fast path appends to it."""
 
     __slots__ = ("transport", "loop", "cap", "out", "size", "flush_bytes", "in_rx", "paused", "stopped",
-                 "last_tx", "_handle", "_on_slow", "_name")
+                 "last_tx", "_handle", "_on_slow", "_name", "_waiters")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, cap: int, on_slow: Callable[[], None], name: str) -> None:
         self.transport: asyncio.Transport | None = None
@@ -39,6 +39,7 @@ class OutputBuffer:
         self._handle: asyncio.Handle | None = None
         self._on_slow = on_slow
         self._name = name
+        self._waiters: list[asyncio.Future] = []  # wait_writable() callers (a streamed download)
 
     def attach(self, transport: asyncio.Transport) -> None:
         self.transport = transport
@@ -90,9 +91,29 @@ class OutputBuffer:
         self.size = 0
         tr.write(data)
 
+    async def wait_writable(self) -> None:
+        """Return once the transport is under its high-water mark (at once if it is), or stopped."""
+        self.flush()
+        while self.paused and not self.stopped:
+            fut = self.loop.create_future()
+            self._waiters.append(fut)
+            await fut
+
+    def resumed(self) -> None:
+        """The transport drained under its low-water mark: writers waiting may go on."""
+        self.paused = False
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
     def stop(self) -> None:
         """Nothing more is queued (the connection is closing or closed); pending timers are cancelled."""
         self.stopped = True
+        self._wake()
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None

@@ -6,12 +6,16 @@ the connection to the server: what a handler can touch is exactly what is listed
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from server.auth import Authenticator
 from server.config import LimitsConfig, ServerConfig
+from server.handlers.knowledge_uploads import UploadService
 from server.hub import Hub
+from server.knowledge import KnowledgeBase
+from server.tools.knowledge import KnowledgeSource
 from server.metrics import Metrics
 from server.refusals import Refusals
 from server.sessions import SessionService
@@ -42,6 +46,8 @@ class Services:
     counters: Counters
     connections: set[Any] = field(default_factory=set)   # open connections (STATS "clients")
     metrics: Metrics = field(default_factory=Metrics)    # GET /metrics (server.httpd)
+    knowledge: KnowledgeBase | None = None               # documents (docs/knowledge.md); started by the app
+    uploads: UploadService | None = None                 # v3 uploads in progress (docs/protocol.md §5.8)
     version: str = VERSION
 
     @property
@@ -57,18 +63,23 @@ class Services:
 
 def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any], *, agent: Any = None,
                    memory: Any = None, counters: Counters | None = None) -> Services:
-    """Every service, once, in dependency order: hub -> (agent, memory) -> sessions -> runner.
+    """Every service, once, in dependency order: hub -> knowledge -> (agent, memory) -> sessions -> runner.
 
     ``store`` is an open AsyncHistoryStore; ``agent`` and ``memory`` are built from the config unless
     given (``memory="basic"``: BasicMemory); ``notify`` is the memory layer's callback.
     """
     hub = Hub()
-    agent, memory = build_runtime(config, store, notify, agent, memory)
+    data = Path(config.storage.root)
+    auth = Authenticator(config.auth)
+    knowledge = KnowledgeBase(config.knowledge, data / "knowledge")
+    agent, memory = build_runtime(config, store, notify, agent, memory,
+                                  knowledge=KnowledgeSource(knowledge, auth.groups_of))
     sessions = SessionService(store, hub, agent, memory)
     metrics = Metrics()
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
                         limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics)
     sessions.turns = runner
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
-                    memory=memory, auth=Authenticator(config.auth), counters=counters or Counters(),
-                    metrics=metrics)
+                    memory=memory, auth=auth, counters=counters or Counters(),
+                    metrics=metrics, knowledge=knowledge,
+                    uploads=UploadService(config.knowledge, data / "uploads"))
