@@ -11,6 +11,8 @@ from typing import Any
 from client.errors import ClientError
 from client.events import Connected, Event, EventQueue
 from protocol import ErrorCode
+from protocol import MsgType
+from protocol.kb import KbDocument, KbHit, KbListReply, KbPassageReply
 from protocol.objects import AgentInfo, ChatMessage, ModelInfo, SearchHit, SessionInfo, TurnState
 from protocol.replies import (ChatCancelReply, ChatRedoReply, ChatSendReply, HelloReply, HistoryExportReply, HistoryPageReply,
                               HistorySearchReply, ModelListReply, ModelSwitchReply, SessionClearReply,
@@ -41,6 +43,8 @@ class FakeClient:
         self.trash: dict[str, SessionInfo] = {}     # deleted sessions (restorable until purged)
         self.prompts: dict[str, str] = {}           # session id -> its own system prompt
         self.superseded: set[int] = set()           # message ids replaced by a regenerate or an edit
+        self.passages: dict[str, KbHit] = {}        # knowledge-base passages by chunk id
+        self.documents: list[KbDocument] = []       # knowledge-base documents
 
     @property
     def connected(self) -> bool:
@@ -78,6 +82,19 @@ class FakeClient:
         self.calls.append(("session_list", before) if not deleted else ("session_list_deleted", before))
         source = self.trash if deleted else self.sessions
         return SessionListReply(tuple(sorted(source.values(), key=lambda s: s.updated_at, reverse=True)))
+
+    async def request(self, msg_type: MsgType, body: dict[str, Any] | None = None,
+                      timeout: float | None = None) -> Any:
+        """The raw requests the TUI sends without a typed method (knowledge base passages)."""
+        self.calls.append((msg_type.name, body))
+        if msg_type == MsgType.KB_PASSAGE:
+            chunk = (body or {}).get("chunk_id", "")
+            if chunk not in self.passages:
+                raise ClientError(ErrorCode.NOT_FOUND, f"no passage {chunk}")
+            return KbPassageReply(self.passages[chunk])
+        if msg_type == MsgType.KB_LIST:
+            return KbListReply(tuple(self.documents))
+        raise ClientError(ErrorCode.UNKNOWN_TYPE, f"the fake client does not answer {msg_type.name}")
 
     async def session_restore(self, session_id: str) -> SessionReply:
         self.calls.append(("session_restore", session_id))

@@ -1,5 +1,5 @@
-"""Snapshot tests of the issue-16 dialogs (trash, purge question, clear, system prompt, edit and resend)
-and of failed / cancelled answers, against the fake client (fixed ids, no times, no address).
+"""Snapshot tests of the issue-16 dialogs (trash, purge question, clear, system prompt, edit and resend),
+of failed answers, and of the knowledge panel and citations (issue 14), against the fake client (fixed ids, no times, no address).
 Update with ``--snapshot-update``."""
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ from textual.widgets import TextArea
 from client.config import ClientConfig
 from client.tui.app import NpltApp
 from client.tui.chat import ChatView
+from client.tui.citations import PassageModal
 from client.tui.clear import ClearModal
 from client.tui.editor import TextEditModal
 from client.tui.input import ChatInput
+from client.tui.knowledge import KnowledgeScreen
 from client.tui.modals import ConfirmModal
 from client.tui.trash import TrashScreen
 from client_testlib import wait_until
 from fake_client import FakeClient, stamp
+from protocol.kb import KbDocument, KbHit
 from protocol.objects import ChatMessage, SessionInfo
 
 TERMINAL = (100, 30)
@@ -110,3 +113,39 @@ def test_edit_and_resend(snap_compare) -> None:
         await wait_until(lambda: isinstance(pilot.app.screen, TextEditModal), pilot=pilot, what="the editor")
         await no_blink(pilot)
     assert snap_compare(make_app(), terminal_size=TERMINAL, run_before=run_before)
+
+
+def kb_app() -> NpltApp:
+    client = fake()
+    cites = [{"citation": "[runbook.md §Restore]", "doc_id": "d1", "name": "runbook.md", "chunk_id": "c1",
+              "location": {"heading": "Restore"}},
+             {"citation": "[nginx.conf L12-20]", "doc_id": "d2", "name": "nginx.conf", "chunk_id": "c2",
+              "location": {"lines": "12-20"}}]
+    client.messages["s1"] = [ChatMessage(1, "user", "what is the restore timeout?", stamp(1)),
+                             ChatMessage(2, "assistant", "It defaults to 300 seconds [runbook.md §Restore].",
+                                         stamp(2), metadata={"citations": cites})]
+    client.passages["c1"] = KbHit("d1", "runbook.md", "c1", "The restore timeout defaults to 300 seconds.", 1.0,
+                                  {"heading": "Restore", "lines": "3-3"}, "user:local", "[runbook.md §Restore]")
+    client.documents = [KbDocument("d1", "runbook.md", "0" * 32, "0" * 64, 27_000, 41, "user:local",
+                                   "2026-11-22T10:00:00+00:00", "local"),
+                        KbDocument("d2", "nginx.conf", "1" * 32, "1" * 64, 2_300, 3, "group:ops",
+                                   "2026-11-21T09:30:00+00:00", "bob")]
+    return NpltApp(ClientConfig(), show_times=False, show_address=False, client=client)  # type: ignore[arg-type]
+
+
+def test_citations_and_passage(snap_compare) -> None:
+    async def run_before(pilot: Any) -> None:
+        await settled(pilot)
+        pilot.app.query_one(ChatView).by_id[2].query_one(".citation").press()
+        await wait_until(lambda: isinstance(pilot.app.screen, PassageModal), pilot=pilot, what="the passage")
+    assert snap_compare(kb_app(), terminal_size=TERMINAL, run_before=run_before)
+
+
+def test_knowledge_panel(snap_compare) -> None:
+    async def run_before(pilot: Any) -> None:
+        await settled(pilot)
+        await pilot.press("f12")
+        await wait_until(lambda: isinstance(pilot.app.screen, KnowledgeScreen) and pilot.app.screen.loaded,
+                         pilot=pilot, what="the knowledge panel")
+        pilot.app.screen.query_one("#kb-path").cursor_blink = False
+    assert snap_compare(kb_app(), terminal_size=TERMINAL, run_before=run_before)

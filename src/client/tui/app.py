@@ -20,10 +20,12 @@ from client.errors import ClientError
 from client.tui import commands
 from client.tui.chat import ChatView, code_blocks
 from client.tui.message import MessageView
+from client.tui.citations import CitationList, PassageModal
 from client.tui.clear import ClearChoice, ClearModal
 from client.tui.controller import Controller
 from client.tui.editor import TextEditModal
 from client.tui.input import ChatInput
+from client.tui.knowledge import KnowledgeScreen
 from client.tui.modals import ConfirmModal, ExportModal, HelpScreen, RenameModal, SearchModal
 from client.tui.sidebar import Sidebar
 from client.tui.hangup import CHECK_S, TerminalWatch
@@ -204,6 +206,22 @@ class NpltApp(App[None]):
                 note="Used instead of the server's system prompt for every later answer of this session. "
                      "Leave it empty to use the server's default. Ctrl+S saves, Esc cancels."), done)
         self.controller.spawn(open_editor(), "prompt")
+
+    def action_knowledge(self, upload_first: bool = False) -> None:
+        if not any(isinstance(s, KnowledgeScreen) for s in self.screen_stack):
+            self.push_screen(KnowledgeScreen(self.controller.kb_ops(paths.export_dir()), upload_first=upload_first))
+
+    def action_upload(self) -> None:
+        screen = next((s for s in self.screen_stack if isinstance(s, KnowledgeScreen)), None)
+        if screen is None:
+            self.action_knowledge(upload_first=True)
+        else:
+            screen.query_one("#kb-path").focus()
+
+    def on_citation_list_open(self, event: CitationList.Open) -> None:
+        async def show() -> None:
+            self.push_screen(PassageModal(await self.controller.passage(event.chunk_id)))
+        self.controller.spawn(show(), "passage")
 
     def action_regenerate(self) -> None:
         if self.controller.session_id:

@@ -45,6 +45,10 @@ ACTIONS: tuple[ActionSpec, ...] = (
                "Copy the focused message (or the last answer) to the clipboard"),
     ActionSpec("message.copy_code", "f4", "copy_code", "Copy code block",
                "Copy the last code block of the focused message (or the last answer)"),
+    ActionSpec("kb.panel", "f12", "knowledge", "Knowledge base",
+               "Your documents: list, upload, download, delete"),
+    ActionSpec("kb.upload", "f11", "upload", "Upload to the knowledge base",
+               "Upload a file (the path completes) with a progress bar"),
     ActionSpec("view.sidebar", "ctrl+b", "toggle_sidebar", "Toggle sidebar", "Show or hide the sessions sidebar"),
 )
 

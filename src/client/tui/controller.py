@@ -15,14 +15,18 @@ It knows the app only as a Textual ``App`` (no import of client.tui.app: no cycl
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from textual.app import App
 from textual.css.query import NoMatches
 
+from protocol import MsgType
+from protocol.kb import KbDocument, KbHit
 from protocol.objects import AgentInfo, ModelInfo, SearchHit, SessionInfo, TurnState
 from protocol.server_events import AnswerDelta, Notice, SessionEvent, TurnEvent
 
+from client import kb as kbclient
 from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import PERMANENT_CODES, ClientError
@@ -30,6 +34,7 @@ from client.events import Connected, Disconnected, Event, InvalidFrame, Reconnec
 from client.tui.batch import drain, runs
 from client.tui.chat import ChatView
 from client.tui.input import ChatInput
+from client.tui.knowledge import KnowledgeOps
 from client.tui.sidebar import Sidebar
 from client.tui.state import Change, ChatState, StatusChanged
 from client.tui.status import StatusLine
@@ -300,6 +305,28 @@ class Controller:
     async def purge(self, session_id: str) -> None:
         await self.client.session_purge(session_id)
         self.sidebar.remove(session_id)
+
+    # -- knowledge base (docs/protocol.md §5.8) ---------------------------------------------------------
+    def kb_ops(self, folder: Path) -> KnowledgeOps:
+        """The Knowledge panel's operations on this client; downloads go to ``folder``."""
+        client = self.client
+
+        async def listing() -> tuple[KbDocument, ...]:
+            return (await client.request(MsgType.KB_LIST, {})).documents  # type: ignore[attr-defined]
+
+        async def upload(path: Path, progress: Callable[[str, int, int], None]) -> dict[str, Any]:
+            return await kbclient.upload(client, path, progress=progress)
+
+        async def download(doc: KbDocument, dest: Path) -> dict[str, Any]:
+            await asyncio.to_thread(dest.parent.mkdir, parents=True, exist_ok=True)
+            return await kbclient.download(client, doc.doc_id, dest)
+
+        async def delete(doc_id: str) -> object:
+            return await client.request(MsgType.KB_DELETE, {"doc_id": doc_id})
+        return KnowledgeOps(listing, upload, download, delete, folder)
+
+    async def passage(self, chunk_id: str) -> KbHit:
+        return (await self.client.request(MsgType.KB_PASSAGE, {"chunk_id": chunk_id})).passage  # type: ignore
 
     # -- the session's own system prompt ----------------------------------------------------------------
     async def system_prompt(self) -> str:

@@ -28,6 +28,7 @@ from textual.widgets.markdown import MarkdownStream
 
 from protocol.objects import ChatMessage, ToolCall
 
+from client.tui.citations import CitationList, citations_of
 from client.tui.toolcall import ToolCallItem
 
 ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
@@ -176,6 +177,8 @@ class MessageView(Vertical, can_focus=True):
         yield self.body
         if self.turn_id is None:
             yield from marks(self.message)
+            if citations_of(self.message.metadata):
+                yield CitationList(citations_of(self.message.metadata))
         if error_text(self.message.metadata):
             self.add_class("-error")
 
@@ -255,8 +258,10 @@ class MessageView(Vertical, can_focus=True):
         else:
             self.body.update(rendered(self.content))
         self.border_title = self._header_text()
-        await self.remove_children(".mark")
-        shown = marks(message)
+        await self.remove_children(".mark, CitationList")
+        shown: list[Widget] = list(marks(message))
+        if citations_of(message.metadata):
+            shown.append(CitationList(citations_of(message.metadata)))
         if shown:
             await self.mount_all(shown)
         if error_text(message.metadata):
