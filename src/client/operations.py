@@ -9,10 +9,11 @@ from typing import Any, TypeVar
 
 from protocol import MsgType
 from protocol.objects import SessionInfo
-from protocol.replies import (ChatCancelReply, ChatSendReply, ClientKillReply, ClientListReply, HistoryExportReply,
-                              HistoryPageReply,
-                              HistorySearchReply, MemoryForgetReply, MemoryListReply, ModelListReply, ModelSwitchReply, Pong, Reply, SessionClearReply,
-                              SessionDeleteReply, SessionListReply, SessionReply, SessionSwitchReply, StatsReply)
+from protocol.replies import (ChatCancelReply, ChatRedoReply, ChatSendReply, ClientKillReply, ClientListReply,
+                              HistoryExportReply, HistoryPageReply, HistorySearchReply, MemoryForgetReply,
+                              MemoryListReply, ModelListReply, ModelSwitchReply, Pong, Reply, SessionClearReply,
+                              SessionDeleteReply, SessionListReply, SessionPromptReply, SessionReply,
+                              SessionSwitchReply, StatsReply)
 
 R = TypeVar("R", bound=Reply)
 
@@ -75,8 +76,16 @@ class Operations:
         self._track_session(reply.current)
         return reply
 
-    async def session_clear(self, session_id: str | None = None) -> SessionClearReply:
-        return await self._call(SessionClearReply, MsgType.CLEAR_REQUEST, _body(session_id=session_id))
+    async def session_clear(self, session_id: str | None = None, purge: bool = False) -> SessionClearReply:
+        """Hide every message; with ``purge`` the hidden messages are removed from storage for good."""
+        return await self._call(SessionClearReply, MsgType.CLEAR_REQUEST,
+                                _body(session_id=session_id, purge=purge or None))
+
+    async def session_prompt(self, system_prompt: str | None = None,
+                             session_id: str | None = None) -> SessionPromptReply:
+        """Read (None), set, or reset (\"\") the session's own system prompt."""
+        return await self._call(SessionPromptReply, MsgType.SESSION_PROMPT,
+                                _body(session_id=session_id, system_prompt=system_prompt))
 
     async def session_info(self, session_id: str | None = None) -> SessionReply:
         return await self._call(SessionReply, MsgType.SESSION_INFO, _body(session_id=session_id))
@@ -97,6 +106,15 @@ class Operations:
     # -- chat (5.4) -----------------------------------------------------------------------------------
     async def chat_send(self, text: str, session_id: str | None = None) -> ChatSendReply:
         return await self._call(ChatSendReply, MsgType.CHAT_TEXT, _body(text=text, session_id=session_id))
+
+    async def chat_regenerate(self, session_id: str | None = None) -> ChatRedoReply:
+        """Answer the last user message again (the old answer is superseded)."""
+        return await self._call(ChatRedoReply, MsgType.CHAT_REGENERATE, _body(session_id=session_id))
+
+    async def chat_edit(self, message_id: int, text: str, session_id: str | None = None) -> ChatRedoReply:
+        """Replace user message ``message_id`` with ``text`` and answer it (it and what follows are superseded)."""
+        return await self._call(ChatRedoReply, MsgType.CHAT_EDIT,
+                                _body(message_id=message_id, text=text, session_id=session_id))
 
     async def chat_cancel(self, session_id: str | None = None, turn_id: str | None = None) -> ChatCancelReply:
         return await self._call(ChatCancelReply, MsgType.CHAT_CANCEL, _body(session_id=session_id, turn_id=turn_id))

@@ -11,10 +11,13 @@ from typing import Any
 from client.errors import ClientError
 from client.events import Connected, Event, EventQueue
 from protocol import ErrorCode
+from protocol import MsgType
+from protocol.kb import KbDocument, KbHit, KbListReply, KbPassageReply
 from protocol.objects import AgentInfo, ChatMessage, MemoryItem, ModelInfo, SearchHit, SessionInfo, TurnState
-from protocol.replies import (ChatCancelReply, ChatSendReply, HelloReply, HistoryExportReply, HistoryPageReply,
-                              HistorySearchReply, MemoryForgetReply, MemoryListReply, ModelListReply, ModelSwitchReply, SessionClearReply,
-                              SessionDeleteReply, SessionListReply, SessionReply, SessionSwitchReply)
+from protocol.replies import (ChatCancelReply, ChatRedoReply, ChatSendReply, HelloReply, HistoryExportReply,
+                              HistoryPageReply, HistorySearchReply, MemoryForgetReply, MemoryListReply, ModelListReply,
+                              ModelSwitchReply, SessionClearReply, SessionDeleteReply, SessionListReply,
+                              SessionPromptReply, SessionReply, SessionSwitchReply)
 
 AGENT = AgentInfo("fake", True, "fake")
 
@@ -38,6 +41,11 @@ class FakeClient:
         self._queue = EventQueue(1000)
         self._turns = 0
         self._ids = 1000
+        self.trash: dict[str, SessionInfo] = {}     # deleted sessions (restorable until purged)
+        self.prompts: dict[str, str] = {}           # session id -> its own system prompt
+        self.superseded: set[int] = set()           # message ids replaced by a regenerate or an edit
+        self.passages: dict[str, KbHit] = {}        # knowledge-base passages by chunk id
+        self.documents: list[KbDocument] = []       # knowledge-base documents
 
     @property
     def connected(self) -> bool:
@@ -70,14 +78,57 @@ class FakeClient:
             raise ClientError(ErrorCode.NOT_FOUND, f"no session {sid}")
         return self.sessions[sid]
 
-    async def session_list(self, before: str | None = None, limit: int | None = None) -> SessionListReply:
-        self.calls.append(("session_list", before))
-        return SessionListReply(tuple(sorted(self.sessions.values(), key=lambda s: s.updated_at, reverse=True)))
+    async def session_list(self, before: str | None = None, limit: int | None = None,
+                           deleted: bool | None = None) -> SessionListReply:
+        self.calls.append(("session_list", before) if not deleted else ("session_list_deleted", before))
+        source = self.trash if deleted else self.sessions
+        return SessionListReply(tuple(sorted(source.values(), key=lambda s: s.updated_at, reverse=True)))
+
+    async def request(self, msg_type: MsgType, body: dict[str, Any] | None = None,
+                      timeout: float | None = None) -> Any:
+        """The raw requests the TUI sends without a typed method (knowledge base passages)."""
+        self.calls.append((msg_type.name, body))
+        if msg_type == MsgType.KB_PASSAGE:
+            chunk = (body or {}).get("chunk_id", "")
+            if chunk not in self.passages:
+                raise ClientError(ErrorCode.NOT_FOUND, f"no passage {chunk}")
+            return KbPassageReply(self.passages[chunk])
+        if msg_type == MsgType.KB_LIST:
+            return KbListReply(tuple(self.documents))
+        raise ClientError(ErrorCode.UNKNOWN_TYPE, f"the fake client does not answer {msg_type.name}")
+
+    async def session_restore(self, session_id: str) -> SessionReply:
+        self.calls.append(("session_restore", session_id))
+        if session_id not in self.trash:
+            raise ClientError(ErrorCode.NOT_FOUND, f"no session {session_id}")
+        self.sessions[session_id] = self.trash.pop(session_id)
+        return SessionReply(self.sessions[session_id])
+
+    async def session_purge(self, session_id: str) -> SessionDeleteReply:
+        self.calls.append(("session_purge", session_id))
+        if session_id in self.sessions:
+            await self.session_delete(session_id)
+        if self.trash.pop(session_id, None) is None:
+            raise ClientError(ErrorCode.NOT_FOUND, f"no session {session_id}")
+        self.messages.pop(session_id, None)
+        return SessionDeleteReply(session_id, self.sessions[self.session_id or ""])
+
+    async def session_prompt(self, system_prompt: str | None = None,
+                             session_id: str | None = None) -> SessionPromptReply:
+        self.calls.append(("session_prompt", system_prompt))
+        session = self._session(session_id)
+        if system_prompt is not None:
+            if system_prompt:
+                self.prompts[session.session_id] = system_prompt
+            else:
+                self.prompts.pop(session.session_id, None)
+        return SessionPromptReply(session, self.prompts.get(session.session_id))
 
     async def history_page(self, session_id: str | None = None, before: int | None = None,
                            limit: int | None = None) -> HistoryPageReply:
         session = self._session(session_id)
-        msgs = [m for m in self.messages[session.session_id] if before is None or (m.id or 0) < before]
+        msgs = [m for m in self.messages[session.session_id]
+                if (before is None or (m.id or 0) < before) and m.id not in self.superseded]
         page = msgs[-(limit or 50):]
         return HistoryPageReply(session.session_id, tuple(page), len(page) < len(msgs),
                                 page[0].id if page else None, len(self.messages[session.session_id]))
@@ -106,14 +157,15 @@ class FakeClient:
     async def session_delete(self, session_id: str) -> SessionDeleteReply:
         self.calls.append(("session_delete", session_id))
         self._session(session_id)
-        del self.sessions[session_id]
+        self.trash[session_id] = self.sessions.pop(session_id)
         if not self.sessions:
             await self.session_new()
         if self.session_id == session_id or self.session_id not in self.sessions:
             self.session_id = next(iter(self.sessions))
         return SessionDeleteReply(session_id, self.sessions[self.session_id or ""])
 
-    async def session_clear(self, session_id: str | None = None) -> SessionClearReply:
+    async def session_clear(self, session_id: str | None = None, purge: bool = False) -> SessionClearReply:
+        self.calls.append(("session_clear", purge))
         session = self._session(session_id)
         cleared = len(self.messages[session.session_id])
         self.messages[session.session_id] = []
@@ -136,6 +188,36 @@ class FakeClient:
             self._ids += 1
             message = ChatMessage(self._ids, "user", text, stamp(self._turns))
         return ChatSendReply(f"t{self._turns}", sid, message, 1 if self.busy else 0)
+
+    async def _redo(self, session_id: str | None, after: int, text: str | None) -> ChatRedoReply:
+        """Supersede the messages from id ``after`` on (the user message too when ``text`` replaces it)."""
+        sid = self._session(session_id).session_id
+        msgs = self.messages[sid]
+        gone = tuple(m.id for m in msgs if m.id is not None and m.id >= after and m.id not in self.superseded)
+        self.superseded.update(gone)
+        self._turns += 1
+        if text is None:
+            user = next(m for m in msgs if m.id == after - 1)
+        else:
+            self._ids += 1
+            user = ChatMessage(self._ids, "user", text, stamp(self._turns), metadata={"edited_from": after})
+            msgs.append(user)
+        return ChatRedoReply(f"t{self._turns}", sid, user, gone)
+
+    async def chat_regenerate(self, session_id: str | None = None) -> ChatRedoReply:
+        self.calls.append(("chat_regenerate", session_id))
+        msgs = [m for m in self.messages[self._session(session_id).session_id] if m.id not in self.superseded]
+        last_user = next((m for m in reversed(msgs) if m.role == "user"), None)
+        if last_user is None or last_user.id is None:
+            raise ClientError(ErrorCode.INVALID_MESSAGE, "no user message to answer again")
+        return await self._redo(session_id, last_user.id + 1, None)
+
+    async def chat_edit(self, message_id: int, text: str, session_id: str | None = None) -> ChatRedoReply:
+        self.calls.append(("chat_edit", (message_id, text)))
+        msgs = self.messages[self._session(session_id).session_id]
+        if not any(m.id == message_id and m.role == "user" and m.id not in self.superseded for m in msgs):
+            raise ClientError(ErrorCode.NOT_FOUND, f"no user message {message_id}")
+        return await self._redo(session_id, message_id, text)
 
     async def chat_cancel(self, session_id: str | None = None, turn_id: str | None = None) -> ChatCancelReply:
         self.calls.append(("chat_cancel", turn_id))

@@ -91,7 +91,7 @@ def test_memory_panel(snap_compare) -> None:
 
     async def run_before(pilot: Any) -> None:
         await settled(pilot)
-        await pilot.press("f12")
+        await pilot.press("f7")
         await wait_until(lambda: isinstance(pilot.app.screen, MemoryPanel)
                          and pilot.app.screen.query_one("#memory-items").option_count == 2, pilot=pilot,
                          what="the memory panel with its items")

@@ -14,6 +14,7 @@ from client.tui import commands
 from client.tui.app import NpltApp
 from client.tui.message import MessageView
 from client.tui.input import ChatInput
+from client.tui.clear import ClearModal
 from client.tui.modals import ConfirmModal, ExportModal, HelpScreen, RenameModal, SearchModal
 from client.tui.sidebar import Sidebar
 from client.tui.status import StatusLine
@@ -121,8 +122,8 @@ async def test_new_rename_delete_clear(server) -> None:
         await type_and_send(pilot, "to be cleared")
         await wait_answer(app, pilot, "echo: to be cleared")
         await pilot.press("f9")
-        await wait_until(lambda: isinstance(app.screen, ConfirmModal), pilot=pilot)
-        await pilot.press("y")
+        await wait_until(lambda: isinstance(app.screen, ClearModal), pilot=pilot)
+        await pilot.press("c")   # clear (hide); "p" would also purge
         await wait_until(lambda: contents(app) == [] and sidebar.sessions[second].message_count == 0,
                          pilot=pilot, what="cleared session")
         await pilot.press("f8")

@@ -68,7 +68,7 @@ async def test_why_this_answer_shows_what_reached_the_model() -> None:
     fake.memory = list(ITEMS)
     async with app_with(fake) as (app, pilot):
         await wait_until(lambda: len(chat(app).messages()) == 2, pilot=pilot, what="the history")
-        await pilot.press("f5")
+        await pilot.press("f6")
         await wait_until(lambda: isinstance(app.screen, WhyScreen), pilot=pilot, what="the why view")
         body = str(app.screen.query_one("#why-body", Static).render())
         assert "Summary: messages up to #40" in body and "Recalled earlier turns: #7, #9" in body
@@ -90,7 +90,7 @@ async def test_why_this_answer_on_a_live_answer_from_a_real_server(tmp_path) -> 
             await type_and_send(pilot, "hello there")
             await wait_until(lambda: any(m.role == "assistant" and m.message_id and m.turn_id is None
                                          for m in chat(app).messages()), pilot=pilot, what="the answer")
-            await pilot.press("f5")
+            await pilot.press("f6")
             await wait_until(lambda: isinstance(app.screen, WhyScreen), pilot=pilot, what="the why view")
             body = str(app.screen.query_one("#why-body", Static).render())
             assert "Route: chat (no router configured)" in body and "Summary: none" in body

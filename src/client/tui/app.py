@@ -20,8 +20,12 @@ from client.errors import ClientError
 from client.tui import commands
 from client.tui.chat import ChatView, code_blocks
 from client.tui.message import MessageView
+from client.tui.citations import CitationList, PassageModal
+from client.tui.clear import ClearChoice, ClearModal
 from client.tui.controller import Controller
+from client.tui.editor import TextEditModal
 from client.tui.input import ChatInput
+from client.tui.knowledge import KnowledgeScreen
 from client.tui.memory_panel import MemoryPanel
 from client.tui.modals import ConfirmModal, ExportModal, HelpScreen, RenameModal, SearchModal
 from client.tui.why import WhyScreen, why_lines
@@ -29,6 +33,7 @@ from client.tui.sidebar import Sidebar
 from client.tui.hangup import CHECK_S, TerminalWatch
 from client.tui.saved import SavedState
 from client.tui.status import StatusLine
+from client.tui.trash import TrashScreen
 
 
 EXIT_HANGUP = 129   # 128 + SIGHUP, as a shell reports a process ended by it
@@ -169,13 +174,75 @@ class NpltApp(App[None]):
         def done(ok: bool | None) -> None:
             if ok:
                 self.controller.spawn(self.controller.delete(sid), "session")
-        self.push_screen(ConfirmModal(f"Delete session “{title}”? This cannot be undone."), done)
+        self.push_screen(ConfirmModal(f"Delete session “{title}”? It moves to the trash (F10): you can restore it "
+                                      "there until you purge it, which removes it for good.", "Delete"), done)
 
     def action_clear_session(self) -> None:
-        def done(ok: bool | None) -> None:
-            if ok:
-                self.controller.spawn(self.controller.clear(), "session")
-        self.push_screen(ConfirmModal("Clear every message of this session?", "Clear"), done)
+        if not self.controller.session_id:
+            return
+        session = self.controller.session
+        title = (session.title if session is not None else "") or self.controller.session_id or ""
+
+        def done(choice: ClearChoice | None) -> None:
+            if choice:
+                self.controller.spawn(self.controller.clear(purge=choice == "purge"), "session")
+        self.push_screen(ClearModal(title), done)
+
+    def action_trash(self) -> None:
+        if not any(isinstance(s, TrashScreen) for s in self.screen_stack):
+            c = self.controller
+            self.push_screen(TrashScreen(c.trash, c.restore, c.purge))
+
+    def action_system_prompt(self) -> None:
+        if not self.controller.session_id or any(isinstance(s, TextEditModal) for s in self.screen_stack):
+            return
+
+        async def open_editor() -> None:
+            current = await self.controller.system_prompt()
+
+            def done(text: str | None) -> None:
+                if text is not None and text != current:
+                    self.controller.spawn(self.controller.set_system_prompt(text), "prompt")
+            self.push_screen(TextEditModal(
+                "System prompt of this session", current, allow_empty=True,
+                note="Used instead of the server's system prompt for every later answer of this session. "
+                     "Leave it empty to use the server's default. Ctrl+S saves, Esc cancels."), done)
+        self.controller.spawn(open_editor(), "prompt")
+
+    def action_knowledge(self, upload_first: bool = False) -> None:
+        if not any(isinstance(s, KnowledgeScreen) for s in self.screen_stack):
+            self.push_screen(KnowledgeScreen(self.controller.kb_ops(paths.export_dir()), upload_first=upload_first))
+
+    def action_upload(self) -> None:
+        screen = next((s for s in self.screen_stack if isinstance(s, KnowledgeScreen)), None)
+        if screen is None:
+            self.action_knowledge(upload_first=True)
+        else:
+            screen.query_one("#kb-path").focus()
+
+    def on_citation_list_open(self, event: CitationList.Open) -> None:
+        async def show() -> None:
+            self.push_screen(PassageModal(await self.controller.passage(event.chunk_id)))
+        self.controller.spawn(show(), "passage")
+
+    def action_regenerate(self) -> None:
+        if self.controller.session_id:
+            self.controller.spawn(self.controller.regenerate(), "redo")
+
+    def action_edit_message(self) -> None:
+        view = self._user_message_to_edit()
+        if view is None or view.message_id is None:
+            self.notify("No sent message to edit", severity="warning")
+            return
+        mid = view.message_id
+
+        def done(text: str | None) -> None:
+            if text:
+                self.controller.spawn(self.controller.edit(mid, text), "redo")
+        self.push_screen(TextEditModal(
+            "Edit and resend", view.content, ok_label="Send",
+            note="The message is sent again with this text; it and everything after it are superseded "
+                 "(kept on the server, hidden from the chat and the model). Ctrl+S sends, Esc cancels."), done)
 
     def action_search(self) -> None:
         async def search(query: str) -> tuple[SearchHit, ...]:
@@ -217,6 +284,18 @@ class NpltApp(App[None]):
             return node
         for view in reversed(self.query_one(ChatView).messages()):
             if view.role == "assistant" and (not need_code or code_blocks(view.content)):
+                return view
+        return None
+
+    def _user_message_to_edit(self) -> MessageView | None:
+        """The focused message when it is a stored user message, else the last stored user message."""
+        node = self.focused
+        while node is not None and not isinstance(node, MessageView):
+            node = node.parent
+        if isinstance(node, MessageView) and node.role == "user" and node.message_id is not None:
+            return node
+        for view in reversed(self.query_one(ChatView).messages()):
+            if view.role == "user" and view.message_id is not None:
                 return view
         return None
 

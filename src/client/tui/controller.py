@@ -15,14 +15,18 @@ It knows the app only as a Textual ``App`` (no import of client.tui.app: no cycl
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from textual.app import App
 from textual.css.query import NoMatches
 
+from protocol import MsgType
+from protocol.kb import KbDocument, KbHit
 from protocol.objects import AgentInfo, ModelInfo, SearchHit, SessionInfo, TurnState
 from protocol.server_events import AnswerDelta, Notice, SessionEvent, TurnEvent
 
+from client import kb as kbclient
 from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import PERMANENT_CODES, ClientError
@@ -30,6 +34,7 @@ from client.events import Connected, Disconnected, Event, InvalidFrame, Reconnec
 from client.tui.batch import drain, runs
 from client.tui.chat import ChatView
 from client.tui.input import ChatInput
+from client.tui.knowledge import KnowledgeOps
 from client.tui.sidebar import Sidebar
 from client.tui.state import Change, ChatState, StatusChanged
 from client.tui.status import StatusLine
@@ -282,10 +287,57 @@ class Controller:
         finally:
             self._deleting.discard(session_id)
 
-    async def clear(self) -> None:
+    async def clear(self, purge: bool = False) -> None:
         async def fetch() -> tuple[SessionInfo, TurnState | None]:
-            return (await self.client.session_clear(self.session_id)).session, None
+            return (await self.client.session_clear(self.session_id, purge=purge)).session, None
         await self.load_session(fetch, focus=True)
+
+    # -- trash --------------------------------------------------------------------------------------------
+    async def trash(self) -> list[SessionInfo]:
+        """The user's deleted sessions (the first page of the trash, as long as the sidebar's limit)."""
+        page = await self.client.session_list(limit=min(100, self.cfg.sidebar_max_sessions), deleted=True)
+        return list(page.sessions)
+
+    async def restore(self, session_id: str) -> None:
+        reply = await self.client.session_restore(session_id)
+        self.sidebar.upsert(reply.session)
+
+    async def purge(self, session_id: str) -> None:
+        await self.client.session_purge(session_id)
+        self.sidebar.remove(session_id)
+
+    # -- knowledge base (docs/protocol.md §5.8) ---------------------------------------------------------
+    def kb_ops(self, folder: Path) -> KnowledgeOps:
+        """The Knowledge panel's operations on this client; downloads go to ``folder``."""
+        client = self.client
+
+        async def listing() -> tuple[KbDocument, ...]:
+            return (await client.request(MsgType.KB_LIST, {})).documents  # type: ignore[attr-defined]
+
+        async def upload(path: Path, progress: Callable[[str, int, int], None]) -> dict[str, Any]:
+            return await kbclient.upload(client, path, progress=progress)
+
+        async def download(doc: KbDocument, dest: Path) -> dict[str, Any]:
+            await asyncio.to_thread(dest.parent.mkdir, parents=True, exist_ok=True)
+            return await kbclient.download(client, doc.doc_id, dest)
+
+        async def delete(doc_id: str) -> object:
+            return await client.request(MsgType.KB_DELETE, {"doc_id": doc_id})
+        return KnowledgeOps(listing, upload, download, delete, folder)
+
+    async def passage(self, chunk_id: str) -> KbHit:
+        return (await self.client.request(MsgType.KB_PASSAGE, {"chunk_id": chunk_id})).passage  # type: ignore
+
+    # -- the session's own system prompt ----------------------------------------------------------------
+    async def system_prompt(self) -> str:
+        """The current session's own system prompt ("" when the server's default is used)."""
+        return (await self.client.session_prompt(session_id=self.session_id)).system_prompt or ""
+
+    async def set_system_prompt(self, text: str) -> None:
+        reply = await self.client.session_prompt(text, session_id=self.session_id)
+        self._session_changed(reply.session)
+        self.app.notify("System prompt saved" if reply.system_prompt else "System prompt reset to the server's")
+        self.focus_input()
 
     def _session_changed(self, session: SessionInfo) -> None:
         self.sidebar.upsert(session)
@@ -300,6 +352,9 @@ class Controller:
 
     async def on_session_event(self, event: SessionEvent) -> None:
         sid = event.session.session_id
+        if event.kind == "purged":   # gone for good; a live one was "deleted" first (that event moved us)
+            self.sidebar.remove(sid)
+            return
         if event.kind == "deleted":
             self.sidebar.remove(sid)
             if sid == self.session_id and sid not in self._deleting:
@@ -358,6 +413,28 @@ class Controller:
         reply = await self.client.chat_send(text)
         if self.session_id == sid:
             await self.render(self.state.sent(reply))
+
+    async def regenerate(self) -> None:
+        """Answer the last user message again; the chat reloads without the superseded answer."""
+        await self._redo(lambda sid: self.client.chat_regenerate(session_id=sid))
+
+    async def edit(self, message_id: int, text: str) -> None:
+        """Resend user message ``message_id`` as ``text``; it and what followed are superseded."""
+        await self._redo(lambda sid: self.client.chat_edit(message_id, text, session_id=sid))
+
+    async def _redo(self, request: Callable[[str | None], Awaitable[Any]]) -> None:
+        """Send a regenerate/edit, then reload: superseded messages leave the default history page, and
+        the new turn is reattached from the switch reply (its events wait until the page is shown)."""
+        if not self.client.connected:
+            await self.chat.add_error(f"Not sent (connection {self.client.state})")
+            return
+        sid = self.session_id
+
+        async def fetch() -> tuple[SessionInfo, TurnState | None]:
+            await request(sid)
+            reply = await self.client.session_switch(sid or "")
+            return reply.session, reply.running_turn
+        await self.load_session(fetch, focus=True)
 
     async def cancel(self) -> None:
         turn_id = self.state.live_turn

@@ -28,6 +28,7 @@ from textual.widgets.markdown import MarkdownStream
 
 from protocol.objects import ChatMessage, ToolCall
 
+from client.tui.citations import CitationList, citations_of
 from client.tui.toolcall import ToolCallItem
 
 ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
@@ -66,6 +67,34 @@ def split_point(text: str) -> int:
             return pos + 2
         pos = text.rfind("\n\n", 0, pos)
     return 0
+
+
+ENDINGS = {"cancelled": "Cancelled before any text was streamed.",
+           "interrupted": "Interrupted (the server stopped) before any text was streamed."}
+
+
+def error_text(meta: dict) -> str | None:
+    """The error line of a failed turn's stored answer (metadata ``error``, ``error_message``, ``attempts``)."""
+    code = meta.get("error")
+    if not code:
+        return None
+    text = f"Error {code}: {meta.get('error_message') or 'the answer failed'}"
+    attempts = meta.get("attempts")
+    if isinstance(attempts, int) and attempts > 1:
+        text += f" (after {attempts} attempts)"
+    return text
+
+
+def marks(message: ChatMessage) -> list[Static]:
+    """What a settled answer shows under its body: its error, or why it is empty (cancelled, interrupted)."""
+    meta = message.metadata
+    out: list[Static] = []
+    error = error_text(meta)
+    if error is not None:
+        out.append(Static(error, markup=False, classes="error mark"))
+    elif not message.content.strip() and meta.get("finish_reason") in ENDINGS and message.role == "assistant":
+        out.append(Static(ENDINGS[meta["finish_reason"]], markup=False, classes="message-note mark"))
+    return out
 
 
 class Segment(Static):
@@ -146,6 +175,12 @@ class MessageView(Vertical, can_focus=True):
             self.tool_items[item.call_id] = item
             yield item
         yield self.body
+        if self.turn_id is None:
+            yield from marks(self.message)
+            if citations_of(self.message.metadata):
+                yield CitationList(citations_of(self.message.metadata))
+        if error_text(self.message.metadata):
+            self.add_class("-error")
 
     def _first_body(self) -> Widget | None:
         return next((c for c in self.children if not isinstance(c, ToolCallItem)), None)
@@ -223,7 +258,17 @@ class MessageView(Vertical, can_focus=True):
         else:
             self.body.update(rendered(self.content))
         self.border_title = self._header_text()
+        await self.remove_children(".mark, CitationList")
+        shown: list[Widget] = list(marks(message))
+        if citations_of(message.metadata):
+            shown.append(CitationList(citations_of(message.metadata)))
+        if shown:
+            await self.mount_all(shown)
+        if error_text(message.metadata):
+            self.add_class("-error")
 
     def set_error(self, text: str) -> None:
+        """Show an error under the answer (once: a stored failed answer already shows its own)."""
         self.add_class("-error")
-        self.mount(Static(text, markup=False, classes="error"))
+        if not self.query(".error"):
+            self.mount(Static(text, markup=False, classes="error"))

@@ -1,0 +1,72 @@
+"""Citations under an answer (metadata ``citations``, docs/knowledge.md): one item per cited passage;
+opening one shows the passage (KB_PASSAGE)."""
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import HorizontalGroup, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Button, Label, Static
+
+from protocol.kb import KbHit
+
+
+def citations_of(metadata: dict[str, Any]) -> list[dict[str, Any]]:
+    """The answer's citations that name a passage (a chunk id)."""
+    return [c for c in metadata.get("citations") or () if isinstance(c, dict) and c.get("chunk_id")]
+
+
+class CitationList(HorizontalGroup):
+    """The sources of an answer as small buttons; pressing one asks the app to open the passage."""
+
+    DEFAULT_CLASSES = "citations"
+
+    class Open(Message):
+        def __init__(self, chunk_id: str, label: str) -> None:
+            super().__init__()
+            self.chunk_id, self.label = chunk_id, label
+
+    def __init__(self, citations: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.citations = citations
+
+    def compose(self) -> ComposeResult:
+        yield Label("Sources:", classes="citations-label")
+        for i, cite in enumerate(self.citations):
+            label = str(cite.get("citation") or cite.get("name") or cite["chunk_id"])
+            yield Button(label, compact=True, classes="citation", name=str(i))
+
+    @on(Button.Pressed, ".citation")
+    def _open(self, event: Button.Pressed) -> None:
+        event.stop()
+        cite = self.citations[int(event.button.name or 0)]
+        self.post_message(self.Open(str(cite["chunk_id"]), str(event.button.label)))
+
+
+class PassageModal(ModalScreen[None]):
+    """One cited passage: where it is, and its text (quoted, never obeyed)."""
+
+    BINDINGS = [Binding("escape,q", "dismiss(None)", "Close", show=False)]
+
+    def __init__(self, passage: KbHit) -> None:
+        super().__init__(classes="modal")
+        self.passage = passage
+
+    def compose(self) -> ComposeResult:
+        p = self.passage
+        where = ", ".join(f"{k} {v}" for k, v in (p.location or {}).items() if v not in (None, "", []))
+        with Vertical(classes="dialog wide passage"):
+            yield Label(p.citation or p.name, classes="dialog-title")
+            yield Static(f"{p.name} · {p.collection}" + (f" · {where}" if where else ""), markup=False,
+                         classes="dialog-note")
+            with VerticalScroll(id="passage-body"):
+                yield Static(p.text, markup=False, id="passage-text")
+            yield Button("Close", id="passage-close")
+
+    @on(Button.Pressed, "#passage-close")
+    def _close(self) -> None:
+        self.dismiss(None)
