@@ -21,6 +21,7 @@ from server.config_base import ConfigError
 from server.connection import ServerConnection
 from server.services import VERSION, Counters, Services, build_services
 from server.httpd import start_http, stop_http
+from server.recovery import close_interrupted_turns
 from storage import AsyncHistoryStore, HistoryStore, open_store
 
 log = logging.getLogger("nplt.server")
@@ -122,6 +123,7 @@ class Server:
         self.services = svc = build_services(cfg, store, self.notify, agent=self._agent_arg,
                                              memory=self._memory_arg, counters=self.counters)
         try:
+            await close_interrupted_turns(store, svc.runner.inflight, svc.sessions.model_of)
             self._listener = await loop.create_server(
                 self._new_connection, cfg.server.host, cfg.server.port, ssl=ssl_ctx,
                 backlog=min(4096, max(128, cfg.limits.max_clients)))
@@ -187,6 +189,7 @@ class Server:
                     await part.aclose()
                 except Exception:  # the rest of the shutdown (the store's compaction) must still run
                     log.exception("%s close failed", name)
+        await asyncio.to_thread(svc.runner.inflight.close)
         if self._owns_store:
             await svc.store.close()
         if self._listener is not None:

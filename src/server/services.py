@@ -13,6 +13,7 @@ from server.auth import Authenticator
 from server.config import LimitsConfig, ServerConfig
 from server.hub import Hub
 from server.metrics import Metrics
+from server.recovery import marker_for
 from server.refusals import Refusals
 from server.sessions import SessionService
 from server.turns import TurnRunner
@@ -67,7 +68,8 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     sessions = SessionService(store, hub, agent, memory)
     metrics = Metrics()
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
-                        limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics)
+                        limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics,
+                        inflight=marker_for(store))
     sessions.turns = runner
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
                     memory=memory, auth=Authenticator(config.auth), counters=counters or Counters(),

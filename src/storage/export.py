@@ -51,7 +51,8 @@ def export_markdown(record: SessionRecord, messages: list[ChatMessage]) -> str:
     if record.summary is not None:
         out += [f"- Summary (messages up to #{record.summary.covers_to_id}): {record.summary.text}"]
     for m in messages:
-        flags = " (partial)" if m.metadata.get("partial") else ""
+        flags = (" (partial, interrupted)" if m.metadata.get("interrupted") else " (partial)") \
+            if m.metadata.get("partial") else ""
         out += ["", "---", "", f"### {m.role.capitalize()} #{m.id}{flags}", "", f"*{m.timestamp}*", "",
                 m.content]
         for tc in m.tool_calls:
