@@ -70,10 +70,11 @@ def lag_p99(before: dict[str, float], after: dict[str, float]) -> str:
     total = diff.get("+Inf", 0.0)
     if total <= 0:
         return "-"
+    over = int(total - diff.get("0.1", 0.0))   # samples later than 100 ms
     for le, n in sorted(((le, n) for le, n in diff.items() if le != "+Inf"), key=lambda x: float(x[0])):
         if n >= 0.99 * total:
-            return f"<={float(le) * 1000:g}"
-    return f">{max(float(le) for le in diff if le != '+Inf') * 1000:g}"
+            return f"<={float(le) * 1000:g} ({over}/{int(total)} >100)"
+    return f">{max(float(le) for le in diff if le != '+Inf') * 1000:g} ({over}/{int(total)} >100)"
 
 
 async def http_get(port: int, path: str, timeout: float = 10.0) -> str:

@@ -20,16 +20,16 @@ Only complete messages count as activity (a frame trickled byte by byte, or a fr
 never finished, does not); for v2 connections, which cannot be pinged, so do frames sent to them.
 After the client's EOF (plain TCP) what it sent is still answered, then the connection is closed.
 
-One read can hold thousands of pipelined requests (256 KiB of 25-byte frames): a v3 connection
-handles at most ``EVENTS_PER_TICK`` of them per event-loop iteration; the rest wait in ``_backlog``
-(in order) with the connection's reading paused, so a flood on many connections at once cannot hold
-the loop for seconds (issue 15, item 9: every other client's PING waited behind it).
+One read can bring 256 KiB: thousands of pipelined requests. A connection feeds the codec at most
+``RX_SLICE_BYTES`` per event-loop iteration; the rest of the read waits as bytes in ``_rx_backlog``
+(not as decoded messages, which the garbage collector would have to walk) with the connection's
+reading paused, so a flood on many connections at once cannot hold the loop for seconds (issue 15,
+item 9: every other client's PING waited behind it).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from typing import Any, Callable
 
 import orjson
@@ -57,7 +57,7 @@ log = logging.getLogger("nplt.conn")
 _PING, _PONG, _HELLO, _ERROR = int(MsgType.PING), int(MsgType.PONG), int(MsgType.HELLO), int(MsgType.ERROR)
 _GRACE, _HANDSHAKING, _READY, _LEGACY, _REFUSED, _CLOSING, _CLOSED = ConnState
 _dumps = orjson.dumps
-EVENTS_PER_TICK = 128   # v3 messages handled per connection per event-loop iteration (the rest wait)
+RX_SLICE_BYTES = 4096   # bytes of one read fed to the codec per loop iteration (~150 small requests, ~1 ms)
 
 
 class ServerConnection(asyncio.Protocol):
@@ -85,7 +85,8 @@ class ServerConnection(asyncio.Protocol):
         self._refuse_reason = refuse_reason
         self._hello: asyncio.Task | None = None     # the HELLO being answered
         self._early: list[Message] = []              # requests pipelined behind it
-        self._backlog: deque | None = None  # decoded messages over EVENTS_PER_TICK, reading paused
+        self._rx_backlog: bytes | None = None        # a read over RX_SLICE_BYTES, fed from _rx_off on
+        self._rx_off = 0
         self._eof = False             # the client half-closed: answer what it sent, then close
         self._eof_error: str | None = None  # ... and it did so in the middle of a message
         self._tls = False
@@ -132,7 +133,7 @@ class ServerConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if self.transport is not None and self._backlog is None:
+        if self.transport is not None and self._rx_backlog is None:
             self.transport.resume_reading()
 
     # -- asyncio.Protocol ----------------------------------------------------------------------------
@@ -156,6 +157,39 @@ class ServerConnection(asyncio.Protocol):
         self._handshake = self.loop.call_later(self.limits.handshake_timeout_s, self._on_handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
+        if self._rx_backlog is not None:   # (reading is paused: only bytes already in flight)
+            self._rx_backlog = self._rx_backlog[self._rx_off:] + data
+            self._rx_off = 0
+            return
+        if len(data) > RX_SLICE_BYTES:
+            self._rx_backlog, self._rx_off = data, RX_SLICE_BYTES
+            data = data[:RX_SLICE_BYTES]
+            if self.transport is not None:
+                self.transport.pause_reading()
+            self.loop.call_soon(self._next_slice)
+        self._receive(data)
+
+    def _next_slice(self) -> None:
+        """Feed the next RX_SLICE_BYTES of the backlog; reading resumes once it is empty (unless the
+        output is over its high-water mark)."""
+        backlog, off = self._rx_backlog, self._rx_off
+        if backlog is None:
+            return
+        if self.closing:
+            self._rx_backlog = None
+            return
+        end = off + RX_SLICE_BYTES
+        if end >= len(backlog):
+            self._rx_backlog = None
+        else:
+            self._rx_off = end
+        self._receive(backlog[off:end])
+        if self._rx_backlog is not None:
+            self.loop.call_soon(self._next_slice)
+        elif not self.closing and not self.output.paused:
+            self.resume_reading()
+
+    def _receive(self, data: bytes) -> None:
         state = self.state
         hot = state is _READY  # handshake done (v3): the codec answers well-formed PINGs itself
         if not hot:
@@ -180,7 +214,7 @@ class ServerConnection(asyncio.Protocol):
                 events = self.codec.receive_and_pong(data, iso_now(), out) if hot else \
                     self.codec.receive_data(data)
             except ProtocolError as exc:
-                self._handle(exc.events, sliced=False)
+                self._handle(exc.events)
                 self.fatal(exc.code, exc.message)
                 return
             if events or len(out) != n_out:  # a complete message (PONGs in out: PINGs) arrived
@@ -240,50 +274,17 @@ class ServerConnection(asyncio.Protocol):
             self.requests.resume()
 
     # -- incoming ------------------------------------------------------------------------------------
-    def _handle(self, events: list, sliced: bool = True) -> None:
+    def _handle(self, events: list) -> None:
         if self.legacy is not None:
             if self._handshake is not None:  # its first message: a v2 client, not a silent socket
                 self._handshake.cancel()
                 self._handshake = None
             self.legacy.on_events(events)
             return
-        if self._backlog is not None:   # earlier messages still wait: keep the order
-            self._backlog.extend(events)
-            if sliced:
-                return
-            events, self._backlog = list(self._backlog), None
-        elif sliced and len(events) > EVENTS_PER_TICK:
-            self._backlog = deque(events[EVENTS_PER_TICK:])
-            events = events[:EVENTS_PER_TICK]
-            if self.transport is not None:
-                self.transport.pause_reading()
-            self.loop.call_soon(self._next_slice)
         for ev in events:
             if self.closing:
                 return
             self._on_v3(ev)
-
-    def _next_slice(self) -> None:
-        """The next EVENTS_PER_TICK messages of the backlog, one write for their replies; reading
-        resumes once the backlog is empty (unless the output is still over its high-water mark)."""
-        backlog = self._backlog
-        if backlog is None:
-            return
-        output = self.output
-        output.in_rx = True
-        try:
-            for _ in range(min(EVENTS_PER_TICK, len(backlog))):
-                if self.closing:
-                    break
-                self._on_v3(backlog.popleft())
-        finally:
-            output.end_rx(self.state is _READY)
-        if backlog and not self.closing:
-            self.loop.call_soon(self._next_slice)
-            return
-        self._backlog = None
-        if not self.closing and not output.paused:
-            self.resume_reading()
 
     def _on_v3(self, ev: Message | InvalidMessage) -> None:
         if type(ev) is InvalidMessage:
