@@ -7,7 +7,12 @@ chat messages one after another, timing each from the send to its TURN_END. Afte
 history is read back and checked: each user message exactly once, in order, each followed by its
 answer (no message lost or duplicated).
 
-    python bench/load.py [--clients 200] [--turns 5] [--agent echo|offline]
+Also printed: the CPU seconds the server process and this load generator spent while the clients ran
+(psutil), so a generator that saturates its core is visible; the generator is one asyncio process
+(uvloop when installed) and spends a small fraction of what the server does per turn.
+
+    python bench/load.py [--clients 200] [--turns 5] [--agent echo|offline] [--durability fsync|batched]
+                         [--io-threads N] [--lru-size N] [--switch-ms MS]
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ T = MsgType
 
 # ---------------------------------------------------------------- server side (subprocess)
 async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int, durability: str,
-                users: int) -> None:
+                users: int, io_threads: int, switch_ms: float, lru_size: int) -> None:
     from server.app import Server
     from server.config import ServerConfig
     agent = None
@@ -45,7 +50,11 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
     auth = {"users": [{"user_id": f"u{i}", "token_sha256": hash_token(f"token-{i}")} for i in range(users)]}
     cfg = ServerConfig.from_dict({"server": {"host": "127.0.0.1", "port": 0},
                                   "limits": {"max_clients": max_clients}, "auth": auth,
-                                  "storage": {"root": data_dir, "durability": durability}})
+                                  "storage": {"root": data_dir, "durability": durability,
+                                              **({"io_threads": io_threads} if io_threads else {}),
+                                              **({"lru_size": lru_size} if lru_size else {})}})
+    if switch_ms:
+        sys.setswitchinterval(switch_ms / 1000)
     srv = Server(cfg, agent=agent)
     _, port = await srv.start()
     Path(port_file).write_text(str(port))
@@ -123,6 +132,14 @@ async def run_clients(port: int, n: int, turns: int, users: int) -> tuple[float,
     return elapsed, latencies, texts
 
 
+def main_thread_cpu(ps) -> float:
+    """CPU seconds of the server's main (event loop) thread."""
+    for t in ps.threads():
+        if t.id == ps.pid:
+            return t.user_time + t.system_time
+    return 0.0
+
+
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
@@ -136,12 +153,17 @@ def main() -> None:
     ap.add_argument("--durability", choices=("fsync", "batched"), default="fsync")
     ap.add_argument("--single-user", action="store_true",
                     help="all clients are the single user 'local' (every session event fans out to all)")
+    ap.add_argument("--io-threads", type=int, default=0, help="[storage] io_threads (default: the config default)")
+    ap.add_argument("--lru-size", type=int, default=0, help="[storage] lru_size (default: the config default)")
+    ap.add_argument("--switch-ms", type=float, default=0,
+                    help="server sys.setswitchinterval in ms (default: Python's 5 ms)")
     ap.add_argument("--serve", nargs=2, metavar=("PORT_FILE", "DATA_DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
         with asyncio.Runner(loop_factory=new_loop) as r:
             r.run(serve(args.serve[0], args.serve[1], args.agent, args.clients + 16, args.durability,
-                        0 if args.single_user else args.clients))
+                        0 if args.single_user else args.clients, args.io_threads, args.switch_ms,
+                        args.lru_size))
         return
     import psutil
     with tempfile.TemporaryDirectory() as tmp:
@@ -149,7 +171,8 @@ def main() -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("NPLT_")}
         proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file), str(Path(tmp) / "data"),
                                  "--agent", args.agent, "--clients", str(args.clients),
-                                 "--durability", args.durability] + (["--single-user"] if args.single_user else []),
+                                 "--durability", args.durability, "--io-threads", str(args.io_threads),
+                                 "--switch-ms", str(args.switch_ms), "--lru-size", str(args.lru_size)] + (["--single-user"] if args.single_user else []),
                                 env=env)
         try:
             deadline = time.monotonic() + 30
@@ -168,12 +191,18 @@ def main() -> None:
                     peak[0] = max(peak[0], ps.memory_info().rss)
                     await asyncio.sleep(0.1)
 
+            cpu = [0.0, 0.0, 0.0]
+
             async def run() -> tuple:
                 sampler = asyncio.get_running_loop().create_task(sample())
+                s0, g0, m0 = ps.cpu_times(), psutil.Process().cpu_times(), main_thread_cpu(ps)
                 try:
                     res = await run_clients(port, args.clients, args.turns, users)
                 finally:
                     sampler.cancel()
+                s1, g1 = ps.cpu_times(), psutil.Process().cpu_times()
+                cpu[:] = [s1.user + s1.system - s0.user - s0.system, g1.user + g1.system - g0.user - g0.system,
+                          main_thread_cpu(ps) - m0]
                 checked = await verify(port, res[2], users)
                 rate = await stream_rate(port, 50_000, users) if args.agent == "echo" else None
                 return res, checked, rate
@@ -187,6 +216,10 @@ def main() -> None:
             if lat:
                 print(f"turn latency      p50 {pct(lat, 50) * 1000:.1f} ms   p99 {pct(lat, 99) * 1000:.1f} ms   "
                       f"mean {statistics.fmean(lat) * 1000:.1f} ms")
+            print(f"CPU seconds       server {cpu[0]:.2f} ({cpu[0] / elapsed:.0%} of one core, "
+                  f"{cpu[0] / max(n, 1) * 1e3:.2f} ms/turn; event-loop thread {cpu[2]:.2f}, other threads "
+                  f"{cpu[0] - cpu[2]:.2f})   load generator {cpu[1]:.2f} "
+                  f"({cpu[1] / elapsed:.0%} of one core)")
             print(f"server RSS        idle {rss_idle / 2**20:.1f} MiB   peak {peak[0] / 2**20:.1f} MiB")
             if rate is not None:
                 print(f"one stream        {rate:,.0f} deltas/s end to end (50,000 deltas, echo agent)")

@@ -35,6 +35,8 @@ from client.connection import Client  # noqa: E402
 from client.tui.app import NpltApp  # noqa: E402
 from client.tui.chat import FIRST_PAINT, ChatView  # noqa: E402
 from client.tui.message import MessageView  # noqa: E402
+from protocol.objects import ChatMessage  # noqa: E402
+from protocol.server_events import TurnEnd  # noqa: E402
 from server.agent.base import TurnRequest, TurnResult, TurnSink  # noqa: E402
 from storage import HistoryStore, StorageConfig  # noqa: E402
 from testkit.server import running_server  # noqa: E402
@@ -158,10 +160,10 @@ async def library_rate(addr: tuple[str, int], tokens: list[str]) -> float:
         reply = await client.chat_send("stream please")
         while True:
             event = await client.next_event(timeout=300)
-            if event is not None and event.type == "TURN_END" and event.turn_id == reply["turn_id"]:
+            if isinstance(event, TurnEnd) and event.turn_id == reply.turn_id:
                 break
         total = time.perf_counter() - t0
-        assert event.body["message"]["content"] == "".join(tokens)
+        assert event.message is not None and event.message.content == "".join(tokens)
     return total
 
 
@@ -175,9 +177,8 @@ async def bench_stream(tmp: Path, tokens: list[str]) -> None:
             # (a) render cost per delta, one Markdown.append per token plus a screen refresh. A screenful
             # of earlier messages sits above, as in a real conversation, so the view scrolls from the start.
             for i in range(12):
-                await chat.add_message({"id": i + 1, "role": "user" if i % 2 == 0 else "assistant",
-                                        "content": message_text(i)})
-            view = await chat.add_message({"role": "assistant", "content": ""}, turn_id="bench")
+                await chat.add_message(ChatMessage(i + 1, "user" if i % 2 == 0 else "assistant", message_text(i)))
+            view = await chat.add_message(ChatMessage(None, "assistant", ""), turn_id="bench")
             wall, cpu = [], []
             for t in tokens:
                 w0, c0 = time.perf_counter(), time.process_time()

@@ -3,6 +3,10 @@
 The server runs as a child process bound to 127.0.0.1 (an OS-chosen port unless --port is given), writing
 its port to a temporary file; the TUI connects to it; when the TUI exits the server is stopped with SIGTERM
 (graceful: turns finished or saved as partial, storage compacted).
+
+When the terminal goes away (SSH drop, closed tmux pane: SIGHUP) or this script gets SIGTERM, the TUI
+exits (it handles SIGHUP itself, and is killed if it lingers) and the server is stopped the same
+graceful way. The server runs in its own session, so the terminal's SIGHUP never kills it abruptly.
 """
 from __future__ import annotations
 
@@ -31,7 +35,14 @@ def wait_for_port(port_file: Path, server: subprocess.Popen, deadline_s: float =
     raise SystemExit("run: the server did not start listening within 30 s")
 
 
+def _stop(signum: int, frame: object) -> None:
+    """SIGHUP / SIGTERM: unwind main() so its ``finally`` stops the server."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
+    signal.signal(signal.SIGHUP, _stop)
+    signal.signal(signal.SIGTERM, _stop)
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0 = any free port")
@@ -44,7 +55,7 @@ def main() -> int:
         server = subprocess.Popen(
             [str(bindir / "nplt-server"), "--host", args.host, "--port", str(args.port),
              "--data-dir", args.data_dir, "--port-file", str(port_file)],
-            stdout=log, stderr=subprocess.STDOUT,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         try:
             port = wait_for_port(port_file, server)

@@ -14,10 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from protocol.objects import SessionInfo
+from protocol.server_events import AnswerDelta, ToolCallEvent, TurnEnd, TurnError, TurnEvent
+
 from client import errors
 from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import ClientError
+from client.events import Disconnected, ServerError
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1      # unexpected failure (a bug)
@@ -55,85 +59,116 @@ def _dump(doc: Any, out: TextIO) -> None:
 
 
 async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
-    """Send one message and stream the answer; with --json print one document at the end."""
+    """Send one message (``-``: read it from stdin) and stream the answer; with --json print one
+    document at the end."""
+    text = args.text
+    if text == "-":
+        text = (await asyncio.to_thread(sys.stdin.read)).rstrip("\n")
+        if not text.strip():
+            err.write("nplt-client: USAGE: no message on stdin\n")
+            return EXIT_USAGE
     async with make_client(cfg, session_id=args.session) as client:
         if args.new:
             await client.session_new()
         elif args.session and client.session_id != args.session:
             await client.session_switch(args.session)  # NOT_FOUND when it is not the user's session
-        reply = await client.chat_send(args.text)
-        turn_id = reply["turn_id"]
+        reply = await client.chat_send(text)
+        turn_id = reply.turn_id
         try:
             streamed = io.StringIO() if args.json else out   # --json: kept for a cut TURN_END
             end = await _follow_turn(client, turn_id, streamed, None if args.json else err)
         except asyncio.CancelledError:
             try:
                 await asyncio.wait_for(client.chat_cancel(turn_id=turn_id), 2.0)
-            except (ClientError, asyncio.TimeoutError):
-                pass
+            except (ClientError, asyncio.TimeoutError) as exc:  # interrupted anyway: the server may finish it
+                err.write(f"nplt-client: the turn could not be cancelled: {exc}\n")
             raise
-    if end.type == "TURN_ERROR":
-        err.write(f"nplt-client: {end.body.get('code', 'TURN_ERROR')}: {end.body.get('message', '')}\n")
+    if isinstance(end, TurnError):
+        err.write(f"nplt-client: {end.code}: {end.message}\n")
         return EXIT_TURN
-    message = end.body.get("message") or {}
-    if args.json and end.body.get("truncated") and isinstance(streamed, io.StringIO) \
+    message = end.message.encode() if end.message is not None else {}
+    if args.json and end.truncated and isinstance(streamed, io.StringIO) \
             and len(streamed.getvalue()) > len(str(message.get("content") or "")):
         message = {**message, "content": streamed.getvalue()}   # cut to fit max_message_size
     if args.json:
-        _dump({"session_id": reply["session_id"], "turn_id": turn_id, "user_message": reply["user_message"],
-               "message": message, "tool_calls": message.get("tool_calls", []), "usage": end.body.get("usage", {}),
-               "finish_reason": end.body.get("finish_reason")}, out)
+        _dump({"session_id": reply.session_id, "turn_id": turn_id, "user_message": reply.user_message.encode(),
+               "message": message, "tool_calls": message.get("tool_calls", []), "usage": end.usage,
+               "finish_reason": end.finish_reason}, out)
     else:
         out.write("\n")
         out.flush()
-    if end.body.get("finish_reason") == "cancelled":
+    if end.finish_reason == "cancelled" and end.message is not None \
+            and end.message.metadata.get("cancel_reason") == "shutdown":
+        err.write("nplt-client: SHUTTING_DOWN: the server stopped during the answer (the partial answer was saved)\n")
+        return EXIT_CONNECTION
+    if end.finish_reason == "cancelled":
         err.write("nplt-client: CANCELLED: the turn was cancelled\n")
         return EXIT_TURN
     return EXIT_OK
 
 
-async def _follow_turn(client: Client, turn_id: str, out: TextIO | None, err: TextIO | None):
+async def _follow_turn(client: Client, turn_id: str, out: TextIO | None,
+                       err: TextIO | None) -> TurnEnd | TurnError:
     """Read events until the turn ends; stream deltas to ``out`` and tool activity to ``err``."""
     shown = 0
     async for event in client.events():
-        if event.type == "STATE" and event.body.get("state") == "disconnected":
-            raise ClientError(errors.CONNECTION_LOST, event.body.get("error") or "connection lost")
-        if event.turn_id != turn_id:
+        if isinstance(event, Disconnected):
+            raise ClientError(errors.CONNECTION_LOST, event.error or "connection lost")
+        if isinstance(event, ServerError) and event.error.fatal:
+            stopped = event.error.code == "SHUTTING_DOWN"
+            raise ClientError(event.error.code, "the server stopped during the answer" if stopped
+                              else event.error.message)
+        if not isinstance(event, TurnEvent) or event.turn_id != turn_id:
             continue
-        if event.type == "ANSWER_DELTA" and out is not None:
-            text, offset = event.body.get("text", ""), int(event.body.get("offset", 0))
-            if offset + len(text) > shown:
-                out.write(text[max(0, shown - offset):])
-                out.flush()
-                shown = offset + len(text)
-        elif event.type == "TOOL_CALL" and err is not None:
-            call = event.body.get("call", {})
-            err.write(f"[tool {call.get('tool_name')} {json.dumps(call.get('arguments', {}))}]\n")
-        elif event.type in ("TURN_END", "TURN_ERROR"):
-            return event
+        match event:
+            case AnswerDelta(text=text, offset=offset) if out is not None:
+                if offset + len(text) > shown:
+                    out.write(text[max(0, shown - offset):])
+                    out.flush()
+                    shown = offset + len(text)
+            case ToolCallEvent(call=call) if err is not None:
+                err.write(f"[tool {call.tool_name} {json.dumps(call.arguments)}]\n")
+            case TurnEnd() | TurnError():
+                return event
     raise ClientError(errors.CONNECTION_LOST, "connection closed before the turn ended")
 
 
 async def cmd_sessions(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
     """List the user's sessions, newest first (every page)."""
-    sessions: list[dict[str, Any]] = []
+    sessions: list[SessionInfo] = []
     async with make_client(cfg) as client:
         before = None
         while True:
             page = await client.session_list(before=before, limit=args.page_size)
-            sessions.extend(page.get("sessions", []))
-            before = page.get("next_before")
-            if not page.get("has_more") or not before or (args.limit and len(sessions) >= args.limit):
+            sessions.extend(page.sessions)
+            before = page.next_before
+            if not page.has_more or not before or (args.limit and len(sessions) >= args.limit):
                 break
     if args.limit:
         sessions = sessions[:args.limit]
     if args.json:
-        _dump({"sessions": sessions}, out)
+        _dump({"sessions": [s.encode() for s in sessions]}, out)
         return EXIT_OK
     for s in sessions:
-        out.write(f"{s['session_id']}  {s.get('updated_at', '')[:19]}  {s.get('message_count', 0):>6} msgs  "
-                  f"{s.get('title', '')}\n")
+        out.write(f"{s.session_id}  {s.updated_at[:19]}  {s.message_count:>6} msgs  {s.title}\n")
     return EXIT_OK
+
+
+def message_marks(meta: dict) -> list[str]:
+    """What a stored message's metadata says about how it ended, for the text history: cancelled,
+    interrupted, error CODE, partial, truncated, ..."""
+    marks = []
+    finish = meta.get("finish_reason")
+    if finish in ("cancelled", "interrupted", "length", "max_iterations"):
+        marks.append(str(finish))
+    error = meta.get("error")
+    if error:
+        code = error.get("code") if isinstance(error, dict) else error
+        marks.append(f"error {code}")
+    for flag in ("partial", "truncated"):
+        if meta.get(flag):
+            marks.append(flag)
+    return marks
 
 
 async def cmd_history(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
@@ -141,16 +176,18 @@ async def cmd_history(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, 
     async with make_client(cfg) as client:
         page = await client.history_page(session_id=args.session, before=args.before, limit=args.limit)
     if args.json:
-        _dump({k: page.get(k) for k in ("session_id", "messages", "has_more", "next_before", "total")}, out)
+        body = page.encode()
+        _dump({k: body[k] for k in ("session_id", "messages", "has_more", "next_before", "total")}, out)
         return EXIT_OK
-    for m in page.get("messages", []):
-        out.write(f"[{m['id']}] {m['role']}  {m.get('timestamp', '')[:19]}\n")
-        for call in m.get("tool_calls") or ():
-            out.write(f"  tool {call.get('tool_name')} {json.dumps(call.get('arguments', {}))} -> "
-                      f"{call.get('status')} ({call.get('duration', 0):.3f}s)\n")
-        out.write(m.get("content", "") + "\n\n")
-    if page.get("has_more"):
-        out.write(f"(older messages: --before {page.get('next_before')})\n")
+    for m in page.messages:
+        marks = message_marks(m.metadata)
+        out.write(f"[{m.id}] {m.role}  {m.timestamp[:19]}" + (f"  ({', '.join(marks)})" if marks else "") + "\n")
+        for call in m.tool_calls:
+            out.write(f"  tool {call.tool_name} {json.dumps(call.arguments)} -> "
+                      f"{call.status} ({call.duration:.3f}s)\n")
+        out.write((m.content or ("(no answer)" if m.role == "assistant" else "")) + "\n\n")
+    if page.has_more:
+        out.write(f"(older messages: --before {page.next_before})\n")
     return EXIT_OK
 
 
@@ -158,7 +195,7 @@ async def cmd_export(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     """Export a session as Markdown or JSON to --output or stdout."""
     async with make_client(cfg) as client:
         reply = await client.export(args.format, session_id=args.session)
-    content = reply.get("content", "")
+    content = reply.content
     if args.output:
         try:
             await asyncio.to_thread(Path(args.output).expanduser().write_text, content, encoding="utf-8")
@@ -177,7 +214,7 @@ COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "e
 def add_subcommands(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("ask", help="send a message and stream the answer to stdout")
-    p.add_argument("text", help="the message")
+    p.add_argument("text", help="the message ('-': read it from stdin)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--session", metavar="ID", help="session to use (default: the most recently updated)")
     g.add_argument("--new", action="store_true", help="start a new session for this message")

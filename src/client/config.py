@@ -1,7 +1,8 @@
 """Client configuration: TOML file, ``NPLT_CLIENT_*`` environment variables and command-line flags.
 
 Precedence: flags > environment > file > defaults. The file is ``--config PATH``, else
-``$NPLT_CLIENT_CONFIG``, else ``~/.config/nplt/client.toml`` when it exists. See docs/client.md.
+``$NPLT_CLIENT_CONFIG``, else ``client.toml`` in the user's config folder (platformdirs:
+``$XDG_CONFIG_HOME/nplt/``, by default ``~/.config/nplt/``) when it exists. See docs/client.md.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-DEFAULT_PATH = Path("~/.config/nplt/client.toml")
+from client import paths
+
 ENV_PREFIX = "NPLT_CLIENT_"
 TOP_KEYS = {"host", "port", "token", "theme", "page_size", "request_timeout_s", "connect_timeout_s",
             "reconnect_initial_s", "reconnect_max_s", "event_queue_size", "sidebar_max_sessions",
@@ -106,7 +108,7 @@ class ClientConfig:
         env = os.environ if env is None else env
         path_arg = getattr(args, "config", None) or env.get(ENV_PREFIX + "CONFIG")
         data: dict[str, Any] = {}
-        path = Path(path_arg).expanduser() if path_arg else DEFAULT_PATH.expanduser()
+        path = Path(path_arg).expanduser() if path_arg else paths.config_file()
         if path_arg or path.exists():
             try:
                 data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -197,7 +199,8 @@ def _from_args(args: argparse.Namespace | None) -> dict[str, Any]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The connection flags shared by the TUI and every subcommand (all default to None: 'not given')."""
     g = parser.add_argument_group("connection")
-    g.add_argument("--config", metavar="FILE", help=f"client config file (default {DEFAULT_PATH})")
+    g.add_argument("--config", metavar="FILE",
+                   help="client config file (default: client.toml in $XDG_CONFIG_HOME/nplt, ~/.config/nplt)")
     g.add_argument("--host", help="server host (default 127.0.0.1)")
     g.add_argument("--port", type=int, help="server port (default 9999)")
     g.add_argument("--token", help="auth token (prefer NPLT_CLIENT_TOKEN: flags show in process lists)")

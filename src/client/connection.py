@@ -4,25 +4,34 @@
 PINGs, delivers server events through a bounded queue (``events()`` / ``next_event()``, see
 ``client.events`` for the backpressure rule) and, when the connection drops after a successful
 HELLO, reconnects with exponential backoff, re-sending HELLO with the current session id. State
-changes are reported as ``STATE`` events.
+changes are reported as ``Connected`` / ``Reconnecting`` / ``Disconnected`` events.
+
+Replies and events are decoded into the typed classes of ``protocol.replies`` and
+``protocol.server_events``. A reply that does not validate fails its request with
+``ClientError(INVALID_MESSAGE)``; an event that does not validate is delivered as ``InvalidFrame``.
+Cancelling a caller that awaits a request (or ``close``) propagates its CancelledError.
 """
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
+import logging
 import random
 import ssl
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator
 
-from protocol import Connection, InvalidMessage, MsgType, ProtocolError, Role
+from protocol import Connection, ErrorCode, InvalidMessage, MsgType, ProtocolError, Role
+from protocol.replies import ErrorReply, HelloReply, Reply, decode_reply
+from protocol.server_events import EVENT_TYPES, decode_event
 
 from client import errors
 from client.errors import ClientError
-from client.events import Event, EventQueue
+from client.events import Connected, Disconnected, Event, EventQueue, InvalidFrame, Reconnecting, ServerError
 from client.operations import Operations
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CLIENT_NAME = "nplt-client/0.1"
 READ_CHUNK = 65536
@@ -46,6 +55,20 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
+async def _cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait for it to end. The task's own CancelledError is absorbed; the
+    caller's (this coroutine being cancelled meanwhile) propagates."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except Exception as exc:  # the task failed while stopping: nothing left to do but say so
+        log.debug("task %s ended with %r while being stopped", task.get_name(), exc)
+
+
 class Client(Operations):
     """An NPLT v3 client. Use ``async with Client(...) as c`` or ``await c.connect()`` / ``await c.close()``."""
 
@@ -60,11 +83,11 @@ class Client(Operations):
         self.request_timeout, self.connect_timeout = request_timeout, connect_timeout
         self.max_message_size = max_message_size
         self._session_id = session_id
-        self.hello: dict[str, Any] | None = None
+        self.hello: HelloReply | None = None
         self.state = "disconnected"
         self._queue = EventQueue(event_queue_size)
         self._ids = itertools.count(1)
-        self._pending: dict[int | str, asyncio.Future[dict[str, Any]]] = {}
+        self._pending: dict[int | str, tuple[MsgType, asyncio.Future[Reply]]] = {}
         self._conn: Connection | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
@@ -90,7 +113,7 @@ class Client(Operations):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def connect(self) -> dict[str, Any]:
+    async def connect(self) -> HelloReply:
         """Open the connection and complete HELLO; returns the HELLO reply. Raises ClientError."""
         if self._closing:
             raise ClientError(errors.CLOSED, "the client is closed")
@@ -106,18 +129,22 @@ class Client(Operations):
         if self._closing:
             return
         self._closing = True
-        if self._reconnect_task is not None:
-            self._reconnect_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reconnect_task
-        await self._teardown()
-        self._fail_pending(ClientError(errors.CLOSED, "the client was closed"))
-        self.state = "closed"
-        self._queue.close()
+        try:
+            if self._reconnect_task is not None:
+                await _cancel_and_wait(self._reconnect_task)
+            await self._teardown()
+        finally:  # also when the caller is cancelled meanwhile: nothing is left open or waiting
+            if self._writer is not None:
+                self._writer.close()
+            self._fail_pending(ClientError(errors.CLOSED, "the client was closed"))
+            self.state = "closed"
+            self._queue.close()
 
     async def request(self, msg_type: MsgType, body: dict[str, Any] | None = None,
-                      timeout: float | None = None) -> dict[str, Any]:
-        """Send one request and wait for its reply (RESPONSE body, or PONG for PING)."""
+                      timeout: float | None = None) -> Reply:
+        """Send one request and wait for its typed reply (``protocol.replies``; ``Pong`` for PING).
+
+        An ERROR reply raises ClientError with its code."""
         if self.state != "connected" and msg_type != MsgType.HELLO:
             raise ClientError(errors.NOT_CONNECTED, f"not connected ({self.state})")
         return await self._request(msg_type, dict(body or {}), timeout)
@@ -135,7 +162,7 @@ class Client(Operations):
         return await self._queue.get(timeout)
 
     # -- connection lifecycle -------------------------------------------------------------------------
-    async def _establish(self) -> dict[str, Any]:
+    async def _establish(self) -> HelloReply:
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=self.tls,
@@ -159,22 +186,24 @@ class Client(Operations):
         if self._session_id is not None:
             body["session_id"] = self._session_id
         try:
-            return await self._request(MsgType.HELLO, body, self.connect_timeout)
-        except ClientError:
+            hello = await self._request(MsgType.HELLO, body, self.connect_timeout)
+        except BaseException:  # ClientError, or the caller cancelled: do not leave the socket open
             await self._teardown()
             raise
+        assert isinstance(hello, HelloReply)
+        return hello
 
-    async def _on_hello(self, hello: dict[str, Any]) -> None:
-        """HELLO accepted (called by the reader, so STATE precedes every later event)."""
+    async def _on_hello(self, hello: HelloReply) -> None:
+        """HELLO accepted (called by the reader, so Connected precedes every later event)."""
         reconnected = self._ever_connected
         self.hello = hello
-        limit = (hello.get("limits") or {}).get("max_message_size")
+        limit = hello.limits.get("max_message_size")
         if self._conn is not None and isinstance(limit, int) and 0 < limit < self._conn.max_message_size:
             self._conn.max_message_size = limit  # a request the server would discard fails here, at once
-        self._track_session(hello.get("session"))
+        self._track_session(hello.session)
         self.state = "connected"
         self._ever_connected = True
-        await self._emit_state("connected", hello=hello, reconnected=reconnected)
+        await self._queue.put(Connected(hello, reconnected))
 
     async def _teardown(self) -> None:
         """Close the socket and stop the reader of the current connection (no reconnect)."""
@@ -182,12 +211,13 @@ class Client(Operations):
         self._reader_task, self._writer, self._conn = None, None, None
         if writer is not None:
             writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 2.0)
         if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            await _cancel_and_wait(task)
+        if writer is not None:
+            try:
+                await asyncio.wait_for(writer.wait_closed(), 2.0)
+            except (OSError, asyncio.TimeoutError) as exc:  # the socket is closed either way
+                log.debug("closing the connection to %s:%d: %r", self.host, self.port, exc)
 
     def _connection_lost(self, reason: str) -> None:
         """Called by the reader when the socket ends: fail pending requests, maybe start reconnecting."""
@@ -216,7 +246,7 @@ class Client(Operations):
                 await self._give_up(errors.CONNECTION_LOST, f"gave up after {attempt - 1} attempts: {error}")
                 return
             delay = self.backoff.delay(attempt)
-            await self._emit_state("reconnecting", attempt=attempt, delay=round(delay, 3), error=error)
+            await self._queue.put(Reconnecting(attempt, round(delay, 3), error))
             await asyncio.sleep(delay)
             try:
                 await self._establish()
@@ -230,20 +260,17 @@ class Client(Operations):
 
     async def _give_up(self, code: str, message: str) -> None:
         self.state = "disconnected"
-        await self._emit_state("disconnected", code=code, error=message)
+        await self._queue.put(Disconnected(code, message))
         self._queue.close()
 
-    async def _emit_state(self, state: str, **fields: Any) -> None:
-        await self._queue.put(Event("STATE", {"state": state, **fields}))
-
     # -- requests -------------------------------------------------------------------------------------
-    async def _request(self, msg_type: MsgType, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    async def _request(self, msg_type: MsgType, body: dict[str, Any], timeout: float | None) -> Reply:
         rid = next(self._ids)
         body["id"] = rid
         if msg_type == MsgType.HELLO:
             self._hello_id = rid
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = (msg_type, fut)
         try:
             await self._send(msg_type, body)
             return await asyncio.wait_for(fut, timeout if timeout is not None else self.request_timeout)
@@ -266,7 +293,7 @@ class Client(Operations):
 
     def _fail_pending(self, error: ClientError) -> None:
         pending, self._pending = self._pending, {}
-        for fut in pending.values():
+        for _, fut in pending.values():
             if not fut.done():
                 fut.set_exception(error)
                 fut.exception()  # mark retrieved: the waiter may already be gone
@@ -298,39 +325,64 @@ class Client(Operations):
 
     async def _dispatch(self, item: Any) -> None:
         if isinstance(item, InvalidMessage):
-            err = item.error
-            fut = self._pending.get(item.re) if item.re is not None else None
-            if fut is not None and not fut.done():
-                fut.set_exception(ClientError(str(err.code), err.message))
-            else:
-                await self._queue.put(Event("INVALID", {"code": str(err.code), "message": err.message}))
-            if str(err.code) == "UNKNOWN_TYPE":
-                with contextlib.suppress(ClientError):
-                    await self._send(MsgType.ERROR, {"re": None, "code": "UNKNOWN_TYPE",
-                                                     "message": f"unknown type code {item.type}", "fatal": False})
+            await self._on_invalid(item)
             return
         body = item.body if isinstance(item.body, dict) else {}
         mtype = item.type
-        if mtype in (MsgType.RESPONSE, MsgType.PONG):
-            fut = self._pending.get(body.get("re"))
-            if fut is not None and not fut.done():
-                if body.get("re") == self._hello_id:
-                    await self._on_hello(body)
-                fut.set_result(body)
-        elif mtype == MsgType.ERROR:
-            fut = self._pending.get(body.get("re")) if body.get("re") is not None else None
-            err = ClientError(str(body.get("code", "INTERNAL")), str(body.get("message", "")),
-                              bool(body.get("fatal", False)))
-            if fut is not None and not fut.done():
-                fut.set_exception(err)
-            else:
-                await self._queue.put(Event("ERROR", body))
+        if mtype in (MsgType.RESPONSE, MsgType.PONG, MsgType.ERROR):
+            await self._on_reply(mtype, body)
         elif mtype == MsgType.PING:
-            with contextlib.suppress(ClientError):
-                await self._send(MsgType.PONG, {"re": body.get("id"), "time": _now()})
-        else:
             try:
-                name = MsgType(mtype).name
-            except ValueError:
-                name = f"TYPE_{int(mtype):#04x}"
-            await self._queue.put(Event(name, body))
+                await self._send(MsgType.PONG, {"re": body.get("id"), "time": _now()})
+            except ClientError as exc:  # the connection is going away: the reader sees it next
+                log.debug("PONG not sent: %s", exc)
+        elif mtype in EVENT_TYPES:
+            try:
+                event = decode_event(mtype, body)
+            except ProtocolError as exc:
+                log.warning("invalid %s from the server: %s", MsgType(mtype).name, exc.message)
+                await self._queue.put(InvalidFrame(exc.code, f"{MsgType(mtype).name}: {exc.message}"))
+                return
+            await self._queue.put(event)  # type: ignore[arg-type]
+        else:
+            log.warning("unexpected %s from the server, ignored", MsgType(mtype).name)
+
+    async def _on_invalid(self, item: InvalidMessage) -> None:
+        err = item.error
+        pending = self._pending.get(item.re) if item.re is not None else None
+        if pending is not None and not pending[1].done():
+            pending[1].set_exception(ClientError(err.code, err.message))
+        else:
+            await self._queue.put(InvalidFrame(err.code, err.message))
+        if err.code == ErrorCode.UNKNOWN_TYPE:
+            try:
+                await self._send(MsgType.ERROR, ErrorReply(ErrorCode.UNKNOWN_TYPE,
+                                                           f"unknown type code {item.type}").encode())
+            except ClientError as exc:  # the connection is going away: the reader sees it next
+                log.debug("UNKNOWN_TYPE error not sent: %s", exc)
+
+    async def _on_reply(self, mtype: MsgType, body: dict[str, Any]) -> None:
+        """A RESPONSE, PONG or ERROR: settle the pending request it answers (or report the ERROR)."""
+        re = body.get("re")
+        pending = self._pending.get(re) if re is not None and not isinstance(re, (dict, list)) else None
+        if pending is None or pending[1].done():
+            if mtype == MsgType.ERROR:
+                try:
+                    await self._queue.put(ServerError(ErrorReply.decode(body)))
+                except ProtocolError as exc:
+                    await self._queue.put(InvalidFrame(exc.code, f"ERROR: {exc.message}"))
+            else:
+                log.debug("%s for no pending request (re=%r), ignored", mtype.name, re)
+            return
+        request, fut = pending
+        try:
+            reply = decode_reply(request, mtype, body)
+        except ProtocolError as exc:
+            fut.set_exception(ClientError(exc.code, f"invalid reply to {request.name}: {exc.message}"))
+            return
+        if isinstance(reply, ErrorReply):
+            fut.set_exception(ClientError(reply.code, reply.message, reply.fatal))
+            return
+        if re == self._hello_id and isinstance(reply, HelloReply):
+            await self._on_hello(reply)
+        fut.set_result(reply)

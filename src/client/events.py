@@ -1,13 +1,14 @@
 """Events the client delivers to its owner, and the bounded queue that carries them.
 
-Server events keep their protocol name as ``type`` (``TURN_START``, ``ANSWER_DELTA``, ``SESSION_EVENT``,
-``NOTICE``, ...) and their JSON body unchanged. The client adds:
+Server events arrive as the typed classes of ``protocol.server_events`` (``TurnStart``, ``AnswerDelta``,
+``SessionEvent``, ``Notice``, ...), validated. The client adds its own, defined here:
 
-- ``STATE``: connection state changes, body ``{"state": "connected" | "reconnecting" | "disconnected", ...}``
-  (``connected`` carries ``hello`` (the HELLO reply) and ``reconnected``; ``reconnecting`` carries
-  ``attempt``, ``delay`` and ``error``; ``disconnected`` carries ``code`` and ``error``).
-- ``ERROR``: an ERROR frame not tied to a pending request (``re`` null), body as on the wire.
-- ``INVALID``: a malformed frame from the server, body ``{"code", "message"}``.
+- ``Connected`` (the HELLO reply, and whether it is a reconnection), ``Reconnecting`` (attempt, delay,
+  error) and ``Disconnected`` (a stable code and the error): connection state changes.
+- ``ServerError``: an ERROR frame not tied to a pending request (``re`` null).
+- ``InvalidFrame``: a malformed frame from the server, or an event whose body does not validate.
+
+Match on the classes (``match event: case AnswerDelta(): ...``), never on names.
 
 Backpressure: the queue is bounded. When it is full the connection's reader waits before reading
 more from the socket, so a slow consumer slows the TCP stream instead of growing memory or losing
@@ -18,30 +19,58 @@ draining events (run such requests in another task).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Union
 
-TURN_EVENTS = frozenset({"TURN_START", "TURN_STATUS", "TOOL_CALL", "TOOL_RESULT", "ANSWER_DELTA",
-                         "TURN_END", "TURN_ERROR"})
+from protocol import ErrorCode
+from protocol.replies import ErrorReply, HelloReply
+from protocol.server_events import (AnswerDelta, Notice, SessionEvent, ToolCallEvent, ToolResultEvent, TurnEnd,
+                                    TurnError, TurnEvent, TurnStart, TurnStatus)
 
 
-@dataclass(slots=True)
-class Event:
-    """One event: ``type`` is the protocol message name (or STATE / ERROR / INVALID), ``body`` its JSON."""
-    type: str
-    body: dict[str, Any] = field(default_factory=dict)
+@dataclass(frozen=True, slots=True)
+class Connected:
+    """HELLO succeeded (``reconnected``: after a connection loss)."""
+    hello: HelloReply
+    reconnected: bool = False
 
-    @property
-    def session_id(self) -> str | None:
-        return self.body.get("session_id")
 
-    @property
-    def turn_id(self) -> str | None:
-        return self.body.get("turn_id")
+@dataclass(frozen=True, slots=True)
+class Reconnecting:
+    """The connection dropped; attempt ``attempt`` starts after ``delay`` seconds."""
+    attempt: int
+    delay: float
+    error: str
 
-    @property
-    def is_turn_event(self) -> bool:
-        return self.type in TURN_EVENTS
+
+@dataclass(frozen=True, slots=True)
+class Disconnected:
+    """The client gave up (``code``: a client code of client.errors or a server code)."""
+    code: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServerError:
+    """An ERROR frame that answers no pending request."""
+    error: ErrorReply
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidFrame:
+    """A frame from the server that could not be decoded or validated (it was skipped)."""
+    code: ErrorCode
+    message: str
+
+
+StateEvent = Union[Connected, Reconnecting, Disconnected]
+Event = Union[TurnStart, TurnStatus, ToolCallEvent, ToolResultEvent, AnswerDelta, TurnEnd, TurnError,
+              SessionEvent, Notice, Connected, Reconnecting, Disconnected, ServerError, InvalidFrame]
+
+
+def is_turn_event(event: object) -> bool:
+    """True for the events of one turn (TURN_START ... TURN_END / TURN_ERROR)."""
+    return isinstance(event, TurnEvent)
 
 
 class EventQueue:

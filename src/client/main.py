@@ -3,11 +3,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import logging.handlers
+import os
 import sys
+from importlib import metadata
 from typing import Sequence
 
-from client import cli
+from client import cli, paths
 from client.config import ClientConfig, ClientConfigError, add_arguments
+
+
+LOG_BYTES = 1 << 20   # one log file; LOG_FILES older ones are kept
+LOG_FILES = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,9 +24,40 @@ def build_parser() -> argparse.ArgumentParser:
         description="NPLT Assistant client: opens the TUI, or runs one subcommand for scripts.",
         epilog="Exit codes: 0 ok, 1 internal error, 2 usage/config error, 3 connection error, "
                "4 authentication failed, 5 request rejected, 6 turn failed or cancelled, 130 interrupted.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     add_arguments(parser)
     cli.add_subcommands(parser)
     return parser
+
+
+def version() -> str:
+    """The installed package's version."""
+    try:
+        return metadata.version("nplt-assistant")
+    except metadata.PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown"
+
+
+def log_to_file() -> None:
+    """The TUI owns the terminal: its log goes to a rotating file in the user's log folder."""
+    path = paths.log_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_BYTES, backupCount=LOG_FILES,
+                                                       encoding="utf-8")
+    except OSError as exc:
+        sys.stderr.write(f"nplt-client: cannot open the log file {path}: {exc}\n")
+        return
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+
+
+def _quiet_broken_pipe() -> int:
+    """stdout's reader went away (``| head``): stop quietly. Later writes (the interpreter's final
+    flush included) go to /dev/null instead of printing a BrokenPipeError traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return cli.EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,10 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli.EXIT_USAGE
     if not args.command:
         from client.tui.app import NpltApp  # Textual is only imported for the TUI
-        NpltApp(cfg).run()
-        return cli.EXIT_OK
+        log_to_file()
+        app = NpltApp(cfg)
+        app.run()
+        return app.return_code or cli.EXIT_OK
     try:
         return asyncio.run(cli.run_command(args, cfg))
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except KeyboardInterrupt:
         sys.stderr.write("nplt-client: INTERRUPTED\n")
         return cli.EXIT_INTERRUPTED

@@ -16,7 +16,7 @@ from .errors import ProtocolError
 T = TypeVar("T")
 RequestId = Union[int, str]
 
-MAX_ID_CHARS = 64   # request "id" strings (docs/protocol.md §3); the same rule as protocol.messages
+MAX_ID_CHARS = 64   # request "id" strings (docs/protocol.md §3)
 _MISSING: Any = object()
 
 

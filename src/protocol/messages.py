@@ -15,10 +15,10 @@ from typing import Any, Union
 from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .events import InvalidMessage, Message
+from .fields import _MISSING, MAX_ID_CHARS, _show, invalid, valid_request_id
 
 RequestId = Union[int, str]
 
-MAX_ID_CHARS = 64            # request "id" strings
 MAX_TITLE_CHARS = 200        # session titles
 MAX_NAME_CHARS = 200         # client and model names
 MAX_REF_CHARS = 128          # session ids, turn ids
@@ -29,17 +29,6 @@ EXPORT_FORMATS = ("markdown", "json")
 DEFAULT_PAGE_LIMIT = 50
 DEFAULT_SEARCH_LIMIT = 20
 
-_MISSING: Any = object()
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def invalid(field: str, problem: str) -> ProtocolError:
-    """The INVALID_MESSAGE error for one field."""
-    return ProtocolError(ErrorCode.INVALID_MESSAGE, f"field '{field}': {problem}", fatal=False)
 
 
 def _fail(field: str, expected: str, value: Any) -> ProtocolError:
@@ -53,17 +42,11 @@ def _object(body: Any) -> dict[str, Any]:
     return body
 
 
-def _valid_id(value: Any) -> bool:
-    if isinstance(value, str):
-        return 1 <= len(value) <= MAX_ID_CHARS
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _id(body: dict[str, Any]) -> RequestId:
     value = body.get("id", _MISSING)
     if value is _MISSING:
         raise invalid("id", "missing (every request carries an id)")
-    if not _valid_id(value):
+    if not valid_request_id(value):
         raise _fail("id", f"a non-negative integer or a string of 1..{MAX_ID_CHARS} characters",
                     value)
     return value
@@ -376,7 +359,7 @@ def request_id(body: Any) -> RequestId | None:
     """The request's "id" if the body has a valid one, else None (for "re" in errors)."""
     if isinstance(body, dict):
         value = body.get("id")
-        if _valid_id(value):
+        if valid_request_id(value):
             return value
     return None
 

@@ -124,8 +124,11 @@ class SessionService:
         every subscriber attached to it moves to the user's newest remaining session (or a new one)
         and is told (``session_moved``), except ``requester``, which gets its own reply."""
         rec = await self.owned(user_id, session_id)
-        if self.turns is not None:
-            self.turns.cancel_session(rec.session_id, reason="deleted")
+        runner = self.turns
+        if runner is not None and runner.is_running(rec.session_id):
+            runner.cancel_session(rec.session_id, reason="deleted")
+            # the cancelled turn's TURN_END reaches the attached subscribers before they are moved
+            await runner.settle(rec.session_id)
         deleted = await self.store.delete(rec.session_id)
         self.forget(rec.session_id)
         await self.publish_event("deleted", deleted)

@@ -3,6 +3,7 @@ from .async_store import AsyncHistoryStore
 from .config import StorageConfig
 from .errors import (CorruptSession, InvalidArgument, InvalidSessionId, MessageTooLarge, NotFound,
                      StorageClosed, StorageConfigError, StorageError, StorageLocked)
+from .errors import StorageIOError
 from .ids import new_session_id, validate_session_id
 from .pg.errors import StorageUnavailable
 from .port import StoragePort, open_store
@@ -13,6 +14,7 @@ __all__ = [
     "AsyncHistoryStore", "ChatMessage", "CorruptSession", "HistoryStore", "InvalidArgument",
     "InvalidSessionId", "MessageTooLarge", "NotFound", "Page", "SearchHit", "SessionRecord",
     "StorageClosed", "StorageConfig", "StorageConfigError", "StorageError", "StorageLocked",
+    "StorageIOError",
     "SummaryRecord", "ToolCall", "new_session_id", "validate_session_id",
     "StoragePort", "StorageUnavailable", "open_store",
 ]

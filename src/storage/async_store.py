@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .config import StorageConfig
@@ -20,7 +20,11 @@ T = TypeVar("T")
 
 
 class AsyncHistoryStore:
-    """Async facade over a HistoryStore (``.sync``) with its own thread pool (``io_threads``)."""
+    """Async facade over a HistoryStore (``.sync``) with its own thread pool (``io_threads``).
+
+    ``append`` and ``update`` give their worker thread back as soon as the journal line is written
+    and await the group commit's fsync on the loop, so far more than ``io_threads`` appends can
+    share one flush."""
 
     def __init__(self, store: HistoryStore | StorageConfig) -> None:
         self.sync = store if isinstance(store, HistoryStore) else HistoryStore(store)
@@ -39,7 +43,8 @@ class AsyncHistoryStore:
         return await self._run(self.sync.create, user_id, title, model)
 
     async def get(self, session_id: str) -> SessionRecord:
-        return await self._run(self.sync.get, session_id)
+        record = self.sync.get_loaded(session_id)       # loaded and not busy: no thread hop
+        return record if record is not None else await self._run(self.sync.get, session_id)
 
     async def list(self, user_id: str, *, before: str | None = None,
                    limit: int = 50) -> tuple[list[SessionRecord], str | None]:
@@ -65,11 +70,15 @@ class AsyncHistoryStore:
 
     async def append(self, session_id: str, role: str, content: str, *, tool_calls: Iterable[ToolCall | dict] = (),
                      metadata: dict[str, Any] | None = None, timestamp: str | None = None) -> ChatMessage:
-        return await self._run(self.sync.append, session_id, role, content, tool_calls=list(tool_calls),
-                               metadata=metadata, timestamp=timestamp)
+        msg, done = await self._run(self.sync.append_pending, session_id, role, content,
+                                    tool_calls=list(tool_calls), metadata=metadata, timestamp=timestamp)
+        await _durable(done)
+        return msg
 
     async def update(self, session_id: str, message: ChatMessage) -> ChatMessage:
-        return await self._run(self.sync.update, session_id, message)
+        msg, done = await self._run(self.sync.update_pending, session_id, message)
+        await _durable(done)
+        return msg
 
     async def page(self, session_id: str, before: int | None = None, limit: int = 50) -> Page:
         return await self._run(self.sync.page, session_id, before, limit)
@@ -96,3 +105,9 @@ class AsyncHistoryStore:
             await self._run(self.sync.close)
         finally:
             self._pool.shutdown(wait=False)
+
+
+async def _durable(done: Future[None] | None) -> None:
+    """Await a commit's durability (StorageIOError if its fsync failed)."""
+    if done is not None:
+        await asyncio.wrap_future(done)

@@ -27,6 +27,7 @@ _RULES: dict[str, tuple[str, float | None, float | None]] = {
     "pg_connect_timeout_s": ("float", 0.1, 600),
     "pg_retry_attempts": ("int", 0, 100),
     "pg_retry_backoff_ms": ("int", 1, 60_000),
+    "fsync_threads": ("int", 1, 256),
 }
 URL_SCHEMES = ("postgresql://", "postgres://")
 
@@ -51,6 +52,7 @@ class StorageConfig:
     pg_connect_timeout_s: float = 5.0      # one connection attempt gives up after this long
     pg_retry_attempts: int = 3        # extra tries when no connection can be had (PostgreSQL restarting)
     pg_retry_backoff_ms: int = 200    # wait before the first retry, doubled each time (capped at 5 s)
+    fsync_threads: int = 8            # fsync mode: journals of one group-commit round fsynced side by side
 
     def __post_init__(self) -> None:
         if isinstance(self.root, os.PathLike):

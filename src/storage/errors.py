@@ -47,6 +47,13 @@ class StorageClosed(StorageError):
     code = "SHUTTING_DOWN"
 
 
+class StorageIOError(StorageError):
+    """Reading or writing a session's files failed (disk full, I/O error, permissions). The change
+    that raised it was not stored and is not visible; the store keeps working once I/O succeeds."""
+
+    code = "STORAGE_ERROR"
+
+
 class StorageLocked(StorageError):
     """Another process (or another open store) already uses this root directory."""
 

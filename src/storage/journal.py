@@ -5,6 +5,7 @@ Every line carries ``seq`` (the session's change sequence number); replay skips 
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -63,34 +64,51 @@ def scan_journal(path: str) -> JournalScan:
 class JournalWriter:
     """Appends lines to one journal. Opened lazily; callers serialize appends (session lock).
 
-    ``fd_lock`` only orders ``sync`` (background flusher) against ``close``/``rewrite``.
+    ``written`` counts the bytes ever appended through this writer and ``synced`` how many of them
+    are known durable; both only grow, so a waiter's target survives a journal rewrite. ``fd_lock``
+    orders ``sync_through`` (flusher thread) against ``close``/``drop_prefix``. After a failed
+    fsync the writer is ``failed``: it refuses further appends until the session is reloaded.
     """
 
     def __init__(self, path: str, valid_len: int) -> None:
         self.path = path
-        self.size = valid_len
+        self.size = valid_len          # file offset of the end of the last complete line
         self.fd: int | None = None
-        self.dirty = False
+        self.written = 0
+        self.synced = 0
+        self.failed = False
         self.fd_lock = threading.Lock()
+
+    @property
+    def dirty(self) -> bool:
+        """Some appended bytes are not known durable yet."""
+        return self.synced < self.written
 
     def _open(self) -> int:
         existed = os.path.exists(self.path)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        disk = os.fstat(fd).st_size
-        if disk > self.size:
-            log.warning("storage: %s: dropping %d bytes of a torn last line", self.path, disk - self.size)
-            os.ftruncate(fd, self.size)
-            os.fsync(fd)
-        elif disk < self.size:
-            log.warning("storage: %s shrank from %d to %d bytes outside the store", self.path, self.size, disk)
-            self.size = disk
-        if not existed:
-            fsync_dir(os.path.dirname(self.path) or ".")
+        try:
+            disk = os.fstat(fd).st_size
+            if disk > self.size:
+                log.warning("storage: %s: dropping %d bytes of a torn last line", self.path, disk - self.size)
+                os.ftruncate(fd, self.size)
+                os.fsync(fd)
+            elif disk < self.size:
+                log.warning("storage: %s shrank from %d to %d bytes outside the store", self.path, self.size, disk)
+                self.size = disk
+            if not existed:
+                fsync_dir(os.path.dirname(self.path) or ".")
+        except BaseException:
+            os.close(fd)
+            raise
         self.fd = fd
         return fd
 
-    def append(self, line: bytes, *, sync: bool) -> None:
-        """Write one complete line; fsync it when ``sync``. On failure the file is cut back."""
+    def append(self, line: bytes, *, sync: bool) -> int:
+        """Write one complete line (fsync it too when ``sync``); returns ``written`` after it, the
+        target to pass to ``sync_through``. On failure the file is cut back and nothing counts."""
+        if self.failed:
+            raise OSError(errno.EIO, "an earlier fsync of this journal failed")
         fd = self.fd if self.fd is not None else self._open()
         before = self.size
         try:
@@ -106,15 +124,42 @@ class JournalWriter:
                 log.exception("storage: could not cut %s back after a failed write", self.path)
             raise
         self.size = before + len(line)
-        if not sync:
-            self.dirty = True
+        self.written += len(line)
+        if sync:
+            self.synced = self.written
+        return self.written
+
+    def sync_through(self, target: int) -> None:
+        """Make the first ``target`` written bytes durable with one fsync covering everything
+        written so far (so concurrent waiters share it). Raises OSError if the fsync fails, after
+        which the writer is ``failed``."""
+        with self.fd_lock:
+            if self.synced >= target:
+                return
+            if self.failed:
+                raise OSError(errno.EIO, "an earlier fsync of this journal failed")
+            upto = self.written
+            if self.fd is None:          # closed or rewritten: both fsync what they keep
+                self.synced = upto
+                return
+            try:
+                _sync(self.fd)
+            except OSError:
+                self.failed = True
+                raise
+            self.synced = upto
 
     def sync(self) -> None:
-        """fsync pending batched writes (called from the flusher thread)."""
+        """fsync everything written so far (batched mode's flusher)."""
+        self.sync_through(self.written)
+
+    def cut_to_synced(self) -> None:
+        """After a failed fsync: drop the bytes not known durable (caller holds the session lock)."""
         with self.fd_lock:
-            if self.fd is not None and self.dirty:
-                self.dirty = False
-                _sync(self.fd)
+            keep = self.size - (self.written - self.synced)
+            if self.fd is not None:
+                os.ftruncate(self.fd, keep)
+            self.size, self.written = keep, self.synced
 
     def drop_prefix(self, offset: int) -> None:
         """Remove the first ``offset`` bytes (already in the snapshot); keep the rest durably."""
@@ -123,7 +168,7 @@ class JournalWriter:
                 fd = self.fd if self.fd is not None else self._open()
                 os.ftruncate(fd, 0)
                 os.fsync(fd)
-                self.size, self.dirty = 0, False
+                self.size, self.synced = 0, self.written
                 return
             with open(self.path, "rb") as f:
                 f.seek(offset)
@@ -133,7 +178,7 @@ class JournalWriter:
             os.replace(tmp, self.path)
             fsync_dir(os.path.dirname(self.path) or ".")
             self._close_fd()
-            self.size, self.dirty = len(tail), False
+            self.size, self.synced = len(tail), self.written
 
     def _close_fd(self) -> None:
         if self.fd is not None:
@@ -141,9 +186,9 @@ class JournalWriter:
             os.close(fd)
 
     def close(self) -> None:
-        """fsync anything pending and close the file."""
+        """fsync anything pending and close the file (a failed writer is closed without fsync)."""
         with self.fd_lock:
-            if self.fd is not None and self.dirty:
+            if self.fd is not None and self.dirty and not self.failed:
                 _sync(self.fd)
-                self.dirty = False
+                self.synced = self.written
             self._close_fd()

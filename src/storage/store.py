@@ -2,64 +2,127 @@
 
 Every method may do file I/O (load a session, fsync a journal); call them from a thread, or use
 AsyncHistoryStore. See docs/storage.md for the on-disk format and the guarantees.
+
+The store is assembled from parts with one job each: ``SessionIndex`` (listings), ``SessionLoader``
+(files -> memory), ``SessionCache`` (LRU and per-session locks), ``JournalFlusher`` (group commit),
+``Compactor`` (journal -> snapshot), ``Searcher`` and ``Maintenance`` (index writes, idle eviction).
+This class validates arguments, journals each change through ``_commit`` and waits for durability.
 """
 from __future__ import annotations
 
-import heapq
+import dataclasses
+import fcntl
+import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from concurrent.futures import Future
 from datetime import datetime, timezone
 from typing import Any
 
 import orjson
 
-from .errors import InvalidArgument, MessageTooLarge, NotFound, StorageClosed
+from .cache import SessionCache
+from .compaction import Compactor
+from .config import StorageConfig
+from .errors import InvalidArgument, MessageTooLarge, NotFound, StorageIOError, StorageLocked
 from .export import FORMATS, export_json, export_markdown
+from .flusher import JournalFlusher
 from .fsio import atomic_write, fsync_dir
-from .ids import new_session_id, validate_session_id
+from .ids import new_session_id
+from .index import INDEX_NAME, SessionIndex
 from .journal import JournalWriter
-from .models import ROLES, ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
-from .search import compile_query, snippet
-from .textscan import SEP, session_text
+from .loader import SessionLoader
+from .maintenance import Maintenance
+from .models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
+from .recovery import recover
+from .searcher import Searcher
 from .session import READY, LoadedSession, SessionState, encode_snapshot, file_stat, to_message
-from .store_core import StoreCore
+from .validation import check_message, check_opt_str, check_positive, check_title, check_user
+from .validation import tool_calls as tool_calls_of
+
+log = logging.getLogger("storage")
 
 DEFAULT_TITLE = "New chat"
-MAX_USER_ID_CHARS = 256
+LOCK_NAME = ".lock"
 
 
-class HistoryStore(StoreCore):
+class HistoryStore:
     """Sessions as JSON snapshot + journal files under ``config.root``."""
+
+    def __init__(self, config: StorageConfig) -> None:
+        self.config = config
+        self.root = os.path.abspath(config.root)
+        os.makedirs(self.root, exist_ok=True)
+        self._lock_fd = _lock_root(self.root)
+        self.index = SessionIndex(os.path.join(self.root, INDEX_NAME))
+        self.loader = SessionLoader(self.root, self.index)
+        try:
+            self.recovery_stats = recover(self.root, self.index, self.loader.reload_entry)
+            self.index.save()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        batched = config.durability == "batched"
+        self.flusher = JournalFlusher(batched=batched, batch_s=config.batch_ms / 1000,
+                                      threads=config.fsync_threads,
+                                      on_failure=self._invalidate)
+        self.cache = SessionCache(size=config.lru_size, idle_s=config.idle_evict_s,
+                                  exists=lambda sid: self.index.get(sid) is not None,
+                                  new=lambda sid: LoadedSession(sid, *self.loader.paths(sid)),
+                                  load=self.loader.fill, on_close=self.flusher.forget)
+        self.compactor = Compactor(self.root, self.index, config.compact_threshold, after=self.cache.trim)
+        self.searcher = Searcher(self.index, self.cache)
+        self.maintenance = Maintenance(tick_s=0.25, index_s=config.index_flush_ms / 1000,
+                                       save_index=self.index.save, evict=self._evict_step)
 
     # -- sessions --------------------------------------------------------------------------
     def create(self, user_id: str, title: str | None = None, model: str | None = None) -> SessionRecord:
-        self._check_open()
-        _check_user(user_id)
+        self.cache.check_open()
+        check_user(user_id)
         title = DEFAULT_TITLE if title is None else self._check_title(title)
-        _check_opt_str("model", model)
+        check_opt_str("model", model)
         dt = datetime.now(timezone.utc)
         sid = new_session_id(dt)
-        while self.index.get(sid) is not None or os.path.exists(self._paths(sid)[0]):
+        while self.index.get(sid) is not None or os.path.exists(self.loader.paths(sid)[0]):
             sid = new_session_id(dt)
         now = dt.isoformat()
         state = SessionState(SessionRecord(sid, user_id, title, now, now, 0, False, model), [])
-        sess = LoadedSession(sid, *self._paths(sid))
-        atomic_write(sess.snap_path, encode_snapshot(state.head(), []))
+        sess = LoadedSession(sid, *self.loader.paths(sid))
+        with _io_errors(f"could not create session {sid}"):
+            # The empty journal is created first, so the directory fsync of the snapshot's rename
+            # covers both entries and the first append does not need a directory fsync of its own.
+            os.close(os.open(sess.journal_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            try:
+                atomic_write(sess.snap_path, encode_snapshot(state.head(), []))
+            except BaseException:
+                os.unlink(sess.journal_path)
+                raise
         sess.state, sess.writer, sess.snap_stat = state, JournalWriter(sess.journal_path, 0), file_stat(sess.snap_path)
         sess.status, sess.last_used = READY, time.monotonic()
-        with self._cache_lock:
-            if self._closed:
-                raise StorageClosed("the history store is closed")
-            self._cache[sid] = sess
+        self.cache.add(sess)
         self.index.put(state.record, sess.files())
-        self._trim()
-        return self._copy(state.record)
+        return _copy(state.record)
 
     def get(self, session_id: str) -> SessionRecord:
         """The full record (with summaries); deleted sessions are returned with ``deleted=True``."""
-        with self._locked(session_id) as s:
-            return self._copy(s.state.record)
+        with self.cache.locked(session_id) as s:
+            return _copy(s.state.record)
+
+    def get_loaded(self, session_id: str) -> SessionRecord | None:
+        """``get`` without waiting and without I/O: the record if the session is loaded and its lock
+        is free right now, else None (then call ``get``). Safe on the event loop (microseconds)."""
+        sess = self.cache.get(session_id) if not self.cache.closed else None
+        if sess is None or not sess.lock.acquire(blocking=False):
+            return None
+        try:
+            if sess.status != READY:
+                return None
+            sess.last_used = time.monotonic()
+            return _copy(sess.state.record)
+        finally:
+            sess.lock.release()
 
     def list(self, user_id: str, *, before: str | None = None, limit: int = 50) -> tuple[list[SessionRecord], str | None]:
         """The user's non-deleted sessions, newest ``updated_at`` first, from the index only
@@ -71,15 +134,16 @@ class HistoryStore(StoreCore):
         return self._simple(session_id, "rename", {"title": title})
 
     def set_model(self, session_id: str, model: str | None) -> SessionRecord:
-        _check_opt_str("model", model)
+        check_opt_str("model", model)
         return self._simple(session_id, "model", {"model": model})
 
     def delete(self, session_id: str) -> SessionRecord:
         """Soft delete: hidden from list() and search(), files kept until purge()."""
-        with self._locked(session_id) as s:
-            if not s.state.record.deleted:
-                self._commit(s, "delete", {}, at=now_iso())
-            return self._copy(s.state.record)
+        with self.cache.locked(session_id) as s:
+            done = None if s.state.record.deleted else self._commit(s, "delete", {}, at=now_iso())
+            record = _copy(s.state.record)
+        _durable(done)
+        return record
 
     def restore(self, session_id: str) -> SessionRecord:
         """Undo delete() and every clear(): all stored messages become visible again."""
@@ -87,24 +151,25 @@ class HistoryStore(StoreCore):
 
     def purge(self, session_id: str) -> None:
         """Physically remove the session's files (irreversible)."""
-        with self._locked(session_id) as s:
-            self._close_session(s)
-            os.unlink(s.snap_path)
-            try:
-                os.unlink(s.journal_path)
-            except FileNotFoundError:
-                pass
-            fsync_dir(self.root)
+        with self.cache.locked(session_id) as s:
+            with _io_errors(f"could not purge session {session_id}"):
+                self.cache.close_session(s)
+                os.unlink(s.snap_path)
+                try:
+                    os.unlink(s.journal_path)
+                except FileNotFoundError:
+                    pass
+                fsync_dir(self.root)
             self.index.remove(session_id)
 
     def clear(self, session_id: str) -> int:
         """Hide every current message (recoverable with restore() until purge); returns how many."""
-        with self._locked(session_id) as s:
+        with self.cache.locked(session_id) as s:
             st = s.state
             n = st.record.message_count
-            if n:
-                self._commit(s, "clear", {"through": st.msgs[-1]["id"]}, at=now_iso())
-            return n
+            done = self._commit(s, "clear", {"through": st.msgs[-1]["id"]}, at=now_iso()) if n else None
+        _durable(done)
+        return n
 
     def add_summary(self, session_id: str, summary: SummaryRecord) -> SessionRecord:
         if not isinstance(summary, SummaryRecord):
@@ -112,42 +177,61 @@ class HistoryStore(StoreCore):
         return self._simple(session_id, "summary", {"summary": summary.to_dict()})
 
     def _simple(self, session_id: str, op: str, fields: dict[str, Any]) -> SessionRecord:
-        with self._locked(session_id) as s:
-            self._commit(s, op, fields, at=now_iso())
-            return self._copy(s.state.record)
+        with self.cache.locked(session_id) as s:
+            done = self._commit(s, op, fields, at=now_iso())
+            record = _copy(s.state.record)
+        _durable(done)
+        return record
 
     # -- messages --------------------------------------------------------------------------
     def append(self, session_id: str, role: str, content: str, *, tool_calls: Iterable[ToolCall | dict] = (),
                metadata: dict[str, Any] | None = None, timestamp: str | None = None) -> ChatMessage:
         """Store one message with the next id; returns once it is durable (fsync mode)."""
-        calls = _tool_calls(tool_calls)
-        _check_message(role, content, metadata, timestamp)
-        with self._locked(session_id) as s:
+        msg, done = self.append_pending(session_id, role, content, tool_calls=tool_calls, metadata=metadata,
+                                        timestamp=timestamp)
+        _durable(done)
+        return msg
+
+    def append_pending(self, session_id: str, role: str, content: str, *,
+                       tool_calls: Iterable[ToolCall | dict] = (), metadata: dict[str, Any] | None = None,
+                       timestamp: str | None = None) -> tuple[ChatMessage, Future[None] | None]:
+        """``append`` without the wait: the message and a future resolved once it is durable (None
+        when nothing is left to wait for). Used by AsyncHistoryStore, which awaits the future
+        without holding a worker thread; do not acknowledge the message before it resolves."""
+        calls = tool_calls_of(tool_calls)
+        check_message(role, content, metadata, timestamp)
+        with self.cache.locked(session_id) as s:
             msg = ChatMessage(s.state.next_id, role, content, timestamp or now_iso(), calls, dict(metadata or {}))
             raw = self._encode(msg)
-            self._commit(s, "append", {"msg": orjson.loads(raw)}, raw_msg=raw, at=now_iso())
-            return to_message(s.state.msgs[-1])
+            done = self._commit(s, "append", {"msg": orjson.loads(raw)}, raw_msg=raw, at=now_iso())
+            return to_message(s.state.msgs[-1]), done
 
     def update(self, session_id: str, message: ChatMessage) -> ChatMessage:
         """Replace the stored message with the same id (e.g. finalize a streamed answer)."""
+        msg, done = self.update_pending(session_id, message)
+        _durable(done)
+        return msg
+
+    def update_pending(self, session_id: str, message: ChatMessage) -> tuple[ChatMessage, Future[None] | None]:
+        """``update`` without the wait (see ``append_pending``)."""
         if not isinstance(message, ChatMessage):
             raise InvalidArgument("message: expected a ChatMessage")
         msg = ChatMessage(message.id, message.role, message.content, message.timestamp,
-                          _tool_calls(message.tool_calls), message.metadata)
-        _check_message(msg.role, msg.content, msg.metadata, msg.timestamp)
-        with self._locked(session_id) as s:
+                          tool_calls_of(message.tool_calls), message.metadata)
+        check_message(msg.role, msg.content, msg.metadata, msg.timestamp)
+        with self.cache.locked(session_id) as s:
             if isinstance(msg.id, bool) or not isinstance(msg.id, int) or s.state.position(msg.id) is None:
                 raise NotFound(f"message {message.id!r} not found in session {session_id}")
             raw = self._encode(msg)
-            self._commit(s, "update", {"msg": orjson.loads(raw)}, raw_msg=raw, at=now_iso())
-            return to_message(s.state.msgs[s.state.position(msg.id)])
+            done = self._commit(s, "update", {"msg": orjson.loads(raw)}, raw_msg=raw, at=now_iso())
+            return to_message(s.state.msgs[s.state.position(msg.id)]), done
 
     def page(self, session_id: str, before: int | None = None, limit: int = 50) -> Page:
         """The newest ``limit`` visible messages with id < before (ascending). O(limit)."""
         if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 1):
             raise InvalidArgument(f"before: expected a positive integer or None, got {before!r}")
-        _check_positive("limit", limit)
-        with self._locked(session_id) as s:
+        check_positive("limit", limit)
+        with self.cache.locked(session_id) as s:
             st = s.state
             start, end, vis = st.visible_range(before, limit)
             msgs = [to_message(d) for d in st.msgs[start:end]]
@@ -158,58 +242,117 @@ class HistoryStore(StoreCore):
         """Visible messages with id > after_id, ascending."""
         if isinstance(after_id, bool) or not isinstance(after_id, int):
             raise InvalidArgument(f"after_id: expected an integer, got {after_id!r}")
-        with self._locked(session_id) as s:
+        with self.cache.locked(session_id) as s:
             return [to_message(d) for d in s.state.after(after_id)]
+
+    def raw_state(self, session_id: str) -> tuple[dict[str, Any], int, int, list[dict[str, Any]]]:
+        """(record dict, cleared, next_id, every stored message dict, hidden ones included): the whole
+        session as stored, for copying it to another backend (``storage.pg.migrate``)."""
+        with self.cache.locked(session_id) as sess:
+            st = sess.state
+            return st.record.to_dict(), st.cleared, st.next_id, list(st.msgs)
 
     def search(self, user_id: str, query: str, *, session_id: str | None = None, limit: int = 20) -> list[SearchHit]:
         """Best ``limit`` matches among visible messages of the user's non-deleted sessions, best
         score first, newest first among ties. Sessions not loaded are read and dropped again."""
-        q = compile_query(query)
-        _check_positive("limit", limit)
-        if session_id is not None:
-            entry = self.index.get(validate_session_id(session_id))
-            if entry is None or entry["user_id"] != user_id or entry["deleted"]:
-                raise NotFound(f"session {session_id} not found")
-            targets = [entry]
-        else:
-            targets = self.index.user_entries(user_id)
-        heap: list[tuple] = []
-        n = 0
-        for entry in targets:
-            if not entry["message_count"]:
-                continue
-            sid = entry["session_id"]
-            try:
-                with self._locked(sid, transient=True) as s:
-                    title, st = s.state.record.title, s.state
-                    if SEP in q.text:             # (a NUL in the query: message by message)
-                        found = [(i, *hit) for i, d in enumerate(st.msgs[st.vis_start():], st.vis_start())
-                                 if (hit := q.match(d.get("content"))) is not None]
-                    else:
-                        st.text = session_text(st.text, st.last_seq, st.vis_start(), st.msgs)
-                        found = st.text.scan(q)
-                    for i, score, pos in found:
-                        d = st.msgs[i]
-                        n += 1
-                        item = ((score, str(d.get("timestamp", "")), d["id"]), n, sid, title, d, pos)
-                        if len(heap) < limit:
-                            heapq.heappush(heap, item)
-                        elif item[0] > heap[0][0]:
-                            heapq.heapreplace(heap, item)
-            except NotFound:
-                continue
-        heap.sort(reverse=True)
-        return [SearchHit(sid, title, d["id"], str(d.get("role", "")), snippet(d.get("content", ""), pos),
-                          str(d.get("timestamp", "")), key[0]) for key, _, sid, title, d, pos in heap]
+        return self.searcher.search(user_id, query, session_id=session_id, limit=limit)
 
     def export(self, session_id: str, fmt: str) -> str:
         """The session's visible messages as ``"json"`` or ``"markdown"``."""
         if fmt not in FORMATS:
             raise InvalidArgument(f"export format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
-        with self._locked(session_id) as s:
-            record = self._copy(s.state.record)
+        with self.cache.locked(session_id) as s:
+            record = _copy(s.state.record)
             msgs = [to_message(d) for d in s.state.after(0)]
         return export_json(record, msgs) if fmt == "json" else export_markdown(record, msgs)
+
+    # -- commits ---------------------------------------------------------------------------
+    def _commit(self, sess: LoadedSession, op: str, fields: dict[str, Any], *,
+                raw_msg: bytes | None = None, at: str) -> Future[None] | None:
+        """Journal one change, apply it, update the index (holds sess.lock). Returns the future to
+        wait on (outside the lock) before acknowledging it, or None (batched mode)."""
+        seq = sess.state.last_seq + 1
+        entry = {"seq": seq, "op": op, "at": at, **fields}
+        wire = entry if raw_msg is None else {**entry, "msg": orjson.Fragment(raw_msg)}
+        try:
+            target = sess.writer.append(orjson.dumps(wire) + b"\n", sync=False)
+        except OSError as exc:
+            log.error("storage: journal write failed for %s: %s", sess.sid, exc)
+            raise StorageIOError(f"could not write session {sess.sid}: {exc.strerror or exc}") from None
+        sess.state.apply(entry)
+        sess.journal_lines += 1
+        sess.jdisk = sess.writer.size
+        self.index.put(sess.state.record, sess.files())
+        self.compactor.maybe_schedule(sess)
+        return self.flusher.request(sess, target)
+
+    def _invalidate(self, sess: LoadedSession) -> None:
+        """A journal fsync failed: cut the journal back to what is durable and drop the loaded
+        session, so the next call reloads exactly what is on disk (flusher thread)."""
+        with sess.lock:
+            if sess.status != READY:
+                return
+            try:
+                sess.writer.cut_to_synced()
+            except OSError:
+                log.exception("storage: could not cut %s back after a failed fsync", sess.journal_path)
+            self.cache.close_session(sess)
+            log.error("storage: session %s dropped from memory after a failed fsync; it will be reloaded", sess.sid)
+
+    def compact(self, session_id: str) -> bool:
+        """Compact one session now (False if a background compaction of it is running)."""
+        with self.cache.locked(session_id) as sess:
+            if sess.compacting:
+                return False
+            with _io_errors(f"could not compact session {session_id}"):
+                self.compactor.compact_locked(sess)
+            return True
+
+    # -- memory and shutdown ---------------------------------------------------------------
+    def loaded_count(self) -> int:
+        """Sessions currently held in memory."""
+        return len(self.cache)
+
+    def evict_idle(self, now: float | None = None) -> int:
+        """Evict sessions unused for ``idle_evict_s``; returns how many (``now`` lets tests move
+        the clock)."""
+        return self.cache.evict_idle(now)
+
+    def _evict_step(self, now: float) -> None:
+        self.cache.evict_idle(now)
+        self.cache.trim()
+
+    def flush(self) -> None:
+        """fsync every journal with batched writes pending."""
+        self.flusher.flush()
+
+    def close(self) -> None:
+        """Stop background work, compact and close every loaded session, write the index."""
+        if not self.cache.close():
+            return
+        self.maintenance.close()
+        self.compactor.close()
+        self.flusher.close()
+        for sess in self.cache.sessions():
+            with sess.lock:
+                if sess.status != READY:
+                    continue
+                try:
+                    if sess.journal_lines > 0:
+                        self.compactor.compact_locked(sess)
+                except Exception:
+                    log.exception("storage: compaction of %s on close failed", sess.sid)
+                self.cache.close_session(sess)
+        try:
+            self.index.save(force=True)
+        finally:
+            os.close(self._lock_fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- validation ------------------------------------------------------------------------
     def _encode(self, msg: ChatMessage) -> bytes:
@@ -223,48 +366,35 @@ class HistoryStore(StoreCore):
         return raw
 
     def _check_title(self, title: object) -> str:
-        if not isinstance(title, str) or not title.strip():
-            raise InvalidArgument("title: expected a non-empty string")
-        if len(title) > self.config.max_title_chars:
-            raise InvalidArgument(f"title: longer than max_title_chars ({self.config.max_title_chars})")
-        return title.strip()
+        return check_title(title, self.config.max_title_chars)
 
 
-def _check_user(user_id: object) -> None:
-    if not isinstance(user_id, str) or not user_id or len(user_id) > MAX_USER_ID_CHARS:
-        raise InvalidArgument(f"user_id: expected a string of 1..{MAX_USER_ID_CHARS} characters")
+def _durable(done: Future[None] | None) -> None:
+    """Wait until a commit is durable; raises StorageIOError if its fsync failed."""
+    if done is not None:
+        done.result()
 
 
-def _check_opt_str(name: str, v: object) -> None:
-    if v is not None and not isinstance(v, str):
-        raise InvalidArgument(f"{name}: expected a string or None, got {type(v).__name__}")
+@contextmanager
+def _io_errors(what: str) -> Iterator[None]:
+    """OSError -> StorageIOError (code STORAGE_ERROR), logged."""
+    try:
+        yield
+    except OSError as exc:
+        log.error("storage: %s: %s", what, exc)
+        raise StorageIOError(f"{what}: {exc.strerror or exc}") from None
 
 
-def _check_positive(name: str, v: object) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise InvalidArgument(f"{name}: expected a positive integer, got {v!r}")
+def _copy(record: SessionRecord) -> SessionRecord:
+    """A copy the caller may change; the (immutable) summaries are shared, not copied."""
+    return dataclasses.replace(record, summaries=list(record.summaries))
 
 
-def _check_message(role: object, content: object, metadata: object, timestamp: object) -> None:
-    if role not in ROLES:
-        raise InvalidArgument(f"role: expected one of {', '.join(ROLES)}, got {role!r}")
-    if not isinstance(content, str):
-        raise InvalidArgument(f"content: expected a string, got {type(content).__name__}")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise InvalidArgument(f"metadata: expected a dict, got {type(metadata).__name__}")
-    _check_opt_str("timestamp", timestamp)
-
-
-def _tool_calls(calls: Iterable[ToolCall | dict]) -> list[ToolCall]:
-    out = []
-    for c in calls:
-        if isinstance(c, ToolCall):
-            out.append(c)
-        elif isinstance(c, dict):
-            try:
-                out.append(ToolCall.from_dict(c))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise InvalidArgument(f"tool_calls: bad tool call {exc!r}") from None
-        else:
-            raise InvalidArgument(f"tool_calls: expected ToolCall objects, got {type(c).__name__}")
-    return out
+def _lock_root(root: str) -> int:
+    fd = os.open(os.path.join(root, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageLocked(f"storage root {root} is already in use by another store") from None
+    return fd

@@ -49,9 +49,9 @@ async def wait_until(pred: Callable[[], bool], *, pilot: Any = None, timeout: fl
             await asyncio.sleep(0.01)
 
 
-async def next_event_of(client: Any, types: set[str], timeout: float = DEADLINE,
+async def next_event_of(client: Any, types: type | tuple[type, ...], timeout: float = DEADLINE,
                         pred: Callable[[Any], bool] | None = None) -> Any:
-    """The next client event whose type is in ``types`` (and matches ``pred``), skipping others."""
+    """The next client event that is an instance of ``types`` (and matches ``pred``), skipping others."""
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
@@ -60,7 +60,7 @@ async def next_event_of(client: Any, types: set[str], timeout: float = DEADLINE,
         ev = await client.next_event(timeout=left)
         if ev is None:
             raise AssertionError("client closed while waiting for an event")
-        if ev.type in types and (pred is None or pred(ev)):
+        if isinstance(ev, types) and (pred is None or pred(ev)):
             return ev
 
 
@@ -69,6 +69,10 @@ class ServerThread:
     subprocess CLI runs and snapshot tests, whose App.run() owns the main thread's loop)."""
 
     def __init__(self, tmp_path: Path, agent_factory: Callable[[], Any] = EchoAgent, **overrides: Any) -> None:
+        # The app under test sends HELLO only once Textual has mounted it, which on a loaded machine can
+        # take longer than the default 300 ms grace after which a silent socket is served as v2 (the
+        # app then got the v2 welcome: "INVALID_JSON: CHAT_TEXT payload..."). These clients are v3.
+        overrides.setdefault("legacy_grace_ms", 60_000)
         self.tmp_path, self.agent_factory, self.overrides = tmp_path, agent_factory, overrides
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="nplt-test-server", daemon=True)

@@ -19,8 +19,8 @@ from testkit.server import running_server  # noqa: E402
 def isolated_client_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """No user config file or NPLT_CLIENT_* variable of the machine leaks into the tests."""
     monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
-    for key in [k for k in os.environ if k.startswith("NPLT_CLIENT_")]:
-        monkeypatch.delenv(key)
+    for key in [k for k in os.environ if k.startswith(("NPLT_CLIENT_", "XDG_"))]:
+        monkeypatch.delenv(key)   # platformdirs folders (config, state, logs, documents) follow HOME
 
 
 @pytest.fixture

@@ -1,11 +1,13 @@
 """The scriptable CLI: every subcommand, its JSON document and its exit codes, against a real server."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -155,3 +157,75 @@ def test_real_process_entry_point(srv: ServerThread, tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "client.main", "sessions"], capture_output=True, text=True,
                           env=env, timeout=60)
     assert proc.returncode == cli.EXIT_CONNECTION and proc.stderr.startswith("nplt-client: CONNECTION_REFUSED")
+
+
+def test_version(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith("nplt-client ")
+
+
+def test_ask_dash_reads_the_message_from_stdin(srv: ServerThread, capsys: pytest.CaptureFixture,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("line one\nline two\n"))
+    code, out, err = run(srv, capsys, "ask", "-")
+    assert code == 0, err
+    assert out == "echo: line one\nline two\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("  \n"))
+    code, out, err = run(srv, capsys, "ask", "-")
+    assert code == cli.EXIT_USAGE and "no message on stdin" in err
+
+
+def test_a_closed_pipe_ends_quietly(srv: ServerThread, tmp_path: Path) -> None:
+    env = {**os.environ, "NPLT_CLIENT_HOST": srv.addr[0], "NPLT_CLIENT_PORT": str(srv.addr[1]),
+           "HOME": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "client.main", "ask", "!tokens 20000"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(8) == b"tok tok "       # like `| head -c 8`: read a little, then close
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == cli.EXIT_OK, err
+    assert err == ""
+
+
+def test_a_server_stopping_during_ask_exits_with_the_connection_code(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    with ServerThread(tmp_path) as st:
+        result: dict[str, int] = {}
+        asker = threading.Thread(target=lambda: result.update(code=main(
+            ["--host", st.addr[0], "--port", str(st.addr[1]), "ask", "!block until the end"])))
+        asker.start()
+        try:
+            st.run(st.srv.agent.wait_blocked(1))
+            st.run(st.srv.stop())
+        finally:
+            st.srv.agent.release()
+            asker.join(30)
+    err = capsys.readouterr().err
+    assert result["code"] == cli.EXIT_CONNECTION, err
+    assert "SHUTTING_DOWN: the server stopped" in err
+
+
+def test_text_history_marks_how_an_answer_ended(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
+    """A cancelled answer is not an anonymous empty '[4] assistant' (issue 16)."""
+    code, out, _ = run(srv, capsys, "ask", "--new", "first", "--json")
+    sid = json.loads(out)["session_id"]
+    store = srv.srv.store
+    srv.run(store.append(sid, "user", "stop that"))
+    srv.run(store.append(sid, "assistant", "", metadata={"partial": True, "finish_reason": "cancelled"}))
+    srv.run(store.append(sid, "user", "again"))
+    srv.run(store.append(sid, "assistant", "half", metadata={"partial": True, "error": "LLM_ERROR"}))
+    code, out, _ = run(srv, capsys, "history", "--session", sid)
+    assert code == 0
+    assert "] assistant" in out and "(cancelled, partial)\n(no answer)\n" in out
+    assert "(error LLM_ERROR, partial)\nhalf\n" in out
+
+
+def test_message_marks() -> None:
+    assert cli.message_marks({}) == []
+    assert cli.message_marks({"finish_reason": "stop", "usage": {}}) == []
+    assert cli.message_marks({"finish_reason": "interrupted", "partial": True}) == ["interrupted", "partial"]
+    assert cli.message_marks({"error": {"code": "LLM_TIMEOUT", "message": "x"}, "truncated": True}) == [
+        "error LLM_TIMEOUT", "truncated"]

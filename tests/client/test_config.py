@@ -8,6 +8,7 @@ import pytest
 
 from client.config import ClientConfig, ClientConfigError, TlsConfig
 from client.main import build_parser
+from client.tui.saved import MAX_HISTORY, SavedState
 
 CERT = Path(__file__).parent / "certs" / "cert.pem"
 
@@ -73,3 +74,22 @@ def test_tls_options(tmp_path: Path) -> None:
     assert load([], {"NPLT_CLIENT_TLS": "1"}).tls.enabled
     with pytest.raises(ClientConfigError, match="tls.ca_file"):
         TlsConfig(ca_file=str(tmp_path / "none.pem")).context()
+
+
+def test_the_default_config_file_follows_xdg_config_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    (tmp_path / "xdg" / "nplt").mkdir(parents=True)
+    (tmp_path / "xdg" / "nplt" / "client.toml").write_text('host = "xdg-host"\n')
+    assert load([]).host == "xdg-host"
+
+
+def test_saved_tui_state_round_trip_and_bad_files(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "tui.json"
+    assert SavedState.load(path) == SavedState()                      # first run
+    SavedState("nord", ["one", "two"]).save(path)
+    assert SavedState.load(path) == SavedState("nord", ["one", "two"])
+    SavedState(None, [str(i) for i in range(MAX_HISTORY + 50)]).save(path)
+    assert len(SavedState.load(path).history) == MAX_HISTORY
+    for bad in ("{not json", "[1, 2]", '{"theme": 3, "history": "x"}'):
+        path.write_text(bad)
+        assert SavedState.load(path) == SavedState()

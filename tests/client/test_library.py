@@ -11,6 +11,11 @@ from client import errors
 from client.config import TlsConfig
 from client.connection import Backoff, Client
 from client.errors import ClientError
+from client.events import Connected, Disconnected, Reconnecting
+from protocol import ErrorCode
+from protocol.replies import ChatSendReply
+from protocol.server_events import (AnswerDelta, SessionEvent, ToolCallEvent, ToolResultEvent, TurnEnd, TurnError,
+                                    TurnEvent, TurnStart)
 from client_testlib import next_event_of, wait_until
 from testkit.server import running_server
 
@@ -23,78 +28,78 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def run_turn(client: Client, text: str) -> tuple[dict, list]:
+async def run_turn(client: Client, text: str) -> tuple[ChatSendReply, list[TurnEvent]]:
     """Send a message; return the reply and every event of its turn (through TURN_END/TURN_ERROR)."""
     reply = await client.chat_send(text)
     events = []
     while True:
-        ev = await next_event_of(client, {"TURN_START", "TURN_STATUS", "TOOL_CALL", "TOOL_RESULT", "ANSWER_DELTA",
-                                          "TURN_END", "TURN_ERROR"}, pred=lambda e: e.turn_id == reply["turn_id"])
+        ev = await next_event_of(client, TurnEvent, pred=lambda e: e.turn_id == reply.turn_id)
         events.append(ev)
-        if ev.type in ("TURN_END", "TURN_ERROR"):
+        if isinstance(ev, (TurnEnd, TurnError)):
             return reply, events
 
 
 async def test_hello_and_session_operations(client: Client) -> None:
     first = client.session_id
-    assert client.hello["proto"] == 3 and client.hello["session"]["session_id"] == first
+    assert client.hello.proto == 3 and client.hello.session.session_id == first
     created = await client.session_new(title="second")
-    assert created["session"]["title"] == "second"
-    assert client.session_id == created["session"]["session_id"] != first
+    assert created.session.title == "second"
+    assert client.session_id == created.session.session_id != first
     listed = await client.session_list()
-    assert {s["session_id"] for s in listed["sessions"]} >= {first, client.session_id}
+    assert {s.session_id for s in listed.sessions} >= {first, client.session_id}
     renamed = await client.session_rename("renamed title")
-    assert renamed["session"]["title"] == "renamed title"
+    assert renamed.session.title == "renamed title"
     info = await client.session_info()
-    assert info["session"]["title"] == "renamed title" and "summary" in info["session"]
+    assert info.session.title == "renamed title" and info.session.summary is None
     switched = await client.session_switch(first)
-    assert switched["session"]["session_id"] == first == client.session_id
-    assert switched["running_turn"] is None
+    assert switched.session.session_id == first == client.session_id
+    assert switched.running_turn is None
     deleted = await client.session_delete(first)
-    assert deleted["session_id"] == first
-    assert client.session_id == deleted["current"]["session_id"] != first
-    assert first not in {s["session_id"] for s in (await client.session_list())["sessions"]}
+    assert deleted.session_id == first
+    assert client.session_id == deleted.current.session_id != first
+    assert first not in {s.session_id for s in (await client.session_list()).sessions}
 
 
 async def test_chat_events_in_order_with_contiguous_deltas(client: Client) -> None:
     reply, events = await run_turn(client, "!tool hello there")
-    assert reply["user_message"]["content"] == "!tool hello there" and reply["queued"] == 0
-    types = [e.type for e in events]
-    assert types[0] == "TURN_START" and types[-1] == "TURN_END"
-    assert types.index("TOOL_CALL") < types.index("TOOL_RESULT") < types.index("ANSWER_DELTA")
+    assert reply.user_message.content == "!tool hello there" and reply.queued == 0
+    types = [type(e) for e in events]
+    assert types[0] is TurnStart and types[-1] is TurnEnd
+    assert types.index(ToolCallEvent) < types.index(ToolResultEvent) < types.index(AnswerDelta)
     text = ""
     for e in events:
-        if e.type == "ANSWER_DELTA":
-            assert e.body["offset"] == len(text)
-            text += e.body["text"]
-    end = events[-1].body
-    assert end["message"]["content"] == text == "echo: !tool hello there"
-    assert end["finish_reason"] == "stop"
-    assert end["message"]["tool_calls"][0]["tool_name"] == "fake_tool"
+        if isinstance(e, AnswerDelta):
+            assert e.offset == len(text)
+            text += e.text
+    end = events[-1]
+    assert isinstance(end, TurnEnd) and end.message is not None
+    assert end.message.content == text == "echo: !tool hello there"
+    assert end.finish_reason == "stop"
+    assert end.message.tool_calls[0].tool_name == "fake_tool"
     page = await client.history_page(limit=10)
-    assert [m["role"] for m in page["messages"]] == ["user", "assistant"] and page["total"] == 2
+    assert [m.role for m in page.messages] == ["user", "assistant"] and page.total == 2
 
 
 async def test_history_paging_search_export_models_stats(client: Client) -> None:
     for i in range(3):
         await run_turn(client, f"note {i} about zebras")
     page = await client.history_page(limit=4)
-    assert len(page["messages"]) == 4 and page["has_more"] is True
-    older = await client.history_page(before=page["next_before"], limit=4)
-    assert [m["id"] for m in older["messages"]] == [1, 2] and older["has_more"] is False
-    hits = (await client.search("zebras"))["hits"]
-    assert hits and all(h["session_id"] == client.session_id for h in hits)
+    assert len(page.messages) == 4 and page.has_more is True
+    older = await client.history_page(before=page.next_before, limit=4)
+    assert [m.id for m in older.messages] == [1, 2] and older.has_more is False
+    hits = (await client.search("zebras")).hits
+    assert hits and all(h.session_id == client.session_id for h in hits)
     md = await client.export("markdown")
-    assert md["format"] == "markdown" and "zebras" in md["content"]
+    assert md.format == "markdown" and "zebras" in md.content
     js = await client.export("json")
-    assert "zebras" in json.dumps(json.loads(js["content"]))
+    assert "zebras" in json.dumps(json.loads(js.content))
     models = await client.model_list()
-    assert [m["name"] for m in models["models"]] == ["echo", "echo-large"]
-    assert (await client.model_switch("echo-large"))["model"] == "echo-large"
+    assert [m.name for m in models.models] == ["echo", "echo-large"]
+    assert (await client.model_switch("echo-large")).model == "echo-large"
     stats = await client.stats()
-    assert stats["clients"] >= 1 and stats["turns_total"] >= 3
+    assert stats.clients >= 1 and stats.turns_total >= 3
     pong = await client.ping()
-    assert "time" in pong
+    assert pong.time
 
 
 @pytest.mark.parametrize("call, code", [
@@ -115,30 +120,30 @@ async def test_error_replies_raise_client_error(client: Client, call, code: str)
 async def test_cancel_running_turn(client: Client, echo) -> None:
     reply = await client.chat_send("!block wait for it")
     await echo.wait_blocked(1)
-    cancelled = await client.chat_cancel(turn_id=reply["turn_id"])
-    assert cancelled["cancelled"] is True
-    end = await next_event_of(client, {"TURN_END"}, pred=lambda e: e.turn_id == reply["turn_id"])
-    assert end.body["finish_reason"] == "cancelled"
-    assert end.body["message"]["metadata"]["partial"] is True
+    cancelled = await client.chat_cancel(turn_id=reply.turn_id)
+    assert cancelled.cancelled is True
+    end = await next_event_of(client, TurnEnd, pred=lambda e: e.turn_id == reply.turn_id)
+    assert end.finish_reason == "cancelled"
+    assert end.message.metadata["partial"] is True and end.message.partial
 
 
 async def test_turn_error_event(client: Client) -> None:
     _, events = await run_turn(client, "!fail now")
-    assert events[-1].type == "TURN_ERROR" and events[-1].body["code"] == "LLM_ERROR"
+    assert isinstance(events[-1], TurnError) and events[-1].code is ErrorCode.LLM_ERROR
 
 
 async def test_fragmented_reply_larger_than_a_frame(client: Client) -> None:
     await run_turn(client, "!big 200000")
     reply = await client.export("markdown")
-    assert reply["content"].count("x") >= 200000
+    assert reply.content.count("x") >= 200000
 
 
 async def test_other_client_sees_session_events(server) -> None:
     _, (host, port) = server
     async with Client(host, port) as a, Client(host, port) as b:
         await a.session_rename("from a")
-        ev = await next_event_of(b, {"SESSION_EVENT"}, pred=lambda e: e.body["kind"] == "renamed")
-        assert ev.body["session"]["title"] == "from a"
+        ev = await next_event_of(b, SessionEvent, pred=lambda e: e.kind == "renamed")
+        assert ev.session.title == "from a"
 
 
 async def test_connection_refused() -> None:
@@ -157,16 +162,16 @@ async def test_auth(tmp_path: Path) -> None:
             await Client(host, port, token="wrong").connect()
         assert info.value.code == "AUTH_FAILED" and info.value.fatal
         async with Client(host, port, token="token-a") as c:
-            assert c.hello["user"] == "alice"
+            assert c.hello.user == "alice"
 
 
 async def test_tls(tmp_path: Path) -> None:
     cert, key = str(CERTS / "cert.pem"), str(CERTS / "key.pem")
     async with running_server(tmp_path, tls_cert=cert, tls_key=key) as (_, (host, port)):
         async with Client(host, port, tls=TlsConfig(ca_file=cert).context()) as c:
-            assert (await c.ping())["re"]
+            assert (await c.ping()).re
         async with Client(host, port, tls=TlsConfig(insecure=True).context()) as c:
-            assert (await c.ping())["re"]
+            assert (await c.ping()).re
         with pytest.raises(ClientError) as info:
             await Client(host, port, tls=TlsConfig(enabled=True).context(), reconnect=False).connect()
         assert info.value.code == errors.TLS_ERROR
@@ -184,7 +189,7 @@ async def test_server_pings_are_answered(tmp_path: Path) -> None:
                 original(data)
             conn.data_received = counting  # count frames the client sends (PONGs) while idle
             await wait_until(lambda: seen["n"] >= 8, timeout=10, what="PONGs past the idle timeout")
-            assert c.connected and (await c.ping())["re"]
+            assert c.connected and (await c.ping()).re
 
 
 async def test_bounded_queue_applies_backpressure_without_loss(server) -> None:
@@ -195,17 +200,17 @@ async def test_bounded_queue_applies_backpressure_without_loss(server) -> None:
         assert c._queue.qsize() == 16  # bounded: the reader waits instead of growing the queue
         text = ""
         while True:
-            ev = await next_event_of(c, {"ANSWER_DELTA", "TURN_END"}, pred=lambda e: e.turn_id == reply["turn_id"])
-            if ev.type == "TURN_END":
+            ev = await next_event_of(c, (AnswerDelta, TurnEnd), pred=lambda e: e.turn_id == reply.turn_id)
+            if isinstance(ev, TurnEnd):
                 break
-            assert ev.body["offset"] == len(text)
-            text += ev.body["text"]
+            assert ev.offset == len(text)
+            text += ev.text
         assert text == "tok " * 400
 
 
 async def test_close_ends_events_and_fails_requests(client: Client) -> None:
     await client.close()
-    assert [e async for e in client.events() if e.type == "TURN_START"] == []
+    assert [e async for e in client.events() if isinstance(e, TurnStart)] == []
     with pytest.raises(ClientError) as info:
         await client.ping()
     assert info.value.code == errors.NOT_CONNECTED
@@ -219,20 +224,20 @@ async def test_reconnect_after_restart_restores_session(tmp_path: Path) -> None:
         await c.session_new(title="keep me")
         sid = c.session_id
         reply = await c.chat_send("remember this")
-        await next_event_of(c, {"TURN_END"}, pred=lambda e: e.turn_id == reply["turn_id"])
+        await next_event_of(c, TurnEnd, pred=lambda e: e.turn_id == reply.turn_id)
     try:
-        ev = await next_event_of(c, {"STATE"}, pred=lambda e: e.body["state"] == "reconnecting")
-        assert ev.body["attempt"] == 1
+        ev = await next_event_of(c, Reconnecting)
+        assert ev.attempt == 1
         with pytest.raises(ClientError) as info:
             await c.ping()
         assert info.value.code == errors.NOT_CONNECTED
         async with running_server(tmp_path, port=port):
-            ev = await next_event_of(c, {"STATE"}, pred=lambda e: e.body["state"] == "connected")
-            assert ev.body["reconnected"] is True
-            assert ev.body["hello"]["session_restored"] is True
-            assert ev.body["hello"]["session"]["session_id"] == sid == c.session_id
+            ev = await next_event_of(c, Connected)
+            assert ev.reconnected is True
+            assert ev.hello.session_restored is True
+            assert ev.hello.session.session_id == sid == c.session_id
             page = await c.history_page()
-            assert [m["content"] for m in page["messages"]][0] == "remember this"
+            assert [m.content for m in page.messages][0] == "remember this"
     finally:
         await c.close()
 
@@ -241,8 +246,8 @@ async def test_gives_up_after_max_attempts(tmp_path: Path) -> None:
     async with running_server(tmp_path) as (_, (host, port)):
         c = Client(host, port, backoff=Backoff(initial=0.01, maximum=0.02, max_attempts=2))
         await c.connect()
-    states = [e.body["state"] async for e in c.events() if e.type == "STATE"]
-    assert states == ["connected", "reconnecting", "reconnecting", "disconnected"]
+    states = [type(e) async for e in c.events() if isinstance(e, (Connected, Reconnecting, Disconnected))]
+    assert states == [Connected, Reconnecting, Reconnecting, Disconnected]
     assert c.state == "disconnected"
     await c.close()
 
@@ -254,4 +259,4 @@ async def test_a_request_over_the_servers_max_message_size_fails_at_once(tmp_pat
             with pytest.raises(ClientError) as info:
                 await c.chat_send("中" * 30000)  # 90 KB of UTF-8
             assert info.value.code == "MESSAGE_TOO_LARGE" and "65535" in info.value.message
-            assert (await c.chat_send("short"))["user_message"]["content"] == "short"  # still usable
+            assert (await c.chat_send("short")).user_message.content == "short"  # still usable

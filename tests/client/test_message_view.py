@@ -7,7 +7,9 @@ from textual.widgets import Markdown, Static
 
 from client.tui.chat import code_blocks
 from client.tui.message import MAX_SEGMENTS, SEGMENT_CHARS, MessageView, split_point
+from client.tui.toolcall import ToolCallItem, format_result
 from client_testlib import wait_until
+from protocol.objects import ChatMessage, ToolCall
 
 
 class Host(App[None]):
@@ -32,7 +34,7 @@ async def test_long_stream_keeps_the_live_markdown_small() -> None:
     paragraphs = [f"Paragraph {i} " + "word " * 40 + "\n\n" for i in range(60)]
     app = Host()
     async with app.run_test(size=(100, 30)) as pilot:
-        view = MessageView({"role": "assistant", "content": ""}, turn_id="t1")
+        view = MessageView(ChatMessage(None, "assistant", ""), turn_id="t1")
         await app.query_one("#host").mount(view)
         largest_live = 0
         for p in paragraphs:
@@ -48,7 +50,7 @@ async def test_long_stream_keeps_the_live_markdown_small() -> None:
         assert largest_live <= SEGMENT_CHARS + max(len(p) for p in paragraphs)
         live_blocks = len(view.query_one(Markdown).children)
         assert live_blocks <= SEGMENT_CHARS // 200 + 2   # bounded, whatever the answer length
-        await view.finish({"id": 7, "role": "assistant", "content": text, "metadata": {}})
+        await view.finish(ChatMessage(7, "assistant", text))
         await wait_until(lambda: not view.query(Markdown), pilot=pilot, what="settled body")
         assert not view.is_live and view.message_id == 7
         assert len(view.query(Static)) == 1 and not view.query(".segment")
@@ -57,13 +59,29 @@ async def test_long_stream_keeps_the_live_markdown_small() -> None:
 async def test_finish_repairs_missed_deltas_and_shows_tool_calls() -> None:
     app = Host()
     async with app.run_test(size=(100, 30)) as pilot:
-        view = MessageView({"role": "assistant", "content": "partial"}, turn_id="t1")
+        view = MessageView(ChatMessage(None, "assistant", "partial"), turn_id="t1")
         await app.query_one("#host").mount(view)
-        call = {"id": "c1", "tool_name": "sys_monitor", "arguments": {"metric": "cpu"}, "result": "12%",
-                "status": "success", "duration": 0.5}
-        await view.finish({"id": 3, "role": "assistant", "content": "the full answer", "tool_calls": [call],
-                           "metadata": {"partial": True}}, "cancelled")
+        call = ToolCall("c1", "sys_monitor", {"metric": "cpu"}, "12%", "success", 0.5)
+        await view.finish(ChatMessage(3, "assistant", "the full answer", tool_calls=(call,),
+                                      metadata={"partial": True}), "cancelled")
         await pilot.pause()
         assert view.content == "the full answer"
         assert list(view.tool_items) == ["c1"] and view.tool_items["c1"].status == "success"
         assert "partial" in view.header_text and "cancelled" in view.header_text
+
+
+def test_tool_results_are_pretty_printed_like_the_arguments() -> None:
+    assert format_result('{"b": 1, "a": [1, 2]}') == '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}'
+    assert format_result("[1,2]") == "[\n  1,\n  2\n]"
+    assert format_result("cpu 5%") == "cpu 5%"
+    assert format_result("{not json") == "{not json"
+
+
+async def test_a_tool_item_shows_a_json_result_indented() -> None:
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        call = ToolCall("c1", "sys_monitor", {"metric": "cpu"}, '{"cpu": {"percent": 5}}', "success", 0.1)
+        item = ToolCallItem(call)
+        await app.query_one("#host").mount(item)
+        await pilot.pause()
+        assert str(item.query_one(".tool-result").render()) == '{\n  "cpu": {\n    "percent": 5\n  }\n}'

@@ -15,8 +15,9 @@ from client.config import ClientConfig
 from client.tui.app import NpltApp
 from client.tui.chat import ChatView
 from client.tui.input import ChatInput
-from client.tui.modals import HelpScreen
+from client.tui.modals import ExportModal, HelpScreen
 from client_testlib import ServerThread, wait_until
+from fake_client import FakeClient
 
 TERMINAL = (100, 30)
 
@@ -53,7 +54,7 @@ def test_conversation_with_tool_item(srv: ServerThread, snap_compare) -> None:
         chat = app.query_one(ChatView)
         await wait_until(lambda: any(m.role == "assistant" and m.message_id for m in chat.messages())
                          and app.query_one("#session-list").option_count == 1
-                         and app.controller.sidebar.sessions[chat.session_id]["message_count"] == 2,
+                         and app.controller.sidebar.sessions[chat.session_id].message_count == 2,
                          pilot=pilot, what="the finished turn")
     assert snap_compare(make_app(srv), terminal_size=TERMINAL, run_before=run_before)
 
@@ -64,3 +65,16 @@ def test_help_screen(srv: ServerThread, snap_compare) -> None:
         await pilot.press("f1")
         await wait_until(lambda: isinstance(pilot.app.screen, HelpScreen), pilot=pilot)
     assert snap_compare(make_app(srv), terminal_size=TERMINAL, run_before=run_before)
+
+
+def test_export_dialog(snap_compare, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a fake client (fixed session id "s1") and a fixed documents folder keep the path deterministic
+    monkeypatch.setenv("XDG_DOCUMENTS_DIR", "/home/user/Documents")
+    app = NpltApp(ClientConfig(), show_times=False, show_address=False, client=FakeClient())  # type: ignore[arg-type]
+
+    async def run_before(pilot: Any) -> None:
+        await settled(pilot)
+        await pilot.press("ctrl+s")
+        await wait_until(lambda: isinstance(pilot.app.screen, ExportModal), pilot=pilot, what="the export dialog")
+        pilot.app.screen.query_one("#export-path").cursor_blink = False
+    assert snap_compare(app, terminal_size=TERMINAL, run_before=run_before)

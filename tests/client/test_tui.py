@@ -21,6 +21,7 @@ from client.tui.toolcall import ToolCallItem
 from client_testlib import SIZE, chat, next_event_of, offline_agent, open_app, prefill, type_and_send, wait_until
 from testkit.echo_agent import EchoAgent
 from testkit.server import running_server
+from protocol.server_events import TurnEnd
 
 
 
@@ -64,7 +65,7 @@ async def test_offline_agent_tool_item_live_and_from_history(tmp_path: Path) -> 
                                          for m in chat(app).messages()), pilot=pilot, what="the answer")
             items = list(app.query(ToolCallItem))
             assert len(items) == 1 and items[0].status == "success"
-            assert items[0].call["tool_name"] and "cpu" in json.dumps(items[0].call).lower()
+            assert items[0].call.tool_name and "cpu" in json.dumps(items[0].call.encode()).lower()
             assert "success" in str(items[0].title) and items[0].collapsed
             items[0].query_one("CollapsibleTitle").focus()
             await pilot.press("enter")
@@ -85,12 +86,12 @@ async def test_switch_sessions_and_live_sidebar(server) -> None:
         sidebar = app.query_one(Sidebar)
         mine = app.controller.session_id
         async with Client(*addr) as other:
-            created = (await other.session_new(title="from elsewhere"))["session"]
+            created = (await other.session_new(title="from elsewhere")).session
             reply = await other.chat_send("hello from elsewhere")
-            await next_event_of(other, {"TURN_END"}, pred=lambda e: e.turn_id == reply["turn_id"])
-        sid = created["session_id"]
+            await next_event_of(other, TurnEnd, pred=lambda e: e.turn_id == reply.turn_id)
+        sid = created.session_id
         # the other session's turn updated only the sidebar, not the chat on screen
-        await wait_until(lambda: sidebar.sessions.get(sid, {}).get("message_count") == 2, pilot=pilot,
+        await wait_until(lambda: sid in sidebar.sessions and sidebar.sessions[sid].message_count == 2, pilot=pilot,
                          what="live sidebar update")
         assert chat(app).session_id == mine and contents(app) == []
         sidebar.list.focus()
@@ -115,14 +116,14 @@ async def test_new_rename_delete_clear(server) -> None:
         field = app.screen.query_one("#rename-input")
         field.value = "Renamed here"
         await pilot.press("enter")
-        await wait_until(lambda: sidebar.sessions[second]["title"] == "Renamed here", pilot=pilot)
+        await wait_until(lambda: sidebar.sessions[second].title == "Renamed here", pilot=pilot)
         assert app.sub_title == "Renamed here"
         await type_and_send(pilot, "to be cleared")
         await wait_answer(app, pilot, "echo: to be cleared")
         await pilot.press("f9")
         await wait_until(lambda: isinstance(app.screen, ConfirmModal), pilot=pilot)
         await pilot.press("y")
-        await wait_until(lambda: contents(app) == [] and sidebar.sessions[second]["message_count"] == 0,
+        await wait_until(lambda: contents(app) == [] and sidebar.sessions[second].message_count == 0,
                          pilot=pilot, what="cleared session")
         await pilot.press("f8")
         await wait_until(lambda: isinstance(app.screen, ConfirmModal), pilot=pilot)
@@ -140,7 +141,7 @@ async def test_new_rename_delete_clear(server) -> None:
 async def test_scroll_to_top_loads_older_pages(server) -> None:
     srv, addr = server
     async with Client(*addr) as c:
-        sid = (await c.session_new(title="long"))["session"]["session_id"]
+        sid = (await c.session_new(title="long")).session.session_id
     await prefill(srv, sid, 120)
     async with open_app(addr, page_size=50) as (app, pilot):
         view = chat(app)
@@ -167,11 +168,11 @@ async def test_cancel_with_escape(server, echo: EchoAgent) -> None:
         await wait_until(lambda: bool(chat(app).live), pilot=pilot)
         await pilot.press("escape")
         # (the answer leaves ``live`` before it has settled into its stored message: wait for both)
-        await wait_until(lambda: not chat(app).live and "finish_reason" in chat(app).messages()[-1].message.get(
-            "metadata", {}), pilot=pilot, what="cancelled turn, stored")
+        await wait_until(lambda: not chat(app).live and "finish_reason" in chat(app).messages()[-1].message.metadata,
+                         pilot=pilot, what="cancelled turn, stored")
         view = chat(app).messages()[-1]
-        assert view.message["metadata"]["partial"] is True
-        assert view.message["metadata"]["finish_reason"] == "cancelled"
+        assert view.message.metadata["partial"] is True
+        assert view.message.metadata["finish_reason"] == "cancelled"
         assert "partial" in view.header_text and "cancelled" in view.header_text
         assert app.query_one(StatusLine).turn_status is None
 
@@ -243,7 +244,7 @@ async def test_session_deleted_by_another_client(server) -> None:
 async def test_search_jumps_to_an_old_message(server) -> None:
     srv, addr = server
     async with Client(*addr) as c:
-        sid = (await c.session_new(title="haystack"))["session"]["session_id"]
+        sid = (await c.session_new(title="haystack")).session.session_id
     await prefill(srv, sid, 29)
     await srv.store.append(sid, "user", "the needle is here")   # id 30 of 104
     await prefill(srv, sid, 74, start=30)

@@ -5,9 +5,12 @@ import asyncio
 import pytest
 
 from client.config import ClientConfig
-from client.events import Event
+from client.events import Event, Reconnecting
 from client.tui.app import NpltApp
-from client.tui.batch import join_deltas, runs
+from client.tui.batch import runs
+from client.tui.state import join_deltas
+from protocol.objects import SessionInfo
+from protocol.server_events import AnswerDelta, Notice, SessionEvent, TurnEnd, TurnStart, TurnStatus
 from client.tui.chat import ChatView
 from client.tui.message import MessageView
 from client.tui.status import StatusLine
@@ -17,34 +20,34 @@ from testkit.echo_agent import EchoAgent
 SIZE = (110, 40)
 
 
-def delta(turn: str, offset: int, text: str, session: str = "s1") -> Event:
-    return Event("ANSWER_DELTA", {"session_id": session, "turn_id": turn, "offset": offset, "text": text})
+def delta(turn: str, offset: int, text: str, session: str = "s1") -> AnswerDelta:
+    return AnswerDelta(session, turn, text, offset)
 
 
 def names(batch: list[Event]) -> list[list[str]]:
-    return [[e.body["text"] if e.type == "ANSWER_DELTA" else e.type for e in run] for run in runs(batch)]
+    return [[e.text if isinstance(e, AnswerDelta) else type(e).__name__ for e in run] for run in runs(batch)]
 
 
 def test_runs_group_deltas_of_one_turn_until_an_event_that_matters() -> None:
-    status = Event("TURN_STATUS", {"session_id": "s1", "turn_id": "t1", "status": "generating"})
+    status = TurnStatus("s1", "t1", "generating")
     batch = [delta("t1", 0, "a"), delta("t1", 1, "b"), status, delta("t1", 2, "c"), delta("t2", 0, "x"),
              delta("t2", 1, "y", session="s2"), delta("t2", 2, "z", session="s2")]
-    assert names(batch) == [["a", "b"], ["TURN_STATUS"], ["c"], ["x"], ["y", "z"]]
+    assert names(batch) == [["a", "b"], ["TurnStatus"], ["c"], ["x"], ["y", "z"]]
     assert runs([]) == []
 
 
 def test_runs_neutral_events_do_not_split_a_run_and_follow_it() -> None:
-    session = Event("SESSION_EVENT", {"kind": "updated", "session": {"session_id": "s1"}})
-    notice = Event("NOTICE", {"code": "X", "message": "m"})
-    state = Event("STATE", {"state": "reconnecting"})
-    end = Event("TURN_END", {"session_id": "s1", "turn_id": "t1"})
+    session = SessionEvent("updated", SessionInfo("s1", "title"))
+    notice = Notice("info", "X", "m")
+    state = Reconnecting(1, 0.1, "gone")
+    end = TurnEnd("s1", "t1", None)
     batch = [delta("t1", 0, "a"), session, delta("t1", 1, "b"), notice, delta("t1", 2, "c"), end,
              delta("t2", 0, "x"), state, delta("t2", 1, "y")]
-    assert names(batch) == [["a", "b", "c"], ["SESSION_EVENT"], ["NOTICE"], ["TURN_END"], ["x"], ["STATE"], ["y"]]
+    assert names(batch) == [["a", "b", "c"], ["SessionEvent"], ["Notice"], ["TurnEnd"], ["x"], ["Reconnecting"], ["y"]]
 
 
 def test_join_deltas_drops_what_is_already_shown() -> None:
-    bodies = [{"offset": 0, "text": "hello "}, {"offset": 6, "text": "wor"}, {"offset": 9, "text": "ld"}]
+    bodies = [delta("t1", 0, "hello "), delta("t1", 6, "wor"), delta("t1", 9, "ld")]
     assert join_deltas(0, bodies) == "hello world"
     assert join_deltas(8, bodies) == "rld"        # reattached with 8 characters shown: overlap keeps its tail
     assert join_deltas(11, bodies) == ""          # everything is a duplicate
@@ -74,7 +77,7 @@ async def test_queued_deltas_render_as_one_append(server, echo: EchoAgent,
 
         async def holding(event: Event) -> None:
             await plain_on_turn(event)
-            if event.type == "TURN_START":
+            if isinstance(event, TurnStart):
                 held.set()
                 await gate.wait()
         app.controller.on_turn_event = holding  # type: ignore[method-assign]

@@ -91,6 +91,13 @@ def test_porter_stemmer_reference_words():
     assert stem("k8s") == "k8s" and stem("ab") == "ab"
 
 
+def test_stemmer_takes_pathological_words():
+    # the hand-written stemmer recursed once per "y" (RecursionError at ~1,000 characters)
+    assert stem("y" * 1500) == "y" * 1499 + "i"                # Porter step 1c: y -> i after a vowel-ish y
+    assert len(stem("y" * 100_000)) == 100_000
+    assert analyze("y" * 1500 + " backups") == ["y" * 1499 + "i", "backup"]
+
+
 # -- BM25 ----------------------------------------------------------------------------------------------
 def test_bm25_ranks_add_remove_and_filter():
     idx = BM25Index()

@@ -1,21 +1,26 @@
 """Child process of test_crash.py: append to one session forever, printing each acknowledged id.
 
-Usage: crash_child.py ROOT SESSION_ID MODE   (MODE: fsync | batched | compact)
+Usage: crash_child.py ROOT SESSION_ID MODE   (MODE: fsync | batched | compact | group)
 - fsync:   durable appends, compact_threshold 16 (background compactions happen often)
 - batched: batched fsync every 2 ms (a SIGKILL must not lose acknowledged appends either)
 - compact: durable appends, and a synchronous compaction right after every acknowledgement,
            so a kill that follows an ack usually lands inside the compaction
+- group:   SESSION_ID is a comma-separated list; one writer thread per session appends durably
+           (so appends of several sessions share flush rounds) and prints "<session id> <id>"
 An id is printed only after append() returned. The parent kills this process with SIGKILL.
 """
 from __future__ import annotations
 
 import sys
+import threading
 
 from storage import HistoryStore, StorageConfig
 
 
 def main() -> None:
     root, sid, mode = sys.argv[1:4]
+    if mode == "group":
+        return group(root, sid.split(","))
     cfg = StorageConfig(root=root, compact_threshold=16 if mode != "compact" else 1_000_000,
                         durability="batched" if mode == "batched" else "fsync", batch_ms=2)
     store = HistoryStore(cfg)
@@ -28,6 +33,26 @@ def main() -> None:
         if mode == "compact":
             store.compact(sid)
         i += 1
+
+
+def group(root: str, sids: list[str]) -> None:
+    store = HistoryStore(StorageConfig(root=root, compact_threshold=64))
+    out = threading.Lock()
+
+    def writer(sid: str) -> None:
+        i = 0
+        while True:
+            m = store.append(sid, "user" if i % 2 == 0 else "assistant", f"group {sid} {i} " + "g" * (i * 53 % 700))
+            with out:
+                sys.stdout.write(f"{sid} {m.id}\n")
+                sys.stdout.flush()
+            i += 1
+
+    threads = [threading.Thread(target=writer, args=(sid,), daemon=True) for sid in sids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 if __name__ == "__main__":

@@ -46,9 +46,8 @@ def drain(store: HistoryStore) -> None:
     """
     deadline = time.monotonic() + 30
     while True:
-        store._compactor.submit(lambda: None).result(timeout=30)
-        with store._cache_lock:
-            busy = [s.sid for s in store._cache.values() if s.compacting]
+        store.compactor.barrier(timeout=30)
+        busy = [s.sid for s in store.cache.sessions() if s.compacting]
         if not busy:
             return
         assert time.monotonic() < deadline, f"compaction never settled for {busy}"

@@ -181,7 +181,7 @@ def test_journal_refilled_during_compaction_is_compacted_again(open_store, root)
     store = open_store(compact_threshold=10)
     sid = store.create("u").session_id
     gate = threading.Event()
-    blocker = store._compactor.submit(gate.wait, 30)          # hold the single compaction worker
+    blocker = store.compactor._pool.submit(gate.wait, 30)          # hold the single compaction worker
     for i in range(25):                                       # 10 queue a compaction, 15 more refill
         store.append(sid, "user", f"m{i}")
     gate.set()
@@ -259,7 +259,7 @@ def test_batched_mode_flushes_in_background(open_store, root) -> None:
     for i in range(50):
         store.append(sid, "user", f"m{i}")
     assert journal_path(root, sid).read_bytes().count(b"\n") == 50   # written before the ack
-    writer = store._cache[sid].writer
+    writer = store.cache.get(sid).writer
     deadline = time.monotonic() + 10
     while writer.dirty and time.monotonic() < deadline:   # the flusher fsyncs within batch_ms
         time.sleep(0.005)

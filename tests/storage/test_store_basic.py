@@ -2,6 +2,8 @@
 summaries, exports. Everything is checked again after reopening the store."""
 from __future__ import annotations
 
+import threading
+
 import orjson
 import pytest
 from storage_testlib import journal_path, snap_path
@@ -234,3 +236,26 @@ def test_closed_store_refuses_calls(open_store) -> None:
         store.get(sid)
     with pytest.raises(StorageClosed):
         store.create("u")
+
+
+def test_get_loaded_answers_only_without_waiting_or_io(open_store, root) -> None:
+    store = open_store(lru_size=1)
+    a = store.create("u", "a").session_id
+    assert store.get_loaded(a).title == "a"                 # loaded: answered in place
+    b = store.create("u", "b").session_id                   # evicts a (lru_size=1)
+    assert store.get_loaded(a) is None                      # not loaded: the caller must use get()
+    assert store.get(a).title == "a"
+    sess = store.cache.get(a)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with sess.lock:
+            held.set()
+            release.wait(30)
+    t = threading.Thread(target=hold)
+    t.start()
+    assert held.wait(30)
+    assert store.get_loaded(a) is None                      # busy: never blocks
+    release.set()
+    t.join(30)
+    assert store.get_loaded(a).title == "a" and store.get_loaded(b) is None

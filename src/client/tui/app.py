@@ -4,13 +4,16 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
+from protocol.objects import SearchHit
+
+from client import paths
 from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import ClientError
@@ -21,7 +24,12 @@ from client.tui.controller import Controller
 from client.tui.input import ChatInput
 from client.tui.modals import ConfirmModal, ExportModal, HelpScreen, RenameModal, SearchModal
 from client.tui.sidebar import Sidebar
+from client.tui.hangup import CHECK_S, TerminalWatch
+from client.tui.saved import SavedState
 from client.tui.status import StatusLine
+
+
+EXIT_HANGUP = 129   # 128 + SIGHUP, as a shell reports a process ended by it
 
 
 class NpltApp(App[None]):
@@ -32,9 +40,12 @@ class NpltApp(App[None]):
     BINDINGS = commands.bindings()
 
     def __init__(self, config: ClientConfig | None = None, *, show_times: bool = True,
-                 show_address: bool = True, client: Client | None = None) -> None:
+                 show_address: bool = True, client: Client | None = None, state_path: Path | None = None) -> None:
         super().__init__()
         self.config = config or ClientConfig()
+        self.state_path = state_path if state_path is not None else paths.state_file()
+        self.terminal = TerminalWatch(self._terminal_gone)
+        self._save_lock = asyncio.Lock()
         self.show_times, self.show_address = show_times, show_address
         self.client = client or Client(
             self.config.host, self.config.port, token=self.config.token, tls=self.config.tls.context(),
@@ -42,8 +53,7 @@ class NpltApp(App[None]):
             backoff=Backoff(initial=self.config.reconnect_initial_s, maximum=self.config.reconnect_max_s),
             request_timeout=self.config.request_timeout_s, connect_timeout=self.config.connect_timeout_s,
             event_queue_size=self.config.event_queue_size)
-        self.controller = Controller(self, self.client)
-        self.agent_info: dict[str, Any] = {}
+        self.controller = Controller(self, self.client, self.config)
 
     def compose(self) -> ComposeResult:
         yield Header(icon="◆")
@@ -68,13 +78,43 @@ class NpltApp(App[None]):
                 self.notify(f"Unknown binding ids in keymap: {', '.join(bad)}", severity="warning")
         self.query_one(ChatInput).focus()
         self.run_worker(self.controller.run(), name="client", group="client", exit_on_error=False)
+        self.run_worker(self._restore_state(), name="restore", group="state", exit_on_error=False)
+        self.terminal.install_signal()
+        self.set_interval(CHECK_S, self.terminal.check)
+
+    def _terminal_gone(self, reason: str) -> None:
+        """SIGHUP or a hung-up terminal: nobody can see or type here any more; exit (code 129)."""
+        self.exit(return_code=EXIT_HANGUP)
+
+    # -- saved state (theme picked in the palette, input history) -----------------------------------------
+    async def _restore_state(self) -> None:
+        saved = await asyncio.to_thread(SavedState.load, self.state_path)
+        # an explicit theme (config file, environment, flag) wins over the one last picked in the palette
+        if saved.theme in self.available_themes and self.config.theme == ClientConfig().theme:
+            self.theme = saved.theme
+        box = self.query_one(ChatInput)
+        box.recall[:0] = saved.history
+        self.theme_changed_signal.subscribe(self, lambda _theme: self._save_state_soon())
+
+    def _save_state_soon(self) -> None:
+        self.run_worker(self._save_state(), group="state", exit_on_error=False)
+
+    async def _save_state(self) -> None:
+        saved = SavedState(self.theme, list(self.query_one(ChatInput).recall))
+        async with self._save_lock:   # one writer at a time: the last state wins
+            try:
+                await asyncio.to_thread(saved.save, self.state_path)
+            except OSError as exc:   # a read-only home: the TUI works, it just does not remember
+                self.log.warning(f"cannot save the TUI state to {self.state_path}: {exc}")
 
     async def on_unmount(self) -> None:
+        self.terminal.remove_signal()
         await self.client.close()
 
     # -- messages from widgets --------------------------------------------------------------------------
     def on_chat_input_submitted(self, event: ChatInput.Submitted) -> None:
         self.controller.spawn(self.controller.send(event.text), "send")
+        self._save_state_soon()   # the input history survives a restart
 
     def on_sidebar_selected(self, event: Sidebar.Selected) -> None:
         self.controller.spawn(self.controller.switch(event.session_id), "session")
@@ -110,18 +150,19 @@ class NpltApp(App[None]):
         self.controller.spawn(self.controller.new_session(), "session")
 
     def action_rename_session(self) -> None:
-        session = self.controller.session or {}
+        session = self.controller.session
 
         def done(title: str | None) -> None:
             if title:
                 self.controller.spawn(self.controller.rename(title), "rename")
-        self.push_screen(RenameModal(session.get("title") or ""), done)
+        self.push_screen(RenameModal(session.title if session is not None else ""), done)
 
     def action_delete_session(self) -> None:
         sid = self.controller.session_id
         if not sid:
             return
-        title = (self.controller.session or {}).get("title") or sid
+        session = self.controller.session
+        title = (session.title if session is not None else "") or sid
 
         def done(ok: bool | None) -> None:
             if ok:
@@ -135,28 +176,33 @@ class NpltApp(App[None]):
         self.push_screen(ConfirmModal("Clear every message of this session?", "Clear"), done)
 
     def action_search(self) -> None:
-        async def search(query: str) -> list[dict[str, Any]]:
-            return (await self.client.search(query)).get("hits", [])
+        async def search(query: str) -> tuple[SearchHit, ...]:
+            return (await self.client.search(query)).hits
 
-        def done(hit: dict[str, Any] | None) -> None:
+        def done(hit: SearchHit | None) -> None:
             if hit:
                 self.controller.spawn(self.controller.jump_to(hit), "session")
         self.push_screen(SearchModal(search), done)
 
     def action_export(self) -> None:
         sid = self.controller.session_id
-        if not sid:
-            return
+        if not sid or any(isinstance(s, ExportModal) for s in self.screen_stack):
+            return   # one export dialog at a time
 
         def done(choice: tuple[str, str] | None) -> None:
             if choice:
                 self.controller.spawn(self.export(sid, *choice), "export")
-        self.push_screen(ExportModal(f"nplt-{sid}"), done)
+        self.push_screen(ExportModal(f"nplt-{sid}", paths.export_dir()), done)
 
     async def export(self, session_id: str, fmt: str, path: str) -> None:
         reply = await self.client.export(fmt, session_id=session_id)
+
+        def write() -> None:
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)   # the default folder may not exist yet
+            target.write_text(reply.content, encoding="utf-8")
         try:
-            await asyncio.to_thread(Path(path).write_text, reply.get("content", ""), encoding="utf-8")
+            await asyncio.to_thread(write)
         except OSError as exc:
             raise ClientError("WRITE_FAILED", f"cannot write {path}: {exc.strerror or exc}") from exc
         self.notify(f"Exported to {path}")
@@ -196,12 +242,12 @@ class NpltApp(App[None]):
             if spec.action != "quit":
                 yield SystemCommand(spec.title, spec.help, partial(self.run_action, spec.action))
         for model in self.controller.models:
-            name = str(model.get("name"))
+            name = model.name
             yield SystemCommand(f"Model: {name}", "Use this model for the current session",
                                 partial(self._switch_model, name))
 
     def _switch_model(self, name: str) -> None:
         async def switch() -> None:
             reply = await self.client.model_switch(name)
-            self.notify(f"Model: {reply.get('model', name)}")
+            self.notify(f"Model: {reply.model}")
         self.controller.spawn(switch(), "model")

@@ -3,7 +3,7 @@
 The server streams deltas far faster than one Markdown render each. When the controller takes an
 ANSWER_DELTA, it also takes every event already queued in the client (``drain``), splits the batch
 into runs of deltas of one turn (``runs``) and renders each run with a single append of the joined
-text (``join_deltas``); other events in the batch are handled in order, one by one. Events that do
+text (``state.join_deltas``); other events in the batch are handled in order, one by one. Events that do
 not touch the live message (session list changes, notices) do not split a run: they are handled
 right after it.
 """
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from client.connection import Client
-from client.events import Event
+from protocol.server_events import AnswerDelta, Notice, SessionEvent
+
+from client.events import Event, InvalidFrame, ServerError
 
 
-async def drain(client: Client, batch: list[Event], limit: int) -> bool:
+async def drain(client: Any, batch: list[Event], limit: int) -> bool:
     """Append the events already waiting in ``client``'s queue to ``batch`` (at most ``limit`` in all).
 
     Queued events are taken without suspending; the check that finds the queue empty yields to the
@@ -33,41 +34,25 @@ async def drain(client: Client, batch: list[Event], limit: int) -> bool:
 
 
 # Events that never touch the chat's live messages: they do not break a run of deltas (they are
-# handled right after it, in their order). STATE and every other turn event do break it.
-NEUTRAL_EVENTS = frozenset({"SESSION_EVENT", "NOTICE", "ERROR", "INVALID"})
+# handled right after it, in their order). Connection changes and every other turn event do break it.
+NEUTRAL_EVENTS = (SessionEvent, Notice, ServerError, InvalidFrame)
 
 
 def runs(batch: Iterable[Event]) -> list[list[Event]]:
     """Split a batch into runs handled in order: the ANSWER_DELTAs of one turn form one run, which
     only a delta of another turn or a non-neutral event ends; any other event is a run of its own."""
     out: list[list[Event]] = []
-    current: list[Event] | None = None
+    current: list[AnswerDelta] | None = None
     for event in batch:
-        if event.type == "ANSWER_DELTA":
+        if isinstance(event, AnswerDelta):
             if current is not None and (event.session_id, event.turn_id) == (current[0].session_id,
                                                                               current[0].turn_id):
                 current.append(event)
                 continue
             current = [event]
-            out.append(current)
+            out.append(current)  # type: ignore[arg-type]
         else:
             out.append([event])
-            if event.type not in NEUTRAL_EVENTS:
+            if not isinstance(event, NEUTRAL_EVENTS):
                 current = None
     return out
-
-
-def join_deltas(shown: int, bodies: Iterable[dict[str, Any]]) -> str:
-    """The text to append after ``shown`` characters, exactly as appending each delta in turn would.
-
-    A delta whose ``offset + len(text)`` is not past the shown length is a duplicate (a reattached
-    turn re-sends what the page already showed) and is dropped; an overlapping one keeps its tail.
-    """
-    parts: list[str] = []
-    for body in bodies:
-        text, offset = str(body.get("text", "")), int(body.get("offset", 0))
-        if offset + len(text) > shown:
-            piece = text[max(0, shown - offset):]
-            parts.append(piece)
-            shown += len(piece)
-    return "".join(parts)

@@ -1,15 +1,23 @@
-"""The chat view: messages as Markdown, a streaming answer, tool call items, inline errors, paging by cursor."""
+"""The chat view: messages as Markdown, a streaming answer, tool call items, inline errors, paging by cursor.
+
+It renders the ``Change``s that ``ChatState`` decides (``apply``); its own maps (``by_id``, ``live``,
+``pending``) only index the widgets on screen.
+"""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Static
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
+from protocol.objects import ChatMessage
+from protocol.replies import HistoryPageReply
+
 from client.tui.message import MessageView
+from client.tui.state import (AppendAnswer, Change, EndAnswer, OpenAnswer, SettleQueued, ShowMessage, ShowQueued,
+                              ShowTool)
 
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 FIRST_PAINT = 12      # newest messages mounted before the first paint (about a screenful)
@@ -38,7 +46,7 @@ class ChatView(VerticalScroll):
         # user messages of turns queued behind the running one (turn id -> view), kept at the bottom
         self.pending: dict[str, MessageView] = {}
         self._backfill: Worker[None] | None = None
-        self._backfill_views: list[dict[str, Any]] | None = None
+        self._backfill_views: list[ChatMessage] | None = None
 
     def on_mount(self) -> None:
         self.anchor()
@@ -57,20 +65,20 @@ class ChatView(VerticalScroll):
         await self.remove_children()
         self.anchor()
 
-    def _view(self, message: dict[str, Any], turn_id: str | None = None) -> MessageView:
+    def _view(self, message: ChatMessage, turn_id: str | None = None) -> MessageView:
         view = MessageView(message, show_time=self.show_times, turn_id=turn_id)
         if view.message_id is not None:
             self.by_id[view.message_id] = view
         return view
 
-    async def show_page(self, page: dict[str, Any]) -> None:
+    async def show_page(self, page: HistoryPageReply) -> None:
         """Show the newest page of a freshly reset session.
 
         The newest ``FIRST_PAINT`` messages (a screenful) are mounted at once; the rest of the page is
         built and mounted above them after the first paint, so it does not wait for the whole page.
         """
-        messages = [m for m in page.get("messages", []) if m.get("id") not in self.by_id]
-        self.has_more, self.next_before = bool(page.get("has_more")), page.get("next_before")
+        messages = [m for m in page.messages if m.id not in self.by_id]
+        self.has_more, self.next_before = page.has_more, page.next_before
         head, tail = messages[:-FIRST_PAINT], messages[-FIRST_PAINT:]
         if tail:
             await self.mount_all([self._view(m) for m in tail])
@@ -84,8 +92,8 @@ class ChatView(VerticalScroll):
             views, self._backfill_views = self._backfill_views, None
             self._backfill = self.run_worker(self._mount_backfill(views), group="backfill", exclusive=True)
 
-    async def _mount_backfill(self, messages: list[dict[str, Any]]) -> None:
-        await self._prepend([self._view(m) for m in messages if m.get("id") not in self.by_id])
+    async def _mount_backfill(self, messages: list[ChatMessage]) -> None:
+        await self._prepend([self._view(m) for m in messages if m.id not in self.by_id])
         self._backfill = None
         self.call_after_refresh(self.check_top)
 
@@ -101,14 +109,14 @@ class ChatView(VerticalScroll):
         if worker is not None:
             try:
                 await worker.wait()
-            except (WorkerCancelled, WorkerFailed):
-                pass
+            except (WorkerCancelled, WorkerFailed) as exc:  # a reset cancelled it: nothing left to wait for
+                self.log.debug(f"backfill ended early: {exc!r}")
 
-    async def prepend_page(self, page: dict[str, Any]) -> None:
+    async def prepend_page(self, page: HistoryPageReply) -> None:
         """Insert an older page at the top, keeping what the user looks at in place."""
         await self.settle()
-        views = [self._view(m) for m in page.get("messages", []) if m.get("id") not in self.by_id]
-        self.has_more, self.next_before = bool(page.get("has_more")), page.get("next_before")
+        views = [self._view(m) for m in page.messages if m.id not in self.by_id]
+        self.has_more, self.next_before = page.has_more, page.next_before
         await self._prepend(views)
 
     async def _prepend(self, views: list[MessageView]) -> None:
@@ -126,10 +134,10 @@ class ChatView(VerticalScroll):
             self.scroll_to(y=before_y + (self.virtual_size.height - before_height), animate=False, immediate=True)
         self.call_after_refresh(keep_position)
 
-    async def add_message(self, message: dict[str, Any], turn_id: str | None = None) -> MessageView:
+    async def add_message(self, message: ChatMessage, turn_id: str | None = None) -> MessageView:
         """Append a message (deduplicated by id) at the bottom, above the queued messages."""
-        mid = message.get("id")
-        if isinstance(mid, int) and mid in self.by_id:
+        mid = message.id
+        if mid is not None and mid in self.by_id:
             return self.by_id[mid]
         view = self._view(message, turn_id)
         if turn_id:
@@ -138,7 +146,7 @@ class ChatView(VerticalScroll):
         await self.mount(view, before=first_pending)
         return view
 
-    async def add_pending(self, turn_id: str, message: dict[str, Any]) -> MessageView:
+    async def add_pending(self, turn_id: str, message: ChatMessage) -> MessageView:
         """Show the user message of a queued turn (not stored yet, ``id`` null) at the very bottom."""
         if turn_id in self.pending:
             return self.pending[turn_id]
@@ -147,7 +155,7 @@ class ChatView(VerticalScroll):
         await self.mount(view)
         return view
 
-    async def settle_pending(self, turn_id: str, message: dict[str, Any] | None) -> bool:
+    async def settle_pending(self, turn_id: str, message: ChatMessage | None) -> bool:
         """A queued turn started (``message``: its stored user message) or was withdrawn (None)."""
         view = self.pending.pop(turn_id, None)
         if view is None:
@@ -163,6 +171,55 @@ class ChatView(VerticalScroll):
         line = Static(text, markup=False, classes="error")
         await self.mount(line)
         return line
+
+    # -- rendering ChatState's changes ---------------------------------------------------------------
+    async def apply(self, change: Change) -> None:
+        """Apply one change decided by ChatState (StatusChanged is the status line's, not ours)."""
+        match change:
+            case ShowMessage(message=message):
+                await self.add_message(message)
+            case OpenAnswer(turn_id=turn_id, message=message):
+                if turn_id not in self.live:
+                    await self.add_message(message, turn_id=turn_id)
+            case AppendAnswer(turn_id=turn_id, text=text):
+                view = self.live.get(turn_id)
+                if view is not None:
+                    await view.append(text)
+            case ShowTool(turn_id=turn_id, call=call):
+                view = self.live.get(turn_id)
+                if view is not None:
+                    await view.add_tool(call)
+            case ShowQueued(turn_id=turn_id, message=message):
+                await self.add_pending(turn_id, message)
+            case SettleQueued(turn_id=turn_id, message=message):
+                if not await self.settle_pending(turn_id, message) and message is not None:
+                    await self.add_message(message)
+            case EndAnswer():
+                await self._end(change)
+
+    async def _end(self, change: EndAnswer) -> None:
+        view = self.live.pop(change.turn_id, None)
+        message = change.message
+        if message is None:
+            if view is not None:
+                await view.stop_stream()
+        else:
+            existing = self.by_id.get(message.id) if message.id is not None else None
+            if existing is not None and existing is not view:   # already shown (e.g. by a reload)
+                if view is not None:
+                    await view.stop_stream()
+                    await view.remove()
+                view = existing
+            else:
+                if view is None:
+                    view = await self.add_message(message)
+                await view.finish(message, change.finish_reason)
+                self.register_id(view)
+        if change.error is not None:
+            if view is not None:
+                view.set_error(change.error)
+            else:
+                await self.add_error(change.error)
 
     def register_id(self, view: MessageView) -> None:
         if view.message_id is not None:

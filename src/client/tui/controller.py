@@ -1,40 +1,49 @@
-"""The TUI's brain: owns the Client, turns server events into widget updates, runs session operations.
+"""The TUI's I/O: owns the Client, feeds what the server says to ``ChatState``, runs session operations.
 
-Rules that keep it correct:
+The decisions (what the chat shows, which turn is live or queued) are ``ChatState``'s; this module
+only talks to the server and hands each ``Change`` to the widget that renders it. Rules that keep
+it correct:
 - The event loop (``run``) never waits for a request's reply: operations run as workers, so a
   full event queue can never block a reply (see client.events).
 - While a session is being (re)loaded, turn events are deferred and replayed after the page is
   shown; messages are deduplicated by id, and a reattached turn drops deltas it already shows.
 - Deltas are coalesced (see client.tui.batch): taking an ANSWER_DELTA drains the events already
   queued, and each run of consecutive deltas of one turn is rendered with a single append.
+
+It knows the app only as a Textual ``App`` (no import of client.tui.app: no cycle).
 """
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
+from textual.app import App
 from textual.css.query import NoMatches
 
+from protocol.objects import AgentInfo, ModelInfo, SearchHit, SessionInfo, TurnState
+from protocol.server_events import AnswerDelta, Notice, SessionEvent, TurnEvent
+
+from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import PERMANENT_CODES, ClientError
-from client.events import Event
+from client.events import Connected, Disconnected, Event, InvalidFrame, Reconnecting, ServerError
 from client.tui.batch import drain, runs
 from client.tui.chat import ChatView
+from client.tui.input import ChatInput
 from client.tui.sidebar import Sidebar
+from client.tui.state import Change, ChatState, StatusChanged
 from client.tui.status import StatusLine
-from client.tui.turn_events import TurnEvents, _now
-
-if TYPE_CHECKING:
-    from client.tui.app import NpltApp
 
 SESSION_KINDS_RELOAD = frozenset({"cleared"})
+Fetch = Callable[[], Awaitable[tuple[SessionInfo, TurnState | None]]]
 
 
-class Controller(TurnEvents):
-    def __init__(self, app: NpltApp, client: Client) -> None:
-        self.app, self.client, self.cfg = app, client, app.config
-        self.session: dict[str, Any] | None = None
-        self.models: list[dict[str, Any]] = []
+class Controller:
+    def __init__(self, app: App[Any], client: Client, config: ClientConfig) -> None:
+        self.app, self.client, self.cfg = app, client, config
+        self.state = ChatState()
+        self.agent: AgentInfo | None = None
+        self.models: list[ModelInfo] = []
         self.deferred: list[Event] = []
         self._loads = 0
         self._load_lock = asyncio.Lock()
@@ -54,13 +63,17 @@ class Controller(TurnEvents):
         return self.app.query_one(StatusLine)
 
     @property
+    def session(self) -> SessionInfo | None:
+        return self.state.session
+
+    @property
     def session_id(self) -> str | None:
-        return self.session["session_id"] if self.session else None
+        return self.state.session_id
 
     @property
     def page_size(self) -> int:
         """The configured page size, capped by the server's ``max_page_size``."""
-        limits = (self.client.hello or {}).get("limits") or {}
+        limits = self.client.hello.limits if self.client.hello is not None else {}
         return min(self.cfg.page_size, int(limits.get("max_page_size") or self.cfg.page_size))
 
     def spawn(self, coro: Awaitable[Any], name: str) -> None:
@@ -76,8 +89,24 @@ class Controller(TurnEvents):
         self.app.notify(f"{exc.code}: {exc.message}", severity="error", timeout=6)
         try:
             await self.chat.add_error(f"Error {exc.code}: {exc.message}")
-        except NoMatches:  # the app is shutting down
-            pass
+        except NoMatches:  # the app is shutting down: the notification is all that can be shown
+            self.app.log.warning(f"error not shown in the chat (closing): {exc}")
+
+    def focus_input(self) -> None:
+        """After a session operation the user asked for, typing goes to the message input."""
+        try:
+            self.app.query_one(ChatInput).focus()
+        except NoMatches:  # the app is shutting down: nothing to focus
+            self.app.log.debug("no input to focus")
+
+    async def render(self, changes: list[Change]) -> None:
+        """Hand ChatState's changes to the widgets, in order."""
+        chat = self.chat
+        for change in changes:
+            if isinstance(change, StatusChanged):
+                self.status.set_turn(change.status, change.detail)
+            else:
+                await chat.apply(change)
 
     # -- connection -------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -101,108 +130,112 @@ class Controller(TurnEvents):
                 await asyncio.sleep(backoff.delay(attempt))
         while (event := await self.client.next_event()) is not None:
             batch, closed = [event], False
-            if event.type == "ANSWER_DELTA":  # coalesce: take whatever else is already waiting
+            if isinstance(event, AnswerDelta):  # coalesce: take whatever else is already waiting
                 closed = await drain(self.client, batch, self.cfg.event_queue_size)
             for run in runs(batch):
                 try:
                     await self.handle(run)
                 except Exception as exc:  # noqa: BLE001 - a rendering bug must not stop the event loop
-                    self.app.log.error(f"event {run[0].type} failed: {exc!r}")
-                    self.app.notify(f"Display error on {run[0].type}: {exc}", severity="error")
+                    name = type(run[0]).__name__
+                    self.app.log.error(f"event {name} failed: {exc!r}")
+                    self.app.notify(f"Display error on {name}: {exc}", severity="error")
             if closed:
                 return
             if len(batch) > 1:
                 await asyncio.sleep(0)  # let the screen refresh and input run between batches
 
+    async def on_turn_event(self, event: TurnEvent) -> None:
+        """Show one turn event (ChatState ignores those of other sessions)."""
+        await self.render(self.state.apply(event))
+
     async def on_turn_run(self, run: list[Event]) -> None:
-        """Show a turn event, or a run of deltas of one turn, if it belongs to the shown session."""
-        if run[0].session_id != self.chat.session_id:
-            return
+        """A turn event, or a run of deltas of one turn (see ``batch.runs``)."""
         if len(run) > 1:
-            await self.on_deltas(run[0].turn_id or "", [e.body for e in run])
+            await self.render(self.state.apply_deltas(run))  # type: ignore[arg-type]
         else:
-            await self.on_turn_event(run[0])
+            await self.on_turn_event(run[0])  # type: ignore[arg-type]
 
     async def handle(self, run: list[Event]) -> None:
         """Handle one event, or a run of consecutive ANSWER_DELTAs of one turn (see ``batch.runs``)."""
         event = run[0]
-        t, body = event.type, event.body
-        if t == "STATE":
-            await self.on_state(body)
-        elif t == "SESSION_EVENT":
-            await self.on_session_event(event)
-        elif t == "NOTICE":
-            self.app.notify(str(body.get("message", "")), title=str(body.get("code", "")),
-                            severity="warning" if body.get("level") == "warning" else "information")
-        elif t in ("ERROR", "INVALID"):
-            self.app.notify(f"{body.get('code')}: {body.get('message')}", severity="error")
-        elif event.is_turn_event:
-            if self._loads:
-                self.deferred.extend(run)
-            else:
-                await self.on_turn_run(run)
+        match event:
+            case TurnEvent():
+                if self._loads:
+                    self.deferred.extend(run)
+                else:
+                    await self.on_turn_run(run)
+            case SessionEvent():
+                await self.on_session_event(event)
+            case Notice(level=level, code=code, message=message):
+                self.app.notify(message, title=code, severity="warning" if level == "warning" else "information")
+            case ServerError(error=error):
+                self.app.notify(f"{error.code}: {error.message}", severity="error")
+            case InvalidFrame(code=code, message=message):
+                self.app.notify(f"{code}: {message}", severity="error")
+            case Connected(hello=hello):
+                self.status.set_connection("connected")
+                self.agent = hello.agent
+                self.spawn(self.after_connect(hello.session, hello.running_turn), "connect")
+            case Reconnecting(attempt=attempt):
+                self.status.set_connection("reconnecting", f"attempt {attempt}")
+                self.status.set_turn(None)
+            case Disconnected(code=code, error=error):
+                self.status.set_connection("disconnected", code)
+                self.status.set_turn(None)
+                await self.chat.add_error(f"Disconnected: {error}")
 
-    async def on_state(self, body: dict[str, Any]) -> None:
-        state = body.get("state", "")
-        if state == "connected":
-            self.status.set_connection("connected")
-            hello = body.get("hello") or {}
-            self.app.agent_info = hello.get("agent") or {}
-            self.spawn(self.after_connect(hello), "connect")
-        elif state == "reconnecting":
-            self.status.set_connection("reconnecting", f"attempt {body.get('attempt')}")
-            self.status.set_turn(None)
-        elif state == "disconnected":
-            self.status.set_connection("disconnected", str(body.get("code", "")))
-            self.status.set_turn(None)
-            await self.chat.add_error(f"Disconnected: {body.get('error', '')}")
-
-    async def after_connect(self, hello: dict[str, Any]) -> None:
-        await self.load_session(lambda: self._hello_target(hello))
+    async def after_connect(self, session: SessionInfo, running: TurnState | None) -> None:
+        async def fetch() -> tuple[SessionInfo, TurnState | None]:
+            return session, running
+        await self.load_session(fetch)
         # the sidebar and the model list come after the first paint of the chat
         self.app.call_after_refresh(lambda: self.spawn(self.load_lists(), "lists"))
 
     async def load_lists(self) -> None:
         await self.load_sessions()
         try:
-            self.models = (await self.client.model_list()).get("models", [])
-        except ClientError:
+            self.models = list((await self.client.model_list()).models)
+        except ClientError as exc:  # the palette then offers no model: say why in the log
+            self.app.log.warning(f"model list unavailable: {exc}")
             self.models = []
 
-    async def _hello_target(self, hello: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        return hello["session"], hello.get("running_turn")
-
     async def load_sessions(self) -> None:
-        sessions: list[dict[str, Any]] = []
+        sessions: list[SessionInfo] = []
         before = None
         while len(sessions) < self.cfg.sidebar_max_sessions:
             page = await self.client.session_list(before=before, limit=min(100, self.cfg.sidebar_max_sessions))
-            sessions.extend(page.get("sessions", []))
-            before = page.get("next_before")
-            if not page.get("has_more") or not before:
+            sessions.extend(page.sessions)
+            before = page.next_before
+            if not page.has_more or not before:
                 break
-        if self.session and all(s["session_id"] != self.session_id for s in sessions):
-            sessions.append(self.session)
+        current = self.session
+        if current is not None and all(s.session_id != current.session_id for s in sessions):
+            sessions.append(current)
         self.sidebar.set_sessions(sessions)
 
     # -- sessions ---------------------------------------------------------------------------------------
-    async def load_session(self, fetch: Callable[[], Awaitable[tuple[dict[str, Any], dict[str, Any] | None]]]) -> None:
-        """Fetch a session (switch/new/hello) and show its newest page; turn events wait meanwhile."""
+    async def load_session(self, fetch: Fetch, *, focus: bool = False) -> None:
+        """Fetch a session (switch/new/hello) and show its newest page; turn events wait meanwhile.
+
+        ``focus``: the user asked for it (new, switch, delete, clear), so the input gets the focus."""
         self._loads += 1
         try:
             async with self._load_lock:
                 session, running = await fetch()
-                self.session = session
+                sid = session.session_id
+                changes = self.state.begin(session)
                 chat = self.chat
-                await chat.reset(session["session_id"])
+                await chat.reset(sid)
                 self.sidebar.upsert(session)
-                self.sidebar.set_current(session["session_id"])
-                self.app.sub_title = session.get("title") or ""
-                page = await self.client.history_page(session["session_id"], limit=self.page_size)
+                self.sidebar.set_current(sid)
+                self._show_header(session)
+                page = await self.client.history_page(sid, limit=self.page_size)
                 await chat.show_page(page)
-                self.status.set_turn(None)
-                if running:
-                    await self.attach(running)
+                if running is not None:
+                    changes += self.state.attach(running)
+                await self.render(changes)
+                if focus:
+                    self.focus_input()
                 chat.call_after_refresh(chat.check_top)
         finally:
             try:
@@ -213,37 +246,24 @@ class Controller(TurnEvents):
             finally:
                 self._loads -= 1
 
-    async def attach(self, turn: dict[str, Any]) -> None:
-        """Reattach to a running turn: show its content so far; later deltas below that length are dropped."""
-        chat = self.chat
-        if turn.get("user_message"):
-            await chat.add_message(turn["user_message"])
-        view = chat.live.get(turn["turn_id"])
-        if view is None:
-            await chat.add_message({"role": "assistant", "content": turn.get("content", ""),
-                                    "timestamp": turn.get("started_at") or _now(),
-                                    "tool_calls": turn.get("tool_calls") or []}, turn_id=turn["turn_id"])
-        for queued in turn.get("queued") or ():
-            await chat.add_pending(queued["turn_id"], queued["user_message"])
-        self.status.set_turn(turn.get("status") or "thinking")
-
     async def switch(self, session_id: str) -> None:
         if session_id == self.session_id:
             return
 
-        async def fetch() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        async def fetch() -> tuple[SessionInfo, TurnState | None]:
             reply = await self.client.session_switch(session_id)
-            return reply["session"], reply.get("running_turn")
-        await self.load_session(fetch)
+            return reply.session, reply.running_turn
+        await self.load_session(fetch, focus=True)
 
     async def new_session(self) -> None:
-        async def fetch() -> tuple[dict[str, Any], dict[str, Any] | None]:
-            return (await self.client.session_new())["session"], None
-        await self.load_session(fetch)
+        async def fetch() -> tuple[SessionInfo, TurnState | None]:
+            return (await self.client.session_new()).session, None
+        await self.load_session(fetch, focus=True)
 
     async def rename(self, title: str) -> None:
         reply = await self.client.session_rename(title, session_id=self.session_id)
-        self._session_changed(reply["session"])
+        self._session_changed(reply.session)
+        self.focus_input()
 
     async def delete(self, session_id: str) -> None:
         self._deleting.add(session_id)
@@ -251,47 +271,50 @@ class Controller(TurnEvents):
             if session_id != self.session_id:
                 await self.client.session_delete(session_id)
                 self.sidebar.remove(session_id)
+                self.focus_input()
                 return
 
-            async def fetch() -> tuple[dict[str, Any], dict[str, Any] | None]:
+            async def fetch() -> tuple[SessionInfo, TurnState | None]:
                 reply = await self.client.session_delete(session_id)
                 self.sidebar.remove(session_id)
-                return reply["current"], None
-            await self.load_session(fetch)
+                return reply.current, None
+            await self.load_session(fetch, focus=True)
         finally:
             self._deleting.discard(session_id)
 
     async def clear(self) -> None:
-        async def fetch() -> tuple[dict[str, Any], dict[str, Any] | None]:
-            return (await self.client.session_clear(self.session_id))["session"], None
-        await self.load_session(fetch)
+        async def fetch() -> tuple[SessionInfo, TurnState | None]:
+            return (await self.client.session_clear(self.session_id)).session, None
+        await self.load_session(fetch, focus=True)
 
-    def _session_changed(self, session: dict[str, Any]) -> None:
+    def _session_changed(self, session: SessionInfo) -> None:
         self.sidebar.upsert(session)
-        if session.get("session_id") == self.session_id:
-            self.session = {**(self.session or {}), **session}
-            self.app.sub_title = session.get("title") or ""
+        if self.state.session_changed(session):
+            self._show_header(session)
 
-    async def on_session_event(self, event: Event) -> None:
-        kind, session = event.body.get("kind"), event.body.get("session") or {}
-        sid = session.get("session_id")
-        if not sid:
-            return
-        if kind == "deleted":
+    def _show_header(self, session: SessionInfo) -> None:
+        """The header: the app and the session's model as title, the session title as sub-title."""
+        base = type(self.app).TITLE
+        self.app.title = f"{base} · {session.model}" if session.model else base
+        self.app.sub_title = session.title
+
+    async def on_session_event(self, event: SessionEvent) -> None:
+        sid = event.session.session_id
+        if event.kind == "deleted":
             self.sidebar.remove(sid)
             if sid == self.session_id and sid not in self._deleting:
                 self.app.notify("This session was deleted by another client", severity="warning")
                 other = self.sidebar.newest_other(sid)
                 self.spawn(self.switch(other) if other else self.new_session(), "session")
             return
-        self._session_changed(session)
-        if kind in SESSION_KINDS_RELOAD and sid == self.session_id and not self._loads:
+        self._session_changed(event.session)
+        if event.kind in SESSION_KINDS_RELOAD and sid == self.session_id and not self._loads:
             self.spawn(self.reload(), "session")
 
     async def reload(self) -> None:
-        async def fetch() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        async def fetch() -> tuple[SessionInfo, TurnState | None]:
             reply = await self.client.session_switch(self.session_id or "")
-            return reply["session"], reply.get("running_turn")
+            return reply.session, reply.running_turn
         await self.load_session(fetch)
 
     async def load_older(self) -> None:
@@ -307,10 +330,10 @@ class Controller(TurnEvents):
             chat.loading_older = False
         chat.call_after_refresh(chat.check_top)
 
-    async def jump_to(self, hit: dict[str, Any]) -> None:
+    async def jump_to(self, hit: SearchHit) -> None:
         """Open the hit's session and load older pages until its message is shown, then scroll to it."""
-        await self.switch(hit["session_id"])
-        chat, mid = self.chat, int(hit["message_id"])
+        await self.switch(hit.session_id)
+        chat, mid = self.chat, hit.message_id
         await chat.settle()
         while mid not in chat.by_id and chat.has_more and chat.next_before is not None and chat.next_before > mid:
             page = await self.client.history_page(chat.session_id, before=chat.next_before, limit=self.page_size)
@@ -331,23 +354,17 @@ class Controller(TurnEvents):
         if not self.client.connected:
             await self.chat.add_error(f"Not sent (connection {self.client.state}): {text[:60]}")
             return
-        sid = self.chat.session_id
+        sid = self.session_id
         reply = await self.client.chat_send(text)
-        if self.chat.session_id == sid and reply.get("session_id") == sid:
-            message, turn_id = reply["user_message"], reply.get("turn_id") or ""
-            if message.get("id") is not None:
-                await self.chat.add_message(message)
-            elif turn_id not in self.chat.live:   # queued: stored when its turn starts
-                await self.chat.add_pending(turn_id, message)
-            if reply.get("queued") and not self.chat.live:
-                self.status.set_turn("queued", f"{reply['queued']} ahead")
+        if self.session_id == sid:
+            await self.render(self.state.sent(reply))
 
     async def cancel(self) -> None:
-        live = list(self.chat.live)
-        if not live:
+        turn_id = self.state.live_turn
+        if turn_id is None:
             return
         try:
-            await self.client.chat_cancel(session_id=self.chat.session_id, turn_id=live[-1])
+            await self.client.chat_cancel(session_id=self.session_id, turn_id=turn_id)
         except ClientError as exc:
             if exc.code != "NO_ACTIVE_TURN":
                 raise

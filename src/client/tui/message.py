@@ -13,9 +13,9 @@ Rendering cost matters because Textual lays out the whole widget tree on every f
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from datetime import datetime
-from typing import Any
 
 from markdown_it import MarkdownIt
 from rich.markdown import Markdown as RichMarkdown
@@ -25,6 +25,8 @@ from textual.markup import escape
 from textual.widget import Widget
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
+
+from protocol.objects import ChatMessage, ToolCall
 
 from client.tui.toolcall import ToolCallItem
 
@@ -83,8 +85,8 @@ class Segment(Static):
 class MessageView(Vertical, can_focus=True):
     """A stored message, or the live answer of a running turn (``turn_id`` set)."""
 
-    def __init__(self, message: dict[str, Any], *, show_time: bool = True, turn_id: str | None = None) -> None:
-        self.message = dict(message)
+    def __init__(self, message: ChatMessage, *, show_time: bool = True, turn_id: str | None = None) -> None:
+        self.message = message
         self.turn_id = turn_id
         self.show_time = show_time
         super().__init__(classes=f"message -{self.role}")
@@ -99,16 +101,15 @@ class MessageView(Vertical, can_focus=True):
 
     @property
     def message_id(self) -> int | None:
-        mid = self.message.get("id")
-        return mid if isinstance(mid, int) else None
+        return self.message.id
 
     @property
     def role(self) -> str:
-        return str(self.message.get("role", ""))
+        return self.message.role
 
     @property
     def content(self) -> str:
-        return str(self.message.get("content", ""))
+        return self.message.content
 
     @property
     def header_text(self) -> str:
@@ -120,10 +121,10 @@ class MessageView(Vertical, can_focus=True):
 
     def _header_text(self) -> str:
         parts = [f"[b]{ROLE_LABELS.get(self.role, escape(self.role))}[/b]"]
-        when = short_time(self.message.get("timestamp")) if self.show_time else ""
+        when = short_time(self.message.timestamp) if self.show_time else ""
         if when:
             parts.append(when)
-        meta = self.message.get("metadata") or {}
+        meta = self.message.metadata
         if meta.get("queued"):
             parts.append("[i]queued[/i]")
         if meta.get("partial"):
@@ -140,7 +141,7 @@ class MessageView(Vertical, can_focus=True):
         return self._live
 
     def compose(self) -> ComposeResult:
-        for call in self.message.get("tool_calls") or ():
+        for call in self.message.tool_calls:
             item = ToolCallItem(call)
             self.tool_items[item.call_id] = item
             yield item
@@ -149,8 +150,8 @@ class MessageView(Vertical, can_focus=True):
     def _first_body(self) -> Widget | None:
         return next((c for c in self.children if not isinstance(c, ToolCallItem)), None)
 
-    async def add_tool(self, call: dict[str, Any]) -> ToolCallItem:
-        cid = str(call.get("id", ""))
+    async def add_tool(self, call: ToolCall) -> ToolCallItem:
+        cid = call.id
         item = self.tool_items.get(cid)
         if item is not None:
             item.update_call(call)
@@ -173,7 +174,7 @@ class MessageView(Vertical, can_focus=True):
             return
         self.shown_len += len(text)
         self.streamed_chars += len(text)
-        self.message["content"] = self.content + text
+        self.message = dataclasses.replace(self.message, content=self.content + text)
         self._live_text += text
         if len(self._live_text) > SEGMENT_CHARS and await self._freeze():
             return
@@ -203,15 +204,15 @@ class MessageView(Vertical, can_focus=True):
             stream, self._stream = self._stream, None
             await stream.stop()
 
-    async def finish(self, message: dict[str, Any], finish_reason: str | None = None) -> None:
+    async def finish(self, message: ChatMessage, finish_reason: str | None = None) -> None:
         """Settle into the stored message: one static Markdown body (also fixes any missed delta)."""
         await self.stop_stream()
-        self.message = dict(message)
         if finish_reason:
-            self.message.setdefault("metadata", {})["finish_reason"] = finish_reason
+            message = dataclasses.replace(message, metadata={**message.metadata, "finish_reason": finish_reason})
+        self.message = message
         self.turn_id = None
         self.shown_len = len(self.content)
-        for call in message.get("tool_calls") or ():
+        for call in message.tool_calls:
             await self.add_tool(call)
         if self._live is not None:
             old = [c for c in self.children if not isinstance(c, ToolCallItem)]

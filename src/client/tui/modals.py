@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 from rich.text import Text
 from textual import on, work
@@ -12,6 +12,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Markdown, OptionList, Static
 from textual.widgets.option_list import Option
+
+from protocol.objects import SearchHit
 
 MAX_TITLE = 200
 
@@ -69,10 +71,10 @@ class ConfirmModal(ModalScreen[bool]):
         self.dismiss(event.button.id == "confirm-yes")
 
 
-SearchFn = Callable[[str], Awaitable[list[dict[str, Any]]]]
+SearchFn = Callable[[str], Awaitable[Sequence[SearchHit]]]
 
 
-class SearchModal(ModalScreen[dict[str, Any] | None]):
+class SearchModal(ModalScreen[SearchHit | None]):
     """Search across sessions; picking a hit returns it (the app then jumps to the message)."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Close", show=False)]
@@ -80,7 +82,7 @@ class SearchModal(ModalScreen[dict[str, Any] | None]):
     def __init__(self, search: SearchFn) -> None:
         super().__init__(classes="modal")
         self._search = search
-        self.hits: list[dict[str, Any]] = []
+        self.hits: list[SearchHit] = []
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide"):
@@ -99,7 +101,7 @@ class SearchModal(ModalScreen[dict[str, Any] | None]):
         info = self.query_one("#search-info", Static)
         info.update("Searching…")
         try:
-            self.hits = await self._search(query)
+            self.hits = list(await self._search(query))
         except Exception as exc:  # noqa: BLE001 - shown to the user, the modal stays usable
             info.update(Text(f"Search failed: {exc}", style="red"))
             return
@@ -111,10 +113,9 @@ class SearchModal(ModalScreen[dict[str, Any] | None]):
             results.focus()
 
     @staticmethod
-    def _prompt(hit: dict[str, Any]) -> Text:
-        head = Text.assemble((str(hit.get("title") or hit.get("session_id")), "bold"),
-                             (f"  #{hit.get('message_id')} {hit.get('role', '')}", "dim"))
-        return Text.assemble(head, "\n", str(hit.get("snippet", "")).replace("\n", " "))
+    def _prompt(hit: SearchHit) -> Text:
+        head = Text.assemble((hit.title or hit.session_id, "bold"), (f"  #{hit.message_id} {hit.role}", "dim"))
+        return Text.assemble(head, "\n", hit.snippet.replace("\n", " "))
 
     @on(OptionList.OptionSelected, "#search-results")
     def _picked(self, event: OptionList.OptionSelected) -> None:
@@ -126,9 +127,9 @@ class ExportModal(ModalScreen[tuple[str, str] | None]):
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", show=False)]
 
-    def __init__(self, default_stem: str) -> None:
+    def __init__(self, default_stem: str, folder: Path) -> None:
         super().__init__(classes="modal")
-        self.default_path = str(Path.cwd() / f"{default_stem}.md")
+        self.default_path = str(folder / f"{default_stem}.md")
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide"):
@@ -139,12 +140,20 @@ class ExportModal(ModalScreen[tuple[str, str] | None]):
                 yield Button("JSON", variant="primary", id="export-json")
                 yield Button("Cancel", id="export-cancel")
 
+    @on(Input.Submitted, "#export-path")
+    def _submitted(self, event: Input.Submitted) -> None:
+        """Enter saves; the format follows the file name (``.json``: JSON, else Markdown)."""
+        path = event.value.strip()
+        self._save("json" if path.lower().endswith(".json") else "markdown")
+
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "export-cancel":
             self.dismiss(None)
             return
-        fmt = "json" if event.button.id == "export-json" else "markdown"
+        self._save("json" if event.button.id == "export-json" else "markdown")
+
+    def _save(self, fmt: str) -> None:
         path = self.query_one("#export-path", Input).value.strip()
         if not path:
             return

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Iterable
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -10,6 +10,8 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
+
+from protocol.objects import SessionInfo
 
 
 def when(ts: str | None) -> str:
@@ -21,6 +23,9 @@ def when(ts: str | None) -> str:
     except ValueError:
         return ""
     return dt.strftime("%H:%M") if dt.date() == datetime.now().astimezone().date() else dt.strftime("%Y-%m-%d")
+
+
+TITLE_WIDTH = 28      # title cells before the list is laid out (the sidebar is 32 wide); then its width
 
 
 class SessionList(OptionList):
@@ -38,7 +43,7 @@ class Sidebar(Vertical):
     def __init__(self, *, show_times: bool = True, id: str | None = None) -> None:
         super().__init__(id=id)
         self.show_times = show_times
-        self.sessions: dict[str, dict[str, Any]] = {}
+        self.sessions: dict[str, SessionInfo] = {}
         self.current: str | None = None
         self.list = SessionList(id="session-list")
 
@@ -46,41 +51,46 @@ class Sidebar(Vertical):
         yield Static("Sessions", classes="sidebar-title")
         yield self.list
 
-    def _prompt(self, s: dict[str, Any]) -> Text:
-        sid = s["session_id"]
+    def _prompt(self, s: SessionInfo) -> Text:
+        sid = s.session_id
         marker = "● " if sid == self.current else "  "
-        running = " ⟳" if s.get("running") else ""
-        title = Text(marker + (s.get("title") or "(untitled)") + running, style="bold" if sid == self.current else "")
-        title.truncate(60, overflow="ellipsis")
-        count = int(s.get("message_count") or 0)
+        running = " ⟳" if s.running else ""
+        title = Text(marker + (s.title or "(untitled)") + running, style="bold" if sid == self.current else "")
+        title.truncate(self._title_width(), overflow="ellipsis")   # one line, never wrapped
+        count = s.message_count
         detail = f"  {count} msg" + ("" if count == 1 else "s")
         if self.show_times:
-            stamp = when(s.get("updated_at"))
+            stamp = when(s.updated_at)
             if stamp:
                 detail += f" · {stamp}"
         return Text.assemble(title, "\n", (detail, "dim"))
 
-    def _order(self) -> list[dict[str, Any]]:
-        return sorted(self.sessions.values(), key=lambda s: str(s.get("updated_at") or ""), reverse=True)
+    def _title_width(self) -> int:
+        width = self.list.scrollable_content_region.width
+        return width - 1 if width > 8 else TITLE_WIDTH
 
-    def _refresh_options(self) -> None:
+    def on_resize(self) -> None:
+        self._refresh_options()   # titles are cut to the new width
+
+    def _order(self) -> list[SessionInfo]:
+        return sorted(self.sessions.values(), key=lambda s: s.updated_at, reverse=True)
+
+    def _refresh_options(self, follow_current: bool = False) -> None:
+        """Rebuild the options; the cursor stays where the user put it, or (``follow_current``, or
+        when its session is gone) moves to the current session."""
         highlighted = self.list.highlighted_option.id if self.list.highlighted_option else self.current
-        options = [Option(self._prompt(s), id=s["session_id"]) for s in self._order()]
+        options = [Option(self._prompt(s), id=s.session_id) for s in self._order()]
         self.list.set_options(options)
-        target = highlighted if highlighted in self.sessions else self.current
+        target = self.current if follow_current or highlighted not in self.sessions else highlighted
         if target in self.sessions:
             self.list.highlighted = self.list.get_option_index(target)
 
-    def set_sessions(self, sessions: Iterable[dict[str, Any]]) -> None:
-        self.sessions = {s["session_id"]: dict(s) for s in sessions}
+    def set_sessions(self, sessions: Iterable[SessionInfo]) -> None:
+        self.sessions = {s.session_id: s for s in sessions}
         self._refresh_options()
 
-    def upsert(self, session: dict[str, Any]) -> None:
-        sid = session.get("session_id")
-        if not sid:
-            return
-        merged = {**self.sessions.get(sid, {}), **session}
-        self.sessions[sid] = merged
+    def upsert(self, session: SessionInfo) -> None:
+        self.sessions[session.session_id] = session
         self._refresh_options()
 
     def remove(self, session_id: str) -> None:
@@ -88,14 +98,15 @@ class Sidebar(Vertical):
             self._refresh_options()
 
     def set_current(self, session_id: str | None) -> None:
+        """Mark the session on screen; the cursor follows it."""
         self.current = session_id
-        self._refresh_options()
+        self._refresh_options(follow_current=True)
 
     def newest_other(self, session_id: str) -> str | None:
         """The most recently updated session other than ``session_id``."""
         for s in self._order():
-            if s["session_id"] != session_id:
-                return s["session_id"]
+            if s.session_id != session_id:
+                return s.session_id
         return None
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:

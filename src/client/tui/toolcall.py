@@ -7,18 +7,20 @@ from typing import Any
 from textual.markup import escape
 from textual.widgets import Collapsible, Static
 
+from protocol.objects import ToolCall
+
 MAX_RESULT_CHARS = 4000   # longer results are cut in the view (the full text stays in history/export)
 STATUS_ICONS = {"running": "…", "success": "✓", "error": "✗", "timeout": "⏱"}
 
 
-def tool_title(call: dict[str, Any]) -> str:
+def tool_title(call: ToolCall) -> str:
     """The one-line title: icon, tool name, status, duration (markup-escaped)."""
-    status = str(call.get("status") or "running")
+    status = call.status or "running"
     icon = STATUS_ICONS.get(status, "?")
-    name = escape(str(call.get("tool_name", "tool")))
+    name = escape(call.tool_name or "tool")
     if status == "running":
         return f"{icon} {name} · running"
-    return f"{icon} {name} · {escape(status)} · {float(call.get('duration') or 0.0):.3f}s"
+    return f"{icon} {name} · {escape(status)} · {float(call.duration or 0.0):.3f}s"
 
 
 def format_arguments(arguments: Any) -> str:
@@ -28,31 +30,41 @@ def format_arguments(arguments: Any) -> str:
         return str(arguments)
 
 
+def format_result(result: str) -> str:
+    """A result that is a JSON object or array is pretty-printed like the arguments; other text as is."""
+    text = result.strip()
+    if text[:1] in ("{", "["):
+        try:
+            return format_arguments(json.loads(text))
+        except ValueError:  # text that only looks like JSON: shown as it came
+            return result
+    return result
+
+
 class ToolCallItem(Collapsible):
     """One ToolCall (docs/protocol.md §3), live (updated on TOOL_RESULT) or read from history."""
 
     DEFAULT_CLASSES = "tool-call"
 
-    def __init__(self, call: dict[str, Any]) -> None:
-        self.call = dict(call)
-        self._args = Static(format_arguments(call.get("arguments", {})), markup=False, classes="tool-args")
+    def __init__(self, call: ToolCall) -> None:
+        self.call = call
+        self._args = Static(format_arguments(call.arguments), markup=False, classes="tool-args")
         self._result = Static(self._result_text(), markup=False, classes="tool-result")
         super().__init__(self._args, self._result, title=tool_title(call), collapsed=True)
         self._apply_status_class()
 
     @property
     def call_id(self) -> str:
-        return str(self.call.get("id", ""))
+        return self.call.id
 
     @property
     def status(self) -> str:
-        return str(self.call.get("status") or "running")
+        return self.call.status or "running"
 
     def _result_text(self) -> str:
-        status = self.call.get("status") or "running"
-        if status == "running":
+        if self.status == "running":
             return "(running)"
-        result = str(self.call.get("result", ""))
+        result = format_result(self.call.result)
         if len(result) > MAX_RESULT_CHARS:
             result = result[:MAX_RESULT_CHARS] + f"\n… ({len(result) - MAX_RESULT_CHARS} more characters)"
         return result or "(no output)"
@@ -61,10 +73,10 @@ class ToolCallItem(Collapsible):
         for s in STATUS_ICONS:
             self.set_class(s == self.status, f"-{s}")
 
-    def update_call(self, call: dict[str, Any]) -> None:
+    def update_call(self, call: ToolCall) -> None:
         """Show the finished call (or a newer state of it)."""
-        self.call = dict(call)
+        self.call = call
         self.title = tool_title(self.call)
-        self._args.update(format_arguments(self.call.get("arguments", {})))
+        self._args.update(format_arguments(self.call.arguments))
         self._result.update(self._result_text())
         self._apply_status_class()

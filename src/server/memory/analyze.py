@@ -12,8 +12,8 @@ import re
 import unicodedata
 from functools import lru_cache
 
-from .stemmer import stem
-from .tokens import CJK_CLASS
+from server.memory.stemmer import stem
+from server.memory.tokens import CJK_CLASS
 
 _CJK_RUN = f"[{CJK_CLASS}]+"
 _LETTERS = rf"[^\W_{CJK_CLASS}]+"

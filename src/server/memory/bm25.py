@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import Counter
 from typing import Callable, Container, Hashable, Iterable, Mapping
+
+import numpy as np
 
 DEFAULT_K1 = 1.2
 DEFAULT_B = 0.75
@@ -25,6 +28,7 @@ def as_bag(terms: Iterable[str] | Mapping[str, float]) -> dict[str, float]:
 
 ALL = object()       # ``group`` value meaning every group
 SLACK = 1e-9         # relative margin on pruning bounds (float rounding of sums in another order)
+MAX_SEGMENTS = 16    # more sealed segments than this are merged
 
 
 class BM25Index:
@@ -36,9 +40,11 @@ class BM25Index:
     a group-restricted search scores exactly as a filtered search over everything would.
     """
 
-    def __init__(self, k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> None:
+    def __init__(self, k1: float = DEFAULT_K1, b: float = DEFAULT_B, seal_at: int | None = None) -> None:
         self.k1 = k1
         self.b = b
+        self.seal_at = seal_at                 # seal the dict part into a numpy Segment at this size
+        self._segments: list[Segment] = []
         self._postings: dict[str, dict[Hashable, dict[Hashable, float]]] = {}   # term -> group -> doc -> tf
         self._df: dict[str, int] = {}
         self._doc_terms: dict[Hashable, dict[str, float]] = {}
@@ -52,14 +58,67 @@ class BM25Index:
         self._next_seq = 0
 
     def __len__(self) -> int:
-        return len(self._doc_len)
+        return len(self._doc_len) + sum(seg.n_alive for seg in self._segments)
 
     def __contains__(self, doc_id: Hashable) -> bool:
-        return doc_id in self._doc_len
+        return doc_id in self._doc_len or self._sealed(doc_id) is not None
+
+    def _sealed(self, doc_id: Hashable) -> tuple[Segment, int] | None:
+        for seg in self._segments:
+            i = seg.pos.get(doc_id)
+            if i is not None and seg.alive[i]:
+                return seg, i
+        return None
+
+    # -- sealed segments (large collections) ----------------------------------------------------------
+    def seal(self) -> None:
+        """Move the documents of the dict part into an immutable numpy ``Segment`` (same scores,
+        far less memory, vectorized queries); merge the segments when there are too many."""
+        if self._doc_terms:
+            docs = sorted(((d, bag, self._group[d], self._seq[d]) for d, bag in self._doc_terms.items()),
+                          key=lambda x: x[3])
+            self._segments.append(Segment.build(docs))
+            self._postings, self._doc_terms, self._doc_len, self._group = {}, {}, {}, {}
+            self._tf_max, self._min_len, self._seq = {}, {}, {}
+        self._tier()
+
+    def add_sealed(self, docs: Iterable[tuple[Hashable, Iterable[str] | Mapping[str, float], Hashable]]) -> None:
+        """Index (doc_id, terms, group) documents straight into a new sealed segment (bulk ingest:
+        several times faster than ``add`` one by one); an id already indexed is replaced."""
+        items = []
+        for doc_id, terms, group in docs:
+            if doc_id in self:
+                self.remove(doc_id)
+            bag = as_bag(terms)
+            items.append((doc_id, bag, group, self._next_seq))
+            self._next_seq += 1
+            df = self._df
+            for t in bag:
+                df[t] = df.get(t, 0) + 1
+            self._group_size[group] = self._group_size.get(group, 0) + 1
+            self._total_len += sum(bag.values())
+        if items:
+            self._segments.append(Segment.build(items))
+            self._tier()
+
+    def _tier(self) -> None:
+        """Merge the newest segments while the last is at least half the size of the one before
+        (a binary counter: O(log n) segments, each document merged O(log n) times)."""
+        segs = self._segments
+        while len(segs) >= 2 and (segs[-1].n_alive * 2 >= segs[-2].n_alive or len(segs) > MAX_SEGMENTS):
+            segs[-2:] = [Segment.merge(segs[-2:])]
+
+    def compact(self) -> None:
+        """Everything in one segment (after a bulk load)."""
+        self.seal()
+        if len(self._segments) > 1 or (self._segments and self._segments[0].n_alive < len(self._segments[0].ids)):
+            self._segments = [Segment.merge(self._segments)]
 
     def add(self, doc_id: Hashable, terms: Iterable[str] | Mapping[str, float], group: Hashable = None) -> None:
         """Index one document (replacing any earlier version with the same id; only the terms
         that changed are touched, and the document counts as newly added for ties)."""
+        if self._segments and self._sealed(doc_id) is not None:
+            self.remove(doc_id)
         old = self._doc_terms.get(doc_id)
         if old is not None and self._group[doc_id] != group:
             self.remove(doc_id)
@@ -92,6 +151,8 @@ class BM25Index:
         self._total_len += length
         self._seq[doc_id] = self._next_seq
         self._next_seq += 1
+        if self.seal_at is not None and len(self._doc_len) >= self.seal_at:
+            self.seal()
 
     def _post(self, term: str, tf: float, doc_id: Hashable, group: Hashable) -> None:
         groups = self._postings.get(term)
@@ -111,20 +172,26 @@ class BM25Index:
         groups = self._postings.get(term)
         plist = groups.get(group) if groups is not None else None
         if plist is not None and plist.pop(doc_id, None) is not None:
-            self._df[term] -= 1
+            self._drop_df(term)
             if not plist:
                 del groups[group]
                 del self._tf_max[term][group]
                 if not groups:
                     del self._postings[term]
-                    del self._df[term]
                     del self._tf_max[term]
+
+    def _drop_df(self, term: str) -> None:
+        left = self._df[term] - 1
+        if left:
+            self._df[term] = left
+        else:
+            del self._df[term]
 
     def remove(self, doc_id: Hashable) -> bool:
         """Drop one document; False if it was not indexed."""
         bag = self._doc_terms.pop(doc_id, None)
         if bag is None:
-            return False
+            return self._remove_sealed(doc_id)
         group = self._group.pop(doc_id)
         for term in bag:
             self._unpost(term, doc_id, group)
@@ -138,9 +205,30 @@ class BM25Index:
         del self._seq[doc_id]
         return True
 
+    def _remove_sealed(self, doc_id: Hashable) -> bool:
+        found = self._sealed(doc_id) if self._segments else None
+        if found is None:
+            return False
+        seg, i = found
+        for term in seg.bag(i):
+            self._drop_df(term)
+        group = seg.groups[i]
+        left = self._group_size[group] - 1
+        if left:
+            self._group_size[group] = left
+        else:
+            del self._group_size[group]
+        self._total_len -= float(seg.length[i])
+        seg.kill(i)
+        return True
+
     def terms_of(self, doc_id: Hashable) -> dict[str, float]:
         """The indexed term bag of a document (empty if unknown)."""
-        return self._doc_terms.get(doc_id, {})
+        bag = self._doc_terms.get(doc_id)
+        if bag is None and self._segments:
+            found = self._sealed(doc_id)
+            bag = found[0].bag(found[1]) if found else None
+        return bag if bag is not None else {}
 
     def doc_freq(self, term: str) -> int:
         return self._df.get(term, 0)
@@ -156,13 +244,24 @@ class BM25Index:
 
         Only documents of ``group`` (default: all), not in ``skip`` and accepted by ``accept`` count.
         """
-        n = len(self._doc_len)
+        return self._scores(query, accept, group, skip, sealed=True)
+
+    def _scores(self, query: Iterable[str] | Mapping[str, float], accept: Callable[[Hashable], bool] | None,
+                group: Hashable, skip: Container[Hashable], sealed: bool) -> dict[Hashable, float]:
+        """``scores``, of the dict part only unless ``sealed``."""
+        n = len(self)
         if n == 0:
             return {}
         avgdl = (self._total_len / n) or 1.0
         k1, b = self.k1, self.b
         doc_len = self._doc_len
         out: dict[Hashable, float] = {}
+        if sealed and self._segments:
+            qlist = self._weighted(as_bag(query), n)
+            for seg in self._segments:
+                for d, v in seg.all_scores(qlist, k1, b, avgdl, group).items():
+                    if d not in skip and (accept is None or accept(d)):
+                        out[d] = v
         get = out.get
         for term, qw in as_bag(query).items():
             groups = self._postings.get(term)
@@ -196,11 +295,45 @@ class BM25Index:
         if k <= 0:
             return []
         seq = self._seq
-        if group is not ALL and accept is None:
-            scored = self._top_in_group(as_bag(query), k, group, skip)
-        else:
+        if not self._segments:
+            if group is not ALL and accept is None:
+                scored = self._top_in_group(as_bag(query), k, group, skip)
+            else:
+                scored = self.scores(query, accept, group=group, skip=skip)
+            return heapq.nlargest(k, scored.items(), key=lambda kv: (kv[1], seq[kv[0]]))
+        if accept is not None:
             scored = self.scores(query, accept, group=group, skip=skip)
-        return heapq.nlargest(k, scored.items(), key=lambda kv: (kv[1], seq[kv[0]]))
+            order = {d: self._seq_of(d) for d in scored}
+            return heapq.nlargest(k, scored.items(), key=lambda kv: (kv[1], order[kv[0]]))
+        bag = as_bag(query)
+        n = len(self)
+        avgdl = ((self._total_len / n) or 1.0) if n else 1.0
+        qlist = self._weighted(bag, n)
+        pool = [(d, v, seq[d]) for d, v in (self._top_in_group(bag, k, group, skip) if group is not ALL
+                                             else self._dict_scores(bag, skip)).items()]
+        for seg in self._segments:
+            pool.extend(seg.top(qlist, k, group, skip, self.k1, self.b, avgdl))
+        return [(d, v) for d, v, _ in heapq.nlargest(k, pool, key=lambda x: (x[1], x[2]))]
+
+    def _dict_scores(self, bag: dict[str, float], skip: Container[Hashable]) -> dict[Hashable, float]:
+        """Scores of the dict part's documents only (the segments score theirs)."""
+        return self._scores(bag, None, ALL, skip, sealed=False)
+
+    def _weighted(self, bag: dict[str, float], n: int) -> list[tuple[str, float]]:
+        """Query terms with their idf-weighted query weights (collection-wide statistics)."""
+        out = []
+        for term, qw in bag.items():
+            df = self._df.get(term)
+            if df:
+                out.append((term, qw * math.log(1.0 + (n - df + 0.5) / (df + 0.5))))
+        return out
+
+    def _seq_of(self, doc_id: Hashable) -> int:
+        s = self._seq.get(doc_id)
+        if s is None:
+            seg, i = self._sealed(doc_id)       # type: ignore[misc]
+            s = int(seg.seq[i])
+        return s
 
     def _top_in_group(self, bag: dict[str, float], k: int, group: Hashable,
                       skip: Container[Hashable]) -> dict[Hashable, float]:
@@ -213,7 +346,7 @@ class BM25Index:
         make it. The survivors are then scored exactly as ``scores`` does (same terms, same
         order of additions), so scores and ties are bit-identical to a full scan.
         """
-        n = len(self._doc_len)
+        n = len(self)
         min_len = self._min_len.get(group)
         if n == 0 or min_len is None:
             return {}
@@ -269,3 +402,171 @@ class BM25Index:
                     total = total + weight * tf * (k1 + 1.0) / (tf + norm)
             out[d] = total
         return out
+
+
+class Segment:
+    """An immutable block of documents in numpy arrays, for collections of millions of documents.
+
+    Built from documents sealed out of a ``BM25Index`` (``seal``, ``add_sealed``) or by merging
+    segments. Postings are term-major CSR arrays (doc numbers ascending within a term); the same
+    data doc-major backs ``terms_of`` and removal. Term frequencies are stored as float32 (exact
+    for counts and for weights like 0.5; other weights round to 24 bits), lengths as float64. Removal only clears an ``alive`` flag (the index adjusts its
+    statistics); merging drops dead documents.
+    """
+
+    def __init__(self, ids: list[Hashable], groups: list[Hashable], seq: np.ndarray, vocab: list[str],
+                 doc_ptr: np.ndarray, doc_term: np.ndarray, doc_tf: np.ndarray, length: np.ndarray) -> None:
+        n = len(ids)
+        self.ids = ids
+        self.pos = {d: i for i, d in enumerate(ids)}
+        self.groups = groups
+        codes: dict[Hashable, int] = {}
+        self.group = np.fromiter((codes.setdefault(g, len(codes)) for g in groups), np.int32, n)
+        self.codes = codes
+        self.seq = seq
+        self.vocab = vocab
+        self.term_id = {t: j for j, t in enumerate(vocab)}
+        self.doc_ptr, self.doc_term, self.doc_tf = doc_ptr, doc_term, doc_tf
+        doc_of = np.repeat(np.arange(n, dtype=np.int32), np.diff(doc_ptr))
+        self.length = length                      # as the dict index summed each bag (same floats)
+        order = np.argsort(doc_term, kind="stable")        # term-major, doc numbers stay ascending
+        self.post_doc = doc_of[order]
+        self.post_tf = doc_tf[order]
+        self.post_ptr = np.zeros(len(vocab) + 1, np.int64)
+        np.cumsum(np.bincount(doc_term, minlength=len(vocab)), out=self.post_ptr[1:])
+        self.tf_max = np.zeros(len(vocab), np.float32)
+        nonempty = np.diff(self.post_ptr) > 0             # (a merge may keep terms of dead documents)
+        if nonempty.any():
+            self.tf_max[nonempty] = np.maximum.reduceat(self.post_tf, self.post_ptr[:-1][nonempty])
+        self.min_len = float(self.length.min()) if n else 0.0
+        self.alive = np.ones(n, bool)
+        self.n_alive = n
+
+    @classmethod
+    def build(cls, docs: list[tuple[Hashable, dict[str, float], Hashable, int]]) -> Segment:
+        """From (doc_id, bag, group, seq) tuples."""
+        vocab: dict[str, int] = {}
+        ptr = array("q", [0])
+        terms = array("i")
+        tfs = array("f")
+        setdefault = vocab.setdefault
+        for _, bag, _, _ in docs:
+            terms.extend([setdefault(t, len(vocab)) for t in bag])
+            tfs.extend(bag.values())
+            ptr.append(len(terms))
+        return cls([d[0] for d in docs], [d[2] for d in docs], np.array([d[3] for d in docs], np.int64),
+                   list(vocab), np.frombuffer(ptr, np.int64), np.frombuffer(terms, np.int32),
+                   np.frombuffer(tfs, np.float32), np.array([sum(d[1].values()) for d in docs], np.float64))
+
+    @classmethod
+    def merge(cls, parts: list[Segment]) -> Segment:
+        """The live documents of ``parts`` in one segment (vectorized: no per-posting Python work)."""
+        vocab: dict[str, int] = {}
+        ids: list[Hashable] = []
+        groups: list[Hashable] = []
+        seqs, ptrs, terms, tfs, lengths = [], [], [], [], []
+        base = 0
+        for seg in parts:
+            remap = np.fromiter((vocab.setdefault(t, len(vocab)) for t in seg.vocab), np.int64, len(seg.vocab))
+            live = np.flatnonzero(seg.alive)
+            lens = np.diff(seg.doc_ptr)[live]
+            starts = seg.doc_ptr[live]
+            idx = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(lens.sum())
+            terms.append(remap[seg.doc_term[idx]])
+            tfs.append(seg.doc_tf[idx])
+            ptrs.append(base + np.cumsum(lens))
+            base += int(lens.sum())
+            ids.extend(seg.ids[i] for i in live)
+            groups.extend(seg.groups[i] for i in live)
+            seqs.append(seg.seq[live])
+            lengths.append(seg.length[live])
+        return cls(ids, groups, np.concatenate(seqs) if seqs else np.zeros(0, np.int64), list(vocab),
+                   np.concatenate([np.zeros(1, np.int64)] + ptrs),
+                   np.concatenate(terms).astype(np.int32) if terms else np.zeros(0, np.int32),
+                   np.concatenate(tfs) if tfs else np.zeros(0, np.float32),
+                   np.concatenate(lengths) if lengths else np.zeros(0))
+
+    def bag(self, i: int) -> dict[str, float]:
+        s, e = self.doc_ptr[i], self.doc_ptr[i + 1]
+        return {self.vocab[j]: float(tf) for j, tf in zip(self.doc_term[s:e], self.doc_tf[s:e])}
+
+    def kill(self, i: int) -> None:
+        self.alive[i] = False
+        self.n_alive -= 1
+
+    def top(self, query: list[tuple[str, float]], k: int, group: Hashable, skip: Container[Hashable],
+            k1: float, b: float, avgdl: float) -> list[tuple[Hashable, float, int]]:
+        """The best ``k`` live documents (of ``group`` unless ALL) as (doc_id, score, seq).
+
+        Max-score pruning, vectorized: terms by decreasing upper bound; once the bounds of the
+        terms left cannot lift an unscored document into the top ``k``, the remaining terms are
+        only looked up (binary search) for the candidates still in reach.
+        """
+        n = len(self.ids)
+        if group is ALL:
+            valid = self.alive
+        else:
+            code = self.codes.get(group)
+            if code is None:
+                return []
+            valid = self.alive & (self.group == code)
+        if skip:
+            hidden = [i for i in (self.pos.get(d) for d in skip) if i is not None]
+            if hidden:
+                valid = valid.copy()
+                valid[hidden] = False
+        base, per_len = k1 * (1.0 - b), k1 * b / avgdl
+        norm_min = base + per_len * self.min_len
+        entries = []
+        for term, w in query:
+            j = self.term_id.get(term)
+            if j is None:
+                continue
+            tfm = self.tf_max[j]
+            entries.append((w * tfm * (k1 + 1.0) / (tfm + norm_min) * (1.0 + SLACK), w * (k1 + 1.0),
+                            int(self.post_ptr[j]), int(self.post_ptr[j + 1])))
+        if not entries:
+            return []
+        entries.sort(key=lambda e: -e[0])
+        rest = np.cumsum([e[0] for e in entries][::-1])[::-1].tolist() + [0.0]
+        scores = np.zeros(n)
+        cands: np.ndarray | None = None
+        for j, (_, wk, s, e) in enumerate(entries):
+            # theta (the k-th best so far) costs O(n): only worth it before a long posting list
+            if cands is None and j and (e - s) * 4 > n and rest[j] < scores.max():
+                top = np.partition(np.where(valid, scores, -1.0), n - k)[n - k] if n > k else -1.0
+                theta = top * (1.0 - SLACK)
+                if theta > 0 and rest[j] < theta:
+                    cands = np.flatnonzero(valid & (scores + rest[j] >= theta))
+            d, tf = self.post_doc[s:e], self.post_tf[s:e].astype(np.float64)
+            if cands is None:
+                scores[d] += wk * tf / (tf + base + per_len * self.length[d])
+            elif len(cands):
+                at = np.searchsorted(d, cands)
+                at[at == len(d)] = 0
+                hit = cands[d[at] == cands] if len(d) else cands[:0]
+                tfh = tf[np.searchsorted(d, hit)]
+                scores[hit] += wk * tfh / (tfh + base + per_len * self.length[hit])
+        pool = np.flatnonzero(valid & (scores > 0)) if cands is None else cands[scores[cands] > 0]
+        if len(pool) > k:                         # the k best and whatever ties with the k-th
+            kth = np.partition(scores[pool], len(pool) - k)[len(pool) - k]
+            pool = pool[scores[pool] >= kth * (1.0 - SLACK)]
+        return [(self.ids[i], self._exact(int(i), query, k1, b, avgdl), int(self.seq[i])) for i in pool]
+
+    def _exact(self, i: int, query: list[tuple[str, float]], k1: float, b: float, avgdl: float) -> float:
+        """The score of document ``i`` summed exactly as ``BM25Index.scores`` does (query order)."""
+        s, e = self.doc_ptr[i], self.doc_ptr[i + 1]
+        bag = dict(zip(self.doc_term[s:e].tolist(), self.doc_tf[s:e].tolist()))
+        norm = k1 * (1.0 - b + b * float(self.length[i]) / avgdl)
+        total = 0.0
+        for term, weight in query:
+            tf = bag.get(self.term_id.get(term, -1))
+            if tf is not None:
+                total = total + weight * tf * (k1 + 1.0) / (tf + norm)
+        return total
+
+    def all_scores(self, query: list[tuple[str, float]], k1: float, b: float, avgdl: float,
+                   group: Hashable) -> dict[Hashable, float]:
+        """Every live document sharing a term with the query (of ``group`` unless ALL)."""
+        pairs = self.top(query, len(self.ids) or 1, group, (), k1, b, avgdl) if self.ids else []
+        return {d: s for d, s, _ in pairs}

@@ -17,7 +17,7 @@ from server.agent.base import BuiltContext
 from server.agent.transcript import history_to_openai
 from storage.models import ChatMessage, SummaryRecord
 
-from .tokens import TokenCounter, message_tokens, splits_at_whitespace, truncate_to_tokens
+from server.memory.tokens import TokenCounter, message_tokens, splits_at_whitespace, truncate_to_tokens
 
 TRUNCATION_NOTE = "\n[message truncated to fit the model's context window]"
 SUMMARY_TRIMMED_NOTE = "\n[summary truncated to fit the context window]"

@@ -11,7 +11,7 @@ import logging
 import os
 from typing import Any, Mapping
 
-from .config import EmbeddingsConfig
+from server.memory.config import EmbeddingsConfig
 
 log = logging.getLogger("nplt.memory.embeddings")
 MAX_INPUT_CHARS = 8000         # per text sent for embedding

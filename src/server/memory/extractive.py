@@ -19,7 +19,7 @@ from typing import Iterable
 
 from storage.models import ChatMessage
 
-from .analyze import STOPWORDS
+from server.memory.analyze import STOPWORDS
 
 HEADER = "Conversation summary (extractive):"
 SECTIONS = ("Goals and requests", "Facts and preferences", "Tool results")

@@ -15,10 +15,10 @@ from typing import Any, Awaitable, Callable
 
 from storage.models import SessionRecord
 
-from .config import RecallConfig
-from .embeddings import Embedder, EmbeddingError
-from .recall import RecallIndex, rank_vectors, turn_docs
-from .view import SessionView
+from server.memory.config import RecallConfig
+from server.memory.embeddings import Embedder, EmbeddingError
+from server.memory.recall import RecallIndex, rank_vectors, turn_docs
+from server.memory.view import SessionView
 
 log = logging.getLogger("nplt.memory")
 INDEX_CHUNK = 25                 # turns indexed between two yields to the event loop (~10 ms)

@@ -26,14 +26,14 @@ from server.agent.base import BuiltContext
 from storage.models import ChatMessage, SessionRecord, SummaryRecord
 from storage import HistoryStore
 
-from .config import MemoryConfig
-from .context import Excerpt, Parts, Turn, assemble, recent_turns
-from .embeddings import Embedder
-from .indexes import UserIndexes
-from .recall import excerpt_and_tokens, snippet
-from .summarizer import SummaryFailed, plan, plan_cut, summarize
-from .tokens import TokenCounter, make_counter
-from .view import SessionView, built_view
+from server.memory.config import MemoryConfig
+from server.memory.context import Excerpt, Parts, Turn, assemble, recent_turns
+from server.memory.embeddings import Embedder
+from server.memory.indexes import UserIndexes
+from server.memory.recall import excerpt_and_tokens, snippet
+from server.memory.summarizer import SummaryFailed, plan, plan_cut, summarize
+from server.memory.tokens import TokenCounter, make_counter
+from server.memory.view import SessionView, built_view
 
 log = logging.getLogger("nplt.memory")
 Notify = Callable[[str, str, dict], Any]

@@ -13,9 +13,9 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any, Callable, Hashable, Iterable
 
-from .analyze import analyze
-from .bm25 import ALL, BM25Index
-from .tokens import TokenCounter, splits_at_whitespace, truncate_to_tokens
+from server.memory.analyze import analyze
+from server.memory.bm25 import ALL, BM25Index
+from server.memory.tokens import TokenCounter, splits_at_whitespace, truncate_to_tokens
 
 BM25_K1 = 1.2
 BM25_B = 0.5

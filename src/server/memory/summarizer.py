@@ -14,10 +14,10 @@ from typing import Any, Sequence
 
 from storage.models import ChatMessage, SummaryRecord, now_iso
 
-from .config import ContextConfig, SummarizationConfig, Threshold
-from .context import build_turns
-from .extractive import extractive_summary
-from .tokens import TokenCounter, truncate_to_tokens
+from server.memory.config import ContextConfig, SummarizationConfig, Threshold
+from server.memory.context import build_turns
+from server.memory.extractive import extractive_summary
+from server.memory.tokens import TokenCounter, truncate_to_tokens
 
 EXTRACTIVE_MODEL = "extractive"
 MAX_TOOL_RESULT_CHARS = 500       # per tool result in the transcript sent to the summarizer

@@ -26,8 +26,8 @@ from typing import Any
 from server.agent.transcript import history_to_openai
 from storage.models import ChatMessage, SessionRecord
 
-from .context import Turn, sanitize
-from .tokens import TokenCounter, message_tokens
+from server.memory.context import Turn, sanitize
+from server.memory.tokens import TokenCounter, message_tokens
 
 
 @dataclass(slots=True)

@@ -48,11 +48,8 @@ class _Session:
 
 
 def _read(store: HistoryStore, sid: str) -> _Session:
-    """One session as stored, hidden (cleared) messages included. Reads the JSON store's loaded
-    state, which its public API does not expose (only visible messages)."""
-    with store._locked(sid) as s:                       # noqa: SLF001 - see the docstring
-        st = s.state
-        return _Session(st.record.to_dict(), st.cleared, st.next_id, list(st.msgs))
+    """One session as stored, hidden (cleared) messages included."""
+    return _Session(*store.raw_state(sid))
 
 
 def _row(sid: str, d: dict[str, Any]) -> tuple[str, int, bytes, str]:

@@ -22,7 +22,7 @@ from ..ids import new_session_id, validate_session_id
 from ..index import parse_cursor
 from ..models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
 from ..search import compile_query, snippet
-from . import checks
+from .. import validation as checks
 from .link import PgLink
 from .search_sql import candidates_sql, search_text
 

@@ -1,12 +1,10 @@
-"""Argument checks of the PostgreSQL backend: the same rules, and the same messages, as the JSON
-backend's (the shared suite in tests/storage_port holds both to them)."""
+"""Argument checks shared by the store's public methods (raise InvalidArgument)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-from ..errors import InvalidArgument
-from ..models import ROLES, ToolCall
+from .errors import InvalidArgument
+from .models import ROLES, ToolCall
 
 MAX_USER_ID_CHARS = 256
 
@@ -16,7 +14,13 @@ def check_user(user_id: object) -> None:
         raise InvalidArgument(f"user_id: expected a string of 1..{MAX_USER_ID_CHARS} characters")
 
 
+def check_opt_str(name: str, v: object) -> None:
+    if v is not None and not isinstance(v, str):
+        raise InvalidArgument(f"{name}: expected a string or None, got {type(v).__name__}")
+
+
 def check_title(title: object, max_chars: int) -> str:
+    """The title stripped; InvalidArgument when empty or over ``max_chars`` (max_title_chars)."""
     if not isinstance(title, str) or not title.strip():
         raise InvalidArgument("title: expected a non-empty string")
     if len(title) > max_chars:
@@ -24,19 +28,14 @@ def check_title(title: object, max_chars: int) -> str:
     return title.strip()
 
 
-def check_opt_str(name: str, v: object) -> None:
-    if v is not None and not isinstance(v, str):
-        raise InvalidArgument(f"{name}: expected a string or None, got {type(v).__name__}")
+def check_int(name: str, v: object) -> None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InvalidArgument(f"{name}: expected an integer, got {v!r}")
 
 
 def check_positive(name: str, v: object) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise InvalidArgument(f"{name}: expected a positive integer, got {v!r}")
-
-
-def check_int(name: str, v: object) -> None:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise InvalidArgument(f"{name}: expected an integer, got {v!r}")
 
 
 def check_message(role: object, content: object, metadata: object, timestamp: object) -> None:
@@ -49,7 +48,7 @@ def check_message(role: object, content: object, metadata: object, timestamp: ob
     check_opt_str("timestamp", timestamp)
 
 
-def tool_calls(calls: Iterable[ToolCall | dict[str, Any]]) -> list[ToolCall]:
+def tool_calls(calls: Iterable[ToolCall | dict]) -> list[ToolCall]:
     out = []
     for c in calls:
         if isinstance(c, ToolCall):

@@ -1,0 +1,363 @@
+"""The knowledge base: ingest (off the event loop, with progress), list, delete, search, passages
+and downloads, every call checked against the caller's collections.
+
+Isolation rule: a document outside the caller's readable collections is "not found" for every call
+(list, search, get passage, download, delete), so ids of other users' documents leak nothing.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import secrets
+import threading
+import unicodedata
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Callable, Collection
+
+from protocol import ErrorCode
+from server.errors import HandlerError, not_found
+from server.memory.embeddings import Embedder, EmbeddingError
+from server.knowledge.access import readable, resolve
+from server.knowledge.chunker import chunk_blocks
+from server.knowledge.config import KnowledgeConfig
+from server.knowledge.index import ChunkIndex, chunk_terms
+from server.knowledge.models import DocumentInfo, Hit
+from server.knowledge.parsers import kind_of, parse
+from server.knowledge.store import DocumentStore, write_file, write_json
+
+log = logging.getLogger("nplt.knowledge")
+
+Progress = Callable[[str, int, int], None]       # (stage, done, total), called on the event loop
+STAGES = ("receiving", "parsing", "chunking", "indexing")
+READ_BLOCK = 1 << 20
+MAX_NAME_CHARS = 255
+
+
+def clean_name(name: str) -> str:
+    """The base name of an uploaded file, or INVALID_MESSAGE for a hostile one (NUL, control
+    characters, empty, '.'/'..', over MAX_NAME_CHARS). The name is metadata only: never a path."""
+    if not isinstance(name, str) or any(unicodedata.category(c) == "Cc" for c in name):
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds control characters")
+    base = PurePosixPath(name.replace("\\", "/")).name.strip()
+    if not base or base in (".", ".."):
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, "empty file name")
+    if len(base) > MAX_NAME_CHARS:
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, f"file name over {MAX_NAME_CHARS} characters")
+    return base
+
+
+@dataclass(slots=True)
+class _Staged:
+    doc_id: str
+    path: Path
+    md5: str
+    sha256: str
+    size: int
+    chunks: list[dict]
+    terms: list[dict[str, float]]
+
+
+class KnowledgeBase:
+    def __init__(self, config: KnowledgeConfig, root: str | os.PathLike,
+                 embedder: Embedder | None = None) -> None:
+        self.config = config
+        self.store = DocumentStore(root)
+        if embedder is None and config.embeddings.enabled:
+            embedder = Embedder(config.embeddings)
+        self.embedder = embedder
+        self.index = ChunkIndex(config.bm25_k1, config.bm25_b, config.title_weight)
+        self._docs: dict[str, DocumentInfo] = {}
+        self._by_hash: dict[tuple[str, str], str] = {}       # (collection, sha256) -> doc_id
+        self._lock = threading.Lock()                        # index and the maps above
+        self._pool = ThreadPoolExecutor(config.ingest_workers, thread_name_prefix="kb-ingest")
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the store (clearing crash debris) and load every document into the index."""
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
+
+    def _load(self) -> None:
+        self.store.open()
+        for path, meta in self.store.documents():
+            try:
+                info = DocumentInfo(**{k: meta[k] for k in DocumentInfo.__dataclass_fields__ if k != "duplicate"})
+                chunks = self.store.chunks(path)
+                vectors = self.store.vectors(path)
+            except (KeyError, TypeError, ValueError, OSError) as exc:
+                log.warning("skipping unreadable document %s: %s", path, exc)
+                continue
+            terms = [chunk_terms(c["text"], c["location"].get("heading", ()), self.config.title_weight)
+                     for c in chunks]
+            with self._lock:
+                self._add(info, chunks, terms, vectors)
+        with self._lock:
+            self.index.compact()
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._pool.shutdown)
+        if self.embedder is not None:
+            await self.embedder.aclose()
+
+    def _add(self, info: DocumentInfo, chunks: list[dict], terms: list[dict[str, float]],
+             vectors: list[list[float]] | None) -> None:
+        self._docs[info.doc_id] = info
+        self._by_hash[(info.collection, info.sha256)] = info.doc_id
+        self.index.add(info.doc_id, info.collection, chunks, terms, vectors)
+
+    # -- access ------------------------------------------------------------------------------------
+    def _visible(self, user: str, groups: Collection[str], doc_id: str) -> DocumentInfo:
+        info = self._docs.get(doc_id) if isinstance(doc_id, str) else None
+        if info is None or info.collection not in readable(user, groups):
+            raise not_found("document")
+        return info
+
+    def usage(self, user: str) -> int:
+        """Bytes of the documents ``user`` uploaded (counted against ``user_quota_bytes``)."""
+        return sum(d.size for d in list(self._docs.values()) if d.uploader == user)
+
+    # -- ingestion ---------------------------------------------------------------------------------
+    async def ingest(self, user: str, groups: Collection[str], collection: str | None, name: str,
+                     data: bytes | str | os.PathLike, md5: str | None = None,
+                     progress: Progress | None = None) -> DocumentInfo:
+        """Store, parse, chunk and index one document into ``collection`` (None = personal).
+
+        ``data`` is the bytes or a path to read. Errors (HandlerError): FORBIDDEN, INVALID_MESSAGE
+        (file name), QUOTA_EXCEEDED, CHECKSUM_MISMATCH (``md5`` given and different),
+        UNSUPPORTED_MEDIA, STORAGE_ERROR. Nothing is kept on error. The same bytes already in the
+        collection return that document with ``duplicate=True``.
+        """
+        coll = resolve(user, groups, collection)
+        name = clean_name(name)
+        kind_of(name)
+        loop = asyncio.get_running_loop()
+
+        def report(stage: str, done: int, total: int) -> None:
+            if progress is not None:
+                loop.call_soon_threadsafe(progress, stage, done, total)
+
+        job = loop.run_in_executor(self._pool, self._stage, user, coll, name, data, md5, report)
+        try:
+            staged = await asyncio.shield(job)
+        except asyncio.CancelledError:          # the thread runs on: remove what it stages
+            job.add_done_callback(self._discard_result)
+            raise
+        if isinstance(staged, DocumentInfo):
+            return staged
+        try:
+            vectors = await self._embed(staged, report)
+            return await loop.run_in_executor(self._pool, self._commit, user, coll, name, staged, vectors, report)
+        except BaseException:
+            self.store.discard(staged.path)
+            raise
+
+    def _discard_result(self, job: asyncio.Future) -> None:
+        if not job.cancelled() and job.exception() is None and isinstance(job.result(), _Staged):
+            self.store.discard(job.result().path)
+
+    def _check_upload(self, size: int) -> None:
+        if size > self.config.max_upload_bytes:
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
+                               f"file of {size} bytes over the upload limit ({self.config.max_upload_bytes})")
+
+    def _check_quota(self, user: str, coll: str, size: int) -> None:
+        """Checked once the bytes are known not to be a duplicate, and again at commit."""
+        cfg = self.config
+        used = self.usage(user)
+        if used + size > cfg.user_quota_bytes:
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"quota of {cfg.user_quota_bytes} bytes reached ({used} used)")
+        if sum(1 for d in list(self._docs.values()) if d.collection == coll) >= cfg.max_documents_per_collection:
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"collection holds {cfg.max_documents_per_collection} documents")
+
+    def _stage(self, user: str, coll: str, name: str, data: bytes | str | os.PathLike, md5: str | None,
+               report: Progress) -> _Staged | DocumentInfo:
+        """Worker thread: copy, hash, verify, parse, chunk and analyze into a staging directory."""
+        size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else os.stat(data).st_size
+        self._check_upload(size)
+        doc_id = secrets.token_hex(12)
+        try:
+            path = self.store.staging(doc_id)
+        except OSError as exc:
+            raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot stage the document: {exc.strerror}") from None
+        try:
+            h_md5, h_sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+            report("receiving", 0, size)
+            with open(path / "original", "wb") as out:
+                if isinstance(data, (bytes, bytearray, memoryview)):
+                    view = memoryview(data)
+                    for off in range(0, size, READ_BLOCK):
+                        part = view[off:off + READ_BLOCK]
+                        h_md5.update(part), h_sha.update(part), out.write(part)
+                        report("receiving", min(off + READ_BLOCK, size), size)
+                    raw = bytes(data)
+                else:
+                    buf = bytearray()
+                    with open(data, "rb") as src:
+                        while part := src.read(READ_BLOCK):
+                            if len(buf) + len(part) > self.config.max_upload_bytes:
+                                raise HandlerError(ErrorCode.QUOTA_EXCEEDED, "file grew over the upload limit")
+                            h_md5.update(part), h_sha.update(part), out.write(part)
+                            buf += part
+                            report("receiving", len(buf), size)
+                    raw = bytes(buf)
+                    size = len(raw)
+                out.flush()
+                os.fsync(out.fileno())
+            digest, sha = h_md5.hexdigest(), h_sha.hexdigest()
+            if md5 is not None and md5.lower() != digest:
+                raise HandlerError(ErrorCode.CHECKSUM_MISMATCH, f"md5 of the received bytes is {digest}, not {md5.lower()}")
+            with self._lock:
+                dup = self._by_hash.get((coll, sha))
+                if dup is not None:
+                    self.store.discard(path)
+                    return replace(self._docs[dup], duplicate=True)
+            self._check_quota(user, coll, size)
+            report("parsing", 0, 1)
+            blocks = parse(name, raw, self.config)
+            report("parsing", 1, 1)
+            report("chunking", 0, len(blocks))
+            chunks = chunk_blocks(blocks, self.config.chunk_target_chars, self.config.chunk_overlap_chars)
+            if len(chunks) > self.config.max_chunks_per_document:
+                raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"document makes {len(chunks)} chunks "
+                                   f"(limit {self.config.max_chunks_per_document})")
+            report("chunking", len(blocks), len(blocks))
+            records = [{"text": c.text, "location": c.location()} for c in chunks]
+            terms = []
+            step = max(1, len(chunks) // 100)
+            for i, c in enumerate(chunks):
+                terms.append(chunk_terms(c.text, c.heading, self.config.title_weight))
+                if i % step == 0:
+                    report("indexing", i, len(chunks))
+            write_json(path / "chunks.json", records)
+            return _Staged(doc_id, path, digest, sha, size, records, terms)
+        except HandlerError:
+            self.store.discard(path)
+            raise
+        except OSError as exc:
+            self.store.discard(path)
+            raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot store the document: {exc.strerror or exc}") from None
+        except BaseException:
+            self.store.discard(path)
+            raise
+
+    async def _embed(self, staged: _Staged, report: Progress) -> list[list[float]] | None:
+        if self.embedder is None:
+            return None
+        size = self.config.embeddings.batch_size
+        texts = [" ".join(c["location"].get("heading", [])) + "\n" + c["text"] for c in staged.chunks]
+        out: list[list[float]] = []
+        try:
+            for start in range(0, len(texts), size):
+                out.extend(await self.embedder.embed(texts[start:start + size]))
+                report("indexing", start, len(texts))
+        except EmbeddingError as exc:
+            log.warning("document embeddings unavailable (BM25 only): %s", exc)
+            return None
+        return out
+
+    def _commit(self, user: str, coll: str, name: str, staged: _Staged,
+                vectors: list[list[float]] | None, report: Progress) -> DocumentInfo:
+        try:
+            if vectors is not None:
+                write_json(staged.path / "vectors.json", vectors)
+            with self._lock:
+                dup = self._by_hash.get((coll, staged.sha256))
+                if dup is not None:                  # the same bytes committed meanwhile
+                    self.store.discard(staged.path)
+                    return replace(self._docs[dup], duplicate=True)
+                self._check_quota(user, coll, staged.size)
+                info = DocumentInfo(staged.doc_id, name, staged.md5, staged.sha256, staged.size,
+                                    len(staged.chunks), coll, datetime.now(timezone.utc).isoformat(), user)
+                meta = info.to_dict()
+                del meta["duplicate"]
+                self.store.commit(staged.path, coll, meta)
+                self._add(info, staged.chunks, staged.terms, vectors)
+            report("indexing", len(staged.chunks), len(staged.chunks))
+            return info
+        except OSError as exc:
+            self.store.discard(staged.path)
+            raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot store the document: {exc.strerror or exc}") from None
+
+    # -- reading -----------------------------------------------------------------------------------
+    async def list(self, user: str, groups: Collection[str], collection: str | None = None) -> list[DocumentInfo]:
+        """Documents of ``collection`` (default: every readable collection), newest first."""
+        colls = {resolve(user, groups, collection)} if collection else set(readable(user, groups))
+        docs = [d for d in list(self._docs.values()) if d.collection in colls]
+        return sorted(docs, key=lambda d: d.uploaded_at, reverse=True)
+
+    async def get(self, user: str, groups: Collection[str], doc_id: str) -> DocumentInfo:
+        return self._visible(user, groups, doc_id)
+
+    async def delete(self, user: str, groups: Collection[str], doc_id: str, *, admin: bool = False) -> None:
+        """Remove a document: its uploader or an admin (FORBIDDEN otherwise; NOT_FOUND if unseen)."""
+        info = self._visible(user, groups, doc_id)
+        if info.uploader != user and not admin:
+            raise HandlerError(ErrorCode.FORBIDDEN, "only the uploader or an admin may delete a document")
+
+        def run() -> None:
+            with self._lock:
+                if self._docs.pop(doc_id, None) is None:
+                    return
+                self._by_hash.pop((info.collection, info.sha256), None)
+                self.index.remove(doc_id, info.chunks)
+                try:
+                    self.store.remove(info.collection, doc_id)
+                except OSError as exc:
+                    raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot delete: {exc.strerror or exc}") from None
+        await asyncio.get_running_loop().run_in_executor(None, run)
+
+    async def search(self, user: str, groups: Collection[str], query: str, top_k: int = 5,
+                     collection: str | None = None) -> list[Hit]:
+        """The best ``top_k`` passages of the readable collections (or of ``collection``)."""
+        colls = [resolve(user, groups, collection)] if collection else readable(user, groups)
+        top_k = max(1, min(int(top_k), 100))
+        if not query.strip():
+            return []
+        qvec = None
+        if self.embedder is not None and self.index.has_vectors:
+            try:
+                [qvec] = await self.embedder.embed([query])
+            except EmbeddingError as exc:
+                log.warning("query embedding unavailable (BM25 only): %s", exc)
+
+        def run() -> list[Hit]:
+            with self._lock:
+                return [self._hit(key, score) for key, score in self.index.search(query, colls, top_k, qvec)]
+        return await asyncio.to_thread(run)
+
+    def _hit(self, key: tuple[str, int], score: float) -> Hit:
+        ch = self.index.chunks[key]
+        info = self._docs[key[0]]
+        return Hit(key[0], info.name, f"{key[0]}:{key[1]}", ch.text, round(score, 6), ch.location, ch.collection)
+
+    async def get_passage(self, user: str, groups: Collection[str], chunk_id: str) -> Hit:
+        """One chunk by its id ("<doc_id>:<n>") with its location."""
+        doc_id, _, n = str(chunk_id).partition(":")
+        info = self._visible(user, groups, doc_id)
+        if not n.isdigit() or int(n) >= info.chunks:
+            raise not_found("passage")
+        with self._lock:
+            if (doc_id, int(n)) not in self.index.chunks:
+                raise not_found("passage")
+            return self._hit((doc_id, int(n)), 0.0)
+
+    async def open_document(self, user: str, groups: Collection[str], doc_id: str,
+                            offset: int = 0) -> tuple[DocumentInfo, BinaryIO]:
+        """The stored bytes from ``offset`` (a resumed download), as an open binary file; read it off
+        the loop and close it. INVALID_MESSAGE for an offset outside 0..size."""
+        info = self._visible(user, groups, doc_id)
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= info.size:
+            raise HandlerError(ErrorCode.INVALID_MESSAGE, f"offset must be in 0..{info.size}")
+
+        def run() -> BinaryIO:
+            try:
+                f = open(self.store.path(info.collection, doc_id) / "original", "rb")
+            except FileNotFoundError:
+                raise not_found("document") from None
+            f.seek(offset)
+            return f
+        return info, await asyncio.get_running_loop().run_in_executor(None, run)
