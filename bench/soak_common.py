@@ -176,6 +176,10 @@ class Measured:
         self._side = subprocess.Popen(
             [sys.executable, str(ROOT / "bench" / "soak_side.py"), str(self.server.port), str(self.budget_s + 60)],
             stdout=subprocess.PIPE, text=True)
+        try:   # the attack starts once the side client has said HELLO
+            await asyncio.wait_for(asyncio.to_thread(self._side.stdout.readline), 30)
+        except asyncio.TimeoutError:
+            self.row.failures.append("side client did not start")
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -32,7 +32,9 @@ async def run(port: int, duration: float, interval: float, timeout: float) -> di
     except Exception as exc:  # noqa: BLE001 - refused, timed out, or taken for a v2 client: reported
         out["errors"] += 1
         out["connect_error"] = repr(exc)
+        print("ready", flush=True)
         return out
+    print("ready", flush=True)   # the attack may start
     end = time.monotonic() + duration
     try:
         while not stop.is_set() and time.monotonic() < end:

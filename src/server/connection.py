@@ -20,11 +20,11 @@ Only complete messages count as activity (a frame trickled byte by byte, or a fr
 never finished, does not); for v2 connections, which cannot be pinged, so do frames sent to them.
 After the client's EOF (plain TCP) what it sent is still answered, then the connection is closed.
 
-One read can bring 256 KiB: thousands of pipelined requests. A connection feeds the codec at most
-``RX_SLICE_BYTES`` per event-loop iteration; the rest of the read waits as bytes in ``_rx_backlog``
-(not as decoded messages, which the garbage collector would have to walk) with the connection's
-reading paused, so a flood on many connections at once cannot hold the loop for seconds (issue 15,
-item 9: every other client's PING waited behind it).
+One read can bring 256 KiB: thousands of pipelined requests. Received bytes are fed to the codec
+under the server-wide per-iteration budget of ``server.rx_budget`` (``RX_SLICE_BYTES`` per turn,
+round-robin); what waits stays as bytes in ``_rx_backlog`` (not as decoded messages, which the
+garbage collector would have to walk) with the connection's reading paused, so floods on many
+connections at once cannot hold the loop for seconds (issue 15, item 9).
 """
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ from server.handlers.hello import handle_hello
 from server.legacy_v2 import LegacyV2
 from server.output import OutputBuffer
 from server.request_queue import RequestQueue
+from server.rx_budget import RX_SLICE_BYTES
 from server.services import Services
 from server.timeutil import iso_now
 from server.v3_port import V3Port
@@ -57,7 +58,6 @@ log = logging.getLogger("nplt.conn")
 _PING, _PONG, _HELLO, _ERROR = int(MsgType.PING), int(MsgType.PONG), int(MsgType.HELLO), int(MsgType.ERROR)
 _GRACE, _HANDSHAKING, _READY, _LEGACY, _REFUSED, _CLOSING, _CLOSED = ConnState
 _dumps = orjson.dumps
-RX_SLICE_BYTES = 4096   # bytes of one read fed to the codec per loop iteration (~150 small requests, ~1 ms)
 
 
 class ServerConnection(asyncio.Protocol):
@@ -161,33 +161,41 @@ class ServerConnection(asyncio.Protocol):
             self._rx_backlog = self._rx_backlog[self._rx_off:] + data
             self._rx_off = 0
             return
-        if len(data) > RX_SLICE_BYTES:
-            self._rx_backlog, self._rx_off = data, RX_SLICE_BYTES
-            data = data[:RX_SLICE_BYTES]
+        rx = self.services.rx
+        if not rx.room(len(data)) or len(data) > RX_SLICE_BYTES:   # (part of) it waits its turn
+            now = 0 if not rx.room(len(data)) else RX_SLICE_BYTES
+            self._rx_backlog, self._rx_off = data, now
             if self.transport is not None:
                 self.transport.pause_reading()
-            self.loop.call_soon(self._next_slice)
+            rx.wait(self)
+            if not now:
+                return
+            data = data[:now]
+        rx.charge(len(data))
         self._receive(data)
 
-    def _next_slice(self) -> None:
-        """Feed the next RX_SLICE_BYTES of the backlog; reading resumes once it is empty (unless the
-        output is over its high-water mark)."""
+    def rx_step(self) -> bool:
+        """Feed the next RX_SLICE_BYTES of the backlog (``server.rx_budget`` calls it); True while more
+        waits. Reading resumes once it is empty (unless the output is over its high-water mark)."""
         backlog, off = self._rx_backlog, self._rx_off
         if backlog is None:
-            return
+            return False
         if self.closing:
             self._rx_backlog = None
-            return
+            return False
         end = off + RX_SLICE_BYTES
         if end >= len(backlog):
             self._rx_backlog = None
         else:
             self._rx_off = end
-        self._receive(backlog[off:end])
+        piece = backlog[off:end]
+        self.services.rx.charge(len(piece))
+        self._receive(piece)
         if self._rx_backlog is not None:
-            self.loop.call_soon(self._next_slice)
-        elif not self.closing and not self.output.paused:
+            return True
+        if not self.closing and not self.output.paused:
             self.resume_reading()
+        return False
 
     def _receive(self, data: bytes) -> None:
         state = self.state

@@ -15,6 +15,7 @@ from server.hub import Hub
 from server.metrics import Metrics
 from server.recovery import marker_for
 from server.refusals import Refusals
+from server.rx_budget import RxScheduler
 from server.sessions import SessionService
 from server.turns import TurnRunner
 from server.wiring import build_runtime
@@ -43,6 +44,7 @@ class Services:
     counters: Counters
     connections: set[Any] = field(default_factory=set)   # open connections (STATS "clients")
     metrics: Metrics = field(default_factory=Metrics)    # GET /metrics (server.httpd)
+    rx: RxScheduler = field(default_factory=RxScheduler)  # the loop's share for received bytes
     version: str = VERSION
 
     @property

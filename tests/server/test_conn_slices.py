@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 
 from protocol import MsgType
-from server.connection import RX_SLICE_BYTES, ServerConnection
+from server.connection import ServerConnection
+from server.rx_budget import RX_SLICE_BYTES
 from testkit.server import V3Client, running_server
 
 T = MsgType
@@ -16,8 +17,8 @@ T = MsgType
 async def test_a_flood_in_one_segment_is_answered_in_slices_in_order(tmp_path, monkeypatch):
     n = 6000   # about 96 KiB
     slices = []
-    real = ServerConnection._next_slice
-    monkeypatch.setattr(ServerConnection, "_next_slice", lambda self: (slices.append(len(self._rx_backlog or b"")),
+    real = ServerConnection.rx_step
+    monkeypatch.setattr(ServerConnection, "rx_step", lambda self: (slices.append(len(self._rx_backlog or b"")),
                                                                        real(self))[1])
     async with running_server(tmp_path, max_pending_requests=8) as (srv, addr):
         c = await V3Client.connect(addr)
