@@ -7,11 +7,15 @@ its port to a temporary file; the TUI connects to it; when the TUI exits the ser
 When the terminal goes away (SSH drop, closed tmux pane: SIGHUP) or this script gets SIGTERM, the TUI
 exits (it handles SIGHUP itself, and is killed if it lingers) and the server is stopped the same
 graceful way. The server runs in its own session, so the terminal's SIGHUP never kills it abruptly.
+
+The server writes its rotating log file in the history directory (``<data-dir>/logs/nplt-server.log``;
+its stderr goes to ``nplt-server.stderr`` beside it). Both are kept after exit. Where the log is and
+which port the server listens on are printed before the TUI opens and again after it closes, so the
+CLI can be pointed at the same server from another terminal (``nplt-client --port PORT ...``).
 """
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import subprocess
 import sys
@@ -20,6 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LOG_NAME = "nplt-server.log"          # the server's own default name (server.cli.LOG_NAME)
 
 
 def wait_for_port(port_file: Path, server: subprocess.Popen, deadline_s: float = 30.0) -> int:
@@ -43,22 +48,28 @@ def _stop(signum: int, frame: object) -> None:
 def main() -> int:
     signal.signal(signal.SIGHUP, _stop)
     signal.signal(signal.SIGTERM, _stop)
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0 = any free port")
     ap.add_argument("--data-dir", default=str(ROOT / "storage" / "history"))
     args, extra = ap.parse_known_args()
     bindir = Path(sys.executable).parent
+    log_dir = Path(args.data_dir).resolve() / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_file, stderr_file = log_dir / LOG_NAME, log_dir / "nplt-server.stderr"
     with tempfile.TemporaryDirectory(prefix="nplt-run-") as tmp:
         port_file = Path(tmp) / "port"
-        log = open(Path(tmp) / "server.log", "w")
-        server = subprocess.Popen(
-            [str(bindir / "nplt-server"), "--host", args.host, "--port", str(args.port),
-             "--data-dir", args.data_dir, "--port-file", str(port_file)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        with open(stderr_file, "a", encoding="utf-8") as err:
+            server = subprocess.Popen(
+                [str(bindir / "nplt-server"), "--host", args.host, "--port", str(args.port),
+                 "--data-dir", args.data_dir, "--log-file", str(log_file), "--port-file", str(port_file)],
+                stdout=err, stderr=subprocess.STDOUT, start_new_session=True,
+            )
         try:
             port = wait_for_port(port_file, server)
+            sys.stderr.write(f"run: nplt-server on {args.host}:{port} (CLI: nplt-client --port {port} ...)\n"
+                             f"run: server log: {log_file}\n")
+            sys.stderr.flush()
             client = subprocess.run([str(bindir / "nplt-client"), "--host", args.host, "--port", str(port), *extra])
             return client.returncode
         finally:
@@ -68,9 +79,9 @@ def main() -> int:
                     server.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     server.kill()
-            log.close()
             if server.returncode not in (0, -signal.SIGTERM, None):
-                sys.stderr.write((Path(tmp) / "server.log").read_text()[-4000:])
+                sys.stderr.write(stderr_file.read_text(errors="replace")[-4000:])
+            sys.stderr.write(f"run: the server has stopped; its log: {log_file} (stderr: {stderr_file})\n")
 
 
 if __name__ == "__main__":

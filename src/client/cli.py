@@ -139,7 +139,7 @@ async def cmd_sessions(args: argparse.Namespace, cfg: ClientConfig, out: TextIO,
     async with make_client(cfg) as client:
         before = None
         while True:
-            page = await client.session_list(before=before, limit=args.page_size)
+            page = await client.session_list(before=before, limit=args.page_size, deleted=args.deleted)
             sessions.extend(page.sessions)
             before = page.next_before
             if not page.has_more or not before or (args.limit and len(sessions) >= args.limit):
@@ -208,7 +208,32 @@ async def cmd_export(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     return EXIT_OK
 
 
-COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "export": cmd_export}
+async def cmd_delete(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """Move a session to the trash (restore brings it back, purge removes it for good)."""
+    async with make_client(cfg) as client:
+        reply = await client.session_delete(args.session_id)
+    out.write(f"deleted {reply.session_id} (in the trash: nplt-client restore {reply.session_id})\n")
+    return EXIT_OK
+
+
+async def cmd_restore(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """Bring a deleted session back out of the trash."""
+    async with make_client(cfg) as client:
+        reply = await client.session_restore(args.session_id)
+    out.write(f"restored {reply.session.session_id}  {reply.session.title}\n")
+    return EXIT_OK
+
+
+async def cmd_purge(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """Remove a session for good (from the trash, or a live one)."""
+    async with make_client(cfg) as client:
+        reply = await client.session_purge(args.session_id)
+    out.write(f"purged {reply.session_id}\n")
+    return EXIT_OK
+
+
+COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "export": cmd_export,
+            "delete": cmd_delete, "restore": cmd_restore, "purge": cmd_purge}
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:
@@ -222,6 +247,7 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("sessions", help="list sessions, newest first")
     p.add_argument("--limit", type=_positive, default=0, help="at most N sessions (default: all)")
     p.add_argument("--page-size", type=_positive, default=100, help=argparse.SUPPRESS)
+    p.add_argument("--deleted", action="store_true", help="list the trash (deleted sessions) instead")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("history", help="print one page of a session's messages")
     p.add_argument("--session", metavar="ID", required=True)
@@ -232,6 +258,12 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--session", metavar="ID", required=True)
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    p = sub.add_parser("delete", help="move a session to the trash")
+    p.add_argument("session_id", metavar="ID")
+    p = sub.add_parser("restore", help="bring a deleted session back out of the trash")
+    p.add_argument("session_id", metavar="ID")
+    p = sub.add_parser("purge", help="remove a session for good (it cannot be restored)")
+    p.add_argument("session_id", metavar="ID")
 
 
 def _positive(text: str) -> int:

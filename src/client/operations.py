@@ -45,8 +45,21 @@ class Operations:
         self._track_session(reply.session)
         return reply
 
-    async def session_list(self, before: str | None = None, limit: int | None = None) -> SessionListReply:
-        return await self._call(SessionListReply, MsgType.SESSION_LIST, _body(before=before, limit=limit))
+    async def session_list(self, before: str | None = None, limit: int | None = None,
+                           deleted: bool | None = None) -> SessionListReply:
+        """The live sessions, or with ``deleted`` the trash."""
+        return await self._call(SessionListReply, MsgType.SESSION_LIST,
+                                _body(before=before, limit=limit, deleted=deleted or None))
+
+    async def session_restore(self, session_id: str) -> SessionReply:
+        """A deleted session back out of the trash."""
+        return await self._call(SessionReply, MsgType.SESSION_RESTORE, {"session_id": session_id})
+
+    async def session_purge(self, session_id: str) -> SessionDeleteReply:
+        """Remove a session for good (a live one is deleted first)."""
+        reply = await self._call(SessionDeleteReply, MsgType.SESSION_PURGE, {"session_id": session_id})
+        self._track_session(reply.current)
+        return reply
 
     async def session_switch(self, session_id: str) -> SessionSwitchReply:
         reply = await self._call(SessionSwitchReply, MsgType.SESSION_SWITCH, {"session_id": session_id})

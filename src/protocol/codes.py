@@ -49,6 +49,8 @@ class MsgType(IntEnum):
     MODEL_LIST = 0x29
     STATS = 0x2A
     SESSION_INFO = 0x2B
+    SESSION_RESTORE = 0x2E
+    SESSION_PURGE = 0x2F
     TURN_START = 0x30
     TURN_STATUS = 0x31
     TOOL_CALL = 0x32
@@ -58,6 +60,9 @@ class MsgType(IntEnum):
     TURN_ERROR = 0x36
     SESSION_EVENT = 0x37
     NOTICE = 0x38
+    SESSION_PROMPT = 0x39
+    CHAT_REGENERATE = 0x3A
+    CHAT_EDIT = 0x3B
     FRAGMENT = 0x7F
 
 
@@ -136,6 +141,8 @@ REQUEST_CODES: frozenset[MsgType] = frozenset({
     MsgType.HISTORY_SEARCH, MsgType.HISTORY_EXPORT, MsgType.SESSION_LIST, MsgType.SESSION_NEW,
     MsgType.SESSION_SWITCH, MsgType.SESSION_RENAME, MsgType.SESSION_DELETE, MsgType.CLEAR_REQUEST,
     MsgType.SESSION_INFO, MsgType.MODEL_LIST, MsgType.MODEL_SWITCH, MsgType.PING, MsgType.STATS,
+    MsgType.SESSION_RESTORE, MsgType.SESSION_PURGE, MsgType.SESSION_PROMPT, MsgType.CHAT_REGENERATE,
+    MsgType.CHAT_EDIT,
 })
 
 #: Server-to-client events of §6 (pushed, carrying "re" or null).

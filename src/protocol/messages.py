@@ -25,6 +25,7 @@ MAX_REF_CHARS = 128          # session ids, turn ids
 MAX_CURSOR_CHARS = 256       # opaque session-list cursors
 MAX_QUERY_CHARS = 1000       # search queries
 MAX_TOKEN_CHARS = 4096       # auth tokens
+MAX_PROMPT_CHARS = 20_000    # per-session system prompts (the store may set a lower limit)
 EXPORT_FORMATS = ("markdown", "json")
 DEFAULT_PAGE_LIMIT = 50
 DEFAULT_SEARCH_LIMIT = 20
@@ -76,6 +77,26 @@ def _int(body: dict[str, Any], name: str, lo: int, hi: int | None, default: Any)
             hi is not None and value > hi):
         expected = f"an integer >= {lo}" if hi is None else f"an integer in {lo}..{hi}"
         raise _fail(name, expected, value)
+    return value
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    """An optional boolean (absent or null: false)."""
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _fail(name, "true or false", value)
+    return value
+
+
+def _prompt(body: dict[str, Any]) -> str | None:
+    """A system prompt: a string of at most MAX_PROMPT_CHARS ("" is allowed: it means "none")."""
+    value = body.get("system_prompt")
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_PROMPT_CHARS:
+        raise _fail("system_prompt", f"a string of at most {MAX_PROMPT_CHARS} characters", value)
     return value
 
 
@@ -140,6 +161,36 @@ class ChatSend:
 
 
 @dataclass(slots=True)
+class ChatRegenerate:
+    """CHAT_REGENERATE (§5.4): answer the last user message again (the old answer is superseded)."""
+    id: RequestId
+    session_id: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> ChatRegenerate:
+        body = _object(body)
+        return cls(_id(body), _session(body))
+
+
+@dataclass(slots=True)
+class ChatEdit:
+    """CHAT_EDIT (§5.4): replace user message ``message_id`` with ``text`` and answer it (it and
+    everything after it are superseded)."""
+    id: RequestId
+    message_id: int
+    text: str
+    session_id: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> ChatEdit:
+        body = _object(body)
+        if body.get("message_id") is None:
+            raise invalid("message_id", "missing (required)")
+        return cls(_id(body), _int(body, "message_id", 1, None, None),
+                   _str(body, "text", None, required=True), _session(body))
+
+
+@dataclass(slots=True)
 class ChatCancel:
     """CHAT_CANCEL (§5.4)."""
     id: RequestId
@@ -159,11 +210,13 @@ class HistoryPage:
     session_id: str | None = None
     before: int | None = None
     limit: int | None = None
+    superseded: bool = False     # also the messages replaced by regenerate / edit
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> HistoryPage:
         body = _object(body)
-        return cls(_id(body), _session(body), _int(body, "before", 1, None, None), _limit(body))
+        return cls(_id(body), _session(body), _int(body, "before", 1, None, None), _limit(body),
+                   _flag(body, "superseded"))
 
 
 @dataclass(slots=True)
@@ -201,27 +254,30 @@ class HistoryExport:
 
 @dataclass(slots=True)
 class SessionList:
-    """SESSION_LIST (§5.2); ``before`` is an opaque cursor."""
+    """SESSION_LIST (§5.2); ``before`` is an opaque cursor; ``deleted``: list the trash instead."""
     id: RequestId
     before: str | None = None
     limit: int | None = None
+    deleted: bool = False
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> SessionList:
         body = _object(body)
-        return cls(_id(body), _str(body, "before", MAX_CURSOR_CHARS, blank=True), _limit(body))
+        return cls(_id(body), _str(body, "before", MAX_CURSOR_CHARS, blank=True), _limit(body),
+                   _flag(body, "deleted"))
 
 
 @dataclass(slots=True)
 class SessionNew:
-    """SESSION_NEW (§5.2)."""
+    """SESSION_NEW (§5.2); ``system_prompt``: the new session's own system prompt."""
     id: RequestId
     title: str | None = None
+    system_prompt: str | None = None
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> SessionNew:
         body = _object(body)
-        return cls(_id(body), _title(body))
+        return cls(_id(body), _title(body), _prompt(body) or None)
 
 
 @dataclass(slots=True)
@@ -263,14 +319,53 @@ class SessionDelete:
 
 @dataclass(slots=True)
 class SessionClear:
-    """CLEAR_REQUEST (§5.2)."""
+    """CLEAR_REQUEST (§5.2); ``purge``: the hidden messages are removed for good."""
     id: RequestId
     session_id: str | None = None
+    purge: bool = False
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> SessionClear:
         body = _object(body)
-        return cls(_id(body), _session(body))
+        return cls(_id(body), _session(body), _flag(body, "purge"))
+
+
+@dataclass(slots=True)
+class SessionRestore:
+    """SESSION_RESTORE (§5.2): a deleted session out of the trash."""
+    id: RequestId
+    session_id: str
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> SessionRestore:
+        body = _object(body)
+        return cls(_id(body), _session(body, required=True))
+
+
+@dataclass(slots=True)
+class SessionPurge:
+    """SESSION_PURGE (§5.2): remove a session (deleted or not) for good."""
+    id: RequestId
+    session_id: str
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> SessionPurge:
+        body = _object(body)
+        return cls(_id(body), _session(body, required=True))
+
+
+@dataclass(slots=True)
+class SessionPrompt:
+    """SESSION_PROMPT (§5.2): read (``system_prompt`` absent or null), set, or reset ("") the
+    session's own system prompt."""
+    id: RequestId
+    session_id: str | None = None
+    system_prompt: str | None = None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> SessionPrompt:
+        body = _object(body)
+        return cls(_id(body), _session(body), _prompt(body))
 
 
 @dataclass(slots=True)
@@ -332,7 +427,8 @@ class Stats:
 
 Request = Union[Hello, ChatSend, ChatCancel, HistoryPage, HistorySearch, HistoryExport, SessionList,
                 SessionNew, SessionSwitch, SessionRename, SessionDelete, SessionClear,
-                SessionInfoReq, ModelList, ModelSwitch, Ping, Stats]
+                SessionInfoReq, ModelList, ModelSwitch, Ping, Stats, SessionRestore, SessionPurge,
+                SessionPrompt, ChatRegenerate, ChatEdit]
 
 REQUEST_TYPES: dict[MsgType, type] = {
     MsgType.HELLO: Hello,
@@ -352,6 +448,11 @@ REQUEST_TYPES: dict[MsgType, type] = {
     MsgType.MODEL_SWITCH: ModelSwitch,
     MsgType.PING: Ping,
     MsgType.STATS: Stats,
+    MsgType.SESSION_RESTORE: SessionRestore,
+    MsgType.SESSION_PURGE: SessionPurge,
+    MsgType.SESSION_PROMPT: SessionPrompt,
+    MsgType.CHAT_REGENERATE: ChatRegenerate,
+    MsgType.CHAT_EDIT: ChatEdit,
 }
 
 

@@ -320,6 +320,55 @@ AnyReply = Union[HelloReply, SessionListReply, SessionReply, SessionSwitchReply,
                  ChatCancelReply, ModelListReply, ModelSwitchReply, StatsReply, Pong, ErrorReply]
 
 #: Request type -> the class of its successful reply (the RESPONSE body; PONG for PING).
+@dataclass(frozen=True, slots=True)
+class SessionPromptReply(Reply):
+    """SESSION_PROMPT (§5.2): the session and its own system prompt (null: the server's is used)."""
+    session: SessionInfo
+    system_prompt: str | None = None
+
+    @classmethod
+    def read(cls, f: Fields) -> SessionPromptReply:
+        return cls(f.obj("session", SessionInfo.read),  # type: ignore[arg-type]
+                   f.text("system_prompt", optional=True), **_re(f))
+
+    def encode(self) -> dict[str, Any]:
+        return self._finish({"re": self.re, "session": self.session.encode(), "system_prompt": self.system_prompt})
+
+
+def _ids(f: Fields, key: str) -> tuple[int, ...]:
+    """An optional array of message ids (integers >= 1)."""
+    value = f.body.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"field '{f.name(key)}': expected an array", fatal=False)
+    for i, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+            raise ProtocolError(ErrorCode.INVALID_MESSAGE,
+                                f"field '{f.name(key)}[{i}]': expected an integer >= 1, got {item!r}", fatal=False)
+    return tuple(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRedoReply(Reply):
+    """CHAT_REGENERATE and CHAT_EDIT (§5.4): the new turn, the user message it answers and the ids
+    of the messages it superseded."""
+    turn_id: str
+    session_id: str
+    user_message: ChatMessage
+    superseded: tuple[int, ...] = ()
+
+    @classmethod
+    def read(cls, f: Fields) -> ChatRedoReply:
+        return cls(f.text("turn_id"), f.text("session_id"),
+                   f.obj("user_message", ChatMessage.read),  # type: ignore[arg-type]
+                   _ids(f, "superseded"), **_re(f))
+
+    def encode(self) -> dict[str, Any]:
+        return self._finish({"re": self.re, "turn_id": self.turn_id, "session_id": self.session_id,
+                             "user_message": self.user_message.encode(), "superseded": list(self.superseded)})
+
+
 REPLY_TYPES: dict[MsgType, type[Reply]] = {
     MsgType.HELLO: HelloReply,
     MsgType.SESSION_LIST: SessionListReply,
@@ -338,6 +387,11 @@ REPLY_TYPES: dict[MsgType, type[Reply]] = {
     MsgType.MODEL_SWITCH: ModelSwitchReply,
     MsgType.PING: Pong,
     MsgType.STATS: StatsReply,
+    MsgType.SESSION_RESTORE: SessionReply,
+    MsgType.SESSION_PURGE: SessionDeleteReply,
+    MsgType.SESSION_PROMPT: SessionPromptReply,
+    MsgType.CHAT_REGENERATE: ChatRedoReply,
+    MsgType.CHAT_EDIT: ChatRedoReply,
 }
 
 

@@ -23,8 +23,9 @@ class BasicMemory:
 
     async def build_context(self, session_id: str, user_id: str, new_message: ChatMessage,
                             model: str) -> BuiltContext:
-        messages = [{"role": "system", "content": self.system_prompt},
-                    {"role": "user", "content": new_message.content}]
+        record = await self.store.get(session_id)
+        system = self.system_prompt if record.system_prompt is None else record.system_prompt
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": new_message.content}]
         meta = {"memory": "basic", "turns_kept": 0, "turns_dropped": 0, "summary_used": False,
                 "recalled_turns": 0}
         return BuiltContext(messages=messages, metadata=meta)

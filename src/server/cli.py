@@ -1,7 +1,9 @@
 """Command line of ``nplt-server``: flags, environment variables, and merging them over the TOML file.
 
-``nplt-server [flags]`` runs the server; ``nplt-server hash-token TOKEN`` prints the sha256 to put in
-``[auth] users``. Flags beat ``NPLT_*`` variables, which beat the file, which beats the defaults.
+``nplt-server [flags]`` runs the server; ``nplt-server hash-token [TOKEN]`` prints the sha256 to put
+in ``[auth] users``. Flags beat ``NPLT_*`` variables, which beat the file, which beats the defaults.
+The installed server's default data directory is the user's data directory (platformdirs, XDG on
+Linux: ``~/.local/share/nplt-assistant/history``), never the current folder.
 """
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Mapping
+
+import platformdirs
 
 from server.config import (LOG_FORMATS, LOG_LEVELS, MIN_LEGACY_GRACE_MS, LimitsConfig, ServerConfig,
                            ServerSection, load_toml)
@@ -20,22 +24,48 @@ from server.config_base import ConfigError
 SERVER_KEYS = [f.name for f in dataclasses.fields(ServerSection)]
 LIMIT_KEYS = [f.name for f in dataclasses.fields(LimitsConfig)]
 _TYPES: dict[str, type] = {
-    "port": int, "legacy_grace_ms": int, "insecure": bool,
+    "port": int, "legacy_grace_ms": int, "insecure": bool, "log_max_bytes": int, "log_backups": int,
     **{f.name: type(f.default) for f in dataclasses.fields(LimitsConfig)},
 }
+APP_NAME = "nplt-assistant"          # the platformdirs application name
+LOG_NAME = "nplt-server.log"
+LOG_OFF = ("off", "none", "-")       # log_file values that turn the log file off
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def default_data_dir() -> str:
+    """The installed server's history directory: in the user's data directory, whatever the cwd."""
+    return str(platformdirs.user_data_path(APP_NAME) / "history")
+
+
+def default_log_file(cfg: ServerConfig) -> str | None:
+    """Where the server log goes: ``[server] log_file`` ("off": nowhere), else ``logs/nplt-server.log``
+    in the history directory, or (PostgreSQL: no history directory) in the user's log directory."""
+    chosen = cfg.server.log_file
+    if chosen is not None:
+        return None if chosen.strip().lower() in LOG_OFF or not chosen.strip() else chosen
+    if cfg.storage.url:
+        return str(platformdirs.user_log_path(APP_NAME) / LOG_NAME)
+    return str(Path(cfg.storage.root) / "logs" / LOG_NAME)
+
+
+def build_parser(version: str = "") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nplt-server",
-        description="NPLT Assistant server. `nplt-server hash-token TOKEN` prints a token's sha256 for [auth].",
+        description="NPLT Assistant server. Other commands: `nplt-server hash-token [TOKEN]` prints a "
+                    "token's sha256 for [auth]; `nplt-server migrate-json-to-pg` copies JSON history "
+                    "into PostgreSQL (each has --help).",
     )
+    if version:
+        p.add_argument("--version", action="version", version=f"nplt-server {version}")
     p.add_argument("--config", metavar="PATH", help="TOML config file (env NPLT_CONFIG)")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="TCP port, 0 = any free port (default 9999)")
-    p.add_argument("--data-dir", metavar="DIR", help="history directory (storage.root, default storage/history)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help=f"history directory (storage.root, default {default_data_dir()})")
+    p.add_argument("--log-file", metavar="PATH",
+                   help="rotating log file (server.log_file; default DATA_DIR/logs/nplt-server.log; 'off': none)")
     p.add_argument("--storage-url", metavar="URL", help="postgresql://... stores history in PostgreSQL (storage.url)")
     p.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, help="any case (default info)")
     p.add_argument("--log-format", type=str.lower, choices=LOG_FORMATS, help="any case (default text)")
@@ -124,10 +154,14 @@ def merge(base: dict, over: dict) -> dict:
 
 
 def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> ServerConfig:
-    """flags > env > file > defaults, then full validation."""
+    """flags > env > file > defaults, then full validation. Without a history directory from any
+    of them, the user's data directory (``default_data_dir``)."""
     path = ns.config or env.get("NPLT_CONFIG")
     data = load_toml(path) if path else {}
     data = merge(merge(data, env_overrides(env)), flag_overrides(ns))
+    storage = data.get("storage")
+    if storage is None or isinstance(storage, dict) and "root" not in storage:
+        data = merge(data, {"storage": {"root": default_data_dir()}})
     return ServerConfig.from_dict(data, env=env)
 
 

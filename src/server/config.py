@@ -50,6 +50,9 @@ class ServerSection:
     tls_cert: str | None = None
     tls_key: str | None = None
     legacy_grace_ms: int = 300
+    log_file: str | None = None       # None: <storage root>/logs/nplt-server.log (docs/server.md); "off": none
+    log_max_bytes: int = 5 << 20      # the log file is rotated at this size ...
+    log_backups: int = 3              # ... keeping this many old files
 
     @classmethod
     def from_dict(cls, d: dict) -> ServerSection:
@@ -64,6 +67,9 @@ class ServerSection:
             tls_cert=get_str(s, d, "tls_cert", df.tls_cert),
             tls_key=get_str(s, d, "tls_key", df.tls_key),
             legacy_grace_ms=get_int(s, d, "legacy_grace_ms", df.legacy_grace_ms, MIN_LEGACY_GRACE_MS, 60_000),
+            log_file=get_str(s, d, "log_file", df.log_file),
+            log_max_bytes=get_int(s, d, "log_max_bytes", df.log_max_bytes, 4096, 1 << 40),
+            log_backups=get_int(s, d, "log_backups", df.log_backups, 0, 1000),
         )
         if not sec.host:
             raise ConfigError("server.host", "must not be empty")

@@ -1,10 +1,12 @@
 """``nplt-server``: parse the configuration, run the server until SIGINT/SIGTERM, shut down gracefully.
 
 Exit codes: 0 after a clean shutdown, 2 for configuration errors (message on stderr), 1 when the
-server cannot start (e.g. the port is in use, the data directory is locked).
+server cannot start (e.g. the port is in use, the data directory is locked, the log file cannot be
+written). ``nplt-server hash-token [TOKEN]`` and ``nplt-server migrate-json-to-pg`` are subcommands.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import logging
@@ -14,10 +16,11 @@ import sys
 from pathlib import Path
 
 from server.auth import hash_token
-from server.cli import build_parser, config_from_args
+from server.cli import build_parser, config_from_args, default_log_file
 from server.config import ServerConfig, check_bind_policy
 from server.config_base import ConfigError
 from server.logs import setup_logging
+from server.services import VERSION
 
 log = logging.getLogger("nplt.main")
 
@@ -29,6 +32,27 @@ def _loop_factory():
     except ImportError:
         return None
     return uvloop.new_event_loop
+
+
+def hash_token_main(argv: list[str]) -> int:
+    """``nplt-server hash-token [TOKEN]``: print the sha256 of a token for ``[auth] users``."""
+    p = argparse.ArgumentParser(
+        prog="nplt-server hash-token",
+        description="Print the sha256 of an auth token, to put in [auth] users as token_sha256. Without "
+                    "TOKEN the token is read from stdin (one line; keeps it out of the shell history).")
+    p.add_argument("token", nargs="?", help="the token (default: read from stdin)")
+    ns = p.parse_args(argv)
+    token = ns.token
+    if token is None:
+        if sys.stdin is None or sys.stdin.isatty():
+            print("nplt-server hash-token: type the token, then Enter:", file=sys.stderr, flush=True)
+        line = sys.stdin.readline() if sys.stdin is not None else ""
+        token = line.rstrip("\r\n")
+    if not token:
+        print("nplt-server hash-token: the token is empty", file=sys.stderr)
+        return 2
+    print(hash_token(token))
+    return 0
 
 
 async def serve(cfg: ServerConfig, port_file: str | None = None, stop: asyncio.Event | None = None) -> None:
@@ -53,6 +77,7 @@ async def serve(cfg: ServerConfig, port_file: str | None = None, stop: asyncio.E
             tmp.write_text(f"{port}\n")
             os.replace(tmp, port_file)
         print(f"nplt-server listening on {host}:{port}", file=sys.stderr, flush=True)
+        log.info("history in %s", "PostgreSQL" if cfg.storage.url else os.path.abspath(cfg.storage.root))
         await stop.wait()
     finally:
         await server.stop()
@@ -61,34 +86,50 @@ async def serve(cfg: ServerConfig, port_file: str | None = None, stop: asyncio.E
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "hash-token":
-        if len(argv) != 2 or not argv[1]:
-            print("usage: nplt-server hash-token TOKEN", file=sys.stderr)
-            return 2
-        print(hash_token(argv[1]))
-        return 0
+        return hash_token_main(argv[1:])
     if argv and argv[0] == "migrate-json-to-pg":
         from storage.pg.migrate import main as migrate_main
         return migrate_main(argv[1:])
-    ns = build_parser().parse_args(argv)
+    ns = build_parser(VERSION).parse_args(argv)
     try:
         cfg = config_from_args(ns, os.environ)
         check_bind_policy(cfg)
     except ConfigError as exc:
         print(f"nplt-server: configuration error: {exc}", file=sys.stderr)
         return 2
-    setup_logging(cfg.server.log_level, cfg.server.log_format)
+    path = default_log_file(cfg)
+    try:
+        log_file = setup_logging(cfg.server.log_level, cfg.server.log_format, path,
+                                 max_bytes=cfg.server.log_max_bytes, backups=cfg.server.log_backups)
+    except OSError as exc:
+        print(f"nplt-server: cannot write the log file {path}: {exc}", file=sys.stderr)
+        return 1
+    if log_file is not None:
+        print(f"nplt-server: logging to {log_file.path}", file=sys.stderr, flush=True)
+    try:
+        return _run(cfg, ns.port_file)
+    finally:
+        if log_file is not None:
+            log_file.close()
+
+
+def _run(cfg: ServerConfig, port_file: str | None) -> int:
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(serve(cfg, ns.port_file))
+            runner.run(serve(cfg, port_file))
     except ConfigError as exc:
         print(f"nplt-server: configuration error: {exc}", file=sys.stderr)
+        log.error("configuration error: %s", exc)
         return 2
     except OSError as exc:
         print(f"nplt-server: cannot start: {exc}", file=sys.stderr)
+        log.error("cannot start: %s", exc)
         return 1
     except Exception as exc:  # e.g. StorageLocked: another server uses the data directory
         print(f"nplt-server: cannot start: {type(exc).__name__}: {exc}", file=sys.stderr)
+        log.error("cannot start: %s: %s", type(exc).__name__, exc)
         return 1
+    log.info("stopped")
     return 0
 
 

@@ -18,6 +18,7 @@ from storage.errors import InvalidSessionId, NotFound
 from storage.models import SessionRecord
 from storage.store import DEFAULT_TITLE
 
+EMPTY_SCAN = 50           # newest sessions looked at for an empty one to reuse
 TITLE_CHARS = 60          # automatic titles, and titles shown in v2 session lists, are at most this long
 
 
@@ -76,9 +77,77 @@ class SessionService:
             raise not_found()
         return rec
 
+    async def owned_any(self, user_id: str, session_id: Any) -> SessionRecord:
+        """The user's session ``session_id``, deleted (in the trash) or not, or NOT_FOUND."""
+        if not isinstance(session_id, str) or not session_id:
+            raise not_found()
+        try:
+            rec = await self.store.get(session_id)
+        except (NotFound, InvalidSessionId):
+            raise not_found() from None
+        if rec.user_id != user_id:
+            raise not_found()
+        return rec
+
     async def create(self, user_id: str, title: str | None = None) -> SessionRecord:
         """A new session; without a title it is "New chat" until the first message names it."""
         return await self.store.create(user_id, title=title.strip() if title else None)
+
+    async def fresh(self, user_id: str, title: str | None = None, system_prompt: str | None = None,
+                    exclude: str | None = None) -> tuple[SessionRecord, bool]:
+        """A session to start a chat in: without a title, the user's empty untitled session when
+        there is one other than ``exclude`` (the requester's current session: asking for a new chat
+        never answers with the one you are in), so empty "New chat" sessions do not pile up; else a
+        new one ("New chat" until the first message names it). Second item: whether it was created."""
+        if not title:
+            rec = await self.empty_session(user_id, exclude)
+            if rec is not None:
+                if rec.system_prompt != system_prompt:
+                    rec = await self.store.set_system_prompt(rec.session_id, system_prompt)
+                return rec, False
+        rec = await self.create(user_id, title)
+        if system_prompt is not None:
+            rec = await self.store.set_system_prompt(rec.session_id, system_prompt)
+        return rec, True
+
+    async def empty_session(self, user_id: str, exclude: str | None = None) -> SessionRecord | None:
+        """The user's newest live session with no message, no title of its own and no turn (other
+        than ``exclude``)."""
+        recs, _ = await self.store.list(user_id, limit=EMPTY_SCAN)
+        for r in recs:
+            if r.session_id == exclude:
+                continue
+            if r.message_count == 0 and needs_title(r) and not (self.turns and self.turns.is_running(r.session_id)):
+                rec = await self.store.get(r.session_id)
+                if rec.message_count == 0 and not rec.deleted and needs_title(rec):
+                    return rec
+        return None
+
+    async def restore(self, user_id: str, session_id: Any) -> SessionRecord:
+        """A deleted session of the user back out of the trash (a live one is returned as it is)."""
+        rec = await self.owned_any(user_id, session_id)
+        if not rec.deleted:
+            return rec
+        rec = await self.store.undelete(rec.session_id)
+        await self.publish_event("restored", rec)
+        return rec
+
+    async def purge(self, user_id: str, session_id: Any, requester: Subscriber | None = None) -> SessionRecord:
+        """Remove one of the user's sessions for good: deleted first when it is live (``delete``),
+        then its files or rows, its recall index and cached view. Returns its last record."""
+        rec = await self.owned_any(user_id, session_id)
+        if not rec.deleted:
+            rec = await self.delete(user_id, rec.session_id, requester)
+        await self.store.purge(rec.session_id)
+        self.forget(rec.session_id)
+        await self.publish_event("purged", rec)
+        return rec
+
+    async def set_system_prompt(self, session_id: str, prompt: str | None) -> SessionRecord:
+        """Set (or with None or "" reset to the server's) the system prompt of a checked session."""
+        rec = await self.store.set_system_prompt(session_id, prompt or None)
+        await self.publish_event("updated", rec)
+        return rec
 
     async def newest(self, user_id: str) -> SessionRecord | None:
         recs, _ = await self.store.list(user_id, limit=1)
@@ -145,14 +214,15 @@ class SessionService:
                     sub.session_moved(rec.session_id, current.session_id)
         return deleted
 
-    async def clear(self, session_id: str) -> tuple[SessionRecord, int]:
-        """Hide every message of a session (checked by the caller); a running turn is cancelled and
+    async def clear(self, session_id: str, purge: bool = False) -> tuple[SessionRecord, int]:
+        """Hide every message of a session (checked by the caller) and drop its summaries (with
+        ``purge`` the hidden messages are removed for good); a running turn is cancelled and
         queued ones withdrawn first, so no answer lands in the cleared session without its question."""
         runner = self.turns
         if runner is not None and runner.is_running(session_id):
             runner.cancel_session(session_id, reason="cleared")
             await runner.settle(session_id)
-        cleared = await self.store.clear(session_id)
+        cleared = await self.store.clear(session_id, purge=purge)
         self.forget(session_id)
         rec = await self.store.get(session_id)
         await self.publish_event("cleared", rec)

@@ -100,12 +100,16 @@ class TurnRunner:
 
     # -- submit / cancel -------------------------------------------------------------------------
     async def submit(self, origin: Subscriber | None, user_id: str, session_id: str, text: str,
-                     re: Any = None) -> tuple[Turn, int]:
+                     re: Any = None, *, prepare: Any = None) -> tuple[Turn, int]:
         """Enqueue a turn; returns (turn, turns ahead of it).
 
         In an idle session the user message is stored durably before this returns (a storage
         failure is raised, so nothing unstored is acknowledged); behind other turns it is stored
         when the turn starts (``turn.user_message`` is None until then).
+
+        ``prepare`` (regenerate, edit): ``async (rec) -> ChatMessage``, run under the session's
+        lane lock, which changes the history and returns the stored user message to answer; the
+        session must be idle (else QUEUE_FULL) and ``text`` is ignored.
         """
         if self.closing:
             raise HandlerError(ErrorCode.SHUTTING_DOWN, "the server is stopping")
@@ -124,10 +128,16 @@ class TurnRunner:
                 if self.active.get(user_id, 0) >= limits.max_active_turns_per_user:
                     raise HandlerError(ErrorCode.QUEUE_FULL, f"you already have {self.active[user_id]} turns "
                                        "running or queued (max_active_turns_per_user)")
+                ahead = len(lane.waiting) + (1 if lane.current is not None else 0)
+                if prepare is not None and ahead:
+                    raise HandlerError(ErrorCode.QUEUE_FULL, f"session {session_id} has a turn running: "
+                                       "wait for it to end (or cancel it) first")
                 turn = Turn(session_id, user_id, text, origin, re)
                 turn.model = self.sessions.model_of(rec)
-                ahead = len(lane.waiting) + (1 if lane.current is not None else 0)
-                if not ahead:
+                if prepare is not None:
+                    turn.user_message = await prepare(rec)
+                    turn.text = turn.user_message.content
+                elif not ahead:
                     await self._store_user(turn, needs_title(rec))
                 lane.waiting.append(turn)
                 self.active[user_id] = self.active.get(user_id, 0) + 1
@@ -263,7 +273,7 @@ class TurnRunner:
             await self._end_cancelled(turn, sink, ctx)
         except AgentError as exc:
             self.metrics.provider_error(exc.code)
-            await self._end_error(turn, sink, exc.code, exc.message)
+            await self._end_error(turn, sink, exc.code, exc.message, exc.attempts)
         except Exception:
             log.exception("turn %s failed", turn.turn_id)
             await self._end_error(turn, sink, ErrorCode.INTERNAL, "internal error while running the turn")
@@ -317,12 +327,13 @@ class TurnRunner:
         sink.publish(TurnEnd(turn.session_id, turn.turn_id, message_obj(msg), {}, "cancelled", ctx.metadata))
         self._after_turn(turn)
 
-    async def _end_error(self, turn: Turn, sink: RunnerSink, code: str, message: str) -> None:
-        partial = None
-        if turn.length or turn.calls:
-            meta = {"partial": True, "model": turn.model, "error": code, "turn_id": turn.turn_id}
-            msg = await self._store_assistant(turn, turn.content, turn.finished_calls(), meta)
-            partial = None if isinstance(msg, HandlerError) else message_obj(msg)
+    async def _end_error(self, turn: Turn, sink: RunnerSink, code: str, message: str, attempts: int = 1) -> None:
+        """The failed answer is stored (whatever was streamed, possibly nothing) marked with the
+        error, so history never holds two user messages in a row and the failure shows after reload."""
+        meta = {"partial": bool(turn.length or turn.calls), "model": turn.model, "finish_reason": "error",
+                "error": str(code), "error_message": message, "attempts": attempts, "turn_id": turn.turn_id}
+        msg = await self._store_assistant(turn, turn.content, turn.finished_calls(), meta)
+        partial = None if isinstance(msg, HandlerError) else message_obj(msg)
         log.info("turn %s ended with %s", turn.turn_id, code)
         sink.publish(TurnError(turn.session_id, turn.turn_id, error_code(code), message, partial))
         self.spawn(self.sessions.publish_updated(turn.session_id))

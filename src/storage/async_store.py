@@ -46,9 +46,9 @@ class AsyncHistoryStore:
         record = self.sync.get_loaded(session_id)       # loaded and not busy: no thread hop
         return record if record is not None else await self._run(self.sync.get, session_id)
 
-    async def list(self, user_id: str, *, before: str | None = None,
-                   limit: int = 50) -> tuple[list[SessionRecord], str | None]:
-        return await self._run(self.sync.list, user_id, before=before, limit=limit)
+    async def list(self, user_id: str, *, before: str | None = None, limit: int = 50,
+                   deleted: bool = False) -> tuple[list[SessionRecord], str | None]:
+        return await self._run(self.sync.list, user_id, before=before, limit=limit, deleted=deleted)
 
     async def rename(self, session_id: str, title: str) -> SessionRecord:
         return await self._run(self.sync.rename, session_id, title)
@@ -62,11 +62,17 @@ class AsyncHistoryStore:
     async def restore(self, session_id: str) -> SessionRecord:
         return await self._run(self.sync.restore, session_id)
 
+    async def undelete(self, session_id: str) -> SessionRecord:
+        return await self._run(self.sync.undelete, session_id)
+
     async def purge(self, session_id: str) -> None:
         return await self._run(self.sync.purge, session_id)
 
-    async def clear(self, session_id: str) -> int:
-        return await self._run(self.sync.clear, session_id)
+    async def clear(self, session_id: str, *, purge: bool = False) -> int:
+        return await self._run(self.sync.clear, session_id, purge=purge)
+
+    async def set_system_prompt(self, session_id: str, prompt: str | None) -> SessionRecord:
+        return await self._run(self.sync.set_system_prompt, session_id, prompt)
 
     async def append(self, session_id: str, role: str, content: str, *, tool_calls: Iterable[ToolCall | dict] = (),
                      metadata: dict[str, Any] | None = None, timestamp: str | None = None) -> ChatMessage:

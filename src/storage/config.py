@@ -19,6 +19,7 @@ _RULES: dict[str, tuple[str, float | None, float | None]] = {
     "idle_evict_s": ("float", 0.001, 31_536_000),
     "max_message_bytes": ("int", 1024, 256 << 20),
     "max_title_chars": ("int", 1, 100_000),
+    "max_system_prompt_chars": ("int", 1, 1_000_000),
     "index_flush_ms": ("int", 10, 3_600_000),
     "io_threads": ("int", 1, 256),
     "url": ("url", None, None),
@@ -44,6 +45,7 @@ class StorageConfig:
     idle_evict_s: float = 600.0       # a loaded session unused this long is evicted
     max_message_bytes: int = 1 << 20  # largest JSON-encoded message accepted by append/update
     max_title_chars: int = 200        # longest session title
+    max_system_prompt_chars: int = 20_000   # longest per-session system prompt
     index_flush_ms: int = 1000        # index.json is rewritten at most this often (and on close)
     io_threads: int = 4               # AsyncHistoryStore worker threads
     url: str | None = None            # postgresql://... selects the PostgreSQL backend (root is then unused)

@@ -50,11 +50,40 @@ def export_markdown(record: SessionRecord, messages: list[ChatMessage]) -> str:
            f"- Messages: {record.message_count}"]
     if record.summary is not None:
         out += [f"- Summary (messages up to #{record.summary.covers_to_id}): {record.summary.text}"]
+    if record.system_prompt is not None:
+        out += ["", "System prompt:", "", _fence(record.system_prompt)]
     for m in messages:
-        flags = (" (partial, interrupted)" if m.metadata.get("interrupted") else " (partial)") \
-            if m.metadata.get("partial") else ""
-        out += ["", "---", "", f"### {m.role.capitalize()} #{m.id}{flags}", "", f"*{m.timestamp}*", "",
-                m.content]
+        flags, body = _marks(m)
+        out += ["", "---", "", f"### {m.role.capitalize()} #{m.id}{flags}", "", f"*{m.timestamp}*", "", body]
         for tc in m.tool_calls:
             out += ["", _tool_call(tc)]
     return "\n".join(out) + "\n"
+
+
+def _marks(m: ChatMessage) -> tuple[str, str]:
+    """The heading's flags and the body of one message: a cancelled or failed answer says so (an
+    empty body would read as an empty answer), a replaced one says it was replaced."""
+    meta, body = m.metadata, m.content
+    flags = []
+    if meta.get("partial"):
+        flags.append("partial")
+    error = meta.get("error")
+    if meta.get("finish_reason") == "cancelled":
+        flags.append("cancelled")
+        if not body and not m.tool_calls:
+            body = "*[cancelled before any answer]*"
+    elif meta.get("finish_reason") == "interrupted":   # closed at start after a crash (server.recovery)
+        flags.append("interrupted")
+        if not body and not m.tool_calls:
+            body = "*[interrupted: the server stopped before the answer was finished]*"
+    elif error:
+        flags.append(f"failed: {error}")
+        if not body and not m.tool_calls:
+            attempts = meta.get("attempts")
+            tries = f" (after {attempts} attempts)" if isinstance(attempts, int) and attempts > 1 else ""
+            body = f"*[no answer: {meta.get('error_message') or error}{tries}]*"
+    if isinstance(meta.get("edited_from"), int):
+        flags.append(f"edited, replaces #{meta['edited_from']}")
+    if meta.get("superseded"):
+        flags.append("superseded")
+    return (f" ({', '.join(flags)})" if flags else ""), body

@@ -105,11 +105,16 @@ class SessionIndex:
         rows.sort(key=lambda e: (e["updated_at"], e["session_id"]), reverse=True)
         return rows
 
-    def list(self, user_id: str, before: str | None, limit: int) -> tuple[list[SessionRecord], str | None]:
-        """One page of the user's sessions; cursors are opaque ``updated_at|session_id`` strings."""
+    def list(self, user_id: str, before: str | None, limit: int, *,
+             deleted: bool = False) -> tuple[list[SessionRecord], str | None]:
+        """One page of the user's sessions (``deleted``: of the deleted ones); cursors are opaque
+        ``updated_at|session_id`` strings."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidArgument(f"limit: expected a positive integer, got {limit!r}")
-        rows = self.user_entries(user_id)
+        if deleted:
+            rows = [e for e in self.user_entries(user_id, include_deleted=True) if e["deleted"]]
+        else:
+            rows = self.user_entries(user_id)
         if before is not None:
             key = parse_cursor(before)
             rows = [e for e in rows if (e["updated_at"], e["session_id"]) < key]

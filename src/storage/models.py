@@ -104,6 +104,7 @@ class SessionRecord:
     model: str | None = None
     preview: str = ""
     summaries: list[SummaryRecord] = field(default_factory=list)
+    system_prompt: str | None = None     # the session's own system prompt (None: the server's)
 
     @property
     def summary(self) -> SummaryRecord | None:
@@ -116,6 +117,7 @@ class SessionRecord:
             "created_at": self.created_at, "updated_at": self.updated_at,
             "message_count": self.message_count, "deleted": self.deleted, "model": self.model,
             "preview": self.preview, "summaries": [s.to_dict() for s in self.summaries],
+            "system_prompt": self.system_prompt,
         }
 
     @classmethod
@@ -126,6 +128,7 @@ class SessionRecord:
             message_count=int(d.get("message_count", 0)), deleted=bool(d.get("deleted", False)),
             model=d.get("model"), preview=str(d.get("preview", "")),
             summaries=[SummaryRecord.from_dict(s) for s in d.get("summaries") or ()],
+            system_prompt=d.get("system_prompt") if isinstance(d.get("system_prompt"), str) else None,
         )
 
 

@@ -30,7 +30,7 @@ LOADING, READY, GONE = "loading", "ready", "gone"
 
 #: Journal ops that do not change ``updated_at``: renaming a session, switching its model or
 #: summarizing it is not activity, so it does not move the session to the top of the list.
-QUIET_OPS = frozenset({"rename", "model", "summary"})
+QUIET_OPS = frozenset({"rename", "model", "summary", "prompt"})
 
 class SnapshotError(ValueError):
     """The snapshot is not a valid session file."""
@@ -112,11 +112,19 @@ class SessionState:
         elif op == "model":
             rec.model = e["model"]
         elif op == "clear":
+            # The summaries only ever cover messages up to "through": they go with what they summarize.
             self.cleared = int(e["through"])
+            rec.summaries = []
+            if e.get("purge"):           # the hidden messages are dropped for good
+                del self.msgs[:self.vis_start()]
         elif op == "delete":
             rec.deleted = True
+        elif op == "undelete":
+            rec.deleted = False
         elif op == "restore":
             rec.deleted, self.cleared = False, 0
+        elif op == "prompt":
+            rec.system_prompt = e["system_prompt"]
         elif op == "summary":
             rec.summaries.append(SummaryRecord.from_dict(e["summary"]))
         else:

@@ -124,10 +124,12 @@ class HistoryStore:
         finally:
             sess.lock.release()
 
-    def list(self, user_id: str, *, before: str | None = None, limit: int = 50) -> tuple[list[SessionRecord], str | None]:
-        """The user's non-deleted sessions, newest ``updated_at`` first, from the index only
-        (records carry no summaries). Returns (records, next cursor or None)."""
-        return self.index.list(user_id, before, limit)
+    def list(self, user_id: str, *, before: str | None = None, limit: int = 50,
+             deleted: bool = False) -> tuple[list[SessionRecord], str | None]:
+        """The user's non-deleted sessions (``deleted``: the deleted ones instead, the trash), newest
+        ``updated_at`` first, from the index only (records carry no summaries and no system prompt).
+        Returns (records, next cursor or None)."""
+        return self.index.list(user_id, before, limit, deleted=deleted)
 
     def rename(self, session_id: str, title: str) -> SessionRecord:
         title = self._check_title(title)
@@ -136,6 +138,14 @@ class HistoryStore:
     def set_model(self, session_id: str, model: str | None) -> SessionRecord:
         check_opt_str("model", model)
         return self._simple(session_id, "model", {"model": model})
+
+    def set_system_prompt(self, session_id: str, prompt: str | None) -> SessionRecord:
+        """The session's own system prompt (None: back to the server's)."""
+        check_opt_str("system_prompt", prompt)
+        if prompt is not None and len(prompt) > self.config.max_system_prompt_chars:
+            raise InvalidArgument(f"system_prompt: longer than max_system_prompt_chars "
+                                  f"({self.config.max_system_prompt_chars})")
+        return self._simple(session_id, "prompt", {"system_prompt": prompt})
 
     def delete(self, session_id: str) -> SessionRecord:
         """Soft delete: hidden from list() and search(), files kept until purge()."""
@@ -149,8 +159,17 @@ class HistoryStore:
         """Undo delete() and every clear(): all stored messages become visible again."""
         return self._simple(session_id, "restore", {})
 
+    def undelete(self, session_id: str) -> SessionRecord:
+        """Undo delete() only (out of the trash); cleared messages stay hidden."""
+        with self.cache.locked(session_id) as s:
+            done = self._commit(s, "undelete", {}, at=now_iso()) if s.state.record.deleted else None
+            record = _copy(s.state.record)
+        _durable(done)
+        return record
+
     def purge(self, session_id: str) -> None:
-        """Physically remove the session's files (irreversible)."""
+        """Physically remove the session's files (irreversible); index.json is rewritten at once,
+        so no title or preview of the session stays on disk."""
         with self.cache.locked(session_id) as s:
             with _io_errors(f"could not purge session {session_id}"):
                 self.cache.close_session(s)
@@ -161,15 +180,38 @@ class HistoryStore:
                     pass
                 fsync_dir(self.root)
             self.index.remove(session_id)
+        with _io_errors("could not write the session index"):
+            self.index.save()
 
-    def clear(self, session_id: str) -> int:
-        """Hide every current message (recoverable with restore() until purge); returns how many."""
+    def clear(self, session_id: str, *, purge: bool = False) -> int:
+        """Hide every current message and drop the session's summaries; returns how many messages
+        were hidden. Hidden messages come back with restore(), unless ``purge``: then every hidden
+        message (of this clear and earlier ones) is removed from the files (snapshot rewritten,
+        journal emptied) before this returns."""
         with self.cache.locked(session_id) as s:
             st = s.state
             n = st.record.message_count
-            done = self._commit(s, "clear", {"through": st.msgs[-1]["id"]}, at=now_iso()) if n else None
+            hidden = st.vis_start() > 0
+            done, changed = None, bool(n or st.record.summaries or (purge and hidden))
+            if changed:
+                through = st.msgs[-1]["id"] if n else st.cleared
+                done = self._commit(s, "clear", {"through": through, "purge": purge}, at=now_iso())
         _durable(done)
+        if purge and changed:
+            self._rewrite(session_id)
         return n
+
+    def _rewrite(self, session_id: str) -> None:
+        """Fold the journal into a new snapshot now (after a background compaction in flight, which
+        may have captured the state from before the change)."""
+        while True:
+            self.compactor.barrier()
+            with self.cache.locked(session_id) as s:
+                if s.compacting:
+                    continue
+                with _io_errors(f"could not rewrite session {session_id}"):
+                    self.compactor.compact_locked(s)
+                return
 
     def add_summary(self, session_id: str, summary: SummaryRecord) -> SessionRecord:
         if not isinstance(summary, SummaryRecord):

@@ -229,3 +229,27 @@ def test_message_marks() -> None:
     assert cli.message_marks({"finish_reason": "interrupted", "partial": True}) == ["interrupted", "partial"]
     assert cli.message_marks({"error": {"code": "LLM_TIMEOUT", "message": "x"}, "truncated": True}) == [
         "error LLM_TIMEOUT", "truncated"]
+
+
+def test_trash_restore_and_purge(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = run(srv, capsys, "ask", "--new", "a session for the trash", "--json")
+    assert code == 0, err
+    sid = json.loads(out)["session_id"]
+    code, out, err = run(srv, capsys, "purge", "s_20260101_000000000000")
+    assert code == 5 and "NOT_FOUND" in err
+    code, out, err = run(srv, capsys, "delete", sid)
+    assert code == 0 and out.startswith(f"deleted {sid}")
+    code, out, err = run(srv, capsys, "sessions", "--deleted", "--json")
+    assert code == 0 and [s["session_id"] for s in json.loads(out)["sessions"]] == [sid]
+    code, out, err = run(srv, capsys, "sessions", "--json")
+    assert sid not in out
+    code, out, err = run(srv, capsys, "restore", sid)
+    assert code == 0 and out.startswith(f"restored {sid}")
+    code, out, err = run(srv, capsys, "sessions", "--json")
+    assert sid in out and sid not in run(srv, capsys, "sessions", "--deleted")[1]
+    code, out, err = run(srv, capsys, "purge", sid)                   # a live one is deleted, then purged
+    assert code == 0 and out == f"purged {sid}\n"
+    code, out, err = run(srv, capsys, "sessions", "--json")
+    assert sid not in out
+    code, out, err = run(srv, capsys, "restore", sid)
+    assert code == 5 and "NOT_FOUND" in err

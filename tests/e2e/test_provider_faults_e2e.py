@@ -53,9 +53,10 @@ async def test_html_200_is_llm_error_naming_the_content_type_and_nothing_is_stor
         assert names(events) == ["TURN_START", "STATUS:thinking", "TURN_ERROR"]
         end = events[-1].body
         assert end["code"] == "LLM_ERROR" and "content type text/html" in end["message"]
-        assert end["partial_message"] is None
-        [user] = await last_messages(c)
-        assert user == sent["user_message"]                 # no assistant message: the page is no answer
+        failed = end["partial_message"]                     # the page is no answer: an empty failed one
+        assert failed["content"] == "" and failed["metadata"]["error"] == "LLM_ERROR"
+        assert failed["metadata"]["error_message"] == end["message"]
+        assert await last_messages(c) == [sent["user_message"], failed]
         await c.close()
 
 

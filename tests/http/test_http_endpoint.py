@@ -153,7 +153,7 @@ async def test_metrics_reflect_the_server(tmp_path):
                 assert value(text, "nplt_turns_total") == 2
                 assert value(text, "nplt_turns_running") == 0 and value(text, "nplt_turns_queued") == 0
                 assert value(text, "nplt_turn_duration_seconds_count") == 2
-                assert value(text, "nplt_storage_append_duration_seconds_count") == 3   # user, answer, user
+                assert value(text, "nplt_storage_append_duration_seconds_count") == 4   # user, answer, user, failed answer
                 assert value(text, "nplt_provider_errors_total", code="LLM_ERROR") == 1
             finally:
                 await c.close()

@@ -4,10 +4,11 @@ from __future__ import annotations
 import pytest
 
 from protocol import ErrorCode, InvalidMessage, Message, MsgType, ProtocolError
-from protocol.messages import (REQUEST_TYPES, ChatCancel, ChatSend, Hello,
+from protocol.messages import (REQUEST_TYPES, ChatCancel, ChatEdit, ChatRegenerate, ChatSend, Hello,
                                HistoryExport, HistoryPage, HistorySearch, ModelList, ModelSwitch,
                                Ping, SessionClear, SessionDelete, SessionInfoReq, SessionList,
-                               SessionNew, SessionRename, SessionSwitch, Stats, parse_request,
+                               SessionNew, SessionPrompt, SessionPurge, SessionRename, SessionRestore,
+                               SessionSwitch, Stats, parse_request,
                                request_id)
 
 VALID = {
@@ -18,17 +19,22 @@ VALID = {
     HistoryPage: ({"id": 1, "before": 40, "limit": 200}, HistoryPage(1, None, 40, 200)),
     HistorySearch: ({"id": 1, "query": "cpu"}, HistorySearch(1, "cpu", None, None)),
     HistoryExport: ({"id": 1, "format": "markdown"}, HistoryExport(1, "markdown", None)),
-    SessionList: ({"id": 1, "before": "c:1", "limit": None}, SessionList(1, "c:1", None)),
-    SessionNew: ({"id": 1}, SessionNew(1, None)),
+    SessionList: ({"id": 1, "before": "c:1", "limit": None, "deleted": True}, SessionList(1, "c:1", None, True)),
+    SessionNew: ({"id": 1, "system_prompt": "Be brief."}, SessionNew(1, None, "Be brief.")),
     SessionSwitch: ({"id": 1, "session_id": "s_2"}, SessionSwitch(1, "s_2")),
     SessionRename: ({"id": 1, "title": "Disk"}, SessionRename(1, "Disk", None)),
     SessionDelete: ({"id": 1, "session_id": "s_2"}, SessionDelete(1, "s_2")),
-    SessionClear: ({"id": 1, "session_id": None}, SessionClear(1, None)),
+    SessionClear: ({"id": 1, "session_id": None, "purge": True}, SessionClear(1, None, True)),
     SessionInfoReq: ({"id": 1}, SessionInfoReq(1, None)),
     ModelList: ({"id": 1, "session_id": "s_3"}, ModelList(1, "s_3")),
     ModelSwitch: ({"id": 1, "model": "gpt"}, ModelSwitch(1, "gpt", None)),
     Ping: ({"id": 99}, Ping(99)),
     Stats: ({"id": "x" * 64}, Stats("x" * 64)),
+    SessionRestore: ({"id": 1, "session_id": "s_2"}, SessionRestore(1, "s_2")),
+    SessionPurge: ({"id": 1, "session_id": "s_2"}, SessionPurge(1, "s_2")),
+    SessionPrompt: ({"id": 1, "system_prompt": ""}, SessionPrompt(1, None, "")),
+    ChatRegenerate: ({"id": 1, "session_id": "s_2"}, ChatRegenerate(1, "s_2")),
+    ChatEdit: ({"id": 1, "message_id": 3, "text": "again"}, ChatEdit(1, 3, "again", None)),
 }
 
 
@@ -47,7 +53,7 @@ def test_valid_bodies(cls: type) -> None:
 
 def test_one_class_per_request_type() -> None:
     assert set(REQUEST_TYPES.values()) == set(VALID)
-    assert len(REQUEST_TYPES) == 17
+    assert len(REQUEST_TYPES) == 22
 
 
 @pytest.mark.parametrize("cls", list(VALID))
@@ -90,6 +96,16 @@ def test_every_request_checks_its_body_and_id(cls: type) -> None:
     (HistoryExport, {"format": "pdf"}, "field 'format': expected 'markdown' or 'json', got 'pdf'"),
     (ModelSwitch, {"model": 3}, "field 'model': expected a string of 1..200 characters, got 3"),
     (ChatCancel, {"turn_id": ""}, "field 'turn_id': expected a string of 1..128 characters, got ''"),
+    (SessionList, {"deleted": "yes"}, "field 'deleted': expected true or false, got 'yes'"),
+    (SessionClear, {"purge": 1}, "field 'purge': expected true or false, got 1"),
+    (HistoryPage, {"superseded": 0}, "field 'superseded': expected true or false, got 0"),
+    (SessionPrompt, {"system_prompt": 5}, "field 'system_prompt': expected a string of at most 20000 characters"),
+    (SessionNew, {"system_prompt": "p" * 20001}, "field 'system_prompt': expected a string of at most 20000"),
+    (SessionRestore, {}, "field 'session_id': missing (required)"),
+    (SessionPurge, {"session_id": ""}, "field 'session_id': expected a string of 1..128 characters, got ''"),
+    (ChatEdit, {"text": "x"}, "field 'message_id': missing (required)"),
+    (ChatEdit, {"message_id": 0, "text": "x"}, "field 'message_id': expected an integer >= 1, got 0"),
+    (ChatEdit, {"message_id": 2}, "field 'text': missing (required)"),
     (Hello, {"client": "c"}, "field 'proto': missing (required)"),
     (Hello, {"proto": "3", "client": "c"}, "field 'proto': expected an integer, got '3'"),
     (Hello, {"proto": True, "client": "c"}, "field 'proto': expected an integer, got True"),

@@ -124,9 +124,15 @@ async def test_agent_error_gives_turn_error_with_partial_message(tmp_path):
         assert pm["metadata"]["partial"] is True and pm["content"] == answer_text(events)
         r = await c.call(T.CHAT_TEXT, text="!failnow")
         events = await c.turn_events(r["turn_id"])
-        assert events[-1].body["code"] == "LLM_TIMEOUT" and events[-1].body["partial_message"] is None
+        # a failure before any output is stored too: an empty answer marked with the error
+        failed = events[-1].body["partial_message"]
+        assert events[-1].body["code"] == "LLM_TIMEOUT" and failed["content"] == ""
+        assert failed["metadata"]["partial"] is False
+        assert failed["metadata"]["error"] == "LLM_TIMEOUT" and failed["metadata"]["attempts"] == 1
+        assert failed["metadata"]["error_message"] == events[-1].body["message"]
         page = await c.call(T.HISTORY_REQUEST)
-        assert [m["role"] for m in page["messages"]] == ["user", "assistant", "user"]
+        assert [m["role"] for m in page["messages"]] == ["user", "assistant", "user", "assistant"]
+        assert page["messages"][-1] == failed
         await c.close()
 
 

@@ -4,6 +4,7 @@ The running ``nplt-server`` process (signals, log levels) is tested in test_sign
 """
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -11,15 +12,17 @@ import sys
 import types
 from pathlib import Path
 
+import platformdirs
 import pytest
 
 from server import main as server_main
 from server.auth import hash_token
 from server.config import ServerConfig, check_bind_policy, is_loopback
-from server.cli import load_config
+from server.cli import default_log_file, load_config
 from server.config_base import ConfigError
 from server.logs import setup_logging
 from server.main import main
+from server.services import VERSION
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +68,11 @@ def test_defaults():
     assert (lim.max_output_buffer, lim.max_text_chars, lim.max_active_turns_per_user) == (4 << 20, 32000, 16)
     assert lim.shutdown_grace_s == 5.0
     assert cfg.auth.users == [] and cfg.single_user
-    assert cfg.storage.root == "storage/history"
+    # the installed server's data directory does not depend on the current folder
+    assert cfg.storage.root == str(platformdirs.user_data_path("nplt-assistant") / "history")
+    assert os.path.isabs(cfg.storage.root)
+    assert cfg.server.log_file is None and (cfg.server.log_max_bytes, cfg.server.log_backups) == (5 << 20, 3)
+    assert default_log_file(cfg) == os.path.join(cfg.storage.root, "logs", "nplt-server.log")
 
 
 def test_precedence_flags_over_env_over_file(tmp_path):
@@ -175,7 +182,59 @@ def test_main_exit_codes_and_hash_token(capsys):
     assert "refusing to listen on '0.0.0.0'" in capsys.readouterr().err
     assert main(["--config", "/nonexistent.toml"]) == 2
     assert "configuration error" in capsys.readouterr().err
+
+
+def test_hash_token_is_a_subcommand(capsys, monkeypatch):
+    with pytest.raises(SystemExit) as done:
+        main(["hash-token", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: nplt-server hash-token") and "stdin" in out
+    monkeypatch.setattr(sys, "stdin", io.StringIO("abc\n"))
+    assert main(["hash-token"]) == 0                       # read from stdin when not given
+    assert capsys.readouterr().out.strip() == hash_token("abc")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
     assert main(["hash-token"]) == 2
+    assert "the token is empty" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        main(["hash-token", "a", "b"])
+    assert done.value.code == 2
+
+
+def test_version_and_log_settings(capsys, tmp_path):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"nplt-server {VERSION}"
+    cfg = load_config(["--log-file", "off", "--data-dir", str(tmp_path)], env={})
+    assert default_log_file(cfg) is None
+    cfg = load_config([], env={"NPLT_LOG_FILE": str(tmp_path / "x.log"), "NPLT_LOG_MAX_BYTES": "8192",
+                               "NPLT_LOG_BACKUPS": "0"})
+    assert (default_log_file(cfg), cfg.server.log_max_bytes, cfg.server.log_backups) == (str(tmp_path / "x.log"), 8192, 0)
+    cfg = load_config([], env={"NPLT_STORAGE_URL": "postgresql://u@h/db"})
+    assert default_log_file(cfg) == str(platformdirs.user_log_path("nplt-assistant") / "nplt-server.log")
+    with pytest.raises(ConfigError):
+        load_config([], env={"NPLT_LOG_MAX_BYTES": "10"})
+
+
+def test_the_log_file_rotates(tmp_path):
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    path = tmp_path / "logs" / "server.log"
+    try:
+        out = setup_logging("info", "text", str(path), max_bytes=4096, backups=2)
+        for i in range(200):
+            logging.getLogger("nplt.test").info("line %d %s", i, "x" * 60)
+        out.close()
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in saved:
+            root.addHandler(h)
+        root.setLevel(level)
+    files = sorted(p.name for p in path.parent.iterdir())
+    assert files == ["server.log", "server.log.1", "server.log.2"]
+    assert all(p.stat().st_size <= 4096 for p in path.parent.iterdir())
+    assert "line 199 " in path.read_text()
 
 
 def test_uvloop_is_selected_when_installed(monkeypatch):

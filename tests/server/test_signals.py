@@ -157,3 +157,31 @@ async def test_log_level_flag_beats_the_environment_and_filters(tmp_path):
         lines = log_lines(await stop(proc))
     assert {line["level"] for line in lines} <= {"warning", "error"}, lines  # no info, no debug
     assert any(line["level"] == "warning" and "refused: max_clients reached" in line["msg"] for line in lines)
+
+
+async def test_the_log_file_is_written_rotating_and_kept(tmp_path):
+    proc, port = await start_server(tmp_path)
+    try:
+        c = await V3Client.connect(("127.0.0.1", port))
+        await c.close()
+    finally:
+        err = await stop(proc)
+    path = tmp_path / "data" / "logs" / "nplt-server.log"       # in the data folder by default
+    assert f"nplt-server: logging to {path}" in err
+    lines = log_lines(path.read_text())
+    assert any(line["msg"].startswith("listening on 127.0.0.1:") for line in lines)
+    assert lines[-1]["msg"] == "stopped"
+    (tmp_path / "port").unlink()                                   # so start_server waits for the new one
+    proc, port = await start_server(tmp_path, "--log-file", "off")  # the old file is kept, not appended
+    await stop(proc)
+    assert log_lines(path.read_text()) == lines
+
+
+async def test_an_unwritable_log_file_refuses_to_start(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    proc = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "server.main", "--port", "0",
+                                                    "--data-dir", str(tmp_path / "data"),
+                                                    "--log-file", str(blocker / "x.log")],
+                                   capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "cannot write the log file" in proc.stderr

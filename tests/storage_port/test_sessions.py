@@ -160,3 +160,68 @@ async def test_data_survives_reopen(make_config):
     finally:
         await st.close()
 
+
+
+async def test_trash_lists_deleted_sessions_and_undelete_keeps_clears(store):
+    a = await store.create("alice", "A")
+    b = await store.create("alice", "B")
+    await store.create("bob", "other user")
+    await store.append(a.session_id, "user", "hidden by the clear")
+    await store.clear(a.session_id)
+    await store.append(a.session_id, "user", "after the clear")
+    await store.delete(a.session_id)
+    live, _ = await store.list("alice")
+    trash, cursor = await store.list("alice", deleted=True)
+    assert [r.session_id for r in live] == [b.session_id]
+    assert [r.session_id for r in trash] == [a.session_id] and cursor is None and trash[0].deleted
+    assert (await store.list("bob", deleted=True))[0] == []
+    back = await store.undelete(a.session_id)
+    assert not back.deleted and back.message_count == 1
+    assert [m.content for m in await store.messages(a.session_id)] == ["after the clear"]
+    assert (await store.list("alice", deleted=True))[0] == []
+    assert (await store.undelete(a.session_id)).deleted is False      # a live session: unchanged
+    with pytest.raises(NotFound):
+        await store.undelete("s_20250101_000000000000")
+
+
+async def test_clear_drops_summaries_and_purge_removes_hidden_messages(store):
+    sid = (await store.create("alice")).session_id
+    for text in ("one", "two"):
+        await store.append(sid, "user", text)
+    await store.add_summary(sid, SummaryRecord("about one and two", 1, 2))
+    assert await store.clear(sid) == 2
+    rec = await store.get(sid)
+    assert rec.summaries == [] and rec.message_count == 0
+    await store.append(sid, "user", "three")
+    assert await store.clear(sid, purge=True) == 1
+    await store.restore(sid)                       # nothing hidden is left to bring back
+    assert await store.messages(sid) == [] and (await store.get(sid)).message_count == 0
+    assert "one" not in await store.export(sid, "json")
+    await store.append(sid, "user", "four")
+    assert [m.id for m in await store.messages(sid)] == [4]        # ids are never reused
+
+
+async def test_system_prompt_is_stored_with_the_session(make_config):
+    from storage.port import open_store
+    st = await open_store(make_config())
+    try:
+        sid = (await st.create("alice")).session_id
+        assert (await st.get(sid)).system_prompt is None
+        before = (await st.get(sid)).updated_at
+        rec = await st.set_system_prompt(sid, "Be brief.\x00")
+        assert rec.system_prompt == "Be brief.\x00" and rec.updated_at == before
+        with pytest.raises(InvalidArgument):
+            await st.set_system_prompt(sid, "x" * 20_001)
+        with pytest.raises(InvalidArgument):
+            await st.set_system_prompt(sid, 5)
+        other = (await st.create("alice")).session_id
+        await st.set_system_prompt(other, "temporary")
+        await st.set_system_prompt(other, None)
+    finally:
+        await st.close()
+    st = await open_store(make_config())
+    try:
+        assert (await st.get(sid)).system_prompt == "Be brief.\x00"
+        assert (await st.get(other)).system_prompt is None
+    finally:
+        await st.close()

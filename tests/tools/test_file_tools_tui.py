@@ -40,5 +40,5 @@ async def test_search_files_call_is_shown_as_a_tool_item(tmp_path: Path) -> None
             await wait_until(lambda: any(i.status == "success" for i in app.query(ToolCallItem)), pilot,
                              "the finished tool item")
             item = app.query_one(ToolCallItem)
-            assert item.call["tool_name"] == "search_files" and item.call["arguments"]["pattern"] == "ERROR"
-            assert "ERROR disk full" in item.call["result"]
+            assert item.call.tool_name == "search_files" and item.call.arguments["pattern"] == "ERROR"
+            assert "ERROR disk full" in item.call.result

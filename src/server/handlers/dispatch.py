@@ -19,7 +19,7 @@ from protocol.messages import HistoryExport, HistoryPage, parse_request
 from protocol.replies import Reply
 from server.context import RequestContext
 from server.errors import HandlerError, failure_of
-from server.handlers import chat, history, misc, sessions
+from server.handlers import chat, history, misc, redo, sessions
 from server.handlers.hello import handle_hello
 from server.v3_port import V3Port
 
@@ -48,6 +48,11 @@ HANDLERS: dict[MsgType, Any] = {
     MsgType.MODEL_LIST: misc.model_list,
     MsgType.MODEL_SWITCH: misc.model_switch,
     MsgType.STATS: misc.stats,
+    MsgType.SESSION_RESTORE: sessions.session_restore,
+    MsgType.SESSION_PURGE: sessions.session_purge,
+    MsgType.SESSION_PROMPT: sessions.session_prompt,
+    MsgType.CHAT_REGENERATE: redo.chat_regenerate,
+    MsgType.CHAT_EDIT: redo.chat_edit,
 }
 
 

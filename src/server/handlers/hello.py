@@ -15,7 +15,7 @@ from server.handlers.common import agent_info
 
 PROTO = 3
 CAPABILITIES = ("sessions", "history", "search", "export", "chat", "cancel", "models", "stats",
-                "events", "fragmentation", "reattach")
+                "events", "fragmentation", "reattach", "trash", "system_prompt", "regenerate", "edit")
 
 
 async def handle_hello(ctx: RequestContext, body: dict[str, Any]) -> HelloReply:

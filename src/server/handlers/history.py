@@ -13,7 +13,10 @@ async def history_page(ctx: RequestContext, req: HistoryPage) -> HistoryPageRepl
     limit = check_limit(ctx, req.limit, DEFAULT_PAGE_LIMIT)
     rec = await target_session(ctx, req.session_id)
     page = await ctx.services.store.page(rec.session_id, before=req.before, limit=limit)
-    return HistoryPageReply(rec.session_id, tuple(message_obj(m) for m in page.messages), page.has_more,
+    # Messages replaced by a regenerate or an edit are left out unless asked for: such a page may
+    # hold fewer than ``limit`` messages; has_more / next_before still page through everything.
+    msgs = page.messages if req.superseded else [m for m in page.messages if not m.metadata.get("superseded")]
+    return HistoryPageReply(rec.session_id, tuple(message_obj(m) for m in msgs), page.has_more,
                             page.next_before, page.total)
 
 

@@ -1,10 +1,12 @@
-"""Session requests (docs/protocol.md §5.2): list, new, switch, rename, delete, clear, info."""
+"""Session requests (docs/protocol.md §5.2): list (and the trash), new, switch, rename, delete,
+restore, purge, clear, info, system prompt."""
 from __future__ import annotations
 
 from protocol.messages import (DEFAULT_PAGE_LIMIT, SessionClear, SessionDelete, SessionInfoReq, SessionList,
-                               SessionNew, SessionRename, SessionSwitch)
-from protocol.replies import (SessionClearReply, SessionDeleteReply, SessionListReply, SessionReply,
-                              SessionSwitchReply)
+                               SessionNew, SessionPrompt, SessionPurge, SessionRename, SessionRestore,
+                               SessionSwitch)
+from protocol.replies import (SessionClearReply, SessionDeleteReply, SessionListReply, SessionPromptReply,
+                              SessionReply, SessionSwitchReply)
 from server.context import RequestContext
 from server.handlers.common import check_limit, target_session
 
@@ -12,15 +14,18 @@ from server.handlers.common import check_limit, target_session
 async def session_list(ctx: RequestContext, req: SessionList) -> SessionListReply:
     limit = check_limit(ctx, req.limit, DEFAULT_PAGE_LIMIT)
     svc = ctx.services
-    recs, cursor = await svc.store.list(ctx.user_id, before=req.before, limit=limit)
+    recs, cursor = await svc.store.list(ctx.user_id, before=req.before, limit=limit, deleted=req.deleted)
     return SessionListReply(tuple(svc.sessions.info(r) for r in recs), cursor is not None, cursor)
 
 
 async def session_new(ctx: RequestContext, req: SessionNew) -> SessionReply:
+    """Without a title, the user's empty session (not the current one) is reused: empty sessions do
+    not pile up."""
     sessions = ctx.services.sessions
-    rec = await sessions.create(ctx.user_id, req.title)
+    rec, created = await sessions.fresh(ctx.user_id, req.title, req.system_prompt, exclude=ctx.session_id)
     ctx.attach(rec.session_id)
-    await sessions.publish_event("created", rec)
+    if created:
+        await sessions.publish_event("created", rec)
     return SessionReply(sessions.info(rec, summary=True))
 
 
@@ -48,13 +53,38 @@ async def session_delete(ctx: RequestContext, req: SessionDelete) -> SessionDele
 
 
 async def session_clear(ctx: RequestContext, req: SessionClear) -> SessionClearReply:
-    """Hide every message; a running turn is cancelled first (its partial answer is hidden too)."""
+    """Hide every message and drop the summaries (``purge``: remove the hidden messages for good); a
+    running turn is cancelled first (its partial answer is hidden too)."""
     sessions = ctx.services.sessions
     rec = await target_session(ctx, req.session_id)
-    rec, cleared = await sessions.clear(rec.session_id)
+    rec, cleared = await sessions.clear(rec.session_id, req.purge)
     return SessionClearReply(sessions.info(rec, summary=True), cleared)
 
 
 async def session_info(ctx: RequestContext, req: SessionInfoReq) -> SessionReply:
     rec = await target_session(ctx, req.session_id)
     return SessionReply(ctx.services.sessions.info(rec, summary=True))
+
+
+async def session_restore(ctx: RequestContext, req: SessionRestore) -> SessionReply:
+    """A session out of the trash (the connection stays where it is)."""
+    sessions = ctx.services.sessions
+    rec = await sessions.restore(ctx.user_id, req.session_id)
+    return SessionReply(sessions.info(rec, summary=True))
+
+
+async def session_purge(ctx: RequestContext, req: SessionPurge) -> SessionDeleteReply:
+    """Remove a session for good (a live one is deleted first: turns cancelled, clients moved)."""
+    sessions = ctx.services.sessions
+    purged = await sessions.purge(ctx.user_id, req.session_id, requester=ctx.port)
+    current = await target_session(ctx, None)
+    return SessionDeleteReply(purged.session_id, sessions.info(current, summary=True))
+
+
+async def session_prompt(ctx: RequestContext, req: SessionPrompt) -> SessionPromptReply:
+    """Read (no ``system_prompt``), set, or reset ("") the session's own system prompt."""
+    sessions = ctx.services.sessions
+    rec = await target_session(ctx, req.session_id)
+    if req.system_prompt is not None:
+        rec = await sessions.set_system_prompt(rec.session_id, req.system_prompt)
+    return SessionPromptReply(sessions.info(rec, summary=True), rec.system_prompt)

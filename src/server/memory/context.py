@@ -52,6 +52,13 @@ class Parts:
     flags: dict[str, Any] = field(default_factory=dict)      # extra metadata (e.g. summary_fallback)
 
 
+def in_prompt(m: ChatMessage) -> bool:
+    """False for what never goes to the model: messages superseded by a regenerate or an edit
+    (docs/server.md, "Regenerate and edit") and failed answers with nothing in them."""
+    meta = m.metadata
+    return not (meta.get("superseded") or (meta.get("error") and not m.content and not m.tool_calls))
+
+
 def group_turns(messages: list[ChatMessage]) -> list[list[ChatMessage]]:
     """Split ascending messages at each user message (leading non-user messages form their own group)."""
     groups: list[list[ChatMessage]] = []
@@ -107,7 +114,7 @@ def build_turns(messages: list[ChatMessage], counter: TokenCounter) -> list[Turn
     """Stored messages -> prompt turns (empty ones skipped), token counts filled in."""
     turns = []
     for group in group_turns(messages):
-        expanded = sanitize(history_to_openai(group))
+        expanded = sanitize(history_to_openai([m for m in group if in_prompt(m)]))
         if expanded:
             turns.append(Turn(expanded, [m.id for m in group],
                               sum(message_tokens(counter, x) for x in expanded)))

@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable
 from storage.models import SessionRecord
 
 from server.memory.config import RecallConfig
+from server.memory.context import in_prompt
 from server.memory.embeddings import Embedder, EmbeddingError
 from server.memory.recall import RecallIndex, rank_vectors, turn_docs
 from server.memory.view import SessionView
@@ -82,7 +83,7 @@ class UserIndexes:
             index.remove_session(session_id)
             uidx.counts[session_id] = 0
             new = await self.store.messages(session_id)
-        docs, consumed = turn_docs(session_id, new, final=False)
+        docs, consumed = turn_docs(session_id, [m for m in new if in_prompt(m)], final=False)   # not superseded
         for start in range(0, len(docs), INDEX_CHUNK):          # a big session must not stall the loop
             if start:
                 await asyncio.sleep(0)

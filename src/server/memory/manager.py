@@ -98,7 +98,8 @@ class MemoryManager:
                 log.exception("recall failed for session %s (prompt built without it)", session_id)
         state = self._sessions.get(session_id)
         flags = {"summary_fallback": bool(state and state.fallback), "turns_older": older}
-        parts = Parts(self.system_prompt, new_message.content, summary, excerpts, window, flags)
+        system = self.system_prompt if record.system_prompt is None else record.system_prompt
+        parts = Parts(system, new_message.content, summary, excerpts, window, flags)
         if len(self._stable_tokens) > STABLE_MEMO_SIZE:
             self._stable_tokens.clear()
         return assemble(parts, self.counter, cfg.context.budget, self._stable_tokens)

@@ -26,7 +26,7 @@ from typing import Any
 from server.agent.transcript import history_to_openai
 from storage.models import ChatMessage, SessionRecord
 
-from server.memory.context import Turn, sanitize
+from server.memory.context import Turn, in_prompt, sanitize
 from server.memory.tokens import TokenCounter, message_tokens
 
 
@@ -40,7 +40,7 @@ class Entry:
 
 def expand(m: ChatMessage, counter: TokenCounter) -> Entry:
     """``m`` as prompt messages (exactly ``build_turns([m])``) with its token cost."""
-    expanded = sanitize(history_to_openai([m]))
+    expanded = sanitize(history_to_openai([m])) if in_prompt(m) else []
     return Entry(m, expanded, sum(message_tokens(counter, x) for x in expanded))
 
 

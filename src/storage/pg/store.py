@@ -29,14 +29,16 @@ from .search_sql import candidates_sql, search_text
 DEFAULT_TITLE = "New chat"
 PREVIEW_CHARS = 80
 _REC = ("session_id, user_id, title, created_at, updated_at, message_count, deleted, model, preview, "
-        "summaries")
+        "summaries, system_prompt")
 INT64_MAX = (1 << 63) - 1
 
 
 def _record(row: asyncpg.Record, *, summaries: bool = True) -> SessionRecord:
     sums = [SummaryRecord.from_dict(d) for d in orjson.loads(row["summaries"])] if summaries else []
+    prompt = row["system_prompt"]
     return SessionRecord(row["session_id"], row["user_id"], row["title"].decode(), row["created_at"], row["updated_at"],
-                         row["message_count"], row["deleted"], row["model"], row["preview"].decode(), sums)
+                         row["message_count"], row["deleted"], row["model"], row["preview"].decode(), sums,
+                         prompt.decode() if prompt is not None else None)
 
 
 def _message(mid: int, body: bytes) -> ChatMessage:
@@ -104,18 +106,22 @@ class PgHistoryStore:
             raise NotFound(f"session {session_id} not found")
         return _record(row)
 
-    async def list(self, user_id: str, *, before: str | None = None,
-                   limit: int = 50) -> tuple[list[SessionRecord], str | None]:
-        """The user's non-deleted sessions, newest ``updated_at`` first (records carry no summaries)."""
+    async def list(self, user_id: str, *, before: str | None = None, limit: int = 50,
+                   deleted: bool = False) -> tuple[list[SessionRecord], str | None]:
+        """The user's non-deleted sessions (``deleted``: the deleted ones), newest ``updated_at``
+        first (records carry no summaries and, like the JSON backend's, no system prompt)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise InvalidArgument(f"limit: expected a positive integer, got {limit!r}")
         key = parse_cursor(before) if before is not None else None
         rows = await self._read(lambda con: con.fetch(
-            f"SELECT {_REC} FROM nplt_sessions WHERE user_id = $1 AND NOT deleted "
+            f"SELECT {_REC} FROM nplt_sessions WHERE user_id = $1 AND deleted = $5 "
             f"AND ($2::text IS NULL OR (updated_at, session_id) < ($2::text, $3::text)) "
             f"ORDER BY updated_at DESC, session_id DESC LIMIT $4",
-            user_id, key[0] if key else None, key[1] if key else None, min(limit, INT64_MAX - 1) + 1))
+            user_id, key[0] if key else None, key[1] if key else None, min(limit, INT64_MAX - 1) + 1,
+            bool(deleted)))
         page = [_record(r, summaries=False) for r in rows[:limit]]
+        for rec in page:
+            rec.system_prompt = None
         nxt = f"{page[-1].updated_at}|{page[-1].session_id}" if len(rows) > limit else None
         return page, nxt
 
@@ -135,6 +141,16 @@ class PgHistoryStore:
         checks.check_opt_str("model", model)
         return await self._change(session_id, f"UPDATE nplt_sessions SET model = $2 WHERE session_id = $1 "
                                               f"RETURNING {_REC}", model)
+
+    async def set_system_prompt(self, session_id: str, prompt: str | None) -> SessionRecord:
+        """The session's own system prompt (None: back to the server's)."""
+        checks.check_opt_str("system_prompt", prompt)
+        if prompt is not None and len(prompt) > self.config.max_system_prompt_chars:
+            raise InvalidArgument(f"system_prompt: longer than max_system_prompt_chars "
+                                  f"({self.config.max_system_prompt_chars})")
+        raw = _utf8(prompt, "system_prompt") if prompt is not None else None
+        return await self._change(session_id, f"UPDATE nplt_sessions SET system_prompt = $2 WHERE session_id = $1 "
+                                              f"RETURNING {_REC}", raw)
 
     async def add_summary(self, session_id: str, summary: SummaryRecord) -> SessionRecord:
         if not isinstance(summary, SummaryRecord):
@@ -178,6 +194,13 @@ class PgHistoryStore:
             raise NotFound(f"session {session_id} not found")
         return _record(row)
 
+    async def undelete(self, session_id: str) -> SessionRecord:
+        """Undo delete() only (out of the trash); cleared messages stay hidden."""
+        return await self._change(
+            session_id, "UPDATE nplt_sessions SET deleted = false, "
+            "updated_at = CASE WHEN deleted THEN $2 ELSE updated_at END "
+            f"WHERE session_id = $1 RETURNING {_REC}", now_iso())
+
     async def purge(self, session_id: str) -> None:
         """Remove the session and its messages (irreversible)."""
         validate_session_id(session_id)
@@ -186,8 +209,10 @@ class PgHistoryStore:
         if done is None:
             raise NotFound(f"session {session_id} not found")
 
-    async def clear(self, session_id: str) -> int:
-        """Hide every current message (restore() brings them back); returns how many."""
+    async def clear(self, session_id: str, *, purge: bool = False) -> int:
+        """Hide every current message and drop the summaries; returns how many messages were hidden.
+        restore() brings hidden messages back, unless ``purge``: then every hidden message (of this
+        clear and earlier ones) is deleted."""
         validate_session_id(session_id)
 
         async def clear(con: asyncpg.Connection) -> int | None:
@@ -199,6 +224,11 @@ class PgHistoryStore:
                 if row["message_count"]:
                     await con.execute("UPDATE nplt_sessions SET cleared_through = next_id - 1, message_count = 0, "
                                       "preview = ''::bytea, updated_at = $2 WHERE session_id = $1", session_id, now_iso())
+                await con.execute("UPDATE nplt_sessions SET summaries = '\\x5b5d'::bytea WHERE session_id = $1 "
+                                  "AND summaries <> '\\x5b5d'::bytea", session_id)
+                if purge:
+                    await con.execute("DELETE FROM nplt_messages m USING nplt_sessions s WHERE m.session_id = $1 "
+                                      "AND s.session_id = $1 AND m.id <= s.cleared_through", session_id)
                 return row["message_count"]
         n = await self._write(clear)
         if n is None:
