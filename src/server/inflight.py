@@ -1,13 +1,15 @@
 """The marker of turns in flight: which sessions had a turn running, so that a restart after a crash
 knows which sessions to close (issue 15, item 5) without reading every session of the store.
 
-The marker is a small append-only file beside the history (``turns_in_flight.log``): ``+<session>``
-is written (and awaited) *before* a turn's user message is stored, ``-<session>`` after the turn has
-ended. After a crash, the sessions whose last line is ``+`` are the candidates; the stored messages
-decide (a candidate whose last message is an answer is left alone), so a lost ``-`` line costs one
-extra session read and nothing else. Lines are written by one thread in order, without fsync: a
-SIGKILL keeps them (the kernel has them), a power cut may lose the last ones, like the "batched"
-durability of the store. The file is rewritten, off the loop, when it grows past ``COMPACT_BYTES``.
+The marker is a small file beside the history (``turns_in_flight.log``): ``+<session>`` is appended
+(and awaited) *before* a turn's user message is stored; when a turn ends the file is rewritten
+(atomically) to name only the sessions still running, so it holds no id of a session whose turns
+are over (a purged session leaves no trace in it). After a crash, the sessions it names are the
+candidates; the stored messages decide (a candidate whose last message is an answer is left alone),
+so a rewrite lost to the crash costs one extra session read and nothing else. Everything is written
+by one thread in order, without fsync: a SIGKILL keeps it (the kernel has it), a power cut may lose
+the last lines, like the "batched" durability of the store. (``read_marker`` also reads ``-<session>``
+lines: the session is no longer running.)
 """
 from __future__ import annotations
 
@@ -92,20 +94,21 @@ class InFlightTurns(NoMarker):
 
     # -- the runner's side ------------------------------------------------------------------------
     async def started(self, session_id: str) -> None:
-        """Mark a turn of ``session_id`` as running; returns once the line is written."""
+        """Mark a turn of ``session_id`` as running; returns once the line is written (the file is
+        compacted to the running sessions when it grows past ``COMPACT_BYTES``)."""
         self._running[session_id] = self._running.get(session_id, 0) + 1
         await asyncio.get_running_loop().run_in_executor(
             self._pool, self._write, b"+" + session_id.encode() + b"\n", tuple(self._running))
 
     def ended(self, session_id: str) -> None:
-        """The turn ended (answer stored or not): the line is written in the background."""
+        """The turn ended (answer stored or not): the file is rewritten in the background."""
         left = self._running.get(session_id, 0) - 1
         if left > 0:
             self._running[session_id] = left
             return
         self._running.pop(session_id, None)
         try:
-            fut = self._pool.submit(self._write, b"-" + session_id.encode() + b"\n", tuple(self._running))
+            fut = self._pool.submit(self._rewrite, tuple(self._running))
         except RuntimeError:   # closed: a turn cancelled late at shutdown; the next start checks it
             return
         self._pending.add(fut)

@@ -74,6 +74,8 @@ async def test_the_marker_names_running_sessions_only(tmp_path):
     await marker.started("c")
     await asyncio.to_thread(marker.close)
     assert read_marker(path) == ["b", "c"]
+    with open(path, "rb") as f:
+        assert b"a" not in f.read()   # an ended turn's session is not kept in the file
     with open(path, "ab") as f:
         f.write(b"-c\n+d")   # a torn last line still names its session
     assert read_marker(path) == ["b", "d"]
