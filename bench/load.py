@@ -12,7 +12,8 @@ Also printed: the CPU seconds the server process and this load generator spent w
 (uvloop when installed) and spends a small fraction of what the server does per turn.
 
     python bench/load.py [--clients 200] [--turns 5] [--agent echo|offline] [--durability fsync|batched]
-                         [--io-threads N] [--lru-size N] [--switch-ms MS]
+                         [--memory manager|basic] [--io-threads N] [--lru-size N] [--fsync-threads N]
+                         [--switch-ms MS]
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ T = MsgType
 
 # ---------------------------------------------------------------- server side (subprocess)
 async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int, durability: str,
-                users: int, io_threads: int, switch_ms: float, lru_size: int) -> None:
+                users: int, io_threads: int, switch_ms: float, lru_size: int, fsync_threads: int,
+                memory: str) -> None:
     from server.app import Server
     from server.config import ServerConfig
     agent = None
@@ -52,16 +54,21 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
                                   "limits": {"max_clients": max_clients}, "auth": auth,
                                   "storage": {"root": data_dir, "durability": durability,
                                               **({"io_threads": io_threads} if io_threads else {}),
-                                              **({"lru_size": lru_size} if lru_size else {})}})
+                                              **({"lru_size": lru_size} if lru_size else {}),
+                                              **({"fsync_threads": fsync_threads} if fsync_threads else {})}})
     if switch_ms:
         sys.setswitchinterval(switch_ms / 1000)
-    srv = Server(cfg, agent=agent)
+    srv = Server(cfg, agent=agent, memory="basic" if memory == "basic" else None)
     _, port = await srv.start()
     Path(port_file).write_text(str(port))
     stop = asyncio.Event()
     import signal
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    fl = srv.store.sync.flusher
+    before = (fl.batches, fl.fsyncs)
     await stop.wait()
+    # group-commit figures for the parent (rounds with waiters, journal fsyncs; verify reads none)
+    Path(port_file + ".stats").write_text(f"{fl.batches - before[0]} {fl.fsyncs - before[1]}")
     await srv.stop()
 
 
@@ -151,10 +158,14 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=5, help="turns per client")
     ap.add_argument("--agent", choices=("echo", "offline"), default="echo")
     ap.add_argument("--durability", choices=("fsync", "batched"), default="fsync")
+    ap.add_argument("--memory", choices=("manager", "basic"), default="manager",
+                    help="the server's memory layer: the real MemoryManager (default) or BasicMemory")
     ap.add_argument("--single-user", action="store_true",
                     help="all clients are the single user 'local' (every session event fans out to all)")
     ap.add_argument("--io-threads", type=int, default=0, help="[storage] io_threads (default: the config default)")
     ap.add_argument("--lru-size", type=int, default=0, help="[storage] lru_size (default: the config default)")
+    ap.add_argument("--fsync-threads", type=int, default=0,
+                    help="[storage] fsync_threads (default: the config default)")
     ap.add_argument("--switch-ms", type=float, default=0,
                     help="server sys.setswitchinterval in ms (default: Python's 5 ms)")
     ap.add_argument("--serve", nargs=2, metavar=("PORT_FILE", "DATA_DIR"), help=argparse.SUPPRESS)
@@ -163,7 +174,7 @@ def main() -> None:
         with asyncio.Runner(loop_factory=new_loop) as r:
             r.run(serve(args.serve[0], args.serve[1], args.agent, args.clients + 16, args.durability,
                         0 if args.single_user else args.clients, args.io_threads, args.switch_ms,
-                        args.lru_size))
+                        args.lru_size, args.fsync_threads, args.memory))
         return
     import psutil
     with tempfile.TemporaryDirectory() as tmp:
@@ -172,7 +183,8 @@ def main() -> None:
         proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file), str(Path(tmp) / "data"),
                                  "--agent", args.agent, "--clients", str(args.clients),
                                  "--durability", args.durability, "--io-threads", str(args.io_threads),
-                                 "--switch-ms", str(args.switch_ms), "--lru-size", str(args.lru_size)] + (["--single-user"] if args.single_user else []),
+                                 "--switch-ms", str(args.switch_ms), "--lru-size", str(args.lru_size),
+                                 "--fsync-threads", str(args.fsync_threads), "--memory", args.memory] + (["--single-user"] if args.single_user else []),
                                 env=env)
         try:
             deadline = time.monotonic() + 30
@@ -191,7 +203,7 @@ def main() -> None:
                     peak[0] = max(peak[0], ps.memory_info().rss)
                     await asyncio.sleep(0.1)
 
-            cpu = [0.0, 0.0, 0.0]
+            cpu = [0.0, 0.0, 0.0, 0.0]
 
             async def run() -> tuple:
                 sampler = asyncio.get_running_loop().create_task(sample())
@@ -202,7 +214,7 @@ def main() -> None:
                     sampler.cancel()
                 s1, g1 = ps.cpu_times(), psutil.Process().cpu_times()
                 cpu[:] = [s1.user + s1.system - s0.user - s0.system, g1.user + g1.system - g0.user - g0.system,
-                          main_thread_cpu(ps) - m0]
+                          main_thread_cpu(ps) - m0, s1.system - s0.system]
                 checked = await verify(port, res[2], users)
                 rate = await stream_rate(port, 50_000, users) if args.agent == "echo" else None
                 return res, checked, rate
@@ -211,24 +223,29 @@ def main() -> None:
                 (elapsed, lat, texts), (checked, problems), rate = r.run(run())
             n = len(lat)
             print(f"agent={args.agent} clients={args.clients} turns/client={args.turns} "
-                  f"durability={args.durability} users={'1 (local)' if args.single_user else args.clients}")
+                  f"durability={args.durability} memory={args.memory} users={'1 (local)' if args.single_user else args.clients}")
             print(f"turns completed   {n} in {elapsed:.2f} s  ->  {n / elapsed:,.0f} turns/s")
             if lat:
                 print(f"turn latency      p50 {pct(lat, 50) * 1000:.1f} ms   p99 {pct(lat, 99) * 1000:.1f} ms   "
                       f"mean {statistics.fmean(lat) * 1000:.1f} ms")
             print(f"CPU seconds       server {cpu[0]:.2f} ({cpu[0] / elapsed:.0%} of one core, "
-                  f"{cpu[0] / max(n, 1) * 1e3:.2f} ms/turn; event-loop thread {cpu[2]:.2f}, other threads "
-                  f"{cpu[0] - cpu[2]:.2f})   load generator {cpu[1]:.2f} "
+                  f"{cpu[0] / max(n, 1) * 1e3:.2f} ms/turn, {cpu[3]:.2f} s in the kernel; event-loop thread "
+                  f"{cpu[2]:.2f}, other threads {cpu[0] - cpu[2]:.2f})   load generator {cpu[1]:.2f} "
                   f"({cpu[1] / elapsed:.0%} of one core)")
             print(f"server RSS        idle {rss_idle / 2**20:.1f} MiB   peak {peak[0] / 2**20:.1f} MiB")
             if rate is not None:
                 print(f"one stream        {rate:,.0f} deltas/s end to end (50,000 deltas, echo agent)")
             ok = problems == 0 and n == args.clients * args.turns
-            print(f"integrity         {checked} sessions read back, {problems} with lost/duplicated messages "
-                  f"-> {'OK' if ok else 'FAILED'}")
         finally:
             proc.terminate()
             proc.wait(30)
+        stats = Path(str(port_file) + ".stats")
+        if stats.exists():
+            rounds, fsyncs = map(int, stats.read_text().split())
+            print(f"group commit      {2 * n} durable appends in {rounds} flush rounds, {fsyncs} journal fsyncs "
+                  f"({2 * n / max(rounds, 1):.1f} appends per round)")
+        print(f"integrity         {checked} sessions read back, {problems} with lost/duplicated messages "
+              f"-> {'OK' if ok else 'FAILED'}")
         if not ok:
             sys.exit(1)
 

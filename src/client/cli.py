@@ -1,4 +1,4 @@
-"""Scriptable subcommands: ``ask``, ``sessions``, ``history``, ``export`` (see docs/client.md).
+"""Scriptable subcommands: ``ask``, ``sessions``, ``history``, ``export``, ``kb`` (``client.kb_cli``; see docs/client.md).
 
 Each command is an async function taking the parsed arguments and the loaded config and returning
 an exit code. Output: human-readable text by default; with ``--json`` exactly one JSON document on
@@ -11,6 +11,7 @@ import asyncio
 import io
 import json
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -22,6 +23,7 @@ from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import ClientError
 from client.events import Disconnected, ServerError
+from client.kb_cli import add_kb_parser, cmd_kb
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1      # unexpected failure (a bug)
@@ -233,7 +235,8 @@ async def cmd_purge(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, er
 
 
 COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "export": cmd_export,
-            "delete": cmd_delete, "restore": cmd_restore, "purge": cmd_purge}
+            "delete": cmd_delete, "restore": cmd_restore, "purge": cmd_purge,
+            "kb": partial(cmd_kb, exit_code_for=exit_code_for)}
 
 
 def add_subcommands(parser: argparse.ArgumentParser) -> None:
@@ -264,6 +267,7 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     p.add_argument("session_id", metavar="ID")
     p = sub.add_parser("purge", help="remove a session for good (it cannot be restored)")
     p.add_argument("session_id", metavar="ID")
+    add_kb_parser(sub)
 
 
 def _positive(text: str) -> int:

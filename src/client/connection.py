@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator
 
-from protocol import Connection, ErrorCode, InvalidMessage, MsgType, ProtocolError, Role
+from protocol import BINARY_TYPES, Connection, ErrorCode, InvalidMessage, MsgType, ProtocolError, Role
+from protocol.binary import data_frames
 from protocol.replies import ErrorReply, HelloReply, Reply, decode_reply
 from protocol.server_events import EVENT_TYPES, decode_event
 
@@ -95,6 +96,10 @@ class Client(Operations):
         self._closing = False
         self._ever_connected = False
         self._hello_id: int | None = None
+        self._connected = asyncio.Event()      # set while connected (wait_connected)
+        #: message type -> callback(body) taking it instead of the event queue (binary data frames,
+        #: KB_PROGRESS of a running upload); the callback returns False to leave a message to the queue
+        self.taps: dict[int, Any] = {}
 
     # -- public surface -------------------------------------------------------------------------------
     @property
@@ -157,6 +162,26 @@ class Client(Operations):
                 return
             yield event
 
+    async def wait_connected(self, timeout: float) -> None:
+        """Return once connected (after a reconnect, say); ClientError TIMEOUT or CLOSED otherwise."""
+        if self._closing:
+            raise ClientError(errors.CLOSED, "the client is closed")
+        try:
+            await asyncio.wait_for(self._connected.wait(), timeout)
+        except asyncio.TimeoutError as exc:
+            raise ClientError(errors.TIMEOUT, f"not connected within {timeout:g} s ({self.state})") from exc
+
+    async def send_data(self, msg_type: MsgType, handle: int, offset: int, data: bytes) -> None:
+        """Send ``data`` as binary data frames (docs/protocol.md §5.8) and wait for the socket to drain."""
+        conn, writer = self._conn, self._writer
+        if conn is None or writer is None or writer.is_closing() or self.state != "connected":
+            raise ClientError(errors.NOT_CONNECTED, f"not connected ({self.state})")
+        try:
+            writer.write(b"".join(data_frames(conn.send_raw, msg_type, handle, offset, data)))
+            await writer.drain()
+        except (ConnectionError, OSError) as exc:
+            raise ClientError(errors.CONNECTION_LOST, f"send failed: {exc}") from exc
+
     async def next_event(self, timeout: float | None = None) -> Event | None:
         """The next event (None once closed); raises TimeoutError after ``timeout`` seconds."""
         return await self._queue.get(timeout)
@@ -202,6 +227,7 @@ class Client(Operations):
             self._conn.max_message_size = limit  # a request the server would discard fails here, at once
         self._track_session(hello.session)
         self.state = "connected"
+        self._connected.set()
         self._ever_connected = True
         await self._queue.put(Connected(hello, reconnected))
 
@@ -226,6 +252,7 @@ class Client(Operations):
         if writer is not None:
             writer.close()
         was_connected = self.state == "connected"
+        self._connected.clear()
         self._fail_pending(ClientError(errors.CONNECTION_LOST, f"connection lost: {reason}"))
         if self._closing or not was_connected:
             return
@@ -327,8 +354,13 @@ class Client(Operations):
         if isinstance(item, InvalidMessage):
             await self._on_invalid(item)
             return
-        body = item.body if isinstance(item.body, dict) else {}
         mtype = item.type
+        tap = self.taps.get(mtype)
+        if tap is not None and tap(item.body) is not False:
+            return
+        if mtype in BINARY_TYPES:
+            return          # data frames of a transfer nobody waits for (it was given up)
+        body = item.body if isinstance(item.body, dict) else {}
         if mtype in (MsgType.RESPONSE, MsgType.PONG, MsgType.ERROR):
             await self._on_reply(mtype, body)
         elif mtype == MsgType.PING:

@@ -6,7 +6,7 @@ events in ``protocol.replies`` and ``protocol.server_events`` (shared objects: `
 """
 from __future__ import annotations
 
-from .codes import (EVENT_CODES, FATAL_CODES, REQUEST_CODES, V2_ONLY_TYPES, V2_TYPES, V3_ONLY_TYPES,
+from .codes import (BINARY_TYPES, EVENT_CODES, FATAL_CODES, REQUEST_CODES, V2_ONLY_TYPES, V2_TYPES, V3_ONLY_TYPES,
                     ErrorCode, MsgType, type_name)
 from .codes import ProtocolVersion, Role
 from .connection import Connection
@@ -19,6 +19,6 @@ from .textsplit import split_text_utf8
 __all__ = [
     "MsgType", "ErrorCode", "ProtocolError", "Connection", "Role", "Message", "InvalidMessage",
     "ProtocolVersion", "Event", "FATAL_CODES", "V2_TYPES", "V3_ONLY_TYPES", "V2_ONLY_TYPES",
-    "REQUEST_CODES", "EVENT_CODES", "type_name", "DEFAULT_MAX_MESSAGE_SIZE", "HEADER",
+    "REQUEST_CODES", "EVENT_CODES", "BINARY_TYPES", "type_name", "DEFAULT_MAX_MESSAGE_SIZE", "HEADER",
     "HEADER_SIZE", "MAX_FRAME", "MAX_PAYLOAD", "encode_frame", "decode_header", "split_text_utf8",
 ]

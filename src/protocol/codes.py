@@ -63,6 +63,18 @@ class MsgType(IntEnum):
     SESSION_PROMPT = 0x39
     CHAT_REGENERATE = 0x3A
     CHAT_EDIT = 0x3B
+    # v3 knowledge base (§5.8); 0x4F is reserved for DOWNLOAD_OFFER's v3 event
+    KB_UPLOAD_BEGIN = 0x40
+    KB_UPLOAD_DATA = 0x41
+    KB_UPLOAD_END = 0x42
+    KB_PROGRESS = 0x43
+    KB_LIST = 0x44
+    KB_DELETE = 0x45
+    KB_SEARCH = 0x46
+    KB_PASSAGE = 0x47
+    KB_DOWNLOAD = 0x48
+    KB_DOWNLOAD_DATA = 0x49
+    DOWNLOAD_OFFER_V3 = 0x4F
     FRAGMENT = 0x7F
 
 
@@ -143,14 +155,19 @@ REQUEST_CODES: frozenset[MsgType] = frozenset({
     MsgType.SESSION_INFO, MsgType.MODEL_LIST, MsgType.MODEL_SWITCH, MsgType.PING, MsgType.STATS,
     MsgType.SESSION_RESTORE, MsgType.SESSION_PURGE, MsgType.SESSION_PROMPT, MsgType.CHAT_REGENERATE,
     MsgType.CHAT_EDIT,
+    MsgType.KB_UPLOAD_BEGIN, MsgType.KB_UPLOAD_END, MsgType.KB_LIST, MsgType.KB_DELETE, MsgType.KB_SEARCH,
+    MsgType.KB_PASSAGE, MsgType.KB_DOWNLOAD,
 })
 
 #: Server-to-client events of §6 (pushed, carrying "re" or null).
 EVENT_CODES: frozenset[MsgType] = frozenset({
     MsgType.TURN_START, MsgType.TURN_STATUS, MsgType.TOOL_CALL, MsgType.TOOL_RESULT,
     MsgType.ANSWER_DELTA, MsgType.TURN_END, MsgType.TURN_ERROR, MsgType.SESSION_EVENT,
-    MsgType.NOTICE,
+    MsgType.NOTICE, MsgType.KB_PROGRESS, MsgType.DOWNLOAD_OFFER_V3,
 })
+
+#: v3 binary types: the payload is not JSON but a fixed header and raw bytes (``protocol.binary``).
+BINARY_TYPES: frozenset[MsgType] = frozenset({MsgType.KB_UPLOAD_DATA, MsgType.KB_DOWNLOAD_DATA})
 
 
 def type_name(code: int) -> str:

@@ -16,6 +16,7 @@ from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .events import InvalidMessage, Message
 from .fields import _MISSING, MAX_ID_CHARS, _show, invalid, valid_request_id
+from .kb import KB_REQUEST_TYPES
 
 RequestId = Union[int, str]
 
@@ -453,6 +454,7 @@ REQUEST_TYPES: dict[MsgType, type] = {
     MsgType.SESSION_PROMPT: SessionPrompt,
     MsgType.CHAT_REGENERATE: ChatRegenerate,
     MsgType.CHAT_EDIT: ChatEdit,
+    **KB_REQUEST_TYPES,
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import orjson
 
-from .codes import ErrorCode, MsgType, ProtocolVersion, type_name
+from .codes import BINARY_TYPES, ErrorCode, MsgType, ProtocolVersion, type_name
 from .errors import ProtocolError, closed_error
 from .events import Event, InvalidMessage, Message
 from .frame import HEADER, HEADER_SIZE, MAX_FRAME
@@ -36,9 +36,11 @@ _loads = orjson.loads
 _dumps = orjson.dumps
 _JSONDecodeError = orjson.JSONDecodeError
 
-#: v3 fast path: known, non-FRAGMENT codes -> MsgType member; everything else None.
+#: v3 fast path: known, non-FRAGMENT, JSON codes -> MsgType member; everything else None.
 _V3_FAST: tuple[MsgType | None, ...] = tuple(
-    None if i == _FRAGMENT else _MEMBERS.get(i) for i in range(256))
+    None if i == _FRAGMENT or i in BINARY_TYPES else _MEMBERS.get(i) for i in range(256))
+#: v3 binary codes (a raw payload, not JSON: ``protocol.binary``) -> MsgType member.
+_V3_BINARY = {int(m): m for m in BINARY_TYPES}
 
 
 class Receiver(V2Receiving):
@@ -377,6 +379,9 @@ class Receiver(V2Receiving):
                 f"({self.max_message_size}); discarded", fatal=False), _V2_TYPE[t], seq)
         mt = _V3_FAST[t]
         if mt is None:
+            binary = _V3_BINARY.get(t)
+            if binary is not None:          # raw bytes: the body is the payload itself
+                return Message(binary, payload, seq)
             return InvalidMessage(ProtocolError(
                 ErrorCode.UNKNOWN_TYPE, f"unknown type code {type_name(t)}", fatal=False), t, seq)
         return decode_body(mt, seq, payload)

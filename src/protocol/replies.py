@@ -17,6 +17,7 @@ from typing import Any, Union
 from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .fields import Fields, RequestId, Wire
+from .kb import KB_REPLY_TYPES
 from .objects import AgentInfo, ChatMessage, ModelInfo, SearchHit, SessionInfo, TurnState
 
 
@@ -319,7 +320,6 @@ AnyReply = Union[HelloReply, SessionListReply, SessionReply, SessionSwitchReply,
                  SessionClearReply, HistoryPageReply, HistorySearchReply, HistoryExportReply, ChatSendReply,
                  ChatCancelReply, ModelListReply, ModelSwitchReply, StatsReply, Pong, ErrorReply]
 
-#: Request type -> the class of its successful reply (the RESPONSE body; PONG for PING).
 @dataclass(frozen=True, slots=True)
 class SessionPromptReply(Reply):
     """SESSION_PROMPT (§5.2): the session and its own system prompt (null: the server's is used)."""
@@ -369,7 +369,8 @@ class ChatRedoReply(Reply):
                              "user_message": self.user_message.encode(), "superseded": list(self.superseded)})
 
 
-REPLY_TYPES: dict[MsgType, type[Reply]] = {
+#: Request type -> the class of its successful reply (the RESPONSE body; PONG for PING).
+REPLY_TYPES: dict[MsgType, type[Wire]] = {
     MsgType.HELLO: HelloReply,
     MsgType.SESSION_LIST: SessionListReply,
     MsgType.SESSION_NEW: SessionReply,
@@ -392,6 +393,7 @@ REPLY_TYPES: dict[MsgType, type[Reply]] = {
     MsgType.SESSION_PROMPT: SessionPromptReply,
     MsgType.CHAT_REGENERATE: ChatRedoReply,
     MsgType.CHAT_EDIT: ChatRedoReply,
+    **KB_REPLY_TYPES,
 }
 
 

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Union
 from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .fields import Fields, RequestId, Wire
+from .kb import KbProgress
 from .objects import ChatMessage, SessionInfo, ToolCall
 
 FINISH_REASONS = ("stop", "length", "max_iterations", "cancelled")
@@ -221,14 +222,33 @@ class Notice(ServerEvent):
         return self._finish(out)
 
 
+@dataclass(frozen=True, slots=True)
+class DownloadOfferV3(ServerEvent):
+    """The assistant offers a knowledge-base document: fetch it with the KB download request."""
+    TYPE: ClassVar[MsgType] = MsgType.DOWNLOAD_OFFER_V3
+    doc_id: str
+    filename: str
+    size: int
+    md5: str
+
+    @classmethod
+    def read(cls, f: Fields) -> DownloadOfferV3:
+        return cls(f.text("doc_id"), f.text("filename"), f.integer("size", lo=0), f.text("md5"), **_kw(f))
+
+    def encode(self) -> dict[str, Any]:
+        return self._finish({"re": self.re, "doc_id": self.doc_id, "filename": self.filename, "size": self.size,
+                             "md5": self.md5})
+
+
 AnyEvent = Union[TurnStart, TurnStatus, ToolCallEvent, ToolResultEvent, AnswerDelta, TurnEnd, TurnError,
-                 SessionEvent, Notice]
+                 SessionEvent, Notice, DownloadOfferV3]
 
 #: Frame type -> event class, for every event of §6.
 EVENT_TYPES: dict[MsgType, type[ServerEvent]] = {
     cls.TYPE: cls for cls in (TurnStart, TurnStatus, ToolCallEvent, ToolResultEvent, AnswerDelta, TurnEnd,
-                              TurnError, SessionEvent, Notice)
+                              TurnError, SessionEvent, Notice, DownloadOfferV3)
 }
+EVENT_TYPES[MsgType.KB_PROGRESS] = KbProgress  # type: ignore[assignment]  # knowledge base (protocol.kb)
 
 
 def decode_event(frame: int, body: Any) -> ServerEvent:

@@ -22,6 +22,7 @@ from server.connection import ServerConnection
 from server.services import VERSION, Counters, Services, build_services
 from server.httpd import start_http, stop_http
 from server.recovery import close_interrupted_turns
+from server.legacy_v2_files import clear_incoming
 from storage import AsyncHistoryStore, HistoryStore, open_store
 
 log = logging.getLogger("nplt.server")
@@ -124,10 +125,16 @@ class Server:
                                              memory=self._memory_arg, counters=self.counters)
         try:
             await close_interrupted_turns(store, svc.runner.inflight, svc.sessions.model_of)
+            await svc.knowledge.start()
+            await svc.uploads.start()
+            await clear_incoming(cfg)
+            await svc.udp.start(cfg.transfer.udp_host or cfg.server.host)
             self._listener = await loop.create_server(
                 self._new_connection, cfg.server.host, cfg.server.port, ssl=ssl_ctx,
                 backlog=min(4096, max(128, cfg.limits.max_clients)))
         except BaseException:
+            await svc.udp.close()
+            await svc.knowledge.close()
             if self._owns_store:
                 await store.close()
             raise
@@ -190,6 +197,9 @@ class Server:
                 except Exception:  # the rest of the shutdown (the store's compaction) must still run
                     log.exception("%s close failed", name)
         await asyncio.to_thread(svc.runner.inflight.close)
+        await svc.uploads.close()
+        await svc.udp.close()
+        await svc.knowledge.close()
         if self._owns_store:
             await svc.store.close()
         if self._listener is not None:

@@ -21,6 +21,15 @@ class Authenticator:
 
     def __init__(self, config: AuthConfig) -> None:
         self._users = [(u.user_id, bytes.fromhex(u.token_sha256)) for u in config.users]
+        self._groups = {u.user_id: u.groups for u in config.users}
+        self._admins = frozenset(u.user_id for u in config.users if u.admin)
+
+    def groups_of(self, user_id: str) -> tuple[str, ...]:
+        """The user's groups (config ``[auth] users``: ``groups``); none in single-user mode."""
+        return self._groups.get(user_id, ())
+
+    def is_admin(self, user_id: str) -> bool:
+        return user_id in self._admins
 
     @property
     def enabled(self) -> bool:

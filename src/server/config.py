@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from server.agent.config import AgentConfig, LLMConfig
-from server.config_base import ConfigError, check_keys, get_bool, get_float, get_int, get_str
+from server.config_base import ConfigError, check_keys, get_bool, get_float, get_int, get_str, get_str_list
 from server.http_config import HttpConfig
+from server.knowledge.config import KnowledgeConfig
 from server.memory.config import MemoryConfig
 from server.tools.config import ToolsConfig
+from server.transfer_config import TransferConfig
 from storage import StorageConfig
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -130,6 +132,8 @@ class LimitsConfig:
 class UserEntry:
     user_id: str
     token_sha256: str
+    groups: tuple[str, ...] = ()     # knowledge-base groups: members read and upload to group:<name>
+    admin: bool = False              # may delete any document it can see (and admin-only requests)
 
 
 @dataclass(slots=True)
@@ -148,7 +152,7 @@ class AuthConfig:
         owners: dict[str, str] = {}  # token_sha256 -> the user it belongs to
         for i, u in enumerate(raw):
             path = f"auth.users[{i}]"
-            check_keys(path, u, {"user_id", "token_sha256"})
+            check_keys(path, u, {"user_id", "token_sha256", "groups", "admin"})
             uid = get_str(path, u, "user_id", None)
             digest = get_str(path, u, "token_sha256", None)
             if uid is None or not _USER_RE.match(uid):
@@ -163,9 +167,13 @@ class AuthConfig:
                 raise ConfigError(f"{path}.token_sha256",
                                   f"users {owners[digest]!r} and {uid!r} have the same token: a token must "
                                   "identify one user (give each user its own token)")
+            groups = get_str_list(path, u, "groups", [])
+            for g in groups:
+                if not _USER_RE.match(g):
+                    raise ConfigError(f"{path}.groups", f"expected names of 1..64 characters of [A-Za-z0-9_.@-], got {g!r}")
             seen.add(uid)
             owners[digest] = uid
-            users.append(UserEntry(uid, digest))
+            users.append(UserEntry(uid, digest, tuple(dict.fromkeys(groups)), get_bool(path, u, "admin", False)))
         return cls(users)
 
 
@@ -184,13 +192,16 @@ class ServerConfig:
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     memory: MemoryConfig = field(default_factory=lambda: MemoryConfig.from_dict({}))
     http: HttpConfig = field(default_factory=HttpConfig)
+    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
+    transfer: TransferConfig = field(default_factory=TransferConfig)
 
     @classmethod
     def from_dict(cls, d: dict, env: Mapping[str, str] | None = None) -> ServerConfig:
         """Build every section from one merged dict (TOML layout); unknown sections are errors."""
         if not isinstance(d, dict):
             raise ConfigError("config", "expected a table")
-        known = {"server", "limits", "auth", "storage", "llm", "agent", "tools", "http", *MEMORY_SECTIONS}
+        known = {"server", "limits", "auth", "storage", "llm", "agent", "tools", "http", "knowledge", "transfer",
+                 *MEMORY_SECTIONS}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(unknown[0], f"unknown section (allowed: {', '.join(sorted(known))})")
@@ -204,6 +215,8 @@ class ServerConfig:
             tools=_section(ToolsConfig.from_dict, d.get("tools", {})),
             memory=_section(MemoryConfig.from_dict, {k: d[k] for k in MEMORY_SECTIONS if k in d}),
             http=HttpConfig.from_dict(d.get("http", {})),
+            knowledge=_section(KnowledgeConfig.from_dict, d.get("knowledge", {})),
+            transfer=TransferConfig.from_dict(d.get("transfer", {})),
         )
 
     @property
@@ -254,3 +267,9 @@ def check_bind_policy(cfg: ServerConfig) -> None:
             "can reach this address could use the assistant without a token. Configure users with tokens, "
             "bind 127.0.0.1, or pass --insecure to accept the risk.",
         )
+    udp = cfg.transfer.udp_host
+    if udp and cfg.single_user and not cfg.server.insecure and not is_loopback(udp):
+        raise ConfigError(
+            "transfer.udp_host",
+            f"refusing to send downloads from {udp!r}: no users are configured ([auth] users); bind a loopback "
+            "address, configure users, or pass --insecure to accept the risk.")

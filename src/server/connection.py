@@ -56,6 +56,7 @@ from server.wire import encode_reply
 log = logging.getLogger("nplt.conn")
 
 _PING, _PONG, _HELLO, _ERROR = int(MsgType.PING), int(MsgType.PONG), int(MsgType.HELLO), int(MsgType.ERROR)
+_UPLOAD_DATA = int(MsgType.KB_UPLOAD_DATA)
 _GRACE, _HANDSHAKING, _READY, _LEGACY, _REFUSED, _CLOSING, _CLOSED = ConnState
 _dumps = orjson.dumps
 
@@ -266,6 +267,7 @@ class ServerConnection(asyncio.Protocol):
         svc = self.services
         svc.connections.discard(self)
         svc.hub.remove(self.subscriber)
+        svc.uploads.detach_port(self.port)
         if self.legacy is not None:
             self.legacy.stop()
         log.debug("connection %s closed%s", self.conn_id, f": {exc}" if exc else "")
@@ -276,7 +278,7 @@ class ServerConnection(asyncio.Protocol):
             self.pause_reading()
 
     def resume_writing(self) -> None:
-        self.output.paused = False
+        self.output.resumed()
         if not self.closing:
             self.resume_reading()
             self.requests.resume()
@@ -312,7 +314,9 @@ class ServerConnection(asyncio.Protocol):
                 self.fatal(ErrorCode.HANDSHAKE_REQUIRED, "the first request must be a valid HELLO",
                            request_id(ev.body))
             return
-        if t != _PONG and t != _ERROR:  # a client's PONG or ERROR needs no answer
+        if t == _UPLOAD_DATA:  # raw file bytes: not a request, not queued behind one
+            self.services.uploads.on_data(self.port, ev.body, self)
+        elif t != _PONG and t != _ERROR:  # a client's PONG or ERROR needs no answer
             self.requests.submit(ev)
 
     async def _run_hello(self, ev: Message) -> None:

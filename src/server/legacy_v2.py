@@ -26,6 +26,7 @@ import orjson
 from protocol import Connection as Codec
 from protocol import ErrorCode, InvalidMessage, Message, MsgType, ProtocolError, split_text_utf8
 from protocol.textsplit import cut_text_utf8
+from server import legacy_v2_files as files
 from server import legacy_v2_sessions as sessions
 from server.auth import LOCAL_USER
 from server.config import LimitsConfig
@@ -321,10 +322,6 @@ class LegacyV2:
             self._turn_done.set()
 
 
-async def _unsupported_file(v2: LegacyV2, ev: Message) -> None:
-    v2.reply("File transfer is not supported by this server.")
-
-
 V2Handler = Callable[[LegacyV2, Message], Awaitable[None]]
 
 # THE v2 dispatch table: type code -> handler (the adapter, the request). Other codes are ignored.
@@ -337,6 +334,7 @@ V2_HANDLERS: dict[int, V2Handler] = {
     MsgType.SESSION_DELETE: sessions.session_delete,
     MsgType.CLEAR_REQUEST: sessions.clear,
     MsgType.MODEL_SWITCH: sessions.model_switch,
-    MsgType.FILE_METADATA: _unsupported_file,
-    MsgType.DOWNLOAD_OFFER: _unsupported_file,
+    MsgType.FILE_METADATA: files.file_metadata,
+    MsgType.FILE_DATA: files.file_data,
+    MsgType.CLIENT_UDP_PORT: files.client_udp_port,
 }

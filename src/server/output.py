@@ -1,7 +1,9 @@
 """OutputBuffer: the sending half of one connection: batched writes, back-pressure, SLOW_CONSUMER.
 
-Writes are batched (one ``transport.write`` per ``data_received`` call or loop iteration, or at once
-past ``FLUSH_BYTES``). The connection pauses reading while the transport is over its high-water mark
+Writes are batched: one ``transport.write`` per ``data_received`` call, or at once past
+``FLUSH_BYTES``; otherwise the first write arms a flush two loop iterations later, so what the
+tasks it woke (or created) publish in the next iteration leaves in the same write (a turn's
+TURN_START, SESSION_EVENT, TURN_STATUS and first deltas: one send instead of three). The connection pauses reading while the transport is over its high-water mark
 (set to at most ``max_output_buffer``; ``paused``), and no new request starts meanwhile
 (``server.request_queue``). A client whose transport buffer (what the kernel would not take)
 exceeds ``max_output_buffer`` when more output is queued is dropped with SLOW_CONSUMER (one message
@@ -23,7 +25,7 @@ class OutputBuffer:
     """Frames waiting for the transport. ``out`` is public: the codec's PONG fast path appends to it."""
 
     __slots__ = ("transport", "loop", "cap", "out", "size", "flush_bytes", "in_rx", "paused", "stopped",
-                 "last_tx", "_handle", "_on_slow", "_name")
+                 "last_tx", "_handle", "_on_slow", "_name", "_waiters")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, cap: int, on_slow: Callable[[], None], name: str) -> None:
         self.transport: asyncio.Transport | None = None
@@ -39,6 +41,7 @@ class OutputBuffer:
         self._handle: asyncio.Handle | None = None
         self._on_slow = on_slow
         self._name = name
+        self._waiters: list[asyncio.Future] = []  # wait_writable() callers (a streamed download)
 
     def attach(self, transport: asyncio.Transport) -> None:
         self.transport = transport
@@ -54,7 +57,11 @@ class OutputBuffer:
         if self.size >= self.flush_bytes:
             self.flush()
         elif self._handle is None and not self.in_rx:
-            self._handle = self.loop.call_soon(self.flush)
+            self._handle = self.loop.call_soon(self._flush_next)
+
+    def _flush_next(self) -> None:
+        """The armed flush, one iteration on: flush at the end of the next one."""
+        self._handle = self.loop.call_soon(self.flush)
 
     def end_rx(self, hot: bool) -> None:
         """The end of one ``data_received``: send what it queued (PONGs, replies) in one write.
@@ -90,9 +97,29 @@ class OutputBuffer:
         self.size = 0
         tr.write(data)
 
+    async def wait_writable(self) -> None:
+        """Return once the transport is under its high-water mark (at once if it is), or stopped."""
+        self.flush()
+        while self.paused and not self.stopped:
+            fut = self.loop.create_future()
+            self._waiters.append(fut)
+            await fut
+
+    def resumed(self) -> None:
+        """The transport drained under its low-water mark: writers waiting may go on."""
+        self.paused = False
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
     def stop(self) -> None:
         """Nothing more is queued (the connection is closing or closed); pending timers are cancelled."""
         self.stopped = True
+        self._wake()
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None

@@ -6,18 +6,24 @@ the connection to the server: what a handler can touch is exactly what is listed
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from server.auth import Authenticator
 from server.config import LimitsConfig, ServerConfig
+from server.handlers.knowledge_uploads import UploadService
 from server.hub import Hub
+from server.knowledge import KnowledgeBase
+from server.tools.knowledge import KnowledgeSource
 from server.metrics import Metrics
 from server.recovery import marker_for
+from server.offers import OfferService
 from server.refusals import Refusals
 from server.rx_budget import RxScheduler
 from server.sessions import SessionService
 from server.turns import TurnRunner
+from server.udp_transfer import UdpTransfer
 from server.wiring import build_runtime
 
 VERSION = "0.1.0"
@@ -45,6 +51,10 @@ class Services:
     connections: set[Any] = field(default_factory=set)   # open connections (STATS "clients")
     metrics: Metrics = field(default_factory=Metrics)    # GET /metrics (server.httpd)
     rx: RxScheduler = field(default_factory=RxScheduler)  # the loop's share for received bytes
+    knowledge: KnowledgeBase | None = None               # documents (docs/knowledge.md); started by the app
+    uploads: UploadService | None = None                 # v3 uploads in progress (docs/protocol.md §5.8)
+    udp: UdpTransfer | None = None    # v2 downloads over UDP (started by the Server)
+    offers: OfferService | None = None
     version: str = VERSION
 
     @property
@@ -60,19 +70,28 @@ class Services:
 
 def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any], *, agent: Any = None,
                    memory: Any = None, counters: Counters | None = None) -> Services:
-    """Every service, once, in dependency order: hub -> (agent, memory) -> sessions -> runner.
+    """Every service, once, in dependency order: hub -> knowledge -> (agent, memory) -> sessions -> runner.
 
     ``store`` is an open AsyncHistoryStore; ``agent`` and ``memory`` are built from the config unless
     given (``memory="basic"``: BasicMemory); ``notify`` is the memory layer's callback.
     """
     hub = Hub()
-    agent, memory = build_runtime(config, store, notify, agent, memory)
+    data = Path(config.storage.root)
+    auth = Authenticator(config.auth)
+    knowledge = KnowledgeBase(config.knowledge, data / "knowledge")
+    udp = UdpTransfer(config.transfer)
+    offers = OfferService(knowledge, hub, udp, groups_of=auth.groups_of)
+    agent, memory = build_runtime(config, store, notify, agent, memory,
+                                  knowledge=KnowledgeSource(knowledge, auth.groups_of),
+                                  offers=offers.offer_in_session)
     sessions = SessionService(store, hub, agent, memory)
     metrics = Metrics()
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
                         limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics,
                         inflight=marker_for(store))
     sessions.turns = runner
+    offers.turns = runner
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
-                    memory=memory, auth=Authenticator(config.auth), counters=counters or Counters(),
-                    metrics=metrics)
+                    memory=memory, auth=auth, counters=counters or Counters(),
+                    metrics=metrics, knowledge=knowledge,
+                    uploads=UploadService(config.knowledge, data / "uploads"), udp=udp, offers=offers)

@@ -5,7 +5,7 @@ one all give the same ``NOT_FOUND``, so ids never leak. SessionInfo bodies are b
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from protocol import ErrorCode
 from protocol.objects import SessionInfo
@@ -237,6 +237,17 @@ class SessionService:
     async def publish_event(self, kind: str, rec: SessionRecord, *, summary: bool = False) -> None:
         """SESSION_EVENT to every connection of the session's owner (v2 ones ignore it)."""
         self.hub.publish_user(rec.user_id, SessionEvent(kind, self.info(rec, summary=summary)))
+
+    def publish_updated_soon(self, session_id: str, spawn: Callable[[Any], None]) -> None:
+        """``publish_updated`` at once when the store has the record in memory (``get_loaded``: no
+        task, no thread hop, so the event leaves in the same write as the turn's own events), else
+        in a background task started with ``spawn``."""
+        get_loaded = getattr(self.store, "get_loaded", None)
+        rec = get_loaded(session_id) if get_loaded is not None else None
+        if rec is None:
+            spawn(self.publish_updated(session_id))
+        elif not rec.deleted:
+            self.hub.publish_user(rec.user_id, SessionEvent("updated", self.info(rec)))
 
     async def publish_updated(self, session_id: str, kind: str = "updated") -> None:
         """Re-read the record and publish it; silently skipped if the session vanished."""

@@ -252,7 +252,7 @@ class TurnRunner:
                                        f"the message could not be stored: {err.message}"))
                 return
         sink.publish(TurnStart(turn.session_id, turn.turn_id, message_obj(turn.user_message), turn.model))
-        self.spawn(self.sessions.publish_updated(turn.session_id))  # session lists show it running
+        self.sessions.publish_updated_soon(turn.session_id, self.spawn)  # session lists show it running
         log.debug("turn %s started in %s", turn.turn_id, turn.session_id)
         ctx = BuiltContext(messages=[], metadata={})
         try:
@@ -304,7 +304,7 @@ class TurnRunner:
 
     def _not_stored(self, sink: RunnerSink, err: HandlerError) -> None:
         sink.publish(TurnError(sink.sid, sink.tid, err.code, err.message))
-        self.spawn(self.sessions.publish_updated(sink.turn.session_id))
+        self._updated_after(sink.turn.session_id)
 
     async def _end_ok(self, turn: Turn, sink: RunnerSink, ctx: BuiltContext, result: TurnResult) -> None:
         meta = {**result.metadata, "model": turn.model, "usage": result.usage,
@@ -336,12 +336,17 @@ class TurnRunner:
         partial = None if isinstance(msg, HandlerError) else message_obj(msg)
         log.info("turn %s ended with %s", turn.turn_id, code)
         sink.publish(TurnError(turn.session_id, turn.turn_id, error_code(code), message, partial))
-        self.spawn(self.sessions.publish_updated(turn.session_id))
+        self._updated_after(turn.session_id)
 
     def _after_turn(self, turn: Turn) -> None:
         """Session-list update and memory work, in the background (never delays TURN_END)."""
-        self.spawn(self.sessions.publish_updated(turn.session_id))
+        self._updated_after(turn.session_id)
         self.spawn(self.memory.after_turn(turn.session_id, turn.user_id))
+
+    def _updated_after(self, session_id: str) -> None:
+        """SESSION_EVENT ``updated`` once the ending turn has left its lane (``running`` is then
+        false unless others wait): on the next loop iteration, without a task when it can."""
+        asyncio.get_running_loop().call_soon(self.sessions.publish_updated_soon, session_id, self.spawn)
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

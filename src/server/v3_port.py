@@ -63,6 +63,17 @@ class V3Port:
             return
         self.output.write(data)
 
+    def send_frames(self, frames: Any) -> None:
+        """Queue frames already encoded by the codec (binary data frames, ``protocol.binary``)."""
+        for frame in frames:
+            if self.closed:
+                return
+            self.output.write(frame)
+
+    async def writable(self) -> None:
+        """Wait while the client does not read (the transport is over its high-water mark)."""
+        await self.output.wait_writable()
+
     def send_error(self, re: Any, code: ErrorCode, message: str, fatal: bool = False) -> None:
         self.send(_ERROR, encode_reply(re, ErrorReply(error_code(code), message, fatal)))
 

@@ -20,10 +20,12 @@ def build_memory(config: ServerConfig, store: Any, agent: Any, notify: Callable[
 
 
 def build_runtime(config: ServerConfig, store: Any, notify: Callable[..., Any], agent: Any = None,
-                  memory: Any = None) -> tuple[Any, Any]:
+                  memory: Any = None, knowledge: Any = None, offers: Any = None) -> tuple[Any, Any]:
     """(agent, memory); the given ones are used as they are (tests pass an echo agent).
 
-    ``memory="basic"`` selects BasicMemory even when server.memory is available.
+    ``memory="basic"`` selects BasicMemory even when server.memory is available. ``knowledge`` (a
+    ``server.tools.knowledge.KnowledgeSource``) adds the search_knowledge tool; ``offers`` is the
+    offer_download tool's function (server.offers.OfferService.offer_in_session), None for no such tool.
     """
     holder: dict[str, Any] = {"memory": memory}
 
@@ -31,7 +33,7 @@ def build_runtime(config: ServerConfig, store: Any, notify: Callable[..., Any], 
         return await holder["memory"].search(*args, **kwargs)
 
     if agent is None:
-        tools = ToolRegistry(config.tools, search=search)
+        tools = ToolRegistry(config.tools, search=search, knowledge=knowledge, offers=offers)
         agent = build_agent(config.llm, config.agent, tools)
     if memory == "basic":  # explicitly requested (tests): no summaries, no recall
         memory = BasicMemory(store, config.agent.system_prompt)

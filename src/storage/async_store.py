@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -29,18 +30,33 @@ class AsyncHistoryStore:
     def __init__(self, store: HistoryStore | StorageConfig) -> None:
         self.sync = store if isinstance(store, HistoryStore) else HistoryStore(store)
         self._pool = ThreadPoolExecutor(self.sync.config.io_threads, thread_name_prefix="storage-io")
+        self._handoff: _Handoff | None = None
 
     @classmethod
     async def open(cls, config: StorageConfig) -> AsyncHistoryStore:
         """Open the store (startup recovery reads files) without blocking the loop."""
         return cls(await asyncio.to_thread(HistoryStore, config))
 
-    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def _to_loop(self, fut: Future[T], *, cancel: bool = False) -> asyncio.Future[T]:
+        """``fut`` (a worker job, or a commit's durability) awaitable on the running loop."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        handoff = self._handoff
+        if handoff is None or handoff.loop is not loop:
+            handoff = self._handoff = _Handoff(loop)
+        return handoff.watch(fut, cancel=cancel)
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await self._to_loop(self._pool.submit(functools.partial(fn, *args, **kwargs)), cancel=True)
 
     async def create(self, user_id: str, title: str | None = None, model: str | None = None) -> SessionRecord:
-        return await self._run(self.sync.create, user_id, title, model)
+        record, done = await self._run(self.sync.create_pending, user_id, title, model)
+        await self._to_loop(done)
+        return record
+
+    def get_loaded(self, session_id: str) -> SessionRecord | None:
+        """``HistoryStore.get_loaded``: the record if it is in memory and idle right now, else None
+        (then await ``get``). No I/O, no waiting: safe on the event loop."""
+        return self.sync.get_loaded(session_id)
 
     async def get(self, session_id: str) -> SessionRecord:
         record = self.sync.get_loaded(session_id)       # loaded and not busy: no thread hop
@@ -78,12 +94,14 @@ class AsyncHistoryStore:
                      metadata: dict[str, Any] | None = None, timestamp: str | None = None) -> ChatMessage:
         msg, done = await self._run(self.sync.append_pending, session_id, role, content,
                                     tool_calls=list(tool_calls), metadata=metadata, timestamp=timestamp)
-        await _durable(done)
+        if done is not None:
+            await self._to_loop(done)
         return msg
 
     async def update(self, session_id: str, message: ChatMessage) -> ChatMessage:
         msg, done = await self._run(self.sync.update_pending, session_id, message)
-        await _durable(done)
+        if done is not None:
+            await self._to_loop(done)
         return msg
 
     async def page(self, session_id: str, before: int | None = None, limit: int = 50) -> Page:
@@ -113,7 +131,44 @@ class AsyncHistoryStore:
             self._pool.shutdown(wait=False)
 
 
-async def _durable(done: Future[None] | None) -> None:
-    """Await a commit's durability (StorageIOError if its fsync failed)."""
-    if done is not None:
-        await asyncio.wrap_future(done)
+class _Handoff:
+    """Results of worker-thread futures handed to the event loop: one loop wake-up
+    (``call_soon_threadsafe``) for every future that finishes before the loop gets to them, as the
+    appends of one group-commit round do, instead of one each (``asyncio.wrap_future``).
+    With ``cancel``, cancelling the loop-side future cancels a worker job that has not started; a
+    commit's durability future is never cancelled (the flusher resolves it)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._ready: list[tuple[asyncio.Future[Any], Future[Any]]] = []
+
+    def watch(self, fut: Future[T], *, cancel: bool) -> asyncio.Future[T]:
+        out: asyncio.Future[T] = self.loop.create_future()
+        if cancel:
+            out.add_done_callback(lambda f: fut.cancel() if f.cancelled() else None)
+        fut.add_done_callback(lambda f: self._done(out, f))
+        return out
+
+    def _done(self, out: asyncio.Future[Any], fut: Future[Any]) -> None:
+        with self._lock:
+            self._ready.append((out, fut))
+            if len(self._ready) > 1:
+                return                    # a wake-up is already on its way
+        try:
+            self.loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:              # the loop is closed: nobody is waiting any more
+            pass
+
+    def _deliver(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for out, fut in ready:
+            if out.done():
+                continue
+            if fut.cancelled():
+                out.cancel()
+            elif (exc := fut.exception()) is not None:
+                out.set_exception(exc)
+            else:
+                out.set_result(fut.result())

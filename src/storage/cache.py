@@ -1,9 +1,11 @@
 """The bounded LRU of loaded sessions and their per-session locks.
 
 ``locked(sid)`` yields a session with its lock held, loading it on a miss through the ``load``
-callback; eviction fsyncs and closes a session's journal. A session that is busy, compacting or
-waiting for a flush round is skipped by eviction and retried later by the maintenance thread, so the count can exceed the bound
-briefly.
+callback; eviction fsyncs and closes a session's journal. Two bounds, whichever is hit first: a
+count (``size``: each loaded session holds its journal file open) and a weight (``max_bytes``: the
+sum of ``LoadedSession.nbytes()``, the JSON its files hold, a stand-in for its memory). A session
+that is busy, compacting or waiting for a flush round is skipped by eviction and retried later by
+the maintenance thread, so the bounds can be exceeded briefly.
 """
 from __future__ import annotations
 
@@ -21,10 +23,11 @@ from .session import GONE, READY, LoadedSession
 class SessionCache:
     """Loaded sessions by id, least recently used first (thread-safe)."""
 
-    def __init__(self, *, size: int, idle_s: float, exists: Callable[[str], bool],
+    def __init__(self, *, size: int, max_bytes: int, idle_s: float, exists: Callable[[str], bool],
                  new: Callable[[str], LoadedSession], load: Callable[[LoadedSession], None],
                  on_close: Callable[[LoadedSession], None]) -> None:
         self.size = size
+        self.max_bytes = max_bytes
         self.idle_s = idle_s
         self._exists = exists          # is the session in the index?
         self._new = new                # an empty slot for a session id
@@ -135,15 +138,20 @@ class SessionCache:
             sess.lock.release()
 
     def trim(self) -> None:
-        """Evict least recently used sessions beyond ``size``, skipping busy ones. The most
-        recently used session is never the victim."""
+        """Evict least recently used sessions beyond ``size`` or ``max_bytes``, skipping busy
+        ones. The most recently used session is never the victim."""
         with self.lock:
-            excess = len(self._sessions) - self.size
-            candidates = list(self._sessions.values())[:-1] if excess > 0 else []
-        for v in candidates:
-            if excess <= 0:
+            sessions = list(self._sessions.values())
+        excess = len(sessions) - self.size
+        weight = sum(s.nbytes() for s in sessions)
+        over = weight - self.max_bytes
+        for v in sessions[:-1]:
+            if excess <= 0 and over <= 0:
                 break
-            excess -= self.evict(v)
+            size = v.nbytes()
+            if self.evict(v):
+                excess -= 1
+                over -= size
 
     def evict_idle(self, now: float | None = None) -> int:
         """Evict sessions unused for ``idle_s``; returns how many."""

@@ -16,6 +16,7 @@ _RULES: dict[str, tuple[str, float | None, float | None]] = {
     "batch_ms": ("int", 1, 10_000),
     "compact_threshold": ("int", 2, 10_000_000),
     "lru_size": ("int", 1, 1_000_000),
+    "lru_mib": ("int", 1, 1_048_576),
     "idle_evict_s": ("float", 0.001, 31_536_000),
     "max_message_bytes": ("int", 1024, 256 << 20),
     "max_title_chars": ("int", 1, 100_000),
@@ -41,7 +42,8 @@ class StorageConfig:
     durability: str = "fsync"         # "fsync": every append is fsynced; "batched": every batch_ms
     batch_ms: int = 50                # batched mode: longest time an acknowledged append stays unsynced
     compact_threshold: int = 2000     # journal lines that trigger a background compaction
-    lru_size: int = 64                # sessions kept loaded in memory
+    lru_size: int = 512               # sessions kept loaded in memory (each holds its journal open)
+    lru_mib: int = 256                # ... and at most this many MiB of their files (JSON bytes) loaded
     idle_evict_s: float = 600.0       # a loaded session unused this long is evicted
     max_message_bytes: int = 1 << 20  # largest JSON-encoded message accepted by append/update
     max_title_chars: int = 200        # longest session title

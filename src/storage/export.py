@@ -55,6 +55,9 @@ def export_markdown(record: SessionRecord, messages: list[ChatMessage]) -> str:
     for m in messages:
         flags, body = _marks(m)
         out += ["", "---", "", f"### {m.role.capitalize()} #{m.id}{flags}", "", f"*{m.timestamp}*", "", body]
+        cites = [c.get("citation") for c in m.metadata.get("citations") or () if isinstance(c, dict)]
+        if any(cites):   # the documents an answer quoted (knowledge base, docs/knowledge.md)
+            out += ["", "Sources: " + " ".join(c for c in cites if c)]
         for tc in m.tool_calls:
             out += ["", _tool_call(tc)]
     return "\n".join(out) + "\n"

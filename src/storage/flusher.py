@@ -14,18 +14,40 @@ In ``batched`` mode nothing waits: the same thread fsyncs every journal with pen
 A failed fsync fails every waiter on that journal with ``StorageIOError`` after ``on_failure``
 (the store's invalidation: cut the journal back to its durable length, drop the loaded session)
 has run, so no caller is acknowledged for a change that may not be on disk.
+
+New files (a new session's snapshot, ``NewFile``) are group-committed the same way, in both modes:
+each round fsyncs the new files side by side, renames them in and fsyncs their directory once for
+all of them, then runs each file's ``on_durable`` (the store makes the session visible) and
+resolves its future. A failure removes that file (and its ``extra`` companions) and fails its
+future with ``StorageIOError``.
 """
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from .errors import StorageIOError
+from .fsio import fsync_dir
 from .session import LoadedSession
 
 log = logging.getLogger("storage")
+
+
+@dataclass(eq=False)
+class NewFile:
+    """``tmp`` (written, not yet fsynced) becomes ``path`` durably; ``extra``: other new entries of
+    the same directory, removed with it on failure; ``on_durable`` runs (flusher thread) before
+    ``future`` resolves."""
+    tmp: str
+    path: str
+    extra: tuple[str, ...]
+    on_durable: Callable[[], None]
+    future: Future[None] = field(default_factory=Future)
 
 
 class JournalFlusher:
@@ -38,6 +60,7 @@ class JournalFlusher:
         self._on_failure = on_failure
         self._cond = threading.Condition(threading.Lock())
         self._waiting: list[tuple[LoadedSession, int, Future[None]]] = []
+        self._files: list[NewFile] = []
         self._dirty: set[LoadedSession] = set()
         self._stopping = False
         self.batches = 0               # flush rounds with waiters (for benchmarks and tests)
@@ -63,10 +86,26 @@ class JournalFlusher:
             self._cond.notify()
             return fut
 
+    def request_file(self, item: NewFile) -> Future[None]:
+        """Make a new file durable in the next round (both modes); returns ``item.future``."""
+        with self._cond:
+            if self._stopping:
+                _discard(item)
+                item.future.set_exception(StorageIOError("the history store is closing"))
+            else:
+                self._files.append(item)
+                self._cond.notify()
+        return item.future
+
     def queued(self) -> int:
         """Commits waiting for the next flush round (not yet taken by the flusher)."""
         with self._cond:
             return len(self._waiting)
+
+    def files_queued(self) -> int:
+        """New files waiting for the next round (not yet taken by the flusher)."""
+        with self._cond:
+            return len(self._files)
 
     def flush(self) -> None:
         """fsync every journal with batched writes pending, now (in the caller's thread)."""
@@ -86,26 +125,63 @@ class JournalFlusher:
             self._dirty.discard(sess)
 
     def _run(self) -> None:
+        next_flush = time.monotonic() + self._batch_s
         while True:
             with self._cond:
                 if self.batched:
-                    self._cond.wait_for(lambda: self._stopping, timeout=self._batch_s)
+                    self._cond.wait_for(lambda: self._files or self._stopping,
+                                        timeout=max(0.0, next_flush - time.monotonic()))
                 else:
-                    self._cond.wait_for(lambda: self._waiting or self._stopping)
+                    self._cond.wait_for(lambda: self._waiting or self._files or self._stopping)
                 batch, self._waiting = self._waiting, []
+                files, self._files = self._files, []
                 stopping = self._stopping
             try:
+                if files:
+                    self._create_files(files)
                 if self.batched:
-                    self.flush()
+                    if stopping or time.monotonic() >= next_flush:
+                        self.flush()
+                        next_flush = time.monotonic() + self._batch_s
                 elif batch:
                     self._flush_batch(batch)
             except Exception as exc:       # a bug, not an I/O error: fail the round, keep the thread
                 log.exception("storage: flush round failed")
-                for _, _, fut in batch:
+                for fut in [f for _, _, f in batch] + [item.future for item in files]:
                     if not fut.done():
                         fut.set_exception(StorageIOError(f"could not make the change durable: {exc!r}"))
             if stopping:
                 return
+
+    def _create_files(self, files: list[NewFile]) -> None:
+        """fsync the new files side by side, rename them in, fsync each directory once."""
+        results = self._pool.map(_sync_file, files) if len(files) > 1 else map(_sync_file, files)
+        renamed: dict[str, list[NewFile]] = {}
+        for item, err in zip(files, results):
+            if err is None:
+                try:
+                    os.replace(item.tmp, item.path)
+                except OSError as exc:
+                    err = exc.strerror or str(exc)
+            if err is None:
+                renamed.setdefault(os.path.dirname(item.path) or ".", []).append(item)
+            else:
+                _fail_file(item, err)
+        for directory, items in renamed.items():
+            try:
+                fsync_dir(directory)
+            except OSError as exc:
+                for item in items:
+                    _fail_file(item, exc.strerror or str(exc))
+                continue
+            for item in items:
+                try:
+                    item.on_durable()
+                except Exception as exc:
+                    log.exception("storage: %s is durable but could not be published", item.path)
+                    item.future.set_exception(StorageIOError(f"could not create {item.path}: {exc!r}"))
+                else:
+                    item.future.set_result(None)
 
     def _flush_batch(self, batch: list[tuple[LoadedSession, int, Future[None]]]) -> None:
         self.batches += 1
@@ -138,6 +214,34 @@ class JournalFlusher:
             self._cond.notify()
         self._thread.join()
         self._pool.shutdown(wait=True)
+
+
+def _sync_file(item: NewFile) -> str | None:
+    """fsync a new file; the error text if it failed."""
+    try:
+        fd = os.open(item.tmp, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _discard(item: NewFile) -> None:
+    """Remove what a failed new file left behind."""
+    for path in (item.tmp, item.path, *item.extra):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _fail_file(item: NewFile, err: str) -> None:
+    log.error("storage: could not create %s: %s", item.path, err)
+    _discard(item)
+    item.future.set_exception(StorageIOError(f"could not create {os.path.basename(item.path)}: {err}"))
 
 
 def _sync(item: tuple[LoadedSession, int]) -> str | None:

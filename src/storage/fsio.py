@@ -20,16 +20,22 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_file_synced(path: str, data: bytes) -> None:
-    """Create/replace ``path`` with ``data`` and fsync it (not atomic by itself)."""
+def write_file(path: str, data: bytes, *, sync: bool = False) -> None:
+    """Create/replace ``path`` with ``data`` (and fsync it when ``sync``; not atomic by itself)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_file_synced(path: str, data: bytes) -> None:
+    """Create/replace ``path`` with ``data`` and fsync it (not atomic by itself)."""
+    write_file(path, data, sync=True)
 
 
 def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:

@@ -74,9 +74,12 @@ class SessionState:
         end = max(end, vis)
         return max(vis, end - limit), end, vis
 
+    def after_pos(self, after_id: int) -> int:
+        """Position of the first visible message with id > after_id."""
+        return max(self.vis_start(), bisect_right(self.msgs, after_id, key=_mid))
+
     def after(self, after_id: int) -> list[dict[str, Any]]:
-        start = max(self.vis_start(), bisect_right(self.msgs, after_id, key=_mid))
-        return self.msgs[start:]
+        return self.msgs[self.after_pos(after_id):]
 
     # -- changes ---------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -265,6 +268,11 @@ class LoadedSession:
         self.last_used = 0.0
         self.snap_path = snap_path
         self.journal_path = journal_path
+
+    def nbytes(self) -> int:
+        """What the session weighs in the LRU: its snapshot and journal bytes (the JSON it was
+        loaded from; the Python objects take a few times that)."""
+        return self.snap_stat[1] + self.jdisk
 
     def files(self) -> list[int]:
         """What the index records to detect staleness: snapshot (inode, size, mtime_ns), journal size."""

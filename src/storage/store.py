@@ -28,8 +28,8 @@ from .compaction import Compactor
 from .config import StorageConfig
 from .errors import InvalidArgument, MessageTooLarge, NotFound, StorageIOError, StorageLocked
 from .export import FORMATS, export_json, export_markdown
-from .flusher import JournalFlusher
-from .fsio import atomic_write, fsync_dir
+from .flusher import JournalFlusher, NewFile
+from .fsio import fsync_dir, write_file
 from .ids import new_session_id
 from .index import INDEX_NAME, SessionIndex
 from .journal import JournalWriter
@@ -68,7 +68,7 @@ class HistoryStore:
         self.flusher = JournalFlusher(batched=batched, batch_s=config.batch_ms / 1000,
                                       threads=config.fsync_threads,
                                       on_failure=self._invalidate)
-        self.cache = SessionCache(size=config.lru_size, idle_s=config.idle_evict_s,
+        self.cache = SessionCache(size=config.lru_size, max_bytes=config.lru_mib << 20, idle_s=config.idle_evict_s,
                                   exists=lambda sid: self.index.get(sid) is not None,
                                   new=lambda sid: LoadedSession(sid, *self.loader.paths(sid)),
                                   load=self.loader.fill, on_close=self.flusher.forget)
@@ -79,31 +79,56 @@ class HistoryStore:
 
     # -- sessions --------------------------------------------------------------------------
     def create(self, user_id: str, title: str | None = None, model: str | None = None) -> SessionRecord:
+        """A new empty session; returns once its files are durable."""
+        record, done = self.create_pending(user_id, title, model)
+        _durable(done)
+        return record
+
+    def create_pending(self, user_id: str, title: str | None = None,
+                       model: str | None = None) -> tuple[SessionRecord, Future[None]]:
+        """``create`` without the wait: the record and a future resolved once the session's files
+        are durable and it is visible (``get``, ``list``). The snapshot is written here; the flusher
+        fsyncs it, renames it in and fsyncs the directory once for every create of its round."""
         self.cache.check_open()
         check_user(user_id)
         title = DEFAULT_TITLE if title is None else self._check_title(title)
         check_opt_str("model", model)
         dt = datetime.now(timezone.utc)
-        sid = new_session_id(dt)
-        while self.index.get(sid) is not None or os.path.exists(self.loader.paths(sid)[0]):
-            sid = new_session_id(dt)
         now = dt.isoformat()
-        state = SessionState(SessionRecord(sid, user_id, title, now, now, 0, False, model), [])
-        sess = LoadedSession(sid, *self.loader.paths(sid))
-        with _io_errors(f"could not create session {sid}"):
-            # The empty journal is created first, so the directory fsync of the snapshot's rename
-            # covers both entries and the first append does not need a directory fsync of its own.
-            os.close(os.open(sess.journal_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        with _io_errors("could not create a session"):
+            while True:
+                sid = new_session_id(dt)
+                sess = LoadedSession(sid, *self.loader.paths(sid))
+                if self.index.get(sid) is not None or os.path.exists(sess.snap_path):
+                    continue
+                try:
+                    # The empty journal is created first, so the directory fsync of the snapshot's
+                    # rename covers both entries and the first append needs no directory fsync.
+                    os.close(os.open(sess.journal_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+                except FileExistsError:
+                    continue                 # another create picked the same id a moment ago
+                break
+            state = SessionState(SessionRecord(sid, user_id, title, now, now, 0, False, model), [])
+            tmp = sess.snap_path + ".tmp"
             try:
-                atomic_write(sess.snap_path, encode_snapshot(state.head(), []))
+                write_file(tmp, encode_snapshot(state.head(), []))
             except BaseException:
-                os.unlink(sess.journal_path)
+                for path in (tmp, sess.journal_path):
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
                 raise
-        sess.state, sess.writer, sess.snap_stat = state, JournalWriter(sess.journal_path, 0), file_stat(sess.snap_path)
-        sess.status, sess.last_used = READY, time.monotonic()
-        self.cache.add(sess)
-        self.index.put(state.record, sess.files())
-        return _copy(state.record)
+
+        def visible() -> None:            # flusher thread, once the files are durable
+            sess.state, sess.writer = state, JournalWriter(sess.journal_path, 0)
+            sess.snap_stat = file_stat(sess.snap_path)
+            sess.status, sess.last_used = READY, time.monotonic()
+            self.cache.add(sess)
+            self.index.put(state.record, sess.files())
+
+        done = self.flusher.request_file(NewFile(tmp, sess.snap_path, (sess.journal_path,), visible))
+        return _copy(state.record), done
 
     def get(self, session_id: str) -> SessionRecord:
         """The full record (with summaries); deleted sessions are returned with ``deleted=True``."""
@@ -121,6 +146,30 @@ class HistoryStore:
                 return None
             sess.last_used = time.monotonic()
             return _copy(sess.state.record)
+        finally:
+            sess.lock.release()
+
+    def read_loaded(self, session_id: str, after_id: int | None,
+                    max_messages: int) -> tuple[SessionRecord, list[ChatMessage]] | None:
+        """``get`` and ``messages`` in one, without waiting and without I/O (as ``get_loaded``): the
+        record and the visible messages with id > ``after_id`` (None: those its newest summary does
+        not cover), or None if the session is not loaded, its lock is busy or more than
+        ``max_messages`` would be returned (then read through a thread). Safe on the event loop."""
+        sess = self.cache.get(session_id) if not self.cache.closed else None
+        if sess is None or not sess.lock.acquire(blocking=False):
+            return None
+        try:
+            st = sess.state
+            if sess.status != READY:
+                return None
+            if after_id is None:
+                summary = st.record.summary
+                after_id = summary.covers_to_id if summary is not None else 0
+            start = st.after_pos(after_id)
+            if len(st.msgs) - start > max_messages:
+                return None
+            sess.last_used = time.monotonic()
+            return _copy(st.record), [to_message(d) for d in st.msgs[start:]]
         finally:
             sess.lock.release()
 

@@ -208,17 +208,19 @@ def test_a_server_stopping_during_ask_exits_with_the_connection_code(tmp_path: P
     assert "SHUTTING_DOWN: the server stopped" in err
 
 
-def test_text_history_marks_how_an_answer_ended(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
+def test_text_history_marks_how_an_answer_ended(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A cancelled answer is not an anonymous empty '[4] assistant' (issue 16)."""
-    code, out, _ = run(srv, capsys, "ask", "--new", "first", "--json")
-    sid = json.loads(out)["session_id"]
-    store = srv.srv.store
-    srv.run(store.append(sid, "user", "stop that"))
-    srv.run(store.append(sid, "assistant", "", metadata={"partial": True, "finish_reason": "cancelled"}))
-    srv.run(store.append(sid, "user", "again"))
-    srv.run(store.append(sid, "assistant", "half", metadata={"partial": True, "error": "LLM_ERROR"}))
-    code, out, _ = run(srv, capsys, "history", "--session", sid)
-    assert code == 0
+    with ServerThread(tmp_path) as srv:
+        code, out, err = run(srv, capsys, "ask", "--new", "first", "--json")
+        assert code == 0 and out, err
+        sid = json.loads(out)["session_id"]
+        store = srv.srv.store
+        srv.run(store.append(sid, "user", "stop that"))
+        srv.run(store.append(sid, "assistant", "", metadata={"partial": True, "finish_reason": "cancelled"}))
+        srv.run(store.append(sid, "user", "again"))
+        srv.run(store.append(sid, "assistant", "half", metadata={"partial": True, "error": "LLM_ERROR"}))
+        code, out, err = run(srv, capsys, "history", "--session", sid)
+    assert code == 0, err
     assert "] assistant" in out and "(cancelled, partial)\n(no answer)\n" in out
     assert "(error LLM_ERROR, partial)\nhalf\n" in out
 

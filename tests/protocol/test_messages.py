@@ -52,8 +52,9 @@ def test_valid_bodies(cls: type) -> None:
 
 
 def test_one_class_per_request_type() -> None:
-    assert set(REQUEST_TYPES.values()) == set(VALID)
-    assert len(REQUEST_TYPES) == 22
+    from protocol.kb import KB_REQUEST_TYPES      # tested in tests/kb_wire/test_protocol.py
+    assert set(REQUEST_TYPES.values()) == set(VALID) | set(KB_REQUEST_TYPES.values())
+    assert len(REQUEST_TYPES) == 29
 
 
 @pytest.mark.parametrize("cls", list(VALID))

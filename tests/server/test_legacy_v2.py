@@ -117,8 +117,8 @@ async def test_sessions_clear_models_and_unsupported_requests(tmp_path):
         text = await v2.recv_text()
         assert text.startswith(f"Deleted session {second}.") and f"Current session: {first}" in text
         v2.send(CLIENT_UDP_PORT, b"\x9c\x40")  # ignored
-        v2.send(FILE_METADATA, b'{"name": "x"}')
-        assert "not supported" in await v2.recv_text()
+        v2.send(FILE_METADATA, b'{"name": "x"}')  # file uploads: tests/kb_v2
+        assert await v2.recv_text() == "文件保存失败: field 'filename': expected a non-empty string"
         v2.send(0x55, b"unknown")  # ignored
         v2.send(MsgType.HELLO, b'{"proto": 3}')  # a v3 code on a v2 connection: ignored
         v2.send(CHAT_TEXT, "HEARTBEAT")

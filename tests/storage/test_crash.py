@@ -17,6 +17,16 @@ CHILD = Path(__file__).with_name("crash_child.py")
 KILLS = {"fsync": 14, "compact": 10, "batched": 6}
 
 
+def kill_and_read_rest(proc: subprocess.Popen) -> bytes:
+    """SIGKILL the child; the rest of its stdout, with what ``readline`` already buffered
+    (``communicate`` reads the pipe itself and would skip that, tearing the line it cut)."""
+    proc.send_signal(signal.SIGKILL)
+    rest = proc.stdout.read()
+    proc.stderr.read()
+    proc.wait(60)
+    return rest
+
+
 def run_and_kill(root: Path, sid: str, mode: str, acks_before_kill: int) -> list[int]:
     """Start the child, read ``acks_before_kill`` acknowledgements, SIGKILL it, return every ack."""
     proc = subprocess.Popen([sys.executable, str(CHILD), str(root), sid, mode],
@@ -29,8 +39,7 @@ def run_and_kill(root: Path, sid: str, mode: str, acks_before_kill: int) -> list
                 raise AssertionError(f"child exited early: {proc.stderr.read().decode()[-2000:]}")
             acked.append(int(line))
     finally:
-        proc.send_signal(signal.SIGKILL)
-        rest, _ = proc.communicate(timeout=60)
+        rest = kill_and_read_rest(proc)
     acked += [int(x) for x in rest.split()]               # printed before the kill landed: acked too
     assert proc.returncode == -signal.SIGKILL
     return acked
@@ -95,8 +104,7 @@ def test_sigkill_during_group_commit_loses_no_acknowledged_append(tmp_path: Path
                 acked[sid.decode()].add(int(mid))
                 seen += 1
         finally:
-            proc.send_signal(signal.SIGKILL)
-            rest, _ = proc.communicate(timeout=60)
+            rest = kill_and_read_rest(proc)
         for line in rest.splitlines():                     # printed before the kill landed: acked too
             sid, mid = line.split()
             acked[sid.decode()].add(int(mid))

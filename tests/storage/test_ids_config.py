@@ -49,7 +49,7 @@ def test_store_rejects_bad_ids_without_touching_files(open_store, root, tmp_path
 def test_config_defaults_and_from_dict() -> None:
     c = StorageConfig.from_dict({})
     assert (c.root, c.durability, c.batch_ms, c.lru_size, c.idle_evict_s, c.max_message_bytes) == \
-        ("storage/history", "fsync", 50, 64, 600.0, 1 << 20)
+        ("storage/history", "fsync", 50, 512, 600.0, 1 << 20)
     c = StorageConfig.from_dict({"durability": "batched", "batch_ms": 5, "compact_threshold": 100, "idle_evict_s": 3})
     assert (c.durability, c.batch_ms, c.compact_threshold, c.idle_evict_s) == ("batched", 5, 100, 3.0)
 

@@ -259,3 +259,33 @@ def test_get_loaded_answers_only_without_waiting_or_io(open_store, root) -> None
     release.set()
     t.join(30)
     assert store.get_loaded(a).title == "a" and store.get_loaded(b) is None
+
+
+def test_lru_is_bounded_by_the_bytes_of_loaded_sessions(open_store) -> None:
+    store = open_store(lru_size=100, lru_mib=1)             # the count bound is far away
+    big = store.create("u", "big").session_id
+    for _ in range(3):
+        store.append(big, "user", "x" * 200_000)            # ~600 kB of journal
+    small = [store.create("u", f"s{i}").session_id for i in range(3)]
+    assert store.cache.get(big) is not None                 # under 1 MiB so far
+    store.append(small[0], "user", "y" * 500_000)           # over 1 MiB: the least recently used goes
+    store.cache.trim()
+    assert store.cache.get(big) is None
+    assert all(store.cache.get(s) is not None for s in small)
+    assert sum(s.nbytes() for s in store.cache.sessions()) <= 1 << 20
+    assert store.get(big).message_count == 3                # reloaded on demand, nothing lost
+
+
+def test_read_loaded_reads_in_place_only_when_small_loaded_and_idle(open_store) -> None:
+    store = open_store(lru_size=1)
+    a = store.create("u", "a").session_id
+    for i in range(5):
+        store.append(a, "user", f"m{i}")
+    rec, msgs = store.read_loaded(a, 3, max_messages=10)
+    assert rec.message_count == 5 and [m.content for m in msgs] == ["m3", "m4"]
+    assert store.read_loaded(a, 0, max_messages=4) is None          # more than asked for: use a thread
+    store.add_summary(a, SummaryRecord(text="s", covers_from_id=1, covers_to_id=4))
+    _, msgs = store.read_loaded(a, None, max_messages=10)            # None: after the summary
+    assert [m.id for m in msgs] == [5]
+    store.create("u", "b")                                           # evicts a
+    assert store.read_loaded(a, 0, max_messages=10) is None          # not loaded: no I/O here

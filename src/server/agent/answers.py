@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import orjson
 
-from server.agent import file_answers
+from server.agent import downloads, file_answers
 from storage.models import ToolCall
 
 HELP_EN = (
@@ -198,7 +198,8 @@ def _clock(d: dict[str, Any], zh: bool) -> str:
 
 RENDERERS: dict[str, Callable[[dict[str, Any], bool], str]] = {
     "sys_monitor": _sys_monitor, "processes": _processes, "network_check": _network_check,
-    "read_log": _read_log, "history_search": _history, "clock": _clock, **file_answers.RENDERERS}
+    "read_log": _read_log, "history_search": _history, "clock": _clock, "offer_download": downloads.render,
+    **file_answers.RENDERERS}
 
 
 def render(call: ToolCall, zh: bool) -> str:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from server.agent.downloads import parse_download_request
 from server.agent.file_intents import parse_file_request
 
 THRESHOLD = 1.0
@@ -163,6 +164,9 @@ def parse(text: str) -> list[Intent]:
         topic = history_topic(text)
         if topic:
             return [Intent("history", scores["history"], "history_search", {"query": topic})]
+    download = parse_download_request(text)   # "下载 <name>", "download <name>", "send me <name>"
+    if download is not None:
+        return [Intent("download", 2.0, "offer_download", download)]
     file_request = parse_file_request(text)   # list_dir / read_file / search_files
     if file_request is not None:
         return [Intent(file_request[0], 2.0, *file_request)]

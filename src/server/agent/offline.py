@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from server.agent import answers, intents
+from server.agent import answers, intents, knowledge_route
 from server.agent.base import TurnRequest, TurnResult, TurnSink
 from server.agent.config import AgentConfig
 from server.agent.toolexec import CallRequest, run_tool_step
@@ -50,7 +50,17 @@ class OfflineAgent:
         found = intents.parse(text)
         calls = []
         tool_intents = [i for i in found if i.tool]
-        if tool_intents:
+        route = await knowledge_route.decide(text, req.context.messages, getattr(self.registry, "knowledge", None), req.user_id,
+                                             [i.name for i in tool_intents])
+        req.context.metadata["route"] = route.record()
+        citations: list[dict[str, Any]] = []
+        if route.route == "knowledge":
+            calls = await run_tool_step(self.registry, sink, [CallRequest(None, "search_knowledge",
+                                                                          {"query": route.query[:500], "top_k": 5})],
+                                        ToolContext(req.user_id, req.session_id), step=0, timeout=self.cfg.tool_timeout_s)
+            answer, citations = knowledge_route.answer(calls[0], zh)
+            found = [intents.Intent("knowledge", 1.0, "search_knowledge")]
+        elif tool_intents:
             requests = [CallRequest(None, i.tool, i.arguments) for i in tool_intents if i.tool]
             calls = await run_tool_step(self.registry, sink, requests, ToolContext(req.user_id, req.session_id),
                                         step=0, timeout=self.cfg.tool_timeout_s)
@@ -63,7 +73,9 @@ class OfflineAgent:
         await self._stream(answer, sink)
         metadata: dict[str, Any] = {"model": OFFLINE_MODEL, "agent": self.name,
                                     "intents": [i.name for i in found] or ["unknown"]}
-        if not tool_intents:
+        if citations:
+            metadata["citations"] = citations
+        if not tool_intents and not calls:
             metadata["canned"] = True    # help or not understood: a fixed text, not about the user's topic
         return TurnResult(content=answer, tool_calls=calls, usage={"llm_calls": 0}, finish_reason="stop",
                           metadata=metadata)

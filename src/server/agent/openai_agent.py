@@ -34,6 +34,7 @@ from server.agent.llm_support import (AssembledCall, RetryPolicy, ToolCallAssemb
                                       is_retryable, retry_after, retry_detail, to_agent_error)
 from server.agent.model_catalog import ModelCatalog, ids_of
 from server.agent.toolexec import CallRequest, run_tool_step
+from server.agent.knowledge_route import record_model_route
 from server.tools import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class OpenAIAgent:
     async def run_turn(self, req: TurnRequest, sink: TurnSink) -> TurnResult:
         model = req.model or self.default_model
         messages: list[dict[str, Any]] = list(req.context.messages)
-        tools = self.registry.schemas()
+        tools = await self.registry.schemas_for(req.user_id)
         ctx = ToolContext(req.user_id, req.session_id)
         turn, usage, calls = _TurnText(), Usage(), []
         finish, steps = "stop", 0
@@ -131,8 +132,10 @@ class OpenAIAgent:
             res = await self._step(model, messages, tools, "none", sink, turn, detail)
             usage.add(res.usage)
             finish = "max_iterations"
+        metadata = {"model": model, "agent": self.name, "steps": steps}
+        record_model_route(req.context.metadata, metadata, calls, turn.text())
         return TurnResult(content=turn.text(), tool_calls=calls, usage=usage.to_dict(), finish_reason=finish,
-                          metadata={"model": model, "agent": self.name, "steps": steps})
+                          metadata=metadata)
 
     async def complete(self, messages: list[dict[str, Any]], model: str | None = None) -> str:
         """One non-streamed completion without tools (used for summaries)."""

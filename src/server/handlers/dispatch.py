@@ -19,7 +19,7 @@ from protocol.messages import HistoryExport, HistoryPage, parse_request
 from protocol.replies import Reply
 from server.context import RequestContext
 from server.errors import HandlerError, failure_of
-from server.handlers import chat, history, misc, redo, sessions
+from server.handlers import chat, history, knowledge, misc, redo, sessions
 from server.handlers.hello import handle_hello
 from server.v3_port import V3Port
 
@@ -53,6 +53,13 @@ HANDLERS: dict[MsgType, Any] = {
     MsgType.SESSION_PROMPT: sessions.session_prompt,
     MsgType.CHAT_REGENERATE: redo.chat_regenerate,
     MsgType.CHAT_EDIT: redo.chat_edit,
+    MsgType.KB_UPLOAD_BEGIN: knowledge.upload_begin,
+    MsgType.KB_UPLOAD_END: knowledge.upload_end,
+    MsgType.KB_LIST: knowledge.kb_list,
+    MsgType.KB_DELETE: knowledge.kb_delete,
+    MsgType.KB_SEARCH: knowledge.kb_search,
+    MsgType.KB_PASSAGE: knowledge.kb_passage,
+    MsgType.KB_DOWNLOAD: knowledge.kb_download,
 }
 
 

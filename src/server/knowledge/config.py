@@ -28,6 +28,11 @@ class KnowledgeConfig:
     bm25_b: float = 0.75
     title_weight: float = 1.0                  # weight of the heading path's terms in a chunk's bag
     embeddings: EmbeddingsConfig = field(default_factory=EmbeddingsConfig)
+    # the v3 upload (docs/protocol.md §5.8, server.handlers.knowledge_uploads)
+    max_uploads_per_user: int = 4              # uploads in progress (BEGIN..END) per user
+    max_uploads: int = 32                      # ... on the whole server
+    upload_expiry_s: int = 86_400              # a partial upload is kept this long after its last byte
+    upload_buffer_bytes: int = 8 * MIB         # received bytes not yet written before reading pauses
 
     @classmethod
     def from_dict(cls, d: dict) -> KnowledgeConfig:
@@ -40,7 +45,9 @@ class KnowledgeConfig:
                 "chunk_target_chars": (50, 100_000), "chunk_overlap_chars": (0, 50_000),
                 "max_extracted_chars": (1, 1 << 33), "docx_max_uncompressed_bytes": (1, 1 << 40),
                 "docx_max_ratio": (1, 100_000), "docx_max_members": (1, 1_000_000),
-                "pdf_max_pages": (1, 1_000_000), "ingest_workers": (1, 64)}
+                "pdf_max_pages": (1, 1_000_000), "ingest_workers": (1, 64),
+                "max_uploads_per_user": (1, 1000), "max_uploads": (1, 100_000),
+                "upload_expiry_s": (1, 365 * 86_400), "upload_buffer_bytes": (1 << 16, 1 << 30)}
         for key, (lo, hi) in ints.items():
             setattr(out, key, get_int(s, d, key, getattr(out, key), lo, hi))
         out.bm25_k1 = get_float(s, d, "bm25_k1", out.bm25_k1, 0.0, 10.0)

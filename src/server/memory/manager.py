@@ -40,6 +40,7 @@ Notify = Callable[[str, str, dict], Any]
 MIN_EXCERPT_TOKENS = 24          # an excerpt smaller than this is not worth adding
 MIN_RELATIVE_SCORE = 0.3         # recalled turns score at least this share of the best one
 RESET_INLINE_MAX = 200           # a view rebuilt from more messages than this is built in a worker thread
+READ_INLINE_MAX = 32             # a loaded session's new messages read on the loop when at most this many
 STABLE_MEMO_SIZE = 64            # token counts of system prompts / summaries kept across prompts
 
 
@@ -155,8 +156,10 @@ class MemoryManager:
 
     async def _read(self, session_id: str, after_id: int | None) -> tuple[SessionRecord, list[ChatMessage]]:
         """The record and its visible messages with id > ``after_id`` (None: after the summary's
-        ``covers_to_id``). One worker-thread hop when the store exposes its synchronous
-        ``HistoryStore`` as ``.sync`` (``AsyncHistoryStore`` does), else two awaited calls."""
+        ``covers_to_id``). When the store exposes its synchronous ``HistoryStore`` as ``.sync``
+        (``AsyncHistoryStore`` does): read in place when the session is loaded, idle and has at
+        most ``READ_INLINE_MAX`` such messages (a turn's usual case: no thread hop), else one
+        worker-thread hop; other stores: two awaited calls."""
         def after(record: SessionRecord) -> int:
             if after_id is not None:
                 return after_id
@@ -166,6 +169,9 @@ class MemoryManager:
         if sync is None:
             record = await self.store.get(session_id)
             return record, await self.store.messages(session_id, after_id=after(record))
+        got = sync.read_loaded(session_id, after_id, READ_INLINE_MAX)
+        if got is not None:
+            return got
 
         def read() -> tuple[SessionRecord, list[ChatMessage]]:
             record = sync.get(session_id)

@@ -16,9 +16,11 @@ from typing import Any, Awaitable, Callable
 
 import psutil
 
-from server.tools import files, logs, netcheck, system
+from server.tools import files, logs, netcheck, offer, system
 from server.tools import search as file_search
 from server.tools.config import ToolsConfig
+from server.tools.knowledge import DESCRIPTION as SEARCH_KNOWLEDGE_DESCRIPTION
+from server.tools.knowledge import SEARCH_KNOWLEDGE_SCHEMA, KnowledgeSource, search_knowledge
 from server.tools.schema import ArgumentError, lenient_arguments, parse_arguments, validate
 from server.tools.secrets import redact
 from server.tools.units import ToolFailure, to_json
@@ -57,6 +59,8 @@ DESCRIPTIONS = {
                  "secret files are refused; long files are paged with offset).",
     "search_files": "Search text files under the server's allowed file directories for a string or RE2 regular "
                     "expression (like grep): returns matching lines with file and line number.",
+    "search_knowledge": SEARCH_KNOWLEDGE_DESCRIPTION,
+    "offer_download": offer.DESCRIPTION,
 }
 
 SNIPPET_CHARS = 300
@@ -82,9 +86,12 @@ class ToolRegistry:
     """The tools offered to agents. ``search`` is ``async search(user_id, query, session_id=None, k=5)``."""
 
     def __init__(self, config: ToolsConfig | None = None, *, search: SearchFn | None = None,
-                 secrets: tuple[str, ...] = ()) -> None:
+                 secrets: tuple[str, ...] = (), knowledge: KnowledgeSource | None = None,
+                 offers: offer.OfferFn | None = None) -> None:
         self.config = config or ToolsConfig()
         self.search = search
+        self.knowledge = knowledge      # search_knowledge is offered only with a knowledge base
+        self.offers = offers
         self._secrets = tuple(secrets)
         self._policy = netcheck.HostPolicy(self.config.allowed_hosts)
         cfg = self.config
@@ -116,6 +123,10 @@ class ToolRegistry:
         self._add("search_files", sf, self._search_files, cfg.timeout_s)
         self._add("history_search", HISTORY_SEARCH_SCHEMA, self._history_search, cfg.timeout_s)
         self._add("clock", system.CLOCK_SCHEMA, self._clock, cfg.timeout_s)
+        if knowledge is not None:
+            self._add("search_knowledge", SEARCH_KNOWLEDGE_SCHEMA, self._search_knowledge, cfg.timeout_s)
+        if offers is not None:
+            self._add("offer_download", offer.OFFER_DOWNLOAD_SCHEMA, self._offer_download, cfg.timeout_s)
         psutil.cpu_percent(interval=None)   # prime psutil's counters once
 
     def _add(self, name: str, schema: dict[str, Any], handler: Callable[..., Awaitable[Any]], timeout: float) -> None:
@@ -134,6 +145,13 @@ class ToolRegistry:
         """The OpenAI ``tools`` parameter."""
         return [{"type": "function", "function": {"name": t.name, "description": DESCRIPTIONS[t.name],
                                                   "parameters": t.schema}} for t in self._tools.values()]
+
+    async def schemas_for(self, user_id: str) -> list[dict[str, Any]]:
+        """``schemas()`` for one user: ``search_knowledge`` only when the user can see a document."""
+        tools = self.schemas()
+        if self.knowledge is not None and not await self.knowledge.has_documents(user_id):
+            tools = [t for t in tools if t["function"]["name"] != "search_knowledge"]
+        return tools
 
     def pending(self, name: str, arguments: str | dict | None, call_id: str | None = None,
                 step: int = 0) -> ToolCall:
@@ -206,8 +224,14 @@ class ToolRegistry:
         return await asyncio.to_thread(file_search.search_files, self.config, args["root"], args["pattern"],
                                        args["regex"], args["ignore_case"], args["limit"])
 
+    async def _search_knowledge(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        return await search_knowledge(self.knowledge, args, ctx.user_id)
+
     async def _clock(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return system.clock()
+
+    async def _offer_download(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        return await offer.offer_download(self.offers, args, ctx.user_id, ctx.session_id)
 
     async def _history_search(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         if self.search is None:

@@ -1,0 +1,155 @@
+"""Knowledge-base transfers over a ``Client`` (docs/protocol.md §5.8): resumable upload, resumable
+download, and the small requests (list, search, delete, passage).
+
+``upload`` hashes the file (md5 + sha256, in a worker thread), sends KB_UPLOAD_BEGIN, streams the
+bytes from the offset the server reports as binary data frames, then KB_UPLOAD_END; when the
+connection drops it waits for the client's reconnect and begins again, and the server continues
+from what it kept. ``download`` writes to ``<dest>.part`` and resumes from its size, then checks the
+md5 of the whole file before renaming it to ``dest``.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from protocol import MsgType
+from protocol.binary import decode_data
+
+from client import errors
+from client.errors import ClientError
+
+BLOCK = 1 << 20                   # read from the file (in a worker thread) this much at a time
+RETRYABLE = frozenset({errors.CONNECTION_LOST, errors.NOT_CONNECTED})
+Progress = Callable[[str, int, int], None]        # (stage, done, total)
+_handles = itertools.count(1)
+
+
+def file_digests(path: Path) -> tuple[str, str, int]:
+    """(md5, sha256, size) of a file (blocking: run it in a thread)."""
+    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while block := f.read(BLOCK):
+            md5.update(block), sha.update(block)
+            size += len(block)
+    return md5.hexdigest(), sha.hexdigest(), size
+
+
+async def upload(client: Any, path: str | os.PathLike, *, collection: str | None = None,
+                 progress: Progress | None = None, retries: int = 5, reconnect_timeout: float = 30.0,
+                 end_timeout: float = 600.0, name: str | None = None) -> dict[str, Any]:
+    """Upload one file; returns the stored document (the §5.8 Document as a dict: doc_id, name, md5,
+    chunks, duplicate, ...).
+    Server refusals raise ClientError with the server's code (UNSUPPORTED_MEDIA, QUOTA_EXCEEDED, ...)."""
+    path = Path(path)
+    md5, sha, size = await asyncio.to_thread(file_digests, path)
+    body: dict[str, Any] = {"name": name or path.name, "size": size, "md5": md5, "sha256": sha}
+    if collection:
+        body["collection"] = collection
+    attempt = 0
+    while True:
+        try:
+            return await _upload_once(client, path, body, progress, end_timeout)
+        except ClientError as exc:
+            attempt += 1
+            if exc.code not in RETRYABLE or attempt > retries or not client.reconnect_enabled:
+                raise
+            await client.wait_connected(reconnect_timeout)
+
+
+async def _upload_once(client: Any, path: Path, body: dict[str, Any], progress: Progress | None,
+                       end_timeout: float) -> dict[str, Any]:
+    begin = await client.request(MsgType.KB_UPLOAD_BEGIN, dict(body))
+    upload_id, handle, offset, step = begin.upload_id, begin.handle, begin.offset, begin.chunk_size
+
+    def on_progress(ev: Any) -> bool:
+        if not isinstance(ev, dict) or ev.get("upload_id") != upload_id:
+            return False
+        if progress is not None:
+            progress(ev["stage"], ev["done"], ev["total"])
+        return True
+
+    client.taps[MsgType.KB_PROGRESS] = on_progress
+    try:
+        with open(path, "rb") as f:
+            await asyncio.to_thread(f.seek, offset)
+            while offset < body["size"]:
+                block = await asyncio.to_thread(f.read, min(BLOCK - BLOCK % step, body["size"] - offset))
+                if not block:
+                    raise ClientError("FILE_CHANGED", f"{path} shrank while it was uploaded")
+                await client.send_data(MsgType.KB_UPLOAD_DATA, handle, offset, block)
+                offset += len(block)
+        reply = await client.request(MsgType.KB_UPLOAD_END, {"upload_id": upload_id}, timeout=end_timeout)
+        return reply.document.encode()
+    finally:
+        if client.taps.get(MsgType.KB_PROGRESS) is on_progress:
+            del client.taps[MsgType.KB_PROGRESS]
+
+
+async def download(client: Any, doc_id: str, dest: str | os.PathLike, *, progress: Progress | None = None,
+                   retries: int = 5, reconnect_timeout: float = 30.0, timeout: float = 600.0) -> dict[str, Any]:
+    """Download a document to ``dest`` (resuming ``<dest>.part``); returns the document. ClientError
+    CHECKSUM_MISMATCH if the bytes do not hash to the document's md5 (the part file is removed)."""
+    dest = Path(dest)
+    part = dest.with_name(dest.name + ".part")
+    attempt = 0
+    while True:
+        try:
+            doc = await _download_once(client, doc_id, part, progress, timeout)
+            break
+        except ClientError as exc:
+            attempt += 1
+            if exc.code not in RETRYABLE or attempt > retries or not client.reconnect_enabled:
+                raise
+            await client.wait_connected(reconnect_timeout)
+    md5, _, _ = await asyncio.to_thread(file_digests, part)
+    if md5 != doc["md5"]:
+        await asyncio.to_thread(part.unlink)
+        raise ClientError("CHECKSUM_MISMATCH", f"downloaded bytes hash to {md5}, not {doc['md5']}")
+    await asyncio.to_thread(os.replace, part, dest)
+    return doc
+
+
+async def _download_once(client: Any, doc_id: str, part: Path, progress: Progress | None,
+                         timeout: float) -> dict[str, Any]:
+    offset = part.stat().st_size if part.exists() else 0
+    handle = next(_handles) & 0xFFFFFFFF
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+    failure: list[str] = []
+    expected = [offset]
+
+    def on_data(payload: Any) -> bool:
+        h, off, data = decode_data(payload)
+        if h != handle:
+            return False
+        if off != expected[0]:
+            failure.append(f"data at offset {off}, expected {expected[0]}")
+        else:
+            expected[0] += len(data)
+            queue.put_nowait(data.tobytes())
+        return True
+
+    async def writer() -> None:
+        with open(part, "ab") as f:
+            while (data := await queue.get()) is not None:
+                await asyncio.to_thread(f.write, data)
+                if progress is not None:
+                    progress("receiving", f.tell(), -1)
+
+    task = asyncio.create_task(writer())
+    client.taps[MsgType.KB_DOWNLOAD_DATA] = on_data
+    try:
+        reply = await client.request(MsgType.KB_DOWNLOAD, {"doc_id": doc_id, "handle": handle, "offset": offset},
+                                     timeout=timeout)
+    finally:
+        if client.taps.get(MsgType.KB_DOWNLOAD_DATA) is on_data:
+            del client.taps[MsgType.KB_DOWNLOAD_DATA]
+        queue.put_nowait(None)
+        await task
+    if failure:
+        raise ClientError("INVALID_MESSAGE", failure[0])
+    return reply.document.encode()

@@ -1,0 +1,149 @@
+"""``nplt-client kb ...``: upload, list, search, delete and download knowledge-base documents.
+
+``kb upload PATH... [--group G] [--json]`` prints one line per file (or, with --json, one document
+``{"files": [{doc_id, name, md5, chunks, duplicate} | {path, error: {code, message}}]}``); a refused
+file is reported on stderr with its code and the exit status is non-zero. On a terminal, stderr
+shows a progress bar per file (bytes, then the server's stages).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from protocol import MsgType
+
+from client import kb as kbclient
+from client.config import ClientConfig
+from client.connection import Backoff, Client
+from client.errors import ClientError
+
+DOC_FIELDS = ("doc_id", "name", "md5", "chunks", "duplicate")
+HIT_FIELDS = ("doc_id", "name", "text", "score", "location", "citation", "chunk_id")
+BAR = 24
+
+
+def _client(cfg: ClientConfig, *, reconnect: bool = False) -> Client:
+    """A client for one command; an upload reconnects (and resumes) a few times."""
+    return Client(cfg.host, cfg.port, token=cfg.token, tls=cfg.tls.context(), client_name="nplt-cli/0.1",
+                  reconnect=reconnect, backoff=Backoff(max_attempts=5 if reconnect else 0),
+                  request_timeout=cfg.request_timeout_s, connect_timeout=cfg.connect_timeout_s,
+                  event_queue_size=cfg.event_queue_size)
+
+
+def _dump(doc: Any, out: TextIO) -> None:
+    out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+    out.flush()
+
+
+def _bar(err: TextIO, name: str):
+    """A progress callback drawing one line on a terminal (nothing otherwise)."""
+    if not err.isatty():
+        return None
+
+    def show(stage: str, done: int, total: int) -> None:
+        frac = done / total if total > 0 else 0.0
+        fill = int(frac * BAR)
+        err.write(f"\r{name[:30]:30} {stage:9} [{'#' * fill}{'.' * (BAR - fill)}] {frac:4.0%}")
+        if stage == "indexing" and done >= total:
+            err.write("\n")
+        err.flush()
+    return show
+
+
+async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO, *,
+                 exit_code_for: Callable[[ClientError], int]) -> int:
+    """Run one ``kb`` action; ``exit_code_for`` maps a refused upload to the CLI's exit status."""
+    action = args.kb_command
+    if action == "upload":
+        return await _upload(args, cfg, out, err, exit_code_for)
+    async with _client(cfg) as c:
+        if action == "list":
+            docs = [d.encode() for d in (await c.request(MsgType.KB_LIST, {})).documents]
+            if args.json:
+                _dump({"documents": docs}, out)
+            for d in [] if args.json else docs:
+                out.write(f"{d['doc_id']}  {d['uploaded_at'][:19]}  {d['size']:>10}  {d['chunks']:>5} chunks  "
+                          f"{d['collection']:16}  {d['name']}\n")
+        elif action == "search":
+            hits = [h.encode() for h in (await c.request(MsgType.KB_SEARCH, {"query": args.query, "limit": args.limit})).hits]
+            if args.json:
+                _dump({"hits": [{k: h.get(k) for k in HIT_FIELDS} for h in hits]}, out)
+            for h in [] if args.json else hits:
+                out.write(f"{h['score']:.3f}  {h['citation']}  ({h['chunk_id']})\n  {h['text'][:300]}\n\n")
+        elif action == "delete":
+            await c.request(MsgType.KB_DELETE, {"doc_id": args.doc_id})
+            out.write(f"deleted {args.doc_id}\n")
+        elif action == "download":
+            dest = Path(args.output) if args.output else None
+            if dest is None:
+                docs = (await c.request(MsgType.KB_LIST, {})).documents
+                match = [d for d in docs if d.doc_id == args.doc_id]
+                if not match:
+                    raise ClientError("NOT_FOUND", "no such document")
+                dest = Path(Path(match[0].name).name)
+            doc = await kbclient.download(c, args.doc_id, dest, progress=_bar(err, args.doc_id))
+            if err.isatty():
+                err.write("\n")
+            out.write(f"{dest}  {doc['size']} bytes  md5 {doc['md5']}\n")
+    return 0
+
+
+async def _upload(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO,
+                  exit_code_for: Callable[[ClientError], int]) -> int:
+    results: list[dict[str, Any]] = []
+    status = 0
+    async with _client(cfg, reconnect=True) as c:
+        for raw in args.paths:
+            path = Path(raw).expanduser()
+            try:
+                if not path.is_file():
+                    raise ClientError("NOT_A_FILE", f"{raw}: not a readable file")
+                doc = await kbclient.upload(c, path, collection=args.group, progress=_bar(err, path.name))
+            except ClientError as exc:
+                if exc.is_connection_error:
+                    raise
+                err.write(f"nplt-client: {exc.code}: {raw}: {exc.message}\n")
+                results.append({"path": raw, "error": {"code": exc.code, "message": exc.message}})
+                status = status or exit_code_for(exc)
+                continue
+            row = {k: doc.get(k) for k in DOC_FIELDS}
+            results.append(row)
+            if not args.json:
+                dup = "  (duplicate)" if row["duplicate"] else ""
+                out.write(f"{row['doc_id']}  {row['md5']}  {row['chunks']:>5} chunks  {row['name']}{dup}\n")
+    if args.json:
+        _dump({"files": results}, out)
+    return status
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"expected an integer in 1..100, got {text!r}")
+    return value
+
+
+def add_kb_parser(sub: Any) -> None:
+    p = sub.add_parser("kb", help="knowledge base: upload, list, search, delete, download documents")
+    kb = p.add_subparsers(dest="kb_command", metavar="ACTION", required=True)
+    q = kb.add_parser("upload", help="upload files (resumed after a dropped connection)")
+    q.add_argument("paths", nargs="+", metavar="PATH")
+    q.add_argument("--group", metavar="G", help="into group G's collection (default: your own)")
+    q.add_argument("--json", action="store_true")
+    q = kb.add_parser("list", help="documents you can see, newest first")
+    q.add_argument("--json", action="store_true")
+    q = kb.add_parser("search", help="the best passages for a query, with citations")
+    q.add_argument("query")
+    q.add_argument("--limit", type=_limit, default=5, metavar="N", help="1..100 passages (default 5)")
+    q.add_argument("--json", action="store_true")
+    q = kb.add_parser("delete", help="delete a document (its uploader or an admin)")
+    q.add_argument("doc_id")
+    q = kb.add_parser("download", help="download a document (resumes FILE.part)")
+    q.add_argument("doc_id")
+    q.add_argument("-o", "--output", metavar="FILE", help="default: the document's name in this directory")
+

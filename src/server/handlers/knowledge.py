@@ -1,0 +1,117 @@
+"""Knowledge-base requests (docs/protocol.md §5.8): upload begin/end, list, delete, search, passage,
+download. The caller's collections come from its user and the user's groups (``[auth]``); every
+access check is the knowledge base's (``server.knowledge``)."""
+from __future__ import annotations
+
+import asyncio
+
+from protocol import ErrorCode, MsgType
+from protocol.binary import MAX_DATA, data_frames
+from protocol.kb import (KbDelete, KbDeleteReply, KbDocument, KbDocumentReply, KbDownload, KbDownloadReply, KbHit,
+                         KbList, KbListReply, KbPassage, KbPassageReply, KbSearch, KbSearchReply, KbUploadBegin,
+                         KbUploadEnd, KbUploadReply)
+from server.context import RequestContext
+from server.errors import HandlerError
+from server.knowledge.access import resolve
+from server.knowledge.kb import clean_name
+from server.knowledge.models import DocumentInfo, Hit
+from server.knowledge.parsers import kind_of
+
+DOWNLOAD_BLOCK = 1 << 20       # read from disk (in a worker thread) this much at a time
+_DOWNLOAD_DATA = MsgType.KB_DOWNLOAD_DATA
+
+
+def principal(ctx: RequestContext) -> tuple[str, tuple[str, ...]]:
+    """(user, groups) of the request's connection."""
+    user = ctx.user_id
+    return user, ctx.services.auth.groups_of(user)
+
+
+def doc_obj(d: DocumentInfo) -> KbDocument:
+    return KbDocument(d.doc_id, d.name, d.md5, d.sha256, d.size, d.chunks, d.collection, d.uploaded_at,
+                      d.uploader, d.duplicate)
+
+
+def hit_obj(h: Hit) -> KbHit:
+    return KbHit(h.doc_id, h.name, h.chunk_id, h.text, h.score, h.location, h.collection, h.citation)
+
+
+def _kb(ctx: RequestContext):
+    kb = ctx.services.knowledge
+    if kb is None:
+        raise HandlerError(ErrorCode.UNSUPPORTED, "this server has no knowledge base")
+    return kb
+
+
+async def upload_begin(ctx: RequestContext, req: KbUploadBegin) -> KbUploadReply:
+    kb = _kb(ctx)
+    user, groups = principal(ctx)
+    coll = resolve(user, groups, req.collection)
+    name = clean_name(req.name)
+    kind_of(name)
+    cfg = kb.config
+    if req.size == 0:
+        raise HandlerError(ErrorCode.UNSUPPORTED_MEDIA, "empty file")
+    if req.size > cfg.max_upload_bytes:
+        raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
+                           f"file of {req.size} bytes over the upload limit ({cfg.max_upload_bytes}, max_upload_bytes)")
+    used = kb.usage(user)
+    if used + req.size > cfg.user_quota_bytes:
+        raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
+                           f"quota of {cfg.user_quota_bytes} bytes would be exceeded ({used} used, user_quota_bytes)")
+    return await ctx.services.uploads.begin(ctx.port, req.id, user, coll, name, req.size, req.md5, req.sha256)
+
+
+async def upload_end(ctx: RequestContext, req: KbUploadEnd) -> KbDocumentReply:
+    kb = _kb(ctx)
+    uploads = ctx.services.uploads
+    up = await uploads.finish(ctx.port, req.upload_id)
+    user, groups = principal(ctx)
+    try:
+        info = await kb.ingest(user, groups, up.collection, up.name, up.part, md5=up.md5,
+                               progress=uploads.progress(up, req.id))
+    finally:
+        await uploads.remove(up)
+    return KbDocumentReply(doc_obj(info))
+
+
+async def kb_list(ctx: RequestContext, req: KbList) -> KbListReply:
+    user, groups = principal(ctx)
+    return KbListReply(tuple(doc_obj(d) for d in await _kb(ctx).list(user, groups, req.collection)))
+
+
+async def kb_delete(ctx: RequestContext, req: KbDelete) -> KbDeleteReply:
+    user, groups = principal(ctx)
+    await _kb(ctx).delete(user, groups, req.doc_id, admin=ctx.services.auth.is_admin(user))
+    return KbDeleteReply(req.doc_id)
+
+
+async def kb_search(ctx: RequestContext, req: KbSearch) -> KbSearchReply:
+    user, groups = principal(ctx)
+    hits = await _kb(ctx).search(user, groups, req.query, req.limit, collection=req.collection)
+    return KbSearchReply(tuple(hit_obj(h) for h in hits))
+
+
+async def kb_passage(ctx: RequestContext, req: KbPassage) -> KbPassageReply:
+    user, groups = principal(ctx)
+    return KbPassageReply(hit_obj(await _kb(ctx).get_passage(user, groups, req.chunk_id)))
+
+
+async def kb_download(ctx: RequestContext, req: KbDownload) -> KbDownloadReply:
+    """The bytes from ``offset`` as data frames, then the reply; waits while the client does not read."""
+    user, groups = principal(ctx)
+    info, f = await _kb(ctx).open_document(user, groups, req.doc_id, req.offset)
+    port = ctx.port
+    pos = req.offset
+    block = max(MAX_DATA, min(DOWNLOAD_BLOCK, ctx.limits.max_output_buffer // 4))  # never near SLOW_CONSUMER
+    try:
+        while not port.closed:
+            data = await asyncio.to_thread(f.read, block)
+            if not data:
+                break
+            port.send_frames(data_frames(port.codec.send_raw, _DOWNLOAD_DATA, req.handle, pos, data))
+            pos += len(data)
+            await port.writable()
+    finally:
+        await asyncio.to_thread(f.close)
+    return KbDownloadReply(doc_obj(info), req.offset, pos - req.offset)

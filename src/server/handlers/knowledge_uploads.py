@@ -1,0 +1,323 @@
+"""Uploads in progress (docs/protocol.md §5.8): partial files under the data dir, the data frames of
+each connection, and the named limits (concurrent uploads per user and server-wide, expiry).
+
+A partial upload is ``<root>/<upload_id>.part`` (the bytes so far) plus ``<upload_id>.json`` (who,
+where, what). ``upload_id`` is derived from (user, collection, name, size, md5), so a BEGIN sent
+again after a disconnect finds the partial file and continues from its size; partial files not
+touched for ``upload_expiry_s`` are removed (at start and at every BEGIN). Received bytes are
+buffered and written (and hashed, md5 + sha256) by a writer task in a worker thread, never on the
+event loop; a connection whose unwritten bytes exceed ``upload_buffer_bytes`` stops being read
+until the writer catches up (``Flow``).
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from protocol import ErrorCode, MsgType, ProtocolError
+from protocol.binary import MAX_DATA, decode_data
+from protocol.kb import KbProgress, KbUploadReply
+from server.errors import HandlerError
+from server.knowledge.config import KnowledgeConfig
+from server.wire import encode_reply
+
+log = logging.getLogger("nplt.knowledge")
+
+_PROGRESS = int(MsgType.KB_PROGRESS)
+HASH_BLOCK = 1 << 20
+REPORT_STEPS = 50           # "receiving" progress about every 2 %, and whenever the writer caught up
+
+
+class Flow(Protocol):
+    """The reading side of the connection the data frames come from."""
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+
+@dataclass(eq=False)
+class Upload:
+    upload_id: str
+    user: str
+    collection: str
+    name: str
+    size: int
+    md5: str
+    sha256: str | None
+    part: Path
+    received: int = 0                          # bytes accepted (buffered or written)
+    written: int = 0
+    buf: list[memoryview] = field(default_factory=list)   # received, not written yet (no copy)
+    buffered: int = 0
+    writer: asyncio.Task | None = None
+    file: Any = None                           # the open .part file (worker threads only)
+    h_md5: Any = field(default_factory=lambda: hashlib.md5(usedforsecurity=False))
+    h_sha: Any = None                          # sha256, only when the client announced one
+    port: Any = None                           # the connection it is attached to, and its handle
+    handle: int = 0
+    re: Any = None                             # BEGIN's id: KB_PROGRESS "receiving" carries it
+    flow: Flow | None = None
+    paused: bool = False
+    reported_error: bool = False
+    next_report: int = 0
+
+
+def upload_id_of(user: str, collection: str, name: str, size: int, md5: str) -> str:
+    key = "\0".join((user, collection, name, str(size), md5.lower()))
+    return "up_" + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+class UploadService:
+    """Every upload in progress; one per server (``Services.uploads``)."""
+
+    def __init__(self, config: KnowledgeConfig, root: str | os.PathLike) -> None:
+        self.config = config
+        self.root = Path(root)
+        self._active: dict[str, Upload] = {}                  # upload_id -> attached upload
+        self._ports: dict[Any, dict[int, Upload]] = {}        # port -> handle -> upload
+        self._closing: dict[str, asyncio.Task] = {}           # upload_id -> its .part file being closed
+        self._handles = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await asyncio.to_thread(self._sweep)
+
+    async def close(self) -> None:
+        """Wait for the partial files being closed (server stop)."""
+        for task in list(self._closing.values()):
+            await task
+
+    def _sweep(self) -> None:
+        """Remove partial uploads not touched for ``upload_expiry_s`` (worker thread)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        limit = time.time() - self.config.upload_expiry_s
+        for entry in os.scandir(self.root):
+            uid = entry.name.rsplit(".", 1)[0]
+            if uid in self._active:
+                continue
+            try:
+                if entry.stat().st_mtime < limit:
+                    os.unlink(entry.path)
+                    log.info("expired partial upload %s removed", entry.name)
+            except FileNotFoundError:
+                pass
+
+    def expires_at(self) -> str:
+        ts = time.time() + self.config.upload_expiry_s
+        return datetime.fromtimestamp(ts, timezone.utc).isoformat()
+
+    def in_progress(self, user: str | None = None) -> int:
+        return sum(1 for u in self._active.values() if user is None or u.user == user)
+
+    # -- BEGIN ---------------------------------------------------------------------------------------
+    async def begin(self, port: Any, re: Any, user: str, collection: str, name: str, size: int, md5: str,
+                    sha256: str | None) -> KbUploadReply:
+        uid = upload_id_of(user, collection, name, size, md5)
+        await asyncio.to_thread(self._sweep)
+        up = self._active.get(uid)
+        if up is not None:                       # resumed while the old connection still holds it
+            await self._flush(up)
+            self._detach(up)
+        await self._closed(uid)                  # its file, closed by a connection that went away
+        cfg = self.config
+        if self.in_progress(user) >= cfg.max_uploads_per_user:
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
+                               f"{cfg.max_uploads_per_user} uploads already in progress (max_uploads_per_user)")
+        if self.in_progress() >= cfg.max_uploads:
+            raise HandlerError(ErrorCode.SERVER_BUSY, f"{cfg.max_uploads} uploads in progress on the server "
+                                                      "(max_uploads); retry later")
+        up = Upload(uid, user, collection, name, size, md5.lower(), sha256, self.root / f"{uid}.part",
+                    h_sha=hashlib.sha256() if sha256 else None)
+        self._active[uid] = up                   # (reserved before the await: limits hold)
+        try:
+            await asyncio.to_thread(self._open, up)
+        except OSError as exc:
+            self._active.pop(uid, None)
+            raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot store the upload: {exc.strerror or exc}") from None
+        except BaseException:
+            self._active.pop(uid, None)
+            raise
+        self._handles = (self._handles + 1) & 0xFFFFFFFF
+        up.port, up.handle, up.re = port, self._handles, re
+        up.next_report = up.received + max(1, size // REPORT_STEPS)
+        self._ports.setdefault(port, {})[up.handle] = up
+        return KbUploadReply(uid, up.handle, up.received, size, MAX_DATA, self.expires_at())
+
+    def _open(self, up: Upload) -> None:
+        """Worker thread: continue a partial file (re-hashing what it holds) or start one."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        meta = self.root / f"{up.upload_id}.json"
+        if up.part.exists() and meta.exists():
+            held = up.part.stat().st_size
+            if held > up.size:
+                held = 0
+            with open(up.part, "rb") as f:
+                left = held
+                while left:
+                    block = f.read(min(HASH_BLOCK, left))
+                    if not block:
+                        break
+                    up.h_md5.update(block)
+                    if up.h_sha is not None:
+                        up.h_sha.update(block)
+                    left -= len(block)
+            up.file = open(up.part, "r+b")
+            up.file.truncate(held)
+            up.file.seek(held)
+            up.received = up.written = held
+            os.utime(meta)
+            return
+        up.file = open(up.part, "wb")
+        meta.write_text(json.dumps({"user": up.user, "collection": up.collection, "name": up.name,
+                                    "size": up.size, "md5": up.md5}), encoding="utf-8")
+
+    # -- data frames ---------------------------------------------------------------------------------
+    def on_data(self, port: Any, payload: bytes, flow: Flow) -> None:
+        """One KB_UPLOAD_DATA frame of ``port`` (called by the connection, never awaits)."""
+        try:
+            handle, offset, chunk = decode_data(payload)
+        except ProtocolError as exc:
+            port.send_error(None, exc.code, exc.message)
+            return
+        up = self._ports.get(port, {}).get(handle)
+        if up is None:
+            port.send_error(None, ErrorCode.INVALID_MESSAGE, f"no upload with handle {handle} on this connection")
+            return
+        n = len(chunk)
+        if offset != up.received or offset + n > up.size:
+            if not up.reported_error:
+                up.reported_error = True
+                why = (f"{offset + n - up.size} bytes past the announced size" if offset == up.received
+                       else f"offset {offset}, expected {up.received}")
+                port.send_error(None, ErrorCode.INVALID_MESSAGE,
+                                f"upload {up.upload_id}: data frame dropped ({why}); send KB_UPLOAD_BEGIN to resume")
+            return
+        up.buf.append(chunk)
+        up.buffered += n
+        up.received += n
+        if up.buffered >= self.config.upload_buffer_bytes:   # (again if something resumed reading meanwhile)
+            up.paused, up.flow = True, flow
+            flow.pause_reading()
+        if up.writer is None:
+            up.writer = asyncio.get_running_loop().create_task(self._drain(up, up.file))
+
+    async def _drain(self, up: Upload, f: Any) -> None:
+        """Write what was received (all of it, even after a disconnect: a resume continues after it)."""
+        try:
+            while up.buf:
+                parts, up.buf, up.buffered = up.buf, [], 0
+                await asyncio.to_thread(self._write, up, f, parts)
+                if up.paused and up.buffered < self.config.upload_buffer_bytes // 2:
+                    up.paused = False
+                    up.flow.resume_reading()  # type: ignore[union-attr]
+                if up.written >= up.next_report or not up.buf:   # every 2 %, and when caught up
+                    up.next_report = up.written + max(1, up.size // REPORT_STEPS)
+                    self._progress(up, up.re, "receiving", up.written, up.size)
+        except OSError as exc:
+            log.warning("upload %s: write failed: %s", up.upload_id, exc)
+            if up.port is not None:
+                up.port.send_error(None, ErrorCode.STORAGE_ERROR, f"upload {up.upload_id}: cannot store: {exc.strerror}")
+        finally:
+            up.writer = None
+
+    @staticmethod
+    def _write(up: Upload, f: Any, parts: list[memoryview]) -> None:
+        for data in parts:
+            f.write(data)
+            up.h_md5.update(data)
+            if up.h_sha is not None:
+                up.h_sha.update(data)
+            up.written += len(data)
+
+    def _progress(self, up: Upload, re: Any, stage: str, done: int, total: int) -> None:
+        port = up.port
+        if port is not None:
+            port.send(_PROGRESS, encode_reply(re, KbProgress(up.upload_id, stage, done, total)))
+
+    async def _flush(self, up: Upload) -> None:
+        while up.writer is not None:
+            await asyncio.shield(up.writer)
+
+    # -- END -----------------------------------------------------------------------------------------
+    async def finish(self, port: Any, upload_id: str) -> Upload:
+        """Every byte written and verified: the upload, detached, its file closed. Raises
+        INVALID_MESSAGE (bytes missing), CHECKSUM_MISMATCH (the partial upload is removed)."""
+        up = self._active.get(upload_id)
+        if up is None or up.port is not port:
+            raise HandlerError(ErrorCode.NOT_FOUND, f"no upload {upload_id!r} in progress on this connection "
+                                                    "(send KB_UPLOAD_BEGIN)")
+        await self._flush(up)
+        if up.written != up.size:
+            raise HandlerError(ErrorCode.INVALID_MESSAGE,
+                               f"{up.written} of {up.size} bytes received; continue from offset {up.written}")
+        self._detach(up)
+        await self._closed(upload_id)
+        md5 = up.h_md5.hexdigest()
+        sha = up.h_sha.hexdigest() if up.h_sha is not None else None
+        if md5 != up.md5 or sha != up.sha256:
+            await self.remove(up)
+            which = "md5" if md5 != up.md5 else "sha256"
+            raise HandlerError(ErrorCode.CHECKSUM_MISMATCH,
+                               f"the {which} of the received bytes does not match the announced one; nothing was kept")
+        return up
+
+    async def remove(self, up: Upload) -> None:
+        """Delete a partial upload's files."""
+        def run() -> None:
+            for path in (up.part, self.root / f"{up.upload_id}.json"):
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    pass
+        await asyncio.to_thread(run)
+
+    def progress(self, up: Upload, re: Any):
+        """A ``KnowledgeBase.ingest`` progress callback sending KB_PROGRESS (re = END's id)."""
+        def report(stage: str, done: int, total: int) -> None:
+            if stage != "receiving":              # (already reported as the bytes arrived)
+                self._progress(up, re, stage, done, total)
+        return report
+
+    # -- connections ---------------------------------------------------------------------------------
+    def _detach(self, up: Upload) -> None:
+        """Free the upload's slot and handle; its bytes stay on disk for a resume."""
+        if self._active.get(up.upload_id) is up:
+            del self._active[up.upload_id]
+        handles = self._ports.get(up.port)
+        if handles is not None:
+            handles.pop(up.handle, None)
+            if not handles:
+                del self._ports[up.port]
+        if up.paused and up.flow is not None:
+            up.paused = False
+            up.flow.resume_reading()
+        if up.file is not None:     # closed (flushed) off the loop, after the writer's last write
+            f, up.file = up.file, None
+            task = asyncio.get_running_loop().create_task(self._close_file(up.writer, f))
+            self._closing[up.upload_id] = task
+            task.add_done_callback(lambda t, uid=up.upload_id: self._closing.pop(uid, None)
+                                   if self._closing.get(uid) is t else None)
+
+    async def _close_file(self, writer: asyncio.Task | None, f: Any) -> None:
+        if writer is not None:
+            await asyncio.wait([writer])
+        await asyncio.to_thread(f.close)
+
+    async def _closed(self, upload_id: str) -> None:
+        task = self._closing.pop(upload_id, None)
+        if task is not None:
+            await task
+
+    def detach_port(self, port: Any) -> None:
+        """The connection closed: its uploads stop (the partial files wait for a resume)."""
+        for up in list(self._ports.get(port, {}).values()):
+            self._detach(up)
+            up.port = None
+        self._ports.pop(port, None)

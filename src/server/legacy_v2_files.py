@@ -1,0 +1,325 @@
+"""v2 file features (docs/protocol.md §7, docs/knowledge.md "v2 clients"): uploads and the UDP port.
+
+Upload: ``FILE_METADATA`` JSON ``{"filename", "size"}``, then ``FILE_DATA`` frames (any piece size) until
+``size`` bytes have arrived. The bytes go to a file under ``<storage root>/v2-uploads/`` (at most
+``v2_upload_buffer_bytes`` are held in memory; writes run in a worker thread), then the knowledge base
+ingests that file into the user's collection (off the loop) and the client gets ONE ``CHAT_TEXT``:
+``文件上传成功: <filename> (ID: <doc_id>)`` or ``文件保存失败: <reason>``. A refusal known from the
+metadata alone (bad JSON, hostile name, unsupported type, over ``[knowledge] max_upload_bytes``) is
+answered at once and the announced bytes that follow are swallowed silently. An upload with no
+``FILE_DATA`` for ``v2_upload_timeout_s`` is abandoned (its file removed; the client is told unless it
+left). A ``FILE_DATA`` with no upload open is answered once in text until the next ``FILE_METADATA``.
+
+``CLIENT_UDP_PORT`` JSON ``{"udp_port"}`` registers the connection with the offer service: downloads the
+assistant offers go to (the TCP peer's address, that port). It is never answered (the deployed clients
+read no reply); an invalid one is logged and ignored.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import shutil
+import time
+import weakref
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
+
+import orjson
+
+from protocol import ErrorCode, Message, MsgType
+from server.auth import LOCAL_USER
+from server.config import ServerConfig
+from server.errors import HandlerError, failure_of
+from server.knowledge.kb import clean_name
+from server.knowledge.parsers import kind_of
+from server.services import Services
+
+log = logging.getLogger("nplt.v2.files")
+
+OK = "文件上传成功: {name} (ID: {doc_id})"
+FAILED = "文件保存失败: {reason}"
+ORPHAN_DATA = "FILE_DATA without FILE_METADATA: send the file's metadata (filename, size) first"
+
+
+class _Host(Protocol):
+    codec: Any
+    conn_id: int
+
+    @property
+    def closing(self) -> bool: ...
+    def write(self, data: bytes) -> None: ...
+
+
+class V2FileAdapter(Protocol):
+    """What these handlers use of ``server.legacy_v2.LegacyV2`` (also a hub subscriber)."""
+
+    services: Services
+    host: _Host
+    streaming: bool
+
+    def reply(self, text: str) -> None: ...
+
+
+
+def incoming_dir(config: ServerConfig) -> Path:
+    return Path(config.storage.root) / "v2-uploads"
+
+
+async def clear_incoming(config: ServerConfig) -> None:
+    """At start: remove uploads a previous run left unfinished."""
+    await asyncio.to_thread(shutil.rmtree, incoming_dir(config), True)
+
+
+class _Upload:
+    """One v2 upload in progress: where its bytes go and how many are still to come."""
+
+    def __init__(self, name: str, size: int, path: Path | None, f: BinaryIO | None) -> None:
+        self.name = name
+        self.size = size
+        self.path = path              # None: refused at the metadata, the bytes are swallowed
+        self.file = f
+        self.received = 0
+        self.buffer = bytearray()
+        self.last = time.monotonic()
+        self.timer: asyncio.TimerHandle | None = None
+
+    async def flush(self) -> None:
+        if self.buffer and self.file is not None:
+            data, self.buffer = bytes(self.buffer), bytearray()
+            await asyncio.to_thread(self.file.write, data)
+
+    async def discard(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.buffer = bytearray()
+        f, path, self.file, self.path = self.file, self.path, None, None
+        if f is not None or path is not None:
+            await asyncio.to_thread(_remove, f, path)
+
+
+def _remove(f: BinaryIO | None, path: Path | None) -> None:
+    if f is not None:
+        f.close()
+    if path is not None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _create(directory: Path) -> tuple[Path, BinaryIO]:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"v2-{secrets.token_hex(12)}.part"
+    return path, open(path, "xb")
+
+
+class V2Files:
+    """The file state of one v2 connection; also its ``V2OfferTarget`` for the offer service."""
+
+    def __init__(self, v2: V2FileAdapter) -> None:
+        self._v2 = weakref.ref(v2)
+        self.udp_port: int | None = None
+        self.upload: _Upload | None = None
+        self.orphan_reported = False
+
+    # -- V2OfferTarget -------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        v2 = self._v2()
+        return v2 is None or v2.host.closing
+
+    def _sockaddr(self, which: str) -> str | None:
+        v2 = self._v2()
+        transport = getattr(v2.host, "transport", None) if v2 is not None else None
+        addr = transport.get_extra_info(which) if transport is not None else None
+        return addr[0] if isinstance(addr, tuple) else None
+
+    def udp_address(self) -> tuple[str, int] | None:
+        peer = self._sockaddr("peername")
+        return (peer, self.udp_port) if peer is not None and self.udp_port is not None else None
+
+    def local_host(self) -> str | None:
+        return self._sockaddr("sockname")
+
+    def send_offer(self, payload: bytes) -> None:
+        v2 = self._v2()
+        if v2 is not None and not v2.host.closing:
+            v2.host.write(v2.host.codec.send(MsgType.DOWNLOAD_OFFER, payload))
+
+
+_STATE: weakref.WeakKeyDictionary[V2FileAdapter, V2Files] = weakref.WeakKeyDictionary()
+
+
+def files_of(v2: V2FileAdapter) -> V2Files:
+    state = _STATE.get(v2)
+    if state is None:
+        state = _STATE[v2] = V2Files(v2)
+    return state
+
+
+# -- CLIENT_UDP_PORT ---------------------------------------------------------------------------------
+async def client_udp_port(v2: V2FileAdapter, ev: Message) -> None:
+    try:
+        body = orjson.loads(ev.body)
+        port = body["udp_port"]
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError(port)
+    except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
+        log.info("v2 connection %s: ignored CLIENT_UDP_PORT %r (expected JSON {\"udp_port\": 1..65535})",
+                 v2.host.conn_id, bytes(ev.body[:64]))
+        return
+    state = files_of(v2)
+    state.udp_port = port
+    if v2.services.offers is not None:
+        v2.services.offers.register_v2(v2, state)
+
+
+# -- upload ------------------------------------------------------------------------------------------
+def _metadata(body: bytes) -> tuple[str, int]:
+    """(filename, size) of a FILE_METADATA, or ValueError with the reason."""
+    try:
+        meta = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ValueError("FILE_METADATA is not JSON {\"filename\", \"size\"}") from None
+    if not isinstance(meta, dict):
+        raise ValueError("FILE_METADATA is not a JSON object {\"filename\", \"size\"}")
+    name, size = meta.get("filename"), meta.get("size")
+    if not isinstance(name, str) or not name:
+        raise ValueError("field 'filename': expected a non-empty string")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError("field 'size': expected a non-negative integer")
+    return name, size
+
+
+async def file_metadata(v2: V2FileAdapter, ev: Message) -> None:
+    state = files_of(v2)
+    state.orphan_reported = False
+    if state.upload is not None:   # a new upload replaces one that never finished
+        old, state.upload = state.upload, None
+        answered = old.path is None        # refused at its metadata: answered then
+        await old.discard()
+        if not answered:
+            v2.reply(FAILED.format(reason=f"{_shown(old.name)}: a new upload started after {old.received} of "
+                                          f"{old.size} bytes"))
+    try:
+        name, size = _metadata(ev.body)
+    except ValueError as exc:
+        v2.reply(FAILED.format(reason=str(exc)))
+        return
+    try:
+        name = clean_name(name)
+        kind_of(name)
+        limit = v2.services.knowledge.config.max_upload_bytes
+        if size > limit:
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"{size} bytes is over the upload limit ({limit} bytes)")
+        path, f = await asyncio.to_thread(_create, incoming_dir(v2.services.config))
+    except Exception as exc:
+        err = failure_of(exc)
+        if err is None:
+            log.exception("v2 upload of %r failed on connection %s", name, v2.host.conn_id)
+            err = HandlerError(ErrorCode.INTERNAL, "internal error")
+        v2.reply(FAILED.format(reason=f"{_shown(name)}: {err.message}"))
+        upload = _Upload(name, size, None, None)   # swallow the bytes announced
+    else:
+        upload = _Upload(name, size, path, f)
+    if size == 0:                      # nothing to wait for
+        if upload.path is not None:
+            await _finish(v2, state, upload)
+        return
+    state.upload = upload
+    _arm(v2, state, upload)
+
+
+async def file_data(v2: V2FileAdapter, ev: Message) -> None:
+    state = files_of(v2)
+    upload = state.upload
+    if upload is None:
+        if not state.orphan_reported:
+            state.orphan_reported = True
+            v2.reply(FAILED.format(reason=ORPHAN_DATA))
+        return
+    data = ev.body
+    upload.last = time.monotonic()
+    if upload.received + len(data) > upload.size:
+        state.upload = None
+        answered = upload.path is None    # refused at its metadata: answered then
+        await upload.discard()
+        if not answered:
+            v2.reply(FAILED.format(reason=f"{_shown(upload.name)}: more bytes than the {upload.size} announced"))
+        return
+    upload.received += len(data)
+    if upload.path is None:             # refused at the metadata: swallow
+        if upload.received == upload.size:
+            state.upload = None
+            await upload.discard()
+        return
+    upload.buffer += data
+    try:
+        if len(upload.buffer) >= v2.services.config.transfer.v2_upload_buffer_bytes:
+            await upload.flush()
+    except OSError as exc:
+        state.upload = None
+        await upload.discard()
+        v2.reply(FAILED.format(reason=f"{_shown(upload.name)}: cannot write: {exc.strerror or exc}"))
+        return
+    if upload.received == upload.size:
+        await _finish(v2, state, upload)
+
+
+async def _finish(v2: V2FileAdapter, state: V2Files, upload: _Upload) -> None:
+    """All bytes are in: ingest the file, answer once, remove the temporary file."""
+    state.upload = None
+    if upload.timer is not None:
+        upload.timer.cancel()
+    try:
+        await upload.flush()
+        f, upload.file = upload.file, None
+        if f is not None:
+            await asyncio.to_thread(f.close)
+        info = await v2.services.knowledge.ingest(LOCAL_USER, (), None, upload.name, upload.path)
+    except Exception as exc:
+        err = failure_of(exc)
+        if err is None:
+            log.exception("v2 upload of %r failed on connection %s", upload.name, v2.host.conn_id)
+            err = HandlerError(ErrorCode.INTERNAL, "internal error")
+        text = FAILED.format(reason=f"{_shown(upload.name)}: {err.message}")
+    else:
+        log.info("v2 connection %s uploaded %s (%d bytes) as %s%s", v2.host.conn_id, info.name, info.size,
+                 info.doc_id, " (duplicate)" if info.duplicate else "")
+        text = OK.format(name=info.name, doc_id=info.doc_id)
+    finally:
+        await upload.discard()             # the temporary file goes before the answer
+    v2.reply(text)
+
+
+def _arm(v2: V2FileAdapter, state: V2Files, upload: _Upload) -> None:
+    timeout = v2.services.config.transfer.v2_upload_timeout_s
+    loop = asyncio.get_running_loop()
+
+    def check() -> None:
+        if state.upload is not upload:
+            return
+        idle = time.monotonic() - upload.last
+        if idle < timeout or (v2.streaming and not v2.host.closing):   # never inside an answer
+            upload.timer = loop.call_later(max(timeout - idle, 0.01), check)
+            return
+        state.upload = None
+        closing = v2.host.closing
+        if not closing and upload.path is not None:
+            v2.reply(FAILED.format(reason=f"{_shown(upload.name)}: upload timed out after {timeout:g} s without "
+                                          f"data ({upload.received} of {upload.size} bytes arrived)"))
+        task = loop.create_task(upload.discard())
+        _CLEANUPS.add(task)
+        task.add_done_callback(_CLEANUPS.discard)
+
+    upload.timer = loop.call_later(timeout, check)
+
+
+_CLEANUPS: set[asyncio.Task] = set()
+
+
+def _shown(name: Any) -> str:
+    text = str(name)
+    return text if len(text) <= 64 else text[:63] + "…"

@@ -1,0 +1,160 @@
+"""Download offers: the assistant hands a knowledge-base document to the user's client.
+
+``offer(user, doc_id, subscriber)`` sends one offer to one connection:
+
+- a v2 connection that registered a UDP port (``CLIENT_UDP_PORT``; ``register_v2``) gets
+  ``DOWNLOAD_OFFER`` (0x0C) JSON ``{filename, size, checksum, download_token, server_host, server_port}``
+  and the bytes over UDP (``server.udp_transfer``), to (its TCP peer address, its UDP port);
+- any other subscriber (a v3 port) gets the ``DOWNLOAD_OFFER_V3`` event (0x4F) ``{doc_id, filename,
+  size, md5}`` and fetches the document over its TCP connection with the KB download request.
+
+``offer_in_session`` is what the ``offer_download`` tool calls: it finds the document by id or name
+among those the user can read, and offers it to the connection that started the session's running
+turn (the one the assistant is answering), or, with no running turn, to every connection of the user
+attached to the session. A document outside the user's collections is ``NOT_FOUND``, like a missing one.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Protocol
+
+import orjson
+
+from protocol import ErrorCode
+from protocol.server_events import DownloadOfferV3
+from server.errors import HandlerError
+from server.hub import Hub, Outgoing
+from server.udp_transfer import UdpTransfer
+from server.v3_port import V3Port
+
+log = logging.getLogger("nplt.offers")
+
+MAX_NAMES_LISTED = 10
+
+
+class V2OfferTarget(Protocol):
+    """A v2 connection that can receive UDP downloads (server.legacy_v2_files)."""
+
+    @property
+    def closed(self) -> bool: ...
+    def udp_address(self) -> tuple[str, int] | None: ...     # (TCP peer host, registered UDP port)
+    def local_host(self) -> str | None: ...                  # the server address the client connected to
+    def send_offer(self, payload: bytes) -> None: ...         # one DOWNLOAD_OFFER frame
+
+
+class TurnLookup(Protocol):
+    def running(self, session_id: str) -> Any: ...            # a Turn (user_id, origin) or None
+
+
+@dataclass(frozen=True, slots=True)
+class OfferResult:
+    doc_id: str
+    filename: str
+    size: int
+    md5: str
+    via: str                       # "udp" (v2) or "tcp" (v3 event)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"doc_id": self.doc_id, "filename": self.filename, "size": self.size, "md5": self.md5,
+                "via": self.via}
+
+
+class OfferService:
+    """Offers documents of the knowledge base to connections (see the module docstring)."""
+
+    def __init__(self, kb: Any, hub: Hub, udp: UdpTransfer | None,
+                 groups_of: Callable[[str], Collection[str]] | None = None) -> None:
+        self.kb = kb
+        self.hub = hub
+        self.udp = udp
+        self.groups_of = groups_of or (lambda user: ())     # a user's knowledge-base groups
+        self.turns: TurnLookup | None = None       # set once the turn runner exists (server.services)
+        self._v2: weakref.WeakKeyDictionary[Any, V2OfferTarget] = weakref.WeakKeyDictionary()
+
+    def register_v2(self, subscriber: Any, target: V2OfferTarget) -> None:
+        """``subscriber`` (a v2 adapter) receives offers through ``target`` from now on."""
+        self._v2[subscriber] = target
+
+    # -- finding a document --------------------------------------------------------------------------
+    async def find(self, user: str, groups: Collection[str], doc_id: str | None = None,
+                   name: str | None = None) -> Any:
+        """The DocumentInfo named by id, or by file name (exact, then case-insensitive, then a unique
+        part of a name); NOT_FOUND lists the user's document names."""
+        if self.kb is None:
+            raise HandlerError(ErrorCode.NOT_FOUND, "this server has no knowledge base")
+        if doc_id:
+            return await self.kb.get(user, groups, doc_id)
+        docs = await self.kb.list(user, groups)
+        ref = (name or "").strip()
+        for match in (lambda d: d.name == ref, lambda d: d.name.lower() == ref.lower(),
+                      lambda d: d.doc_id == ref):
+            found = [d for d in docs if match(d)]
+            if found:
+                return found[0]            # newest first
+        part = [d for d in docs if ref and ref.lower() in d.name.lower()]
+        if len({d.name for d in part}) == 1:
+            return part[0]
+        if part:
+            names = ", ".join(sorted({d.name for d in part})[:MAX_NAMES_LISTED])
+            raise HandlerError(ErrorCode.NOT_FOUND, f"'{ref[:64]}' matches several documents: {names}")
+        names = ", ".join(d.name for d in docs[:MAX_NAMES_LISTED]) or "none"
+        raise HandlerError(ErrorCode.NOT_FOUND, f"no document named '{ref[:64]}' (documents: {names})")
+
+    # -- offering ------------------------------------------------------------------------------------
+    async def offer(self, user: str, doc_id: str, subscriber: Any, groups: Collection[str] = ()) -> OfferResult:
+        """Offer document ``doc_id`` to one connection. HandlerError: NOT_FOUND, QUOTA_EXCEEDED (over
+        64 MiB for UDP), SERVER_BUSY (UDP downloads busy or off), INVALID_MESSAGE (no UDP port)."""
+        info = await self.kb.get(user, groups, doc_id)
+        if isinstance(subscriber, V3Port):
+            event = DownloadOfferV3(info.doc_id, info.name, info.size, info.md5)
+            subscriber.event(Outgoing(event))
+            return OfferResult(info.doc_id, info.name, info.size, info.md5, "tcp")
+        target = self._v2.get(subscriber)
+        addr = target.udp_address() if target is not None else None
+        if target is None or addr is None:
+            raise HandlerError(ErrorCode.INVALID_MESSAGE, "the client has not announced a UDP port "
+                                                          "(CLIENT_UDP_PORT), so it cannot receive downloads")
+        if self.udp is None:
+            raise HandlerError(ErrorCode.SERVER_BUSY, "UDP downloads are not available on this server")
+        self.udp.check(addr, info.size)
+        info, f = await self.kb.open_document(user, groups, doc_id)
+        token = secrets.token_hex(16)
+        udp_host = self.udp.host
+        if udp_host in ("0.0.0.0", "::", ""):
+            udp_host = target.local_host() or udp_host
+        payload = orjson.dumps({"filename": info.name, "size": info.size, "checksum": info.md5,
+                                "download_token": token, "server_host": udp_host, "server_port": self.udp.port})
+        try:
+            if target.closed:
+                raise HandlerError(ErrorCode.NOT_FOUND, "the connection closed")
+            target.send_offer(payload)
+            self.udp.send(addr, f, info.size, token)
+        except BaseException:
+            f.close()
+            raise
+        log.info("offered %s (%d bytes) to %s:%d over UDP (token %s)", info.doc_id, info.size, *addr, token)
+        return OfferResult(info.doc_id, info.name, info.size, info.md5, "udp")
+
+    async def offer_in_session(self, user: str, session_id: str | None, doc_id: str | None = None,
+                               name: str | None = None) -> dict[str, Any]:
+        """The tool's entry point: find the document, offer it to the turn's connection (see above)."""
+        groups = tuple(self.groups_of(user))
+        info = await self.find(user, groups, doc_id, name)
+        targets = self._targets(user, session_id)
+        if not targets:
+            raise HandlerError(ErrorCode.NOT_FOUND, "no connection of the user is attached to this session")
+        results = [await self.offer(user, info.doc_id, sub, groups) for sub in targets]
+        return {**results[0].to_dict(), "offered_to": len(results), "via": sorted({r.via for r in results})}
+
+    def _targets(self, user: str, session_id: str | None) -> list[Any]:
+        if session_id is None:
+            return []
+        turn = self.turns.running(session_id) if self.turns is not None else None
+        origin = getattr(turn, "origin", None)
+        if origin is not None and getattr(turn, "user_id", None) == user and not origin.closed:
+            return [origin]
+        # a session's subscribers are its owner's connections (attaching is ownership-checked)
+        return [s for s in self.hub.session_subscribers(session_id) if not s.closed]

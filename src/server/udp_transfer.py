@@ -1,0 +1,212 @@
+"""UDP downloads for v2 clients ("RDT", docs/knowledge.md "v2 clients"): one datagram endpoint, Go-Back-N.
+
+Data packets: ``>HH`` (seq, checksum) + at most 1024 bytes, checksum = ``crc32(pack('>H', seq) + data) &
+0xFFFF``; seq counts packets from 0, so a file has ceil(size / 1024) packets and at most 65536 (64 MiB).
+ACKs from the client: ``>HH`` (seq, ``crc32(pack('>H', seq)) & 0xFFFF``), cumulative. The sender keeps
+``udp_window`` packets in flight, resends every unacknowledged packet when ``udp_retransmit_s`` passes
+without progress, and gives up after ``udp_give_up_s`` without progress.
+
+One ``DatagramProtocol`` serves the whole server; transfers are keyed by the client's address (one at a
+time per address) and at most ``max_udp_transfers`` run at once. A transfer holds the open file and at
+most one block of packets (64 KiB) ahead of the window; file reads run in a worker thread. The file is
+closed and the slot released however the transfer ends (complete, given up, server closing).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import zlib
+from typing import BinaryIO
+
+from protocol import ErrorCode
+from server.errors import HandlerError
+from server.transfer_config import TransferConfig
+
+log = logging.getLogger("nplt.udp")
+
+HEADER = struct.Struct(">HH")
+SEQ = struct.Struct(">H")
+DATA_BYTES = 1024
+MAX_PACKETS = 65536
+MAX_BYTES = DATA_BYTES * MAX_PACKETS          # 64 MiB: the largest file one offer can carry
+BLOCK_PACKETS = 64                            # packets read and built ahead of the window at a time
+
+
+def data_checksum(seq: int, data: bytes) -> int:
+    return zlib.crc32(SEQ.pack(seq) + data) & 0xFFFF
+
+
+def ack_checksum(seq: int) -> int:
+    return zlib.crc32(SEQ.pack(seq)) & 0xFFFF
+
+
+def packet_count(size: int) -> int:
+    return -(-size // DATA_BYTES)
+
+
+def _build_block(f: BinaryIO, first: int, count: int) -> list[bytes]:
+    """Worker thread: the next ``count`` packets of ``f`` (positioned at packet ``first``)."""
+    out = []
+    for seq in range(first, first + count):
+        data = f.read(DATA_BYTES)
+        out.append(HEADER.pack(seq, data_checksum(seq, data)) + data)
+    return out
+
+
+class Transfer:
+    """One file being sent to one client address."""
+
+    def __init__(self, addr: tuple[str, int], f: BinaryIO, size: int, token: str) -> None:
+        self.addr = addr
+        self.file = f
+        self.size = size
+        self.token = token
+        self.count = packet_count(size)
+        self.base = 0                 # oldest unacknowledged packet
+        self.next = 0                 # next packet never sent
+        self.loaded = 0               # packets built so far (``packets`` holds base..loaded-1)
+        self.packets: dict[int, bytes] = {}
+        self.progress = asyncio.Event()
+        self.sent = 0                 # datagrams sent, retransmissions included
+        self.retransmitted = 0
+        self.outcome: str | None = None   # "complete", "gave up", "closed"
+        self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.task: asyncio.Task | None = None
+
+    def on_ack(self, seq: int) -> None:
+        if self.base <= seq < self.next:       # cumulative: everything up to seq arrived
+            for s in range(self.base, seq + 1):
+                self.packets.pop(s, None)
+            self.base = seq + 1
+            self.progress.set()
+
+
+class UdpTransfer(asyncio.DatagramProtocol):
+    """The server's UDP endpoint and its transfers."""
+
+    def __init__(self, config: TransferConfig) -> None:
+        self.config = config
+        self.transport: asyncio.DatagramTransport | None = None
+        self.transfers: dict[tuple[str, int], Transfer] = {}
+        self.host = ""
+        self.port = 0
+        self.bad_datagrams = 0        # ACKs with a wrong size or checksum (dropped)
+
+    # -- endpoint ------------------------------------------------------------------------------------
+    async def start(self, host: str) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.create_datagram_endpoint(lambda: self, local_addr=(host, self.config.udp_port))
+        self.transport = transport
+        self.host, self.port = transport.get_extra_info("sockname")[:2]
+        log.info("UDP downloads on %s:%d", self.host, self.port)
+        return self.host, self.port
+
+    async def close(self) -> None:
+        for t in list(self.transfers.values()):
+            if t.task is not None:
+                t.task.cancel()
+        tasks = [t.task for t in list(self.transfers.values()) if t.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        if len(data) != HEADER.size:
+            self.bad_datagrams += 1
+            return
+        seq, checksum = HEADER.unpack(data)
+        if checksum != ack_checksum(seq):
+            self.bad_datagrams += 1
+            return
+        transfer = self.transfers.get(addr[:2])
+        if transfer is not None:
+            transfer.on_ack(seq)
+
+    def error_received(self, exc: Exception) -> None:   # e.g. ICMP port unreachable: the give-up timer decides
+        log.debug("UDP error: %s", exc)
+
+    # -- transfers -----------------------------------------------------------------------------------
+    def check(self, addr: tuple[str, int], size: int) -> None:
+        """HandlerError unless a transfer of ``size`` bytes to ``addr`` may start now."""
+        if self.transport is None:
+            raise HandlerError(ErrorCode.SERVER_BUSY, "UDP downloads are not available on this server")
+        if size > MAX_BYTES:
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
+                               f"the file has {size} bytes; a v2 download carries at most {MAX_BYTES} bytes "
+                               f"(64 MiB: {MAX_PACKETS} packets of {DATA_BYTES} bytes)")
+        if addr in self.transfers:
+            raise HandlerError(ErrorCode.SERVER_BUSY, "a download to this client is still running; try again "
+                                                      "when it has finished")
+        if len(self.transfers) >= self.config.max_udp_transfers:
+            raise HandlerError(ErrorCode.SERVER_BUSY, f"{self.config.max_udp_transfers} downloads are running; "
+                                                      "try again later")
+
+    def send(self, addr: tuple[str, int], f: BinaryIO, size: int, token: str) -> Transfer:
+        """Start sending ``size`` bytes of ``f`` (positioned at 0; closed by the transfer) to ``addr``."""
+        try:
+            self.check(addr, size)
+        except HandlerError:
+            f.close()
+            raise
+        transfer = Transfer(addr, f, size, token)
+        self.transfers[addr] = transfer
+        transfer.task = asyncio.get_running_loop().create_task(self._run(transfer))
+        transfer.task.add_done_callback(lambda task: self._finished(transfer, task))
+        return transfer
+
+    def _tx(self, transfer: Transfer, seq: int) -> None:
+        if self.transport is not None:
+            self.transport.sendto(transfer.packets[seq], transfer.addr)
+            transfer.sent += 1
+
+    async def _run(self, t: Transfer) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        last_progress = loop.time()
+        outcome = "closed"
+        try:
+            while t.base < t.count:
+                while t.next < min(t.base + cfg.udp_window, t.count):
+                    if t.next >= t.loaded:
+                        n = min(BLOCK_PACKETS, t.count - t.loaded)
+                        for i, pkt in enumerate(await asyncio.to_thread(_build_block, t.file, t.loaded, n)):
+                            t.packets[t.loaded + i] = pkt
+                        t.loaded += n
+                    self._tx(t, t.next)
+                    t.next += 1
+                t.progress.clear()
+                try:
+                    async with asyncio.timeout(cfg.udp_retransmit_s):
+                        await t.progress.wait()
+                    last_progress = loop.time()
+                except TimeoutError:
+                    if loop.time() - last_progress >= cfg.udp_give_up_s:
+                        outcome = "gave up"
+                        log.info("UDP download %s to %s:%d abandoned: no ACK for %.1f s (%d of %d packets "
+                                 "acknowledged)", t.token, *t.addr, cfg.udp_give_up_s, t.base, t.count)
+                        return
+                    for seq in range(t.base, t.next):    # Go-Back-N: resend everything in flight
+                        self._tx(t, seq)
+                        t.retransmitted += 1
+            outcome = "complete"
+            log.info("UDP download %s to %s:%d complete: %d packets, %d retransmitted", t.token, *t.addr,
+                     t.count, t.retransmitted)
+        except OSError as exc:
+            outcome = "gave up"
+            log.warning("UDP download %s to %s:%d failed: %s", t.token, *t.addr, exc)
+        finally:
+            t.outcome = outcome
+
+    def _finished(self, t: Transfer, task: asyncio.Task) -> None:
+        """Done callback (also when the task was cancelled before it ever ran): release everything."""
+        if t.outcome is None:
+            t.outcome = "closed"
+        t.packets.clear()
+        if self.transfers.get(t.addr) is t:
+            del self.transfers[t.addr]
+        t.file.close()          # a read-only file: closing it does no I/O worth a thread
+        if not t.done.done():
+            t.done.set_result(t.outcome)

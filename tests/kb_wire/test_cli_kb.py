@@ -1,0 +1,72 @@
+"""``nplt-client kb ...`` against a real server: upload (JSON per file, refusals non-zero with the
+reason), list, search, download, delete."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client"))   # for client_testlib
+from client_testlib import ServerThread  # noqa: E402
+
+from client.main import main  # noqa: E402
+
+NOTES = "# Ports\n\nThe metrics exporter listens on port 9100 by default.\n".encode()
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    with ServerThread(tmp_path_factory.mktemp("kbcli")) as st:
+        yield st
+
+
+def run(st: ServerThread, capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
+    code = main(["--host", st.addr[0], "--port", str(st.addr[1]), *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_kb_commands(srv: ServerThread, capsys: pytest.CaptureFixture, tmp_path: Path, monkeypatch) -> None:
+    notes, empty, exe = tmp_path / "notes.md", tmp_path / "empty.txt", tmp_path / "tool.exe"
+    notes.write_bytes(NOTES)
+    empty.write_bytes(b"")
+    exe.write_bytes(b"MZ\x00\x01")
+    code, out, err = run(srv, capsys, "kb", "upload", str(notes), "--json")
+    assert code == 0, err
+    [doc] = json.loads(out)["files"]
+    assert set(doc) == {"doc_id", "name", "md5", "chunks", "duplicate"}
+    assert doc["md5"] == hashlib.md5(NOTES).hexdigest() and doc["duplicate"] is False and doc["chunks"] == 1
+    code, out, err = run(srv, capsys, "kb", "upload", str(notes), str(empty), str(exe), "--json")
+    assert code == 5
+    files = json.loads(out)["files"]
+    assert files[0]["duplicate"] is True
+    assert files[1]["error"]["code"] == files[2]["error"]["code"] == "UNSUPPORTED_MEDIA"
+    assert "UNSUPPORTED_MEDIA" in err and "empty file" in err and "tool.exe" in err
+    code, out, err = run(srv, capsys, "kb", "upload", str(tmp_path / "missing.md"))
+    assert code != 0 and "missing.md" in err
+    code, out, err = run(srv, capsys, "kb", "upload", str(notes), "--group", "ops")   # user local has no groups
+    assert code == 5 and "FORBIDDEN" in err
+    code, out, _ = run(srv, capsys, "kb", "list", "--json")
+    assert code == 0 and [d["doc_id"] for d in json.loads(out)["documents"]] == [doc["doc_id"]]
+    code, out, _ = run(srv, capsys, "kb", "search", "exporter port", "--limit", "3", "--json")
+    hits = json.loads(out)["hits"]
+    assert code == 0 and hits[0]["doc_id"] == doc["doc_id"] and "9100" in hits[0]["text"]
+    assert {"doc_id", "name", "text", "score", "location"} <= set(hits[0])
+    target = tmp_path / "down" / "n.md"
+    target.parent.mkdir()
+    code, out, err = run(srv, capsys, "kb", "download", doc["doc_id"], "-o", str(target))
+    assert code == 0, err
+    assert target.read_bytes() == NOTES
+    monkeypatch.chdir(target.parent)
+    code, out, err = run(srv, capsys, "kb", "download", doc["doc_id"])
+    assert code == 0 and (target.parent / "notes.md").read_bytes() == NOTES
+    code, out, err = run(srv, capsys, "kb", "delete", doc["doc_id"])
+    assert code == 0
+    code, out, err = run(srv, capsys, "kb", "delete", doc["doc_id"])
+    assert code == 5 and "NOT_FOUND" in err
+    code, out, _ = run(srv, capsys, "kb", "list", "--json")
+    assert json.loads(out) == {"documents": []}

@@ -1,0 +1,85 @@
+"""The client library's resumable upload and download over real TCP."""
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from client import kb as kbclient
+from client.connection import Backoff, Client
+from client.errors import ClientError
+from protocol import MsgType
+
+from kb_wire.kbwire import connect, kb_server, token
+
+LOG = b"".join(f"{i:06d} worker heartbeat ok, queue depth {i % 17}\n".encode() for i in range(60_000))
+
+
+async def test_upload_then_download_with_progress(tmp_path):
+    src = tmp_path / "worker.log"
+    src.write_bytes(LOG)
+    async with kb_server(tmp_path) as (srv, addr):
+        async with Client(*addr, token=token("alice")) as c:
+            seen: list[tuple[str, int, int]] = []
+            doc = await kbclient.upload(c, src, progress=lambda *a: seen.append(a))
+            assert doc["md5"] == hashlib.md5(LOG).hexdigest() and doc["size"] == len(LOG)
+            assert ("receiving", len(LOG), len(LOG)) in seen and seen[-1][0] == "indexing"
+            out = tmp_path / "out" / "copy.log"
+            out.parent.mkdir()
+            got = await kbclient.download(c, doc["doc_id"], out)
+            assert got["doc_id"] == doc["doc_id"] and out.read_bytes() == LOG
+            assert not out.with_name("copy.log.part").exists()
+            # a partial download resumes from the bytes already there
+            part = out.with_name("again.log.part")
+            part.write_bytes(LOG[:100_000])
+            await kbclient.download(c, doc["doc_id"], out.with_name("again.log"))
+            assert out.with_name("again.log").read_bytes() == LOG
+            # a corrupted partial file is caught by the md5 and removed
+            bad = out.with_name("bad.log.part")
+            bad.write_bytes(b"X" * 1000)
+            with pytest.raises(ClientError) as exc:
+                await kbclient.download(c, doc["doc_id"], out.with_name("bad.log"))
+            assert exc.value.code == "CHECKSUM_MISMATCH" and not bad.exists()
+            with pytest.raises(ClientError) as exc:
+                await kbclient.download(c, "nope", tmp_path / "x")
+            assert exc.value.code == "NOT_FOUND"
+
+
+async def test_upload_resumes_after_the_connection_drops(tmp_path):
+    src = tmp_path / "worker.log"
+    src.write_bytes(LOG)
+    async with kb_server(tmp_path) as (srv, addr):
+        async with Client(*addr, token=token("alice"), backoff=Backoff(initial=0.01, maximum=0.05)) as c:
+            dropped: list[int] = []
+
+            def progress(stage: str, done: int, total: int) -> None:
+                if stage == "receiving" and not dropped and done >= len(LOG) // 3:
+                    dropped.append(done)        # cut the connection under the upload
+                    c._writer.transport.abort()
+            begins: list[dict] = []
+            request = c.request
+
+            async def recording(msg_type, body=None, timeout=None):
+                reply = await request(msg_type, body, timeout)
+                if msg_type == MsgType.KB_UPLOAD_BEGIN:
+                    begins.append(reply)
+                return reply
+            c.request = recording
+            doc = await kbclient.upload(c, src, progress=progress)
+            assert dropped and doc["md5"] == hashlib.md5(LOG).hexdigest()
+            assert len(begins) == 2 and begins[0].offset == 0 and begins[1].offset >= dropped[0]
+        a = await connect(addr, "alice")
+        assert [d["doc_id"] for d in (await a.call(MsgType.KB_LIST))["documents"]] == [doc["doc_id"]]
+        assert list(srv.services.uploads.root.iterdir()) == []
+        await a.close()
+
+
+async def test_a_refused_file_raises_the_servers_code(tmp_path):
+    src = tmp_path / "program.bin"
+    src.write_bytes(b"\x7fELF" + bytes(100))
+    async with kb_server(tmp_path) as (srv, addr):
+        async with Client(*addr, token=token("alice")) as c:
+            with pytest.raises(ClientError) as exc:
+                await kbclient.upload(c, src)
+            assert exc.value.code == "UNSUPPORTED_MEDIA"
+
