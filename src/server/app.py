@@ -21,6 +21,7 @@ from server.config_base import ConfigError
 from server.connection import ServerConnection
 from server.services import VERSION, Counters, Services, build_services
 from server.httpd import start_http, stop_http
+from server.recovery import close_interrupted_turns
 from server.legacy_v2_files import clear_incoming
 from storage import AsyncHistoryStore, HistoryStore, open_store
 
@@ -123,6 +124,7 @@ class Server:
         self.services = svc = build_services(cfg, store, self.notify, agent=self._agent_arg,
                                              memory=self._memory_arg, counters=self.counters)
         try:
+            await close_interrupted_turns(store, svc.runner.inflight, svc.sessions.model_of)
             await svc.knowledge.start()
             await svc.uploads.start()
             await clear_incoming(cfg)
@@ -200,6 +202,7 @@ class Server:
                     log.exception("%s close failed", name)
         if svc.cluster is not None:   # after the turns: their last events reach the other nodes
             await svc.cluster.close()
+        await asyncio.to_thread(svc.runner.inflight.close)
         await svc.uploads.close()
         await svc.udp.close()
         await svc.knowledge.close()

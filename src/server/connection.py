@@ -20,6 +20,12 @@ handshake timeout, and idle detection with a server PING after ``ping_interval_s
 Only complete messages count as activity (a frame trickled byte by byte, or a fragmented message
 never finished, does not); for v2 connections, which cannot be pinged, so do frames sent to them.
 After the client's EOF (plain TCP) what it sent is still answered, then the connection is closed.
+
+One read can bring 256 KiB: thousands of pipelined requests. Received bytes are fed to the codec
+under the server-wide per-iteration budget of ``server.rx_budget`` (``RX_SLICE_BYTES`` per turn,
+round-robin); what waits stays as bytes in ``_rx_backlog`` (not as decoded messages, which the
+garbage collector would have to walk) with the connection's reading paused, so floods on many
+connections at once cannot hold the loop for seconds (issue 15, item 9).
 """
 from __future__ import annotations
 
@@ -45,6 +51,7 @@ from server.handlers.hello import handle_hello
 from server.legacy_v2 import LegacyV2
 from server.output import OutputBuffer
 from server.request_queue import RequestQueue
+from server.rx_budget import RX_SLICE_BYTES
 from server.services import Services
 from server.timeutil import iso_now
 from server.v3_port import V3Port
@@ -90,6 +97,8 @@ class ServerConnection(asyncio.Protocol):
         self._refusal = (ErrorCode.SERVER_FULL, "")  # what a REFUSED connection is told
         self._hello: asyncio.Task | None = None     # the HELLO being answered
         self._early: list[Message] = []              # requests pipelined behind it
+        self._rx_backlog: bytes | None = None        # a read over RX_SLICE_BYTES, fed from _rx_off on
+        self._rx_off = 0
         self._eof = False             # the client half-closed: answer what it sent, then close
         self._eof_error: str | None = None  # ... and it did so in the middle of a message
         self._tls = False
@@ -157,7 +166,7 @@ class ServerConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if self.transport is not None:
+        if self.transport is not None and self._rx_backlog is None:
             self.transport.resume_reading()
 
     # -- asyncio.Protocol ----------------------------------------------------------------------------
@@ -190,6 +199,47 @@ class ServerConnection(asyncio.Protocol):
         self._handshake = self.loop.call_later(self.limits.handshake_timeout_s, self._on_handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
+        if self._rx_backlog is not None:   # (reading is paused: only bytes already in flight)
+            self._rx_backlog = self._rx_backlog[self._rx_off:] + data
+            self._rx_off = 0
+            return
+        rx = self.services.rx
+        if not rx.room(len(data)) or len(data) > RX_SLICE_BYTES:   # (part of) it waits its turn
+            now = 0 if not rx.room(len(data)) else RX_SLICE_BYTES
+            self._rx_backlog, self._rx_off = data, now
+            if self.transport is not None:
+                self.transport.pause_reading()
+            rx.wait(self)
+            if not now:
+                return
+            data = data[:now]
+        rx.charge(len(data))
+        self._receive(data)
+
+    def rx_step(self) -> bool:
+        """Feed the next RX_SLICE_BYTES of the backlog (``server.rx_budget`` calls it); True while more
+        waits. Reading resumes once it is empty (unless the output is over its high-water mark)."""
+        backlog, off = self._rx_backlog, self._rx_off
+        if backlog is None:
+            return False
+        if self.closing:
+            self._rx_backlog = None
+            return False
+        end = off + RX_SLICE_BYTES
+        if end >= len(backlog):
+            self._rx_backlog = None
+        else:
+            self._rx_off = end
+        piece = backlog[off:end]
+        self.services.rx.charge(len(piece))
+        self._receive(piece)
+        if self._rx_backlog is not None:
+            return True
+        if not self.closing and not self.output.paused:
+            self.resume_reading()
+        return False
+
+    def _receive(self, data: bytes) -> None:
         state = self.state
         hot = state is _READY  # handshake done (v3): the codec answers well-formed PINGs itself
         if not hot:

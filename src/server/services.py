@@ -18,8 +18,10 @@ from server.hub import Hub
 from server.knowledge import KnowledgeBase
 from server.tools.knowledge import KnowledgeSource
 from server.metrics import Metrics
+from server.recovery import marker_for
 from server.offers import OfferService
 from server.refusals import Refusals
+from server.rx_budget import RxScheduler
 from server.sessions import SessionService
 from server.turns import TurnRunner
 from server.udp_transfer import UdpTransfer
@@ -49,6 +51,7 @@ class Services:
     counters: Counters
     connections: set[Any] = field(default_factory=set)   # open connections (STATS "clients")
     metrics: Metrics = field(default_factory=Metrics)    # GET /metrics (server.httpd)
+    rx: RxScheduler = field(default_factory=RxScheduler)  # the loop's share for received bytes
     knowledge: KnowledgeBase | None = None               # documents (docs/knowledge.md); started by the app
     uploads: UploadService | None = None                 # v3 uploads in progress (docs/protocol.md §5.8)
     udp: UdpTransfer | None = None    # v2 downloads over UDP (started by the Server)
@@ -93,7 +96,8 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
         cluster = Cluster(store, hub, sessions)
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
                         limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics,
-                        lock=cluster.turn_lock if cluster is not None else None)
+                        lock=cluster.turn_lock if cluster is not None else None,
+                        inflight=marker_for(store))
     sessions.turns = runner
     offers.turns = runner
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,

@@ -24,6 +24,7 @@ from server.agent.base import AgentError, BuiltContext, TurnResult
 from server.config import LimitsConfig
 from server.errors import HandlerError, error_code, failure_of
 from server.hub import Hub, Subscriber
+from server.inflight import NoMarker
 from server.metrics import Metrics
 from server.pipeline import TurnPipeline, TurnState as PipelineState, generate, persist
 from server.sessions import SessionService, auto_title, needs_title
@@ -61,9 +62,11 @@ class TurnRunner:
 
     def __init__(self, *, store: Any, sessions: SessionService, hub: Hub, agent: Any, memory: Any,
                  limits: LimitsConfig, max_message_bytes: int = 1 << 20, metrics: Metrics | None = None,
-                 lock: TurnLock | None = None, pipeline: TurnPipeline | None = None) -> None:
+                 lock: TurnLock | None = None, pipeline: TurnPipeline | None = None,
+                 inflight: NoMarker | None = None) -> None:
         self.store = store
         self.lock = lock   # the cluster's session lock (PostgreSQL storage), else None
+        self.inflight = inflight or NoMarker()   # turns in flight, for closing them after a crash (server.recovery)
         self.metrics = metrics or Metrics()   # turn latency, append latency, provider errors (GET /metrics)
         self.max_message_bytes = max_message_bytes   # storage's cap: the stored answer is cut to fit it
         self.sessions = sessions
@@ -187,7 +190,12 @@ class TurnRunner:
     async def _store_user(self, turn: Turn, title: bool = False) -> None:
         """Append the turn's user message (fsynced); the first message of a session names it."""
         store = self.store
-        turn.user_message = await self.metrics.timed_append(store.append(turn.session_id, "user", turn.text))
+        await self.inflight.started(turn.session_id)
+        try:
+            turn.user_message = await self.metrics.timed_append(store.append(turn.session_id, "user", turn.text))
+        except BaseException:
+            self.inflight.ended(turn.session_id)
+            raise
         if title:
             await store.rename(turn.session_id, auto_title(turn.text))
 
@@ -255,6 +263,8 @@ class TurnRunner:
                     self.turns_total += 1
                     lane.current = None
                     self._left(turn)
+                    if turn.user_message is not None:
+                        self.inflight.ended(session_id)
                     if hold is not None:   # (the lane is idle meanwhile: a chat now claims the session)
                         await hold.release()
         finally:

@@ -78,6 +78,10 @@ def _marks(m: ChatMessage) -> tuple[str, str]:
         flags.append("cancelled")
         if not body and not m.tool_calls:
             body = "*[cancelled before any answer]*"
+    elif meta.get("finish_reason") == "interrupted":   # closed at start after a crash (server.recovery)
+        flags.append("interrupted")
+        if not body and not m.tool_calls:
+            body = "*[interrupted: the server stopped before the answer was finished]*"
     elif error:
         flags.append(f"failed: {error}")
         if not body and not m.tool_calls:

@@ -85,3 +85,13 @@ async def test_a_tool_item_shows_a_json_result_indented() -> None:
         await app.query_one("#host").mount(item)
         await pilot.pause()
         assert str(item.query_one(".tool-result").render()) == '{\n  "cpu": {\n    "percent": 5\n  }\n}'
+
+
+async def test_a_turn_closed_after_a_crash_shows_partial_and_interrupted() -> None:
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:   # the message the server stores at start (issue 15)
+        meta = {"partial": True, "interrupted": True, "finish_reason": "interrupted", "answers": 3}
+        view = MessageView(ChatMessage(4, "assistant", "", metadata=meta))
+        await app.query_one("#host").mount(view)
+        await pilot.pause()
+        assert view.header_text.count("partial") == 1 and view.header_text.count("interrupted") == 1

@@ -1,0 +1,131 @@
+"""The marker of turns in flight: which sessions had a turn running, so that a restart after a crash
+knows which sessions to close (issue 15, item 5) without reading every session of the store.
+
+The marker is a small file beside the history (``turns_in_flight.log``): ``+<session>`` is appended
+(and awaited) *before* a turn's user message is stored; when a turn ends the file is rewritten
+(atomically) to name only the sessions still running, so it holds no id of a session whose turns
+are over (a purged session leaves no trace in it). After a crash, the sessions it names are the
+candidates; the stored messages decide (a candidate whose last message is an answer is left alone),
+so a rewrite lost to the crash costs one extra session read and nothing else. Everything is written
+by one thread in order, without fsync: a SIGKILL keeps it (the kernel has it), a power cut may lose
+the last lines, like the "batched" durability of the store. (``read_marker`` also reads ``-<session>``
+lines: the session is no longer running.)
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+
+log = logging.getLogger("nplt.turns")
+
+MARKER_NAME = "turns_in_flight.log"
+COMPACT_BYTES = 256 << 10
+
+
+def read_marker(path: str) -> list[str]:
+    """Session ids whose last line in the marker file is ``+`` (in first-seen order); [] if no file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    state: dict[str, bool] = {}
+    for line in data.split(b"\n"):   # a torn last line (no newline) still names its session
+        if len(line) > 1 and line[:1] in (b"+", b"-"):
+            state[line[1:].decode("ascii", "replace")] = line[:1] == b"+"
+    return [sid for sid, running in state.items() if running]
+
+
+class NoMarker:
+    """Used when the store has no directory of its own (tests' stand-ins, PostgreSQL): marks nothing."""
+
+    path: str | None = None
+
+    async def started(self, session_id: str) -> None:
+        return None
+
+    def ended(self, session_id: str) -> None:
+        return None
+
+    def reset(self, keep: list[str]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class InFlightTurns(NoMarker):
+    """The marker file of one server; every write runs on its own single thread (in order)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._size = 0
+        self._running: dict[str, int] = {}     # session -> turns marked and not ended (normally 0 or 1)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="nplt-inflight")
+        self._pending: set[Future] = set()
+
+    # -- the writer thread ------------------------------------------------------------------------
+    def _open(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._size = os.fstat(self._fd).st_size
+        return self._fd
+
+    def _write(self, line: bytes, keep: tuple[str, ...]) -> None:
+        fd = self._open()
+        if self._size + len(line) > COMPACT_BYTES:
+            self._rewrite(keep)
+            fd = self._open()
+        os.write(fd, line)
+        self._size += len(line)
+
+    def _rewrite(self, keep: tuple[str, ...] | list[str]) -> None:
+        """Replace the file by one ``+`` line per session still running (atomic rename)."""
+        tmp = self.path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(b"".join(b"+" + sid.encode() + b"\n" for sid in keep))
+        os.replace(tmp, self.path)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    # -- the runner's side ------------------------------------------------------------------------
+    async def started(self, session_id: str) -> None:
+        """Mark a turn of ``session_id`` as running; returns once the line is written (the file is
+        compacted to the running sessions when it grows past ``COMPACT_BYTES``)."""
+        self._running[session_id] = self._running.get(session_id, 0) + 1
+        await asyncio.get_running_loop().run_in_executor(
+            self._pool, self._write, b"+" + session_id.encode() + b"\n", tuple(self._running))
+
+    def ended(self, session_id: str) -> None:
+        """The turn ended (answer stored or not): the file is rewritten in the background."""
+        left = self._running.get(session_id, 0) - 1
+        if left > 0:
+            self._running[session_id] = left
+            return
+        self._running.pop(session_id, None)
+        try:
+            fut = self._pool.submit(self._rewrite, tuple(self._running))
+        except RuntimeError:   # closed: a turn cancelled late at shutdown; the next start checks it
+            return
+        self._pending.add(fut)
+        fut.add_done_callback(self._done)
+
+    def _done(self, fut: Future) -> None:
+        self._pending.discard(fut)
+        if not fut.cancelled() and fut.exception() is not None:
+            log.warning("turn marker not written: %s", fut.exception())
+
+    def reset(self, keep: list[str]) -> None:
+        """At start-up (blocking: call it off the loop): start a fresh file holding ``keep``."""
+        self._pool.submit(self._rewrite, keep).result()
+
+    def close(self) -> None:
+        """Flush the pending lines and close the file (blocking)."""
+        self._pool.shutdown(wait=True)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

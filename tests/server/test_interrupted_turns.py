@@ -1,0 +1,82 @@
+"""Issue 15, item 5: a turn running when the server is SIGKILLed is closed at the next start with an
+assistant message marked ``interrupted`` (partial, finish_reason "interrupted"), once.
+
+The server is a real process whose LLM (the scripted OpenAI-compatible server) streams part of an
+answer and stalls, so the turn is surely running when SIGKILL arrives.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+
+from protocol import MsgType
+from server.inflight import MARKER_NAME, InFlightTurns, read_marker
+from storage import HistoryStore, StorageConfig
+from testkit.process import ServerProcess
+from testkit.scripted_llm import Reply, ScriptedLLM
+from testkit.server import V3Client
+
+T = MsgType
+
+
+async def test_a_turn_killed_mid_stream_is_closed_as_interrupted_once(tmp_path):
+    data = tmp_path / "data"
+    async with ScriptedLLM() as llm:
+        env = {"NPLT_LLM_BASE_URL": llm.base_url}
+        llm.push(Reply.text("first answer"), Reply.stalled("partial ", "answer"))
+        srv = await ServerProcess.start(data, env=env)
+        try:
+            c = await V3Client.connect(srv.addr)
+            sid = c.session_id
+            first = await c.call(T.CHAT_TEXT, text="a finished question")
+            assert (await c.turn_events(first["turn_id"], timeout=30))[-1].type == T.TURN_END
+            r = await c.call(T.CHAT_TEXT, text="a question cut short")
+            streamed = ""
+            while streamed != "partial answer":   # the turn now waits on the stalled LLM
+                streamed += (await c.wait_type(T.ANSWER_DELTA, timeout=30, turn_id=r["turn_id"])).body["text"]
+        finally:
+            srv.kill()
+        await c.close()
+        assert sid in read_marker(str(data / MARKER_NAME))
+
+        for _ in range(2):   # restarted twice: closed by the first start, not again by the second
+            srv = await ServerProcess.start(data, env=env)
+            try:
+                c = await V3Client.connect(srv.addr, session_id=sid)
+                page = await c.call(T.HISTORY_REQUEST, session_id=sid)
+                export = await c.call(T.HISTORY_EXPORT, session_id=sid, format="markdown")
+                await c.close()
+            finally:
+                assert await srv.stop() == 0
+    msgs = page["messages"]
+    assert [(m["role"], m["content"]) for m in msgs] == [
+        ("user", "a finished question"), ("assistant", "first answer"),
+        ("user", "a question cut short"), ("assistant", "")]
+    meta = msgs[-1]["metadata"]
+    assert meta["interrupted"] is True and meta["partial"] is True and meta["finish_reason"] == "interrupted"
+    assert meta["answers"] == msgs[-2]["id"] and meta["model"]
+    assert "finish_reason" not in msgs[1]["metadata"] or msgs[1]["metadata"]["finish_reason"] == "stop"
+    assert "interrupted" in json.dumps(export)
+    assert read_marker(str(data / MARKER_NAME)) == []
+    store = HistoryStore(StorageConfig(root=str(data)))
+    try:
+        assert [m.role for m in store.messages(sid)] == ["user", "assistant", "user", "assistant"]
+    finally:
+        store.close()
+
+
+async def test_the_marker_names_running_sessions_only(tmp_path):
+    path = str(tmp_path / MARKER_NAME)
+    marker = InFlightTurns(path)
+    await marker.started("a")
+    await marker.started("b")
+    marker.ended("a")
+    await marker.started("c")
+    await asyncio.to_thread(marker.close)
+    assert read_marker(path) == ["b", "c"]
+    with open(path, "rb") as f:
+        assert b"a" not in f.read()   # an ended turn's session is not kept in the file
+    with open(path, "ab") as f:
+        f.write(b"-c\n+d")   # a torn last line still names its session
+    assert read_marker(path) == ["b", "d"]
+    assert read_marker(str(tmp_path / "missing")) == []
