@@ -193,12 +193,14 @@ async def slowloris(server: SoakServer, row: Row, *, conns: int, duration_s: flo
         await asyncio.sleep(1.0)   # the trickle's own pace
     closed = 0
     for reader, writer in pairs:
-        try:
+        try:   # EOF, or a reset / broken pipe because the server closed while we kept trickling
             while (await asyncio.wait_for(reader.read(1 << 16), 0.05)):
                 pass
             closed += 1
-        except (asyncio.TimeoutError, OSError, ConnectionError):
-            pass
+        except (OSError, ConnectionError):
+            closed += 1
+        except asyncio.TimeoutError:
+            pass   # still open
         _close(writer)
     row.tried = f"{len(pairs)} slowloris connections after HELLO for {duration_s:g} s: {closed} closed by the server"
     if message_timeout_s is not None and duration_s > message_timeout_s + 2 and closed < len(pairs):
@@ -206,6 +208,9 @@ async def slowloris(server: SoakServer, row: Row, *, conns: int, duration_s: flo
                             f"(message_timeout_s = {message_timeout_s:g})")
     elif message_timeout_s is None:
         row.failures.append(f"{len(pairs) - closed} held a slot for {duration_s:g} s (no message_timeout_s)")
+
+
+MESSAGE_TIMEOUT_S = 5.0   # the overload server's message_timeout_s: slowloris must be closed past it
 
 
 def has_limit(name: str) -> bool:
@@ -216,7 +221,7 @@ def has_limit(name: str) -> bool:
 async def run(server: SoakServer, p: dict) -> list[Row]:
     rows = []
     await server.start()
-    mto = 5.0 if has_limit("message_timeout_s") else None
+    mto = MESSAGE_TIMEOUT_S if has_limit("message_timeout_s") else None
     attacks = [
         ("connections", lambda row: many_connections(server, row, n=p["connections"], hold_s=p["hold_s"])),
         ("flood", lambda row: flood(server, row, conns=p["flood_conns"], requests=p["flood_requests"],
