@@ -8,6 +8,7 @@ same: the default is returned.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar, Union
 
 from .codes import ErrorCode
@@ -179,3 +180,21 @@ class Wire:
 
     def encode(self) -> dict[str, Any]:  # pragma: no cover - every subclass implements it
         raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class Addressed(Wire):
+    """Base of every reply and event: ``re`` (the request answered, or null) and ``truncated``
+    (encoded only when true: the server cut the body's longest texts to fit)."""
+    re: RequestId | None = field(default=None, kw_only=True)
+    truncated: bool = field(default=False, kw_only=True)
+
+    def _finish(self, out: dict[str, Any]) -> dict[str, Any]:
+        if self.truncated:
+            out["truncated"] = True
+        return out
+
+
+def addressed(f: Fields) -> dict[str, Any]:
+    """The keyword fields every reply and event reads the same way (``re``, ``truncated``)."""
+    return {"re": f.re(), "truncated": f.flag("truncated", optional=True)}

@@ -8,11 +8,11 @@ like ``protocol.replies``. The file bytes themselves travel in binary data frame
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .codes import MsgType
-from .fields import Fields, RequestId, Wire, invalid, valid_request_id
+from .fields import Addressed, Fields, RequestId, Wire, addressed, invalid, valid_request_id
 
 MAX_FILE_NAME_CHARS = 1024      # the server keeps at most 255 characters of a base name
 MAX_KB_QUERY_CHARS = 1000
@@ -213,18 +213,11 @@ class KbHit(Wire):
 
 # -- replies -------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class KbReply(Wire):
-    re: RequestId | None = field(default=None, kw_only=True)
-    truncated: bool = field(default=False, kw_only=True)
-
-    def _finish(self, out: dict[str, Any]) -> dict[str, Any]:
-        if self.truncated:
-            out["truncated"] = True
-        return out
+class KbReply(Addressed):
+    """Base of the knowledge-base replies."""
 
 
-def _kw(f: Fields) -> dict[str, Any]:
-    return {"re": f.re(), "truncated": f.flag("truncated", optional=True)}
+_kw = addressed
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,26 +16,17 @@ from typing import Any, Union
 
 from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
-from .fields import Fields, RequestId, Wire, invalid
+from .fields import Addressed, Fields, Wire, addressed, invalid
 from .kb import KB_REPLY_TYPES
 from .objects import AgentInfo, ChatMessage, ClientInfo, MemoryItem, ModelInfo, SearchHit, SessionInfo, TurnState
 
 
 @dataclass(frozen=True, slots=True)
-class Reply(Wire):
+class Reply(Addressed):
     """Base of every reply: ``re`` and ``truncated``."""
-    re: RequestId | None = field(default=None, kw_only=True)
-    truncated: bool = field(default=False, kw_only=True)
-
-    def _finish(self, out: dict[str, Any]) -> dict[str, Any]:
-        if self.truncated:
-            out["truncated"] = True
-        return out
 
 
-def _re(f: Fields) -> dict[str, Any]:
-    """The keyword fields every reply and event reads the same way."""
-    return {"re": f.re(), "truncated": f.flag("truncated", optional=True)}
+_re = addressed
 
 
 @dataclass(frozen=True, slots=True)

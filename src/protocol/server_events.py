@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Union
 
 from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
-from .fields import Fields, RequestId, Wire
+from .fields import Addressed, Fields, addressed
 from .kb import KbProgress
 from .objects import ChatMessage, SessionInfo, ToolCall
 
@@ -23,20 +23,12 @@ NOTICE_LEVELS = ("info", "warning")
 
 
 @dataclass(frozen=True, slots=True)
-class ServerEvent(Wire):
+class ServerEvent(Addressed):
     """Base of every event: ``re`` and ``truncated``."""
     TYPE: ClassVar[MsgType]
-    re: RequestId | None = field(default=None, kw_only=True)
-    truncated: bool = field(default=False, kw_only=True)
-
-    def _finish(self, out: dict[str, Any]) -> dict[str, Any]:
-        if self.truncated:
-            out["truncated"] = True
-        return out
 
 
-def _kw(f: Fields) -> dict[str, Any]:
-    return {"re": f.re(), "truncated": f.flag("truncated", optional=True)}
+_kw = addressed
 
 
 @dataclass(frozen=True, slots=True)

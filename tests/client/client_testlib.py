@@ -139,3 +139,10 @@ async def type_and_send(pilot: Any, text: str) -> None:
     box.focus()
     box.load_text(text)
     await pilot.press("enter")
+
+
+def shown(app: Any, screen_type: type) -> bool:
+    """``screen_type`` is on top and mounted with its widgets (pushed is not yet composed: a query
+    right after the push can find nothing)."""
+    screen = app.screen
+    return isinstance(screen, screen_type) and screen.is_mounted and bool(screen.children)

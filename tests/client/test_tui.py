@@ -19,7 +19,7 @@ from client.tui.modals import ConfirmModal, ExportModal, HelpScreen, RenameModal
 from client.tui.sidebar import Sidebar
 from client.tui.status import StatusLine
 from client.tui.toolcall import ToolCallItem
-from client_testlib import SIZE, chat, next_event_of, offline_agent, open_app, prefill, type_and_send, wait_until
+from client_testlib import shown, SIZE, chat, next_event_of, offline_agent, open_app, prefill, type_and_send, wait_until
 from testkit.echo_agent import EchoAgent
 from testkit.server import running_server
 from protocol.server_events import TurnEnd
@@ -113,7 +113,7 @@ async def test_new_rename_delete_clear(server) -> None:
                          pilot=pilot)
         second = app.controller.session_id
         await pilot.press("f2")
-        await wait_until(lambda: isinstance(app.screen, RenameModal), pilot=pilot)
+        await wait_until(lambda: shown(app, RenameModal), pilot=pilot)
         field = app.screen.query_one("#rename-input")
         field.value = "Renamed here"
         await pilot.press("enter")
@@ -122,17 +122,17 @@ async def test_new_rename_delete_clear(server) -> None:
         await type_and_send(pilot, "to be cleared")
         await wait_answer(app, pilot, "echo: to be cleared")
         await pilot.press("f9")
-        await wait_until(lambda: isinstance(app.screen, ClearModal), pilot=pilot)
+        await wait_until(lambda: shown(app, ClearModal), pilot=pilot)
         await pilot.press("c")   # clear (hide); "p" would also purge
         await wait_until(lambda: contents(app) == [] and sidebar.sessions[second].message_count == 0,
                          pilot=pilot, what="cleared session")
         await pilot.press("f8")
-        await wait_until(lambda: isinstance(app.screen, ConfirmModal), pilot=pilot)
+        await wait_until(lambda: shown(app, ConfirmModal), pilot=pilot)
         await pilot.press("escape")  # cancelled: nothing happens
         await wait_until(lambda: not isinstance(app.screen, ConfirmModal), pilot=pilot)
         assert second in sidebar.sessions
         await pilot.press("f8")
-        await wait_until(lambda: isinstance(app.screen, ConfirmModal), pilot=pilot)
+        await wait_until(lambda: shown(app, ConfirmModal), pilot=pilot)
         await pilot.click("#confirm-yes")
         await wait_until(lambda: second not in sidebar.sessions and app.controller.session_id == first,
                          pilot=pilot, what="deleted session")
@@ -253,7 +253,7 @@ async def test_search_jumps_to_an_old_message(server) -> None:
         await pilot.press("ctrl+n")
         await wait_until(lambda: app.controller.session_id != sid and app.controller._loads == 0, pilot=pilot)
         await pilot.press("ctrl+f")
-        await wait_until(lambda: isinstance(app.screen, SearchModal), pilot=pilot)
+        await wait_until(lambda: shown(app, SearchModal), pilot=pilot)
         await pilot.press(*"needle", "enter")
         modal = app.screen
         await wait_until(lambda: bool(modal.hits), pilot=pilot, what="search hits")
@@ -273,7 +273,7 @@ async def test_export_to_file(server, tmp_path: Path) -> None:
         await type_and_send(pilot, "export this")
         await wait_answer(app, pilot, "echo: export this")
         await pilot.press("ctrl+s")
-        await wait_until(lambda: isinstance(app.screen, ExportModal), pilot=pilot)
+        await wait_until(lambda: shown(app, ExportModal), pilot=pilot)
         app.screen.query_one("#export-path").value = str(tmp_path / "out.md")
         await pilot.click("#export-json")
         target = tmp_path / "out.json"
@@ -316,11 +316,11 @@ async def test_palette_help_and_keymap(server) -> None:
         assert {a.title for a in commands.ACTIONS if a.action != "quit"} <= titles
         assert "Model: echo-large" in titles
         await pilot.press("ctrl+p")
-        await wait_until(lambda: isinstance(app.screen, CommandPalette), pilot=pilot)
+        await wait_until(lambda: shown(app, CommandPalette), pilot=pilot)
         await pilot.press("escape")
         await wait_until(lambda: not isinstance(app.screen, CommandPalette), pilot=pilot)
         await pilot.press("f1")
-        await wait_until(lambda: isinstance(app.screen, HelpScreen), pilot=pilot)
+        await wait_until(lambda: shown(app, HelpScreen), pilot=pilot)
         source = app.screen.query_one("#help-text").source
         assert "`session.new`" in source and "| `f5` |" in source
         await pilot.press("escape")

@@ -13,7 +13,7 @@ from client.tui.app import NpltApp
 from client.tui.citations import CitationList, PassageModal
 from client.tui.knowledge import KnowledgeScreen, Transfer, complete_path
 from client.tui.modals import ConfirmModal
-from client_testlib import SIZE, chat, wait_until
+from client_testlib import shown, SIZE, chat, wait_until
 from fake_client import FakeClient, stamp
 from kb_wire.kbwire import kb_server, token
 from protocol.kb import KbHit
@@ -74,7 +74,7 @@ async def test_upload_list_download_delete(tmp_path: Path) -> None:
                              what="the downloaded file")
             assert dest.read_text(encoding="utf-8") == RUNBOOK
             await pilot.press("delete")
-            await wait_until(lambda: isinstance(app.screen, ConfirmModal), pilot=pilot, what="the delete question")
+            await wait_until(lambda: shown(app, ConfirmModal), pilot=pilot, what="the delete question")
             await pilot.press("y")
             await wait_until(lambda: app.screen is panel and panel.loaded and not panel.documents
                              and table.row_count == 0, pilot=pilot, what="the deleted document gone")
@@ -115,7 +115,8 @@ async def test_citations_under_an_answer_open_the_passage() -> None:
         button = sources.query_one(".citation")
         assert str(button.label) == "[runbook.md §Restore]"
         button.press()
-        await wait_until(lambda: isinstance(app.screen, PassageModal), pilot=pilot, what="the passage")
+        await wait_until(lambda: isinstance(app.screen, PassageModal) and bool(app.screen.query("#passage-text")),
+                         pilot=pilot, what="the passage, mounted (pushed is not yet composed)")
         assert "300 seconds" in str(app.screen.query_one("#passage-text").render())
         assert ("KB_PASSAGE", {"chunk_id": "c1"}) in fake.calls
         await pilot.press("escape")

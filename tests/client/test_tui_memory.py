@@ -10,7 +10,7 @@ from client.config import ClientConfig
 from client.tui.app import NpltApp
 from client.tui.memory_panel import MemoryPanel
 from client.tui.why import WhyScreen, why_lines
-from client_testlib import SIZE, chat, wait_until
+from client_testlib import shown, SIZE, chat, wait_until
 from fake_client import FakeClient, stamp
 from protocol.objects import ChatMessage, MemoryItem
 from textual.widgets import OptionList, Static
@@ -44,10 +44,10 @@ async def test_memory_panel_from_the_palette_lists_and_forgets() -> None:
     fake.memory = list(ITEMS)
     async with app_with(fake) as (app, pilot):
         await pilot.press("ctrl+p")
-        await wait_until(lambda: isinstance(app.screen, CommandPalette), pilot=pilot, what="the palette")
+        await wait_until(lambda: shown(app, CommandPalette), pilot=pilot, what="the palette")
         await pilot.press(*"long-term memory")
         await pilot.press("enter")
-        await wait_until(lambda: isinstance(app.screen, MemoryPanel), pilot=pilot, what="the memory panel")
+        await wait_until(lambda: shown(app, MemoryPanel), pilot=pilot, what="the memory panel")
         panel = app.screen
         options = panel.query_one("#memory-items", OptionList)
         await wait_until(lambda: options.option_count == 2, pilot=pilot, what="two items")
@@ -69,7 +69,7 @@ async def test_why_this_answer_shows_what_reached_the_model() -> None:
     async with app_with(fake) as (app, pilot):
         await wait_until(lambda: len(chat(app).messages()) == 2, pilot=pilot, what="the history")
         await pilot.press("f6")
-        await wait_until(lambda: isinstance(app.screen, WhyScreen), pilot=pilot, what="the why view")
+        await wait_until(lambda: shown(app, WhyScreen), pilot=pilot, what="the why view")
         body = str(app.screen.query_one("#why-body", Static).render())
         assert "Summary: messages up to #40" in body and "Recalled earlier turns: #7, #9" in body
         assert "m1: The prod DB host is db-prod-42." in body and "m9: (forgotten since)" in body
@@ -91,7 +91,7 @@ async def test_why_this_answer_on_a_live_answer_from_a_real_server(tmp_path) -> 
             await wait_until(lambda: any(m.role == "assistant" and m.message_id and m.turn_id is None
                                          for m in chat(app).messages()), pilot=pilot, what="the answer")
             await pilot.press("f6")
-            await wait_until(lambda: isinstance(app.screen, WhyScreen), pilot=pilot, what="the why view")
+            await wait_until(lambda: shown(app, WhyScreen), pilot=pilot, what="the why view")
             body = str(app.screen.query_one("#why-body", Static).render())
             assert "Route: chat (no router configured)" in body and "Summary: none" in body
             assert "Knowledge passages: none (not up front (the agent searches with search_knowledge))" in body and "Model: echo" in body

@@ -15,7 +15,7 @@ from client.tui.editor import TextEditModal
 from client.tui.modals import ConfirmModal
 from client.tui.sidebar import Sidebar
 from client.tui.trash import TrashScreen
-from client_testlib import SIZE, chat, wait_until
+from client_testlib import shown, SIZE, chat, wait_until
 from fake_client import FakeClient, stamp
 from protocol.objects import ChatMessage, SessionInfo, TurnState
 from protocol.server_events import AnswerDelta, TurnEnd, TurnError, TurnStart
@@ -53,7 +53,7 @@ async def test_delete_goes_to_the_trash_and_restore_brings_it_back() -> None:
         sidebar = app.query_one(Sidebar)
         await wait_until(lambda: "s2" in sidebar.sessions, pilot=pilot, what="the sidebar")
         await pilot.press("f8")
-        await wait_until(lambda: isinstance(app.screen, ConfirmModal), pilot=pilot, what="the delete dialog")
+        await wait_until(lambda: shown(app, ConfirmModal), pilot=pilot, what="the delete dialog")
         question = str(app.screen.query_one(".dialog-title").render())
         assert "trash" in question and "restore" in question and "purge" in question
         assert "cannot be undone" not in question
@@ -85,14 +85,14 @@ async def test_purge_asks_first_and_removes_for_good() -> None:
                          what="the trash")
         trash = app.screen
         await pilot.press("p")
-        await wait_until(lambda: isinstance(app.screen, ConfirmModal), pilot=pilot, what="the purge question")
+        await wait_until(lambda: shown(app, ConfirmModal), pilot=pilot, what="the purge question")
         question = str(app.screen.query_one(".dialog-title").render())
         assert "for good" in question and "cannot be undone" in question and "Old notes" in question
         await pilot.press("n")   # cancelled: nothing is purged
         await wait_until(lambda: app.screen is trash, pilot=pilot)
         assert "old" in fake.trash and not any(c[0] == "session_purge" for c in fake.calls)
         await pilot.press("p")
-        await wait_until(lambda: isinstance(app.screen, ConfirmModal), pilot=pilot)
+        await wait_until(lambda: shown(app, ConfirmModal), pilot=pilot)
         await pilot.click("#confirm-yes")
         await wait_until(lambda: app.screen is trash and not trash.sessions, pilot=pilot, what="the purged session")
         assert ("session_purge", "old") in fake.calls and "old" not in fake.trash
@@ -105,20 +105,20 @@ async def test_clear_or_clear_and_purge() -> None:
     async with scripted_app(fake) as (app, pilot):
         await wait_until(lambda: len(contents(app)) == 2, pilot=pilot)
         await pilot.press("f9")
-        await wait_until(lambda: isinstance(app.screen, ClearModal), pilot=pilot, what="the clear dialog")
+        await wait_until(lambda: shown(app, ClearModal), pilot=pilot, what="the clear dialog")
         text = str(app.screen.query_one(".dialog-title").render())
         assert "stays stored" in text and "purge" in text
         await pilot.press("escape")
         await wait_until(lambda: not isinstance(app.screen, ClearModal), pilot=pilot)
         assert len(contents(app)) == 2 and not any(c[0] == "session_clear" for c in fake.calls)
         await pilot.press("f9")
-        await wait_until(lambda: isinstance(app.screen, ClearModal), pilot=pilot)
+        await wait_until(lambda: shown(app, ClearModal), pilot=pilot)
         await pilot.click("#clear-purge")
         await wait_until(lambda: contents(app) == [], pilot=pilot, what="the cleared chat")
         assert ("session_clear", True) in fake.calls
         fake.messages["s1"].append(user(3, "again"))
         await pilot.press("f9")
-        await wait_until(lambda: isinstance(app.screen, ClearModal), pilot=pilot)
+        await wait_until(lambda: shown(app, ClearModal), pilot=pilot)
         await pilot.press("c")
         await wait_until(lambda: ("session_clear", False) in fake.calls, pilot=pilot, what="a plain clear")
 
@@ -128,7 +128,7 @@ async def test_system_prompt_is_read_edited_and_reset() -> None:
     fake.prompts["s1"] = "You are terse."
     async with scripted_app(fake) as (app, pilot):
         await pilot.press("ctrl+o")
-        await wait_until(lambda: isinstance(app.screen, TextEditModal), pilot=pilot, what="the prompt editor")
+        await wait_until(lambda: shown(app, TextEditModal), pilot=pilot, what="the prompt editor")
         area = app.screen.query_one("#editor-text", TextArea)
         assert area.text == "You are terse."
         area.load_text("Answer in French.")
@@ -136,7 +136,7 @@ async def test_system_prompt_is_read_edited_and_reset() -> None:
         await wait_until(lambda: fake.prompts.get("s1") == "Answer in French.", pilot=pilot, what="the saved prompt")
         assert not isinstance(app.screen, TextEditModal)
         await app.run_action("system_prompt")   # the palette's way in: the same action
-        await wait_until(lambda: isinstance(app.screen, TextEditModal), pilot=pilot)
+        await wait_until(lambda: shown(app, TextEditModal), pilot=pilot)
         area = app.screen.query_one("#editor-text", TextArea)
         assert area.text == "Answer in French."
         area.load_text("   ")
@@ -184,7 +184,7 @@ async def test_edit_the_last_sent_message_and_resend() -> None:
     async with scripted_app(fake) as (app, pilot):
         await wait_until(lambda: len(contents(app)) == 4, pilot=pilot)
         await pilot.press("f5")
-        await wait_until(lambda: isinstance(app.screen, TextEditModal), pilot=pilot, what="the edit dialog")
+        await wait_until(lambda: shown(app, TextEditModal), pilot=pilot, what="the edit dialog")
         area = app.screen.query_one("#editor-text", TextArea)
         assert area.text == "secnod"   # the last message the user sent
         area.load_text("second")
@@ -202,7 +202,7 @@ async def test_edit_the_focused_user_message_and_cancel() -> None:
         await wait_until(lambda: len(contents(app)) == 4, pilot=pilot)
         chat(app).by_id[1].focus()
         await pilot.press("f5")
-        await wait_until(lambda: isinstance(app.screen, TextEditModal), pilot=pilot)
+        await wait_until(lambda: shown(app, TextEditModal), pilot=pilot)
         assert app.screen.query_one("#editor-text", TextArea).text == "first"
         await pilot.press("escape")
         await wait_until(lambda: not isinstance(app.screen, TextEditModal), pilot=pilot)

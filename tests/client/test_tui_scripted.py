@@ -26,7 +26,7 @@ from client.tui.modals import ConfirmModal, ExportModal, RenameModal
 from client.tui.sidebar import Sidebar
 from client.tui.status import StatusLine
 from client.tui.toolcall import ToolCallItem
-from client_testlib import SIZE, chat, type_and_send, wait_until
+from client_testlib import shown, SIZE, chat, type_and_send, wait_until
 from fake_client import FakeClient, stamp
 from protocol import ErrorCode
 from protocol.objects import ChatMessage, SessionInfo, ToolCall, TurnState
@@ -256,14 +256,14 @@ async def test_rename_and_delete_give_the_focus_back_to_the_input() -> None:
     async with scripted_app(fake) as (app, pilot):
         app.action_focus_sessions()
         await pilot.press("f2")
-        await wait_until(lambda: isinstance(app.screen, RenameModal), pilot=pilot, what="the rename dialog")
+        await wait_until(lambda: shown(app, RenameModal), pilot=pilot, what="the rename dialog")
         app.screen.query_one("#rename-input", Input).value = "Renamed"
         await pilot.press("enter")
         await wait_until(lambda: app.sub_title == "Renamed" and isinstance(app.focused, ChatInput), pilot=pilot,
                          what="renamed, focus in the input")
         app.action_focus_sessions()
         await pilot.press("f8")
-        await wait_until(lambda: isinstance(app.screen, ConfirmModal), pilot=pilot, what="the delete dialog")
+        await wait_until(lambda: shown(app, ConfirmModal), pilot=pilot, what="the delete dialog")
         await pilot.click("#confirm-yes")
         await wait_until(lambda: chat(app).session_id == "s2" and app.controller._loads == 0
                          and isinstance(app.focused, ChatInput), pilot=pilot, what="deleted, the other session")
@@ -277,7 +277,7 @@ async def test_export_dialog_one_at_a_time_enter_saves_to_the_user_folder(tmp_pa
     fake = FakeClient(messages={"s1": [user(1, "keep this")]})
     async with scripted_app(fake) as (app, pilot):
         await pilot.press("ctrl+s")
-        await wait_until(lambda: isinstance(app.screen, ExportModal), pilot=pilot, what="the export dialog")
+        await wait_until(lambda: shown(app, ExportModal), pilot=pilot, what="the export dialog")
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert sum(isinstance(s, ExportModal) for s in app.screen_stack) == 1
