@@ -136,3 +136,20 @@ async def test_paced_pieces_like_the_deployed_client_never_time_out(tmp_path: Pa
         m = OK.match(await v2.recv_text())
         assert m and m["name"] == "paced.md"
         await v2.close()
+
+
+async def test_a_v2_chat_after_the_upload_answers_from_the_document_with_a_citation(tmp_path: Path) -> None:
+    """The v2 upload reaches the user's collection, and the user's next chat is answered from it
+    (offline agent: the knowledge route quotes the passage with a [name §location] citation)."""
+    async with files_server(tmp_path) as (_srv, addr):
+        v2 = await connect(addr, udp_port=40000)
+        send_file(v2, "runbook.md", RUNBOOK.encode())
+        assert OK.match(await v2.recv_text())
+        v2.send(0x01, "知识库里说恢复数据库时要先做什么？")
+        _thoughts, answer, _n = await v2.read_answer()
+        assert "停止写入服务" in answer and "[runbook.md §" in answer, answer
+        v2.send(0x01, "what does the knowledge base say about the nightly backup bucket?")
+        _thoughts, answer, _n = await v2.read_answer()
+        assert "zebra-archive-7" in answer and "[runbook.md §" in answer, answer
+        assert v2.only_v2_codes()
+        await v2.close()
