@@ -332,7 +332,8 @@ class NpltApp(App[None]):
             if (metadata.get("context") or {}).get("memory_items"):
                 try:
                     texts = {i.id: i.text for i in (await self.client.memory_list()).items}
-                except Exception:  # noqa: BLE001 - the view works without the texts
+                except ClientError as exc:  # the view works without the texts (it shows the item ids)
+                    self.log.warning(f"why: the memory items' texts could not be loaded: {exc}")
                     texts = {}
             self.push_screen(WhyScreen(f"Why this answer (#{view.message_id})", why_lines(metadata, texts)))
         self.controller.spawn(show(), "why")
