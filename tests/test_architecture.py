@@ -16,14 +16,21 @@ a cycle. Dynamic imports (``importlib.import_module``) are not seen.
 
 The check of the real src/ is ``test_src_has_no_import_cycles_or_layer_breaks``; the other tests run
 the same checker on small synthetic trees to show that it finds what it must.
+
+docs/architecture.md has one line per module saying its job: a line that starts with the module's
+path under src/ (``server/turns.py  TurnRunner: ...``), followed by the job.
+``test_every_module_has_its_line_in_architecture_md`` fails when a module has no such line, and when
+a line names a module that no longer exists.
 """
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
+ARCHITECTURE_MD = SRC.parent / "docs" / "architecture.md"
 
 #: top-level package -> the other top-level packages of ours it may import
 LAYERS: dict[str, frozenset[str]] = {
@@ -232,3 +239,45 @@ def test_layer_breaks_are_found(tmp_path: Path) -> None:
         "layer broken: storage.models -> server.errors (storage may import only ['protocol'])",
         "layer broken: tools -> protocol (tools is not in the layer table)",
     ]
+
+
+# ---------------------------------------------------------------- one line per module in docs/architecture.md
+#: a module's line: its path under src/ (in one of our packages) at the start, then its job
+MODULE_LINE = re.compile(r"^\s*((?:%s)/[\w/]*\.py)\s+\S" % "|".join(LAYERS))
+
+
+def module_paths(src: Path) -> set[str]:
+    """``server/turns.py`` for every module under src (``__init__.py`` included)."""
+    return {path.relative_to(src).as_posix() for path in modules(src).values()}
+
+
+def documented_paths(doc: str) -> set[str]:
+    return {m.group(1) for line in doc.splitlines() if (m := MODULE_LINE.match(line))}
+
+
+def doc_gaps(src: Path, doc: str) -> list[str]:
+    """Modules without a line, and lines naming modules that do not exist."""
+    have, documented = module_paths(src), documented_paths(doc)
+    return [f"no line in docs/architecture.md for {m}" for m in sorted(have - documented)] + \
+        [f"docs/architecture.md lists {m}, which is not in src/" for m in sorted(documented - have)]
+
+
+def test_every_module_has_its_line_in_architecture_md() -> None:
+    found = doc_gaps(SRC, ARCHITECTURE_MD.read_text(encoding="utf-8"))
+    assert not found, "\n".join(found)
+
+
+def test_a_module_without_a_line_is_found(tmp_path: Path) -> None:
+    src = write_tree(tmp_path, CLEAN)
+    doc = "\n".join(f"{p}   what it does" for p in sorted(module_paths(src)) if p != "server/errors.py")
+    doc += "\nserver/errors.py\n"                      # a bare path says no job: not a line
+    doc += "see server/errors.py for the errors\n"       # a mention in prose is not a line either
+    assert doc_gaps(src, doc) == ["no line in docs/architecture.md for server/errors.py"]
+    assert doc_gaps(src, doc + "  server/errors.py  Oops, the one error\n") == []
+
+
+def test_a_line_for_a_module_that_is_gone_is_found(tmp_path: Path) -> None:
+    src = write_tree(tmp_path, CLEAN)
+    doc = "\n".join(f"{p}   what it does" for p in sorted(module_paths(src)))
+    assert doc_gaps(src, doc + "\nserver/old.py  removed long ago\n") == [
+        "docs/architecture.md lists server/old.py, which is not in src/"]

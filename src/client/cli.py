@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
+from protocol import ErrorCode
 from protocol.objects import SessionInfo
 from protocol.server_events import AnswerDelta, ToolCallEvent, TurnEnd, TurnError, TurnEvent
 
@@ -35,13 +36,14 @@ EXIT_REQUEST = 5       # the server rejected the request (NOT_FOUND, INVALID_MES
 EXIT_TURN = 6          # the turn failed (TURN_ERROR) or was cancelled
 EXIT_INTERRUPTED = 130  # Ctrl+C
 
-CONNECTION_SERVER_CODES = frozenset({"SERVER_FULL", "SHUTTING_DOWN", "UNSUPPORTED_VERSION", "HANDSHAKE_TIMEOUT",
-                                     "HANDSHAKE_REQUIRED", "IDLE_TIMEOUT", "SLOW_CONSUMER"})
+CONNECTION_SERVER_CODES = frozenset({ErrorCode.SERVER_FULL, ErrorCode.SHUTTING_DOWN, ErrorCode.UNSUPPORTED_VERSION,
+                                     ErrorCode.HANDSHAKE_TIMEOUT, ErrorCode.HANDSHAKE_REQUIRED, ErrorCode.IDLE_TIMEOUT,
+                                     ErrorCode.SLOW_CONSUMER})
 
 
 def exit_code_for(exc: ClientError) -> int:
     """The stable exit code for a client error."""
-    if exc.code == "AUTH_FAILED":
+    if exc.code is ErrorCode.AUTH_FAILED:
         return EXIT_AUTH
     if exc.is_connection_error or exc.code in CONNECTION_SERVER_CODES:
         return EXIT_CONNECTION
@@ -118,7 +120,7 @@ async def _follow_turn(client: Client, turn_id: str, out: TextIO | None,
         if isinstance(event, Disconnected):
             raise ClientError(errors.CONNECTION_LOST, event.error or "connection lost")
         if isinstance(event, ServerError) and event.error.fatal:
-            stopped = event.error.code == "SHUTTING_DOWN"
+            stopped = event.error.code is ErrorCode.SHUTTING_DOWN
             raise ClientError(event.error.code, "the server stopped during the answer" if stopped
                               else event.error.message)
         if not isinstance(event, TurnEvent) or event.turn_id != turn_id:

@@ -97,8 +97,9 @@ class Client(Operations):
         self._ever_connected = False
         self._hello_id: int | None = None
         self._connected = asyncio.Event()      # set while connected (wait_connected)
-        #: message type -> callback(body) taking it instead of the event queue (binary data frames,
-        #: KB_PROGRESS of a running upload); the callback returns False to leave a message to the queue
+        #: message type -> callback taking the message instead of the event queue: the raw payload of a
+        #: binary data frame, the typed event (``KbProgress`` of a running upload) otherwise; the
+        #: callback returns False to leave an event to the queue
         self.taps: dict[int, Any] = {}
 
     # -- public surface -------------------------------------------------------------------------------
@@ -314,7 +315,7 @@ class Client(Operations):
             writer.write(conn.send(msg_type, body))  # one write: the frames of a message stay contiguous
             await writer.drain()
         except ProtocolError as exc:
-            raise ClientError(str(exc.code), exc.message) from exc
+            raise ClientError(exc.code, exc.message) from exc
         except (ConnectionError, OSError) as exc:
             raise ClientError(errors.CONNECTION_LOST, f"send failed: {exc}") from exc
 
@@ -356,10 +357,10 @@ class Client(Operations):
             return
         mtype = item.type
         tap = self.taps.get(mtype)
-        if tap is not None and tap(item.body) is not False:
-            return
         if mtype in BINARY_TYPES:
-            return          # data frames of a transfer nobody waits for (it was given up)
+            if tap is not None:
+                tap(item.body)
+            return          # (without a tap: data frames of a transfer nobody waits for, given up)
         body = item.body if isinstance(item.body, dict) else {}
         if mtype in (MsgType.RESPONSE, MsgType.PONG, MsgType.ERROR):
             await self._on_reply(mtype, body)
@@ -374,6 +375,8 @@ class Client(Operations):
             except ProtocolError as exc:
                 log.warning("invalid %s from the server: %s", MsgType(mtype).name, exc.message)
                 await self._queue.put(InvalidFrame(exc.code, f"{MsgType(mtype).name}: {exc.message}"))
+                return
+            if tap is not None and tap(event) is not False:
                 return
             await self._queue.put(event)  # type: ignore[arg-type]
         else:

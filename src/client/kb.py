@@ -16,11 +16,12 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from protocol import MsgType
+from protocol import ErrorCode, MsgType
 from protocol.binary import decode_data
+from protocol.kb import KbDocument, KbProgress
 
 from client import errors
-from client.errors import ClientError
+from client.errors import ClientCode, ClientError
 
 BLOCK = 1 << 20                   # read from the file (in a worker thread) this much at a time
 RETRYABLE = frozenset({errors.CONNECTION_LOST, errors.NOT_CONNECTED})
@@ -41,9 +42,8 @@ def file_digests(path: Path) -> tuple[str, str, int]:
 
 async def upload(client: Any, path: str | os.PathLike, *, collection: str | None = None,
                  progress: Progress | None = None, retries: int = 5, reconnect_timeout: float = 30.0,
-                 end_timeout: float = 600.0, name: str | None = None) -> dict[str, Any]:
-    """Upload one file; returns the stored document (the §5.8 Document as a dict: doc_id, name, md5,
-    chunks, duplicate, ...).
+                 end_timeout: float = 600.0, name: str | None = None) -> KbDocument:
+    """Upload one file; returns the stored document (``duplicate`` when the bytes were already there).
     Server refusals raise ClientError with the server's code (UNSUPPORTED_MEDIA, QUOTA_EXCEEDED, ...)."""
     path = Path(path)
     md5, sha, size = await asyncio.to_thread(file_digests, path)
@@ -62,15 +62,15 @@ async def upload(client: Any, path: str | os.PathLike, *, collection: str | None
 
 
 async def _upload_once(client: Any, path: Path, body: dict[str, Any], progress: Progress | None,
-                       end_timeout: float) -> dict[str, Any]:
+                       end_timeout: float) -> KbDocument:
     begin = await client.request(MsgType.KB_UPLOAD_BEGIN, dict(body))
     upload_id, handle, offset, step = begin.upload_id, begin.handle, begin.offset, begin.chunk_size
 
-    def on_progress(ev: Any) -> bool:
-        if not isinstance(ev, dict) or ev.get("upload_id") != upload_id:
+    def on_progress(ev: KbProgress) -> bool:
+        if ev.upload_id != upload_id:
             return False
         if progress is not None:
-            progress(ev["stage"], ev["done"], ev["total"])
+            progress(ev.stage, ev.done, ev.total)
         return True
 
     client.taps[MsgType.KB_PROGRESS] = on_progress
@@ -80,18 +80,18 @@ async def _upload_once(client: Any, path: Path, body: dict[str, Any], progress: 
             while offset < body["size"]:
                 block = await asyncio.to_thread(f.read, min(BLOCK - BLOCK % step, body["size"] - offset))
                 if not block:
-                    raise ClientError("FILE_CHANGED", f"{path} shrank while it was uploaded")
+                    raise ClientError(ClientCode.FILE_CHANGED, f"{path} shrank while it was uploaded")
                 await client.send_data(MsgType.KB_UPLOAD_DATA, handle, offset, block)
                 offset += len(block)
         reply = await client.request(MsgType.KB_UPLOAD_END, {"upload_id": upload_id}, timeout=end_timeout)
-        return reply.document.encode()
+        return reply.document
     finally:
         if client.taps.get(MsgType.KB_PROGRESS) is on_progress:
             del client.taps[MsgType.KB_PROGRESS]
 
 
 async def download(client: Any, doc_id: str, dest: str | os.PathLike, *, progress: Progress | None = None,
-                   retries: int = 5, reconnect_timeout: float = 30.0, timeout: float = 600.0) -> dict[str, Any]:
+                   retries: int = 5, reconnect_timeout: float = 30.0, timeout: float = 600.0) -> KbDocument:
     """Download a document to ``dest`` (resuming ``<dest>.part``); returns the document. ClientError
     CHECKSUM_MISMATCH if the bytes do not hash to the document's md5 (the part file is removed)."""
     dest = Path(dest)
@@ -107,15 +107,15 @@ async def download(client: Any, doc_id: str, dest: str | os.PathLike, *, progres
                 raise
             await client.wait_connected(reconnect_timeout)
     md5, _, _ = await asyncio.to_thread(file_digests, part)
-    if md5 != doc["md5"]:
+    if md5 != doc.md5:
         await asyncio.to_thread(part.unlink)
-        raise ClientError("CHECKSUM_MISMATCH", f"downloaded bytes hash to {md5}, not {doc['md5']}")
+        raise ClientError(ErrorCode.CHECKSUM_MISMATCH, f"downloaded bytes hash to {md5}, not {doc.md5}")
     await asyncio.to_thread(os.replace, part, dest)
     return doc
 
 
 async def _download_once(client: Any, doc_id: str, part: Path, progress: Progress | None,
-                         timeout: float) -> dict[str, Any]:
+                         timeout: float) -> KbDocument:
     offset = part.stat().st_size if part.exists() else 0
     handle = next(_handles) & 0xFFFFFFFF
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -151,5 +151,5 @@ async def _download_once(client: Any, doc_id: str, part: Path, progress: Progres
         queue.put_nowait(None)
         await task
     if failure:
-        raise ClientError("INVALID_MESSAGE", failure[0])
-    return reply.document.encode()
+        raise ClientError(ErrorCode.INVALID_MESSAGE, failure[0])
+    return reply.document

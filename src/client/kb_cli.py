@@ -12,12 +12,12 @@ import json
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from protocol import MsgType
+from protocol import ErrorCode, MsgType
 
 from client import kb as kbclient
 from client.config import ClientConfig
 from client.connection import Backoff, Client
-from client.errors import ClientError
+from client.errors import ClientCode, ClientError
 
 DOC_FIELDS = ("doc_id", "name", "md5", "chunks", "duplicate")
 HIT_FIELDS = ("doc_id", "name", "text", "score", "location", "citation", "chunk_id")
@@ -60,18 +60,18 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
         return await _upload(args, cfg, out, err, exit_code_for)
     async with _client(cfg) as c:
         if action == "list":
-            docs = [d.encode() for d in (await c.request(MsgType.KB_LIST, {})).documents]
+            docs = (await c.request(MsgType.KB_LIST, {})).documents
             if args.json:
-                _dump({"documents": docs}, out)
+                _dump({"documents": [d.encode() for d in docs]}, out)
             for d in [] if args.json else docs:
-                out.write(f"{d['doc_id']}  {d['uploaded_at'][:19]}  {d['size']:>10}  {d['chunks']:>5} chunks  "
-                          f"{d['collection']:16}  {d['name']}\n")
+                out.write(f"{d.doc_id}  {d.uploaded_at[:19]}  {d.size:>10}  {d.chunks:>5} chunks  "
+                          f"{d.collection:16}  {d.name}\n")
         elif action == "search":
-            hits = [h.encode() for h in (await c.request(MsgType.KB_SEARCH, {"query": args.query, "limit": args.limit})).hits]
+            hits = (await c.request(MsgType.KB_SEARCH, {"query": args.query, "limit": args.limit})).hits
             if args.json:
-                _dump({"hits": [{k: h.get(k) for k in HIT_FIELDS} for h in hits]}, out)
+                _dump({"hits": [{k: h.encode()[k] for k in HIT_FIELDS} for h in hits]}, out)
             for h in [] if args.json else hits:
-                out.write(f"{h['score']:.3f}  {h['citation']}  ({h['chunk_id']})\n  {h['text'][:300]}\n\n")
+                out.write(f"{h.score:.3f}  {h.citation}  ({h.chunk_id})\n  {h.text[:300]}\n\n")
         elif action == "delete":
             await c.request(MsgType.KB_DELETE, {"doc_id": args.doc_id})
             out.write(f"deleted {args.doc_id}\n")
@@ -81,12 +81,12 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
                 docs = (await c.request(MsgType.KB_LIST, {})).documents
                 match = [d for d in docs if d.doc_id == args.doc_id]
                 if not match:
-                    raise ClientError("NOT_FOUND", "no such document")
+                    raise ClientError(ErrorCode.NOT_FOUND, "no such document")
                 dest = Path(Path(match[0].name).name)
             doc = await kbclient.download(c, args.doc_id, dest, progress=_bar(err, args.doc_id))
             if err.isatty():
                 err.write("\n")
-            out.write(f"{dest}  {doc['size']} bytes  md5 {doc['md5']}\n")
+            out.write(f"{dest}  {doc.size} bytes  md5 {doc.md5}\n")
     return 0
 
 
@@ -99,7 +99,7 @@ async def _upload(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
             path = Path(raw).expanduser()
             try:
                 if not path.is_file():
-                    raise ClientError("NOT_A_FILE", f"{raw}: not a readable file")
+                    raise ClientError(ClientCode.NOT_A_FILE, f"{raw}: not a readable file")
                 doc = await kbclient.upload(c, path, collection=args.group, progress=_bar(err, path.name))
             except ClientError as exc:
                 if exc.is_connection_error:
@@ -108,11 +108,11 @@ async def _upload(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
                 results.append({"path": raw, "error": {"code": exc.code, "message": exc.message}})
                 status = status or exit_code_for(exc)
                 continue
-            row = {k: doc.get(k) for k in DOC_FIELDS}
-            results.append(row)
+            encoded = doc.encode()
+            results.append({k: encoded[k] for k in DOC_FIELDS})
             if not args.json:
-                dup = "  (duplicate)" if row["duplicate"] else ""
-                out.write(f"{row['doc_id']}  {row['md5']}  {row['chunks']:>5} chunks  {row['name']}{dup}\n")
+                dup = "  (duplicate)" if doc.duplicate else ""
+                out.write(f"{doc.doc_id}  {doc.md5}  {doc.chunks:>5} chunks  {doc.name}{dup}\n")
     if args.json:
         _dump({"files": results}, out)
     return status

@@ -1,7 +1,9 @@
 """The sans-IO NPLT connection: feed it bytes, get events; give it messages, get bytes.
 
 See docs/protocol.md §1-2 and §8 and docs/architecture.md. No I/O here: the caller owns the socket.
-One Connection per side of one TCP connection; the receiving half lives in ``receiver.py``.
+One Connection per side of one TCP connection. It holds a ``receiver.Receiver`` (the receiving half,
+which holds the v2 parser) and does the sending itself; the receiving methods are the receiver's own
+bound methods, so a read costs no extra call.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ _dumps = orjson.dumps
 _UNKNOWN, _V2, _V3 = ProtocolVersion.UNKNOWN, ProtocolVersion.V2, ProtocolVersion.V3
 
 
-class Connection(Receiver):
+class Connection:
     """One side of one NPLT connection (sans-IO).
 
     Server role: ``version`` is UNKNOWN until the first complete frame (HELLO -> V3, anything
@@ -29,11 +31,13 @@ class Connection(Receiver):
     ``receive_data`` returns events; recoverable errors are ``InvalidMessage`` events, fatal ones
     raise ``ProtocolError`` (with ``.events`` = what was decoded before) and close the connection.
     After a clean EOF (``receive_data(b"")``) sending still works; receiving raises.
-    ``receive_and_pong`` (inherited) is ``receive_data`` answering well-formed v3 PINGs itself;
-    ``tx_seq`` is the seq of the next frame sent.
+    ``receive_and_pong`` is ``receive_data`` answering well-formed v3 PINGs itself;
+    ``tx_seq`` is the seq of the next frame sent, ``rx_seq`` the seq expected next.
+    ``receiver`` is the decoding state (``protocol.receiver.Receiver``).
     """
 
-    __slots__ = ("role",)
+    __slots__ = ("role", "receiver", "receive_data", "receive_and_pong", "receive_and_heartbeat",
+                 "refuse_message", "close")
 
     def __init__(self, role: Role | str, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  max_buffer_size: int | None = None,
@@ -41,12 +45,68 @@ class Connection(Receiver):
         self.role = Role(role)
         if self.role is Role.CLIENT and version is ProtocolVersion.UNKNOWN:
             version = ProtocolVersion.V3
-        super().__init__(version, max_message_size, max_buffer_size)
+        rx = self.receiver = Receiver(version, max_message_size, max_buffer_size)
+        # The receiving API is the receiver's: its bound methods, called without a forwarding frame.
+        self.receive_data = rx.receive_data
+        self.receive_and_pong = rx.receive_and_pong
+        self.receive_and_heartbeat = rx.receive_and_heartbeat
+        self.refuse_message = rx.refuse_message
+        self.close = rx.close
+
+    # ------------------------------------------------------------------ the receiver's state
+    @property
+    def version(self) -> ProtocolVersion:
+        """UNKNOWN (server, before the first frame), V2 or V3."""
+        return self.receiver.version
+
+    @property
+    def closed(self) -> bool:
+        """True after a fatal error or ``close()`` (sending raises CONNECTION_CLOSED too)."""
+        return self.receiver.closed
+
+    @property
+    def eof(self) -> bool:
+        """True once the peer's end of stream was fed (``receive_data(b"")``)."""
+        return self.receiver.eof
+
+    @property
+    def bytes_buffered(self) -> int:
+        """Bytes held between calls: a partial frame plus a message being reassembled."""
+        return self.receiver.bytes_buffered
+
+    @property
+    def in_message(self) -> bool:
+        """A message has started and not ended (see ``Receiver.in_message``)."""
+        return self.receiver.in_message
+
+    @property
+    def seq_anomalies(self) -> int:
+        """v2 only: received frames whose seq was not the expected one."""
+        return self.receiver.seq_anomalies
+
+    @property
+    def max_message_size(self) -> int:
+        """Largest message accepted, and sent (v3, reassembled); a client lowers it to the
+        server's limit after HELLO."""
+        return self.receiver.max_message_size
+
+    @max_message_size.setter
+    def max_message_size(self, value: int) -> None:
+        self.receiver.max_message_size = value
+
+    @property
+    def max_buffer_size(self) -> int:
+        return self.receiver.max_buffer_size
 
     @property
     def tx_seq(self) -> int:
         """The seq the next frame sent on this connection will carry (read-only)."""
-        return self._tx_seq
+        return self.receiver.tx_seq
+
+    @property
+    def rx_seq(self) -> int:
+        """The seq expected on the next received frame (read-only)."""
+        return self.receiver.rx_seq
 
     def set_legacy(self) -> None:
         """Server: this is a v2 connection (no frame within the grace period, or a first byte
@@ -54,8 +114,9 @@ class Connection(Receiver):
 
         No effect once the version is decided.
         """
-        if self.version is _UNKNOWN:
-            self.version = _V2
+        rx = self.receiver
+        if rx.version is _UNKNOWN:
+            rx.version = _V2
 
     # ------------------------------------------------------------------ sending
     def send(self, type: MsgType | int, body: dict[str, Any] | bytes | str = b"") -> bytes:
@@ -66,11 +127,12 @@ class Connection(Receiver):
         frame and the type must be one a v2 peer knows. Errors that leave the connection usable
         (too large, v3-only type to a v2 peer) raise a non-fatal ProtocolError.
         """
-        if self._closed:
+        rx = self.receiver
+        if rx.closed:
             raise closed_error("send on a closed connection")
         if type == _FRAGMENT or not 0 <= type <= 0xFF:
             raise ValueError(f"cannot send type code {type!r}")
-        version = self.version
+        version = rx.version
         if isinstance(body, dict):
             payload = _dumps(body)
         elif isinstance(body, bytes):
@@ -84,10 +146,10 @@ class Connection(Receiver):
                             f"on a {version.name} connection")
         n = len(payload)
         if version is _V3:
-            if n > self.max_message_size:
+            if n > rx.max_message_size:
                 raise ProtocolError(ErrorCode.MESSAGE_TOO_LARGE,
                                     f"message of {n} bytes is over max_message_size "
-                                    f"({self.max_message_size})", fatal=False)
+                                    f"({rx.max_message_size})", fatal=False)
             if n > MAX_PAYLOAD:
                 return self._fragment(type, payload)
         elif version is _V2:
@@ -102,13 +164,14 @@ class Connection(Receiver):
         else:
             raise RuntimeError("protocol version not decided yet: wait for the first frame "
                                "or call set_legacy()")
-        seq = self._tx_seq
-        self._tx_seq = (seq + 1) & 0xFFFF
+        seq = rx.tx_seq
+        rx.tx_seq = (seq + 1) & 0xFFFF
         return _pack(type, seq, n) + payload
 
     def send_raw(self, type: int, payload: bytes = b"") -> bytes:
         """Encode exactly one frame with this payload (no JSON, no fragmentation, no checks)."""
-        if self._closed:
+        rx = self.receiver
+        if rx.closed:
             raise closed_error("send on a closed connection")
         if not 0 <= type <= 0xFF:
             raise ValueError(f"type code out of range: {type!r}")
@@ -117,15 +180,16 @@ class Connection(Receiver):
             raise ProtocolError(ErrorCode.MESSAGE_TOO_LARGE,
                                 f"payload of {n} bytes does not fit one frame ({MAX_PAYLOAD})",
                                 fatal=False)
-        seq = self._tx_seq
-        self._tx_seq = (seq + 1) & 0xFFFF
+        seq = rx.tx_seq
+        rx.tx_seq = (seq + 1) & 0xFFFF
         return _pack(type, seq, n) + payload
 
     def _fragment(self, type: int, payload: bytes) -> bytes:
         count = (len(payload) - 1) // MAX_PAYLOAD       # FRAGMENT frames before the final one
         view = memoryview(payload)
         out = bytearray()
-        seq = self._tx_seq
+        rx = self.receiver
+        seq = rx.tx_seq
         for i in range(count):
             out += _pack(_FRAGMENT, seq, MAX_PAYLOAD)
             out += view[i * MAX_PAYLOAD:(i + 1) * MAX_PAYLOAD]
@@ -133,5 +197,5 @@ class Connection(Receiver):
         rest = view[count * MAX_PAYLOAD:]
         out += _pack(type, seq, len(rest))
         out += rest
-        self._tx_seq = (seq + 1) & 0xFFFF
+        rx.tx_seq = (seq + 1) & 0xFFFF
         return bytes(out)

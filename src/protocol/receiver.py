@@ -4,7 +4,8 @@ Frames are parsed straight out of the received ``bytes`` with ``struct.unpack_fr
 partial frame at the end of a read is kept (as a list of pieces, joined once when it completes),
 and the common case (a complete, known, unfragmented frame) takes a short inline path that builds
 the ``Message`` without calling its ``__init__`` (one Python frame less per message). On request the
-v3 path also answers well-formed PINGs itself (``Connection.receive_and_pong``).
+v3 path also answers well-formed PINGs itself (``Connection.receive_and_pong``). The v2 frames are
+parsed by the ``receiver_v2.V2Receiver`` the receiver holds.
 See docs/protocol.md §1-2, §5.5 and §8.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .frame import HEADER, HEADER_SIZE, MAX_FRAME
 from .jsonbody import decode_body, json_error, not_object
 from .pong import CANON_PING_MAX, MAX_ID_CHARS, MIN_RUN, RE_PREFIX, answer_run, pong_parts
 from .pong import cache as _pong_cache
-from .receiver_v2 import _MEMBERS, _V2_TYPE, V2Receiving
+from .receiver_v2 import _MEMBERS, _V2_TYPE, V2Receiver
 
 DEFAULT_MAX_MESSAGE_SIZE = 8 << 20      # 8 MiB reassembled
 BUFFER_SLACK = 4096                     # added to the default max_buffer_size
@@ -43,12 +44,17 @@ _V3_FAST: tuple[MsgType | None, ...] = tuple(
 _V3_BINARY = {int(m): m for m in BINARY_TYPES}
 
 
-class Receiver(V2Receiving):
-    """Decoding state of one connection; ``Connection`` adds the sending side."""
+class Receiver:
+    """Decoding state of one connection. A ``Connection`` holds one (and does the sending); the v2
+    frame parsing is a ``V2Receiver`` this object holds (``v2``).
 
-    __slots__ = ("version", "max_message_size", "max_buffer_size", "seq_anomalies", "_pending",
-                 "_pending_len", "_rx_seq", "_tx_seq", "_parts", "_frag_size", "_discarding",
-                 "_discard_size", "_refusal", "_closed", "_eof", "_heartbeats")
+    The receiver owns both sequence counters: ``rx_seq`` (expected on the next received frame) and
+    ``tx_seq`` (of the next frame sent), because its PING and heartbeat fast paths answer frames
+    themselves; the connection's sending side takes its seqs from ``tx_seq``."""
+
+    __slots__ = ("version", "max_message_size", "max_buffer_size", "v2", "rx_seq", "tx_seq", "closed",
+                 "_pending", "_pending_len", "_parts", "_frag_size", "_discarding", "_discard_size",
+                 "_refusal", "_eof", "_heartbeats")
 
     def __init__(self, version: ProtocolVersion, max_message_size: int,
                  max_buffer_size: int | None) -> None:
@@ -61,25 +67,25 @@ class Receiver(V2Receiving):
         self.version = ProtocolVersion(version)
         self.max_message_size = max_message_size
         self.max_buffer_size = max_buffer_size
-        self.seq_anomalies = 0           # v2 only: frames whose seq was not the expected one
+        self.v2 = V2Receiver()           # the v2 frame parser (and its seq_anomalies count)
         self._pending: list[bytes] = []  # pieces of an incomplete frame carried over to the next
         self._pending_len = 0            # call; once 5 bytes are held, piece 0 holds the header
-        self._rx_seq = 0                 # seq expected on the next received frame
-        self._tx_seq = 0                 # seq of the next sent frame (sent by Connection, and
-                                         # by the PING fast path here)
+        self.rx_seq = 0                  # seq expected on the next received frame
+        self.tx_seq = 0                  # seq of the next sent frame (sent by Connection, and
+                                         # by the PING and heartbeat fast paths here)
         self._parts: list[bytes] = []    # pieces of a fragmented message being reassembled
         self._frag_size = 0
         self._discarding = False         # dropping an over-size message up to its final frame
         self._discard_size = 0
         self._refusal: ProtocolError | None = None  # why the message being discarded was refused
-        self._closed = False
+        self.closed = False              # True after a fatal error or ``close()``
         self._eof = False
         self._heartbeats: list[bytes] | None = None  # receive_and_heartbeat's out, during the call
 
     @property
-    def closed(self) -> bool:
-        """True after a fatal error or ``close()``."""
-        return self._closed
+    def seq_anomalies(self) -> int:
+        """v2 only: frames whose seq was not the expected one."""
+        return self.v2.seq_anomalies
 
     @property
     def eof(self) -> bool:
@@ -115,7 +121,7 @@ class Receiver(V2Receiving):
 
     def close(self) -> None:
         """Close locally: further calls raise CONNECTION_CLOSED; buffers are released."""
-        self._closed = True
+        self.closed = True
         self._pending = []
         self._pending_len = 0
         self._parts = []
@@ -163,7 +169,7 @@ class Receiver(V2Receiving):
         ValueError, raised before anything is consumed). The v3 frame loop is inline here, so a
         read costs one Python call.
         """
-        if self._closed or self._eof:
+        if self.closed or self._eof:
             raise closed_error("data received after the connection was closed")
         if not data:
             return self._on_eof()
@@ -184,12 +190,12 @@ class Receiver(V2Receiving):
                                                      or self._discarding):  # case): answered here
                 _, seq, ln = _unpack_from(data)     # (the same outcome as the loop below)
                 digits = data[11:n - 1]
-                if ln == n - 5 and seq == self._rx_seq and ln <= self.max_message_size \
+                if ln == n - 5 and seq == self.rx_seq and ln <= self.max_message_size \
                         and data.startswith(b'{"id":', 5) and digits.isdigit() \
                         and (ln == 8 or digits[0] != 0x30):
-                    tx = self._tx_seq
-                    self._rx_seq = (seq + 1) & 0xFFFF
-                    self._tx_seq = (tx + 1) & 0xFFFF
+                    tx = self.tx_seq
+                    self.rx_seq = (seq + 1) & 0xFFFF
+                    self.tx_seq = (tx + 1) & 0xFFFF
                     pong = RE_PREFIX + digits + tail
                     out.append(_pack(_PONG, tx, len(pong)) + pong)
                     return []
@@ -205,8 +211,8 @@ class Receiver(V2Receiving):
                 loads = _loads
                 fast = _V3_FAST
                 maxsize = self.max_message_size
-                expected = self._rx_seq
-                tx = self._tx_seq
+                expected = self.rx_seq
+                tx = self.tx_seq
                 busy = self._frag_size or self._discarding
                 run = True            # try answer_run on the first canonical PING
                 last = n - 5          # the last offset where a header can start
@@ -274,10 +280,11 @@ class Receiver(V2Receiving):
                                     events.append(msg)
                         pos = end
                 finally:
-                    self._rx_seq = expected & 0xFFFF
-                    self._tx_seq = tx
+                    self.rx_seq = expected & 0xFFFF
+                    self.tx_seq = tx
             elif version is _V2:
-                pos = self._parse_v2(data, pos, events, self._heartbeats)
+                pos, self.rx_seq, self.tx_seq = self.v2.parse(data, pos, events, self.max_message_size,
+                                                              self.rx_seq, self.tx_seq, self._heartbeats)
             if pos < n:
                 self._pending.append(data[pos:])
                 self._pending_len += n - pos
@@ -339,20 +346,16 @@ class Receiver(V2Receiving):
         if self.version is _UNKNOWN:
             self.version = _V3 if t == _HELLO else _V2
         if self.version is _V3:
-            if seq != self._rx_seq:
-                raise _seq_error(self._rx_seq, seq)
-            self._rx_seq = (seq + 1) & 0xFFFF
+            if seq != self.rx_seq:
+                raise _seq_error(self.rx_seq, seq)
+            self.rx_seq = (seq + 1) & 0xFFFF
             event = self._v3_slow(t, seq, payload)
             if event is not None:
                 events.append(event)
             return
-        if seq != self._rx_seq:
-            self.seq_anomalies += 1
-        self._rx_seq = (seq + 1) & 0xFFFF
-        if t == _FRAGMENT or len(payload) > self.max_message_size:
-            events.append(self._v2_slow(t, seq, len(payload)))
-        else:
-            events.append(Message(_V2_TYPE[t], payload, seq))
+        expected = self.rx_seq
+        self.rx_seq = (seq + 1) & 0xFFFF
+        events.append(self.v2.frame(t, seq, payload, self.max_message_size, expected))
 
     def _detect(self, data: bytes, pos: int) -> ProtocolVersion:
         """Server, version still UNKNOWN: the first complete frame decides (HELLO -> V3, else V2)."""

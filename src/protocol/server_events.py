@@ -17,8 +17,11 @@ from .fields import Addressed, Fields, addressed
 from .kb import KbProgress
 from .objects import ChatMessage, SessionInfo, ToolCall
 
-FINISH_REASONS = ("stop", "length", "max_iterations", "cancelled")
-SESSION_EVENT_KINDS = ("created", "renamed", "deleted", "cleared", "updated", "summary", "model")
+#: TURN_END finish_reason (§6): "interrupted" closes a turn its node died under (docs/cluster.md)
+FINISH_REASONS = ("stop", "length", "max_iterations", "cancelled", "interrupted")
+#: SESSION_EVENT kind (§6)
+SESSION_EVENT_KINDS = frozenset({"created", "renamed", "deleted", "restored", "purged", "cleared", "updated",
+                                 "summary", "model"})
 NOTICE_LEVELS = ("info", "warning")
 
 

@@ -15,7 +15,7 @@ import ssl
 import time
 from typing import Any
 
-from protocol.server_events import Notice
+from protocol.server_events import SESSION_EVENT_KINDS, Notice
 from server.config import ServerConfig, check_bind_policy
 from server.config_base import ConfigError
 from server.connection import ServerConnection
@@ -26,8 +26,6 @@ from server.legacy_v2_files import clear_incoming
 from storage import AsyncHistoryStore, HistoryStore, open_store
 
 log = logging.getLogger("nplt.server")
-
-SESSION_EVENT_KINDS = {"created", "renamed", "deleted", "cleared", "updated", "summary", "model"}
 
 
 def _check_readable(key: str, path: str) -> None:

@@ -46,8 +46,9 @@ from server.conn_state import ConnState
 from server.conn_input import InputWatch
 from server.conn_limits import count_from, peer_ip, refusal_frame, regular_clients
 from server.context import RequestContext
+from server.errors import HandlerError
 from server.handlers.dispatch import Dispatcher, run_handler
-from server.handlers.hello import handle_hello
+from server.handlers.hello import handle_hello, parse_hello
 from server.legacy_v2 import LegacyV2
 from server.output import OutputBuffer
 from server.request_queue import RequestQueue
@@ -379,7 +380,12 @@ class ServerConnection(asyncio.Protocol):
 
     async def _run_hello(self, ev: Message) -> None:
         rid = request_id(ev.body)
-        reply, err = await run_handler(handle_hello, self.ctx, ev.body)
+        try:
+            req = parse_hello(ev.body)
+        except HandlerError as exc:
+            reply, err = None, exc
+        else:
+            reply, err = await run_handler(handle_hello, self.ctx, req)
         if err is not None:
             self._hello = None
             if err.code == ErrorCode.INTERNAL:

@@ -2,7 +2,7 @@
 
 The port (``server.v3_port.V3Port``, or a fake in tests) is the connection's hub subscriber: it holds
 the user and the current session, and is what the hub publishes to. A handler never sees the
-connection: ``async def handle(ctx: RequestContext, req) -> dict`` (the reply body).
+connection: ``async def handle(ctx: RequestContext, req) -> Reply`` (a typed ``protocol.replies`` object).
 """
 from __future__ import annotations
 

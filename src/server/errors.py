@@ -36,7 +36,8 @@ def not_found(what: str = "session") -> HandlerError:
 
 
 def error_code(raw: str) -> ErrorCode:
-    """``raw`` as an ErrorCode (an unknown code is INTERNAL, and logged: it is a bug)."""
+    """``raw`` (a code read back from another node's NOTIFY) as an ErrorCode; an unknown code is
+    INTERNAL, and logged: it is a bug."""
     try:
         return ErrorCode(raw)
     except ValueError:
@@ -53,7 +54,7 @@ def failure_of(exc: BaseException) -> HandlerError | None:
     if isinstance(exc, HandlerError):
         return exc
     if isinstance(exc, StorageError):
-        return HandlerError(error_code(exc.code), exc.message)
+        return HandlerError(exc.code, exc.message)
     if isinstance(exc, OSError):
         reason = exc.strerror or type(exc).__name__
         return HandlerError(ErrorCode.STORAGE_ERROR, f"the server could not store or read this: {reason}")

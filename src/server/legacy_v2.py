@@ -319,7 +319,7 @@ class LegacyV2:
             before, limit = parse_history_request(ev.body, self.host.limits.max_page_size)
             rec, note = await self.current()
             if note:
-                raise HistoryRequestError("NOT_FOUND", f"{note} Send the request again for its history.")
+                raise HistoryRequestError(ErrorCode.NOT_FOUND, f"{note} Send the request again for its history.")
             page = await self.services.store.page(rec.session_id, before=before, limit=limit)
         except HistoryRequestError as exc:
             self.reply(error_document(exc.code, exc.message))

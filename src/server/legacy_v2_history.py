@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from protocol import ErrorCode
+
 MAX_FRAME_TEXT = 65535
 DEFAULT_LIMIT = 50
 MARK = "…"
@@ -24,9 +26,9 @@ _dumps = orjson.dumps
 class HistoryRequestError(Exception):
     """A HISTORY_REQUEST that cannot be served; answered with an error document."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = ErrorCode(code)
         self.message = message
 
 
@@ -48,21 +50,21 @@ def parse_history_request(payload: bytes, max_page_size: int) -> tuple[int | Non
         try:
             req = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
-            raise HistoryRequestError("INVALID_MESSAGE", f"HISTORY_REQUEST: invalid JSON ({exc})") from None
+            raise HistoryRequestError(ErrorCode.INVALID_MESSAGE, f"HISTORY_REQUEST: invalid JSON ({exc})") from None
         if not isinstance(req, dict):
-            raise HistoryRequestError("INVALID_MESSAGE", "HISTORY_REQUEST: expected a JSON object")
+            raise HistoryRequestError(ErrorCode.INVALID_MESSAGE, "HISTORY_REQUEST: expected a JSON object")
         before = req.get("before")
         limit = req.get("limit")
         if limit is None:
             limit = DEFAULT_LIMIT
     for name, v, what in (("before", before, "a message id"), ("limit", limit, "a number of messages")):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise HistoryRequestError("INVALID_MESSAGE", f"HISTORY_REQUEST: field '{name}': expected a "
-                                      f"positive integer ({what}), got {_show(v)}")
+            raise HistoryRequestError(ErrorCode.INVALID_MESSAGE, f"HISTORY_REQUEST: field '{name}': expected "
+                                      f"a positive integer ({what}), got {_show(v)}")
     return before, min(limit, max_page_size)
 
 
-def error_document(code: str, message: str, **extra: Any) -> str:
+def error_document(code: ErrorCode, message: str, **extra: Any) -> str:
     """The v2 history error reply ``{"error": {"code", "message", ...}}``, fitting one frame."""
     doc = {"error": {"code": code, "message": message[:4000], **extra}}
     return _dumps(doc).decode()

@@ -11,9 +11,9 @@ from typing import Any, Protocol
 import orjson
 
 from protocol import Message
+from server.agent.titles import TITLE_CHARS
 from server.auth import LOCAL_USER
 from server.services import Services
-from server.sessions import TITLE_CHARS
 from storage.models import SessionRecord
 
 ECHO_CHARS = 64           # client input quoted back in a reply (an unknown model name) is cut to this

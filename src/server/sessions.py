@@ -10,7 +10,7 @@ from typing import Any, Callable, Protocol
 from protocol import ErrorCode
 from protocol.objects import SessionInfo
 from protocol.server_events import SessionEvent
-from server.agent.titles import title_from_message
+from server.agent.titles import TITLE_CHARS, title_from_message
 from server.errors import HandlerError, not_found
 from server.hub import Hub, Subscriber
 from server.wire import summary_obj
@@ -19,11 +19,10 @@ from storage.models import SessionRecord
 from storage.store import DEFAULT_TITLE
 
 EMPTY_SCAN = 50           # newest sessions looked at for an empty one to reuse
-TITLE_CHARS = 60          # automatic titles, and titles shown in v2 session lists, are at most this long
 
 
 def auto_title(text: str) -> str:
-    """A session title from the first user message: one line, at most ~60 characters, no Markdown."""
+    """A session title from the first user message: one line, at most ~TITLE_CHARS characters, no Markdown."""
     return title_from_message(text, TITLE_CHARS)
 
 

@@ -22,7 +22,7 @@ from protocol.objects import QueuedTurn, TurnState
 from protocol.server_events import TurnEnd, TurnError, TurnStart
 from server.agent.base import AgentError, BuiltContext, TurnResult
 from server.config import LimitsConfig
-from server.errors import HandlerError, error_code, failure_of
+from server.errors import HandlerError, failure_of
 from server.hub import Hub, Subscriber
 from server.inflight import NoMarker
 from server.metrics import Metrics
@@ -397,7 +397,7 @@ class TurnRunner:
         sink.publish(TurnEnd(turn.session_id, turn.turn_id, message_obj(msg), {}, "cancelled", ctx.metadata))
         self._after_turn(turn)
 
-    async def _end_error(self, turn: Turn, sink: RunnerSink, code: str, message: str, attempts: int = 1,
+    async def _end_error(self, turn: Turn, sink: RunnerSink, code: ErrorCode, message: str, attempts: int = 1,
                          ctx: BuiltContext | None = None) -> None:
         """The failed answer is stored (whatever was streamed, possibly nothing) marked with the
         error, so history never holds two user messages in a row and the failure shows after reload."""
@@ -409,7 +409,7 @@ class TurnRunner:
         msg = await self._store_assistant(turn, turn.content, turn.finished_calls(), meta)
         partial = None if isinstance(msg, HandlerError) else message_obj(msg)
         log.info("turn %s ended with %s", turn.turn_id, code)
-        sink.publish(TurnError(turn.session_id, turn.turn_id, error_code(code), message, partial))
+        sink.publish(TurnError(turn.session_id, turn.turn_id, code, message, partial))
         self._updated_after(turn.session_id)
 
     def _after_turn(self, turn: Turn) -> None:

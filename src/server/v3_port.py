@@ -13,7 +13,6 @@ from typing import Any
 from protocol import Connection as Codec
 from protocol import ErrorCode, MsgType, ProtocolError
 from protocol.replies import ErrorReply, Reply
-from server.errors import error_code
 from server.fit import shrink_reply
 from server.hub import Outgoing
 from server.output import OutputBuffer
@@ -75,7 +74,7 @@ class V3Port:
         await self.output.wait_writable()
 
     def send_error(self, re: Any, code: ErrorCode, message: str, fatal: bool = False) -> None:
-        self.send(_ERROR, encode_reply(re, ErrorReply(error_code(code), message, fatal)))
+        self.send(_ERROR, encode_reply(re, ErrorReply(code, message, fatal)))
 
     def answer(self, msg_type: int, rid: Any, reply: Reply) -> None:
         """A reply that always fits (PONG)."""

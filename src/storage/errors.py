@@ -1,12 +1,18 @@
-"""Storage exceptions. Each carries a stable UPPER_SNAKE ``code`` that is a protocol error code
-(docs/protocol.md §8), so the server can forward it as is."""
+"""Storage exceptions. Each carries a ``code``: the protocol ``ErrorCode`` (docs/protocol.md §8) the
+server forwards as is."""
 from __future__ import annotations
+
+from protocol import ErrorCode
 
 
 class StorageError(Exception):
     """Base class of every error the store raises on purpose."""
 
-    code = "INTERNAL"
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.code = ErrorCode(cls.code)     # a code that is not a protocol code fails at definition
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -16,7 +22,7 @@ class StorageError(Exception):
 class NotFound(StorageError, LookupError):
     """No such session (or purged), or no such message in it."""
 
-    code = "NOT_FOUND"
+    code = ErrorCode.NOT_FOUND
 
 
 class CorruptSession(NotFound):
@@ -26,32 +32,32 @@ class CorruptSession(NotFound):
 class InvalidSessionId(StorageError, ValueError):
     """A session id that is not ``s_YYYYMMDD_<12 lowercase hex>`` (never used as a path)."""
 
-    code = "INVALID_MESSAGE"
+    code = ErrorCode.INVALID_MESSAGE
 
 
 class InvalidArgument(StorageError, ValueError):
     """A bad argument: unknown role, empty query, bad cursor, unknown export format, ..."""
 
-    code = "INVALID_MESSAGE"
+    code = ErrorCode.INVALID_MESSAGE
 
 
 class MessageTooLarge(InvalidArgument):
     """A message whose JSON encoding exceeds ``max_message_bytes``."""
 
-    code = "MESSAGE_TOO_LARGE"
+    code = ErrorCode.MESSAGE_TOO_LARGE
 
 
 class StorageClosed(StorageError):
     """The store was closed."""
 
-    code = "SHUTTING_DOWN"
+    code = ErrorCode.SHUTTING_DOWN
 
 
 class StorageIOError(StorageError):
     """Reading or writing a session's files failed (disk full, I/O error, permissions). The change
     that raised it was not stored and is not visible; the store keeps working once I/O succeeds."""
 
-    code = "STORAGE_ERROR"
+    code = ErrorCode.STORAGE_ERROR
 
 
 class StorageLocked(StorageError):

@@ -86,3 +86,12 @@ def test_usage_totals():
                                           (9.99, "10"), (12.4, "12"), (20.0, "20")])
 def test_retry_detail_format(delay, shown):
     assert retry_detail(2, 3, delay, "HTTP 429") == f"retrying 2/3 in {shown} s (HTTP 429)"
+
+
+def test_agent_errors_carry_protocol_error_codes():
+    from protocol import ErrorCode
+    from server.agent.base import AgentError
+    assert AgentError(ErrorCode.LLM_TIMEOUT, "slow").code is ErrorCode.LLM_TIMEOUT
+    assert AgentError("LLM_ERROR", "down").code is ErrorCode.LLM_ERROR    # (a code read back as text)
+    with pytest.raises(ValueError):
+        AgentError("LLM_BROKE", "a typo is a bug, not a new code")

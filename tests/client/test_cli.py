@@ -255,3 +255,12 @@ def test_trash_restore_and_purge(srv: ServerThread, capsys: pytest.CaptureFixtur
     assert sid not in out
     code, out, err = run(srv, capsys, "restore", sid)
     assert code == 5 and "NOT_FOUND" in err
+
+
+def test_client_errors_take_protocol_or_client_codes_only():
+    from client.errors import ClientCode, ClientError
+    from protocol import ErrorCode
+    assert ClientError(ErrorCode.NOT_FOUND, "gone").code is ErrorCode.NOT_FOUND
+    assert ClientError(ClientCode.TIMEOUT, "slow").is_connection_error
+    with pytest.raises(TypeError):
+        ClientError("NOT_FOUND", "a bare string")

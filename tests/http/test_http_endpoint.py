@@ -15,7 +15,7 @@ from server.auth import hash_token
 from server.cli import load_config
 from server.config import ServerConfig
 from server.config_base import ConfigError
-from protocol import MsgType
+from protocol import ErrorCode, MsgType
 from testkit.echo_agent import EchoAgent
 from testkit.server import V3Client, make_config, poll, running_server
 
@@ -126,7 +126,7 @@ async def test_store_readiness_hook(tmp_path, outcome, status, text):
 class FailingAgent(EchoAgent):
     async def run_turn(self, req, sink):
         if "fail" in req.user_message.content:
-            raise AgentError("LLM_ERROR", "endpoint 127.0.0.1 answered 500")
+            raise AgentError(ErrorCode.LLM_ERROR, "endpoint 127.0.0.1 answered 500")
         return await super().run_turn(req, sink)
 
 

@@ -22,23 +22,23 @@ async def test_upload_then_download_with_progress(tmp_path):
         async with Client(*addr, token=token("alice")) as c:
             seen: list[tuple[str, int, int]] = []
             doc = await kbclient.upload(c, src, progress=lambda *a: seen.append(a))
-            assert doc["md5"] == hashlib.md5(LOG).hexdigest() and doc["size"] == len(LOG)
+            assert doc.md5 == hashlib.md5(LOG).hexdigest() and doc.size == len(LOG)
             assert ("receiving", len(LOG), len(LOG)) in seen and seen[-1][0] == "indexing"
             out = tmp_path / "out" / "copy.log"
             out.parent.mkdir()
-            got = await kbclient.download(c, doc["doc_id"], out)
-            assert got["doc_id"] == doc["doc_id"] and out.read_bytes() == LOG
+            got = await kbclient.download(c, doc.doc_id, out)
+            assert got.doc_id == doc.doc_id and out.read_bytes() == LOG
             assert not out.with_name("copy.log.part").exists()
             # a partial download resumes from the bytes already there
             part = out.with_name("again.log.part")
             part.write_bytes(LOG[:100_000])
-            await kbclient.download(c, doc["doc_id"], out.with_name("again.log"))
+            await kbclient.download(c, doc.doc_id, out.with_name("again.log"))
             assert out.with_name("again.log").read_bytes() == LOG
             # a corrupted partial file is caught by the md5 and removed
             bad = out.with_name("bad.log.part")
             bad.write_bytes(b"X" * 1000)
             with pytest.raises(ClientError) as exc:
-                await kbclient.download(c, doc["doc_id"], out.with_name("bad.log"))
+                await kbclient.download(c, doc.doc_id, out.with_name("bad.log"))
             assert exc.value.code == "CHECKSUM_MISMATCH" and not bad.exists()
             with pytest.raises(ClientError) as exc:
                 await kbclient.download(c, "nope", tmp_path / "x")
@@ -66,10 +66,10 @@ async def test_upload_resumes_after_the_connection_drops(tmp_path):
                 return reply
             c.request = recording
             doc = await kbclient.upload(c, src, progress=progress)
-            assert dropped and doc["md5"] == hashlib.md5(LOG).hexdigest()
+            assert dropped and doc.md5 == hashlib.md5(LOG).hexdigest()
             assert len(begins) == 2 and begins[0].offset == 0 and begins[1].offset >= dropped[0]
         a = await connect(addr, "alice")
-        assert [d["doc_id"] for d in (await a.call(MsgType.KB_LIST))["documents"]] == [doc["doc_id"]]
+        assert [d["doc_id"] for d in (await a.call(MsgType.KB_LIST))["documents"]] == [doc.doc_id]
         assert list(srv.services.uploads.root.iterdir()) == []
         await a.close()
 

@@ -7,6 +7,7 @@ import random
 
 from memory_testlib import (Notifications, OfflineStub, ScriptedSummarizer, check_tool_pairing, rand_text,
                             store_turn)
+from protocol import ErrorCode
 from server.agent.base import AgentError
 from server.memory import MemoryConfig, MemoryManager
 from storage.models import ToolCall
@@ -87,8 +88,8 @@ async def test_rolling_summary_folds_previous_and_history_stays_complete(store):
 
 
 async def test_failing_summarizer_changes_nothing_then_falls_back_and_recovers(store):
-    replies = [AgentError("LLM_ERROR", "down"), "", RuntimeError("boom"), AgentError("LLM_TIMEOUT", "slow"),
-               "recovered summary"]
+    replies = [AgentError(ErrorCode.LLM_ERROR, "down"), "", RuntimeError("boom"),
+               AgentError(ErrorCode.LLM_TIMEOUT, "slow"), "recovered summary"]
     agent = ScriptedSummarizer(replies)
     notes = Notifications()
     mm = MemoryManager(mem_config(), store, agent, notes, "SYS")

@@ -5,10 +5,13 @@ from __future__ import annotations
 import random
 import re
 
+import pytest
+
 from memory_testlib import (CHATTER_EN, CHATTER_ZH, EmbeddingServer, OfflineStub, chatter, store_turn)
 from server.memory import MemoryConfig, MemoryManager
 from server.memory.recall import RecallIndex, TurnDoc, format_excerpt, turn_docs
 from server.memory.tokens import ApproxTokenCounter
+from storage.errors import StorageIOError
 from storage.models import ChatMessage
 
 USER = "ops"
@@ -187,3 +190,21 @@ def test_relative_times_in_a_query_prefer_the_days_they_name():
     assert index.search("what did we change on nginx yesterday?", 1, now=now)[0][0].message_id == 3
     assert index.search("我们昨天对nginx改了什么", 1, now=now)[0][0].message_id == 3
     assert index.search("what did we change on nginx 5 days ago?", 1, now=now)[0][0].message_id == 1
+
+
+async def test_a_storage_failure_while_checking_hits_is_not_taken_for_a_purge(store, monkeypatch):
+    mm = MemoryManager(MemoryConfig.from_dict({"summarization": {"enabled": False}}), store, None, None, "SYS")
+    a = (await store.create(USER, "alpha")).session_id
+    await store_turn(store, mm, a, USER, "the kafka cluster lives in rack 9", "ok")
+    assert [h["session_id"] for h in await mm.search(USER, "kafka cluster")] == [a]
+    real_get = store.get
+
+    async def failing_get(session_id):
+        raise StorageIOError(f"cannot read {session_id}: disk gone")
+    monkeypatch.setattr(store, "get", failing_get)
+    with pytest.raises(StorageIOError):          # told as it is (the tool reports the failure) ...
+        await mm.search(USER, "kafka cluster")
+    monkeypatch.setattr(store, "get", real_get)
+    # ... and the session was not forgotten as if it had been purged
+    assert [h["session_id"] for h in await mm.search(USER, "kafka cluster")] == [a]
+    await mm.aclose()

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_testlib import OfflineStub, ScriptedSummarizer, rand_history
+from protocol import ErrorCode
 from server.agent.base import AgentError
 from server.memory.config import ContextConfig, MemoryConfig, SummarizationConfig, Threshold
 from server.memory.extractive import HEADER, extractive_summary
@@ -112,7 +113,7 @@ async def test_llm_summary_folds_the_previous_summary():
     assert "question 2" in messages[1]["content"]
 
 
-@pytest.mark.parametrize("reply", ["", "   ", AgentError("LLM_ERROR", "boom"), RuntimeError("x")])
+@pytest.mark.parametrize("reply", ["", "   ", AgentError(ErrorCode.LLM_ERROR, "boom"), RuntimeError("x")])
 async def test_failed_or_empty_summary_raises_summary_failed(reply):
     p = Plan(None, conv(2), [])
     with pytest.raises(SummaryFailed):

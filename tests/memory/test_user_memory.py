@@ -4,6 +4,7 @@ forgetting on clear, and the summary model as distiller."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from memory_testlib import OfflineStub, ScriptedSummarizer, store_turn
 from server.memory import MemoryConfig, MemoryManager
 from server.memory.context import MEMORY_HEADER
-from server.memory.distill import distill_rules, parse_model_answer
+from server.memory.distill import distill_rules, distill_with_model, parse_model_answer
 from server.memory.user_store import JsonUserMemoryStore, MemoryItem
 
 
@@ -175,3 +176,11 @@ async def test_the_summary_model_distills_when_configured(store, tmp_path):
     assert [(i.kind, i.text, i.source) for i in items] == [("preference", "Answers in Chinese", "model")]
     assert agent.calls[0][1] == "small" and "please, from now on, 中文" in str(agent.calls[0][0])
     await mm.aclose()
+
+
+async def test_a_failing_distiller_is_logged_and_the_rules_answer(caplog):
+    agent = ScriptedSummarizer([RuntimeError("model endpoint down")])
+    with caplog.at_level(logging.WARNING, logger="nplt.memory"):
+        found = await distill_with_model(agent, "small", "my prod database host is db-prod-42")
+    assert found == distill_rules("my prod database host is db-prod-42") and found
+    assert any("RuntimeError: model endpoint down" in r.getMessage() for r in caplog.records)

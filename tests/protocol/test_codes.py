@@ -81,3 +81,16 @@ def test_protocol_imports_no_io_modules() -> None:
     for path in src.glob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert not re.search(r"^\s*(import|from)\s+(asyncio|socket|selectors)\b", text, re.M), path
+
+
+def _alternatives(pattern: str) -> set[str]:
+    """The quoted values of ``"a" | "b" | ...`` after ``pattern`` in docs/protocol.md."""
+    m = re.search(pattern + r'((?:\s*"\w+"\s*\|?)+)', SPEC)
+    assert m, pattern
+    return set(re.findall(r'"(\w+)"', m.group(1)))
+
+
+def test_event_enumerations_match_the_spec() -> None:
+    from protocol.server_events import FINISH_REASONS, SESSION_EVENT_KINDS
+    assert set(SESSION_EVENT_KINDS) == _alternatives(r'`SESSION_EVENT \{"kind":')
+    assert set(FINISH_REASONS) == _alternatives(r'"finish_reason":')

@@ -256,3 +256,23 @@ def test_message_text_helper() -> None:
         Message(MsgType.PING, {"id": 1}, 0).text
     err = ProtocolError(ErrorCode.UNKNOWN_TYPE, "x")
     assert InvalidMessage(err, 0x99, 0).code is ErrorCode.UNKNOWN_TYPE
+
+
+def test_the_connection_holds_its_receiver_and_shares_its_seqs() -> None:
+    from protocol.receiver import Receiver
+    assert not issubclass(Connection, Receiver)
+    server = Connection(Role.SERVER, version=ProtocolVersion.V3)
+    client = Connection(Role.CLIENT)
+    assert isinstance(server.receiver, Receiver)
+    assert server.receive_and_pong.__self__ is server.receiver          # no forwarding call on reads
+    out: list[bytes] = []
+    server.receive_and_pong(client.send(MsgType.PING, {"id": 7}) + client.send(MsgType.PING, {"id": 8}),
+                            "t", out)
+    assert server.rx_seq == 2 and server.tx_seq == 2                    # two PONGs answered by the receiver
+    frame = server.send(MsgType.RESPONSE, {"re": 1})                   # ... so the next send is seq 2
+    assert frame[1:3] == (2).to_bytes(2, "big") and server.tx_seq == 3
+    server.max_message_size = 10                                        # (a client lowers it after HELLO)
+    assert server.receiver.max_message_size == 10
+    with pytest.raises(ProtocolError) as err:
+        server.send(MsgType.RESPONSE, {"re": 1, "text": "too long"})
+    assert err.value.code == ErrorCode.MESSAGE_TOO_LARGE

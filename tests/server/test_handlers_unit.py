@@ -136,8 +136,11 @@ async def test_a_session_really_gone_is_still_not_found(tmp_path):
 
 def test_failures_map_by_code():
     class IOFailure(StorageError):
-        code = "STORAGE_ERROR"
+        code = ErrorCode.STORAGE_ERROR
     assert failure_of(IOFailure("disk")).code is ErrorCode.STORAGE_ERROR
+    with pytest.raises(ValueError):
+        class Typo(StorageError):       # noqa: F841 - a storage code must be a protocol code
+            code = "STORAGE_EROR"
     assert failure_of(NotFound("x")).code is ErrorCode.NOT_FOUND
     assert failure_of(OSError(errno.ENOSPC, "No space left on device")).code is ErrorCode.STORAGE_ERROR
     assert failure_of(ValueError("a bug")) is None      # a bug: logged and answered INTERNAL

@@ -71,10 +71,10 @@ async def test_export_markdown_and_json_and_large_exports_are_fragmented(tmp_pat
         assert err.value.code == "INVALID_MESSAGE" and "'format'" in err.value.body["message"]
         r = await c.call(T.CHAT_TEXT, text="!big 300000")  # a 300 KB answer
         await c.turn_events(r["turn_id"])
-        frames_before = c.codec._rx_seq
+        frames_before = c.codec.rx_seq
         big = await c.call(T.HISTORY_EXPORT, format="json")
         assert len(big["content"]) > 300_000
-        assert (c.codec._rx_seq - frames_before) % 65536 >= 5  # arrived as several frames
+        assert (c.codec.rx_seq - frames_before) % 65536 >= 5  # arrived as several frames
         await c.close()
 
 

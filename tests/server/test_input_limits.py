@@ -25,8 +25,7 @@ def fragments(client: V3Client, n: int) -> bytes:
     """``n`` FRAGMENT frames of 65,535 bytes with the client's next seqs (its codec is advanced)."""
     out = []
     for _ in range(n):
-        out.append(encode_frame(T.FRAGMENT, client.codec._tx_seq, CHUNK))
-        client.codec._tx_seq = (client.codec._tx_seq + 1) & 0xFFFF
+        out.append(client.codec.send_raw(T.FRAGMENT, CHUNK))   # (send_raw frames any type code)
     return b"".join(out)
 
 
@@ -94,7 +93,7 @@ async def test_a_message_not_finished_within_message_timeout_s_closes_the_connec
     async with running_server(tmp_path, message_timeout_s=0.3, handshake_timeout_s=60) as (srv, addr):
         side = await V3Client.connect(addr)
         slow = await V3Client.connect(addr)
-        slow.send_bytes(encode_frame(T.PING, slow.codec._tx_seq, b'{"id": 1}')[:7])  # a started frame
+        slow.send_bytes(encode_frame(T.PING, slow.codec.tx_seq, b'{"id": 1}')[:7])  # a started frame
         await slow.wait_closed()
         err = [m for m in slow.inbox if m.type == T.ERROR]
         assert err and err[0].body["code"] == "MESSAGE_TIMEOUT" and err[0].body["fatal"] is True

@@ -10,7 +10,7 @@ from testkit.v2client import CHAT_TEXT, HISTORY_REQUEST, SESSION_LIST, SESSION_S
 
 async def server_has_read(srv, v2: V2Client) -> None:
     """Wait until the server side of the (only) v2 connection has received every frame ``v2`` sent."""
-    await poll(lambda: any(c.legacy is not None and c.codec._rx_seq == v2.seq for c in srv.connections))
+    await poll(lambda: any(c.legacy is not None and c.codec.rx_seq == v2.seq for c in srv.connections))
 
 
 async def test_requests_sent_during_an_answer_are_answered_after_its_end_marker(tmp_path):

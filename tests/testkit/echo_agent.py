@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from protocol import ErrorCode
 from server.agent.base import AgentError, TurnRequest, TurnResult, TurnSink
 from storage.models import ToolCall
 
@@ -64,7 +65,7 @@ class EchoAgent:
         calls: list[ToolCall] = []
         await sink.status("thinking")
         if text.startswith("!failnow"):
-            raise AgentError("LLM_TIMEOUT", "scripted timeout before any output")
+            raise AgentError(ErrorCode.LLM_TIMEOUT, "scripted timeout before any output")
         if text.startswith("!tool"):
             call = ToolCall(id=f"call_{len(self.requests)}", tool_name="fake_tool", arguments={"q": text[5:].strip()},
                             status="running")
@@ -98,7 +99,7 @@ class EchoAgent:
             finally:
                 self.blocked -= 1
         if text.startswith("!fail"):
-            raise AgentError("LLM_ERROR", "scripted failure after partial output")
+            raise AgentError(ErrorCode.LLM_ERROR, "scripted failure after partial output")
         for p in parts[half:]:
             await sink.delta(p)
         self.completions += 1

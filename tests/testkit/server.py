@@ -302,7 +302,7 @@ async def handler_services(tmp_path: Path, agent: Any = None, *, store: Any = No
 async def hello_context(svc: Any, port: FakePort | None = None) -> Any:
     """A RequestContext after a successful HELLO (user ``local``, attached to a session)."""
     from server.context import RequestContext
-    from server.handlers.hello import handle_hello
+    from server.handlers.hello import handle_hello, parse_hello
     ctx = RequestContext(svc, port or FakePort())
-    await handle_hello(ctx, {"id": 1, "proto": 3, "client": "testkit/1"})
+    await handle_hello(ctx, parse_hello({"id": 1, "proto": 3, "client": "testkit/1"}))
     return ctx

@@ -16,7 +16,7 @@ from protocol.objects import SearchHit
 from client import paths
 from client.config import ClientConfig
 from client.connection import Backoff, Client
-from client.errors import ClientError
+from client.errors import ClientCode, ClientError
 from client.tui import commands
 from client.tui.chat import ChatView, code_blocks
 from client.tui.message import MessageView
@@ -273,7 +273,7 @@ class NpltApp(App[None]):
         try:
             await asyncio.to_thread(write)
         except OSError as exc:
-            raise ClientError("WRITE_FAILED", f"cannot write {path}: {exc.strerror or exc}") from exc
+            raise ClientError(ClientCode.WRITE_FAILED, f"cannot write {path}: {exc.strerror or exc}") from exc
         self.notify(f"Exported to {path}")
 
     def _message_for_copy(self, need_code: bool = False) -> MessageView | None:
@@ -332,7 +332,8 @@ class NpltApp(App[None]):
             if (metadata.get("context") or {}).get("memory_items"):
                 try:
                     texts = {i.id: i.text for i in (await self.client.memory_list()).items}
-                except Exception:  # noqa: BLE001 - the view works without the texts
+                except ClientError as exc:  # the view works without the texts (it shows the item ids)
+                    self.log.warning(f"why: the memory items' texts could not be loaded: {exc}")
                     texts = {}
             self.push_screen(WhyScreen(f"Why this answer (#{view.message_id})", why_lines(metadata, texts)))
         self.controller.spawn(show(), "why")

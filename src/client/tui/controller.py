@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable
 from textual.app import App
 from textual.css.query import NoMatches
 
-from protocol import MsgType
+from protocol import ErrorCode, MsgType
 from protocol.kb import KbDocument, KbHit
 from protocol.objects import AgentInfo, ModelInfo, SearchHit, SessionInfo, TurnState
 from protocol.server_events import AnswerDelta, Notice, SessionEvent, TurnEvent
@@ -314,10 +314,10 @@ class Controller:
         async def listing() -> tuple[KbDocument, ...]:
             return (await client.request(MsgType.KB_LIST, {})).documents  # type: ignore[attr-defined]
 
-        async def upload(path: Path, progress: Callable[[str, int, int], None]) -> dict[str, Any]:
+        async def upload(path: Path, progress: Callable[[str, int, int], None]) -> KbDocument:
             return await kbclient.upload(client, path, progress=progress)
 
-        async def download(doc: KbDocument, dest: Path) -> dict[str, Any]:
+        async def download(doc: KbDocument, dest: Path) -> KbDocument:
             await asyncio.to_thread(dest.parent.mkdir, parents=True, exist_ok=True)
             return await kbclient.download(client, doc.doc_id, dest)
 
@@ -443,5 +443,5 @@ class Controller:
         try:
             await self.client.chat_cancel(session_id=self.session_id, turn_id=turn_id)
         except ClientError as exc:
-            if exc.code != "NO_ACTIVE_TURN":
+            if exc.code is not ErrorCode.NO_ACTIVE_TURN:
                 raise

@@ -29,8 +29,8 @@ Progress = Callable[[str, int, int], None]     # (stage, done, total), as client
 class KnowledgeOps:
     """What the panel may do (the app binds them to its client)."""
     list: Callable[[], Awaitable[Sequence[KbDocument]]]
-    upload: Callable[[Path, Progress], Awaitable[dict]]
-    download: Callable[[KbDocument, Path], Awaitable[object]]
+    upload: Callable[[Path, Progress], Awaitable[KbDocument]]
+    download: Callable[[KbDocument, Path], Awaitable[KbDocument]]
     delete: Callable[[str], Awaitable[object]]
     folder: Path                                # where downloads go
 
@@ -201,7 +201,7 @@ class KnowledgeScreen(ModalScreen[None]):
         except Exception as exc:  # noqa: BLE001 - shown on the file's row
             row.finish(f"failed: {exc}", error=True)
             return
-        note = "already there (duplicate)" if doc.get("duplicate") else f"{doc.get('chunks', 0)} chunks"
+        note = "already there (duplicate)" if doc.duplicate else f"{doc.chunks} chunks"
         row.finish(f"done, {note}")
         self.refresh_list()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from protocol import ErrorCode
 from storage.models import ChatMessage, ToolCall
 
 
@@ -46,14 +47,14 @@ class TurnResult:
 
 
 class AgentError(Exception):
-    """A turn failed for a reason the user should see (code is a protocol ERROR code).
+    """A turn failed for a reason the user should see (``code``: the protocol ERROR code, e.g. LLM_ERROR).
 
     ``attempts``: how many times the failing model call was tried (1 when it was not retried).
     """
 
-    def __init__(self, code: str, message: str, attempts: int = 1) -> None:
+    def __init__(self, code: ErrorCode, message: str, attempts: int = 1) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = ErrorCode(code)   # a string that is not a protocol code is a bug: ValueError here
         self.message = message
         self.attempts = attempts
 

@@ -15,10 +15,13 @@ from urllib.parse import urlparse
 import openai
 import orjson
 
+from protocol import ErrorCode
 from server.agent.base import AgentError
 from server.agent.chat_stream import (MalformedStream, StreamEnded, StreamInterrupted, StreamStalled,
                                      UnexpectedContentType)
 from server.tools.registry import new_call_id
+
+LLM_ERROR, LLM_TIMEOUT = ErrorCode.LLM_ERROR, ErrorCode.LLM_TIMEOUT
 
 
 @dataclass(slots=True)
@@ -201,15 +204,15 @@ def _to_agent_error(exc: BaseException, base_url: str, timeout_s: float, secret:
     host = endpoint_host(base_url)
     tries = f" (after {attempts} attempts)" if attempts > 1 else ""
     if isinstance(exc, StreamStalled):
-        return AgentError("LLM_TIMEOUT", f"the model endpoint {host} stopped sending mid-stream: nothing came "
+        return AgentError(LLM_TIMEOUT, f"the model endpoint {host} stopped sending mid-stream: nothing came "
                                          f"for {timeout_s:g} s{tries}")
     if isinstance(exc, (openai.APITimeoutError, TimeoutError)):
-        return AgentError("LLM_TIMEOUT", f"the model endpoint {host} did not respond within {timeout_s:g} s{tries}")
+        return AgentError(LLM_TIMEOUT, f"the model endpoint {host} did not respond within {timeout_s:g} s{tries}")
     if isinstance(exc, UnexpectedContentType):
-        return AgentError("LLM_ERROR", f"the model endpoint {host} answered {_scrub(exc.message, secret)}"
+        return AgentError(LLM_ERROR, f"the model endpoint {host} answered {_scrub(exc.message, secret)}"
                                        " (is base_url the API, not a web page or proxy?)")
     if isinstance(exc, MalformedStream):
-        return AgentError("LLM_ERROR", f"the model endpoint {host} sent a malformed stream: "
+        return AgentError(LLM_ERROR, f"the model endpoint {host} sent a malformed stream: "
                                        f"{_scrub(exc.message, secret)}")
     if isinstance(exc, openai.APIStatusError):
         detail = _scrub(_status_detail(exc), secret)
@@ -218,16 +221,16 @@ def _to_agent_error(exc: BaseException, base_url: str, timeout_s: float, secret:
             hint = " (check the API key: NPLT_LLM_API_KEY)"
         elif exc.status_code == 404:
             hint = " (check the model name and base_url)"
-        return AgentError("LLM_ERROR", f"the model endpoint {host} returned HTTP {exc.status_code}{hint}: "
+        return AgentError(LLM_ERROR, f"the model endpoint {host} returned HTTP {exc.status_code}{hint}: "
                                        f"{detail}{tries}")
     if isinstance(exc, StreamEnded):
-        return AgentError("LLM_ERROR", f"the stream from the model endpoint {host} ended before the answer was "
+        return AgentError(LLM_ERROR, f"the stream from the model endpoint {host} ended before the answer was "
                                        f"complete (no finish_reason nor [DONE]){tries}")
     if isinstance(exc, StreamInterrupted):
-        return AgentError("LLM_ERROR", f"the connection to the model endpoint {host} was lost mid-answer{tries}")
+        return AgentError(LLM_ERROR, f"the connection to the model endpoint {host} was lost mid-answer{tries}")
     if isinstance(exc, openai.APIConnectionError):
-        return AgentError("LLM_ERROR", f"cannot connect to the model endpoint {host}{tries}")
+        return AgentError(LLM_ERROR, f"cannot connect to the model endpoint {host}{tries}")
     if isinstance(exc, openai.APIError):
-        return AgentError("LLM_ERROR", f"the model endpoint {host} reported an error: "
+        return AgentError(LLM_ERROR, f"the model endpoint {host} reported an error: "
                                        f"{_scrub(exc.message, secret)}{tries}")
-    return AgentError("LLM_ERROR", f"unexpected failure talking to the model endpoint {host}: {type(exc).__name__}")
+    return AgentError(LLM_ERROR, f"unexpected failure talking to the model endpoint {host}: {type(exc).__name__}")

@@ -15,6 +15,7 @@ import re
 from markdown_it import MarkdownIt
 
 PARSE_CHARS = 2000
+TITLE_CHARS = 60          # automatic titles, and titles shown in v2 session lists, are at most this long
 _WS = re.compile(r"\s+")
 _MD = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
 _TEXT_KINDS = {"text", "code_inline"}
@@ -40,7 +41,7 @@ def markdown_text(text: str) -> str:
     return "".join(parts)
 
 
-def title_from_message(text: str, max_chars: int = 60) -> str:
+def title_from_message(text: str, max_chars: int = TITLE_CHARS) -> str:
     """A one-line title of at most ~``max_chars`` characters, Markdown removed (see module doc)."""
     head = text[:PARSE_CHARS]
     line = _WS.sub(" ", markdown_text(head)).strip()

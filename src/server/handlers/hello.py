@@ -1,6 +1,8 @@
 """HELLO (docs/protocol.md §5.1): version check, authentication, attaching to a session.
 
-Run by the connection before any other request (it decides the user), with the same context.
+Run by the connection before any other request (it decides the user), with the same context. The
+connection reads the body with ``parse_hello`` (not the generic request parser): a HELLO of another
+protocol version is answered UNSUPPORTED_VERSION even when its other fields do not validate as v3.
 """
 from __future__ import annotations
 
@@ -18,15 +20,20 @@ CAPABILITIES = ("sessions", "history", "search", "export", "chat", "cancel", "mo
                 "events", "fragmentation", "reattach", "trash", "system_prompt", "regenerate", "edit")
 
 
-async def handle_hello(ctx: RequestContext, body: dict[str, Any]) -> HelloReply:
-    proto = body.get("proto")
+def parse_hello(body: Any) -> Hello:
+    """The typed HELLO; HandlerError UNSUPPORTED_VERSION for another version (checked first), else
+    INVALID_MESSAGE naming the field."""
+    proto = body.get("proto") if isinstance(body, dict) else None
     if isinstance(proto, int) and not isinstance(proto, bool) and proto != PROTO:
         raise HandlerError(ErrorCode.UNSUPPORTED_VERSION,
                            f"protocol version {proto} is not supported (this server: {PROTO})")
     try:
-        req = Hello.from_body(body)
+        return Hello.from_body(body)
     except ProtocolError as exc:
-        raise HandlerError(ErrorCode(exc.code), exc.message) from None
+        raise HandlerError(exc.code, exc.message) from None
+
+
+async def handle_hello(ctx: RequestContext, req: Hello) -> HelloReply:
     svc = ctx.services
     user = svc.auth.authenticate(req.token)
     if user is None:  # AUTH_FAILED is fatal: the connection closes after this ERROR

@@ -11,10 +11,13 @@ the answer is not usable.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any
 
 from server.memory.extractive import is_fact, sentences
+
+log = logging.getLogger("nplt.memory")
 
 MAX_ITEM_CHARS = 240
 MAX_ITEMS_PER_MESSAGE = 8
@@ -99,7 +102,9 @@ async def distill_with_model(agent: Any, model: str | None, text: str) -> list[t
     try:
         answer = await agent.complete([{"role": "system", "content": DISTILL_PROMPT},
                                        {"role": "user", "content": text}], model)
-    except Exception:
+    except Exception as exc:   # the provider failed (AgentError) or the agent has a bug: the rules still work
+        log.warning("memory: distilling with the model failed (%s: %s); the rules are used instead",
+                    type(exc).__name__, exc)
         return distill_rules(text)
     parsed = parse_model_answer(answer or "")
     return distill_rules(text) if parsed is None else parsed

@@ -25,7 +25,7 @@ from typing import Any, Awaitable, Callable
 
 from server.agent.base import BuiltContext
 from storage.models import ChatMessage, SessionRecord, SummaryRecord
-from storage import HistoryStore
+from storage import HistoryStore, NotFound
 
 from server.memory.config import MemoryConfig
 from server.memory.context import Excerpt, Parts, Turn, assemble, recent_turns
@@ -376,7 +376,7 @@ class MemoryManager:
                 for sid in dict.fromkeys(doc.session_id for doc, _ in hits):
                     try:
                         changed |= await self.indexes.sync(uidx, sid)
-                    except Exception:             # gone: NotFound after a purge
+                    except NotFound:              # purged since it was indexed (a storage failure raises)
                         self.forget_session(sid)
                         changed = True
                 if not changed:

@@ -168,8 +168,8 @@ def _discard(con: asyncpg.Connection) -> None:
     """Close a broken connection so the pool never hands it out again."""
     try:
         con.terminate()
-    except Exception:              # already detached from the pool or closed: nothing to do
-        pass
+    except CONNECTION_ERRORS as exc:   # already released to the pool or closed: nothing left to close
+        log.debug("storage: broken connection already closed (%s)", _why(exc))
 
 
 async def _release(pool: asyncpg.Pool, con: asyncpg.Connection) -> None:

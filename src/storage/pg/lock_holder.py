@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 
 import asyncpg
 
+from ..errors import StorageError
 from .link import CONNECTION_ERRORS, PgLink, Unsent, is_connection_error
+
+log = logging.getLogger("storage")
 
 
 def key_of(kind: str, name: str) -> int:
@@ -111,8 +115,9 @@ class LockHolder:
         async def end_backend() -> None:
             try:
                 await self.link.run(lambda c: c.execute("SELECT pg_terminate_backend($1)", pid), write=False)
-            except Exception:              # PostgreSQL gone or the pool closed: the backend went too
-                pass
+            except (StorageError, asyncpg.PostgresError, *CONNECTION_ERRORS) as exc:
+                # PostgreSQL gone or the pool closed: the backend went with it
+                log.info("storage: lock waiter backend %s not ended (%s)", pid, exc)
         task = asyncio.get_running_loop().create_task(end_backend())
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
