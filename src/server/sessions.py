@@ -5,6 +5,7 @@ one all give the same ``NOT_FOUND``, so ids never leak. SessionInfo bodies are b
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Protocol
 
 from protocol import ErrorCode
@@ -14,9 +15,11 @@ from server.agent.titles import TITLE_CHARS, title_from_message
 from server.errors import HandlerError, not_found
 from server.hub import Hub, Subscriber
 from server.wire import summary_obj
-from storage.errors import InvalidSessionId, NotFound
+from storage.errors import InvalidSessionId, NotFound, StorageClosed
 from storage.models import SessionRecord
 from storage.store import DEFAULT_TITLE
+
+log = logging.getLogger(__name__)
 
 EMPTY_SCAN = 50           # newest sessions looked at for an empty one to reuse
 
@@ -258,6 +261,9 @@ class SessionService:
         try:
             rec = await self.store.get(session_id)
         except (NotFound, InvalidSessionId):
+            return
+        except StorageClosed:  # the server is stopping: its subscribers are being closed too
+            log.debug("session %s: %s event skipped, the store is closed", session_id, kind)
             return
         if not rec.deleted:
             await self.publish_event(kind, rec, summary=kind == "summary")

@@ -14,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .config import StorageConfig
+from .errors import StorageClosed
 from .models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall
 from .store import HistoryStore
 
@@ -46,7 +47,11 @@ class AsyncHistoryStore:
         return handoff.watch(fut, cancel=cancel)
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await self._to_loop(self._pool.submit(functools.partial(fn, *args, **kwargs)), cancel=True)
+        try:
+            job = self._pool.submit(functools.partial(fn, *args, **kwargs))
+        except RuntimeError:   # the pool is shut down: close() has run
+            raise StorageClosed("the history store is closed") from None
+        return await self._to_loop(job, cancel=True)
 
     async def create(self, user_id: str, title: str | None = None, model: str | None = None) -> SessionRecord:
         record, done = await self._run(self.sync.create_pending, user_id, title, model)
@@ -124,9 +129,11 @@ class AsyncHistoryStore:
         return await self._run(self.sync.compact, session_id)
 
     async def close(self) -> None:
-        """Close the store (compacts journals) in a thread, then stop the pool."""
+        """Close the store (compacts journals) in a thread, then stop the pool. Closing twice is a no-op."""
         try:
             await self._run(self.sync.close)
+        except StorageClosed:
+            return
         finally:
             self._pool.shutdown(wait=False)
 

@@ -157,3 +157,16 @@ def test_connection_state_table():
         check(ConnState.CLOSED, ConnState.CLOSING)
     assert set(TRANSITIONS) == set(ConnState)
     assert all(ConnState.CLOSED in TRANSITIONS[s] for s in ConnState if s is not ConnState.CLOSED)
+
+
+async def test_a_session_update_after_the_store_closed_is_skipped_not_raised(tmp_path):
+    """A turn ending during shutdown publishes SESSION_EVENT updated from a task; when that task runs
+    after the store closed it must end quietly (it was logged as 'background task failed')."""
+    async with handler_services(tmp_path) as svc:
+        port = FakePort()
+        await hello_context(svc, port)
+        session_id = port.session_id
+        await svc.store.close()
+        before = len(port.events)
+        await svc.sessions.publish_updated(session_id)   # raised StorageClosed before the fix
+        assert len(port.events) == before
