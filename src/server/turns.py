@@ -197,7 +197,7 @@ class TurnRunner:
             self.inflight.ended(turn.session_id)
             raise
         if title:
-            await store.rename(turn.session_id, auto_title(turn.text))
+            await store.rename(turn.session_id, auto_title(turn.text), auto=True)
 
     def cancel(self, session_id: str, turn_id: str | None = None, reason: str = "cancelled") -> Turn:
         """Cancel the running turn, or the turn ``turn_id`` (a queued one is withdrawn)."""
