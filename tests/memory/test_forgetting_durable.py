@@ -167,3 +167,31 @@ async def test_a_forgotten_item_stays_forgotten_after_a_real_server_restart(tmp_
         await c.close()
     finally:
         assert await srv.stop() == 0
+
+
+async def test_items_are_hidden_from_the_mark_until_removed_and_not_after(tmp_path, store):
+    mm = manager(store, tmp_path / "um")
+    a = (await store.create("alice")).session_id
+    await store_turn(store, mm, a, "alice", "The vault host is vault-7.", "noted")
+    await mm.wait_idle()
+    b = (await store.create("alice")).session_id
+    await mm.begin_forget(a, "alice")
+    await mm.begin_forget(a, "alice")                  # two clears of the same session at once
+    ctx, _ = await store_turn(store, mm, b, "alice", "what is the vault host?", "?")
+    assert "vault-7" not in str(ctx.messages)          # hidden from the mark on
+    mm.forget_session(a)                               # a plain index reset (regenerate) meanwhile
+    await store.clear(a)
+    mm.forget_session(a, "alice", cleared=True)        # the first clear ends: the second still marks it
+    await mm.wait_idle()
+    assert a in json.loads(next((tmp_path / "um").iterdir()).read_text())["pending"]
+    ctx, _ = await store_turn(store, mm, b, "alice", "what is the vault host?", "?")
+    assert "vault-7" not in str(ctx.messages)
+    mm.forget_session(a, "alice", cleared=True)
+    await mm.wait_idle()
+    assert await mm.user_memory.list("alice") == [] and "vault-7" not in texts(tmp_path / "um")
+    assert json.loads(next((tmp_path / "um").iterdir()).read_text())["pending"] == []
+    await store_turn(store, mm, a, "alice", "The backup host is bk-3.", "ok")   # learned again after the clear
+    await mm.wait_idle()
+    ctx, _ = await store_turn(store, mm, b, "alice", "which backup host?", "?")
+    assert "bk-3" in str(ctx.messages)                 # not hidden any more
+    await mm.aclose()

@@ -254,12 +254,12 @@ class MemoryManager:
         user's long-term memory learned from it is removed too, in the background."""
         self.indexes.forget_session(session_id)
         self._learned.pop(session_id, None)
-        marked = self._marked.pop(session_id, 0)
         if cleared and user_id is not None and self.user_memory is not None and not self._closed:
+            marked = self._marked.pop(session_id, 0)        # one begin_forget ends with each call
+            if marked > 1:
+                self._marked[session_id] = marked - 1
             if not marked:                                  # begin_forget did not hide it already
                 self.user_memory.hide_session(session_id)  # left out of prompts from now on
-            for _ in range(marked - 1):
-                self.user_memory.unhide_session(session_id)
             self._spawn(self._forget_learned(self.user_memory, user_id, session_id,
                                              self._learning.pop(session_id, None)))
         view = self._views.pop(session_id, None)

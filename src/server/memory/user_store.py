@@ -114,7 +114,7 @@ class JsonUserMemoryStore:
         self.max_cached = max_cached                 # users whose items stay in memory (LRU)
         self._cache: dict[str, UserDoc] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._marked: set[tuple[str, str]] = set()   # (user, session) marked by this process
+        self._marked: dict[tuple[str, str], int] = {}   # (user, session) -> marks of this process not ended
 
     def _path(self, user_id: str) -> Path:
         return self.root / (hashlib.sha256(user_id.encode()).hexdigest()[:32] + ".json")
@@ -214,7 +214,7 @@ class JsonUserMemoryStore:
         the history); ``forget_session`` ends it. A crash in between: the next load drops its items."""
         async with self._lock(user_id):
             doc = await self._load(user_id)
-            self._marked.add((user_id, session_id))
+            self._marked[(user_id, session_id)] = self._marked.get((user_id, session_id), 0) + 1
             if session_id in doc.pending:
                 return
             await self._save(user_id, UserDoc(list(doc.items), dict(doc.learned), list(doc.forgotten),
@@ -225,11 +225,14 @@ class JsonUserMemoryStore:
         learned position stays: a restore of the cleared messages does not teach them again."""
         async with self._lock(user_id):
             doc = await self._load(user_id)
-            self._marked.discard((user_id, session_id))
+            key = (user_id, session_id)
+            marks = self._marked.pop(key, 0) - 1
+            if marks > 0:                    # another clear of the session is still under way
+                self._marked[key] = marks
+            pending = doc.pending if marks > 0 else [s for s in doc.pending if s != session_id]
             kept = [i for i in doc.items if i.session_id != session_id]
-            if len(kept) != len(doc.items) or session_id in doc.pending:
-                await self._save(user_id, UserDoc(kept, dict(doc.learned), list(doc.forgotten),
-                                                  [s for s in doc.pending if s != session_id]))
+            if len(kept) != len(doc.items) or pending != doc.pending:
+                await self._save(user_id, UserDoc(kept, dict(doc.learned), list(doc.forgotten), list(pending)))
             return len(doc.items) - len(kept)
 
     async def close(self) -> None:
