@@ -195,3 +195,24 @@ async def test_items_are_hidden_from_the_mark_until_removed_and_not_after(tmp_pa
     ctx, _ = await store_turn(store, mm, b, "alice", "which backup host?", "?")
     assert "bk-3" in str(ctx.messages)                 # not hidden any more
     await mm.aclose()
+
+
+async def test_a_statement_said_twice_in_a_session_stays_forgotten_after_a_restart(tmp_path):
+    hist, um = tmp_path / "history", tmp_path / "um"
+    store = AsyncHistoryStore(StorageConfig(root=str(hist), durability="batched"))
+    mm = manager(store, um)
+    a = (await store.create("alice")).session_id
+    await store_turn(store, mm, a, "alice", "The vault host is vault-7.", "noted")
+    await store_turn(store, mm, a, "alice", "the vault host is  vault-7", "noted")       # known already
+    await mm.wait_idle()
+    [item] = await mm.user_memory.list("alice")
+    assert await mm.user_memory.forget("alice", item.id)
+    await mm.aclose()
+    await store.close()
+    store = AsyncHistoryStore(StorageConfig(root=str(hist), durability="batched"))
+    mm = manager(store, um)
+    await store_turn(store, mm, a, "alice", "check disk on web1", "ok")     # the tail is distilled again
+    await mm.wait_idle()
+    assert await mm.user_memory.list("alice") == []
+    await mm.aclose()
+    await store.close()

@@ -176,7 +176,9 @@ class JsonUserMemoryStore:
                   learned: tuple[str, int] | None = None) -> list[MemoryItem]:
         """Store the items whose text is new (case and spacing ignored) and not forgotten from the same
         message; returns those added. ``learned`` = (session id, message id): that session's
-        messages up to that id are distilled, recorded in the same write when items are added."""
+        messages up to that id are distilled, recorded in the same write whenever ``items`` is not
+        empty (a message that gave nothing is cheap to distill again: no write for it)."""
+        items = list(items)
         async with self._lock(user_id):
             doc = await self._load(user_id)
             known = {dedupe_key(i.text) for i in doc.items}
@@ -187,7 +189,8 @@ class JsonUserMemoryStore:
                 if key not in known and tombstone(item) not in dead:
                     known.add(key)
                     new.append(item)
-            if new:
+            moved = learned is not None and learned[1] > doc.learned.get(learned[0], 0)
+            if new or (moved and items):     # also when all were known: forgetting one must hold
                 marks = dict(doc.learned)
                 if learned is not None:
                     sid, upto = learned
