@@ -126,7 +126,7 @@ class Operations:
     async def model_switch(self, model: str, session_id: str | None = None) -> ModelSwitchReply:
         return await self._call(ModelSwitchReply, MsgType.MODEL_SWITCH, _body(model=model, session_id=session_id))
 
-    # -- long-term memory (5.8) ------------------------------------------------------------------------
+    # -- long-term memory (5.10) -----------------------------------------------------------------------
     async def memory_list(self) -> MemoryListReply:
         return await self._call(MemoryListReply, MsgType.MEMORY_LIST, {})
 
@@ -136,7 +136,7 @@ class Operations:
     async def stats(self) -> StatsReply:
         return await self._call(StatsReply, MsgType.STATS, {})
 
-    # -- clients (5.8, admins only) -------------------------------------------------------------------
+    # -- clients (5.9, admins only) -------------------------------------------------------------------
     async def client_list(self) -> ClientListReply:
         return await self._call(ClientListReply, MsgType.CLIENT_LIST, {})
 

@@ -11,15 +11,21 @@ passage citations -- never their text, so a later clear or forget leaves no copy
   (the offline agent's rule, or the model calling ``search_knowledge``); ``generate`` adopts it
   (``adopt_agent_decisions``: ``decided_by: "agent"``).
 * ``recall``: the memory layer's ``build_context``: summary, recalled turns, long-term memory
-  items, recent window, all within the budget; records which were used and what was dropped, why.
+  items, recent window, all within the budget; records which were used and what was dropped, why:
+  for the prompt budget, and before it (``cut``: recalled turns under the minimum score, over
+  ``recall.token_budget`` or past ``recall.k``; memory items over ``user_memory.token_budget`` or
+  past ``user_memory.k``), with the ids of what was left out.
 * ``retrieve``: knowledge passages for the turn. Default: skipped (no knowledge put in the prompt
   up front); passages the agent got from ``search_knowledge`` are recorded by ``generate`` (their
   citations, ``via: "search_knowledge tool"``). A
   ``search(user_id, query) -> list[Passage]`` can be given, and its passages are put in the prompt
   as quoted documents within ``retrieve_budget`` tokens (the rest recorded as dropped).
 * ``generate``: the agent's ``run_turn`` (the runner runs it as the cancellable task).
-* ``persist``: records what is stored (answer size, tool calls, finish reason); the runner stores
-  it and schedules the memory layer's after-turn work (index, summary, long-term memory).
+* ``persist``: takes the turn's ``Answer`` (content, tool calls, finish reason, metadata), records
+  what is stored (answer size, tool calls, finish reason, what runs after it) and stores it with the
+  ``save`` function it was built with (the runner's: ``state.stored`` is the stored message or the
+  error); the runner then schedules the memory layer's after-turn work (index, summary, long-term
+  memory).
 """
 from __future__ import annotations
 
@@ -42,6 +48,15 @@ class Passage:
     score: float = 0.0
 
 
+@dataclass(slots=True)
+class Answer:
+    """What a turn produced, as the persist step stores it (``metadata``: stored with it)."""
+    content: str
+    tool_calls: list[Any]
+    finish_reason: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class TurnState:
     """Everything one turn's steps read and write."""
@@ -54,6 +69,8 @@ class TurnState:
     context: BuiltContext | None = None
     passages: list[Passage] = field(default_factory=list)
     result: TurnResult | None = None
+    answer: Answer | None = None
+    stored: Any = None
     trace: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def record(self, step: str, **data: Any) -> None:
@@ -62,6 +79,8 @@ class TurnState:
 
 Step = Callable[[TurnState], Awaitable[None]]
 Search = Callable[[str, str], Awaitable[list[Passage]]]
+Save = Callable[[TurnState], Awaitable[Any]]
+AFTER_TURN = ["recall index", "summary check", "long-term memory"]
 
 
 async def route(state: TurnState) -> None:
@@ -81,6 +100,11 @@ def recall_step(memory: Any) -> Step:
                    {"what": "memory items", "count": m.get("memory_dropped", 0), "why": "over the prompt budget"},
                    {"what": "older turns", "count": m.get("turns_older", 0),
                     "why": "before the recent window (reachable by recall only)"}]
+        dropped = [d for d in dropped if d["count"]]
+        for what, key in (("recalled turns", "recall_cut"), ("memory items", "memory_cut")):
+            for cut in m.get(key) or ():     # left out before the prompt budget, by their own limits
+                ids = list(cut.get("ids") or ())
+                dropped.append({"what": what, **({"count": len(ids), "ids": ids} if ids else {}), "why": cut.get("why")})
         first = ctx.messages[0] if ctx.messages else {}
         server_prompt = getattr(memory, "system_prompt", None)
         own = (first.get("role") == "system" and server_prompt is not None and first.get("content") != server_prompt
@@ -89,7 +113,7 @@ def recall_step(memory: Any) -> Step:
                      summary=m.get("summary_used"),
                      recalled=list(m.get("recalled", [])), memory_items=list(m.get("memory_items", [])),
                      turns_kept=m.get("turns_kept"), prompt_tokens=m.get("prompt_tokens_estimate"),
-                     budget_tokens=m.get("budget_tokens"), dropped=[d for d in dropped if d["count"]],
+                     budget_tokens=m.get("budget_tokens"), dropped=dropped,
                      truncated=[k for k in ("summary_trimmed", "message_truncated", "system_truncated") if m.get(k)])
     return recall
 
@@ -159,13 +183,21 @@ def adopt_agent_decisions(state: TurnState, result: TurnResult) -> None:
         state.record("retrieve", passages=[c for c in cited if c], via="search_knowledge tool", searches=searches)
 
 
-def persist(ctx: BuiltContext, content: str, calls: list[Any], finish_reason: str) -> None:
-    """Records in the context's trace what the runner stores for this turn and what runs after it
-    (called right before the answer is stored, so the stored metadata holds it)."""
-    trace = ctx.metadata.get("pipeline")
-    if isinstance(trace, dict):
-        trace["persist"] = {"answer_chars": len(content), "tool_calls": len(calls), "finish_reason": finish_reason,
-                            "after": ["recall index", "summary check", "long-term memory"]}
+def persist_step(save: Save) -> Step:
+    """The persist step: records ``state.answer`` (size, tool calls, finish reason, what runs after
+    the turn) in the trace -- before storing, so the stored metadata holds it -- then stores it with
+    ``save(state)``, whose result becomes ``state.stored``. Nothing is recorded when the pipeline
+    did not prepare a context (a turn cancelled or failed before it)."""
+    async def persist(state: TurnState) -> None:
+        answer = state.answer
+        if answer is None:
+            raise RuntimeError("persist needs the turn's answer (state.answer)")
+        ctx = state.context
+        if ctx is not None and ctx.metadata.get("pipeline") is state.trace:
+            state.record("persist", answer_chars=len(answer.content), tool_calls=len(answer.tool_calls),
+                         finish_reason=answer.finish_reason, after=list(AFTER_TURN))
+        state.stored = await save(state)
+    return persist
 
 
 class TurnPipeline:

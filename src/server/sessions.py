@@ -140,8 +140,11 @@ class SessionService:
         rec = await self.owned_any(user_id, session_id)
         if not rec.deleted:
             rec = await self.delete(user_id, rec.session_id, requester)
-        await self.store.purge(rec.session_id)
-        self.forget(rec.session_id, rec.user_id)
+        await self.begin_forget(rec.session_id, rec.user_id)
+        try:
+            await self.store.purge(rec.session_id)
+        finally:
+            self.forget(rec.session_id, rec.user_id)
         await self.publish_event("purged", rec)
         return rec
 
@@ -200,8 +203,11 @@ class SessionService:
             runner.cancel_session(rec.session_id, reason="deleted")
             # the cancelled turn's TURN_END reaches the attached subscribers before they are moved
             await runner.settle(rec.session_id)
-        deleted = await self.store.delete(rec.session_id)
-        self.forget(rec.session_id, rec.user_id)
+        await self.begin_forget(rec.session_id, rec.user_id)
+        try:
+            deleted = await self.store.delete(rec.session_id)
+        finally:
+            self.forget(rec.session_id, rec.user_id)
         await self.publish_event("deleted", deleted)
         attached = [s for s in self.hub.session_subscribers(rec.session_id) if not s.closed]
         if attached:
@@ -224,11 +230,23 @@ class SessionService:
         if runner is not None and runner.is_running(session_id):
             runner.cancel_session(session_id, reason="cleared")
             await runner.settle(session_id)
-        cleared = await self.store.clear(session_id, purge=purge)
+        user_id = (await self.store.get(session_id)).user_id
+        await self.begin_forget(session_id, user_id)
+        try:
+            cleared = await self.store.clear(session_id, purge=purge)
+        finally:            # what the session taught is forgotten even if the clear failed
+            self.forget(session_id, user_id)
         rec = await self.store.get(session_id)
-        self.forget(session_id, rec.user_id)
         await self.publish_event("cleared", rec)
         return rec, cleared
+
+    async def begin_forget(self, session_id: str, user_id: str) -> None:
+        """Before a clear, delete or purge: the long-term memory notes durably that what it learned
+        from the session is being forgotten (``forget`` with ``user_id`` ends it), so a crash in
+        between cannot bring it back (docs/memory.md, "Honest clear")."""
+        begin = getattr(self.memory, "begin_forget", None)
+        if begin is not None:
+            await begin(session_id, user_id)
 
     def forget(self, session_id: str, user_id: str | None = None) -> None:
         """Tell the memory layer a session changed under it: its recall index is rebuilt. With

@@ -26,7 +26,7 @@ from server.errors import HandlerError, failure_of
 from server.hub import Hub, Subscriber
 from server.inflight import NoMarker
 from server.metrics import Metrics
-from server.pipeline import TurnPipeline, TurnState as PipelineState, generate, persist
+from server.pipeline import Answer, TurnPipeline, TurnState as PipelineState, generate, persist_step
 from server.sessions import SessionService, auto_title, needs_title
 from server.agent.fit_message import fit_assistant_message
 from server.turn import RunnerSink, Turn
@@ -197,7 +197,7 @@ class TurnRunner:
             self.inflight.ended(turn.session_id)
             raise
         if title:
-            await store.rename(turn.session_id, auto_title(turn.text))
+            await store.rename(turn.session_id, auto_title(turn.text), auto=True)
 
     def cancel(self, session_id: str, turn_id: str | None = None, reason: str = "cancelled") -> Turn:
         """Cancel the running turn, or the turn ``turn_id`` (a queued one is withdrawn)."""
@@ -338,18 +338,19 @@ class TurnRunner:
                 if turn.task is not None:
                     turn.task.cancel()
                 raise
-            await self._end_cancelled(turn, sink, ctx)
+            await self._end_cancelled(turn, sink, ctx, state)
         except AgentError as exc:
             self.metrics.provider_error(exc.code)
-            await self._end_error(turn, sink, exc.code, exc.message, exc.attempts, ctx)
+            await self._end_error(turn, sink, exc.code, exc.message, exc.attempts, ctx, state)
         except Exception:
             log.exception("turn %s failed", turn.turn_id)
-            await self._end_error(turn, sink, ErrorCode.INTERNAL, "internal error while running the turn", ctx=ctx)
+            await self._end_error(turn, sink, ErrorCode.INTERNAL, "internal error while running the turn", ctx=ctx,
+                                  state=state)
         else:
             if turn.cancel_reason is not None:
-                await self._end_cancelled(turn, sink, ctx)
+                await self._end_cancelled(turn, sink, ctx, state)
             else:
-                await self._end_ok(turn, sink, ctx, result)
+                await self._end_ok(turn, sink, ctx, result, state)
 
     async def _store_assistant(self, turn: Turn, content: str, calls: list[ToolCall],
                                metadata: dict[str, Any]) -> ChatMessage | HandlerError:
@@ -374,11 +375,21 @@ class TurnRunner:
         sink.publish(TurnError(sink.sid, sink.tid, err.code, err.message))
         self._updated_after(sink.turn.session_id)
 
-    async def _end_ok(self, turn: Turn, sink: RunnerSink, ctx: BuiltContext, result: TurnResult) -> None:
-        persist(ctx, result.content, list(result.tool_calls), result.finish_reason)
+    async def _persist(self, turn: Turn, state: PipelineState, answer: Answer) -> ChatMessage | HandlerError:
+        """The pipeline's persist step over this runner's storage (``_store_assistant``)."""
+        async def save(s: PipelineState) -> ChatMessage | HandlerError:
+            a = s.answer
+            assert a is not None
+            return await self._store_assistant(turn, a.content, a.tool_calls, a.metadata)
+        state.answer = answer
+        await persist_step(save)(state)
+        return state.stored
+
+    async def _end_ok(self, turn: Turn, sink: RunnerSink, ctx: BuiltContext, result: TurnResult,
+                      state: PipelineState) -> None:
         meta = {**result.metadata, "model": turn.model, "usage": result.usage,
                 "finish_reason": result.finish_reason, "context": ctx.metadata, "turn_id": turn.turn_id}
-        msg = await self._store_assistant(turn, result.content, list(result.tool_calls), meta)
+        msg = await self._persist(turn, state, Answer(result.content, list(result.tool_calls), result.finish_reason, meta))
         if isinstance(msg, HandlerError):
             self._not_stored(sink, msg)
             return
@@ -386,11 +397,10 @@ class TurnRunner:
                              result.finish_reason, ctx.metadata))
         self._after_turn(turn)
 
-    async def _end_cancelled(self, turn: Turn, sink: RunnerSink, ctx: BuiltContext) -> None:
-        persist(ctx, turn.content, turn.finished_calls(), "cancelled")
+    async def _end_cancelled(self, turn: Turn, sink: RunnerSink, ctx: BuiltContext, state: PipelineState) -> None:
         meta = {"partial": True, "model": turn.model, "finish_reason": "cancelled",
                 "cancel_reason": turn.cancel_reason, "context": ctx.metadata, "turn_id": turn.turn_id}
-        msg = await self._store_assistant(turn, turn.content, turn.finished_calls(), meta)
+        msg = await self._persist(turn, state, Answer(turn.content, turn.finished_calls(), "cancelled", meta))
         if isinstance(msg, HandlerError):
             self._not_stored(sink, msg)
             return
@@ -398,15 +408,18 @@ class TurnRunner:
         self._after_turn(turn)
 
     async def _end_error(self, turn: Turn, sink: RunnerSink, code: ErrorCode, message: str, attempts: int = 1,
-                         ctx: BuiltContext | None = None) -> None:
+                         ctx: BuiltContext | None = None, state: PipelineState | None = None) -> None:
         """The failed answer is stored (whatever was streamed, possibly nothing) marked with the
         error, so history never holds two user messages in a row and the failure shows after reload."""
         meta = {"partial": bool(turn.length or turn.calls), "model": turn.model, "finish_reason": "error",
                 "error": str(code), "error_message": message, "attempts": attempts, "turn_id": turn.turn_id}
         if ctx is not None and ctx.metadata:                  # what reached the model ("why this answer")
-            persist(ctx, turn.content, turn.finished_calls(), "error")
             meta["context"] = ctx.metadata
-        msg = await self._store_assistant(turn, turn.content, turn.finished_calls(), meta)
+        answer = Answer(turn.content, turn.finished_calls(), "error", meta)
+        if state is None:
+            msg = await self._store_assistant(turn, answer.content, answer.tool_calls, answer.metadata)
+        else:
+            msg = await self._persist(turn, state, answer)
         partial = None if isinstance(msg, HandlerError) else message_obj(msg)
         log.info("turn %s ended with %s", turn.turn_id, code)
         sink.publish(TurnError(turn.session_id, turn.turn_id, code, message, partial))

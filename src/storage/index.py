@@ -30,7 +30,7 @@ def entry_for(record: SessionRecord, files: list[int]) -> dict[str, Any]:
     return {"session_id": record.session_id, "user_id": record.user_id, "title": record.title,
             "created_at": record.created_at, "updated_at": record.updated_at,
             "message_count": record.message_count, "deleted": record.deleted, "model": record.model,
-            "preview": record.preview, "files": files}
+            "preview": record.preview, "title_auto": record.title_auto, "files": files}
 
 
 def _valid_entry(e: Any) -> bool:

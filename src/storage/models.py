@@ -18,6 +18,8 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
+DEFAULT_TITLE = "New chat"          # a new session's title, and an automatic one's after a clear
+
 @dataclass(slots=True)
 class ToolCall:
     id: str
@@ -105,6 +107,7 @@ class SessionRecord:
     preview: str = ""
     summaries: list[SummaryRecord] = field(default_factory=list)
     system_prompt: str | None = None     # the session's own system prompt (None: the server's)
+    title_auto: bool = False             # the title was made from the first message (a clear resets it)
 
     @property
     def summary(self) -> SummaryRecord | None:
@@ -117,7 +120,7 @@ class SessionRecord:
             "created_at": self.created_at, "updated_at": self.updated_at,
             "message_count": self.message_count, "deleted": self.deleted, "model": self.model,
             "preview": self.preview, "summaries": [s.to_dict() for s in self.summaries],
-            "system_prompt": self.system_prompt,
+            "system_prompt": self.system_prompt, "title_auto": self.title_auto,
         }
 
     @classmethod
@@ -129,6 +132,7 @@ class SessionRecord:
             model=d.get("model"), preview=str(d.get("preview", "")),
             summaries=[SummaryRecord.from_dict(s) for s in d.get("summaries") or ()],
             system_prompt=d.get("system_prompt") if isinstance(d.get("system_prompt"), str) else None,
+            title_auto=d.get("title_auto") is True,
         )
 
 

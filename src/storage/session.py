@@ -19,7 +19,7 @@ import orjson
 
 from .fsio import read_bytes
 from .journal import JournalScan, JournalWriter, scan_journal
-from .models import ChatMessage, SessionRecord, SummaryRecord
+from .models import DEFAULT_TITLE, ChatMessage, SessionRecord, SummaryRecord
 
 log = logging.getLogger("storage")
 
@@ -112,12 +112,15 @@ class SessionState:
             self.msgs[i] = m
         elif op == "rename":
             rec.title = str(e["title"])
+            rec.title_auto = e.get("auto") is True
         elif op == "model":
             rec.model = e["model"]
         elif op == "clear":
             # The summaries only ever cover messages up to "through": they go with what they summarize.
             self.cleared = int(e["through"])
             rec.summaries = []
+            if rec.title_auto:           # made from a cleared message: "New chat" until the next one
+                rec.title, rec.title_auto = DEFAULT_TITLE, False
             if e.get("purge"):           # the hidden messages are dropped for good
                 del self.msgs[:self.vis_start()]
         elif op == "delete":

@@ -35,7 +35,7 @@ from .index import INDEX_NAME, SessionIndex
 from .journal import JournalWriter
 from .loader import SessionLoader
 from .maintenance import Maintenance
-from .models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
+from .models import DEFAULT_TITLE, ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
 from .recovery import recover
 from .searcher import Searcher
 from .session import READY, LoadedSession, SessionState, encode_snapshot, file_stat, to_message
@@ -44,7 +44,6 @@ from .validation import tool_calls as tool_calls_of
 
 log = logging.getLogger("storage")
 
-DEFAULT_TITLE = "New chat"
 LOCK_NAME = ".lock"
 
 
@@ -180,9 +179,10 @@ class HistoryStore:
         Returns (records, next cursor or None)."""
         return self.index.list(user_id, before, limit, deleted=deleted)
 
-    def rename(self, session_id: str, title: str) -> SessionRecord:
+    def rename(self, session_id: str, title: str, *, auto: bool = False) -> SessionRecord:
+        """Set the title; ``auto``: made from the first message (a clear sets it back to DEFAULT_TITLE)."""
         title = self._check_title(title)
-        return self._simple(session_id, "rename", {"title": title})
+        return self._simple(session_id, "rename", {"title": title, "auto": True} if auto else {"title": title})
 
     def set_model(self, session_id: str, model: str | None) -> SessionRecord:
         check_opt_str("model", model)
@@ -241,7 +241,7 @@ class HistoryStore:
             st = s.state
             n = st.record.message_count
             hidden = st.vis_start() > 0
-            done, changed = None, bool(n or st.record.summaries or (purge and hidden))
+            done, changed = None, bool(n or st.record.summaries or (purge and hidden) or st.record.title_auto)
             if changed:
                 through = st.msgs[-1]["id"] if n else st.cleared
                 done = self._commit(s, "clear", {"through": through, "purge": purge}, at=now_iso())

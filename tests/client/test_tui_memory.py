@@ -20,7 +20,13 @@ ITEMS = [MemoryItem("m1", "fact", "The prod DB host is db-prod-42.", "s_20261120
 CONTEXT = {"turns_kept": 2, "summary_used": 40, "recalled": [7, 9], "memory_items": ["m1", "m9"],
            "prompt_tokens_estimate": 812, "budget_tokens": 14976,
            "pipeline": {"route": {"decision": "chat", "reason": "no router configured"},
-                        "recall": {"dropped": [{"what": "turns", "count": 3, "why": "over the prompt budget"}]},
+                        "recall": {"dropped": [
+                            {"what": "turns", "count": 3, "why": "over the prompt budget"},
+                            {"what": "recalled turns", "count": 2, "ids": [3, 5],
+                             "why": "over recall.token_budget (50 tokens)"},
+                            {"what": "recalled turns", "why": "recall.k (3) reached: lower-ranked turns were not considered"},
+                            {"what": "memory items", "count": 1, "ids": ["m4"],
+                             "why": "over user_memory.token_budget (40 tokens)"}]},
                         "retrieve": {"passages": [], "skipped": "not up front (the agent searches with search_knowledge)"},
                         "generate": {"model": "fake", "finish_reason": "stop", "tool_calls": ["clock"]}}}
 
@@ -73,6 +79,9 @@ async def test_why_this_answer_shows_what_reached_the_model() -> None:
         body = str(app.screen.query_one("#why-body", Static).render())
         assert "Summary: messages up to #40" in body and "Recalled earlier turns: #7, #9" in body
         assert "m1: The prod DB host is db-prod-42." in body and "m9: (forgotten since)" in body
+        assert "2 recalled turns (#3, #5): over recall.token_budget (50 tokens)" in body
+        assert "  recalled turns: recall.k (3) reached: lower-ranked turns were not considered" in body
+        assert "1 memory items (m4): over user_memory.token_budget (40 tokens)" in body
         assert "3 turns: over the prompt budget" in body and "not up front (the agent searches with search_knowledge)" in body
         assert "Prompt: about 812 of 14976 tokens" in body and "tools: clock" in body
         await pilot.press("escape")

@@ -1,7 +1,8 @@
 """Honest clear, end to end over loopback TCP with the real memory layer: after a clear (plain or
 purge) or a purge of the session, none of its text reaches a later prompt (the exact context the
 agent receives), SESSION_INFO, the export or the long-term memory -- summaries, recall and
-long-term memory included."""
+long-term memory and the automatic title made from the first message included (a variant through the
+real OpenAI agent and the scripted endpoint: test_honest_clear_llm_e2e.py)."""
 from __future__ import annotations
 
 import pytest
@@ -30,9 +31,6 @@ async def test_cleared_text_reaches_no_prompt_info_export_or_memory(tmp_path, ho
     async with running_server(tmp_path, echo, memory="auto", sections=SUMMARIZE) as (srv, addr):
         c = await V3Client.connect(addr)
         first = c.hello["session"]["session_id"]
-        # a title given by the user (an automatic title is made from the first message and is not
-        # reset by a clear: see docs/memory.md, Honest clear)
-        await c.call(T.SESSION_RENAME, session_id=first, title="ops notes")
         await say(c, "The vault host is vault-7. My favourite shell is zsh-extra.")
         await say(c, "remember the code word PELICAN for the backup job")
         for i in range(4):
@@ -71,4 +69,17 @@ async def test_cleared_text_reaches_no_prompt_info_export_or_memory(tmp_path, ho
                 assert not leaks(exported["content"]), (sid, fmt)
         hits = await c.call(T.HISTORY_SEARCH, query="vault PELICAN zsh-extra")
         assert not leaks(str(hits))
+        await c.close()
+
+
+async def test_a_clear_keeps_a_title_the_user_set(tmp_path):
+    async with running_server(tmp_path, EchoAgent(), memory="auto") as (srv, addr):
+        c = await V3Client.connect(addr)
+        first = c.hello["session"]["session_id"]
+        await say(c, "The vault host is vault-7.")
+        await c.call(T.SESSION_RENAME, session_id=first, title="ops notes")
+        await c.call(T.CLEAR_REQUEST, session_id=first, purge=True)
+        assert (await c.call(T.SESSION_INFO, session_id=first))["session"]["title"] == "ops notes"
+        await say(c, "check disk usage on web1")
+        assert (await c.call(T.SESSION_INFO, session_id=first))["session"]["title"] == "ops notes"
         await c.close()

@@ -2,12 +2,14 @@
 preparation, a replaced step, and the trace reaching TURN_END and the stored answer."""
 from __future__ import annotations
 
+import pytest
+
 from memory_testlib import OfflineStub, store_turn
 from server.agent.base import BuiltContext, TurnResult
 from server.memory import MemoryConfig, MemoryManager
 from server.memory.user_store import JsonUserMemoryStore
-from server.pipeline import (KNOWLEDGE_HEADER, Passage, TurnPipeline, TurnState, generate, persist, recall_step,
-                             retrieve_step, route)
+from server.pipeline import (KNOWLEDGE_HEADER, Answer, Passage, TurnPipeline, TurnState, generate, persist_step,
+                             recall_step, retrieve_step, route)
 from storage.models import ChatMessage, ToolCall
 from testkit.server import running_server
 from protocol import MsgType as T
@@ -68,7 +70,7 @@ async def test_retrieve_alone_quotes_passages_within_budget():
     assert {d["why"] for d in s.trace["retrieve"]["dropped"]} == {"over the prompt budget"}
 
 
-async def test_generate_and_persist_alone():
+async def test_generate_alone():
     class Agent:
         async def run_turn(self, req, sink):
             assert req.context.messages == [{"role": "user", "content": "hi"}] and sink == "sink"
@@ -79,8 +81,32 @@ async def test_generate_and_persist_alone():
     assert result.content == "answer" and s.result is result
     assert s.trace["generate"] == {"model": "m", "finish_reason": "stop", "tool_calls": ["clock"],
                                    "usage": {"total_tokens": 3}}
-    persist(s.context, "answer", result.tool_calls, "stop")
-    assert s.trace["persist"]["answer_chars"] == 6 and s.trace["persist"]["tool_calls"] == 1
+
+
+async def test_persist_alone_records_its_input_before_storing_and_gives_what_was_stored():
+    s = state("hi")
+    s.context = BuiltContext([{"role": "user", "content": "hi"}], {"pipeline": s.trace})
+    saved = []
+
+    async def save(st: TurnState) -> str:
+        # the trace is recorded before the answer is stored: the stored metadata holds it
+        trace = st.answer.metadata.get("context", {}).get("pipeline", {})
+        saved.append((st.answer.content, dict(trace.get("persist", {}))))
+        return "stored-message"
+    s.answer = Answer("answer", [ToolCall("c1", "clock", {})], "stop", {"context": s.context.metadata})
+    await persist_step(save)(s)
+    assert s.stored == "stored-message"
+    expected = {"answer_chars": 6, "tool_calls": 1, "finish_reason": "stop",
+                "after": ["recall index", "summary check", "long-term memory"]}
+    assert s.trace["persist"] == expected and saved == [("answer", expected)]
+    # no context prepared (cancelled or failed before recall): stored, nothing recorded
+    s2 = state("hi")
+    s2.answer = Answer("", [], "cancelled")
+    await persist_step(save)(s2)
+    assert s2.stored == "stored-message" and s2.trace == {} and saved[-1] == ("", {})
+    s3 = state("hi")
+    with pytest.raises(RuntimeError):
+        await persist_step(save)(s3)                   # no answer: refused
 
 
 async def test_prepare_runs_the_steps_in_order_and_a_step_can_be_replaced():
@@ -152,3 +178,48 @@ async def test_generate_adopts_the_agents_knowledge_route_and_citations():
                                 "decided_by": "agent"}
     assert s.trace["retrieve"] == {"passages": ["[runbook.md §Backups]"], "via": "search_knowledge tool",
                                    "searches": 1}
+
+
+async def test_recall_records_memory_items_cut_by_their_own_budget_and_k(store, tmp_path):
+    cfg = MemoryConfig.from_dict({"summarization": {"enabled": False}, "user_memory": {"token_budget": 40, "k": 4}})
+    mm = MemoryManager(cfg, store, OfflineStub(), None, "SYS", user_store=JsonUserMemoryStore(tmp_path / "um"))
+    a = (await store.create("alice")).session_id
+    for n in range(6):
+        await store_turn(store, mm, a, "alice", f"The backup host of cluster {n} is bk-{n}-prod.", "ok")
+    await mm.wait_idle()
+    b = (await store.create("alice")).session_id
+    user = await store.append(b, "user", "backup host of the cluster?")
+    s = TurnState(b, "alice", "m", "t", user)
+    await recall_step(mm)(s)
+    rec = s.trace["recall"]
+    cuts = {d["why"]: d for d in rec["dropped"] if d["what"] == "memory items"}
+    assert set(cuts) == {"over user_memory.token_budget (40 tokens)", "past user_memory.k (4 items)"}
+    assert len(rec["memory_items"]) + sum(d["count"] for d in cuts.values()) == 6
+    ids = {i.id for i in await mm.user_memory.list("alice")}
+    cut_ids = [i for d in cuts.values() for i in d["ids"]]
+    assert set(rec["memory_items"]) | set(cut_ids) == ids and not set(rec["memory_items"]) & set(cut_ids)
+    assert "bk-" not in str(s.trace)                           # ids only
+    await mm.aclose()
+
+
+async def test_recall_records_turns_cut_by_recall_budget_and_k_and_export_shows_them(tmp_path):
+    sections = {"summarization": {"enabled": False}, "context": {"recent_turns": 1},
+                "recall": {"k": 3, "token_budget": 50}, "user_memory": {"enabled": False}}
+    async with running_server(tmp_path, memory="auto", sections=sections) as (srv, addr):
+        c = await V3Client.connect(addr)
+        for n in range(5):
+            r = await c.call(T.CHAT_TEXT, text=f"the nginx workers on web{n} crashed with a segfault in module x{n}")
+            await c.turn_events(r["turn_id"])
+        r = await c.call(T.CHAT_TEXT, text="why did the nginx workers crash with a segfault?")
+        events = await c.turn_events(r["turn_id"])
+        rec = events[-1].body["context"]["pipeline"]["recall"]
+        reasons = {d["why"] for d in rec["dropped"] if d["what"] == "recalled turns"}
+        assert "recall.k (3) reached: lower-ranked turns were not considered" in reasons
+        assert "over recall.token_budget (50 tokens)" in reasons
+        [budget_cut] = [d for d in rec["dropped"] if d["why"] == "over recall.token_budget (50 tokens)"]
+        assert budget_cut["count"] == len(budget_cut["ids"]) >= 1
+        assert not set(budget_cut["ids"]) & set(rec["recalled"])
+        exported = await c.call(T.HISTORY_EXPORT, format="json")
+        assert "over recall.token_budget (50 tokens)" in exported["content"]
+        assert "recall.k (3) reached" in exported["content"]
+        await c.close()

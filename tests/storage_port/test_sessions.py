@@ -225,3 +225,35 @@ async def test_system_prompt_is_stored_with_the_session(make_config):
         assert (await st.get(other)).system_prompt is None
     finally:
         await st.close()
+
+
+async def test_a_clear_resets_an_automatic_title_and_keeps_a_title_the_user_set(make_config):
+    from storage.port import open_store
+    from storage.models import DEFAULT_TITLE
+    st = await open_store(make_config())
+    try:
+        auto = (await st.create("alice")).session_id
+        await st.append(auto, "user", "The vault host is vault-7.")
+        rec = await st.rename(auto, "The vault host is vault-7.", auto=True)
+        assert rec.title_auto and rec.title == "The vault host is vault-7."
+        assert (await st.get(auto)).title_auto
+        own = (await st.create("alice")).session_id
+        await st.rename(own, "first auto", auto=True)
+        assert not (await st.rename(own, "ops notes")).title_auto            # the user's own title
+        await st.append(own, "user", "hello")
+        assert await st.clear(auto) == 1
+        assert await st.clear(own, purge=True) == 1
+    finally:
+        await st.close()
+    st = await open_store(make_config())                                 # what was stored, not a cache
+    try:
+        cleared = await st.get(auto)
+        assert (cleared.title, cleared.title_auto) == (DEFAULT_TITLE, False)
+        assert ((await st.get(own)).title, (await st.get(own)).title_auto) == ("ops notes", False)
+        listed = {r.session_id: r.title for r in (await st.list("alice"))[0]}
+        assert listed == {auto: DEFAULT_TITLE, own: "ops notes"}
+        assert "vault-7" not in await st.export(auto, "json") and "vault-7" not in await st.export(auto, "markdown")
+        await st.append(auto, "user", "next first message")                # named again by the next one
+        assert (await st.rename(auto, "next first message", auto=True)).title_auto
+    finally:
+        await st.close()

@@ -48,7 +48,7 @@ def why_lines(metadata: Mapping[str, Any], memory_texts: Mapping[str, str] | Non
                 for d in retrieve.get("dropped") or []]
     if dropped:
         out.append("Left out:")
-        out += [f"  {d.get('count')} {d.get('what')}: {d.get('why')}" for d in dropped]
+        out += [_left_out(d) for d in dropped]
     else:
         out.append("Left out: nothing")
     for flag, text in (("summary_trimmed", "the summary was shortened to fit"),
@@ -64,6 +64,14 @@ def why_lines(metadata: Mapping[str, Any], memory_texts: Mapping[str, str] | Non
         out.append(f"Model: {gen.get('model')} · finish: {gen.get('finish_reason')} · tools: "
                    + (", ".join(calls) if calls else "none"))
     return out
+
+
+def _left_out(d: Mapping[str, Any]) -> str:
+    """``  3 memory items (m1, m2, m3): over user_memory.token_budget (300 tokens)``; without a count
+    (a limit reached, what lies past it unknown): ``  recalled turns: recall.k (5) reached ...``."""
+    head = f"{d['count']} {d.get('what')}" if d.get("count") is not None else str(d.get("what"))
+    ids = f" ({_ids(d['ids'])})" if d.get("ids") else ""
+    return f"  {head}{ids}: {d.get('why')}"
 
 
 class WhyScreen(ModalScreen[None]):

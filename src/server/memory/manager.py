@@ -85,6 +85,7 @@ class MemoryManager:
             self.user_memory = UserMemory(um, user_store, self.counter, agent, self.config.summarization.model)
         self._learned: OrderedDict[str, int] = OrderedDict()   # session -> last message id distilled
         self._learning: dict[str, asyncio.Task] = {}           # session -> its latest learning task
+        self._marked: dict[str, int] = {}                      # session -> begin_forget calls not ended
 
     # -- context -------------------------------------------------------------------------------
     async def build_context(self, session_id: str, user_id: str, new_message: ChatMessage,
@@ -100,21 +101,27 @@ class MemoryManager:
             view = None
             summary, window, older = await self._read_window(record, new_message)
         excerpts: list[Excerpt] = []
+        recall_cut: list[dict[str, Any]] = []
         if cfg.recall.enabled and cfg.recall.k and cfg.recall.token_budget and new_message.content.strip():
             exclude = {i for t in window for i in t.ids} | {new_message.id}
             try:
                 now = parse_time(new_message.timestamp) or datetime.now(timezone.utc)
-                excerpts = await self._recall(record, user_id, new_message.content, exclude, view, now)
+                excerpts = await self._recall(record, user_id, new_message.content, exclude, view, now, recall_cut)
             except Exception:
                 log.exception("recall failed for session %s (prompt built without it)", session_id)
         items: list[Excerpt] = []
+        memory_cut: list[dict[str, Any]] = []
         if self.user_memory is not None and new_message.content.strip():
             try:
-                items = await self.user_memory.select(user_id, session_id, new_message.content)
+                items, memory_cut = await self.user_memory.choose(user_id, session_id, new_message.content)
             except Exception:
                 log.exception("user memory failed for session %s (prompt built without it)", session_id)
         state = self._sessions.get(session_id)
-        flags = {"summary_fallback": bool(state and state.fallback), "turns_older": older}
+        flags: dict[str, Any] = {"summary_fallback": bool(state and state.fallback), "turns_older": older}
+        if recall_cut:                            # left out by recall's own limits (ids; the pipeline's trace)
+            flags["recall_cut"] = recall_cut
+        if memory_cut:
+            flags["memory_cut"] = memory_cut
         system = self.system_prompt if record.system_prompt is None else record.system_prompt
         parts = Parts(system, new_message.content, summary, excerpts, window, flags, items)
         if len(self._stable_tokens) > STABLE_MEMO_SIZE:
@@ -195,8 +202,12 @@ class MemoryManager:
         return await asyncio.get_running_loop().run_in_executor(None, read)
 
     async def _recall(self, record: SessionRecord, user_id: str, query: str, exclude: set[int],
-                      view: SessionView | None, now: datetime | None = None) -> list[Excerpt]:
+                      view: SessionView | None, now: datetime | None = None,
+                      cut: list[dict[str, Any]] | None = None) -> list[Excerpt]:
+        """The recalled excerpts; what the recall limits left out is appended to ``cut``
+        (``{"ids": [first message id of each turn], "why": ...}``; no ids for ``recall.k``)."""
         rc = self.config.recall
+        cut = [] if cut is None else cut
         session_id = record.session_id
         uidx = self.indexes.user(user_id)
         async with uidx.lock:
@@ -206,18 +217,36 @@ class MemoryManager:
         vectors = await self.indexes.vector_ranking(uidx, query, session_id, exclude, rc.k)
         hits = uidx.index.search(query, rc.k, session_id=session_id, exclude=exclude, vector_ranking=vectors,
                                  now=now)
+        if len(hits) >= rc.k:                     # lower-ranked turns were not looked at
+            cut.append({"why": f"recall.k ({rc.k}) reached: lower-ranked turns were not considered"})
         if hits:                                  # weak matches only cost prompt tokens
+            weak = [d for d, s in hits if s < MIN_RELATIVE_SCORE * hits[0][1]]
+            if weak:
+                cut.append({"ids": [d.ids[0] for d in weak],
+                            "why": f"score under {MIN_RELATIVE_SCORE:.0%} of the best match"})
             hits = [(d, s) for d, s in hits if s >= MIN_RELATIVE_SCORE * hits[0][1]]
         out: list[Excerpt] = []
         remaining = rc.token_budget
         for i, (doc, _) in enumerate(hits):
             share = remaining // (len(hits) - i)
             if share < MIN_EXCERPT_TOKENS:
+                cut.append({"ids": [d.ids[0] for d, _ in hits[i:]],
+                            "why": f"over recall.token_budget ({rc.token_budget} tokens)"})
                 break
             text, tokens = excerpt_and_tokens(doc, self.counter, share)
             remaining -= tokens
             out.append(Excerpt(list(doc.ids), text, tokens))
         return out
+
+    async def begin_forget(self, session_id: str, user_id: str) -> None:
+        """Before a clear, delete or purge of ``user_id``'s session changes its history: its long-term
+        memory items leave the prompts at once, and the user's memory file notes durably that they
+        are being forgotten, so a crash before ``forget_session(..., cleared=True)`` has removed them
+        cannot bring them back (the next start drops them)."""
+        if self.user_memory is None or self._closed:
+            return
+        await self.user_memory.mark_forgetting(user_id, session_id)
+        self._marked[session_id] = self._marked.get(session_id, 0) + 1
 
     def forget_session(self, session_id: str, user_id: str | None = None, *, cleared: bool = False) -> None:
         """Drop a session from every index and its cached view (call on delete, purge or clear; the
@@ -226,7 +255,11 @@ class MemoryManager:
         self.indexes.forget_session(session_id)
         self._learned.pop(session_id, None)
         if cleared and user_id is not None and self.user_memory is not None and not self._closed:
-            self.user_memory.hide_session(session_id)      # left out of prompts from now on
+            marked = self._marked.pop(session_id, 0)        # one begin_forget ends with each call
+            if marked > 1:
+                self._marked[session_id] = marked - 1
+            if not marked:                                  # begin_forget did not hide it already
+                self.user_memory.hide_session(session_id)  # left out of prompts from now on
             self._spawn(self._forget_learned(self.user_memory, user_id, session_id,
                                              self._learning.pop(session_id, None)))
         view = self._views.pop(session_id, None)
@@ -241,7 +274,7 @@ class MemoryManager:
         is running), so a quiet turn costs one small read and no task.
         """
         rc, sc = self.config.recall, self.config.summarization
-        if self._closed or not (rc.enabled or sc.enabled):
+        if self._closed or not (rc.enabled or sc.enabled or self.user_memory is not None):
             return
         try:
             record, view = await self.sync_view(session_id)
@@ -267,7 +300,9 @@ class MemoryManager:
             state.task = self._spawn(self._summary_loop(session_id, state))
 
     def _learn(self, session_id: str, user_id: str, view: SessionView) -> None:
-        """Distill the user messages stored since the last call into long-term memory (background)."""
+        """Distill the user messages stored since the last call into long-term memory (background).
+        ``_learned`` only saves work: ``UserMemory.learn`` skips what the user's file records as
+        learned already, so a restart or an evicted entry never distills a message twice."""
         upto = self._learned.pop(session_id, 0)
         msgs = view.after(upto) if upto else [e.message for e in view.tail]
         self._learned[session_id] = view.last_id

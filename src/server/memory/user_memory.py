@@ -7,7 +7,9 @@ every preference ("answer in Chinese") and the facts that share terms with the n
 (BM25 over the user's items, the recall engine), best first, within ``user_memory.token_budget``.
 Items from the current session are left out: that session's own history (window, summary,
 recall) carries them. ``forget_session`` drops everything distilled from a cleared or purged
-session.
+session (``mark_forgetting`` first, so a crash in between cannot bring it back); ``learn`` skips
+messages of a session at or below its stored learned position, so a forgotten item is never
+distilled again from the message it came from (after a restart too).
 """
 from __future__ import annotations
 
@@ -51,7 +53,13 @@ class UserMemory:
         return self.model is not None and self.agent is not None and not getattr(self.agent, "offline", True)
 
     async def learn(self, user_id: str, session_id: str, messages: list[Any]) -> list[MemoryItem]:
-        """Distill the user messages among ``messages`` (ChatMessage) and store what is new."""
+        """Distill the user messages among ``messages`` (ChatMessage) not distilled before (above the
+        session's stored learned position) and store what is new, with the new position."""
+        done = await self.store.learned(user_id, session_id)
+        messages = [m for m in messages if m.id > done]
+        if not messages:
+            return []
+        upto = max(m.id for m in messages)
         items: list[MemoryItem] = []
         for m in messages:
             if m.role != "user" or not m.content.strip():
@@ -68,7 +76,7 @@ class UserMemory:
                          for kind, text in found)
         if not items:
             return []
-        added = await self.store.add(user_id, items)
+        added = await self.store.add(user_id, items, learned=(session_id, upto))
         if added:
             self._indexes.pop(user_id, None)
         return added
@@ -88,32 +96,47 @@ class UserMemory:
 
     async def select(self, user_id: str, session_id: str, query: str) -> list[Excerpt]:
         """The items for this prompt (see the module docstring), formatted, within the budget."""
+        return (await self.choose(user_id, session_id, query))[0]
+
+    async def choose(self, user_id: str, session_id: str, query: str) -> tuple[list[Excerpt], list[dict[str, Any]]]:
+        """``select``'s items, and what was left out of them before the prompt budget and why
+        (``[{"ids": [item ids], "why": ...}]``, for the turn's trace)."""
         cfg = self.config
         items = [i for i in await self.store.list(user_id)
                  if i.session_id != session_id and i.session_id not in self._hidden]
         if not items or cfg.token_budget <= 0:
-            return []
+            return [], []
         by_id = {i.id: i for i in items}
         chosen = [i for i in reversed(items) if i.kind == "preference"]      # newest first
         terms = analyze(query)
         if terms:
-            for item_id, _ in self._index(user_id, items).search(terms, cfg.k):
+            for item_id, _ in self._index(user_id, items).search(terms, len(items)):   # all: past k is recorded
                 item = by_id[item_id]
                 if item.kind != "preference":
                     chosen.append(item)
         out: list[Excerpt] = []
         remaining = cfg.token_budget
+        over: list[str] = []
         for item in chosen[: cfg.k]:
+            if over:
+                over.append(item.id)
+                continue
             line = item_line(item)
             n = self.counter.count(line)
             if n > remaining:
                 if remaining < MIN_ITEM_TOKENS:
-                    break
+                    over.append(item.id)
+                    continue
                 line = truncate_to_tokens(self.counter, line, remaining - 1) + "…"
                 n = self.counter.count(line)
             remaining -= n
             out.append(Excerpt([item.id], line, n))
-        return out
+        cut: list[dict[str, Any]] = []
+        if over:
+            cut.append({"ids": over, "why": f"over user_memory.token_budget ({cfg.token_budget} tokens)"})
+        if len(chosen) > cfg.k:
+            cut.append({"ids": [i.id for i in chosen[cfg.k:]], "why": f"past user_memory.k ({cfg.k} items)"})
+        return out, cut
 
     async def list(self, user_id: str) -> list[MemoryItem]:
         return await self.store.list(user_id)
@@ -124,6 +147,23 @@ class UserMemory:
             self._indexes.pop(user_id, None)
         return found
 
+    async def mark_forgetting(self, user_id: str, session_id: str) -> None:
+        """Leave the session's items out of prompts at once and note durably that they are being
+        forgotten (``forget_session`` ends it; a crash in between: the next start drops them)."""
+        self.hide_session(session_id)
+        try:
+            await self.store.mark_forgetting(user_id, session_id)
+        except BaseException:
+            self.unhide_session(session_id)
+            raise
+
+    def unhide_session(self, session_id: str) -> None:
+        left = self._hidden.get(session_id, 0) - 1
+        if left > 0:
+            self._hidden[session_id] = left
+        else:
+            self._hidden.pop(session_id, None)
+
     def hide_session(self, session_id: str) -> None:
         """Leave the session's items out of prompts until ``forget_session`` has removed them."""
         self._hidden[session_id] = self._hidden.get(session_id, 0) + 1
@@ -133,11 +173,7 @@ class UserMemory:
         try:
             n = await self.store.forget_session(user_id, session_id)
         finally:
-            left = self._hidden.get(session_id, 0) - 1
-            if left > 0:
-                self._hidden[session_id] = left
-            else:
-                self._hidden.pop(session_id, None)
+            self.unhide_session(session_id)
         if n:
             self._indexes.pop(user_id, None)
         return n

@@ -4,8 +4,20 @@ One file per user (``<root>/<sha256(user)[:32]>.json``, the user id never become
 atomically (temp file, fsync, rename, directory fsync), so a crash leaves the old or the new list,
 never a torn one. A file that cannot be parsed is moved aside (``.corrupt``) and the user starts
 empty. All file work runs in a worker thread; one lock per user orders the read-modify-writes.
-A PostgreSQL table can implement the same five methods (``list``, ``add``, ``forget``,
-``forget_session``, ``close``).
+
+Besides the items, the file keeps what makes forgetting durable (docs/memory.md, "Forgetting"):
+
+* ``learned``: per session, the highest message id distilled (written with the items it gave), so a
+  restart or an evicted cache never distills the same messages again;
+* ``forgotten``: tombstones ``[session id, message id, hash of the normalised text]`` of items the
+  user forgot; the same statement distilled again from the same message is not added back;
+* ``pending``: sessions being forgotten (a clear, delete or purge marks them *before* the history
+  changes); a file loaded with pending sessions drops their items at once, so a crash between the
+  clear and the removal cannot bring them back.
+
+The three lists are bounded by ``max_items`` entries each (the oldest go first). A PostgreSQL
+table can implement the same methods (``list``, ``add``, ``learned``, ``forget``,
+``mark_forgetting``, ``forget_session``, ``close``).
 """
 from __future__ import annotations
 
@@ -15,7 +27,7 @@ import json
 import logging
 import os
 import secrets
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Protocol
 
@@ -52,12 +64,41 @@ def dedupe_key(text: str) -> str:
     return " ".join(text.casefold().split()).rstrip(".。!！")
 
 
+def tombstone(item: MemoryItem) -> tuple[str, int, str]:
+    """What stays of a forgotten item: its source and a hash of its normalised text (never the text)."""
+    return item.session_id, item.message_id, hashlib.sha256(dedupe_key(item.text).encode()).hexdigest()[:32]
+
+
 class UserMemoryStore(Protocol):
     async def list(self, user_id: str) -> list[MemoryItem]: ...
-    async def add(self, user_id: str, items: Iterable[MemoryItem]) -> list[MemoryItem]: ...
+    async def add(self, user_id: str, items: Iterable[MemoryItem],
+                  learned: tuple[str, int] | None = None) -> list[MemoryItem]: ...
+    async def learned(self, user_id: str, session_id: str) -> int: ...
     async def forget(self, user_id: str, item_id: str) -> bool: ...
+    async def mark_forgetting(self, user_id: str, session_id: str) -> None: ...
     async def forget_session(self, user_id: str, session_id: str) -> int: ...
     async def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class UserDoc:
+    """One user's file: items, per-session learned positions, tombstones, sessions being forgotten."""
+    items: list[MemoryItem] = field(default_factory=list)
+    learned: dict[str, int] = field(default_factory=dict)
+    forgotten: list[tuple[str, int, str]] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+
+    def to_json(self, user_id: str) -> dict:
+        return {"user_id": user_id, "items": [i.to_dict() for i in self.items], "learned": self.learned,
+                "forgotten": [list(t) for t in self.forgotten], "pending": self.pending}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> UserDoc:
+        learned = {str(k): int(v) for k, v in (doc.get("learned") or {}).items()}
+        forgotten = [(str(s), int(m), str(k)) for s, m, k in doc.get("forgotten") or ()]
+        pending = [str(s) for s in doc.get("pending") or ()]
+        items = [MemoryItem.from_dict(x) for x in doc["items"]]
+        return cls([i for i in items if i.session_id not in pending], learned, forgotten, pending)
 
 
 class JsonUserMemoryStore:
@@ -71,8 +112,9 @@ class JsonUserMemoryStore:
         self.root = Path(root)
         self.max_items = max_items
         self.max_cached = max_cached                 # users whose items stay in memory (LRU)
-        self._cache: dict[str, list[MemoryItem]] = {}
+        self._cache: dict[str, UserDoc] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._marked: dict[tuple[str, str], int] = {}   # (user, session) -> marks of this process not ended
 
     def _path(self, user_id: str) -> Path:
         return self.root / (hashlib.sha256(user_id.encode()).hexdigest()[:32] + ".json")
@@ -80,75 +122,121 @@ class JsonUserMemoryStore:
     def _lock(self, user_id: str) -> asyncio.Lock:
         return self._locks.setdefault(user_id, asyncio.Lock())
 
-    def _read(self, user_id: str) -> list[MemoryItem]:
+    def _read(self, user_id: str) -> UserDoc:
         path = self._path(user_id)
         try:
             doc = json.loads(path.read_bytes())
             if doc.get("user_id") != user_id:
                 raise ValueError("file belongs to another user id")
-            return [MemoryItem.from_dict(d) for d in doc["items"]]
+            return UserDoc.from_json(doc)
         except FileNotFoundError:
-            return []
+            return UserDoc()
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("user memory file %s unreadable (%s): moved aside, starting empty", path, exc)
             os.replace(path, str(path) + ".corrupt")
-            return []
+            return UserDoc()
 
-    def _write(self, user_id: str, items: list[MemoryItem]) -> None:
+    def _write(self, user_id: str, doc: UserDoc) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        data = json.dumps({"user_id": user_id, "items": [i.to_dict() for i in items]},
-                          ensure_ascii=False, indent=1).encode()
+        data = json.dumps(doc.to_json(user_id), ensure_ascii=False, indent=1).encode()
         atomic_write(str(self._path(user_id)), data)
 
-    async def _load(self, user_id: str) -> list[MemoryItem]:
-        items = self._cache.pop(user_id, None)
-        if items is None:
-            items = await asyncio.to_thread(self._read, user_id)
-        self._cache[user_id] = items                 # most recent last
+    async def _load(self, user_id: str) -> UserDoc:
+        doc = self._cache.pop(user_id, None)
+        if doc is None:
+            doc = await asyncio.to_thread(self._read, user_id)
+            left = [s for s in doc.pending if (user_id, s) in self._marked]
+            if left != doc.pending:         # marked by a process that stopped before finishing: done now
+                doc.pending = left
+                await asyncio.to_thread(self._write, user_id, doc)
+        self._cache[user_id] = doc                   # most recent last
         while len(self._cache) > self.max_cached:
             self._cache.pop(next(iter(self._cache)))
-        return items
+        return doc
 
-    async def _save(self, user_id: str, items: list[MemoryItem]) -> None:
-        await asyncio.to_thread(self._write, user_id, items)
-        self._cache[user_id] = items
+    async def _save(self, user_id: str, doc: UserDoc) -> None:
+        """Write ``doc`` (a new object: the cached one changes only once it is on disk)."""
+        n = self.max_items
+        doc.forgotten = doc.forgotten[-n:]
+        while len(doc.learned) > n:
+            doc.learned.pop(next(iter(doc.learned)))
+        await asyncio.to_thread(self._write, user_id, doc)
+        self._cache[user_id] = doc
 
     async def list(self, user_id: str) -> list[MemoryItem]:
         async with self._lock(user_id):
-            return list(await self._load(user_id))
+            return list((await self._load(user_id)).items)
 
-    async def add(self, user_id: str, items: Iterable[MemoryItem]) -> list[MemoryItem]:
-        """Store the items whose text is new (case and spacing ignored); returns those added."""
+    async def learned(self, user_id: str, session_id: str) -> int:
+        """The highest message id of ``session_id`` distilled so far (0: none)."""
         async with self._lock(user_id):
-            current = await self._load(user_id)
-            known = {dedupe_key(i.text) for i in current}
+            return (await self._load(user_id)).learned.get(session_id, 0)
+
+    async def add(self, user_id: str, items: Iterable[MemoryItem],
+                  learned: tuple[str, int] | None = None) -> list[MemoryItem]:
+        """Store the items whose text is new (case and spacing ignored) and not forgotten from the same
+        message; returns those added. ``learned`` = (session id, message id): that session's
+        messages up to that id are distilled, recorded in the same write whenever ``items`` is not
+        empty (a message that gave nothing is cheap to distill again: no write for it)."""
+        items = list(items)
+        async with self._lock(user_id):
+            doc = await self._load(user_id)
+            known = {dedupe_key(i.text) for i in doc.items}
+            dead = set(doc.forgotten)
             new = []
             for item in items:
                 key = dedupe_key(item.text)
-                if key not in known:
+                if key not in known and tombstone(item) not in dead:
                     known.add(key)
                     new.append(item)
-            if new:
-                await self._save(user_id, (current + new)[-self.max_items:])
+            moved = learned is not None and learned[1] > doc.learned.get(learned[0], 0)
+            if new or (moved and items):     # also when all were known: forgetting one must hold
+                marks = dict(doc.learned)
+                if learned is not None:
+                    sid, upto = learned
+                    marks.pop(sid, None)
+                    marks[sid] = max(upto, doc.learned.get(sid, 0))     # most recent last
+                await self._save(user_id, UserDoc((doc.items + new)[-self.max_items:], marks,
+                                                  list(doc.forgotten), list(doc.pending)))
         return new
 
     async def forget(self, user_id: str, item_id: str) -> bool:
+        """Remove one item, leaving a tombstone so its message never gives it back."""
         async with self._lock(user_id):
-            current = await self._load(user_id)
-            kept = [i for i in current if i.id != item_id]
-            if len(kept) == len(current):
+            doc = await self._load(user_id)
+            gone = [i for i in doc.items if i.id == item_id]
+            if not gone:
                 return False
-            await self._save(user_id, kept)
+            tombs = doc.forgotten + [tombstone(i) for i in gone]
+            await self._save(user_id, UserDoc([i for i in doc.items if i.id != item_id], dict(doc.learned),
+                                              tombs, list(doc.pending)))
             return True
 
-    async def forget_session(self, user_id: str, session_id: str) -> int:
-        """Remove every item distilled from ``session_id`` (clear, purge); returns how many."""
+    async def mark_forgetting(self, user_id: str, session_id: str) -> None:
+        """Durably note that ``session_id`` is being forgotten (before a clear, delete or purge changes
+        the history); ``forget_session`` ends it. A crash in between: the next load drops its items."""
         async with self._lock(user_id):
-            current = await self._load(user_id)
-            kept = [i for i in current if i.session_id != session_id]
-            if len(kept) != len(current):
-                await self._save(user_id, kept)
-            return len(current) - len(kept)
+            doc = await self._load(user_id)
+            self._marked[(user_id, session_id)] = self._marked.get((user_id, session_id), 0) + 1
+            if session_id in doc.pending:
+                return
+            await self._save(user_id, UserDoc(list(doc.items), dict(doc.learned), list(doc.forgotten),
+                                              doc.pending + [session_id]))
+
+    async def forget_session(self, user_id: str, session_id: str) -> int:
+        """Remove every item distilled from ``session_id`` (clear, purge); returns how many. Its
+        learned position stays: a restore of the cleared messages does not teach them again."""
+        async with self._lock(user_id):
+            doc = await self._load(user_id)
+            key = (user_id, session_id)
+            marks = self._marked.pop(key, 0) - 1
+            if marks > 0:                    # another clear of the session is still under way
+                self._marked[key] = marks
+            pending = doc.pending if marks > 0 else [s for s in doc.pending if s != session_id]
+            kept = [i for i in doc.items if i.session_id != session_id]
+            if len(kept) != len(doc.items) or pending != doc.pending:
+                await self._save(user_id, UserDoc(kept, dict(doc.learned), list(doc.forgotten), list(pending)))
+            return len(doc.items) - len(kept)
 
     async def close(self) -> None:
         self._cache.clear()

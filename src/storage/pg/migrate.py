@@ -71,13 +71,14 @@ async def _copy(pg: PgHistoryStore, sess: _Session) -> int | None:
         async with con.transaction():
             done = await con.fetchval(
                 "INSERT INTO nplt_sessions (session_id, user_id, title, created_at, updated_at, model, deleted, "
-                "cleared_through, next_id, message_count, preview, summaries, system_prompt) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
+                "cleared_through, next_id, message_count, preview, summaries, system_prompt, title_auto) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) "
                 "ON CONFLICT (session_id) DO NOTHING RETURNING 1",
                 h["session_id"], h["user_id"], str(h["title"]).encode(), h["created_at"], h["updated_at"], h["model"],
                 h["deleted"], sess.cleared, sess.next_id, h["message_count"],
                 str(h["preview"])[:PREVIEW_CHARS].encode(), orjson.dumps(h["summaries"]),
-                h["system_prompt"].encode() if isinstance(h.get("system_prompt"), str) else None)
+                h["system_prompt"].encode() if isinstance(h.get("system_prompt"), str) else None,
+                h.get("title_auto") is True)
             if done is None:
                 return None
             if rows:

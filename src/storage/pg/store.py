@@ -20,16 +20,15 @@ from ..errors import InvalidArgument, MessageTooLarge, NotFound
 from ..export import FORMATS, export_json, export_markdown
 from ..ids import new_session_id, validate_session_id
 from ..index import parse_cursor
-from ..models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
+from ..models import DEFAULT_TITLE, ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
 from ..search import compile_query, snippet
 from .. import validation as checks
 from .link import PgLink
 from .search_sql import candidates_sql, search_text
 
-DEFAULT_TITLE = "New chat"
 PREVIEW_CHARS = 80
 _REC = ("session_id, user_id, title, created_at, updated_at, message_count, deleted, model, preview, "
-        "summaries, system_prompt")
+        "summaries, system_prompt, title_auto")
 INT64_MAX = (1 << 63) - 1
 
 
@@ -38,7 +37,7 @@ def _record(row: asyncpg.Record, *, summaries: bool = True) -> SessionRecord:
     prompt = row["system_prompt"]
     return SessionRecord(row["session_id"], row["user_id"], row["title"].decode(), row["created_at"], row["updated_at"],
                          row["message_count"], row["deleted"], row["model"], row["preview"].decode(), sums,
-                         prompt.decode() if prompt is not None else None)
+                         prompt.decode() if prompt is not None else None, row["title_auto"])
 
 
 def _message(mid: int, body: bytes) -> ChatMessage:
@@ -132,10 +131,11 @@ class PgHistoryStore:
             raise NotFound(f"session {session_id} not found")
         return _record(row)
 
-    async def rename(self, session_id: str, title: str) -> SessionRecord:
+    async def rename(self, session_id: str, title: str, *, auto: bool = False) -> SessionRecord:
+        """Set the title; ``auto``: made from the first message (a clear sets it back to DEFAULT_TITLE)."""
         title = checks.check_title(title, self.config.max_title_chars)
-        return await self._change(session_id, f"UPDATE nplt_sessions SET title = $2 WHERE session_id = $1 "
-                                              f"RETURNING {_REC}", _utf8(title, "title"))
+        return await self._change(session_id, f"UPDATE nplt_sessions SET title = $2, title_auto = $3 "
+                                              f"WHERE session_id = $1 RETURNING {_REC}", _utf8(title, "title"), auto)
 
     async def set_model(self, session_id: str, model: str | None) -> SessionRecord:
         checks.check_opt_str("model", model)
@@ -226,6 +226,8 @@ class PgHistoryStore:
                                       "preview = ''::bytea, updated_at = $2 WHERE session_id = $1", session_id, now_iso())
                 await con.execute("UPDATE nplt_sessions SET summaries = '\\x5b5d'::bytea WHERE session_id = $1 "
                                   "AND summaries <> '\\x5b5d'::bytea", session_id)
+                await con.execute("UPDATE nplt_sessions SET title = $2, title_auto = false WHERE session_id = $1 "
+                                  "AND title_auto", session_id, DEFAULT_TITLE.encode())
                 if purge:
                     await con.execute("DELETE FROM nplt_messages m USING nplt_sessions s WHERE m.session_id = $1 "
                                       "AND s.session_id = $1 AND m.id <= s.cleared_through", session_id)
