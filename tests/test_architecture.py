@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import ast
 import re
-from collections import defaultdict
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"

@@ -15,7 +15,7 @@ from struct import Struct
 
 import orjson
 
-from .fields import MAX_ID_CHARS  # docs/protocol.md §3 (defined once, with the field checks)
+from .fields import MAX_ID_CHARS  # noqa: F401 (re-exported for the receiver) docs/protocol.md §3 (defined once, with the field checks)
 
 MAX_PONG_TIME_CHARS = 256       # sanity bound on the "time" given to receive_and_pong
 #: the longest b'{"id":N}' the canonical PING path takes: N of at most 19 digits is always below

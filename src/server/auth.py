@@ -28,9 +28,6 @@ class Authenticator:
         """The user's groups (config ``[auth] users``: ``groups``); none in single-user mode."""
         return self._groups.get(user_id, ())
 
-    def is_admin(self, user_id: str) -> bool:
-        return user_id in self._admins
-
     @property
     def enabled(self) -> bool:
         return bool(self._users)

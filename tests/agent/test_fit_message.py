@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import orjson
-import pytest
 
 from server.agent.fit_message import MARK, encoded_size, fit_assistant_message
 from storage.models import ToolCall

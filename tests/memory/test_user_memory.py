@@ -3,7 +3,6 @@ prompts of other sessions with its own budget and source, isolation between user
 forgetting on clear, and the summary model as distiller."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 

@@ -15,7 +15,6 @@ from protocol.replies import ChatRedoReply
 from server.context import RequestContext
 from server.errors import HandlerError
 from server.handlers.common import target_session
-from server.wire import message_obj
 from storage.models import ChatMessage, SessionRecord, now_iso
 
 PAGE = 200          # messages read per step while walking back from the newest

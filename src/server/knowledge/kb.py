@@ -28,7 +28,7 @@ from server.knowledge.config import KnowledgeConfig
 from server.knowledge.index import ChunkIndex, chunk_terms
 from server.knowledge.models import DocumentInfo, Hit
 from server.knowledge.parsers import kind_of, parse
-from server.knowledge.store import DocumentStore, write_file, write_json
+from server.knowledge.store import DocumentStore, write_json
 
 log = logging.getLogger("nplt.knowledge")
 
