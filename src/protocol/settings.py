@@ -4,8 +4,8 @@ Not part of the wire format: it sits in ``protocol`` because protocol is the one
 server and client may all import, and all three validate their config sections the same way. A
 section subclasses :class:`Settings` and declares each setting once, with its default and its range
 (``port: int = Field(9999, ge=0, le=65535)``). Types are strict (a TOML string is not a number, ``true``
-is not an integer) and unknown keys are refused. Building a section (``Section(**d)`` or
-``Section.from_dict(d)``) raises the layer's own error (``cls.error(key, message)``), e.g.
+is not an integer) and unknown keys are refused. ``Section.from_dict(d)`` raises the layer's own error
+(``cls.error(key, message)``), e.g.
 ``port: expected an integer in 0..65535, got 'x'``; :func:`explain` makes that pair from pydantic's
 ValidationError. Rules pydantic cannot state (cross-key rules, file contents) are validators that
 raise :class:`Invalid`. Nothing here is imported by ``protocol/__init__``, so the codec does not load pydantic.
@@ -37,22 +37,21 @@ class Invalid(ValueError):
 
 
 class Settings(BaseModel):
-    """Base of every config section. Subclasses set ``error`` (how their layer reports a bad key)."""
+    """Base of every config section. Subclasses set ``error`` (how their layer reports a bad key).
+
+    ``Section.from_dict(table)`` raises that error; building a section directly (``Section(port=1)``,
+    for code and tests) raises pydantic's ValidationError, also a ValueError.
+    """
 
     model_config = ConfigDict(strict=True, extra="forbid")
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise self.error(*explain(exc, type(self), data)) from None
 
     @classmethod
     def from_dict(cls, d: Any) -> Any:
         """The section from a config table (a dict parsed from TOML)."""
-        if not isinstance(d, dict):
-            raise cls.error("", f"expected a table, got {type(d).__name__}")
-        return cls(**d)
+        try:
+            return cls.model_validate(d)
+        except ValidationError as exc:
+            raise cls.error(*explain(exc, cls, d)) from None
 
     @classmethod
     def error(cls, key: str, message: str) -> Exception:

@@ -27,8 +27,8 @@ from server.auth import hash_token
 from server.config import LimitsConfig, ServerConfig, ServerSection
 from testkit.echo_agent import EchoAgent
 
-_SERVER_KEYS = {f.name for f in dataclasses.fields(ServerSection)}
-_LIMIT_KEYS = {f.name for f in dataclasses.fields(LimitsConfig)}
+_SERVER_KEYS = set(ServerSection.model_fields)
+_LIMIT_KEYS = set(LimitsConfig.model_fields)
 DEADLINE = 10.0
 
 
