@@ -1,20 +1,19 @@
-"""Config sections as pydantic models, with errors that name the dotted key and what was expected.
+"""The one config validator: pydantic models whose errors name the dotted key and what was expected.
 
 Not part of the wire format: it sits in ``protocol`` because protocol is the one package that storage,
-server and client may all import, and all three validate their config sections the same way. A
-section subclasses :class:`Settings` and declares each setting once, with its default and its range
-(``port: int = Field(9999, ge=0, le=65535)``). Types are strict (a TOML string is not a number, ``true``
-is not an integer) and unknown keys are refused. ``Section.from_dict(d)`` raises the layer's own error
-(``cls.error(key, message)``), e.g.
-``port: expected an integer in 0..65535, got 'x'``; :func:`explain` makes that pair from pydantic's
-ValidationError. Rules pydantic cannot state (cross-key rules, file contents) are validators that
-raise :class:`Invalid`. Nothing here is imported by ``protocol/__init__``, so the codec does not load pydantic.
+server and client may all import (``protocol/__init__`` does not import it, so the codec does not
+load pydantic). A config section subclasses :class:`Settings` and declares each setting once, with
+its default and its range: ``port: int = Field(9999, ge=0, le=65535)``. Types are strict (a TOML
+string is not a number, ``true`` is not an integer) and unknown keys are refused.
+``Section.from_dict(table)`` raises the layer's own error, ``cls.error(key, message)``, with the pair
+that :func:`explain` makes from pydantic's ValidationError, e.g. ``("port", "expected an integer in
+0..65535, got 'x'")``. Rules pydantic cannot state (cross-key rules, files read at load) are
+validators raising :class:`Invalid`.
 """
 from __future__ import annotations
 
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, Self, get_args, get_origin
 
-import annotated_types as at
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.fields import FieldInfo
 
@@ -46,7 +45,7 @@ class Settings(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
     @classmethod
-    def from_dict(cls, d: Any) -> Any:
+    def from_dict(cls, d: Any) -> Self:
         """The section from a config table (a dict parsed from TOML)."""
         try:
             return cls.model_validate(d)
@@ -70,25 +69,26 @@ def dotted(*parts: str) -> str:
 def explain(exc: ValidationError, model: type[BaseModel], data: Any) -> tuple[str, str]:
     """(dotted key, message) for the first error of ``exc``, raised validating ``data`` as ``model``."""
     err = exc.errors(include_url=False)[0]
-    loc, kind, got = err["loc"], err["type"], err.get("input")
+    loc, kind, got = err["loc"], err["type"], _shown(err.get("input"))
     cause = (err.get("ctx") or {}).get("error")
     if isinstance(cause, Invalid):
         return _path(loc + cause.loc, data), cause.message
     owner, field = _lookup(model, loc)
     if kind == "extra_forbidden":
         allowed = sorted(n for name, f in (owner.model_fields.items() if owner else ()) for n in _names(name, f))
-        return _path(loc, data), f"unknown key (allowed: {', '.join(allowed)})"
-    if kind == "missing":
-        return _path(loc, data), "missing"
-    if kind == "literal_error" and field is not None:
-        return _path(loc, data), f"expected one of {', '.join(map(str, _literals(field.annotation)))}, got {_shown(got)}"
-    bounds = _bounds(field)
-    if kind in _OUT_OF_RANGE:
-        return _path(loc, data), f"expected a value {bounds}, got {_shown(got)}"
-    if kind in _EXPECTED:
-        what = _EXPECTED[kind] + (f" {bounds}" if bounds and kind.startswith(("int", "float")) else "")
-        return _path(loc, data), f"expected {what}, got {_shown(got)}"
-    return _path(loc, data), str(cause) if cause is not None else err["msg"]
+        message = f"unknown key (allowed: {', '.join(allowed)})"
+    elif kind == "missing":
+        message = "missing"
+    elif kind == "literal_error" and field is not None:
+        message = f"expected one of {', '.join(map(str, _literals(field.annotation)))}, got {got}"
+    elif kind in _OUT_OF_RANGE:
+        message = f"expected a value {_bounds(field)}, got {got}"
+    elif kind in _EXPECTED:
+        bounds = _bounds(field) if kind.startswith(("int", "float")) else ""
+        message = f"expected {_EXPECTED[kind]}{' ' + bounds if bounds else ''}, got {got}"
+    else:
+        message = str(cause) if cause is not None else err["msg"]
+    return _path(loc, data), message
 
 
 def parse_env(raw: str, typ: Any) -> Any:
@@ -136,8 +136,8 @@ def _lookup(model: type[BaseModel] | None, loc: tuple[str | int, ...]) -> tuple[
     for i, part in enumerate(loc):
         if isinstance(part, int):
             continue
-        field = next((f for n, f in owner.model_fields.items() if part in _names(n, f) or part == n), None) \
-            if owner is not None else None
+        fields = owner.model_fields.items() if owner is not None else ()
+        field = next((f for n, f in fields if part in _names(n, f)), None)
         if i < len(loc) - 1:
             owner = _model_in(field.annotation) if field is not None else None
     return owner, field
@@ -156,12 +156,9 @@ def _literals(tp: Any) -> list[Any]:
 
 
 def _bounds(field: FieldInfo | None) -> str:
-    """``in 1..10`` (both ends included), ``in (0, 600]``, ``>= 1``, ... from the field's constraints."""
-    c: dict[str, Any] = {}
-    for m in field.metadata if field is not None else ():
-        if isinstance(m, (at.Ge, at.Gt, at.Le, at.Lt)):
-            name = type(m).__name__.lower()
-            c[name] = getattr(m, name)
+    """``in 1..10``, ``in (0, 600]``, ``>= 1``, ... from the field's constraints (annotated_types Ge, Le, ...)."""
+    c = {name: getattr(m, name) for m in (field.metadata if field is not None else ())
+         if (name := type(m).__name__.lower()) in ("ge", "gt", "le", "lt")}
     lo, hi = c.get("ge", c.get("gt")), c.get("le", c.get("lt"))
     if lo is not None and hi is not None:
         if "ge" in c and "le" in c:
