@@ -12,7 +12,6 @@ wait for pushed events with a deadline.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import itertools
 import socket
