@@ -14,10 +14,10 @@ from typing import Any, Mapping
 
 import platformdirs
 
-from server.config import (LOG_FORMATS, LOG_LEVELS, MIN_LEGACY_GRACE_MS, LimitsConfig, ServerConfig,
-                           ServerSection, load_toml)
 from protocol.settings import Invalid, parse_env
 from server import http_config
+from server.config import (LOG_FORMATS, LOG_LEVELS, MIN_LEGACY_GRACE_MS, LimitsConfig, ServerConfig,
+                           ServerSection, load_toml)
 from server.config_base import ConfigError
 
 # [server] and [limits] keys settable from the environment / flags (NPLT_<KEY upper>, --<key with dashes>).

@@ -45,6 +45,7 @@ DEFAULT_SYSTEM_PROMPT = (
     "Be concise and concrete. Answer in the user's language (Chinese or English)."
 )
 
+
 class LLMConfig(Section):
     """How to reach the model endpoint. ``api_key`` is a secret: excluded from repr and never logged."""
     section: ClassVar[str] = "llm"
