@@ -5,7 +5,6 @@ byte at a time after HELLO)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import struct
 import time
 
@@ -215,7 +214,7 @@ MESSAGE_TIMEOUT_S = 5.0   # the overload server's message_timeout_s: slowloris m
 
 def has_limit(name: str) -> bool:
     from server.config import LimitsConfig
-    return name in {f.name for f in dataclasses.fields(LimitsConfig)}
+    return name in LimitsConfig.model_fields
 
 
 async def run(server: SoakServer, p: dict) -> list[Row]:

@@ -10,17 +10,15 @@ import argparse
 import os
 import ssl
 import tomllib
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from pydantic import Field, field_validator
+
 from client import paths
+from protocol.settings import Invalid, Settings, dotted, parse_env
 
 ENV_PREFIX = "NPLT_CLIENT_"
-TOP_KEYS = {"host", "port", "token", "theme", "page_size", "request_timeout_s", "connect_timeout_s",
-            "reconnect_initial_s", "reconnect_max_s", "event_queue_size", "sidebar_max_sessions",
-            "tls", "keymap"}
-TLS_KEYS = {"enabled", "ca_file", "insecure"}
 
 
 class ClientConfigError(ValueError):
@@ -31,8 +29,7 @@ class ClientConfigError(ValueError):
         self.path, self.message = path, message
 
 
-@dataclass(slots=True)
-class TlsConfig:
+class TlsConfig(Settings):
     enabled: bool = False
     ca_file: str | None = None      # PEM bundle to verify the server with (default: system store)
     insecure: bool = False          # skip certificate and host name verification (testing only)
@@ -51,56 +48,38 @@ class TlsConfig:
         return ctx
 
 
-@dataclass(slots=True)
-class ClientConfig:
+class ClientConfig(Settings):
+    """The client's settings, each with its default and range (docs/client.md "Configuration")."""
     host: str = "127.0.0.1"
-    port: int = 9999
-    token: str | None = None
+    port: int = Field(9999, ge=0, le=65535)
+    token: str | None = Field(None, repr=False)   # a secret: never in a repr
     theme: str = "textual-dark"
-    page_size: int = 50                 # messages per history page (server caps at max_page_size)
-    request_timeout_s: float = 30.0
-    connect_timeout_s: float = 10.0
-    reconnect_initial_s: float = 0.25
-    reconnect_max_s: float = 10.0
-    event_queue_size: int = 1000
-    sidebar_max_sessions: int = 500     # sessions listed in the sidebar (loaded by pages)
-    tls: TlsConfig = field(default_factory=TlsConfig)
-    keymap: dict[str, str] = field(default_factory=dict)   # binding id -> keys ("ctrl+n" or "ctrl+n,f2")
+    page_size: int = Field(50, ge=1, le=1000)   # messages per history page (server caps at max_page_size)
+    request_timeout_s: float = Field(30.0, ge=0.1, le=3600)
+    connect_timeout_s: float = Field(10.0, ge=0.1, le=600)
+    reconnect_initial_s: float = Field(0.25, ge=0.01, le=600)
+    reconnect_max_s: float = Field(10.0, ge=0.01, le=3600)
+    event_queue_size: int = Field(1000, ge=16, le=1_000_000)
+    sidebar_max_sessions: int = Field(500, ge=1, le=100_000)   # sessions listed in the sidebar (loaded by pages)
+    tls: TlsConfig = Field(default_factory=TlsConfig)
+    keymap: dict[str, str] = Field(default_factory=dict)   # binding id -> keys ("ctrl+n" or "ctrl+n,f2")
+
+    @field_validator("keymap")
+    @classmethod
+    def _keys_given(cls, v: dict[str, str]) -> dict[str, str]:
+        for binding, keys in v.items():
+            if not keys.strip():
+                raise Invalid('expected "keys" (e.g. "ctrl+n"), got an empty string', binding)
+        return v
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str = "config") -> ClientConfig:
-        """Build from a (TOML-shaped) mapping; unknown keys and bad types raise ClientConfigError."""
-        unknown = sorted(set(d) - TOP_KEYS)
-        if unknown:
-            raise ClientConfigError(f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(TOP_KEYS))})")
-        base = cls()
-        kw: dict[str, Any] = {}
-        for name, kind, lo, hi in (("host", str, None, None), ("token", str, None, None), ("theme", str, None, None),
-                                   ("port", int, 0, 65535), ("page_size", int, 1, 1000),
-                                   ("event_queue_size", int, 16, 1_000_000), ("sidebar_max_sessions", int, 1, 100_000),
-                                   ("request_timeout_s", float, 0.1, 3600), ("connect_timeout_s", float, 0.1, 600),
-                                   ("reconnect_initial_s", float, 0.01, 600), ("reconnect_max_s", float, 0.01, 3600)):
-            if name in d:
-                kw[name] = _typed(f"{where}.{name}", d[name], kind, lo, hi)
-        tls = base.tls
-        if "tls" in d:
-            t = d["tls"]
-            if not isinstance(t, Mapping):
-                raise ClientConfigError(f"{where}.tls", f"expected a table, got {t!r}")
-            bad = sorted(set(t) - TLS_KEYS)
-            if bad:
-                raise ClientConfigError(f"{where}.tls.{bad[0]}", f"unknown key (allowed: {', '.join(sorted(TLS_KEYS))})")
-            tls = TlsConfig(enabled=_typed(f"{where}.tls.enabled", t.get("enabled", False), bool),
-                            ca_file=_typed(f"{where}.tls.ca_file", t.get("ca_file"), str),
-                            insecure=_typed(f"{where}.tls.insecure", t.get("insecure", False), bool))
-        keymap = dict(base.keymap)
-        if "keymap" in d:
-            km = d["keymap"]
-            if not isinstance(km, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and v.strip()
-                                                      for k, v in km.items()):
-                raise ClientConfigError(f"{where}.keymap", "expected a table of binding id = \"keys\" strings")
-            keymap.update(km)
-        return replace(base, **kw, tls=tls, keymap=keymap)
+    def from_dict(cls, d: Any, where: str = "config") -> ClientConfig:
+        """Build from a (TOML-shaped) mapping; unknown keys and bad values raise ClientConfigError
+        naming ``where`` (the file, "environment" or "flags") and the key."""
+        try:
+            return super().from_dict(d)
+        except Invalid as exc:
+            raise ClientConfigError(dotted(where, *exc.loc), exc.message) from None
 
     @classmethod
     def load(cls, args: argparse.Namespace | None = None, env: Mapping[str, str] | None = None) -> ClientConfig:
@@ -120,80 +99,42 @@ class ClientConfig:
         return cfg.merge(_from_env(env), "environment").merge(_from_args(args), "flags")
 
     def merge(self, overrides: dict[str, Any], where: str) -> ClientConfig:
-        """Apply flat overrides (``host``, ``port``, ..., ``tls.enabled``, ``tls.ca_file``, ``tls.insecure``)."""
+        """These settings with ``overrides`` (shaped like the file: ``{"port": 1, "tls": {"enabled": True}}``)."""
         if not overrides:
             return self
-        tls_over = {k[4:]: v for k, v in overrides.items() if k.startswith("tls.")}
-        top = {k: v for k, v in overrides.items() if not k.startswith("tls.")}
-        merged = ClientConfig.from_dict(top, where=where) if top else ClientConfig()
-        kw = {k: getattr(merged, k) for k in top}
-        tls = self.tls
-        if tls_over:
-            t = ClientConfig.from_dict({"tls": {"enabled": tls.enabled, "ca_file": tls.ca_file,
-                                                "insecure": tls.insecure, **tls_over}}, where=where).tls
-            tls = t
-        return replace(self, **kw, tls=tls)
-
-
-def _typed(path: str, value: Any, kind: type, lo: float | None = None, hi: float | None = None) -> Any:
-    if value is None:
-        return None
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if kind is bool and not isinstance(value, bool) or kind is not bool and (
-            isinstance(value, bool) or not isinstance(value, kind)):
-        raise ClientConfigError(path, f"expected {kind.__name__}, got {value!r}")
-    if lo is not None and hi is not None and not lo <= value <= hi:
-        raise ClientConfigError(path, f"expected a value in {lo}..{hi}, got {value!r}")
-    return value
-
-
-def _parse_bool(path: str, text: str) -> bool:
-    low = text.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off", ""):
-        return False
-    raise ClientConfigError(path, f"expected true or false, got {text!r}")
-
-
-def _parse_number(path: str, text: str, kind: type) -> Any:
-    try:
-        return kind(text)
-    except ValueError as exc:
-        raise ClientConfigError(path, f"expected {kind.__name__}, got {text!r}") from exc
+        data = self.model_dump()
+        data.update({k: v for k, v in overrides.items() if k != "tls"})
+        data["tls"].update(overrides.get("tls", {}))
+        return ClientConfig.from_dict(data, where=where)
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in ("HOST", "TOKEN", "THEME"):
-        if ENV_PREFIX + key in env:
-            out[key.lower()] = env[ENV_PREFIX + key]
-    for key, kind in (("PORT", int), ("PAGE_SIZE", int), ("REQUEST_TIMEOUT_S", float)):
-        if ENV_PREFIX + key in env:
-            out[key.lower()] = _parse_number(ENV_PREFIX + key, env[ENV_PREFIX + key], kind)
-    for key in ("TLS", "TLS_INSECURE"):
-        if ENV_PREFIX + key in env:
-            out["tls.enabled" if key == "TLS" else "tls.insecure"] = _parse_bool(ENV_PREFIX + key, env[ENV_PREFIX + key])
-    if ENV_PREFIX + "TLS_CA_FILE" in env:
-        out["tls.ca_file"] = env[ENV_PREFIX + "TLS_CA_FILE"]
+    for key, typ in (("HOST", str), ("TOKEN", str), ("THEME", str), ("PORT", int), ("PAGE_SIZE", int),
+                     ("REQUEST_TIMEOUT_S", float), ("TLS", bool), ("TLS_INSECURE", bool), ("TLS_CA_FILE", str)):
+        var = ENV_PREFIX + key
+        if var in env:
+            try:
+                value = parse_env(env[var], typ)
+            except Invalid as exc:
+                raise ClientConfigError(var, exc.message) from None
+            if key.startswith("TLS"):
+                out.setdefault("tls", {})[{"TLS": "enabled", "TLS_INSECURE": "insecure"}.get(key, "ca_file")] = value
+            else:
+                out[key.lower()] = value
     return out
 
 
 def _from_args(args: argparse.Namespace | None) -> dict[str, Any]:
     if args is None:
         return {}
-    out: dict[str, Any] = {}
-    for name in ("host", "port", "token", "theme"):
-        if getattr(args, name, None) is not None:
-            out[name] = getattr(args, name)
-    if getattr(args, "tls", False):
-        out["tls.enabled"] = True
-    if getattr(args, "tls_ca", None):
-        out["tls.ca_file"] = args.tls_ca
-    if getattr(args, "tls_insecure", False):
-        out["tls.insecure"] = True
-    return out
+    out: dict[str, Any] = {name: getattr(args, name) for name in ("host", "port", "token", "theme")
+                           if getattr(args, name, None) is not None}
+    tls = {key: value for key, value in (("enabled", getattr(args, "tls", None) or None),
+                                         ("ca_file", getattr(args, "tls_ca", None) or None),
+                                         ("insecure", getattr(args, "tls_insecure", None) or None))
+           if value is not None}
+    return {**out, "tls": tls} if tls else out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,30 +8,25 @@ Linux: ``~/.local/share/nplt-assistant/history``), never the current folder.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
 import platformdirs
 
+from protocol.settings import Invalid, parse_env
+from server import http_config
 from server.config import (LOG_FORMATS, LOG_LEVELS, MIN_LEGACY_GRACE_MS, LimitsConfig, ServerConfig,
                            ServerSection, load_toml)
-from server import http_config
 from server.config_base import ConfigError
 
-# [server] keys settable from the environment / flags (NPLT_<KEY upper>, --<key with dashes>).
-SERVER_KEYS = [f.name for f in dataclasses.fields(ServerSection)]
-LIMIT_KEYS = [f.name for f in dataclasses.fields(LimitsConfig)]
-_TYPES: dict[str, type] = {
-    "port": int, "legacy_grace_ms": int, "insecure": bool, "log_max_bytes": int, "log_backups": int,
-    **{f.name: type(f.default) for f in dataclasses.fields(LimitsConfig)},
-}
+# [server] and [limits] keys settable from the environment / flags (NPLT_<KEY upper>, --<key with dashes>).
+SERVER_KEYS = list(ServerSection.model_fields)
+LIMIT_KEYS = list(LimitsConfig.model_fields)
+_TYPES = {name: f.annotation for name, f in (ServerSection.model_fields | LimitsConfig.model_fields).items()}
 APP_NAME = "nplt-assistant"          # the platformdirs application name
 LOG_NAME = "nplt-server.log"
 LOG_OFF = ("off", "none", "-")       # log_file values that turn the log file off
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
 
 
 def default_data_dir() -> str:
@@ -78,33 +73,18 @@ def build_parser(version: str = "") -> argparse.ArgumentParser:
                    help=f"how long to wait for HELLO before assuming v2 (300, at least {MIN_LEGACY_GRACE_MS})")
     p.add_argument("--port-file", metavar="PATH", help="write the bound port to PATH once listening")
     lim = p.add_argument_group("limits")
-    for f in dataclasses.fields(LimitsConfig):
-        lim.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), metavar="N",
-                         help=f"default {f.default}")
+    for name, f in LimitsConfig.model_fields.items():
+        lim.add_argument("--" + name.replace("_", "-"), type=f.annotation, metavar="N", help=f"default {f.default}")
     http_config.add_flags(p)
     return p
 
 
 def _env_value(var: str, raw: str, typ: type) -> Any:
     """Convert an environment string to the key's type, with an error naming the variable."""
-    if typ is bool:
-        low = raw.strip().lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
-        raise ConfigError(var, f"expected true or false, got {raw!r}")
-    if typ is int:
-        try:
-            return int(raw.strip())
-        except ValueError:
-            raise ConfigError(var, f"expected an integer, got {raw!r}") from None
-    if typ is float:
-        try:
-            return float(raw.strip())
-        except ValueError:
-            raise ConfigError(var, f"expected a number, got {raw!r}") from None
-    return raw
+    try:
+        return parse_env(raw, typ)
+    except Invalid as exc:
+        raise ConfigError(var, exc.message) from None
 
 
 def env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
@@ -114,7 +94,7 @@ def env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
         for key in keys:
             var = "NPLT_" + key.upper()
             if var in env:
-                out.setdefault(section, {})[key] = _env_value(var, env[var], _TYPES.get(key, str))
+                out.setdefault(section, {})[key] = _env_value(var, env[var], _TYPES[key])
     if "NPLT_DATA_DIR" in env:
         out.setdefault("storage", {})["root"] = env["NPLT_DATA_DIR"]
     if "NPLT_STORAGE_URL" in env:

@@ -2,30 +2,33 @@
 
 Precedence, highest first: command-line flags > environment ``NPLT_*`` > TOML file (``--config``) > defaults
 (flags and environment are read by ``server.cli``: ``load_config``).
-The sections of storage, agent, tools and memory are delegated to their owners' ``from_dict``. Every bad value raises :class:`server.config_base.ConfigError` naming the key.
+Every section is a pydantic model (``server.config_base.Section``) declaring each setting once, with its
+default and range; the sections of storage, agent, tools and memory belong to their packages. Every bad
+value raises :class:`server.config_base.ConfigError` naming the key.
 """
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
+from pydantic import Field, field_validator, model_validator
+
+from protocol.settings import Invalid
 from server.agent.config import AgentConfig, LLMConfig
-from server.config_base import ConfigError, check_keys, get_bool, get_float, get_int, get_str, get_str_list
+from server.config_base import ConfigError, Section, TokenDigest
 from server.http_config import HttpConfig
 from server.knowledge.config import KnowledgeConfig
 from server.memory.config import MemoryConfig
 from server.tools.config import ToolsConfig
 from server.transfer_config import TransferConfig
-from storage import StorageConfig
+from storage import StorageConfig, StorageConfigError
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _USER_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 # A v2 client waits silently for the greeting, so the server decides "v2" after this much silence. A v3
 # client sends HELLO right after connecting; a grace period shorter than that HELLO's trip would greet
@@ -33,159 +36,117 @@ _USER_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 MIN_LEGACY_GRACE_MS = 50
 
 
-def _choice(section: str, d: dict, key: str, default: str, choices: tuple[str, ...]) -> str:
-    """A case-insensitive choice (``DEBUG`` = ``debug``), returned in lower case."""
-    v = get_str(section, d, key, default)
-    if v.lower() not in choices:
-        raise ConfigError(f"{section}.{key}", f"expected one of {', '.join(choices)} (any case), got {v!r}")
-    return v.lower()
-
-
-@dataclass(slots=True)
-class ServerSection:
+class ServerSection(Section):
     """[server]: where and how to listen."""
-    host: str = "127.0.0.1"
-    port: int = 9999
-    log_level: str = "info"
-    log_format: str = "text"
+    section: ClassVar[str] = "server"
+    host: str = Field("127.0.0.1", min_length=1)
+    port: int = Field(9999, ge=0, le=65535)
+    log_level: str = "info"           # one of LOG_LEVELS, any case
+    log_format: str = "text"          # one of LOG_FORMATS, any case
     insecure: bool = False
     tls_cert: str | None = None
     tls_key: str | None = None
-    legacy_grace_ms: int = 300
+    legacy_grace_ms: int = Field(300, ge=MIN_LEGACY_GRACE_MS, le=60_000)
     log_file: str | None = None       # None: <storage root>/logs/nplt-server.log (docs/server.md); "off": none
-    log_max_bytes: int = 5 << 20      # the log file is rotated at this size ...
-    log_backups: int = 3              # ... keeping this many old files
+    log_max_bytes: int = Field(5 << 20, ge=4096, le=1 << 40)   # the log file is rotated at this size ...
+    log_backups: int = Field(3, ge=0, le=1000)                 # ... keeping this many old files
 
+    @field_validator("log_level", "log_format")
     @classmethod
-    def from_dict(cls, d: dict) -> ServerSection:
-        s, df = "server", cls()   # df: the defaults, written once (the field defaults above)
-        check_keys(s, d, {f.name for f in dataclasses.fields(cls)})
-        sec = cls(
-            host=get_str(s, d, "host", df.host),
-            port=get_int(s, d, "port", df.port, 0, 65535),
-            log_level=_choice(s, d, "log_level", df.log_level, LOG_LEVELS),
-            log_format=_choice(s, d, "log_format", df.log_format, LOG_FORMATS),
-            insecure=get_bool(s, d, "insecure", df.insecure),
-            tls_cert=get_str(s, d, "tls_cert", df.tls_cert),
-            tls_key=get_str(s, d, "tls_key", df.tls_key),
-            legacy_grace_ms=get_int(s, d, "legacy_grace_ms", df.legacy_grace_ms, MIN_LEGACY_GRACE_MS, 60_000),
-            log_file=get_str(s, d, "log_file", df.log_file),
-            log_max_bytes=get_int(s, d, "log_max_bytes", df.log_max_bytes, 4096, 1 << 40),
-            log_backups=get_int(s, d, "log_backups", df.log_backups, 0, 1000),
-        )
-        if not sec.host:
-            raise ConfigError("server.host", "must not be empty")
-        if (sec.tls_cert is None) != (sec.tls_key is None):
-            raise ConfigError("server.tls_cert", "tls_cert and tls_key must be given together")
-        return sec
+    def _any_case(cls, v: str, info: Any) -> str:
+        """A case-insensitive choice (``DEBUG`` = ``debug``), kept in lower case."""
+        choices = LOG_LEVELS if info.field_name == "log_level" else LOG_FORMATS
+        if v.lower() not in choices:
+            raise Invalid(f"expected one of {', '.join(choices)} (any case), got {v!r}")
+        return v.lower()
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerSection:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise Invalid("tls_cert and tls_key must be given together", "tls_cert")
+        return self
 
 
-@dataclass(slots=True)
-class LimitsConfig:
+class LimitsConfig(Section):
     """[limits]: every resource bound of the server (docs/server.md)."""
-    max_clients: int = 256
-    max_message_size: int = 8 << 20
-    max_pending_requests: int = 32
-    max_page_size: int = 200
-    max_queued_turns: int = 8
-    max_active_turns_per_user: int = 16
-    idle_timeout_s: float = 300.0
-    ping_interval_s: float = 60.0
-    handshake_timeout_s: float = 10.0
-    max_output_buffer: int = 4 << 20
-    max_text_chars: int = 32000
-    shutdown_grace_s: float = 5.0
-    max_total_input_buffer: int = 256 << 20
-    message_timeout_s: float = 60.0
-    max_clients_per_ip: int = 64
+    section: ClassVar[str] = "limits"
+    max_clients: int = Field(256, ge=1, le=1_000_000)
+    max_message_size: int = Field(8 << 20, ge=65535, le=1 << 30)
+    max_pending_requests: int = Field(32, ge=1, le=10_000)
+    max_page_size: int = Field(200, ge=1, le=10_000)
+    max_queued_turns: int = Field(8, ge=0, le=10_000)
+    max_active_turns_per_user: int = Field(16, ge=1, le=100_000)
+    idle_timeout_s: float = Field(300.0, ge=0.05, le=86_400.0)
+    ping_interval_s: float = Field(60.0, ge=0.05, le=86_400.0)
+    handshake_timeout_s: float = Field(10.0, ge=0.05, le=3_600.0)
+    max_output_buffer: int = Field(4 << 20, ge=65536, le=1 << 31)
+    max_text_chars: int = Field(32000, ge=1, le=10_000_000)
+    shutdown_grace_s: float = Field(5.0, ge=0.1, le=600.0)
+    max_total_input_buffer: int = Field(256 << 20, ge=1 << 20, le=1 << 40)
+    message_timeout_s: float = Field(60.0, ge=0.05, le=86_400.0)
+    max_clients_per_ip: int = Field(64, ge=0, le=1_000_000)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> LimitsConfig:
-        s, df = "limits", cls()   # df: the defaults, written once (the field defaults above)
-        check_keys(s, d, {f.name for f in dataclasses.fields(cls)})
-        lim = cls(
-            max_clients=get_int(s, d, "max_clients", df.max_clients, 1, 1_000_000),
-            max_message_size=get_int(s, d, "max_message_size", df.max_message_size, 65535, 1 << 30),
-            max_pending_requests=get_int(s, d, "max_pending_requests", df.max_pending_requests, 1, 10_000),
-            max_page_size=get_int(s, d, "max_page_size", df.max_page_size, 1, 10_000),
-            max_queued_turns=get_int(s, d, "max_queued_turns", df.max_queued_turns, 0, 10_000),
-            max_active_turns_per_user=get_int(s, d, "max_active_turns_per_user", df.max_active_turns_per_user, 1, 100_000),
-            idle_timeout_s=get_float(s, d, "idle_timeout_s", df.idle_timeout_s, 0.05, 86_400.0),
-            ping_interval_s=get_float(s, d, "ping_interval_s", df.ping_interval_s, 0.05, 86_400.0),
-            handshake_timeout_s=get_float(s, d, "handshake_timeout_s", df.handshake_timeout_s, 0.05, 3_600.0),
-            max_output_buffer=get_int(s, d, "max_output_buffer", df.max_output_buffer, 65536, 1 << 31),
-            max_text_chars=get_int(s, d, "max_text_chars", df.max_text_chars, 1, 10_000_000),
-            shutdown_grace_s=get_float(s, d, "shutdown_grace_s", df.shutdown_grace_s, 0.1, 600.0),
-            max_total_input_buffer=get_int(s, d, "max_total_input_buffer", df.max_total_input_buffer, 1 << 20, 1 << 40),
-            message_timeout_s=get_float(s, d, "message_timeout_s", df.message_timeout_s, 0.05, 86_400.0),
-            max_clients_per_ip=get_int(s, d, "max_clients_per_ip", df.max_clients_per_ip, 0, 1_000_000),
-        )
-        if lim.ping_interval_s >= lim.idle_timeout_s:
-            raise ConfigError(
-                "limits.ping_interval_s",
-                f"must be less than limits.idle_timeout_s (got ping_interval_s = {lim.ping_interval_s:g}, "
-                f"idle_timeout_s = {lim.idle_timeout_s:g}): a silent connection is pinged after "
+    @model_validator(mode="after")
+    def _ping_before_idle(self) -> LimitsConfig:
+        if self.ping_interval_s >= self.idle_timeout_s:
+            raise Invalid(
+                f"must be less than limits.idle_timeout_s (got ping_interval_s = {self.ping_interval_s:g}, "
+                f"idle_timeout_s = {self.idle_timeout_s:g}): a silent connection is pinged after "
                 "ping_interval_s and closed after idle_timeout_s, so it would be closed before any PING "
-                "(the heartbeat would be off)")
-        return lim
+                "(the heartbeat would be off)", "ping_interval_s")
+        return self
 
     def public(self) -> dict[str, Any]:
         """The limits a client may know (sent in the HELLO reply)."""
-        return dataclasses.asdict(self)
+        return self.model_dump()
 
 
-@dataclass(slots=True)
-class UserEntry:
+class UserEntry(Section):
+    """One ``[auth] users`` entry."""
     user_id: str
-    token_sha256: str
-    groups: tuple[str, ...] = ()     # knowledge-base groups: members read and upload to group:<name>
-    admin: bool = False              # may delete any document it can see, use CLIENT_LIST / CLIENT_KILL and the reserved slot
+    token_sha256: TokenDigest
+    groups: tuple[str, ...] = Field((), strict=False)   # knowledge-base groups: members read and upload to group:<name>
+    admin: bool = False     # may delete any document it can see, use CLIENT_LIST / CLIENT_KILL and the reserved slot
+
+    @field_validator("user_id")
+    @classmethod
+    def _user_name(cls, v: str) -> str:
+        if not _USER_RE.match(v):
+            raise Invalid(f"expected 1..64 characters of [A-Za-z0-9_.@-], got {v!r}")
+        return v
+
+    @field_validator("groups")
+    @classmethod
+    def _group_names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for g in v:
+            if not _USER_RE.match(g):
+                raise Invalid(f"expected names of 1..64 characters of [A-Za-z0-9_.@-], got {g!r}")
+        return tuple(dict.fromkeys(v))
 
 
-@dataclass(slots=True)
-class AuthConfig:
+class AuthConfig(Section):
     """[auth]: users and the sha256 of their tokens. No users = single-user mode (user "local")."""
-    users: list[UserEntry] = field(default_factory=list)
+    section: ClassVar[str] = "auth"
+    users: list[UserEntry] = Field(default_factory=list)
 
     @property
     def reserved_slots(self) -> int:
         """Connections accepted beyond max_clients for an admin: 1 when a user is marked admin."""
         return 1 if any(u.admin for u in self.users) else 0
 
-    @classmethod
-    def from_dict(cls, d: dict) -> AuthConfig:
-        check_keys("auth", d, {"users"})
-        raw = d.get("users", [])
-        if not isinstance(raw, list):
-            raise ConfigError("auth.users", f"expected a list of tables, got {raw!r}")
-        users: list[UserEntry] = []
+    @model_validator(mode="after")
+    def _one_user_per_token(self) -> AuthConfig:
+        owners: dict[str, str] = {}    # token_sha256 -> the user it belongs to
         seen: set[str] = set()
-        owners: dict[str, str] = {}  # token_sha256 -> the user it belongs to
-        for i, u in enumerate(raw):
-            path = f"auth.users[{i}]"
-            check_keys(path, u, {"user_id", "token_sha256", "groups", "admin"})
-            uid = get_str(path, u, "user_id", None)
-            digest = get_str(path, u, "token_sha256", None)
-            if uid is None or not _USER_RE.match(uid):
-                raise ConfigError(f"{path}.user_id", f"expected 1..64 characters of [A-Za-z0-9_.@-], got {uid!r}")
-            if digest is None or not _SHA256_RE.match(digest.lower()):
-                raise ConfigError(f"{path}.token_sha256",
-                                  "expected 64 hex digits (see `nplt-server hash-token TOKEN`)")
-            digest = digest.lower()
-            if uid in seen:
-                raise ConfigError(f"{path}.user_id", f"duplicate user {uid!r}")
-            if digest in owners:
-                raise ConfigError(f"{path}.token_sha256",
-                                  f"users {owners[digest]!r} and {uid!r} have the same token: a token must "
-                                  "identify one user (give each user its own token)")
-            groups = get_str_list(path, u, "groups", [])
-            for g in groups:
-                if not _USER_RE.match(g):
-                    raise ConfigError(f"{path}.groups", f"expected names of 1..64 characters of [A-Za-z0-9_.@-], got {g!r}")
-            seen.add(uid)
-            owners[digest] = uid
-            users.append(UserEntry(uid, digest, tuple(dict.fromkeys(groups)), get_bool(path, u, "admin", False)))
-        return cls(users)
+        for i, u in enumerate(self.users):
+            if u.user_id in seen:
+                raise Invalid(f"duplicate user {u.user_id!r}", "users", i, "user_id")
+            if u.token_sha256 in owners:
+                raise Invalid(f"users {owners[u.token_sha256]!r} and {u.user_id!r} have the same token: a token "
+                              "must identify one user (give each user its own token)", "users", i, "token_sha256")
+            seen.add(u.user_id)
+            owners[u.token_sha256] = u.user_id
+        return self
 
 
 MEMORY_SECTIONS = ("summarization", "recall", "context", "user_memory")
@@ -201,7 +162,7 @@ class ServerConfig:
     llm: LLMConfig = field(default_factory=lambda: LLMConfig.from_dict({}, env={}))
     agent: AgentConfig = field(default_factory=AgentConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
-    memory: MemoryConfig = field(default_factory=lambda: MemoryConfig.from_dict({}))
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
     transfer: TransferConfig = field(default_factory=TransferConfig)
@@ -216,33 +177,27 @@ class ServerConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(unknown[0], f"unknown section (allowed: {', '.join(sorted(known))})")
+        try:
+            storage = StorageConfig.from_dict(d.get("storage", {}))
+        except StorageConfigError as exc:
+            raise ConfigError(exc.path, exc.message) from None
         return cls(
             server=ServerSection.from_dict(d.get("server", {})),
             limits=LimitsConfig.from_dict(d.get("limits", {})),
             auth=AuthConfig.from_dict(d.get("auth", {})),
-            storage=_section(StorageConfig.from_dict, d.get("storage", {})),
-            llm=_section(lambda sec: LLMConfig.from_dict(sec, env=env), d.get("llm", {})),
-            agent=_section(AgentConfig.from_dict, d.get("agent", {})),
-            tools=_section(ToolsConfig.from_dict, d.get("tools", {})),
-            memory=_section(MemoryConfig.from_dict, {k: d[k] for k in MEMORY_SECTIONS if k in d}),
+            storage=storage,
+            llm=LLMConfig.from_dict(d.get("llm", {}), env=env),
+            agent=AgentConfig.from_dict(d.get("agent", {})),
+            tools=ToolsConfig.from_dict(d.get("tools", {})),
+            memory=MemoryConfig.from_dict({k: d[k] for k in MEMORY_SECTIONS if k in d}),
             http=HttpConfig.from_dict(d.get("http", {})),
-            knowledge=_section(KnowledgeConfig.from_dict, d.get("knowledge", {})),
+            knowledge=KnowledgeConfig.from_dict(d.get("knowledge", {})),
             transfer=TransferConfig.from_dict(d.get("transfer", {})),
         )
 
     @property
     def single_user(self) -> bool:
         return not self.auth.users
-
-
-def _section(from_dict: Any, section: dict) -> Any:
-    """Run a section's from_dict, turning its own ValueError subclasses into ConfigError (keeping the path)."""
-    try:
-        return from_dict(section)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as exc:  # e.g. StorageConfigError
-        raise ConfigError(getattr(exc, "path", "config"), getattr(exc, "message", str(exc))) from None
 
 
 def load_toml(path: str | Path) -> dict:

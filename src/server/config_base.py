@@ -1,11 +1,19 @@
-"""Shared helpers for config sections: precise validation errors and typed field readers.
+"""The base of the server's config sections: ConfigError naming the dotted key, and shared checks.
 
-Every config section is a dataclass with ``from_dict(d) -> Self``; these helpers make the error
-messages uniform: ``[section] key: expected ..., got ...``.
+Every section is a pydantic model (``protocol.settings.Settings``): each setting and its default are
+written once, as a field. ``section`` is the section's dotted name in the config file; a bad value
+raises ``ConfigError("server.port", "expected an integer in 0..65535, got 'x'")``.
 """
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Annotated, ClassVar
+
+from pydantic import AfterValidator
+
+from protocol.settings import Invalid, Settings, dotted
+
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 class ConfigError(ValueError):
@@ -17,54 +25,21 @@ class ConfigError(ValueError):
         self.message = message
 
 
-def check_keys(section: str, d: dict, allowed: set[str]) -> None:
-    """Reject unknown keys so typos are reported instead of silently ignored."""
-    if not isinstance(d, dict):
-        raise ConfigError(section, f"expected a table, got {type(d).__name__}")
-    unknown = sorted(set(d) - allowed)
-    if unknown:
-        raise ConfigError(f"{section}.{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+class Section(Settings):
+    """A config section of the server; errors are ConfigError with ``section`` before the key."""
+
+    section: ClassVar[str] = ""
+
+    @classmethod
+    def error(cls, key: str, message: str) -> Exception:
+        return ConfigError(dotted(cls.section, key) or "config", message)
 
 
-def get_int(section: str, d: dict, key: str, default: int, lo: int | None = None, hi: int | None = None) -> int:
-    v = d.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ConfigError(f"{section}.{key}", f"expected an integer, got {v!r}")
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise ConfigError(f"{section}.{key}", f"expected a value in {lo}..{hi}, got {v}")
-    return v
+def _digest(v: str) -> str:
+    if not _SHA256_RE.match(v.lower()):
+        raise Invalid("expected 64 hex digits (see `nplt-server hash-token TOKEN`)")
+    return v.lower()
 
 
-def get_float(section: str, d: dict, key: str, default: float, lo: float | None = None, hi: float | None = None) -> float:
-    v = d.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ConfigError(f"{section}.{key}", f"expected a number, got {v!r}")
-    v = float(v)
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise ConfigError(f"{section}.{key}", f"expected a value in {lo}..{hi}, got {v}")
-    return v
-
-
-def get_bool(section: str, d: dict, key: str, default: bool) -> bool:
-    v = d.get(key, default)
-    if not isinstance(v, bool):
-        raise ConfigError(f"{section}.{key}", f"expected true or false, got {v!r}")
-    return v
-
-
-def get_str(section: str, d: dict, key: str, default: str | None, choices: tuple[str, ...] | None = None) -> Any:
-    v = d.get(key, default)
-    if v is None:
-        return None
-    if not isinstance(v, str):
-        raise ConfigError(f"{section}.{key}", f"expected a string, got {v!r}")
-    if choices is not None and v not in choices:
-        raise ConfigError(f"{section}.{key}", f"expected one of {', '.join(choices)}, got {v!r}")
-    return v
-
-
-def get_str_list(section: str, d: dict, key: str, default: list[str]) -> list[str]:
-    v = d.get(key, default)
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise ConfigError(f"{section}.{key}", f"expected a list of strings, got {v!r}")
-    return list(v)
+#: a token's sha256 (``token_sha256`` keys), kept as 64 lower-case hex digits
+TokenDigest = Annotated[str, AfterValidator(_digest)]

@@ -68,7 +68,7 @@ class StorageConfigError(ValueError):
     """A ``[storage]`` config value is unknown, of the wrong type or out of range."""
 
     def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"[storage] {key}: {message}")
-        self.path = f"storage.{key}"
+        super().__init__(f"[storage] {key}: {message}" if key else f"[storage] {message}")
+        self.path = f"storage.{key}" if key else "storage"
         self.key = key
         self.message = message

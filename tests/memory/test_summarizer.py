@@ -74,8 +74,8 @@ def test_no_cut_inside_a_single_long_turn():
 def test_property_cut_never_splits_a_turn(seed, n, keep_type, keep_value):
     msgs = rand_history(random.Random(seed), n)
     costs = message_costs(msgs, C)
-    c = SummarizationConfig(trigger=[Threshold("messages", 1)], keep=Threshold(keep_type, keep_value * (
-        1 if keep_type == "messages" else 40)))
+    keep = Threshold(type=keep_type, value=keep_value * (1 if keep_type == "messages" else 40))
+    c = SummarizationConfig(trigger=[Threshold(type="messages", value=1)], keep=keep)
     i = cut_index(c, CTX, msgs, costs)
     assert 0 <= i <= len(msgs)
     if 0 < i < len(msgs):

@@ -133,8 +133,8 @@ def test_config_defaults():
     cfg = MemoryConfig.from_dict({})
     s = cfg.summarization
     assert s.enabled and s.model is None and s.trim_tokens_to_summarize == 4000
-    assert s.trigger == [Threshold("tokens", 3000), Threshold("messages", 40)]
-    assert s.keep == Threshold("messages", 20) and s.max_failures_before_fallback == 3
+    assert s.trigger == [Threshold(type="tokens", value=3000), Threshold(type="messages", value=40)]
+    assert s.keep == Threshold(type="messages", value=20) and s.max_failures_before_fallback == 3
     assert s.summary_prompt == DEFAULT_SUMMARY_PROMPT and "never invent" in s.summary_prompt.lower()
     assert (cfg.recall.enabled, cfg.recall.k, cfg.recall.token_budget) == (True, 4, 800)
     assert cfg.recall.embeddings.enabled is False
@@ -147,7 +147,7 @@ def test_config_accepts_one_trigger_or_a_list_and_null_trim():
         "summarization": {"trigger": {"type": "fraction", "value": 0.6}, "keep": {"type": "tokens", "value": 500},
                           "trim_tokens_to_summarize": None, "model": "cheap"},
         "context": {"max_input_tokens": 8000}})
-    assert cfg.summarization.trigger == [Threshold("fraction", 0.6)]
+    assert cfg.summarization.trigger == [Threshold(type="fraction", value=0.6)]
     assert cfg.summarization.trim_tokens_to_summarize is None and cfg.summarization.model == "cheap"
     assert MemoryConfig.from_dict({"summarization": {"trim_tokens_to_summarize": 0}}).summarization \
         .trim_tokens_to_summarize is None
@@ -183,14 +183,14 @@ def test_config_accepts_one_trigger_or_a_list_and_null_trim():
     ({"recall": {"embeddings": {"enabled": True, "model": "m"}}}, "recall.embeddings.base_url", "required"),
     ({"recall": {"embeddings": {"enabled": True, "base_url": "ftp://x", "model": "m"}}},
      "recall.embeddings.base_url", "http(s) URL"),
-    ({"recall": {"embeddings": {"timeout_s": 0}}}, "recall.embeddings.timeout_s", "seconds"),
+    ({"recall": {"embeddings": {"timeout_s": 0}}}, "recall.embeddings.timeout_s", "in (0, 600]"),
     ({"context": {"max_input_tokens": 1000, "reserve_output_tokens": 900}}, "context.reserve_output_tokens",
      "must be >= 256"),
     ({"context": {"recent_turns": 1.5}}, "context.recent_turns", "integer"),
     ({"context": {"max_input_tokens": 100}}, "context.max_input_tokens", "512..100000000"),
     ({"context": {"system_prompt": "x"}}, "context.system_prompt", "unknown key"),
     ({"context": {"max_sessions_cached": 0}}, "context.max_sessions_cached", "1..100000"),
-    ({"memory": {}}, "memory.memory", "unknown key"),
+    ({"memory": {}}, "memory", "unknown key"),
 ])
 def test_config_errors_are_precise(d, path, words):
     with pytest.raises(ConfigError) as exc:

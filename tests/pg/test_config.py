@@ -16,7 +16,7 @@ def test_url_and_pg_settings_are_validated():
     assert cfg.pg_pool_size == 4 and cfg.pg_connect_timeout_s == 2.0
     assert StorageConfig().url is None
     with pytest.raises(StorageConfigError, match="url") as err:
-        StorageConfig(url="mysql://u:hunter2@host/db")
+        StorageConfig.from_dict({"url": "mysql://u:hunter2@host/db"})
     assert "hunter2" not in str(err.value)
     for key, bad in (("pg_pool_size", 0), ("pg_statement_timeout_ms", -1), ("pg_retry_attempts", 1.5),
                      ("pg_connect_timeout_s", 0), ("url", "")):

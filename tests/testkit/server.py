@@ -12,7 +12,6 @@ wait for pushed events with a deadline.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 import itertools
 import socket
@@ -27,8 +26,8 @@ from server.auth import hash_token
 from server.config import LimitsConfig, ServerConfig, ServerSection
 from testkit.echo_agent import EchoAgent
 
-_SERVER_KEYS = {f.name for f in dataclasses.fields(ServerSection)}
-_LIMIT_KEYS = {f.name for f in dataclasses.fields(LimitsConfig)}
+_SERVER_KEYS = set(ServerSection.model_fields)
+_LIMIT_KEYS = set(LimitsConfig.model_fields)
 DEADLINE = 10.0
 
 

@@ -79,11 +79,11 @@ async def test_timeout_status():
         await never.wait()
         return []
 
-    tools = ToolRegistry(ToolsConfig(timeout_s=0.1), search=search)
+    tools = ToolRegistry(ToolsConfig(timeout_s=0.1, search_timeout_s=0.05), search=search)
     call = await tools.run("history_search", {"query": "x"}, CTX)
     assert call.status == "timeout"
     assert orjson.loads(call.result) == {"error": "tool 'history_search' timed out after 0.1 s"}
-    capped = await ToolRegistry(ToolsConfig(timeout_s=5), search=search).run(
+    capped = await ToolRegistry(ToolsConfig(timeout_s=5, search_timeout_s=1), search=search).run(
         "history_search", {"query": "x"}, CTX, timeout=0.1)
     assert capped.status == "timeout"
 

@@ -7,10 +7,13 @@ A provider profile fills in base_url and model, so two environment variables are
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
 
-from server.config_base import ConfigError, check_keys, get_bool, get_float, get_int, get_str, get_str_list
+from pydantic import Field, field_validator
+
+from protocol.settings import Invalid
+from server.config_base import Section
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,29 +45,24 @@ DEFAULT_SYSTEM_PROMPT = (
     "Be concise and concrete. Answer in the user's language (Chinese or English)."
 )
 
-_LLM_KEYS = {"provider", "base_url", "api_key", "model", "models", "temperature", "max_tokens",
-             "request_timeout_s", "retries", "retry_backoff_s", "retry_max_delay_s",
-             "models_from_endpoint", "models_refresh_s", "models_timeout_s"}
-_AGENT_KEYS = {"system_prompt", "max_iterations", "tool_timeout_s", "stream_chunk_chars"}
 
-
-@dataclass(slots=True)
-class LLMConfig:
+class LLMConfig(Section):
     """How to reach the model endpoint. ``api_key`` is a secret: excluded from repr and never logged."""
-    provider: str | None = None
+    section: ClassVar[str] = "llm"
+    provider: str | None = None                          # a PROVIDERS name, any case
     base_url: str | None = None                          # None: the provider profile's URL
-    api_key: str | None = field(default=None, repr=False)
+    api_key: str | None = Field(None, repr=False)
     model: str | None = None
-    models: list[str] = field(default_factory=list)      # extra models offered for switching
-    temperature: float = 0.3
-    max_tokens: int = 1024
-    request_timeout_s: float = 60.0
-    retries: int = 3
-    retry_backoff_s: float = 0.5
-    retry_max_delay_s: float = 20.0
+    models: list[str] = Field(default_factory=list)      # extra models offered for switching
+    temperature: float = Field(0.3, ge=0.0, le=2.0)
+    max_tokens: int = Field(1024, ge=1, le=1_000_000)
+    request_timeout_s: float = Field(60.0, ge=0.05, le=3600.0)
+    retries: int = Field(3, ge=0, le=10)
+    retry_backoff_s: float = Field(0.5, ge=0.0, le=60.0)
+    retry_max_delay_s: float = Field(20.0, ge=0.0, le=600.0)
     models_from_endpoint: bool = True    # merge the endpoint's GET /models list into the offered models
-    models_refresh_s: float = 300.0      # how long a fetched model list is kept
-    models_timeout_s: float = 5.0        # bound on one GET /models (done in the background)
+    models_refresh_s: float = Field(300.0, ge=1.0, le=86400.0)   # how long a fetched model list is kept
+    models_timeout_s: float = Field(5.0, ge=0.05, le=120.0)     # bound on one GET /models (done in the background)
 
     def __repr__(self) -> str:
         key = "set" if self.api_key else "unset"
@@ -109,59 +107,50 @@ class LLMConfig:
         return out
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], env: Mapping[str, str] | None = None) -> LLMConfig:
-        """Read the [llm] section; ``env`` (default os.environ) supplies NPLT_LLM_* overrides and the key."""
+    def from_dict(cls, d: Any, env: Mapping[str, str] | None = None) -> LLMConfig:
+        """Read the [llm] section; ``env`` (default os.environ) supplies NPLT_LLM_* overrides and the key
+        (``NPLT_LLM_API_KEY``, else the file's ``api_key``, else ``OPENAI_API_KEY``)."""
         env = os.environ if env is None else env
-        check_keys("llm", d, _LLM_KEYS)
+        if not isinstance(d, dict):
+            raise cls.error("", f"expected a table, got {type(d).__name__}")
         d = dict(d)
         for key in ("provider", "base_url", "model"):
-            value = env.get(f"NPLT_LLM_{key.upper()}")
-            if value:
-                d[key] = value
-        provider = get_str("llm", d, "provider", None)
-        if provider is not None:
-            provider = provider.strip().lower()
-            if provider not in PROVIDERS:
-                raise ConfigError("llm.provider", f"expected one of {', '.join(PROVIDERS)}, got {provider!r}")
-        base_url = get_str("llm", d, "base_url", None)
-        if base_url is not None:
-            base_url = base_url.strip().rstrip("/")
-            if not base_url.startswith(("http://", "https://")):
-                raise ConfigError("llm.base_url", f"expected an http:// or https:// URL, got {base_url!r}")
-        api_key = env.get("NPLT_LLM_API_KEY") or get_str("llm", d, "api_key", None) or env.get("OPENAI_API_KEY")
-        return cls(
-            provider=provider, base_url=base_url, api_key=(api_key or "").strip() or None,
-            model=get_str("llm", d, "model", None),
-            models=get_str_list("llm", d, "models", []),
-            temperature=get_float("llm", d, "temperature", 0.3, 0.0, 2.0),
-            max_tokens=get_int("llm", d, "max_tokens", 1024, 1, 1_000_000),
-            request_timeout_s=get_float("llm", d, "request_timeout_s", 60.0, 0.05, 3600.0),
-            retries=get_int("llm", d, "retries", 3, 0, 10),
-            retry_backoff_s=get_float("llm", d, "retry_backoff_s", 0.5, 0.0, 60.0),
-            retry_max_delay_s=get_float("llm", d, "retry_max_delay_s", 20.0, 0.0, 600.0),
-            models_from_endpoint=get_bool("llm", d, "models_from_endpoint", True),
-            models_refresh_s=get_float("llm", d, "models_refresh_s", 300.0, 1.0, 86400.0),
-            models_timeout_s=get_float("llm", d, "models_timeout_s", 5.0, 0.05, 120.0),
-        )
+            if env.get(f"NPLT_LLM_{key.upper()}"):
+                d[key] = env[f"NPLT_LLM_{key.upper()}"]
+        d["api_key"] = env.get("NPLT_LLM_API_KEY") or d.get("api_key") or env.get("OPENAI_API_KEY")
+        return super().from_dict(d)
 
-
-@dataclass(slots=True)
-class AgentConfig:
-    """Agent behaviour: system prompt, tool loop bound, per-tool timeout, offline streaming chunk size."""
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    max_iterations: int = 6
-    tool_timeout_s: float = 15.0
-    stream_chunk_chars: int = 24
-
+    @field_validator("provider")
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> AgentConfig:
-        check_keys("agent", d, _AGENT_KEYS)
-        prompt = get_str("agent", d, "system_prompt", DEFAULT_SYSTEM_PROMPT)
-        if not prompt.strip():
-            raise ConfigError("agent.system_prompt", "expected a non-empty string")
-        return cls(
-            system_prompt=prompt,
-            max_iterations=get_int("agent", d, "max_iterations", 6, 1, 50),
-            tool_timeout_s=get_float("agent", d, "tool_timeout_s", 15.0, 0.1, 600.0),
-            stream_chunk_chars=get_int("agent", d, "stream_chunk_chars", 24, 1, 10_000),
-        )
+    def _known_provider(cls, v: str | None) -> str | None:
+        if v is not None and v.strip().lower() not in PROVIDERS:
+            raise Invalid(f"expected one of {', '.join(PROVIDERS)}, got {v.strip().lower()!r}")
+        return v.strip().lower() if v is not None else None
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip().startswith(("http://", "https://")):
+            raise Invalid(f"expected an http:// or https:// URL, got {v.strip()!r}")
+        return v.strip().rstrip("/") if v is not None else None
+
+    @field_validator("api_key")
+    @classmethod
+    def _key(cls, v: str | None) -> str | None:
+        return (v or "").strip() or None
+
+
+class AgentConfig(Section):
+    """Agent behaviour: system prompt, tool loop bound, per-tool timeout, offline streaming chunk size."""
+    section: ClassVar[str] = "agent"
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_iterations: int = Field(6, ge=1, le=50)
+    tool_timeout_s: float = Field(15.0, ge=0.1, le=600.0)
+    stream_chunk_chars: int = Field(24, ge=1, le=10_000)
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise Invalid("expected a non-empty string")
+        return v

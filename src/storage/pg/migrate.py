@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
@@ -114,7 +113,7 @@ async def migrate_json_to_pg(data_dir: str, url: str, pg_config: StorageConfig |
     report = MigrationReport()
     try:
         cfg = pg_config or StorageConfig()
-        pg = await PgHistoryStore.open(dataclasses.replace(cfg, url=url))
+        pg = await PgHistoryStore.open(StorageConfig(**{**cfg.model_dump(), "url": url}))
         try:
             expected: dict[str, tuple[int, int]] = {}
             for sid in sorted(json_store.index.entries):
