@@ -12,6 +12,7 @@ string occurs in one of the top-k passages (answer-in-top-k).
 Lines printed:
   baseline top1 X top5 Y top10 Z   BM25 (k1=1.2, b=0.75) over character bigrams of the same chunks
   default  top1 X top5 Y top10 Z   KnowledgeBase.search as the server runs it
+  ceiling X                        questions whose answer lies inside one chunk (no ranking can beat it)
 
 ``--split`` (held-out): the first half of the documents ("tune": settings are chosen on it) and the
 second half ("held-out": never looked at while choosing) go into separate knowledge bases, each
@@ -109,6 +110,8 @@ async def measure(files: list[tuple[str, bytes]], qas: list[tuple[str, list[str]
         out["took"] = time.perf_counter() - t0
         chunks = [ch.text for ch in kb.index.chunks.values()]
         out["chunks"] = len(chunks)
+        # the best any retriever can do on these chunks: the answer inside at least one chunk
+        out["ceiling"] = sum(1 for _, answers, _ in qas if any(a in t for t in chunks for a in answers)) / max(1, len(qas))
         base = BM25Index(1.2, 0.75)
         for i, text in enumerate(chunks):
             base.add(i, bigrams(text))
@@ -136,6 +139,7 @@ async def recall(path: str, per_file: int, big_mb: float, cfg: KnowledgeConfig, 
           f"(chunking {cfg.chunk_target_chars}/{cfg.chunk_overlap_chars}, rerank {'on' if rerank else 'off'})")
     print(line("baseline", b))
     print(line("default", d))
+    print(f"ceiling {r['ceiling']:.3f} (questions whose answer lies inside one chunk)")
     print("ratio    " + " ".join(f"top{k} x{d[k] / b[k]:.3f}" for k in KS if b[k]))
     size, big_took = r.get("big", (0, 0.0))
     one = f"one {size / 1e6:.1f} MB document: {size / 1e6 / big_took:.2f} MB/s; " if size else ""
@@ -158,6 +162,7 @@ async def split_recall(path: str, per_file: int, cfg: KnowledgeConfig, rerank: b
         print(f"{label}: documents {lo}-{hi - 1}, {r['chunks']} chunks, {len(mine)} questions")
         print(line(f"{label} baseline", r["baseline"]))
         print(line(f"{label} default", r["default"]))
+        print(f"{label} ceiling {r['ceiling']:.3f} (questions whose answer lies inside one chunk)")
 
 
 def synthetic_chunk(rng: random.Random, alphabet: str, weights: list[float], size: int) -> str:
