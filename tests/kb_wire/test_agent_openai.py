@@ -67,3 +67,70 @@ async def test_an_injected_document_gets_no_write_tool(tmp_path):
             assert refused and refused[0]["status"] == "error" and "unknown tool" in refused[0]["result"]
             assert [d["doc_id"] for d in (await c.call(MsgType.KB_LIST))["documents"]] == [doc["doc_id"]]
             await c.close()
+
+
+def _section(llm: ScriptedLLM) -> dict:
+    return {"base_url": llm.base_url, "api_key": "sk-test-123", "model": "m", "request_timeout_s": 5.0, "retries": 0}
+
+
+def _texts(body: dict) -> list[str]:
+    return [m["content"] for m in body["messages"] if isinstance(m.get("content"), str)]
+
+
+async def test_a_follow_up_reaches_the_model_with_the_previous_turn_and_its_passages(tmp_path):
+    """The LLM agent forms the retrieval query itself (no retrieval is made for it up front): the
+    follow-up request carries the previous question, its search_knowledge call and passages and the
+    cited answer, so "and its default?" can be searched as the restore timeout's default."""
+    async with ScriptedLLM(model="m") as llm:
+        async with wired_server(tmp_path, llm=_section(llm), summarization={"enabled": False}) as (srv, addr):
+            alice = await connect(addr, "alice")
+            await raw_upload(alice, "runbook.md", RUNBOOK)
+            llm.push(Reply.tools(ToolCallSpec("c1", "search_knowledge", '{"query": "restore timeout"}')),
+                     Reply.text("Raise it with --timeout [runbook.md §Operations > Restore]."))
+            await chat(alice, "what is the restore timeout?")
+            llm.push(Reply.tools(ToolCallSpec("c2", "search_knowledge", '{"query": "restore timeout default"}')),
+                     Reply.text("90 seconds [runbook.md §Operations > Restore]."))
+            end, _ = await chat(alice, "and its default?")
+            follow_up = llm.requests[-2].body
+            texts = _texts(follow_up)
+            assert "search_knowledge" in tool_names(follow_up)
+            assert texts[-1] == "and its default?"
+            assert "what is the restore timeout?" in texts
+            assert any("[runbook.md §Operations > Restore]" in t for t in texts)   # the previous cited answer
+            earlier_calls = [c["function"] for m in follow_up["messages"] if m["role"] == "assistant"
+                             for c in m.get("tool_calls") or ()]
+            assert [json.loads(c["arguments"])["query"] for c in earlier_calls
+                    if c["name"] == "search_knowledge"] == ["restore timeout"]
+            earlier_results = [json.loads(m["content"]) for m in follow_up["messages"] if m["role"] == "tool"]
+            assert any("90 seconds" in p["text"] for r in earlier_results for p in r["passages"])
+            # the model's contextual query finds the passage with the default
+            [tool_msg] = [m for m in llm.requests[-1].body["messages"] if m["role"] == "tool"
+                          and m["tool_call_id"] == "c2"]
+            top = json.loads(tool_msg["content"])["passages"][0]
+            assert top["citation"].startswith("[runbook.md §Operations > Restore") and "90 seconds" in top["text"]
+            assert end["context"]["route"]["method"] == "model_tool_call"
+            assert end["message"]["metadata"]["citations"][0]["chunk_id"] == top["chunk_id"]
+            await alice.close()
+
+
+async def test_a_user_whose_only_documents_are_in_a_group_gets_the_tool(tmp_path):
+    """carol (groups red and blue) has no personal document; alice's upload into group red is enough."""
+    async with ScriptedLLM(model="m") as llm:
+        async with wired_server(tmp_path, llm=_section(llm), summarization={"enabled": False}) as (srv, addr):
+            alice, carol, bob = [await connect(addr, u) for u in ("alice", "carol", "bob")]
+            doc = (await raw_upload(alice, "runbook.md", RUNBOOK, collection="red"))["document"]
+            assert doc["collection"] == "group:red"
+            assert (await carol.call(MsgType.KB_LIST, collection="personal"))["documents"] == []
+            llm.push(Reply.tools(ToolCallSpec("c1", "search_knowledge", '{"query": "cache default size"}')),
+                     Reply.text("512 MB [runbook.md §Operations > Cache]."))
+            end, _ = await chat(carol, "what is the cache size?")
+            assert "search_knowledge" in tool_names(llm.requests[-2].body)
+            [tool_msg] = [m for m in llm.requests[-1].body["messages"] if m["role"] == "tool"]
+            top = json.loads(tool_msg["content"])["passages"][0]
+            assert top["doc_id"] == doc["doc_id"] and "512 MB" in top["text"]
+            assert end["context"]["route"]["route"] == "knowledge"
+            llm.push(Reply.text("No documents."))          # bob is in group blue only: no tool
+            await chat(bob, "what is the cache size?")
+            assert "search_knowledge" not in tool_names(llm.requests[-1].body)
+            for c in (alice, carol, bob):
+                await c.close()

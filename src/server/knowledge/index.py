@@ -1,6 +1,7 @@
 """Retrieval over the chunks of every collection: the shared BM25 engine (``server.memory.bm25``
 with the shared analyzer, ``server.memory.analyze``: CJK unigrams and bigrams plus English stems),
-fused by reciprocal rank fusion with cosine similarity of embeddings when an endpoint is configured.
+with its best candidates re-ordered by query-term coverage and proximity (``rerank``), fused by
+reciprocal rank fusion with cosine similarity of embeddings when an endpoint is configured.
 
 BM25 postings are grouped by collection, so a search walks only the postings of the collections
 the user may read (with max-score pruning), while document frequencies stay global. Not thread
@@ -16,6 +17,7 @@ import numpy as np
 
 from server.memory.analyze import analyze
 from server.memory.bm25 import BM25Index
+from server.knowledge.rerank import RERANK_DEPTH, rerank
 from server.memory.recall import rrf
 
 ChunkKey = tuple[str, int]       # (doc_id, chunk number)
@@ -38,9 +40,10 @@ def chunk_terms(text: str, heading: Iterable[str], title_weight: float) -> dict[
 
 
 class ChunkIndex:
-    def __init__(self, k1: float, b: float, title_weight: float) -> None:
+    def __init__(self, k1: float, b: float, title_weight: float, rerank_depth: int = RERANK_DEPTH) -> None:
         self.bm25 = BM25Index(k1, b)          # each document's chunks go in as one sealed segment
         self.title_weight = title_weight
+        self.rerank_depth = rerank_depth      # BM25 candidates the second stage re-orders (0: none)
         self.chunks: dict[ChunkKey, IndexedChunk] = {}
         self._vectors: dict[str, dict[ChunkKey, np.ndarray]] = {}      # collection -> key -> unit vector
         self._matrix: dict[str, tuple[list[ChunkKey], np.ndarray]] = {}  # per collection, built lazily
@@ -80,12 +83,22 @@ class ChunkIndex:
                 self._matrix.pop(ch.collection, None)
 
     def lexical(self, query: str, collections: Iterable[str], depth: int) -> list[tuple[ChunkKey, float]]:
+        """The top ``depth`` chunks: the best ``max(depth, rerank_depth)`` by BM25, re-ordered by
+        ``rerank`` (unless ``rerank_depth`` is 0)."""
         terms = analyze(query)
+        wanted = max(depth, self.rerank_depth)
         found: list[tuple[Hashable, float]] = []
         for coll in collections:
-            found.extend(self.bm25.search(terms, depth, group=coll))
+            found.extend(self.bm25.search(terms, wanted, group=coll))
         found.sort(key=lambda kv: -kv[1])
+        found = found[:wanted]
+        if self.rerank_depth:
+            found = rerank(query, found, self._passage, self.bm25.doc_freq, len(self.chunks))
         return found[:depth]         # type: ignore[return-value]
+
+    def _passage(self, key: Hashable) -> tuple[str, list[str]]:
+        ch = self.chunks[key]        # type: ignore[index]
+        return ch.text, ch.location.get("heading", [])
 
     def dense(self, query_vector: list[float], collections: Iterable[str], depth: int) -> list[ChunkKey]:
         q = np.asarray(query_vector, dtype=np.float32)

@@ -1,0 +1,148 @@
+"""Second stage of the knowledge-base ranking: the best BM25 candidates re-ordered by how much of
+the question a passage covers and how close together the matched terms sit.
+
+SQuAD-style questions share a contiguous phrase with the sentence that answers them ("冰雪皇后什么时候
+退出了台湾市场" / "...品牌正式撤出台湾"), while BM25 alone favours the chunk that repeats the topic's
+name most. For each candidate the score becomes
+
+    bm25 / best_bm25 + COVERAGE_WEIGHT * coverage + PROXIMITY_WEIGHT * proximity
+
+- terms: CJK bigrams (a lone CJK character as itself) and English stems, with their positions;
+  each query term weighs its BM25 idf over all chunks;
+- coverage: the weight of the query terms found in the chunk's text or heading path, over the
+  weight of all query terms;
+- proximity: the largest weight of distinct query terms inside one window of ``len(query) +
+  WINDOW_SLACK`` characters of the chunk's text, counting only terms that are not in the chunk's
+  heading path (the section's topic is already credited to every chunk of the section), over the
+  weight of all query terms.
+
+The weights were chosen on the first half of the CMRC 2018 trial documents only (bench/kb_recall.py
+``--split``; docs/knowledge.md has the figures of both halves).
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from functools import lru_cache
+from typing import Callable, Collection, Hashable, Iterable, Sequence
+
+from server.memory.analyze import analyze, normalize
+from server.memory.tokens import CJK_CLASS
+
+RERANK_DEPTH = 10            # BM25 candidates re-ordered (0: BM25 order as is)
+NORMALIZED_CACHE = 4096      # chunk texts kept normalized (NFKC, lowercase) between queries
+COVERAGE_WEIGHT = 0.5
+PROXIMITY_WEIGHT = 0.5
+WINDOW_SLACK = 10            # characters added to the query's length for the proximity window
+
+_RUN_RE = re.compile(rf"([{CJK_CLASS}]+)|([^\W_{CJK_CLASS}]+)")
+_WORD_RE = re.compile(rf"[^\W_{CJK_CLASS}]+")
+_CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff00-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]")
+
+Passage = Callable[[Hashable], tuple[str, Sequence[str]]]     # key -> (text, heading path)
+DocFreq = Callable[[str], int]
+
+
+def positioned_terms(text: str) -> list[tuple[int, str]]:
+    """(character offset, term) of ``text``: CJK bigrams (a lone CJK character as itself) and
+    English stems (``server.memory.analyze``), offsets into the normalized text."""
+    out: list[tuple[int, str]] = []
+    t = _CJK_PUNCT.sub(" ", normalize(text))
+    for m in _RUN_RE.finditer(t):
+        cjk, word = m.groups()
+        start = m.start()
+        if cjk:
+            if len(cjk) == 1:
+                out.append((start, cjk))
+            else:
+                out.extend((start + i, cjk[i:i + 2]) for i in range(len(cjk) - 1))
+        else:
+            out.extend((start, term) for term in _stems(word))
+    return out
+
+
+@lru_cache(maxsize=65536)
+def _stems(word: str) -> tuple[str, ...]:
+    return tuple(analyze(word))
+
+
+def matches(text: str, terms: Collection[str]) -> list[tuple[int, str]]:
+    """(offset, term) of every occurrence of ``terms`` (from ``positioned_terms``) in ``text``,
+    sorted by offset: CJK terms found with ``str.find`` (a query bigram never holds punctuation, so
+    this is the same as comparing bigrams), English stems by stemming the text's words (only when
+    the query has English terms)."""
+    t = _normalized(text)
+    out: list[tuple[int, str]] = []
+    english = False
+    for term in terms:
+        if term.isascii():
+            english = True
+            continue
+        i = t.find(term)
+        while i >= 0:
+            out.append((i, term))
+            i = t.find(term, i + 1)
+    if english:
+        for m in _WORD_RE.finditer(t):
+            out.extend((m.start(), s) for s in _stems(m.group()) if s in terms)
+    out.sort()
+    return out
+
+
+@lru_cache(maxsize=NORMALIZED_CACHE)
+def _normalized(text: str) -> str:
+    return normalize(text)      # NFKC costs ~0.1 ms for a 600-character chunk; a chunk's str caches its hash
+
+
+@lru_cache(maxsize=4096)
+def _heading_terms(heading: str) -> frozenset[str]:
+    return frozenset(t for _, t in positioned_terms(heading))
+
+
+def _best_window(hits: list[tuple[int, str]], weight: dict[str, float], width: int) -> float:
+    """The largest weight of distinct terms among ``hits`` (sorted by offset) within ``width``."""
+    best = total = 0.0
+    inside: Counter[str] = Counter()
+    j = 0
+    for pos, term in hits:
+        if not inside[term]:
+            total += weight[term]
+        inside[term] += 1
+        while hits[j][0] < pos - width:
+            old = hits[j][1]
+            inside[old] -= 1
+            if not inside[old]:
+                total -= weight[old]
+            j += 1
+        best = max(best, total)
+    return best
+
+
+def rerank(query: str, candidates: Iterable[tuple[Hashable, float]], passage: Passage,
+           doc_freq: DocFreq, n_chunks: int) -> list[tuple[Hashable, float]]:
+    """``candidates`` ((key, bm25), best first) re-scored and sorted, best first."""
+    cands = list(candidates)
+    q_terms = positioned_terms(query)
+    if not cands or not q_terms:
+        return cands
+    weight: dict[str, float] = {}
+    for _, term in q_terms:
+        if term not in weight:
+            df = doc_freq(term)
+            weight[term] = math.log(1.0 + (n_chunks - df + 0.5) / (df + 0.5))
+    total = sum(weight.values()) or 1.0
+    width = len(query) + WINDOW_SLACK
+    best_bm25 = cands[0][1] if cands[0][1] > 0 else 1.0
+    scored = []
+    for rank, (key, bm25) in enumerate(cands):
+        text, heading = passage(key)
+        in_heading = _heading_terms(" ".join(heading)) & weight.keys()
+        hits = matches(text, weight.keys())
+        coverage = sum(weight[t] for t in {t for _, t in hits} | in_heading) / total
+        topical = [(p, t) for p, t in hits if t not in in_heading]
+        proximity = _best_window(topical, weight, width) / total
+        score = bm25 / best_bm25 + COVERAGE_WEIGHT * coverage + PROXIMITY_WEIGHT * proximity
+        scored.append((score, -rank, key))
+    scored.sort(reverse=True)
+    return [(key, score) for score, _, key in scored]
