@@ -59,3 +59,30 @@ def test_bench_scores_a_small_conversation(tmp_path, capsys):
     assert float(rows[("default", "1")][-1]) == 1.0             # category 1 R@5
     assert float(rows[("default", "4")][-2]) >= 0.5             # marathon evidence D2:1 at rank 1
     assert "R@5: default" in out and "vs plain BM25" in out
+
+
+def test_pool_puts_every_conversation_in_one_index(tmp_path, capsys):
+    bench = load_bench()
+
+    def conv(name: str, pet: str) -> dict:
+        return {"sample_id": name, "conversation": {
+            "speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "10:00 am on 1 March, 2023",
+            "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": f"My new {pet} sleeps all day."},
+                          {"speaker": "Bob", "dia_id": "D1:2", "text": "Lucky you, I have work."}]},
+            "qa": [{"question": f"What sleeps all day, the {pet}?", "evidence": ["D1:1"], "category": 4}]}
+
+    groups = bench.groups([conv("a", "cat"), conv("b", "parrot")], captions=True, pool=True)
+    assert len(groups) == 1
+    turns, qas = groups[0]
+    assert [t[1] for t in turns] == ["c0/D1:1", "c0/D1:2", "c1/D1:1", "c1/D1:2"]
+    assert {t[0] for t in turns} == {"c0/session_1", "c1/session_1"}      # sessions stay apart
+    assert [q[2] for q in qas] == [{"c0/D1:1"}, {"c1/D1:1"}]
+    assert len(bench.groups([conv("a", "cat"), conv("b", "parrot")], captions=True, pool=False)) == 2
+
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps([conv("a", "cat"), conv("b", "parrot")]), encoding="utf-8")
+    assert bench.main([str(path), "--k", "1", "--pool"]) == 0
+    out = capsys.readouterr().out
+    assert "pooled: one index of 4 turns" in out
+    rows = {tuple(line.split()[:2]): line.split() for line in out.splitlines() if line.startswith("default")}
+    assert float(rows[("default", "all")][-1]) == 1.0      # each pet question finds its own conversation's turn
