@@ -86,3 +86,74 @@ def test_pool_puts_every_conversation_in_one_index(tmp_path, capsys):
     assert "pooled: one index of 4 turns" in out
     rows = {tuple(line.split()[:2]): line.split() for line in out.splitlines() if line.startswith("default")}
     assert float(rows[("default", "all")][-1]) == 1.0      # each pet question finds its own conversation's turn
+
+
+DENSE = BENCH.with_name("locomo_dense.py")
+
+
+def load_dense():
+    spec = importlib.util.spec_from_file_location("locomo_dense", DENSE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def write_vectors(path: Path) -> None:
+    """A tiny vectors file in scripts/distill_static.py's format: 'martial' and 'kickboxing' close."""
+    import numpy as np
+    tokens = ["martial", "arts", "kick", "##box", "##ing", "car", "bought", "kickboxing"]
+    vecs = np.array([[100, 10, 0], [90, 0, 10], [80, 20, 0], [60, 0, 40], [0, 0, 0],
+                     [0, 100, 0], [0, 50, 50], [100, 0, 0]], dtype=np.int8)
+    np.savez_compressed(path, tokens=np.array(tokens), vectors=vecs, scales=np.ones(len(tokens), np.float16),
+                        meta=np.array("{}"))
+
+
+def test_static_encoder_is_normalized_deterministic_and_skips_what_it_cannot_read(tmp_path):
+    import numpy as np
+    dense = load_dense()
+    write_vectors(tmp_path / "v.npz")
+    enc = dense.StaticEncoder(tmp_path / "v.npz", dims=3, extra_words=True)
+    a = enc.encode("What martial arts has John done?")
+    assert np.isclose(np.linalg.norm(a), 1.0) and np.array_equal(a, enc.encode("What martial arts has John done?"))
+    # whole word row when present, WordPiece pieces otherwise ("kickbox" = kick + ##box)
+    assert np.allclose(enc.word_vector("kickboxing"), [100, 0, 0])
+    assert np.allclose(enc.word_vector("kickbox"), [70, 10, 20])
+    assert enc.word_vector("zzz") is None
+    assert float(a @ enc.encode("kickboxing")) > float(a @ enc.encode("bought a car"))
+    for text in ("", "the and of", "备份服务器在杭州", "zzz qqq"):      # nothing readable: a zero vector
+        assert not enc.encode(text).any()
+    wp_only = dense.StaticEncoder(tmp_path / "v.npz", dims=3, extra_words=False)
+    assert np.allclose(wp_only.word_vector("kickboxing"), [100, 0, 0])   # row < N_WORDPIECE: kept
+
+
+def conversation(names: tuple[str, str], sport: str) -> dict:
+    """Eight turns by the same speaker: the question shares no word but the name with the evidence."""
+    a, b = names
+    filler = [{"speaker": a, "dia_id": f"D1:{i}", "text": f"{a} here: my car number {i} broke down."}
+              for i in range(1, 8)]
+    return {
+        "conversation": {
+            "speaker_a": a, "speaker_b": b,
+            "session_1_date_time": "10:00 am on 1 March, 2023",
+            "session_1": filler,
+            "session_2_date_time": "4:00 pm on 9 June, 2023",
+            "session_2": [{"speaker": a, "dia_id": "D2:1", "text": f"{a} here: {sport} weekly."}],
+        },
+        "qa": [{"question": f"What martial arts has {a} done?", "evidence": ["D2:1"], "category": 1},
+               {"question": f"Whose car number 3 broke down, {a}?", "evidence": ["D1:3"], "category": 4}],
+    }
+
+
+def test_dense_bench_reports_configurations_and_leave_one_out(tmp_path, capsys):
+    dense = load_dense()
+    write_vectors(tmp_path / "v.npz")
+    data = [conversation(("Ann", "Bob"), "kickboxing"), conversation(("Cy", "Di"), "kickboxing")]
+    (tmp_path / "d.json").write_text(json.dumps(data), encoding="utf-8")
+    assert dense.main([str(tmp_path / "d.json"), str(tmp_path / "v.npz"), "--dims", "3"]) == 0
+    out = capsys.readouterr().out
+    lines = {line[:22].strip(): line for line in out.splitlines()}
+    assert "default" in lines and "uniform ctx w=1.0" in lines and "leave-one-out" in lines
+    assert "multi-hop 0.000" in lines["default"]               # no shared word: BM25 misses it
+    assert "multi-hop 1.000" in lines["uniform own w=1.0"]     # the synonym turn is found by meaning
+    assert "single-hop 1.000" in lines["uniform own w=1.0"]
+    assert "held-out delta per conversation" in out and "2 conversations" in out
