@@ -8,7 +8,9 @@ one vector per WordPiece entry and per extra whole word; it is not shipped, see 
 Each turn and each question is encoded by a numpy-only static encoder: lowercased words minus the
 analyzer's stopwords, each word's vector (its own row, else the mean of its WordPiece rows),
 averaged (uniformly, or by the conversation's BM25 idf with ``idf``), normalized. A turn's vector
-optionally adds its neighbours' vectors with the recall layer's neighbour weights (``ctx``).
+optionally adds its neighbours' vectors with the recall layer's neighbour weights (``ctx``); with
+``sent`` each sentence of a turn is encoded alone (speaker name kept) and the turn scores its best
+sentence.
 Fusion: ``bm25 / max(bm25) + w * cosine`` over every turn of the conversation, where ``bm25`` is
 the recall default's own score (``RecallIndex``: analyzer, neighbours, dates).
 
@@ -40,6 +42,7 @@ from server.memory.analyze import STOPWORDS, analyze  # noqa: E402
 from server.memory.recall import WEIGHTS_AFTER, WEIGHTS_BEFORE, RecallIndex, TurnDoc, query_terms  # noqa: E402
 
 WORD_RE = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*\[image:")
 N_WORDPIECE = 29523          # rows of the model's own vocabulary (the rest are extra whole words)
 FUSION_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
 K = 5
@@ -94,6 +97,15 @@ class StaticEncoder:
                 acc += (1.0 if weight is None else weight(w)) * vec
         norm = float(np.linalg.norm(acc))
         return acc / norm if norm else acc
+
+
+def sentences(text: str) -> list[str]:
+    """``"Ann: Hi! I ran. [image: x]"`` -> ``["Ann: Hi!", "Ann: I ran.", "Ann: x"]`` (speaker kept)."""
+    speaker, sep, rest = text.partition(": ")
+    if not sep:
+        speaker, rest = "", text
+    parts = [p.strip(" ]") for p in SENTENCE_END.split(rest) if p and p.strip(" ]")]
+    return [f"{speaker}: {p}" if speaker else p for p in parts] or [text]
 
 
 def build(turns: list[tuple[str, str, str, str]]) -> tuple[RecallIndex, list[tuple[str, int]], list[str]]:
@@ -179,19 +191,26 @@ def main(argv: list[str] | None = None) -> int:
                     norms = np.linalg.norm(docs, axis=1, keepdims=True)
                     docs /= np.where(norms == 0, 1.0, norms)
                 variants[(weighting, ctx)] = questions @ docs.T
+            owner, vecs = [], []
+            for i, t in enumerate(turns):
+                for sentence in sentences(t[2]):
+                    owner.append(i)
+                    vecs.append(enc.encode(sentence, weight))
+            starts = np.searchsorted(np.array(owner), np.arange(len(turns)))
+            variants[(weighting, "sent")] = np.maximum.reduceat(questions @ np.stack(vecs).T, starts, axis=1)
         top = bm25.max(1, keepdims=True)
         norm_bm25 = bm25 / np.where(top == 0, 1.0, top)
         results = {"default": recall_at_k(bm25, dias, qas)}
         for (weighting, ctx), cos in variants.items():
             for w in FUSION_WEIGHTS:
-                results[f"{weighting:<7} {ctx:<3} w={w}"] = recall_at_k(norm_bm25 + w * cos, dias, qas)
+                results[f"{weighting:<7} {ctx:<4} w={w}"] = recall_at_k(norm_bm25 + w * cos, dias, qas)
         convs.append(results)
 
     names = list(convs[0])
     print(f"R@{K} on {args.path.name} ({len(convs)} conversations), static vectors {args.vectors.name}, "
           f"{args.dims} dims, extra words {'off' if args.no_extra_words else 'on'}")
     for name in names:
-        print(f"{name:<22} {fmt(table([r for c in convs for r in c[name]]))}")
+        print(f"{name:<23} {fmt(table([r for c in convs for r in c[name]]))}")
     if len(convs) < 2:
         print("leave-one-out needs at least 2 conversations")
         return 0
@@ -201,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                    key=lambda nm: np.mean([r for j, c in enumerate(convs) if j != i for _, r in c[nm]]))
         picks.append(best)
         held += convs[i][best]
-    print(f"{'leave-one-out':<22} {fmt(table(held))}")
+    print(f"{'leave-one-out':<23} {fmt(table(held))}")
     print("chosen per held-out conversation: " + "; ".join(picks))
     base = [np.mean([r for _, r in c["default"]]) for c in convs]
     print("held-out delta per conversation: " + " ".join(

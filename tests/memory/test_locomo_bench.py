@@ -122,6 +122,8 @@ def test_static_encoder_is_normalized_deterministic_and_skips_what_it_cannot_rea
     assert float(a @ enc.encode("kickboxing")) > float(a @ enc.encode("bought a car"))
     for text in ("", "the and of", "备份服务器在杭州", "zzz qqq"):      # nothing readable: a zero vector
         assert not enc.encode(text).any()
+    assert dense.sentences("Ann: Hi! I ran. [image: a dog]") == ["Ann: Hi!", "Ann: I ran.", "Ann: a dog"]
+    assert dense.sentences("no speaker") == ["no speaker"]
     wp_only = dense.StaticEncoder(tmp_path / "v.npz", dims=3, extra_words=False)
     assert np.allclose(wp_only.word_vector("kickboxing"), [100, 0, 0])   # row < N_WORDPIECE: kept
 
@@ -151,9 +153,10 @@ def test_dense_bench_reports_configurations_and_leave_one_out(tmp_path, capsys):
     (tmp_path / "d.json").write_text(json.dumps(data), encoding="utf-8")
     assert dense.main([str(tmp_path / "d.json"), str(tmp_path / "v.npz"), "--dims", "3"]) == 0
     out = capsys.readouterr().out
-    lines = {line[:22].strip(): line for line in out.splitlines()}
-    assert "default" in lines and "uniform ctx w=1.0" in lines and "leave-one-out" in lines
+    lines = {line[:line.find(" multi-hop")].strip(): line for line in out.splitlines() if " multi-hop" in line}
+    assert {"default", "uniform ctx  w=1.0", "idf     sent w=0.25", "leave-one-out"} <= set(lines)
     assert "multi-hop 0.000" in lines["default"]               # no shared word: BM25 misses it
-    assert "multi-hop 1.000" in lines["uniform own w=1.0"]     # the synonym turn is found by meaning
-    assert "single-hop 1.000" in lines["uniform own w=1.0"]
+    assert "multi-hop 1.000" in lines["uniform own  w=1.0"]    # the synonym turn is found by meaning
+    assert "single-hop 1.000" in lines["uniform own  w=1.0"]
+    assert "multi-hop 1.000" in lines["uniform sent w=1.0"]
     assert "held-out delta per conversation" in out and "2 conversations" in out
