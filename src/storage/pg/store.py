@@ -21,7 +21,7 @@ from ..export import FORMATS, export
 from ..ids import new_session_id, validate_session_id
 from ..index import parse_cursor
 from ..models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
-from ..search import compile_query, snippet
+from ..search import compile_query, searchable, snippet
 from .. import validation as checks
 from .link import PgLink
 from .search_sql import candidates_sql, search_text
@@ -338,7 +338,7 @@ class PgHistoryStore:
         scored = []
         for n, r in enumerate(rows):
             d = orjson.loads(r["body"])
-            hit = q.match(d.get("content"))
+            hit = q.match(d.get("content")) if searchable(d) else None
             if hit is not None:
                 scored.append(((hit[0], str(d.get("timestamp", "")), r["id"]), n, r, d, hit[1]))
         scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
