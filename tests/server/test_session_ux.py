@@ -113,6 +113,17 @@ async def test_a_user_without_sessions_gets_none_until_the_first_message(tmp_pat
         third = (await c.call(T.SESSION_NEW, title="doomed"))["session"]["session_id"]
         gone = await again.call(T.SESSION_DELETE, session_id=third)
         assert gone["session_id"] == third and gone["current"] is None
+        await c.call(T.SESSION_SWITCH, session_id=sid)
+        # the user's empty session is reused by a first message, unless it was set up for its own
+        plain = (await again.call(T.SESSION_NEW))["session"]["session_id"]
+        r = await c.call(T.CHAT_TEXT, text="into the empty one", new_session=True)
+        await c.turn_events(r["turn_id"])
+        assert r["session_id"] == plain
+        pirate = (await again.call(T.SESSION_NEW, system_prompt=PROMPT))["session"]["session_id"]
+        r = await c.call(T.CHAT_TEXT, text="not into the pirate one", new_session=True)
+        await c.turn_events(r["turn_id"])
+        assert r["session_id"] not in (pirate, plain)
+        assert (await c.call(T.SESSION_PROMPT, session_id=pirate))["system_prompt"] == PROMPT
         await c.close()
         await again.close()
 

@@ -25,13 +25,15 @@ async def chat_send(ctx: RequestContext, req: ChatSend) -> ChatSendReply:
 
 async def _first_message_session(ctx: RequestContext) -> str:
     """The session a first message goes to (``new_session``, or a connection without a session):
-    the user's empty untitled session when there is one (this connection's own included), else a
-    new one. The connection switches to it."""
+    the user's empty untitled session when there is one (this connection's own included) that has
+    no system prompt or model of its own (one set up like that waits for its own first message),
+    else a new one. The connection switches to it."""
     sessions = ctx.services.sessions
-    rec, created = await sessions.fresh(ctx.user_id)
-    ctx.attach(rec.session_id)
-    if created:
+    rec = await sessions.empty_session(ctx.user_id)
+    if rec is None or rec.system_prompt is not None or rec.model is not None:
+        rec = await sessions.create(ctx.user_id)
         await sessions.publish_event("created", rec)
+    ctx.attach(rec.session_id)
     return rec.session_id
 
 
