@@ -83,10 +83,7 @@ class UserIndexes:
             index.remove_session(session_id)
             uidx.counts[session_id] = 0
             new = await self.store.messages(session_id)
-        # not superseded, and not the offline agent's canned texts (help, "not understood"): they say
-        # nothing about the user's topics, so recall must not match them (their question stays indexed)
-        docs, consumed = turn_docs(session_id, [m for m in new if in_prompt(m) and not m.metadata.get("canned")],
-                                   final=False)
+        docs, consumed = turn_docs(session_id, [m for m in new if in_prompt(m)], final=False)   # not superseded
         for start in range(0, len(docs), INDEX_CHUNK):          # a big session must not stall the loop
             if start:
                 await asyncio.sleep(0)
