@@ -321,7 +321,8 @@ async def cmd_memory(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     return EXIT_OK
 
 
-COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "prompt": cmd_prompt, "history": cmd_history, "export": cmd_export,
+COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "prompt": cmd_prompt, "history": cmd_history,
+            "export": cmd_export,
             "delete": cmd_delete, "restore": cmd_restore, "purge": cmd_purge, "clients": cmd_clients,
             "kb": partial(cmd_kb, exit_code_for=exit_code_for), "memory": cmd_memory}
 

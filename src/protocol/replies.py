@@ -53,7 +53,8 @@ class HelloReply(Reply):
     def encode(self) -> dict[str, Any]:
         return self._finish({
             "re": self.re, "server": self.server, "proto": self.proto, "user": self.user,
-            "session": self.session.encode() if self.session is not None else None, "session_restored": self.session_restored,
+            "session": self.session.encode() if self.session is not None else None,
+            "session_restored": self.session_restored,
             "running_turn": self.running_turn.encode() if self.running_turn is not None else None,
             "limits": self.limits, "capabilities": list(self.capabilities),
             "agent": self.agent.encode() if self.agent is not None else None})
