@@ -11,7 +11,7 @@ graceful way. The server runs in its own session, so the terminal's SIGHUP never
 The server writes its rotating log file in the history directory (``<data-dir>/logs/nplt-server.log``;
 its stderr goes to ``nplt-server.stderr`` beside it). Both are kept after exit. Where the log is and
 which port the server listens on are printed before the TUI opens and again after it closes, so the
-CLI can be pointed at the same server from another terminal (``nplt-client --port PORT ...``).
+CLI can be pointed at the same server from another terminal (``.venv/bin/nplt-client --port PORT ...``).
 """
 from __future__ import annotations
 
@@ -67,7 +67,9 @@ def main() -> int:
             )
         try:
             port = wait_for_port(port_file, server)
-            sys.stderr.write(f"run: nplt-server on {args.host}:{port} (CLI: nplt-client --port {port} ...)\n"
+            # the programs are in the venv's bin, not on PATH: print the path to copy
+            cli = bindir / "nplt-client"
+            sys.stderr.write(f"run: nplt-server on {args.host}:{port} (CLI: {cli} --port {port} ...)\n"
                              f"run: server log: {log_file}\n")
             sys.stderr.flush()
             client = subprocess.run([str(bindir / "nplt-client"), "--host", args.host, "--port", str(port), *extra])

@@ -1,5 +1,6 @@
-"""Scriptable subcommands: ``ask``, ``sessions``, ``history``, ``export``, ``delete``/``restore``/``purge``,
-``clients``, ``memory list|forget``, ``kb`` (``client.kb_cli``; see docs/client.md).
+"""Scriptable subcommands: ``ask``, ``sessions``, ``prompt``, ``history``, ``export``,
+``delete``/``restore``/``purge``, ``clients``, ``memory list|forget``, ``kb`` (``client.kb_cli``; see
+docs/client.md).
 
 Each command is an async function taking the parsed arguments and the loaded config and returning
 an exit code. Output: human-readable text by default; with ``--json`` exactly one JSON document on
@@ -66,18 +67,25 @@ def _dump(doc: Any, out: TextIO) -> None:
 async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
     """Send one message (``-``: read it from stdin) and stream the answer; with --json print one
     document at the end."""
-    text = args.text
-    if text == "-":
-        text = (await asyncio.to_thread(sys.stdin.read)).rstrip("\n")
-        if not text.strip():
-            err.write("nplt-client: USAGE: no message on stdin\n")
-            return EXIT_USAGE
+    text = await _text_or_stdin(args.text)
+    if text is None:
+        err.write("nplt-client: USAGE: no message on stdin\n")
+        return EXIT_USAGE
     async with make_client(cfg, session_id=args.session) as client:
-        if args.new:
-            await client.session_new()
-        elif args.session and client.session_id != args.session:
+        if args.session and client.session_id != args.session:
             await client.session_switch(args.session)  # NOT_FOUND when it is not the user's session
-        reply = await client.chat_send(text)
+        # --new, or a user without sessions: the message itself starts the session (server side), so
+        # a message that fails leaves no empty session behind
+        new = args.new or client.session_id is None
+        if new and (args.model or args.system is not None):
+            # the model / system prompt must be set before the message: the session is needed first
+            await client.session_new(system_prompt=args.system or None)
+            new = False
+        elif args.system is not None:
+            await client.session_prompt(args.system)        # "" resets it to the server's
+        if args.model:
+            await client.model_switch(args.model)           # UNKNOWN_MODEL (exit 5) when not offered
+        reply = await client.chat_send(text, new_session=new)
         turn_id = reply.turn_id
         try:
             streamed = io.StringIO() if args.json else out   # --json: kept for a cut TURN_END
@@ -109,6 +117,43 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
     if end.finish_reason == "cancelled":
         err.write("nplt-client: CANCELLED: the turn was cancelled\n")
         return EXIT_TURN
+    return EXIT_OK
+
+
+async def _text_or_stdin(text: str) -> str | None:
+    """``text``, or for ``-`` what stdin holds (trailing newlines dropped; None when blank)."""
+    if text != "-":
+        return text
+    text = (await asyncio.to_thread(sys.stdin.read)).rstrip("\n")
+    return text if text.strip() else None
+
+
+async def cmd_prompt(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """Print, set (TEXT, or ``-``: stdin) or ``--clear`` a session's own system prompt."""
+    text: str | None = None
+    if args.clear:
+        if args.text is not None:
+            err.write("nplt-client: USAGE: give a prompt or --clear, not both\n")
+            return EXIT_USAGE
+        text = ""                            # "" resets it to the server's system prompt
+    elif args.text is not None:
+        text = await _text_or_stdin(args.text)
+        if text is None:
+            err.write("nplt-client: USAGE: no system prompt on stdin (--clear resets it)\n")
+            return EXIT_USAGE
+    async with make_client(cfg) as client:
+        reply = await client.session_prompt(text, session_id=args.session)
+    if args.json:
+        _dump({"session_id": reply.session.session_id, "system_prompt": reply.system_prompt}, out)
+    elif text is None:
+        if reply.system_prompt is not None:
+            out.write(reply.system_prompt + "\n")
+        else:
+            err.write(f"nplt-client: session {reply.session.session_id} uses the server's system prompt\n")
+    elif reply.system_prompt is None:
+        out.write(f"system prompt of {reply.session.session_id} reset to the server's\n")
+    else:
+        out.write(f"system prompt of {reply.session.session_id} set ({len(reply.system_prompt)} characters)\n")
     return EXIT_OK
 
 
@@ -278,7 +323,8 @@ async def cmd_memory(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     return EXIT_OK
 
 
-COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "history": cmd_history, "export": cmd_export,
+COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "prompt": cmd_prompt, "history": cmd_history,
+            "export": cmd_export,
             "delete": cmd_delete, "restore": cmd_restore, "purge": cmd_purge, "clients": cmd_clients,
             "kb": partial(cmd_kb, exit_code_for=exit_code_for), "memory": cmd_memory}
 
@@ -289,8 +335,18 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     p.add_argument("text", help="the message ('-': read it from stdin)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--session", metavar="ID", help="session to use (default: the most recently updated)")
-    g.add_argument("--new", action="store_true", help="start a new session for this message")
+    g.add_argument("--new", action="store_true", help="start a new session with this message")
+    p.add_argument("--model", metavar="NAME",
+                   help="switch the session's model to NAME (kept for its later turns)")
+    p.add_argument("--system", metavar="TEXT",
+                   help="set the session's own system prompt first (with --new: the new session's; '' resets)")
     p.add_argument("--json", action="store_true", help="print one JSON document at the end instead of streaming")
+    p = sub.add_parser("prompt", help="print, set or clear a session's own system prompt")
+    p.add_argument("text", nargs="?", metavar="TEXT", help="the new system prompt ('-': read it from stdin); "
+                   "without TEXT the current one is printed")
+    p.add_argument("--session", metavar="ID", help="session (default: the most recently updated)")
+    p.add_argument("--clear", action="store_true", help="reset to the server's system prompt")
+    p.add_argument("--json", action="store_true", help='print {"session_id", "system_prompt"}')
     p = sub.add_parser("sessions", help="list sessions, newest first")
     p.add_argument("--limit", type=_positive, default=0, help="at most N sessions (default: all)")
     p.add_argument("--page-size", type=_positive, default=100, help=argparse.SUPPRESS)

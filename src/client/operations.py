@@ -42,8 +42,9 @@ class Operations:
             self._session_id = session.session_id
 
     # -- sessions (5.2) -------------------------------------------------------------------------------
-    async def session_new(self, title: str | None = None) -> SessionReply:
-        reply = await self._call(SessionReply, MsgType.SESSION_NEW, _body(title=title))
+    async def session_new(self, title: str | None = None, system_prompt: str | None = None) -> SessionReply:
+        """A new session (without a title the user's empty one is reused); the connection switches to it."""
+        reply = await self._call(SessionReply, MsgType.SESSION_NEW, _body(title=title, system_prompt=system_prompt))
         self._track_session(reply.session)
         return reply
 
@@ -104,8 +105,16 @@ class Operations:
         return await self._call(HistoryExportReply, MsgType.HISTORY_EXPORT, _body(format=fmt, session_id=session_id))
 
     # -- chat (5.4) -----------------------------------------------------------------------------------
-    async def chat_send(self, text: str, session_id: str | None = None) -> ChatSendReply:
-        return await self._call(ChatSendReply, MsgType.CHAT_TEXT, _body(text=text, session_id=session_id))
+    async def chat_send(self, text: str, session_id: str | None = None,
+                        new_session: bool = False) -> ChatSendReply:
+        """Send a user message to ``session_id`` (default: the connection's session). With
+        ``new_session``, or when the connection has no session yet, the message starts one (the
+        user's empty session is reused) and the connection switches to it."""
+        reply = await self._call(ChatSendReply, MsgType.CHAT_TEXT,
+                                 _body(text=text, session_id=session_id, new_session=new_session or None))
+        if session_id is None:
+            self._session_id = reply.session_id
+        return reply
 
     async def chat_regenerate(self, session_id: str | None = None) -> ChatRedoReply:
         """Answer the last user message again (the old answer is superseded)."""

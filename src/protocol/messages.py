@@ -150,15 +150,20 @@ class Hello:
 
 @dataclass(slots=True)
 class ChatSend:
-    """CHAT_TEXT (§5.4): send a user message."""
+    """CHAT_TEXT (§5.4): send a user message; ``new_session``: it starts a new session (the user's
+    empty one is reused)."""
     id: RequestId
     text: str
     session_id: str | None = None
+    new_session: bool = False
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> ChatSend:
         body = _object(body)
-        return cls(_id(body), _str(body, "text", None, required=True), _session(body))
+        session_id, new_session = _session(body), _flag(body, "new_session")
+        if session_id is not None and new_session:
+            raise invalid("new_session", "not allowed together with session_id")
+        return cls(_id(body), _str(body, "text", None, required=True), session_id, new_session)
 
 
 @dataclass(slots=True)

@@ -35,7 +35,7 @@ class HelloReply(Reply):
     server: str
     proto: int
     user: str
-    session: SessionInfo
+    session: SessionInfo | None      # None: the user has no session yet (created by the first message)
     session_restored: bool = False
     running_turn: TurnState | None = None
     limits: dict[str, Any] = field(default_factory=dict)
@@ -44,7 +44,8 @@ class HelloReply(Reply):
 
     @classmethod
     def read(cls, f: Fields) -> HelloReply:
-        return cls(f.text("server"), f.integer("proto"), f.text("user"), f.obj("session", SessionInfo.read),
+        return cls(f.text("server"), f.integer("proto"), f.text("user"),
+                   f.obj("session", SessionInfo.read, optional=True),
                    f.flag("session_restored", optional=True), f.obj("running_turn", TurnState.read, optional=True),
                    f.mapping("limits", optional=True), f.texts("capabilities", optional=True),
                    f.obj("agent", AgentInfo.read, optional=True), **_re(f))
@@ -52,7 +53,8 @@ class HelloReply(Reply):
     def encode(self) -> dict[str, Any]:
         return self._finish({
             "re": self.re, "server": self.server, "proto": self.proto, "user": self.user,
-            "session": self.session.encode(), "session_restored": self.session_restored,
+            "session": self.session.encode() if self.session is not None else None,
+            "session_restored": self.session_restored,
             "running_turn": self.running_turn.encode() if self.running_turn is not None else None,
             "limits": self.limits, "capabilities": list(self.capabilities),
             "agent": self.agent.encode() if self.agent is not None else None})
@@ -106,16 +108,18 @@ class SessionSwitchReply(Reply):
 
 @dataclass(frozen=True, slots=True)
 class SessionDeleteReply(Reply):
-    """SESSION_DELETE (§5.2): ``current`` is the requesting connection's session afterwards."""
+    """SESSION_DELETE (§5.2): ``current`` is the requesting connection's session afterwards (None:
+    it had none and still has none)."""
     session_id: str
-    current: SessionInfo
+    current: SessionInfo | None
 
     @classmethod
     def read(cls, f: Fields) -> SessionDeleteReply:
-        return cls(f.text("session_id"), f.obj("current", SessionInfo.read), **_re(f))  # type: ignore[arg-type]
+        return cls(f.text("session_id"), f.obj("current", SessionInfo.read, optional=True), **_re(f))
 
     def encode(self) -> dict[str, Any]:
-        return self._finish({"re": self.re, "session_id": self.session_id, "current": self.current.encode()})
+        current = self.current.encode() if self.current is not None else None
+        return self._finish({"re": self.re, "session_id": self.session_id, "current": current})
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,8 +119,8 @@ class AsyncHistoryStore:
                      limit: int = 20) -> list[SearchHit]:
         return await self._run(self.sync.search, user_id, query, session_id=session_id, limit=limit)
 
-    async def export(self, session_id: str, fmt: str) -> str:
-        return await self._run(self.sync.export, session_id, fmt)
+    async def export(self, session_id: str, fmt: str, model: str | None = None) -> str:
+        return await self._run(self.sync.export, session_id, fmt, model)
 
     async def add_summary(self, session_id: str, summary: SummaryRecord) -> SessionRecord:
         return await self._run(self.sync.add_summary, session_id, summary)

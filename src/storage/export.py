@@ -1,6 +1,7 @@
 """Exports of one session: JSON (machine-readable) and Markdown (for people)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -9,6 +10,15 @@ from .models import ChatMessage, SessionRecord
 from .session import SCHEMA_VERSION
 
 FORMATS = ("json", "markdown")
+
+
+def export(record: SessionRecord, messages: list[ChatMessage], fmt: str, model: str | None = None) -> str:
+    """``fmt`` (one of FORMATS, checked by the caller) of the session; ``model``, when given, is the
+    model named in the header instead of the stored one (the server's effective model: a session
+    on the default model stores none)."""
+    if model:
+        record = replace(record, model=model)
+    return export_json(record, messages) if fmt == "json" else export_markdown(record, messages)
 
 
 def export_json(record: SessionRecord, messages: list[ChatMessage]) -> str:

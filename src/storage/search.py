@@ -4,11 +4,14 @@ A message matches when the whole query occurs in it (score 1.5, +0.1 per extra o
 +0.4) or, failing that, when some of the query's tokens do (score = fraction of tokens found, < 1
 unless all are found). Tokens are runs of word characters (``\\w+``); matching is by substring,
 so Chinese, Japanese and Korean text (no spaces between words) is found by any part of a phrase.
+Messages marked ``metadata.canned`` (the offline agent's fixed help and "not understood" texts) are
+never matched: they say nothing about the user's topics (``searchable``).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import InvalidArgument
 
@@ -39,6 +42,12 @@ class Query:
         if not found:
             return None
         return round(len(found) / len(self.tokens), 4), min(found)
+
+
+def searchable(message: dict[str, Any]) -> bool:
+    """Whether search may match a stored message (its dict form): not a canned reply."""
+    meta = message.get("metadata")
+    return not (isinstance(meta, dict) and meta.get("canned"))
 
 
 def compile_query(query: object) -> Query:

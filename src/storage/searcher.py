@@ -9,7 +9,7 @@ from .errors import InvalidArgument, NotFound
 from .ids import validate_session_id
 from .index import SessionIndex
 from .models import SearchHit
-from .search import compile_query, snippet
+from .search import compile_query, searchable, snippet
 from .textscan import SEP, session_text
 
 
@@ -42,7 +42,7 @@ class Searcher:
                     title, st = s.state.record.title, s.state
                     if SEP in q.text:             # (a NUL in the query: message by message)
                         found = [(i, *hit) for i, d in enumerate(st.msgs[st.vis_start():], st.vis_start())
-                                 if (hit := q.match(d.get("content"))) is not None]
+                                 if searchable(d) and (hit := q.match(d.get("content"))) is not None]
                     else:
                         st.text = session_text(st.text, st.last_seq, st.vis_start(), st.msgs)
                         found = st.text.scan(q)

@@ -27,7 +27,7 @@ from .cache import SessionCache
 from .compaction import Compactor
 from .config import StorageConfig
 from .errors import InvalidArgument, MessageTooLarge, NotFound, StorageIOError, StorageLocked
-from .export import FORMATS, export_json, export_markdown
+from .export import FORMATS, export
 from .flusher import JournalFlusher, NewFile
 from .fsio import fsync_dir, write_file
 from .ids import new_session_id
@@ -348,14 +348,15 @@ class HistoryStore:
         score first, newest first among ties. Sessions not loaded are read and dropped again."""
         return self.searcher.search(user_id, query, session_id=session_id, limit=limit)
 
-    def export(self, session_id: str, fmt: str) -> str:
-        """The session's visible messages as ``"json"`` or ``"markdown"``."""
+    def export(self, session_id: str, fmt: str, model: str | None = None) -> str:
+        """The session's visible messages as ``"json"`` or ``"markdown"`` (``model``: the model the
+        header names instead of the stored one, see ``storage.export.export``)."""
         if fmt not in FORMATS:
             raise InvalidArgument(f"export format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
         with self.cache.locked(session_id) as s:
             record = _copy(s.state.record)
             msgs = [to_message(d) for d in s.state.after(0)]
-        return export_json(record, msgs) if fmt == "json" else export_markdown(record, msgs)
+        return export(record, msgs, fmt, model)
 
     # -- commits ---------------------------------------------------------------------------
     def _commit(self, sess: LoadedSession, op: str, fields: dict[str, Any], *,

@@ -1,6 +1,6 @@
 """Search over one session's visible messages folded into one string (scanned by ``str.find`` in C).
 
-``SessionText`` holds the casefolded contents of the visible messages joined with NUL (which no
+``SessionText`` holds the casefolded contents of the visible, searchable (not canned) messages joined with NUL (which no
 query contains, so a match never spans two messages) and the offset where each one starts. It is
 built on the first search of a session and kept with the session's in-memory state until the
 session changes (its journal ``last_seq`` moves). ``scan`` gives exactly what ``Query.match`` gives
@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any
 
-from .search import Query
+from .search import Query, searchable
 
 SEP = "\x00"
 
@@ -25,7 +25,7 @@ class SessionText:
         index: list[int] = []                       # position in msgs of each folded text
         for i in range(vis, len(msgs)):
             c = msgs[i].get("content")
-            if isinstance(c, str) and c:
+            if isinstance(c, str) and c and searchable(msgs[i]):
                 folded.append(c.casefold())
                 index.append(i)
         starts, at = [], 0

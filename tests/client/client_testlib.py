@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from client.config import ClientConfig
+from client.connection import Client
 from client.tui.app import NpltApp
 from client.tui.chat import ChatView
 from client.tui.input import ChatInput
@@ -119,13 +120,21 @@ SIZE = (110, 40)
 
 
 @asynccontextmanager
-async def open_app(addr: tuple[str, int], **cfg: Any) -> AsyncIterator[tuple[NpltApp, Any]]:
-    """Run the app on the server and wait until it shows a session."""
+async def open_app(addr: tuple[str, int], *, with_session: bool = True,
+                   **cfg: Any) -> AsyncIterator[tuple[NpltApp, Any]]:
+    """Run the app on the server and wait until it shows a session. A user without sessions gets
+    none from HELLO (the first message creates it): ``with_session`` first makes one (an empty "New
+    chat", as HELLO used to), else the app is only waited for until it is connected."""
+    if with_session:
+        async with Client(*addr) as c:
+            if c.session_id is None:
+                await c.session_new()
     config = ClientConfig(host=addr[0], port=addr[1], reconnect_initial_s=0.05, reconnect_max_s=0.2, **cfg)
     app = NpltApp(config)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(lambda: app.client.connected and app.query_one(ChatView).session_id is not None
-                         and app.controller._loads == 0, pilot=pilot, what="the first session")
+        await wait_until(lambda: app.client.connected and app.controller._loads == 0
+                         and (app.query_one(ChatView).session_id is not None or not with_session),
+                         pilot=pilot, what="the first session")
         yield app, pilot
 
 

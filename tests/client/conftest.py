@@ -39,6 +39,8 @@ async def client(server: tuple[Any, tuple[str, int]]) -> AsyncIterator[Client]:
     _, (host, port) = server
     c = Client(host, port, backoff=Backoff(initial=0.05, maximum=0.2))
     await c.connect()
+    if c.session_id is None:   # HELLO gives a user without sessions none: start one to work in
+        await c.session_new()
     try:
         yield c
     finally:

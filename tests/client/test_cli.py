@@ -264,3 +264,28 @@ def test_client_errors_take_protocol_or_client_codes_only():
     assert ClientError(ClientCode.TIMEOUT, "slow").is_connection_error
     with pytest.raises(TypeError):
         ClientError("NOT_FOUND", "a bare string")
+
+
+def test_a_fresh_server_lists_nothing_and_ask_new_leaves_no_empty_sessions(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture) -> None:
+    """Listing never creates a session, and a session is made by its first message: `ask --new`
+    whose message is refused leaves nothing behind, however often it is run."""
+    with ServerThread(tmp_path, max_text_chars=50) as st:
+        for _ in range(2):
+            code, out, err = run(st, capsys, "sessions", "--json")
+            assert code == 0 and json.loads(out) == {"sessions": []}, err
+        for _ in range(2):                        # no answer: the server refuses the message
+            code, out, err = run(st, capsys, "ask", "--new", "x" * 51)
+            assert code == cli.EXIT_REQUEST and "INVALID_MESSAGE" in err
+        code, out, _ = run(st, capsys, "sessions", "--json")
+        assert json.loads(out) == {"sessions": []}
+        ids = []
+        for text in ("first topic", "second topic"):
+            code, out, err = run(st, capsys, "ask", "--new", text, "--json")
+            assert code == 0, err
+            ids.append(json.loads(out)["session_id"])
+        code, out, _ = run(st, capsys, "sessions", "--json")
+        listed = json.loads(out)["sessions"]
+        assert [s["session_id"] for s in listed] == ids[::-1] and all(s["message_count"] == 2 for s in listed)
+        code, out, err = run(st, capsys, "ask", "no flag: the newest session", "--json")
+        assert code == 0 and json.loads(out)["session_id"] == ids[1]

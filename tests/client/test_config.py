@@ -1,13 +1,17 @@
-"""Client configuration: file, environment and flag precedence, validation, TLS contexts."""
+"""Client configuration: file, environment and flag precedence, validation, TLS contexts; the
+user's folders (config, saved state, log)."""
 from __future__ import annotations
 
+import os
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from client.config import ClientConfig, ClientConfigError, TlsConfig
-from client.main import build_parser
+from client.main import LOG_BYTES, build_parser
 from client.tui.saved import MAX_HISTORY, SavedState
 
 CERT = Path(__file__).parent / "certs" / "cert.pem"
@@ -93,3 +97,39 @@ def test_saved_tui_state_round_trip_and_bad_files(tmp_path: Path) -> None:
     for bad in ("{not json", "[1, 2]", '{"theme": 3, "history": "x"}'):
         path.write_text(bad)
         assert SavedState.load(path) == SavedState()
+
+
+LOG_SCRIPT = """
+import logging
+from client import paths
+from client.main import LOG_BYTES, log_to_file
+log_to_file()
+log = logging.getLogger("nplt.client")
+log.warning("first line")
+for i in range(LOG_BYTES // 1000 + 50):    # past LOG_BYTES: the file rotates
+    log.info("filler %06d %s", i, "x" * 960)
+print(paths.log_file())
+"""
+
+
+@pytest.mark.parametrize("xdg", [True, False], ids=["xdg", "home"])
+def test_the_client_log_rotates_in_the_platformdirs_log_folder(tmp_path: Path, xdg: bool) -> None:
+    """The TUI's log (client.main.log_to_file) is a rotating file in the user's log folder:
+    $XDG_STATE_HOME/nplt/log (platformdirs), else ~/.local/state/nplt/log; never the current folder."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
+    env["HOME"] = str(tmp_path / "home")
+    if xdg:
+        env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    expected = (tmp_path / "state" if xdg else tmp_path / "home" / ".local" / "state") / "nplt" / "log" / "client.log"
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    src = Path(__file__).resolve().parents[2] / "src"
+    env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", LOG_SCRIPT], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert Path(proc.stdout.strip()) == expected
+    rotated = expected.with_name("client.log.1")
+    assert expected.is_file() and rotated.is_file()
+    assert "first line" in rotated.read_text(encoding="utf-8")          # the oldest lines moved on rotation
+    assert expected.stat().st_size <= LOG_BYTES and not list(cwd.iterdir())

@@ -40,8 +40,8 @@ async def run_turn(client: Client, text: str) -> tuple[ChatSendReply, list[TurnE
 
 
 async def test_hello_and_session_operations(client: Client) -> None:
-    first = client.session_id
-    assert client.hello.proto == 3 and client.hello.session.session_id == first
+    first = client.session_id           # the fixture's SESSION_NEW: HELLO gave none on a fresh server
+    assert client.hello.proto == 3 and client.hello.session is None and first is not None
     created = await client.session_new(title="second")
     assert created.session.title == "second"
     assert client.session_id == created.session.session_id != first
@@ -58,6 +58,21 @@ async def test_hello_and_session_operations(client: Client) -> None:
     assert deleted.session_id == first
     assert client.session_id == deleted.current.session_id != first
     assert first not in {s.session_id for s in (await client.session_list()).sessions}
+
+
+async def test_a_first_message_creates_the_session_and_hello_then_attaches_to_it(server) -> None:
+    _, (host, port) = server
+    async with Client(host, port) as c:
+        assert c.hello is not None and c.hello.session is None and c.session_id is None
+        assert (await c.session_list()).sessions == ()
+        assert (await c.model_list()).current == "echo"
+        reply, _ = await run_turn(c, "the first message")
+        assert c.session_id == reply.session_id
+        again = await c.chat_send("a new topic", new_session=True)
+        assert c.session_id == again.session_id != reply.session_id
+    async with Client(host, port) as c:
+        assert c.hello is not None and c.hello.session is not None
+        assert c.hello.session.session_id == c.session_id == again.session_id     # the newest
 
 
 async def test_chat_events_in_order_with_contiguous_deltas(client: Client) -> None:
@@ -141,6 +156,7 @@ async def test_fragmented_reply_larger_than_a_frame(client: Client) -> None:
 async def test_other_client_sees_session_events(server) -> None:
     _, (host, port) = server
     async with Client(host, port) as a, Client(host, port) as b:
+        await a.session_new()             # a fresh server: HELLO gave no session
         await a.session_rename("from a")
         ev = await next_event_of(b, SessionEvent, pred=lambda e: e.kind == "renamed")
         assert ev.session.title == "from a"

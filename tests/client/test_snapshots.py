@@ -26,6 +26,7 @@ TERMINAL = (100, 30)
 @pytest.fixture
 def srv(tmp_path: Path) -> Iterator[ServerThread]:
     with ServerThread(tmp_path) as st:
+        st.run(st.srv.store.create("local"))   # the user's empty "New chat" (HELLO creates none)
         yield st
 
 

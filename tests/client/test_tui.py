@@ -58,6 +58,32 @@ async def test_send_streams_answer_incrementally(server, echo: EchoAgent) -> Non
         assert status.turn_status is None
 
 
+async def test_a_fresh_server_the_first_message_creates_the_session(server, echo: EchoAgent) -> None:
+    """HELLO gives a user without sessions none: the TUI opens on an empty chat (header: the model
+    the next session gets), the user types and sends, and that message creates the one session."""
+    srv, addr = server
+    async with open_app(addr, with_session=False) as (app, pilot):
+        await wait_until(lambda: app.controller.models, pilot=pilot, what="the lists")
+        assert app.client.hello is not None and app.client.hello.session is None
+        assert app.controller.session_id is None and contents(app) == []
+        assert app.title.endswith("· echo") and app.sub_title == "New chat"
+        assert app.query_one(Sidebar).sessions == {}
+        assert (await srv.store.list("local"))[0] == []             # opening the TUI created nothing
+        await type_and_send(pilot, "!block my very first message")
+        await echo.wait_blocked(1)
+        echo.release()
+        await wait_answer(app, pilot, "echo: !block my very first message")
+        assert contents(app) == [("user", "!block my very first message"),
+                                 ("assistant", "echo: !block my very first message")]
+        recs, _ = await srv.store.list("local")
+        assert [r.session_id for r in recs] == [app.controller.session_id]
+        await wait_until(lambda: list(app.query_one(Sidebar).sessions) == [app.controller.session_id],
+                         pilot=pilot, what="the sidebar lists the new session")
+        await type_and_send(pilot, "and a second one")                 # now in that session
+        await wait_answer(app, pilot, "echo: and a second one")
+        assert len((await srv.store.list("local"))[0]) == 1 and len(contents(app)) == 4
+
+
 async def test_offline_agent_tool_item_live_and_from_history(tmp_path: Path) -> None:
     async with running_server(tmp_path, agent=offline_agent()) as (_, addr):
         async with open_app(addr) as (app, pilot):
@@ -197,10 +223,10 @@ async def test_reconnect_restores_session(tmp_path: Path) -> None:
     _, addr = await first.__aenter__()
     app = NpltApp(ClientConfig(host=addr[0], port=port, reconnect_initial_s=0.05, reconnect_max_s=0.2))
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(lambda: app.client.connected and chat(app).session_id, pilot=pilot)
-        sid = chat(app).session_id
-        await type_and_send(pilot, "before restart")
+        await wait_until(lambda: app.client.connected, pilot=pilot)
+        await type_and_send(pilot, "before restart")          # a fresh server: this creates the session
         await wait_answer(app, pilot, "echo: before restart")
+        sid = chat(app).session_id
         status = app.query_one(StatusLine)
         await first.__aexit__(None, None, None)
         await wait_until(lambda: status.connection in ("reconnecting",), pilot=pilot, what="reconnecting state")

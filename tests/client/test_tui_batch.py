@@ -5,6 +5,7 @@ import asyncio
 import pytest
 
 from client.config import ClientConfig
+from client.connection import Client
 from client.events import Event, Reconnecting
 from client.tui.app import NpltApp
 from client.tui.batch import runs
@@ -66,6 +67,8 @@ async def test_queued_deltas_render_as_one_append(server, echo: EchoAgent,
         appends.append(text)
         await plain_append(self, text)
     monkeypatch.setattr(MessageView, "append", counting_append)
+    async with Client(*addr) as c:        # the user's session (HELLO gives a user without one none)
+        await c.session_new()
     app = NpltApp(ClientConfig(host=addr[0], port=addr[1]))
     async with app.run_test(size=SIZE) as pilot:
         chat = app.query_one(ChatView)

@@ -188,8 +188,9 @@ async def test_two_intents_run_concurrently_in_one_step(tmp_path):
 
 async def test_search_and_recall_do_not_match_the_canned_replies(tmp_path):
     """Issue 16: the reply to unknown requests quoted "what did I ask about nginx earlier", so a search
-    for nginx found the canned text 4 times out of 5."""
-    async with real_server(tmp_path) as (_, addr):
+    for nginx found the canned text 4 times out of 5; the help reply lists "show disk usage", so a
+    search for disk usage found it. Canned replies are left out of history search and recall."""
+    async with real_server(tmp_path) as (srv, addr):
         c = await V3Client.connect(addr)
         asked, _ = await chat(c, "how do I restart nginx gracefully?")
         canned = []
@@ -200,6 +201,13 @@ async def test_search_and_recall_do_not_match_the_canned_replies(tmp_path):
         assert not any("nginx" in m["content"] for m in canned)
         hits = (await c.call(T.HISTORY_SEARCH, query="nginx"))["hits"]
         assert [(h["role"], h["message_id"]) for h in hits] == [("user", asked["user_message"]["id"])]
+        assert "disk usage" in canned[0]["content"].lower()          # the help reply
+        assert (await c.call(T.HISTORY_SEARCH, query="disk usage"))["hits"] == []
+        assert (await c.call(T.HISTORY_SEARCH, query="disk usage", session_id=c.session_id))["hits"] == []
+        assert await srv.services.memory.search("local", "disk usage") == []     # the recall index
+        recalled = await srv.services.memory.search("local", "help")             # the question stays indexed
+        assert recalled[0]["message_id"] == canned[0]["id"] - 1
+        assert not any("disk" in h["snippet"].lower() for h in recalled)
         await c.call(T.SESSION_NEW, title="later")
         data, _ = await one_tool_turn(c, "what did I ask about nginx earlier", "history_search",
                                       {"query": "nginx", "limit": 5, "current_session_only": False})

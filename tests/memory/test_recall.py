@@ -136,6 +136,14 @@ def test_turn_docs_pair_user_and_final_answer():
     assert [d.message_id for d in docs] == [2, 5, 6] and upto == 6
 
 
+def test_turn_docs_leave_canned_replies_out():
+    """The offline agent's help text is marked canned: it ends the turn, but is not indexed."""
+    msgs = [ChatMessage(1, "user", "help"),
+            ChatMessage(2, "assistant", "I can show disk usage, CPU usage, ...", metadata={"canned": True})]
+    docs, upto = turn_docs("s", msgs, final=False)
+    assert [(d.message_id, d.answer_id, d.text()) for d in docs] == [(1, None, "help")] and upto == 2
+
+
 def test_neighbour_context_is_updated_as_turns_arrive():
     idx = RecallIndex()
     idx.add_turns("s", [TurnDoc("s", 1, 2, "2026-05-08T10:00:00+00:00", "what colour is the rack?", "")], 2)

@@ -19,6 +19,7 @@ async def read_all_v3(reader: asyncio.StreamReader) -> list[Message]:
 
 async def test_v3_requests_sent_before_eof_are_all_answered(tmp_path):
     async with running_server(tmp_path) as (srv, addr):
+        await (await V3Client.connect(addr)).close()      # the user's session, which HELLO attaches to
         reader, writer = await asyncio.open_connection(*addr)
         codec = Connection(Role.CLIENT)
         requests = [(T.HELLO, {"id": "h", "proto": 3, "client": "eof"}), (T.SESSION_INFO, {"id": 1}),

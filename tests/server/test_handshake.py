@@ -67,6 +67,7 @@ async def test_invalid_hello_then_another_request_is_handshake_required(tmp_path
 
 async def test_requests_pipelined_behind_hello_are_answered(tmp_path):
     async with running_server(tmp_path) as (srv, addr):
+        first = await V3Client.connect(addr)        # the user's session, which HELLO attaches to
         c = await V3Client.connect(addr, hello=False)
         loop = asyncio.get_running_loop()
         futs = {}
@@ -78,8 +79,10 @@ async def test_requests_pipelined_behind_hello_are_answered(tmp_path):
         c.send_bytes(data)  # one write: HELLO and three requests
         replies = [await asyncio.wait_for(futs[i], 5) for i in range(1, 5)]
         assert [m.type for m in replies] == [T.RESPONSE, T.PONG, T.RESPONSE, T.RESPONSE]
-        assert replies[2].body["session"]["session_id"] == replies[0].body["session"]["session_id"]
+        assert replies[2].body["session"]["session_id"] == replies[0].body["session"]["session_id"] \
+            == first.session_id
         await c.close()
+        await first.close()
 
 
 BAD_TOKENS = [None, "wrong", "", " ", 123, 0, False, [], {"token": "s3cret"}, ["s3cret"], "s3cret" * 1000]

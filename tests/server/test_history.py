@@ -78,6 +78,23 @@ async def test_export_markdown_and_json_and_large_exports_are_fragmented(tmp_pat
         await c.close()
 
 
+async def test_export_header_names_the_model_session_info_shows(tmp_path):
+    """A session on the default model stores none; its export names the effective model anyway."""
+    async with running_server(tmp_path) as (srv, addr):
+        c = await V3Client.connect(addr)
+        r = await c.call(T.CHAT_TEXT, text="which model?")
+        await c.turn_events(r["turn_id"])
+        assert (await c.call(T.SESSION_INFO))["session"]["model"] == "echo"
+        md = (await c.call(T.HISTORY_EXPORT, format="markdown"))["content"]
+        assert "- Model: echo\n" in md
+        assert json.loads((await c.call(T.HISTORY_EXPORT, format="json"))["content"])["session"]["model"] == "echo"
+        await c.call(T.MODEL_SWITCH, model="echo-large")
+        assert "- Model: echo-large\n" in (await c.call(T.HISTORY_EXPORT, format="markdown"))["content"]
+        doc = json.loads((await c.call(T.HISTORY_EXPORT, format="json"))["content"])
+        assert doc["session"]["model"] == "echo-large"
+        await c.close()
+
+
 async def test_export_over_the_message_cap_is_a_clear_error(tmp_path):
     async with running_server(tmp_path, max_message_size=65535) as (srv, addr):
         c = await V3Client.connect(addr)

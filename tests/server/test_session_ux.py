@@ -39,7 +39,7 @@ async def session_ids(c: V3Client, **extra) -> list[str]:
 
 async def test_empty_sessions_do_not_pile_up(tmp_path):
     async with running_server(tmp_path) as (srv, addr):
-        first = await V3Client.connect(addr)              # a user with no session gets one
+        first = await V3Client.connect(addr)              # HELLO gives none: testkit sends SESSION_NEW
         sid = first.session_id
         for _ in range(3):                                 # HELLO again, and listing: nothing new
             c = await V3Client.connect(addr)
@@ -56,7 +56,7 @@ async def test_empty_sessions_do_not_pile_up(tmp_path):
         assert set(await session_ids(first)) == {sid, second}
         created = [m.body["session"]["session_id"] for m in first.inbox
                    if m.type == T.SESSION_EVENT and m.body["kind"] == "created"]
-        assert created == [sid]                             # HELLO's: the reuses announced nothing
+        assert created == [sid]                             # the first: the reuses announced nothing
         r = await first.call(T.CHAT_TEXT, text="now it has a message")   # in `sid`
         await first.turn_events(r["turn_id"])
         # `ask --new` as the CLI does it: HELLO (the newest session, the one with a message), then new
@@ -74,6 +74,58 @@ async def test_empty_sessions_do_not_pile_up(tmp_path):
         await v2.close()
         assert len(await session_ids(first)) == 3
         await first.close()
+
+
+async def test_a_user_without_sessions_gets_none_until_the_first_message(tmp_path):
+    async with running_server(tmp_path, max_text_chars=100) as (srv, addr):
+        c = await V3Client.connect(addr, new_session=False)
+        assert c.hello["session"] is None and c.hello["running_turn"] is None
+        assert "lazy_session" in c.hello["capabilities"]
+        assert await session_ids(c) == [] and await session_ids(c) == []     # listing never creates
+        again = await V3Client.connect(addr, new_session=False)
+        assert again.hello["session"] is None
+        for t in (T.SESSION_INFO, T.HISTORY_REQUEST, T.SESSION_PROMPT):
+            with pytest.raises(ReplyError) as err:
+                await c.call(t)
+            assert err.value.code == "NOT_FOUND" and "no current session" in err.value.body["message"]
+        assert (await c.call(T.MODEL_LIST))["current"] == "echo"            # the next session's model
+        with pytest.raises(ReplyError) as err:                              # a refused message creates nothing
+            await c.call(T.CHAT_TEXT, text="x" * 101)
+        assert err.value.code == "INVALID_MESSAGE" and await session_ids(c) == []
+        with pytest.raises(ReplyError) as err:
+            await c.call(T.CHAT_TEXT, text="hi", new_session=True, session_id="s_1")
+        assert err.value.code == "INVALID_MESSAGE" and "new_session" in err.value.body["message"]
+
+        r = await c.call(T.CHAT_TEXT, text="the first message")             # creates the session
+        await c.turn_events(r["turn_id"])
+        sid = r["session_id"]
+        created = await again.wait_type(T.SESSION_EVENT, kind="created")
+        assert created.body["session"]["session_id"] == sid
+        assert await session_ids(c) == [sid]
+        info = (await c.call(T.SESSION_INFO))["session"]                    # the connection is in it now
+        assert info["session_id"] == sid and info["message_count"] == 2 and info["title"] == "the first message"
+        # `new_session`: the message starts another session, and the connection follows it
+        r = await c.call(T.CHAT_TEXT, text="another topic", new_session=True)
+        await c.turn_events(r["turn_id"])
+        assert r["session_id"] != sid and (await c.call(T.SESSION_INFO))["session"]["session_id"] == r["session_id"]
+        assert set(await session_ids(c)) == {sid, r["session_id"]}
+        # a connection that had no session can delete one without being given one
+        third = (await c.call(T.SESSION_NEW, title="doomed"))["session"]["session_id"]
+        gone = await again.call(T.SESSION_DELETE, session_id=third)
+        assert gone["session_id"] == third and gone["current"] is None
+        await c.call(T.SESSION_SWITCH, session_id=sid)
+        # the user's empty session is reused by a first message, unless it was set up for its own
+        plain = (await again.call(T.SESSION_NEW))["session"]["session_id"]
+        r = await c.call(T.CHAT_TEXT, text="into the empty one", new_session=True)
+        await c.turn_events(r["turn_id"])
+        assert r["session_id"] == plain
+        pirate = (await again.call(T.SESSION_NEW, system_prompt=PROMPT))["session"]["session_id"]
+        r = await c.call(T.CHAT_TEXT, text="not into the pirate one", new_session=True)
+        await c.turn_events(r["turn_id"])
+        assert r["session_id"] not in (pirate, plain)
+        assert (await c.call(T.SESSION_PROMPT, session_id=pirate))["system_prompt"] == PROMPT
+        await c.close()
+        await again.close()
 
 
 async def test_system_prompt_per_session_is_stored_and_reaches_the_model(tmp_path):

@@ -117,6 +117,19 @@ async def test_search_folds_case_beyond_ascii(store):
     assert hit.snippet == "ÉCOLE Straße"
 
 
+async def test_search_skips_canned_replies(store):
+    """The offline agent's fixed texts (help, "not understood") are marked canned: never a hit."""
+    rec = await store.create("alice")
+    await store.append(rec.session_id, "user", "help")
+    await store.append(rec.session_id, "assistant", "I can show disk usage, CPU usage, ...",
+                       metadata={"canned": True})
+    await store.append(rec.session_id, "assistant", "your disk usage is 40%")
+    for query in ("disk usage", "disk usage\x00"):        # the folded-text scan and message by message
+        assert [h.message_id for h in await store.search("alice", query)] == [3]
+    assert [h.message_id for h in await store.search("alice", "CPU", session_id=rec.session_id)] == []
+    assert [h.message_id for h in await store.search("alice", "usage")] == [3]
+
+
 async def test_export_json_and_markdown(store):
     rec = await store.create("alice", "Export me")
     await store.append(rec.session_id, "user", "hidden later")

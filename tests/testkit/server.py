@@ -7,7 +7,9 @@ BasicMemory so tests do not depend on the memory layer; pass ``memory="auto"`` f
 
 ``V3Client`` speaks v3 through protocol.Connection over asyncio streams: ``call`` sends a request
 and returns the RESPONSE body (raising ``ReplyError`` for ERROR), ``wait_for`` and ``turn_events``
-wait for pushed events with a deadline.
+wait for pushed events with a deadline. HELLO answers ``session: null`` to a user without sessions;
+``connect`` then sends SESSION_NEW and puts that session into ``hello["session"]`` so that tests
+have a session to work in (``new_session=False`` keeps HELLO's reply as it is).
 """
 from __future__ import annotations
 
@@ -88,7 +90,7 @@ class V3Client:
 
     @classmethod
     async def connect(cls, addr: tuple[str, int], *, token: str | None = None, session_id: str | None = None,
-                      hello: bool = True, **kw: Any) -> V3Client:
+                      hello: bool = True, new_session: bool = True, **kw: Any) -> V3Client:
         reader, writer = await asyncio.open_connection(*addr)
         client = cls(reader, writer, **kw)
         if hello:
@@ -98,10 +100,13 @@ class V3Client:
             if session_id is not None:
                 body["session_id"] = session_id
             client.hello = await client.call(MsgType.HELLO, **body)
+            if client.hello.get("session") is None and new_session:
+                client.hello["session"] = (await client.call(MsgType.SESSION_NEW))["session"]
         return client
 
     @property
     def session_id(self) -> str:
+        assert self.hello.get("session") is not None, "HELLO gave no session (connect with new_session=True)"
         return self.hello["session"]["session_id"]
 
     async def _read_loop(self) -> None:
@@ -299,9 +304,14 @@ async def handler_services(tmp_path: Path, agent: Any = None, *, store: Any = No
 
 
 async def hello_context(svc: Any, port: FakePort | None = None) -> Any:
-    """A RequestContext after a successful HELLO (user ``local``, attached to a session)."""
+    """A RequestContext after a successful HELLO (user ``local``, attached to a session: the user's
+    newest, else a new one made with SESSION_NEW, as ``V3Client.connect`` does)."""
+    from protocol.messages import SessionNew
     from server.context import RequestContext
     from server.handlers.hello import handle_hello, parse_hello
+    from server.handlers.sessions import session_new
     ctx = RequestContext(svc, port or FakePort())
     await handle_hello(ctx, parse_hello({"id": 1, "proto": 3, "client": "testkit/1"}))
+    if ctx.session_id is None:
+        await session_new(ctx, SessionNew(id=0))
     return ctx

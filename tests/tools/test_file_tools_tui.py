@@ -7,7 +7,6 @@ from pathlib import Path
 
 from client.config import ClientConfig
 from client.tui.app import NpltApp
-from client.tui.chat import ChatView
 from client.tui.input import ChatInput
 from client.tui.toolcall import ToolCallItem
 from server.agent.config import AgentConfig
@@ -31,8 +30,8 @@ async def test_search_files_call_is_shown_as_a_tool_item(tmp_path: Path) -> None
     async with running_server(tmp_path, agent=agent) as (_, (host, port)):
         app = NpltApp(ClientConfig(host=host, port=port, reconnect_initial_s=0.05, reconnect_max_s=0.2))
         async with app.run_test(size=(110, 40)) as pilot:
-            await wait_until(lambda: app.client.connected and app.query_one(ChatView).session_id is not None,
-                             pilot, "the first session")
+            await wait_until(lambda: app.client.connected and app.client.hello is not None,   # a fresh server:
+                             pilot, "the connection")                 # no session until the first message
             box = app.query_one(ChatInput)
             box.focus()
             box.load_text("grep ERROR in app.log")

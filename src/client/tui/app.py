@@ -158,11 +158,13 @@ class NpltApp(App[None]):
 
     def action_rename_session(self) -> None:
         session = self.controller.session
+        if session is None:   # no session yet (the first message creates it)
+            return
 
         def done(title: str | None) -> None:
             if title:
                 self.controller.spawn(self.controller.rename(title), "rename")
-        self.push_screen(RenameModal(session.title if session is not None else ""), done)
+        self.push_screen(RenameModal(session.title), done)
 
     def action_delete_session(self) -> None:
         sid = self.controller.session_id
@@ -351,6 +353,8 @@ class NpltApp(App[None]):
 
     def _switch_model(self, name: str) -> None:
         async def switch() -> None:
+            if self.client.session_id is None:   # no session yet: the model is the new session's
+                await self.controller.new_session()
             reply = await self.client.model_switch(name)
             self.notify(f"Model: {reply.model}")
         self.controller.spawn(switch(), "model")

@@ -53,6 +53,7 @@ class Controller:
         self._loads = 0
         self._load_lock = asyncio.Lock()
         self._deleting: set[str] = set()
+        self._first_send = asyncio.Lock()   # one send at a time while no session exists yet
 
     # -- widgets ----------------------------------------------------------------------------------------
     @property
@@ -189,10 +190,19 @@ class Controller:
                 self.status.set_turn(None)
                 await self.chat.add_error(f"Disconnected: {error}")
 
-    async def after_connect(self, session: SessionInfo, running: TurnState | None) -> None:
-        async def fetch() -> tuple[SessionInfo, TurnState | None]:
-            return session, running
-        await self.load_session(fetch)
+    async def after_connect(self, session: SessionInfo | None, running: TurnState | None) -> None:
+        """Show the session HELLO attached to; a user without sessions gets none (HELLO ``session:
+        null``): the chat stays empty and the first message sent creates the session (``send``)."""
+        if session is None:
+            await self.chat.reset(None)
+            model = self.agent.model if self.agent is not None else ""
+            base = type(self.app).TITLE
+            self.app.title = f"{base} · {model}" if model else base
+            self.app.sub_title = "New chat"
+        else:
+            async def fetch() -> tuple[SessionInfo, TurnState | None]:
+                return session, running
+            await self.load_session(fetch)
         # the sidebar and the model list come after the first paint of the chat
         self.app.call_after_refresh(lambda: self.spawn(self.load_lists(), "lists"))
 
@@ -282,6 +292,7 @@ class Controller:
             async def fetch() -> tuple[SessionInfo, TurnState | None]:
                 reply = await self.client.session_delete(session_id)
                 self.sidebar.remove(session_id)
+                assert reply.current is not None, "deleting the current session moves the connection"
                 return reply.current, None
             await self.load_session(fetch, focus=True)
         finally:
@@ -409,10 +420,24 @@ class Controller:
         if not self.client.connected:
             await self.chat.add_error(f"Not sent (connection {self.client.state}): {text[:60]}")
             return
+        async with self._first_send:
+            if self.client.session_id is None:   # the user has no session yet: this message creates it
+                await self._send_first(text)
+                return
         sid = self.session_id
         reply = await self.client.chat_send(text)
         if self.session_id == sid:
             await self.render(self.state.sent(reply))
+
+    async def _send_first(self, text: str) -> None:
+        """Send into no session (the server creates it with this message), then show the new session:
+        its turn is reattached from the switch reply, and its events wait until the page is shown."""
+        async def fetch() -> tuple[SessionInfo, TurnState | None]:
+            sent = await self.client.chat_send(text)
+            reply = await self.client.session_switch(sent.session_id)
+            return reply.session, reply.running_turn
+        await self.load_session(fetch, focus=True)
+        self.spawn(self.load_sessions(), "lists")
 
     async def regenerate(self) -> None:
         """Answer the last user message again; the chat reloads without the superseded answer."""

@@ -17,8 +17,24 @@ async def chat_send(ctx: RequestContext, req: ChatSend) -> ChatSendReply:
         raise HandlerError(ErrorCode.INVALID_MESSAGE,
                            f"field 'text': expected at most {cap} characters, got {len(req.text)}")
     session_id = req.session_id or ctx.session_id
+    if req.new_session or session_id is None:   # a session is created by its first message
+        session_id = await _first_message_session(ctx)
     turn, ahead = await ctx.services.runner.submit(ctx.port, ctx.user_id, session_id, req.text, req.id)
     return ChatSendReply(turn.turn_id, turn.session_id, turn.user_message_obj(), ahead)
+
+
+async def _first_message_session(ctx: RequestContext) -> str:
+    """The session a first message goes to (``new_session``, or a connection without a session):
+    the user's empty untitled session when there is one (this connection's own included) that has
+    no system prompt or model of its own (one set up like that waits for its own first message),
+    else a new one. The connection switches to it."""
+    sessions = ctx.services.sessions
+    rec = await sessions.empty_session(ctx.user_id)
+    if rec is None or rec.system_prompt is not None or rec.model is not None:
+        rec = await sessions.create(ctx.user_id)
+        await sessions.publish_event("created", rec)
+    ctx.attach(rec.session_id)
+    return rec.session_id
 
 
 async def chat_cancel(ctx: RequestContext, req: ChatCancel) -> ChatCancelReply:

@@ -10,7 +10,11 @@ from storage.models import SessionRecord
 
 async def target_session(ctx: RequestContext, session_id: str | None) -> SessionRecord:
     """The given session (or the connection's current one), checked to belong to the user."""
-    return await ctx.services.sessions.owned(ctx.user_id, session_id or ctx.session_id)
+    session_id = session_id or ctx.session_id
+    if session_id is None:   # HELLO of a user without sessions: none until the first message
+        raise HandlerError(ErrorCode.NOT_FOUND, "no current session: send a message (it creates one) "
+                                                "or SESSION_NEW first")
+    return await ctx.services.sessions.owned(ctx.user_id, session_id)
 
 
 def check_limit(ctx: RequestContext, limit: int | None, default: int) -> int:

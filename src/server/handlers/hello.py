@@ -17,7 +17,8 @@ from server.handlers.common import agent_info
 
 PROTO = 3
 CAPABILITIES = ("sessions", "history", "search", "export", "chat", "cancel", "models", "stats",
-                "events", "fragmentation", "reattach", "trash", "system_prompt", "regenerate", "edit")
+                "events", "fragmentation", "reattach", "trash", "system_prompt", "regenerate", "edit",
+                "lazy_session")
 
 
 def parse_hello(body: Any) -> Hello:
@@ -39,7 +40,7 @@ async def handle_hello(ctx: RequestContext, req: Hello) -> HelloReply:
     if user is None:  # AUTH_FAILED is fatal: the connection closes after this ERROR
         raise HandlerError(ErrorCode.AUTH_FAILED, "a token is required" if req.token is None else "invalid token")
     svc.hub.add_user(ctx.port, user)
-    rec, restored, created = None, False, False
+    rec, restored = None, False
     if req.session_id:
         try:
             rec = await svc.sessions.owned(user, req.session_id)
@@ -49,10 +50,12 @@ async def handle_hello(ctx: RequestContext, req: Hello) -> HelloReply:
                 raise
             rec = None   # gone or not the user's: the newest session instead (session_restored false)
     if rec is None:
-        rec, created = await svc.sessions.newest_or_new(user)
+        # a user without sessions gets none (``session: null``): the first message creates one
+        rec = await svc.sessions.newest(user)
+    if rec is None:
+        return HelloReply(f"nplt-assistant/{svc.version}", PROTO, user, None, False, None,
+                          svc.config.limits.public(), CAPABILITIES, agent_info(ctx))
     ctx.attach(rec.session_id)
-    if created:
-        await svc.sessions.publish_event("created", rec)
     return HelloReply(f"nplt-assistant/{svc.version}", PROTO, user, svc.sessions.info(rec, summary=True), restored,
                       svc.runner.running_state(rec.session_id), svc.config.limits.public(), CAPABILITIES,
                       agent_info(ctx))

@@ -31,5 +31,7 @@ async def history_search(ctx: RequestContext, req: HistorySearch) -> HistorySear
 
 async def history_export(ctx: RequestContext, req: HistoryExport) -> HistoryExportReply:
     rec = await target_session(ctx, req.session_id)
-    content = await ctx.services.store.export(rec.session_id, req.format)
+    # the header names the model SESSION_INFO shows (a session on the default model stores none)
+    model = ctx.services.sessions.model_of(rec)
+    content = await ctx.services.store.export(rec.session_id, req.format, model)
     return HistoryExportReply(rec.session_id, req.format, content)

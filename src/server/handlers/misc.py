@@ -20,9 +20,12 @@ def ping(ctx: RequestContext, req: Ping) -> Pong:
 async def model_list(ctx: RequestContext, req: ModelList) -> ModelListReply:
     svc = ctx.services
     agent = svc.agent
-    rec = await target_session(ctx, req.session_id)
+    if req.session_id is None and ctx.session_id is None:   # no session yet: the next one's model
+        current = agent.default_model
+    else:
+        current = svc.sessions.model_of(await target_session(ctx, req.session_id))
     return ModelListReply(tuple(ModelInfo(m, bool(agent.offline), m == agent.default_model) for m in agent.models()),
-                          svc.sessions.model_of(rec))
+                          current)
 
 
 async def model_switch(ctx: RequestContext, req: ModelSwitch) -> ModelSwitchReply:

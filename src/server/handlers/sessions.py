@@ -5,6 +5,7 @@ from __future__ import annotations
 from protocol.messages import (DEFAULT_PAGE_LIMIT, SessionClear, SessionDelete, SessionInfoReq, SessionList,
                                SessionNew, SessionPrompt, SessionPurge, SessionRename, SessionRestore,
                                SessionSwitch)
+from protocol.objects import SessionInfo
 from protocol.replies import (SessionClearReply, SessionDeleteReply, SessionListReply, SessionPromptReply,
                               SessionReply, SessionSwitchReply)
 from server.context import RequestContext
@@ -48,8 +49,7 @@ async def session_delete(ctx: RequestContext, req: SessionDelete) -> SessionDele
     """Soft delete (SessionService.delete: turns cancelled, every attached connection moved)."""
     sessions = ctx.services.sessions
     deleted = await sessions.delete(ctx.user_id, req.session_id, requester=ctx.port)
-    current = await target_session(ctx, None)
-    return SessionDeleteReply(deleted.session_id, sessions.info(current, summary=True))
+    return SessionDeleteReply(deleted.session_id, await _current_info(ctx))
 
 
 async def session_clear(ctx: RequestContext, req: SessionClear) -> SessionClearReply:
@@ -77,8 +77,14 @@ async def session_purge(ctx: RequestContext, req: SessionPurge) -> SessionDelete
     """Remove a session for good (a live one is deleted first: turns cancelled, clients moved)."""
     sessions = ctx.services.sessions
     purged = await sessions.purge(ctx.user_id, req.session_id, requester=ctx.port)
-    current = await target_session(ctx, None)
-    return SessionDeleteReply(purged.session_id, sessions.info(current, summary=True))
+    return SessionDeleteReply(purged.session_id, await _current_info(ctx))
+
+
+async def _current_info(ctx: RequestContext) -> SessionInfo | None:
+    """The connection's session after a delete or purge (None: it had none, and still has none)."""
+    if ctx.session_id is None:
+        return None
+    return ctx.services.sessions.info(await target_session(ctx, None), summary=True)
 
 
 async def session_prompt(ctx: RequestContext, req: SessionPrompt) -> SessionPromptReply:

@@ -289,6 +289,9 @@ def turn_docs(session_id: str, messages: list[Any], *, final: bool) -> tuple[lis
         answers = [m for m in group[1:] if m.role == "assistant" and m.content.strip()]
         if require_answer and not answers:
             return False
+        # a canned reply (the offline agent's help text) answers the turn but says nothing about the
+        # user's topic: recall indexes the question without it
+        answers = [m for m in answers if not m.metadata.get("canned")]
         ans = answers[-1] if answers else None
         docs.append(TurnDoc(session_id, user.id, ans.id if ans else None, user.timestamp, user.content,
                             ans.content if ans else ""))

@@ -17,11 +17,11 @@ import orjson
 
 from ..config import StorageConfig
 from ..errors import InvalidArgument, MessageTooLarge, NotFound
-from ..export import FORMATS, export_json, export_markdown
+from ..export import FORMATS, export
 from ..ids import new_session_id, validate_session_id
 from ..index import parse_cursor
 from ..models import DEFAULT_TITLE, ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
-from ..search import compile_query, snippet
+from ..search import compile_query, searchable, snippet
 from .. import validation as checks
 from .link import PgLink
 from .search_sql import candidates_sql, search_text
@@ -340,7 +340,7 @@ class PgHistoryStore:
         scored = []
         for n, r in enumerate(rows):
             d = orjson.loads(r["body"])
-            hit = q.match(d.get("content"))
+            hit = q.match(d.get("content")) if searchable(d) else None
             if hit is not None:
                 scored.append(((hit[0], str(d.get("timestamp", "")), r["id"]), n, r, d, hit[1]))
         scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
@@ -348,10 +348,11 @@ class PgHistoryStore:
                           snippet(d.get("content", ""), pos), str(d.get("timestamp", "")), key[0])
                 for key, _, r, d, pos in scored[:limit]]
 
-    async def export(self, session_id: str, fmt: str) -> str:
-        """The session's visible messages as ``"json"`` or ``"markdown"``."""
+    async def export(self, session_id: str, fmt: str, model: str | None = None) -> str:
+        """The session's visible messages as ``"json"`` or ``"markdown"`` (``model``: the model the
+        header names instead of the stored one, see ``storage.export.export``)."""
         if fmt not in FORMATS:
             raise InvalidArgument(f"export format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
         record = await self.get(session_id)
         msgs = await self.messages(session_id)
-        return export_json(record, msgs) if fmt == "json" else export_markdown(record, msgs)
+        return export(record, msgs, fmt, model)
