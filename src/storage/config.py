@@ -30,6 +30,8 @@ _RULES: dict[str, tuple[str, float | None, float | None]] = {
     "pg_retry_attempts": ("int", 0, 100),
     "pg_retry_backoff_ms": ("int", 1, 60_000),
     "fsync_threads": ("int", 1, 256),
+    "wal_checkpoint_mib": ("int", 1, 4096),
+    "wal_checkpoint_s": ("float", 0.01, 3600),
 }
 URL_SCHEMES = ("postgresql://", "postgres://")
 
@@ -56,7 +58,9 @@ class StorageConfig:
     pg_connect_timeout_s: float = 5.0      # one connection attempt gives up after this long
     pg_retry_attempts: int = 3        # extra tries when no connection can be had (PostgreSQL restarting)
     pg_retry_backoff_ms: int = 200    # wait before the first retry, doubled each time (capped at 5 s)
-    fsync_threads: int = 8            # fsync mode: journals of one group-commit round fsynced side by side
+    fsync_threads: int = 8            # journals of one checkpoint (new files of one round) fsynced side by side
+    wal_checkpoint_mib: int = 64      # fsync mode: a WAL file this big is checkpointed (bounds replay at start)
+    wal_checkpoint_s: float = 30.0    # ... and one this old (bounds how long journals stay unsynced)
 
     def __post_init__(self) -> None:
         if isinstance(self.root, os.PathLike):
@@ -65,6 +69,8 @@ class StorageConfig:
             _check(key, kind, getattr(self, key), lo, hi)
         if isinstance(self.idle_evict_s, int):
             self.idle_evict_s = float(self.idle_evict_s)
+        if isinstance(self.wal_checkpoint_s, int):
+            self.wal_checkpoint_s = float(self.wal_checkpoint_s)
         if isinstance(self.pg_connect_timeout_s, int):
             self.pg_connect_timeout_s = float(self.pg_connect_timeout_s)
 

@@ -41,6 +41,7 @@ from .searcher import Searcher
 from .session import READY, LoadedSession, SessionState, encode_snapshot, file_stat, to_message
 from .validation import check_message, check_opt_str, check_positive, check_title, check_user
 from .validation import tool_calls as tool_calls_of
+from .wal_replay import replay_wal
 
 log = logging.getLogger("storage")
 
@@ -59,6 +60,7 @@ class HistoryStore:
         self.index = SessionIndex(os.path.join(self.root, INDEX_NAME))
         self.loader = SessionLoader(self.root, self.index)
         try:
+            self.wal_replay = replay_wal(self.root, self.loader.paths)
             self.recovery_stats = recover(self.root, self.index, self.loader.reload_entry)
             self.index.save()
         except BaseException:
@@ -67,7 +69,9 @@ class HistoryStore:
         batched = config.durability == "batched"
         self.flusher = JournalFlusher(batched=batched, batch_s=config.batch_ms / 1000,
                                       threads=config.fsync_threads,
-                                      on_failure=self._invalidate)
+                                      on_failure=self._invalidate, root=self.root,
+                                      checkpoint_bytes=config.wal_checkpoint_mib << 20,
+                                      checkpoint_s=config.wal_checkpoint_s)
         self.cache = SessionCache(size=config.lru_size, max_bytes=config.lru_mib << 20, idle_s=config.idle_evict_s,
                                   exists=lambda sid: self.index.get(sid) is not None,
                                   new=lambda sid: LoadedSession(sid, *self.loader.paths(sid)),
@@ -231,6 +235,7 @@ class HistoryStore:
             self.index.remove(session_id)
         with _io_errors("could not write the session index"):
             self.index.save()
+        self.flusher.checkpoint()         # the session's lines leave the shared WAL too
 
     def clear(self, session_id: str, *, purge: bool = False) -> int:
         """Hide every current message and drop the session's summaries; returns how many messages
@@ -248,6 +253,7 @@ class HistoryStore:
         _durable(done)
         if purge and changed:
             self._rewrite(session_id)
+            self.flusher.checkpoint()     # the purged lines leave the shared WAL too
         return n
 
     def _rewrite(self, session_id: str) -> None:
@@ -366,7 +372,8 @@ class HistoryStore:
         entry = {"seq": seq, "op": op, "at": at, **fields}
         wire = entry if raw_msg is None else {**entry, "msg": orjson.Fragment(raw_msg)}
         try:
-            target = sess.writer.append(orjson.dumps(wire) + b"\n", sync=False)
+            line = orjson.dumps(wire, option=orjson.OPT_APPEND_NEWLINE)
+            target = sess.writer.append(line, sync=False)
         except OSError as exc:
             log.error("storage: journal write failed for %s: %s", sess.sid, exc)
             raise StorageIOError(f"could not write session {sess.sid}: {exc.strerror or exc}") from None
@@ -375,7 +382,7 @@ class HistoryStore:
         sess.jdisk = sess.writer.size
         self.index.put(sess.state.record, sess.files())
         self.compactor.maybe_schedule(sess)
-        return self.flusher.request(sess, target)
+        return self.flusher.request(sess, target, seq, line)
 
     def _invalidate(self, sess: LoadedSession) -> None:
         """A journal fsync failed: cut the journal back to what is durable and drop the loaded
@@ -416,6 +423,11 @@ class HistoryStore:
     def flush(self) -> None:
         """fsync every journal with batched writes pending."""
         self.flusher.flush()
+
+    def checkpoint(self) -> None:
+        """fsync mode: make the journals durable by themselves and empty the WAL now (it happens
+        on its own every ``wal_checkpoint_mib`` / ``wal_checkpoint_s`` and at close)."""
+        self.flusher.checkpoint()
 
     def close(self) -> None:
         """Stop background work, compact and close every loaded session, write the index."""
