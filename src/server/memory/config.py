@@ -160,7 +160,7 @@ class RecallConfig:
     enabled: bool = True
     k: int = 4                        # excerpts per turn at most
     token_budget: int = 800           # tokens for all excerpts together
-    max_users_cached: int = 64        # per-user indexes kept in memory (LRU)
+    max_users_cached: int = 256       # per-user indexes kept in memory (LRU; above the users active at once)
     max_sessions_indexed: int = 500   # most recent sessions of a user indexed for cross-session search
     embeddings: EmbeddingsConfig = field(default_factory=EmbeddingsConfig)
 
@@ -171,7 +171,7 @@ class RecallConfig:
                           "embeddings"})
         return cls(enabled=get_bool(s, d, "enabled", True), k=get_int(s, d, "k", 4, 0, 50),
                    token_budget=get_int(s, d, "token_budget", 800, 0, 1_000_000),
-                   max_users_cached=get_int(s, d, "max_users_cached", 64, 1, 100_000),
+                   max_users_cached=get_int(s, d, "max_users_cached", 256, 1, 100_000),
                    max_sessions_indexed=get_int(s, d, "max_sessions_indexed", 500, 1, 1_000_000),
                    embeddings=EmbeddingsConfig.from_dict(d.get("embeddings", {})))
 
@@ -225,7 +225,7 @@ class UserMemoryConfig:
     token_budget: int = 300          # tokens for the memory block of one prompt
     k: int = 8                       # items per prompt at most
     max_items: int = 200             # items kept per user (the oldest go first)
-    max_users_cached: int = 64       # users whose items stay loaded (LRU)
+    max_users_cached: int = 256      # users whose items stay loaded (LRU; above the users active at once)
     root: str | None = None          # directory of the JSON files; None: "user_memory" next to storage.root
 
     @classmethod
@@ -235,7 +235,7 @@ class UserMemoryConfig:
         return cls(enabled=get_bool(s, d, "enabled", True),
                    token_budget=get_int(s, d, "token_budget", 300, 0, 1_000_000),
                    k=get_int(s, d, "k", 8, 0, 100), max_items=get_int(s, d, "max_items", 200, 1, 100_000),
-                   max_users_cached=get_int(s, d, "max_users_cached", 64, 1, 100_000),
+                   max_users_cached=get_int(s, d, "max_users_cached", 256, 1, 100_000),
                    root=get_str(s, d, "root", None))
 
 
