@@ -18,7 +18,8 @@ from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .fields import Addressed, Fields, Wire, addressed, invalid
 from .kb import KB_REPLY_TYPES
-from .objects import AgentInfo, ChatMessage, ClientInfo, MemoryItem, ModelInfo, SearchHit, SessionInfo, TurnState
+from .objects import (AgentInfo, ChatMessage, ClientInfo, EncodedObject, MemoryItem, ModelInfo, SearchHit,
+                      SessionInfo, TurnState)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +135,10 @@ class SessionClearReply(Reply):
 
 @dataclass(frozen=True, slots=True)
 class HistoryPageReply(Reply):
-    """HISTORY_REQUEST (§5.3): one page, ``messages`` ascending by id; ``next_before`` the smallest id."""
+    """HISTORY_REQUEST (§5.3): one page, ``messages`` ascending by id; ``next_before`` the smallest id.
+    A server may give the messages pre-encoded (``EncodedObject``); a decoded reply has ChatMessages."""
     session_id: str
-    messages: tuple[ChatMessage, ...] = ()
+    messages: tuple[ChatMessage | EncodedObject, ...] = ()
     has_more: bool = False
     next_before: int | None = None
     total: int = 0

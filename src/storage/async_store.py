@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .config import StorageConfig
-from .models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall
+from .models import ChatMessage, EncodedPage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall
 from .store import HistoryStore
 
 T = TypeVar("T")
@@ -106,6 +106,10 @@ class AsyncHistoryStore:
 
     async def page(self, session_id: str, before: int | None = None, limit: int = 50) -> Page:
         return await self._run(self.sync.page, session_id, before, limit)
+
+    async def page_encoded(self, session_id: str, before: int | None = None, limit: int = 50) -> EncodedPage:
+        page = self.sync.page_encoded_loaded(session_id, before, limit)   # loaded and idle: no thread hop
+        return page if page is not None else await self._run(self.sync.page_encoded, session_id, before, limit)
 
     async def messages(self, session_id: str, *, after_id: int = 0) -> list[ChatMessage]:
         return await self._run(self.sync.messages, session_id, after_id=after_id)

@@ -47,7 +47,7 @@ def _mid(m: dict[str, Any]) -> int:
 class SessionState:
     """Pure in-memory state of one session; no locking, no I/O."""
 
-    __slots__ = ("record", "msgs", "cleared", "next_id", "last_seq", "text")
+    __slots__ = ("record", "msgs", "cleared", "next_id", "last_seq", "text", "wire")
 
     def __init__(self, record: SessionRecord, msgs: list[dict[str, Any]], cleared: int = 0,
                  next_id: int = 1, last_seq: int = 0) -> None:
@@ -57,6 +57,9 @@ class SessionState:
         self.next_id = max(next_id, msgs[-1]["id"] + 1 if msgs else 1)
         self.last_seq = last_seq
         self.text: Any = None            # textscan.SessionText of the last search (checked by last_seq)
+        # message id -> (the stored dict it was made from, its JSON as sent, superseded?): filled by
+        # the pages read; an entry whose dict was replaced (update) or dropped (purge) is stale.
+        self.wire: dict[int, tuple[dict[str, Any], bytes, bool]] = {}
 
     # -- positions -------------------------------------------------------------------------
     def vis_start(self) -> int:
@@ -80,6 +83,19 @@ class SessionState:
 
     def after(self, after_id: int) -> list[dict[str, Any]]:
         return self.msgs[self.after_pos(after_id):]
+
+    def encoded(self, start: int, end: int) -> tuple[list[bytes], list[bool]]:
+        """The JSON (``to_message(d).to_dict()``) and superseded flag of ``msgs[start:end]``, each
+        encoded once and then served from ``wire``."""
+        wire, raws, sups = self.wire, [], []
+        for d in self.msgs[start:end]:
+            hit = wire.get(d["id"])
+            if hit is None or hit[0] is not d:
+                m = to_message(d)
+                hit = wire[d["id"]] = (d, orjson.dumps(m.to_dict()), bool(m.metadata.get("superseded")))
+            raws.append(hit[1])
+            sups.append(hit[2])
+        return raws, sups
 
     # -- changes ---------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -120,6 +136,7 @@ class SessionState:
             rec.summaries = []
             if e.get("purge"):           # the hidden messages are dropped for good
                 del self.msgs[:self.vis_start()]
+                self.wire.clear()
         elif op == "delete":
             rec.deleted = True
         elif op == "undelete":

@@ -34,7 +34,7 @@ from .index import INDEX_NAME, SessionIndex
 from .journal import JournalWriter
 from .loader import SessionLoader
 from .maintenance import Maintenance
-from .models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
+from .models import ChatMessage, EncodedPage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
 from .recovery import recover
 from .searcher import Searcher
 from .session import READY, LoadedSession, SessionState, encode_snapshot, file_stat, to_message
@@ -324,15 +324,36 @@ class HistoryStore:
 
     def page(self, session_id: str, before: int | None = None, limit: int = 50) -> Page:
         """The newest ``limit`` visible messages with id < before (ascending). O(limit)."""
-        if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 1):
-            raise InvalidArgument(f"before: expected a positive integer or None, got {before!r}")
-        check_positive("limit", limit)
+        _check_page(before, limit)
         with self.cache.locked(session_id) as s:
             st = s.state
             start, end, vis = st.visible_range(before, limit)
             msgs = [to_message(d) for d in st.msgs[start:end]]
             has_more = start > vis
             return Page(msgs, has_more, msgs[0].id if has_more else None, len(st.msgs) - vis)
+
+    def page_encoded(self, session_id: str, before: int | None = None, limit: int = 50) -> EncodedPage:
+        """``page`` with each message as its JSON bytes, encoded once per stored message and kept
+        with the loaded session, so a page is a splice of cached bytes."""
+        _check_page(before, limit)
+        with self.cache.locked(session_id) as s:
+            return _encoded_page(s.state, before, limit)
+
+    def page_encoded_loaded(self, session_id: str, before: int | None = None,
+                            limit: int = 50) -> EncodedPage | None:
+        """``page_encoded`` without waiting and without I/O (as ``get_loaded``): None if the
+        session is not loaded or its lock is busy. Safe on the event loop."""
+        _check_page(before, limit)
+        sess = self.cache.get(session_id) if not self.cache.closed else None
+        if sess is None or not sess.lock.acquire(blocking=False):
+            return None
+        try:
+            if sess.status != READY:
+                return None
+            sess.last_used = time.monotonic()
+            return _encoded_page(sess.state, before, limit)
+        finally:
+            sess.lock.release()
 
     def messages(self, session_id: str, *, after_id: int = 0) -> list[ChatMessage]:
         """Visible messages with id > after_id, ascending."""
@@ -485,6 +506,19 @@ def _io_errors(what: str) -> Iterator[None]:
     except OSError as exc:
         log.error("storage: %s: %s", what, exc)
         raise StorageIOError(f"{what}: {exc.strerror or exc}") from None
+
+
+def _check_page(before: object, limit: object) -> None:
+    if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 1):
+        raise InvalidArgument(f"before: expected a positive integer or None, got {before!r}")
+    check_positive("limit", limit)
+
+
+def _encoded_page(st: SessionState, before: int | None, limit: int) -> EncodedPage:
+    start, end, vis = st.visible_range(before, limit)
+    raws, sups = st.encoded(start, end)
+    has_more = start > vis
+    return EncodedPage(raws, sups, has_more, st.msgs[start]["id"] if has_more else None, len(st.msgs) - vis)
 
 
 def _copy(record: SessionRecord) -> SessionRecord:

@@ -120,7 +120,7 @@ async def test_history_page_read_failure_is_storage_error(tmp_path):
 
         async def broken_page(*a, **kw):
             raise OSError(errno.EIO, "Input/output error")
-        svc.store.page = broken_page
+        svc.store.page = svc.store.page_encoded = broken_page
         _, err = await run_handler(HANDLERS[MsgType.HISTORY_REQUEST], ctx, HistoryPage(id=2))
         assert err.code is ErrorCode.STORAGE_ERROR
 

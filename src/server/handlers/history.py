@@ -3,21 +3,26 @@ from __future__ import annotations
 
 from protocol.messages import (DEFAULT_PAGE_LIMIT, DEFAULT_SEARCH_LIMIT, HistoryExport, HistoryPage,
                                HistorySearch)
+from protocol.objects import EncodedObject
 from protocol.replies import HistoryExportReply, HistoryPageReply, HistorySearchReply
 from server.context import RequestContext
 from server.handlers.common import check_limit, target_session
-from server.wire import hit_obj, message_obj
+from server.wire import hit_obj
 
 
 async def history_page(ctx: RequestContext, req: HistoryPage) -> HistoryPageReply:
     limit = check_limit(ctx, req.limit, DEFAULT_PAGE_LIMIT)
     rec = await target_session(ctx, req.session_id)
-    page = await ctx.services.store.page(rec.session_id, before=req.before, limit=limit)
+    # Each message comes as its JSON bytes, encoded once per stored message and cached by the
+    # store: the reply splices them (no ChatMessage objects, no re-encoding per page).
+    page = await ctx.services.store.page_encoded(rec.session_id, before=req.before, limit=limit)
     # Messages replaced by a regenerate or an edit are left out unless asked for: such a page may
     # hold fewer than ``limit`` messages; has_more / next_before still page through everything.
-    msgs = page.messages if req.superseded else [m for m in page.messages if not m.metadata.get("superseded")]
-    return HistoryPageReply(rec.session_id, tuple(message_obj(m) for m in msgs), page.has_more,
-                            page.next_before, page.total)
+    if req.superseded:
+        msgs = tuple(map(EncodedObject, page.messages))
+    else:
+        msgs = tuple(EncodedObject(raw) for raw, sup in zip(page.messages, page.superseded) if not sup)
+    return HistoryPageReply(rec.session_id, msgs, page.has_more, page.next_before, page.total)
 
 
 async def history_search(ctx: RequestContext, req: HistorySearch) -> HistorySearchReply:
