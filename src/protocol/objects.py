@@ -83,9 +83,9 @@ class ChatMessage(Wire):
 
 @dataclass(frozen=True, slots=True)
 class EncodedObject:
-    """One of these objects already encoded as JSON (``raw``, as its ``encode()`` would give it):
-    spliced into the message as is (a history page sends each stored message's cached bytes).
-    Send side only; a receiver decodes the real class."""
+    """JSON already encoded (``raw``: what ``encode()`` of these objects, or a list of them, would
+    give): spliced into the message as is (a history page joins each stored message's cached
+    bytes into its ``messages`` array). Send side only; a receiver decodes the real classes."""
     raw: bytes
 
     def encode(self) -> orjson.Fragment:

@@ -47,7 +47,7 @@ def _mid(m: dict[str, Any]) -> int:
 class SessionState:
     """Pure in-memory state of one session; no locking, no I/O."""
 
-    __slots__ = ("record", "msgs", "cleared", "next_id", "last_seq", "text", "wire")
+    __slots__ = ("record", "msgs", "cleared", "next_id", "last_seq", "text", "wire", "superseded")
 
     def __init__(self, record: SessionRecord, msgs: list[dict[str, Any]], cleared: int = 0,
                  next_id: int = 1, last_seq: int = 0) -> None:
@@ -57,9 +57,10 @@ class SessionState:
         self.next_id = max(next_id, msgs[-1]["id"] + 1 if msgs else 1)
         self.last_seq = last_seq
         self.text: Any = None            # textscan.SessionText of the last search (checked by last_seq)
-        # message id -> (the stored dict it was made from, its JSON as sent, superseded?): filled by
-        # the pages read; an entry whose dict was replaced (update) or dropped (purge) is stale.
-        self.wire: dict[int, tuple[dict[str, Any], bytes, bool]] = {}
+        # Once a page was read: parallel to msgs, each message's JSON as sent (None: not encoded
+        # yet, or changed since) and whether it is superseded. Kept in step by apply().
+        self.wire: list[bytes | None] | None = None
+        self.superseded: list[bool] = []
 
     # -- positions -------------------------------------------------------------------------
     def vis_start(self) -> int:
@@ -86,16 +87,20 @@ class SessionState:
 
     def encoded(self, start: int, end: int) -> tuple[list[bytes], list[bool]]:
         """The JSON (``to_message(d).to_dict()``) and superseded flag of ``msgs[start:end]``, each
-        encoded once and then served from ``wire``."""
-        wire, raws, sups = self.wire, [], []
-        for d in self.msgs[start:end]:
-            hit = wire.get(d["id"])
-            if hit is None or hit[0] is not d:
-                m = to_message(d)
-                hit = wire[d["id"]] = (d, orjson.dumps(m.to_dict()), bool(m.metadata.get("superseded")))
-            raws.append(hit[1])
-            sups.append(hit[2])
-        return raws, sups
+        message encoded once and then served from ``wire`` (a page is two list slices)."""
+        wire = self.wire
+        if wire is None:
+            wire = self.wire = [None] * len(self.msgs)
+            self.superseded = [False] * len(self.msgs)
+        seg = wire[start:end]
+        if None in seg:
+            for i in range(start, end):
+                if wire[i] is None:
+                    m = to_message(self.msgs[i])
+                    wire[i] = orjson.dumps(m.to_dict())
+                    self.superseded[i] = bool(m.metadata.get("superseded"))
+            seg = wire[start:end]
+        return seg, self.superseded[start:end]  # type: ignore[return-value]
 
     # -- changes ---------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -121,11 +126,16 @@ class SessionState:
                 raise ValueError(f"append of message id {mid!r} out of order")
             self.msgs.append(m)
             self.next_id = mid + 1
+            if self.wire is not None:
+                self.wire.append(None)
+                self.superseded.append(False)
         elif op == "update":
             i = self.position(m["id"])
             if i is None:
                 raise ValueError(f"update of unknown message id {m['id']!r}")
             self.msgs[i] = m
+            if self.wire is not None:
+                self.wire[i] = None
         elif op == "rename":
             rec.title = str(e["title"])
         elif op == "model":
@@ -135,8 +145,10 @@ class SessionState:
             self.cleared = int(e["through"])
             rec.summaries = []
             if e.get("purge"):           # the hidden messages are dropped for good
-                del self.msgs[:self.vis_start()]
-                self.wire.clear()
+                gone = self.vis_start()
+                del self.msgs[:gone]
+                if self.wire is not None:
+                    del self.wire[:gone], self.superseded[:gone]
         elif op == "delete":
             rec.deleted = True
         elif op == "undelete":

@@ -18,11 +18,10 @@ async def history_page(ctx: RequestContext, req: HistoryPage) -> HistoryPageRepl
     page = await ctx.services.store.page_encoded(rec.session_id, before=req.before, limit=limit)
     # Messages replaced by a regenerate or an edit are left out unless asked for: such a page may
     # hold fewer than ``limit`` messages; has_more / next_before still page through everything.
-    if req.superseded:
-        msgs = tuple(map(EncodedObject, page.messages))
-    else:
-        msgs = tuple(EncodedObject(raw) for raw, sup in zip(page.messages, page.superseded) if not sup)
-    return HistoryPageReply(rec.session_id, msgs, page.has_more, page.next_before, page.total)
+    raws = page.messages if req.superseded or not any(page.superseded) else \
+        [raw for raw, sup in zip(page.messages, page.superseded) if not sup]
+    return HistoryPageReply(rec.session_id, EncodedObject(b"[" + b",".join(raws) + b"]"), page.has_more,
+                            page.next_before, page.total)
 
 
 async def history_search(ctx: RequestContext, req: HistorySearch) -> HistorySearchReply:
