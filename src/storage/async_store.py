@@ -107,6 +107,12 @@ class AsyncHistoryStore:
     async def page(self, session_id: str, before: int | None = None, limit: int = 50) -> Page:
         return await self._run(self.sync.page, session_id, before, limit)
 
+    def page_encoded_loaded(self, session_id: str, before: int | None = None,
+                            limit: int = 50) -> EncodedPage | None:
+        """``HistoryStore.page_encoded_loaded``: the page if the session is in memory and idle right
+        now, else None (then await ``page_encoded``). No I/O, no waiting: safe on the event loop."""
+        return self.sync.page_encoded_loaded(session_id, before, limit)
+
     async def page_encoded(self, session_id: str, before: int | None = None, limit: int = 50) -> EncodedPage:
         page = self.sync.page_encoded_loaded(session_id, before, limit)   # loaded and idle: no thread hop
         return page if page is not None else await self._run(self.sync.page_encoded, session_id, before, limit)

@@ -154,3 +154,29 @@ def test_connection_state_table():
         check(ConnState.CLOSED, ConnState.CLOSING)
     assert set(TRANSITIONS) == set(ConnState)
     assert all(ConnState.CLOSED in TRANSITIONS[s] for s in ConnState if s is not ConnState.CLOSED)
+
+
+async def test_history_page_inline_path_gives_the_task_paths_reply(tmp_path):
+    """The dispatcher's inline history page (loaded, idle, the user's) is the handler's reply byte
+    for byte; a session that is not the user's, or not loaded, goes to the task path (None)."""
+    import orjson
+
+    from server.handlers.dispatch import INLINE
+    from server.wire import encode_reply
+    async with handler_services(tmp_path) as svc:
+        ctx = await hello_context(svc)
+        sid = ctx.session_id
+        for i in range(12):
+            await svc.store.append(sid, "user" if i % 2 == 0 else "assistant", f"m{i}")
+        for req in (HistoryPage(id=5), HistoryPage(id=5, before=7, limit=3), HistoryPage(id=5, limit=50)):
+            now = INLINE[MsgType.HISTORY_REQUEST](ctx, req)
+            assert now is not None
+            later, err = await run_handler(HANDLERS[MsgType.HISTORY_REQUEST], ctx, req)
+            assert err is None
+            assert orjson.dumps(encode_reply(5, now)) == orjson.dumps(encode_reply(5, later))
+        other = await svc.store.create("someone else")
+        assert INLINE[MsgType.HISTORY_REQUEST](ctx, HistoryPage(id=6, session_id=other.session_id)) is None
+        _, err = await run_handler(HANDLERS[MsgType.HISTORY_REQUEST], ctx, HistoryPage(id=6, session_id=other.session_id))
+        assert err.code is ErrorCode.NOT_FOUND
+        assert svc.store.sync.cache.evict(svc.store.sync.cache.get(sid))      # evicted: not loaded
+        assert INLINE[MsgType.HISTORY_REQUEST](ctx, HistoryPage(id=7)) is None
