@@ -70,9 +70,18 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
     if profile:     # the event-loop thread only (cProfile follows one thread), while the clients run
         import cProfile
         prof = cProfile.Profile(time.thread_time)   # CPU time: GIL waits and preemption excluded
-        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, prof.enable)
-        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, prof.disable)
+        marks: list[dict[str, float]] = []
+
+        def mark(on: bool) -> None:
+            marks.append(thread_cpu())
+            prof.enable() if on else prof.disable()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, mark, True)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, mark, False)
     await stop.wait()
+    if profile and len(marks) == 2:      # CPU seconds of each thread (by name) while the clients ran
+        names = sorted(set(marks[1]), key=lambda n: marks[0].get(n, 0) - marks[1][n])
+        Path(profile + ".threads").write_text("".join(
+            f"{marks[1][n] - marks[0].get(n, 0):8.3f} s  {n}\n" for n in names))
     if prof is not None:
         prof.disable()
         prof.dump_stats(profile)
@@ -81,6 +90,22 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
     Path(port_file + ".stats").write_text(f"{fl.batches - before[0]} {fl.fsyncs - before[1]} "
                                           f"{fl.wal.checkpoint_fsyncs - before[2]}")
     await srv.stop()
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) of this process's threads, summed by thread name (/proc)."""
+    import re
+    import threading
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for t in threading.enumerate():
+        try:
+            fields = Path(f"/proc/self/task/{t.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        name = re.sub(r"_\d+$", "", t.name)         # pool threads share their prefix
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 # ---------------------------------------------------------------- clients
