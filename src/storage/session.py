@@ -47,7 +47,7 @@ def _mid(m: dict[str, Any]) -> int:
 class SessionState:
     """Pure in-memory state of one session; no locking, no I/O."""
 
-    __slots__ = ("record", "msgs", "cleared", "next_id", "last_seq", "text", "wire", "superseded")
+    __slots__ = ("record", "msgs", "cleared", "next_id", "last_seq", "text", "wire", "superseded", "wire_bytes")
 
     def __init__(self, record: SessionRecord, msgs: list[dict[str, Any]], cleared: int = 0,
                  next_id: int = 1, last_seq: int = 0) -> None:
@@ -61,6 +61,7 @@ class SessionState:
         # yet, or changed since) and whether it is superseded. Kept in step by apply().
         self.wire: list[bytes | None] | None = None
         self.superseded: list[bool] = []
+        self.wire_bytes = 0              # their total size (counted in the LRU's weight)
 
     # -- positions -------------------------------------------------------------------------
     def vis_start(self) -> int:
@@ -97,8 +98,9 @@ class SessionState:
             for i in range(start, end):
                 if wire[i] is None:
                     m = to_message(self.msgs[i])
-                    wire[i] = orjson.dumps(m.to_dict())
+                    raw = wire[i] = orjson.dumps(m.to_dict())
                     self.superseded[i] = bool(m.metadata.get("superseded"))
+                    self.wire_bytes += len(raw)
             seg = wire[start:end]
         return seg, self.superseded[start:end]  # type: ignore[return-value]
 
@@ -134,8 +136,9 @@ class SessionState:
             if i is None:
                 raise ValueError(f"update of unknown message id {m['id']!r}")
             self.msgs[i] = m
-            if self.wire is not None:
+            if self.wire is not None and (old := self.wire[i]) is not None:
                 self.wire[i] = None
+                self.wire_bytes -= len(old)
         elif op == "rename":
             rec.title = str(e["title"])
         elif op == "model":
@@ -148,6 +151,7 @@ class SessionState:
                 gone = self.vis_start()
                 del self.msgs[:gone]
                 if self.wire is not None:
+                    self.wire_bytes -= sum(len(raw) for raw in self.wire[:gone] if raw is not None)
                     del self.wire[:gone], self.superseded[:gone]
         elif op == "delete":
             rec.deleted = True
@@ -300,8 +304,8 @@ class LoadedSession:
 
     def nbytes(self) -> int:
         """What the session weighs in the LRU: its snapshot and journal bytes (the JSON it was
-        loaded from; the Python objects take a few times that)."""
-        return self.snap_stat[1] + self.jdisk
+        loaded from; the Python objects take a few times that) and the JSON cached for pages."""
+        return self.snap_stat[1] + self.jdisk + (self.state.wire_bytes if self.state is not None else 0)
 
     def files(self) -> list[int]:
         """What the index records to detect staleness: snapshot (inode, size, mtime_ns), journal size."""

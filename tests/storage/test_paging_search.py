@@ -132,6 +132,9 @@ def test_encoded_pages_are_the_pages_as_sent_and_follow_changes(open_store) -> N
         want = encode_page(store.page(sid, before=before, limit=limit))
         assert store.page_encoded(sid, before, limit) == want
         assert store.page_encoded_loaded(sid, before, limit) == want
+        sess = store.cache.get(sid)                      # the cache weighs what it holds
+        assert sess.state.wire_bytes == sum(len(b) for b in sess.state.wire if b is not None) > 0
+        assert sess.nbytes() == sess.snap_stat[1] + sess.jdisk + sess.state.wire_bytes
 
     for before, limit in [(None, 7), (10, 5), (2, 50), (None, 100)]:
         same(before, limit)
