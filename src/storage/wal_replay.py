@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import orjson
 
 from .fsio import fsync_dir, read_bytes, write_file_synced
+from .ids import SESSION_ID_RE
 from .wal import decode_records, wal_files
 
 log = logging.getLogger("storage")
@@ -51,6 +52,9 @@ def replay_wal(root: str, paths: Callable[[str], tuple[str, str]]) -> ReplayStat
             stats.torn += 1
             log.warning("storage: %s: ignoring %d bytes of a torn or damaged tail", path, len(data) - used)
         for sid, seq, line in records:
+            if SESSION_ID_RE.fullmatch(sid) is None:     # never written by this store: not a path
+                log.warning("storage: %s: record with a malformed session id ignored", path)
+                continue
             run = runs.setdefault(sid, {})
             for later in [s for s in run if s >= seq]:
                 del run[later]

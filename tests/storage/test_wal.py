@@ -190,3 +190,11 @@ def test_checkpoint_empties_the_wal_and_the_journals_hold_every_line(open_store,
     assert wal_files(str(root)) == [] and store.flusher.wal.checkpoints == 1
     store.append(sids[0], "user", "after")             # a new WAL generation starts
     assert [g for g, _ in wal_files(str(root))] == [log[0] + 1]
+
+
+def test_a_record_with_a_malformed_session_id_is_ignored(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    _store_with(root)
+    (root / wal_name(1)).write_bytes(encode_record("s_20260101_../../x", 1, journal_line(1, "rename", title="x")))
+    stats = replay_wal(str(root), _paths(root))
+    assert (stats.records, stats.sessions, stats.rewritten) == (1, 0, 0) and wal_files(str(root)) == []
