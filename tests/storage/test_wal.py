@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 
 from storage import HistoryStore, StorageConfig
-from storage.ids import journal_name
+from storage.ids import journal_name, snapshot_name
 from storage.wal import decode_records, encode_record, wal_files, wal_name
 from storage.wal_replay import replay_wal
 from storage_testlib import journal_line, journal_path, msg_dict
@@ -26,7 +26,6 @@ CHILD = Path(__file__).with_name("crash_child.py")
 
 
 def _paths(root: Path):
-    from storage.ids import snapshot_name
     return lambda sid: (str(root / snapshot_name(sid)), str(root / journal_name(sid)))
 
 
