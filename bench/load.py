@@ -13,13 +13,14 @@ Also printed: the CPU seconds the server process and this load generator spent w
 
     python bench/load.py [--clients 200] [--turns 5] [--agent echo|offline] [--durability fsync|batched]
                          [--memory manager|basic] [--io-threads N] [--lru-size N] [--fsync-threads N]
-                         [--switch-ms MS]
+                         [--switch-ms MS] [--profile FILE]
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -41,7 +42,7 @@ T = MsgType
 # ---------------------------------------------------------------- server side (subprocess)
 async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int, durability: str,
                 users: int, io_threads: int, switch_ms: float, lru_size: int, fsync_threads: int,
-                memory: str) -> None:
+                memory: str, profile: str | None = None) -> None:
     from server.app import Server
     from server.config import ServerConfig
     agent = None
@@ -62,14 +63,49 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
     _, port = await srv.start()
     Path(port_file).write_text(str(port))
     stop = asyncio.Event()
-    import signal
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     fl = srv.store.sync.flusher
-    before = (fl.batches, fl.fsyncs)
+    before = (fl.batches, fl.fsyncs, fl.wal.checkpoint_fsyncs)
+    prof = None
+    if profile:     # the event-loop thread only (cProfile follows one thread), while the clients run
+        import cProfile
+        prof = cProfile.Profile(time.thread_time)   # CPU time: GIL waits and preemption excluded
+        marks: list[dict[str, float]] = []
+
+        def mark(on: bool) -> None:
+            marks.append(thread_cpu())
+            prof.enable() if on else prof.disable()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, mark, True)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, mark, False)
     await stop.wait()
-    # group-commit figures for the parent (rounds with waiters, journal fsyncs; verify reads none)
-    Path(port_file + ".stats").write_text(f"{fl.batches - before[0]} {fl.fsyncs - before[1]}")
+    if profile and len(marks) == 2:      # CPU seconds of each thread (by name) while the clients ran
+        names = sorted(set(marks[1]), key=lambda n: marks[0].get(n, 0) - marks[1][n])
+        Path(profile + ".threads").write_text("".join(
+            f"{marks[1][n] - marks[0].get(n, 0):8.3f} s  {n}\n" for n in names))
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(profile)
+    # group-commit figures for the parent (rounds with waiters, WAL fsyncs, journal fsyncs of the
+    # checkpoints; verify reads none)
+    Path(port_file + ".stats").write_text(f"{fl.batches - before[0]} {fl.fsyncs - before[1]} "
+                                          f"{fl.wal.checkpoint_fsyncs - before[2]}")
     await srv.stop()
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) of this process's threads, summed by thread name (/proc)."""
+    import re
+    import threading
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for t in threading.enumerate():
+        try:
+            fields = Path(f"/proc/self/task/{t.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        name = re.sub(r"_\d+$", "", t.name)         # pool threads share their prefix
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 # ---------------------------------------------------------------- clients
@@ -168,13 +204,15 @@ def main() -> None:
                     help="[storage] fsync_threads (default: the config default)")
     ap.add_argument("--switch-ms", type=float, default=0,
                     help="server sys.setswitchinterval in ms (default: Python's 5 ms)")
+    ap.add_argument("--profile", metavar="FILE",
+                    help="write a cProfile of the server's event-loop thread to FILE (pstats format)")
     ap.add_argument("--serve", nargs=2, metavar=("PORT_FILE", "DATA_DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
         with asyncio.Runner(loop_factory=new_loop) as r:
             r.run(serve(args.serve[0], args.serve[1], args.agent, args.clients + 16, args.durability,
                         0 if args.single_user else args.clients, args.io_threads, args.switch_ms,
-                        args.lru_size, args.fsync_threads, args.memory))
+                        args.lru_size, args.fsync_threads, args.memory, args.profile))
         return
     import psutil
     with tempfile.TemporaryDirectory() as tmp:
@@ -184,7 +222,8 @@ def main() -> None:
                                  "--agent", args.agent, "--clients", str(args.clients),
                                  "--durability", args.durability, "--io-threads", str(args.io_threads),
                                  "--switch-ms", str(args.switch_ms), "--lru-size", str(args.lru_size),
-                                 "--fsync-threads", str(args.fsync_threads), "--memory", args.memory] + (["--single-user"] if args.single_user else []),
+                                 "--fsync-threads", str(args.fsync_threads), "--memory", args.memory] + (["--single-user"] if args.single_user else [])
+                                + (["--profile", os.path.abspath(args.profile)] if args.profile else []),
                                 env=env)
         try:
             deadline = time.monotonic() + 30
@@ -208,10 +247,14 @@ def main() -> None:
             async def run() -> tuple:
                 sampler = asyncio.get_running_loop().create_task(sample())
                 s0, g0, m0 = ps.cpu_times(), psutil.Process().cpu_times(), main_thread_cpu(ps)
+                if args.profile:
+                    proc.send_signal(signal.SIGUSR1)
                 try:
                     res = await run_clients(port, args.clients, args.turns, users)
                 finally:
                     sampler.cancel()
+                    if args.profile:
+                        proc.send_signal(signal.SIGUSR2)
                 s1, g1 = ps.cpu_times(), psutil.Process().cpu_times()
                 cpu[:] = [s1.user + s1.system - s0.user - s0.system, g1.user + g1.system - g0.user - g0.system,
                           main_thread_cpu(ps) - m0, s1.system - s0.system]
@@ -241,9 +284,9 @@ def main() -> None:
             proc.wait(30)
         stats = Path(str(port_file) + ".stats")
         if stats.exists():
-            rounds, fsyncs = map(int, stats.read_text().split())
-            print(f"group commit      {2 * n} durable appends in {rounds} flush rounds, {fsyncs} journal fsyncs "
-                  f"({2 * n / max(rounds, 1):.1f} appends per round)")
+            rounds, fsyncs, ckpt = map(int, stats.read_text().split())
+            print(f"group commit      {2 * n} durable appends in {rounds} flush rounds, {fsyncs} WAL fsyncs "
+                  f"({2 * n / max(rounds, 1):.1f} appends per round); {ckpt} journal fsyncs in checkpoints")
         print(f"integrity         {checked} sessions read back, {problems} with lost/duplicated messages "
               f"-> {'OK' if ok else 'FAILED'}")
         if not ok:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from .fields import Fields, Wire
 
 # Documented values of the enumerated strings (docs/protocol.md §3, §6).
@@ -77,6 +79,17 @@ class ChatMessage(Wire):
     def partial(self) -> bool:
         """An answer cut short (cancelled or failed turn)."""
         return bool(self.metadata.get("partial"))
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedObject:
+    """JSON already encoded (``raw``: what ``encode()`` of these objects, or a list of them, would
+    give): spliced into the message as is (a history page joins each stored message's cached
+    bytes into its ``messages`` array). Send side only; a receiver decodes the real classes."""
+    raw: bytes
+
+    def encode(self) -> orjson.Fragment:
+        return orjson.Fragment(self.raw)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,8 @@ from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .fields import Addressed, Fields, Wire, addressed, invalid
 from .kb import KB_REPLY_TYPES
-from .objects import AgentInfo, ChatMessage, ClientInfo, MemoryItem, ModelInfo, SearchHit, SessionInfo, TurnState
+from .objects import (AgentInfo, ChatMessage, ClientInfo, EncodedObject, MemoryItem, ModelInfo, SearchHit,
+                      SessionInfo, TurnState)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +139,11 @@ class SessionClearReply(Reply):
 
 @dataclass(frozen=True, slots=True)
 class HistoryPageReply(Reply):
-    """HISTORY_REQUEST (§5.3): one page, ``messages`` ascending by id; ``next_before`` the smallest id."""
+    """HISTORY_REQUEST (§5.3): one page, ``messages`` ascending by id; ``next_before`` the smallest id.
+    A server may give the whole ``messages`` array pre-encoded (``EncodedObject``: a page splices
+    each stored message's cached JSON); a decoded reply has ChatMessages."""
     session_id: str
-    messages: tuple[ChatMessage, ...] = ()
+    messages: tuple[ChatMessage, ...] | EncodedObject = ()
     has_more: bool = False
     next_before: int | None = None
     total: int = 0
@@ -152,7 +155,8 @@ class HistoryPageReply(Reply):
 
     def encode(self) -> dict[str, Any]:
         return self._finish({"re": self.re, "session_id": self.session_id,
-                             "messages": [m.encode() for m in self.messages], "has_more": self.has_more,
+                             "messages": self.messages.encode() if isinstance(self.messages, EncodedObject)
+                             else [m.encode() for m in self.messages], "has_more": self.has_more,
                              "next_before": self.next_before, "total": self.total})
 
 

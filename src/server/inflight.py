@@ -2,8 +2,9 @@
 knows which sessions to close (issue 15, item 5) without reading every session of the store.
 
 The marker is a small file beside the history (``turns_in_flight.log``): ``+<session>`` is appended
-(and awaited) *before* a turn's user message is stored; when a turn ends the file is rewritten
-(atomically) to name only the sessions still running, so it holds no id of a session whose turns
+(and awaited) *before* a turn's user message is stored; when a turn ends the file is rewritten in
+place (the running sessions' lines written at offset 0, then the file cut to their length: two
+syscalls on the open descriptor, no new file per turn) to name only the sessions still running, so it holds no id of a session whose turns
 are over (a purged session leaves no trace in it). After a crash, the sessions it names are the
 candidates; the stored messages decide (a candidate whose last message is an answer is left alone),
 so a rewrite lost to the crash costs one extra session read and nothing else. Everything is written
@@ -69,8 +70,10 @@ class InFlightTurns(NoMarker):
 
     # -- the writer thread ------------------------------------------------------------------------
     def _open(self) -> int:
+        # Not O_APPEND: on Linux pwrite ignores its offset on such a descriptor. One thread writes,
+        # so ``_size`` is where the next line goes.
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
             self._size = os.fstat(self._fd).st_size
         return self._fd
 
@@ -78,19 +81,19 @@ class InFlightTurns(NoMarker):
         fd = self._open()
         if self._size + len(line) > COMPACT_BYTES:
             self._rewrite(keep)
-            fd = self._open()
-        os.write(fd, line)
+        os.pwrite(fd, line, self._size)
         self._size += len(line)
 
     def _rewrite(self, keep: tuple[str, ...] | list[str]) -> None:
-        """Replace the file by one ``+`` line per session still running (atomic rename)."""
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(b"".join(b"+" + sid.encode() + b"\n" for sid in keep))
-        os.replace(tmp, self.path)
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Make the file one ``+`` line per session still running: written at offset 0, then the
+        file is cut to that length. (A SIGKILL between the two leaves old lines after the new ones:
+        at worst sessions whose turns were over are named too, which recovery checks anyway.)"""
+        data = b"".join(b"+" + sid.encode() + b"\n" for sid in keep)
+        fd = self._open()
+        if data:
+            os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+        self._size = len(data)
 
     # -- the runner's side ------------------------------------------------------------------------
     async def started(self, session_id: str) -> None:

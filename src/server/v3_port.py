@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import orjson
+
 from protocol import Connection as Codec
 from protocol import ErrorCode, MsgType, ProtocolError
 from protocol.replies import ErrorReply, Reply
@@ -92,6 +94,8 @@ class V3Port:
             if exc.code != ErrorCode.MESSAGE_TOO_LARGE or not shrink:
                 self.send_error(rid, exc.code, f"reply not sent: {exc.message}")
                 return
+        if page:                         # pre-encoded messages (orjson.Fragment) become plain objects
+            body = orjson.loads(orjson.dumps(body))
         body = shrink_reply(body, self.limit, page=page)
         try:
             self.send(_RESPONSE, body)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from .config import StorageConfig
 from .errors import StorageClosed
-from .models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall
+from .models import ChatMessage, EncodedPage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall
 from .store import HistoryStore
 
 T = TypeVar("T")
@@ -111,6 +111,16 @@ class AsyncHistoryStore:
 
     async def page(self, session_id: str, before: int | None = None, limit: int = 50) -> Page:
         return await self._run(self.sync.page, session_id, before, limit)
+
+    def page_encoded_loaded(self, session_id: str, before: int | None = None,
+                            limit: int = 50) -> EncodedPage | None:
+        """``HistoryStore.page_encoded_loaded``: the page if the session is in memory and idle right
+        now, else None (then await ``page_encoded``). No I/O, no waiting: safe on the event loop."""
+        return self.sync.page_encoded_loaded(session_id, before, limit)
+
+    async def page_encoded(self, session_id: str, before: int | None = None, limit: int = 50) -> EncodedPage:
+        page = self.sync.page_encoded_loaded(session_id, before, limit)   # loaded and idle: no thread hop
+        return page if page is not None else await self._run(self.sync.page_encoded, session_id, before, limit)
 
     async def messages(self, session_id: str, *, after_id: int = 0) -> list[ChatMessage]:
         return await self._run(self.sync.messages, session_id, after_id=after_id)

@@ -35,7 +35,9 @@ class StorageConfig(Settings):
     pg_connect_timeout_s: float = Field(5.0, ge=0.1, le=600)   # one connection attempt gives up after this long
     pg_retry_attempts: int = Field(3, ge=0, le=100)     # extra tries when no connection can be had (PostgreSQL restarting)
     pg_retry_backoff_ms: int = Field(200, ge=1, le=60_000)   # wait before the first retry, doubled each time (capped at 5 s)
-    fsync_threads: int = Field(8, ge=1, le=256)         # fsync mode: journals of one group-commit round fsynced side by side
+    fsync_threads: int = Field(8, ge=1, le=256)         # journals of one checkpoint (new files of one round) fsynced side by side
+    wal_checkpoint_mib: int = Field(64, ge=1, le=4096)  # fsync mode: a WAL file this big is checkpointed (bounds replay at start)
+    wal_checkpoint_s: float = Field(30.0, ge=0.01, le=3600)   # ... and one this old (bounds how long journals stay unsynced)
 
     @classmethod
     def error(cls, key: str, message: str) -> Exception:

@@ -1,19 +1,22 @@
 """Group commit: one thread makes journal writes durable for everyone waiting on them.
 
-In ``fsync`` mode a commit writes its journal line under the session lock, then asks the flusher
-for durability and waits (outside the session lock) on the returned future. The flusher takes every
-request queued at that moment as one batch, issues one fsync per journal in the batch (covering all
-lines written to it so far, so later lines ride along) and resolves the batch's futures. While one
-batch is being fsynced the next one gathers, as PostgreSQL's WAL flush does: the more appends wait,
-the more each fsync is shared. A request whose journal is already durable up to its target (an
-eviction or a compaction fsynced it) costs nothing.
+In ``fsync`` mode a commit writes its journal line under the session lock (no fsync), then asks the
+flusher for durability and waits (outside the session lock) on the returned future. The flusher
+takes every request queued at that moment as one round, writes their lines to the shared WAL
+(``wal.py``) with one write and one fdatasync, whatever the number of sessions, and resolves the
+round's futures. While one round is being fsynced the next one gathers, as PostgreSQL's WAL flush
+does: the more appends wait, the more the fsync is shared. After a round, a WAL file that is big or
+old enough is retired and checkpointed on the checkpoint thread (its journals fsynced side by side
+on ``fsync_threads``, then the file deleted), off the commit path.
 
 In ``batched`` mode nothing waits: the same thread fsyncs every journal with pending writes every
 ``batch_ms``.
 
-A failed fsync fails every waiter on that journal with ``StorageIOError`` after ``on_failure``
-(the store's invalidation: cut the journal back to its durable length, drop the loaded session)
-has run, so no caller is acknowledged for a change that may not be on disk.
+A failed WAL write or fsync fails every waiter of the round with ``StorageIOError`` after
+``on_failure`` (the store's invalidation: cut the journal back to its durable length, drop the
+loaded session) has run for each session of the round, so no caller is acknowledged for a change
+that may not be on disk; commits already queued for those sessions fail too (their writer is
+``failed``).
 
 New files (a new session's snapshot, ``NewFile``) are group-committed the same way, in both modes:
 each round fsyncs the new files side by side, renames them in and fsyncs their directory once for
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from .errors import StorageIOError
 from .fsio import fsync_dir
 from .session import LoadedSession
+from .wal import SharedLog, encode_record
 
 log = logging.getLogger("storage")
 
@@ -54,26 +58,32 @@ class JournalFlusher:
     """The flusher thread and its queue (thread-safe)."""
 
     def __init__(self, *, batched: bool, batch_s: float, threads: int,
-                 on_failure: Callable[[LoadedSession], None]) -> None:
+                 on_failure: Callable[[LoadedSession], None], root: str,
+                 checkpoint_bytes: int, checkpoint_s: float) -> None:
         self.batched = batched
         self._batch_s = batch_s
         self._on_failure = on_failure
         self._cond = threading.Condition(threading.Lock())
-        self._waiting: list[tuple[LoadedSession, int, Future[None]]] = []
+        self._waiting: list[tuple[LoadedSession, int, int, bytes, Future[None]]] = []
         self._files: list[NewFile] = []
         self._dirty: set[LoadedSession] = set()
         self._stopping = False
         self.batches = 0               # flush rounds with waiters (for benchmarks and tests)
-        self.fsyncs = 0                # fsyncs issued for waiters
-        # The fsyncs of one round run side by side: on ext4 and xfs concurrent fsyncs join the same
-        # journal commit, so the device flush is shared even though each file needs its own call.
+        self.fsyncs = 0                # fsyncs issued for waiters (one WAL fdatasync per round)
+        # The fsyncs of one checkpoint (or of one round's new files) run side by side: on ext4 and
+        # xfs concurrent fsyncs join the same journal commit, so the device flush is shared.
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="storage-fsync")
+        self.wal = SharedLog(root, checkpoint_bytes=checkpoint_bytes, checkpoint_s=checkpoint_s,
+                             sync_journals=self._sync_paths)
+        self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="storage-checkpoint")
+        self._checkpoint_now: list[Future[None]] = []
         self._thread = threading.Thread(target=self._run, name="storage-flusher", daemon=True)
         self._thread.start()
 
-    def request(self, sess: LoadedSession, target: int) -> Future[None] | None:
-        """After a journal write that returned ``target``: a future resolved once it is durable
-        (fsync mode), or None (batched mode: the journal is marked for the next periodic fsync)."""
+    def request(self, sess: LoadedSession, target: int, seq: int, line: bytes) -> Future[None] | None:
+        """After journal ``line`` (change ``seq``) was written and the writer's count reached
+        ``target``: a future resolved once it is durable (fsync mode), or None (batched mode: the
+        journal is marked for the next periodic fsync)."""
         with self._cond:
             if self.batched:
                 self._dirty.add(sess)
@@ -82,7 +92,7 @@ class JournalFlusher:
             if self._stopping:
                 fut.set_exception(StorageIOError("the history store is closing"))
                 return fut
-            self._waiting.append((sess, target, fut))
+            self._waiting.append((sess, target, seq, line, fut))
             self._cond.notify()
             return fut
 
@@ -132,8 +142,10 @@ class JournalFlusher:
                     self._cond.wait_for(lambda: self._files or self._stopping,
                                         timeout=max(0.0, next_flush - time.monotonic()))
                 else:
-                    self._cond.wait_for(lambda: self._waiting or self._files or self._stopping)
+                    self._cond.wait_for(lambda: self._waiting or self._files or self._stopping
+                                        or self._checkpoint_now, timeout=self.wal.next_due())
                 batch, self._waiting = self._waiting, []
+                asked, self._checkpoint_now = self._checkpoint_now, []
                 files, self._files = self._files, []
                 stopping = self._stopping
             try:
@@ -143,11 +155,17 @@ class JournalFlusher:
                     if stopping or time.monotonic() >= next_flush:
                         self.flush()
                         next_flush = time.monotonic() + self._batch_s
-                elif batch:
-                    self._flush_batch(batch)
+                else:
+                    if batch:
+                        self._flush_batch(batch)
+                if asked or self.wal.due():
+                    self.wal.retire()
+                    ran = self._checkpointer.submit(self._checkpoint)
+                    for fut in asked:
+                        ran.add_done_callback(lambda _, fut=fut: fut.set_result(None))
             except Exception as exc:       # a bug, not an I/O error: fail the round, keep the thread
                 log.exception("storage: flush round failed")
-                for fut in [f for _, _, f in batch] + [item.future for item in files]:
+                for fut in [w[-1] for w in batch] + [item.future for item in files]:
                     if not fut.done():
                         fut.set_exception(StorageIOError(f"could not make the change durable: {exc!r}"))
             if stopping:
@@ -183,36 +201,72 @@ class JournalFlusher:
                 else:
                     item.future.set_result(None)
 
-    def _flush_batch(self, batch: list[tuple[LoadedSession, int, Future[None]]]) -> None:
+    def _flush_batch(self, batch: list[tuple[LoadedSession, int, int, bytes, Future[None]]]) -> None:
+        """One WAL write + fdatasync for every commit of the round."""
         self.batches += 1
-        targets: dict[LoadedSession, int] = {}
-        for sess, target, _ in batch:
-            targets[sess] = max(target, targets.get(sess, 0))
-        todo = [(sess, target) for sess, target in targets.items() if sess.writer.synced < target]
-        self.fsyncs += len(todo)
-        failed: dict[LoadedSession, str] = {}
-        results = self._pool.map(_sync, todo) if len(todo) > 1 else map(_sync, todo)
-        for (sess, _), err in zip(todo, results):
-            if err is None:
+        live, records, journals = [], [], set()
+        for item in batch:
+            sess, _, seq, line, fut = item
+            if sess.writer.failed:       # an earlier round failed: its session was cut back
+                fut.set_exception(StorageIOError(f"could not make session {sess.sid} durable: "
+                                                 "an earlier write of it failed"))
                 continue
-            log.error("storage: fsync of %s failed: %s", sess.writer.path, err)
-            failed[sess] = err
-            try:
-                self._on_failure(sess)
-            except Exception:
-                log.exception("storage: could not invalidate %s after a failed fsync", sess.sid)
-        for sess, _, fut in batch:
-            if sess in failed:
-                fut.set_exception(StorageIOError(f"could not make session {sess.sid} durable: {failed[sess]}"))
-            else:
-                fut.set_result(None)
+            live.append(item)
+            records.append(encode_record(sess.sid, seq, line))
+            journals.add(sess.writer.path)
+        if not live:
+            return
+        self.fsyncs += 1
+        try:
+            self.wal.write(b"".join(records), journals)
+        except OSError as exc:
+            err = exc.strerror or str(exc)
+            log.error("storage: WAL write failed: %s", err)
+            failed = {item[0] for item in live}
+            for sess in failed:
+                sess.writer.failed = True
+                try:
+                    self._on_failure(sess)
+                except Exception:
+                    log.exception("storage: could not invalidate %s after a failed fsync", sess.sid)
+            for sess, _, _, _, fut in live:
+                fut.set_exception(StorageIOError(f"could not make session {sess.sid} durable: {err}"))
+            return
+        for sess, target, _, _, fut in live:
+            sess.writer.mark_synced(target)
+            fut.set_result(None)
+
+    def _sync_paths(self, paths: list[str]) -> list[str]:
+        """fsync journal files by path, side by side; the paths that failed."""
+        results = self._pool.map(_sync_path, paths) if len(paths) > 1 else map(_sync_path, paths)
+        return [p for p, ok in zip(paths, results) if not ok]
+
+    def _checkpoint(self) -> None:
+        try:
+            self.wal.checkpoint()
+        except Exception:
+            log.exception("storage: WAL checkpoint failed")
+
+    def checkpoint(self) -> None:
+        """Retire the current WAL file and checkpoint every retired one; returns when done."""
+        done: Future[None] = Future()
+        with self._cond:
+            if self._stopping:
+                return
+            self._checkpoint_now.append(done)
+            self._cond.notify()
+        done.result()
 
     def close(self) -> None:
-        """Flush what is queued, then stop the thread."""
+        """Flush what is queued, stop the thread, then checkpoint the WAL (nothing is left to
+        replay after a clean close, unless a journal could not be fsynced)."""
         with self._cond:
             self._stopping = True
             self._cond.notify()
         self._thread.join()
+        self.wal.retire()
+        self._checkpointer.submit(self._checkpoint)
+        self._checkpointer.shutdown(wait=True)
         self._pool.shutdown(wait=True)
 
 
@@ -244,11 +298,20 @@ def _fail_file(item: NewFile, err: str) -> None:
     item.future.set_exception(StorageIOError(f"could not create {os.path.basename(item.path)}: {err}"))
 
 
-def _sync(item: tuple[LoadedSession, int]) -> str | None:
-    """fsync one journal through ``target``; the error text if it failed."""
-    sess, target = item
+def _sync_path(path: str) -> bool:
+    """fsync one journal file by path (a file gone meanwhile, purged, needs nothing)."""
     try:
-        sess.writer.sync_through(target)
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        log.exception("storage: checkpoint could not open %s", path)
+        return False
+    try:
+        os.fsync(fd)
+    except OSError:
+        log.exception("storage: checkpoint could not fsync %s", path)
+        return False
+    finally:
+        os.close(fd)
+    return True

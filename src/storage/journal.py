@@ -149,6 +149,12 @@ class JournalWriter:
                 raise
             self.synced = upto
 
+    def mark_synced(self, target: int) -> None:
+        """The first ``target`` written bytes are durable elsewhere (the shared WAL's round)."""
+        with self.fd_lock:
+            if target > self.synced:
+                self.synced = target
+
     def sync(self) -> None:
         """fsync everything written so far (batched mode's flusher)."""
         self.sync_through(self.written)

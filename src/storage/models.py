@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import orjson
+
 ROLES = ("user", "assistant", "system", "tool")
 TOOL_STATUSES = ("success", "error", "timeout", "running")
 
@@ -143,6 +145,25 @@ class Page:
     has_more: bool
     next_before: int | None
     total: int
+
+
+@dataclass(slots=True)
+class EncodedPage:
+    """A page whose messages are already JSON: ``messages[i]`` is ``orjson.dumps(m.to_dict())``
+    of the i-th message (the protocol's Message object, byte for byte), ``superseded[i]`` whether
+    its metadata marks it replaced by a regenerate or an edit."""
+    messages: list[bytes]
+    superseded: list[bool]
+    has_more: bool
+    next_before: int | None
+    total: int
+
+
+def encode_page(page: Page) -> EncodedPage:
+    """``page`` with its messages encoded (backends without an encoded-message cache)."""
+    return EncodedPage([orjson.dumps(m.to_dict()) for m in page.messages],
+                       [bool(m.metadata.get("superseded")) for m in page.messages],
+                       page.has_more, page.next_before, page.total)
 
 
 @dataclass(slots=True)

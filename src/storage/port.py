@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .config import StorageConfig
 from .errors import StorageConfigError
-from .models import ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall
+from .models import ChatMessage, EncodedPage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall
 
 
 @runtime_checkable
@@ -49,6 +49,8 @@ class StoragePort(Protocol):
     async def update(self, session_id: str, message: ChatMessage) -> ChatMessage: ...
 
     async def page(self, session_id: str, before: int | None = None, limit: int = 50) -> Page: ...
+
+    async def page_encoded(self, session_id: str, before: int | None = None, limit: int = 50) -> EncodedPage: ...
 
     async def messages(self, session_id: str, *, after_id: int = 0) -> list[ChatMessage]: ...
 

@@ -47,7 +47,7 @@ def _mid(m: dict[str, Any]) -> int:
 class SessionState:
     """Pure in-memory state of one session; no locking, no I/O."""
 
-    __slots__ = ("record", "msgs", "cleared", "next_id", "last_seq", "text")
+    __slots__ = ("record", "msgs", "cleared", "next_id", "last_seq", "text", "wire", "superseded", "wire_bytes")
 
     def __init__(self, record: SessionRecord, msgs: list[dict[str, Any]], cleared: int = 0,
                  next_id: int = 1, last_seq: int = 0) -> None:
@@ -57,6 +57,11 @@ class SessionState:
         self.next_id = max(next_id, msgs[-1]["id"] + 1 if msgs else 1)
         self.last_seq = last_seq
         self.text: Any = None            # textscan.SessionText of the last search (checked by last_seq)
+        # Once a page was read: parallel to msgs, each message's JSON as sent (None: not encoded
+        # yet, or changed since) and whether it is superseded. Kept in step by apply().
+        self.wire: list[bytes | None] | None = None
+        self.superseded: list[bool] = []
+        self.wire_bytes = 0              # their total size (counted in the LRU's weight)
 
     # -- positions -------------------------------------------------------------------------
     def vis_start(self) -> int:
@@ -80,6 +85,24 @@ class SessionState:
 
     def after(self, after_id: int) -> list[dict[str, Any]]:
         return self.msgs[self.after_pos(after_id):]
+
+    def encoded(self, start: int, end: int) -> tuple[list[bytes], list[bool]]:
+        """The JSON (``to_message(d).to_dict()``) and superseded flag of ``msgs[start:end]``, each
+        message encoded once and then served from ``wire`` (a page is two list slices)."""
+        wire = self.wire
+        if wire is None:
+            wire = self.wire = [None] * len(self.msgs)
+            self.superseded = [False] * len(self.msgs)
+        seg = wire[start:end]
+        if None in seg:
+            for i in range(start, end):
+                if wire[i] is None:
+                    m = to_message(self.msgs[i])
+                    raw = wire[i] = orjson.dumps(m.to_dict())
+                    self.superseded[i] = bool(m.metadata.get("superseded"))
+                    self.wire_bytes += len(raw)
+            seg = wire[start:end]
+        return seg, self.superseded[start:end]  # type: ignore[return-value]
 
     # -- changes ---------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -105,11 +128,17 @@ class SessionState:
                 raise ValueError(f"append of message id {mid!r} out of order")
             self.msgs.append(m)
             self.next_id = mid + 1
+            if self.wire is not None:
+                self.wire.append(None)
+                self.superseded.append(False)
         elif op == "update":
             i = self.position(m["id"])
             if i is None:
                 raise ValueError(f"update of unknown message id {m['id']!r}")
             self.msgs[i] = m
+            if self.wire is not None and (old := self.wire[i]) is not None:
+                self.wire[i] = None
+                self.wire_bytes -= len(old)
         elif op == "rename":
             rec.title = str(e["title"])
             rec.title_auto = e.get("auto") is True
@@ -122,7 +151,11 @@ class SessionState:
             if rec.title_auto:           # made from a cleared message: "New chat" until the next one
                 rec.title, rec.title_auto = DEFAULT_TITLE, False
             if e.get("purge"):           # the hidden messages are dropped for good
-                del self.msgs[:self.vis_start()]
+                gone = self.vis_start()
+                del self.msgs[:gone]
+                if self.wire is not None:
+                    self.wire_bytes -= sum(len(raw) for raw in self.wire[:gone] if raw is not None)
+                    del self.wire[:gone], self.superseded[:gone]
         elif op == "delete":
             rec.deleted = True
         elif op == "undelete":
@@ -274,8 +307,8 @@ class LoadedSession:
 
     def nbytes(self) -> int:
         """What the session weighs in the LRU: its snapshot and journal bytes (the JSON it was
-        loaded from; the Python objects take a few times that)."""
-        return self.snap_stat[1] + self.jdisk
+        loaded from; the Python objects take a few times that) and the JSON cached for pages."""
+        return self.snap_stat[1] + self.jdisk + (self.state.wire_bytes if self.state is not None else 0)
 
     def files(self) -> list[int]:
         """What the index records to detect staleness: snapshot (inode, size, mtime_ns), journal size."""

@@ -10,7 +10,6 @@ This class validates arguments, journals each change through ``_commit`` and wai
 """
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import logging
 import os
@@ -35,12 +34,14 @@ from .index import INDEX_NAME, SessionIndex
 from .journal import JournalWriter
 from .loader import SessionLoader
 from .maintenance import Maintenance
-from .models import DEFAULT_TITLE, ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
+from .models import (DEFAULT_TITLE, ChatMessage, EncodedPage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall,
+                     now_iso)
 from .recovery import recover
 from .searcher import Searcher
 from .session import READY, LoadedSession, SessionState, encode_snapshot, file_stat, to_message
 from .validation import check_message, check_opt_str, check_positive, check_title, check_user
 from .validation import tool_calls as tool_calls_of
+from .wal_replay import replay_wal
 
 log = logging.getLogger("storage")
 
@@ -58,6 +59,7 @@ class HistoryStore:
         self.index = SessionIndex(os.path.join(self.root, INDEX_NAME))
         self.loader = SessionLoader(self.root, self.index)
         try:
+            self.wal_replay = replay_wal(self.root, self.loader.paths)
             self.recovery_stats = recover(self.root, self.index, self.loader.reload_entry)
             self.index.save()
         except BaseException:
@@ -66,7 +68,9 @@ class HistoryStore:
         batched = config.durability == "batched"
         self.flusher = JournalFlusher(batched=batched, batch_s=config.batch_ms / 1000,
                                       threads=config.fsync_threads,
-                                      on_failure=self._invalidate)
+                                      on_failure=self._invalidate, root=self.root,
+                                      checkpoint_bytes=config.wal_checkpoint_mib << 20,
+                                      checkpoint_s=config.wal_checkpoint_s)
         self.cache = SessionCache(size=config.lru_size, max_bytes=config.lru_mib << 20, idle_s=config.idle_evict_s,
                                   exists=lambda sid: self.index.get(sid) is not None,
                                   new=lambda sid: LoadedSession(sid, *self.loader.paths(sid)),
@@ -231,6 +235,7 @@ class HistoryStore:
             self.index.remove(session_id)
         with _io_errors("could not write the session index"):
             self.index.save()
+        self.flusher.checkpoint()         # the session's lines leave the shared WAL too
 
     def clear(self, session_id: str, *, purge: bool = False) -> int:
         """Hide every current message and drop the session's summaries; returns how many messages
@@ -248,6 +253,7 @@ class HistoryStore:
         _durable(done)
         if purge and changed:
             self._rewrite(session_id)
+            self.flusher.checkpoint()     # the purged lines leave the shared WAL too
         return n
 
     def _rewrite(self, session_id: str) -> None:
@@ -319,15 +325,36 @@ class HistoryStore:
 
     def page(self, session_id: str, before: int | None = None, limit: int = 50) -> Page:
         """The newest ``limit`` visible messages with id < before (ascending). O(limit)."""
-        if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 1):
-            raise InvalidArgument(f"before: expected a positive integer or None, got {before!r}")
-        check_positive("limit", limit)
+        _check_page(before, limit)
         with self.cache.locked(session_id) as s:
             st = s.state
             start, end, vis = st.visible_range(before, limit)
             msgs = [to_message(d) for d in st.msgs[start:end]]
             has_more = start > vis
             return Page(msgs, has_more, msgs[0].id if has_more else None, len(st.msgs) - vis)
+
+    def page_encoded(self, session_id: str, before: int | None = None, limit: int = 50) -> EncodedPage:
+        """``page`` with each message as its JSON bytes, encoded once per stored message and kept
+        with the loaded session, so a page is a splice of cached bytes."""
+        _check_page(before, limit)
+        with self.cache.locked(session_id) as s:
+            return _encoded_page(s.state, before, limit)
+
+    def page_encoded_loaded(self, session_id: str, before: int | None = None,
+                            limit: int = 50) -> EncodedPage | None:
+        """``page_encoded`` without waiting and without I/O (as ``get_loaded``): None if the
+        session is not loaded or its lock is busy. Safe on the event loop."""
+        _check_page(before, limit)
+        sess = self.cache.get(session_id) if not self.cache.closed else None
+        if sess is None or not sess.lock.acquire(blocking=False):
+            return None
+        try:
+            if sess.status != READY:
+                return None
+            sess.last_used = time.monotonic()
+            return _encoded_page(sess.state, before, limit)
+        finally:
+            sess.lock.release()
 
     def messages(self, session_id: str, *, after_id: int = 0) -> list[ChatMessage]:
         """Visible messages with id > after_id, ascending."""
@@ -367,7 +394,8 @@ class HistoryStore:
         entry = {"seq": seq, "op": op, "at": at, **fields}
         wire = entry if raw_msg is None else {**entry, "msg": orjson.Fragment(raw_msg)}
         try:
-            target = sess.writer.append(orjson.dumps(wire) + b"\n", sync=False)
+            line = orjson.dumps(wire, option=orjson.OPT_APPEND_NEWLINE)
+            target = sess.writer.append(line, sync=False)
         except OSError as exc:
             log.error("storage: journal write failed for %s: %s", sess.sid, exc)
             raise StorageIOError(f"could not write session {sess.sid}: {exc.strerror or exc}") from None
@@ -376,7 +404,7 @@ class HistoryStore:
         sess.jdisk = sess.writer.size
         self.index.put(sess.state.record, sess.files())
         self.compactor.maybe_schedule(sess)
-        return self.flusher.request(sess, target)
+        return self.flusher.request(sess, target, seq, line)
 
     def _invalidate(self, sess: LoadedSession) -> None:
         """A journal fsync failed: cut the journal back to what is durable and drop the loaded
@@ -417,6 +445,11 @@ class HistoryStore:
     def flush(self) -> None:
         """fsync every journal with batched writes pending."""
         self.flusher.flush()
+
+    def checkpoint(self) -> None:
+        """fsync mode: make the journals durable by themselves and empty the WAL now (it happens
+        on its own every ``wal_checkpoint_mib`` / ``wal_checkpoint_s`` and at close)."""
+        self.flusher.checkpoint()
 
     def close(self) -> None:
         """Stop background work, compact and close every loaded session, write the index."""
@@ -477,9 +510,25 @@ def _io_errors(what: str) -> Iterator[None]:
         raise StorageIOError(f"{what}: {exc.strerror or exc}") from None
 
 
+def _check_page(before: object, limit: object) -> None:
+    if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 1):
+        raise InvalidArgument(f"before: expected a positive integer or None, got {before!r}")
+    check_positive("limit", limit)
+
+
+def _encoded_page(st: SessionState, before: int | None, limit: int) -> EncodedPage:
+    start, end, vis = st.visible_range(before, limit)
+    raws, sups = st.encoded(start, end)
+    has_more = start > vis
+    return EncodedPage(raws, sups, has_more, st.msgs[start]["id"] if has_more else None, len(st.msgs) - vis)
+
+
 def _copy(record: SessionRecord) -> SessionRecord:
-    """A copy the caller may change; the (immutable) summaries are shared, not copied."""
-    return dataclasses.replace(record, summaries=list(record.summaries))
+    """A copy the caller may change; the (immutable) summaries are shared, not copied.
+    (Built positionally: ``dataclasses.replace`` costs ~4x more, and this runs several times a turn.)"""
+    r = record
+    return SessionRecord(r.session_id, r.user_id, r.title, r.created_at, r.updated_at, r.message_count,
+                         r.deleted, r.model, r.preview, list(r.summaries), r.system_prompt, r.title_auto)
 
 
 def _lock_root(root: str) -> int:

@@ -120,7 +120,7 @@ async def test_history_page_read_failure_is_storage_error(tmp_path):
 
         async def broken_page(*a, **kw):
             raise OSError(errno.EIO, "Input/output error")
-        svc.store.page = broken_page
+        svc.store.page = svc.store.page_encoded = broken_page
         _, err = await run_handler(HANDLERS[MsgType.HISTORY_REQUEST], ctx, HistoryPage(id=2))
         assert err.code is ErrorCode.STORAGE_ERROR
 
@@ -170,3 +170,30 @@ async def test_a_session_update_after_the_store_closed_is_skipped_not_raised(tmp
         before = len(port.events)
         await svc.sessions.publish_updated(session_id)   # raised StorageClosed before the fix
         assert len(port.events) == before
+
+
+async def test_history_page_inline_path_gives_the_task_paths_reply(tmp_path):
+    """The dispatcher's inline history page (loaded, idle, the user's) is the handler's reply byte
+    for byte; a session that is not the user's, or not loaded, goes to the task path (None)."""
+    import orjson
+
+    from server.handlers.dispatch import INLINE
+    from server.wire import encode_reply
+    async with handler_services(tmp_path) as svc:
+        ctx = await hello_context(svc)
+        sid = ctx.session_id
+        for i in range(12):
+            await svc.store.append(sid, "user" if i % 2 == 0 else "assistant", f"m{i}")
+        for req in (HistoryPage(id=5), HistoryPage(id=5, before=7, limit=3), HistoryPage(id=5, limit=50)):
+            now = INLINE[MsgType.HISTORY_REQUEST](ctx, req)
+            assert now is not None
+            later, err = await run_handler(HANDLERS[MsgType.HISTORY_REQUEST], ctx, req)
+            assert err is None
+            assert orjson.dumps(encode_reply(5, now)) == orjson.dumps(encode_reply(5, later))
+        other = await svc.store.create("someone else")
+        assert INLINE[MsgType.HISTORY_REQUEST](ctx, HistoryPage(id=6, session_id=other.session_id)) is None
+        _, err = await run_handler(HANDLERS[MsgType.HISTORY_REQUEST], ctx, HistoryPage(id=6, session_id=other.session_id))
+        assert err.code is ErrorCode.NOT_FOUND
+        cache = svc.store.sync.cache                       # evicted (once idle: background work may hold it)
+        await poll(lambda: (s := cache.get(sid)) is None or cache.evict(s))
+        assert INLINE[MsgType.HISTORY_REQUEST](ctx, HistoryPage(id=7)) is None

@@ -1,12 +1,13 @@
 """Child process of test_crash.py: append to one session forever, printing each acknowledged id.
 
-Usage: crash_child.py ROOT SESSION_ID MODE   (MODE: fsync | batched | compact | group)
+Usage: crash_child.py ROOT SESSION_ID MODE [CHECKPOINT_S]   (MODE: fsync | batched | compact | group | wal)
 - fsync:   durable appends, compact_threshold 16 (background compactions happen often)
 - batched: batched fsync every 2 ms (a SIGKILL must not lose acknowledged appends either)
 - compact: durable appends, and a synchronous compaction right after every acknowledgement,
            so a kill that follows an ack usually lands inside the compaction
 - group:   SESSION_ID is a comma-separated list; one writer thread per session appends durably
            (so appends of several sessions share flush rounds) and prints "<session id> <id>"
+- wal:     as group, without compaction, with the shared WAL checkpointed every CHECKPOINT_S seconds
 An id is printed only after append() returned. The parent kills this process with SIGKILL.
 """
 from __future__ import annotations
@@ -20,7 +21,10 @@ from storage import HistoryStore, StorageConfig
 def main() -> None:
     root, sid, mode = sys.argv[1:4]
     if mode == "group":
-        return group(root, sid.split(","))
+        return group(root, sid.split(","), StorageConfig(root=root, compact_threshold=64))
+    if mode == "wal":
+        return group(root, sid.split(","), StorageConfig(root=root, compact_threshold=10_000_000,
+                                                         wal_checkpoint_s=float(sys.argv[4])))
     cfg = StorageConfig(root=root, compact_threshold=16 if mode != "compact" else 1_000_000,
                         durability="batched" if mode == "batched" else "fsync", batch_ms=2)
     store = HistoryStore(cfg)
@@ -35,8 +39,8 @@ def main() -> None:
         i += 1
 
 
-def group(root: str, sids: list[str]) -> None:
-    store = HistoryStore(StorageConfig(root=root, compact_threshold=64))
+def group(root: str, sids: list[str], cfg: StorageConfig) -> None:
+    store = HistoryStore(cfg)
     out = threading.Lock()
 
     def writer(sid: str) -> None:

@@ -114,3 +114,43 @@ def test_search_memory_stays_bounded(open_store) -> None:
     store.page(sids[0])
     store.search("u", "needle")
     assert store.loaded_count() == 1                      # an already loaded session stays loaded
+
+
+def test_encoded_pages_are_the_pages_as_sent_and_follow_changes(open_store) -> None:
+    """page_encoded gives each message's JSON exactly as ``page`` + encoding would, from a cache
+    that follows updates, clears, purges and restores; the inline variant agrees."""
+    import orjson
+
+    from storage import ChatMessage
+    from storage.models import encode_page
+    store = open_store()
+    sid = store.create("u").session_id
+    for i in range(30):
+        store.append(sid, "user" if i % 2 == 0 else "assistant", f"m{i} 内存", metadata={"i": i})
+
+    def same(before=None, limit=7) -> None:
+        want = encode_page(store.page(sid, before=before, limit=limit))
+        assert store.page_encoded(sid, before, limit) == want
+        assert store.page_encoded_loaded(sid, before, limit) == want
+        sess = store.cache.get(sid)                      # the cache weighs what it holds
+        assert sess.state.wire_bytes == sum(len(b) for b in sess.state.wire if b is not None) > 0
+        assert sess.nbytes() == sess.snap_stat[1] + sess.jdisk + sess.state.wire_bytes
+
+    for before, limit in [(None, 7), (10, 5), (2, 50), (None, 100)]:
+        same(before, limit)
+    raw = store.page_encoded(sid, None, 1).messages[0]
+    assert orjson.loads(raw) == store.page(sid, limit=1).messages[0].to_dict()
+    old = store.page(sid, before=6, limit=1).messages[0]
+    store.update(sid, ChatMessage(old.id, old.role, "changed", old.timestamp, metadata={"superseded": True}))
+    enc = store.page_encoded(sid, before=6, limit=1)
+    assert orjson.loads(enc.messages[0])["content"] == "changed" and enc.superseded == [True]
+    same(None, 30)
+    store.clear(sid)
+    assert store.page_encoded(sid).messages == [] and store.page_encoded(sid).total == 0
+    store.restore(sid)
+    same(None, 30)
+    store.append(sid, "user", "after")
+    store.clear(sid, purge=True)
+    assert store.page_encoded(sid) == encode_page(store.page(sid))
+    store.append(sid, "user", "new")
+    same(None, 10)

@@ -289,3 +289,16 @@ def test_read_loaded_reads_in_place_only_when_small_loaded_and_idle(open_store) 
     assert [m.id for m in msgs] == [5]
     store.create("u", "b")                                           # evicts a
     assert store.read_loaded(a, 0, max_messages=10) is None          # not loaded: no I/O here
+
+
+def test_record_copies_keep_every_field() -> None:
+    """store._copy builds the copy field by field: a field added to SessionRecord must be copied too."""
+    import dataclasses
+
+    from storage.models import SessionRecord, SummaryRecord
+    from storage.store import _copy
+    values = {f.name: f"v_{f.name}" for f in dataclasses.fields(SessionRecord)}
+    values.update(message_count=7, deleted=True, summaries=[SummaryRecord("s", 1, 2, "2026-01-01T00:00:00+00:00")])
+    rec = SessionRecord(**values)
+    copy = _copy(rec)
+    assert copy == rec and copy is not rec and copy.summaries is not rec.summaries

@@ -2,8 +2,11 @@
 
 HELLO is run by the connection before any other request (it decides the user). PING's handler is
 synchronous and answered inline with PONG (well-formed PINGs that arrive whole are answered by the
-codec itself, ``protocol.Connection.receive_and_pong``, and never get here); every other request runs
-as a task, at most ``max_pending_requests`` per connection, answered by exactly one RESPONSE or ERROR.
+codec itself, ``protocol.Connection.receive_and_pong``, and never get here). A request type in
+``INLINE`` first tries its synchronous happy path (no I/O, no waiting; e.g. a history page of a
+loaded, idle session), answered at once without a task; when that gives None, or for any other
+type, the request runs as a task, at most ``max_pending_requests`` per connection, answered by
+exactly one RESPONSE or ERROR.
 Errors: ``HandlerError`` as raised; storage failures by their code (``server.errors.failure_of``:
 STORAGE_ERROR for an I/O failure, never NOT_FOUND); anything else is a bug, logged and answered INTERNAL.
 """
@@ -67,16 +70,27 @@ HANDLERS: dict[MsgType, Any] = {
 }
 
 
+# request type -> synchronous happy path: the reply, or None to run the HANDLERS entry as a task
+INLINE: dict[MsgType, Callable[[RequestContext, Any], Reply | None]] = {
+    MsgType.HISTORY_REQUEST: history.history_page_now,
+}
+
+
 async def run_handler(handler: Handler, ctx: RequestContext, req: Any) -> tuple[Any, HandlerError | None]:
     """(typed reply, None) or (None, HandlerError): what the client is told, whatever the handler raised."""
     try:
         return await handler(ctx, req), None
     except Exception as exc:
-        err = failure_of(exc)
-        if err is None:
-            log.exception("request %r (%s) failed", getattr(req, "id", None), type(req).__name__)
-            err = HandlerError(ErrorCode.INTERNAL, "internal error")
-        return None, err
+        return None, _error_of(exc, req)
+
+
+def _error_of(exc: Exception, req: Any) -> HandlerError:
+    """What the client is told for an exception out of a handler (a bug: logged, INTERNAL)."""
+    err = failure_of(exc)
+    if err is None:
+        log.exception("request %r (%s) failed", getattr(req, "id", None), type(req).__name__)
+        err = HandlerError(ErrorCode.INTERNAL, "internal error")
+    return err
 
 
 class Dispatcher:
@@ -114,6 +128,17 @@ class Dispatcher:
             port.send_error(rid, ErrorCode.TOO_MANY_PENDING,
                             f"more than {self.max_pending} requests in flight (max_pending_requests)")
             return None
+        inline = INLINE.get(t)
+        if inline is not None:
+            try:
+                reply = inline(self.ctx, req)
+            except Exception as exc:
+                err = _error_of(exc, req)
+                port.send_error(rid, err.code, err.message)
+                return None
+            if reply is not None:
+                port.respond(rid, reply, page=isinstance(req, HistoryPage))
+                return None
         task = self.loop.create_task(self._run(HANDLERS[t], req))
         pending[rid] = task
         task.add_done_callback(partial(_done, pending, rid))

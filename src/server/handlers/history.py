@@ -3,20 +3,47 @@ from __future__ import annotations
 
 from protocol.messages import (DEFAULT_PAGE_LIMIT, DEFAULT_SEARCH_LIMIT, HistoryExport, HistoryPage,
                                HistorySearch)
+from protocol.objects import EncodedObject
 from protocol.replies import HistoryExportReply, HistoryPageReply, HistorySearchReply
 from server.context import RequestContext
 from server.handlers.common import check_limit, target_session
-from server.wire import hit_obj, message_obj
+from server.wire import hit_obj
+from storage.models import EncodedPage
 
 
 async def history_page(ctx: RequestContext, req: HistoryPage) -> HistoryPageReply:
     limit = check_limit(ctx, req.limit, DEFAULT_PAGE_LIMIT)
     rec = await target_session(ctx, req.session_id)
-    page = await ctx.services.store.page(rec.session_id, before=req.before, limit=limit)
+    # Each message comes as its JSON bytes, encoded once per stored message and cached by the
+    # store: the reply splices them (no ChatMessage objects, no re-encoding per page).
+    page = await ctx.services.store.page_encoded(rec.session_id, before=req.before, limit=limit)
+    return _page_reply(rec.session_id, req, page)
+
+
+def history_page_now(ctx: RequestContext, req: HistoryPage) -> HistoryPageReply | None:
+    """``history_page`` without awaiting, for the dispatcher's inline table: the reply when the
+    session is the user's, live, loaded and idle right now (no I/O, no waiting), else None (then
+    ``history_page`` runs as a task and gives the same reply or the error)."""
+    store = ctx.services.store
+    session_id = req.session_id or ctx.session_id
+    get_loaded = getattr(store, "get_loaded", None)          # (backends with a memory of their own)
+    page_loaded = getattr(store, "page_encoded_loaded", None)
+    if not isinstance(session_id, str) or get_loaded is None or page_loaded is None:
+        return None
+    limit = check_limit(ctx, req.limit, DEFAULT_PAGE_LIMIT)
+    rec = get_loaded(session_id)
+    if rec is None or rec.user_id != ctx.user_id or rec.deleted:
+        return None
+    page = page_loaded(session_id, req.before, limit)
+    return None if page is None else _page_reply(session_id, req, page)
+
+
+def _page_reply(session_id: str, req: HistoryPage, page: EncodedPage) -> HistoryPageReply:
     # Messages replaced by a regenerate or an edit are left out unless asked for: such a page may
     # hold fewer than ``limit`` messages; has_more / next_before still page through everything.
-    msgs = page.messages if req.superseded else [m for m in page.messages if not m.metadata.get("superseded")]
-    return HistoryPageReply(rec.session_id, tuple(message_obj(m) for m in msgs), page.has_more,
+    raws = page.messages if req.superseded or not any(page.superseded) else \
+        [raw for raw, sup in zip(page.messages, page.superseded) if not sup]
+    return HistoryPageReply(session_id, EncodedObject(b"[" + b",".join(raws) + b"]"), page.has_more,
                             page.next_before, page.total)
 
 

@@ -164,7 +164,7 @@ class RecallConfig(Section):
     enabled: bool = True
     k: int = Field(4, ge=0, le=50)                             # excerpts per turn at most
     token_budget: int = Field(800, ge=0, le=1_000_000)         # tokens for all excerpts together
-    max_users_cached: int = Field(64, ge=1, le=100_000)        # per-user indexes kept in memory (LRU)
+    max_users_cached: int = Field(256, ge=1, le=100_000)       # per-user indexes kept in memory (LRU; above the users active at once)
     max_sessions_indexed: int = Field(500, ge=1, le=1_000_000)   # most recent sessions of a user indexed
     embeddings: EmbeddingsConfig = Field(default_factory=EmbeddingsConfig)
 
@@ -209,7 +209,7 @@ class UserMemoryConfig(Section):
     token_budget: int = Field(300, ge=0, le=1_000_000)   # tokens for the memory block of one prompt
     k: int = Field(8, ge=0, le=100)                      # items per prompt at most
     max_items: int = Field(200, ge=1, le=100_000)        # items kept per user (the oldest go first)
-    max_users_cached: int = Field(64, ge=1, le=100_000)  # users whose items stay loaded (LRU)
+    max_users_cached: int = Field(256, ge=1, le=100_000) # users whose items stay loaded (LRU; above the users active at once)
     root: str | None = None          # directory of the JSON files; None: "user_memory" next to storage.root
 
 

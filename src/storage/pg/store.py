@@ -20,7 +20,8 @@ from ..errors import InvalidArgument, MessageTooLarge, NotFound
 from ..export import FORMATS, export
 from ..ids import new_session_id, validate_session_id
 from ..index import parse_cursor
-from ..models import DEFAULT_TITLE, ChatMessage, Page, SearchHit, SessionRecord, SummaryRecord, ToolCall, now_iso
+from ..models import (DEFAULT_TITLE, ChatMessage, EncodedPage, Page, SearchHit, SessionRecord, SummaryRecord,
+                      ToolCall, encode_page, now_iso)
 from ..search import compile_query, searchable, snippet
 from .. import validation as checks
 from .link import PgLink
@@ -308,6 +309,10 @@ class PgHistoryStore:
         has_more = len(found) > limit
         msgs = [_message(r["id"], r["body"]) for r in reversed(found[:limit])]
         return Page(msgs, has_more, msgs[0].id if has_more else None, rows[0]["message_count"])
+
+    async def page_encoded(self, session_id: str, before: int | None = None, limit: int = 50) -> EncodedPage:
+        """``page`` with each message as its JSON bytes (no cache here: encoded per call)."""
+        return encode_page(await self.page(session_id, before, limit))
 
     async def messages(self, session_id: str, *, after_id: int = 0) -> list[ChatMessage]:
         """Visible messages with id > after_id, ascending."""
