@@ -108,6 +108,33 @@ class PgLink:
                 await _release(self.pool, con)
         return await self.retrying(once, "reach PostgreSQL")
 
+    async def ping(self) -> None:
+        """One ``SELECT 1`` through the pool, without the retry policy (a readiness probe must answer
+        now): raises StorageUnavailable when PostgreSQL cannot be reached or does not answer within
+        ``pg_statement_timeout_ms`` (``pg_connect_timeout_s`` when that is 0). A pooled connection
+        found broken (PostgreSQL restarted since) is discarded and the query tried once more."""
+        if self.closed or self.pool is None:
+            raise StorageClosed("the history store is closed")
+        cfg = self.config
+        timeout = cfg.pg_statement_timeout_ms / 1000 or cfg.pg_connect_timeout_s
+        exc: BaseException | None = None
+        for _ in range(2):
+            try:
+                con = await self.pool.acquire(timeout=cfg.pg_connect_timeout_s)
+            except (asyncio.TimeoutError, *CONNECTION_ERRORS) as err:
+                raise StorageUnavailable(f"PostgreSQL is unavailable ({_why(err)})") from None
+            try:
+                await con.fetchval("SELECT 1", timeout=timeout)
+                return
+            except (asyncio.TimeoutError, asyncpg.QueryCanceledError):
+                raise StorageUnavailable(f"PostgreSQL did not answer within {timeout:g} s") from None
+            except CONNECTION_ERRORS as err:
+                _discard(con)
+                exc = err
+            finally:
+                await _release(self.pool, con)
+        raise StorageUnavailable(f"PostgreSQL is unavailable ({_why(exc)})")
+
     async def run_holding(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> asyncpg.Connection:
         """Run ``work(connection)`` (idempotent: retried like a read) and keep the connection: the
         caller releases it with ``release``. For state tied to a connection (advisory locks)."""

@@ -73,6 +73,11 @@ class PgHistoryStore:
     async def close(self) -> None:
         await self.link.close()
 
+    async def check_ready(self) -> None:
+        """The readiness probe (``/readyz``): a ``SELECT 1`` through the pool, not retried; raises
+        StorageUnavailable when PostgreSQL is unreachable or slower than the statement timeout."""
+        await self.link.ping()
+
     async def _read(self, fn, *args: Any) -> Any:
         return await self.link.run(lambda con: fn(con, *args), write=False)
 
