@@ -26,6 +26,7 @@ import asyncpg
 
 from protocol.server_events import TurnEnd
 from server.agent.interrupted import interrupted_message
+from server.cluster_cancel import RemoteCancel
 from server.cluster_relay import Relay
 from server.hub import Hub
 from server.wire import message_obj
@@ -43,6 +44,8 @@ class ClusterConfig:
     delta_batch_ms: float = 3.0      # deltas of one turn sent within this interval share a notification
     remote_end_wait_ms: float = 500.0  # a turn that takes over a session waits this long at most for
                                        # the previous (other node's) turn's TURN_END to arrive here
+    remote_cancel_wait_ms: float = 2000.0  # a CHAT_CANCEL of a turn not on this node waits this long
+                                           # at most for the node that has it to answer
 
 
 class Cluster:
@@ -55,8 +58,10 @@ class Cluster:
         self.hub = hub
         self.sessions = sessions
         self.holder = LockHolder(store.link, key_of("node", self.node_id), f"nplt-node:{self.node_id}")
+        self.remote_cancel = RemoteCancel(self, cfg.remote_cancel_wait_ms)
         self.relay = Relay(self.node_id, store.link, store, hub, batch_ms=cfg.delta_batch_ms,
-                           on_start=self._remote_start, on_end=self._remote_end)
+                           on_start=self._remote_start, on_end=self._remote_end,
+                           on_control=self.remote_cancel.on_control, on_deleted=self.remote_cancel.on_deleted)
         self.turn_lock = ClusterTurnLock(self)
         self.remote_turns: dict[str, tuple[str, str, int]] = {}   # session -> (node, turn id, user msg id)
         self.interrupted = 0                                      # turns this node closed as interrupted
@@ -73,6 +78,7 @@ class Cluster:
     async def close(self) -> None:
         self.hub.relay = None
         await self.relay.close()
+        await self.remote_cancel.close()
         for task in [*self._watchers.values(), *self._tasks]:
             task.cancel()
         await asyncio.gather(*self._watchers.values(), *self._tasks, return_exceptions=True)
@@ -92,21 +98,30 @@ class Cluster:
     def _remote_end(self, session_id: str, turn_id: str) -> None:
         entry = self.remote_turns.get(session_id)
         if entry is not None and entry[1] == turn_id:
-            del self.remote_turns[session_id]
-            waiter = self._end_waiters.pop(session_id, None)
-            if waiter is not None:
-                waiter.set()
+            self._forget_remote(session_id)
 
-    async def after_remote_turn(self, session_id: str) -> None:
-        """With the session's lock just taken: wait (at most ``remote_end_wait_ms``) until the other
-        node's last turn there has ended here too, so local clients never see two turns overlap."""
+    def _forget_remote(self, session_id: str) -> tuple[str, str, int] | None:
+        """The session's remote turn is over (ended, or closed here): wake whoever waits for it."""
+        entry = self.remote_turns.pop(session_id, None)
+        waiter = self._end_waiters.pop(session_id, None)
+        if waiter is not None:
+            waiter.set()
+        return entry
+
+    async def wait_remote_end(self, session_id: str, timeout_s: float) -> None:
+        """Until the turn another node runs in ``session_id`` has ended here too (at most ``timeout_s``)."""
         if session_id not in self.remote_turns:
             return
         waiter = self._end_waiters.setdefault(session_id, asyncio.Event())
         try:
-            await asyncio.wait_for(waiter.wait(), self.config.remote_end_wait_ms / 1000)
+            await asyncio.wait_for(waiter.wait(), timeout_s)
         except asyncio.TimeoutError:          # its node died, or its TURN_END is late: repair decides
-            self._end_waiters.pop(session_id, None)
+            pass
+
+    async def after_remote_turn(self, session_id: str) -> None:
+        """With the session's lock just taken: wait (at most ``remote_end_wait_ms``) until the other
+        node's last turn there has ended here too, so local clients never see two turns overlap."""
+        await self.wait_remote_end(session_id, self.config.remote_end_wait_ms / 1000)
 
     async def _watch(self, node: str) -> None:
         try:
@@ -147,10 +162,10 @@ class Cluster:
         try:
             page = await self.store.page(session_id, limit=1)
         except (NotFound, InvalidSessionId):
-            self.remote_turns.pop(session_id, None)
+            self._forget_remote(session_id)
             return
         last = page.messages[-1] if page.messages else None
-        entry = self.remote_turns.pop(session_id, None)
+        entry = self._forget_remote(session_id)
         if last is None or last.role != "user":
             return
         closing = interrupted_message(last, detected_at=now_iso())

@@ -12,6 +12,11 @@ Large payloads go by reference: TURN_START and TURN_END / TURN_ERROR name the st
 In: items are handled one at a time in delivery order (events of one turn stay in order). Rows are
 read only when a local subscriber is attached to the session. ``on_start(node, session, turn,
 message id)`` and ``on_end(session, turn)`` report other nodes' turns (for the dead-node watch).
+
+Control items (``control``): requests between nodes that are not hub events (``server.cluster_cancel``:
+cancel a turn, the answer to that). They travel in the same queue, so in order with the events, and
+are handed to ``on_control(node, item)`` on the other nodes. A SESSION_EVENT ``deleted`` from another
+node is also reported to ``on_deleted(user, session)`` (this node's clients of it are moved).
 """
 from __future__ import annotations
 
@@ -22,8 +27,8 @@ from typing import Any
 
 import orjson
 
-from protocol.server_events import (AnswerDelta, ServerEvent, TurnEnd, TurnError, TurnStart,
-                                    decode_event)
+from protocol.server_events import (AnswerDelta, ServerEvent, SessionEvent, TurnEnd, TurnError,
+                                    TurnStart, decode_event)
 from server.errors import error_code
 from server.hub import Hub
 from server.wire import message_obj
@@ -37,13 +42,16 @@ CHANNEL = "nplt_cluster"
 MAX_ITEM_BYTES = 7000            # an item over this is spilled to the table
 MAX_DELTA_CHARS = 2000           # coalesced delta text per item (3 bytes a character at worst)
 SPILL_CLEANUP_S = 60.0
+CONTROL_KINDS = ("c", "r")       # cancel request, its answer (server.cluster_cancel)
 
 
 class Relay:
     """The hub's relay (``Hub.relay``) and the listener of other nodes' events."""
 
     def __init__(self, node_id: str, link: PgLink, store: Any, hub: Hub, *, batch_ms: float,
-                 on_start: Callable[[str, str, str, int], None], on_end: Callable[[str, str], None]) -> None:
+                 on_start: Callable[[str, str, str, int], None], on_end: Callable[[str, str], None],
+                 on_control: Callable[[str, list[Any]], None] | None = None,
+                 on_deleted: Callable[[str, str], None] | None = None) -> None:
         self.node_id = node_id
         self.link = link
         self.store = store
@@ -51,6 +59,8 @@ class Relay:
         self.batch_s = batch_ms / 1000
         self.on_start = on_start
         self.on_end = on_end
+        self.on_control = on_control
+        self.on_deleted = on_deleted
         self.sent = 0                     # notifications sent
         self.received = 0                 # items from other nodes
         self._queue: list[list[Any]] = []
@@ -111,6 +121,12 @@ class Relay:
 
     def session(self, session_id: str, event: ServerEvent) -> None:
         self._queue.append(["p", session_id, event])
+        self._wake.set()
+
+    def control(self, item: list[Any]) -> None:
+        """Queue a control item (its first element one of ``CONTROL_KINDS``) for the other nodes."""
+        assert item[0] in CONTROL_KINDS
+        self._queue.append(item)
         self._wake.set()
 
     async def _send_loop(self) -> None:
@@ -184,9 +200,16 @@ class Relay:
             item = orjson.loads(body)
             kind = item[0]
         hub = self.hub
+        if kind in CONTROL_KINDS:
+            if self.on_control is not None:
+                self.on_control(node, item)
+            return
         if kind == "u":
             if hub.user_subscribers(item[1]):
-                hub.publish_user(item[1], decode_event(item[2], item[3]), remote=True)
+                event = decode_event(item[2], item[3])
+                hub.publish_user(item[1], event, remote=True)
+                if type(event) is SessionEvent and event.kind == "deleted" and self.on_deleted is not None:
+                    self.on_deleted(item[1], event.session_id)
             return
         if kind == "p":
             hub.publish_session(item[1], decode_event(item[2], item[3]), remote=True)
@@ -234,6 +257,8 @@ class Relay:
 def _encode(item: list[Any]) -> bytes:
     """One queued item as the compact JSON list the other nodes read."""
     kind = item[0]
+    if kind in CONTROL_KINDS:
+        return orjson.dumps(item)
     if kind == "d":
         return orjson.dumps(["d", item[1], item[2], "".join(item[3]), item[4]])
     event = item[2]
