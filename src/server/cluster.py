@@ -33,6 +33,7 @@ from server.wire import message_obj
 from storage.errors import InvalidSessionId, NotFound
 from storage.models import now_iso
 from storage.pg.lock_holder import LockHolder, key_of
+from storage.pg.store import message_of
 
 log = logging.getLogger("nplt.cluster")
 
@@ -46,6 +47,9 @@ class ClusterConfig:
                                        # the previous (other node's) turn's TURN_END to arrive here
     remote_cancel_wait_ms: float = 2000.0  # a CHAT_CANCEL of a turn not on this node waits this long
                                            # at most for the node that has it to answer
+
+
+_UNREAD: Any = object()      # repair(): the last message is not known yet
 
 
 class Cluster:
@@ -155,16 +159,18 @@ class Cluster:
         finally:
             await self.holder.unlock(key)
 
-    async def repair(self, session_id: str) -> None:
-        """With the session's lock held: if its last message is an unanswered user message (a turn cut
-        short by a dead node), store the message closing it as interrupted and announce it. (Always
-        read: a node can die before the notification of its turn's start went out.)"""
-        try:
-            page = await self.store.page(session_id, limit=1)
-        except (NotFound, InvalidSessionId):
-            self._forget_remote(session_id)
-            return
-        last = page.messages[-1] if page.messages else None
+    async def repair(self, session_id: str, last: Any = _UNREAD) -> None:
+        """With the session's lock held: if its last message (``last``: as read when the lock was
+        taken, else read now) is an unanswered user message (a turn cut short by a dead node), store
+        the message closing it as interrupted and announce it. (Always read: a node can die before
+        the notification of its turn's start went out.)"""
+        if last is _UNREAD:
+            try:
+                page = await self.store.page(session_id, limit=1)
+            except (NotFound, InvalidSessionId):
+                self._forget_remote(session_id)
+                return
+            last = page.messages[-1] if page.messages else None
         entry = self._forget_remote(session_id)
         if last is None or last.role != "user":
             return
@@ -241,11 +247,12 @@ class ClusterTurnLock:
         if releasing is not None:         # this node's previous turn there is letting go: after it
             await releasing.wait()        # (a waiter from another node still comes first)
         key = key_of("session", session_id)
-        if not await self.holder.try_lock(key):
+        got, last = await self.holder.try_claim(key, session_id)      # lock + last message: one round trip
+        if not got:
             return None
         try:
             await self.cluster.after_remote_turn(session_id)
-            await self.cluster.repair(session_id)
+            await self.cluster.repair(session_id, None if last is None else message_of(*last))
         except BaseException:
             await self.holder.unlock(key)
             raise

@@ -144,13 +144,15 @@ class Relay:
         cleanup = bool(big) and loop.time() - self._last_cleanup > SPILL_CLEANUP_S
 
         async def work(con: Any) -> None:
-            async with con.transaction():
-                if big:
-                    ids = await spill(con, [encoded[i] for i in big])
-                    for i, spilled in zip(big, ids):
-                        encoded[i] = orjson.dumps(["x", spilled])
-                    if cleanup:
-                        await forget_old(con)
+            if not big:                     # one statement, committed by itself: one round trip
+                await notify_many(con, CHANNEL, self._pack(encoded))
+                return
+            async with con.transaction():   # the spilled rows and their notifications together
+                ids = await spill(con, [encoded[i] for i in big])
+                for i, spilled in zip(big, ids):
+                    encoded[i] = orjson.dumps(["x", spilled])
+                if cleanup:
+                    await forget_old(con)
                 await notify_many(con, CHANNEL, self._pack(encoded))
         await self.link.run(work, write=True)
         if cleanup:

@@ -41,6 +41,17 @@ def is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, ClientDataError)
 
 
+class PooledConnection(asyncpg.Connection):
+    """A pooled connection released without asyncpg's reset query (``pg_advisory_unlock_all(); CLOSE
+    ALL; UNLISTEN *; RESET ALL``): one round trip saved per call. Nothing here leaves session state
+    on a pooled connection (LISTEN and the long-held locks use connections of their own, and
+    ``locks.session_lock`` undoes its lock and setting itself); an open transaction is still rolled
+    back on release by asyncpg."""
+
+    def get_reset_query(self) -> str:
+        return ""
+
+
 class Unsent(Exception):
     """Wraps a connection error raised before any statement of the call was sent."""
 
@@ -71,7 +82,7 @@ class PgLink:
         cfg = self.config
 
         async def make_pool() -> asyncpg.Pool:
-            return await asyncpg.create_pool(min_size=0, max_size=cfg.pg_pool_size,
+            return await asyncpg.create_pool(min_size=0, max_size=cfg.pg_pool_size, connection_class=PooledConnection,
                                              max_inactive_connection_lifetime=60.0, **self.connect_args())
         self.pool = await self.retrying(make_pool, "open the connection pool")
 

@@ -31,6 +31,7 @@ PREVIEW_CHARS = 80
 _REC = ("session_id, user_id, title, created_at, updated_at, message_count, deleted, model, preview, "
         "summaries, system_prompt")
 INT64_MAX = (1 << 63) - 1
+_REC_S = ", ".join(f"s.{c.strip()}" for c in _REC.split(","))    # the same columns of nplt_sessions s
 
 
 def _record(row: asyncpg.Record, *, summaries: bool = True) -> SessionRecord:
@@ -41,10 +42,14 @@ def _record(row: asyncpg.Record, *, summaries: bool = True) -> SessionRecord:
                          prompt.decode() if prompt is not None else None)
 
 
-def _message(mid: int, body: bytes) -> ChatMessage:
+def message_of(mid: int, body: bytes) -> ChatMessage:
+    """A message from its stored row (id, body)."""
     d = orjson.loads(body)
     d["id"] = mid
     return ChatMessage.from_dict(d)
+
+
+_message = message_of
 
 
 def _utf8(text: str, what: str) -> bytes:
@@ -325,6 +330,21 @@ class PgHistoryStore:
         if not rows:
             raise NotFound(f"session {session_id} not found")
         return [_message(r["id"], r["body"]) for r in rows if r["id"] is not None]
+
+    async def record_and_messages(self, session_id: str, after_id: int) -> tuple[SessionRecord, list[ChatMessage]]:
+        """``get`` and ``messages(after_id=after_id)`` in one round trip (what the memory layer reads
+        at every turn)."""
+        checks.check_int("after_id", after_id)
+        validate_session_id(session_id)
+        after_id = max(min(after_id, INT64_MAX), -INT64_MAX)
+        rows = await self._read(lambda con: con.fetch(
+            f"SELECT {_REC_S}, m.id, m.body FROM nplt_sessions s LEFT JOIN LATERAL "
+            "(SELECT id, body FROM nplt_messages WHERE session_id = s.session_id "
+            "AND id > greatest(s.cleared_through, $2) ORDER BY id) m ON true WHERE s.session_id = $1",
+            session_id, after_id))
+        if not rows:
+            raise NotFound(f"session {session_id} not found")
+        return _record(rows[0]), [_message(r["id"], r["body"]) for r in rows if r["id"] is not None]
 
     async def search(self, user_id: str, query: str, *, session_id: str | None = None,
                      limit: int = 20) -> list[SearchHit]:
