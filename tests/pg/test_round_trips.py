@@ -17,14 +17,13 @@ from testkit.echo_agent import EchoAgent
 from testkit.server import V3Client, answer_text, make_config, poll
 from protocol import MsgType as T
 
-#: statements of one turn of an attached client on a node of a cluster (docs/cluster.md):
-#: the ownership read, lock + last message, the user message, the memory layer's read, the answer,
-#: the memory layer's read after the turn, the unlock, the two session-list reads, and the event
-#: notifications (at most 4 batches here, one turn alone)
-MAX_STATEMENTS_PER_TURN = 13
+#: statements of one turn on a node alone on its database (docs/cluster.md): the ownership read,
+#: lock + last message, the user message, the memory layer's read, the answer, the memory layer's
+#: read after the turn, the unlock, and the two session-list reads (no event notification: no peer)
+MAX_STATEMENTS_PER_TURN = 9
 
 
-async def test_a_turn_takes_at_most_13_statements(tmp_path, own_server):
+async def test_a_turn_takes_at_most_9_statements(tmp_path, own_server):
     url = await fresh_database(own_server)
     database = url.split("@/", 1)[1].split("?", 1)[0]
     admin = await asyncpg.connect(own_server.url())
@@ -52,8 +51,10 @@ async def test_a_turn_takes_at_most_13_statements(tmp_path, own_server):
         await poll(lambda: not srv.runner.lanes, timeout=30)
         seen = statements()
         assert any("nplt_try_claim" in s for s in seen)
-        assert not any("RESET ALL" in s or s.startswith(("BEGIN", "COMMIT")) for s in seen), seen
-        assert 9 <= len(seen) <= MAX_STATEMENTS_PER_TURN, "\n".join(seen)
+        assert not any("RESET ALL" in s or "pg_notify" in s or s.startswith(("BEGIN", "COMMIT"))
+                       for s in seen), seen
+        assert 7 <= len(seen) <= MAX_STATEMENTS_PER_TURN, "\n".join(seen)
+        assert srv.services.cluster.relay.sent == 0 and not srv.services.cluster.relay.peers
         await c.close()
     finally:
         await srv.stop()
@@ -105,3 +106,15 @@ async def test_record_and_messages_is_get_and_messages(pg_url):
         assert [m.content for m in msgs] == ["after the clear"] and rec.message_count == 1
     finally:
         await store.close()
+
+
+async def test_nodes_know_each_other_once_started(tmp_path, pg_url):
+    from cluster.conftest import node
+    async with node(tmp_path, pg_url, "a") as a:
+        ra = a.services.cluster.relay
+        assert not ra.peers
+        async with node(tmp_path, pg_url, "b") as b:
+            rb = b.services.cluster.relay
+            assert rb.peers == {a.services.cluster.node_id}      # from the database, at start
+            assert ra.peers == {b.services.cluster.node_id}      # from its hello, answered before b serves
+        await poll(lambda: not ra.peers, timeout=30)              # b said goodbye
