@@ -19,11 +19,12 @@ from protocol import MsgType as T
 
 #: statements of one turn on a node alone on its database (docs/cluster.md): the ownership read,
 #: lock + last message, the user message, the memory layer's read, the answer, the memory layer's
-#: read after the turn, the unlock, and the two session-list reads (no event notification: no peer)
-MAX_STATEMENTS_PER_TURN = 9
+#: read after the turn and the unlock (the session-list events reuse what the appends returned;
+#: no event notification: no peer)
+MAX_STATEMENTS_PER_TURN = 7
 
 
-async def test_a_turn_takes_at_most_9_statements(tmp_path, own_server):
+async def test_a_turn_takes_at_most_7_statements(tmp_path, own_server):
     url = await fresh_database(own_server)
     database = url.split("@/", 1)[1].split("?", 1)[0]
     admin = await asyncpg.connect(own_server.url())
@@ -53,7 +54,7 @@ async def test_a_turn_takes_at_most_9_statements(tmp_path, own_server):
         assert any("nplt_try_claim" in s for s in seen)
         assert not any("RESET ALL" in s or "pg_notify" in s or s.startswith(("BEGIN", "COMMIT"))
                        for s in seen), seen
-        assert 7 <= len(seen) <= MAX_STATEMENTS_PER_TURN, "\n".join(seen)
+        assert 6 <= len(seen) <= MAX_STATEMENTS_PER_TURN, "\n".join(seen)
         assert srv.services.cluster.relay.sent == 0 and not srv.services.cluster.relay.peers
         await c.close()
     finally:
@@ -118,3 +119,24 @@ async def test_nodes_know_each_other_once_started(tmp_path, pg_url):
             assert rb.peers == {a.services.cluster.node_id}      # from the database, at start
             assert ra.peers == {b.services.cluster.node_id}      # from its hello, answered before b serves
         await poll(lambda: not ra.peers, timeout=30)              # b said goodbye
+
+
+async def test_get_loaded_is_what_the_last_append_returned_once(pg_url):
+    store = await open_store(StorageConfig(url=pg_url))
+    try:
+        sid = (await store.create("alice", title="t")).session_id
+        assert store.get_loaded(sid) is None                      # nothing appended yet
+        await store.append(sid, "user", "hello")
+        rec = store.get_loaded(sid)
+        full = await store.get(sid)
+        assert (rec.title, rec.updated_at, rec.message_count, rec.preview) == \
+            (full.title, full.updated_at, full.message_count, full.preview) == (full.title, full.updated_at, 1, "hello")
+        assert store.get_loaded(sid) is None                      # once
+        await store.append(sid, "assistant", "hi")
+        await store.rename(sid, "renamed")                        # another write: the record is stale
+        assert store.get_loaded(sid) is None
+        await store.append(sid, "user", "again")
+        await store.clear(sid)
+        assert store.get_loaded(sid) is None
+    finally:
+        await store.close()
