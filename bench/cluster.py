@@ -318,7 +318,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="interleaved repeats of the turns/s runs (best kept)")
     ap.add_argument("--pool", type=int, default=10,
                     help="pg_pool_size of each node (default 10, the setting's default; one run with 40 is "
-                         "printed too: on 2 shared CPUs more PostgreSQL backends cost more than they bring)")
+                         "printed too)")
     ap.add_argument("--pg-fsync", choices=("off", "on", "both"), default="off",
                     help="PostgreSQL's fsync and synchronous_commit (both: the PostgreSQL rows on each)")
     ap.add_argument("--ratio-only", action="store_true",
