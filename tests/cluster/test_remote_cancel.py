@@ -95,14 +95,19 @@ async def test_delete_or_clear_on_one_node_cancels_the_turn_on_the_other(tmp_pat
                 assert reply["current"]["session_id"] != sid
             else:
                 await ca.call(T.CLEAR_REQUEST, session_id=sid)
-            # the turn on node B was cancelled before the delete / clear was answered
-            end = (await cb.turn_events(r["turn_id"], timeout=1))[-1]
+            # the turn on node B was cancelled, and its partial answer stored, before the delete /
+            # clear was answered (cleared: the partial answer is hidden with its question)
+            stored = await a.store.messages(sid, after_id=-1)
+            if action == "delete":
+                assert [(m.role, m.metadata.get("cancel_reason")) for m in stored] == [
+                    ("user", None), ("assistant", "deleted")]
+            end = (await cb.turn_events(r["turn_id"], timeout=30))[-1]
             assert end.type == T.TURN_END and end.body["finish_reason"] == "cancelled"
             assert end.body["message"]["metadata"]["cancel_reason"] == (
                 "deleted" if action == "delete" else "cleared")
-            stored = await a.store.messages(sid, after_id=-1) if action == "clear" else None
             if action == "clear":
-                assert stored == []                          # the partial answer was cleared too
+                # the partial answer was stored before the clear (hidden with it), not after it
+                assert stored == [] and await a.store.messages(sid, after_id=-1) == []
                 rec = await a.store.get(sid)
                 assert rec.message_count == 0
             else:
