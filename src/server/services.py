@@ -99,6 +99,10 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
                         lock=cluster.turn_lock if cluster is not None else None,
                         inflight=marker_for(store))
     sessions.turns = runner
+    if cluster is not None:                        # delete / clear stop the turns of every node
+        from server.cluster_cancel import TurnControlAcrossNodes
+        cluster.remote_cancel.runner = runner
+        sessions.turns = TurnControlAcrossNodes(runner, cluster)
     offers.turns = runner
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
                     memory=memory, auth=auth, counters=counters or Counters(),

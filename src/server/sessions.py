@@ -209,18 +209,24 @@ class SessionService:
         finally:
             self.forget(rec.session_id, rec.user_id)
         await self.publish_event("deleted", deleted)
-        attached = [s for s in self.hub.session_subscribers(rec.session_id) if not s.closed]
+        await self.move_attached(rec.user_id, rec.session_id, requester)
+        return deleted
+
+    async def move_attached(self, user_id: str, session_id: str, requester: Subscriber | None = None) -> None:
+        """Move every subscriber attached to the deleted ``session_id`` to the user's newest remaining
+        session (or a new one) and tell it (``session_moved``), except ``requester``. Also called
+        when another server node deleted the session (``server.cluster_cancel``)."""
+        attached = [s for s in self.hub.session_subscribers(session_id) if not s.closed]
         if attached:
             current, created = await self.newest_or_new(user_id)
             if created:
                 await self.publish_event("created", current)
             for sub in attached:
-                if sub.session_id != rec.session_id or sub.closed:
+                if sub.session_id != session_id or sub.closed:
                     continue  # it moved by itself meanwhile
                 self.hub.attach(sub, current.session_id)
                 if sub is not requester:
-                    sub.session_moved(rec.session_id, current.session_id)
-        return deleted
+                    sub.session_moved(session_id, current.session_id)
 
     async def clear(self, session_id: str, purge: bool = False) -> tuple[SessionRecord, int]:
         """Hide every message of a session (checked by the caller) and drop its summaries (with

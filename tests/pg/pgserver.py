@@ -69,7 +69,8 @@ def _die_with_parent() -> None:      # runs in the child, after setuid (which wo
 class EmbeddedPostgres:
     """One PostgreSQL server in a temporary directory; ``url(db)`` names a database on it."""
 
-    def __init__(self, base: str | None = None) -> None:
+    def __init__(self, base: str | None = None, *, durable: bool = False) -> None:
+        self.durable = durable           # fsync and synchronous_commit on (benchmarks); off for the tests
         self.dir = Path(tempfile.mkdtemp(prefix="nplt-pg-", dir=base))
         self.data = self.dir / "data"
         self.proc: subprocess.Popen | None = None
@@ -106,7 +107,8 @@ class EmbeddedPostgres:
         try:
             self.proc = subprocess.Popen(
                 [str(self.bin / "postgres"), "-D", str(self.data), "-k", str(self.data), "-h", "",
-                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+                 *(() if self.durable else ("-c", "fsync=off", "-c", "synchronous_commit=off",
+                                            "-c", "full_page_writes=off")),
                  "-c", "max_connections=200", "-c", "shared_buffers=32MB",
                  "-c", "wal_level=minimal", "-c", "max_wal_senders=0"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,

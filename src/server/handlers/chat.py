@@ -44,9 +44,28 @@ async def chat_cancel(ctx: RequestContext, req: ChatCancel) -> ChatCancelReply:
     if req.turn_id is not None and req.session_id is None:
         turn = runner.find(req.turn_id)
         if turn is None or turn.user_id != ctx.user_id:
-            raise HandlerError(ErrorCode.NO_ACTIVE_TURN, f"no active turn {req.turn_id!r}")
+            return await _cancel_elsewhere(ctx, None, req.turn_id,
+                                           HandlerError(ErrorCode.NO_ACTIVE_TURN, f"no active turn {req.turn_id!r}"))
         session_id = turn.session_id
     else:
         session_id = (await target_session(ctx, req.session_id)).session_id
-    turn = runner.cancel(session_id, req.turn_id)
+    try:
+        turn = runner.cancel(session_id, req.turn_id)
+    except HandlerError as exc:
+        if exc.code != ErrorCode.NO_ACTIVE_TURN:
+            raise
+        return await _cancel_elsewhere(ctx, session_id, req.turn_id, exc)
     return ChatCancelReply(turn.turn_id, True, turn.started_at is None)
+
+
+async def _cancel_elsewhere(ctx: RequestContext, session_id: str | None, turn_id: str | None,
+                            not_here: HandlerError) -> ChatCancelReply:
+    """Cluster (PostgreSQL storage): the turn may run or wait on another node (server.cluster_cancel);
+    ``not_here`` is raised when no node has it (at once when nothing runs in the session elsewhere)."""
+    cluster = ctx.services.cluster
+    if cluster is None or (turn_id is None and session_id not in cluster.remote_turns):
+        raise not_here
+    done = await cluster.remote_cancel.cancel_elsewhere(ctx.user_id, session_id, turn_id)
+    if done is None:
+        raise not_here
+    return ChatCancelReply(done[0], True, done[1])

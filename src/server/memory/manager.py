@@ -182,7 +182,8 @@ class MemoryManager:
         ``covers_to_id``). When the store exposes its synchronous ``HistoryStore`` as ``.sync``
         (``AsyncHistoryStore`` does): read in place when the session is loaded, idle and has at
         most ``READ_INLINE_MAX`` such messages (a turn's usual case: no thread hop), else one
-        worker-thread hop; other stores: two awaited calls."""
+        worker-thread hop; a store with ``record_and_messages`` (PostgreSQL): one call when ``after_id``
+        is known; other stores: two awaited calls."""
         def after(record: SessionRecord) -> int:
             if after_id is not None:
                 return after_id
@@ -190,6 +191,9 @@ class MemoryManager:
 
         sync = self._sync_store
         if sync is None:
+            both = getattr(self.store, "record_and_messages", None)   # PostgreSQL: one round trip
+            if both is not None and after_id is not None:
+                return await both(session_id, after_id)
             record = await self.store.get(session_id)
             return record, await self.store.messages(session_id, after_id=after(record))
         got = sync.read_loaded(session_id, after_id, READ_INLINE_MAX)

@@ -41,6 +41,17 @@ def is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, ClientDataError)
 
 
+class PooledConnection(asyncpg.Connection):
+    """A pooled connection released without asyncpg's reset query (``pg_advisory_unlock_all(); CLOSE
+    ALL; UNLISTEN *; RESET ALL``): one round trip saved per call. Nothing here leaves session state
+    on a pooled connection (LISTEN and the long-held locks use connections of their own, and
+    ``locks.session_lock`` undoes its lock and setting itself); an open transaction is still rolled
+    back on release by asyncpg."""
+
+    def get_reset_query(self) -> str:
+        return ""
+
+
 class Unsent(Exception):
     """Wraps a connection error raised before any statement of the call was sent."""
 
@@ -71,7 +82,7 @@ class PgLink:
         cfg = self.config
 
         async def make_pool() -> asyncpg.Pool:
-            return await asyncpg.create_pool(min_size=0, max_size=cfg.pg_pool_size,
+            return await asyncpg.create_pool(min_size=0, max_size=cfg.pg_pool_size, connection_class=PooledConnection,
                                              max_inactive_connection_lifetime=60.0, **self.connect_args())
         self.pool = await self.retrying(make_pool, "open the connection pool")
 
@@ -107,6 +118,33 @@ class PgLink:
             finally:
                 await _release(self.pool, con)
         return await self.retrying(once, "reach PostgreSQL")
+
+    async def ping(self) -> None:
+        """One ``SELECT 1`` through the pool, without the retry policy (a readiness probe must answer
+        now): raises StorageUnavailable when PostgreSQL cannot be reached or does not answer within
+        ``pg_statement_timeout_ms`` (``pg_connect_timeout_s`` when that is 0). A pooled connection
+        found broken (PostgreSQL restarted since) is discarded and the query tried once more."""
+        if self.closed or self.pool is None:
+            raise StorageClosed("the history store is closed")
+        cfg = self.config
+        timeout = cfg.pg_statement_timeout_ms / 1000 or cfg.pg_connect_timeout_s
+        exc: BaseException | None = None
+        for _ in range(2):
+            try:
+                con = await self.pool.acquire(timeout=cfg.pg_connect_timeout_s)
+            except (asyncio.TimeoutError, *CONNECTION_ERRORS) as err:
+                raise StorageUnavailable(f"PostgreSQL is unavailable ({_why(err)})") from None
+            try:
+                await con.fetchval("SELECT 1", timeout=timeout)
+                return
+            except (asyncio.TimeoutError, asyncpg.QueryCanceledError):
+                raise StorageUnavailable(f"PostgreSQL did not answer within {timeout:g} s") from None
+            except CONNECTION_ERRORS as err:
+                _discard(con)
+                exc = err
+            finally:
+                await _release(self.pool, con)
+        raise StorageUnavailable(f"PostgreSQL is unavailable ({_why(exc)})")
 
     async def run_holding(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> asyncpg.Connection:
         """Run ``work(connection)`` (idempotent: retried like a read) and keep the connection: the

@@ -81,6 +81,29 @@ class LockHolder:
                 self.held.add(key)
             return bool(got)
 
+    async def try_claim(self, key: int, session_id: str) -> tuple[bool, tuple[int, bytes] | None]:
+        """``try_lock`` and, when taken, the session's last visible message (id, stored body), in one
+        round trip (``nplt_try_claim``, migration 0004)."""
+        async with self._mutex:
+            if key in self.held:
+                return False, None
+            async def once() -> tuple[bool, tuple[int, bytes] | None]:
+                con = await self._holder()
+                try:
+                    row = await con.fetchrow("SELECT * FROM nplt_try_claim($1, $2)", key, session_id)
+                except CONNECTION_ERRORS as exc:
+                    if not is_connection_error(exc):
+                        raise
+                    con.terminate()
+                    raise Unsent() from exc
+                if row is None:                       # no such session: the lock was taken all the same
+                    return True, None
+                return bool(row["got"]), (row["last_id"], row["last_body"]) if row["last_id"] is not None else None
+            got = await self.link.retrying(once, "take a session lock")
+            if got[0]:
+                self.held.add(key)
+            return got
+
     async def unlock(self, key: int) -> None:
         async with self._mutex:
             if key not in self.held:

@@ -13,9 +13,15 @@ SPILL_KEEP_S = 300
 
 async def notify_many(con: asyncpg.Connection, channel: str, payloads: list[str]) -> None:
     """NOTIFY each payload on ``channel``, in list order, in one statement (one transaction).
-    PostgreSQL drops a duplicate of a payload within one transaction: make them unique."""
-    await con.execute("SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p",
-                      _check_channel(channel), payloads)
+    PostgreSQL drops a duplicate of a payload within one transaction: make them unique.
+
+    The transaction commits with ``synchronous_commit = off`` (``set_config(..., true)``: this
+    transaction only): a NOTIFY takes a transaction id, so with synchronous_commit on every batch of
+    events would wait for a WAL flush. Notifications are not durable anyway (a listener that is not
+    connected misses them; the rows are the truth), and the rows they name were committed, durably,
+    by their own statements before."""
+    await con.execute("SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p)) "
+                      "FROM unnest($2::text[]) AS p", _check_channel(channel), payloads)
 
 
 async def spill(con: asyncpg.Connection, bodies: list[bytes]) -> list[int]:

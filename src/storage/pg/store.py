@@ -8,6 +8,8 @@ restore, rename / model / summary do not change ``updated_at``.
 """
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
@@ -31,6 +33,10 @@ PREVIEW_CHARS = 80
 _REC = ("session_id, user_id, title, created_at, updated_at, message_count, deleted, model, preview, "
         "summaries, system_prompt, title_auto")
 INT64_MAX = (1 << 63) - 1
+_REC_LITE = "session_id, user_id, title, created_at, updated_at, message_count, deleted, model, preview"
+FRESH_APPEND_S = 1.0     # get_loaded: what an append returned stands for the session this long at most
+APPENDED_KEPT = 1024     # get_loaded: records of the sessions appended to last, at most
+_REC_S = ", ".join(f"s.{c.strip()}" for c in _REC.split(","))    # the same columns of nplt_sessions s
 
 
 def _record(row: asyncpg.Record, *, summaries: bool = True) -> SessionRecord:
@@ -41,10 +47,21 @@ def _record(row: asyncpg.Record, *, summaries: bool = True) -> SessionRecord:
                          prompt.decode() if prompt is not None else None, row["title_auto"])
 
 
-def _message(mid: int, body: bytes) -> ChatMessage:
+def _record_lite(row: asyncpg.Record) -> SessionRecord:
+    """A record from the ``_REC_LITE`` columns (no summaries, no system prompt)."""
+    return SessionRecord(row["session_id"], row["user_id"], row["title"].decode(), row["created_at"],
+                         row["updated_at"], row["message_count"], row["deleted"], row["model"],
+                         row["preview"].decode())
+
+
+def message_of(mid: int, body: bytes) -> ChatMessage:
+    """A message from its stored row (id, body)."""
     d = orjson.loads(body)
     d["id"] = mid
     return ChatMessage.from_dict(d)
+
+
+_message = message_of
 
 
 def _utf8(text: str, what: str) -> bytes:
@@ -62,6 +79,7 @@ class PgHistoryStore:
     def __init__(self, config: StorageConfig) -> None:
         self.config = config
         self.link = PgLink(config)
+        self._appended: OrderedDict[str, tuple[float, SessionRecord]] = OrderedDict()   # see get_loaded
 
     @classmethod
     async def open(cls, config: StorageConfig) -> PgHistoryStore:
@@ -72,6 +90,25 @@ class PgHistoryStore:
 
     async def close(self) -> None:
         await self.link.close()
+
+    async def check_ready(self) -> None:
+        """The readiness probe (``/readyz``): a ``SELECT 1`` through the pool, not retried; raises
+        StorageUnavailable when PostgreSQL is unreachable or slower than the statement timeout."""
+        await self.link.ping()
+
+    def get_loaded(self, session_id: str) -> SessionRecord | None:
+        """The record as this node's last ``append`` to the session returned it (without summaries
+        nor system prompt), once, if that was under ``FRESH_APPEND_S`` ago and no other write of this
+        node touched the session since; else None. What the session list's "updated" event after a
+        turn's append needs, without reading the row again (``SessionService.publish_updated_soon``)."""
+        got = self._appended.pop(session_id, None)
+        if got is None or time.monotonic() - got[0] > FRESH_APPEND_S:
+            return None
+        return got[1]
+
+    def _touched(self, session_id: str) -> None:
+        """A write other than append changed the session: what append returned is not its state."""
+        self._appended.pop(session_id, None)
 
     async def _read(self, fn, *args: Any) -> Any:
         return await self.link.run(lambda con: fn(con, *args), write=False)
@@ -127,7 +164,10 @@ class PgHistoryStore:
 
     async def _change(self, session_id: str, sql: str, *args: Any) -> SessionRecord:
         validate_session_id(session_id)
-        row = await self._write(lambda con: con.fetchrow(sql, session_id, *args))
+        try:
+            row = await self._write(lambda con: con.fetchrow(sql, session_id, *args))
+        finally:
+            self._touched(session_id)
         if row is None:
             raise NotFound(f"session {session_id} not found")
         return _record(row)
@@ -190,7 +230,10 @@ class PgHistoryStore:
                     "UPDATE nplt_sessions SET deleted = false, cleared_through = 0, updated_at = $2, "
                     f"message_count = $3, preview = $4 WHERE session_id = $1 RETURNING {_REC}",
                     session_id, now_iso(), last["n"] if last else 0, preview)
-        row = await self._write(restore)
+        try:
+            row = await self._write(restore)
+        finally:
+            self._touched(session_id)
         if row is None:
             raise NotFound(f"session {session_id} not found")
         return _record(row)
@@ -205,8 +248,11 @@ class PgHistoryStore:
     async def purge(self, session_id: str) -> None:
         """Remove the session and its messages (irreversible)."""
         validate_session_id(session_id)
-        done = await self._write(lambda con: con.fetchval(
-            "DELETE FROM nplt_sessions WHERE session_id = $1 RETURNING 1", session_id))
+        try:
+            done = await self._write(lambda con: con.fetchval(
+                "DELETE FROM nplt_sessions WHERE session_id = $1 RETURNING 1", session_id))
+        finally:
+            self._touched(session_id)
         if done is None:
             raise NotFound(f"session {session_id} not found")
 
@@ -233,7 +279,10 @@ class PgHistoryStore:
                     await con.execute("DELETE FROM nplt_messages m USING nplt_sessions s WHERE m.session_id = $1 "
                                       "AND s.session_id = $1 AND m.id <= s.cleared_through", session_id)
                 return row["message_count"]
-        n = await self._write(clear)
+        try:
+            n = await self._write(clear)
+        finally:
+            self._touched(session_id)
         if n is None:
             raise NotFound(f"session {session_id} not found")
         return n
@@ -260,14 +309,20 @@ class PgHistoryStore:
         validate_session_id(session_id)
         msg = ChatMessage(0, role, content, timestamp or now_iso(), calls, dict(metadata or {}))
         body, text = self._encode(msg)
-        mid = await self._write(lambda con: con.fetchval(
-            "WITH s AS (UPDATE nplt_sessions SET next_id = next_id + 1, message_count = message_count + 1, "
-            "updated_at = $2, preview = $3 WHERE session_id = $1 RETURNING next_id - 1 AS id) "
-            "INSERT INTO nplt_messages (session_id, id, body, search_text) SELECT $1, s.id, $4, $5 FROM s "
-            "RETURNING id", session_id, now_iso(), content[:PREVIEW_CHARS].encode(), body, text))
-        if mid is None:
+        row = await self._write(lambda con: con.fetchrow(
+            f"WITH s AS (UPDATE nplt_sessions SET next_id = next_id + 1, message_count = message_count + 1, "
+            f"updated_at = $2, preview = $3 WHERE session_id = $1 RETURNING next_id - 1 AS mid, {_REC_LITE}), "
+            "i AS (INSERT INTO nplt_messages (session_id, id, body, search_text) SELECT $1, s.mid, $4, $5 FROM s "
+            "RETURNING id) SELECT s.* FROM i CROSS JOIN s",
+            session_id, now_iso(), content[:PREVIEW_CHARS].encode(), body, text))
+        if row is None:
             raise NotFound(f"session {session_id} not found")
-        return _message(mid, body)
+        appended = self._appended
+        appended[session_id] = (time.monotonic(), _record_lite(row))
+        appended.move_to_end(session_id)
+        if len(appended) > APPENDED_KEPT:
+            appended.popitem(last=False)
+        return _message(row["mid"], body)
 
     async def update(self, session_id: str, message: ChatMessage) -> ChatMessage:
         """Replace the stored message with the same id (e.g. finalize a streamed answer)."""
@@ -281,13 +336,16 @@ class PgHistoryStore:
         if isinstance(mid, bool) or not isinstance(mid, int) or not 0 < mid <= INT64_MAX:
             raise NotFound(f"message {message.id!r} not found in session {session_id}")
         body, text = self._encode(msg)
-        done = await self._write(lambda con: con.fetchval(
-            "WITH m AS (UPDATE nplt_messages SET body = $3, search_text = $4 "
-            "WHERE session_id = $1 AND id = $2 RETURNING id) "
-            "UPDATE nplt_sessions s SET updated_at = $5, preview = CASE WHEN $2 > s.cleared_through AND $2 = "
-            "(SELECT max(id) FROM nplt_messages WHERE session_id = $1) THEN $6 ELSE s.preview END "
-            "FROM m WHERE s.session_id = $1 RETURNING m.id",
-            session_id, mid, body, text, now_iso(), msg.content[:PREVIEW_CHARS].encode()))
+        try:
+            done = await self._write(lambda con: con.fetchval(
+                "WITH m AS (UPDATE nplt_messages SET body = $3, search_text = $4 "
+                "WHERE session_id = $1 AND id = $2 RETURNING id) "
+                "UPDATE nplt_sessions s SET updated_at = $5, preview = CASE WHEN $2 > s.cleared_through AND $2 = "
+                "(SELECT max(id) FROM nplt_messages WHERE session_id = $1) THEN $6 ELSE s.preview END "
+                "FROM m WHERE s.session_id = $1 RETURNING m.id",
+                session_id, mid, body, text, now_iso(), msg.content[:PREVIEW_CHARS].encode()))
+        finally:
+            self._touched(session_id)
         if done is None:
             raise NotFound(f"message {message.id!r} not found in session {session_id}")
         return _message(mid, body)
@@ -327,6 +385,21 @@ class PgHistoryStore:
         if not rows:
             raise NotFound(f"session {session_id} not found")
         return [_message(r["id"], r["body"]) for r in rows if r["id"] is not None]
+
+    async def record_and_messages(self, session_id: str, after_id: int) -> tuple[SessionRecord, list[ChatMessage]]:
+        """``get`` and ``messages(after_id=after_id)`` in one round trip (what the memory layer reads
+        at every turn)."""
+        checks.check_int("after_id", after_id)
+        validate_session_id(session_id)
+        after_id = max(min(after_id, INT64_MAX), -INT64_MAX)
+        rows = await self._read(lambda con: con.fetch(
+            f"SELECT {_REC_S}, m.id, m.body FROM nplt_sessions s LEFT JOIN LATERAL "
+            "(SELECT id, body FROM nplt_messages WHERE session_id = s.session_id "
+            "AND id > greatest(s.cleared_through, $2) ORDER BY id) m ON true WHERE s.session_id = $1",
+            session_id, after_id))
+        if not rows:
+            raise NotFound(f"session {session_id} not found")
+        return _record(rows[0]), [_message(r["id"], r["body"]) for r in rows if r["id"] is not None]
 
     async def search(self, user_id: str, query: str, *, session_id: str | None = None,
                      limit: int = 20) -> list[SearchHit]:

@@ -1,0 +1,130 @@
+"""Cancelling turns that run on another server node (issue 17, cluster): CHAT_CANCEL, and the delete
+or clear of a session, reach the node that runs (or queues) its turn, through the relay's control items.
+
+- ``cancel_elsewhere``: a CHAT_CANCEL that found no such turn on this node asks the other nodes
+  (``["c", request, user, session|None, turn|None, reason, whole]``); the node that cancelled one
+  answers (``["r", request, asking node, turn id, queued]``). No answer within
+  ``remote_cancel_wait_ms``: NO_ACTIVE_TURN, as for a turn that does not exist.
+- ``TurnControlAcrossNodes``: what ``SessionService`` uses to stop a session's turns before a delete
+  or clear. Besides this node's runner, it asks every node to cancel the session's running turn and
+  withdraw its queued ones (``whole``), then waits (at most the runner's settle timeout) until the
+  running turn's TURN_END has arrived here, so its partial answer is stored before the delete or
+  clear, as on one node.
+- a session deleted on another node: this node's clients attached to it are moved to the user's
+  newest session (``SessionService.move_attached``), as the deleting node does with its own.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import Any
+
+from server.errors import HandlerError
+
+log = logging.getLogger("nplt.cluster")
+
+
+class RemoteCancel:
+    """Cancel requests between nodes: sent by ``cancel_elsewhere``, handled by ``on_control``."""
+
+    def __init__(self, cluster: Any, wait_ms: float) -> None:
+        self.cluster = cluster
+        self.wait_s = wait_ms / 1000
+        self.runner: Any = None                     # server.turns.TurnRunner, set by build_services
+        self._answers: dict[str, asyncio.Future] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    async def cancel_elsewhere(self, user_id: str, session_id: str | None, turn_id: str | None,
+                               reason: str = "cancelled") -> tuple[str, bool] | None:
+        """Ask the other nodes to cancel the running turn of ``session_id`` (or the turn ``turn_id``,
+        running or queued, of the user's): (turn id, was queued) from the node that did, or None."""
+        if not self.cluster.relay.peers:
+            return None                             # this node is alone: nobody else has turns
+        request = secrets.token_hex(8)
+        answer = asyncio.get_running_loop().create_future()
+        self._answers[request] = answer
+        try:
+            self.cluster.relay.control(["c", request, user_id, session_id, turn_id, reason, False])
+            await self.cluster.relay.flush()
+            async with asyncio.timeout(self.wait_s):
+                return await answer
+        except TimeoutError:
+            return None
+        finally:
+            self._answers.pop(request, None)
+
+    def cancel_session_elsewhere(self, session_id: str, reason: str) -> None:
+        """Ask every other node to cancel the session's running turn and withdraw its queued ones."""
+        self.cluster.relay.control(["c", "", None, session_id, None, reason, True])
+
+    def on_control(self, node: str, item: list[Any]) -> None:
+        try:
+            if item[0] == "c":
+                self._cancel_here(node, *item[1:7])
+            elif item[0] == "r" and item[2] == self.cluster.node_id:
+                answer = self._answers.get(item[1])
+                if answer is not None and not answer.done():
+                    answer.set_result((str(item[3]), bool(item[4])))
+        except (TypeError, ValueError, IndexError):
+            log.warning("cluster: ignored a malformed control item from node %s", node)
+
+    def _cancel_here(self, node: str, request: str, user_id: str | None, session_id: str | None,
+                     turn_id: str | None, reason: str, whole: bool) -> None:
+        runner = self.runner
+        if runner is None:
+            return
+        if session_id is None:                      # a turn id of the user's, in any session
+            turn = runner.find(turn_id) if turn_id is not None else None
+            if turn is None or turn.user_id != user_id:
+                return
+            session_id = turn.session_id
+        if whole:
+            if runner.is_running(session_id):
+                log.info("cluster: node %s asked to cancel the turns of %s (%s)", node, session_id, reason)
+                runner.cancel_session(session_id, reason)
+            return
+        try:
+            turn = runner.cancel(session_id, turn_id, reason)
+        except HandlerError:
+            return                                  # not here (another node may have it)
+        log.info("cluster: node %s cancelled turn %s of %s", node, turn.turn_id, session_id)
+        self.cluster.relay.control(["r", request, node, turn.turn_id, turn.started_at is None])
+
+    def on_deleted(self, user_id: str, session_id: str) -> None:
+        """A session deleted on another node: move this node's clients attached to it."""
+        if not self.cluster.hub.session_subscribers(session_id):
+            return
+        task = asyncio.get_running_loop().create_task(self._move(user_id, session_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _move(self, user_id: str, session_id: str) -> None:
+        try:
+            await self.cluster.sessions.move_attached(user_id, session_id)
+        except Exception as exc:              # storage unreachable: the clients keep the deleted session
+            log.warning("cluster: cannot move the clients of deleted session %s (%s)", session_id, exc)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class TurnControlAcrossNodes:
+    """``sessions.TurnControl`` over this node's runner and the other nodes' turns (module doc)."""
+
+    def __init__(self, runner: Any, cluster: Any) -> None:
+        self.runner = runner
+        self.cluster = cluster
+
+    def is_running(self, session_id: str) -> bool:
+        return self.runner.is_running(session_id) or session_id in self.cluster.remote_turns
+
+    def cancel_session(self, session_id: str, reason: str = "cancelled", *, withdraw: bool = True) -> None:
+        self.runner.cancel_session(session_id, reason, withdraw=withdraw)
+        self.cluster.remote_cancel.cancel_session_elsewhere(session_id, reason)
+
+    async def settle(self, session_id: str, timeout: float = 10.0) -> None:
+        await self.runner.settle(session_id, timeout)
+        await self.cluster.wait_remote_end(session_id, timeout)

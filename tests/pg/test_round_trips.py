@@ -1,0 +1,142 @@
+"""What a turn costs in PostgreSQL statements (issue 17, item 4: the PostgreSQL backend's turns/s):
+counted in PostgreSQL's own statement log, so a change that adds round trips to the turn's path
+fails here. Also the two combined reads that save round trips: ``nplt_try_claim`` (the session lock
+and the last message, migration 0005) and ``record_and_messages``."""
+from __future__ import annotations
+
+import re
+
+import asyncpg
+
+from pg.dbs import fresh_database
+from server.app import Server
+from storage import StorageConfig
+from storage.pg.lock_holder import LockHolder, key_of
+from storage.port import open_store
+from testkit.echo_agent import EchoAgent
+from testkit.server import V3Client, answer_text, make_config, poll
+from protocol import MsgType as T
+
+#: statements of one turn on a node alone on its database (docs/cluster.md): the ownership read,
+#: lock + last message, the user message, the memory layer's read, the answer, the memory layer's
+#: read after the turn and the unlock (the session-list events reuse what the appends returned;
+#: no event notification: no peer)
+MAX_STATEMENTS_PER_TURN = 7
+
+
+async def test_a_turn_takes_at_most_7_statements(tmp_path, own_server):
+    url = await fresh_database(own_server)
+    database = url.split("@/", 1)[1].split("?", 1)[0]
+    admin = await asyncpg.connect(own_server.url())
+    await admin.execute(f"ALTER DATABASE \"{database}\" SET log_statement = 'all'")   # new connections
+    srv = Server(make_config(tmp_path, storage={"url": url}), agent=EchoAgent(chunks=8))
+    host, port = await srv.start()
+    log = own_server.dir / "postgres.log"
+    try:
+        c = await V3Client.connect((host, port))
+        r = await c.call(T.CHAT_TEXT, text="warm up")        # the first turn creates and titles it
+        await c.turn_events(r["turn_id"])
+        await poll(lambda: not srv.runner.lanes, timeout=30)
+        start = log.stat().st_size
+        r = await c.call(T.CHAT_TEXT, text="counted")
+        assert answer_text(await c.turn_events(r["turn_id"])) == "echo: counted"
+
+        def statements() -> list[str]:
+            with open(log, "rb") as f:
+                f.seek(start)
+                text = f.read().decode(errors="replace")
+            return re.findall(r"LOG:  (?:statement|execute [^:]*): (.*)", text)
+        # the unlock is the turn's last statement on its path; the session-list reads and the last
+        # notification follow in the background
+        await poll(lambda: any("pg_advisory_unlock" in s for s in statements()), timeout=30)
+        await poll(lambda: not srv.runner.lanes, timeout=30)
+        seen = statements()
+        assert any("nplt_try_claim" in s for s in seen)
+        assert not any("RESET ALL" in s or "pg_notify" in s or s.startswith(("BEGIN", "COMMIT"))
+                       for s in seen), seen
+        assert 6 <= len(seen) <= MAX_STATEMENTS_PER_TURN, "\n".join(seen)
+        assert srv.services.cluster.relay.sent == 0 and not srv.services.cluster.relay.peers
+        await c.close()
+    finally:
+        await srv.stop()
+        await admin.execute(f"ALTER DATABASE \"{database}\" RESET log_statement")
+        await admin.close()
+
+
+async def test_try_claim_takes_a_free_lock_and_reads_the_last_message(pg_url):
+    store = await open_store(StorageConfig(url=pg_url))
+    mine = LockHolder(store.link, key_of("node", "mine"), "nplt-node:mine")
+    other = LockHolder(store.link, key_of("node", "other"), "nplt-node:other")
+    await mine.open()
+    await other.open()
+    try:
+        sid = (await store.create("alice")).session_id
+        key = key_of("session", sid)
+        assert await mine.try_claim(key, sid) == (True, None)              # an empty session
+        assert await other.try_claim(key, sid) == (False, None)            # held elsewhere
+        assert await mine.try_claim(key, sid) == (False, None)             # never taken twice
+        await store.append(sid, "user", "question")
+        await mine.unlock(key)
+        got, last = await other.try_claim(key, sid)
+        assert got and last is not None and last[0] == 1 and b"question" in last[1]
+        await other.unlock(key)
+        await store.clear(sid)                                             # hidden: not the last one
+        assert await mine.try_claim(key, sid) == (True, None)
+        await mine.unlock(key)
+        gone = "s_20260101_000000000000"
+        assert await mine.try_claim(key_of("session", gone), gone) == (True, None)   # no such session
+    finally:
+        await mine.close()
+        await other.close()
+        await store.close()
+
+
+async def test_record_and_messages_is_get_and_messages(pg_url):
+    store = await open_store(StorageConfig(url=pg_url))
+    try:
+        sid = (await store.create("alice", title="t")).session_id
+        for i in range(4):
+            await store.append(sid, "user" if i % 2 == 0 else "assistant", f"m{i}")
+        for after in (0, 2, 4, 99):
+            rec, msgs = await store.record_and_messages(sid, after)
+            assert rec == await store.get(sid)
+            assert msgs == await store.messages(sid, after_id=after)
+        await store.clear(sid)
+        await store.append(sid, "user", "after the clear")
+        rec, msgs = await store.record_and_messages(sid, 0)
+        assert [m.content for m in msgs] == ["after the clear"] and rec.message_count == 1
+    finally:
+        await store.close()
+
+
+async def test_nodes_know_each_other_once_started(tmp_path, pg_url):
+    from cluster.conftest import node
+    async with node(tmp_path, pg_url, "a") as a:
+        ra = a.services.cluster.relay
+        assert not ra.peers
+        async with node(tmp_path, pg_url, "b") as b:
+            rb = b.services.cluster.relay
+            assert rb.peers == {a.services.cluster.node_id}      # from the database, at start
+            assert ra.peers == {b.services.cluster.node_id}      # from its hello, answered before b serves
+        await poll(lambda: not ra.peers, timeout=30)              # b said goodbye
+
+
+async def test_get_loaded_is_what_the_last_append_returned_once(pg_url):
+    store = await open_store(StorageConfig(url=pg_url))
+    try:
+        sid = (await store.create("alice", title="t")).session_id
+        assert store.get_loaded(sid) is None                      # nothing appended yet
+        await store.append(sid, "user", "hello")
+        rec = store.get_loaded(sid)
+        full = await store.get(sid)
+        assert (rec.title, rec.updated_at, rec.message_count, rec.preview) == \
+            (full.title, full.updated_at, full.message_count, full.preview) == (full.title, full.updated_at, 1, "hello")
+        assert store.get_loaded(sid) is None                      # once
+        await store.append(sid, "assistant", "hi")
+        await store.rename(sid, "renamed")                        # another write: the record is stale
+        assert store.get_loaded(sid) is None
+        await store.append(sid, "user", "again")
+        await store.clear(sid)
+        assert store.get_loaded(sid) is None
+    finally:
+        await store.close()
