@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -27,6 +26,7 @@ import asyncpg
 from protocol.server_events import TurnEnd
 from server.agent.interrupted import interrupted_message
 from server.cluster_cancel import RemoteCancel
+from server.cluster_config import ClusterConfig
 from server.cluster_relay import NODE_APP_PREFIX, Relay
 from server.hub import Hub
 from server.wire import message_obj
@@ -37,17 +37,6 @@ from storage.pg.store import message_of
 
 log = logging.getLogger("nplt.cluster")
 
-
-
-@dataclass(frozen=True)
-class ClusterConfig:
-    """Settings of the cluster component (docs/cluster.md)."""
-    delta_batch_ms: float = 3.0      # deltas of one turn sent within this interval share a notification
-    remote_end_wait_ms: float = 500.0  # a turn that takes over a session waits this long at most for
-                                       # the previous (other node's) turn's TURN_END to arrive here
-    hello_wait_ms: float = 1000.0    # a starting node waits this long at most for the others to know it
-    remote_cancel_wait_ms: float = 2000.0  # a CHAT_CANCEL of a turn not on this node waits this long
-                                           # at most for the node that has it to answer
 
 
 _UNREAD: Any = object()      # repair(): the last message is not known yet

@@ -24,6 +24,7 @@ from server.http_config import HttpConfig
 from server.knowledge.config import KnowledgeConfig
 from server.memory.config import MemoryConfig
 from server.tools.config import ToolsConfig
+from server.cluster_config import ClusterConfig
 from server.transfer_config import TransferConfig
 from storage import StorageConfig, StorageConfigError
 
@@ -166,6 +167,7 @@ class ServerConfig:
     http: HttpConfig = field(default_factory=HttpConfig)
     knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
     transfer: TransferConfig = field(default_factory=TransferConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     @classmethod
     def from_dict(cls, d: dict, env: Mapping[str, str] | None = None) -> ServerConfig:
@@ -173,7 +175,7 @@ class ServerConfig:
         if not isinstance(d, dict):
             raise ConfigError("config", "expected a table")
         known = {"server", "limits", "auth", "storage", "llm", "agent", "tools", "http", "knowledge", "transfer",
-                 *MEMORY_SECTIONS}
+                 "cluster", *MEMORY_SECTIONS}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ConfigError(unknown[0], f"unknown section (allowed: {', '.join(sorted(known))})")
@@ -193,6 +195,7 @@ class ServerConfig:
             http=HttpConfig.from_dict(d.get("http", {})),
             knowledge=KnowledgeConfig.from_dict(d.get("knowledge", {})),
             transfer=TransferConfig.from_dict(d.get("transfer", {})),
+            cluster=ClusterConfig.from_dict(d.get("cluster", {})),
         )
 
     @property

@@ -93,7 +93,7 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     cluster = None
     if getattr(store, "link", None) is not None:   # PostgreSQL: other nodes may share the database
         from server.cluster import Cluster         # (not imported at all on the JSON backend)
-        cluster = Cluster(store, hub, sessions)
+        cluster = Cluster(store, hub, sessions, config.cluster)
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
                         limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics,
                         lock=cluster.turn_lock if cluster is not None else None,

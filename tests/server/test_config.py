@@ -116,6 +116,8 @@ def test_llm_env_is_handled_by_the_agent_config():
     ("[limits]\nmax_clients_per_ip = -1\n", "limits.max_clients_per_ip: expected a value in"),
     ("[auth]\nusers = [{user_id = 'a', token_sha256 = '%s', admin = 'yes'}]\n" % ("0" * 64), "auth.users[0].admin"),
     ("[nonsense]\nx = 1\n", "nonsense: unknown section"),
+    ("[cluster]\nremote_cancel_wait_ms = -1\n", "cluster.remote_cancel_wait_ms: expected a value in"),
+    ("[cluster]\ndelta_batch = 3\n", "cluster.delta_batch: unknown key"),
     ("[server\n", "invalid TOML"),
     ("[server]\nlog_level = 'verbose'\n", "server.log_level: expected one of debug, info, warning, error"),
     ("[server]\nlegacy_grace_ms = 0\n", "server.legacy_grace_ms: expected a value in 50..60000, got 0"),
@@ -132,6 +134,12 @@ def test_config_errors_are_precise(tmp_path, text, where):
     with pytest.raises(ConfigError) as err:
         load_config([], env={}, path=write(tmp_path, text))
     assert where in str(err.value)
+
+
+def test_cluster_section_is_read(tmp_path):
+    assert load_config([], env={}).cluster.remote_cancel_wait_ms == 2000.0
+    cfg = load_config([], env={}, path=write(tmp_path, "[cluster]\ndelta_batch_ms = 5\nremote_cancel_wait_ms = 250\n"))
+    assert (cfg.cluster.delta_batch_ms, cfg.cluster.remote_cancel_wait_ms, cfg.cluster.hello_wait_ms) == (5.0, 250.0, 1000.0)
 
 
 def test_admin_users_reserve_one_slot(tmp_path):

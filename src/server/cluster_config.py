@@ -1,0 +1,23 @@
+"""The [cluster] config section: timings of several nodes on one PostgreSQL (docs/cluster.md).
+
+Used only when ``[storage] url`` selects PostgreSQL; with the JSON backend the section is read and
+checked but nothing uses it.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from server.config_base import Section
+
+
+class ClusterConfig(Section):
+    """[cluster]: how nodes batch and wait for each other."""
+    section: ClassVar[str] = "cluster"
+    delta_batch_ms: float = Field(3.0, ge=0.0, le=1_000.0)   # deltas of one turn sent within this interval share a notification
+    remote_end_wait_ms: float = Field(500.0, ge=0.0, le=60_000.0)   # a turn taking over a session waits this long at most
+    #                                                               for the previous (other node's) turn's TURN_END
+    hello_wait_ms: float = Field(1000.0, ge=0.0, le=60_000.0)   # a starting node waits this long at most for the others to know it
+    remote_cancel_wait_ms: float = Field(2000.0, ge=0.0, le=60_000.0)   # a CHAT_CANCEL of a turn not on this node waits
+    #                                                                    this long at most for the node that has it
