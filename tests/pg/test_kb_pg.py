@@ -236,3 +236,17 @@ async def test_vectors_are_stored_with_pgvector_and_loaded_by_another_node(pg_ur
         async with pg_kb(pg_url, tmp_path / "b", cfg) as b:
             assert b.index.has_vectors
             assert (await b.search("alice", [], "car", 1))[0].name == "fleet.md"   # no word in common
+
+
+async def test_a_node_that_missed_notifications_catches_up_on_resync(pg_url, tmp_path):
+    async with pg_kb(pg_url, tmp_path / "a") as a, pg_kb(pg_url, tmp_path / "b") as b:
+        old = await a.ingest("alice", [], None, "old.md", b"# Old\n\nthe retired procedure")
+        await poll(lambda: _has(b, 1), "node B loaded the first document")
+        await b.store._listener.close()           # B hears nothing from now on (as while reconnecting)
+        new = await a.ingest("alice", [], None, "new.md", RUNBOOK)
+        await a.delete("alice", [], old.doc_id)
+        assert [d.doc_id for d in await b.list("alice", [])] == [old.doc_id]      # B is behind
+        await b._resync()                          # what the listener's on_gap runs after a reconnect
+        assert [d.doc_id for d in await b.list("alice", [])] == [new.doc_id]
+        assert (await b.search("alice", [], "pgbouncer pool", 1))[0].doc_id == new.doc_id
+        assert await b.search("alice", [], "retired procedure", 3) == []

@@ -79,9 +79,11 @@ class KnowledgeBase:
         """Open the store (clearing crash debris), load every document into the index (off the
         event loop), then follow other nodes' changes when the store is shared."""
         await self.store.open()
+        await self.store.watch(self._on_change, self._resync)   # first: no change is missed while loading
         await self.store.load(self._load_one)
         await asyncio.to_thread(self._compact)
-        await self.store.watch(self._on_change, self._resync)
+        if self.store.shared:
+            await self._resync()     # a document deleted while the load read it: dropped now
 
     def _compact(self) -> None:
         with self.lock:

@@ -107,6 +107,7 @@ class PgDocumentStore:
         self.tmp = Path(staging_root) / "tmp"
         self.limits = limits
         self._listener: Listener | None = None
+        self._own: set[str] = set()            # documents this node is committing (and adds itself)
 
     async def open(self) -> None:
         def run() -> None:
@@ -135,21 +136,30 @@ class PgDocumentStore:
                      catalog: Catalog) -> DocumentInfo:
         meta = info.to_dict()
         del meta["duplicate"]
+
+        def finish(added: bool) -> None:       # worker thread
+            self.discard(staged.path)
+            if added:
+                with catalog.lock:
+                    catalog.add(info, staged.chunks, staged.terms, vectors)
+        self._own.add(info.doc_id)             # its notification is skipped here: added below
         try:
-            outcome, value = await self.rows.insert(meta, staged.path / "original", staged.chunks, vectors, self.limits)
-        except StorageError as exc:
-            raise _storage_error(exc) from None
+            try:
+                outcome, value = await self.rows.insert(meta, staged.path / "original", staged.chunks, vectors,
+                                                        self.limits)
+            except BaseException as exc:
+                await asyncio.shield(asyncio.to_thread(finish, False))
+                if isinstance(exc, StorageError):
+                    raise _storage_error(exc) from None
+                raise
+            # committed: into this node's index even if the caller is cancelled now
+            await asyncio.shield(asyncio.to_thread(finish, outcome == "added"))
         finally:
-            await asyncio.to_thread(self.discard, staged.path)
+            self._own.discard(info.doc_id)
         if outcome == "duplicate":
             return replace(info_of(value), duplicate=True)
         if outcome == "quota":
             raise HandlerError(ErrorCode.QUOTA_EXCEEDED, value)
-
-        def add() -> None:
-            with catalog.lock:
-                catalog.add(info, staged.chunks, staged.terms, vectors)
-        await asyncio.to_thread(add)
         return info
 
     async def remove(self, info: DocumentInfo) -> None:
@@ -178,8 +188,11 @@ class PgDocumentStore:
                     on_gap: Callable[[], Awaitable[None]]) -> None:
         async def event(_channel: str, payload: dict[str, Any]) -> None:
             op, doc = payload.get("op"), payload.get("doc")
-            if op in ("add", "del") and isinstance(doc, str):
-                await on_change(op, doc)
+            if op not in ("add", "del") or not isinstance(doc, str):
+                return
+            if op == "add" and doc in self._own:
+                return                         # this node's own commit adds it (no second read)
+            await on_change(op, doc)
         self._listener = Listener(self.link, [CHANNEL], event, on_gap)
         await self._listener.start()
 
