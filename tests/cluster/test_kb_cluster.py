@@ -73,3 +73,24 @@ async def test_a_document_uploaded_on_node_a_is_served_by_node_b(two_nodes, tmp_
     await until(gone_on_b, "node B forgets the deleted document")
     code, out, err = await cli(capsys, b, "kb", "download", doc.doc_id, "-o", str(tmp_path / "down" / "x.md"))
     assert code != 0 and "NOT_FOUND" in err
+
+
+async def test_a_download_on_node_b_resumes_across_blocks(two_nodes, tmp_path):
+    a, b = two_nodes
+    body = b"".join(b"%07d disk usage on node-%d is %d percent\n" % (i, i % 5, i % 100) for i in range(70_000))
+    assert len(body) > 2 * (1 << 20)                    # three blocks of 1 MiB in PostgreSQL
+    src = tmp_path / "usage.log"
+    src.write_bytes(body)
+    async with Client(a.host, a.port) as c:
+        doc = await kbclient.upload(c, src)
+    await until(lambda: _known(b, doc.doc_id), "node B knows the document")
+    out = tmp_path / "out" / "usage.log"
+    out.parent.mkdir()
+    out.with_name("usage.log.part").write_bytes(body[:(1 << 20) + 12345])    # a download cut short
+    async with Client(b.host, b.port) as c:
+        got = await kbclient.download(c, doc.doc_id, out)
+    assert got.md5 == hashlib.md5(body).hexdigest() and out.read_bytes() == body
+
+
+async def _known(srv, doc_id: str) -> bool:
+    return any(d.doc_id == doc_id for d in await srv.services.knowledge.list("local", []))

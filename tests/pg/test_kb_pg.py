@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 import asyncpg
@@ -18,6 +19,7 @@ import pytest
 from protocol import ErrorCode
 from server.errors import HandlerError
 from server.knowledge import KnowledgeBase, KnowledgeConfig
+from server.knowledge.models import DocumentInfo
 from server.knowledge.pg_store import PgDocumentStore, pg_limits
 from server.memory.config import EmbeddingsConfig
 from storage.config import StorageConfig
@@ -77,7 +79,8 @@ async def test_ingest_search_passage_download_duplicate_delete(pg_url, tmp_path)
     async with pg_kb(pg_url, tmp_path / "a") as kb:
         events = []
         info = await kb.ingest("alice", [], None, "runbook.md", RUNBOOK, progress=lambda *e: events.append(e))
-        assert (info.name, info.size, info.collection, info.duplicate) == ("runbook.md", len(RUNBOOK), "user:alice", False)
+        assert (info.name, info.size, info.collection, info.duplicate) == \
+            ("runbook.md", len(RUNBOOK), "user:alice", False)
         assert info.md5 == hashlib.md5(RUNBOOK).hexdigest() and events[-1][0] == "indexing"
         hits = await kb.search("alice", [], "how do I promote the replica", 3)
         assert hits[0].doc_id == info.doc_id and "pg_ctl promote" in hits[0].text
@@ -140,9 +143,7 @@ async def test_quota_and_document_count_are_enforced_in_postgresql(pg_url, tmp_p
 
 
 async def staged(kb: KnowledgeBase, user: str, name: str, data: bytes, coll: str | None = None):
-    """A document staged on ``kb``'s node (bypassing its cached checks): (staged, info)."""
-    from datetime import datetime, timezone
-    from server.knowledge.models import DocumentInfo
+    """A document staged on ``kb``'s node (bypassing its cached checks): (staged, info, vectors)."""
     coll = coll or f"user:{user}"
     st = await asyncio.to_thread(kb._stage, user, coll, name, data, None, lambda *e: None)
     info = DocumentInfo(st.doc_id, name, st.md5, st.sha256, st.size, len(st.chunks), coll,

@@ -175,7 +175,8 @@ class PgDocumentStore:
             raise _storage_error(exc) from None
         if not present:
             raise not_found("document")
-        return PgBlockReader(self.rows, asyncio.get_running_loop(), info.doc_id, info.size, offset)  # type: ignore[return-value]
+        reader = PgBlockReader(self.rows, asyncio.get_running_loop(), info.doc_id, info.size, offset)
+        return reader  # type: ignore[return-value]
 
     async def fetch(self, doc_id: str) -> Loaded | None:
         found = await self.rows.read([doc_id])

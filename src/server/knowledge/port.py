@@ -17,7 +17,7 @@ from typing import BinaryIO, Protocol
 from server.knowledge.models import DocumentInfo
 
 #: one loaded document: (info, chunks [{"text", "location"}], vectors or None)
-Loaded = tuple[DocumentInfo, list[dict], "list[list[float]] | None"]
+Loaded = tuple[DocumentInfo, list[dict], list[list[float]] | None]
 
 
 @dataclass(slots=True)

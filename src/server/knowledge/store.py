@@ -174,7 +174,8 @@ class FileDocumentStore:
                 return info
             except OSError as exc:
                 self.discard(staged.path)
-                raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot store the document: {exc.strerror or exc}") from None
+                raise HandlerError(ErrorCode.STORAGE_ERROR,
+                                   f"cannot store the document: {exc.strerror or exc}") from None
         return await asyncio.to_thread(run)
 
     async def remove(self, info: DocumentInfo) -> None:

@@ -97,8 +97,8 @@ class PgDocuments:
                     meta["doc_id"], meta["name"], meta["md5"], meta["sha256"], meta["size"], meta["chunks"],
                     meta["collection"], meta["uploaded_at"], meta["uploader"])
                 if added is None:          # (the collection lock makes this unreachable; the constraint decides)
-                    row = await con.fetchrow(f"SELECT {DOC_COLUMNS} FROM nplt_kb_documents "
-                                             "WHERE collection = $1 AND sha256 = $2", meta["collection"], meta["sha256"])
+                    row = await con.fetchrow(f"SELECT {DOC_COLUMNS} FROM nplt_kb_documents WHERE collection = $1 "
+                                             "AND sha256 = $2", meta["collection"], meta["sha256"])
                     return "duplicate", dict(row)
                 await self._write_rows(con, meta["doc_id"], original, chunks, vectors)
                 await publish_in(con, CHANNEL, {"op": "add", "doc": meta["doc_id"]})
@@ -113,8 +113,9 @@ class PgDocuments:
             "nplt_kb_chunks", columns=("doc_id", "ordinal", "text", "location"),
             records=[(doc_id, i, _text(c["text"]), orjson.dumps(c["location"]).decode()) for i, c in enumerate(chunks)])
         if vectors:
-            await con.executemany("INSERT INTO nplt_kb_vectors (doc_id, ordinal, embedding) VALUES ($1, $2, $3::float4[])",
-                                  [(doc_id, i, v) for i, v in enumerate(vectors)])
+            await con.executemany(
+                "INSERT INTO nplt_kb_vectors (doc_id, ordinal, embedding) VALUES ($1, $2, $3::float4[])",
+                [(doc_id, i, v) for i, v in enumerate(vectors)])
 
     async def delete(self, doc_id: str) -> bool:
         """Delete a document and its rows; False if it was not there."""
