@@ -16,6 +16,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from pg.dbs import fresh_database
 from protocol import ErrorCode
 from server.errors import HandlerError
 from server.knowledge import KnowledgeBase, KnowledgeConfig
@@ -251,3 +252,38 @@ async def test_a_node_that_missed_notifications_catches_up_on_resync(pg_url, tmp
         assert [d.doc_id for d in await b.list("alice", [])] == [new.doc_id]
         assert (await b.search("alice", [], "pgbouncer pool", 1))[0].doc_id == new.doc_id
         assert await b.search("alice", [], "retired procedure", 3) == []
+
+
+async def test_postgresql_down_gives_storage_unavailable_keeps_nothing_and_recovers(own_server, tmp_path):
+    url = await fresh_database(own_server)
+    cfg = config()
+    link = PgLink(StorageConfig(url=url, pg_retry_attempts=1, pg_retry_backoff_ms=10, pg_connect_timeout_s=2))
+    await link.open()
+    kb = KnowledgeBase(cfg, None, store=PgDocumentStore(link, tmp_path / "a", pg_limits(cfg)))
+    await kb.start()
+    try:
+        kept = await kb.ingest("alice", [], None, "kept.md", b"# Kept\n\nstored before the outage")
+        own_server.stop()
+        with pytest.raises(HandlerError) as down:
+            await kb.ingest("alice", [], None, "runbook.md", RUNBOOK)
+        assert down.value.code == ErrorCode.STORAGE_UNAVAILABLE
+        with pytest.raises(HandlerError) as down:
+            await kb.delete("alice", [], kept.doc_id)
+        assert down.value.code == ErrorCode.STORAGE_UNAVAILABLE
+        assert [d.doc_id for d in await kb.list("alice", [])] == [kept.doc_id]    # the cache still answers
+        assert not list((tmp_path / "a" / "tmp").iterdir())
+        own_server.start()
+
+        async def back() -> bool:
+            try:
+                await kb.ingest("alice", [], None, "runbook.md", RUNBOOK)
+                return True
+            except HandlerError as exc:
+                assert exc.code == ErrorCode.STORAGE_UNAVAILABLE
+                return False
+        await poll(back, "an ingest succeeds once PostgreSQL is back")
+        assert await download(kb, "alice", kept.doc_id) == b"# Kept\n\nstored before the outage"
+        assert len(await kb.list("alice", [])) == 2
+    finally:
+        await kb.close()
+        await link.close()
