@@ -287,3 +287,20 @@ async def test_postgresql_down_gives_storage_unavailable_keeps_nothing_and_recov
     finally:
         await kb.close()
         await link.close()
+
+
+async def test_the_block_reader_reads_like_a_file_across_block_boundaries(pg_url, tmp_path):
+    data = b"".join(b"%07d checkpoint complete: wrote %d buffers\n" % (i, i % 977) for i in range(52_000))
+    assert 2 * BLOCK_BYTES < len(data) < 3 * BLOCK_BYTES
+    async with pg_kb(pg_url, tmp_path / "a", config(max_chunks_per_document=100_000)) as kb:
+        info = await kb.ingest("alice", [], None, "pg.log", data)
+        _, f = await kb.open_document("alice", [], info.doc_id, 3)
+        parts = await asyncio.to_thread(lambda: [f.read(1000) for _ in range(-(-(len(data) - 3) // 1000) + 1)])
+        assert all(len(p) == 1000 for p in parts[:-2]) and parts[-1] == b""      # full reads until the end
+        assert b"".join(parts) == data[3:]
+        with pytest.raises(RuntimeError):
+            f.read(10)                                                        # never on the event loop
+        f.close()
+        _, f = await kb.open_document("alice", [], info.doc_id, BLOCK_BYTES - 1)
+        assert await asyncio.to_thread(f.read) == data[BLOCK_BYTES - 1:]
+        f.close()

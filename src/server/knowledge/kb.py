@@ -103,13 +103,10 @@ class KnowledgeBase:
             await self.embedder.aclose()
 
     # -- the catalog (server.knowledge.port.Catalog), with ``lock`` held ---------------------------
-    def add(self, info: DocumentInfo, chunks: list[dict], terms: list[dict[str, float]] | None,
+    def add(self, info: DocumentInfo, chunks: list[dict], terms: list[dict[str, float]],
             vectors: list[list[float]] | None) -> None:
-        if info.doc_id in self._docs:            # (a shared store's notification of it came first)
+        if info.doc_id in self._docs:            # (loaded already: a shared store's notification came first)
             return
-        if terms is None:
-            terms = [chunk_terms(c["text"], c["location"].get("heading", ()), self.config.title_weight)
-                     for c in chunks]
         self._docs[info.doc_id] = info
         self._by_hash[(info.collection, info.sha256)] = info.doc_id
         self.index.add(info.doc_id, info.collection, chunks, terms, vectors)

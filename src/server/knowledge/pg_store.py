@@ -55,7 +55,8 @@ class PgBlockReader:
         self.closed = False
 
     def read(self, n: int = -1) -> bytes:
-        """At most ``n`` bytes (the rest of the current block), b"" at the end or once deleted."""
+        """``n`` bytes (all the rest if ``n`` < 0), fewer only at the end, as a file's ``read``; the
+        bytes read so far once the document is deleted under the reader."""
         if self.closed:
             raise ValueError("read of a closed file")
         try:
@@ -64,19 +65,21 @@ class PgBlockReader:
             pass
         else:
             raise RuntimeError("PgBlockReader.read blocks: call it in a worker thread")
-        if self._pos >= self._size:
-            return b""
-        seq, at = divmod(self._pos, BLOCK_BYTES)
-        if self._block is None or self._block[0] != seq:
-            data = asyncio.run_coroutine_threadsafe(self._rows.block(self._doc_id, seq), self._loop).result()
-            if data is None:
-                return b""
-            self._block = (seq, data)
-        data = self._block[1]
-        end = len(data) if n is None or n < 0 else min(len(data), at + n)
-        out = data[at:end]
-        self._pos += len(out)
-        return out
+        want = self._size - self._pos if n is None or n < 0 else min(n, self._size - self._pos)
+        out = bytearray()
+        while len(out) < want:
+            seq, at = divmod(self._pos, BLOCK_BYTES)
+            if self._block is None or self._block[0] != seq:
+                data = asyncio.run_coroutine_threadsafe(self._rows.block(self._doc_id, seq), self._loop).result()
+                if data is None:               # deleted meanwhile
+                    break
+                self._block = (seq, data)
+            part = self._block[1][at:at + want - len(out)]
+            if not part:
+                break
+            out += part
+            self._pos += len(part)
+        return bytes(out)
 
     def tell(self) -> int:
         return self._pos
