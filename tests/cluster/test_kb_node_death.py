@@ -1,7 +1,8 @@
 """A node SIGKILLed in the middle of an ingest on PostgreSQL (issue 17 item 1): the document exists
-whole on the other nodes, or not at all (no row in any table, nothing announced), and the dead
-node's staging files are cleared when it starts again. The dying node is a real process running the
-knowledge base on the shared database, stopped at each step of the ingest."""
+whole on the other nodes, or not at all (no row in any table), and the dead node's staging files are
+cleared when it starts again. The dying node is a real process: the knowledge base on the shared
+database stopped at each step of the ingest (inside the transaction too), and a real ``nplt-server``
+killed on its own progress events."""
 from __future__ import annotations
 
 import asyncio
@@ -15,10 +16,17 @@ import textwrap
 import asyncpg
 import pytest
 
+from kb_wire.kbwire import md5, send_data
+from kb_wire.test_server_crash import at
+from protocol import MsgType
 from server.knowledge import KnowledgeBase, KnowledgeConfig
 from server.knowledge.pg_store import PgDocumentStore, pg_limits
 from storage.config import StorageConfig
 from storage.pg.link import PgLink
+from testkit.process import ServerProcess
+from testkit.server import V3Client
+
+from cluster.conftest import node
 
 DOC = ("# Failover\n\n" + "".join(f"Step {i}: promote replica {i} and check lag.\n\n" for i in range(400))).encode()
 
@@ -118,3 +126,43 @@ async def test_sigkill_mid_ingest_leaves_the_document_whole_or_absent(tmp_path, 
     finally:
         await kb.close()
         await link.close()
+
+
+@pytest.mark.parametrize("stage", ["parsing", "indexing-done"])
+async def test_a_server_node_killed_mid_upload_leaves_the_other_node_whole_or_nothing(tmp_path, pg_url, stage):
+    """A real ``nplt-server`` node A is SIGKILLed while it ingests an upload (on its own KB_PROGRESS
+    events: while parsing, or once the document is committed); node B, alive all along, then has
+    the whole document or none, and A's restart clears its staging files."""
+    body = ("# Fleet manual\n\n" + "".join(
+        f"## Host {i}\n\nHost {i} runs the ingest worker {i % 17}; its window opens at {i % 24:02d}:00.\n\n"
+        for i in range(5_000))).encode()
+    data_dir = tmp_path / "a"
+    server = await ServerProcess.start(data_dir, "--storage-url", pg_url)
+    try:
+        c = await V3Client.connect(server.addr)
+        begin = await c.call(MsgType.KB_UPLOAD_BEGIN, name="fleet.md", size=len(body), md5=md5(body))
+        send_data(c, begin["handle"], 0, body)
+        c.send(MsgType.KB_UPLOAD_END, {"id": c.next_id(), "upload_id": begin["upload_id"]})
+        await c.wait_for(at(stage), timeout=120)
+        server.kill()                                            # SIGKILL, mid-ingest
+        assert server.proc.returncode == -signal.SIGKILL
+        await c.close()
+    finally:
+        server.kill()
+    committed = stage == "indexing-done"
+    assert (await count_rows(pg_url))["documents"] == (1 if committed else 0)
+    async with node(tmp_path, pg_url, "b") as b:
+        docs = await b.services.knowledge.list("local", [])
+        assert len(docs) == (1 if committed else 0)
+        if committed:
+            _, f = await b.services.knowledge.open_document("local", [], docs[0].doc_id)
+            data = await asyncio.to_thread(f.read)
+            f.close()
+            assert data == body
+            hits = await b.services.knowledge.search("local", [], "Host 4321 window", 1)
+            assert hits[0].doc_id == docs[0].doc_id
+    server = await ServerProcess.start(data_dir, "--storage-url", pg_url)       # A comes back
+    try:
+        assert not list((data_dir / "knowledge" / "tmp").iterdir())
+    finally:
+        await server.stop()
