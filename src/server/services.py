@@ -71,6 +71,15 @@ class Services:
         return int(count) if count is not None else self.hub.attached_sessions()
 
 
+def knowledge_store(config: ServerConfig, store: Any) -> Any:
+    """The knowledge base's document store: PostgreSQL when the history is (the same database, so
+    every node sees every document), else None (files under ``<storage root>/knowledge``)."""
+    if getattr(store, "link", None) is None:
+        return None
+    from server.knowledge.pg_store import PgDocumentStore, pg_limits   # (not imported on the JSON backend)
+    return PgDocumentStore(store.link, Path(config.storage.root) / "knowledge", pg_limits(config.knowledge))
+
+
 def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any], *, agent: Any = None,
                    memory: Any = None, counters: Counters | None = None) -> Services:
     """Every service, once, in dependency order: hub -> knowledge -> (agent, memory) -> sessions ->
@@ -82,7 +91,7 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     hub = Hub()
     data = Path(config.storage.root)
     auth = Authenticator(config.auth)
-    knowledge = KnowledgeBase(config.knowledge, data / "knowledge")
+    knowledge = KnowledgeBase(config.knowledge, data / "knowledge", store=knowledge_store(config, store))
     udp = UdpTransfer(config.transfer)
     offers = OfferService(knowledge, hub, udp, groups_of=auth.groups_of)
     agent, memory = build_runtime(config, store, notify, agent, memory,

@@ -14,9 +14,9 @@ import secrets
 import threading
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import BinaryIO, Callable, Collection
 
 from protocol import ErrorCode
@@ -28,7 +28,8 @@ from server.knowledge.config import KnowledgeConfig
 from server.knowledge.index import ChunkIndex, chunk_terms
 from server.knowledge.models import DocumentInfo, Hit
 from server.knowledge.parsers import kind_of, parse
-from server.knowledge.store import DocumentStore, write_json
+from server.knowledge.port import DocumentStore, Loaded, Staged
+from server.knowledge.store import FileDocumentStore, write_json
 
 log = logging.getLogger("nplt.knowledge")
 
@@ -51,63 +52,94 @@ def clean_name(name: str) -> str:
     return base
 
 
-@dataclass(slots=True)
-class _Staged:
-    doc_id: str
-    path: Path
-    md5: str
-    sha256: str
-    size: int
-    chunks: list[dict]
-    terms: list[dict[str, float]]
-
-
 class KnowledgeBase:
-    def __init__(self, config: KnowledgeConfig, root: str | os.PathLike,
-                 embedder: Embedder | None = None) -> None:
+    """The knowledge base over a document store (``server.knowledge.port``): files under ``root`` by
+    default, or ``store``. Its catalog (``_docs``, ``_by_hash``) and ChunkIndex are an in-memory view
+    of the store, kept current with other nodes' changes when the store is shared."""
+
+    def __init__(self, config: KnowledgeConfig, root: str | os.PathLike | None,
+                 embedder: Embedder | None = None, store: DocumentStore | None = None) -> None:
         self.config = config
-        self.store = DocumentStore(root)
+        if store is None:
+            if root is None:
+                raise ValueError("a KnowledgeBase needs a root directory or a store")
+            store = FileDocumentStore(root)
+        self.store = store
         if embedder is None and config.embeddings.enabled:
             embedder = Embedder(config.embeddings)
         self.embedder = embedder
         self.index = ChunkIndex(config.bm25_k1, config.bm25_b, config.title_weight)
         self._docs: dict[str, DocumentInfo] = {}
         self._by_hash: dict[tuple[str, str], str] = {}       # (collection, sha256) -> doc_id
-        self._lock = threading.Lock()                        # index and the maps above
+        self.lock = threading.Lock()                         # index and the maps above
         self._pool = ThreadPoolExecutor(config.ingest_workers, thread_name_prefix="kb-ingest")
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Open the store (clearing crash debris) and load every document into the index."""
-        await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
+        """Open the store (clearing crash debris), load every document into the index (off the
+        event loop), then follow other nodes' changes when the store is shared."""
+        await self.store.open()
+        await self.store.watch(self._on_change, self._resync)   # first: no change is missed while loading
+        await self.store.load(self._load_one)
+        await asyncio.to_thread(self._compact)
+        if self.store.shared:
+            await self._resync()     # a document deleted while the load read it: dropped now
 
-    def _load(self) -> None:
-        self.store.open()
-        for path, meta in self.store.documents():
-            try:
-                info = DocumentInfo(**{k: meta[k] for k in DocumentInfo.__dataclass_fields__ if k != "duplicate"})
-                chunks = self.store.chunks(path)
-                vectors = self.store.vectors(path)
-            except (KeyError, TypeError, ValueError, OSError) as exc:
-                log.warning("skipping unreadable document %s: %s", path, exc)
-                continue
-            terms = [chunk_terms(c["text"], c["location"].get("heading", ()), self.config.title_weight)
-                     for c in chunks]
-            with self._lock:
-                self._add(info, chunks, terms, vectors)
-        with self._lock:
+    def _compact(self) -> None:
+        with self.lock:
             self.index.compact()
 
+    def _load_one(self, loaded: Loaded) -> None:
+        """Worker thread: analyze one stored document and add it (unless it is there already)."""
+        info, chunks, vectors = loaded
+        terms = [chunk_terms(c["text"], c["location"].get("heading", ()), self.config.title_weight) for c in chunks]
+        with self.lock:
+            self.add(info, chunks, terms, vectors)
+
     async def close(self) -> None:
+        await self.store.close()
         await asyncio.get_running_loop().run_in_executor(None, self._pool.shutdown)
         if self.embedder is not None:
             await self.embedder.aclose()
 
-    def _add(self, info: DocumentInfo, chunks: list[dict], terms: list[dict[str, float]],
-             vectors: list[list[float]] | None) -> None:
+    # -- the catalog (server.knowledge.port.Catalog), with ``lock`` held ---------------------------
+    def add(self, info: DocumentInfo, chunks: list[dict], terms: list[dict[str, float]],
+            vectors: list[list[float]] | None) -> None:
+        if info.doc_id in self._docs:            # (loaded already: a shared store's notification came first)
+            return
         self._docs[info.doc_id] = info
         self._by_hash[(info.collection, info.sha256)] = info.doc_id
         self.index.add(info.doc_id, info.collection, chunks, terms, vectors)
+
+    def duplicate_of(self, collection: str, sha256: str) -> DocumentInfo | None:
+        dup = self._by_hash.get((collection, sha256))
+        return self._docs[dup] if dup is not None else None
+
+    def _drop(self, doc_id: str) -> None:
+        with self.lock:
+            info = self._docs.pop(doc_id, None)
+            if info is None:
+                return
+            if self._by_hash.get((info.collection, info.sha256)) == doc_id:
+                del self._by_hash[(info.collection, info.sha256)]
+            self.index.remove(doc_id, info.chunks)
+
+    # -- other nodes' changes (a shared store) -----------------------------------------------------
+    async def _on_change(self, op: str, doc_id: str) -> None:
+        if op == "del":
+            await asyncio.to_thread(self._drop, doc_id)
+        elif doc_id not in self._docs:
+            loaded = await self.store.fetch(doc_id)
+            if loaded is not None:
+                await asyncio.to_thread(self._load_one, loaded)
+
+    async def _resync(self) -> None:
+        """After changes may have been missed: drop what is gone, read what is new."""
+        ids = await self.store.doc_ids()
+        for doc_id in [d for d in list(self._docs) if d not in ids]:
+            await asyncio.to_thread(self._drop, doc_id)
+        for doc_id in sorted(ids - set(self._docs)):
+            await self._on_change("add", doc_id)
 
     # -- access ------------------------------------------------------------------------------------
     def _visible(self, user: str, groups: Collection[str], doc_id: str) -> DocumentInfo:
@@ -136,8 +168,14 @@ class KnowledgeBase:
         kind_of(name)
         loop = asyncio.get_running_loop()
 
+        loop_thread = threading.get_ident()
+
         def report(stage: str, done: int, total: int) -> None:
-            if progress is not None:
+            if progress is None:
+                return
+            if threading.get_ident() == loop_thread:
+                progress(stage, done, total)          # (after what the threads queued: already run)
+            else:
                 loop.call_soon_threadsafe(progress, stage, done, total)
 
         job = loop.run_in_executor(self._pool, self._stage, user, coll, name, data, md5, report)
@@ -150,13 +188,13 @@ class KnowledgeBase:
             return staged
         try:
             vectors = await self._embed(staged, report)
-            return await loop.run_in_executor(self._pool, self._commit, user, coll, name, staged, vectors, report)
+            return await self._commit(user, coll, name, staged, vectors, report)
         except BaseException:
             self.store.discard(staged.path)
             raise
 
     def _discard_result(self, job: asyncio.Future) -> None:
-        if not job.cancelled() and job.exception() is None and isinstance(job.result(), _Staged):
+        if not job.cancelled() and job.exception() is None and isinstance(job.result(), Staged):
             self.store.discard(job.result().path)
 
     def _check_upload(self, size: int) -> None:
@@ -164,7 +202,7 @@ class KnowledgeBase:
             raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
                                f"file of {size} bytes over the upload limit ({self.config.max_upload_bytes})")
 
-    def _check_quota(self, user: str, coll: str, size: int) -> None:
+    def check_quota(self, user: str, coll: str, size: int) -> None:
         """Checked once the bytes are known not to be a duplicate, and again at commit."""
         cfg = self.config
         used = self.usage(user)
@@ -174,7 +212,7 @@ class KnowledgeBase:
             raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"collection holds {cfg.max_documents_per_collection} documents")
 
     def _stage(self, user: str, coll: str, name: str, data: bytes | str | os.PathLike, md5: str | None,
-               report: Progress) -> _Staged | DocumentInfo:
+               report: Progress) -> Staged | DocumentInfo:
         """Worker thread: copy, hash, verify, parse, chunk and analyze into a staging directory."""
         size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else os.stat(data).st_size
         self._check_upload(size)
@@ -210,12 +248,12 @@ class KnowledgeBase:
             digest, sha = h_md5.hexdigest(), h_sha.hexdigest()
             if md5 is not None and md5.lower() != digest:
                 raise HandlerError(ErrorCode.CHECKSUM_MISMATCH, f"md5 of the received bytes is {digest}, not {md5.lower()}")
-            with self._lock:
+            with self.lock:
                 dup = self._by_hash.get((coll, sha))
                 if dup is not None:
                     self.store.discard(path)
                     return replace(self._docs[dup], duplicate=True)
-            self._check_quota(user, coll, size)
+            self.check_quota(user, coll, size)
             report("parsing", 0, 1)
             blocks = parse(name, raw, self.config)
             report("parsing", 1, 1)
@@ -233,7 +271,7 @@ class KnowledgeBase:
                 if i % step == 0:
                     report("indexing", i, len(chunks))
             write_json(path / "chunks.json", records)
-            return _Staged(doc_id, path, digest, sha, size, records, terms)
+            return Staged(doc_id, path, digest, sha, size, records, terms)
         except HandlerError:
             self.store.discard(path)
             raise
@@ -244,7 +282,7 @@ class KnowledgeBase:
             self.store.discard(path)
             raise
 
-    async def _embed(self, staged: _Staged, report: Progress) -> list[list[float]] | None:
+    async def _embed(self, staged: Staged, report: Progress) -> list[list[float]] | None:
         if self.embedder is None:
             return None
         size = self.config.embeddings.batch_size
@@ -259,28 +297,14 @@ class KnowledgeBase:
             return None
         return out
 
-    def _commit(self, user: str, coll: str, name: str, staged: _Staged,
-                vectors: list[list[float]] | None, report: Progress) -> DocumentInfo:
-        try:
-            if vectors is not None:
-                write_json(staged.path / "vectors.json", vectors)
-            with self._lock:
-                dup = self._by_hash.get((coll, staged.sha256))
-                if dup is not None:                  # the same bytes committed meanwhile
-                    self.store.discard(staged.path)
-                    return replace(self._docs[dup], duplicate=True)
-                self._check_quota(user, coll, staged.size)
-                info = DocumentInfo(staged.doc_id, name, staged.md5, staged.sha256, staged.size,
-                                    len(staged.chunks), coll, datetime.now(timezone.utc).isoformat(), user)
-                meta = info.to_dict()
-                del meta["duplicate"]
-                self.store.commit(staged.path, coll, meta)
-                self._add(info, staged.chunks, staged.terms, vectors)
-            report("indexing", len(staged.chunks), len(staged.chunks))
-            return info
-        except OSError as exc:
-            self.store.discard(staged.path)
-            raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot store the document: {exc.strerror or exc}") from None
+    async def _commit(self, user: str, coll: str, name: str, staged: Staged,
+                      vectors: list[list[float]] | None, report: Progress) -> DocumentInfo:
+        """Keep the document in the store (which decides duplicates and quotas for good)."""
+        info = DocumentInfo(staged.doc_id, name, staged.md5, staged.sha256, staged.size,
+                            len(staged.chunks), coll, datetime.now(timezone.utc).isoformat(), user)
+        stored = await self.store.commit(staged, info, vectors, self)
+        report("indexing", len(staged.chunks), len(staged.chunks))
+        return stored
 
     # -- reading -----------------------------------------------------------------------------------
     async def list(self, user: str, groups: Collection[str], collection: str | None = None) -> list[DocumentInfo]:
@@ -298,17 +322,8 @@ class KnowledgeBase:
         if info.uploader != user and not admin:
             raise HandlerError(ErrorCode.FORBIDDEN, "only the uploader or an admin may delete a document")
 
-        def run() -> None:
-            with self._lock:
-                if self._docs.pop(doc_id, None) is None:
-                    return
-                self._by_hash.pop((info.collection, info.sha256), None)
-                self.index.remove(doc_id, info.chunks)
-                try:
-                    self.store.remove(info.collection, doc_id)
-                except OSError as exc:
-                    raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot delete: {exc.strerror or exc}") from None
-        await asyncio.get_running_loop().run_in_executor(None, run)
+        await self.store.remove(info)
+        await asyncio.to_thread(self._drop, doc_id)
 
     async def search(self, user: str, groups: Collection[str], query: str, top_k: int = 5,
                      collection: str | None = None) -> list[Hit]:
@@ -325,7 +340,7 @@ class KnowledgeBase:
                 log.warning("query embedding unavailable (BM25 only): %s", exc)
 
         def run() -> list[Hit]:
-            with self._lock:
+            with self.lock:
                 return [self._hit(key, score) for key, score in self.index.search(query, colls, top_k, qvec)]
         return await asyncio.to_thread(run)
 
@@ -340,7 +355,7 @@ class KnowledgeBase:
         info = self._visible(user, groups, doc_id)
         if not n.isdigit() or int(n) >= info.chunks:
             raise not_found("passage")
-        with self._lock:
+        with self.lock:
             if (doc_id, int(n)) not in self.index.chunks:
                 raise not_found("passage")
             return self._hit((doc_id, int(n)), 0.0)
@@ -352,12 +367,4 @@ class KnowledgeBase:
         info = self._visible(user, groups, doc_id)
         if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= info.size:
             raise HandlerError(ErrorCode.INVALID_MESSAGE, f"offset must be in 0..{info.size}")
-
-        def run() -> BinaryIO:
-            try:
-                f = open(self.store.path(info.collection, doc_id) / "original", "rb")
-            except FileNotFoundError:
-                raise not_found("document") from None
-            f.seek(offset)
-            return f
-        return info, await asyncio.get_running_loop().run_in_executor(None, run)
+        return info, await self.store.open_original(info, offset)

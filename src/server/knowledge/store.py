@@ -17,13 +17,21 @@ first, so a half-deleted document is never visible either.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
 import os
 import shutil
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
+
+from protocol import ErrorCode
+from server.errors import HandlerError, not_found
+from server.knowledge.models import DocumentInfo
+from server.knowledge.port import Catalog, Loaded, Staged
 
 log = logging.getLogger("nplt.knowledge")
 
@@ -52,14 +60,26 @@ def write_json(path: Path, obj: Any) -> None:
     write_file(path, json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())
 
 
-class DocumentStore:
+def info_of(meta: dict) -> DocumentInfo:
+    """A DocumentInfo from stored metadata (KeyError / TypeError when a field is missing or wrong)."""
+    return DocumentInfo(**{k: meta[k] for k in DocumentInfo.__dataclass_fields__ if k != "duplicate"})
+
+
+class FileDocumentStore:
+    """The document-store port (``server.knowledge.port``) on files: the default backend."""
+
+    shared = False
+
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root)
         self.tmp = self.root / "tmp"
         self.trash = self.root / "trash"
         self.collections = self.root / "c"
 
-    def open(self) -> None:
+    async def open(self) -> None:
+        await asyncio.to_thread(self.open_sync)
+
+    def open_sync(self) -> None:
         """Create the layout and clear what a crash left behind."""
         for d in (self.tmp, self.trash, self.collections):
             d.mkdir(parents=True, exist_ok=True)
@@ -76,7 +96,7 @@ class DocumentStore:
     def discard(self, staging: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
-    def commit(self, staging: Path, collection: str, meta: dict) -> Path:
+    def commit_sync(self, staging: Path, collection: str, meta: dict) -> Path:
         """Write ``meta.json`` and move the staged document into its collection (atomically)."""
         write_json(staging / "meta.json", meta)
         _fsync_dir(staging)
@@ -90,10 +110,13 @@ class DocumentStore:
     def path(self, collection: str, doc_id: str) -> Path:
         return self.collections / collection_key(collection) / doc_id
 
-    def remove(self, collection: str, doc_id: str) -> None:
+    def remove_sync(self, collection: str, doc_id: str) -> None:
         src = self.path(collection, doc_id)
         dst = self.trash / doc_id
-        os.rename(src, dst)
+        try:
+            os.rename(src, dst)
+        except FileNotFoundError:                 # deleted meanwhile
+            return
         _fsync_dir(src.parent)
         shutil.rmtree(dst, ignore_errors=True)
 
@@ -118,3 +141,68 @@ class DocumentStore:
             return json.loads((doc / "vectors.json").read_bytes())
         except FileNotFoundError:
             return None
+
+    # -- the port (server.knowledge.port.DocumentStore) ---------------------------------------------
+    async def load(self, each: Callable[[Loaded], None]) -> None:
+        def run() -> None:
+            for path, meta in self.documents():
+                try:
+                    loaded = (info_of(meta), self.chunks(path), self.vectors(path))
+                except (KeyError, TypeError, ValueError, OSError) as exc:
+                    log.warning("skipping unreadable document %s: %s", path, exc)
+                    continue
+                each(loaded)
+        await asyncio.to_thread(run)
+
+    async def commit(self, staged: Staged, info: DocumentInfo, vectors: list[list[float]] | None,
+                     catalog: Catalog) -> DocumentInfo:
+        """The catalog is the authority on duplicates and quotas here (one node owns the files)."""
+        def run() -> DocumentInfo:
+            try:
+                if vectors is not None:
+                    write_json(staged.path / "vectors.json", vectors)
+                with catalog.lock:
+                    dup = catalog.duplicate_of(info.collection, info.sha256)
+                    if dup is not None:                  # the same bytes committed meanwhile
+                        self.discard(staged.path)
+                        return replace(dup, duplicate=True)
+                    catalog.check_quota(info.uploader, info.collection, info.size)
+                    meta = info.to_dict()
+                    del meta["duplicate"]
+                    self.commit_sync(staged.path, info.collection, meta)
+                    catalog.add(info, staged.chunks, staged.terms, vectors)
+                return info
+            except OSError as exc:
+                self.discard(staged.path)
+                raise HandlerError(ErrorCode.STORAGE_ERROR,
+                                   f"cannot store the document: {exc.strerror or exc}") from None
+        return await asyncio.to_thread(run)
+
+    async def remove(self, info: DocumentInfo) -> None:
+        try:
+            await asyncio.to_thread(self.remove_sync, info.collection, info.doc_id)
+        except OSError as exc:
+            raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot delete: {exc.strerror or exc}") from None
+
+    async def open_original(self, info: DocumentInfo, offset: int) -> BinaryIO:
+        def run() -> BinaryIO:
+            try:
+                f = open(self.path(info.collection, info.doc_id) / "original", "rb")
+            except FileNotFoundError:
+                raise not_found("document") from None
+            f.seek(offset)
+            return f
+        return await asyncio.to_thread(run)
+
+    async def fetch(self, doc_id: str) -> Loaded | None:
+        return None                # nothing changes under this node: never asked
+
+    async def doc_ids(self) -> set[str]:
+        return set()
+
+    async def watch(self, on_change: Callable[[str, str], Awaitable[None]],
+                    on_gap: Callable[[], Awaitable[None]]) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,96 @@
+"""The knowledge base of a cluster (issue 17 item 1): two real server nodes on one PostgreSQL
+database. A document uploaded over TCP on node A is listed, searched and downloaded on node B (the
+``nplt-client kb`` commands), and deleting it on A removes it on B."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+
+from client import kb as kbclient
+from client.connection import Client
+from client.main import main
+
+DEADLINE_S = 15.0
+NOTES = ("# Ports\n\nThe metrics exporter listens on port 9100 by default.\n\n"
+         "## Alerts\n\nThe alertmanager webhook retries every 30 seconds.\n").encode()
+
+
+async def cli(capsys, srv, *args: str) -> tuple[int, str, str]:
+    """``nplt-client --host H --port P ARGS`` (its own event loop, in a worker thread)."""
+    code = await asyncio.to_thread(main, ["--host", srv.host, "--port", str(srv.port), *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+async def until(check, what: str):
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        result = await check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {DEADLINE_S} s: {what}")
+        await asyncio.sleep(0.02)          # polling the other node, with a deadline
+
+
+async def test_a_document_uploaded_on_node_a_is_served_by_node_b(two_nodes, tmp_path, capsys):
+    a, b = two_nodes
+    src = tmp_path / "notes.md"
+    src.write_bytes(NOTES)
+    async with Client(a.host, a.port) as c:
+        doc = await kbclient.upload(c, src)
+    assert doc.md5 == hashlib.md5(NOTES).hexdigest() and not doc.duplicate
+
+    async def listed_on_b():
+        code, out, err = await cli(capsys, b, "kb", "list", "--json")
+        assert code == 0, err
+        return [d for d in json.loads(out)["documents"] if d["doc_id"] == doc.doc_id]
+    [listed] = await until(listed_on_b, "node B lists the document")
+    assert listed["name"] == "notes.md" and listed["size"] == len(NOTES)
+
+    code, out, err = await cli(capsys, b, "kb", "search", "alertmanager webhook retries", "--json")
+    hits = json.loads(out)["hits"]
+    assert code == 0 and hits[0]["doc_id"] == doc.doc_id and "30 seconds" in hits[0]["text"]
+
+    target = tmp_path / "down" / "copy.md"
+    target.parent.mkdir()
+    code, out, err = await cli(capsys, b, "kb", "download", doc.doc_id, "-o", str(target))
+    assert code == 0, err
+    assert target.read_bytes() == NOTES
+
+    async with Client(b.host, b.port) as c:                      # the same bytes on B: a duplicate
+        again = await kbclient.upload(c, src)
+    assert again.duplicate and again.doc_id == doc.doc_id
+
+    code, out, err = await cli(capsys, a, "kb", "delete", doc.doc_id)
+    assert code == 0, err
+
+    async def gone_on_b():
+        code, out, _ = await cli(capsys, b, "kb", "list", "--json")
+        return code == 0 and json.loads(out)["documents"] == []
+    await until(gone_on_b, "node B forgets the deleted document")
+    code, out, err = await cli(capsys, b, "kb", "download", doc.doc_id, "-o", str(tmp_path / "down" / "x.md"))
+    assert code != 0 and "NOT_FOUND" in err
+
+
+async def test_a_download_on_node_b_resumes_across_blocks(two_nodes, tmp_path):
+    a, b = two_nodes
+    body = b"".join(b"%07d disk usage on node-%d is %d percent\n" % (i, i % 5, i % 100) for i in range(70_000))
+    assert len(body) > 2 * (1 << 20)                    # three blocks of 1 MiB in PostgreSQL
+    src = tmp_path / "usage.log"
+    src.write_bytes(body)
+    async with Client(a.host, a.port) as c:
+        doc = await kbclient.upload(c, src)
+    await until(lambda: _known(b, doc.doc_id), "node B knows the document")
+    out = tmp_path / "out" / "usage.log"
+    out.parent.mkdir()
+    out.with_name("usage.log.part").write_bytes(body[:(1 << 20) + 12345])    # a download cut short
+    async with Client(b.host, b.port) as c:
+        got = await kbclient.download(c, doc.doc_id, out)
+    assert got.md5 == hashlib.md5(body).hexdigest() and out.read_bytes() == body
+
+
+async def _known(srv, doc_id: str) -> bool:
+    return any(d.doc_id == doc_id for d in await srv.services.knowledge.list("local", []))
