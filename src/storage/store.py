@@ -14,11 +14,11 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from concurrent.futures import Future
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -46,6 +46,8 @@ from .wal_replay import replay_wal
 log = logging.getLogger("storage")
 
 LOCK_NAME = ".lock"
+
+T = TypeVar("T")
 
 
 class HistoryStore:
@@ -138,9 +140,9 @@ class HistoryStore:
         with self.cache.locked(session_id) as s:
             return _copy(s.state.record)
 
-    def get_loaded(self, session_id: str) -> SessionRecord | None:
-        """``get`` without waiting and without I/O: the record if the session is loaded and its lock
-        is free right now, else None (then call ``get``). Safe on the event loop (microseconds)."""
+    def _if_loaded(self, session_id: str, read: Callable[[SessionState], T]) -> T | None:
+        """``read(state)`` if the session is loaded, ready and its lock free right now, else None:
+        no waiting and no I/O, so safe on the event loop (microseconds)."""
         sess = self.cache.get(session_id) if not self.cache.closed else None
         if sess is None or not sess.lock.acquire(blocking=False):
             return None
@@ -148,9 +150,14 @@ class HistoryStore:
             if sess.status != READY:
                 return None
             sess.last_used = time.monotonic()
-            return _copy(sess.state.record)
+            return read(sess.state)
         finally:
             sess.lock.release()
+
+    def get_loaded(self, session_id: str) -> SessionRecord | None:
+        """``get`` without waiting and without I/O: the record if the session is loaded and its lock
+        is free right now, else None (then call ``get``). Safe on the event loop (microseconds)."""
+        return self._if_loaded(session_id, _copy_state_record)
 
     def read_loaded(self, session_id: str, after_id: int | None,
                     max_messages: int) -> tuple[SessionRecord, list[ChatMessage]] | None:
@@ -345,16 +352,7 @@ class HistoryStore:
         """``page_encoded`` without waiting and without I/O (as ``get_loaded``): None if the
         session is not loaded or its lock is busy. Safe on the event loop."""
         _check_page(before, limit)
-        sess = self.cache.get(session_id) if not self.cache.closed else None
-        if sess is None or not sess.lock.acquire(blocking=False):
-            return None
-        try:
-            if sess.status != READY:
-                return None
-            sess.last_used = time.monotonic()
-            return _encoded_page(sess.state, before, limit)
-        finally:
-            sess.lock.release()
+        return self._if_loaded(session_id, lambda state: _encoded_page(state, before, limit))
 
     def messages(self, session_id: str, *, after_id: int = 0) -> list[ChatMessage]:
         """Visible messages with id > after_id, ascending."""
@@ -521,6 +519,10 @@ def _encoded_page(st: SessionState, before: int | None, limit: int) -> EncodedPa
     raws, sups = st.encoded(start, end)
     has_more = start > vis
     return EncodedPage(raws, sups, has_more, st.msgs[start]["id"] if has_more else None, len(st.msgs) - vis)
+
+
+def _copy_state_record(state: SessionState) -> SessionRecord:
+    return _copy(state.record)
 
 
 def _copy(record: SessionRecord) -> SessionRecord:

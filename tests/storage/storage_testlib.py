@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -56,3 +58,24 @@ def drain(store: HistoryStore) -> None:
 def quarantined(root: Path) -> list[str]:
     q = root / "quarantine"
     return sorted(os.listdir(q)) if q.exists() else []
+
+
+def kill_and_read_rest(proc: subprocess.Popen) -> bytes:
+    """SIGKILL the child; the rest of its stdout, with what ``readline`` already buffered
+    (``communicate`` reads the pipe itself and would skip that, tearing the line it cut)."""
+    proc.send_signal(signal.SIGKILL)
+    rest = proc.stdout.read()
+    proc.stderr.read()
+    proc.wait(60)
+    return rest
+
+
+def check_files(root: Path) -> None:
+    assert not (root / "quarantine").exists(), os.listdir(root / "quarantine")
+    for p in root.glob("session_*.json"):
+        doc = orjson.loads(p.read_bytes())                 # every snapshot is complete JSON
+        assert doc["schema_version"] == 1
+    for p in root.glob("session_*.journal"):
+        lines = p.read_bytes().split(b"\n")
+        for line in lines[:-1]:                            # complete lines all parse; the last may be torn
+            orjson.loads(line)

@@ -2,29 +2,18 @@
 kill every acknowledged message must be there, ids contiguous, and every file must load."""
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import orjson
 
 from storage import HistoryStore, StorageConfig
+from storage_testlib import check_files, kill_and_read_rest
 
 CHILD = Path(__file__).with_name("crash_child.py")
 KILLS = {"fsync": 14, "compact": 10, "batched": 6}
-
-
-def kill_and_read_rest(proc: subprocess.Popen) -> bytes:
-    """SIGKILL the child; the rest of its stdout, with what ``readline`` already buffered
-    (``communicate`` reads the pipe itself and would skip that, tearing the line it cut)."""
-    proc.send_signal(signal.SIGKILL)
-    rest = proc.stdout.read()
-    proc.stderr.read()
-    proc.wait(60)
-    return rest
 
 
 def run_and_kill(root: Path, sid: str, mode: str, acks_before_kill: int) -> list[int]:
@@ -43,17 +32,6 @@ def run_and_kill(root: Path, sid: str, mode: str, acks_before_kill: int) -> list
     acked += [int(x) for x in rest.split()]               # printed before the kill landed: acked too
     assert proc.returncode == -signal.SIGKILL
     return acked
-
-
-def check_files(root: Path) -> None:
-    assert not (root / "quarantine").exists(), os.listdir(root / "quarantine")
-    for p in root.glob("session_*.json"):
-        doc = orjson.loads(p.read_bytes())                 # every snapshot is complete JSON
-        assert doc["schema_version"] == 1
-    for p in root.glob("session_*.journal"):
-        lines = p.read_bytes().split(b"\n")
-        for line in lines[:-1]:                            # complete lines all parse; the last may be torn
-            orjson.loads(line)
 
 
 def test_sigkill_never_loses_acknowledged_appends(tmp_path: Path) -> None:

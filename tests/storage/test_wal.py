@@ -18,8 +18,7 @@ from storage import HistoryStore, StorageConfig
 from storage.ids import journal_name, snapshot_name
 from storage.wal import decode_records, encode_record, wal_files, wal_name
 from storage.wal_replay import replay_wal
-from storage_testlib import journal_line, journal_path, msg_dict
-from test_crash import check_files, kill_and_read_rest
+from storage_testlib import check_files, journal_line, journal_path, kill_and_read_rest, msg_dict
 
 CHILD = Path(__file__).with_name("crash_child.py")
 

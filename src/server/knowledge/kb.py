@@ -190,12 +190,12 @@ class KnowledgeBase:
             vectors = await self._embed(staged, report)
             return await self._commit(user, coll, name, staged, vectors, report)
         except BaseException:
-            self.store.discard(staged.path)
+            self.store.staged.discard(staged.path)
             raise
 
     def _discard_result(self, job: asyncio.Future) -> None:
         if not job.cancelled() and job.exception() is None and isinstance(job.result(), Staged):
-            self.store.discard(job.result().path)
+            self.store.staged.discard(job.result().path)
 
     def _check_upload(self, size: int) -> None:
         if size > self.config.max_upload_bytes:
@@ -218,7 +218,7 @@ class KnowledgeBase:
         self._check_upload(size)
         doc_id = secrets.token_hex(12)
         try:
-            path = self.store.staging(doc_id)
+            path = self.store.staged.new(doc_id)
         except OSError as exc:
             raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot stage the document: {exc.strerror}") from None
         try:
@@ -251,7 +251,7 @@ class KnowledgeBase:
             with self.lock:
                 dup = self._by_hash.get((coll, sha))
                 if dup is not None:
-                    self.store.discard(path)
+                    self.store.staged.discard(path)
                     return replace(self._docs[dup], duplicate=True)
             self.check_quota(user, coll, size)
             report("parsing", 0, 1)
@@ -273,13 +273,13 @@ class KnowledgeBase:
             write_json(path / "chunks.json", records)
             return Staged(doc_id, path, digest, sha, size, records, terms)
         except HandlerError:
-            self.store.discard(path)
+            self.store.staged.discard(path)
             raise
         except OSError as exc:
-            self.store.discard(path)
+            self.store.staged.discard(path)
             raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot store the document: {exc.strerror or exc}") from None
         except BaseException:
-            self.store.discard(path)
+            self.store.staged.discard(path)
             raise
 
     async def _embed(self, staged: Staged, report: Progress) -> list[list[float]] | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from protocol import ErrorCode
 from server.errors import HandlerError, not_found
 from server.knowledge.config import KnowledgeConfig
 from server.knowledge.models import DocumentInfo
-from server.knowledge.port import Catalog, Loaded, Staged
+from server.knowledge.port import Catalog, Loaded, Staged, StagingArea
 from server.knowledge.store import info_of
 from storage.errors import StorageError
 from storage.pg.documents import BLOCK_BYTES, CHANNEL, Limits, PgDocuments, StoredDocument
@@ -107,18 +106,14 @@ class PgDocumentStore:
     def __init__(self, link: PgLink, staging_root: str | os.PathLike, limits: Limits) -> None:
         self.rows = PgDocuments(link)
         self.link = link
-        self.tmp = Path(staging_root) / "tmp"
+        self.staged = StagingArea(Path(staging_root) / "tmp")
+        self.tmp = self.staged.path
         self.limits = limits
         self._listener: Listener | None = None
         self._own: set[str] = set()            # documents this node is committing (and adds itself)
 
     async def open(self) -> None:
-        def run() -> None:
-            self.tmp.mkdir(parents=True, exist_ok=True)
-            for child in self.tmp.iterdir():
-                log.info("removing unfinished %s", child)
-                shutil.rmtree(child, ignore_errors=True)
-        await asyncio.to_thread(run)
+        await asyncio.to_thread(self.staged.clear)
 
     async def load(self, each: Callable[[Loaded], None]) -> None:
         try:
@@ -127,21 +122,13 @@ class PgDocumentStore:
         except StorageError as exc:
             raise _storage_error(exc) from None
 
-    def staging(self, doc_id: str) -> Path:
-        path = self.tmp / doc_id
-        path.mkdir()
-        return path
-
-    def discard(self, staging: Path) -> None:
-        shutil.rmtree(staging, ignore_errors=True)
-
     async def commit(self, staged: Staged, info: DocumentInfo, vectors: list[list[float]] | None,
                      catalog: Catalog) -> DocumentInfo:
         meta = info.to_dict()
         del meta["duplicate"]
 
         def finish(added: bool) -> None:       # worker thread
-            self.discard(staged.path)
+            self.staged.discard(staged.path)
             if added:
                 with catalog.lock:
                     catalog.add(info, staged.chunks, staged.terms, vectors)

@@ -8,6 +8,8 @@ changes other nodes make through ``watch``; the catalog re-reads those documents
 """
 from __future__ import annotations
 
+import logging
+import shutil
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -15,6 +17,8 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from server.knowledge.models import DocumentInfo
+
+log = logging.getLogger("nplt.knowledge")
 
 #: one loaded document: (info, chunks [{"text", "location"}], vectors or None)
 Loaded = tuple[DocumentInfo, list[dict], list[list[float]] | None]
@@ -30,6 +34,30 @@ class Staged:
     size: int
     chunks: list[dict]
     terms: list[dict[str, float]]
+
+
+class StagingArea:
+    """The local directory where documents are parsed and staged before their commit (both
+    backends stage locally). Worker threads only."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def clear(self) -> None:
+        """Create the directory and remove what an interrupted ingest left in it."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        for child in self.path.iterdir():
+            log.info("removing unfinished %s", child)
+            shutil.rmtree(child, ignore_errors=True)
+
+    def new(self, doc_id: str) -> Path:
+        path = self.path / doc_id
+        path.mkdir()
+        return path
+
+    @staticmethod
+    def discard(staging: Path) -> None:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 class Catalog(Protocol):
@@ -51,10 +79,7 @@ class DocumentStore(Protocol):
     async def load(self, each: Callable[[Loaded], None]) -> None:
         """Call ``each`` (in a worker thread) for every stored document."""
 
-    def staging(self, doc_id: str) -> Path:
-        """A new local directory to stage a document in (worker thread)."""
-
-    def discard(self, staging: Path) -> None: ...
+    staged: StagingArea   # where documents are staged before their commit
 
     async def commit(self, staged: Staged, info: DocumentInfo, vectors: list[list[float]] | None,
                      catalog: Catalog) -> DocumentInfo:

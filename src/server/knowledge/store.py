@@ -31,7 +31,7 @@ from typing import Any, BinaryIO, Iterator
 from protocol import ErrorCode
 from server.errors import HandlerError, not_found
 from server.knowledge.models import DocumentInfo
-from server.knowledge.port import Catalog, Loaded, Staged
+from server.knowledge.port import Catalog, Loaded, Staged, StagingArea
 
 log = logging.getLogger("nplt.knowledge")
 
@@ -72,7 +72,8 @@ class FileDocumentStore:
 
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root)
-        self.tmp = self.root / "tmp"
+        self.staged = StagingArea(self.root / "tmp")
+        self.tmp = self.staged.path
         self.trash = self.root / "trash"
         self.collections = self.root / "c"
 
@@ -81,20 +82,12 @@ class FileDocumentStore:
 
     def open_sync(self) -> None:
         """Create the layout and clear what a crash left behind."""
-        for d in (self.tmp, self.trash, self.collections):
-            d.mkdir(parents=True, exist_ok=True)
-        for d in (self.tmp, self.trash):
-            for child in d.iterdir():
-                log.info("removing unfinished %s", child)
-                shutil.rmtree(child, ignore_errors=True)
-
-    def staging(self, doc_id: str) -> Path:
-        path = self.tmp / doc_id
-        path.mkdir()
-        return path
-
-    def discard(self, staging: Path) -> None:
-        shutil.rmtree(staging, ignore_errors=True)
+        self.staged.clear()
+        self.collections.mkdir(parents=True, exist_ok=True)
+        self.trash.mkdir(parents=True, exist_ok=True)
+        for child in self.trash.iterdir():
+            log.info("removing unfinished deletion %s", child)
+            shutil.rmtree(child, ignore_errors=True)
 
     def commit_sync(self, staging: Path, collection: str, meta: dict) -> Path:
         """Write ``meta.json`` and move the staged document into its collection (atomically)."""
@@ -164,7 +157,7 @@ class FileDocumentStore:
                 with catalog.lock:
                     dup = catalog.duplicate_of(info.collection, info.sha256)
                     if dup is not None:                  # the same bytes committed meanwhile
-                        self.discard(staged.path)
+                        self.staged.discard(staged.path)
                         return replace(dup, duplicate=True)
                     catalog.check_quota(info.uploader, info.collection, info.size)
                     meta = info.to_dict()
@@ -173,7 +166,7 @@ class FileDocumentStore:
                     catalog.add(info, staged.chunks, staged.terms, vectors)
                 return info
             except OSError as exc:
-                self.discard(staged.path)
+                self.staged.discard(staged.path)
                 raise HandlerError(ErrorCode.STORAGE_ERROR,
                                    f"cannot store the document: {exc.strerror or exc}") from None
         return await asyncio.to_thread(run)
