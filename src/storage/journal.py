@@ -150,15 +150,12 @@ class JournalWriter:
         return self.written
 
     def drain(self) -> None:
-        """Write every queued line, in order (flusher thread, before the lines' WAL record). On
-        failure the file is cut back, the writer is ``failed`` and OSError is raised."""
+        """Write every queued line, in order (the flusher, before their WAL record; every other file
+        operation, first). On failure the file is cut back, the writer is ``failed`` and OSError
+        is raised."""
         if self._queued:
             with self._write_lock:
                 self._drain_locked()
-
-    def _drain(self) -> None:
-        with self._write_lock:
-            self._drain_locked()
 
     def _drain_locked(self) -> None:
         if not self._queued:
@@ -225,7 +222,7 @@ class JournalWriter:
     def drop_prefix(self, offset: int) -> None:
         """Remove the first ``offset`` bytes (already in the snapshot); keep the rest durably."""
         with self.fd_lock:
-            self._drain()
+            self.drain()
             if offset >= self.size:
                 fd = self.fd if self.fd is not None else self._open()
                 os.ftruncate(fd, 0)
@@ -251,7 +248,7 @@ class JournalWriter:
         """fsync anything pending and close the file (a failed writer is closed without fsync)."""
         with self.fd_lock:
             if not self.failed:
-                self._drain()
+                self.drain()
             if self.fd is not None and self.dirty and not self.failed:
                 _sync(self.fd)
                 self.synced = self.written
