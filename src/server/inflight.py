@@ -67,6 +67,10 @@ class InFlightTurns(NoMarker):
         self._running: dict[str, int] = {}     # session -> turns marked and not ended (normally 0 or 1)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="nplt-inflight")
         self._pending: set[Future] = set()
+        # Turn ends coalesce: while a rewrite is queued last on the thread, a later end only
+        # updates ``_keep`` (what that rewrite writes when it runs) instead of queuing another.
+        self._keep: tuple[str, ...] = ()
+        self._rewrite_queued = False
 
     # -- the writer thread ------------------------------------------------------------------------
     def _open(self) -> int:
@@ -95,23 +99,33 @@ class InFlightTurns(NoMarker):
         os.ftruncate(fd, len(data))
         self._size = len(data)
 
+    def _rewrite_latest(self) -> None:
+        self._rewrite_queued = False     # first: an end from now on queues a rewrite of its own
+        self._rewrite(self._keep)
+
     # -- the runner's side ------------------------------------------------------------------------
     async def started(self, session_id: str) -> None:
         """Mark a turn of ``session_id`` as running; returns once the line is written (the file is
         compacted to the running sessions when it grows past ``COMPACT_BYTES``)."""
         self._running[session_id] = self._running.get(session_id, 0) + 1
+        self._rewrite_queued = False     # this line goes after a queued rewrite: the next end needs its own
         await asyncio.get_running_loop().run_in_executor(
             self._pool, self._write, b"+" + session_id.encode() + b"\n", tuple(self._running))
 
     def ended(self, session_id: str) -> None:
-        """The turn ended (answer stored or not): the file is rewritten in the background."""
+        """The turn ended (answer stored or not): the file is rewritten in the background (turn ends
+        that come before the thread gets to it share one rewrite)."""
         left = self._running.get(session_id, 0) - 1
         if left > 0:
             self._running[session_id] = left
             return
         self._running.pop(session_id, None)
+        self._keep = tuple(self._running)
+        if self._rewrite_queued:         # the queued rewrite has not started yet: it writes _keep
+            return
         try:
-            fut = self._pool.submit(self._rewrite, tuple(self._running))
+            fut = self._pool.submit(self._rewrite_latest)
+            self._rewrite_queued = True
         except RuntimeError:   # closed: a turn cancelled late at shutdown; the next start checks it
             return
         self._pending.add(fut)

@@ -26,7 +26,8 @@ class AsyncHistoryStore:
 
     ``append`` and ``update`` give their worker thread back as soon as the journal line is written
     and await the group commit's fsync on the loop, so far more than ``io_threads`` appends can
-    share one flush."""
+    share one flush. On a loaded, idle session they take no worker thread at all: the change is
+    applied in memory on the loop and its journal line written by the flusher thread."""
 
     def __init__(self, store: HistoryStore | StorageConfig) -> None:
         self.sync = store if isinstance(store, HistoryStore) else HistoryStore(store)
@@ -97,14 +98,21 @@ class AsyncHistoryStore:
 
     async def append(self, session_id: str, role: str, content: str, *, tool_calls: Iterable[ToolCall | dict] = (),
                      metadata: dict[str, Any] | None = None, timestamp: str | None = None) -> ChatMessage:
-        msg, done = await self._run(self.sync.append_pending, session_id, role, content,
-                                    tool_calls=list(tool_calls), metadata=metadata, timestamp=timestamp)
+        calls = list(tool_calls)
+        queued = self.sync.append_loaded(session_id, role, content, tool_calls=calls,
+                                         metadata=metadata, timestamp=timestamp)   # loaded and idle: no thread hop
+        if queued is not None:
+            msg, done = queued
+        else:
+            msg, done = await self._run(self.sync.append_pending, session_id, role, content,
+                                        tool_calls=calls, metadata=metadata, timestamp=timestamp)
         if done is not None:
             await self._to_loop(done)
         return msg
 
     async def update(self, session_id: str, message: ChatMessage) -> ChatMessage:
-        msg, done = await self._run(self.sync.update_pending, session_id, message)
+        queued = self.sync.update_loaded(session_id, message)      # loaded and idle: no thread hop
+        msg, done = queued if queued is not None else await self._run(self.sync.update_pending, session_id, message)
         if done is not None:
             await self._to_loop(done)
         return msg

@@ -1,6 +1,7 @@
 """Group commit: one thread makes journal writes durable for everyone waiting on them.
 
-In ``fsync`` mode a commit writes its journal line under the session lock (no fsync), then asks the
+In ``fsync`` mode a commit writes its journal line under the session lock (no fsync), or queues it
+for the flusher to write (``JournalWriter.queue``: an append on the event loop), then asks the
 flusher for durability and waits (outside the session lock) on the returned future. The flusher
 takes every request queued at that moment as one round, writes their lines to the shared WAL
 (``wal.py``) with one write and one fdatasync, whatever the number of sessions, and resolves the
@@ -207,7 +208,13 @@ class JournalFlusher:
         live, records, journals = [], [], set()
         for item in batch:
             sess, _, seq, line, fut = item
-            if sess.writer.failed:       # an earlier round failed: its session was cut back
+            if not sess.writer.failed:
+                try:
+                    sess.writer.drain()  # lines queued on the event loop: journal before WAL
+                except OSError as exc:
+                    log.error("storage: journal write failed for %s: %s", sess.sid, exc.strerror or exc)
+                    self._invalidate(sess)
+            if sess.writer.failed:       # an earlier write failed: its session was cut back
                 fut.set_exception(StorageIOError(f"could not make session {sess.sid} durable: "
                                                  "an earlier write of it failed"))
                 continue
@@ -222,19 +229,21 @@ class JournalFlusher:
         except OSError as exc:
             err = exc.strerror or str(exc)
             log.error("storage: WAL write failed: %s", err)
-            failed = {item[0] for item in live}
-            for sess in failed:
+            for sess in {item[0] for item in live}:
                 sess.writer.failed = True
-                try:
-                    self._on_failure(sess)
-                except Exception:
-                    log.exception("storage: could not invalidate %s after a failed fsync", sess.sid)
+                self._invalidate(sess)
             for sess, _, _, _, fut in live:
                 fut.set_exception(StorageIOError(f"could not make session {sess.sid} durable: {err}"))
             return
         for sess, target, _, _, fut in live:
             sess.writer.mark_synced(target)
             fut.set_result(None)
+
+    def _invalidate(self, sess: LoadedSession) -> None:
+        try:
+            self._on_failure(sess)
+        except Exception:
+            log.exception("storage: could not invalidate %s after a failed write", sess.sid)
 
     def _sync_paths(self, paths: list[str]) -> list[str]:
         """fsync journal files by path, side by side; the paths that failed."""

@@ -9,6 +9,7 @@ import errno
 import logging
 import os
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,11 @@ class JournalWriter:
     are known durable; both only grow, so a waiter's target survives a journal rewrite. ``fd_lock``
     orders ``sync_through`` (flusher thread) against ``close``/``drop_prefix``. After a failed
     fsync the writer is ``failed``: it refuses further appends until the session is reloaded.
+
+    ``queue`` (an open journal only) counts a line as appended without writing it: the flusher
+    thread writes queued lines (``drain``) before the WAL record that makes them durable, so an
+    append on the event loop needs no worker thread. Every other file operation drains first, so
+    the file always holds the lines in the order they were appended.
     """
 
     def __init__(self, path: str, valid_len: int) -> None:
@@ -78,6 +84,8 @@ class JournalWriter:
         self.synced = 0
         self.failed = False
         self.fd_lock = threading.Lock()
+        self._write_lock = threading.Lock()    # orders writes: drained lines before later ones
+        self._queued: deque[bytes] = deque()   # appended (counted in size/written), not written yet
 
     @property
     def dirty(self) -> bool:
@@ -109,25 +117,68 @@ class JournalWriter:
         target to pass to ``sync_through``. On failure the file is cut back and nothing counts."""
         if self.failed:
             raise OSError(errno.EIO, "an earlier fsync of this journal failed")
-        fd = self.fd if self.fd is not None else self._open()
-        before = self.size
-        try:
-            view = memoryview(line)
-            while view:
-                view = view[os.write(fd, view):]
-            if sync:
-                _sync(fd)
-        except BaseException:
+        with self._write_lock:
+            self._drain_locked()
+            fd = self.fd if self.fd is not None else self._open()
+            before = self.size
             try:
-                os.ftruncate(fd, before)
+                _write_all(fd, line)
+                if sync:
+                    _sync(fd)
+            except BaseException:
+                try:
+                    os.ftruncate(fd, before)
+                except OSError:
+                    log.exception("storage: could not cut %s back after a failed write", self.path)
+                raise
+            self.size = before + len(line)
+            self.written += len(line)
+            if sync:
+                self.synced = self.written
+            return self.written
+
+    def can_queue(self) -> bool:
+        """``queue`` is possible: the file is open and no earlier write failed."""
+        return self.fd is not None and not self.failed
+
+    def queue(self, line: bytes) -> int:
+        """Count one complete line as appended without writing it (caller holds the session lock
+        and checked ``can_queue``); ``drain`` writes it. Returns the target for ``mark_synced``."""
+        self._queued.append(line)
+        self.size += len(line)
+        self.written += len(line)
+        return self.written
+
+    def drain(self) -> None:
+        """Write every queued line, in order (the flusher, before their WAL record; every other file
+        operation, first). On failure the file is cut back, the writer is ``failed`` and OSError
+        is raised."""
+        if self._queued:
+            with self._write_lock:
+                self._drain_locked()
+
+    def _drain_locked(self) -> None:
+        if not self._queued:
+            return
+        if self.failed:
+            raise OSError(errno.EIO, "an earlier write of this journal failed")
+        lines = []
+        while self._queued:             # deque: queue() may run meanwhile; later lines wait
+            lines.append(self._queued.popleft())
+        if self.fd is None:             # every closing path drains first: cannot happen
+            self.failed = True
+            raise OSError(errno.EIO, "journal closed with queued lines")
+        data = b"".join(lines)
+        start = os.lseek(self.fd, 0, os.SEEK_END)
+        try:
+            _write_all(self.fd, data)
+        except OSError:
+            self.failed = True
+            try:
+                os.ftruncate(self.fd, start)
             except OSError:
                 log.exception("storage: could not cut %s back after a failed write", self.path)
             raise
-        self.size = before + len(line)
-        self.written += len(line)
-        if sync:
-            self.synced = self.written
-        return self.written
 
     def sync_through(self, target: int) -> None:
         """Make the first ``target`` written bytes durable with one fsync covering everything
@@ -161,7 +212,8 @@ class JournalWriter:
 
     def cut_to_synced(self) -> None:
         """After a failed fsync: drop the bytes not known durable (caller holds the session lock)."""
-        with self.fd_lock:
+        with self.fd_lock, self._write_lock:
+            self._queued.clear()        # not written: nothing to cut for them
             keep = self.size - (self.written - self.synced)
             if self.fd is not None:
                 os.ftruncate(self.fd, keep)
@@ -170,6 +222,7 @@ class JournalWriter:
     def drop_prefix(self, offset: int) -> None:
         """Remove the first ``offset`` bytes (already in the snapshot); keep the rest durably."""
         with self.fd_lock:
+            self.drain()
             if offset >= self.size:
                 fd = self.fd if self.fd is not None else self._open()
                 os.ftruncate(fd, 0)
@@ -194,7 +247,15 @@ class JournalWriter:
     def close(self) -> None:
         """fsync anything pending and close the file (a failed writer is closed without fsync)."""
         with self.fd_lock:
+            if not self.failed:
+                self.drain()
             if self.fd is not None and self.dirty and not self.failed:
                 _sync(self.fd)
                 self.synced = self.written
             self._close_fd()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

@@ -310,6 +310,57 @@ class HistoryStore:
             done = self._commit(s, "append", {"msg": orjson.loads(raw)}, raw_msg=raw, at=now_iso())
             return to_message(s.state.msgs[-1]), done
 
+    def append_loaded(self, session_id: str, role: str, content: str, *,
+                      tool_calls: Iterable[ToolCall | dict] = (), metadata: dict[str, Any] | None = None,
+                      timestamp: str | None = None) -> tuple[ChatMessage, Future[None]] | None:
+        """``append_pending`` without waiting and without I/O (as ``get_loaded``): the journal line
+        is queued for the flusher thread, which writes it before the WAL record that makes it
+        durable. None if the session is not loaded and idle with its journal open, or in batched
+        mode (then call ``append_pending`` in a thread). Safe on the event loop."""
+        calls = tool_calls_of(tool_calls)
+        check_message(role, content, metadata, timestamp)
+        with self._loaded_idle(session_id) as s:
+            if s is None:
+                return None
+            msg = ChatMessage(s.state.next_id, role, content, timestamp or now_iso(), calls, dict(metadata or {}))
+            raw = self._encode(msg)
+            done = self._commit(s, "append", {"msg": orjson.loads(raw)}, raw_msg=raw, at=now_iso(), queue=True)
+            assert done is not None
+            return to_message(s.state.msgs[-1]), done
+
+    def update_loaded(self, session_id: str, message: ChatMessage) -> tuple[ChatMessage, Future[None]] | None:
+        """``update_pending`` without waiting and without I/O (see ``append_loaded``)."""
+        if not isinstance(message, ChatMessage):
+            raise InvalidArgument("message: expected a ChatMessage")
+        msg = ChatMessage(message.id, message.role, message.content, message.timestamp,
+                          tool_calls_of(message.tool_calls), message.metadata)
+        check_message(msg.role, msg.content, msg.metadata, msg.timestamp)
+        with self._loaded_idle(session_id) as s:
+            if s is None:
+                return None
+            if isinstance(msg.id, bool) or not isinstance(msg.id, int) or s.state.position(msg.id) is None:
+                raise NotFound(f"message {message.id!r} not found in session {session_id}")
+            raw = self._encode(msg)
+            done = self._commit(s, "update", {"msg": orjson.loads(raw)}, raw_msg=raw, at=now_iso(), queue=True)
+            assert done is not None
+            return to_message(s.state.msgs[s.state.position(msg.id)]), done
+
+    @contextmanager
+    def _loaded_idle(self, session_id: str) -> Iterator[LoadedSession | None]:
+        """The session with its lock held if it is loaded, idle right now and its journal can take
+        a queued line (fsync mode), else None; never waits, never does I/O."""
+        sess = self.cache.get(session_id) if not (self.cache.closed or self.flusher.batched) else None
+        if sess is None or not sess.lock.acquire(blocking=False):
+            yield None
+            return
+        try:
+            ok = sess.status == READY and sess.writer is not None and sess.writer.can_queue()
+            if ok:
+                sess.last_used = time.monotonic()
+            yield sess if ok else None
+        finally:
+            sess.lock.release()
+
     def update(self, session_id: str, message: ChatMessage) -> ChatMessage:
         """Replace the stored message with the same id (e.g. finalize a streamed answer)."""
         msg, done = self.update_pending(session_id, message)
@@ -385,15 +436,16 @@ class HistoryStore:
 
     # -- commits ---------------------------------------------------------------------------
     def _commit(self, sess: LoadedSession, op: str, fields: dict[str, Any], *,
-                raw_msg: bytes | None = None, at: str) -> Future[None] | None:
+                raw_msg: bytes | None = None, at: str, queue: bool = False) -> Future[None] | None:
         """Journal one change, apply it, update the index (holds sess.lock). Returns the future to
-        wait on (outside the lock) before acknowledging it, or None (batched mode)."""
+        wait on (outside the lock) before acknowledging it, or None (batched mode). ``queue``: the
+        line is left to the flusher thread to write (``JournalWriter.queue``; fsync mode)."""
         seq = sess.state.last_seq + 1
         entry = {"seq": seq, "op": op, "at": at, **fields}
         wire = entry if raw_msg is None else {**entry, "msg": orjson.Fragment(raw_msg)}
         try:
             line = orjson.dumps(wire, option=orjson.OPT_APPEND_NEWLINE)
-            target = sess.writer.append(line, sync=False)
+            target = sess.writer.queue(line) if queue else sess.writer.append(line, sync=False)
         except OSError as exc:
             log.error("storage: journal write failed for %s: %s", sess.sid, exc)
             raise StorageIOError(f"could not write session {sess.sid}: {exc.strerror or exc}") from None

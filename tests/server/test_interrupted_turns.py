@@ -7,6 +7,7 @@ answer and stalls, so the turn is surely running when SIGKILL arrives.
 from __future__ import annotations
 
 import asyncio
+import threading
 import json
 
 from protocol import MsgType
@@ -80,3 +81,34 @@ async def test_the_marker_names_running_sessions_only(tmp_path):
         f.write(b"-c\n+d")   # a torn last line still names its session
     assert read_marker(path) == ["b", "d"]
     assert read_marker(str(tmp_path / "missing")) == []
+
+
+async def test_turn_ends_waiting_for_the_marker_thread_share_one_rewrite(tmp_path, monkeypatch):
+    path = str(tmp_path / MARKER_NAME)
+    marker = InFlightTurns(path)
+    for sid in "abcdef":
+        await marker.started(sid)
+    rewrites: list[tuple[str, ...]] = []
+    real = marker._rewrite
+    monkeypatch.setattr(marker, "_rewrite", lambda keep: (rewrites.append(tuple(keep)), real(keep))[1])
+    gate = threading.Event()
+    marker._pool.submit(gate.wait, 30)              # the marker thread is busy meanwhile
+    for sid in "abc":
+        marker.ended(sid)                           # one rewrite queued, the next two join it
+    fut = asyncio.ensure_future(marker.started("g"))   # its line is queued after that rewrite
+    deadline = asyncio.get_running_loop().time() + 30
+    while "g" not in marker._running:               # poll (with a deadline) until it has started
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0)
+    marker.ended("d")                               # so this end queues a rewrite of its own
+    gate.set()
+    await fut
+    while len(rewrites) < 2:                        # d's rewrite, queued after the +g line, has run
+        assert asyncio.get_running_loop().time() < deadline   # (else g's end would join it: a race)
+        await asyncio.sleep(0.001)
+    marker.ended("g")                               # another rewrite, after the +g line
+    await asyncio.to_thread(marker.close)
+    assert rewrites == [("e", "f", "g"), ("e", "f", "g"), ("e", "f")]  # each writes what runs when it runs
+    assert read_marker(path) == ["e", "f"]
+    with open(path, "rb") as f:
+        assert f.read() == b"+e\n+f\n"

@@ -8,20 +8,25 @@ Usage: crash_child.py ROOT SESSION_ID MODE [CHECKPOINT_S]   (MODE: fsync | batch
 - group:   SESSION_ID is a comma-separated list; one writer thread per session appends durably
            (so appends of several sessions share flush rounds) and prints "<session id> <id>"
 - wal:     as group, without compaction, with the shared WAL checkpointed every CHECKPOINT_S seconds
+- async:   as group, through AsyncHistoryStore on one event loop: appends to loaded sessions are
+           applied on the loop and their journal lines written by the flusher thread (queued)
 An id is printed only after append() returned. The parent kills this process with SIGKILL.
 """
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 
-from storage import HistoryStore, StorageConfig
+from storage import AsyncHistoryStore, HistoryStore, StorageConfig
 
 
 def main() -> None:
     root, sid, mode = sys.argv[1:4]
     if mode == "group":
         return group(root, sid.split(","), StorageConfig(root=root, compact_threshold=64))
+    if mode == "async":
+        return asyncio.run(group_async(root, sid.split(","), StorageConfig(root=root, compact_threshold=32)))
     if mode == "wal":
         return group(root, sid.split(","), StorageConfig(root=root, compact_threshold=10_000_000,
                                                          wal_checkpoint_s=float(sys.argv[4])))
@@ -59,5 +64,20 @@ def group(root: str, sids: list[str], cfg: StorageConfig) -> None:
         t.join()
 
 
+async def group_async(root: str, sids: list[str], cfg: StorageConfig) -> None:
+    store = AsyncHistoryStore(HistoryStore(cfg))
+
+    async def writer(sid: str) -> None:
+        i = 0
+        while True:
+            m = await store.append(sid, "user" if i % 2 == 0 else "assistant", f"async {sid} {i} " + "a" * (i * 41 % 600))
+            sys.stdout.write(f"{sid} {m.id}\n")
+            sys.stdout.flush()
+            i += 1
+
+    await asyncio.gather(*(writer(sid) for sid in sids))
+
+
 if __name__ == "__main__":
     main()
+

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
 from storage import HistoryStore, StorageConfig
 from storage_testlib import check_files, kill_and_read_rest
@@ -61,8 +62,10 @@ def test_sigkill_never_loses_acknowledged_appends(tmp_path: Path) -> None:
         assert ids == list(range(1, len(ids) + 1)) and set(acked) <= set(ids)
 
 
-def test_sigkill_during_group_commit_loses_no_acknowledged_append(tmp_path: Path) -> None:
-    """Several writer threads on several sessions share flush rounds; after each SIGKILL every
+@pytest.mark.parametrize("mode", ["group", "async"])
+def test_sigkill_during_group_commit_loses_no_acknowledged_append(tmp_path: Path, mode: str) -> None:
+    """Several writers on several sessions share flush rounds (``async``: coroutines on one event
+    loop whose journal lines the flusher thread writes, with compactions); after each SIGKILL every
     acknowledged message of every session is present and ids are contiguous."""
     root = tmp_path / "history"
     rng = random.Random(4321)
@@ -70,7 +73,7 @@ def test_sigkill_during_group_commit_loses_no_acknowledged_append(tmp_path: Path
         sids = [store.create("u", f"group {i}").session_id for i in range(6)]
     acked: dict[str, set[int]] = {sid: set() for sid in sids}
     for _ in range(8):
-        proc = subprocess.Popen([sys.executable, str(CHILD), str(root), ",".join(sids), "group"],
+        proc = subprocess.Popen([sys.executable, str(CHILD), str(root), ",".join(sids), mode],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         want, seen = rng.randint(20, 200), 0
         try:
