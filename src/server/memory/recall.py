@@ -151,7 +151,7 @@ class RecallIndex:
         for j, w in zip(range(i + 1, min(i + 1 + len(WEIGHTS_AFTER), len(order))), WEIGHTS_AFTER):
             _add(bag, terms[order[j]], w)
         _add(bag, _date_terms(self.docs[key].time), DATE_WEIGHT)
-        self.bm25.add(key, bag, key[0])
+        self.bm25.add(key, bag, key[0], owned=True)   # bag: a fresh dict of positive weights, not kept here
 
     def add_turns(self, session_id: str, docs: list[TurnDoc], upto: int) -> None:
         """Append finished turns of a session (ascending ids); ``upto`` = last message id consumed."""
