@@ -159,12 +159,18 @@ class HistoryStore:
         is free right now, else None (then call ``get``). Safe on the event loop (microseconds)."""
         return self._if_loaded(session_id, _copy_state_record)
 
-    def read_loaded(self, session_id: str, after_id: int | None,
-                    max_messages: int) -> tuple[SessionRecord, list[ChatMessage]] | None:
+    def read_loaded(self, session_id: str, after_id: int | None, max_messages: int,
+                    memo: dict[int, tuple[dict, ChatMessage]] | None = None
+                    ) -> tuple[SessionRecord, list[ChatMessage]] | None:
         """``get`` and ``messages`` in one, without waiting and without I/O (as ``get_loaded``): the
         record and the visible messages with id > ``after_id`` (None: those its newest summary does
         not cover), or None if the session is not loaded, its lock is busy or more than
-        ``max_messages`` would be returned (then read through a thread). Safe on the event loop."""
+        ``max_messages`` would be returned (then read through a thread). Safe on the event loop.
+
+        ``memo`` (a dict the caller keeps between reads of one session, initially empty): a message
+        stored unchanged since the caller's last read comes back as the same ``ChatMessage`` object,
+        not converted again (an update stores a new message, so it is converted). The caller must
+        not change the messages it gets that way; the memo keeps only the last read's messages."""
         sess = self.cache.get(session_id) if not self.cache.closed else None
         if sess is None or not sess.lock.acquire(blocking=False):
             return None
@@ -179,7 +185,9 @@ class HistoryStore:
             if len(st.msgs) - start > max_messages:
                 return None
             sess.last_used = time.monotonic()
-            return _copy(st.record), [to_message(d) for d in st.msgs[start:]]
+            if memo is None:
+                return _copy(st.record), [to_message(d) for d in st.msgs[start:]]
+            return _copy(st.record), _converted(st.msgs[start:], memo)
         finally:
             sess.lock.release()
 
@@ -575,6 +583,21 @@ def _encoded_page(st: SessionState, before: int | None, limit: int) -> EncodedPa
 
 def _copy_state_record(state: SessionState) -> SessionRecord:
     return _copy(state.record)
+
+
+def _converted(stored: list[dict], memo: dict[int, tuple[dict, ChatMessage]]) -> list[ChatMessage]:
+    """``to_message`` of each stored message, reusing ``memo``'s conversion of the very same dict
+    (keyed by ``id()``; the dict is kept in the memo, so its id cannot be reused meanwhile)."""
+    out: list[ChatMessage] = []
+    fresh: dict[int, tuple[dict, ChatMessage]] = {}
+    for d in stored:
+        got = memo.get(id(d))
+        m = got[1] if got is not None and got[0] is d else to_message(d)
+        fresh[id(d)] = (d, m)
+        out.append(m)
+    memo.clear()
+    memo.update(fresh)
+    return out
 
 
 def _copy(record: SessionRecord) -> SessionRecord:

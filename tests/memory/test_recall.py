@@ -156,6 +156,49 @@ def test_neighbour_context_is_updated_as_turns_arrive():
     assert len(idx) == 0 and idx.search("blue", 3) == []
 
 
+class _FromScratch(RecallIndex):
+    """The reference: every (re-)indexed document's bag built from scratch by ``document_terms``."""
+
+    def _reindex(self, order, i):
+        from server.memory.recall import WEIGHTS_AFTER, WEIGHTS_BEFORE, date_terms, document_terms
+        key, terms = order[i], self._terms
+        before = [terms[order[j]] for j in range(i - 1, max(i - 1 - len(WEIGHTS_BEFORE), -1), -1)]
+        after = [terms[order[j]] for j in range(i + 1, min(i + 1 + len(WEIGHTS_AFTER), len(order)))]
+        self.bm25.add(key, document_terms(terms[key], before, after, date_terms(self.docs[key].time)), key[0])
+
+
+def test_turns_added_one_by_one_index_exactly_as_built_from_scratch():
+    """The incremental re-weighting of the neighbours (a cached head, only the turns after added)
+    gives the very bags (values, term order) and scores that building each document again gives."""
+    from server.memory.recall import WEIGHTS_AFTER
+    rng = random.Random(13)
+    words = ["rack", "blue", "disk", "web", "garage", "car", "may", "backup", "colour", "server", "日志", "备份"]
+    for _ in range(30):
+        ref, inc = _FromScratch(), RecallIndex()
+        for sid in ("s", "t"):
+            docs = [TurnDoc(sid, 2 * i + 1, 2 * i + 2 if rng.random() < 0.8 else None,
+                            f"2026-0{rng.randint(1, 9)}-1{rng.randint(0, 9)}T10:00:00+00:00",
+                            " ".join(rng.choices(words, k=rng.randint(1, 9))),
+                            " ".join(rng.choices(words, k=rng.randint(0, 6)))) for i in range(rng.randint(1, 12))]
+            i = 0
+            while i < len(docs):
+                n = rng.randint(0, 3)
+                for idx in (ref, inc):
+                    idx.add_turns(sid, docs[i:i + n] + docs[max(0, i - 1):i], 0)   # a repeated turn is skipped
+                i += n
+        assert list(ref.bm25._doc_terms) == list(inc.bm25._doc_terms)
+        for key, bag in ref.bm25._doc_terms.items():
+            assert list(inc.bm25._doc_terms[key].items()) == list(bag.items())
+        assert len(inc._heads) <= 2 * len(WEIGHTS_AFTER)
+        for q in ("rack blue", "garage car backup", "备份 server", "may 2026"):
+            for sid in (None, "s"):
+                assert ([(h.key, s) for h, s in inc.search(q, 5, session_id=sid)]
+                        == [(h.key, s) for h, s in ref.search(q, 5, session_id=sid)])
+        inc.remove_session("s")
+        inc.remove_session("t")
+        assert not inc._heads
+
+
 async def test_embeddings_are_fused_with_bm25(store):
     async with EmbeddingServer() as emb:
         cfg = MemoryConfig.from_dict({"summarization": {"enabled": False}, "context": {"recent_turns": 1},

@@ -291,6 +291,25 @@ def test_read_loaded_reads_in_place_only_when_small_loaded_and_idle(open_store) 
     assert store.read_loaded(a, 0, max_messages=10) is None          # not loaded: no I/O here
 
 
+def test_read_loaded_memo_reuses_conversions_of_unchanged_messages_only(open_store) -> None:
+    store = open_store()
+    a = store.create("u", "a").session_id
+    for i in range(3):
+        store.append(a, "user", f"m{i}")
+    memo: dict = {}
+    _, first = store.read_loaded(a, 0, 10, memo)
+    store.update(a, ChatMessage(first[1].id, "user", "changed", first[1].timestamp))
+    store.append(a, "user", "m3")
+    _, again = store.read_loaded(a, 0, 10, memo)
+    assert [m.content for m in again] == ["m0", "changed", "m2", "m3"]
+    assert again[0] is first[0] and again[2] is first[2]           # unchanged: the same objects
+    assert again[1] is not first[1] and first[1].content == "m1"   # updated: converted anew
+    assert len(memo) == 4
+    _, tail = store.read_loaded(a, 3, 10, memo)                    # the memo keeps the last read only
+    assert tail == [again[3]] and tail[0] is again[3] and len(memo) == 1
+    assert store.read_loaded(a, 0, 10)[1] == again and store.read_loaded(a, 0, 10)[1][0] is not again[0]
+
+
 def test_record_copies_keep_every_field() -> None:
     """store._copy builds the copy field by field: a field added to SessionRecord must be copied too."""
     import dataclasses

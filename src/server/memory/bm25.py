@@ -114,16 +114,19 @@ class BM25Index:
         if len(self._segments) > 1 or (self._segments and self._segments[0].n_alive < len(self._segments[0].ids)):
             self._segments = [Segment.merge(self._segments)]
 
-    def add(self, doc_id: Hashable, terms: Iterable[str] | Mapping[str, float], group: Hashable = None) -> None:
+    def add(self, doc_id: Hashable, terms: Iterable[str] | Mapping[str, float], group: Hashable = None,
+            *, owned: bool = False) -> None:
         """Index one document (replacing any earlier version with the same id; only the terms
-        that changed are touched, and the document counts as newly added for ties)."""
+        that changed are touched, and the document counts as newly added for ties). ``owned``:
+        ``terms`` is a dict of positive float weights that the caller hands over (kept, not copied;
+        the caller must not change it afterwards)."""
         if self._segments and self._sealed(doc_id) is not None:
             self.remove(doc_id)
         old = self._doc_terms.get(doc_id)
         if old is not None and self._group[doc_id] != group:
             self.remove(doc_id)
             old = None
-        bag = as_bag(terms)
+        bag = terms if owned else as_bag(terms)   # type: ignore[assignment]
         if old is None:
             for term, tf in bag.items():
                 self._post(term, tf, doc_id, group)

@@ -155,7 +155,7 @@ class MemoryManager:
         self._views.move_to_end(session_id)
         async with view.lock:                     # the view changes only between awaits: always consistent
             incremental = view.valid
-            record, msgs = await self._read(session_id, view.read_from() if incremental else None)
+            record, msgs = await self._read(session_id, view.read_from() if incremental else None, view.memo)
             covers = record.summary.covers_to_id if record.summary else 0
             if incremental and not record.deleted:
                 # view.valid is False if forget_session() ran meanwhile: start over as well
@@ -163,7 +163,7 @@ class MemoryManager:
                     if covers > view.covers:
                         view.advance(covers)
                     return record, view
-                record, msgs = await self._read(session_id, None)     # cleared or restored: start over
+                record, msgs = await self._read(session_id, None, view.memo)   # cleared or restored: start over
                 covers = record.summary.covers_to_id if record.summary else 0
             if record.deleted:
                 view.valid = False
@@ -177,12 +177,14 @@ class MemoryManager:
                 view.reset(record, covers, msgs, self.counter)
             return record, view
 
-    async def _read(self, session_id: str, after_id: int | None) -> tuple[SessionRecord, list[ChatMessage]]:
+    async def _read(self, session_id: str, after_id: int | None, memo: dict | None = None
+                    ) -> tuple[SessionRecord, list[ChatMessage]]:
         """The record and its visible messages with id > ``after_id`` (None: after the summary's
         ``covers_to_id``). When the store exposes its synchronous ``HistoryStore`` as ``.sync``
         (``AsyncHistoryStore`` does): read in place when the session is loaded, idle and has at
         most ``READ_INLINE_MAX`` such messages (a turn's usual case: no thread hop), else one
-        worker-thread hop; a store with ``record_and_messages`` (PostgreSQL): one call when ``after_id``
+        worker-thread hop (in place, a message unchanged since the last read with the same ``memo``
+        is the same object, not converted again: ``HistoryStore.read_loaded``); a store with ``record_and_messages`` (PostgreSQL): one call when ``after_id``
         is known; other stores: two awaited calls."""
         def after(record: SessionRecord) -> int:
             if after_id is not None:
@@ -196,7 +198,7 @@ class MemoryManager:
                 return await both(session_id, after_id)
             record = await self.store.get(session_id)
             return record, await self.store.messages(session_id, after_id=after(record))
-        got = sync.read_loaded(session_id, after_id, READ_INLINE_MAX)
+        got = sync.read_loaded(session_id, after_id, READ_INLINE_MAX, memo)
         if got is not None:
             return got
 

@@ -89,13 +89,19 @@ def _add(bag: dict[str, float], terms: Iterable[str], weight: float) -> None:
         bag[t] = bag.get(t, 0.0) + weight
 
 
-def document_terms(own: list[str], before: list[list[str]], after: list[list[str]],
-                   dates: list[str]) -> dict[str, float]:
-    """The weighted term bag of one document from analyzed parts (neighbours: nearest first)."""
+def own_and_before(own: list[str], before: list[list[str]]) -> dict[str, float]:
+    """The first part of ``document_terms``: the document's own terms and those before it."""
     bag: dict[str, float] = {}
     _add(bag, own, 1.0)
     for terms, w in zip(before, WEIGHTS_BEFORE):
         _add(bag, terms, w)
+    return bag
+
+
+def document_terms(own: list[str], before: list[list[str]], after: list[list[str]],
+                   dates: list[str]) -> dict[str, float]:
+    """The weighted term bag of one document from analyzed parts (neighbours: nearest first)."""
+    bag = own_and_before(own, before)
     for terms, w in zip(after, WEIGHTS_AFTER):
         _add(bag, terms, w)
     _add(bag, dates, DATE_WEIGHT)
@@ -118,6 +124,9 @@ class RecallIndex:
         self.bm25 = BM25Index(BM25_K1, BM25_B)
         self.docs: dict[tuple[str, int], TurnDoc] = {}
         self._terms: dict[tuple[str, int], list[str]] = {}          # analyzed text of each document
+        # own_and_before() of the documents a new turn may still re-weight (the last len(WEIGHTS_AFTER)
+        # of each session): appending turns never changes it, so a re-weight only adds what comes after
+        self._heads: dict[tuple[str, int], dict[str, float]] = {}
         self._order: dict[str, list[tuple[str, int]]] = {}    # per session, by message id
         self._by_answer: dict[tuple[str, int], tuple[str, int]] = {}   # (session, answer id) -> key
         self.indexed_upto: dict[str, int] = {}                # highest message id consumed per session
@@ -127,11 +136,22 @@ class RecallIndex:
         return len(self.docs)
 
     def _reindex(self, order: list[tuple[str, int]], i: int) -> None:
+        """(Re-)index document ``i`` of a session: exactly ``document_terms`` of it and its neighbours."""
         key = order[i]
         terms = self._terms
-        before = [terms[order[j]] for j in range(i - 1, max(i - 1 - len(WEIGHTS_BEFORE), -1), -1)]
-        after = [terms[order[j]] for j in range(i + 1, min(i + 1 + len(WEIGHTS_AFTER), len(order)))]
-        self.bm25.add(key, document_terms(terms[key], before, after, date_terms(self.docs[key].time)), key[0])
+        head = self._heads.get(key)
+        if head is None:
+            before = [terms[order[j]] for j in range(i - 1, max(i - 1 - len(WEIGHTS_BEFORE), -1), -1)]
+            head = own_and_before(terms[key], before)
+        if i >= len(order) - len(WEIGHTS_AFTER):
+            self._heads[key] = head
+            bag = dict(head)                # the same insertion order and float sums as document_terms
+        else:
+            bag = self._heads.pop(key, None) or head   # never re-weighted again: no copy needed
+        for j, w in zip(range(i + 1, min(i + 1 + len(WEIGHTS_AFTER), len(order))), WEIGHTS_AFTER):
+            _add(bag, terms[order[j]], w)
+        _add(bag, _date_terms(self.docs[key].time), DATE_WEIGHT)
+        self.bm25.add(key, bag, key[0], owned=True)   # bag: a fresh dict of positive weights, not kept here
 
     def add_turns(self, session_id: str, docs: list[TurnDoc], upto: int) -> None:
         """Append finished turns of a session (ascending ids); ``upto`` = last message id consumed."""
@@ -156,6 +176,7 @@ class RecallIndex:
             if doc is not None and doc.answer_id is not None:
                 self._by_answer.pop((session_id, doc.answer_id), None)
             self._terms.pop(key, None)
+            self._heads.pop(key, None)
             self.vectors.pop(key, None)
             self.bm25.remove(key)
         self.indexed_upto.pop(session_id, None)

@@ -72,6 +72,7 @@ class SessionView:
         self.starts: list[int] = []                 # positions where a turn (group) starts
         self.tail: list[Entry] = []                 # entries of positions tail_pos..
         self.tail_pos = 0
+        self.memo: dict = {}                        # HistoryStore.read_loaded's conversions: tail re-reads reuse them
 
     # -- keeping it current ------------------------------------------------------------------------
     def reset(self, record: SessionRecord, covers: int, messages: list[ChatMessage], counter: TokenCounter) -> None:
@@ -120,7 +121,8 @@ class SessionView:
             if e.message.id != m.id or e.message.role != m.role:
                 return False
         for i, m in enumerate(messages[:n]):
-            if m != self.tail[i].message:            # updated in place: expand and count it again
+            old = self.tail[i].message
+            if m is not old and m != old:            # updated in place: expand and count it again
                 e = self.tail[i] = expand(m, counter)
                 self.costs[self.tail_pos + i] = e.cost
         self.extend(messages[n:], counter)
