@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Callable
 
 import orjson
@@ -52,7 +53,7 @@ from server.handlers.hello import handle_hello, parse_hello
 from server.legacy_v2 import LegacyV2
 from server.output import OutputBuffer
 from server.request_queue import RequestQueue
-from server.rx_budget import RX_SLICE_BYTES
+from server.rx_budget import RX_SLICE_BYTES, SMALL_READ_BYTES
 from server.services import Services
 from server.timeutil import iso_now
 from server.v3_port import V3Port
@@ -86,6 +87,10 @@ class ServerConnection(asyncio.Protocol):
         self.ip = "?"
         self.admin = False            # HELLO accepted for an admin user (who may hold the admin slot)
         self.started = self.loop.time()
+        # the hot path's clock: loop.time() itself unless it is time.monotonic (asyncio's own loop)
+        self._clock = time.monotonic if type(self.loop).time is asyncio.BaseEventLoop.time else self.loop.time
+        self._rx = services.rx
+        self._receiver = self.codec.receiver
         self.input = InputWatch(self.codec, services.input_budget, self.limits, self.loop,
                                 self._on_message_timeout, str(conn_id))
         self.output = OutputBuffer(self.loop, self.limits.max_output_buffer, self._on_slow, str(conn_id))
@@ -200,11 +205,19 @@ class ServerConnection(asyncio.Protocol):
         self._handshake = self.loop.call_later(self.limits.handshake_timeout_s, self._on_handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
+        n = len(data)
+        if n <= SMALL_READ_BYTES and self._rx_backlog is None:  # handled at once (rx.charge, inline)
+            rx = self._rx
+            rx.used += n
+            if not rx.armed:
+                rx.arm()
+            self._receive(data)
+            return
         if self._rx_backlog is not None:   # (reading is paused: only bytes already in flight)
             self._rx_backlog = self._rx_backlog[self._rx_off:] + data
             self._rx_off = 0
             return
-        rx = self.services.rx
+        rx = self._rx
         if not rx.room(len(data)) or len(data) > RX_SLICE_BYTES:   # (part of) it waits its turn
             now = 0 if not rx.room(len(data)) else RX_SLICE_BYTES
             self._rx_backlog, self._rx_off = data, now
@@ -278,13 +291,17 @@ class ServerConnection(asyncio.Protocol):
                 return
             completed = bool(events) or len(out) != n_out
             if completed:  # a complete message (PONGs/heartbeats in out) arrived
-                self.last_rx = self.loop.time()
+                self.last_rx = self._clock()
                 self._ping_sent = False
-                if legacy is not None and self._handshake is not None:
-                    self._handshake.cancel()  # a v2 client, not a silent socket
-                    self._handshake = None
-            if self.input.busy:  # partial input: counted server-wide, timed (message_timeout_s)
-                self.input.after_read(completed)
+                if legacy is not None:
+                    if self._handshake is not None:
+                        self._handshake.cancel()  # a v2 client, not a silent socket
+                        self._handshake = None
+                    if not events:  # only heartbeats answered: sent like PONGs (last_rx is now)
+                        hot = True
+            inp = self.input  # partial input: counted server-wide, timed (message_timeout_s)
+            if inp.counted or inp.started is not None or self._receiver.in_message:  # (InputWatch.busy inline)
+                inp.after_read(completed)
             if events:
                 self._handle(events)
         finally:

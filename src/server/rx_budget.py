@@ -24,12 +24,13 @@ class Waiter(Protocol):
 
 
 class RxScheduler:
-    __slots__ = ("used", "waiting", "_tick")
+    __slots__ = ("used", "waiting", "armed")
 
     def __init__(self) -> None:
         self.used = 0
         self.waiting: deque[Waiter] = deque()
-        self._tick = False           # a _next_tick is scheduled (resets ``used``)
+        self.armed = False           # a _next_tick is scheduled (resets ``used``); a connection's
+                                     # small-read fast path charges inline: used += n, then arm()
 
     def room(self, n: int) -> bool:
         """May a read of ``n`` bytes be fed now? (then call ``charge``)"""
@@ -37,20 +38,23 @@ class RxScheduler:
 
     def charge(self, n: int) -> None:
         self.used += n
-        if not self._tick:
-            self._tick = True
-            asyncio.get_running_loop().call_soon(self._next_tick)
+        if not self.armed:
+            self.arm()
+
+    def arm(self) -> None:
+        """Schedule the next iteration's fresh budget (once per iteration)."""
+        self.armed = True
+        asyncio.get_running_loop().call_soon(self._next_tick)
 
     def wait(self, conn: Waiter) -> None:
         """``conn`` has a backlog: it gets a slice in a following iteration."""
         self.waiting.append(conn)
-        if not self._tick:
-            self._tick = True
-            asyncio.get_running_loop().call_soon(self._next_tick)
+        if not self.armed:
+            self.arm()
 
     def _next_tick(self) -> None:
         """First callback of an iteration: a fresh budget, spent round-robin on the waiting connections."""
-        self._tick = False
+        self.armed = False
         self.used = 0
         waiting = self.waiting
         for _ in range(len(waiting)):
@@ -59,6 +63,5 @@ class RxScheduler:
             conn = waiting.popleft()
             if conn.rx_step():
                 waiting.append(conn)
-        if waiting and not self._tick:
-            self._tick = True
-            asyncio.get_running_loop().call_soon(self._next_tick)
+        if waiting and not self.armed:
+            self.arm()

@@ -141,3 +141,29 @@ def test_a_heartbeat_after_an_event_of_an_earlier_read_is_answered() -> None:
     data = frames([(CHAT, b"hello"), (CHAT, HEARTBEAT)])
     assert [e.body for e in conn.receive_and_heartbeat(data[:10], out)] == [b"hello"]
     assert conn.receive_and_heartbeat(data[10:], out) == [] and out == beats(1)
+
+
+@given(st.lists(st.sampled_from([0, 1, 2, 0xFFFF, 7]), min_size=1, max_size=10))
+def test_one_heartbeat_per_read_counts_seqs_like_the_frame_loop(seqs) -> None:
+    """A read that is exactly one heartbeat takes the single-frame shortcut: same replies, same
+    expected seq and the same seq anomalies as receive_data counts for those frames."""
+    plain, fast = server(), server()
+    out: list[bytes] = []
+    for seq in seqs:
+        frame = encode_frame(CHAT, seq, HEARTBEAT)
+        assert fast.receive_and_heartbeat(frame, out) == []
+        assert summary(plain.receive_data(frame)) == [("Message", CHAT, HEARTBEAT, seq)]
+        assert fast.rx_seq == plain.rx_seq
+    assert fast.seq_anomalies == plain.seq_anomalies
+    assert out == beats(len(seqs)) and fast.tx_seq == len(seqs)
+
+
+def test_one_heartbeat_read_after_a_partial_frame_completes_that_frame_first() -> None:
+    conn = server()
+    out: list[bytes] = []
+    data = frames([(CHAT, b"hi"), (CHAT, HEARTBEAT)])   # 7 + 14 bytes
+    assert conn.receive_and_heartbeat(data[:7 - 2], out) == []
+    got = conn.receive_and_heartbeat(data[5:19], out)  # 14 bytes, but not one heartbeat frame
+    assert summary(got) == [("Message", CHAT, b"hi", 0)] and out == []
+    got = conn.receive_and_heartbeat(data[19:], out)  # a heartbeat split across reads: an event
+    assert summary(got) == [("Message", CHAT, HEARTBEAT, 1)] and out == []
