@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import hashlib
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -125,7 +124,7 @@ async def upload(port: int, name: str, blob: bytes) -> float:
         c.writer.write(b"".join(data_frames(c.codec.send_raw, MsgType.KB_UPLOAD_DATA, begin["handle"], off,
                                             view[off:off + MIB])))
         await c.writer.drain()
-    while (p := await c.progress.get())["done"] < len(blob):
+    while (await c.progress.get())["done"] < len(blob):
         pass
     dt = time.perf_counter() - t0
     await c.close()

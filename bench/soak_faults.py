@@ -3,7 +3,6 @@ must end the way the issue says (an error with its code, or the answer after a r
 must stay up and log no traceback."""
 from __future__ import annotations
 
-import asyncio
 
 from protocol import MsgType
 from soak_common import Measured, Row, SoakServer

@@ -10,7 +10,6 @@ import random
 import struct
 import time
 
-import orjson
 
 from protocol import Connection, MsgType, Role
 from soak_common import Row, SoakServer

@@ -69,7 +69,7 @@ async def flood(server: SoakServer, row: Row, *, conns: int, requests: int, budg
     busy = 0
 
     async def one(k: int) -> None:
-        nonlocal answered, busy
+        nonlocal answered
         pair = await _open(server.port)
         if pair is None:
             return
