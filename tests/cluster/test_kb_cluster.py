@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import time
 
 from client import kb as kbclient
 from client.connection import Client
 from client.main import main
+from testkit.server import poll
 
 DEADLINE_S = 15.0
 NOTES = ("# Ports\n\nThe metrics exporter listens on port 9100 by default.\n\n"
@@ -22,17 +22,6 @@ async def cli(capsys, srv, *args: str) -> tuple[int, str, str]:
     code = await asyncio.to_thread(main, ["--host", srv.host, "--port", str(srv.port), *args])
     out = capsys.readouterr()
     return code, out.out, out.err
-
-
-async def until(check, what: str):
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {DEADLINE_S} s: {what}")
-        await asyncio.sleep(0.02)          # polling the other node, with a deadline
 
 
 async def test_a_document_uploaded_on_node_a_is_served_by_node_b(two_nodes, tmp_path, capsys):
@@ -47,7 +36,7 @@ async def test_a_document_uploaded_on_node_a_is_served_by_node_b(two_nodes, tmp_
         code, out, err = await cli(capsys, b, "kb", "list", "--json")
         assert code == 0, err
         return [d for d in json.loads(out)["documents"] if d["doc_id"] == doc.doc_id]
-    [listed] = await until(listed_on_b, "node B lists the document")
+    [listed] = await poll(listed_on_b, DEADLINE_S, "node B lists the document")
     assert listed["name"] == "notes.md" and listed["size"] == len(NOTES)
 
     code, out, err = await cli(capsys, b, "kb", "search", "alertmanager webhook retries", "--json")
@@ -70,7 +59,7 @@ async def test_a_document_uploaded_on_node_a_is_served_by_node_b(two_nodes, tmp_
     async def gone_on_b():
         code, out, _ = await cli(capsys, b, "kb", "list", "--json")
         return code == 0 and json.loads(out)["documents"] == []
-    await until(gone_on_b, "node B forgets the deleted document")
+    await poll(gone_on_b, DEADLINE_S, "node B forgets the deleted document")
     code, out, err = await cli(capsys, b, "kb", "download", doc.doc_id, "-o", str(tmp_path / "down" / "x.md"))
     assert code != 0 and "NOT_FOUND" in err
 
@@ -83,7 +72,7 @@ async def test_a_download_on_node_b_resumes_across_blocks(two_nodes, tmp_path):
     src.write_bytes(body)
     async with Client(a.host, a.port) as c:
         doc = await kbclient.upload(c, src)
-    await until(lambda: _known(b, doc.doc_id), "node B knows the document")
+    await poll(lambda: _known(b, doc.doc_id), DEADLINE_S, "node B knows the document")
     out = tmp_path / "out" / "usage.log"
     out.parent.mkdir()
     out.with_name("usage.log.part").write_bytes(body[:(1 << 20) + 12345])    # a download cut short

@@ -8,7 +8,6 @@ import contextlib
 import hashlib
 import os
 import sys
-import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,6 +23,7 @@ from server.knowledge.models import DocumentInfo
 from server.knowledge.pg_store import PgDocumentStore, pg_limits
 from server.memory.config import EmbeddingsConfig
 from storage.config import StorageConfig
+from testkit.server import poll
 from storage.pg.documents import BLOCK_BYTES, PgDocuments
 from storage.pg.link import PgLink
 
@@ -53,14 +53,6 @@ async def pg_kb(url: str, root: Path, cfg: KnowledgeConfig | None = None) -> Asy
     finally:
         await kb.close()
         await link.close()
-
-
-async def poll(cond, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not await cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {DEADLINE_S} s: {what}")
-        await asyncio.sleep(0.01)     # polling another node's view, with a deadline
 
 
 def read_all(f) -> bytes:
@@ -158,7 +150,7 @@ async def test_two_nodes_see_each_others_documents_and_deletes(pg_url, tmp_path)
 
         async def on_b() -> bool:
             return [d.doc_id for d in await b.list("carol", ["red"])] == [info.doc_id]
-        await poll(on_b, "node B lists node A's document")
+        await poll(on_b, DEADLINE_S, "node B lists node A's document")
         assert (await b.search("carol", ["red"], "replication lag switchover", 1))[0].doc_id == info.doc_id
         assert await download(b, "carol", info.doc_id, 5, ["red"]) == RUNBOOK[5:]
         dup = await b.ingest("carol", ["red"], "red", "again.md", RUNBOOK)
@@ -170,7 +162,7 @@ async def test_two_nodes_see_each_others_documents_and_deletes(pg_url, tmp_path)
 
         async def gone_on_b() -> bool:
             return await b.list("carol", ["red"]) == [] and await b.search("carol", ["red"], "replica", 3) == []
-        await poll(gone_on_b, "node B forgets the deleted document")
+        await poll(gone_on_b, DEADLINE_S, "node B forgets the deleted document")
         with pytest.raises(HandlerError):
             await b.open_document("carol", ["red"], info.doc_id)
 
@@ -193,7 +185,7 @@ async def test_isolation_probes_on_postgresql_report_zero_leaks(pg_url, tmp_path
     async with pg_kb(pg_url, tmp_path / "a") as a, pg_kb(pg_url, tmp_path / "b") as b:
         mine = await a.ingest("alice", ["red"], None, "secret.md", b"# Secret\n\nThe vault code is swordfish.")
         red = await a.ingest("alice", ["red"], "red", "red.md", b"# Red\n\nThe red team meets on tuesday.")
-        await poll(lambda: _has(b, 2), "node B loaded both documents")
+        await poll(lambda: _has(b, 2), DEADLINE_S, "node B loaded both documents")
         probes = leaks = 0
         for kb in (a, b):
             for user, groups in (("bob", ["blue"]), ("dave", []), ("carol", ["blue"])):
@@ -243,7 +235,7 @@ async def test_vectors_are_stored_with_pgvector_and_loaded_by_another_node(pg_ur
 async def test_a_node_that_missed_notifications_catches_up_on_resync(pg_url, tmp_path):
     async with pg_kb(pg_url, tmp_path / "a") as a, pg_kb(pg_url, tmp_path / "b") as b:
         old = await a.ingest("alice", [], None, "old.md", b"# Old\n\nthe retired procedure")
-        await poll(lambda: _has(b, 1), "node B loaded the first document")
+        await poll(lambda: _has(b, 1), DEADLINE_S, "node B loaded the first document")
         await b.store._listener.close()           # B hears nothing from now on (as while reconnecting)
         new = await a.ingest("alice", [], None, "new.md", RUNBOOK)
         await a.delete("alice", [], old.doc_id)
@@ -281,7 +273,7 @@ async def test_postgresql_down_gives_storage_unavailable_keeps_nothing_and_recov
             except HandlerError as exc:
                 assert exc.code == ErrorCode.STORAGE_UNAVAILABLE
                 return False
-        await poll(back, "an ingest succeeds once PostgreSQL is back")
+        await poll(back, DEADLINE_S, "an ingest succeeds once PostgreSQL is back")
         assert await download(kb, "alice", kept.doc_id) == b"# Kept\n\nstored before the outage"
         assert len(await kb.list("alice", [])) == 2
     finally:

@@ -229,17 +229,18 @@ def answer_text(events: list[Message]) -> str:
     return text
 
 
-async def poll(pred: Callable[[], Any], timeout: float = 10.0) -> None:
-    """Poll a condition (a function, or a coroutine function) with a deadline: no fixed sleeps."""
+async def poll(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll a condition (a function, or a coroutine function) with a deadline: no fixed sleeps.
+    Returns the condition's first true value."""
     deadline = time.monotonic() + timeout
     while True:
         ok = pred()
         if inspect.isawaitable(ok):
             ok = await ok
         if ok:
-            return
+            return ok
         if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
+            raise AssertionError(f"{what} not met within {timeout} s")
         await asyncio.sleep(0.01)
 
 
