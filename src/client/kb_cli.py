@@ -32,6 +32,12 @@ def _client(cfg: ClientConfig, *, reconnect: bool = False) -> Client:
                   event_queue_size=cfg.event_queue_size)
 
 
+def _fields(obj: Any, fields: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """The named fields of a typed reply object, as sent on the wire (encoded once)."""
+    encoded = obj.encode()
+    return {k: encoded[k] for k in fields}
+
+
 def _dump(doc: Any, out: TextIO) -> None:
     out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
     out.flush()
@@ -69,7 +75,7 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
         elif action == "search":
             hits = (await c.request(MsgType.KB_SEARCH, {"query": args.query, "limit": args.limit})).hits
             if args.json:
-                _dump({"hits": [{k: h.encode()[k] for k in HIT_FIELDS} for h in hits]}, out)
+                _dump({"hits": [_fields(h, HIT_FIELDS) for h in hits]}, out)
             for h in [] if args.json else hits:
                 out.write(f"{h.score:.3f}  {h.citation}  ({h.chunk_id})\n  {h.text[:300]}\n\n")
         elif action == "delete":
@@ -108,8 +114,7 @@ async def _upload(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
                 results.append({"path": raw, "error": {"code": exc.code, "message": exc.message}})
                 status = status or exit_code_for(exc)
                 continue
-            encoded = doc.encode()
-            results.append({k: encoded[k] for k in DOC_FIELDS})
+            results.append(_fields(doc, DOC_FIELDS))
             if not args.json:
                 dup = "  (duplicate)" if doc.duplicate else ""
                 out.write(f"{doc.doc_id}  {doc.md5}  {doc.chunks:>5} chunks  {doc.name}{dup}\n")

@@ -195,10 +195,7 @@ class Controller:
         null``): the chat stays empty and the first message sent creates the session (``send``)."""
         if session is None:
             await self.chat.reset(None)
-            model = self.agent.model if self.agent is not None else ""
-            base = type(self.app).TITLE
-            self.app.title = f"{base} · {model}" if model else base
-            self.app.sub_title = "New chat"
+            self._set_header(self.agent.model if self.agent is not None else "", "New chat")
         else:
             async def fetch() -> tuple[SessionInfo, TurnState | None]:
                 return session, running
@@ -357,9 +354,12 @@ class Controller:
 
     def _show_header(self, session: SessionInfo) -> None:
         """The header: the app and the session's model as title, the session title as sub-title."""
+        self._set_header(session.model, session.title)
+
+    def _set_header(self, model: str | None, subtitle: str) -> None:
         base = type(self.app).TITLE
-        self.app.title = f"{base} · {session.model}" if session.model else base
-        self.app.sub_title = session.title
+        self.app.title = f"{base} · {model}" if model else base
+        self.app.sub_title = subtitle
 
     async def on_session_event(self, event: SessionEvent) -> None:
         sid = event.session.session_id
@@ -436,8 +436,7 @@ class Controller:
             sent = await self.client.chat_send(text)
             reply = await self.client.session_switch(sent.session_id)
             return reply.session, reply.running_turn
-        await self.load_session(fetch, focus=True)
-        self.spawn(self.load_sessions(), "lists")
+        await self.load_session(fetch, focus=True)    # adds the new session to the sidebar too
 
     async def regenerate(self) -> None:
         """Answer the last user message again; the chat reloads without the superseded answer."""
