@@ -73,7 +73,7 @@ class AsyncHistoryStore:
         return await self._run(self.sync.list, user_id, before=before, limit=limit, deleted=deleted)
 
     async def rename(self, session_id: str, title: str, *, auto: bool = False) -> SessionRecord:
-        return await self._run(functools.partial(self.sync.rename, auto=auto), session_id, title)
+        return await self._run(self.sync.rename, session_id, title, auto=auto)
 
     async def set_model(self, session_id: str, model: str | None) -> SessionRecord:
         return await self._run(self.sync.set_model, session_id, model)

@@ -20,13 +20,23 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+#: fdatasync where the platform has it (file data and the size, not the other metadata); the journal
+#: and the WAL call it as ``fsio.datasync`` so that tests can intercept every data sync in one place
+datasync = getattr(os, "fdatasync", os.fsync)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write less than it is given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def write_file(path: str, data: bytes, *, sync: bool = False) -> None:
     """Create/replace ``path`` with ``data`` (and fsync it when ``sync``; not atomic by itself)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
         if sync:
             os.fsync(fd)
     finally:

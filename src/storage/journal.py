@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
-from .fsio import fsync_dir, write_file_synced
+from . import fsio
+from .fsio import fsync_dir, write_all, write_file_synced
 
 log = logging.getLogger("storage")
 
-_sync = getattr(os, "fdatasync", os.fsync)
 
 
 @dataclass(slots=True)
@@ -122,9 +122,9 @@ class JournalWriter:
             fd = self.fd if self.fd is not None else self._open()
             before = self.size
             try:
-                _write_all(fd, line)
+                write_all(fd, line)
                 if sync:
-                    _sync(fd)
+                    fsio.datasync(fd)
             except BaseException:
                 try:
                     os.ftruncate(fd, before)
@@ -171,7 +171,7 @@ class JournalWriter:
         data = b"".join(lines)
         start = os.lseek(self.fd, 0, os.SEEK_END)
         try:
-            _write_all(self.fd, data)
+            write_all(self.fd, data)
         except OSError:
             self.failed = True
             try:
@@ -194,7 +194,7 @@ class JournalWriter:
                 self.synced = upto
                 return
             try:
-                _sync(self.fd)
+                fsio.datasync(self.fd)
             except OSError:
                 self.failed = True
                 raise
@@ -250,12 +250,6 @@ class JournalWriter:
             if not self.failed:
                 self.drain()
             if self.fd is not None and self.dirty and not self.failed:
-                _sync(self.fd)
+                fsio.datasync(self.fd)
                 self.synced = self.written
             self._close_fd()
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]

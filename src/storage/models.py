@@ -159,10 +159,15 @@ class EncodedPage:
     total: int
 
 
+def encode_message(m: ChatMessage) -> tuple[bytes, bool]:
+    """A message as it goes on the wire (its JSON bytes), and whether it is superseded."""
+    return orjson.dumps(m.to_dict()), bool(m.metadata.get("superseded"))
+
+
 def encode_page(page: Page) -> EncodedPage:
     """``page`` with its messages encoded (backends without an encoded-message cache)."""
-    return EncodedPage([orjson.dumps(m.to_dict()) for m in page.messages],
-                       [bool(m.metadata.get("superseded")) for m in page.messages],
+    encoded = [encode_message(m) for m in page.messages]
+    return EncodedPage([raw for raw, _ in encoded], [sup for _, sup in encoded],
                        page.has_more, page.next_before, page.total)
 
 

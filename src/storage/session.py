@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 
-from .fsio import read_bytes
+from .fsio import read_bytes, write_all
 from .journal import JournalScan, JournalWriter, scan_journal
-from .models import DEFAULT_TITLE, ChatMessage, SessionRecord, SummaryRecord
+from .models import DEFAULT_TITLE, ChatMessage, SessionRecord, SummaryRecord, encode_message
 
 log = logging.getLogger("storage")
 
@@ -97,9 +97,8 @@ class SessionState:
         if None in seg:
             for i in range(start, end):
                 if wire[i] is None:
-                    m = to_message(self.msgs[i])
-                    raw = wire[i] = orjson.dumps(m.to_dict())
-                    self.superseded[i] = bool(m.metadata.get("superseded"))
+                    raw, self.superseded[i] = encode_message(to_message(self.msgs[i]))
+                    wire[i] = raw
                     self.wire_bytes += len(raw)
             seg = wire[start:end]
         return seg, self.superseded[start:end]  # type: ignore[return-value]
@@ -199,25 +198,19 @@ def write_snapshot(path: str, head: dict[str, Any], msgs: list[dict[str, Any]]) 
     data small, so the journal's own fsyncs are not queued behind tens of MiB of snapshot."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        _write_all(fd, orjson.dumps(head)[:-1] + b',\n"messages":[\n')
+        write_all(fd, orjson.dumps(head)[:-1] + b',\n"messages":[\n')
         pending = 0
         for i in range(0, len(msgs), WRITE_CHUNK):
             part = b",\n".join(map(orjson.dumps, msgs[i:i + WRITE_CHUNK]))
-            _write_all(fd, b",\n" + part if i else part)
+            write_all(fd, b",\n" + part if i else part)
             pending += len(part)
             if pending >= SYNC_EVERY:
                 os.fdatasync(fd)
                 pending = 0
-        _write_all(fd, b"\n]}\n")
+        write_all(fd, b"\n]}\n")
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def decode_snapshot(data: bytes) -> SessionState:

@@ -26,8 +26,8 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 
-from . import journal
-from .fsio import fsync_dir
+from . import fsio
+from .fsio import fsync_dir, write_all
 
 log = logging.getLogger("storage")
 
@@ -113,10 +113,8 @@ class SharedLog:
         start = self._size
         self._journals.update(journals)
         try:
-            view = memoryview(records)
-            while view:
-                view = view[os.write(fd, view):]
-            journal._sync(fd)
+            write_all(fd, records)
+            fsio.datasync(fd)
         except OSError:
             try:
                 os.ftruncate(fd, start)

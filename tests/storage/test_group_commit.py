@@ -12,14 +12,14 @@ import time
 import pytest
 
 import storage.flusher
-import storage.journal
+import storage.fsio
 from storage import AsyncHistoryStore, StorageConfig, StorageIOError
 
 
 def _gate_fsync(monkeypatch) -> tuple[threading.Event, threading.Event, list[int]]:
     """The first fsync blocks until ``release`` is set (``entered`` tells it started); all fsyncs are
     recorded, in order, with their fd."""
-    real = storage.journal._sync
+    real = storage.fsio.datasync
     entered, release, calls = threading.Event(), threading.Event(), []
 
     def sync(fd: int) -> None:
@@ -28,7 +28,7 @@ def _gate_fsync(monkeypatch) -> tuple[threading.Event, threading.Event, list[int
             entered.set()
             assert release.wait(30)
         real(fd)
-    monkeypatch.setattr(storage.journal, "_sync", sync)
+    monkeypatch.setattr(storage.fsio, "datasync", sync)
     return entered, release, calls
 
 

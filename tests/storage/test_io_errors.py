@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-import storage.journal
+import storage.fsio
 from protocol import ErrorCode
 from storage import AsyncHistoryStore, NotFound, StorageConfig, StorageError, StorageIOError
 from storage_testlib import journal_path
@@ -29,7 +29,7 @@ def _fail_journal_writes(monkeypatch) -> None:
 def _fail_fsync(monkeypatch) -> None:
     def sync(fd: int) -> None:
         raise OSError(errno.EIO, os.strerror(errno.EIO))
-    monkeypatch.setattr(storage.journal, "_sync", sync)
+    monkeypatch.setattr(storage.fsio, "datasync", sync)
 
 
 def test_storage_io_error_is_distinct_from_not_found() -> None:

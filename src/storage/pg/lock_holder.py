@@ -13,11 +13,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import asyncpg
 
 from ..errors import StorageError
 from .link import CONNECTION_ERRORS, PgLink, Unsent, is_connection_error
+
+T = TypeVar("T")
 
 log = logging.getLogger("storage")
 
@@ -64,41 +68,37 @@ class LockHolder:
 
     async def try_lock(self, key: int) -> bool:
         """Take ``key`` on the holder connection if nobody holds it (nor waits for it)."""
+        async def fetch(con: asyncpg.Connection) -> tuple[bool, None]:
+            return bool(await con.fetchval("SELECT pg_try_advisory_lock($1)", key)), None
+        got, _ = await self._take(key, fetch)
+        return got
+
+    async def try_claim(self, key: int, session_id: str) -> tuple[bool, tuple[int, bytes] | None]:
+        """``try_lock`` and, when taken, the session's last visible message (id, stored body), in one
+        round trip (``nplt_try_claim``, migration 0005)."""
+        async def fetch(con: asyncpg.Connection) -> tuple[bool, tuple[int, bytes] | None]:
+            row = await con.fetchrow("SELECT * FROM nplt_try_claim($1, $2)", key, session_id)
+            if row is None:                       # no such session: the lock was taken all the same
+                return True, None
+            return bool(row["got"]), (row["last_id"], row["last_body"]) if row["last_id"] is not None else None
+        return await self._take(key, fetch)
+
+    async def _take(self, key: int, fetch: Callable[[asyncpg.Connection], Awaitable[tuple[bool, T]]]
+                    ) -> tuple[bool, T | None]:
+        """Run ``fetch`` (which tries to take ``key``) on the holder connection, retried while no
+        connection can be had; a key already held is never taken twice (advisory locks are re-entrant)."""
         async with self._mutex:
-            if key in self.held:             # advisory locks are re-entrant: never take one twice
-                return False
-            async def once() -> bool:
+            if key in self.held:
+                return False, None
+            async def once() -> tuple[bool, T]:
                 con = await self._holder()
                 try:
-                    return bool(await con.fetchval("SELECT pg_try_advisory_lock($1)", key))
+                    return await fetch(con)
                 except CONNECTION_ERRORS as exc:
                     if not is_connection_error(exc):
                         raise
                     con.terminate()             # its locks are gone: the next call reconnects
                     raise Unsent() from exc
-            got = await self.link.retrying(once, "take a session lock")
-            if got:
-                self.held.add(key)
-            return bool(got)
-
-    async def try_claim(self, key: int, session_id: str) -> tuple[bool, tuple[int, bytes] | None]:
-        """``try_lock`` and, when taken, the session's last visible message (id, stored body), in one
-        round trip (``nplt_try_claim``, migration 0004)."""
-        async with self._mutex:
-            if key in self.held:
-                return False, None
-            async def once() -> tuple[bool, tuple[int, bytes] | None]:
-                con = await self._holder()
-                try:
-                    row = await con.fetchrow("SELECT * FROM nplt_try_claim($1, $2)", key, session_id)
-                except CONNECTION_ERRORS as exc:
-                    if not is_connection_error(exc):
-                        raise
-                    con.terminate()
-                    raise Unsent() from exc
-                if row is None:                       # no such session: the lock was taken all the same
-                    return True, None
-                return bool(row["got"]), (row["last_id"], row["last_body"]) if row["last_id"] is not None else None
             got = await self.link.retrying(once, "take a session lock")
             if got[0]:
                 self.held.add(key)

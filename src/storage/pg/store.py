@@ -33,7 +33,7 @@ PREVIEW_CHARS = 80
 _REC = ("session_id, user_id, title, created_at, updated_at, message_count, deleted, model, preview, "
         "summaries, system_prompt, title_auto")
 INT64_MAX = (1 << 63) - 1
-_REC_LITE = "session_id, user_id, title, created_at, updated_at, message_count, deleted, model, preview"
+_REC_LITE = "session_id, user_id, title, created_at, updated_at, message_count, deleted, model, preview, title_auto"
 FRESH_APPEND_S = 1.0     # get_loaded: what an append returned stands for the session this long at most
 APPENDED_KEPT = 1024     # get_loaded: records of the sessions appended to last, at most
 _REC_S = ", ".join(f"s.{c.strip()}" for c in _REC.split(","))    # the same columns of nplt_sessions s
@@ -51,7 +51,7 @@ def _record_lite(row: asyncpg.Record) -> SessionRecord:
     """A record from the ``_REC_LITE`` columns (no summaries, no system prompt)."""
     return SessionRecord(row["session_id"], row["user_id"], row["title"].decode(), row["created_at"],
                          row["updated_at"], row["message_count"], row["deleted"], row["model"],
-                         row["preview"].decode())
+                         row["preview"].decode(), title_auto=row["title_auto"])
 
 
 def message_of(mid: int, body: bytes) -> ChatMessage:
@@ -431,6 +431,5 @@ class PgHistoryStore:
         header names instead of the stored one, see ``storage.export.export``)."""
         if fmt not in FORMATS:
             raise InvalidArgument(f"export format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
-        record = await self.get(session_id)
-        msgs = await self.messages(session_id)
+        record, msgs = await self.record_and_messages(session_id, 0)   # one round trip, one snapshot
         return export(record, msgs, fmt, model)
