@@ -119,7 +119,7 @@ async def clear(v2: V2Adapter, ev: Message) -> None:
     if note:
         v2.reply(f"{note} Nothing was cleared.")
         return
-    _, n = await v2.services.sessions.clear(rec.session_id)
+    _, n = await v2.services.sessions.clear(rec)
     v2.reply(f"Cleared {n} messages from session {rec.session_id}.")
 
 

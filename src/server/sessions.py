@@ -228,15 +228,15 @@ class SessionService:
                 if sub is not requester:
                     sub.session_moved(session_id, current.session_id)
 
-    async def clear(self, session_id: str, purge: bool = False) -> tuple[SessionRecord, int]:
-        """Hide every message of a session (checked by the caller) and drop its summaries (with
+    async def clear(self, rec: SessionRecord, purge: bool = False) -> tuple[SessionRecord, int]:
+        """Hide every message of session ``rec`` (checked by the caller) and drop its summaries (with
         ``purge`` the hidden messages are removed for good); a running turn is cancelled and
         queued ones withdrawn first, so no answer lands in the cleared session without its question."""
+        session_id, user_id = rec.session_id, rec.user_id
         runner = self.turns
         if runner is not None and runner.is_running(session_id):
             runner.cancel_session(session_id, reason="cleared")
             await runner.settle(session_id)
-        user_id = (await self.store.get(session_id)).user_id
         await self.begin_forget(session_id, user_id)
         try:
             cleared = await self.store.clear(session_id, purge=purge)

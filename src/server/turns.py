@@ -344,8 +344,8 @@ class TurnRunner:
             await self._end_error(turn, sink, exc.code, exc.message, exc.attempts, ctx, state)
         except Exception:
             log.exception("turn %s failed", turn.turn_id)
-            await self._end_error(turn, sink, ErrorCode.INTERNAL, "internal error while running the turn", ctx=ctx,
-                                  state=state)
+            await self._end_error(turn, sink, ErrorCode.INTERNAL, "internal error while running the turn", 1, ctx,
+                                  state)
         else:
             if turn.cancel_reason is not None:
                 await self._end_cancelled(turn, sink, ctx, state)
@@ -407,19 +407,15 @@ class TurnRunner:
         sink.publish(TurnEnd(turn.session_id, turn.turn_id, message_obj(msg), {}, "cancelled", ctx.metadata))
         self._after_turn(turn)
 
-    async def _end_error(self, turn: Turn, sink: RunnerSink, code: ErrorCode, message: str, attempts: int = 1,
-                         ctx: BuiltContext | None = None, state: PipelineState | None = None) -> None:
+    async def _end_error(self, turn: Turn, sink: RunnerSink, code: ErrorCode, message: str, attempts: int,
+                         ctx: BuiltContext | None, state: PipelineState) -> None:
         """The failed answer is stored (whatever was streamed, possibly nothing) marked with the
         error, so history never holds two user messages in a row and the failure shows after reload."""
         meta = {"partial": bool(turn.length or turn.calls), "model": turn.model, "finish_reason": "error",
                 "error": str(code), "error_message": message, "attempts": attempts, "turn_id": turn.turn_id}
         if ctx is not None and ctx.metadata:                  # what reached the model ("why this answer")
             meta["context"] = ctx.metadata
-        answer = Answer(turn.content, turn.finished_calls(), "error", meta)
-        if state is None:
-            msg = await self._store_assistant(turn, answer.content, answer.tool_calls, answer.metadata)
-        else:
-            msg = await self._persist(turn, state, answer)
+        msg = await self._persist(turn, state, Answer(turn.content, turn.finished_calls(), "error", meta))
         partial = None if isinstance(msg, HandlerError) else message_obj(msg)
         log.info("turn %s ended with %s", turn.turn_id, code)
         sink.publish(TurnError(turn.session_id, turn.turn_id, code, message, partial))

@@ -52,10 +52,9 @@ async def handle_hello(ctx: RequestContext, req: Hello) -> HelloReply:
     if rec is None:
         # a user without sessions gets none (``session: null``): the first message creates one
         rec = await svc.sessions.newest(user)
-    if rec is None:
-        return HelloReply(f"nplt-assistant/{svc.version}", PROTO, user, None, False, None,
-                          svc.config.limits.public(), CAPABILITIES, agent_info(ctx))
-    ctx.attach(rec.session_id)
-    return HelloReply(f"nplt-assistant/{svc.version}", PROTO, user, svc.sessions.info(rec, summary=True), restored,
-                      svc.runner.running_state(rec.session_id), svc.config.limits.public(), CAPABILITIES,
-                      agent_info(ctx))
+    info = running = None
+    if rec is not None:
+        ctx.attach(rec.session_id)
+        info, running = svc.sessions.info(rec, summary=True), svc.runner.running_state(rec.session_id)
+    return HelloReply(f"nplt-assistant/{svc.version}", PROTO, user, info, restored, running,
+                      svc.config.limits.public(), CAPABILITIES, agent_info(ctx))

@@ -57,7 +57,7 @@ async def session_clear(ctx: RequestContext, req: SessionClear) -> SessionClearR
     running turn is cancelled first (its partial answer is hidden too)."""
     sessions = ctx.services.sessions
     rec = await target_session(ctx, req.session_id)
-    rec, cleared = await sessions.clear(rec.session_id, req.purge)
+    rec, cleared = await sessions.clear(rec, req.purge)
     return SessionClearReply(sessions.info(rec, summary=True), cleared)
 
 
