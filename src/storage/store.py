@@ -140,19 +140,26 @@ class HistoryStore:
         with self.cache.locked(session_id) as s:
             return _copy(s.state.record)
 
-    def _if_loaded(self, session_id: str, read: Callable[[SessionState], T]) -> T | None:
-        """``read(state)`` if the session is loaded, ready and its lock free right now, else None:
-        no waiting and no I/O, so safe on the event loop (microseconds)."""
+    @contextmanager
+    def _try_locked(self, session_id: str) -> Iterator[LoadedSession | None]:
+        """The session with its lock held if it is loaded, ready and its lock free right now, else
+        None: never waits, never does I/O, so safe on the event loop (microseconds)."""
         sess = self.cache.get(session_id) if not self.cache.closed else None
         if sess is None or not sess.lock.acquire(blocking=False):
-            return None
+            yield None
+            return
         try:
-            if sess.status != READY:
+            yield sess if sess.status == READY else None
+        finally:
+            sess.lock.release()
+
+    def _if_loaded(self, session_id: str, read: Callable[[SessionState], T]) -> T | None:
+        """``read(state)`` if the session is loaded, ready and its lock free right now, else None."""
+        with self._try_locked(session_id) as sess:
+            if sess is None:
                 return None
             sess.last_used = time.monotonic()
             return read(sess.state)
-        finally:
-            sess.lock.release()
 
     def get_loaded(self, session_id: str) -> SessionRecord | None:
         """``get`` without waiting and without I/O: the record if the session is loaded and its lock
@@ -171,13 +178,10 @@ class HistoryStore:
         stored unchanged since the caller's last read comes back as the same ``ChatMessage`` object,
         not converted again (an update stores a new message, so it is converted). The caller must
         not change the messages it gets that way; the memo keeps only the last read's messages."""
-        sess = self.cache.get(session_id) if not self.cache.closed else None
-        if sess is None or not sess.lock.acquire(blocking=False):
-            return None
-        try:
-            st = sess.state
-            if sess.status != READY:
+        with self._try_locked(session_id) as sess:
+            if sess is None:
                 return None
+            st = sess.state
             if after_id is None:
                 summary = st.record.summary
                 after_id = summary.covers_to_id if summary is not None else 0
@@ -188,8 +192,6 @@ class HistoryStore:
             if memo is None:
                 return _copy(st.record), [to_message(d) for d in st.msgs[start:]]
             return _copy(st.record), _converted(st.msgs[start:], memo)
-        finally:
-            sess.lock.release()
 
     def list(self, user_id: str, *, before: str | None = None, limit: int = 50,
              deleted: bool = False) -> tuple[list[SessionRecord], str | None]:
@@ -357,17 +359,14 @@ class HistoryStore:
     def _loaded_idle(self, session_id: str) -> Iterator[LoadedSession | None]:
         """The session with its lock held if it is loaded, idle right now and its journal can take
         a queued line (fsync mode), else None; never waits, never does I/O."""
-        sess = self.cache.get(session_id) if not (self.cache.closed or self.flusher.batched) else None
-        if sess is None or not sess.lock.acquire(blocking=False):
+        if self.flusher.batched:
             yield None
             return
-        try:
-            ok = sess.status == READY and sess.writer is not None and sess.writer.can_queue()
+        with self._try_locked(session_id) as sess:
+            ok = sess is not None and sess.writer is not None and sess.writer.can_queue()
             if ok:
                 sess.last_used = time.monotonic()
             yield sess if ok else None
-        finally:
-            sess.lock.release()
 
     def update(self, session_id: str, message: ChatMessage) -> ChatMessage:
         """Replace the stored message with the same id (e.g. finalize a streamed answer)."""

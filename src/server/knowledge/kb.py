@@ -249,10 +249,10 @@ class KnowledgeBase:
             if md5 is not None and md5.lower() != digest:
                 raise HandlerError(ErrorCode.CHECKSUM_MISMATCH, f"md5 of the received bytes is {digest}, not {md5.lower()}")
             with self.lock:
-                dup = self._by_hash.get((coll, sha))
+                dup = self.duplicate_of(coll, sha)
                 if dup is not None:
                     self.store.staged.discard(path)
-                    return replace(self._docs[dup], duplicate=True)
+                    return replace(dup, duplicate=True)
             self.check_quota(user, coll, size)
             report("parsing", 0, 1)
             blocks = parse(name, raw, self.config)

@@ -36,6 +36,14 @@ class Staged:
     terms: list[dict[str, float]]
 
 
+def clear_directory(path: Path) -> None:
+    """Create ``path`` if missing and remove what an interrupted operation left in it (worker thread)."""
+    path.mkdir(parents=True, exist_ok=True)
+    for child in path.iterdir():
+        log.info("removing unfinished %s", child)
+        shutil.rmtree(child, ignore_errors=True)
+
+
 class StagingArea:
     """The local directory where documents are parsed and staged before their commit (both
     backends stage locally). Worker threads only."""
@@ -45,10 +53,7 @@ class StagingArea:
 
     def clear(self) -> None:
         """Create the directory and remove what an interrupted ingest left in it."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        for child in self.path.iterdir():
-            log.info("removing unfinished %s", child)
-            shutil.rmtree(child, ignore_errors=True)
+        clear_directory(self.path)
 
     def new(self, doc_id: str) -> Path:
         path = self.path / doc_id

@@ -27,7 +27,7 @@ from collections import Counter
 from functools import lru_cache
 from typing import Callable, Collection, Hashable, Iterable, Sequence
 
-from server.memory.analyze import analyze, normalize
+from server.memory.analyze import CJK_PUNCT, normalize, word_terms
 from server.memory.tokens import CJK_CLASS
 
 RERANK_DEPTH = 10            # BM25 candidates re-ordered (0: BM25 order as is)
@@ -38,7 +38,6 @@ WINDOW_SLACK = 10            # characters added to the query's length for the pr
 
 _RUN_RE = re.compile(rf"([{CJK_CLASS}]+)|([^\W_{CJK_CLASS}]+)")
 _WORD_RE = re.compile(rf"[^\W_{CJK_CLASS}]+")
-_CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff00-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]")
 
 Passage = Callable[[Hashable], tuple[str, Sequence[str]]]     # key -> (text, heading path)
 DocFreq = Callable[[str], int]
@@ -48,7 +47,7 @@ def positioned_terms(text: str) -> list[tuple[int, str]]:
     """(character offset, term) of ``text``: CJK bigrams (a lone CJK character as itself) and
     English stems (``server.memory.analyze``), offsets into the normalized text."""
     out: list[tuple[int, str]] = []
-    t = _CJK_PUNCT.sub(" ", normalize(text))
+    t = CJK_PUNCT.sub(" ", normalize(text))
     for m in _RUN_RE.finditer(t):
         cjk, word = m.groups()
         start = m.start()
@@ -58,13 +57,8 @@ def positioned_terms(text: str) -> list[tuple[int, str]]:
             else:
                 out.extend((start + i, cjk[i:i + 2]) for i in range(len(cjk) - 1))
         else:
-            out.extend((start, term) for term in _stems(word))
+            out.extend((start, term) for term in word_terms(word))
     return out
-
-
-@lru_cache(maxsize=65536)
-def _stems(word: str) -> tuple[str, ...]:
-    return tuple(analyze(word))
 
 
 def matches(text: str, terms: Collection[str]) -> list[tuple[int, str]]:
@@ -85,7 +79,7 @@ def matches(text: str, terms: Collection[str]) -> list[tuple[int, str]]:
             i = t.find(term, i + 1)
     if english:
         for m in _WORD_RE.finditer(t):
-            out.extend((m.start(), s) for s in _stems(m.group()) if s in terms)
+            out.extend((m.start(), s) for s in word_terms(m.group()) if s in terms)
     out.sort()
     return out
 

@@ -31,7 +31,7 @@ from typing import Any, BinaryIO, Iterator
 from protocol import ErrorCode
 from server.errors import HandlerError, not_found
 from server.knowledge.models import DocumentInfo
-from server.knowledge.port import Catalog, Loaded, Staged, StagingArea
+from server.knowledge.port import Catalog, Loaded, Staged, StagingArea, clear_directory
 
 log = logging.getLogger("nplt.knowledge")
 
@@ -84,10 +84,7 @@ class FileDocumentStore:
         """Create the layout and clear what a crash left behind."""
         self.staged.clear()
         self.collections.mkdir(parents=True, exist_ok=True)
-        self.trash.mkdir(parents=True, exist_ok=True)
-        for child in self.trash.iterdir():
-            log.info("removing unfinished deletion %s", child)
-            shutil.rmtree(child, ignore_errors=True)
+        clear_directory(self.trash)
 
     def commit_sync(self, staging: Path, collection: str, meta: dict) -> Path:
         """Write ``meta.json`` and move the staged document into its collection (atomically)."""

@@ -19,7 +19,7 @@ _CJK_RUN = f"[{CJK_CLASS}]+"
 _LETTERS = rf"[^\W_{CJK_CLASS}]+"
 _RUN_RE = re.compile(rf"({_CJK_RUN})|({_LETTERS}(?:['’]{_LETTERS})*)")
 _HYPHENATED = re.compile(r"\b([a-z]+)-([a-z]+)\b")
-_CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff00-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]")
+CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff00-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]")
 
 STOPWORDS = frozenset("""
 a about above after again against all am an and any are aren't as at be because been before being
@@ -54,7 +54,7 @@ def normalize(text: str) -> str:
 
 
 @lru_cache(maxsize=65536)
-def _word_terms(word: str) -> tuple[str, ...]:
+def word_terms(word: str) -> tuple[str, ...]:
     """Terms of one (lowercased) word: nothing for a stopword, else its stem (and a synonym's)."""
     word = word.replace("’", "'")
     if word in STOPWORDS:
@@ -72,7 +72,7 @@ def _word_terms(word: str) -> tuple[str, ...]:
 
 
 def _cjk_terms(run: str, out: list[str]) -> None:
-    run = _CJK_PUNCT.sub(" ", run)
+    run = CJK_PUNCT.sub(" ", run)
     for chunk in run.split():
         out.extend(ch for ch in chunk if ch not in CJK_STOP_CHARS)
         out.extend(chunk[i:i + 2] for i in range(len(chunk) - 1))
@@ -87,7 +87,7 @@ def analyze(text: str) -> list[str]:
         if cjk:
             _cjk_terms(cjk, out)
         else:
-            out.extend(_word_terms(word))
+            out.extend(word_terms(word))
     return out
 
 

@@ -74,6 +74,7 @@ class MemoryManager:
         self.indexes = UserIndexes(self.config.recall, store, self.embedder, self._spawn)
         sync = getattr(store, "sync", None)
         self._sync_store: HistoryStore | None = sync if isinstance(sync, HistoryStore) else None
+        self._record_and_messages = getattr(store, "record_and_messages", None)   # PostgreSQL: one round trip
         self._views: OrderedDict[str, SessionView] = OrderedDict()
         self._stable_tokens: dict[tuple[str, str], int] = {}
         self._sessions: dict[str, _SessionState] = {}
@@ -193,7 +194,7 @@ class MemoryManager:
 
         sync = self._sync_store
         if sync is None:
-            both = getattr(self.store, "record_and_messages", None)   # PostgreSQL: one round trip
+            both = self._record_and_messages
             if both is not None and after_id is not None:
                 return await both(session_id, after_id)
             record = await self.store.get(session_id)

@@ -2,7 +2,7 @@
 into the prompts of their *other* sessions when relevant (no tool call needed).
 
 ``learn`` distills the user messages of a finished turn (rules, or the summary model when one is
-configured) into the user's ``UserMemoryStore``; ``select`` picks what the next prompt gets:
+configured) into the user's ``UserMemoryStore``; ``choose`` picks what the next prompt gets:
 every preference ("answer in Chinese") and the facts that share terms with the new message
 (BM25 over the user's items, the recall engine), best first, within ``user_memory.token_budget``.
 Items from the current session are left out: that session's own history (window, summary,
@@ -94,12 +94,9 @@ class UserMemory:
             self._indexes.pop(next(iter(self._indexes)))
         return cached[1]
 
-    async def select(self, user_id: str, session_id: str, query: str) -> list[Excerpt]:
-        """The items for this prompt (see the module docstring), formatted, within the budget."""
-        return (await self.choose(user_id, session_id, query))[0]
-
     async def choose(self, user_id: str, session_id: str, query: str) -> tuple[list[Excerpt], list[dict[str, Any]]]:
-        """``select``'s items, and what was left out of them before the prompt budget and why
+        """The items for this prompt (see the module docstring), formatted, within the budget, and what
+        was left out of them before the prompt budget and why
         (``[{"ids": [item ids], "why": ...}]``, for the turn's trace)."""
         cfg = self.config
         items = [i for i in await self.store.list(user_id)

@@ -139,7 +139,7 @@ class PgDocuments:
         """Documents with their chunks and vectors (the ids not found are left out)."""
         ids = list(doc_ids)
 
-        async def work(con: asyncpg.Connection) -> list[StoredDocument]:
+        async def work(con: asyncpg.Connection) -> tuple[list, list, list]:
             async with con.transaction(isolation="repeatable_read", readonly=True):   # one snapshot
                 docs = await con.fetch(f"SELECT {DOC_COLUMNS} FROM nplt_kb_documents WHERE doc_id = ANY($1) "
                                        "ORDER BY doc_id", ids)
@@ -147,14 +147,9 @@ class PgDocuments:
                                          "ORDER BY doc_id, ordinal", ids)
                 vecs = await con.fetch("SELECT doc_id, embedding::float4[] AS v FROM nplt_kb_vectors "
                                        "WHERE doc_id = ANY($1) ORDER BY doc_id, ordinal", ids)
-            by_doc: dict[str, list[dict[str, Any]]] = {}
-            for r in chunks:
-                by_doc.setdefault(r["doc_id"], []).append({"text": r["text"], "location": orjson.loads(r["location"])})
-            vec_doc: dict[str, list[list[float]]] = {}
-            for r in vecs:
-                vec_doc.setdefault(r["doc_id"], []).append(list(r["v"]))
-            return [StoredDocument(dict(d), by_doc.get(d["doc_id"], []), vec_doc.get(d["doc_id"])) for d in docs]
-        return await self.link.run(work, write=False)
+            return docs, chunks, vecs
+        rows = await self.link.run(work, write=False)
+        return await asyncio.to_thread(_assemble, *rows)    # tens of thousands of rows: off the event loop
 
     async def all(self) -> AsyncIterator[list[StoredDocument]]:
         """Every document, in batches of ``LOAD_BATCH``."""
@@ -179,3 +174,14 @@ class PgDocuments:
             "WHERE d.collection = ANY($1) AND c.text ILIKE ALL($2::text[]) ORDER BY c.doc_id, c.ordinal LIMIT $3",
             collections, patterns, limit), write=False)
         return [(r["doc_id"], r["ordinal"]) for r in rows]
+
+
+def _assemble(docs: list, chunks: list, vecs: list) -> list[StoredDocument]:
+    """Documents from the rows of ``PgDocuments.read`` (JSON locations parsed, vectors as lists)."""
+    by_doc: dict[str, list[dict[str, Any]]] = {}
+    for r in chunks:
+        by_doc.setdefault(r["doc_id"], []).append({"text": r["text"], "location": orjson.loads(r["location"])})
+    vec_doc: dict[str, list[list[float]]] = {}
+    for r in vecs:
+        vec_doc.setdefault(r["doc_id"], []).append(list(r["v"]))
+    return [StoredDocument(dict(d), by_doc.get(d["doc_id"], []), vec_doc.get(d["doc_id"])) for d in docs]
