@@ -37,6 +37,8 @@ async def test_a_turn_takes_at_most_7_statements(tmp_path, own_server):
         r = await c.call(T.CHAT_TEXT, text="warm up")        # the first turn creates and titles it
         await c.turn_events(r["turn_id"])
         await poll(lambda: not srv.runner.lanes, timeout=30)
+        await poll(lambda: not srv.runner.background, timeout=30)   # the warm-up's after-turn memory read
+        await srv.services.memory.wait_idle()                        # ... and what it started: not counted
         start = log.stat().st_size
         r = await c.call(T.CHAT_TEXT, text="counted")
         assert answer_text(await c.turn_events(r["turn_id"])) == "echo: counted"
