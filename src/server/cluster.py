@@ -113,9 +113,14 @@ class Cluster:
             pass
 
     async def after_remote_turn(self, session_id: str) -> None:
-        """With the session's lock just taken: wait (at most ``remote_end_wait_ms``) until the other
-        node's last turn there has ended here too, so local clients never see two turns overlap."""
-        await self.wait_remote_end(session_id, self.config.remote_end_wait_ms / 1000)
+        """With the session's lock just taken: wait (at most ``remote_end_wait_ms`` in all) until this
+        node has heard everything the other nodes sent before the lock was granted (``Relay.sync``: the
+        lock can come before the notifications of the turn that held it) and until that turn has
+        ended here too, so local clients never see two turns overlap."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.remote_end_wait_ms / 1000
+        await self.relay.sync(self.config.remote_end_wait_ms / 1000)
+        await self.wait_remote_end(session_id, max(0.0, deadline - loop.time()))
 
     async def _watch(self, node: str) -> None:
         try:

@@ -39,6 +39,7 @@ from protocol.server_events import (AnswerDelta, ServerEvent, SessionEvent, Turn
 from server.errors import error_code
 from server.hub import Hub
 from server.wire import message_obj
+from storage.errors import StorageError
 from storage.pg.link import PgLink
 from storage.pg.notify import MAX_PAYLOAD_BYTES, Listener
 from storage.pg.relay import forget_old, notify_many, read_spilled, spill
@@ -52,6 +53,7 @@ SPILL_CLEANUP_S = 60.0
 CONTROL_KINDS = ("c", "r", "h", "a", "b")   # cancel request, its answer (server.cluster_cancel);
                                             # hello, its answer, goodbye (peers)
 NODE_APP_PREFIX = "nplt-node:"              # application_name of a node's lock connections
+SYNC_CHANNEL_PREFIX = "nplt_sync_"          # + node id: the channel of a node's barriers (``Relay.sync``)
 
 
 class Relay:
@@ -83,7 +85,10 @@ class Relay:
         self._prefix = orjson.dumps(node_id).decode()
         self._last_cleanup = 0.0
         self._sender: asyncio.Task | None = None
-        self.listener = Listener(link, [CHANNEL], self._on_notification)
+        self.sync_channel = SYNC_CHANNEL_PREFIX + node_id   # this node's barriers (``sync``)
+        self._syncs: dict[int, asyncio.Future[None]] = {}
+        self._sync_seq = 0
+        self.listener = Listener(link, [CHANNEL, self.sync_channel], self._on_notification)
 
     async def start(self, hello_wait_s: float = 1.0) -> None:
         await self.listener.start()
@@ -126,6 +131,30 @@ class Relay:
                     await self._send(items)
                 except Exception as exc:
                     log.warning("cluster: %d events not sent to the other nodes (%s)", len(items), exc)
+
+    async def sync(self, timeout_s: float) -> None:
+        """Until every notification committed before this call has been handled here (at most
+        ``timeout_s``). A barrier: a notification on this node's own channel, committed now, comes
+        back after all those committed before it (PostgreSQL delivers them in commit order, and the
+        listener handles them one at a time). Called with a session's lock just taken: what the
+        previous holder sent before it let go (it flushes first) has then reached the local hub, and
+        ``Cluster.remote_turns`` knows whether its turn has ended. Without peers there is nothing to
+        wait for."""
+        if not self.peers:
+            return
+        self._sync_seq += 1
+        token = self._sync_seq
+        done = self._syncs[token] = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.link.run(lambda con: notify_many(con, self.sync_channel, [str(token)]), write=True)
+                await done
+        except TimeoutError:        # the listener is reconnecting (what it missed is lost anyway)
+            log.info("cluster: barrier %d not back within %.0f ms", token, timeout_s * 1000)
+        except StorageError as exc:  # PostgreSQL unreachable: the turn's own statements will say so
+            log.warning("cluster: barrier not sent (%s)", exc)
+        finally:
+            self._syncs.pop(token, None)
 
     # -- out (called by the hub, on the event loop's hot path) --------------------------------------
     def turn(self, session_id: str, event: ServerEvent) -> None:
@@ -211,7 +240,14 @@ class Relay:
         return f'{{"n":{self._prefix},"q":{self._seq},"e":[{b",".join(batch).decode()}]}}'
 
     # -- in -------------------------------------------------------------------------------------------
-    async def _on_notification(self, _channel: str, payload: dict[str, Any]) -> None:
+    async def _on_notification(self, channel: str, payload: Any) -> None:
+        if channel == self.sync_channel:    # a barrier of this node's (``sync``): all before it is handled
+            done = self._syncs.pop(payload, None) if type(payload) is int else None
+            if done is not None and not done.done():
+                done.set_result(None)
+            return
+        if type(payload) is not dict:
+            return
         node = payload.get("n")
         if node == self.node_id or not isinstance(node, str) or not isinstance(payload.get("e"), list):
             return

@@ -28,9 +28,10 @@ async def pg_url(pg_server) -> str:
 
 
 @contextlib.asynccontextmanager
-async def node(tmp_path: Path, url: str, name: str, agent: EchoAgent | None = None) -> AsyncIterator[Server]:
-    """One in-process server node on loopback, storing in ``url``."""
-    cfg = make_config(tmp_path / name, storage={"url": url, "pg_retry_backoff_ms": 10})
+async def node(tmp_path: Path, url: str, name: str, agent: EchoAgent | None = None,
+               sections: dict | None = None) -> AsyncIterator[Server]:
+    """One in-process server node on loopback, storing in ``url`` (``sections``: more config)."""
+    cfg = make_config(tmp_path / name, storage={"url": url, "pg_retry_backoff_ms": 10}, sections=sections)
     srv = Server(cfg, agent=agent or EchoAgent(), memory="basic")
     await srv.start()
     try:

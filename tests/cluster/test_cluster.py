@@ -3,6 +3,8 @@ the turns that run on the other, live and in order; turns of one session run one
 nodes, in arrival order."""
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 
 from protocol import MsgType as T
@@ -99,6 +101,55 @@ async def test_turns_of_one_session_from_two_nodes_run_one_at_a_time_in_arrival_
                 ("user", "fourth"), ("assistant", "echo: fourth")]
             assert agent_a.started == 2 and agent_b.started == 2
         finally:
+            await ca.close()
+            await cb.close()
+
+
+async def test_a_node_taking_a_session_over_first_hears_what_the_last_holder_sent(tmp_path, pg_url):
+    """The lock can be granted before the notifications the other node sent before letting it go
+    have been handled here (two connections, two sockets). The node taking the session over waits
+    for its own barrier notification to come back through the listener before its turn starts, so
+    its clients still see the other node's turn end first. Here node A's listener is held back on
+    purpose until A has the lock and waits on its barrier."""
+    from testkit.echo_agent import EchoAgent
+    agent_a = EchoAgent()
+    slow = {"cluster": {"remote_end_wait_ms": 30_000}}
+    async with node(tmp_path, pg_url, "a", agent_a, sections=slow) as a, node(tmp_path, pg_url, "b") as b:
+        relay = a.services.cluster.relay
+        listener = relay.listener
+        gate = asyncio.Event()
+        handle = listener.on_event
+
+        async def held_back(channel, payload):
+            if channel != relay.sync_channel:          # other nodes' events wait at the gate
+                await gate.wait()
+            await handle(channel, payload)
+        ca = await V3Client.connect(_addr(a))
+        sid = ca.session_id
+        cb = await V3Client.connect(_addr(b), session_id=sid)
+        try:
+            r1 = await ca.call(T.CHAT_TEXT, text="!block first")
+            await agent_a.wait_blocked()
+            r2 = await cb.call(T.CHAT_TEXT, text="second")              # B queues behind A's turn
+            await poll(lambda: _lock_waiters(b, sid, 1), timeout=30)
+            r3 = await ca.call(T.CHAT_TEXT, text="third")               # A queues behind B's
+            await poll(lambda: _lock_waiters(a, sid, 2), timeout=30)
+            listener.on_event = held_back
+            agent_a.release()
+            # B runs "second" and lets go; A gets the lock and waits for its barrier, which is queued
+            # behind B's events at the gate
+            await poll(lambda: _lock_waiters(a, sid, 0), timeout=30)
+            await poll(lambda: bool(relay._syncs), timeout=30)
+            assert agent_a.started == 1                                 # "third" has not started
+            gate.set()
+            ids = [r["turn_id"] for r in (r1, r2, r3)]
+            await poll(lambda: sum(m.type == T.TURN_END and m.body["turn_id"] in ids for m in ca.inbox) == 3,
+                       timeout=30)
+            order = [(m.type, m.body["turn_id"]) for m in ca.inbox if m.type in (T.TURN_START, T.TURN_END)]
+            assert order == [(t, i) for i in ids for t in (T.TURN_START, T.TURN_END)]
+            assert agent_a.started == 2
+        finally:
+            listener.on_event = handle
             await ca.close()
             await cb.close()
 
