@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
 log = logging.getLogger("nplt.turns")
@@ -71,6 +72,13 @@ class InFlightTurns(NoMarker):
         # updates ``_keep`` (what that rewrite writes when it runs) instead of queuing another.
         self._keep: tuple[str, ...] = ()
         self._rewrite_queued = False
+        # Turn starts coalesce too: lines marked while a write is queued and not yet started go out
+        # with it, in one pwrite, and their callers wake together (one hand-off for the batch; a
+        # thread hop a turn cost the loop more than all the rest of the marker).
+        self._lock = threading.Lock()
+        self._lines: list[bytes] = []            # start lines for the queued write (under _lock)
+        self._lines_keep: tuple[str, ...] = ()   # the running sessions when the last of them was added
+        self._lines_done: asyncio.Future[None] | None = None   # their callers' future (None: no write queued)
 
     # -- the writer thread ------------------------------------------------------------------------
     def _open(self) -> int:
@@ -106,11 +114,35 @@ class InFlightTurns(NoMarker):
     # -- the runner's side ------------------------------------------------------------------------
     async def started(self, session_id: str) -> None:
         """Mark a turn of ``session_id`` as running; returns once the line is written (the file is
-        compacted to the running sessions when it grows past ``COMPACT_BYTES``)."""
+        compacted to the running sessions when it grows past ``COMPACT_BYTES``). Starts that come
+        while a write is queued share it."""
         self._running[session_id] = self._running.get(session_id, 0) + 1
         self._rewrite_queued = False     # this line goes after a queued rewrite: the next end needs its own
-        await asyncio.get_running_loop().run_in_executor(
-            self._pool, self._write, b"+" + session_id.encode() + b"\n", tuple(self._running))
+        line = b"+" + session_id.encode() + b"\n"
+        with self._lock:
+            self._lines.append(line)
+            self._lines_keep = tuple(self._running)
+            done = self._lines_done
+            if done is None:
+                loop = asyncio.get_running_loop()
+                done = self._lines_done = loop.create_future()
+                self._pool.submit(self._write_lines, loop, done)
+        await asyncio.shield(done)       # (a cancelled caller leaves the others' future alone)
+
+    def _write_lines(self, loop: asyncio.AbstractEventLoop, done: asyncio.Future[None]) -> None:
+        """The writer thread: every start line queued so far, in one write; then wake their callers."""
+        with self._lock:
+            lines, keep = self._lines, self._lines_keep
+            self._lines, self._lines_done = [], None
+        error: BaseException | None = None
+        try:
+            self._write(b"".join(lines), keep)
+        except Exception as exc:         # (OSError: disk full, say) every caller of the batch gets it
+            error = exc
+        try:
+            loop.call_soon_threadsafe(_settle, done, error)
+        except RuntimeError:             # the loop is closed (shutdown): nobody waits any more
+            pass
 
     def ended(self, session_id: str) -> None:
         """The turn ended (answer stored or not): the file is rewritten in the background (turn ends
@@ -146,3 +178,12 @@ class InFlightTurns(NoMarker):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _settle(done: asyncio.Future[None], exc: BaseException | None) -> None:
+    if done.done():
+        return
+    if exc is None:
+        done.set_result(None)
+    else:
+        done.set_exception(exc)
