@@ -169,10 +169,13 @@ async def test_incremental_index_equals_a_fresh_build(store):
         else:
             mm.forget_session(sid)
         await mm.after_turn(sid, USER)
+        uidx = mm.indexes.user(USER)
+        async with uidx.lock:                    # what a search does first (indexing is lazy)
+            await mm.indexes.sync(uidx, sid)
         fresh = RecallIndex()
         docs, upto = turn_docs(sid, await store.messages(sid), final=False)
         fresh.add_turns(sid, docs, upto)
-        idx = mm.indexes.user(USER).index
+        idx = uidx.index
         assert idx.docs == fresh.docs, n
         assert all(idx.bm25.terms_of(k) == fresh.bm25.terms_of(k) for k in fresh.docs), n
     await mm.aclose()
@@ -189,6 +192,41 @@ async def turn(store, mm, sid: str, text: str, answer: str = "ok"):
     await store.append(sid, "assistant", answer)
     await mm.after_turn(sid, USER)
     return ctx
+
+
+async def test_turns_are_indexed_when_a_search_needs_them_not_after_each_turn(store):
+    """Recall indexing is lazy: a finished turn only marks its session stale; a prompt whose window
+    holds every turn of the session does not index it at all; recall in a longer session and a
+    search across the user's sessions bring the index up to date first."""
+    cfg = MemoryConfig.from_dict({"summarization": {"enabled": False}, "user_memory": {"enabled": False},
+                                  "context": {"recent_turns": 2}})
+    mm = MemoryManager(cfg, store, None, None, SYS)
+    a = (await store.create(USER)).session_id
+    b = (await store.create(USER)).session_id
+
+    async def turn(sid: str, text: str, answer: str):
+        user = await store.append(sid, "user", text)
+        built = await mm.build_context(sid, USER, user, "m")
+        await store.append(sid, "assistant", answer)
+        await mm.after_turn(sid, USER)
+        return built
+    await turn(a, "the redis cluster lives on host kestrel", "noted: kestrel")
+    await turn(a, "what about the backups", "they run nightly")
+    uidx = mm.indexes.user(USER)
+    assert a not in uidx.index.indexed_upto             # two turns, both in the window: nothing indexed
+    hits = await mm.search(USER, "kestrel")             # the first search indexes every session
+    assert {h["session_id"] for h in hits} == {a} and uidx.complete and not uidx.stale
+    await turn(b, "the staging database is on host osprey", "noted: osprey")
+    assert uidx.stale == {b} and b not in uidx.index.indexed_upto
+    hits = await mm.search(USER, "osprey")              # a stale session is synced before searching
+    assert {h["session_id"] for h in hits} == {b} and not uidx.stale
+    await turn(a, "logs rotate weekly", "ok")
+    assert uidx.stale == {a}
+    built = await turn(a, "which host was the redis cluster on?", "the one you named")
+    # the first turn is older than the window now: the session is synced and the turn recalled
+    assert uidx.index.indexed_upto[a] >= 6
+    assert "kestrel" in str(built.messages[:-1])
+    await mm.aclose()
 
 
 async def test_restore_after_clear_brings_back_window_and_summary(store):

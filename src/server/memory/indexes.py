@@ -1,7 +1,8 @@
 """Per-user recall indexes kept in step with storage (LRU of ``recall.max_users_cached`` users).
 
-A session's finished turns are indexed incrementally: only the messages after the last one
-consumed are read (from the session's ``SessionView`` when it holds them, else from storage). A
+A session's finished turns are indexed incrementally and lazily, when a search needs them (a
+prompt's recall in that session, or a search across the user's sessions, which first syncs the
+sessions marked stale since): only the messages after the last one consumed are read (from the session's ``SessionView`` when it holds them, else from storage). A
 session whose visible message count no longer adds up (clear/restore) is re-indexed; deleted and
 purged sessions are dropped. Optional embeddings are computed in the background.
 """
@@ -32,6 +33,7 @@ class UserIndex:
     counts: dict[str, int] = field(default_factory=dict)      # visible messages consumed per session
     titles: dict[str, str] = field(default_factory=dict)
     complete: bool = False                                    # every session of the user synced once
+    stale: set[str] = field(default_factory=set)              # sessions with turns finished since their last sync
     embed_task: asyncio.Task | None = None
 
 
@@ -55,6 +57,13 @@ class UserIndexes:
                 self._users.popitem(last=False)
         self._users.move_to_end(user_id)
         return uidx
+
+    def mark_stale(self, user_id: str, session_id: str) -> None:
+        """A turn of the session finished: it is indexed when a search needs it (``sync``; a search
+        across the user's sessions syncs every stale one first), not after every turn."""
+        uidx = self._users.get(user_id)
+        if uidx is not None:                      # (an index built later reads the session anyway)
+            uidx.stale.add(session_id)
 
     async def sync(self, uidx: UserIndex, session_id: str, record: SessionRecord | None = None,
                    view: SessionView | None = None) -> bool:
@@ -93,11 +102,19 @@ class UserIndexes:
             uidx.counts[session_id] = uidx.counts.get(session_id, 0) + sum(1 for m in new if m.id <= consumed)
         if docs and self.embedder is not None:
             self._schedule_embeddings(uidx)
+        uidx.stale.discard(session_id)
         return rebuilt or bool(docs)
 
     async def sync_all(self, user_id: str, uidx: UserIndex) -> None:
-        """First cross-session search: index every (recent) session of the user. Caller holds the lock."""
+        """Before a cross-session search: the first time, index every (recent) session of the user;
+        afterwards, the sessions with turns finished since (``mark_stale``). Caller holds the lock."""
         if uidx.complete:
+            for sid in list(uidx.stale):
+                try:
+                    await self.sync(uidx, sid)
+                except Exception:                 # one unreadable session must not hide the others
+                    uidx.stale.discard(sid)
+                    log.exception("cannot index session %s", sid)
             return
         limit = self.config.max_sessions_indexed
         cursor: str | None = None
@@ -120,6 +137,7 @@ class UserIndexes:
             uidx.index.remove_session(session_id)
             uidx.counts.pop(session_id, None)
             uidx.titles.pop(session_id, None)
+            uidx.stale.discard(session_id)
 
     # -- embeddings (optional) -----------------------------------------------------------------
     def _schedule_embeddings(self, uidx: UserIndex) -> None:

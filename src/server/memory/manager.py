@@ -103,7 +103,10 @@ class MemoryManager:
             summary, window, older = await self._read_window(record, new_message)
         excerpts: list[Excerpt] = []
         recall_cut: list[dict[str, Any]] = []
-        if cfg.recall.enabled and cfg.recall.k and cfg.recall.token_budget and new_message.content.strip():
+        # (with every turn of the session in the window and none summarized, recall has nothing to
+        # find there: the index is not even brought up to date)
+        if cfg.recall.enabled and cfg.recall.k and cfg.recall.token_budget and new_message.content.strip() \
+                and (view is None or older > 0 or view.covers > 0):
             exclude = {i for t in window for i in t.ids} | {new_message.id}
             try:
                 now = parse_time(new_message.timestamp) or datetime.now(timezone.utc)
@@ -275,26 +278,24 @@ class MemoryManager:
 
     # -- after a turn ----------------------------------------------------------------------------
     async def after_turn(self, session_id: str, user_id: str) -> None:
-        """Index the finished turn, then schedule summarization in the background (never waits for it).
+        """Mark the session's recall index stale (it is brought up to date when a search needs it),
+        distill long-term memory and schedule summarization, in the background (never waits for them).
 
         A summary task is started only when a trigger fires on the cached view (or re-run when one
         is running), so a quiet turn costs one small read and no task.
         """
         rc, sc = self.config.recall, self.config.summarization
-        if self._closed or not (rc.enabled or sc.enabled or self.user_memory is not None):
+        if self._closed:
+            return
+        if rc.enabled:                            # indexed when a search needs it
+            self.indexes.mark_stale(user_id, session_id)
+        if not (sc.enabled or self.user_memory is not None):
             return
         try:
             record, view = await self.sync_view(session_id)
         except Exception:
             log.exception("reading session %s after the turn failed", session_id)
             return
-        if rc.enabled:
-            uidx = self.indexes.user(user_id)
-            try:
-                async with uidx.lock:
-                    await self.indexes.sync(uidx, session_id, record, view)
-            except Exception:
-                log.exception("indexing session %s failed", session_id)
         if self.user_memory is not None and view is not None:
             self._learn(session_id, user_id, view)
         if not sc.enabled or view is None:
