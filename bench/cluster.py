@@ -54,6 +54,7 @@ USERS = 1000
 # ---------------------------------------------------------------- a node (subprocess)
 async def serve(port_file: str, url: str, data_dir: str, durability: str, pool: str) -> None:
     from server.app import Server
+    from server.main import tune_gc
     from server.auth import hash_token
     from server.config import ServerConfig
     from testkit.echo_agent import EchoAgent
@@ -66,6 +67,7 @@ async def serve(port_file: str, url: str, data_dir: str, durability: str, pool: 
                                   "limits": {"max_clients": 2000, "max_clients_per_ip": 0}, "auth": auth, "storage": storage})
     srv = Server(cfg, agent=EchoAgent(chunks=8))
     _, port = await srv.start()
+    tune_gc(cfg.server.gc_gen0_threshold)     # as nplt-server does once listening
     Path(port_file).write_text(str(port))
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

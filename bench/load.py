@@ -1,6 +1,7 @@
 """Load test: N concurrent v3 clients each running turns; turns/s, turn latency, server RSS, integrity.
 
-The server runs in a subprocess (this script with ``--serve``, uvloop when installed) with either the
+The server runs in a subprocess (this script with ``--serve``, uvloop when installed, the garbage
+collector tuned as in ``nplt-server``: ``server.main.tune_gc``) with either the
 echo agent of the test kit (default) or the real offline agent (``--agent offline``), storing with
 the default durable fsync mode. Each client says HELLO, opens its own session and sends ``--turns``
 chat messages one after another, timing each from the send to its TURN_END. Afterwards every session's
@@ -44,6 +45,7 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
                 users: int, io_threads: int, switch_ms: float, lru_size: int, fsync_threads: int,
                 memory: str, profile: str | None = None) -> None:
     from server.app import Server
+    from server.main import tune_gc
     from server.config import ServerConfig
     agent = None
     if agent_kind == "echo":
@@ -61,6 +63,7 @@ async def serve(port_file: str, data_dir: str, agent_kind: str, max_clients: int
         sys.setswitchinterval(switch_ms / 1000)
     srv = Server(cfg, agent=agent, memory="basic" if memory == "basic" else None)
     _, port = await srv.start()
+    tune_gc(cfg.server.gc_gen0_threshold)     # as nplt-server does once listening
     Path(port_file).write_text(str(port))
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

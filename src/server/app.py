@@ -68,6 +68,7 @@ class Server:
 
     def __init__(self, config: ServerConfig, agent: Any = None, store: Any = None, memory: Any = None) -> None:
         self.config = config
+        self._max_connections = config.limits.max_clients + config.auth.reserved_slots   # (checked per accept)
         self._agent_arg, self._store_arg, self._memory_arg = agent, store, memory
         self.services: Services | None = None
         self.counters = Counters()
@@ -100,7 +101,7 @@ class Server:
     def _refuse_reason(self) -> str | None:
         if self.stopping:
             return "shutting down"
-        if len(self._svc().connections) >= self.config.limits.max_clients + self.config.auth.reserved_slots:
+        if len(self._svc().connections) >= self._max_connections:
             return "max_clients reached"
         return None
 

@@ -51,6 +51,8 @@ class ServerSection(Section):
     log_file: str | None = None       # None: <storage root>/logs/nplt-server.log (docs/server.md); "off": none
     log_max_bytes: int = Field(5 << 20, ge=4096, le=1 << 40)   # the log file is rotated at this size ...
     log_backups: int = Field(3, ge=0, le=1000)                 # ... keeping this many old files
+    gc_gen0_threshold: int = Field(20_000, ge=100, le=10_000_000)  # allocations between young-generation
+    #                                   collections of nplt-server (Python's default: 700; server.main.tune_gc)
 
     @field_validator("log_level", "log_format")
     @classmethod
