@@ -96,13 +96,21 @@ class PgLink:
             except (asyncio.TimeoutError, *CONNECTION_ERRORS):
                 self.pool.terminate()
 
+    async def _acquire(self) -> asyncpg.Connection:
+        """A pooled connection, within ``pg_connect_timeout_s`` (raises TimeoutError). Not asyncpg's
+        own ``acquire(timeout=...)``: that wraps every acquisition in a task of its own (``wait_for``),
+        several times a turn."""
+        assert self.pool is not None
+        async with asyncio.timeout(self.config.pg_connect_timeout_s):
+            return await self.pool.acquire()
+
     async def run(self, work: Callable[[asyncpg.Connection], Awaitable[T]], *, write: bool) -> T:
         """``work(connection)`` with a pooled connection, under the retry policy."""
         async def once() -> T:
             if self.closed or self.pool is None:
                 raise StorageClosed("the history store is closed")
             try:
-                con = await self.pool.acquire(timeout=self.config.pg_connect_timeout_s)
+                con = await self._acquire()
             except CONNECTION_ERRORS as exc:
                 raise Unsent() from exc
             try:
@@ -131,7 +139,7 @@ class PgLink:
         exc: BaseException | None = None
         for _ in range(2):
             try:
-                con = await self.pool.acquire(timeout=cfg.pg_connect_timeout_s)
+                con = await self._acquire()
             except (asyncio.TimeoutError, *CONNECTION_ERRORS) as err:
                 raise StorageUnavailable(f"PostgreSQL is unavailable ({_why(err)})") from None
             try:
@@ -153,7 +161,7 @@ class PgLink:
             if self.closed or self.pool is None:
                 raise StorageClosed("the history store is closed")
             try:
-                con = await self.pool.acquire(timeout=self.config.pg_connect_timeout_s)
+                con = await self._acquire()
             except CONNECTION_ERRORS as exc:
                 raise Unsent() from exc
             try:

@@ -64,6 +64,21 @@ def message_of(mid: int, body: bytes) -> ChatMessage:
 _message = message_of
 
 
+def _decoded(rows: list[tuple[int, bytes]], memo: dict[int, tuple[bytes, ChatMessage]]) -> list[ChatMessage]:
+    """``message_of`` of each row, reusing ``memo``'s message for a body unchanged since the last
+    read (keyed by id); the memo keeps only this read's messages."""
+    out: list[ChatMessage] = []
+    fresh: dict[int, tuple[bytes, ChatMessage]] = {}
+    for mid, body in rows:
+        got = memo.get(mid)
+        m = got[1] if got is not None and got[0] == body else message_of(mid, body)
+        fresh[mid] = (body, m)
+        out.append(m)
+    memo.clear()
+    memo.update(fresh)
+    return out
+
+
 def _utf8(text: str, what: str) -> bytes:
     try:
         return text.encode()
@@ -386,9 +401,12 @@ class PgHistoryStore:
             raise NotFound(f"session {session_id} not found")
         return [_message(r["id"], r["body"]) for r in rows if r["id"] is not None]
 
-    async def record_and_messages(self, session_id: str, after_id: int) -> tuple[SessionRecord, list[ChatMessage]]:
+    async def record_and_messages(self, session_id: str, after_id: int, memo: dict | None = None
+                                  ) -> tuple[SessionRecord, list[ChatMessage]]:
         """``get`` and ``messages(after_id=after_id)`` in one round trip (what the memory layer reads
-        at every turn)."""
+        at every turn). ``memo`` (a dict the caller keeps between reads of one session, as for
+        ``HistoryStore.read_loaded``): a message whose stored body is byte for byte the one of the
+        caller's last read comes back as the same ``ChatMessage`` object, not decoded again."""
         checks.check_int("after_id", after_id)
         validate_session_id(session_id)
         after_id = max(min(after_id, INT64_MAX), -INT64_MAX)
@@ -399,7 +417,9 @@ class PgHistoryStore:
             session_id, after_id))
         if not rows:
             raise NotFound(f"session {session_id} not found")
-        return _record(rows[0]), [_message(r["id"], r["body"]) for r in rows if r["id"] is not None]
+        if memo is None:
+            return _record(rows[0]), [_message(r["id"], r["body"]) for r in rows if r["id"] is not None]
+        return _record(rows[0]), _decoded([(r["id"], r["body"]) for r in rows if r["id"] is not None], memo)
 
     async def search(self, user_id: str, query: str, *, session_id: str | None = None,
                      limit: int = 20) -> list[SearchHit]:
