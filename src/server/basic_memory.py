@@ -30,7 +30,7 @@ class BasicMemory:
                 "recalled_turns": 0}
         return BuiltContext(messages=messages, metadata=meta)
 
-    async def after_turn(self, session_id: str, user_id: str) -> None:
+    async def after_turn(self, session_id: str, user_id: str, answer: ChatMessage | None = None) -> None:
         return None
 
     async def search(self, user_id: str, query: str, *, session_id: str | None = None,

@@ -395,7 +395,7 @@ class TurnRunner:
             return
         sink.publish(TurnEnd(turn.session_id, turn.turn_id, message_obj(msg), result.usage,
                              result.finish_reason, ctx.metadata))
-        self._after_turn(turn)
+        self._after_turn(turn, msg)
 
     async def _end_cancelled(self, turn: Turn, sink: RunnerSink, ctx: BuiltContext, state: PipelineState) -> None:
         meta = {"partial": True, "model": turn.model, "finish_reason": "cancelled",
@@ -405,7 +405,7 @@ class TurnRunner:
             self._not_stored(sink, msg)
             return
         sink.publish(TurnEnd(turn.session_id, turn.turn_id, message_obj(msg), {}, "cancelled", ctx.metadata))
-        self._after_turn(turn)
+        self._after_turn(turn, msg)
 
     async def _end_error(self, turn: Turn, sink: RunnerSink, code: ErrorCode, message: str, attempts: int,
                          ctx: BuiltContext | None, state: PipelineState) -> None:
@@ -421,10 +421,11 @@ class TurnRunner:
         sink.publish(TurnError(turn.session_id, turn.turn_id, code, message, partial))
         self._updated_after(turn.session_id)
 
-    def _after_turn(self, turn: Turn) -> None:
-        """Session-list update and memory work, in the background (never delays TURN_END)."""
+    def _after_turn(self, turn: Turn, answer: ChatMessage) -> None:
+        """Session-list update and memory work (given the stored answer), in the background (never
+        delays TURN_END)."""
         self._updated_after(turn.session_id)
-        self.spawn(self.memory.after_turn(turn.session_id, turn.user_id))
+        self.spawn(self.memory.after_turn(turn.session_id, turn.user_id, answer))
 
     def _updated_after(self, session_id: str) -> None:
         """SESSION_EVENT ``updated`` once the ending turn has left its lane (``running`` is then

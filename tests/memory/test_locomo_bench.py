@@ -3,16 +3,27 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "locomo_recall.py"
 
 
-def load_bench():
-    spec = importlib.util.spec_from_file_location("locomo_recall", BENCH)
+def _exec(name: str, path: Path):
+    """The bench script as a module; the entries it puts on sys.path (its own folder: bench/ holds a
+    storage.py) are taken off again, so the tests after this one import the project's packages."""
+    saved = list(sys.path)
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path[:] = saved
     return mod
+
+
+def load_bench():
+    return _exec("locomo_recall", BENCH)
 
 
 def test_evidence_ids_are_normalized():
@@ -92,10 +103,7 @@ DENSE = BENCH.with_name("locomo_dense.py")
 
 
 def load_dense():
-    spec = importlib.util.spec_from_file_location("locomo_dense", DENSE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _exec("locomo_dense", DENSE)
 
 
 def write_vectors(path: Path) -> None:

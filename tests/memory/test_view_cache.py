@@ -58,9 +58,10 @@ async def random_op(rng: random.Random, store, mm: MemoryManager, sid: str, n: i
                      weights=(30, 4, 2, 2, 2, 4, 4, 2, 1))[0]
     if op == "turn":
         await store.append(sid, "user", rand_text(rng, 0, 12))
-        await store.append(sid, "assistant", rand_text(rng, 0, 12) if rng.random() < 0.8 else "",
-                           tool_calls=calls(rng, n))
-        await mm.after_turn(sid, USER)
+        answer = await store.append(sid, "assistant", rand_text(rng, 0, 12) if rng.random() < 0.8 else "",
+                                    tool_calls=calls(rng, n))
+        given = random.Random(n).random() < 0.5        # (its own stream: the ops drawn from rng stay the same)
+        await mm.after_turn(sid, USER, answer if given else None)   # as the TurnRunner does, or not
     elif op == "users":
         for _ in range(rng.randint(1, 3)):
             await store.append(sid, "user", rand_text(rng, 1, 8))
@@ -226,6 +227,37 @@ async def test_turns_are_indexed_when_a_search_needs_them_not_after_each_turn(st
     # the first turn is older than the window now: the session is synced and the turn recalled
     assert uidx.index.indexed_upto[a] >= 6
     assert "kestrel" in str(built.messages[:-1])
+    await mm.aclose()
+
+
+async def test_after_turn_takes_the_stored_answer_into_the_view_without_a_read(store, monkeypatch):
+    cfg = MemoryConfig.from_dict({"context": {"recent_turns": 2}})
+    mm = MemoryManager(cfg, store, OfflineStub(), None, SYS)
+    sid = (await store.create(USER)).session_id
+    reads: list[Any] = []
+    read = mm._read
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(args)
+        return await read(*args, **kwargs)
+    monkeypatch.setattr(mm, "_read", counted)
+    for n in range(3):
+        user = await store.append(sid, "user", f"question {n}")
+        await mm.build_context(sid, USER, user, "m")
+        answer = await store.append(sid, "assistant", f"answer {n}", tool_calls=calls(random.Random(n), n))
+        before = len(reads)
+        await mm.after_turn(sid, USER, answer)
+        assert len(reads) == before                     # the answer came from the turn, not from storage
+        view = mm._views[sid]
+        stored = await store.messages(sid)
+        assert view.ids == [m.id for m in stored] and view.costs == message_costs(stored, C)
+    # a message stored by someone else in between: the answer does not follow the view, so it syncs
+    await store.append(sid, "user", "from another client")
+    late = await store.append(sid, "assistant", "late answer")
+    before = len(reads)
+    await mm.after_turn(sid, USER, late)
+    assert len(reads) == before + 1 and mm._views[sid].ids == [m.id for m in await store.messages(sid)]
+    await check_view(store, mm, sid)
     await mm.aclose()
 
 

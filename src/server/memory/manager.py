@@ -199,7 +199,7 @@ class MemoryManager:
         if sync is None:
             both = self._record_and_messages
             if both is not None and after_id is not None:
-                return await both(session_id, after_id)
+                return await both(session_id, after_id, memo)
             record = await self.store.get(session_id)
             return record, await self.store.messages(session_id, after_id=after(record))
         got = sync.read_loaded(session_id, after_id, READ_INLINE_MAX, memo)
@@ -277,12 +277,16 @@ class MemoryManager:
             view.valid = False
 
     # -- after a turn ----------------------------------------------------------------------------
-    async def after_turn(self, session_id: str, user_id: str) -> None:
+    async def after_turn(self, session_id: str, user_id: str, answer: ChatMessage | None = None) -> None:
         """Mark the session's recall index stale (it is brought up to date when a search needs it),
         distill long-term memory and schedule summarization, in the background (never waits for them).
 
+        ``answer``: the message the turn just stored. When it is the next message of the session's
+        cached view, the view takes it as it is (no read: ``SessionView.append_stored``); otherwise,
+        or without it, the view is synced from storage. (A message stored meanwhile by someone
+        else makes the next sync's check fail, and the view is rebuilt then.)
         A summary task is started only when a trigger fires on the cached view (or re-run when one
-        is running), so a quiet turn costs one small read and no task.
+        is running), so a quiet turn costs no read and no task.
         """
         rc, sc = self.config.recall, self.config.summarization
         if self._closed:
@@ -291,11 +295,13 @@ class MemoryManager:
             self.indexes.mark_stale(user_id, session_id)
         if not (sc.enabled or self.user_memory is not None):
             return
-        try:
-            record, view = await self.sync_view(session_id)
-        except Exception:
-            log.exception("reading session %s after the turn failed", session_id)
-            return
+        view = self._views.get(session_id)
+        if answer is None or view is None or view.lock.locked() or not view.append_stored(answer, self.counter):
+            try:
+                _, view = await self.sync_view(session_id)
+            except Exception:
+                log.exception("reading session %s after the turn failed", session_id)
+                return
         if self.user_memory is not None and view is not None:
             self._learn(session_id, user_id, view)
         if not sc.enabled or view is None:

@@ -107,6 +107,17 @@ class SessionView:
                 del self.tail[: cut - self.tail_pos]
                 self.tail_pos = cut
 
+    def append_stored(self, m: ChatMessage, counter: TokenCounter) -> bool:
+        """Take ``m``, just stored by this process, as the session's next message without reading
+        storage: only when the view is valid and ``m`` directly follows its last message (else
+        False: sync it). ``record`` keeps the last sync's (its counts are one message behind until
+        the next sync, which checks the whole tail again and rebuilds the view if anything else
+        changed meanwhile)."""
+        if not self.valid or m.id != self.last_id + 1 or m.role == "user":
+            return False
+        self.extend([m], counter)
+        return True
+
     def read_from(self) -> int:
         """The id to read after: the cached tail is read again (to notice in-place updates)."""
         return self.tail[0].message.id - 1 if self.tail else self.last_id
