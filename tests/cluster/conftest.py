@@ -11,7 +11,7 @@ from pg.dbs import fresh_database
 from pg.pgserver import shared_server, stop_shared
 from server.app import Server
 from testkit.echo_agent import EchoAgent
-from testkit.server import make_config
+from testkit.server import V3Client, make_config
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +38,21 @@ async def node(tmp_path: Path, url: str, name: str, agent: EchoAgent | None = No
         yield srv
     finally:
         await srv.stop()
+
+
+@contextlib.asynccontextmanager
+async def clients_of_one_session(first: Server, second: Server) -> AsyncIterator[tuple[V3Client, V3Client, str]]:
+    """A client of node ``first`` (in its new session), a client of node ``second`` attached to that
+    session, and the session id; both clients closed at the end."""
+    one = await V3Client.connect((first.host, first.port))
+    try:
+        other = await V3Client.connect((second.host, second.port), session_id=one.session_id)
+        try:
+            yield one, other, one.session_id
+        finally:
+            await other.close()
+    finally:
+        await one.close()
 
 
 @pytest.fixture

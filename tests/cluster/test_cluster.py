@@ -9,13 +9,9 @@ import asyncpg
 
 from protocol import MsgType as T
 from storage.pg.lock_holder import key_of
-from testkit.server import V3Client, answer_text, poll
+from testkit.server import answer_text, poll
 
-from cluster.conftest import node
-
-
-def _addr(srv):
-    return (srv.host, srv.port)
+from cluster.conftest import clients_of_one_session, node
 
 
 def _strip(body: dict) -> dict:
@@ -24,10 +20,7 @@ def _strip(body: dict) -> dict:
 
 async def test_a_client_of_one_node_follows_a_turn_running_on_the_other(two_nodes):
     a, b = two_nodes
-    writer = await V3Client.connect(_addr(b))
-    sid = writer.session_id
-    watcher = await V3Client.connect(_addr(a), session_id=sid)
-    try:
+    async with clients_of_one_session(b, a) as (writer, watcher, sid):
         # a tool call whose arguments are too large for a notification (spilled to the table),
         # then an answer in deltas
         text = "!tool " + "big argument " * 800
@@ -60,19 +53,13 @@ async def test_a_client_of_one_node_follows_a_turn_running_on_the_other(two_node
             assert seen[-1].body["message"]["content"] == f"echo: from a {i}"
         page = await writer.call(T.HISTORY_REQUEST, limit=50)
         assert len(page["messages"]) == 12
-    finally:
-        await writer.close()
-        await watcher.close()
 
 
 async def test_turns_of_one_session_from_two_nodes_run_one_at_a_time_in_arrival_order(tmp_path, pg_url):
     from testkit.echo_agent import EchoAgent
     agent_a, agent_b = EchoAgent(), EchoAgent()
     async with node(tmp_path, pg_url, "a", agent_a) as a, node(tmp_path, pg_url, "b", agent_b) as b:
-        ca = await V3Client.connect(_addr(a))
-        sid = ca.session_id
-        cb = await V3Client.connect(_addr(b), session_id=sid)
-        try:
+        async with clients_of_one_session(a, b) as (ca, cb, sid):
             r1 = await ca.call(T.CHAT_TEXT, text="!block first")        # runs on A, held there
             await agent_a.wait_blocked()
             r2 = await cb.call(T.CHAT_TEXT, text="second")              # B: waits for A's turn
@@ -100,9 +87,6 @@ async def test_turns_of_one_session_from_two_nodes_run_one_at_a_time_in_arrival_
                 ("user", "third"), ("assistant", "echo: third"),
                 ("user", "fourth"), ("assistant", "echo: fourth")]
             assert agent_a.started == 2 and agent_b.started == 2
-        finally:
-            await ca.close()
-            await cb.close()
 
 
 async def test_a_node_taking_a_session_over_first_hears_what_the_last_holder_sent(tmp_path, pg_url):
@@ -124,34 +108,30 @@ async def test_a_node_taking_a_session_over_first_hears_what_the_last_holder_sen
             if channel != relay.sync_channel:          # other nodes' events wait at the gate
                 await gate.wait()
             await handle(channel, payload)
-        ca = await V3Client.connect(_addr(a))
-        sid = ca.session_id
-        cb = await V3Client.connect(_addr(b), session_id=sid)
-        try:
-            r1 = await ca.call(T.CHAT_TEXT, text="!block first")
-            await agent_a.wait_blocked()
-            r2 = await cb.call(T.CHAT_TEXT, text="second")              # B queues behind A's turn
-            await poll(lambda: _lock_waiters(b, sid, 1), timeout=30)
-            r3 = await ca.call(T.CHAT_TEXT, text="third")               # A queues behind B's
-            await poll(lambda: _lock_waiters(a, sid, 2), timeout=30)
-            listener.on_event = held_back
-            agent_a.release()
-            # B runs "second" and lets go; A gets the lock and waits for its barrier, which is queued
-            # behind B's events at the gate
-            await poll(lambda: _lock_waiters(a, sid, 0), timeout=30)
-            await poll(lambda: bool(relay._syncs), timeout=30)
-            assert agent_a.started == 1                                 # "third" has not started
-            gate.set()
-            ids = [r["turn_id"] for r in (r1, r2, r3)]
-            await poll(lambda: sum(m.type == T.TURN_END and m.body["turn_id"] in ids for m in ca.inbox) == 3,
-                       timeout=30)
-            order = [(m.type, m.body["turn_id"]) for m in ca.inbox if m.type in (T.TURN_START, T.TURN_END)]
-            assert order == [(t, i) for i in ids for t in (T.TURN_START, T.TURN_END)]
-            assert agent_a.started == 2
-        finally:
-            listener.on_event = handle
-            await ca.close()
-            await cb.close()
+        async with clients_of_one_session(a, b) as (ca, cb, sid):
+            try:
+                r1 = await ca.call(T.CHAT_TEXT, text="!block first")
+                await agent_a.wait_blocked()
+                r2 = await cb.call(T.CHAT_TEXT, text="second")              # B queues behind A's turn
+                await poll(lambda: _lock_waiters(b, sid, 1), timeout=30)
+                r3 = await ca.call(T.CHAT_TEXT, text="third")               # A queues behind B's
+                await poll(lambda: _lock_waiters(a, sid, 2), timeout=30)
+                listener.on_event = held_back
+                agent_a.release()
+                # B runs "second" and lets go; A gets the lock and waits for its barrier, which is queued
+                # behind B's events at the gate
+                await poll(lambda: _lock_waiters(a, sid, 0), timeout=30)
+                await poll(lambda: bool(relay._syncs), timeout=30)
+                assert agent_a.started == 1                                 # "third" has not started
+                gate.set()
+                ids = [r["turn_id"] for r in (r1, r2, r3)]
+                await poll(lambda: sum(m.type == T.TURN_END and m.body["turn_id"] in ids for m in ca.inbox) == 3,
+                           timeout=30)
+                order = [(m.type, m.body["turn_id"]) for m in ca.inbox if m.type in (T.TURN_START, T.TURN_END)]
+                assert order == [(t, i) for i in ids for t in (T.TURN_START, T.TURN_END)]
+                assert agent_a.started == 2
+            finally:
+                listener.on_event = handle
 
 
 async def _lock_waiters(srv, session_id: str, n: int) -> bool:
@@ -166,10 +146,7 @@ async def test_a_turn_waiting_for_another_node_can_be_withdrawn(tmp_path, pg_url
     from testkit.echo_agent import EchoAgent
     agent_a = EchoAgent()
     async with node(tmp_path, pg_url, "a", agent_a) as a, node(tmp_path, pg_url, "b") as b:
-        ca = await V3Client.connect(_addr(a))
-        sid = ca.session_id
-        cb = await V3Client.connect(_addr(b), session_id=sid)
-        try:
+        async with clients_of_one_session(a, b) as (ca, cb, sid):
             r1 = await ca.call(T.CHAT_TEXT, text="!block first")
             await agent_a.wait_blocked()
             r2 = await cb.call(T.CHAT_TEXT, text="never mind")
@@ -188,9 +165,6 @@ async def test_a_turn_waiting_for_another_node_can_be_withdrawn(tmp_path, pg_url
             page = await cb.call(T.HISTORY_REQUEST, limit=50)
             assert [m["content"] for m in page["messages"]] == ["!block first", "echo: !block first",
                                                                  "now", "echo: now"]
-        finally:
-            await ca.close()
-            await cb.close()
     # stopped nodes leave no backend behind (lock waiters and node watchers included)
     con = await asyncpg.connect(pg_url)
     try:
