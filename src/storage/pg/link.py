@@ -22,6 +22,7 @@ from asyncpg.exceptions._base import InternalClientError
 from ..config import StorageConfig
 from ..errors import InvalidArgument, StorageClosed, StorageError
 from .errors import StorageUnavailable
+from .leases import Leases
 from .schema import migrate
 
 log = logging.getLogger("storage")
@@ -62,6 +63,7 @@ class PgLink:
     def __init__(self, config: StorageConfig) -> None:
         self.config = config
         self.pool: asyncpg.Pool | None = None
+        self.leases: Leases | None = None     # the pool's connections, kept between calls
         self.closed = False
 
     def connect_args(self) -> dict[str, Any]:
@@ -85,11 +87,14 @@ class PgLink:
             return await asyncpg.create_pool(min_size=0, max_size=cfg.pg_pool_size, connection_class=PooledConnection,
                                              max_inactive_connection_lifetime=60.0, **self.connect_args())
         self.pool = await self.retrying(make_pool, "open the connection pool")
+        self.leases = Leases(self.pool, cfg.pg_pool_size)
 
     async def close(self) -> None:
         if self.closed:
             return
         self.closed = True
+        if self.leases is not None:
+            await self.leases.close()
         if self.pool is not None:
             try:
                 await asyncio.wait_for(self.pool.close(), self.config.pg_connect_timeout_s)
@@ -97,12 +102,13 @@ class PgLink:
                 self.pool.terminate()
 
     async def _acquire(self) -> asyncpg.Connection:
-        """A pooled connection, within ``pg_connect_timeout_s`` (raises TimeoutError). Not asyncpg's
-        own ``acquire(timeout=...)``: that wraps every acquisition in a task of its own (``wait_for``),
-        several times a turn."""
-        assert self.pool is not None
-        async with asyncio.timeout(self.config.pg_connect_timeout_s):
-            return await self.pool.acquire()
+        """A connection of the pool (``Leases``), within ``pg_connect_timeout_s`` (raises TimeoutError)."""
+        assert self.leases is not None
+        return await self.leases.take(self.config.pg_connect_timeout_s)
+
+    async def _put_back(self, con: asyncpg.Connection, clean: bool) -> None:
+        assert self.leases is not None
+        await self.leases.put_back(con, clean)
 
     async def run(self, work: Callable[[asyncpg.Connection], Awaitable[T]], *, write: bool) -> T:
         """``work(connection)`` with a pooled connection, under the retry policy."""
@@ -113,10 +119,16 @@ class PgLink:
                 con = await self._acquire()
             except CONNECTION_ERRORS as exc:
                 raise Unsent() from exc
+            clean = False
             try:
-                return await work(con)
-            except CONNECTION_ERRORS as exc:
+                result = await work(con)
+                clean = True
+                return result
+            except BaseException as exc:
                 if not is_connection_error(exc):
+                    # PostgreSQL's own error, or a value the driver refused before sending: the
+                    # connection is fine (a cancelled call's is not: it goes back to the pool)
+                    clean = isinstance(exc, (asyncpg.PostgresError, ClientDataError))
                     raise
                 _discard(con)
                 if write:
@@ -124,7 +136,7 @@ class PgLink:
                                              "it was not acknowledged, retry later") from None
                 raise Unsent() from exc
             finally:
-                await _release(self.pool, con)
+                await self._put_back(con, clean)
         return await self.retrying(once, "reach PostgreSQL")
 
     async def ping(self) -> None:
@@ -142,8 +154,10 @@ class PgLink:
                 con = await self._acquire()
             except (asyncio.TimeoutError, *CONNECTION_ERRORS) as err:
                 raise StorageUnavailable(f"PostgreSQL is unavailable ({_why(err)})") from None
+            clean = False
             try:
                 await con.fetchval("SELECT 1", timeout=timeout)
+                clean = True
                 return
             except (asyncio.TimeoutError, asyncpg.QueryCanceledError):
                 raise StorageUnavailable(f"PostgreSQL did not answer within {timeout:g} s") from None
@@ -151,7 +165,7 @@ class PgLink:
                 _discard(con)
                 exc = err
             finally:
-                await _release(self.pool, con)
+                await self._put_back(con, clean)
         raise StorageUnavailable(f"PostgreSQL is unavailable ({_why(exc)})")
 
     async def run_holding(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> asyncpg.Connection:
@@ -170,15 +184,17 @@ class PgLink:
             except BaseException as exc:
                 if is_connection_error(exc):
                     _discard(con)
-                await _release(self.pool, con)
+                await self._put_back(con, not is_connection_error(exc)
+                                     and isinstance(exc, (asyncpg.PostgresError, ClientDataError)))
                 if is_connection_error(exc):
                     raise Unsent() from exc
                 raise
         return await self.retrying(once, "reach PostgreSQL")
 
     async def release(self, con: asyncpg.Connection) -> None:
-        if self.pool is not None:
-            await _release(self.pool, con)
+        """Give back a connection of ``run_holding`` (the caller undid what it set on it)."""
+        if self.leases is not None:
+            await self._put_back(con, True)
 
     async def retrying(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
         cfg = self.config
@@ -216,13 +232,6 @@ def _discard(con: asyncpg.Connection) -> None:
         con.terminate()
     except CONNECTION_ERRORS as exc:   # already released to the pool or closed: nothing left to close
         log.debug("storage: broken connection already closed (%s)", _why(exc))
-
-
-async def _release(pool: asyncpg.Pool, con: asyncpg.Connection) -> None:
-    try:
-        await pool.release(con)
-    except CONNECTION_ERRORS:
-        pass
 
 
 def _why(exc: BaseException) -> str:
