@@ -10,7 +10,8 @@ else waits, first come first served, for one to be given back. A connection that
 clean state (the call was cancelled mid-statement, its connection broke, a transaction is still
 open) goes back to the pool instead (``drop``), which closes or resets it and replaces broken ones;
 an idle connection that PostgreSQL closed meanwhile (a restart) is dropped when next taken (asyncpg
-has already given its slot back to the pool then).
+has already given its slot back to the pool then). Connections kept here stay open while the node runs (the
+pool's closing of connections idle for 60 s does not apply to them): at most ``pg_pool_size``.
 """
 from __future__ import annotations
 
