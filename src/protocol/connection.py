@@ -31,12 +31,13 @@ class Connection:
     ``receive_data`` returns events; recoverable errors are ``InvalidMessage`` events, fatal ones
     raise ``ProtocolError`` (with ``.events`` = what was decoded before) and close the connection.
     After a clean EOF (``receive_data(b"")``) sending still works; receiving raises.
-    ``receive_and_pong`` is ``receive_data`` answering well-formed v3 PINGs itself;
+    ``receive_and_pong`` is ``receive_data`` answering well-formed v3 PINGs itself (``pong_one``: a
+    read that is exactly one canonical PING, answered or None);
     ``tx_seq`` is the seq of the next frame sent, ``rx_seq`` the seq expected next.
     ``receiver`` is the decoding state (``protocol.receiver.Receiver``).
     """
 
-    __slots__ = ("role", "receiver", "receive_data", "receive_and_pong", "receive_and_heartbeat",
+    __slots__ = ("role", "receiver", "receive_data", "receive_and_pong", "pong_one", "receive_and_heartbeat",
                  "refuse_message", "close")
 
     def __init__(self, role: Role | str, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
@@ -49,6 +50,7 @@ class Connection:
         # The receiving API is the receiver's: its bound methods, called without a forwarding frame.
         self.receive_data = rx.receive_data
         self.receive_and_pong = rx.receive_and_pong
+        self.pong_one = rx.pong_one
         self.receive_and_heartbeat = rx.receive_and_heartbeat
         self.refuse_message = rx.refuse_message
         self.close = rx.close

@@ -166,6 +166,31 @@ class Receiver:
         finally:
             self._heartbeats = None
 
+    def pong_one(self, data: bytes, time: str) -> bytes | None:
+        """The PONG frame answering ``data`` if it is exactly one canonical v3 PING (``b'{"id":N}'``
+        as orjson writes it, in sequence, with no message in progress), the receiver's state
+        advanced as ``receive_and_pong`` would; else None with nothing changed (then call
+        ``receive_and_pong``, which starts with this). A server's hottest path: one read, one PING,
+        one PONG. ``time``: as for ``receive_and_pong``."""
+        n = len(data)
+        if 13 <= n <= CANON_PING_MAX + 5 and data[0] == 0x23 and data[n - 1] == 0x7D \
+                and self.version is _V3 and type(data) is bytes and not (
+                    self.closed or self._eof or self._pending_len or self._frag_size or self._discarding):
+            _, seq, ln = _unpack_from(data)     # (the same outcome as receive_and_pong's loop)
+            digits = data[11:n - 1]
+            if ln == n - 5 and seq == self.rx_seq and ln <= self.max_message_size \
+                    and data.startswith(b'{"id":', 5) and digits.isdigit() \
+                    and (ln == 8 or digits[0] != 0x30):
+                parts = _pong_cache[0]
+                if parts[0] != time:
+                    parts = pong_parts(time)
+                tx = self.tx_seq
+                self.rx_seq = (seq + 1) & 0xFFFF
+                self.tx_seq = (tx + 1) & 0xFFFF
+                pong = RE_PREFIX + digits + parts[2]
+                return _pack(_PONG, tx, len(pong)) + pong
+        return None
+
     def receive_and_pong(self, data: bytes, time: str | None,
                          out: list[bytes] | None) -> list[Event]:
         """``receive_data`` that answers well-formed v3 PINGs itself (a server's hot path).
@@ -198,20 +223,10 @@ class Receiver:
             if parts[0] != time:
                 parts = pong_parts(time)
             _, fmt_int, tail = parts
-            n = len(data)             # a read that is exactly one canonical PING (the common
-            if data[0] == 0x23 and 13 <= n <= CANON_PING_MAX + 5 and data[n - 1] == 0x7D \
-                    and self.version is _V3 and not (self._pending_len or self._frag_size
-                                                     or self._discarding):  # case): answered here
-                _, seq, ln = _unpack_from(data)     # (the same outcome as the loop below)
-                digits = data[11:n - 1]
-                if ln == n - 5 and seq == self.rx_seq and ln <= self.max_message_size \
-                        and data.startswith(b'{"id":', 5) and digits.isdigit() \
-                        and (ln == 8 or digits[0] != 0x30):
-                    tx = self.tx_seq
-                    self.rx_seq = (seq + 1) & 0xFFFF
-                    self.tx_seq = (tx + 1) & 0xFFFF
-                    pong = RE_PREFIX + digits + tail
-                    out.append(_pack(_PONG, tx, len(pong)) + pong)
+            if data[0] == 0x23:       # a read that is exactly one canonical PING (the common case)
+                pong = self.pong_one(data, time)
+                if pong is not None:
+                    out.append(pong)
                     return []
         events: list[Event] = []
         try:

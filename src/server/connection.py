@@ -91,6 +91,7 @@ class ServerConnection(asyncio.Protocol):
         self._clock = time.monotonic if type(self.loop).time is asyncio.BaseEventLoop.time else self.loop.time
         self._rx = services.rx
         self._receiver = self.codec.receiver
+        self._pong_one = self.codec.pong_one
         self.input = InputWatch(self.codec, services.input_budget, self.limits, self.loop,
                                 self._on_message_timeout, str(conn_id))
         self.output = OutputBuffer(self.loop, self.limits.max_output_buffer, self._on_slow, str(conn_id))
@@ -211,6 +212,16 @@ class ServerConnection(asyncio.Protocol):
             rx.used += n
             if not rx.armed:
                 rx.arm()
+            if self.state is _READY and data[0] == _PING:    # the hottest path: one PING, one PONG
+                output = self.output
+                inp = self.input
+                if output.idle_for_pong and not inp.counted and inp.started is None:
+                    pong = self._pong_one(data, iso_now())
+                    if pong is not None:         # (nothing queued before it: written straight away)
+                        self.last_rx = self._clock()
+                        self._ping_sent = False
+                        output.transport.write(pong)   # type: ignore[union-attr]
+                        return
             self._receive(data)
             return
         if self._rx_backlog is not None:   # (reading is paused: only bytes already in flight)

@@ -241,3 +241,41 @@ def test_property_answered_exactly_when_orjson_sees_a_valid_id(payloads: list[by
             reported.append((InvalidMessage if type(body) is not dict else Message, seq))
     assert [(type(e), e.seq) for e in events] == reported
     assert b"".join(out) == pongs(answered) and conn.tx_seq == len(answered)
+
+
+# ---------------------------------------------------------------- pong_one (a read of one PING)
+@given(st.lists(st.one_of(st.integers(-5, 2**64), st.text(max_size=5), st.none(), st.floats(allow_nan=False)),
+                min_size=1, max_size=6))
+def test_pong_one_answers_exactly_what_receive_and_pong_would_or_changes_nothing(ids) -> None:
+    """A server that tries ``pong_one`` first (and ``receive_and_pong`` when it says None) sends and
+    reports exactly what one calling ``receive_and_pong`` alone does, read after read."""
+    one, other = server(), server()
+    for i, rid in enumerate(ids):
+        data = frames(MsgType.PING, [orjson.dumps({"id": rid})], i)
+        before = (one.rx_seq, one.tx_seq)
+        got = one.pong_one(data, T)
+        mine: list[bytes] = []
+        if got is None:
+            assert (one.rx_seq, one.tx_seq) == before           # nothing changed
+            my_events = one.receive_and_pong(data, T, mine)
+        else:
+            mine, my_events = [got], []
+            assert valid_id(rid)
+        theirs: list[bytes] = []
+        assert other.receive_and_pong(data, T, theirs) == my_events
+        assert b"".join(mine) == b"".join(theirs)
+        assert (one.rx_seq, one.tx_seq) == (other.rx_seq, other.tx_seq)
+
+
+def test_pong_one_leaves_anything_but_one_whole_canonical_ping_to_receive_and_pong() -> None:
+    conn = server()
+    ping = frames(MsgType.PING, [b'{"id":7}'])
+    assert conn.pong_one(ping[:-1], T) is None                                # half of it
+    assert conn.pong_one(ping + frames(MsgType.PING, [b'{"id":8}'], 1), T) is None   # two
+    assert conn.pong_one(frames(MsgType.PING, [b'{"id": 7}']), T) is None    # not orjson's spelling
+    assert conn.pong_one(frames(MsgType.PING, [b'{"id":07}']), T) is None    # not a canonical number
+    assert conn.pong_one(frames(MsgType.PING, [b'{"id":7}'], 5), T) is None  # out of sequence
+    assert conn.pong_one(frames(MsgType.SESSION_LIST, [b'{"id":7}']), T) is None
+    assert (conn.rx_seq, conn.tx_seq) == (0, 0)
+    assert conn.pong_one(ping, T) == expected_pongs([7])[0] and (conn.rx_seq, conn.tx_seq) == (1, 1)
+    assert server().pong_one(b"", T) is None

@@ -36,3 +36,21 @@ async def test_pipelined_pings_and_requests_are_answered_in_order(tmp_path):
         assert (await asyncio.wait_for(fut, 10)).body["re"] == 99
         assert (await c.call(T.SESSION_LIST))["sessions"]
         await c.close()
+
+
+async def test_pings_one_per_read_while_an_answer_streams_keep_the_frames_in_order(tmp_path):
+    """A read holding one PING is answered straight to the transport (``pong_one``) only when no
+    frame is waiting to be sent; while a streamed answer's deltas are queued it goes after them.
+    The client checks every seq, so a PONG sent ahead of frames numbered before it would fail."""
+    async with running_server(tmp_path) as (srv, addr):
+        c = await V3Client.connect(addr)
+        r = await c.call(T.CHAT_TEXT, text="!tokens 4000")
+        times = set()
+        for _ in range(60):                     # one PING a write, one at a time, as the answer streams
+            pong = await c.call(T.PING)
+            times.add(pong["time"])
+        events = await c.turn_events(r["turn_id"], timeout=30)
+        assert c.protocol_error is None
+        assert events[-1].type == T.TURN_END and sum(m.type == T.ANSWER_DELTA for m in events) == 4000
+        assert all(isinstance(t, str) and t.endswith("+00:00") for t in times)
+        await c.close()
