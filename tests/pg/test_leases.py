@@ -53,11 +53,17 @@ async def test_at_most_size_out_and_waiters_served_in_order(pool):
     await leases.close()
 
 
-async def test_a_connection_in_doubt_goes_back_to_the_pool_and_its_slot_to_a_waiter(pool):
+async def one_out_and_a_waiter(pool) -> tuple[Leases, asyncpg.Connection, asyncio.Task]:
+    """Leases of size 1: its connection taken, and a second call waiting for it."""
     leases = Leases(pool, 1)
     con = await leases.take(5)
     waiter = asyncio.create_task(leases.take(5))
     await poll(lambda: leases.waiting == 1)
+    return leases, con, waiter
+
+
+async def test_a_connection_in_doubt_goes_back_to_the_pool_and_its_slot_to_a_waiter(pool):
+    leases, con, waiter = await one_out_and_a_waiter(pool)
     tr = con.transaction()
     await tr.start()                            # left in a transaction: not given to the waiter
     await leases.put_back(con, clean=True)
@@ -87,10 +93,7 @@ async def test_an_idle_connection_closed_by_postgresql_is_replaced(pool, pg_url)
 
 
 async def test_a_waiter_cancelled_as_it_is_served_passes_the_connection_on(pool):
-    leases = Leases(pool, 1)
-    con = await leases.take(5)
-    waiter = asyncio.create_task(leases.take(5))
-    await poll(lambda: leases.waiting == 1)
+    leases, con, waiter = await one_out_and_a_waiter(pool)
     await leases.put_back(con, clean=True)      # handed to the waiter ...
     waiter.cancel()                             # ... which is cancelled before it runs again
     with pytest.raises(asyncio.CancelledError):
