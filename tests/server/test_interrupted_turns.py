@@ -7,15 +7,15 @@ answer and stalls, so the turn is surely running when SIGKILL arrives.
 from __future__ import annotations
 
 import asyncio
-import threading
 import json
+import threading
 
 from protocol import MsgType
 from server.inflight import MARKER_NAME, InFlightTurns, read_marker
 from storage import HistoryStore, StorageConfig
 from testkit.process import ServerProcess
 from testkit.scripted_llm import Reply, ScriptedLLM
-from testkit.server import V3Client
+from testkit.server import V3Client, poll
 
 T = MsgType
 
@@ -96,16 +96,12 @@ async def test_turn_ends_waiting_for_the_marker_thread_share_one_rewrite(tmp_pat
     for sid in "abc":
         marker.ended(sid)                           # one rewrite queued, the next two join it
     fut = asyncio.ensure_future(marker.started("g"))   # its line is queued after that rewrite
-    deadline = asyncio.get_running_loop().time() + 30
-    while "g" not in marker._running:               # poll (with a deadline) until it has started
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0)
+    await poll(lambda: "g" in marker._running, 30, "started('g') has run")
     marker.ended("d")                               # so this end queues a rewrite of its own
     gate.set()
     await fut
-    while len(rewrites) < 2:                        # d's rewrite, queued after the +g line, has run
-        assert asyncio.get_running_loop().time() < deadline   # (else g's end would join it: a race)
-        await asyncio.sleep(0.001)
+    # d's rewrite, queued after the +g line, has run (else g's end would join it: a race)
+    await poll(lambda: len(rewrites) >= 2, 30, "d's rewrite has run")
     marker.ended("g")                               # another rewrite, after the +g line
     await asyncio.to_thread(marker.close)
     assert rewrites == [("e", "f", "g"), ("e", "f", "g"), ("e", "f")]  # each writes what runs when it runs
