@@ -124,25 +124,16 @@ class InFlightTurns(NoMarker):
             self._lines_keep = tuple(self._running)
             done = self._lines_done
             if done is None:
-                loop = asyncio.get_running_loop()
-                done = self._lines_done = loop.create_future()
-                self._pool.submit(self._write_lines, loop, done)
-        await asyncio.shield(done)       # (a cancelled caller leaves the others' future alone)
+                done = self._lines_done = asyncio.wrap_future(self._pool.submit(self._write_lines))
+        await asyncio.shield(done)       # (a cancelled caller leaves the others' write alone)
 
-    def _write_lines(self, loop: asyncio.AbstractEventLoop, done: asyncio.Future[None]) -> None:
-        """The writer thread: every start line queued so far, in one write; then wake their callers."""
+    def _write_lines(self) -> None:
+        """The writer thread: every start line queued so far, in one write (an error reaches every
+        caller of the batch)."""
         with self._lock:
             lines, keep = self._lines, self._lines_keep
             self._lines, self._lines_done = [], None
-        error: BaseException | None = None
-        try:
-            self._write(b"".join(lines), keep)
-        except Exception as exc:         # (OSError: disk full, say) every caller of the batch gets it
-            error = exc
-        try:
-            loop.call_soon_threadsafe(_settle, done, error)
-        except RuntimeError:             # the loop is closed (shutdown): nobody waits any more
-            pass
+        self._write(b"".join(lines), keep)
 
     def ended(self, session_id: str) -> None:
         """The turn ended (answer stored or not): the file is rewritten in the background (turn ends
@@ -178,12 +169,3 @@ class InFlightTurns(NoMarker):
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def _settle(done: asyncio.Future[None], exc: BaseException | None) -> None:
-    if done.done():
-        return
-    if exc is None:
-        done.set_result(None)
-    else:
-        done.set_exception(exc)
