@@ -2,9 +2,9 @@
 
 A session's finished turns are indexed incrementally and lazily, when a search needs them (a
 prompt's recall in that session, or a search across the user's sessions, which first syncs the
-sessions marked stale since): only the messages after the last one consumed are read (from the session's ``SessionView`` when it holds them, else from storage). A
-session whose visible message count no longer adds up (clear/restore) is re-indexed; deleted and
-purged sessions are dropped. Optional embeddings are computed in the background.
+sessions marked stale since): only the messages after the last one consumed are read (from the
+session's ``SessionView`` when it holds them, else from storage). A session whose visible message
+count no longer adds up (clear/restore) is re-indexed; deleted and purged sessions are dropped. Optional embeddings are computed in the background.
 """
 from __future__ import annotations
 
