@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import signal
-import subprocess
-import sys
 import textwrap
 
 import asyncpg
@@ -23,7 +20,7 @@ from server.knowledge import KnowledgeBase, KnowledgeConfig
 from server.knowledge.pg_store import PgDocumentStore, pg_limits
 from storage.config import StorageConfig
 from storage.pg.link import PgLink
-from testkit.process import ServerProcess
+from testkit.process import ServerProcess, kill_at_point
 from testkit.server import V3Client
 
 from cluster.conftest import node
@@ -86,19 +83,7 @@ async def test_sigkill_mid_ingest_leaves_the_document_whole_or_absent(tmp_path, 
     src = tmp_path / "failover.md"
     src.write_bytes(DOC)
     root = tmp_path / "node"
-    proc = subprocess.Popen([sys.executable, str(script), point, pg_url, str(root), str(src)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline().strip()            # the child reached the kill point
-        assert line == point, proc.stderr.read()
-        os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            stream.close()
+    kill_at_point(script, point, pg_url, str(root), str(src), point=point)
     committed = point == "committed"
     rows = await count_rows(pg_url)                 # PostgreSQL rolled back the dead connection's work
     assert rows["documents"] == (1 if committed else 0)

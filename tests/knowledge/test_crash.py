@@ -3,15 +3,12 @@ the document exists whole (listed, searchable, bytes intact) or not at all (no d
 from __future__ import annotations
 
 import hashlib
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from server.knowledge import KnowledgeBase, KnowledgeConfig
+from testkit.process import kill_at_point
 
 DOC = ("# Failover\n\n" + "".join(f"Step {i}: promote replica {i} and check lag.\n\n" for i in range(400))).encode()
 
@@ -73,19 +70,7 @@ async def test_sigkill_during_ingest_leaves_the_document_whole_or_absent(tmp_pat
     src = tmp_path / "failover.md"
     src.write_bytes(DOC)
     root = tmp_path / "kb"
-    proc = subprocess.Popen([sys.executable, str(script), point, str(root), str(src)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline().strip()           # the child reached the kill point
-        assert line == point, proc.stderr.read()
-        os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            stream.close()
+    kill_at_point(script, point, str(root), str(src), point=point)
     kb = KnowledgeBase(KnowledgeConfig(), root)
     await kb.start()
     try:

@@ -8,12 +8,31 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 START_DEADLINE_S = 30.0
+
+
+def kill_at_point(script: Path, *args: str, point: str) -> None:
+    """Run the Python ``script`` with ``args`` until it prints the line ``point`` (it has reached
+    the moment to die at), then SIGKILL it; its pipes are closed whatever happens."""
+    proc = subprocess.Popen([sys.executable, str(script), *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline().strip()            # type: ignore[union-attr]
+        assert line == point, proc.stderr.read()          # type: ignore[union-attr]
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()                                # type: ignore[union-attr]
 
 
 class ServerProcess:
