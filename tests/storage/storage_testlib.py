@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from storage import HistoryStore
+from storage import HistoryStore, StorageConfig
 from storage.ids import journal_name, snapshot_name
 
 
@@ -79,3 +79,14 @@ def check_files(root: Path) -> None:
         lines = p.read_bytes().split(b"\n")
         for line in lines[:-1]:                            # complete lines all parse; the last may be torn
             orjson.loads(line)
+
+
+def check_acked(root: Path, sids: list[str], acked: dict[str, set[int]]) -> None:
+    """After SIGKILLs: the files are sound, and every session holds messages 1..n with no gap,
+    every acknowledged one among them."""
+    check_files(root)
+    with HistoryStore(StorageConfig(root=str(root))) as store:
+        for sid in sids:
+            ids = [m.id for m in store.messages(sid)]
+            assert ids == list(range(1, len(ids) + 1))
+            assert acked[sid] <= set(ids), sorted(acked[sid] - set(ids))[:10]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from storage import HistoryStore, StorageConfig
-from storage_testlib import check_files, kill_and_read_rest
+from storage_testlib import check_acked, check_files, kill_and_read_rest
 
 CHILD = Path(__file__).with_name("crash_child.py")
 KILLS = {"fsync": 14, "compact": 10, "batched": 6}
@@ -90,10 +90,5 @@ def test_sigkill_during_group_commit_loses_no_acknowledged_append(tmp_path: Path
             sid, mid = line.split()
             acked[sid.decode()].add(int(mid))
         assert proc.returncode == -signal.SIGKILL
-        check_files(root)
-        with HistoryStore(StorageConfig(root=str(root))) as store:
-            for sid in sids:
-                ids = [m.id for m in store.messages(sid)]
-                assert ids == list(range(1, len(ids) + 1))
-                assert acked[sid] <= set(ids), sorted(acked[sid] - set(ids))[:10]
+        check_acked(root, sids, acked)
     assert sum(len(a) for a in acked.values()) >= 8 * 20
