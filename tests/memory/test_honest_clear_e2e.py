@@ -9,20 +9,10 @@ import pytest
 
 from protocol import MsgType as T
 from testkit.echo_agent import EchoAgent
-from testkit.server import V3Client, poll, running_server
+from memory_testlib import leaks, plant_secrets_until_summarized, say
+from testkit.server import V3Client, running_server
 
-SECRETS = ("vault-7", "PELICAN", "zsh-extra")
 SUMMARIZE = {"summarization": {"trigger": {"type": "messages", "value": 6}, "keep": {"type": "messages", "value": 2}}}
-
-
-async def say(c: V3Client, text: str) -> None:
-    reply = await c.call(T.CHAT_TEXT, text=text)
-    events = await c.turn_events(reply["turn_id"])
-    assert events[-1].type == T.TURN_END, events[-1].body
-
-
-def leaks(text: str) -> list[str]:
-    return [s for s in SECRETS if s in text]
 
 
 @pytest.mark.parametrize("how", ["clear", "clear purge", "purge"])
@@ -30,18 +20,8 @@ async def test_cleared_text_reaches_no_prompt_info_export_or_memory(tmp_path, ho
     echo = EchoAgent()
     async with running_server(tmp_path, echo, memory="auto", sections=SUMMARIZE) as (srv, addr):
         c = await V3Client.connect(addr)
-        first = c.hello["session"]["session_id"]
-        await say(c, "The vault host is vault-7. My favourite shell is zsh-extra.")
-        await say(c, "remember the code word PELICAN for the backup job")
-        for i in range(4):
-            await say(c, f"check disk usage on web{i}")
+        first = await plant_secrets_until_summarized(srv, c)
         memory = srv.services.memory
-
-        async def summarized() -> bool:
-            await memory.wait_idle()
-            rec = await srv.store.get(first)
-            return bool(rec.summaries) and bool(await memory.user_memory.list("local"))
-        await poll(summarized)
         assert leaks((await srv.store.get(first)).summaries[-1].text)      # the summary did hold them
 
         if how == "purge":

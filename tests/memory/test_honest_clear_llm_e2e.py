@@ -13,11 +13,10 @@ from protocol import MsgType as T
 from server.app import Server
 from storage.models import DEFAULT_TITLE
 from testkit.scripted_llm import Recorded, Reply, ScriptedLLM
-from testkit.server import V3Client, make_config, poll
+from memory_testlib import leaks, plant_secrets_until_summarized, say
+from testkit.server import V3Client, make_config
 
 MODEL = "scripted-a"
-SECRETS = ("vault-7", "PELICAN", "zsh-extra")
-FIRST = "The vault host is vault-7. My favourite shell is zsh-extra."
 
 
 class LLM(ScriptedLLM):
@@ -34,16 +33,6 @@ class LLM(ScriptedLLM):
         return await super()._respond(req, writer)
 
 
-def leaks(text: str) -> list[str]:
-    return [s for s in SECRETS if s in text]
-
-
-async def say(c: V3Client, text: str) -> None:
-    reply = await c.call(T.CHAT_TEXT, text=text)
-    events = await c.turn_events(reply["turn_id"])
-    assert events[-1].type == T.TURN_END, events[-1].body
-
-
 @pytest.mark.parametrize("how", ["clear", "clear purge", "purge"])
 async def test_no_cleared_text_reaches_the_model_after_a_clear(tmp_path, how):
     async with LLM(model=MODEL) as llm:
@@ -54,18 +43,8 @@ async def test_no_cleared_text_reaches_the_model_after_a_clear(tmp_path, how):
         addr = await srv.start()
         try:
             c = await V3Client.connect(addr)
-            first = c.hello["session"]["session_id"]
-            await say(c, FIRST)                         # names the session (an automatic title)
-            await say(c, "remember the code word PELICAN for the backup job")
-            for i in range(4):
-                await say(c, f"check disk usage on web{i}")
+            first = await plant_secrets_until_summarized(srv, c)   # FIRST names the session (automatic title)
             memory = srv.services.memory
-
-            async def summarized() -> bool:
-                await memory.wait_idle()
-                rec = await srv.store.get(first)
-                return bool(rec.summaries) and bool(await memory.user_memory.list("local"))
-            await poll(summarized)
             rec = await srv.store.get(first)
             assert rec.title_auto and leaks(rec.title) and leaks(rec.summaries[-1].text)
             other = (await c.call(T.SESSION_NEW))["session"]["session_id"]
