@@ -9,7 +9,7 @@ import pytest
 
 from protocol import MsgType as T
 from testkit.echo_agent import EchoAgent
-from memory_testlib import leaks, plant_secrets_until_summarized, say
+from honest_clear_lib import leaks, plant_secrets_until_summarized, say
 from testkit.server import V3Client, running_server
 
 SUMMARIZE = {"summarization": {"trigger": {"type": "messages", "value": 6}, "keep": {"type": "messages", "value": 2}}}

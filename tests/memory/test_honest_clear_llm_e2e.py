@@ -13,7 +13,7 @@ from protocol import MsgType as T
 from server.app import Server
 from storage.models import DEFAULT_TITLE
 from testkit.scripted_llm import Recorded, Reply, ScriptedLLM
-from memory_testlib import leaks, plant_secrets_until_summarized, say
+from honest_clear_lib import leaks, plant_secrets_until_summarized, say
 from testkit.server import V3Client, make_config
 
 MODEL = "scripted-a"
