@@ -40,3 +40,13 @@ async def plant_secrets_until_summarized(srv: Any, c: V3Client) -> str:
         return bool(rec.summaries) and bool(await memory.user_memory.list("local"))
     await poll(summarized, what="a summary and a long-term memory item")
     return first
+
+
+async def forget(c: V3Client, session_id: str, how: str) -> str:
+    """Clear (``"clear"``, ``"clear purge"``) or purge (``"purge"``) the session; the session the
+    client goes on in (a new one after a purge)."""
+    if how == "purge":
+        await c.call(MsgType.SESSION_PURGE, session_id=session_id)
+        return (await c.call(MsgType.SESSION_NEW))["session"]["session_id"]
+    await c.call(MsgType.CLEAR_REQUEST, session_id=session_id, purge=how == "clear purge")
+    return session_id

@@ -9,7 +9,7 @@ import pytest
 
 from protocol import MsgType as T
 from testkit.echo_agent import EchoAgent
-from honest_clear_lib import leaks, plant_secrets_until_summarized, say
+from honest_clear_lib import forget, leaks, plant_secrets_until_summarized, say
 from testkit.server import V3Client, running_server
 
 SUMMARIZE = {"summarization": {"trigger": {"type": "messages", "value": 6}, "keep": {"type": "messages", "value": 2}}}
@@ -24,12 +24,7 @@ async def test_cleared_text_reaches_no_prompt_info_export_or_memory(tmp_path, ho
         memory = srv.services.memory
         assert leaks((await srv.store.get(first)).summaries[-1].text)      # the summary did hold them
 
-        if how == "purge":
-            await c.call(T.SESSION_PURGE, session_id=first)
-            session = (await c.call(T.SESSION_NEW))["session"]["session_id"]
-        else:
-            await c.call(T.CLEAR_REQUEST, session_id=first, purge=how == "clear purge")
-            session = first
+        session = await forget(c, first, how)
         question = "what is the vault host, the code word and my favourite shell?"
         await say(c, question)
         context = echo.requests[-1].context

@@ -13,7 +13,7 @@ from protocol import MsgType as T
 from server.app import Server
 from storage.models import DEFAULT_TITLE
 from testkit.scripted_llm import Recorded, Reply, ScriptedLLM
-from honest_clear_lib import leaks, plant_secrets_until_summarized, say
+from honest_clear_lib import forget, leaks, plant_secrets_until_summarized, say
 from testkit.server import V3Client, make_config
 
 MODEL = "scripted-a"
@@ -51,12 +51,8 @@ async def test_no_cleared_text_reaches_the_model_after_a_clear(tmp_path, how):
             await say(c, "which vault host, code word and shell did I mention?")
             assert leaks(json.dumps(llm.requests[-1].body))     # before: memory reaches another session
 
-            if how == "purge":
-                await c.call(T.SESSION_PURGE, session_id=first)
-                session = (await c.call(T.SESSION_NEW))["session"]["session_id"]
-            else:
-                await c.call(T.CLEAR_REQUEST, session_id=first, purge=how == "clear purge")
-                session = first
+            session = await forget(c, first, how)
+            if how != "purge":
                 await c.call(T.SESSION_SWITCH, session_id=first)
             await memory.wait_idle()
             n = len(llm.requests)
