@@ -16,7 +16,6 @@ from cluster.conftest import clients_of_one_session, node
 from cluster.test_cluster import _lock_waiters
 
 
-
 @pytest.mark.parametrize("by", ["session", "turn_id"])
 async def test_chat_cancel_on_one_node_stops_the_turn_running_on_the_other(tmp_path, pg_url, by):
     agent_b = EchoAgent()
