@@ -32,13 +32,14 @@ class Connection:
     raise ``ProtocolError`` (with ``.events`` = what was decoded before) and close the connection.
     After a clean EOF (``receive_data(b"")``) sending still works; receiving raises.
     ``receive_and_pong`` is ``receive_data`` answering well-formed v3 PINGs itself (``pong_one``: a
-    read that is exactly one canonical PING, answered or None);
+    read that is exactly one canonical PING, answered or None); ``receive_and_heartbeat`` and
+    ``heartbeat_one`` are their v2 counterparts for ``CHAT_TEXT "HEARTBEAT"``;
     ``tx_seq`` is the seq of the next frame sent, ``rx_seq`` the seq expected next.
     ``receiver`` is the decoding state (``protocol.receiver.Receiver``).
     """
 
     __slots__ = ("role", "receiver", "receive_data", "receive_and_pong", "pong_one", "receive_and_heartbeat",
-                 "refuse_message", "close")
+                 "heartbeat_one", "refuse_message", "close")
 
     def __init__(self, role: Role | str, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
                  max_buffer_size: int | None = None,
@@ -52,6 +53,7 @@ class Connection:
         self.receive_and_pong = rx.receive_and_pong
         self.pong_one = rx.pong_one
         self.receive_and_heartbeat = rx.receive_and_heartbeat
+        self.heartbeat_one = rx.heartbeat_one
         self.refuse_message = rx.refuse_message
         self.close = rx.close
 

@@ -17,7 +17,7 @@ from .errors import ProtocolError, closed_error
 from .events import Event, InvalidMessage, Message
 from .frame import HEADER, HEADER_SIZE, MAX_FRAME
 from .jsonbody import decode_body, json_error, not_object
-from .pong import CANON_PING_MAX, MAX_ID_CHARS, MIN_RUN, RE_PREFIX, answer_run, pong_parts
+from .pong import CANON_PING_MAX, ID_PREFIX, MAX_ID_CHARS, MIN_RUN, RE_PREFIX, answer_run, pong_parts
 from .pong import cache as _pong_cache
 from .receiver_v2 import _MEMBERS, _V2_TYPE, HEARTBEAT, V2Receiver
 
@@ -30,6 +30,7 @@ _PING = MsgType.PING
 _PONG = int(MsgType.PONG)
 _CHAT_TEXT = int(MsgType.CHAT_TEXT)
 _HEARTBEAT_TAIL = b"\x00\x09" + HEARTBEAT  # a v2 heartbeat frame after its type and seq
+_CANON_PING_FRAME = CANON_PING_MAX + 5  # the longest canonical PING frame (header included)
 _unpack_from = HEADER.unpack_from
 _pack = HEADER.pack
 _new = object.__new__                   # Message instances without a Python-level __init__ call
@@ -56,7 +57,7 @@ class Receiver:
 
     __slots__ = ("version", "max_message_size", "max_buffer_size", "v2", "rx_seq", "tx_seq", "closed",
                  "_pending", "_pending_len", "_parts", "_frag_size", "_discarding", "_discard_size",
-                 "_refusal", "_eof", "_heartbeats")
+                 "_refusal", "_eof", "_heartbeats", "_ping_ok")
 
     def __init__(self, version: ProtocolVersion, max_message_size: int,
                  max_buffer_size: int | None) -> None:
@@ -83,6 +84,9 @@ class Receiver:
         self.closed = False              # True after a fatal error or ``close()``
         self._eof = False
         self._heartbeats: list[bytes] | None = None  # receive_and_heartbeat's out, during the call
+        # pong_one may answer: v3, open, no message in progress. Kept by every method that changes
+        # those (set at the end of each receive, cleared by close, EOF and refuse_message)
+        self._ping_ok = self.version is _V3
 
     @property
     def seq_anomalies(self) -> int:
@@ -117,6 +121,7 @@ class Receiver:
         self._parts = []
         self._frag_size = 0
         self._discarding = True
+        self._ping_ok = False
         self._discard_size = size
         self._refusal = ProtocolError(code, message, fatal=False)
         return size
@@ -124,6 +129,7 @@ class Receiver:
     def close(self) -> None:
         """Close locally: further calls raise CONNECTION_CLOSED; buffers are released."""
         self.closed = True
+        self._ping_ok = False
         self._pending = []
         self._pending_len = 0
         self._parts = []
@@ -148,23 +154,31 @@ class Receiver:
         """
         if self.version is not _V2:
             raise ValueError("receive_and_heartbeat is for v2 connections")
-        # a read that is exactly one heartbeat (the common case): answered here, the same outcome
-        # as the frame loop (V2Receiver.parse) gives, without its setup
-        if len(data) == 14 and data[0] == _CHAT_TEXT and data.endswith(_HEARTBEAT_TAIL) \
-                and not (self._pending_len or self.closed or self._eof) and self.max_message_size >= 9:
-            seq = (data[1] << 8) | data[2]
-            if seq != self.rx_seq:
-                self.v2.seq_anomalies += 1
-            self.rx_seq = (seq + 1) & 0xFFFF
-            tx = self.tx_seq
-            self.tx_seq = (tx + 1) & 0xFFFF
-            out.append(_pack(_CHAT_TEXT, tx, 9) + HEARTBEAT)
+        reply = self.heartbeat_one(data)
+        if reply is not None:
+            out.append(reply)
             return []
         self._heartbeats = out
         try:
             return self.receive_and_pong(data, None, None)
         finally:
             self._heartbeats = None
+
+    def heartbeat_one(self, data: bytes) -> bytes | None:
+        """The reply to ``data`` if it is exactly one v2 heartbeat frame (``CHAT_TEXT "HEARTBEAT"``)
+        with nothing in progress, the receiver's state advanced as ``receive_and_heartbeat`` would
+        (the same outcome as its frame loop, without its setup); else None with nothing changed. For a
+        server whose v2 request worker is idle, as for ``receive_and_heartbeat``, which starts with it."""
+        if len(data) == 14 and data[0] == _CHAT_TEXT and type(data) is bytes and data.endswith(_HEARTBEAT_TAIL) \
+                and self.version is _V2 and not (self._pending_len or self.closed or self._eof) and self.max_message_size >= 9:
+            seq = (data[1] << 8) | data[2]
+            if seq != self.rx_seq:
+                self.v2.seq_anomalies += 1
+            self.rx_seq = (seq + 1) & 0xFFFF
+            tx = self.tx_seq
+            self.tx_seq = (tx + 1) & 0xFFFF
+            return _pack(_CHAT_TEXT, tx, 9) + HEARTBEAT
+        return None
 
     def pong_one(self, data: bytes, time: str) -> bytes | None:
         """The PONG frame answering ``data`` if it is exactly one canonical v3 PING (``b'{"id":N}'``
@@ -173,13 +187,12 @@ class Receiver:
         ``receive_and_pong``, which starts with this). A server's hottest path: one read, one PING,
         one PONG. ``time``: as for ``receive_and_pong``."""
         n = len(data)
-        if 13 <= n <= CANON_PING_MAX + 5 and data[0] == 0x23 and data[n - 1] == 0x7D \
-                and self.version is _V3 and type(data) is bytes and not (
-                    self.closed or self._eof or self._pending_len or self._frag_size or self._discarding):
+        if 13 <= n <= _CANON_PING_FRAME and data[0] == 0x23 and data[-1] == 0x7D and self._ping_ok \
+                and type(data) is bytes:
             _, seq, ln = _unpack_from(data)     # (the same outcome as receive_and_pong's loop)
             digits = data[11:n - 1]
             if ln == n - 5 and seq == self.rx_seq and ln <= self.max_message_size \
-                    and data.startswith(b'{"id":', 5) and digits.isdigit() \
+                    and data[5:11] == ID_PREFIX and digits.isdigit() \
                     and (ln == 8 or digits[0] != 0x30):
                 parts = _pong_cache[0]
                 if parts[0] != time:
@@ -327,10 +340,12 @@ class Receiver:
             self.close()
             exc.events = events
             raise
+        self._ping_ok = self.version is _V3 and not (self._pending_len or self._frag_size or self._discarding)
         return events
 
     def _on_eof(self) -> list[Event]:
         self._eof = True
+        self._ping_ok = False
         if self._pending_len or self._frag_size or self._discarding:
             if self._pending_len:
                 detail = f"in the middle of a frame ({self._pending_len} bytes of it received)"

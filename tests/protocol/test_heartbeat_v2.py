@@ -167,3 +167,44 @@ def test_one_heartbeat_read_after_a_partial_frame_completes_that_frame_first() -
     assert summary(got) == [("Message", CHAT, b"hi", 0)] and out == []
     got = conn.receive_and_heartbeat(data[19:], out)  # a heartbeat split across reads: an event
     assert summary(got) == [("Message", CHAT, HEARTBEAT, 1)] and out == []
+
+
+# ---------------------------------------------------------------- heartbeat_one (a read of one heartbeat)
+@given(st.lists(st.tuples(_frame, st.sampled_from([0, 1, 2, 0xFFFF, 7])), min_size=1, max_size=8))
+def test_heartbeat_one_answers_exactly_what_receive_and_heartbeat_would_or_changes_nothing(reads) -> None:
+    """A server that tries ``heartbeat_one`` first (and ``receive_and_heartbeat`` when it says None)
+    sends and reports exactly what one calling ``receive_and_heartbeat`` alone does, read after read."""
+    one, other = server(), server()
+    for (t, payload), seq in reads:
+        data = encode_frame(t, seq, payload)
+        before = (one.rx_seq, one.tx_seq, one.seq_anomalies)
+        got = one.heartbeat_one(data)
+        mine: list[bytes] = []
+        if got is None:
+            assert (one.rx_seq, one.tx_seq, one.seq_anomalies) == before     # nothing changed
+            my_events = one.receive_and_heartbeat(data, mine)
+        else:
+            assert (t, payload) == (CHAT, HEARTBEAT)
+            mine, my_events = [got], []
+        theirs: list[bytes] = []
+        assert summary(other.receive_and_heartbeat(data, theirs)) == summary(my_events)
+        assert mine == theirs
+        assert (one.rx_seq, one.tx_seq, one.seq_anomalies) == (other.rx_seq, other.tx_seq, other.seq_anomalies)
+
+
+def test_heartbeat_one_answers_one_whole_heartbeat_and_nothing_else() -> None:
+    conn = server()
+    beat = encode_frame(CHAT, 0, HEARTBEAT)
+    assert conn.heartbeat_one(beat[:-1]) is None                          # half of it
+    assert conn.heartbeat_one(beat + encode_frame(CHAT, 1, HEARTBEAT)) is None   # two
+    assert conn.heartbeat_one(memoryview(beat)) is None                   # not bytes: receive_data's job
+    assert conn.heartbeat_one(encode_frame(CHAT, 0, b"HEARTBEAt")) is None
+    assert (conn.rx_seq, conn.tx_seq) == (0, 0)
+    conn.receive_data(beat[:3])                                           # a frame in progress
+    assert conn.heartbeat_one(encode_frame(CHAT, 0, HEARTBEAT)) is None
+    for version in (V3, ProtocolVersion.UNKNOWN):
+        assert Connection(Role.SERVER, version=version).heartbeat_one(beat) is None
+    fresh = server()
+    assert fresh.heartbeat_one(beat) == beats(1)[0] and (fresh.rx_seq, fresh.tx_seq) == (1, 1)
+    fresh.close()
+    assert fresh.heartbeat_one(encode_frame(CHAT, 1, HEARTBEAT)) is None  # closed

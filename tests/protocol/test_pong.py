@@ -244,7 +244,7 @@ def test_property_answered_exactly_when_orjson_sees_a_valid_id(payloads: list[by
 
 
 # ---------------------------------------------------------------- pong_one (a read of one PING)
-@given(st.lists(st.one_of(st.integers(-5, 2**64), st.text(max_size=5), st.none(), st.floats(allow_nan=False)),
+@given(st.lists(st.one_of(st.integers(-5, 2**64 - 1), st.text(max_size=5), st.none(), st.floats(allow_nan=False)),
                 min_size=1, max_size=6))
 def test_pong_one_answers_exactly_what_receive_and_pong_would_or_changes_nothing(ids) -> None:
     """A server that tries ``pong_one`` first (and ``receive_and_pong`` when it says None) sends and
@@ -279,3 +279,44 @@ def test_pong_one_leaves_anything_but_one_whole_canonical_ping_to_receive_and_po
     assert (conn.rx_seq, conn.tx_seq) == (0, 0)
     assert conn.pong_one(ping, T) == expected_pongs([7])[0] and (conn.rx_seq, conn.tx_seq) == (1, 1)
     assert server().pong_one(b"", T) is None
+
+
+def test_pong_one_answers_only_while_the_receiver_is_v3_open_and_between_messages() -> None:
+    """``pong_one`` reads a flag the receiver keeps (``_ping_ok``) instead of testing its state each
+    read: every change of state that must stop it (a frame or a fragmented message in progress, a
+    refused message being skipped, EOF, close, an undecided or v2 version) is checked here."""
+    def ping(conn: Connection) -> bytes:
+        return frames(MsgType.PING, [b'{"id":5}'], conn.rx_seq)
+
+    conn = Connection(Role.SERVER)                                  # version not decided yet
+    assert conn.pong_one(ping(conn), T) is None
+    conn.receive_data(encode_frame(MsgType.HELLO, 0, b'{"id":0,"proto":3}'))
+    assert conn.pong_one(ping(conn), T) is not None                 # v3 now
+    half = ping(conn)
+    conn.receive_data(half[:4])                                     # a frame in progress
+    assert conn.pong_one(ping(conn), T) is None
+    conn.receive_data(half[4:])
+    assert conn.pong_one(ping(conn), T) is not None
+    client = Connection(Role.CLIENT)
+    for _ in range(conn.rx_seq):
+        client.send(MsgType.PING, {"id": 0})
+    big = client.send(MsgType.SESSION_LIST, {"id": 6, "pad": "x" * 70_000})   # fragmented
+    cut = 5 + int.from_bytes(big[3:5], "big")                       # its first fragment, whole
+    conn.receive_data(big[:cut])                                    # a fragmented message in progress
+    assert conn.bytes_buffered and conn.pong_one(ping(conn), T) is None
+    assert conn.refuse_message(ErrorCode.SERVER_BUSY, "busy")       # ... refused: skipped to its end
+    assert conn.pong_one(ping(conn), T) is None
+    assert isinstance(conn.receive_data(big[cut:])[0], InvalidMessage)
+    assert conn.pong_one(ping(conn), T) is not None                 # between messages again
+    conn.receive_data(b"")                                          # EOF
+    assert conn.pong_one(ping(conn), T) is None
+    closed = server()
+    closed.close()
+    assert closed.pong_one(ping(closed), T) is None
+    legacy = Connection(Role.SERVER)
+    legacy.set_legacy()
+    assert legacy.pong_one(ping(legacy), T) is None
+    broken = server()
+    with pytest.raises(ProtocolError):
+        broken.receive_data(frames(MsgType.PING, [b'{"id":1}'], 9))   # out of sequence: fatal
+    assert broken.pong_one(frames(MsgType.PING, [b'{"id":1}'], 0), T) is None
