@@ -55,13 +55,15 @@ from server.output import OutputBuffer
 from server.request_queue import RequestQueue
 from server.rx_budget import RX_SLICE_BYTES, SMALL_READ_BYTES
 from server.services import Services
-from server.timeutil import iso_now
+from server.timeutil import iso_at, iso_now
+from server.timeutil import pong_clock as _pong_clock
 from server.v3_port import V3Port
 from server.wire import encode_reply
 
 log = logging.getLogger("nplt.conn")
 
 _PING, _PONG, _HELLO, _ERROR = int(MsgType.PING), int(MsgType.PONG), int(MsgType.HELLO), int(MsgType.ERROR)
+_CHAT_TEXT = int(MsgType.CHAT_TEXT)
 _UPLOAD_DATA = int(MsgType.KB_UPLOAD_DATA)
 _GRACE, _HANDSHAKING, _READY, _LEGACY, _REFUSED, _CLOSING, _CLOSED = ConnState
 _dumps = orjson.dumps
@@ -92,6 +94,7 @@ class ServerConnection(asyncio.Protocol):
         self._rx = services.rx
         self._receiver = self.codec.receiver
         self._pong_one = self.codec.pong_one
+        self._heartbeat_one = self.codec.heartbeat_one
         self.input = InputWatch(self.codec, services.input_budget, self.limits, self.loop,
                                 self._on_message_timeout, str(conn_id))
         self.output = OutputBuffer(self.loop, self.limits.max_output_buffer, self._on_slow, str(conn_id))
@@ -206,22 +209,30 @@ class ServerConnection(asyncio.Protocol):
         self._handshake = self.loop.call_later(self.limits.handshake_timeout_s, self._on_handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
-        n = len(data)
-        if n <= SMALL_READ_BYTES and self._rx_backlog is None:  # handled at once (rx.charge, inline)
-            rx = self._rx
-            rx.used += n
-            if not rx.armed:
-                rx.arm()
-            if self.state is _READY and data[0] == _PING:    # the hottest path: one PING, one PONG
-                output = self.output
-                inp = self.input
-                if output.idle_for_pong and not inp.counted and inp.started is None:
-                    pong = self._pong_one(data, iso_now())
-                    if pong is not None:         # (nothing queued before it: written straight away)
-                        self.last_rx = self._clock()
-                        self._ping_sent = False
-                        output.transport.write(pong)   # type: ignore[union-attr]
-                        return
+        if len(data) <= SMALL_READ_BYTES and self._rx_backlog is None:  # handled at once, outside the budget
+            output = self.output
+            # the hottest paths: a read that is one PING (v3) or one heartbeat (v2, its worker idle),
+            # answered straight to the transport when nothing waits to be sent before the reply and
+            # the transport takes more. (The input side needs no test: the codec answers only when
+            # no message is in progress, and then InputWatch holds nothing, as after_read left it.)
+            if not output.out and not output.paused and not output.stopped:
+                state = self.state
+                reply = None
+                if state is _READY:
+                    if data[0] == _PING:
+                        now = self._clock()
+                        clock = _pong_clock
+                        reply = self._pong_one(data, clock[1] if 0 <= now - clock[0] < 0.001 else iso_at(now))
+                elif state is _LEGACY and data[0] == _CHAT_TEXT and self._handshake is None:
+                    legacy = self.legacy
+                    if legacy.idle and legacy.queue.empty():  # type: ignore[union-attr]
+                        reply = self._heartbeat_one(data)
+                        now = self._clock()
+                if reply is not None:
+                    self.last_rx = now
+                    self._ping_sent = False
+                    output.transport.write(reply)   # type: ignore[union-attr]
+                    return
             self._receive(data)
             return
         if self._rx_backlog is not None:   # (reading is paused: only bytes already in flight)

@@ -6,7 +6,9 @@ fed to the codec under a server-wide budget of ``RX_BUDGET_BYTES`` per loop iter
 finds the budget spent (or its rest, past ``RX_SLICE_BYTES``) waits as bytes, its connection's
 reading paused, and the waiting connections are served round-robin, one slice each, at the start of
 the following iterations. Small reads (``SMALL_READ_BYTES``: a PING, a chat message) are always
-handled at once, so interactive clients never queue behind a flood.
+handled at once and not charged, so interactive clients never queue behind a flood and a flood's
+share is not spent by them (what one iteration does is still bounded: the budget, plus at most one
+small read per readable connection).
 """
 from __future__ import annotations
 
@@ -29,8 +31,7 @@ class RxScheduler:
     def __init__(self) -> None:
         self.used = 0
         self.waiting: deque[Waiter] = deque()
-        self.armed = False           # a _next_tick is scheduled (resets ``used``); a connection's
-                                     # small-read fast path charges inline: used += n, then arm()
+        self.armed = False           # a _next_tick is scheduled (resets ``used``)
 
     def room(self, n: int) -> bool:
         """May a read of ``n`` bytes be fed now? (then call ``charge``)"""

@@ -54,3 +54,25 @@ async def test_pings_one_per_read_while_an_answer_streams_keep_the_frames_in_ord
         assert events[-1].type == T.TURN_END and sum(m.type == T.ANSWER_DELTA for m in events) == 4000
         assert all(isinstance(t, str) and t.endswith("+00:00") for t in times)
         await c.close()
+
+
+def test_the_pong_clock_is_fresh_to_the_millisecond_of_the_connection_clock(monkeypatch):
+    """``iso_at``: the one-PING path's ISO time, recomputed when the monotonic ``now`` it is given is a
+    millisecond past the last refresh, or before it (another event loop's clock); else cached."""
+    from datetime import datetime
+
+    from server import timeutil
+    made: list[str] = []
+
+    def fake_now_iso() -> str:
+        made.append(f"2026-01-01T00:00:00.{len(made):06d}+00:00")
+        return made[-1]
+
+    monkeypatch.setattr(timeutil, "now_iso", fake_now_iso)
+    monkeypatch.setattr(timeutil, "pong_clock", [-1.0, ""])
+    first = timeutil.iso_at(100.0)
+    assert timeutil.iso_at(100.0009) is first and len(made) == 1      # within the millisecond: cached
+    assert timeutil.iso_at(100.001) == made[1]                         # a millisecond on: recomputed
+    assert timeutil.iso_at(50.0) == made[2]                            # a clock behind it: recomputed
+    assert timeutil.iso_at(50.0) == made[2] and len(made) == 3
+    assert datetime.fromisoformat(made[2]).tzinfo is not None
