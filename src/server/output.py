@@ -63,12 +63,6 @@ class OutputBuffer:
         """The armed flush, one iteration on: flush at the end of the next one."""
         self._handle = self.loop.call_soon(self.flush)
 
-    @property
-    def idle_for_pong(self) -> bool:
-        """Nothing is waiting to be sent and the transport takes more: a reply may be written to it
-        straight away (``ServerConnection.data_received``'s one-PING path)."""
-        return not self.out and not self.paused and not self.stopped and self._handle is None
-
     def end_rx(self, hot: bool) -> None:
         """The end of one ``data_received``: send what it queued (PONGs, replies) in one write.
 
