@@ -12,16 +12,20 @@ from server.agent.factory import build_agent
 from server.basic_memory import BasicMemory
 from server.config import ServerConfig
 from server.memory import MemoryManager
-from server.memory.user_store import JsonUserMemoryStore
+from server.memory.user_store import DocUserMemoryStore, JsonUserMemoryStore
 from server.tools import ToolRegistry
 
 
 def build_memory(config: ServerConfig, store: Any, agent: Any, notify: Callable[..., Any]) -> Any:
-    """The MemoryManager (summaries, recall, context budget, long-term user memory: JSON files in
-    ``user_memory.root``, by default ``<storage.root>/user_memory``)."""
+    """The MemoryManager (summaries, recall, context budget, long-term user memory: in PostgreSQL when
+    the history is, so every node shares it, else JSON files in ``user_memory.root``, by default
+    ``<storage.root>/user_memory``)."""
     um = config.memory.user_memory
     user_store = None
-    if um.enabled:
+    if um.enabled and getattr(store, "link", None) is not None:
+        from server.memory.user_store_pg import PgUserDocs   # (not imported on the JSON backend)
+        user_store = DocUserMemoryStore(PgUserDocs(store.link), um.max_items, um.max_users_cached)
+    elif um.enabled:
         root = um.root or os.path.join(config.storage.root, "user_memory")
         user_store = JsonUserMemoryStore(root, um.max_items, um.max_users_cached)
     return MemoryManager(config.memory, store, agent, notify, config.agent.system_prompt, user_store=user_store)

@@ -15,9 +15,11 @@ Besides the items, the file keeps what makes forgetting durable (docs/memory.md,
   changes); a file loaded with pending sessions drops their items at once, so a crash between the
   clear and the removal cannot bring them back.
 
-The three lists are bounded by ``max_items`` entries each (the oldest go first). A PostgreSQL
-table can implement the same methods (``list``, ``add``, ``learned``, ``forget``,
-``mark_forgetting``, ``forget_session``, ``close``).
+The three lists are bounded by ``max_items`` entries each (the oldest go first).
+
+``DocUserMemoryStore`` does the operations on a user's document; where documents live is its
+``DocBackend``: ``UserFiles`` here, or one row per user in PostgreSQL
+(``server.memory.user_store_pg``) when the history is there, so every node sees the same memory.
 """
 from __future__ import annotations
 
@@ -29,11 +31,15 @@ import os
 import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol, TypeVar
 
+from storage import StorageUnavailable
 from storage.fsio import atomic_write
 
 log = logging.getLogger("nplt.memory")
+
+T = TypeVar("T")
+MAX_SAVE_TRIES = 20      # an update redone this many times because other nodes kept writing: an error
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,26 +107,28 @@ class UserDoc:
         return cls([i for i in items if i.session_id not in pending], learned, forgotten, pending)
 
 
-class JsonUserMemoryStore:
-    """``UserMemoryStore`` over one JSON file per user (see the module docstring).
+class DocBackend(Protocol):
+    """Where the user documents live: ``load`` gives a user's document and its version (None: no
+    document yet); ``save`` writes one if the stored version is still ``version`` (False: someone
+    else wrote it meanwhile, nothing written). ``on_change``: set by the store, called with a user id
+    (or None: every user) when another process changed that user's document."""
+    on_change: Callable[[str | None], None] | None
 
-    ``max_items``: a user keeps at most this many items (the oldest go first). An item whose text
-    is already known (case and spacing ignored) is not added again.
-    """
+    async def load(self, user_id: str) -> tuple[UserDoc, Any]: ...
+    async def save(self, user_id: str, doc: UserDoc, version: Any) -> bool: ...
+    async def close(self) -> None: ...
 
-    def __init__(self, root: str | os.PathLike, max_items: int = 200, max_cached: int = 256) -> None:
+
+class UserFiles:
+    """``DocBackend`` over one JSON file per user (see the module docstring). The data directory
+    belongs to one process (storage's lock), so a save never conflicts: ``version`` is unused."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root)
-        self.max_items = max_items
-        self.max_cached = max_cached                 # users whose items stay in memory (LRU)
-        self._cache: dict[str, UserDoc] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._marked: dict[tuple[str, str], int] = {}   # (user, session) -> marks of this process not ended
+        self.on_change: Callable[[str | None], None] | None = None
 
     def _path(self, user_id: str) -> Path:
         return self.root / (hashlib.sha256(user_id.encode()).hexdigest()[:32] + ".json")
-
-    def _lock(self, user_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(user_id, asyncio.Lock())
 
     def _read(self, user_id: str) -> UserDoc:
         path = self._path(user_id)
@@ -141,36 +149,94 @@ class JsonUserMemoryStore:
         data = json.dumps(doc.to_json(user_id), ensure_ascii=False, indent=1).encode()
         atomic_write(str(self._path(user_id)), data)
 
-    async def _load(self, user_id: str) -> UserDoc:
-        doc = self._cache.pop(user_id, None)
-        if doc is None:
-            doc = await asyncio.to_thread(self._read, user_id)
+    async def load(self, user_id: str) -> tuple[UserDoc, Any]:
+        return await asyncio.to_thread(self._read, user_id), None
+
+    async def save(self, user_id: str, doc: UserDoc, version: Any) -> bool:
+        await asyncio.to_thread(self._write, user_id, doc)
+        return True
+
+    async def close(self) -> None:
+        return None
+
+
+class DocUserMemoryStore:
+    """``UserMemoryStore`` over a ``DocBackend``: each operation reads the user's document (cached,
+    LRU), changes a copy and saves it; a save that finds the document changed by another process
+    (another node on the same PostgreSQL) reloads it and does the operation again.
+
+    ``max_items``: a user keeps at most this many items (the oldest go first). An item whose text
+    is already known (case and spacing ignored) is not added again.
+    """
+
+    def __init__(self, backend: DocBackend, max_items: int = 200, max_cached: int = 256) -> None:
+        self.backend = backend
+        self.max_items = max_items
+        self.max_cached = max_cached                 # users whose documents stay in memory (LRU)
+        self._cache: dict[str, tuple[UserDoc, Any]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._marked: dict[tuple[str, str], int] = {}   # (user, session) -> marks of this process not ended
+        backend.on_change = self._changed_elsewhere
+
+    def _changed_elsewhere(self, user_id: str | None) -> None:
+        if user_id is None:
+            self._cache.clear()
+        else:
+            self._cache.pop(user_id, None)
+
+    def _lock(self, user_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(user_id, asyncio.Lock())
+
+    async def _load(self, user_id: str) -> tuple[UserDoc, Any]:
+        got = self._cache.pop(user_id, None)
+        if got is None:
+            doc, version = await self.backend.load(user_id)
             left = [s for s in doc.pending if (user_id, s) in self._marked]
             if left != doc.pending:         # marked by a process that stopped before finishing: done now
-                doc.pending = left
-                await asyncio.to_thread(self._write, user_id, doc)
-        self._cache[user_id] = doc                   # most recent last
+                changed = UserDoc(doc.items, doc.learned, doc.forgotten, left)
+                got = await self._save(user_id, changed, version)
+                if got is None:             # changed meanwhile: the next load sees it
+                    return doc, version
+            else:
+                got = (doc, version)
+        self._cache[user_id] = got                   # most recent last
         while len(self._cache) > self.max_cached:
             self._cache.pop(next(iter(self._cache)))
-        return doc
+        return got
 
-    async def _save(self, user_id: str, doc: UserDoc) -> None:
-        """Write ``doc`` (a new object: the cached one changes only once it is on disk)."""
+    async def _save(self, user_id: str, doc: UserDoc, version: Any) -> tuple[UserDoc, Any] | None:
+        """Write ``doc`` (a new object: the cached one changes only once it is stored); None when the
+        stored document is no longer ``version`` (nothing written, the cache entry dropped)."""
         n = self.max_items
         doc.forgotten = doc.forgotten[-n:]
         while len(doc.learned) > n:
             doc.learned.pop(next(iter(doc.learned)))
-        await asyncio.to_thread(self._write, user_id, doc)
-        self._cache[user_id] = doc
+        new_version = (version or 0) + 1
+        if not await self.backend.save(user_id, doc, version):
+            self._cache.pop(user_id, None)
+            return None
+        self._cache[user_id] = (doc, new_version)
+        return doc, new_version
+
+    async def _update(self, user_id: str, change: Callable[[UserDoc], tuple[UserDoc | None, T]]) -> T:
+        """Apply ``change`` (document -> (the new document or None for no write, result)) under the
+        user's lock, again on a fresh read while another process's write gets in between."""
+        async with self._lock(user_id):
+            for _ in range(MAX_SAVE_TRIES):
+                doc, version = await self._load(user_id)
+                new, result = change(doc)
+                if new is None or await self._save(user_id, new, version) is not None:
+                    return result
+        raise StorageUnavailable(f"user memory of one user changed {MAX_SAVE_TRIES} times during one update")
 
     async def list(self, user_id: str) -> list[MemoryItem]:
         async with self._lock(user_id):
-            return list((await self._load(user_id)).items)
+            return list((await self._load(user_id))[0].items)
 
     async def learned(self, user_id: str, session_id: str) -> int:
         """The highest message id of ``session_id`` distilled so far (0: none)."""
         async with self._lock(user_id):
-            return (await self._load(user_id)).learned.get(session_id, 0)
+            return (await self._load(user_id))[0].learned.get(session_id, 0)
 
     async def add(self, user_id: str, items: Iterable[MemoryItem],
                   learned: tuple[str, int] | None = None) -> list[MemoryItem]:
@@ -179,8 +245,8 @@ class JsonUserMemoryStore:
         messages up to that id are distilled, recorded in the same write whenever ``items`` is not
         empty (a message that gave nothing is cheap to distill again: no write for it)."""
         items = list(items)
-        async with self._lock(user_id):
-            doc = await self._load(user_id)
+
+        def change(doc: UserDoc) -> tuple[UserDoc | None, list[MemoryItem]]:
             known = {dedupe_key(i.text) for i in doc.items}
             dead = set(doc.forgotten)
             new = []
@@ -190,53 +256,64 @@ class JsonUserMemoryStore:
                     known.add(key)
                     new.append(item)
             moved = learned is not None and learned[1] > doc.learned.get(learned[0], 0)
-            if new or (moved and items):     # also when all were known: forgetting one must hold
-                marks = dict(doc.learned)
-                if learned is not None:
-                    sid, upto = learned
-                    marks.pop(sid, None)
-                    marks[sid] = max(upto, doc.learned.get(sid, 0))     # most recent last
-                await self._save(user_id, UserDoc((doc.items + new)[-self.max_items:], marks,
-                                                  list(doc.forgotten), list(doc.pending)))
-        return new
+            if not (new or (moved and items)):      # (also when all were known: forgetting one must hold)
+                return None, new
+            marks = dict(doc.learned)
+            if learned is not None:
+                sid, upto = learned
+                marks.pop(sid, None)
+                marks[sid] = max(upto, doc.learned.get(sid, 0))     # most recent last
+            return UserDoc((doc.items + new)[-self.max_items:], marks, list(doc.forgotten), list(doc.pending)), new
+        return await self._update(user_id, change)
 
     async def forget(self, user_id: str, item_id: str) -> bool:
         """Remove one item, leaving a tombstone so its message never gives it back."""
-        async with self._lock(user_id):
-            doc = await self._load(user_id)
+        def change(doc: UserDoc) -> tuple[UserDoc | None, bool]:
             gone = [i for i in doc.items if i.id == item_id]
             if not gone:
-                return False
+                return None, False
             tombs = doc.forgotten + [tombstone(i) for i in gone]
-            await self._save(user_id, UserDoc([i for i in doc.items if i.id != item_id], dict(doc.learned),
-                                              tombs, list(doc.pending)))
-            return True
+            return UserDoc([i for i in doc.items if i.id != item_id], dict(doc.learned), tombs,
+                           list(doc.pending)), True
+        return await self._update(user_id, change)
 
     async def mark_forgetting(self, user_id: str, session_id: str) -> None:
         """Durably note that ``session_id`` is being forgotten (before a clear, delete or purge changes
         the history); ``forget_session`` ends it. A crash in between: the next load drops its items."""
+        key = (user_id, session_id)
         async with self._lock(user_id):
-            doc = await self._load(user_id)
-            self._marked[(user_id, session_id)] = self._marked.get((user_id, session_id), 0) + 1
+            self._marked[key] = self._marked.get(key, 0) + 1
+
+        def change(doc: UserDoc) -> tuple[UserDoc | None, None]:
             if session_id in doc.pending:
-                return
-            await self._save(user_id, UserDoc(list(doc.items), dict(doc.learned), list(doc.forgotten),
-                                              doc.pending + [session_id]))
+                return None, None
+            return UserDoc(list(doc.items), dict(doc.learned), list(doc.forgotten), doc.pending + [session_id]), None
+        await self._update(user_id, change)
 
     async def forget_session(self, user_id: str, session_id: str) -> int:
         """Remove every item distilled from ``session_id`` (clear, purge); returns how many. Its
         learned position stays: a restore of the cleared messages does not teach them again."""
+        key = (user_id, session_id)
         async with self._lock(user_id):
-            doc = await self._load(user_id)
-            key = (user_id, session_id)
             marks = self._marked.pop(key, 0) - 1
             if marks > 0:                    # another clear of the session is still under way
                 self._marked[key] = marks
+
+        def change(doc: UserDoc) -> tuple[UserDoc | None, int]:
             pending = doc.pending if marks > 0 else [s for s in doc.pending if s != session_id]
             kept = [i for i in doc.items if i.session_id != session_id]
-            if len(kept) != len(doc.items) or pending != doc.pending:
-                await self._save(user_id, UserDoc(kept, dict(doc.learned), list(doc.forgotten), list(pending)))
-            return len(doc.items) - len(kept)
+            if len(kept) == len(doc.items) and pending == doc.pending:
+                return None, 0
+            return UserDoc(kept, dict(doc.learned), list(doc.forgotten), list(pending)), len(doc.items) - len(kept)
+        return await self._update(user_id, change)
 
     async def close(self) -> None:
         self._cache.clear()
+        await self.backend.close()
+
+
+class JsonUserMemoryStore(DocUserMemoryStore):
+    """The embedded default: one JSON file per user under ``root``."""
+
+    def __init__(self, root: str | os.PathLike, max_items: int = 200, max_cached: int = 256) -> None:
+        super().__init__(UserFiles(root), max_items, max_cached)

@@ -1,0 +1,90 @@
+"""Long-term user memory on PostgreSQL: ``PgUserDocs``, the ``DocBackend`` of
+``server.memory.user_store.DocUserMemoryStore`` when the history is on PostgreSQL.
+
+One row per user (``nplt_user_memory``, migration 0007) holds the document a ``UserFiles`` file
+holds, so every node on the database sees the same memory, and what a user forgets on one node is
+gone on all. A write is a compare and set on the row's version (the store redoes an update that
+lost the race to another node) and notifies the other nodes in the same statement (channel
+``nplt_user_memory``, payload: the user id and the writing process), whose caches drop that user.
+Their listener starts before their first read; after it reconnects (notifications may have been
+missed) they drop every cached user.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import Any, Callable
+
+import orjson
+
+from server.memory.user_store import UserDoc
+from storage.pg.notify import Listener, encode_payload
+
+log = logging.getLogger("nplt.memory")
+
+CHANNEL = "nplt_user_memory"
+
+
+class PgUserDocs:
+    """``DocBackend`` over the ``nplt_user_memory`` table of ``link`` (a ``storage.pg.link.PgLink``)."""
+
+    def __init__(self, link: Any) -> None:
+        self.link = link
+        self.on_change: Callable[[str | None], None] | None = None
+        self.origin = secrets.token_hex(8)        # this process: its own notifications are not news
+        self._listener: Listener | None = None
+        self._starting = asyncio.Lock()
+
+    async def _listen(self) -> None:
+        """LISTEN before the first read, so no change after that read goes unnoticed."""
+        if self._listener is not None:
+            return
+        async with self._starting:
+            if self._listener is None:
+                listener = Listener(self.link, [CHANNEL], self._event, self._gap)
+                await listener.start()
+                self._listener = listener
+
+    def _event(self, _channel: str, payload: dict[str, Any]) -> None:
+        user = payload.get("user")
+        if payload.get("origin") != self.origin and isinstance(user, str) and self.on_change is not None:
+            self.on_change(user)
+
+    def _gap(self) -> None:
+        if self.on_change is not None:
+            self.on_change(None)
+
+    async def load(self, user_id: str) -> tuple[UserDoc, Any]:
+        await self._listen()
+        row = await self.link.run(lambda con: con.fetchrow(
+            "SELECT doc, version FROM nplt_user_memory WHERE user_id = $1", user_id), write=False)
+        if row is None:
+            return UserDoc(), None
+        try:
+            doc = orjson.loads(row["doc"])
+            if doc.get("user_id") != user_id:
+                raise ValueError("the document belongs to another user id")
+            return UserDoc.from_json(doc), row["version"]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("user memory of one user unreadable (%s): starting empty (the next write replaces it)", exc)
+            return UserDoc(), row["version"]
+
+    async def save(self, user_id: str, doc: UserDoc, version: Any) -> bool:
+        body = orjson.dumps(doc.to_json(user_id)).decode()
+        note = encode_payload({"user": user_id, "origin": self.origin})
+        if version is None:
+            sql = ("WITH w AS (INSERT INTO nplt_user_memory (user_id, doc, version) VALUES ($1, $2::jsonb, 1) "
+                   "ON CONFLICT (user_id) DO NOTHING RETURNING 1) SELECT pg_notify($3, $4) FROM w")
+            args: tuple = (user_id, body, CHANNEL, note)
+        else:
+            sql = ("WITH w AS (UPDATE nplt_user_memory SET doc = $2::jsonb, version = version + 1 "
+                   "WHERE user_id = $1 AND version = $5 RETURNING 1) SELECT pg_notify($3, $4) FROM w")
+            args = (user_id, body, CHANNEL, note, version)
+        rows = await self.link.run(lambda con: con.fetch(sql, *args), write=True)
+        return len(rows) == 1
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
