@@ -50,7 +50,7 @@ def build_parser(version: str = "") -> argparse.ArgumentParser:
         prog="nplt-server",
         description="NPLT Assistant server. Other commands: `nplt-server hash-token [TOKEN]` prints a "
                     "token's sha256 for [auth]; `nplt-server migrate-json-to-pg` copies JSON history "
-                    "into PostgreSQL (each has --help).",
+                    "and user memory into PostgreSQL (each has --help).",
     )
     if version:
         p.add_argument("--version", action="version", version=f"nplt-server {version}")

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "hash-token":
         return hash_token_main(argv[1:])
     if argv and argv[0] == "migrate-json-to-pg":
-        from storage.pg.migrate import main as migrate_main
+        from server.migrate import main as migrate_main
         return migrate_main(argv[1:])
     ns = build_parser(VERSION).parse_args(argv)
     try:

@@ -1,5 +1,6 @@
 """migrate-json-to-pg: a JSON store copied whole into PostgreSQL reads back the same through the
-port, counts are verified, a rerun copies nothing, a damaged copy is reported."""
+port, counts are verified, a rerun copies nothing, a damaged copy is reported; the user memory files
+come along."""
 from __future__ import annotations
 
 import asyncio
@@ -7,7 +8,11 @@ import asyncio
 import asyncpg
 
 from storage import AsyncHistoryStore, StorageConfig, SummaryRecord, ToolCall
-from storage.pg.migrate import main, migrate_json_to_pg
+from server.memory.user_store import DocUserMemoryStore, JsonUserMemoryStore, MemoryItem
+from server.memory.user_store_pg import PgUserDocs
+from server.migrate import main
+from storage.pg.link import PgLink
+from storage.pg.migrate import migrate_json_to_pg
 from storage.port import open_store
 
 
@@ -77,3 +82,33 @@ async def test_rerun_and_damage_detection_through_the_command(tmp_path, pg_url, 
     assert not report.ok and ids[0] in report.mismatches[0]
     assert await asyncio.to_thread(main, ["--data-dir", str(tmp_path / "nope"), "--storage-url", pg_url]) == 1
     assert "not a directory" in capsys.readouterr().err
+
+
+async def test_user_memory_files_are_copied_verified_and_read_back(tmp_path, pg_url, capsys):
+    root = tmp_path / "history"
+    await _fill_json(str(root))
+    files = JsonUserMemoryStore(root / "user_memory")        # where the server keeps them by default
+    fact = MemoryItem("m1", "fact", "The prod DB host is db-prod-42.", "s1", 1, "2026-11-26T10:00:00+00:00")
+    pref = MemoryItem("m2", "preference", "Answer in Chinese.", "s1", 1, "2026-11-26T10:00:00+00:00")
+    await files.add("alice", [fact, pref], learned=("s1", 1))
+    await files.forget("alice", "m2")
+    await files.add("bob", [MemoryItem("m3", "fact", "bob's host is h-3", "s2", 4, "x")])
+    (root / "user_memory" / "junk.json").write_text("{not json")
+    assert await asyncio.to_thread(main, ["--data-dir", str(root), "--storage-url", pg_url]) == 1
+    out = capsys.readouterr()
+    assert "user memory of 2 users: 2 copied, 0 already in PostgreSQL" in out.out
+    assert "junk.json: unreadable user memory file" in out.err          # reported, the rest copied
+    (root / "user_memory" / "junk.json").unlink()
+    assert await asyncio.to_thread(main, ["--data-dir", str(root), "--storage-url", pg_url]) == 0
+    out = capsys.readouterr().out
+    assert "user memory of 2 users: 0 copied, 2 already" in out and "verified: counts match" in out
+    link = PgLink(StorageConfig(url=pg_url))
+    await link.open()
+    pg = DocUserMemoryStore(PgUserDocs(link))
+    try:
+        assert await pg.list("alice") == [fact] and await pg.learned("alice", "s1") == 1
+        assert await pg.add("alice", [pref]) == []                       # its tombstone came along
+        assert [i.id for i in await pg.list("bob")] == ["m3"]
+    finally:
+        await pg.close()
+        await link.close()

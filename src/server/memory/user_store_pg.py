@@ -7,13 +7,16 @@ gone on all. A write is a compare and set on the row's version (the store redoes
 lost the race to another node) and notifies the other nodes in the same statement (channel
 ``nplt_user_memory``, payload: the user id and the writing process), whose caches drop that user.
 Their listener starts before their first read; after it reconnects (notifications may have been
-missed) they drop every cached user.
+missed) they drop every cached user. ``copy_user_files`` brings JSON user memory files over
+(``nplt-server migrate-json-to-pg``).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import orjson
@@ -88,3 +91,54 @@ class PgUserDocs:
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
+
+
+@dataclass
+class UserMemoryCopy:
+    """What ``copy_user_files`` did: users found in the files, copied now, in PostgreSQL already, and
+    what did not match (an unreadable file, a row that does not hold the file's items)."""
+    users: int = 0
+    copied: int = 0
+    already: int = 0
+    mismatches: list[str] = field(default_factory=list)
+
+
+def _read_files(root: Path) -> tuple[dict[str, UserDoc], list[str]]:
+    docs: dict[str, UserDoc] = {}
+    bad: list[str] = []
+    for path in sorted(root.glob("*.json")) if root.is_dir() else []:
+        try:
+            raw = orjson.loads(path.read_bytes())
+            user = raw["user_id"]
+            if not isinstance(user, str):
+                raise TypeError("user_id is not a string")
+            docs[user] = UserDoc.from_json(raw)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            bad.append(f"{path.name}: unreadable user memory file ({exc})")
+    return docs, bad
+
+
+async def copy_user_files(root: str | Path, link: Any) -> UserMemoryCopy:
+    """Copy the JSON user memory files under ``root`` (``UserFiles``) into ``nplt_user_memory`` and
+    verify that each user's row holds the file's items (``nplt-server migrate-json-to-pg``). A user
+    who has a row already keeps it (a rerun copies nothing)."""
+    docs, bad = await asyncio.to_thread(_read_files, Path(root))
+    report = UserMemoryCopy(users=len(docs), mismatches=bad)
+    for user, doc in docs.items():
+        body = orjson.dumps(doc.to_json(user)).decode()
+        done = await link.run(lambda con: con.fetchval(
+            "INSERT INTO nplt_user_memory (user_id, doc, version) VALUES ($1, $2::jsonb, 1) "
+            "ON CONFLICT (user_id) DO NOTHING RETURNING 1", user, body), write=True)
+        if done is None:
+            report.already += 1
+        else:
+            report.copied += 1
+    rows = await link.run(lambda con: con.fetch(
+        "SELECT user_id, doc FROM nplt_user_memory WHERE user_id = ANY($1)", list(docs)), write=False)
+    stored = {r["user_id"]: [i["id"] for i in orjson.loads(r["doc"]).get("items", [])] for r in rows}
+    for user, doc in docs.items():
+        want = [i.id for i in doc.items]
+        if stored.get(user) != want:
+            report.mismatches.append(f"user memory of {user!r}: the file has {len(want)} items, "
+                                     f"PostgreSQL {len(stored.get(user) or [])}")
+    return report

@@ -1,4 +1,5 @@
-"""``nplt-server migrate-json-to-pg --data-dir D --storage-url U``: copy a JSON store into PostgreSQL.
+"""Copy a JSON store into PostgreSQL (``nplt-server migrate-json-to-pg``, whose command line is
+``server.migrate``).
 
 Every session is copied whole (deleted sessions, cleared messages, summaries, ids and timestamps
 included), one transaction per session, then the counts are compared: sessions, stored messages
@@ -8,10 +9,8 @@ are left alone (the command can be run again after an interruption) but are stil
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,27 +135,3 @@ async def migrate_json_to_pg(data_dir: str, url: str, pg_config: StorageConfig |
     finally:
         await asyncio.to_thread(json_store.close)
     return report
-
-
-def main(argv: list[str]) -> int:
-    """The ``migrate-json-to-pg`` subcommand; exit 0 when every count matches, 1 if not, 2 on bad usage."""
-    p = argparse.ArgumentParser(prog="nplt-server migrate-json-to-pg",
-                                description="Copy a JSON history store into PostgreSQL and verify the counts.")
-    p.add_argument("--data-dir", required=True, metavar="DIR", help="the JSON store (storage.root)")
-    p.add_argument("--storage-url", metavar="URL", default=os.environ.get("NPLT_STORAGE_URL"),
-                   help="postgresql://... (env NPLT_STORAGE_URL)")
-    ns = p.parse_args(argv)
-    if not ns.storage_url:
-        p.error("--storage-url (or NPLT_STORAGE_URL) is required")
-    try:
-        StorageConfig(url=ns.storage_url)
-        report = asyncio.run(migrate_json_to_pg(ns.data_dir, ns.storage_url))
-    except (StorageError, ValueError) as exc:
-        print(f"nplt-server migrate-json-to-pg: {exc}", file=sys.stderr)
-        return 1
-    print(f"{report.sessions} sessions: {report.copied} copied ({report.messages} messages), "
-          f"{report.already} already in PostgreSQL")
-    for line in report.mismatches:
-        print(f"MISMATCH {line}", file=sys.stderr)
-    print("verified: counts match" if report.ok else f"{len(report.mismatches)} mismatches")
-    return 0 if report.ok else 1
