@@ -100,20 +100,22 @@ async def test_record_and_messages_is_get_and_messages(pg_url):
     store = await open_store(StorageConfig(url=pg_url))
     try:
         sid = (await store.create("alice", title="t")).session_id
-        for i in range(4):
-            await store.append(sid, "user" if i % 2 == 0 else "assistant", f"m{i}")
+        stored = [await store.append(sid, "user" if i % 2 == 0 else "assistant", f"m{i}") for i in range(6)]
         for after in (0, 2, 4, 99):
             rec, msgs = await store.record_and_messages(sid, after)
             assert rec == await store.get(sid)
             assert msgs == await store.messages(sid, after_id=after)
-        # with a memo, a message stored unchanged since the last read is the very same object
+        # with a memo, a message stored unchanged since the last read is the very same object, and
+        # so is one of the last 4 this store appended to the session (what append returned)
         memo: dict = {}
         _, first = await store.record_and_messages(sid, 0, memo)
+        assert [m is x for m, x in zip(first, stored)] == [False, False, True, True, True, True]
+        assert first == stored
         changed = await store.update(sid, dataclasses.replace(first[1], content="m1, edited"))
         _, again = await store.record_and_messages(sid, 0, memo)
         assert again == await store.messages(sid) and again[1] == changed
-        assert [a is b for a, b in zip(first, again)] == [True, False, True, True]
-        assert set(memo) == {1, 2, 3, 4}
+        assert [a is b for a, b in zip(first, again)] == [True, False, True, True, True, True]
+        assert set(memo) == {1, 2, 3, 4, 5, 6}
         await store.clear(sid)
         await store.append(sid, "user", "after the clear")
         rec, msgs = await store.record_and_messages(sid, 0)

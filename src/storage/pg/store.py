@@ -36,6 +36,7 @@ INT64_MAX = (1 << 63) - 1
 _REC_LITE = "session_id, user_id, title, created_at, updated_at, message_count, deleted, model, preview, title_auto"
 FRESH_APPEND_S = 1.0     # get_loaded: what an append returned stands for the session this long at most
 APPENDED_KEPT = 1024     # get_loaded: records of the sessions appended to last, at most
+WRITTEN_KEPT = 4         # record_and_messages: messages appended by this node kept per session
 _REC_S = ", ".join(f"s.{c.strip()}" for c in _REC.split(","))    # the same columns of nplt_sessions s
 
 
@@ -64,13 +65,17 @@ def message_of(mid: int, body: bytes) -> ChatMessage:
 _message = message_of
 
 
-def _decoded(rows: list[tuple[int, bytes]], memo: dict[int, tuple[bytes, ChatMessage]]) -> list[ChatMessage]:
+def _decoded(rows: list[tuple[int, bytes]], memo: dict[int, tuple[bytes, ChatMessage]],
+             written: dict[int, tuple[bytes, ChatMessage]] | None = None) -> list[ChatMessage]:
     """``message_of`` of each row, reusing ``memo``'s message for a body unchanged since the last
-    read (keyed by id); the memo keeps only this read's messages."""
+    read (keyed by id), else ``written``'s (what this node appended) for a body unchanged since
+    then; the memo keeps only this read's messages."""
     out: list[ChatMessage] = []
     fresh: dict[int, tuple[bytes, ChatMessage]] = {}
     for mid, body in rows:
         got = memo.get(mid)
+        if got is None and written is not None:
+            got = written.get(mid)
         m = got[1] if got is not None and got[0] == body else message_of(mid, body)
         fresh[mid] = (body, m)
         out.append(m)
@@ -95,6 +100,10 @@ class PgHistoryStore:
         self.config = config
         self.link = PgLink(config)
         self._appended: OrderedDict[str, tuple[float, SessionRecord]] = OrderedDict()   # see get_loaded
+        # the last WRITTEN_KEPT messages this node appended to each of the last APPENDED_KEPT sessions:
+        # id -> (stored body, the message append returned), which record_and_messages gives back
+        # instead of decoding the same bytes again (the memory layer's view holds that object)
+        self._written: OrderedDict[str, dict[int, tuple[bytes, ChatMessage]]] = OrderedDict()
 
     @classmethod
     async def open(cls, config: StorageConfig) -> PgHistoryStore:
@@ -122,8 +131,10 @@ class PgHistoryStore:
         return got[1]
 
     def _touched(self, session_id: str) -> None:
-        """A write other than append changed the session: what append returned is not its state."""
+        """A write other than append changed the session: what append returned is not its state (nor
+        are the messages it wrote kept: a clear or purge leaves none of their text here)."""
         self._appended.pop(session_id, None)
+        self._written.pop(session_id, None)
 
     async def _read(self, fn, *args: Any) -> Any:
         return await self.link.run(lambda con: fn(con, *args), write=False)
@@ -337,7 +348,15 @@ class PgHistoryStore:
         appended.move_to_end(session_id)
         if len(appended) > APPENDED_KEPT:
             appended.popitem(last=False)
-        return _message(row["mid"], body)
+        out = _message(row["mid"], body)
+        written = self._written.pop(session_id, None) or {}
+        written[out.id] = (body, out)
+        if len(written) > WRITTEN_KEPT:
+            del written[next(iter(written))]
+        self._written[session_id] = written
+        if len(self._written) > APPENDED_KEPT:
+            self._written.popitem(last=False)
+        return out
 
     async def update(self, session_id: str, message: ChatMessage) -> ChatMessage:
         """Replace the stored message with the same id (e.g. finalize a streamed answer)."""
@@ -419,7 +438,8 @@ class PgHistoryStore:
             raise NotFound(f"session {session_id} not found")
         if memo is None:
             return _record(rows[0]), [_message(r["id"], r["body"]) for r in rows if r["id"] is not None]
-        return _record(rows[0]), _decoded([(r["id"], r["body"]) for r in rows if r["id"] is not None], memo)
+        return _record(rows[0]), _decoded([(r["id"], r["body"]) for r in rows if r["id"] is not None], memo,
+                                          self._written.get(session_id))
 
     async def search(self, user_id: str, query: str, *, session_id: str | None = None,
                      limit: int = 20) -> list[SearchHit]:
