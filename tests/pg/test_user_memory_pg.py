@@ -9,9 +9,13 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import asyncpg
+import pytest
 
+from pg.dbs import fresh_database
+from protocol.codes import ErrorCode
 from server.memory.user_store import DocUserMemoryStore, MemoryItem
 from server.memory.user_store_pg import PgUserDocs
+from storage import StorageUnavailable
 from storage.config import StorageConfig
 from storage.pg.link import PgLink
 from testkit.server import poll
@@ -108,3 +112,31 @@ async def test_a_listener_reconnect_drops_every_cached_user(pg_url):
 def _cached_ids(store: DocUserMemoryStore, user: str) -> set[str] | None:
     got = store._cache.get(user)
     return None if got is None else {i.id for i in got[0].items}
+
+
+async def test_postgresql_down_is_storage_unavailable_and_the_store_recovers(own_server):
+    url = await fresh_database(own_server)
+    link = PgLink(StorageConfig(url=url, pg_retry_attempts=2, pg_retry_backoff_ms=10, pg_connect_timeout_s=2))
+    await link.open()
+    store = DocUserMemoryStore(PgUserDocs(link))
+    try:
+        await store.add("alice", [item(1, "the vault host is vault-7")])
+        own_server.stop()
+        for call in (store.list("bob"), store.add("alice", [item(2, "the db host is db-1")])):
+            with pytest.raises(StorageUnavailable) as err:      # bob: not cached; alice's add: a write
+                await call
+            assert err.value.code == ErrorCode.STORAGE_UNAVAILABLE
+        own_server.start()
+
+        async def back() -> bool:
+            try:
+                await store.list("bob")
+                return True
+            except StorageUnavailable:
+                return False
+        await poll(back, timeout=30)
+        assert await store.add("alice", [item(2, "the db host is db-1")]) != []   # nothing half-written before
+        assert [i.id for i in await store.list("alice")] == ["m1", "m2"]
+    finally:
+        await store.close()
+        await link.close()
