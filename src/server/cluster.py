@@ -28,6 +28,7 @@ from server.agent.interrupted import interrupted_message
 from server.cluster_cancel import RemoteCancel
 from server.cluster_config import ClusterConfig
 from server.cluster_relay import NODE_APP_PREFIX, Relay
+from server.cluster_state import RemoteTurnState
 from server.hub import Hub
 from server.wire import message_obj
 from storage.errors import InvalidSessionId, NotFound
@@ -53,9 +54,10 @@ class Cluster:
         self.sessions = sessions
         self.holder = LockHolder(store.link, key_of("node", self.node_id), NODE_APP_PREFIX + self.node_id)
         self.remote_cancel = RemoteCancel(self, cfg.remote_cancel_wait_ms)
+        self.remote_state = RemoteTurnState(self, cfg.remote_state_wait_ms)
         self.relay = Relay(self.node_id, store.link, store, hub, batch_ms=cfg.delta_batch_ms,
                            on_start=self._remote_start, on_end=self._remote_end,
-                           on_control=self.remote_cancel.on_control, on_deleted=self.remote_cancel.on_deleted)
+                           on_control=self._on_control, on_deleted=self.remote_cancel.on_deleted)
         self.turn_lock = ClusterTurnLock(self)
         self.remote_turns: dict[str, tuple[str, str, int]] = {}   # session -> (node, turn id, user msg id)
         self.interrupted = 0                                      # turns this node closed as interrupted
@@ -77,6 +79,13 @@ class Cluster:
             task.cancel()
         await asyncio.gather(*self._watchers.values(), *self._tasks, return_exceptions=True)
         await self.holder.close()
+
+    def _on_control(self, node: str, item: list[Any]) -> None:
+        """A control item from another node, to the component whose request or answer it is."""
+        if item[0] in ("g", "v"):
+            self.remote_state.on_control(node, item)
+        else:
+            self.remote_cancel.on_control(node, item)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

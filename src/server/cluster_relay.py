@@ -50,7 +50,8 @@ CHANNEL = "nplt_cluster"
 MAX_ITEM_BYTES = 7000            # an item over this is spilled to the table
 MAX_DELTA_CHARS = 2000           # coalesced delta text per item (3 bytes a character at worst)
 SPILL_CLEANUP_S = 60.0
-CONTROL_KINDS = ("c", "r", "h", "a", "b")   # cancel request, its answer (server.cluster_cancel);
+CONTROL_KINDS = ("c", "r", "g", "v", "h", "a", "b")   # cancel request, its answer (server.cluster_cancel);
+                                            # turn state request, its answer (server.cluster_state);
                                             # hello, its answer, goodbye (peers)
 NODE_APP_PREFIX = "nplt-node:"              # application_name of a node's lock connections
 SYNC_CHANNEL_PREFIX = "nplt_sync_"          # + node id: the channel of a node's barriers (``Relay.sync``)

@@ -111,6 +111,7 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     if cluster is not None:                        # delete / clear stop the turns of every node
         from server.cluster_cancel import TurnControlAcrossNodes
         cluster.remote_cancel.runner = runner
+        cluster.remote_state.runner = runner
         sessions.turns = TurnControlAcrossNodes(runner, cluster)
     offers.turns = runner
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,

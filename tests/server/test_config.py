@@ -138,6 +138,7 @@ def test_config_errors_are_precise(tmp_path, text, where):
 
 def test_cluster_section_is_read(tmp_path):
     assert load_config([], env={}).cluster.remote_cancel_wait_ms == 2000.0
+    assert load_config([], env={}).cluster.remote_state_wait_ms == 500.0
     cfg = load_config([], env={}, path=write(tmp_path, "[cluster]\ndelta_batch_ms = 5\nremote_cancel_wait_ms = 250\n"))
     assert (cfg.cluster.delta_batch_ms, cfg.cluster.remote_cancel_wait_ms, cfg.cluster.hello_wait_ms) == (5.0, 250.0, 1000.0)
 

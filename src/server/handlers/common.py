@@ -1,8 +1,8 @@
-"""Helpers shared by the handlers: the current-or-given session, page-size checks."""
+"""Helpers shared by the handlers: the current-or-given session, page-size checks, a running turn."""
 from __future__ import annotations
 
 from protocol import ErrorCode
-from protocol.objects import AgentInfo
+from protocol.objects import AgentInfo, TurnState
 from server.context import RequestContext
 from server.errors import HandlerError
 from storage.models import SessionRecord
@@ -25,6 +25,16 @@ def check_limit(ctx: RequestContext, limit: int | None, default: int) -> int:
     if limit > cap:
         raise HandlerError(ErrorCode.INVALID_MESSAGE, f"field 'limit': expected an integer in 1..{cap}, got {limit}")
     return limit
+
+
+async def running_turn(ctx: RequestContext, session_id: str) -> TurnState | None:
+    """The session's running turn for a reattaching reply: this node's, else (several nodes on
+    PostgreSQL) the state the node that runs it sends back (``server.cluster_state``)."""
+    svc = ctx.services
+    state = svc.runner.running_state(session_id)
+    if state is None and svc.cluster is not None:
+        state = await svc.cluster.remote_state.state_elsewhere(session_id)
+    return state
 
 
 def agent_info(ctx: RequestContext) -> AgentInfo:

@@ -9,7 +9,7 @@ from protocol.objects import SessionInfo
 from protocol.replies import (SessionClearReply, SessionDeleteReply, SessionListReply, SessionPromptReply,
                               SessionReply, SessionSwitchReply)
 from server.context import RequestContext
-from server.handlers.common import check_limit, target_session
+from server.handlers.common import check_limit, running_turn, target_session
 
 
 async def session_list(ctx: RequestContext, req: SessionList) -> SessionListReply:
@@ -34,7 +34,7 @@ async def session_switch(ctx: RequestContext, req: SessionSwitch) -> SessionSwit
     svc = ctx.services
     rec = await svc.sessions.owned(ctx.user_id, req.session_id)
     ctx.attach(rec.session_id)
-    return SessionSwitchReply(svc.sessions.info(rec, summary=True), svc.runner.running_state(rec.session_id))
+    return SessionSwitchReply(svc.sessions.info(rec, summary=True), await running_turn(ctx, rec.session_id))
 
 
 async def session_rename(ctx: RequestContext, req: SessionRename) -> SessionReply:
