@@ -21,5 +21,5 @@ class ClusterConfig(Section):
     hello_wait_ms: float = Field(1000.0, ge=0.0, le=60_000.0)   # a starting node waits this long at most for the others to know it
     remote_cancel_wait_ms: float = Field(2000.0, ge=0.0, le=60_000.0)   # a CHAT_CANCEL of a turn not on this node waits
     #                                                                    this long at most for the node that has it
-    remote_state_wait_ms: float = Field(500.0, ge=0.0, le=60_000.0)   # a SESSION_SWITCH to a session whose turn runs on
-    #                                                                  another node waits this long at most for its state
+    remote_state_wait_ms: float = Field(500.0, ge=0.0, le=60_000.0)   # a SESSION_SWITCH or HELLO attaching to a session
+    #                                                                  whose turn runs on another node waits this long at most for its state

@@ -1,12 +1,14 @@
-"""The running turn of a session that runs on another server node, for a SESSION_SWITCH to that
-session here (issue 17, cluster): the reply's ``running_turn`` comes from the node that runs it.
+"""The running turn of a session that runs on another server node, for a SESSION_SWITCH or a HELLO
+that attaches to that session here (issue 17, cluster): the reply's ``running_turn`` comes from the
+node that runs it.
 
 This node asks through the relay's control items (``["g", request, session]``); the node whose
 runner has the turn answers with its ``TurnState`` (``["v", request, asking node, state]``; a big one
 is spilled to the events table like any item). The answer travels in order with that node's events:
-what it streamed before is in the state, what follows comes as events. The client may get some of
-those events before the reply; it drops what the state already holds by their offsets, as after any
-reattach (docs/protocol.md §3). Asked only when this node knows the session's turn runs elsewhere
+what it streamed before is in the state, what follows comes as events. The connection holds the
+events that arrive meanwhile until its reply has gone out (``V3Port.hold_events``); of those, the
+client drops by their offsets what the state already holds, as after any reattach (docs/protocol.md
+§3). Asked only when this node knows the session's turn runs elsewhere
 (``Cluster.remote_turns``); no answer within ``remote_state_wait_ms`` (the turn ended meanwhile, or
 the node is gone): no running turn in the reply, as before.
 """

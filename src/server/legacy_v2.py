@@ -122,6 +122,9 @@ class LegacyV2:
     def event(self, out: Outgoing) -> None:
         """Session events and notices have no v2 form: v2 clients learn changes from replies."""
 
+    def hold_events(self) -> None:
+        """(v3 only: no v2 reply waits for another node.)"""
+
     def session_moved(self, deleted_id: str, new_id: str) -> None:
         """Another connection deleted this connection's session and re-attached it to ``new_id``.
 

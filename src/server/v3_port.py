@@ -29,7 +29,7 @@ _ERROR, _RESPONSE = int(MsgType.ERROR), int(MsgType.RESPONSE)
 class V3Port:
     """Send port and hub subscriber of one v3 connection."""
 
-    __slots__ = ("codec", "output", "limit", "name", "user_id", "session_id")
+    __slots__ = ("codec", "output", "limit", "name", "user_id", "session_id", "_held")
 
     def __init__(self, codec: Codec, output: OutputBuffer, max_message_size: int, name: str) -> None:
         self.codec = codec
@@ -38,6 +38,7 @@ class V3Port:
         self.name = name
         self.user_id: str | None = None
         self.session_id: str | None = None
+        self._held: list[tuple[int, bytes]] | None = None   # events waiting for the next reply (hold_events)
 
     @property
     def closed(self) -> bool:
@@ -77,6 +78,7 @@ class V3Port:
 
     def send_error(self, re: Any, code: ErrorCode, message: str, fatal: bool = False) -> None:
         self.send(_ERROR, encode_reply(re, ErrorReply(code, message, fatal)))
+        self._release()
 
     def answer(self, msg_type: int, rid: Any, reply: Reply) -> None:
         """A reply that always fits (PONG)."""
@@ -85,7 +87,11 @@ class V3Port:
     def respond(self, rid: Any, reply: Reply, *, page: bool = False, shrink: bool = True) -> None:
         """RESPONSE ``reply`` to request ``rid``; a body over max_message_size is shrunk to fit
         (``page``: a history page, whose oldest messages go first) or, with ``shrink`` false,
-        refused with an ERROR."""
+        refused with an ERROR. Events held meanwhile (``hold_events``) follow it."""
+        self._respond(rid, reply, page, shrink)
+        self._release()
+
+    def _respond(self, rid: Any, reply: Reply, page: bool, shrink: bool) -> None:
         body = encode_reply(rid, reply)
         try:
             self.send(_RESPONSE, body)
@@ -104,13 +110,32 @@ class V3Port:
 
     # -- hub subscriber ---------------------------------------------------------------------------
     def turn_event(self, out: Outgoing, mine: bool, re: Any) -> None:
-        if mine and re is not None:
-            self.send_payload(out.type, encode_event(out.event, re, self.limit))
+        payload = encode_event(out.event, re, self.limit) if mine and re is not None else out.shared(self.limit)
+        if self._held is not None:
+            self._held.append((out.type, payload))
+        else:
+            self.send_payload(out.type, payload)
+
+    def event(self, out: Outgoing) -> None:
+        if self._held is not None:
+            self._held.append((out.type, out.shared(self.limit)))
         else:
             self.send_payload(out.type, out.shared(self.limit))
 
-    def event(self, out: Outgoing) -> None:
-        self.send_payload(out.type, out.shared(self.limit))
+    def hold_events(self) -> None:
+        """Hold events (not framed yet) until the next reply or error has been sent: a reply that
+        waits for another node (``server.cluster_state``) goes out before the events that arrived
+        meanwhile, as a reply built at once would. Requests of a connection run one at a time, so
+        the next reply is that request's."""
+        if self._held is None:
+            self._held = []
+
+    def _release(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            for msg_type, payload in held:
+                self.send_payload(msg_type, payload)
 
     def session_moved(self, deleted_id: str, new_id: str) -> None:
         """A v3 client learns it from SESSION_EVENT ``deleted`` (and its next HELLO or switch)."""

@@ -277,6 +277,9 @@ class FakePort:
     def session_moved(self, deleted_id: str, new_id: str) -> None:
         self.moved.append((deleted_id, new_id))
 
+    def hold_events(self) -> None:
+        """(Kept in order already: nothing is sent.)"""
+
     def of_type(self, msg_type: int) -> list[Any]:
         return [event for t, event, _, _ in self.events if t == msg_type]
 

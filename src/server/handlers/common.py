@@ -32,8 +32,9 @@ async def running_turn(ctx: RequestContext, session_id: str) -> TurnState | None
     PostgreSQL) the state the node that runs it sends back (``server.cluster_state``)."""
     svc = ctx.services
     state = svc.runner.running_state(session_id)
-    if state is None and svc.cluster is not None:
-        state = await svc.cluster.remote_state.state_elsewhere(session_id)
+    if state is None and svc.cluster is not None and session_id in svc.cluster.remote_turns:
+        ctx.port.hold_events()      # what arrives meanwhile follows the reply (the client drops by
+        state = await svc.cluster.remote_state.state_elsewhere(session_id)   # offset what it holds)
     return state
 
 

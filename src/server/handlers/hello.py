@@ -13,7 +13,7 @@ from protocol.messages import Hello
 from protocol.replies import HelloReply
 from server.context import RequestContext
 from server.errors import HandlerError
-from server.handlers.common import agent_info
+from server.handlers.common import agent_info, running_turn
 
 PROTO = 3
 CAPABILITIES = ("sessions", "history", "search", "export", "chat", "cancel", "models", "stats",
@@ -55,6 +55,6 @@ async def handle_hello(ctx: RequestContext, req: Hello) -> HelloReply:
     info = running = None
     if rec is not None:
         ctx.attach(rec.session_id)
-        info, running = svc.sessions.info(rec, summary=True), svc.runner.running_state(rec.session_id)
+        info, running = svc.sessions.info(rec, summary=True), await running_turn(ctx, rec.session_id)
     return HelloReply(f"nplt-assistant/{svc.version}", PROTO, user, info, restored, running,
                       svc.config.limits.public(), CAPABILITIES, agent_info(ctx))
