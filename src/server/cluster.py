@@ -53,11 +53,11 @@ class Cluster:
         self.hub = hub
         self.sessions = sessions
         self.holder = LockHolder(store.link, key_of("node", self.node_id), NODE_APP_PREFIX + self.node_id)
-        self.remote_cancel = RemoteCancel(self, cfg.remote_cancel_wait_ms)
-        self.remote_state = RemoteTurnState(self, cfg.remote_state_wait_ms)
         self.relay = Relay(self.node_id, store.link, store, hub, batch_ms=cfg.delta_batch_ms,
                            on_start=self._remote_start, on_end=self._remote_end,
-                           on_control=self._on_control, on_deleted=self.remote_cancel.on_deleted)
+                           on_control=self._on_control, on_deleted=self._on_deleted)
+        self.remote_cancel = RemoteCancel(self, cfg.remote_cancel_wait_ms)
+        self.remote_state = RemoteTurnState(self, cfg.remote_state_wait_ms)
         self.turn_lock = ClusterTurnLock(self)
         self.remote_turns: dict[str, tuple[str, str, int]] = {}   # session -> (node, turn id, user msg id)
         self.interrupted = 0                                      # turns this node closed as interrupted
@@ -79,6 +79,9 @@ class Cluster:
             task.cancel()
         await asyncio.gather(*self._watchers.values(), *self._tasks, return_exceptions=True)
         await self.holder.close()
+
+    def _on_deleted(self, user_id: str, session_id: str) -> None:
+        self.remote_cancel.on_deleted(user_id, session_id)
 
     def _on_control(self, node: str, item: list[Any]) -> None:
         """A control item from another node, to the component whose request or answer it is."""

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from typing import Any
 
+from server.cluster_requests import ControlRequests
 from server.errors import HandlerError
 
 log = logging.getLogger("nplt.cluster")
@@ -30,29 +30,15 @@ class RemoteCancel:
 
     def __init__(self, cluster: Any, wait_ms: float) -> None:
         self.cluster = cluster
-        self.wait_s = wait_ms / 1000
+        self.requests = ControlRequests(cluster.relay, wait_ms)
         self.runner: Any = None                     # server.turns.TurnRunner, set by build_services
-        self._answers: dict[str, asyncio.Future] = {}
         self._tasks: set[asyncio.Task] = set()
 
     async def cancel_elsewhere(self, user_id: str, session_id: str | None, turn_id: str | None,
                                reason: str = "cancelled") -> tuple[str, bool] | None:
         """Ask the other nodes to cancel the running turn of ``session_id`` (or the turn ``turn_id``,
         running or queued, of the user's): (turn id, was queued) from the node that did, or None."""
-        if not self.cluster.relay.peers:
-            return None                             # this node is alone: nobody else has turns
-        request = secrets.token_hex(8)
-        answer = asyncio.get_running_loop().create_future()
-        self._answers[request] = answer
-        try:
-            self.cluster.relay.control(["c", request, user_id, session_id, turn_id, reason, False])
-            await self.cluster.relay.flush()
-            async with asyncio.timeout(self.wait_s):
-                return await answer
-        except TimeoutError:
-            return None
-        finally:
-            self._answers.pop(request, None)
+        return await self.requests.ask(lambda request: ["c", request, user_id, session_id, turn_id, reason, False])
 
     def cancel_session_elsewhere(self, session_id: str, reason: str) -> None:
         """Ask every other node to cancel the session's running turn and withdraw its queued ones."""
@@ -63,9 +49,7 @@ class RemoteCancel:
             if item[0] == "c":
                 self._cancel_here(node, *item[1:7])
             elif item[0] == "r" and item[2] == self.cluster.node_id:
-                answer = self._answers.get(item[1])
-                if answer is not None and not answer.done():
-                    answer.set_result((str(item[3]), bool(item[4])))
+                self.requests.answered(item[1], (str(item[3]), bool(item[4])))
         except (TypeError, ValueError, IndexError):
             log.warning("cluster: ignored a malformed control item from node %s", node)
 

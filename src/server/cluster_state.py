@@ -14,13 +14,12 @@ the node is gone): no running turn in the reply, as before.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
-import secrets
 from typing import Any
 
 from protocol import ProtocolError
 from protocol.objects import TurnState
+from server.cluster_requests import ControlRequests
 
 log = logging.getLogger("nplt.cluster")
 
@@ -30,27 +29,16 @@ class RemoteTurnState:
 
     def __init__(self, cluster: Any, wait_ms: float) -> None:
         self.cluster = cluster
-        self.wait_s = wait_ms / 1000
+        self.requests = ControlRequests(cluster.relay, wait_ms)
         self.runner: Any = None                     # server.turns.TurnRunner, set by build_services
-        self._answers: dict[str, asyncio.Future] = {}
 
     async def state_elsewhere(self, session_id: str) -> TurnState | None:
         """The state of ``session_id``'s turn from the node that runs it, or None."""
-        cluster = self.cluster
-        if session_id not in cluster.remote_turns or not cluster.relay.peers:
+        if session_id not in self.cluster.remote_turns:
             return None
-        request = secrets.token_hex(8)
-        answer = asyncio.get_running_loop().create_future()
-        self._answers[request] = answer
-        try:
-            cluster.relay.control(["g", request, session_id])
-            await cluster.relay.flush()
-            async with asyncio.timeout(self.wait_s):
-                body = await answer
-        except TimeoutError:
+        body = await self.requests.ask(lambda request: ["g", request, session_id])
+        if body is None:
             return None
-        finally:
-            self._answers.pop(request, None)
         try:
             return TurnState.decode(body)
         except ProtocolError as exc:
@@ -64,8 +52,6 @@ class RemoteTurnState:
                 if state is not None:
                     self.cluster.relay.control(["v", item[1], node, state.encode()])
             elif item[0] == "v" and item[2] == self.cluster.node_id:
-                answer = self._answers.get(item[1])
-                if answer is not None and not answer.done():
-                    answer.set_result(item[3])
+                self.requests.answered(item[1], item[3])
         except (TypeError, ValueError, IndexError):
             log.warning("cluster: ignored a malformed control item from node %s", node)
