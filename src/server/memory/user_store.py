@@ -106,6 +106,18 @@ class UserDoc:
         items = [MemoryItem.from_dict(x) for x in doc["items"]]
         return cls([i for i in items if i.session_id not in pending], learned, forgotten, pending)
 
+    @classmethod
+    def read(cls, doc: Any, user_id: str | None = None) -> tuple[str, UserDoc]:
+        """(its user id, the document) of a stored document (a file's JSON, a PostgreSQL row's),
+        checked to be ``user_id``'s when given. ValueError, KeyError, TypeError or AttributeError
+        when it is not a user memory document."""
+        owner = doc["user_id"]
+        if not isinstance(owner, str):
+            raise TypeError("user_id is not a string")
+        if user_id is not None and owner != user_id:
+            raise ValueError("the document belongs to another user id")
+        return owner, cls.from_json(doc)
+
 
 class DocBackend(Protocol):
     """Where the user documents live: ``load`` gives a user's document and its version (None: no
@@ -133,10 +145,7 @@ class UserFiles:
     def _read(self, user_id: str) -> UserDoc:
         path = self._path(user_id)
         try:
-            doc = json.loads(path.read_bytes())
-            if doc.get("user_id") != user_id:
-                raise ValueError("file belongs to another user id")
-            return UserDoc.from_json(doc)
+            return UserDoc.read(json.loads(path.read_bytes()), user_id)[1]
         except FileNotFoundError:
             return UserDoc()
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -65,10 +65,7 @@ class PgUserDocs:
         if row is None:
             return UserDoc(), None
         try:
-            doc = orjson.loads(row["doc"])
-            if doc.get("user_id") != user_id:
-                raise ValueError("the document belongs to another user id")
-            return UserDoc.from_json(doc), row["version"]
+            return UserDoc.read(orjson.loads(row["doc"]), user_id)[1], row["version"]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("user memory of one user unreadable (%s): starting empty (the next write replaces it)", exc)
             return UserDoc(), row["version"]
@@ -108,11 +105,8 @@ def _read_files(root: Path) -> tuple[dict[str, UserDoc], list[str]]:
     bad: list[str] = []
     for path in sorted(root.glob("*.json")) if root.is_dir() else []:
         try:
-            raw = orjson.loads(path.read_bytes())
-            user = raw["user_id"]
-            if not isinstance(user, str):
-                raise TypeError("user_id is not a string")
-            docs[user] = UserDoc.from_json(raw)
+            user, doc = UserDoc.read(orjson.loads(path.read_bytes()))
+            docs[user] = doc
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             bad.append(f"{path.name}: unreadable user memory file ({exc})")
     return docs, bad
