@@ -55,7 +55,7 @@ from server.output import OutputBuffer
 from server.request_queue import RequestQueue
 from server.rx_budget import RX_SLICE_BYTES, SMALL_READ_BYTES
 from server.services import Services
-from server.timeutil import iso_at, iso_now
+from server.timeutil import iso_at
 from server.timeutil import pong_clock as _pong_clock
 from server.v3_port import V3Port
 from server.wire import encode_reply
@@ -301,7 +301,7 @@ class ServerConnection(asyncio.Protocol):
             legacy = self.legacy
             try:
                 if hot:
-                    events = self.codec.receive_and_pong(data, iso_now(), out)
+                    events = self.codec.receive_and_pong(data, iso_at(self._clock()), out)
                 elif legacy is not None and legacy.idle and legacy.queue.empty():
                     # v2, nothing queued or running: leading heartbeats are answered by the codec
                     events = self.codec.receive_and_heartbeat(data, out)

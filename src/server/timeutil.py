@@ -1,20 +1,10 @@
-"""Cached ISO 8601 clocks for hot paths (PONG replies)."""
+"""A cached ISO 8601 clock for hot paths (PONG replies): one cache, refreshed at most once per
+millisecond of a monotonic clock."""
 from __future__ import annotations
 
 import time
 
 from storage.models import now_iso
-
-_clock = [0.0, ""]
-
-
-def iso_now() -> str:
-    """Current UTC time as ISO 8601, recomputed at most once per millisecond."""
-    t = time.time()
-    if t - _clock[0] >= 0.001:
-        _clock[0], _clock[1] = t, now_iso()
-    return _clock[1]
-
 
 #: [monotonic time of the last refresh, the ISO time then]: ``iso_at``'s cache, which the one-PING
 #: path of ``ServerConnection.data_received`` reads inline
@@ -22,9 +12,15 @@ pong_clock = [-1.0, ""]
 
 
 def iso_at(now: float) -> str:
-    """Current UTC time as ISO 8601, given the monotonic clock's ``now`` (the connection's clock, which
-    it reads anyway): recomputed when ``now`` is a millisecond or more past the last refresh, or before it."""
+    """Current UTC time as ISO 8601, given a monotonic clock's ``now`` (a connection's clock, which
+    it reads anyway): recomputed when ``now`` is a millisecond or more past the last refresh, or
+    before it (another event loop's clock)."""
     clock = pong_clock
     if not 0 <= now - clock[0] < 0.001:
         clock[0], clock[1] = now, now_iso()
     return clock[1]
+
+
+def iso_now() -> str:
+    """``iso_at`` for a caller without a connection's clock at hand."""
+    return iso_at(time.monotonic())
