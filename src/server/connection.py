@@ -77,6 +77,14 @@ class ServerConnection(asyncio.Protocol):
     max_clients, stopping) or None.
     """
 
+    # slots: CPython 3.11 gives up its shared-key instance dicts past 30 attributes, and the
+    # per-read attribute loads of the PING path then go through dict lookups (bench/roundtrip.py)
+    __slots__ = ("services", "limits", "loop", "conn_id", "state", "codec", "transport", "peer", "ip",
+                 "admin", "started", "_clock", "_rx", "_receiver", "_pong_one", "_heartbeat_one", "input",
+                 "output", "port", "ctx", "dispatcher", "requests", "legacy", "_refuse_reason", "_refusal",
+                 "_hello", "_early", "_rx_backlog", "_rx_off", "_eof", "_eof_error", "_tls", "_grace",
+                 "_handshake", "_idle", "last_rx", "_ping_sent", "_pings", "__weakref__")
+
     def __init__(self, services: Services, conn_id: int, refuse_reason: Callable[[], str | None]) -> None:
         self.services = services
         self.limits = services.config.limits
@@ -220,9 +228,10 @@ class ServerConnection(asyncio.Protocol):
                 reply = None
                 if state is _READY:
                     if data[0] == _PING:
-                        now = self._clock()
+                        clock, pong_one = self._clock, self._pong_one   # (slots: a call through a local)
+                        now = clock()
                         clock = _pong_clock
-                        reply = self._pong_one(data, clock[1] if 0 <= now - clock[0] < 0.001 else iso_at(now))
+                        reply = pong_one(data, clock[1] if 0.0 <= now - clock[0] < 0.001 else iso_at(now))
                 elif state is _LEGACY and data[0] == _CHAT_TEXT and self._handshake is None:
                     legacy = self.legacy
                     if legacy.idle and legacy.queue.empty():  # type: ignore[union-attr]
