@@ -38,6 +38,12 @@ class Leases:
 
     async def take(self, timeout: float) -> asyncpg.Connection:
         """A connection for one call, within ``timeout`` seconds (TimeoutError otherwise)."""
+        idle = self._idle
+        while idle:                          # the usual case, without arming a timer
+            con = idle.pop()
+            if not _closed(con):
+                return con
+            await self.drop(con)
         async with asyncio.timeout(timeout):
             while True:
                 while self._idle:
