@@ -33,7 +33,7 @@ from server.hub import Hub
 from server.wire import message_obj
 from storage.errors import InvalidSessionId, NotFound
 from storage.models import now_iso
-from storage.pg.lock_holder import LockHolder, key_of
+from storage.pg.lock_holder import Claim, LockHolder, key_of
 from storage.pg.store import message_of
 
 log = logging.getLogger("nplt.cluster")
@@ -251,13 +251,30 @@ class ClusterTurnLock:
 
     async def try_hold(self, session_id: str) -> Hold | None:
         """The session's lock if it is free now (nothing left to close: repaired first), else None."""
-        releasing = self.releasing.get(session_id)
-        if releasing is not None:         # this node's previous turn there is letting go: after it
-            await releasing.wait()        # (a waiter from another node still comes first)
-        key = key_of("session", session_id)
+        key = await self._after_release(session_id)
         got, last = await self.holder.try_claim(key, session_id)      # lock + last message: one round trip
-        if not got:
-            return None
+        return await self._held(session_id, key, last) if got else None
+
+    async def claim_owned(self, session_id: str, user_id: str) -> tuple[Hold | None, Claim | None]:
+        """``try_hold`` of a live session of ``user_id``, checked in the same round trip (NotFound
+        otherwise, nothing locked), and the session's model and title (``Claim``; None when this
+        node holds the lock already: nothing was read)."""
+        key = await self._after_release(session_id)
+        claim = await self.holder.claim_owned(key, session_id, user_id)
+        if claim is None or not claim.got:
+            return None, claim
+        return await self._held(session_id, key, claim.last), claim
+
+    async def _after_release(self, session_id: str) -> int:
+        """The session's lock key, once this node's previous turn there has let go of it (a waiter
+        from another node still comes first)."""
+        releasing = self.releasing.get(session_id)
+        if releasing is not None:
+            await releasing.wait()
+        return key_of("session", session_id)
+
+    async def _held(self, session_id: str, key: int, last: tuple[int, bytes] | None) -> Hold:
+        """The Hold of a lock just taken, once what the previous holder left is closed (repaired)."""
         try:
             await self.cluster.after_remote_turn(session_id)
             await self.cluster.repair(session_id, None if last is None else message_of(*last))

@@ -31,7 +31,12 @@ def auto_title(text: str) -> str:
 
 def needs_title(rec: SessionRecord) -> bool:
     """True while a session still has no title of its own."""
-    return not rec.title or rec.title == DEFAULT_TITLE
+    return untitled(rec.title)
+
+
+def untitled(title: str) -> bool:
+    """True for the title of a session that has none of its own yet."""
+    return not title or title == DEFAULT_TITLE
 
 
 class TurnControl(Protocol):
@@ -57,8 +62,12 @@ class SessionService:
 
     def model_of(self, rec: SessionRecord) -> str:
         """The session's model, or the agent's default when unset or no longer offered."""
+        return self.model_named(rec.model)
+
+    def model_named(self, model: str | None) -> str:
+        """``model`` (a session's setting) if the agent offers it, else the agent's default."""
         agent = self.agent
-        return rec.model if rec.model and rec.model in agent.models() else agent.default_model
+        return model if model and model in agent.models() else agent.default_model
 
     def info(self, rec: SessionRecord, *, summary: bool = False) -> SessionInfo:
         """The SessionInfo object of docs/protocol.md §3 (``summary`` only when asked)."""

@@ -22,17 +22,18 @@ from protocol.objects import QueuedTurn, TurnState
 from protocol.server_events import TurnEnd, TurnError, TurnStart
 from server.agent.base import AgentError, BuiltContext, TurnResult
 from server.config import LimitsConfig
-from server.errors import HandlerError, failure_of
+from server.errors import HandlerError, failure_of, not_found
 from server.hub import Hub, Subscriber
 from server.inflight import NoMarker
 from server.metrics import Metrics
 from server.pipeline import Answer, TurnPipeline, TurnState as PipelineState, generate, persist_step
-from server.sessions import SessionService, auto_title, needs_title
+from server.sessions import SessionService, auto_title, untitled
 from server.agent.fit_message import fit_assistant_message
 from server.turn import RunnerSink, Turn
 from server.wire import message_obj
 from storage.errors import InvalidSessionId, NotFound
-from storage.models import ChatMessage, ToolCall, now_iso
+from storage.ids import validate_session_id
+from storage.models import ChatMessage, SessionRecord, ToolCall, now_iso
 
 log = logging.getLogger("nplt.turns")
 
@@ -41,6 +42,9 @@ class TurnLock(Protocol):
     """One turn per session across server nodes (``server.cluster.ClusterTurnLock``; None on JSON)."""
 
     async def try_hold(self, session_id: str) -> Any: ...   # a Hold if the session is free now, else None
+    # try_hold of a live session of user_id, checked in the same round trip (NotFound otherwise):
+    # (Hold or None, storage.pg.lock_holder.Claim or None when nothing was read)
+    async def claim_owned(self, session_id: str, user_id: str) -> tuple[Any, Any]: ...
     def request(self, session_id: str) -> Any: ...          # a Hold queued now (arrival order)
 
 
@@ -125,7 +129,14 @@ class TurnRunner:
         """
         if self.closing:
             raise HandlerError(ErrorCode.SHUTTING_DOWN, "the server is stopping")
-        rec = await self.sessions.owned(user_id, session_id)  # first: another user's session is NOT_FOUND
+        rec: SessionRecord | None = None
+        if self.lock is None or prepare is not None:
+            rec = await self.sessions.owned(user_id, session_id)  # first: another user's session is NOT_FOUND
+        else:   # cluster: checked by the claim itself (one round trip; _claim)
+            try:
+                validate_session_id(session_id)
+            except InvalidSessionId:
+                raise not_found() from None
         lane = self.lanes.get(session_id)
         if lane is None:
             lane = self.lanes[session_id] = _Lane()
@@ -145,23 +156,25 @@ class TurnRunner:
                     raise HandlerError(ErrorCode.QUEUE_FULL, f"session {session_id} has a turn running: "
                                        "wait for it to end (or cancel it) first")
                 turn = Turn(session_id, user_id, text, origin, re)
-                turn.model = self.sessions.model_of(rec)
-                if self.lock is not None:
-                    if prepare is None:
-                        ahead = await self._claim(lane, turn, ahead)
-                    else:   # regenerate / edit need the session idle on every node
+                if rec is None:             # cluster, a chat message
+                    ahead, (model, title) = await self._claim(lane, turn, ahead)
+                else:
+                    model, title = rec.model, rec.title
+                    if self.lock is not None:   # regenerate / edit need the session idle on every node
                         hold = await self.lock.try_hold(turn.session_id)
                         if hold is None:
                             raise HandlerError(ErrorCode.QUEUE_FULL, f"session {session_id} has a turn running "
                                                "on another node: wait for it to end first")
                         lane.holds[turn] = hold
+                turn.model = self.sessions.model_named(model)
                 if prepare is not None or not ahead:
                     try:
                         if prepare is not None:
+                            assert rec is not None
                             turn.user_message = await prepare(rec)
                             turn.text = turn.user_message.content
                         else:
-                            await self._store_user(turn, needs_title(rec))
+                            await self._store_user(turn, untitled(title))
                     except BaseException:
                         hold = lane.holds.pop(turn, None)
                         if hold is not None:
@@ -177,15 +190,28 @@ class TurnRunner:
                 del self.lanes[session_id]  # a refused request leaves no empty lane behind
         return turn, ahead
 
-    async def _claim(self, lane: _Lane, turn: Turn, ahead: int) -> int:
-        """Cluster: claim the session for ``turn`` now, in arrival order; returns the turns ahead
-        (at least 1 when another node runs one: the user message is then stored when it starts)."""
-        hold = await self.lock.try_hold(turn.session_id) if not ahead else None
+    async def _claim(self, lane: _Lane, turn: Turn, ahead: int) -> tuple[int, tuple[str | None, str]]:
+        """Cluster: claim the session for ``turn`` now, in arrival order, checking it is the user's
+        live session in the same round trip (NOT_FOUND otherwise, nothing claimed); returns the
+        turns ahead (at least 1 when another node runs one: the user message is then stored when it
+        starts) and the session's (model, title). Behind a turn of this node, or when this node
+        still holds the lock, the session is read instead (``SessionService.owned``)."""
+        hold = facts = None
+        if not ahead:
+            try:
+                hold, claim = await self.lock.claim_owned(turn.session_id, turn.user_id)
+            except (NotFound, InvalidSessionId):
+                raise not_found() from None
+            if claim is not None:
+                facts = (claim.model, claim.title)
         if hold is None:
+            if facts is None:           # the session is checked before anything is queued
+                rec = await self.sessions.owned(turn.user_id, turn.session_id)
+                facts = (rec.model, rec.title)
             hold = self.lock.request(turn.session_id)
             ahead = max(ahead, 1)
         lane.holds[turn] = hold
-        return ahead
+        return ahead, facts
 
     async def _store_user(self, turn: Turn, title: bool = False) -> None:
         """Append the turn's user message (fsynced); the first message of a session names it."""

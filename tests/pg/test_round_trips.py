@@ -1,28 +1,31 @@
 """What a turn costs in PostgreSQL statements (issue 17, item 4: the PostgreSQL backend's turns/s):
 counted in PostgreSQL's own statement log, so a change that adds round trips to the turn's path
-fails here. Also the two combined reads that save round trips: ``nplt_try_claim`` (the session lock
-and the last message, migration 0005) and ``record_and_messages``."""
+fails here. Also the combined reads that save round trips: ``nplt_try_claim`` (the session lock
+and the last message, migration 0005), ``nplt_claim_owned`` (the same, only for the user's live
+session, with its model and title: migration 0008) and ``record_and_messages``."""
 from __future__ import annotations
 
 import dataclasses
 import re
 
 import asyncpg
+import pytest
 
 from pg.dbs import fresh_database
 from server.app import Server
 from storage import StorageConfig
-from storage.pg.lock_holder import LockHolder, key_of
+from storage.errors import NotFound
+from storage.pg.lock_holder import Claim, LockHolder, key_of
 from storage.port import open_store
 from testkit.echo_agent import EchoAgent
 from testkit.server import V3Client, answer_text, make_config, poll
 from protocol import MsgType as T
 
-#: statements of one turn on a node alone on its database (docs/cluster.md): the ownership read,
-#: lock + last message, the user message, the memory layer's read, the answer and the unlock (the
+#: statements of one turn on a node alone on its database (docs/cluster.md): ownership + lock + last
+#: message (one call), the user message, the memory layer's read, the answer and the unlock (the
 #: session-list events reuse what the appends returned; the memory layer takes the stored answer
 #: from the turn, no read after it; no event notification: no peer)
-STATEMENTS_PER_TURN = 6
+STATEMENTS_PER_TURN = 5
 
 
 async def test_a_turn_takes_6_statements(tmp_path, own_server):
@@ -54,7 +57,7 @@ async def test_a_turn_takes_6_statements(tmp_path, own_server):
         await poll(lambda: any("pg_advisory_unlock" in s for s in statements()), timeout=30)
         await poll(lambda: not srv.runner.lanes, timeout=30)
         seen = statements()
-        assert any("nplt_try_claim" in s for s in seen)
+        assert any("nplt_claim_owned" in s for s in seen)
         assert not any("RESET ALL" in s or "pg_notify" in s or s.startswith(("BEGIN", "COMMIT"))
                        for s in seen), seen
         await srv.services.memory.wait_idle()                        # (nothing more comes after it)
@@ -90,6 +93,42 @@ async def test_try_claim_takes_a_free_lock_and_reads_the_last_message(pg_url):
         await mine.unlock(key)
         gone = "s_20260101_000000000000"
         assert await mine.try_claim(key_of("session", gone), gone) == (True, None)   # no such session
+    finally:
+        await mine.close()
+        await other.close()
+        await store.close()
+
+
+async def test_claim_owned_checks_the_session_in_the_same_round_trip_and_locks_nothing_else(pg_url):
+    store = await open_store(StorageConfig(url=pg_url))
+    mine = LockHolder(store.link, key_of("node", "mine"), "nplt-node:mine")
+    other = LockHolder(store.link, key_of("node", "other"), "nplt-node:other")
+    await mine.open()
+    await other.open()
+    try:
+        sid = (await store.create("alice")).session_id
+        await store.set_model(sid, "m-2")
+        key = key_of("session", sid)
+        assert await mine.claim_owned(key, sid, "alice") == Claim(True, None, "m-2", "New chat")
+        assert await other.claim_owned(key, sid, "alice") == Claim(False, None, "m-2", "New chat")
+        assert await mine.claim_owned(key, sid, "alice") is None           # held here: nothing asked
+        await store.append(sid, "user", "question")
+        await store.rename(sid, "Named")
+        await mine.unlock(key)
+        claim = await other.claim_owned(key, sid, "alice")
+        assert claim is not None and claim.got and claim.title == "Named"
+        assert claim.last is not None and claim.last[0] == 1 and b"question" in claim.last[1]
+        await other.unlock(key)
+        deleted = (await store.create("alice")).session_id
+        await store.delete(deleted)
+        gone = "s_20260101_000000000000"
+        for s, user in ((sid, "bob"), (deleted, "alice"), (gone, "alice")):
+            k = key_of("session", s)
+            with pytest.raises(NotFound):
+                await mine.claim_owned(k, s, user)
+            assert k not in mine.held
+            assert await other.try_lock(k)                                # nothing was locked by mine
+            await other.unlock(k)
     finally:
         await mine.close()
         await other.close()

@@ -50,3 +50,33 @@ async def test_turns_on_postgres_and_recovery_after_a_restart(tmp_path, own_serv
     finally:
         await srv.stop()
         await store.close()
+
+
+async def test_a_chat_message_to_a_session_not_ones_own_is_not_found_and_claims_nothing(tmp_path, pg_url):
+    """On PostgreSQL the turn's claim checks the session (``nplt_claim_owned``): another user's
+    session, a deleted one, an unknown or malformed id are NOT_FOUND, nothing is stored and the
+    session's lock is left free; the owner's turns run as before."""
+    users = [("alice", "token-a"), ("bob", "token-b")]
+    srv = Server(make_config(tmp_path, users=users, storage={"url": pg_url}), agent=EchoAgent())
+    host, port = await srv.start()
+    try:
+        alice = await V3Client.connect((host, port), token="token-a")
+        bob = await V3Client.connect((host, port), token="token-b")
+        r = await alice.call(T.CHAT_TEXT, text="mine")
+        assert answer_text(await alice.turn_events(r["turn_id"])) == "echo: mine"
+        sid = alice.session_id
+        trash = (await alice.call(T.SESSION_NEW, title="to delete"))["session"]["session_id"]
+        await alice.call(T.SESSION_DELETE, session_id=trash)
+        for client, target in ((bob, sid), (alice, trash), (bob, "s_20260101_000000000000"), (bob, "x; --")):
+            with pytest.raises(ReplyError) as err:
+                await client.call(T.CHAT_TEXT, text="not yours", session_id=target)
+            assert err.value.code == "NOT_FOUND", target
+        assert not srv.runner.lanes and not srv.services.cluster.holder.held
+        assert (await srv.store.get(sid)).message_count == 2
+        assert (await srv.store.get(trash)).message_count == 0
+        r = await alice.call(T.CHAT_TEXT, text="still mine", session_id=sid)
+        assert answer_text(await alice.turn_events(r["turn_id"])) == "echo: still mine"
+        await alice.close()
+        await bob.close()
+    finally:
+        await srv.stop()

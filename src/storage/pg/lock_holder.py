@@ -14,11 +14,11 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import asyncpg
 
-from ..errors import StorageError
+from ..errors import NotFound, StorageError
 from .link import CONNECTION_ERRORS, PgLink, Unsent, is_connection_error
 
 T = TypeVar("T")
@@ -30,6 +30,15 @@ def key_of(kind: str, name: str) -> int:
     """The signed 64-bit advisory lock key of ``kind``:``name``."""
     digest = hashlib.blake2b(f"nplt-{kind}:{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+class Claim(NamedTuple):
+    """What ``LockHolder.claim_owned`` found: whether the lock was taken, the last visible message
+    (id, stored body; only when taken) and the session's model and title."""
+    got: bool
+    last: tuple[int, bytes] | None
+    model: str | None
+    title: str
 
 
 class LockHolder:
@@ -82,6 +91,20 @@ class LockHolder:
                 return True, None
             return bool(row["got"]), (row["last_id"], row["last_body"]) if row["last_id"] is not None else None
         return await self._take(key, fetch)
+
+    async def claim_owned(self, key: int, session_id: str, user_id: str) -> Claim | None:
+        """``try_claim`` of a live session of ``user_id``, checked in the same round trip
+        (``nplt_claim_owned``, migration 0008): NotFound, with nothing locked, for a session that
+        does not exist, is deleted or is another user's. None when this node holds ``key`` already
+        (nothing was asked: the caller checks the session itself)."""
+        async def fetch(con: asyncpg.Connection) -> tuple[bool, Claim]:
+            row = await con.fetchrow("SELECT * FROM nplt_claim_owned($1, $2, $3)", key, session_id, user_id)
+            if row is None:
+                raise NotFound(f"session {session_id} not found")
+            last = (row["last_id"], row["last_body"]) if row["last_id"] is not None else None
+            return bool(row["got"]), Claim(bool(row["got"]), last, row["model"], row["title"].decode())
+        _, claim = await self._take(key, fetch)
+        return claim
 
     async def _take(self, key: int, fetch: Callable[[asyncpg.Connection], Awaitable[tuple[bool, T]]]
                     ) -> tuple[bool, T | None]:
