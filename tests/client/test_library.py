@@ -196,15 +196,10 @@ async def test_tls(tmp_path: Path) -> None:
 async def test_server_pings_are_answered(tmp_path: Path) -> None:
     async with running_server(tmp_path, ping_interval_s=0.05, idle_timeout_s=0.3) as (srv, (host, port)):
         async with Client(host, port) as c:
-            conn = next(iter(srv.connections))
-            seen = {"n": 0}
-            original = conn.data_received
-
-            def counting(data: bytes) -> None:
-                seen["n"] += 1
-                original(data)
-            conn.data_received = counting  # count frames the client sends (PONGs) while idle
-            await wait_until(lambda: seen["n"] >= 8, timeout=10, what="PONGs past the idle timeout")
+            receiver = next(iter(srv.connections)).codec.receiver
+            first = receiver.rx_seq         # counts the frames the client sends (PONGs) while idle
+            await wait_until(lambda: (receiver.rx_seq - first) % 65536 >= 8, timeout=10,
+                             what="PONGs past the idle timeout")
             assert c.connected and (await c.ping()).re
 
 
