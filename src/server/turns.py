@@ -79,6 +79,8 @@ class TurnRunner:
         self.memory = memory
         self.pipeline = pipeline or TurnPipeline.default(memory)   # route -> recall -> retrieve (server.pipeline)
         self.limits = limits
+        # the memory layer's next read, done with the user message's append (PostgreSQL; see _store_user)
+        self._read_hint = getattr(memory, "read_hint", None) if getattr(store, "reads_with_append", False) else None
         self.lanes: dict[str, _Lane] = {}
         self.turns_total = 0
         self.turns_running = 0
@@ -214,11 +216,15 @@ class TurnRunner:
         return ahead, facts
 
     async def _store_user(self, turn: Turn, title: bool = False) -> None:
-        """Append the turn's user message (fsynced); the first message of a session names it."""
+        """Append the turn's user message (fsynced); the first message of a session names it. On a
+        store that can, the same statement reads what the memory layer reads next (``read_hint``)."""
         store = self.store
         await self.inflight.started(turn.session_id)
+        hint = self._read_hint(turn.session_id) if self._read_hint is not None and not title else None
         try:
-            turn.user_message = await self.metrics.timed_append(store.append(turn.session_id, "user", turn.text))
+            turn.user_message = await self.metrics.timed_append(
+                store.append(turn.session_id, "user", turn.text) if hint is None else
+                store.append(turn.session_id, "user", turn.text, read_after=hint))
         except BaseException:
             self.inflight.ended(turn.session_id)
             raise

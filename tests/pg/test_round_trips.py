@@ -22,13 +22,14 @@ from testkit.server import V3Client, answer_text, make_config, poll
 from protocol import MsgType as T
 
 #: statements of one turn on a node alone on its database (docs/cluster.md): ownership + lock + last
-#: message (one call), the user message, the memory layer's read, the answer and the unlock (the
+#: message (one call), the user message with the memory layer's read (one statement), the answer and
+#: the unlock (the
 #: session-list events reuse what the appends returned; the memory layer takes the stored answer
 #: from the turn, no read after it; no event notification: no peer)
-STATEMENTS_PER_TURN = 5
+STATEMENTS_PER_TURN = 4
 
 
-async def test_a_turn_takes_6_statements(tmp_path, own_server):
+async def test_a_turn_takes_4_statements(tmp_path, own_server):
     url = await fresh_database(own_server)
     database = url.split("@/", 1)[1].split("?", 1)[0]
     admin = await asyncpg.connect(own_server.url())
@@ -71,68 +72,66 @@ async def test_a_turn_takes_6_statements(tmp_path, own_server):
         await admin.close()
 
 
-async def test_try_claim_takes_a_free_lock_and_reads_the_last_message(pg_url):
+@pytest.fixture
+async def holders(pg_url):
+    """A store and the lock holders of two nodes on it."""
     store = await open_store(StorageConfig(url=pg_url))
     mine = LockHolder(store.link, key_of("node", "mine"), "nplt-node:mine")
     other = LockHolder(store.link, key_of("node", "other"), "nplt-node:other")
     await mine.open()
     await other.open()
     try:
-        sid = (await store.create("alice")).session_id
-        key = key_of("session", sid)
-        assert await mine.try_claim(key, sid) == (True, None)              # an empty session
-        assert await other.try_claim(key, sid) == (False, None)            # held elsewhere
-        assert await mine.try_claim(key, sid) == (False, None)             # never taken twice
-        await store.append(sid, "user", "question")
-        await mine.unlock(key)
-        got, last = await other.try_claim(key, sid)
-        assert got and last is not None and last[0] == 1 and b"question" in last[1]
-        await other.unlock(key)
-        await store.clear(sid)                                             # hidden: not the last one
-        assert await mine.try_claim(key, sid) == (True, None)
-        await mine.unlock(key)
-        gone = "s_20260101_000000000000"
-        assert await mine.try_claim(key_of("session", gone), gone) == (True, None)   # no such session
+        yield store, mine, other
     finally:
         await mine.close()
         await other.close()
         await store.close()
 
 
-async def test_claim_owned_checks_the_session_in_the_same_round_trip_and_locks_nothing_else(pg_url):
-    store = await open_store(StorageConfig(url=pg_url))
-    mine = LockHolder(store.link, key_of("node", "mine"), "nplt-node:mine")
-    other = LockHolder(store.link, key_of("node", "other"), "nplt-node:other")
-    await mine.open()
-    await other.open()
-    try:
-        sid = (await store.create("alice")).session_id
-        await store.set_model(sid, "m-2")
-        key = key_of("session", sid)
-        assert await mine.claim_owned(key, sid, "alice") == Claim(True, None, "m-2", "New chat")
-        assert await other.claim_owned(key, sid, "alice") == Claim(False, None, "m-2", "New chat")
-        assert await mine.claim_owned(key, sid, "alice") is None           # held here: nothing asked
-        await store.append(sid, "user", "question")
-        await store.rename(sid, "Named")
-        await mine.unlock(key)
-        claim = await other.claim_owned(key, sid, "alice")
-        assert claim is not None and claim.got and claim.title == "Named"
-        assert claim.last is not None and claim.last[0] == 1 and b"question" in claim.last[1]
-        await other.unlock(key)
-        deleted = (await store.create("alice")).session_id
-        await store.delete(deleted)
-        gone = "s_20260101_000000000000"
-        for s, user in ((sid, "bob"), (deleted, "alice"), (gone, "alice")):
-            k = key_of("session", s)
-            with pytest.raises(NotFound):
-                await mine.claim_owned(k, s, user)
-            assert k not in mine.held
-            assert await other.try_lock(k)                                # nothing was locked by mine
-            await other.unlock(k)
-    finally:
-        await mine.close()
-        await other.close()
-        await store.close()
+async def test_try_claim_takes_a_free_lock_and_reads_the_last_message(holders):
+    store, mine, other = holders
+    sid = (await store.create("alice")).session_id
+    key = key_of("session", sid)
+    assert await mine.try_claim(key, sid) == (True, None)              # an empty session
+    assert await other.try_claim(key, sid) == (False, None)            # held elsewhere
+    assert await mine.try_claim(key, sid) == (False, None)             # never taken twice
+    await store.append(sid, "user", "question")
+    await mine.unlock(key)
+    got, last = await other.try_claim(key, sid)
+    assert got and last is not None and last[0] == 1 and b"question" in last[1]
+    await other.unlock(key)
+    await store.clear(sid)                                             # hidden: not the last one
+    assert await mine.try_claim(key, sid) == (True, None)
+    await mine.unlock(key)
+    gone = "s_20260101_000000000000"
+    assert await mine.try_claim(key_of("session", gone), gone) == (True, None)   # no such session
+
+
+async def test_claim_owned_checks_the_session_in_the_same_round_trip_and_locks_nothing_else(holders):
+    store, mine, other = holders
+    sid = (await store.create("alice")).session_id
+    await store.set_model(sid, "m-2")
+    key = key_of("session", sid)
+    assert await mine.claim_owned(key, sid, "alice") == Claim(True, None, "m-2", "New chat")
+    assert await other.claim_owned(key, sid, "alice") == Claim(False, None, "m-2", "New chat")
+    assert await mine.claim_owned(key, sid, "alice") is None           # held here: nothing asked
+    await store.append(sid, "user", "question")
+    await store.rename(sid, "Named")
+    await mine.unlock(key)
+    claim = await other.claim_owned(key, sid, "alice")
+    assert claim is not None and claim.got and claim.title == "Named"
+    assert claim.last is not None and claim.last[0] == 1 and b"question" in claim.last[1]
+    await other.unlock(key)
+    deleted = (await store.create("alice")).session_id
+    await store.delete(deleted)
+    gone = "s_20260101_000000000000"
+    for s, user in ((sid, "bob"), (deleted, "alice"), (gone, "alice")):
+        k = key_of("session", s)
+        with pytest.raises(NotFound):
+            await mine.claim_owned(k, s, user)
+        assert k not in mine.held
+        assert await other.try_lock(k)                                # nothing was locked by mine
+        await other.unlock(k)
 
 
 async def test_record_and_messages_is_get_and_messages(pg_url):
@@ -161,6 +160,52 @@ async def test_record_and_messages_is_get_and_messages(pg_url):
         assert [m.content for m in msgs] == ["after the clear"] and rec.message_count == 1
     finally:
         await store.close()
+
+
+async def test_an_append_that_reads_answers_the_next_read_as_the_database_would(pg_url):
+    """``append(read_after=X)`` reads in its own statement what ``record_and_messages(X)`` would
+    return after it; the next such call takes it (no round trip), once, and only for that X, fresh,
+    with no other write of this node in between."""
+    store = await open_store(StorageConfig(url=pg_url))
+    other = await open_store(StorageConfig(url=pg_url))          # a second node: always reads
+    try:
+        sid = (await store.create("alice", title="t")).session_id
+        for i in range(4):
+            await store.append(sid, "user" if i % 2 == 0 else "assistant", f"m{i}")
+        memo: dict = {}
+        _, before = await store.record_and_messages(sid, 1, memo)
+        for after in (1, 0, 3, 4, 99):
+            new = await store.append(sid, "user", f"q{after}", read_after=after)
+            assert store._prefetched, "the append kept what it read"
+            rec, msgs = await store.record_and_messages(sid, after, memo)
+            assert not store._prefetched
+            assert (rec, msgs) == await other.record_and_messages(sid, after)
+            assert rec.message_count == new.id and (not msgs or msgs[-1] is new)   # the object append returned
+            if after == 1:                  # unchanged since the memo's read: the same objects
+                assert len(msgs) == 4 and all(m is b for m, b in zip(msgs, before))
+        assert msgs == []
+        await store.clear(sid)                                       # hidden messages are not read
+        new = await store.append(sid, "user", "after the clear", read_after=0)
+        rec, msgs = await store.record_and_messages(sid, 0)
+        assert msgs == [new] and rec.message_count == 1 and (rec, msgs) == await other.record_and_messages(sid, 0)
+        # not taken: another after_id, another write of this node in between, too old
+        await store.append(sid, "assistant", "a", read_after=0)
+        assert await store.record_and_messages(sid, 1) == await other.record_and_messages(sid, 1)
+        assert not store._prefetched
+        await store.append(sid, "user", "b", read_after=0)
+        await store.rename(sid, "renamed")
+        rec, _ = await store.record_and_messages(sid, 0)
+        assert rec.title == "renamed"
+        await store.append(sid, "user", "c", read_after=0)
+        when, *rest = store._prefetched[sid]
+        store._prefetched[sid] = (when - 60, *rest)
+        await other.rename(sid, "renamed elsewhere")                  # (what a read now sees)
+        assert (await store.record_and_messages(sid, 0))[0].title == "renamed elsewhere"
+        with pytest.raises(NotFound):
+            await store.append("s_20260101_000000000000", "user", "x", read_after=0)
+    finally:
+        await store.close()
+        await other.close()
 
 
 async def test_nodes_know_each_other_once_started(tmp_path, pg_url):

@@ -144,6 +144,15 @@ class MemoryManager:
         window, older = recent_turns(msgs, self.config.context.recent_turns, self.counter)
         return summary, window, older
 
+    def read_hint(self, session_id: str) -> int | None:
+        """The ``after_id`` of the session's next read (``sync_view``), when the view is cached and
+        valid, else None: a store that reads it in the same statement as the turn's user message
+        (``PgHistoryStore.append(read_after=...)``) spares that read its round trip."""
+        if self._sync_store is not None or self._record_and_messages is None:
+            return None
+        view = self._views.get(session_id)
+        return view.read_from() if view is not None and view.valid and not view.lock.locked() else None
+
     async def sync_view(self, session_id: str) -> tuple[SessionRecord, SessionView | None]:
         """The session record and its ``SessionView``, brought up to date (None for a deleted session).
 

@@ -95,6 +95,7 @@ class PgHistoryStore:
     """The storage port on PostgreSQL. Open with ``await PgHistoryStore.open(config)``."""
 
     sync = None        # no synchronous twin (the server falls back to the async calls)
+    reads_with_append = True   # append(read_after=...) (the turn runner asks the memory layer for it)
 
     def __init__(self, config: StorageConfig) -> None:
         self.config = config
@@ -104,6 +105,9 @@ class PgHistoryStore:
         # id -> (stored body, the message append returned), which record_and_messages gives back
         # instead of decoding the same bytes again (the memory layer's view holds that object)
         self._written: OrderedDict[str, dict[int, tuple[bytes, ChatMessage]]] = OrderedDict()
+        # what an append with ``read_after`` read in its own statement, for the next
+        # record_and_messages(session_id, read_after): session -> (when, read_after, the record, rows)
+        self._prefetched: OrderedDict[str, tuple[float, int, asyncpg.Record, list[tuple[int, bytes]]]] = OrderedDict()
 
     @classmethod
     async def open(cls, config: StorageConfig) -> PgHistoryStore:
@@ -135,6 +139,7 @@ class PgHistoryStore:
         are the messages it wrote kept: a clear or purge leaves none of their text here)."""
         self._appended.pop(session_id, None)
         self._written.pop(session_id, None)
+        self._prefetched.pop(session_id, None)
 
     async def _read(self, fn, *args: Any) -> Any:
         return await self.link.run(lambda con: fn(con, *args), write=False)
@@ -328,19 +333,36 @@ class PgHistoryStore:
         return orjson.dumps(d), search_text(msg.content)
 
     async def append(self, session_id: str, role: str, content: str, *, tool_calls: Iterable[ToolCall | dict] = (),
-                     metadata: dict[str, Any] | None = None, timestamp: str | None = None) -> ChatMessage:
-        """Store one message with the next id; returns once it is committed."""
+                     metadata: dict[str, Any] | None = None, timestamp: str | None = None,
+                     read_after: int | None = None) -> ChatMessage:
+        """Store one message with the next id; returns once it is committed.
+
+        ``read_after``: the same statement also reads what ``record_and_messages(session_id,
+        read_after)`` would return right after it (the memory layer's read at the start of a turn,
+        ``MemoryManager.read_hint``), and the next such call, under ``FRESH_APPEND_S`` later with no
+        other write of this node to the session in between, is answered from it without a round trip."""
         calls = checks.tool_calls(tool_calls)
         checks.check_message(role, content, metadata, timestamp)
         validate_session_id(session_id)
+        if read_after is not None:
+            checks.check_int("read_after", read_after)
         msg = ChatMessage(0, role, content, timestamp or now_iso(), calls, dict(metadata or {}))
         body, text = self._encode(msg)
-        row = await self._write(lambda con: con.fetchrow(
-            f"WITH s AS (UPDATE nplt_sessions SET next_id = next_id + 1, message_count = message_count + 1, "
-            f"updated_at = $2, preview = $3 WHERE session_id = $1 RETURNING next_id - 1 AS mid, {_REC_LITE}), "
-            "i AS (INSERT INTO nplt_messages (session_id, id, body, search_text) SELECT $1, s.mid, $4, $5 FROM s "
-            "RETURNING id) SELECT s.* FROM i CROSS JOIN s",
-            session_id, now_iso(), content[:PREVIEW_CHARS].encode(), body, text))
+        update = ("WITH s AS (UPDATE nplt_sessions SET next_id = next_id + 1, message_count = message_count + 1, "
+                  "updated_at = $2, preview = $3 WHERE session_id = $1 RETURNING next_id - 1 AS mid, {}), "
+                  "i AS (INSERT INTO nplt_messages (session_id, id, body, search_text) SELECT $1, s.mid, $4, $5 "
+                  "FROM s RETURNING id) ")
+        args = (session_id, now_iso(), content[:PREVIEW_CHARS].encode(), body, text)
+        if read_after is None:
+            row = await self._write(lambda con: con.fetchrow(
+                update.format(_REC_LITE) + "SELECT s.* FROM i CROSS JOIN s", *args))
+        else:   # the messages as they were before this statement (its snapshot), then the new one
+            after = max(min(read_after, INT64_MAX), -INT64_MAX)
+            rows = await self._write(lambda con: con.fetch(
+                update.format(_REC + ", cleared_through") + "SELECT s.*, m.id, m.body FROM i CROSS JOIN s "
+                "LEFT JOIN LATERAL (SELECT id, body FROM nplt_messages WHERE session_id = $1 "
+                "AND id > greatest(s.cleared_through, $6) ORDER BY id) m ON true", *args, after))
+            row = rows[0] if rows else None
         if row is None:
             raise NotFound(f"session {session_id} not found")
         appended = self._appended
@@ -356,6 +378,14 @@ class PgHistoryStore:
         self._written[session_id] = written
         if len(self._written) > APPENDED_KEPT:
             self._written.popitem(last=False)
+        if read_after is not None:
+            read = [(r["id"], r["body"]) for r in rows if r["id"] is not None]
+            if out.id > max(row["cleared_through"], read_after):
+                read.append((out.id, body))
+            self._prefetched[session_id] = (time.monotonic(), read_after, row, read)
+            self._prefetched.move_to_end(session_id)
+            if len(self._prefetched) > APPENDED_KEPT:
+                self._prefetched.popitem(last=False)
         return out
 
     async def update(self, session_id: str, message: ChatMessage) -> ChatMessage:
@@ -428,6 +458,12 @@ class PgHistoryStore:
         caller's last read comes back as the same ``ChatMessage`` object, not decoded again."""
         checks.check_int("after_id", after_id)
         validate_session_id(session_id)
+        got = self._prefetched.pop(session_id, None)
+        if got is not None and got[1] == after_id and time.monotonic() - got[0] <= FRESH_APPEND_S:
+            _, _, row, read = got
+            msgs = [message_of(*r) for r in read] if memo is None else \
+                _decoded(read, memo, self._written.get(session_id))
+            return _record(row), msgs
         after_id = max(min(after_id, INT64_MAX), -INT64_MAX)
         rows = await self._read(lambda con: con.fetch(
             f"SELECT {_REC_S}, m.id, m.body FROM nplt_sessions s LEFT JOIN LATERAL "
