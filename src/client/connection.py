@@ -189,6 +189,19 @@ class Client(Operations):
 
     # -- connection lifecycle -------------------------------------------------------------------------
     async def _establish(self) -> HelloReply:
+        """Connect and complete HELLO. A server that heard nothing from this client for its v2 grace
+        period (``legacy_grace_ms``: the HELLO was late, e.g. the loop stalled after the connect)
+        serves the connection as v2 and answers with v2 text instead of the HELLO reply: then the
+        connection is dropped and made again at once, once (docs/protocol.md §2)."""
+        try:
+            return await self._establish_once()
+        except ClientError as exc:
+            if exc.code != errors.SERVED_AS_V2:
+                raise
+            log.info("served as a v2 client (the HELLO came after the server's grace period): reconnecting")
+        return await self._establish_once()
+
+    async def _establish_once(self) -> HelloReply:
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=self.tls,
@@ -384,6 +397,12 @@ class Client(Operations):
 
     async def _on_invalid(self, item: InvalidMessage) -> None:
         err = item.error
+        hello = self._pending.get(self._hello_id) if self._hello_id is not None else None
+        if item.type == MsgType.CHAT_TEXT and hello is not None and not hello[1].done() \
+                and hello[0] == MsgType.HELLO:   # v2 text before the HELLO reply: taken for a v2 client
+            hello[1].set_exception(ClientError(errors.SERVED_AS_V2, "the server took this connection for a "
+                                               "v2 client (the HELLO came after its grace period)"))
+            return
         pending = self._pending.get(item.re) if item.re is not None else None
         if pending is not None and not pending[1].done():
             pending[1].set_exception(ClientError(err.code, err.message))

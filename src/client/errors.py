@@ -23,6 +23,7 @@ class ClientCode(StrEnum):
     NOT_A_FILE = "NOT_A_FILE"                   # a local path to upload is not a readable file
     FILE_CHANGED = "FILE_CHANGED"               # a local file changed while it was uploaded
     WRITE_FAILED = "WRITE_FAILED"               # a local file (an export) could not be written
+    SERVED_AS_V2 = "SERVED_AS_V2"               # the HELLO came after the server's v2 grace (connect retries)
 
 
 CONNECTION_REFUSED = ClientCode.CONNECTION_REFUSED
@@ -32,9 +33,10 @@ NOT_CONNECTED = ClientCode.NOT_CONNECTED
 TIMEOUT = ClientCode.TIMEOUT
 TLS_ERROR = ClientCode.TLS_ERROR
 CLOSED = ClientCode.CLOSED
+SERVED_AS_V2 = ClientCode.SERVED_AS_V2
 
 CONNECTION_CODES = frozenset({CONNECTION_REFUSED, CONNECTION_FAILED, CONNECTION_LOST, NOT_CONNECTED,
-                              TIMEOUT, TLS_ERROR, CLOSED})
+                              TIMEOUT, TLS_ERROR, CLOSED, SERVED_AS_V2})
 # Errors after which reconnecting is pointless: the same HELLO would fail again.
 PERMANENT_CODES = frozenset({ErrorCode.AUTH_FAILED, ErrorCode.UNSUPPORTED_VERSION})
 

@@ -12,12 +12,12 @@ from client.config import TlsConfig
 from client.connection import Backoff, Client
 from client.errors import ClientError
 from client.events import Connected, Disconnected, Reconnecting
-from protocol import ErrorCode
+from protocol import ErrorCode, MsgType
 from protocol.replies import ChatSendReply
 from protocol.server_events import (AnswerDelta, SessionEvent, ToolCallEvent, ToolResultEvent, TurnEnd, TurnError,
                                     TurnEvent, TurnStart)
-from client_testlib import next_event_of, wait_until
-from testkit.server import running_server
+from client_testlib import next_event_of, v3_server, wait_until
+from testkit.server import poll, running_server
 
 CERTS = Path(__file__).parent / "certs"
 
@@ -173,7 +173,7 @@ async def test_connection_refused() -> None:
 
 
 async def test_auth(tmp_path: Path) -> None:
-    async with running_server(tmp_path, users=[("alice", "token-a")]) as (_, (host, port)):
+    async with v3_server(tmp_path, users=[("alice", "token-a")]) as (_, (host, port)):
         with pytest.raises(ClientError) as info:
             await Client(host, port, token="wrong").connect()
         assert info.value.code == "AUTH_FAILED" and info.value.fatal
@@ -183,7 +183,7 @@ async def test_auth(tmp_path: Path) -> None:
 
 async def test_tls(tmp_path: Path) -> None:
     cert, key = str(CERTS / "cert.pem"), str(CERTS / "key.pem")
-    async with running_server(tmp_path, tls_cert=cert, tls_key=key) as (_, (host, port)):
+    async with v3_server(tmp_path, tls_cert=cert, tls_key=key) as (_, (host, port)):
         async with Client(host, port, tls=TlsConfig(ca_file=cert).context()) as c:
             assert (await c.ping()).re
         async with Client(host, port, tls=TlsConfig(insecure=True).context()) as c:
@@ -194,7 +194,7 @@ async def test_tls(tmp_path: Path) -> None:
 
 
 async def test_server_pings_are_answered(tmp_path: Path) -> None:
-    async with running_server(tmp_path, ping_interval_s=0.05, idle_timeout_s=0.3) as (srv, (host, port)):
+    async with v3_server(tmp_path, ping_interval_s=0.05, idle_timeout_s=0.3) as (srv, (host, port)):
         async with Client(host, port) as c:
             receiver = next(iter(srv.connections)).codec.receiver
             first = receiver.rx_seq         # counts the frames the client sends (PONGs) while idle
@@ -229,7 +229,7 @@ async def test_close_ends_events_and_fails_requests(client: Client) -> None:
 
 async def test_reconnect_after_restart_restores_session(tmp_path: Path) -> None:
     port = free_port()
-    async with running_server(tmp_path, port=port) as (_, (host, _p)):
+    async with v3_server(tmp_path, port=port) as (_, (host, _p)):
         c = Client(host, port, backoff=Backoff(initial=0.05, maximum=0.2, jitter=0.0))
         await c.connect()
         await c.session_new(title="keep me")
@@ -242,7 +242,7 @@ async def test_reconnect_after_restart_restores_session(tmp_path: Path) -> None:
         with pytest.raises(ClientError) as info:
             await c.ping()
         assert info.value.code == errors.NOT_CONNECTED
-        async with running_server(tmp_path, port=port):
+        async with v3_server(tmp_path, port=port):
             ev = await next_event_of(c, Connected)
             assert ev.reconnected is True
             assert ev.hello.session_restored is True
@@ -254,7 +254,7 @@ async def test_reconnect_after_restart_restores_session(tmp_path: Path) -> None:
 
 
 async def test_gives_up_after_max_attempts(tmp_path: Path) -> None:
-    async with running_server(tmp_path) as (_, (host, port)):
+    async with v3_server(tmp_path) as (_, (host, port)):
         c = Client(host, port, backoff=Backoff(initial=0.01, maximum=0.02, max_attempts=2))
         await c.connect()
     states = [type(e) async for e in c.events() if isinstance(e, (Connected, Reconnecting, Disconnected))]
@@ -265,9 +265,35 @@ async def test_gives_up_after_max_attempts(tmp_path: Path) -> None:
 
 async def test_a_request_over_the_servers_max_message_size_fails_at_once(tmp_path: Path) -> None:
     # the server discards such a message unread (it cannot know the request id): fail it locally
-    async with running_server(tmp_path, max_message_size=65535) as (_, (host, port)):
+    async with v3_server(tmp_path, max_message_size=65535) as (_, (host, port)):
         async with Client(host, port, request_timeout=30) as c:
             with pytest.raises(ClientError) as info:
                 await c.chat_send("中" * 30000)  # 90 KB of UTF-8
             assert info.value.code == "MESSAGE_TOO_LARGE" and "65535" in info.value.message
             assert (await c.chat_send("short")).user_message.content == "short"  # still usable
+
+
+async def test_a_client_served_as_v2_after_a_late_hello_connects_again_at_once(tmp_path: Path, monkeypatch) -> None:
+    """A server that hears nothing for ``legacy_grace_ms`` serves the connection as v2 and welcomes
+    it with v2 text (docs/protocol.md §2). A client whose HELLO came that late (its loop stalled
+    after the connect) takes that text as the sign, drops the connection and makes a new one at
+    once, instead of waiting out its connect timeout for a HELLO reply that never comes."""
+    async with running_server(tmp_path, legacy_grace_ms=50) as (srv, (host, port)):
+        stalled: list[int] = []
+        original = Client._send
+
+        async def send(self: Client, msg_type: MsgType | int, body: dict) -> None:
+            if msg_type == MsgType.HELLO and not stalled:    # the first HELLO only: after the welcome
+                stalled.append(1)
+                await poll(lambda: any(c.legacy is not None and c.legacy.idle for c in srv.connections),
+                           timeout=10)
+            await original(self, msg_type, body)
+        monkeypatch.setattr(Client, "_send", send)
+        c = Client(host, port, connect_timeout=5)
+        try:
+            hello = await c.connect()
+            assert stalled and hello.proto == 3 and c.state == "connected"
+            assert (await c.ping()).re is not None
+            await poll(lambda: [x.ready for x in srv.connections] == [True], timeout=10)   # the v2 one is gone
+        finally:
+            await c.close()
