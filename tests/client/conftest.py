@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # for client_te
 
 from client.connection import Backoff, Client  # noqa: E402
 from testkit.echo_agent import EchoAgent  # noqa: E402
-from testkit.server import running_server  # noqa: E402
+from client_testlib import v3_server  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +30,7 @@ def echo() -> EchoAgent:
 
 @pytest.fixture
 async def server(tmp_path: Path, echo: EchoAgent) -> AsyncIterator[tuple[Any, tuple[str, int]]]:
-    async with running_server(tmp_path, agent=echo) as (srv, addr):
+    async with v3_server(tmp_path, agent=echo) as (srv, addr):
         yield srv, addr
 
 

@@ -19,9 +19,8 @@ from client.tui.modals import ConfirmModal, ExportModal, HelpScreen, RenameModal
 from client.tui.sidebar import Sidebar
 from client.tui.status import StatusLine
 from client.tui.toolcall import ToolCallItem
-from client_testlib import shown, SIZE, chat, next_event_of, offline_agent, open_app, prefill, type_and_send, wait_until
+from client_testlib import shown, SIZE, chat, next_event_of, offline_agent, open_app, prefill, type_and_send, v3_server, wait_until
 from testkit.echo_agent import EchoAgent
-from testkit.server import running_server
 from protocol.server_events import TurnEnd
 
 
@@ -85,7 +84,7 @@ async def test_a_fresh_server_the_first_message_creates_the_session(server, echo
 
 
 async def test_offline_agent_tool_item_live_and_from_history(tmp_path: Path) -> None:
-    async with running_server(tmp_path, agent=offline_agent()) as (_, addr):
+    async with v3_server(tmp_path, agent=offline_agent()) as (_, addr):
         async with open_app(addr) as (app, pilot):
             await type_and_send(pilot, "show cpu usage")
             await wait_until(lambda: any(m.message_id and m.role == "assistant" and m.content
@@ -205,7 +204,7 @@ async def test_cancel_with_escape(server, echo: EchoAgent) -> None:
 
 
 async def test_turn_error_and_request_error_inline(tmp_path: Path) -> None:
-    async with running_server(tmp_path, agent=EchoAgent(), max_text_chars=20) as (_, addr):
+    async with v3_server(tmp_path, agent=EchoAgent(), max_text_chars=20) as (_, addr):
         async with open_app(addr) as (app, pilot):
             await type_and_send(pilot, "!fail here")
             await wait_until(lambda: bool(app.query(".error")), pilot=pilot, what="turn error")
@@ -219,7 +218,7 @@ async def test_reconnect_restores_session(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    first = running_server(tmp_path, agent=EchoAgent(), port=port)
+    first = v3_server(tmp_path, agent=EchoAgent(), port=port)
     _, addr = await first.__aenter__()
     app = NpltApp(ClientConfig(host=addr[0], port=port, reconnect_initial_s=0.05, reconnect_max_s=0.2))
     async with app.run_test(size=SIZE) as pilot:
@@ -230,7 +229,7 @@ async def test_reconnect_restores_session(tmp_path: Path) -> None:
         status = app.query_one(StatusLine)
         await first.__aexit__(None, None, None)
         await wait_until(lambda: status.connection in ("reconnecting",), pilot=pilot, what="reconnecting state")
-        async with running_server(tmp_path, agent=EchoAgent(), port=port):
+        async with v3_server(tmp_path, agent=EchoAgent(), port=port):
             await wait_until(lambda: status.connection == "connected" and app.controller._loads == 0
                              and len(contents(app)) == 2, pilot=pilot, what="reconnected")
             assert chat(app).session_id == sid
@@ -360,7 +359,7 @@ async def test_palette_help_and_keymap(server) -> None:
 
 
 async def test_auth_failure_is_shown_and_not_retried(tmp_path: Path) -> None:
-    async with running_server(tmp_path, agent=EchoAgent(), users=[("ann", "good")]) as (_, addr):
+    async with v3_server(tmp_path, agent=EchoAgent(), users=[("ann", "good")]) as (_, addr):
         app = NpltApp(ClientConfig(host=addr[0], port=addr[1], token="bad"))
         async with app.run_test(size=SIZE) as pilot:
             status = app.query_one(StatusLine)
