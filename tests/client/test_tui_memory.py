@@ -92,9 +92,8 @@ def test_why_lines_without_context() -> None:
 
 
 async def test_why_this_answer_on_a_live_answer_from_a_real_server(tmp_path) -> None:
-    from client_testlib import open_app, type_and_send
-    from testkit.server import running_server
-    async with running_server(tmp_path, memory="auto") as (_, addr):
+    from client_testlib import open_app, type_and_send, v3_server
+    async with v3_server(tmp_path, memory="auto") as (_, addr):
         async with open_app(addr) as (app, pilot):
             await type_and_send(pilot, "hello there")
             await wait_until(lambda: any(m.role == "assistant" and m.message_id and m.turn_id is None

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from client_testlib import chat, open_app, type_and_send, wait_until
+from client_testlib import chat, open_app, type_and_send, v3_server, wait_until
 from testkit.echo_agent import EchoAgent
-from testkit.server import running_server
 
 
 async def test_a_cut_turn_end_keeps_the_streamed_answer_and_history_shows_the_mark(tmp_path: Path) -> None:
-    async with running_server(tmp_path, agent=EchoAgent(), max_message_size=65535) as (_, addr):
+    async with v3_server(tmp_path, agent=EchoAgent(), max_message_size=65535) as (_, addr):
         async with open_app(addr) as (app, pilot):
             await type_and_send(pilot, "!big 90000")
 
