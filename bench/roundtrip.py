@@ -21,7 +21,7 @@ each server process (srv) and of the load generator (gen); "cpu ratio" is srv ba
 throughput ratio a saturated server would reach (steadier than rt/s on a shared machine). Targets (docs/server.md, Benchmarks):
 v3 and v2 >= 0.9x at 50x1 and >= 0.6x at 50x16.
 
-    python bench/roundtrip.py [--seconds 2] [--rounds 3] [--only v3:50x1,history:50x1] [--python-gen]
+    python bench/roundtrip.py [--seconds 2] [--rounds 7] [--only v3:50x1,history:50x1] [--python-gen]
 """
 from __future__ import annotations
 
@@ -246,7 +246,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=2.0, help="measured seconds per run")
     ap.add_argument("--warmup", type=float, default=0.5, help="seconds of load before each measurement")
-    ap.add_argument("--rounds", type=int, default=3, help="runs per row and server (median kept)")
+    ap.add_argument("--rounds", type=int, default=7,
+                    help="runs per row and server (median kept; paired 2 s runs vary by up to 1.4x on a shared machine)")
     ap.add_argument("--only", metavar="NAME:CxP,...",
                     help="rows to run, e.g. v3:50x16,history:50x1 (names: v3, v2, history; default: all)")
     ap.add_argument("--python-gen", action="store_true", help="use the Python generator processes even if cc works")
