@@ -230,8 +230,8 @@ class ServerConnection(asyncio.Protocol):
                     if data[0] == _PING:
                         clock, pong_one = self._clock, self._pong_one   # (slots: a call through a local)
                         now = clock()
-                        clock = _pong_clock
-                        reply = pong_one(data, clock[1] if 0.0 <= now - clock[0] < 0.001 else iso_at(now))
+                        cached = _pong_clock                             # (when, its ISO time)
+                        reply = pong_one(data, cached[1] if 0.0 <= now - cached[0] < 0.001 else iso_at(now))
                 elif state is _LEGACY and data[0] == _CHAT_TEXT and self._handshake is None:
                     legacy = self.legacy
                     if legacy.idle and legacy.queue.empty():  # type: ignore[union-attr]

@@ -38,19 +38,14 @@ class Leases:
 
     async def take(self, timeout: float) -> asyncpg.Connection:
         """A connection for one call, within ``timeout`` seconds (TimeoutError otherwise)."""
-        idle = self._idle
-        while idle:                          # the usual case, without arming a timer
-            con = idle.pop()
-            if not _closed(con):
-                return con
-            await self.drop(con)
+        con = await self._idle_one()         # the usual case, without arming a timer
+        if con is not None:
+            return con
         async with asyncio.timeout(timeout):
             while True:
-                while self._idle:
-                    con = self._idle.pop()
-                    if not _closed(con):
-                        return con
-                    await self.drop(con)
+                con = await self._idle_one()
+                if con is not None:
+                    return con
                 if self.out < self.size:
                     self.out += 1
                     try:
@@ -62,6 +57,15 @@ class Leases:
                 con = await self._wait()
                 if con is not None:
                     return con                        # (None: a slot came free; take from the pool)
+
+    async def _idle_one(self) -> asyncpg.Connection | None:
+        """An idle connection still open, or None (closed ones met on the way are dropped)."""
+        while self._idle:
+            con = self._idle.pop()
+            if not _closed(con):
+                return con
+            await self.drop(con)
+        return None
 
     async def _wait(self) -> asyncpg.Connection | None:
         fut: asyncio.Future = asyncio.get_running_loop().create_future()

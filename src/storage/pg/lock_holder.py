@@ -32,6 +32,11 @@ def key_of(kind: str, name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+def _last(row: asyncpg.Record) -> tuple[int, bytes] | None:
+    """The last visible message a claim read (id, stored body), if any."""
+    return (row["last_id"], row["last_body"]) if row["last_id"] is not None else None
+
+
 class Claim(NamedTuple):
     """What ``LockHolder.claim_owned`` found: whether the lock was taken, the last visible message
     (id, stored body; only when taken) and the session's model and title."""
@@ -89,7 +94,7 @@ class LockHolder:
             row = await con.fetchrow("SELECT * FROM nplt_try_claim($1, $2)", key, session_id)
             if row is None:                       # no such session: the lock was taken all the same
                 return True, None
-            return bool(row["got"]), (row["last_id"], row["last_body"]) if row["last_id"] is not None else None
+            return bool(row["got"]), _last(row)
         return await self._take(key, fetch)
 
     async def claim_owned(self, key: int, session_id: str, user_id: str) -> Claim | None:
@@ -101,8 +106,7 @@ class LockHolder:
             row = await con.fetchrow("SELECT * FROM nplt_claim_owned($1, $2, $3)", key, session_id, user_id)
             if row is None:
                 raise NotFound(f"session {session_id} not found")
-            last = (row["last_id"], row["last_body"]) if row["last_id"] is not None else None
-            return bool(row["got"]), Claim(bool(row["got"]), last, row["model"], row["title"].decode())
+            return bool(row["got"]), Claim(bool(row["got"]), _last(row), row["model"], row["title"].decode())
         _, claim = await self._take(key, fetch)
         return claim
 

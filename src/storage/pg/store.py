@@ -84,6 +84,19 @@ def _decoded(rows: list[tuple[int, bytes]], memo: dict[int, tuple[bytes, ChatMes
     return out
 
 
+def _rows(rows: list[asyncpg.Record]) -> list[tuple[int, bytes]]:
+    """(id, body) of the rows that carry a message (a LEFT JOIN gives one row without when none)."""
+    return [(r["id"], r["body"]) for r in rows if r["id"] is not None]
+
+
+def _keep(cache: OrderedDict, key: str, value: Any) -> None:
+    """``cache[key] = value`` as the newest entry; the oldest go past APPENDED_KEPT entries."""
+    cache[key] = value
+    cache.move_to_end(key)
+    if len(cache) > APPENDED_KEPT:
+        cache.popitem(last=False)
+
+
 def _utf8(text: str, what: str) -> bytes:
     try:
         return text.encode()
@@ -365,27 +378,19 @@ class PgHistoryStore:
             row = rows[0] if rows else None
         if row is None:
             raise NotFound(f"session {session_id} not found")
-        appended = self._appended
-        appended[session_id] = (time.monotonic(), _record_lite(row))
-        appended.move_to_end(session_id)
-        if len(appended) > APPENDED_KEPT:
-            appended.popitem(last=False)
+        now = time.monotonic()
+        _keep(self._appended, session_id, (now, _record_lite(row)))
         out = _message(row["mid"], body)
         written = self._written.pop(session_id, None) or {}
         written[out.id] = (body, out)
         if len(written) > WRITTEN_KEPT:
             del written[next(iter(written))]
-        self._written[session_id] = written
-        if len(self._written) > APPENDED_KEPT:
-            self._written.popitem(last=False)
+        _keep(self._written, session_id, written)
         if read_after is not None:
-            read = [(r["id"], r["body"]) for r in rows if r["id"] is not None]
+            read = _rows(rows)
             if out.id > max(row["cleared_through"], read_after):
                 read.append((out.id, body))
-            self._prefetched[session_id] = (time.monotonic(), read_after, row, read)
-            self._prefetched.move_to_end(session_id)
-            if len(self._prefetched) > APPENDED_KEPT:
-                self._prefetched.popitem(last=False)
+            _keep(self._prefetched, session_id, (now, read_after, row, read))
         return out
 
     async def update(self, session_id: str, message: ChatMessage) -> ChatMessage:
@@ -448,7 +453,7 @@ class PgHistoryStore:
             session_id, after_id))
         if not rows:
             raise NotFound(f"session {session_id} not found")
-        return [_message(r["id"], r["body"]) for r in rows if r["id"] is not None]
+        return [message_of(*r) for r in _rows(rows)]
 
     async def record_and_messages(self, session_id: str, after_id: int, memo: dict | None = None
                                   ) -> tuple[SessionRecord, list[ChatMessage]]:
@@ -460,22 +465,20 @@ class PgHistoryStore:
         validate_session_id(session_id)
         got = self._prefetched.pop(session_id, None)
         if got is not None and got[1] == after_id and time.monotonic() - got[0] <= FRESH_APPEND_S:
-            _, _, row, read = got
-            msgs = [message_of(*r) for r in read] if memo is None else \
-                _decoded(read, memo, self._written.get(session_id))
-            return _record(row), msgs
-        after_id = max(min(after_id, INT64_MAX), -INT64_MAX)
-        rows = await self._read(lambda con: con.fetch(
-            f"SELECT {_REC_S}, m.id, m.body FROM nplt_sessions s LEFT JOIN LATERAL "
-            "(SELECT id, body FROM nplt_messages WHERE session_id = s.session_id "
-            "AND id > greatest(s.cleared_through, $2) ORDER BY id) m ON true WHERE s.session_id = $1",
-            session_id, after_id))
-        if not rows:
-            raise NotFound(f"session {session_id} not found")
+            _, _, row, read = got            # (what the append with read_after read)
+        else:
+            after_id = max(min(after_id, INT64_MAX), -INT64_MAX)
+            rows = await self._read(lambda con: con.fetch(
+                f"SELECT {_REC_S}, m.id, m.body FROM nplt_sessions s LEFT JOIN LATERAL "
+                "(SELECT id, body FROM nplt_messages WHERE session_id = s.session_id "
+                "AND id > greatest(s.cleared_through, $2) ORDER BY id) m ON true WHERE s.session_id = $1",
+                session_id, after_id))
+            if not rows:
+                raise NotFound(f"session {session_id} not found")
+            row, read = rows[0], _rows(rows)
         if memo is None:
-            return _record(rows[0]), [_message(r["id"], r["body"]) for r in rows if r["id"] is not None]
-        return _record(rows[0]), _decoded([(r["id"], r["body"]) for r in rows if r["id"] is not None], memo,
-                                          self._written.get(session_id))
+            return _record(row), [message_of(*r) for r in read]
+        return _record(row), _decoded(read, memo, self._written.get(session_id))
 
     async def search(self, user_id: str, query: str, *, session_id: str | None = None,
                      limit: int = 20) -> list[SearchHit]:
