@@ -12,14 +12,16 @@ from storage import StorageConfig, StorageConfigError
 def test_url_and_pg_settings_are_validated():
     cfg = StorageConfig.from_dict({"url": "postgresql://u:secret@db.example/nplt", "pg_pool_size": 4,
                                    "pg_statement_timeout_ms": 0, "pg_connect_timeout_s": 2,
-                                   "pg_retry_attempts": 0, "pg_retry_backoff_ms": 10})
-    assert cfg.pg_pool_size == 4 and cfg.pg_connect_timeout_s == 2.0
+                                   "pg_retry_attempts": 0, "pg_retry_backoff_ms": 10, "pg_lock_connections": 2})
+    assert cfg.pg_pool_size == 4 and cfg.pg_connect_timeout_s == 2.0 and cfg.pg_lock_connections == 2
+    assert StorageConfig().pg_lock_connections == 4
     assert StorageConfig().url is None
     with pytest.raises(StorageConfigError, match="url") as err:
         StorageConfig.from_dict({"url": "mysql://u:hunter2@host/db"})
     assert "hunter2" not in str(err.value)
     for key, bad in (("pg_pool_size", 0), ("pg_statement_timeout_ms", -1), ("pg_retry_attempts", 1.5),
-                     ("pg_connect_timeout_s", 0), ("url", "")):
+                     ("pg_connect_timeout_s", 0), ("pg_lock_connections", 0), ("pg_lock_connections", 65),
+                     ("url", "")):
         with pytest.raises(StorageConfigError, match=key):
             StorageConfig.from_dict({key: bad})
 

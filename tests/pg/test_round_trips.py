@@ -5,6 +5,7 @@ and the last message, migration 0005), ``nplt_claim_owned`` (the same, only for 
 session, with its model and title: migration 0008) and ``record_and_messages``."""
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import re
 
@@ -238,4 +239,80 @@ async def test_get_loaded_is_what_the_last_append_returned_once(pg_url):
         await store.clear(sid)
         assert store.get_loaded(sid) is None
     finally:
+        await store.close()
+
+
+async def _lock_pids(admin: asyncpg.Connection, keys: list[int]) -> dict[int, int]:
+    """key -> pid of the backend holding advisory lock ``key`` (pg_locks splits a bigint key in two)."""
+    rows = await admin.fetch("SELECT pid, ((classid::bigint << 32) | objid::bigint) AS k FROM pg_locks "
+                             "WHERE locktype = 'advisory' AND granted AND objsubid = 1")
+    return {r["k"]: r["pid"] for r in rows if r["k"] in keys}
+
+
+async def test_session_locks_spread_over_the_lock_connections_and_one_lost_connection_loses_only_its_own(pg_url):
+    store = await open_store(StorageConfig(url=pg_url, pg_lock_connections=3))
+    mine = LockHolder(store.link, key_of("node", "spread"), "nplt-node:spread")
+    other = LockHolder(store.link, key_of("node", "rival"), "nplt-node:rival")
+    admin = await asyncpg.connect(pg_url)
+    try:
+        await mine.open()
+        await other.open()
+        keys = [key_of("session", f"s{i}") for i in range(12)]
+        for k in keys:
+            assert await mine.try_lock(k)
+        assert mine.held == set(keys)
+        held_by = await _lock_pids(admin, [mine.node_key, *keys])
+        assert len(held_by) == 13
+        lines = {held_by[k] for k in keys}
+        assert len(lines) == 3                                          # three connections hold them
+        node_pid = held_by[mine.node_key]
+        assert node_pid in lines                                        # the first line: node lock too
+        for k in keys:                                                  # each key: always the same line
+            assert held_by[k] == held_by[next(j for j in keys if j % 3 == k % 3)]
+
+        lost = next(p for p in lines if p != node_pid)                  # end one other line's backend
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", lost)
+        gone = [k for k in keys if held_by[k] == lost]
+        kept = [k for k in keys if held_by[k] != lost]
+
+        async def freed() -> bool:
+            return not set(gone) & set(await _lock_pids(admin, gone))
+        await poll(freed, timeout=10)
+        for k in gone:                                                  # free for another node now
+            assert await other.try_lock(k)
+            await other.unlock(k)
+        for k in kept:                                                  # the others are still held
+            assert not await other.try_lock(k)
+        assert mine.node_key in await _lock_pids(admin, [mine.node_key])
+        for k in gone:                                                  # that line reconnects when used
+            await mine.unlock(k)
+            assert await mine.try_lock(k)
+        assert len(set((await _lock_pids(admin, keys)).values())) == 3
+        for k in keys:
+            await mine.unlock(k)
+        assert not mine.held and not await _lock_pids(admin, keys)
+    finally:
+        await admin.close()
+        await mine.close()
+        await other.close()
+        await store.close()
+
+
+async def test_a_busy_lock_connection_does_not_hold_up_the_sessions_of_the_others(pg_url):
+    store = await open_store(StorageConfig(url=pg_url, pg_lock_connections=2))
+    mine = LockHolder(store.link, key_of("node", "busy"), "nplt-node:busy")
+    try:
+        await mine.open()
+        even = next(k for k in (key_of("session", f"e{i}") for i in range(50)) if k % 2 == 0)
+        odd = next(k for k in (key_of("session", f"o{i}") for i in range(50)) if k % 2 == 1)
+        twin = even - 2 if even > 0 else even + 2                       # the same line as even
+        async with mine._line(even).mutex:                              # a statement in progress there
+            same = asyncio.ensure_future(mine.try_lock(twin))
+            assert await asyncio.wait_for(mine.try_lock(odd), 10)       # the other line answers
+            assert not same.done()                                      # the same line waits its turn
+        assert await asyncio.wait_for(same, 10)
+        assert await mine.try_lock(even)
+        assert {even, odd, twin} == mine.held
+    finally:
+        await mine.close()
         await store.close()

@@ -1,9 +1,11 @@
 """Advisory locks for many sessions on few connections: what several server nodes need to run one
 turn per session at a time (issue 17).
 
-``LockHolder`` keeps one dedicated connection that holds the node's liveness lock for its whole life
-and, taken with ``pg_try_advisory_lock``, the lock of every session whose turn runs uncontended on
-this node: no connection per running turn. A contended session is waited for on a connection of its
+``LockHolder`` keeps a few dedicated connections (``pg_lock_connections``, its lines): the first holds
+the node's liveness lock for its whole life, and each holds, taken with ``pg_try_advisory_lock``, the
+locks of the sessions whose keys fall on it and whose turns run uncontended on this node: no
+connection per running turn. A line runs one statement at a time, so the claims and releases of
+sessions on different lines do not queue behind each other. A contended session is waited for on a connection of its
 own (``wait_lock``), queued by PostgreSQL in arrival order; closing that connection releases it. A
 node that dies loses its connections, so PostgreSQL releases all its locks at once, and
 ``wait_node_gone`` (a peer waiting on the dead node's liveness lock) returns.
@@ -46,17 +48,34 @@ class Claim(NamedTuple):
     title: str
 
 
+class _Line:
+    """One holder connection, the session keys held on it, and its one-statement-at-a-time mutex."""
+
+    __slots__ = ("con", "held", "mutex")
+
+    def __init__(self) -> None:
+        self.con: asyncpg.Connection | None = None
+        self.held: set[int] = set()
+        self.mutex = asyncio.Lock()
+
+
 class LockHolder:
-    """One connection holding the node lock and the uncontended session locks (see module doc)."""
+    """The connections holding the node lock and the uncontended session locks (see module doc)."""
 
     def __init__(self, link: PgLink, node_key: int, application_name: str) -> None:
         self.link = link
         self.node_key = node_key
         self.application_name = application_name
-        self.held: set[int] = set()      # keys held on the holder connection
-        self._con: asyncpg.Connection | None = None
-        self._mutex = asyncio.Lock()     # one statement at a time on the holder connection
+        self._lines = [_Line() for _ in range(link.config.pg_lock_connections)]   # [0] holds the node lock
         self._cleanups: set[asyncio.Task] = set()
+
+    @property
+    def held(self) -> set[int]:
+        """The session keys held on the holder connections."""
+        return set().union(*(line.held for line in self._lines))
+
+    def _line(self, key: int) -> _Line:
+        return self._lines[key % len(self._lines)]
 
     async def _connect(self, *, wait: bool = False) -> asyncpg.Connection:
         args = self.link.connect_args()
@@ -66,19 +85,24 @@ class LockHolder:
         return await asyncpg.connect(**args)
 
     async def open(self) -> None:
+        """Connect the first line and take the node lock on it (the other lines connect when used)."""
         async def once() -> asyncpg.Connection:
             con = await self._connect()
             await con.execute("SELECT pg_advisory_lock($1)", self.node_key)
             return con
-        self._con = await self.link.retrying(once, "take the node lock")
-        self.held.clear()
+        line = self._lines[0]
+        line.con = await self.link.retrying(once, "take the node lock")
+        line.held.clear()
 
-    async def _holder(self) -> asyncpg.Connection:
-        if self._con is None or self._con.is_closed():
-            self.held.clear()                  # the locks went with the old connection
-            await self.open()
-        assert self._con is not None
-        return self._con
+    async def _holder(self, line: _Line) -> asyncpg.Connection:
+        if line.con is None or line.con.is_closed():
+            line.held.clear()                  # the locks went with the old connection
+            if line is self._lines[0]:
+                await self.open()
+            else:
+                line.con = await self._connect()
+        assert line.con is not None
+        return line.con
 
     async def try_lock(self, key: int) -> bool:
         """Take ``key`` on the holder connection if nobody holds it (nor waits for it)."""
@@ -114,11 +138,12 @@ class LockHolder:
                     ) -> tuple[bool, T | None]:
         """Run ``fetch`` (which tries to take ``key``) on the holder connection, retried while no
         connection can be had; a key already held is never taken twice (advisory locks are re-entrant)."""
-        async with self._mutex:
-            if key in self.held:
+        line = self._line(key)
+        async with line.mutex:
+            if key in line.held:
                 return False, None
             async def once() -> tuple[bool, T]:
-                con = await self._holder()
+                con = await self._holder(line)
                 try:
                     return await fetch(con)
                 except CONNECTION_ERRORS as exc:
@@ -128,21 +153,22 @@ class LockHolder:
                     raise Unsent() from exc
             got = await self.link.retrying(once, "take a session lock")
             if got[0]:
-                self.held.add(key)
+                line.held.add(key)
             return got
 
     async def unlock(self, key: int) -> None:
-        async with self._mutex:
-            if key not in self.held:
+        line = self._line(key)
+        async with line.mutex:
+            if key not in line.held:
                 return
-            self.held.discard(key)
-            con = self._con
+            line.held.discard(key)
+            con = line.con
             if con is None or con.is_closed():
                 return                        # released with the connection
             try:
                 await con.fetchval("SELECT pg_advisory_unlock($1)", key)
             except CONNECTION_ERRORS:
-                self._con = None
+                line.con = None
 
     async def wait_lock(self, key: int) -> asyncpg.Connection:
         """Wait (arrival order) for ``key`` on a connection of its own; close it to release the lock.
@@ -186,14 +212,15 @@ class LockHolder:
         con.terminate()
 
     async def close(self) -> None:
-        """Close the holder connection (before the pool: abandoned waiters are ended through it)."""
+        """Close the holder connections (before the pool: abandoned waiters are ended through it)."""
         if self._cleanups:
             await asyncio.wait(list(self._cleanups), timeout=self.link.config.pg_connect_timeout_s)
-        async with self._mutex:
-            if self._con is not None and not self._con.is_closed():
-                try:
-                    await asyncio.wait_for(self._con.close(), self.link.config.pg_connect_timeout_s)
-                except (asyncio.TimeoutError, *CONNECTION_ERRORS):
-                    self._con.terminate()
-            self._con = None
-            self.held.clear()
+        for line in reversed(self._lines):     # the node lock last
+            async with line.mutex:
+                con, line.con = line.con, None
+                line.held.clear()
+                if con is not None and not con.is_closed():
+                    try:
+                        await asyncio.wait_for(con.close(), self.link.config.pg_connect_timeout_s)
+                    except (asyncio.TimeoutError, *CONNECTION_ERRORS):
+                        con.terminate()
