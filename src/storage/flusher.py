@@ -10,14 +10,21 @@ does: the more appends wait, the more the fsync is shared. After a round, a WAL 
 old enough is retired and checkpointed on the checkpoint thread (its journals fsynced side by side
 on ``fsync_threads``, then the file deleted), off the commit path.
 
-In ``batched`` mode nothing waits: the same thread fsyncs every journal with pending writes every
-``batch_ms``.
+In ``batched`` mode nothing waits for an fsync. A commit written in a worker thread is
+acknowledged at once; a line queued on the event loop is acknowledged once the flusher has written
+it, which it does at once, a round for every line queued meanwhile (so a SIGKILL loses nothing
+acknowledged: the kernel has it). The round's WAL records are kept, and every ``batch_ms`` the
+records gathered so far go to the shared WAL with one write and one fdatasync, as a round of fsync
+mode does, and are checkpointed the same way. (Before, each dirty journal was fsynced by itself
+every ``batch_ms``, and every line was written by a worker thread of its own.)
 
 A failed WAL write or fsync fails every waiter of the round with ``StorageIOError`` after
 ``on_failure`` (the store's invalidation: cut the journal back to its durable length, drop the
 loaded session) has run for each session of the round, so no caller is acknowledged for a change
 that may not be on disk; commits already queued for those sessions fail too (their writer is
-``failed``).
+``failed``). In batched mode the same invalidation follows a failed periodic write or fdatasync
+(what it drops was acknowledged: that is the mode's bargain), and a failed journal write fails the
+queued line's caller.
 
 New files (a new session's snapshot, ``NewFile``) are group-committed the same way, in both modes:
 each round fsyncs the new files side by side, renames them in and fsyncs their directory once for
@@ -34,8 +41,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .errors import StorageIOError
+from .journal import JournalWriter
 from .fsio import fsync_dir
 from .session import LoadedSession
 from .wal import SharedLog, encode_record
@@ -55,19 +64,31 @@ class NewFile:
     future: Future[None] = field(default_factory=Future)
 
 
+class Commit(NamedTuple):
+    """One change waiting for the flusher: its journal line (written up to ``target`` bytes of
+    ``writer``), change ``seq``, and the future its caller waits on (None: nobody waits)."""
+    sess: LoadedSession
+    writer: JournalWriter
+    target: int
+    seq: int
+    line: bytes
+    future: Future[None] | None
+
+
 class JournalFlusher:
     """The flusher thread and its queue (thread-safe)."""
 
     def __init__(self, *, batched: bool, batch_s: float, threads: int,
-                 on_failure: Callable[[LoadedSession], None], root: str,
+                 on_failure: Callable[..., None], root: str,
                  checkpoint_bytes: int, checkpoint_s: float) -> None:
         self.batched = batched
         self._batch_s = batch_s
         self._on_failure = on_failure
         self._cond = threading.Condition(threading.Lock())
-        self._waiting: list[tuple[LoadedSession, int, int, bytes, Future[None]]] = []
+        self._waiting: list[Commit] = []      # for the next round: to write, and in fsync mode to sync
+        self._written: list[Commit] = []      # batched mode: written in a worker, for the next periodic sync
+        self._sync_now: list[Future[None]] = []   # batched mode: ``flush`` callers
         self._files: list[NewFile] = []
-        self._dirty: set[LoadedSession] = set()
         self._stopping = False
         self.batches = 0               # flush rounds with waiters (for benchmarks and tests)
         self.fsyncs = 0                # fsyncs issued for waiters (one WAL fdatasync per round)
@@ -81,19 +102,24 @@ class JournalFlusher:
         self._thread = threading.Thread(target=self._run, name="storage-flusher", daemon=True)
         self._thread.start()
 
-    def request(self, sess: LoadedSession, target: int, seq: int, line: bytes) -> Future[None] | None:
-        """After journal ``line`` (change ``seq``) was written and the writer's count reached
-        ``target``: a future resolved once it is durable (fsync mode), or None (batched mode: the
-        journal is marked for the next periodic fsync)."""
+    def request(self, sess: LoadedSession, target: int, seq: int, line: bytes, *,
+                queued: bool) -> Future[None] | None:
+        """After journal ``line`` (change ``seq``) was written, or ``queued`` for the flusher to
+        write, and the writer's count reached ``target``: a future to wait on before acknowledging
+        the change, resolved once it is durable (fsync mode) or written (batched mode); None in
+        batched mode for a line already written (its WAL record goes with the next periodic sync)."""
         with self._cond:
-            if self.batched:
-                self._dirty.add(sess)
-                return None
-            fut: Future[None] = Future()
-            if self._stopping:
+            if self._stopping and (queued or not self.batched):
+                fut: Future[None] = Future()
                 fut.set_exception(StorageIOError("the history store is closing"))
                 return fut
-            self._waiting.append((sess, target, seq, line, fut))
+            if self.batched and not queued:
+                if not self._written:
+                    self._cond.notify()          # (the flusher times the next sync from the first)
+                self._written.append(Commit(sess, sess.writer, target, seq, line, None))
+                return None
+            fut = Future()
+            self._waiting.append(Commit(sess, sess.writer, target, seq, line, fut))
             self._cond.notify()
             return fut
 
@@ -119,46 +145,62 @@ class JournalFlusher:
             return len(self._files)
 
     def flush(self) -> None:
-        """fsync every journal with batched writes pending, now (in the caller's thread)."""
+        """Batched mode: make every acknowledged change durable now (the next periodic sync, at
+        once); returns when it is done. Nothing to do in fsync mode."""
+        if not self.batched:
+            return
+        done: Future[None] = Future()
         with self._cond:
-            batch, self._dirty = self._dirty, set()
-        for sess in batch:
-            if sess.writer is not None and sess.writer.dirty:
-                try:
-                    sess.writer.sync()
-                except OSError:
-                    log.exception("storage: batched fsync of %s failed", sess.sid)
-                    self._on_failure(sess)
+            if self._stopping:
+                return
+            self._sync_now.append(done)
+            self._cond.notify()
+        done.result()
 
     def forget(self, sess: LoadedSession) -> None:
-        """The session was closed (its journal fsynced): no periodic fsync for it any more."""
-        with self._cond:
-            self._dirty.discard(sess)
+        """The session was closed (its journal fsynced). Its commits still waiting for a periodic
+        sync need nothing more, and their WAL records are harmless (replay skips what a journal has)."""
 
     def _run(self) -> None:
-        next_flush = time.monotonic() + self._batch_s
+        unsynced: list[Commit] = []      # batched mode: written and acknowledged, not yet synced
+        sync_at = 0.0                    # batched mode: when they are synced
         while True:
             with self._cond:
-                if self.batched:
-                    self._cond.wait_for(lambda: self._files or self._stopping,
-                                        timeout=max(0.0, next_flush - time.monotonic()))
-                else:
-                    self._cond.wait_for(lambda: self._waiting or self._files or self._stopping
-                                        or self._checkpoint_now, timeout=self.wal.next_due())
+                def ready() -> bool:
+                    return bool(self._waiting or self._files or self._stopping or self._checkpoint_now
+                                or self._sync_now or (self._written and not unsynced))
+                timeout = self.wal.next_due()
+                if unsynced:
+                    timeout = max(0.0, min(sync_at - time.monotonic(), timeout if timeout is not None else 1e9))
+                self._cond.wait_for(ready, timeout=timeout)
                 batch, self._waiting = self._waiting, []
+                written, self._written = self._written, []
                 asked, self._checkpoint_now = self._checkpoint_now, []
+                syncs, self._sync_now = self._sync_now, []
                 files, self._files = self._files, []
                 stopping = self._stopping
             try:
                 if files:
                     self._create_files(files)
-                if self.batched:
-                    if stopping or time.monotonic() >= next_flush:
-                        self.flush()
-                        next_flush = time.monotonic() + self._batch_s
-                else:
+                if not self.batched:
                     if batch:
                         self._flush_batch(batch)
+                else:
+                    live = self._write(batch)
+                    for commit in live:
+                        commit.future.set_result(None)      # type: ignore[union-attr]  (written: acknowledged)
+                    if (live or written) and not unsynced:
+                        sync_at = time.monotonic() + self._batch_s
+                    unsynced += written
+                    unsynced += live
+                    if unsynced and (stopping or syncs or time.monotonic() >= sync_at):
+                        synced = [c for c in unsynced if c.writer.lost_after is None
+                                  or c.target <= c.writer.lost_after]     # (not what a failure cut off)
+                        unsynced = []
+                        if synced:
+                            self._log(synced)
+                    for fut in syncs:
+                        fut.set_result(None)
                 if asked or self.wal.due():
                     self.wal.retire()
                     ran = self._checkpointer.submit(self._checkpoint)
@@ -166,8 +208,8 @@ class JournalFlusher:
                         ran.add_done_callback(lambda _, fut=fut: fut.set_result(None))
             except Exception as exc:       # a bug, not an I/O error: fail the round, keep the thread
                 log.exception("storage: flush round failed")
-                for fut in [w[-1] for w in batch] + [item.future for item in files]:
-                    if not fut.done():
+                for fut in [c.future for c in batch] + [item.future for item in files] + syncs:
+                    if fut is not None and not fut.done():
                         fut.set_exception(StorageIOError(f"could not make the change durable: {exc!r}"))
             if stopping:
                 return
@@ -202,46 +244,62 @@ class JournalFlusher:
                 else:
                     item.future.set_result(None)
 
-    def _flush_batch(self, batch: list[tuple[LoadedSession, int, int, bytes, Future[None]]]) -> None:
-        """One WAL write + fdatasync for every commit of the round."""
+    def _flush_batch(self, batch: list[Commit]) -> None:
+        """fsync mode: one WAL write + fdatasync for every commit of the round."""
         self.batches += 1
-        live, records, journals = [], [], set()
-        for item in batch:
-            sess, _, seq, line, fut = item
-            if not sess.writer.failed:
-                try:
-                    sess.writer.drain()  # lines queued on the event loop: journal before WAL
-                except OSError as exc:
-                    log.error("storage: journal write failed for %s: %s", sess.sid, exc.strerror or exc)
-                    self._invalidate(sess)
-            if sess.writer.failed:       # an earlier write failed: its session was cut back
-                fut.set_exception(StorageIOError(f"could not make session {sess.sid} durable: "
-                                                 "an earlier write of it failed"))
-                continue
-            live.append(item)
-            records.append(encode_record(sess.sid, seq, line))
-            journals.add(sess.writer.path)
+        live = self._write(batch)
         if not live:
             return
+        err = self._log(live)
+        for commit in live:
+            fut = commit.future
+            assert fut is not None
+            if err is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(StorageIOError(f"could not make session {commit.sess.sid} durable: {err}"))
+
+    def _write(self, batch: list[Commit]) -> list[Commit]:
+        """Write the lines queued on the event loop (journal before WAL); the commits still good.
+        Each commit whose journal failed (now or earlier: its session was cut back) fails."""
+        live = []
+        for commit in batch:
+            writer = commit.writer
+            if not writer.failed:
+                try:
+                    writer.drain()
+                except OSError as exc:
+                    log.error("storage: journal write failed for %s: %s", commit.sess.sid, exc.strerror or exc)
+                    self._invalidate(commit.sess, cut=not self.batched)   # (batched: keep what was acknowledged)
+            if writer.failed:
+                if commit.future is not None:
+                    commit.future.set_exception(StorageIOError(
+                        f"could not make session {commit.sess.sid} durable: an earlier write of it failed"))
+                continue
+            live.append(commit)
+        return live
+
+    def _log(self, commits: list[Commit]) -> str | None:
+        """One WAL write + fdatasync for ``commits`` (their journal lines written); None, or the
+        error after their sessions were invalidated (cut back to what is durable)."""
         self.fsyncs += 1
         try:
-            self.wal.write(b"".join(records), journals)
+            self.wal.write(b"".join(encode_record(c.sess.sid, c.seq, c.line) for c in commits),
+                           {c.writer.path for c in commits})
         except OSError as exc:
             err = exc.strerror or str(exc)
             log.error("storage: WAL write failed: %s", err)
-            for sess in {item[0] for item in live}:
-                sess.writer.failed = True
+            for sess, writer in {(c.sess, c.writer) for c in commits}:
+                writer.failed = True
                 self._invalidate(sess)
-            for sess, _, _, _, fut in live:
-                fut.set_exception(StorageIOError(f"could not make session {sess.sid} durable: {err}"))
-            return
-        for sess, target, _, _, fut in live:
-            sess.writer.mark_synced(target)
-            fut.set_result(None)
+            return err
+        for commit in commits:
+            commit.writer.mark_synced(commit.target)
+        return None
 
-    def _invalidate(self, sess: LoadedSession) -> None:
+    def _invalidate(self, sess: LoadedSession, *, cut: bool = True) -> None:
         try:
-            self._on_failure(sess)
+            self._on_failure(sess, cut=cut)
         except Exception:
             log.exception("storage: could not invalidate %s after a failed write", sess.sid)
 

@@ -74,6 +74,9 @@ class JournalWriter:
     thread writes queued lines (``drain``) before the WAL record that makes them durable, so an
     append on the event loop needs no worker thread. Every other file operation drains first, so
     the file always holds the lines in the order they were appended.
+
+    ``on_file`` counts (as ``written`` does) the bytes actually in the file. After a failure cut
+    bytes off, ``lost_after`` is the count beyond which appended bytes are gone (None: none are).
     """
 
     def __init__(self, path: str, valid_len: int) -> None:
@@ -83,6 +86,8 @@ class JournalWriter:
         self.written = 0
         self.synced = 0
         self.failed = False
+        self.on_file = 0
+        self.lost_after: int | None = None
         self.fd_lock = threading.Lock()
         self._write_lock = threading.Lock()    # orders writes: drained lines before later ones
         self._queued: deque[bytes] = deque()   # appended (counted in size/written), not written yet
@@ -133,6 +138,7 @@ class JournalWriter:
                 raise
             self.size = before + len(line)
             self.written += len(line)
+            self.on_file = self.written      # (drained first; queue() needs the session lock too)
             if sync:
                 self.synced = self.written
             return self.written
@@ -174,11 +180,13 @@ class JournalWriter:
             write_all(self.fd, data)
         except OSError:
             self.failed = True
+            self.lost_after = self.on_file
             try:
                 os.ftruncate(self.fd, start)
             except OSError:
                 log.exception("storage: could not cut %s back after a failed write", self.path)
             raise
+        self.on_file += len(data)
 
     def sync_through(self, target: int) -> None:
         """Make the first ``target`` written bytes durable with one fsync covering everything
@@ -218,6 +226,8 @@ class JournalWriter:
             if self.fd is not None:
                 os.ftruncate(self.fd, keep)
             self.size, self.written = keep, self.synced
+            self.on_file = min(self.on_file, self.synced)
+            self.lost_after = self.synced if self.lost_after is None else min(self.lost_after, self.synced)
 
     def drop_prefix(self, offset: int) -> None:
         """Remove the first ``offset`` bytes (already in the snapshot); keep the rest durably."""

@@ -325,8 +325,9 @@ class HistoryStore:
                       timestamp: str | None = None) -> tuple[ChatMessage, Future[None]] | None:
         """``append_pending`` without waiting and without I/O (as ``get_loaded``): the journal line
         is queued for the flusher thread, which writes it before the WAL record that makes it
-        durable. None if the session is not loaded and idle with its journal open, or in batched
-        mode (then call ``append_pending`` in a thread). Safe on the event loop."""
+        durable (fsync mode) or writes it at once (batched mode: the future resolves when it is
+        written). None if the session is not loaded and idle with its journal open (then call
+        ``append_pending`` in a thread). Safe on the event loop."""
         calls = tool_calls_of(tool_calls)
         check_message(role, content, metadata, timestamp)
         with self._loaded_idle(session_id) as s:
@@ -358,10 +359,7 @@ class HistoryStore:
     @contextmanager
     def _loaded_idle(self, session_id: str) -> Iterator[LoadedSession | None]:
         """The session with its lock held if it is loaded, idle right now and its journal can take
-        a queued line (fsync mode), else None; never waits, never does I/O."""
-        if self.flusher.batched:
-            yield None
-            return
+        a queued line, else None; never waits, never does I/O."""
         with self._try_locked(session_id) as sess:
             ok = sess is not None and sess.writer is not None and sess.writer.can_queue()
             if ok:
@@ -445,8 +443,8 @@ class HistoryStore:
     def _commit(self, sess: LoadedSession, op: str, fields: dict[str, Any], *,
                 raw_msg: bytes | None = None, at: str, queue: bool = False) -> Future[None] | None:
         """Journal one change, apply it, update the index (holds sess.lock). Returns the future to
-        wait on (outside the lock) before acknowledging it, or None (batched mode). ``queue``: the
-        line is left to the flusher thread to write (``JournalWriter.queue``; fsync mode)."""
+        wait on (outside the lock) before acknowledging it, or None (batched mode, a line written
+        here). ``queue``: the line is left to the flusher thread to write (``JournalWriter.queue``)."""
         seq = sess.state.last_seq + 1
         entry = {"seq": seq, "op": op, "at": at, **fields}
         wire = entry if raw_msg is None else {**entry, "msg": orjson.Fragment(raw_msg)}
@@ -461,20 +459,23 @@ class HistoryStore:
         sess.jdisk = sess.writer.size
         self.index.put(sess.state.record, sess.files())
         self.compactor.maybe_schedule(sess)
-        return self.flusher.request(sess, target, seq, line)
+        return self.flusher.request(sess, target, seq, line, queued=queue)
 
-    def _invalidate(self, sess: LoadedSession) -> None:
-        """A journal fsync failed: cut the journal back to what is durable and drop the loaded
-        session, so the next call reloads exactly what is on disk (flusher thread)."""
+    def _invalidate(self, sess: LoadedSession, *, cut: bool = True) -> None:
+        """A journal write or fsync failed: cut the journal back to what is durable (unless not
+        ``cut``: batched mode after a failed write, whose journal holds what was acknowledged) and
+        drop the loaded session, so the next call reloads exactly what is on disk (flusher thread)."""
         with sess.lock:
             if sess.status != READY:
                 return
-            try:
-                sess.writer.cut_to_synced()
-            except OSError:
-                log.exception("storage: could not cut %s back after a failed fsync", sess.journal_path)
+            if cut:
+                try:
+                    sess.writer.cut_to_synced()
+                except OSError:
+                    log.exception("storage: could not cut %s back after a failed fsync", sess.journal_path)
             self.cache.close_session(sess)
-            log.error("storage: session %s dropped from memory after a failed fsync; it will be reloaded", sess.sid)
+            log.error("storage: session %s dropped from memory after a failed write or fsync; it will be reloaded",
+                      sess.sid)
 
     def compact(self, session_id: str) -> bool:
         """Compact one session now (False if a background compaction of it is running)."""
@@ -500,7 +501,7 @@ class HistoryStore:
         self.cache.trim()
 
     def flush(self) -> None:
-        """fsync every journal with batched writes pending."""
+        """Batched mode: make every acknowledged change durable now (a no-op in fsync mode)."""
         self.flusher.flush()
 
     def checkpoint(self) -> None:

@@ -10,6 +10,8 @@ Usage: crash_child.py ROOT SESSION_ID MODE [CHECKPOINT_S]   (MODE: fsync | batch
 - wal:     as group, without compaction, with the shared WAL checkpointed every CHECKPOINT_S seconds
 - async:   as group, through AsyncHistoryStore on one event loop: appends to loaded sessions are
            applied on the loop and their journal lines written by the flusher thread (queued)
+- async-batched: as async, in batched mode (the flusher writes each queued line before the
+           append returns; the WAL is fdatasynced every 2 ms)
 An id is printed only after append() returned. The parent kills this process with SIGKILL.
 """
 from __future__ import annotations
@@ -27,6 +29,9 @@ def main() -> None:
         return group(root, sid.split(","), StorageConfig(root=root, compact_threshold=64))
     if mode == "async":
         return asyncio.run(group_async(root, sid.split(","), StorageConfig(root=root, compact_threshold=32)))
+    if mode == "async-batched":
+        return asyncio.run(group_async(root, sid.split(","), StorageConfig(root=root, compact_threshold=32,
+                                                                           durability="batched", batch_ms=2)))
     if mode == "wal":
         return group(root, sid.split(","), StorageConfig(root=root, compact_threshold=10_000_000,
                                                          wal_checkpoint_s=float(sys.argv[4])))

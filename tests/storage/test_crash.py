@@ -62,11 +62,12 @@ def test_sigkill_never_loses_acknowledged_appends(tmp_path: Path) -> None:
         assert ids == list(range(1, len(ids) + 1)) and set(acked) <= set(ids)
 
 
-@pytest.mark.parametrize("mode", ["group", "async"])
+@pytest.mark.parametrize("mode", ["group", "async", "async-batched"])
 def test_sigkill_during_group_commit_loses_no_acknowledged_append(tmp_path: Path, mode: str) -> None:
     """Several writers on several sessions share flush rounds (``async``: coroutines on one event
-    loop whose journal lines the flusher thread writes, with compactions); after each SIGKILL every
-    acknowledged message of every session is present and ids are contiguous."""
+    loop whose journal lines the flusher thread writes, with compactions; ``async-batched``: the
+    same in batched mode, acknowledged once written); after each SIGKILL every acknowledged message
+    of every session is present and ids are contiguous."""
     root = tmp_path / "history"
     rng = random.Random(4321)
     with HistoryStore(StorageConfig(root=str(root))) as store:

@@ -8,8 +8,10 @@ import errno
 import os
 
 import orjson
+import pytest
 
 from storage import AsyncHistoryStore, ChatMessage, HistoryStore, StorageConfig, StorageIOError
+from storage.wal import decode_records, wal_files
 from storage_testlib import journal_path
 
 _real_write = os.write
@@ -42,14 +44,15 @@ def test_appends_to_a_loaded_session_take_no_worker_thread_and_keep_change_order
         assert store.get(sid).title == "renamed"
 
 
-def test_a_failed_queued_write_is_acknowledged_to_nobody_and_the_session_reloads(root, monkeypatch) -> None:
+@pytest.mark.parametrize("durability", ["fsync", "batched"])
+def test_a_failed_queued_write_is_acknowledged_to_nobody_and_the_session_reloads(root, monkeypatch, durability) -> None:
     def write(fd: int, data) -> int:
         if os.readlink(f"/proc/self/fd/{fd}").endswith(".journal"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return _real_write(fd, data)
 
     async def main() -> str:
-        store = await AsyncHistoryStore.open(StorageConfig(root=str(root)))
+        store = await AsyncHistoryStore.open(StorageConfig(root=str(root), durability=durability))
         try:
             sid = (await store.create("u")).session_id
             await store.append(sid, "user", "kept")
@@ -62,6 +65,10 @@ def test_a_failed_queued_write_is_acknowledged_to_nobody_and_the_session_reloads
             assert journal_path(root, sid).read_bytes() == before        # nothing half-written
             assert [m.content for m in await store.messages(sid)] == ["kept"]   # reloaded from disk
             assert (await store.append(sid, "assistant", "room again")).id == 2
+            if durability == "batched":      # what was acknowledged before the failure is still synced
+                await asyncio.to_thread(store.sync.flush)
+                records = [r for _, p in wal_files(str(root)) for r in decode_records(open(p, "rb").read())[0]]
+                assert sorted(seq for s, seq, _ in records if s == sid) == [1, 2]
             return sid
         finally:
             await store.close()
