@@ -120,7 +120,7 @@ class ServerConnection(asyncio.Protocol):
         self._eof = False             # the client half-closed: answer what it sent, then close
         self._eof_error: str | None = None  # ... and it did so in the middle of a message
         self._tls = False
-        self._grace: asyncio.TimerHandle | None = None
+        self._grace: asyncio.Handle | None = None     # the grace timer, then its two hops
         self._handshake: asyncio.TimerHandle | None = None
         self._idle: asyncio.TimerHandle | None = None
         self.last_rx = self.loop.time()   # when the last complete message arrived
@@ -544,6 +544,16 @@ class ServerConnection(asyncio.Protocol):
             self._grace = None
 
     def _on_grace(self) -> None:
+        """The grace period is over: decide once the loop has polled the socket again. An event
+        loop runs its due timers before it reads (libuv's order, so uvloop's), so after a stall (a
+        long GC, a slow callback) the HELLO of a v3 client that connected in time may still wait
+        unread. Two call_soon hops run after the next I/O poll on uvloop and on asyncio's loop."""
+        self._grace = self.loop.call_soon(self._grace_hop)
+
+    def _grace_hop(self) -> None:
+        self._grace = self.loop.call_soon(self._grace_over)
+
+    def _grace_over(self) -> None:
         self._grace = None
         if self.state is not _GRACE:
             return

@@ -223,3 +223,30 @@ async def test_a_v2_client_that_sent_a_message_outlives_the_handshake_timeout(tm
         v2.send(CHAT_TEXT, "HEARTBEAT")
         assert await v2.recv_text() == "HEARTBEAT" and conn in srv.connections
         await v2.close()
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_hello_sent_in_time_is_served_as_v3_after_a_stall_past_the_grace(tmp_path, loop):
+    """A stall of the server's loop (a long GC, a slow callback) past legacy_grace_ms leaves the grace
+    timer due. The client's HELLO, sent right after the stall, is on the socket before the timer runs
+    but is read only in the loop's next poll (here client and server share the loop; a remote client's
+    bytes that arrived during the stall wait the same way on uvloop, which runs due timers before it
+    reads). The grace decision waits for that poll, so the client is served as v3, not as v2."""
+    import time
+
+    import uvloop
+
+    async def main() -> None:
+        async with running_server(tmp_path, legacy_grace_ms=50) as (srv, addr):
+            reader, writer = await asyncio.open_connection(*addr)
+            await poll(lambda: len(srv.connections) == 1)          # accepted: the grace runs
+            time.sleep(0.3)                                         # the stall: the grace timer is due
+            await asyncio.sleep(0)                                  # the next loop pass: before the timer
+            writer.write(encode_frame(T.HELLO, 0, b'{"id":1,"proto":3,"client":"t/1"}'))
+            header = await asyncio.wait_for(reader.readexactly(5), 10)
+            assert header[0] == T.RESPONSE, f"served as v2: {header + await reader.read(200)!r}"
+            assert next(iter(srv.connections)).legacy is None
+            writer.close()
+    factory = uvloop.new_event_loop if loop == "uvloop" else asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main())
