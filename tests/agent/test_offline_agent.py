@@ -166,6 +166,21 @@ async def test_help_and_unknown_requests(agent):
     assert result.metadata["canned"] is True and "what did I ask" not in answer   # no example requests
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("Remember that the staging server is stage-7.internal", "Noted:\n- The staging server is stage-7.internal"),
+    ("记住我们的备份服务器在杭州机房。以后用中文回答。", "好的，记下了：\n- 我们的备份服务器在杭州机房。\n- 以后用中文回答。"),
+])
+async def test_a_message_that_only_states_facts_is_acknowledged_with_what_is_kept(agent, text, expected):
+    answer, sink, result = await ask(agent, text)
+    assert answer == expected and result.tool_calls == [] and "tool_call" not in sink.kinds
+    assert result.metadata["intents"] == ["note"] and "canned" not in result.metadata
+
+
+async def test_a_question_with_a_fact_in_it_is_answered_not_noted(agent):
+    answer, _, result = await ask(agent, "my name is Bob. what is the CPU usage?")
+    assert answer.startswith("CPU usage: ") and result.metadata["intents"] != ["note"]
+
+
 async def test_tool_answers_are_not_marked_canned(agent):
     _, _, result = await ask(agent, "CPU usage")
     assert "canned" not in result.metadata

@@ -43,6 +43,10 @@ async def test_knowledge_routes_citations_and_follow_up(tmp_path):
         assert first["location"]["heading"] == ["Operations", "Restore"]
         assert "90 seconds" in end["message"]["content"]
 
+        end, _ = await chat(c, "remember that the backup host is bk-3")   # short, but no follow-up question
+        assert end["context"]["route"]["method"] == "statement"
+        assert end["message"]["content"] == "Noted:\n- The backup host is bk-3"
+
         end, _ = await chat(c, "知识库里 log retention 是多少天？")
         assert end["context"]["route"]["method"] == "keyword"
         assert end["message"]["content"].startswith("知识库中的相关内容：")

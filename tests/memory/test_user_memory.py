@@ -41,6 +41,11 @@ def memory_block(ctx) -> str | None:
     ("数据库在哪里？", []),
     ("Check disk usage on web1", []),
     ("my password is hunter2", []),           # secrets are never kept
+    # the words that only ask to keep something are not kept with it
+    ("Remember that the staging server is stage-7.internal", [("fact", "The staging server is stage-7.internal")]),
+    ("note: the backup bucket is s3://bk-3", [("fact", "The backup bucket is s3://bk-3")]),
+    ("记住我们的备份服务器在杭州机房。", [("fact", "我们的备份服务器在杭州机房。")]),
+    ("Remember to check the disk", [("fact", "Remember to check the disk")]),   # a reminder: kept whole
 ])
 def test_rules_keep_durable_statements_only(text, expected):
     assert distill_rules(text) == expected

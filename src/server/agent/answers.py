@@ -56,6 +56,13 @@ def not_understood(zh: bool) -> str:
             + LLM_HINT_EN)
 
 
+def noted(items: list[str], zh: bool) -> str:
+    """The reply to a message that only states facts or preferences: what was understood, as the
+    user memory keeps it (when it is on), so the user can check it."""
+    head = "好的，记下了：" if zh else "Noted:"
+    return "\n".join([head, *(f"- {item}" for item in items)])
+
+
 def _j(zh: bool, en: str, cn: str) -> str:
     return cn if zh else en
 

@@ -4,6 +4,8 @@ Rule (offline agent), first match wins:
 1. ``keyword``: the message mentions the documents (知识库, 文档, 资料, "knowledge base", "the docs",
    "my/the/our documents", "documentation") -> knowledge.
 2. ``intent``: a system request the offline agent has a tool for (CPU, disk, logs, ...) -> general.
+   ``statement``: the message only states facts or preferences to keep, as the user memory's rules
+   read them ("remember that the staging host is stage-7", "以后用中文回答"; no question) -> general.
 3. ``follow_up``: the previous answer quoted documents (it holds a ``[name §location]`` citation) and
    this message is short (at most 8 words, or 16 CJK characters) -> knowledge; the retrieval query
    is the previous question plus this one ("and its default?" finds the passage about the timeout).
@@ -23,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from server.memory.analyze import analyze
+from server.memory.distill import distill_rules
+from server.memory.extractive import sentences
 
 KEYWORDS = re.compile(r"知识库|文档|资料库|资料|\bknowledge[- ]?base\b|\bthe docs\b|\bmy docs\b|"
                       r"\b(?:my|the|our|uploaded)\s+(?:documents?|files)\b|\bdocumentation\b", re.IGNORECASE)
@@ -65,6 +69,13 @@ def is_follow_up(text: str) -> bool:
     return len(text.split()) <= FOLLOW_UP_MAX_WORDS
 
 
+def is_statement(text: str) -> bool:
+    """The message states facts or preferences the user memory keeps (``distill_rules``), and every
+    sentence of it is one of them (nothing else asked)."""
+    parts = sentences(text)
+    return bool(parts) and len(distill_rules(text)) == len(parts)
+
+
 def coverage(query: str, passage: str) -> tuple[int, int]:
     """(query terms found in the passage, distinct query terms)."""
     terms = set(analyze(query))
@@ -83,6 +94,8 @@ async def decide(text: str, messages: list[dict[str, Any]], source: Any, user_id
         return Route("knowledge", "keyword", f"the message mentions {m.group(0)!r}", text)
     if tool_intents:
         return Route("general", "intent", f"a system request: {', '.join(tool_intents)}")
+    if is_statement(text):
+        return Route("general", "statement", "the message states facts or preferences to keep, asks nothing")
     prev_answer = _previous(messages, "assistant")
     prev_question = _previous(messages, "user")
     if prev_answer and CITATION.search(prev_answer) and prev_question and is_follow_up(text):

@@ -14,6 +14,7 @@ from server.agent import answers, intents, knowledge_route
 from server.agent.base import TurnRequest, TurnResult, TurnSink
 from server.agent.config import AgentConfig
 from server.agent.toolexec import CallRequest, run_tool_step
+from server.memory.distill import distill_rules
 from server.tools import ToolContext, ToolRegistry
 
 OFFLINE_MODEL = "offline"
@@ -54,6 +55,7 @@ class OfflineAgent:
                                              [i.name for i in tool_intents])
         req.context.metadata["route"] = route.record()
         citations: list[dict[str, Any]] = []
+        noted = distill_rules(text) if not tool_intents and knowledge_route.is_statement(text) else []
         if route.route == "knowledge":
             calls = await run_tool_step(self.registry, sink, [CallRequest(None, "search_knowledge",
                                                                           {"query": route.query[:500], "top_k": 5})],
@@ -65,6 +67,9 @@ class OfflineAgent:
             calls = await run_tool_step(self.registry, sink, requests, ToolContext(req.user_id, req.session_id),
                                         step=0, timeout=self.cfg.tool_timeout_s)
             answer = "\n\n".join(answers.render(c, zh) for c in calls)
+        elif noted:
+            answer = answers.noted([item for _, item in noted], zh)   # what the user memory keeps
+            found = [intents.Intent("note", 1.0)]
         elif found:   # help
             answer = answers.help_text(zh)
         else:
@@ -75,7 +80,7 @@ class OfflineAgent:
                                     "intents": [i.name for i in found] or ["unknown"]}
         if citations:
             metadata["citations"] = citations
-        if not tool_intents and not calls:
+        if not tool_intents and not calls and not noted:
             metadata["canned"] = True    # help or not understood: a fixed text, not about the user's topic
         return TurnResult(content=answer, tool_calls=calls, usage={"llm_calls": 0}, finish_reason="stop",
                           metadata=metadata)

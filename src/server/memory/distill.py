@@ -46,6 +46,21 @@ DISTILL_PROMPT = (
     "\"one short sentence in the user's language\"}; [] when there is nothing durable.")
 
 
+#: the words that only ask to keep what follows: dropped from the kept item when what follows is a
+#: fact or preference by itself ("Remember that the staging server is stage-7" keeps "The staging
+#: server is stage-7"; "Remember to check the disk" is kept whole)
+_LEAD_IN = re.compile(r"^\s*(?:(?:please|pls)\s+)?(?:remember|don't forget|do not forget|note|keep in mind|"
+                      r"for future reference)\b(?:\s+that\b)?[\s,:：-]*|^\s*(?:请)?(?:记住|记一下|请记)[，,:：\s]*",
+                      re.IGNORECASE)
+
+
+def _without_lead_in(sentence: str) -> str:
+    rest = _LEAD_IN.sub("", sentence, count=1)
+    if not rest.strip() or rest == sentence or classify(rest) is None:
+        return sentence
+    return rest[0].upper() + rest[1:]
+
+
 def _clip(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= MAX_ITEM_CHARS else text[: MAX_ITEM_CHARS - 1] + "…"
@@ -70,7 +85,7 @@ def distill_rules(text: str) -> list[tuple[str, str]]:
     for s in sentences(text):
         kind = classify(s)
         if kind is not None:
-            out.append((kind, _clip(s)))
+            out.append((kind, _clip(_without_lead_in(s))))
         if len(out) >= MAX_ITEMS_PER_MESSAGE:
             break
     return out
