@@ -79,21 +79,31 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
             for h in [] if args.json else hits:
                 out.write(f"{h.score:.3f}  {h.citation}  ({h.chunk_id})\n  {h.text[:300]}\n\n")
         elif action == "delete":
-            await c.request(MsgType.KB_DELETE, {"doc_id": args.doc_id})
-            out.write(f"deleted {args.doc_id}\n")
+            doc_id = (await _document(c, args.doc_id)).doc_id
+            await c.request(MsgType.KB_DELETE, {"doc_id": doc_id})
+            out.write(f"deleted {doc_id}\n")
         elif action == "download":
-            dest = Path(args.output) if args.output else None
-            if dest is None:
-                docs = (await c.request(MsgType.KB_LIST, {})).documents
-                match = [d for d in docs if d.doc_id == args.doc_id]
-                if not match:
-                    raise ClientError(ErrorCode.NOT_FOUND, "no such document")
-                dest = Path(Path(match[0].name).name)
-            doc = await kbclient.download(c, args.doc_id, dest, progress=_bar(err, args.doc_id))
+            found = await _document(c, args.doc_id)
+            dest = Path(args.output) if args.output else Path(Path(found.name).name)
+            doc = await kbclient.download(c, found.doc_id, dest, progress=_bar(err, found.name))
             if err.isatty():
                 err.write("\n")
             out.write(f"{dest}  {doc.size} bytes  md5 {doc.md5}\n")
     return 0
+
+
+async def _document(c: Client, ref: str) -> Any:
+    """The visible document whose id, or else whose name, is ``ref`` (NOT_FOUND if none; a name that
+    several documents share is refused with their ids, so the user picks one)."""
+    docs = (await c.request(MsgType.KB_LIST, {})).documents
+    by_id = [d for d in docs if d.doc_id == ref]
+    named = by_id or [d for d in docs if d.name == ref]
+    if len(named) == 1:
+        return named[0]
+    if not named:
+        raise ClientError(ErrorCode.NOT_FOUND, f"no document with the id or name {ref!r} (see 'kb list')")
+    raise ClientError(ErrorCode.INVALID_MESSAGE, f"{len(named)} documents are named {ref!r}: give one of "
+                      f"their ids ({', '.join(d.doc_id for d in named)})")
 
 
 async def _upload(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO,
@@ -147,8 +157,8 @@ def add_kb_parser(sub: Any) -> None:
     q.add_argument("--limit", type=_limit, default=5, metavar="N", help="1..100 passages (default 5)")
     q.add_argument("--json", action="store_true")
     q = kb.add_parser("delete", help="delete a document (its uploader or an admin)")
-    q.add_argument("doc_id")
+    q.add_argument("doc_id", metavar="DOC", help="the document's id or name (from 'kb list')")
     q = kb.add_parser("download", help="download a document (resumes FILE.part)")
-    q.add_argument("doc_id")
+    q.add_argument("doc_id", metavar="DOC", help="the document's id or name (from 'kb list')")
     q.add_argument("-o", "--output", metavar="FILE", help="default: the document's name in this directory")
 

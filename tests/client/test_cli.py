@@ -119,6 +119,9 @@ def test_history_paging(srv: ServerThread, capsys: pytest.CaptureFixture) -> Non
     assert code == cli.EXIT_REQUEST and "NOT_FOUND" in err
     code, _, err = run(srv, capsys, "history", "--session", sid, "--limit", "5000")
     assert code == cli.EXIT_REQUEST and "INVALID_MESSAGE" in err
+    code, out, _ = run(srv, capsys, "history", "--limit", "2", "--json")   # default: the latest session
+    assert code == 0 and json.loads(out)["session_id"] == sid
+    assert [m["content"] for m in json.loads(out)["messages"]] == ["third", "echo: third"]
 
 
 def test_export(srv: ServerThread, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
@@ -126,6 +129,8 @@ def test_export(srv: ServerThread, capsys: pytest.CaptureFixture, tmp_path: Path
     sid = json.loads(out)["session_id"]
     code, out, _ = run(srv, capsys, "export", "--session", sid, "--format", "markdown")
     assert code == 0 and "export me" in out
+    code, latest, _ = run(srv, capsys, "export")                      # default: the latest session
+    assert code == 0 and latest == out
     target = tmp_path / "out.json"
     code, out, _ = run(srv, capsys, "export", "--session", sid, "--format", "json", "--output", str(target))
     assert code == 0 and out == ""

@@ -64,8 +64,22 @@ def test_kb_commands(srv: ServerThread, capsys: pytest.CaptureFixture, tmp_path:
     monkeypatch.chdir(target.parent)
     code, out, err = run(srv, capsys, "kb", "download", doc["doc_id"])
     assert code == 0 and (target.parent / "notes.md").read_bytes() == NOTES
-    code, out, err = run(srv, capsys, "kb", "delete", doc["doc_id"])
-    assert code == 0
+    (target.parent / "notes.md").unlink()
+    code, out, err = run(srv, capsys, "kb", "download", "notes.md")            # by name
+    assert code == 0 and (target.parent / "notes.md").read_bytes() == NOTES and out.startswith("notes.md  ")
+    other = tmp_path / "other" / "notes.md"
+    other.parent.mkdir()
+    other.write_bytes(NOTES + b"\nA second file of the same name.\n")
+    code, out, err = run(srv, capsys, "kb", "upload", str(other), "--json")
+    twin = json.loads(out)["files"][0]["doc_id"]
+    code, out, err = run(srv, capsys, "kb", "download", "notes.md")            # two of that name
+    assert code == 5 and "INVALID_MESSAGE" in err and doc["doc_id"] in err and twin in err
+    code, out, err = run(srv, capsys, "kb", "download", "nothing.md")
+    assert code == 5 and "NOT_FOUND" in err and "nothing.md" in err
+    code, out, err = run(srv, capsys, "kb", "delete", twin)
+    assert code == 0 and out == f"deleted {twin}\n"
+    code, out, err = run(srv, capsys, "kb", "delete", "notes.md")              # by name: the one left
+    assert code == 0 and out == f"deleted {doc['doc_id']}\n"
     code, out, err = run(srv, capsys, "kb", "delete", doc["doc_id"])
     assert code == 5 and "NOT_FOUND" in err
     code, out, _ = run(srv, capsys, "kb", "list", "--json")
