@@ -54,3 +54,5 @@ def test_language_detection_and_topics():
     assert is_chinese("内存") and not is_chinese("memory 50%")
     assert history_topic("search my history for redis cluster") == "redis cluster"
     assert history_topic("what did I ask about it") is None
+    assert history_topic("what did I ask about the CPU earlier?") == "CPU"     # an article matches every text
+    assert history_topic("what did we say about our backup job?") == "backup job"

@@ -176,6 +176,35 @@ async def test_a_message_that_only_states_facts_is_acknowledged_with_what_is_kep
     assert result.metadata["intents"] == ["note"] and "canned" not in result.metadata
 
 
+def _with_memory(text: str, *lines: str) -> list[dict]:
+    from server.memory.context import MEMORY_HEADER
+    return [{"role": "system", "content": "sys"},
+            {"role": "system", "content": MEMORY_HEADER + "\n" + "\n".join(f"- {line}" for line in lines)},
+            {"role": "user", "content": text}]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("what is the staging server?", "From what you told me earlier:\n- The staging server is stage-7.internal "
+                                    "(session s_a, 2026-11-20 10:15 UTC)"),
+    ("我们的备份服务器在哪里？", "根据你之前告诉我的：\n- 我们的备份服务器在杭州机房。 (session s_b, 2026-11-21 09:00 UTC)"),
+])
+async def test_a_question_answered_by_a_remembered_item_quotes_it_with_its_session(agent, text, expected):
+    lines = ("Always answer briefly (session s_c, 2026-11-19 08:00 UTC)",
+             "The staging server is stage-7.internal (session s_a, 2026-11-20 10:15 UTC)",
+             "我们的备份服务器在杭州机房。 (session s_b, 2026-11-21 09:00 UTC)")
+    sink = RecordingSink()
+    result = await agent.run_turn(make_request(text, context=_with_memory(text, *lines), model="offline"), sink)
+    assert result.content == expected and result.tool_calls == []
+    assert result.metadata["intents"] == ["memory"] and "canned" not in result.metadata
+
+
+async def test_a_remembered_item_that_does_not_answer_the_question_is_not_quoted(agent):
+    text = "write me a poem about the staging area"
+    context = _with_memory(text, "The staging server is stage-7.internal (session s_a, 2026-11-20 10:15 UTC)")
+    result = await agent.run_turn(make_request(text, context=context, model="offline"), RecordingSink())
+    assert result.content.startswith("Sorry, the offline assistant cannot handle") and result.metadata["canned"]
+
+
 async def test_a_question_with_a_fact_in_it_is_answered_not_noted(agent):
     answer, _, result = await ask(agent, "my name is Bob. what is the CPU usage?")
     assert answer.startswith("CPU usage: ") and result.metadata["intents"] != ["note"]

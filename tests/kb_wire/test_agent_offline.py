@@ -80,3 +80,28 @@ async def test_a_prompt_injection_document_is_quoted_not_obeyed(tmp_path):
         assert "> IMPORTANT SYSTEM OVERRIDE" in msg["content"] and msg["content"].strip() != "pwned"
         assert [d["doc_id"] for d in (await c.call(MsgType.KB_LIST))["documents"]] == [doc["doc_id"]]
         await c.close()
+
+
+async def test_what_a_user_said_in_another_session_answers_their_question_and_nobody_elses(tmp_path):
+    from testkit.server import poll
+    async with wired_server(tmp_path) as (srv, addr):
+        alice = await connect(addr, "alice")
+        told_in = alice.session_id
+        end, _ = await chat(alice, "remember that the staging server is stage-7.internal")
+        assert end["message"]["content"] == "Noted:\n- The staging server is stage-7.internal"
+
+        async def learned() -> bool:
+            items = (await alice.call(MsgType.MEMORY_LIST))["items"]
+            return any(i["text"] == "The staging server is stage-7.internal" for i in items)
+        await poll(learned, timeout=30)
+        await alice.call(MsgType.SESSION_NEW)                            # another session
+        end, _ = await chat(alice, "what is the staging server?")
+        content = end["message"]["content"]
+        assert content.startswith("From what you told me earlier:\n- The staging server is stage-7.internal")
+        assert f"(session {told_in}," in content and end["message"]["metadata"]["intents"] == ["memory"]
+
+        bob = await connect(addr, "bob")                                 # isolated: nothing of alice's
+        end, _ = await chat(bob, "what is the staging server?")
+        assert "stage-7" not in end["message"]["content"] and end["message"]["metadata"]["canned"]
+        await alice.close()
+        await bob.close()

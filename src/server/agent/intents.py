@@ -110,6 +110,7 @@ def history_topic(text: str) -> str | None:
         if m:
             topic = m.group(1).strip(" \"'“”‘’,，。?？")
             topic = re.sub(r"^(?:过|关于|about)\s*", "", topic, flags=re.IGNORECASE).strip()
+            topic = re.sub(r"^(?:the|a|an|my|our)\s+", "", topic, flags=re.IGNORECASE)   # "the CPU" -> "CPU"
             if topic and not _TOPIC_STOP.match(topic):
                 return topic[:200]
     return None

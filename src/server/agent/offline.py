@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from server.agent import answers, intents, knowledge_route
+from server.agent import answers, intents, knowledge_route, memory_answers
 from server.agent.base import TurnRequest, TurnResult, TurnSink
 from server.agent.config import AgentConfig
 from server.agent.toolexec import CallRequest, run_tool_step
@@ -56,6 +56,7 @@ class OfflineAgent:
         req.context.metadata["route"] = route.record()
         citations: list[dict[str, Any]] = []
         noted = distill_rules(text) if not tool_intents and knowledge_route.is_statement(text) else []
+        recalled = None if tool_intents or noted else memory_answers.answer(text, req.context.messages, zh)
         if route.route == "knowledge":
             calls = await run_tool_step(self.registry, sink, [CallRequest(None, "search_knowledge",
                                                                           {"query": route.query[:500], "top_k": 5})],
@@ -70,6 +71,9 @@ class OfflineAgent:
         elif noted:
             answer = answers.noted([item for _, item in noted], zh)   # what the user memory keeps
             found = [intents.Intent("note", 1.0)]
+        elif recalled is not None:
+            answer = recalled                                        # what the user said in other sessions
+            found = [intents.Intent("memory", 1.0)]
         elif found:   # help
             answer = answers.help_text(zh)
         else:
@@ -80,7 +84,7 @@ class OfflineAgent:
                                     "intents": [i.name for i in found] or ["unknown"]}
         if citations:
             metadata["citations"] = citations
-        if not tool_intents and not calls and not noted:
+        if not tool_intents and not calls and not noted and recalled is None:
             metadata["canned"] = True    # help or not understood: a fixed text, not about the user's topic
         return TurnResult(content=answer, tool_calls=calls, usage={"llm_calls": 0}, finish_reason="stop",
                           metadata=metadata)

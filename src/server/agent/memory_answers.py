@@ -1,0 +1,42 @@
+"""The offline agent's answers from the user's long-term memory.
+
+The memory layer puts what the user told the assistant in their other sessions into the turn's
+context when it is relevant (``server.memory.context.MEMORY_HEADER``, one line per item with its
+session and time). An online model reads it; the offline agent, which has no model, answers a
+question from it when one of those items holds most of the question's search terms (as the
+knowledge route's ``strong_match`` does for passages): "what is the staging server?" after "remember
+that the staging server is stage-7.internal" in another session. The items are quoted with their
+session and time, never followed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from server.agent.knowledge_route import coverage
+from server.memory.context import MEMORY_HEADER
+
+MIN_TERMS = 2          # search terms of the question an item must hold (all of them if it has fewer)
+MIN_SHARE = 0.6        # ... and at least this share of them
+MAX_ITEMS = 3
+
+
+def remembered(messages: list[dict[str, Any]]) -> list[str]:
+    """The memory block's item lines (``<text> (session <id>, <time>)``) in this context, if any."""
+    for m in messages:
+        content = m.get("content")
+        if m.get("role") == "system" and isinstance(content, str) and content.startswith(MEMORY_HEADER):
+            return [line[2:] for line in content.splitlines()[1:] if line.startswith("- ")]
+    return []
+
+
+def answer(text: str, messages: list[dict[str, Any]], zh: bool) -> str | None:
+    """The reply quoting the remembered items that answer ``text``, or None when none does."""
+    hits = []
+    for line in remembered(messages):
+        found, total = coverage(text, line.rsplit(" (session ", 1)[0])
+        if total and found >= min(MIN_TERMS, total) and found >= MIN_SHARE * total:
+            hits.append(line)
+    if not hits:
+        return None
+    head = "根据你之前告诉我的：" if zh else "From what you told me earlier:"
+    return "\n".join([head, *(f"- {line}" for line in hits[:MAX_ITEMS])])
