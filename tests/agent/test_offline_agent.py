@@ -198,6 +198,19 @@ async def test_a_question_answered_by_a_remembered_item_quotes_it_with_its_sessi
     assert result.metadata["intents"] == ["memory"] and "canned" not in result.metadata
 
 
+async def test_a_fact_stated_earlier_in_this_conversation_answers_a_question(agent):
+    context = [{"role": "system", "content": "sys"},
+               {"role": "user", "content": "remember that the staging server is stage-7.internal"},
+               {"role": "assistant", "content": "Noted:\n- The staging server is stage-7.internal"},
+               {"role": "user", "content": "what did I ask about the CPU earlier?"},
+               {"role": "assistant", "content": "Found 1 earlier message(s) ... [notes.md §lines 1-2]"},
+               {"role": "user", "content": "what is the staging server?"}]
+    result = await agent.run_turn(make_request("what is the staging server?", context=context, model="offline"),
+                                  RecordingSink())
+    assert result.content == ("From what you told me earlier:\n- The staging server is stage-7.internal "
+                              "(earlier in this conversation)")
+
+
 async def test_a_remembered_item_that_does_not_answer_the_question_is_not_quoted(agent):
     text = "write me a poem about the staging area"
     context = _with_memory(text, "The staging server is stage-7.internal (session s_a, 2026-11-20 10:15 UTC)")

@@ -51,6 +51,10 @@ async def test_knowledge_routes_citations_and_follow_up(tmp_path):
         assert end["context"]["route"]["method"] == "keyword"
         assert end["message"]["content"].startswith("知识库中的相关内容：")
 
+        end, _ = await chat(c, "search my history for restore")        # its answer quotes a citation ...
+        end, _ = await chat(c, "and the cache size?")                    # ... but it is no documents answer
+        assert end["context"]["route"]["method"] != "follow_up"
+
         end, _ = await chat(c, "show disk usage")
         assert end["context"]["route"] == {"route": "general", "method": "intent", "reason": "a system request: disk"}
         assert "citations" not in end["message"]["metadata"]

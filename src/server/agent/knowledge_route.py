@@ -6,7 +6,8 @@ Rule (offline agent), first match wins:
 2. ``intent``: a system request the offline agent has a tool for (CPU, disk, logs, ...) -> general.
    ``statement``: the message only states facts or preferences to keep, as the user memory's rules
    read them ("remember that the staging host is stage-7", "以后用中文回答"; no question) -> general.
-3. ``follow_up``: the previous answer quoted documents (it holds a ``[name §location]`` citation) and
+3. ``follow_up``: the previous answer quoted documents (the offline agent's documents answer, with a
+   ``[name §location]`` citation; not, say, a history answer quoting one) and
    this message is short (at most 8 words, or 16 CJK characters) -> knowledge; the retrieval query
    is the previous question plus this one ("and its default?" finds the passage about the timeout).
 4. ``strong_match``: the best passage for the message holds at least 60% of the message's distinct
@@ -38,6 +39,7 @@ STRONG_MIN_TERMS = 2
 QUOTE_TOP = 3
 QUOTE_CHARS = 600
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+ANSWER_HEAD_EN, ANSWER_HEAD_ZH = "From your documents:", "知识库中的相关内容："
 
 
 @dataclass(slots=True)
@@ -98,7 +100,8 @@ async def decide(text: str, messages: list[dict[str, Any]], source: Any, user_id
         return Route("general", "statement", "the message states facts or preferences to keep, asks nothing")
     prev_answer = _previous(messages, "assistant")
     prev_question = _previous(messages, "user")
-    if prev_answer and CITATION.search(prev_answer) and prev_question and is_follow_up(text):
+    if prev_answer and prev_answer.startswith((ANSWER_HEAD_EN, ANSWER_HEAD_ZH)) and CITATION.search(prev_answer) \
+            and prev_question and is_follow_up(text):
         return Route("knowledge", "follow_up", "a short follow-up to an answer from the documents",
                      f"{prev_question} {text}")
     hits = await source.search(user_id, text, 1)
@@ -134,7 +137,7 @@ def answer(call: Any, zh: bool) -> tuple[str, list[dict[str, Any]]]:
         return ("知识库里没有找到相关内容。" if zh else "I found nothing about that in your documents."), []
     best = found[0].get("score") or 0
     quoted = [p for p in found[:QUOTE_TOP] if (p.get("score") or 0) >= 0.5 * best] or found[:1]
-    parts = ["知识库中的相关内容：" if zh else "From your documents:"]
+    parts = [ANSWER_HEAD_ZH if zh else ANSWER_HEAD_EN]
     for p in quoted:
         text = str(p.get("text", ""))
         if len(text) > QUOTE_CHARS:

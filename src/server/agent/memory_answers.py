@@ -6,7 +6,9 @@ session and time). An online model reads it; the offline agent, which has no mod
 question from it when one of those items holds most of the question's search terms (as the
 knowledge route's ``strong_match`` does for passages): "what is the staging server?" after "remember
 that the staging server is stage-7.internal" in another session. The items are quoted with their
-session and time, never followed.
+session and time, never followed. The facts the user stated earlier in the current conversation
+(its window: the memory block leaves the current session's items out) count the same way, newest
+first, marked as from this conversation.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 
 from server.agent.knowledge_route import coverage
 from server.memory.context import MEMORY_HEADER
+from server.memory.distill import distill_rules
 
 MIN_TERMS = 2          # search terms of the question an item must hold (all of them if it has fewer)
 MIN_SHARE = 0.6        # ... and at least this share of them
@@ -29,13 +32,25 @@ def remembered(messages: list[dict[str, Any]]) -> list[str]:
     return []
 
 
+def stated(messages: list[dict[str, Any]]) -> list[str]:
+    """The facts and preferences of the user's earlier messages in this context, newest first."""
+    out = []
+    for m in reversed(messages[:-1]):            # (the last one is the message being answered)
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            out += [item for _, item in distill_rules(m["content"])]
+    return out
+
+
+def _answers(question: str, item: str) -> bool:
+    found, total = coverage(question, item)
+    return bool(total) and found >= min(MIN_TERMS, total) and found >= MIN_SHARE * total
+
+
 def answer(text: str, messages: list[dict[str, Any]], zh: bool) -> str | None:
     """The reply quoting the remembered items that answer ``text``, or None when none does."""
-    hits = []
-    for line in remembered(messages):
-        found, total = coverage(text, line.rsplit(" (session ", 1)[0])
-        if total and found >= min(MIN_TERMS, total) and found >= MIN_SHARE * total:
-            hits.append(line)
+    here = "（本次对话中）" if zh else " (earlier in this conversation)"
+    hits = [item + here for item in stated(messages) if _answers(text, item)]
+    hits += [line for line in remembered(messages) if _answers(text, line.rsplit(" (session ", 1)[0])]
     if not hits:
         return None
     head = "根据你之前告诉我的：" if zh else "From what you told me earlier:"
