@@ -193,7 +193,8 @@ class JournalFlusher:
                         sync_at = time.monotonic() + self._batch_s
                     unsynced += written
                     unsynced += live
-                    if unsynced and (stopping or syncs or time.monotonic() >= sync_at):
+                    # (a checkpoint asked for, after a purge say, first takes what is pending with it)
+                    if unsynced and (stopping or syncs or asked or time.monotonic() >= sync_at):
                         synced = [c for c in unsynced if c.writer.lost_after is None
                                   or c.target <= c.writer.lost_after]     # (not what a failure cut off)
                         unsynced = []

@@ -108,3 +108,17 @@ def test_after_the_sync_a_power_loss_loses_nothing_acknowledged(root, tmp_path, 
     with HistoryStore(StorageConfig(root=str(crashed))) as store:
         for sid, texts in acked.items():
             assert [m.content for m in store.messages(sid)] == texts
+
+
+def test_a_purge_takes_the_pending_lines_out_of_the_wal_too(root) -> None:
+    """The purge's checkpoint first syncs what is pending, so no WAL file keeps the purged text."""
+    with HistoryStore(StorageConfig(root=str(root), durability="batched", batch_ms=10_000)) as store:
+        sid = store.create("u").session_id
+        keep = store.create("u").session_id
+        store.append(keep, "user", "kept")
+        store.append(sid, "user", "the code word is PELICAN")      # written, its WAL record pending
+        store.purge(sid)
+        store.flush()                                                # the next periodic sync, now
+        assert not [p for _, p in wal_files(str(root)) if b"PELICAN" in Path(p).read_bytes()]
+        assert not [p for p in root.rglob("*") if p.is_file() and b"PELICAN" in p.read_bytes()]
+        assert [m.content for m in store.messages(keep)] == ["kept"]
