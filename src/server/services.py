@@ -13,6 +13,7 @@ from typing import Any, Callable
 from server.auth import Authenticator
 from server.config import LimitsConfig, ServerConfig
 from server.handlers.knowledge_uploads import UploadService
+from server.handlers.upload_sharing import UploadSharing
 from server.conn_limits import InputBudget
 from server.hub import Hub
 from server.knowledge import KnowledgeBase
@@ -117,4 +118,13 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     return Services(config=config, store=store, hub=hub, sessions=sessions, runner=runner, agent=agent,
                     memory=memory, auth=auth, counters=counters or Counters(),
                     metrics=metrics, knowledge=knowledge,
-                    uploads=UploadService(config.knowledge, data / "uploads"), udp=udp, offers=offers, cluster=cluster)
+                    uploads=UploadService(config.knowledge, data / "uploads", sharing=_upload_sharing(config, store)),
+                    udp=udp, offers=offers, cluster=cluster)
+
+
+def _upload_sharing(config: ServerConfig, store: Any) -> UploadSharing | None:
+    """PostgreSQL: the uploads in progress shared by the nodes (a resume through any node)."""
+    if getattr(store, "link", None) is None:
+        return None
+    from storage.pg.upload_parts import PgUploadParts   # (not imported on the JSON backend)
+    return UploadSharing(config.knowledge, PgUploadParts(store.link))

@@ -83,3 +83,40 @@ async def test_a_download_on_node_b_resumes_across_blocks(two_nodes, tmp_path):
 
 async def _known(srv, doc_id: str) -> bool:
     return any(d.doc_id == doc_id for d in await srv.services.knowledge.list("local", []))
+
+
+async def test_an_upload_cut_on_node_a_resumes_through_node_b(tmp_path, pg_url):
+    """A client sends part of a file to node A and loses the connection; its BEGIN on node B answers
+    the offset of what node A shared (pieces of upload_share_bytes, and the rest at the disconnect),
+    and the file completes there. The shared copy goes when the upload ends."""
+    from kb_wire.kbwire import md5, send_data
+    from protocol import MsgType
+    from testkit.server import V3Client
+
+    from .conftest import node
+    body = b"".join(b"%07d restore step %d takes %d seconds\n" % (i, i % 7, i % 90) for i in range(40_000))
+    size, share = len(body), 1 << 16
+    sections = {"knowledge": {"upload_share_bytes": share}}
+    async with node(tmp_path, pg_url, "a", sections=sections) as a, node(tmp_path, pg_url, "b", sections=sections) as b:
+        begin_body = {"name": "restore.log", "size": size, "md5": md5(body)}
+        ca = await V3Client.connect((a.host, a.port))
+        begin = await ca.call(MsgType.KB_UPLOAD_BEGIN, **begin_body)
+        assert begin["offset"] == 0
+        cut = 5 * share + 12_345                           # five whole pieces and a part of the sixth
+        send_data(ca, begin["handle"], 0, body[:cut])
+        await ca.wait_for(lambda m: m.type == MsgType.KB_PROGRESS and m.body["done"] == cut)
+        await ca.close()                                   # the connection is lost
+        parts = a.services.uploads.sharing.parts
+
+        async def all_shared() -> bool:
+            return await parts.extent(begin["upload_id"]) == cut
+        await poll(all_shared, DEADLINE_S, "node A shares what it had at the disconnect")
+
+        cb = await V3Client.connect((b.host, b.port))
+        again = await cb.call(MsgType.KB_UPLOAD_BEGIN, **begin_body)
+        assert again["upload_id"] == begin["upload_id"] and again["offset"] == cut
+        send_data(cb, again["handle"], cut, body[cut:])
+        end = await cb.call(MsgType.KB_UPLOAD_END, upload_id=again["upload_id"])
+        assert end["document"]["md5"] == md5(body) and end["document"]["size"] == size
+        assert await parts.extent(begin["upload_id"]) == 0          # the shared copy is gone
+        await cb.close()

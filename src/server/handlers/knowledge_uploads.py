@@ -8,6 +8,9 @@ touched for ``upload_expiry_s`` are removed (at start and at every BEGIN). Recei
 buffered and written (and hashed, md5 + sha256) by a writer task in a worker thread, never on the
 event loop; a connection whose unwritten bytes exceed ``upload_buffer_bytes`` stops being read
 until the writer catches up (``Flow``).
+
+With several nodes (PostgreSQL), what is written is also shared so that an upload resumes through
+any node (``upload_sharing.UploadSharing``).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from protocol import ErrorCode, MsgType, ProtocolError
 from protocol.binary import MAX_DATA, decode_data
 from protocol.kb import KbProgress, KbUploadReply
 from server.errors import HandlerError
+from server.handlers.upload_sharing import UploadSharing
 from server.knowledge.config import KnowledgeConfig
 from server.wire import encode_reply
 
@@ -67,6 +71,9 @@ class Upload:
     paused: bool = False
     reported_error: bool = False
     next_report: int = 0
+    shared: int = 0                            # bytes from 0 in the shared copy (several nodes)
+    unshared: list[memoryview] = field(default_factory=list)   # written, not shared yet
+    share_failed: bool = False
 
 
 def upload_id_of(user: str, collection: str, name: str, size: int, md5: str) -> str:
@@ -77,9 +84,10 @@ def upload_id_of(user: str, collection: str, name: str, size: int, md5: str) -> 
 class UploadService:
     """Every upload in progress; one per server (``Services.uploads``)."""
 
-    def __init__(self, config: KnowledgeConfig, root: str | os.PathLike) -> None:
+    def __init__(self, config: KnowledgeConfig, root: str | os.PathLike, sharing: UploadSharing | None = None) -> None:
         self.config = config
         self.root = Path(root)
+        self.sharing = sharing                                # several nodes: the copy they all read
         self._active: dict[str, Upload] = {}                  # upload_id -> attached upload
         self._ports: dict[Any, dict[int, Upload]] = {}        # port -> handle -> upload
         self._closing: dict[str, asyncio.Task] = {}           # upload_id -> its .part file being closed
@@ -90,9 +98,11 @@ class UploadService:
         await asyncio.to_thread(self._sweep)
 
     async def close(self) -> None:
-        """Wait for the partial files being closed (server stop)."""
+        """Wait for the partial files being closed and their last pieces shared (server stop)."""
         for task in list(self._closing.values()):
             await task
+        if self.sharing is not None:
+            await self.sharing.close()
 
     def _sweep(self) -> None:
         """Remove partial uploads not touched for ``upload_expiry_s`` (worker thread)."""
@@ -121,6 +131,8 @@ class UploadService:
                     sha256: str | None) -> KbUploadReply:
         uid = upload_id_of(user, collection, name, size, md5)
         await asyncio.to_thread(self._sweep)
+        if self.sharing is not None:
+            await self.sharing.expire()
         up = self._active.get(uid)
         if up is not None:                       # resumed while the old connection still holds it
             await self._flush(up)
@@ -137,7 +149,14 @@ class UploadService:
                     h_sha=hashlib.sha256() if sha256 else None)
         self._active[uid] = up                   # (reserved before the await: limits hold)
         try:
+            if self.sharing is not None:       # another node may have received more of it
+                held = await asyncio.to_thread(self._held, up)
+                more = await self.sharing.missing(up, held)
+                if more:
+                    await asyncio.to_thread(self._append, up, held, more)
             await asyncio.to_thread(self._open, up)
+            if self.sharing is not None:
+                await self.sharing.share_local(up)
         except OSError as exc:
             self._active.pop(uid, None)
             raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot store the upload: {exc.strerror or exc}") from None
@@ -149,6 +168,30 @@ class UploadService:
         up.next_report = up.received + max(1, size // REPORT_STEPS)
         self._ports.setdefault(port, {})[up.handle] = up
         return KbUploadReply(uid, up.handle, up.received, size, MAX_DATA, self.expires_at())
+
+    # -- the partial files -----------------------------------------------------------------------------
+    def _held(self, up: Upload) -> int:
+        meta = self.root / f"{up.upload_id}.json"
+        if up.part.exists() and meta.exists():
+            held = up.part.stat().st_size
+            return held if held <= up.size else 0
+        return 0
+
+    def _append(self, up: Upload, held: int, data: bytes) -> None:
+        """Worker thread: the shared bytes after the first ``held`` of the partial file."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        meta = self.root / f"{up.upload_id}.json"
+        if not meta.exists():
+            self._describe(up)
+        with open(up.part, "r+b" if up.part.exists() else "wb") as f:
+            f.truncate(held)
+            f.seek(held)
+            f.write(data)
+
+    def _describe(self, up: Upload) -> None:
+        (self.root / f"{up.upload_id}.json").write_text(json.dumps(
+            {"user": up.user, "collection": up.collection, "name": up.name, "size": up.size, "md5": up.md5}),
+            encoding="utf-8")
 
     def _open(self, up: Upload) -> None:
         """Worker thread: continue a partial file (re-hashing what it holds) or start one."""
@@ -175,8 +218,7 @@ class UploadService:
             os.utime(meta)
             return
         up.file = open(up.part, "wb")
-        meta.write_text(json.dumps({"user": up.user, "collection": up.collection, "name": up.name,
-                                    "size": up.size, "md5": up.md5}), encoding="utf-8")
+        self._describe(up)
 
     # -- data frames ---------------------------------------------------------------------------------
     def on_data(self, port: Any, payload: bytes, flow: Flow) -> None:
@@ -214,6 +256,8 @@ class UploadService:
             while up.buf:
                 parts, up.buf, up.buffered = up.buf, [], 0
                 await asyncio.to_thread(self._write, up, f, parts)
+                if self.sharing is not None:
+                    await self.sharing.written(up, parts)
                 if up.paused and up.buffered < self.config.upload_buffer_bytes // 2:
                     up.paused = False
                     up.flow.resume_reading()  # type: ignore[union-attr]
@@ -269,7 +313,7 @@ class UploadService:
         return up
 
     async def remove(self, up: Upload) -> None:
-        """Delete a partial upload's files."""
+        """Delete a partial upload's files (and its shared copy)."""
         def run() -> None:
             for path in (up.part, self.root / f"{up.upload_id}.json"):
                 try:
@@ -277,6 +321,8 @@ class UploadService:
                 except FileNotFoundError:
                     pass
         await asyncio.to_thread(run)
+        if self.sharing is not None:
+            await self.sharing.drop(up.upload_id)
 
     def progress(self, up: Upload, re: Any):
         """A ``KnowledgeBase.ingest`` progress callback sending KB_PROGRESS (re = END's id)."""
@@ -318,6 +364,9 @@ class UploadService:
     def detach_port(self, port: Any) -> None:
         """The connection closed: its uploads stop (the partial files wait for a resume)."""
         for up in list(self._ports.get(port, {}).values()):
+            writer = up.writer
             self._detach(up)
             up.port = None
+            if self.sharing is not None:       # the rest, for a resume through another node
+                self.sharing.detached(up, writer)
         self._ports.pop(port, None)

@@ -35,6 +35,7 @@ class KnowledgeConfig(Section):
     max_uploads: int = Field(32, ge=1, le=100_000)            # ... on the whole server
     upload_expiry_s: int = Field(86_400, ge=1, le=365 * 86_400)   # a partial upload is kept this long after its last byte
     upload_buffer_bytes: int = Field(8 * MIB, ge=1 << 16, le=1 << 30)   # received bytes not yet written before reading pauses
+    upload_share_bytes: int = Field(1 * MIB, ge=1 << 16, le=1 << 30)   # PostgreSQL: received bytes shared per piece
 
     @model_validator(mode="after")
     def _overlap_below_target(self) -> KnowledgeConfig:
