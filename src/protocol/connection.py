@@ -137,14 +137,18 @@ class Connection:
         if type == _FRAGMENT or not 0 <= type <= 0xFF:
             raise ValueError(f"cannot send type code {type!r}")
         version = rx.version
-        if isinstance(body, dict):
-            payload = _dumps(body)
-        elif isinstance(body, bytes):
+        if isinstance(body, bytes):
             payload = body
-        elif isinstance(body, str) and version is _V2:
-            payload = body.encode("utf-8")
         elif isinstance(body, (bytearray, memoryview)):
             payload = bytes(body)
+        elif isinstance(body, dict) or (isinstance(body, str) and version is _V2):
+            try:
+                payload = _dumps(body) if isinstance(body, dict) else body.encode("utf-8")
+            except (orjson.JSONEncodeError, UnicodeEncodeError) as exc:
+                # a text that is not valid UTF-8 (surrogates from undecodable input), a value JSON
+                # has no form for: this message is refused, the connection stays usable
+                raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"the message cannot be encoded: {exc}",
+                                    fatal=False) from None
         else:
             raise TypeError(f"cannot send a body of type {body.__class__.__name__} "
                             f"on a {version.name} connection")

@@ -180,6 +180,10 @@ def test_ask_dash_reads_the_message_from_stdin(srv: ServerThread, capsys: pytest
     monkeypatch.setattr(sys, "stdin", io.StringIO("  \n"))
     code, out, err = run(srv, capsys, "ask", "-")
     assert code == cli.EXIT_USAGE and "no message on stdin" in err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe not UTF-8\n"), encoding="utf-8",
+                                                       errors="surrogateescape"))   # as a C.UTF-8 stdin reads it
+    code, out, err = run(srv, capsys, "ask", "-")
+    assert code == cli.EXIT_REQUEST and "INVALID_MESSAGE" in err and "UTF-8" in err and "Traceback" not in err
 
 
 def test_a_closed_pipe_ends_quietly(srv: ServerThread, tmp_path: Path) -> None:

@@ -276,3 +276,17 @@ def test_v2_send_rules() -> None:
         v2.send(MsgType.CHAT_TEXT, "é" * 40_000)
     assert info.value.code is ErrorCode.MESSAGE_TOO_LARGE and "split_text_utf8" in info.value.message
     assert v2.send(MsgType.CHAT_TEXT, "x" * MAX_PAYLOAD)[:5] == b"\x01\x00\x00\xff\xff"
+
+
+@pytest.mark.parametrize("version", [V3, V2])
+def test_a_body_that_cannot_be_encoded_is_refused_and_the_connection_goes_on(version) -> None:
+    """A text with lone surrogates (undecodable input, as Python decodes it) has no UTF-8 form."""
+    sender, receiver = Connection(Role.CLIENT, version=version), Connection(Role.SERVER, version=version)
+    bodies = [{"text": "bad \udcff"}] + ([] if version is V3 else ["bad \udcff"])
+    for body in bodies:
+        with pytest.raises(ProtocolError) as err:
+            sender.send(MsgType.CHAT_TEXT, body)
+        assert err.value.code == ErrorCode.INVALID_MESSAGE and not err.value.fatal
+    good = {"id": 1, "text": "fine"} if version is V3 else "fine"
+    [msg] = receiver.receive_data(sender.send(MsgType.CHAT_TEXT, good))    # nothing half-sent before it
+    assert msg.type == MsgType.CHAT_TEXT

@@ -51,6 +51,17 @@ async def test_list_dir_entries_and_hidden_secrets(root):
     assert d["hidden"] == 6 and d["truncated"] is False
 
 
+async def test_a_file_name_that_is_not_utf8_is_listed_escaped(root):
+    odd = os.path.join(os.fsencode(root), b"caf\xe9\xff.txt")    # Latin-1 bytes: not UTF-8
+    with open(odd, "wb") as f:
+        f.write(b"x")
+    status, d = await run(registry(root), "list_dir", path=str(root))
+    assert status == "success"
+    assert "caf\\xe9\\xff.txt" in [e["name"] for e in d["entries"]]      # as `ls -b` shows it
+    status, d = await run(registry(root), "search_files", pattern="x", root=str(root))
+    assert status == "success"
+
+
 async def test_list_dir_pattern_limit_and_relative(root):
     status, d = await run(registry(root), "list_dir", path="sub", pattern="*.log")
     assert status == "success" and [e["name"] for e in d["entries"]] == ["worker.log"]

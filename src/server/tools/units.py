@@ -44,5 +44,28 @@ def pct(value: float) -> float:
 
 
 def to_json(obj: Any) -> str:
-    """Compact JSON text (UTF-8 kept readable, non-str keys allowed)."""
-    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode()
+    """Compact JSON text (UTF-8 kept readable, non-str keys allowed). A text that is not valid UTF-8
+    (a file name with undecodable bytes, as ``os`` decodes it) is shown with ``\\xNN`` escapes, as
+    ``ls -b`` does, instead of failing the whole result."""
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode()
+    except orjson.JSONEncodeError:
+        return orjson.dumps(displayable(obj), option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def displayable(obj: Any) -> Any:
+    """``obj`` with every str that holds lone surrogates escaped (recursively in dicts, lists, tuples)."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+            return obj
+        except UnicodeEncodeError:
+            try:
+                return obj.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            except UnicodeEncodeError:           # a surrogate no undecodable byte gives
+                return obj.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(obj, dict):
+        return {displayable(k): displayable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [displayable(v) for v in obj]
+    return obj
