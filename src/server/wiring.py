@@ -44,8 +44,13 @@ def build_runtime(config: ServerConfig, store: Any, notify: Callable[..., Any], 
     async def search(*args: Any, **kwargs: Any) -> list[Any]:
         return await holder["memory"].search(*args, **kwargs)
 
+    async def remembered(user_id: str) -> list[Any] | None:
+        user_memory = getattr(holder["memory"], "user_memory", None)   # (None: turned off)
+        return None if user_memory is None else await user_memory.list(user_id)
+
     if agent is None:
-        tools = ToolRegistry(config.tools, search=search, knowledge=knowledge, offers=offers)
+        tools = ToolRegistry(config.tools, search=search, knowledge=knowledge, offers=offers,
+                             memory_items=remembered)
         agent = build_agent(config.llm, config.agent, tools)
     if memory == "basic":  # explicitly requested (tests): no summaries, no recall
         memory = BasicMemory(store, config.agent.system_prompt)

@@ -218,6 +218,31 @@ async def test_a_remembered_item_that_does_not_answer_the_question_is_not_quoted
     assert result.content.startswith("Sorry, the offline assistant cannot handle") and result.metadata["canned"]
 
 
+async def test_what_do_you_remember_about_me_lists_only_this_users_items(tmp_path):
+    from server.memory.user_store import MemoryItem
+    items = {"alice": [MemoryItem("m1", "fact", "The staging server is stage-7.internal", "s_a", 2,
+                                  "2026-11-20T10:15:30+00:00"),
+                       MemoryItem("m2", "preference", "以后用中文回答。", "s_b", 4, "2026-11-21T09:00:00+00:00")],
+             "bob": []}
+
+    async def remembered(user_id):
+        return items.get(user_id)
+    agent = OfflineAgent(AgentConfig(), ToolRegistry(ToolsConfig(), memory_items=remembered))
+    result = await agent.run_turn(make_request("what do you remember about me?", model="offline"), RecordingSink())
+    assert result.content == ("I remember 2 thing(s) about you (newest first):\n"
+                              "- 以后用中文回答。 (preference; session s_b, 2026-11-21 09:00)\n"
+                              "- The staging server is stage-7.internal (fact; session s_a, 2026-11-20 10:15)")
+    assert [c.tool_name for c in result.tool_calls] == ["user_memory"] and result.metadata["intents"] == ["remembered"]
+    bob = await agent.run_turn(make_request("你记得我什么？", model="offline", user_id="bob"), RecordingSink())
+    assert bob.content.startswith("我还没有记住关于你的任何信息") and "stage-7" not in bob.content
+    carol = await agent.run_turn(make_request("what do you remember about me?", model="offline", user_id="carol"),
+                                 RecordingSink())                      # None: long-term memory turned off
+    assert carol.content == "Long-term memory is turned off on this server."
+    bare = OfflineAgent(AgentConfig(), ToolRegistry(ToolsConfig()))   # no memory layer: no such tool
+    result = await bare.run_turn(make_request("what do you remember about me?", model="offline"), RecordingSink())
+    assert result.metadata["canned"] and result.tool_calls == []
+
+
 async def test_a_question_with_a_fact_in_it_is_answered_not_noted(agent):
     answer, _, result = await ask(agent, "my name is Bob. what is the CPU usage?")
     assert answer.startswith("CPU usage: ") and result.metadata["intents"] != ["note"]

@@ -104,8 +104,13 @@ async def test_what_a_user_said_in_another_session_answers_their_question_and_no
         assert content.startswith("From what you told me earlier:\n- The staging server is stage-7.internal")
         assert f"(session {told_in}," in content and end["message"]["metadata"]["intents"] == ["memory"]
 
+        end, _ = await chat(alice, "what do you remember about me?")
+        assert "- The staging server is stage-7.internal (fact; session " in end["message"]["content"]
+
         bob = await connect(addr, "bob")                                 # isolated: nothing of alice's
         end, _ = await chat(bob, "what is the staging server?")
         assert "stage-7" not in end["message"]["content"] and end["message"]["metadata"]["canned"]
+        end, _ = await chat(bob, "what do you remember about me?")
+        assert end["message"]["content"].startswith("I don't remember anything about you yet.")
         await alice.close()
         await bob.close()

@@ -13,7 +13,8 @@ from kb_wire.test_agent_offline import INJECTION, RUNBOOK
 
 READ_ONLY = {"sys_monitor", "processes", "network_check", "read_log", "list_dir", "read_file", "search_files",
              "history_search", "clock", "search_knowledge",
-             "offer_download"}   # sends the user one of their own documents: reads, never writes
+             "offer_download",   # sends the user one of their own documents: reads, never writes
+             "user_memory"}      # lists what the user's long-term memory holds of them
 
 
 def tool_names(body: dict) -> set[str]:

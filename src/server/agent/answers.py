@@ -203,9 +203,26 @@ def _clock(d: dict[str, Any], zh: bool) -> str:
               f"UTC 时间 {utc}。")
 
 
+def _user_memory(d: dict[str, Any], zh: bool) -> str:
+    if not d["enabled"]:
+        return _j(zh, "Long-term memory is turned off on this server.", "这台服务器关闭了长期记忆。")
+    items = d["items"]
+    if not items:
+        return _j(zh, "I don't remember anything about you yet. Tell me facts or preferences "
+                      "(\"remember that ...\") and I will.",
+                  "我还没有记住关于你的任何信息。告诉我事实或偏好（“记住……”），我就会记下。")
+    head = _j(zh, f"I remember {d['count']} thing(s) about you (newest first):",
+              f"我记得关于你的 {d['count']} 条信息（最新的在前）：")
+    kinds = {"fact": _j(zh, "fact", "事实"), "preference": _j(zh, "preference", "偏好")}
+    lines = [f"- {i['text']} ({kinds.get(i['kind'], i['kind'])}; session {i['session_id']}, "
+             f"{str(i['created_at'])[:16].replace('T', ' ')})" for i in items]
+    return "\n".join([head, *lines])
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any], bool], str]] = {
     "sys_monitor": _sys_monitor, "processes": _processes, "network_check": _network_check,
     "read_log": _read_log, "history_search": _history, "clock": _clock, "offer_download": downloads.render,
+    "user_memory": _user_memory,
     **file_answers.RENDERERS}
 
 

@@ -64,6 +64,12 @@ RULES: list[tuple[str, list[tuple[re.Pattern[str], float]]]] = [
               (_p(r"^\s*(你好|您好|嗨|帮助)\s*[!！。?？]*\s*$|你能做什么|能做什么|有什么功能|怎么用|帮助"), 1.0)]),
 ]
 
+#: "what do you remember about me": the user's long-term memory (user_memory)
+_REMEMBERED = re.compile(r"\bwhat (?:do|did|have) you (?:remember(?:ed)?|know|recall|keep)\b.*\b(?:me|my)\b|"
+                         r"\bwhat do you remember\s*[?.!]*\s*$|"
+                         r"你(?:还)?(?:记得|知道|记住了|记住)(?:关于)?我(?:的)?(?:什么|哪些|些什么)|"
+                         r"你(?:都)?记住了(?:什么|哪些)|关于我你(?:记得|知道)(?:什么|哪些)", re.IGNORECASE)
+
 _HOST_PORT = re.compile(r"(\[[0-9a-fA-F:]+\]|\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w.-]*)\s*:\s*(\d{1,5})\b")
 _PORT_WORD = re.compile(r"(?:\bport\b|端口)\s*(?:号|number)?\s*[:：]?\s*(\d{1,5})\b|(\d{1,5})\s*(?:号)?\s*端口",
                         re.IGNORECASE)
@@ -165,6 +171,8 @@ def parse(text: str) -> list[Intent]:
         topic = history_topic(text)
         if topic:
             return [Intent("history", scores["history"], "history_search", {"query": topic})]
+    if _REMEMBERED.search(text):
+        return [Intent("remembered", 2.0, "user_memory", {})]
     download = parse_download_request(text)   # "下载 <name>", "download <name>", "send me <name>"
     if download is not None:
         return [Intent("download", 2.0, "offer_download", download)]

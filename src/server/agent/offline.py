@@ -50,6 +50,8 @@ class OfflineAgent:
         await sink.status("thinking")
         found = intents.parse(text)
         calls = []
+        known = self.registry.names
+        found = [i for i in found if not i.tool or i.tool in known]   # (user_memory: only with a memory layer)
         tool_intents = [i for i in found if i.tool]
         route = await knowledge_route.decide(text, req.context.messages, getattr(self.registry, "knowledge", None), req.user_id,
                                              [i.name for i in tool_intents])

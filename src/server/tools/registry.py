@@ -29,6 +29,7 @@ from storage.models import ToolCall
 log = logging.getLogger(__name__)
 
 SearchFn = Callable[..., Awaitable[list[Any]]]
+MemoryItemsFn = Callable[[str], Awaitable["list[Any] | None"]]   # user id -> their items, oldest first
 
 HISTORY_SEARCH_SCHEMA = {
     "type": "object",
@@ -43,6 +44,9 @@ HISTORY_SEARCH_SCHEMA = {
     "required": ["query"],
     "additionalProperties": False,
 }
+
+USER_MEMORY_SCHEMA = {"type": "object", "properties": {}, "additionalProperties": False}
+MAX_MEMORY_ITEMS = 50       # newest first: the most a user_memory answer lists
 
 DESCRIPTIONS = {
     "sys_monitor": "Live system metrics of the server machine: CPU (total and per core), memory and swap, "
@@ -61,6 +65,9 @@ DESCRIPTIONS = {
                     "expression (like grep): returns matching lines with file and line number.",
     "search_knowledge": SEARCH_KNOWLEDGE_DESCRIPTION,
     "offer_download": offer.DESCRIPTION,
+    "user_memory": "Everything the assistant remembers about this user from their conversations (durable "
+                   "facts and preferences, newest first, each with its source session and time). Use it when "
+                   "the user asks what you remember or know about them.",
 }
 
 SNIPPET_CHARS = 300
@@ -87,9 +94,10 @@ class ToolRegistry:
 
     def __init__(self, config: ToolsConfig | None = None, *, search: SearchFn | None = None,
                  secrets: tuple[str, ...] = (), knowledge: KnowledgeSource | None = None,
-                 offers: offer.OfferFn | None = None) -> None:
+                 offers: offer.OfferFn | None = None, memory_items: MemoryItemsFn | None = None) -> None:
         self.config = config or ToolsConfig()
         self.search = search
+        self.memory_items = memory_items   # the user's long-term memory (None from it: turned off)
         self.knowledge = knowledge      # search_knowledge is offered only with a knowledge base
         self.offers = offers
         self._secrets = tuple(secrets)
@@ -127,6 +135,8 @@ class ToolRegistry:
             self._add("search_knowledge", SEARCH_KNOWLEDGE_SCHEMA, self._search_knowledge, cfg.timeout_s)
         if offers is not None:
             self._add("offer_download", offer.OFFER_DOWNLOAD_SCHEMA, self._offer_download, cfg.timeout_s)
+        if memory_items is not None:
+            self._add("user_memory", USER_MEMORY_SCHEMA, self._user_memory, cfg.timeout_s)
         psutil.cpu_percent(interval=None)   # prime psutil's counters once
 
     def _add(self, name: str, schema: dict[str, Any], handler: Callable[..., Awaitable[Any]], timeout: float) -> None:
@@ -232,6 +242,17 @@ class ToolRegistry:
 
     async def _offer_download(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return await offer.offer_download(self.offers, args, ctx.user_id, ctx.session_id)
+
+    async def _user_memory(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        """This user's remembered items only (``ctx.user_id``), newest first."""
+        assert self.memory_items is not None
+        items = await self.memory_items(ctx.user_id)
+        if items is None:
+            return {"enabled": False, "count": 0, "items": []}
+        newest = list(reversed(items))[:MAX_MEMORY_ITEMS]
+        return {"enabled": True, "count": len(items),
+                "items": [{"kind": i.kind, "text": i.text, "session_id": i.session_id, "created_at": i.created_at}
+                          for i in newest]}
 
     async def _history_search(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         if self.search is None:
