@@ -17,7 +17,7 @@ from testkit.server import ReplyError, V3Client
 
 TEXT_TURN = ["TURN_START", "STATUS:thinking", "STATUS:generating", "ANSWER_DELTA", "TURN_END"]
 TOOL_NAMES = {"sys_monitor", "processes", "network_check", "read_log", "list_dir", "read_file", "search_files",
-              "history_search", "clock", "offer_download"}
+              "history_search", "clock", "offer_download", "user_memory"}
 
 
 def deltas(events: list) -> list[str]:
