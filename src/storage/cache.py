@@ -24,15 +24,13 @@ class SessionCache:
     """Loaded sessions by id, least recently used first (thread-safe)."""
 
     def __init__(self, *, size: int, max_bytes: int, idle_s: float, exists: Callable[[str], bool],
-                 new: Callable[[str], LoadedSession], load: Callable[[LoadedSession], None],
-                 on_close: Callable[[LoadedSession], None]) -> None:
+                 new: Callable[[str], LoadedSession], load: Callable[[LoadedSession], None]) -> None:
         self.size = size
         self.max_bytes = max_bytes
         self.idle_s = idle_s
         self._exists = exists          # is the session in the index?
         self._new = new                # an empty slot for a session id
         self._load = load              # fill a slot from disk (its lock held)
-        self._on_close = on_close      # a session left the cache
         self._sessions: OrderedDict[str, LoadedSession] = OrderedDict()
         self.lock = threading.Lock()
         self.closed = False
@@ -116,7 +114,6 @@ class SessionCache:
         with self.lock:
             if self._sessions.get(sess.sid) is sess:
                 del self._sessions[sess.sid]
-        self._on_close(sess)
 
     def close_session(self, sess: LoadedSession) -> None:
         """Flush and close a session's journal and drop it (caller holds its lock)."""

@@ -157,12 +157,10 @@ class JournalFlusher:
             self._cond.notify()
         done.result()
 
-    def forget(self, sess: LoadedSession) -> None:
-        """The session was closed (its journal fsynced). Its commits still waiting for a periodic
-        sync need nothing more, and their WAL records are harmless (replay skips what a journal has)."""
-
     def _run(self) -> None:
-        unsynced: list[Commit] = []      # batched mode: written and acknowledged, not yet synced
+        # batched mode: written and acknowledged, not yet synced (a session closed meanwhile fsynced
+        # its journal: its records are then harmless, replay skips what a journal holds)
+        unsynced: list[Commit] = []
         sync_at = 0.0                    # batched mode: when they are synced
         while True:
             with self._cond:

@@ -76,7 +76,7 @@ class HistoryStore:
         self.cache = SessionCache(size=config.lru_size, max_bytes=config.lru_mib << 20, idle_s=config.idle_evict_s,
                                   exists=lambda sid: self.index.get(sid) is not None,
                                   new=lambda sid: LoadedSession(sid, *self.loader.paths(sid)),
-                                  load=self.loader.fill, on_close=self.flusher.forget)
+                                  load=self.loader.fill)
         self.compactor = Compactor(self.root, self.index, config.compact_threshold, after=self.cache.trim)
         self.searcher = Searcher(self.index, self.cache)
         self.maintenance = Maintenance(tick_s=0.25, index_s=config.index_flush_ms / 1000,
