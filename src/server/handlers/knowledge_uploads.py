@@ -150,7 +150,7 @@ class UploadService:
         self._active[uid] = up                   # (reserved before the await: limits hold)
         try:
             if self.sharing is not None:       # another node may have received more of it
-                held = await asyncio.to_thread(self._held, up)
+                held = await asyncio.to_thread(self._held, up) or 0
                 more = await self.sharing.missing(up, held)
                 if more:
                     await asyncio.to_thread(self._append, up, held, more)
@@ -170,12 +170,14 @@ class UploadService:
         return KbUploadReply(uid, up.handle, up.received, size, MAX_DATA, self.expires_at())
 
     # -- the partial files -----------------------------------------------------------------------------
-    def _held(self, up: Upload) -> int:
+    def _held(self, up: Upload) -> int | None:
+        """Bytes of the partial file this node holds (0 when it is longer than the upload), None when
+        there is no partial upload (file and description) to continue (worker thread)."""
         meta = self.root / f"{up.upload_id}.json"
         if up.part.exists() and meta.exists():
             held = up.part.stat().st_size
             return held if held <= up.size else 0
-        return 0
+        return None
 
     def _append(self, up: Upload, held: int, data: bytes) -> None:
         """Worker thread: the shared bytes after the first ``held`` of the partial file."""
@@ -196,11 +198,8 @@ class UploadService:
     def _open(self, up: Upload) -> None:
         """Worker thread: continue a partial file (re-hashing what it holds) or start one."""
         self.root.mkdir(parents=True, exist_ok=True)
-        meta = self.root / f"{up.upload_id}.json"
-        if up.part.exists() and meta.exists():
-            held = up.part.stat().st_size
-            if held > up.size:
-                held = 0
+        held = self._held(up)
+        if held is not None:
             with open(up.part, "rb") as f:
                 left = held
                 while left:
@@ -215,7 +214,7 @@ class UploadService:
             up.file.truncate(held)
             up.file.seek(held)
             up.received = up.written = held
-            os.utime(meta)
+            os.utime(self.root / f"{up.upload_id}.json")
             return
         up.file = open(up.part, "wb")
         self._describe(up)
