@@ -71,11 +71,12 @@ def is_follow_up(text: str) -> bool:
     return len(text.split()) <= FOLLOW_UP_MAX_WORDS
 
 
-def is_statement(text: str) -> bool:
-    """The message states facts or preferences the user memory keeps (``distill_rules``), and every
-    sentence of it is one of them (nothing else asked)."""
+def statement_items(text: str) -> list[tuple[str, str]]:
+    """The facts and preferences the user memory keeps of the message (``distill_rules``: (kind,
+    text)) when every sentence of it is one of them (nothing else asked), else []."""
     parts = sentences(text)
-    return bool(parts) and len(distill_rules(text)) == len(parts)
+    items = distill_rules(text) if parts else []
+    return items if len(items) == len(parts) else []
 
 
 def coverage(query: str, passage: str) -> tuple[int, int]:
@@ -85,8 +86,9 @@ def coverage(query: str, passage: str) -> tuple[int, int]:
 
 
 async def decide(text: str, messages: list[dict[str, Any]], source: Any, user_id: str,
-                 tool_intents: list[str]) -> Route:
-    """The offline agent's route for one message (see the module doc for the rule)."""
+                 tool_intents: list[str], *, stated: bool = False) -> Route:
+    """The offline agent's route for one message (see the module doc for the rule); ``stated``: the
+    message only states facts or preferences (``statement_items``)."""
     if source is None:
         return Route("general", "no_knowledge_base", "this server has no knowledge base")
     if not await source.has_documents(user_id):
@@ -96,7 +98,7 @@ async def decide(text: str, messages: list[dict[str, Any]], source: Any, user_id
         return Route("knowledge", "keyword", f"the message mentions {m.group(0)!r}", text)
     if tool_intents:
         return Route("general", "intent", f"a system request: {', '.join(tool_intents)}")
-    if is_statement(text):
+    if stated:
         return Route("general", "statement", "the message states facts or preferences to keep, asks nothing")
     prev_answer = _previous(messages, "assistant")
     prev_question = _previous(messages, "user")

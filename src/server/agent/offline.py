@@ -14,7 +14,6 @@ from server.agent import answers, intents, knowledge_route, memory_answers
 from server.agent.base import TurnRequest, TurnResult, TurnSink
 from server.agent.config import AgentConfig
 from server.agent.toolexec import CallRequest, run_tool_step
-from server.memory.distill import distill_rules
 from server.tools import ToolContext, ToolRegistry
 
 OFFLINE_MODEL = "offline"
@@ -53,11 +52,11 @@ class OfflineAgent:
         known = self.registry.names
         found = [i for i in found if not i.tool or i.tool in known]   # (user_memory: only with a memory layer)
         tool_intents = [i for i in found if i.tool]
+        noted = knowledge_route.statement_items(text) if not tool_intents else []
         route = await knowledge_route.decide(text, req.context.messages, getattr(self.registry, "knowledge", None), req.user_id,
-                                             [i.name for i in tool_intents])
+                                             [i.name for i in tool_intents], stated=bool(noted))
         req.context.metadata["route"] = route.record()
         citations: list[dict[str, Any]] = []
-        noted = distill_rules(text) if not tool_intents and knowledge_route.is_statement(text) else []
         recalled = None if tool_intents or noted else memory_answers.answer(text, req.context.messages, zh)
         if route.route == "knowledge":
             calls = await run_tool_step(self.registry, sink, [CallRequest(None, "search_knowledge",
