@@ -84,6 +84,11 @@ def _decoded(rows: list[tuple[int, bytes]], memo: dict[int, tuple[bytes, ChatMes
     return out
 
 
+def _bigint(n: int) -> int:
+    """A message id bound as a PostgreSQL bigint (any int: the ones out of range clamped)."""
+    return max(min(n, INT64_MAX), -INT64_MAX)
+
+
 def _rows(rows: list[asyncpg.Record]) -> list[tuple[int, bytes]]:
     """(id, body) of the rows that carry a message (a LEFT JOIN gives one row without when none)."""
     return [(r["id"], r["body"]) for r in rows if r["id"] is not None]
@@ -370,7 +375,7 @@ class PgHistoryStore:
             row = await self._write(lambda con: con.fetchrow(
                 update.format(_REC_LITE) + "SELECT s.* FROM i CROSS JOIN s", *args))
         else:   # the messages as they were before this statement (its snapshot), then the new one
-            after = max(min(read_after, INT64_MAX), -INT64_MAX)
+            after = _bigint(read_after)
             rows = await self._write(lambda con: con.fetch(
                 update.format(_REC + ", cleared_through") + "SELECT s.*, m.id, m.body FROM i CROSS JOIN s "
                 "LEFT JOIN LATERAL (SELECT id, body FROM nplt_messages WHERE session_id = $1 "
@@ -445,7 +450,7 @@ class PgHistoryStore:
         """Visible messages with id > after_id, ascending."""
         checks.check_int("after_id", after_id)
         validate_session_id(session_id)
-        after_id = max(min(after_id, INT64_MAX), -INT64_MAX)
+        after_id = _bigint(after_id)
         rows = await self._read(lambda con: con.fetch(
             "SELECT m.id, m.body FROM nplt_sessions s LEFT JOIN LATERAL "
             "(SELECT id, body FROM nplt_messages WHERE session_id = s.session_id "
@@ -467,7 +472,7 @@ class PgHistoryStore:
         if got is not None and got[1] == after_id and time.monotonic() - got[0] <= FRESH_APPEND_S:
             _, _, row, read = got            # (what the append with read_after read)
         else:
-            after_id = max(min(after_id, INT64_MAX), -INT64_MAX)
+            after_id = _bigint(after_id)
             rows = await self._read(lambda con: con.fetch(
                 f"SELECT {_REC_S}, m.id, m.body FROM nplt_sessions s LEFT JOIN LATERAL "
                 "(SELECT id, body FROM nplt_messages WHERE session_id = s.session_id "
