@@ -82,7 +82,12 @@ def statement_items(text: str) -> list[tuple[str, str]]:
 def coverage(query: str, passage: str) -> tuple[int, int]:
     """(query terms found in the passage, distinct query terms)."""
     terms = set(analyze(query))
-    return len(terms & set(analyze(passage))), len(terms)
+    return covered(terms, passage), len(terms)
+
+
+def covered(terms: set[str], passage: str) -> int:
+    """How many of the (analyzed) search ``terms`` the passage holds."""
+    return len(terms & set(analyze(passage)))
 
 
 async def decide(text: str, messages: list[dict[str, Any]], source: Any, user_id: str,

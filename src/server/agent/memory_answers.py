@@ -4,7 +4,7 @@ The memory layer puts what the user told the assistant in their other sessions i
 context when it is relevant (``server.memory.context.MEMORY_HEADER``, one line per item with its
 session and time). An online model reads it; the offline agent, which has no model, answers a
 question from it when one of those items holds most of the question's search terms (as the
-knowledge route's ``strong_match`` does for passages): "what is the staging server?" after "remember
+knowledge route's ``strong_match`` does for passages, ``coverage``): "what is the staging server?" after "remember
 that the staging server is stage-7.internal" in another session. The items are quoted with their
 session and time, never followed. The facts the user stated earlier in the current conversation
 (its window: the memory block leaves the current session's items out) count the same way, newest
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.agent.knowledge_route import coverage
+from server.agent.knowledge_route import covered
+from server.memory.analyze import analyze
 from server.memory.context import MEMORY_HEADER
 from server.memory.distill import distill_rules
 
@@ -41,16 +42,20 @@ def stated(messages: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _answers(question: str, item: str) -> bool:
-    found, total = coverage(question, item)
+def _answers(terms: set[str], item: str) -> bool:
+    """``item`` holds enough of the question's search ``terms``."""
+    found, total = covered(terms, item), len(terms)
     return bool(total) and found >= min(MIN_TERMS, total) and found >= MIN_SHARE * total
 
 
 def answer(text: str, messages: list[dict[str, Any]], zh: bool) -> str | None:
     """The reply quoting the remembered items that answer ``text``, or None when none does."""
+    terms = set(analyze(text))                   # (the question analyzed once, not once an item)
+    if not terms:
+        return None
     here = "（本次对话中）" if zh else " (earlier in this conversation)"
-    hits = [item + here for item in stated(messages) if _answers(text, item)]
-    hits += [line for line in remembered(messages) if _answers(text, line.rsplit(" (session ", 1)[0])]
+    hits = [item + here for item in stated(messages) if _answers(terms, item)]
+    hits += [line for line in remembered(messages) if _answers(terms, line.rsplit(" (session ", 1)[0])]
     if not hits:
         return None
     head = "根据你之前告诉我的：" if zh else "From what you told me earlier:"
