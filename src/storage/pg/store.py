@@ -26,6 +26,7 @@ from ..models import (DEFAULT_TITLE, ChatMessage, EncodedPage, Page, SearchHit, 
                       ToolCall, encode_page, now_iso)
 from ..search import compile_query, searchable, snippet
 from .. import validation as checks
+from .appends import AppendBatcher
 from .link import PgLink
 from .search_sql import candidates_sql, search_text
 
@@ -118,6 +119,7 @@ class PgHistoryStore:
     def __init__(self, config: StorageConfig) -> None:
         self.config = config
         self.link = PgLink(config)
+        self.appends = AppendBatcher(self.link, config.pg_append_batch)
         self._appended: OrderedDict[str, tuple[float, SessionRecord]] = OrderedDict()   # see get_loaded
         # the last WRITTEN_KEPT messages this node appended to each of the last APPENDED_KEPT sessions:
         # id -> (stored body, the message append returned), which record_and_messages gives back
@@ -366,21 +368,9 @@ class PgHistoryStore:
             checks.check_int("read_after", read_after)
         msg = ChatMessage(0, role, content, timestamp or now_iso(), calls, dict(metadata or {}))
         body, text = self._encode(msg)
-        update = ("WITH s AS (UPDATE nplt_sessions SET next_id = next_id + 1, message_count = message_count + 1, "
-                  "updated_at = $2, preview = $3 WHERE session_id = $1 RETURNING next_id - 1 AS mid, {}), "
-                  "i AS (INSERT INTO nplt_messages (session_id, id, body, search_text) SELECT $1, s.mid, $4, $5 "
-                  "FROM s RETURNING id) ")
-        args = (session_id, now_iso(), content[:PREVIEW_CHARS].encode(), body, text)
-        if read_after is None:
-            row = await self._write(lambda con: con.fetchrow(
-                update.format(_REC_LITE) + "SELECT s.* FROM i CROSS JOIN s", *args))
-        else:   # the messages as they were before this statement (its snapshot), then the new one
-            after = _bigint(read_after)
-            rows = await self._write(lambda con: con.fetch(
-                update.format(_REC + ", cleared_through") + "SELECT s.*, m.id, m.body FROM i CROSS JOIN s "
-                "LEFT JOIN LATERAL (SELECT id, body FROM nplt_messages WHERE session_id = $1 "
-                "AND id > greatest(s.cleared_through, $6) ORDER BY id) m ON true", *args, after))
-            row = rows[0] if rows else None
+        rows = await self.appends.append(session_id, now_iso(), content[:PREVIEW_CHARS].encode(), body, text,
+                                         None if read_after is None else _bigint(read_after))
+        row = rows[0] if rows else None
         if row is None:
             raise NotFound(f"session {session_id} not found")
         now = time.monotonic()
@@ -391,7 +381,9 @@ class PgHistoryStore:
         if len(written) > WRITTEN_KEPT:
             del written[next(iter(written))]
         _keep(self._written, session_id, written)
-        if read_after is not None:
+        if read_after is None:
+            self._prefetched.pop(session_id, None)      # what an earlier append read is older than this
+        else:
             read = _rows(rows)
             if out.id > max(row["cleared_through"], read_after):
                 read.append((out.id, body))
