@@ -56,10 +56,10 @@ async def test_a_turn_takes_4_statements(tmp_path, own_server):
             return re.findall(r"LOG:  (?:statement|execute [^:]*): (.*)", text)
         # the unlock is the turn's last statement on its path; the session-list reads and the last
         # notification follow in the background
-        await poll(lambda: any("pg_advisory_unlock" in s for s in statements()), timeout=30)
+        await poll(lambda: sum("nplt_lock_ops" in s for s in statements()) == 2, timeout=30)
         await poll(lambda: not srv.runner.lanes, timeout=30)
         seen = statements()
-        assert any("nplt_claim_owned" in s for s in seen)
+        assert sum("nplt_lock_ops" in s for s in seen) == 2             # the claim, the release
         assert not any("RESET ALL" in s or "pg_notify" in s or s.startswith(("BEGIN", "COMMIT"))
                        for s in seen), seen
         await srv.services.memory.wait_idle()                        # (nothing more comes after it)

@@ -5,7 +5,8 @@ turn per session at a time (issue 17).
 the node's liveness lock for its whole life, and each holds, taken with ``pg_try_advisory_lock``, the
 locks of the sessions whose keys fall on it and whose turns run uncontended on this node: no
 connection per running turn. A line runs one statement at a time, so the claims and releases of
-sessions on different lines do not queue behind each other. A contended session is waited for on a connection of its
+sessions on different lines do not queue behind each other, and those that wait while one runs go
+together in its next statement (``nplt_lock_ops``, migration 0011). A contended session is waited for on a connection of its
 own (``wait_lock``), queued by PostgreSQL in arrival order; closing that connection releases it. A
 node that dies loses its connections, so PostgreSQL releases all its locks at once, and
 ``wait_node_gone`` (a peer waiting on the dead node's liveness lock) returns.
@@ -28,6 +29,11 @@ T = TypeVar("T")
 log = logging.getLogger("storage")
 
 
+def _settle(op: _Op, value: Claim | None) -> None:
+    if not op.done.done():
+        op.done.set_result(value)
+
+
 def key_of(kind: str, name: str) -> int:
     """The signed 64-bit advisory lock key of ``kind``:``name``."""
     digest = hashlib.blake2b(f"nplt-{kind}:{name}".encode(), digest_size=8).digest()
@@ -48,15 +54,30 @@ class Claim(NamedTuple):
     title: str
 
 
-class _Line:
-    """One holder connection, the session keys held on it, and its one-statement-at-a-time mutex."""
+class _Op:
+    """A claim (``nplt_claim_owned``) or, with no session, a release of ``key``, waiting for its line."""
 
-    __slots__ = ("con", "held", "mutex")
+    __slots__ = ("key", "session_id", "user_id", "done")
+
+    def __init__(self, key: int, session_id: str | None, user_id: str | None, done: asyncio.Future) -> None:
+        self.key = key
+        self.session_id = session_id
+        self.user_id = user_id
+        self.done = done
+
+
+class _Line:
+    """One holder connection, the session keys held on it, its one-statement-at-a-time mutex, and the
+    claims and releases waiting to go in its next statement."""
+
+    __slots__ = ("con", "held", "mutex", "ops", "draining")
 
     def __init__(self) -> None:
         self.con: asyncpg.Connection | None = None
         self.held: set[int] = set()
         self.mutex = asyncio.Lock()
+        self.ops: list[_Op] = []
+        self.draining = False
 
 
 class LockHolder:
@@ -68,6 +89,7 @@ class LockHolder:
         self.application_name = application_name
         self._lines = [_Line() for _ in range(link.config.pg_lock_connections)]   # [0] holds the node lock
         self._cleanups: set[asyncio.Task] = set()
+        self.statements = 0      # nplt_lock_ops statements sent (a figure for tests and benchmarks)
 
     @property
     def held(self) -> set[int]:
@@ -125,14 +147,107 @@ class LockHolder:
         """``try_claim`` of a live session of ``user_id``, checked in the same round trip
         (``nplt_claim_owned``, migration 0008): NotFound, with nothing locked, for a session that
         does not exist, is deleted or is another user's. None when this node holds ``key`` already
-        (nothing was asked: the caller checks the session itself)."""
-        async def fetch(con: asyncpg.Connection) -> tuple[bool, Claim]:
-            row = await con.fetchrow("SELECT * FROM nplt_claim_owned($1, $2, $3)", key, session_id, user_id)
+        (nothing was asked: the caller checks the session itself). Claims and releases waiting for
+        the same line go in one statement (``_drain``)."""
+        return await self._queue(key, session_id, user_id)
+
+    async def unlock(self, key: int) -> None:
+        """Release ``key`` if this node holds it (with claims and releases waiting for its line)."""
+        await self._queue(key, None, None)
+
+    async def _queue(self, key: int, session_id: str | None, user_id: str | None) -> Claim | None:
+        line = self._line(key)
+        loop = asyncio.get_running_loop()
+        op = _Op(key, session_id, user_id, loop.create_future())
+        line.ops.append(op)
+        if not line.draining:
+            line.draining = True
+            task = loop.create_task(self._drain(line))
+            self._cleanups.add(task)
+            task.add_done_callback(self._cleanups.discard)
+        if session_id is None:
+            await asyncio.shield(op.done)     # a release is made even if its caller gives up
+            return None
+        return await op.done                  # a claim withdrawn before it is sent is not made
+
+    async def _drain(self, line: _Line) -> None:
+        """Send the line's waiting claims and releases, in the order they were asked, one statement
+        at a time; a key asked about twice waits for the next statement."""
+        try:
+            while line.ops:
+                async with line.mutex:
+                    keys: set[int] = set()
+                    batch: list[_Op] = []
+                    for op in line.ops:
+                        if op.key in keys:
+                            break
+                        keys.add(op.key)
+                        batch.append(op)
+                    del line.ops[:len(batch)]
+                    await self._send(line, batch)
+        finally:
+            line.draining = False
+
+    async def _send(self, line: _Line, batch: list[_Op]) -> None:
+        send: list[_Op] = []
+        for op in batch:
+            if op.session_id is None:
+                if op.key in line.held and line.con is not None and not line.con.is_closed():
+                    send.append(op)
+                else:
+                    _settle(op, None)            # not held, or released with its connection
+                line.held.discard(op.key)
+            elif op.done.done():
+                continue                         # withdrawn
+            elif op.key in line.held:
+                _settle(op, None)
+            else:
+                send.append(op)
+
+        async def once() -> list[asyncpg.Record]:
+            if not send:
+                return []
+            con = await self._holder(line)
+            self.statements += 1
+            try:
+                return await con.fetch("SELECT * FROM nplt_lock_ops($1::bigint[], $2::text[], $3::text[])",
+                                       [op.key for op in send], [op.session_id for op in send],
+                                       [op.user_id for op in send])
+            except CONNECTION_ERRORS as exc:
+                if not is_connection_error(exc):
+                    raise
+                con.terminate()                  # its locks are gone: releases are done, claims retried
+                for op in [op for op in send if op.session_id is None]:
+                    send.remove(op)
+                    _settle(op, None)
+                raise Unsent() from exc
+        try:
+            rows = await self.link.retrying(once, "take a session lock")
+        except Exception as exc:
+            for op in send:
+                if not op.done.done():
+                    op.done.set_exception(exc)
+            return
+        except BaseException:                    # (the loop is going away)
+            for op in send:
+                op.done.cancel()
+            raise
+        found = {row["k"]: row for row in rows}
+        for i, op in enumerate(send, 1):
+            if op.session_id is None:
+                _settle(op, None)
+                continue
+            row = found.get(i)
             if row is None:
-                raise NotFound(f"session {session_id} not found")
-            return bool(row["got"]), Claim(bool(row["got"]), _last(row), row["model"], row["title"].decode())
-        _, claim = await self._take(key, fetch)
-        return claim
+                if not op.done.done():
+                    op.done.set_exception(NotFound(f"session {op.session_id} not found"))
+                continue
+            if row["got"]:
+                line.held.add(op.key)
+                if op.done.done():               # withdrawn while it was being taken: let it go
+                    line.ops.append(_Op(op.key, None, None, asyncio.get_running_loop().create_future()))
+                    continue
+            _settle(op, Claim(bool(row["got"]), _last(row), row["model"], row["title"].decode()))
 
     async def _take(self, key: int, fetch: Callable[[asyncpg.Connection], Awaitable[tuple[bool, T]]]
                     ) -> tuple[bool, T | None]:
@@ -155,20 +270,6 @@ class LockHolder:
             if got[0]:
                 line.held.add(key)
             return got
-
-    async def unlock(self, key: int) -> None:
-        line = self._line(key)
-        async with line.mutex:
-            if key not in line.held:
-                return
-            line.held.discard(key)
-            con = line.con
-            if con is None or con.is_closed():
-                return                        # released with the connection
-            try:
-                await con.fetchval("SELECT pg_advisory_unlock($1)", key)
-            except CONNECTION_ERRORS:
-                line.con = None
 
     async def wait_lock(self, key: int) -> asyncpg.Connection:
         """Wait (arrival order) for ``key`` on a connection of its own; close it to release the lock.
