@@ -8,27 +8,15 @@ import asyncio
 import asyncpg
 import pytest
 
-from storage import StorageConfig
 from storage.errors import NotFound
-from storage.pg.lock_holder import Claim, LockHolder, key_of
-from storage.port import open_store
+from storage.pg.lock_holder import Claim, key_of
 from testkit.server import poll
 
 
 @pytest.fixture
-async def nodes(pg_url):
+async def nodes(make_holders):
     """A store and the lock holders of two nodes on it, each with one holder connection."""
-    store = await open_store(StorageConfig(url=pg_url, pg_lock_connections=1))
-    mine = LockHolder(store.link, key_of("node", "mine"), "nplt-node:mine")
-    other = LockHolder(store.link, key_of("node", "other"), "nplt-node:other")
-    await mine.open()
-    await other.open()
-    try:
-        yield store, mine, other
-    finally:
-        await mine.close()
-        await other.close()
-        await store.close()
+    return await make_holders(pg_lock_connections=1)
 
 
 async def test_claims_waiting_together_go_in_one_statement(nodes):

@@ -74,19 +74,9 @@ async def test_a_turn_takes_4_statements(tmp_path, own_server):
 
 
 @pytest.fixture
-async def holders(pg_url):
+async def holders(make_holders):
     """A store and the lock holders of two nodes on it."""
-    store = await open_store(StorageConfig(url=pg_url))
-    mine = LockHolder(store.link, key_of("node", "mine"), "nplt-node:mine")
-    other = LockHolder(store.link, key_of("node", "other"), "nplt-node:other")
-    await mine.open()
-    await other.open()
-    try:
-        yield store, mine, other
-    finally:
-        await mine.close()
-        await other.close()
-        await store.close()
+    return await make_holders()
 
 
 async def test_try_claim_takes_a_free_lock_and_reads_the_last_message(holders):

@@ -14,6 +14,7 @@ acknowledged (``PgLink``'s rule for writes).
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import asyncpg
 
@@ -26,18 +27,15 @@ SQL = ("SELECT * FROM nplt_append_many($1::text[], $2::text[], $3::bytea[], $4::
        "$6::bigint[])")
 
 
+@dataclass(slots=True, eq=False)
 class _Append:
-    __slots__ = ("session_id", "stamp", "preview", "body", "text", "after", "done")
-
-    def __init__(self, session_id: str, stamp: str, preview: bytes, body: bytes, text: str, after: int | None,
-                 done: asyncio.Future) -> None:
-        self.session_id = session_id
-        self.stamp = stamp
-        self.preview = preview
-        self.body = body
-        self.text = text
-        self.after = after
-        self.done = done
+    session_id: str
+    stamp: str
+    preview: bytes
+    body: bytes
+    text: str
+    after: int | None
+    done: asyncio.Future
 
 
 class AppendBatcher:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from dataclasses import dataclass
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple, TypeVar
 
@@ -54,16 +55,13 @@ class Claim(NamedTuple):
     title: str
 
 
+@dataclass(slots=True, eq=False)
 class _Op:
     """A claim (``nplt_claim_owned``) or, with no session, a release of ``key``, waiting for its line."""
-
-    __slots__ = ("key", "session_id", "user_id", "done")
-
-    def __init__(self, key: int, session_id: str | None, user_id: str | None, done: asyncio.Future) -> None:
-        self.key = key
-        self.session_id = session_id
-        self.user_id = user_id
-        self.done = done
+    key: int
+    session_id: str | None
+    user_id: str | None
+    done: asyncio.Future
 
 
 class _Line:
