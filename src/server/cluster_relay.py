@@ -87,8 +87,11 @@ class Relay:
         self._last_cleanup = 0.0
         self._sender: asyncio.Task | None = None
         self.sync_channel = SYNC_CHANNEL_PREFIX + node_id   # this node's barriers (``sync``)
-        self._syncs: dict[int, asyncio.Future[None]] = {}
+        self._syncs: dict[int, asyncio.Future[None]] = {}   # barriers sent, not back yet: token -> waiters
         self._sync_seq = 0
+        self._next_barrier: asyncio.Future[None] | None = None   # the waiters of the barrier not sent yet
+        self._barrier_task: asyncio.Task | None = None
+        self.barriers = 0                 # barriers sent (one serves every caller waiting when it goes)
         self.listener = Listener(link, [CHANNEL, self.sync_channel], self._on_notification)
 
     async def start(self, hello_wait_s: float = 1.0) -> None:
@@ -119,6 +122,8 @@ class Relay:
                 await self._sender
             except asyncio.CancelledError:
                 pass
+        if self._barrier_task is not None:
+            self._barrier_task.cancel()
         await self.listener.close()
 
     async def flush(self) -> None:
@@ -133,29 +138,51 @@ class Relay:
                 except Exception as exc:
                     log.warning("cluster: %d events not sent to the other nodes (%s)", len(items), exc)
 
-    async def sync(self, timeout_s: float) -> None:
+    async def sync(self, timeout_s: float) -> bool:
         """Until every notification committed before this call has been handled here (at most
-        ``timeout_s``). A barrier: a notification on this node's own channel, committed now, comes
-        back after all those committed before it (PostgreSQL delivers them in commit order, and the
-        listener handles them one at a time). Called with a session's lock just taken: what the
-        previous holder sent before it let go (it flushes first) has then reached the local hub, and
-        ``Cluster.remote_turns`` knows whether its turn has ended. Without peers there is nothing to
-        wait for."""
+        ``timeout_s``); False if that was not confirmed in time. A barrier: a notification on this
+        node's own channel, committed after this call, comes back after all those committed before it
+        (PostgreSQL delivers them in commit order, and the listener handles them one at a time).
+        Called with a session's lock just taken: what the previous holder sent before it let go (it
+        flushes first) has then reached the local hub, and ``Cluster.remote_turns`` knows whether its
+        turn has ended. Without peers there is nothing to wait for.
+
+        The callers waiting while a barrier is being sent share the next one (``_send_barriers``):
+        under load a node sends a barrier per round trip, not per turn."""
         if not self.peers:
-            return
-        self._sync_seq += 1
-        token = self._sync_seq
-        done = self._syncs[token] = asyncio.get_running_loop().create_future()
+            return True
+        loop = asyncio.get_running_loop()
+        done = self._next_barrier
+        if done is None:
+            done = self._next_barrier = loop.create_future()
+        if self._barrier_task is None:
+            self._barrier_task = loop.create_task(self._send_barriers())
         try:
             async with asyncio.timeout(timeout_s):
-                await self.link.run(lambda con: notify_many(con, self.sync_channel, [str(token)]), write=True)
-                await done
+                await asyncio.shield(done)
         except TimeoutError:        # the listener is reconnecting (what it missed is lost anyway)
-            log.info("cluster: barrier %d not back within %.0f ms", token, timeout_s * 1000)
-        except StorageError as exc:  # PostgreSQL unreachable: the turn's own statements will say so
-            log.warning("cluster: barrier not sent (%s)", exc)
+            log.info("cluster: barrier not back within %.0f ms", timeout_s * 1000)
+            return False
+        return done.result()
+
+    async def _send_barriers(self) -> None:
+        """Send barriers while callers wait for one, one statement at a time: each barrier is sent
+        after every caller it serves had asked for it (so after their locks were granted)."""
+        try:
+            while self._next_barrier is not None:
+                done, self._next_barrier = self._next_barrier, None
+                self._sync_seq += 1
+                token = self._sync_seq
+                self._syncs[token] = done
+                self.barriers += 1
+                try:
+                    await self.link.run(lambda con: notify_many(con, self.sync_channel, [str(token)]), write=True)
+                except StorageError as exc:  # PostgreSQL unreachable: the turn's own statements will say so
+                    log.warning("cluster: barrier not sent (%s)", exc)
+                    self._syncs.pop(token, None)
+                    done.set_result(False)
         finally:
-            self._syncs.pop(token, None)
+            self._barrier_task = None
 
     # -- out (called by the hub, on the event loop's hot path) --------------------------------------
     def turn(self, session_id: str, event: ServerEvent) -> None:
@@ -243,9 +270,11 @@ class Relay:
     # -- in -------------------------------------------------------------------------------------------
     async def _on_notification(self, channel: str, payload: Any) -> None:
         if channel == self.sync_channel:    # a barrier of this node's (``sync``): all before it is handled
-            done = self._syncs.pop(payload, None) if type(payload) is int else None
-            if done is not None and not done.done():
-                done.set_result(None)
+            if type(payload) is int:        # (an earlier one still awaited was lost: this one covers it)
+                for token in [t for t in self._syncs if t <= payload]:
+                    done = self._syncs.pop(token)
+                    if not done.done():
+                        done.set_result(True)
             return
         if type(payload) is not dict:
             return

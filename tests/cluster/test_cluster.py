@@ -174,3 +174,20 @@ async def test_a_turn_waiting_for_another_node_can_be_withdrawn(tmp_path, pg_url
         await poll(no_node_backends, timeout=30)
     finally:
         await con.close()
+
+
+async def test_the_callers_waiting_for_a_barrier_together_share_one(two_nodes):
+    """``Relay.sync`` (a node taking a session's lock with other nodes about): the callers that
+    wait while a barrier is being sent share the next one, and each learns it came back."""
+    a, b = two_nodes
+    relay = a.services.cluster.relay
+    await poll(lambda: relay.peers, timeout=30)
+    before = relay.barriers
+    assert await asyncio.gather(*(relay.sync(30) for _ in range(20))) == [True] * 20
+    assert relay.barriers == before + 1                 # 20 callers, 1 notification
+    first = asyncio.ensure_future(relay.sync(30))
+    await poll(lambda: relay.barriers == before + 2, timeout=30)    # taken by the sender
+    later = [asyncio.ensure_future(relay.sync(30)) for _ in range(5)]
+    assert await asyncio.gather(first, *later) == [True] * 6
+    assert relay.barriers == before + 3                 # the 5 that came after it: one more
+    assert not relay._syncs and relay._next_barrier is None
