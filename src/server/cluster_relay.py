@@ -88,10 +88,9 @@ class Relay:
         self._sender: asyncio.Task | None = None
         self.sync_channel = SYNC_CHANNEL_PREFIX + node_id   # this node's barriers (``sync``)
         self._syncs: dict[int, asyncio.Future[None]] = {}   # barriers sent, not back yet: token -> waiters
-        self._sync_seq = 0
         self._next_barrier: asyncio.Future[None] | None = None   # the waiters of the barrier not sent yet
         self._barrier_task: asyncio.Task | None = None
-        self.barriers = 0                 # barriers sent (one serves every caller waiting when it goes)
+        self.barriers = 0                 # barriers sent, the last one's token (one serves every caller waiting)
         self.listener = Listener(link, [CHANNEL, self.sync_channel], self._on_notification)
 
     async def start(self, hello_wait_s: float = 1.0) -> None:
@@ -171,10 +170,9 @@ class Relay:
         try:
             while self._next_barrier is not None:
                 done, self._next_barrier = self._next_barrier, None
-                self._sync_seq += 1
-                token = self._sync_seq
-                self._syncs[token] = done
                 self.barriers += 1
+                token = self.barriers
+                self._syncs[token] = done
                 try:
                     await self.link.run(lambda con: notify_many(con, self.sync_channel, [str(token)]), write=True)
                 except StorageError as exc:  # PostgreSQL unreachable: the turn's own statements will say so

@@ -34,7 +34,6 @@ PREVIEW_CHARS = 80
 _REC = ("session_id, user_id, title, created_at, updated_at, message_count, deleted, model, preview, "
         "summaries, system_prompt, title_auto")
 INT64_MAX = (1 << 63) - 1
-_REC_LITE = "session_id, user_id, title, created_at, updated_at, message_count, deleted, model, preview, title_auto"
 FRESH_APPEND_S = 1.0     # get_loaded: what an append returned stands for the session this long at most
 APPENDED_KEPT = 1024     # get_loaded: records of the sessions appended to last, at most
 WRITTEN_KEPT = 4         # record_and_messages: messages appended by this node kept per session
@@ -50,7 +49,7 @@ def _record(row: asyncpg.Record, *, summaries: bool = True) -> SessionRecord:
 
 
 def _record_lite(row: asyncpg.Record) -> SessionRecord:
-    """A record from the ``_REC_LITE`` columns (no summaries, no system prompt)."""
+    """A record from a row of the session's columns without summaries and system prompt."""
     return SessionRecord(row["session_id"], row["user_id"], row["title"].decode(), row["created_at"],
                          row["updated_at"], row["message_count"], row["deleted"], row["model"],
                          row["preview"].decode(), title_auto=row["title_auto"])
