@@ -263,6 +263,13 @@ class SessionService:
         if begin is not None:
             await begin(session_id, user_id)
 
+    async def forget_messages(self, session_id: str, user_id: str, message_ids: list[int]) -> None:
+        """Before an edit supersedes these user messages: long-term memory drops what it learned from
+        them (the edit fails if that fails: an edited-away statement must not stay remembered)."""
+        forget = getattr(self.memory, "forget_messages", None)
+        if forget is not None:
+            await forget(session_id, user_id, message_ids)
+
     def forget(self, session_id: str, user_id: str | None = None) -> None:
         """Tell the memory layer a session changed under it: its recall index is rebuilt. With
         ``user_id`` (clear, delete, purge) the user's long-term memory also drops what it learned

@@ -11,7 +11,8 @@ import pytest
 from memory_testlib import OfflineStub, ScriptedSummarizer, store_turn
 from server.memory import MemoryConfig, MemoryManager
 from server.memory.context import MEMORY_HEADER
-from server.memory.distill import distill_rules, distill_with_model, parse_model_answer
+from server.memory.distill import distill_rules, distill_with_model, parse_model_answer, subject_key
+from server.memory.user_memory import item_subject
 from server.memory.user_store import JsonUserMemoryStore, MemoryItem
 
 
@@ -167,6 +168,82 @@ async def test_clear_forgets_what_the_session_taught(store, tmp_path):
     files = list((tmp_path / "um").iterdir())
     assert all("vault-7" not in f.read_text() for f in files)
     await mm.aclose()
+
+
+@pytest.mark.parametrize("kind, text, key", [
+    ("fact", "The prod DB host is db-prod-42.", "fact:prod db host"),
+    ("fact", "the prod  db host is db-prod-41", "fact:prod db host"),
+    ("fact", "The prod DB host is db-prod-43 now.", "fact:prod db host"),
+    ("fact", "port: 5432", "fact:port"),
+    ("fact", "The DB port = 5432", "fact:db port"),
+    ("fact", "My name is Alice.", "fact:my name"),
+    ("fact", "Call me Bob.", "fact:call me"),
+    ("fact", "我叫小王。", "fact:call me"),
+    ("fact", "我们的数据库在杭州。", "fact:我们的数据库在"),
+    ("fact", "我的名字是张三", "fact:我的名字是"),
+    ("preference", "Please answer in Chinese.", "preference:answer language"),
+    ("preference", "以后请用英文回答。", "preference:answer language"),
+    # statements that stand beside others: no key
+    ("fact", "My son is a doctor.", None),
+    ("fact", "Our team is small and agile.", None),
+    ("fact", "I use vim", None),
+    ("preference", "I prefer short answers with the commands first.", None),
+])
+def test_what_a_statement_is_about(kind, text, key):
+    assert subject_key(kind, text) == key
+
+
+async def test_a_correction_replaces_the_older_statement(store, tmp_path):
+    mm = manager(store, tmp_path)
+    a = (await store.create("alice")).session_id
+    b = (await store.create("alice")).session_id
+    await store_turn(store, mm, a, "alice", "The vault host is vault-7. Please answer in Chinese. "
+                     "I prefer short answers.", "noted")
+    await mm.wait_idle()
+    await store_turn(store, mm, b, "alice", "The vault host is vault-8 now. My son is a doctor.", "noted")
+    await store_turn(store, mm, b, "alice", "the vault host is vault-9. Answer in English from now on.", "noted")
+    await mm.wait_idle()
+    items = await mm.user_memory.list("alice")
+    assert [(i.kind, i.text) for i in items] == [
+        ("preference", "I prefer short answers."), ("fact", "My son is a doctor."),
+        ("fact", "the vault host is vault-9."), ("preference", "Answer in English from now on.")]
+    files = list((tmp_path / "um").iterdir())
+    assert all(old not in f.read_text() for f in files for old in ("vault-7", "vault-8", "Chinese"))
+    c = (await store.create("alice")).session_id
+    ctx, _ = await store_turn(store, mm, c, "alice", "which vault host?", "…")
+    block = memory_block(ctx)
+    assert "vault-9" in block and "vault-7" not in block and "Chinese" not in block
+    await mm.aclose()
+
+
+async def test_one_message_correcting_itself_keeps_the_last_statement(tmp_path):
+    store = JsonUserMemoryStore(tmp_path / "um")
+    items = [MemoryItem(f"m{n}", "fact", f"The DB host is db-{n}.", "s1", 3, "2026-11-27T00:00:00+00:00")
+             for n in (1, 2, 3)]
+    added = await store.add("alice", items, learned=("s1", 3), key=item_subject)
+    assert [i.text for i in added] == ["The DB host is db-3."]
+    assert [i.text for i in await store.list("alice")] == ["The DB host is db-3."]
+    await store.close()
+
+
+async def test_edited_away_messages_are_forgotten_and_never_learned_again(tmp_path):
+    store = JsonUserMemoryStore(tmp_path / "um")
+
+    def item(mid: int, text: str) -> MemoryItem:
+        return MemoryItem(f"m{mid}", "fact", text, "s1", mid, "2026-11-27T00:00:00+00:00")
+    await store.add("alice", [item(1, "The DB host is db-1."), item(3, "Our region is eu-2.")], learned=("s1", 3))
+    # an edit supersedes messages 3 and 5; 5 is still being learned (above the learned position)
+    assert await store.forget_messages("alice", "s1", [3, 5]) == 1
+    assert [i.text for i in await store.list("alice")] == ["The DB host is db-1."]
+    # the learning of message 5 that was under way ends now: nothing of it is added
+    assert await store.add("alice", [item(5, "Our bucket is bk-5.")], learned=("s1", 5)) == []
+    # a message after the edit is learned as usual
+    assert [i.text for i in await store.add("alice", [item(7, "Our bucket is bk-7.")], learned=("s1", 7))] == \
+        ["Our bucket is bk-7."]
+    text = next((tmp_path / "um").iterdir()).read_text()
+    assert "eu-2" not in text and "bk-5" not in text
+    assert await store.forget_messages("alice", "s1", [3, 5]) == 0       # again: nothing to do, no write
+    await store.close()
 
 
 async def test_the_summary_model_distills_when_configured(store, tmp_path):

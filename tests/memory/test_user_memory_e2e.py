@@ -111,3 +111,40 @@ async def test_turned_off_by_config(tmp_path):
             await alice.call(T.MEMORY_FORGET, item_id="m1")
         assert err.value.body["code"] == "UNSUPPORTED"
         await alice.close()
+
+
+async def test_an_edit_or_a_correction_replaces_what_was_remembered(tmp_path):
+    async with server(tmp_path) as (addr, llm):
+        alice = await V3Client.connect(addr, token="token-a")
+        first = alice.hello["session"]["session_id"]
+
+        async def texts() -> list[str]:
+            return [i["text"] for i in (await alice.call(T.MEMORY_LIST))["items"]]
+
+        async def remembered(expected: list[str]) -> None:
+            async def same() -> bool:
+                return await texts() == expected
+            await poll(same)
+
+        await say(alice, llm, "The prod DB host is db-prod-41.")
+        await remembered(["The prod DB host is db-prod-41."])
+        typo = (await alice.call(T.HISTORY_REQUEST))["messages"][0]
+        assert typo["content"] == "The prod DB host is db-prod-41."
+
+        # the user edits the message: what it taught goes before the edited turn runs, the new text is learned
+        llm.push(Reply.text("ok"))
+        reply = await alice.call(T.CHAT_EDIT, message_id=typo["id"], text="The prod DB host is db-prod-42.")
+        await alice.turn_events(reply["turn_id"])
+        await remembered(["The prod DB host is db-prod-42."])
+
+        # a later statement about the same thing replaces the older one; other items stay
+        await say(alice, llm, "Our backup bucket is s3://bk-1. The prod DB host is db-prod-43 now.")
+        await remembered(["Our backup bucket is s3://bk-1.", "The prod DB host is db-prod-43 now."])
+
+        await alice.call(T.SESSION_NEW)
+        messages, context = await say(alice, llm, "ssh into the prod DB host")
+        block = memory_block(messages)
+        assert f"- The prod DB host is db-prod-43 now. (session {first}, " in block
+        assert "db-prod-41" not in str(messages) and "db-prod-42" not in str(messages)
+        assert len(context["memory_items"]) == 1 and "bk-1" not in block      # facts go in when relevant
+        await alice.close()

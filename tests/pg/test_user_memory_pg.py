@@ -13,6 +13,7 @@ import pytest
 
 from pg.dbs import fresh_database
 from protocol.codes import ErrorCode
+from server.memory.user_memory import item_subject
 from server.memory.user_store import DocUserMemoryStore, MemoryItem
 from server.memory.user_store_pg import PgUserDocs
 from storage import StorageUnavailable
@@ -74,6 +75,21 @@ async def test_what_one_node_learns_or_forgets_reaches_the_other_nodes_cache(pg_
         assert await a.list("alice") == []
         assert await a.add("alice", [item(2, "the vault host is vault-7")]) == []  # b's tombstone, seen by a
         assert _cached_ids(a, "bob") is None                        # nothing cached for anyone else
+
+
+async def test_corrections_and_edited_away_messages_hold_across_nodes(pg_url):
+    async with node_store(pg_url) as a, node_store(pg_url) as b:
+        await a.add("alice", [item(1, "The vault host is vault-7.", "s1", 1)], learned=("s1", 1), key=item_subject)
+        await b.add("alice", [item(2, "The vault host is vault-8.", "s2", 4)], learned=("s2", 4), key=item_subject)
+        assert [i.text for i in await b.list("alice")] == ["The vault host is vault-8."]    # a's item replaced
+        # node b edits message 4 of s2 away while node a is still learning from message 6 of it
+        assert await b.forget_messages("alice", "s2", [4, 6]) == 1
+        assert await a.add("alice", [item(3, "Our region is eu-3.", "s2", 6)], learned=("s2", 6)) == []
+        await poll(lambda: _cached_ids(b, "alice") is None, timeout=10)
+        assert await b.list("alice") == []
+    async with node_store(pg_url) as fresh:                          # what a restarted node reads
+        assert await fresh.list("alice") == []
+        assert await fresh.add("alice", [item(4, "Our region is eu-3.", "s2", 6)]) == []   # the tombstone holds
 
 
 async def test_concurrent_writes_from_two_nodes_lose_nothing(pg_url):

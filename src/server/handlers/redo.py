@@ -66,7 +66,8 @@ async def chat_regenerate(ctx: RequestContext, req: ChatRegenerate) -> ChatRedoR
 
 async def chat_edit(ctx: RequestContext, req: ChatEdit) -> ChatRedoReply:
     """Replace user message ``message_id`` by ``text`` and answer it: that message and everything
-    after it are superseded, the new one is stored with ``metadata.edited_from``."""
+    after it are superseded, the new one is stored with ``metadata.edited_from``. What long-term
+    memory learned from the superseded user messages is forgotten first."""
     svc = ctx.services
     cap = ctx.limits.max_text_chars
     if len(req.text) > cap:
@@ -80,6 +81,7 @@ async def chat_edit(ctx: RequestContext, req: ChatEdit) -> ChatRedoReply:
         if not tail or tail[0].id != req.message_id or tail[0].role != "user":
             raise HandlerError(ErrorCode.NOT_FOUND, f"no user message {req.message_id} to edit in this session "
                                "(it must be visible and not already replaced)")
+        await svc.sessions.forget_messages(rec.session_id, rec.user_id, [m.id for m in tail if m.role == "user"])
         done.append(await _supersede(svc.store, rec.session_id, tail))
         svc.sessions.forget(rec.session_id)
         return await svc.store.append(rec.session_id, "user", req.text, metadata={"edited_from": req.message_id})

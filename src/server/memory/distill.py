@@ -54,6 +54,42 @@ _LEAD_IN = re.compile(r"^\s*(?:(?:please|pls)\s+)?(?:remember|don't forget|do no
                       re.IGNORECASE)
 
 
+#: "<subject> is <one value>": a statement that a later one about the same subject corrects
+#: ("The prod DB host is db-prod-41" -> "... is db-prod-42 now"). One word of value only: "My son is
+#: 5" and "My son is a doctor" are two facts, not a correction.
+_SUBJECT_VALUE = re.compile(r"^\s*(?P<subject>[\w][\w .'/-]{0,60}?)(?:\s*[=:]|\s+(?:is|are|lives at|runs on))\s+"
+                            r"(?P<value>[^\s,;]+?)(?:,?\s+(?:now|nowadays|these days|from now on|today|again))?\s*[.!。！]?\s*$",
+                            re.IGNORECASE)
+_ZH_SUBJECT_VALUE = re.compile(r"^\s*(?P<subject>[^是在用，,。\s]{1,24}?)(?P<verb>是|在|用)"
+                               r"(?P<value>[^，,。！!\s]+)\s*[。.!！]?\s*$")
+_CALL_ME = re.compile(r"^\s*(?:please\s+)?call me\s+\S+\s*[.!]?\s*$|^\s*(?:请)?(?:叫我|我叫)\S+?[。！!]?\s*$",
+                      re.IGNORECASE)
+_ANSWER_LANGUAGE = re.compile(
+    r"\b(?:answer|reply|respond|write|talk|speak)\s+(?:to me\s+)?(?:only\s+)?in\s+[A-Za-z]+|"
+    r"(?:用|使用)(?:中文|汉语|英文|英语|日语|日文)", re.IGNORECASE)
+_LEADING_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
+
+
+def subject_key(kind: str, text: str) -> str | None:
+    """What a statement is about, when a later statement about the same thing replaces it: the
+    subject of "<subject> is <value>" (one-word value; "我的名字是张三", "数据库在杭州"), "call me",
+    or, for a preference, the language answers are to be in. None: the statement stands beside
+    others ("I prefer short answers", "My son is a doctor")."""
+    text = " ".join(text.split())
+    if kind == "preference":
+        return "preference:answer language" if _ANSWER_LANGUAGE.search(text) else None
+    if _CALL_ME.match(text):
+        return "fact:call me"
+    m = _SUBJECT_VALUE.match(text)
+    if m is not None:
+        subject = _LEADING_ARTICLE.sub("", m.group("subject").casefold())
+        return f"fact:{subject}"
+    m = _ZH_SUBJECT_VALUE.match(text)
+    if m is not None:
+        return f"fact:{m.group('subject')}{m.group('verb')}"
+    return None
+
+
 def _without_lead_in(sentence: str) -> str:
     rest = _LEAD_IN.sub("", sentence, count=1)
     if not rest.strip() or rest == sentence or classify(rest) is None:

@@ -267,6 +267,12 @@ class MemoryManager:
         await self.user_memory.mark_forgetting(user_id, session_id)
         self._marked[session_id] = self._marked.get(session_id, 0) + 1
 
+    async def forget_messages(self, session_id: str, user_id: str, message_ids: list[int]) -> None:
+        """Before an edit supersedes these messages of ``user_id``'s session: what long-term memory
+        learned from them is removed, and a learning of them still under way adds nothing."""
+        if self.user_memory is not None and not self._closed and message_ids:
+            await self.user_memory.forget_messages(user_id, session_id, message_ids)
+
     def forget_session(self, session_id: str, user_id: str | None = None, *, cleared: bool = False) -> None:
         """Drop a session from every index and its cached view (call on delete, purge or clear; the
         next use rebuilds them). ``cleared`` (a clear or a purge of ``user_id``'s session): what the

@@ -6,7 +6,9 @@ configured) into the user's ``UserMemoryStore``; ``choose`` picks what the next 
 every preference ("answer in Chinese") and the facts that share terms with the new message
 (BM25 over the user's items, the recall engine), best first, within ``user_memory.token_budget``.
 Items from the current session are left out: that session's own history (window, summary,
-recall) carries them. ``forget_session`` drops everything distilled from a cleared or purged
+recall) carries them. A newer statement about the same thing replaces the older one ("the DB host
+is db-2" after "... is db-1"; ``distill.subject_key``). ``forget_messages`` drops what was learned
+from messages an edit supersedes. ``forget_session`` drops everything distilled from a cleared or purged
 session (``mark_forgetting`` first, so a crash in between cannot bring it back); ``learn`` skips
 messages of a session at or below its stored learned position, so a forgotten item is never
 distilled again from the message it came from (after a restart too).
@@ -21,7 +23,7 @@ from server.memory.analyze import analyze
 from server.memory.bm25 import BM25Index
 from server.memory.config import UserMemoryConfig
 from server.memory.context import Excerpt
-from server.memory.distill import distill_rules, distill_with_model
+from server.memory.distill import distill_rules, distill_with_model, subject_key
 from server.memory.recall import format_time
 from server.memory.tokens import TokenCounter, truncate_to_tokens
 from server.memory.user_store import MemoryItem, UserMemoryStore, new_item_id
@@ -33,6 +35,11 @@ INLINE_DISTILL_CHARS = 4000      # longer user messages are distilled in a worke
 def item_line(item: MemoryItem) -> str:
     """``- <text> (session <session id>, 2026-11-20 10:15 UTC)``"""
     return f"- {item.text} (session {item.session_id}, {format_time(item.created_at)})"
+
+
+def item_subject(item: MemoryItem) -> str | None:
+    """What an item is about, when a newer item about it replaces it (``distill.subject_key``)."""
+    return subject_key(item.kind, item.text)
 
 
 class UserMemory:
@@ -76,7 +83,7 @@ class UserMemory:
                          for kind, text in found)
         if not items:
             return []
-        added = await self.store.add(user_id, items, learned=(session_id, upto))
+        added = await self.store.add(user_id, items, learned=(session_id, upto), key=item_subject)
         if added:
             self._indexes.pop(user_id, None)
         return added
@@ -143,6 +150,13 @@ class UserMemory:
         if found:
             self._indexes.pop(user_id, None)
         return found
+
+    async def forget_messages(self, user_id: str, session_id: str, message_ids: list[int]) -> int:
+        """Remove what was learned from these messages of ``session_id`` (an edit supersedes them)."""
+        n = await self.store.forget_messages(user_id, session_id, message_ids)
+        if n:
+            self._indexes.pop(user_id, None)
+        return n
 
     async def mark_forgetting(self, user_id: str, session_id: str) -> None:
         """Leave the session's items out of prompts at once and note durably that they are being

@@ -10,7 +10,8 @@ Besides the items, the file keeps what makes forgetting durable (docs/memory.md,
 * ``learned``: per session, the highest message id distilled (written with the items it gave), so a
   restart or an evicted cache never distills the same messages again;
 * ``forgotten``: tombstones ``[session id, message id, hash of the normalised text]`` of items the
-  user forgot; the same statement distilled again from the same message is not added back;
+  user forgot or a correction replaced; the same statement distilled again from the same message is
+  not added back. An empty hash stands for every item of the message (an edit superseded it);
 * ``pending``: sessions being forgotten (a clear, delete or purge marks them *before* the history
   changes); a file loaded with pending sessions drops their items at once, so a crash between the
   clear and the removal cannot bring them back.
@@ -75,12 +76,17 @@ def tombstone(item: MemoryItem) -> tuple[str, int, str]:
     return item.session_id, item.message_id, hashlib.sha256(dedupe_key(item.text).encode()).hexdigest()[:32]
 
 
+#: the hash of a message's tombstone: no item of that message is added (it was edited away)
+WHOLE_MESSAGE = ""
+
+
 class UserMemoryStore(Protocol):
     async def list(self, user_id: str) -> list[MemoryItem]: ...
-    async def add(self, user_id: str, items: Iterable[MemoryItem],
-                  learned: tuple[str, int] | None = None) -> list[MemoryItem]: ...
+    async def add(self, user_id: str, items: Iterable[MemoryItem], learned: tuple[str, int] | None = None,
+                  key: Callable[[MemoryItem], str | None] | None = None) -> list[MemoryItem]: ...
     async def learned(self, user_id: str, session_id: str) -> int: ...
     async def forget(self, user_id: str, item_id: str) -> bool: ...
+    async def forget_messages(self, user_id: str, session_id: str, message_ids: Iterable[int]) -> int: ...
     async def mark_forgetting(self, user_id: str, session_id: str) -> None: ...
     async def forget_session(self, user_id: str, session_id: str) -> int: ...
     async def close(self) -> None: ...
@@ -247,23 +253,37 @@ class DocUserMemoryStore:
         async with self._lock(user_id):
             return (await self._load(user_id))[0].learned.get(session_id, 0)
 
-    async def add(self, user_id: str, items: Iterable[MemoryItem],
-                  learned: tuple[str, int] | None = None) -> list[MemoryItem]:
+    async def add(self, user_id: str, items: Iterable[MemoryItem], learned: tuple[str, int] | None = None,
+                  key: Callable[[MemoryItem], str | None] | None = None) -> list[MemoryItem]:
         """Store the items whose text is new (case and spacing ignored) and not forgotten from the same
         message; returns those added. ``learned`` = (session id, message id): that session's
         messages up to that id are distilled, recorded in the same write whenever ``items`` is not
-        empty (a message that gave nothing is cheap to distill again: no write for it)."""
+        empty (a message that gave nothing is cheap to distill again: no write for it).
+
+        ``key``: what an item is about (None: nothing in particular). An added item replaces the
+        items with its key (a correction: "the DB host is db-2" after "... is db-1"); they leave
+        tombstones, as if forgotten."""
         items = list(items)
 
         def change(doc: UserDoc) -> tuple[UserDoc | None, list[MemoryItem]]:
             known = {dedupe_key(i.text) for i in doc.items}
             dead = set(doc.forgotten)
-            new = []
+            kept, new, tombs = list(doc.items), [], []
             for item in items:
-                key = dedupe_key(item.text)
-                if key not in known and tombstone(item) not in dead:
-                    known.add(key)
-                    new.append(item)
+                text_key = dedupe_key(item.text)
+                if text_key in known or tombstone(item) in dead or \
+                        (item.session_id, item.message_id, WHOLE_MESSAGE) in dead:
+                    continue
+                subject = key(item) if key is not None else None
+                if subject is not None:
+                    replaced = [i for i in kept + new if key(i) == subject]      # type: ignore[misc]
+                    if replaced:
+                        tombs.extend(tombstone(i) for i in replaced if i in kept)
+                        kept = [i for i in kept if i not in replaced]
+                        new = [i for i in new if i not in replaced]
+                        known -= {dedupe_key(i.text) for i in replaced}
+                known.add(text_key)
+                new.append(item)
             moved = learned is not None and learned[1] > doc.learned.get(learned[0], 0)
             if not (new or (moved and items)):      # (also when all were known: forgetting one must hold)
                 return None, new
@@ -272,7 +292,7 @@ class DocUserMemoryStore:
                 sid, upto = learned
                 marks.pop(sid, None)
                 marks[sid] = max(upto, doc.learned.get(sid, 0))     # most recent last
-            return UserDoc((doc.items + new)[-self.max_items:], marks, list(doc.forgotten), list(doc.pending)), new
+            return UserDoc((kept + new)[-self.max_items:], marks, doc.forgotten + tombs, list(doc.pending)), new
         return await self._update(user_id, change)
 
     async def forget(self, user_id: str, item_id: str) -> bool:
@@ -284,6 +304,23 @@ class DocUserMemoryStore:
             tombs = doc.forgotten + [tombstone(i) for i in gone]
             return UserDoc([i for i in doc.items if i.id != item_id], dict(doc.learned), tombs,
                            list(doc.pending)), True
+        return await self._update(user_id, change)
+
+    async def forget_messages(self, user_id: str, session_id: str, message_ids: Iterable[int]) -> int:
+        """Remove the items distilled from these messages of ``session_id`` (an edit supersedes them);
+        returns how many. Each message not yet recorded as learned leaves a tombstone, so a learning
+        of it still under way adds nothing."""
+        ids = set(message_ids)
+
+        def change(doc: UserDoc) -> tuple[UserDoc | None, int]:
+            kept = [i for i in doc.items if not (i.session_id == session_id and i.message_id in ids)]
+            done = doc.learned.get(session_id, 0)
+            dead = set(doc.forgotten)
+            tombs = [t for t in ((session_id, m, WHOLE_MESSAGE) for m in sorted(ids) if m > done) if t not in dead]
+            if len(kept) == len(doc.items) and not tombs:
+                return None, 0
+            return (UserDoc(kept, dict(doc.learned), doc.forgotten + tombs, list(doc.pending)),
+                    len(doc.items) - len(kept))
         return await self._update(user_id, change)
 
     async def mark_forgetting(self, user_id: str, session_id: str) -> None:
