@@ -16,7 +16,7 @@ from server.errors import HandlerError, not_found
 from server.hub import Hub, Subscriber
 from server.wire import summary_obj
 from storage.errors import InvalidSessionId, NotFound, StorageClosed
-from storage.models import SessionRecord
+from storage.models import ChatMessage, SessionRecord
 from storage.store import DEFAULT_TITLE
 
 log = logging.getLogger(__name__)
@@ -263,12 +263,13 @@ class SessionService:
         if begin is not None:
             await begin(session_id, user_id)
 
-    async def forget_messages(self, session_id: str, user_id: str, message_ids: list[int]) -> None:
-        """Before an edit supersedes these user messages: long-term memory drops what it learned from
-        them (the edit fails if that fails: an edited-away statement must not stay remembered)."""
-        forget = getattr(self.memory, "forget_messages", None)
-        if forget is not None:
-            await forget(session_id, user_id, message_ids)
+    async def before_supersede(self, session_id: str, user_id: str, messages: list[ChatMessage]) -> None:
+        """Before a regenerate or an edit supersedes ``messages``: the memory layer takes back what it
+        made of them (long-term memory items, a summary covering them; docs/memory.md). The
+        regenerate or edit fails if that fails: nothing is superseded then."""
+        before = getattr(self.memory, "before_supersede", None)
+        if before is not None:
+            await before(session_id, user_id, messages)
 
     def forget(self, session_id: str, user_id: str | None = None) -> None:
         """Tell the memory layer a session changed under it: its recall index is rebuilt. With

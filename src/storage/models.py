@@ -85,6 +85,12 @@ class SummaryRecord:
     created_at: str = field(default_factory=now_iso)
     model: str = ""
 
+    @classmethod
+    def withdrawal(cls) -> SummaryRecord:
+        """A record covering nothing: added after summaries, it withdraws them (the session has no
+        summary until the next one; an edit superseded messages they covered)."""
+        return cls(text="", covers_from_id=0, covers_to_id=0)
+
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "covers_from_id": self.covers_from_id, "covers_to_id": self.covers_to_id,
                 "created_at": self.created_at, "model": self.model}
@@ -113,8 +119,10 @@ class SessionRecord:
 
     @property
     def summary(self) -> SummaryRecord | None:
-        """The newest summary (it folds every earlier one in)."""
-        return self.summaries[-1] if self.summaries else None
+        """The newest summary (it folds every earlier one in); None when there is none or the newest
+        record is a withdrawal (``SummaryRecord.withdrawal``)."""
+        s = self.summaries[-1] if self.summaries else None
+        return s if s is not None and s.covers_to_id > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -220,3 +220,22 @@ async def test_custom_token_counter_is_used(store):
     assert counter.count_messages(ctx.messages) <= 1300 - 1024
     assert ctx.metadata["turns_dropped"] > 0
     await mm.aclose()
+
+
+async def test_a_summary_under_way_when_messages_are_superseded_is_never_stored(store):
+    gate = asyncio.Event()
+    agent = ScriptedSummarizer(["S-OLD mentions disk 0", lambda msgs: "S-NEW " + str(msgs)], gate=gate)
+    mm = MemoryManager(mem_config(), store, agent, None, "SYS")
+    sid = (await store.create(USER)).session_id
+    for i in range(4):
+        await store_turn(store, mm, sid, USER, f"check disk {i}", f"disk ok {i}")   # 8 messages: triggers
+    await asyncio.wait_for(agent.started.wait(), 10)
+    # an edit of message 1 supersedes everything: the summary being written is cancelled
+    msgs = await store.messages(sid)
+    await mm.before_supersede(sid, USER, msgs)
+    gate.set()
+    await mm.wait_idle()
+    assert (await store.get(sid)).summaries == [] and len(agent.calls) == 1
+    await mm.before_supersede(sid, USER, msgs[4:])          # no summary covers them: nothing is written
+    assert (await store.get(sid)).summaries == []
+    await mm.aclose()

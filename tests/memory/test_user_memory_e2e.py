@@ -131,9 +131,15 @@ async def test_an_edit_or_a_correction_replaces_what_was_remembered(tmp_path):
         typo = (await alice.call(T.HISTORY_REQUEST))["messages"][0]
         assert typo["content"] == "The prod DB host is db-prod-41."
 
-        # the user edits the message: what it taught goes before the edited turn runs, the new text is learned
+        # the user edits the message into a question: what it taught is gone before the edited turn runs
         llm.push(Reply.text("ok"))
-        reply = await alice.call(T.CHAT_EDIT, message_id=typo["id"], text="The prod DB host is db-prod-42.")
+        reply = await alice.call(T.CHAT_EDIT, message_id=typo["id"], text="What is the load on web1?")
+        await alice.turn_events(reply["turn_id"])
+        assert await texts() == []
+        # and edited again into a statement: the new text is learned
+        edited = (await alice.call(T.HISTORY_REQUEST))["messages"][0]
+        llm.push(Reply.text("ok"))
+        reply = await alice.call(T.CHAT_EDIT, message_id=edited["id"], text="The prod DB host is db-prod-42.")
         await alice.turn_events(reply["turn_id"])
         await remembered(["The prod DB host is db-prod-42."])
 

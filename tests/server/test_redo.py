@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from protocol import MsgType as T
+from storage.models import SummaryRecord
 from testkit.echo_agent import EchoAgent
 from testkit.server import ReplyError, V3Client, poll, running_server
 
@@ -109,4 +110,37 @@ async def test_superseded_turns_are_not_recalled(tmp_path):
         hits = await srv.memory.search("local", "zebra", session_id=c.session_id)
         assert hits == []
         assert await srv.memory.search("local", "cat", session_id=c.session_id)
+        await c.close()
+
+
+async def test_an_edit_takes_back_a_summary_of_what_it_replaces(tmp_path):
+    """A summary covering an edited-away message stops reaching the model and SESSION_INFO: the
+    newest earlier summary covering none of it is current again, or, without one, none is."""
+    agent = EchoAgent()
+    async with running_server(tmp_path, agent, memory="auto") as (srv, addr):
+        c = await V3Client.connect(addr)
+        for text in ("one", "two", "three", "four"):
+            await chat(c, text)                        # messages 1..8
+        sid = (await c.call(T.SESSION_INFO))["session"]["session_id"]
+        await srv.store.add_summary(sid, SummaryRecord("EARLY: the user said one", 1, 2))
+        await srv.store.add_summary(sid, SummaryRecord("LATE: the user said one, two and three", 1, 6))
+        await chat(c, "five")
+        assert any("LATE" in (m.get("content") or "") for m in agent.requests[-1].context.messages)
+
+        # editing message 5 ("three", covered by LATE): EARLY is the summary again
+        reply = await c.call(T.CHAT_EDIT, message_id=5, text="drei")
+        await c.turn_events(reply["turn_id"])
+        sent = str(agent.requests[-1].context.messages)
+        assert "LATE" not in sent and "EARLY" in sent and "three" not in sent
+        info = (await c.call(T.SESSION_INFO, session_id=sid))["session"]
+        assert info["summary"]["text"] == "EARLY: the user said one"
+
+        # editing message 1 (covered by every summary): no summary is left
+        reply = await c.call(T.CHAT_EDIT, message_id=1, text="uno")
+        await c.turn_events(reply["turn_id"])
+        assert "EARLY" not in str(agent.requests[-1].context.messages)
+        assert (await c.call(T.SESSION_INFO, session_id=sid))["session"]["summary"] is None
+        assert prompt_texts(agent) == ["uno"]
+        md = (await c.call(T.HISTORY_EXPORT, format="markdown"))["content"]
+        assert "- Summary" not in md
         await c.close()

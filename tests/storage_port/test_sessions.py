@@ -145,6 +145,10 @@ async def test_summaries(store):
     assert (await store.get(rec.session_id)).summaries == [s1, s2]
     with pytest.raises(InvalidArgument):
         await store.add_summary(rec.session_id, {"text": "x"})
+    # a withdrawal (an edit superseded covered messages): no summary, every visible message uncovered
+    out = await store.add_summary(rec.session_id, SummaryRecord.withdrawal())
+    assert out.summary is None and (await store.get(rec.session_id)).summary is None
+    assert len((await store.get(rec.session_id)).summaries) == 3
 
 
 async def test_data_survives_reopen(make_config):

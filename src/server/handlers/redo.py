@@ -47,7 +47,8 @@ async def _supersede(store, session_id: str, msgs: list[ChatMessage]) -> tuple[i
 
 
 async def chat_regenerate(ctx: RequestContext, req: ChatRegenerate) -> ChatRedoReply:
-    """Answer the last user message again; the answers after it are superseded."""
+    """Answer the last user message again; the answers after it are superseded (a summary covering
+    them is taken back first, as for an edit)."""
     svc = ctx.services
     rec = await target_session(ctx, req.session_id)
     done: list[tuple[int, ...]] = []
@@ -56,6 +57,7 @@ async def chat_regenerate(ctx: RequestContext, req: ChatRegenerate) -> ChatRedoR
         tail = await _tail_from(svc.store, rec.session_id, lambda m: m.role == "user")
         if not tail:
             raise HandlerError(ErrorCode.INVALID_MESSAGE, "there is no message to answer again in this session")
+        await svc.sessions.before_supersede(rec.session_id, rec.user_id, tail[1:])
         done.append(await _supersede(svc.store, rec.session_id, tail[1:]))
         svc.sessions.forget(rec.session_id)
         return tail[0]
@@ -66,8 +68,8 @@ async def chat_regenerate(ctx: RequestContext, req: ChatRegenerate) -> ChatRedoR
 
 async def chat_edit(ctx: RequestContext, req: ChatEdit) -> ChatRedoReply:
     """Replace user message ``message_id`` by ``text`` and answer it: that message and everything
-    after it are superseded, the new one is stored with ``metadata.edited_from``. What long-term
-    memory learned from the superseded user messages is forgotten first."""
+    after it are superseded, the new one is stored with ``metadata.edited_from``. What the memory
+    layer made of the superseded messages is taken back first (``SessionService.before_supersede``)."""
     svc = ctx.services
     cap = ctx.limits.max_text_chars
     if len(req.text) > cap:
@@ -81,7 +83,7 @@ async def chat_edit(ctx: RequestContext, req: ChatEdit) -> ChatRedoReply:
         if not tail or tail[0].id != req.message_id or tail[0].role != "user":
             raise HandlerError(ErrorCode.NOT_FOUND, f"no user message {req.message_id} to edit in this session "
                                "(it must be visible and not already replaced)")
-        await svc.sessions.forget_messages(rec.session_id, rec.user_id, [m.id for m in tail if m.role == "user"])
+        await svc.sessions.before_supersede(rec.session_id, rec.user_id, tail)
         done.append(await _supersede(svc.store, rec.session_id, tail))
         svc.sessions.forget(rec.session_id)
         return await svc.store.append(rec.session_id, "user", req.text, metadata={"edited_from": req.message_id})

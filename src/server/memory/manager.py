@@ -19,12 +19,12 @@ import asyncio
 import inspect
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
 from server.agent.base import BuiltContext
-from storage.models import ChatMessage, SessionRecord, SummaryRecord
+from storage.models import ChatMessage, SessionRecord, SummaryRecord, now_iso
 from storage import HistoryStore, NotFound
 
 from server.memory.config import MemoryConfig
@@ -267,11 +267,30 @@ class MemoryManager:
         await self.user_memory.mark_forgetting(user_id, session_id)
         self._marked[session_id] = self._marked.get(session_id, 0) + 1
 
-    async def forget_messages(self, session_id: str, user_id: str, message_ids: list[int]) -> None:
-        """Before an edit supersedes these messages of ``user_id``'s session: what long-term memory
-        learned from them is removed, and a learning of them still under way adds nothing."""
-        if self.user_memory is not None and not self._closed and message_ids:
-            await self.user_memory.forget_messages(user_id, session_id, message_ids)
+    async def before_supersede(self, session_id: str, user_id: str, messages: list[ChatMessage]) -> None:
+        """Before a regenerate or an edit supersedes ``messages`` of ``user_id``'s session, take back
+        what was made from them: what long-term memory learned from the user messages (a learning of
+        them still under way adds nothing), and a summary that covers any of them. A summary being
+        written is cancelled; the newest earlier summary covering none of them becomes the current
+        one again, or, without one, the summaries are withdrawn (``SummaryRecord.withdrawal``) and
+        the next trigger summarizes the live messages afresh."""
+        if self._closed or not messages:
+            return
+        users = [m.id for m in messages if m.role == "user"]
+        if self.user_memory is not None and users:
+            await self.user_memory.forget_messages(user_id, session_id, users)
+        state = self._sessions.get(session_id)
+        if state is not None and state.task is not None and not state.task.done():
+            state.task.cancel()
+            await asyncio.gather(state.task, return_exceptions=True)
+        first = min(m.id for m in messages)
+        record = await self.store.get(session_id)
+        if record.summary is None or record.summary.covers_to_id < first:
+            return
+        earlier = next((s for s in reversed(record.summaries) if s.covers_to_id < first), None)
+        restored = SummaryRecord.withdrawal() if earlier is None or earlier.covers_to_id == 0 else \
+            replace(earlier, created_at=now_iso())
+        await self.store.add_summary(session_id, restored)
 
     def forget_session(self, session_id: str, user_id: str | None = None, *, cleared: bool = False) -> None:
         """Drop a session from every index and its cached view (call on delete, purge or clear; the
