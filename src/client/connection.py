@@ -1,116 +1,78 @@
-"""The asyncio NPLT v3 client: one TCP (or TLS) connection driven by the sans-IO ``protocol.Connection``.
+"""The NPLT v3 client library: ``Client``, every request of docs/protocol.md §5 as an async method.
 
-``Client`` connects and sends HELLO, matches replies to requests by id (futures), answers server
-PINGs, delivers server events through a bounded queue (``events()`` / ``next_event()``, see
-``client.events`` for the backpressure rule) and, when the connection drops after a successful
-HELLO, reconnects with exponential backoff, re-sending HELLO with the current session id. State
-changes are reported as ``Connected`` / ``Reconnecting`` / ``Disconnected`` events.
+A ``Client`` owns one ``client.link.Link`` (the connection: HELLO, replies matched to requests,
+server events through a bounded queue, reconnects) and turns each request into a method that
+returns the request's typed reply (``protocol.replies``) and raises ``ClientError`` on an ERROR
+reply. Optional arguments left as None are not sent, so the server's defaults apply. Session
+requests keep the link's session current, so a reconnect re-attaches to it.
 
-Replies and events are decoded into the typed classes of ``protocol.replies`` and
-``protocol.server_events``. A reply that does not validate fails its request with
-``ClientError(INVALID_MESSAGE)``; an event that does not validate is delivered as ``InvalidFrame``.
-Cancelling a caller that awaits a request (or ``close``) propagates its CancelledError.
+Use ``async with Client(...) as c`` or ``await c.connect()`` / ``await c.close()``; ``c.events()``
+yields the server's events and the link's state changes (``client.events``).
 """
 from __future__ import annotations
 
-import asyncio
-import itertools
-import logging
-import random
 import ssl
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, TypeVar
 
-from protocol import BINARY_TYPES, Connection, ErrorCode, InvalidMessage, MsgType, ProtocolError, Role
-from protocol.binary import data_frames
-from protocol.replies import ErrorReply, HelloReply, Reply, decode_reply
-from protocol.server_events import EVENT_TYPES, decode_event
+from protocol import MsgType
+from protocol.replies import (ChatCancelReply, ChatRedoReply, ChatSendReply, ClientKillReply, ClientListReply,
+                              HelloReply, HistoryExportReply, HistoryPageReply, HistorySearchReply,
+                              MemoryForgetReply, MemoryListReply, ModelListReply, ModelSwitchReply, Pong, Reply,
+                              SessionClearReply, SessionDeleteReply, SessionListReply, SessionPromptReply,
+                              SessionReply, SessionSwitchReply, StatsReply)
 
-from client import errors
-from client.errors import ClientError
-from client.events import Connected, Disconnected, Event, EventQueue, InvalidFrame, Reconnecting, ServerError
-from client.operations import Operations
+from client.events import Event
+from client.link import DEFAULT_CLIENT_NAME, Backoff, Link
 
-log = logging.getLogger(__name__)
+__all__ = ["Backoff", "Client", "DEFAULT_CLIENT_NAME"]
 
-DEFAULT_CLIENT_NAME = "nplt-client/0.1"
-READ_CHUNK = 65536
+R = TypeVar("R", bound=Reply)
 
 
-@dataclass(slots=True)
-class Backoff:
-    """Reconnect delays: ``initial * factor**(attempt-1)`` capped at ``maximum``, +/- ``jitter`` fraction."""
-    initial: float = 0.25
-    maximum: float = 10.0
-    factor: float = 2.0
-    jitter: float = 0.1
-    max_attempts: int | None = None  # None = keep trying until closed
-
-    def delay(self, attempt: int) -> float:
-        base = min(self.maximum, self.initial * self.factor ** max(0, attempt - 1))
-        return max(0.0, base * (1.0 + random.uniform(-self.jitter, self.jitter)))
+def _body(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
-
-
-async def _cancel_and_wait(task: asyncio.Task[Any]) -> None:
-    """Cancel ``task`` and wait for it to end. The task's own CancelledError is absorbed; the
-    caller's (this coroutine being cancelled meanwhile) propagates."""
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise
-    except Exception as exc:  # the task failed while stopping: nothing left to do but say so
-        log.debug("task %s ended with %r while being stopped", task.get_name(), exc)
-
-
-class Client(Operations):
-    """An NPLT v3 client. Use ``async with Client(...) as c`` or ``await c.connect()`` / ``await c.close()``."""
+class Client:
+    """An NPLT v3 client (see the module docstring). The keyword arguments configure its ``link``."""
 
     def __init__(self, host: str, port: int, *, token: str | None = None, tls: ssl.SSLContext | None = None,
                  client_name: str = DEFAULT_CLIENT_NAME, session_id: str | None = None, reconnect: bool = True,
                  backoff: Backoff | None = None, request_timeout: float = 30.0, connect_timeout: float = 10.0,
                  event_queue_size: int = 1000, max_message_size: int = 8 << 20) -> None:
-        self.host, self.port = host, port
-        self.token, self.tls, self.client_name = token, tls, client_name
-        self.reconnect_enabled = reconnect
-        self.backoff = backoff or Backoff()
-        self.request_timeout, self.connect_timeout = request_timeout, connect_timeout
-        self.max_message_size = max_message_size
-        self._session_id = session_id
-        self.hello: HelloReply | None = None
-        self.state = "disconnected"
-        self._queue = EventQueue(event_queue_size)
-        self._ids = itertools.count(1)
-        self._pending: dict[int | str, tuple[MsgType, asyncio.Future[Reply]]] = {}
-        self._conn: Connection | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
-        self._reconnect_task: asyncio.Task[None] | None = None
-        self._closing = False
-        self._ever_connected = False
-        self._hello_id: int | None = None
-        self._connected = asyncio.Event()      # set while connected (wait_connected)
-        #: message type -> callback taking the message instead of the event queue: the raw payload of a
-        #: binary data frame, the typed event (``KbProgress`` of a running upload) otherwise; the
-        #: callback returns False to leave an event to the queue
-        self.taps: dict[int, Any] = {}
+        self.link = Link(host, port, token=token, tls=tls, client_name=client_name, session_id=session_id,
+                         reconnect=reconnect, backoff=backoff, request_timeout=request_timeout,
+                         connect_timeout=connect_timeout, event_queue_size=event_queue_size,
+                         max_message_size=max_message_size)
 
-    # -- public surface -------------------------------------------------------------------------------
+    # -- the link -------------------------------------------------------------------------------------
     @property
     def session_id(self) -> str | None:
         """The connection's current session (from HELLO and session replies)."""
-        return self._session_id
+        return self.link.session_id
+
+    @property
+    def hello(self) -> HelloReply | None:
+        """The last HELLO reply (None before the first)."""
+        return self.link.hello
+
+    @property
+    def state(self) -> str:
+        """"disconnected", "connecting", "connected", "reconnecting" or "closed"."""
+        return self.link.state
 
     @property
     def connected(self) -> bool:
-        return self.state == "connected"
+        return self.link.connected
+
+    @property
+    def reconnect_enabled(self) -> bool:
+        return self.link.reconnect_enabled
+
+    @property
+    def taps(self) -> dict[int, Any]:
+        """Message type -> a callback taking that message instead of the event queue (``Link.taps``)."""
+        return self.link.taps
 
     async def __aenter__(self) -> Client:
         await self.connect()
@@ -121,322 +83,152 @@ class Client(Operations):
 
     async def connect(self) -> HelloReply:
         """Open the connection and complete HELLO; returns the HELLO reply. Raises ClientError."""
-        if self._closing:
-            raise ClientError(errors.CLOSED, "the client is closed")
-        self.state = "connecting"
-        try:
-            return await self._establish()
-        except ClientError:
-            self.state = "disconnected"
-            raise
+        return await self.link.connect()
 
     async def close(self) -> None:
         """Close the connection for good; pending requests fail with CLOSED and ``events()`` ends."""
-        if self._closing:
-            return
-        self._closing = True
-        try:
-            if self._reconnect_task is not None:
-                await _cancel_and_wait(self._reconnect_task)
-            await self._teardown()
-        finally:  # also when the caller is cancelled meanwhile: nothing is left open or waiting
-            if self._writer is not None:
-                self._writer.close()
-            self._fail_pending(ClientError(errors.CLOSED, "the client was closed"))
-            self.state = "closed"
-            self._queue.close()
+        await self.link.close()
 
-    async def request(self, msg_type: MsgType, body: dict[str, Any] | None = None,
-                      timeout: float | None = None) -> Reply:
-        """Send one request and wait for its typed reply (``protocol.replies``; ``Pong`` for PING).
-
-        An ERROR reply raises ClientError with its code."""
-        if self.state != "connected" and msg_type != MsgType.HELLO:
-            raise ClientError(errors.NOT_CONNECTED, f"not connected ({self.state})")
-        return await self._request(msg_type, dict(body or {}), timeout)
-
-    async def events(self) -> AsyncIterator[Event]:
-        """Server events and STATE changes, in order, until the client is closed or gives up."""
-        while True:
-            event = await self._queue.get()
-            if event is None:
-                return
-            yield event
-
-    async def wait_connected(self, timeout: float) -> None:
-        """Return once connected (after a reconnect, say); ClientError TIMEOUT or CLOSED otherwise."""
-        if self._closing:
-            raise ClientError(errors.CLOSED, "the client is closed")
-        try:
-            await asyncio.wait_for(self._connected.wait(), timeout)
-        except asyncio.TimeoutError as exc:
-            raise ClientError(errors.TIMEOUT, f"not connected within {timeout:g} s ({self.state})") from exc
-
-    async def send_data(self, msg_type: MsgType, handle: int, offset: int, data: bytes) -> None:
-        """Send ``data`` as binary data frames (docs/protocol.md §5.8) and wait for the socket to drain."""
-        conn, writer = self._conn, self._writer
-        if conn is None or writer is None or writer.is_closing() or self.state != "connected":
-            raise ClientError(errors.NOT_CONNECTED, f"not connected ({self.state})")
-        try:
-            writer.write(b"".join(data_frames(conn.send_raw, msg_type, handle, offset, data)))
-            await writer.drain()
-        except (ConnectionError, OSError) as exc:
-            raise ClientError(errors.CONNECTION_LOST, f"send failed: {exc}") from exc
+    def events(self) -> AsyncIterator[Event]:
+        """Server events and state changes, in order, until the client is closed or gives up."""
+        return self.link.events()
 
     async def next_event(self, timeout: float | None = None) -> Event | None:
         """The next event (None once closed); raises TimeoutError after ``timeout`` seconds."""
-        return await self._queue.get(timeout)
+        return await self.link.next_event(timeout)
 
-    # -- connection lifecycle -------------------------------------------------------------------------
-    async def _establish(self) -> HelloReply:
-        """Connect and complete HELLO. A server that heard nothing from this client for its v2 grace
-        period (``legacy_grace_ms``: the HELLO was late, e.g. the loop stalled after the connect)
-        serves the connection as v2 and answers with v2 text instead of the HELLO reply: then the
-        connection is dropped and made again at once, once (docs/protocol.md §2)."""
-        try:
-            return await self._establish_once()
-        except ClientError as exc:
-            if exc.code != errors.SERVED_AS_V2:
-                raise
-            log.info("served as a v2 client (the HELLO came after the server's grace period): reconnecting")
-        return await self._establish_once()
+    async def wait_connected(self, timeout: float) -> None:
+        """Return once connected (after a reconnect, say); ClientError TIMEOUT or CLOSED otherwise."""
+        await self.link.wait_connected(timeout)
 
-    async def _establish_once(self) -> HelloReply:
-        try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, ssl=self.tls,
-                                        server_hostname=self.host if self.tls else None,
-                                        limit=READ_CHUNK * 4),
-                self.connect_timeout)
-        except ConnectionRefusedError as exc:
-            raise ClientError(errors.CONNECTION_REFUSED, f"connection refused by {self.host}:{self.port}") from exc
-        except ssl.SSLError as exc:
-            raise ClientError(errors.TLS_ERROR, f"TLS handshake with {self.host}:{self.port} failed: {exc}") from exc
-        except asyncio.TimeoutError as exc:
-            raise ClientError(errors.TIMEOUT, f"connecting to {self.host}:{self.port} timed out") from exc
-        except OSError as exc:
-            raise ClientError(errors.CONNECTION_FAILED, f"cannot connect to {self.host}:{self.port}: {exc}") from exc
-        self._conn = Connection(Role.CLIENT, max_message_size=self.max_message_size)
-        self._writer = writer
-        self._reader_task = asyncio.create_task(self._read_loop(reader, self._conn), name="nplt-client-reader")
-        body: dict[str, Any] = {"proto": 3, "client": self.client_name}
-        if self.token is not None:
-            body["token"] = self.token
-        if self._session_id is not None:
-            body["session_id"] = self._session_id
-        try:
-            hello = await self._request(MsgType.HELLO, body, self.connect_timeout)
-        except BaseException:  # ClientError, or the caller cancelled: do not leave the socket open
-            await self._teardown()
-            raise
-        assert isinstance(hello, HelloReply)
-        return hello
+    async def request(self, msg_type: MsgType, body: dict[str, Any] | None = None,
+                      timeout: float | None = None) -> Reply:
+        """Send one request and wait for its typed reply; an ERROR reply raises ClientError."""
+        return await self.link.request(msg_type, body, timeout)
 
-    async def _on_hello(self, hello: HelloReply) -> None:
-        """HELLO accepted (called by the reader, so Connected precedes every later event)."""
-        reconnected = self._ever_connected
-        self.hello = hello
-        limit = hello.limits.get("max_message_size")
-        if self._conn is not None and isinstance(limit, int) and 0 < limit < self._conn.max_message_size:
-            self._conn.max_message_size = limit  # a request the server would discard fails here, at once
-        self._track_session(hello.session)
-        self.state = "connected"
-        self._connected.set()
-        self._ever_connected = True
-        await self._queue.put(Connected(hello, reconnected))
+    async def send_data(self, msg_type: MsgType, handle: int, offset: int, data: bytes) -> None:
+        """Send ``data`` as binary data frames (docs/protocol.md §5.8)."""
+        await self.link.send_data(msg_type, handle, offset, data)
 
-    async def _teardown(self) -> None:
-        """Close the socket and stop the reader of the current connection (no reconnect)."""
-        task, writer = self._reader_task, self._writer
-        self._reader_task, self._writer, self._conn = None, None, None
-        if writer is not None:
-            writer.close()
-        if task is not None and task is not asyncio.current_task():
-            await _cancel_and_wait(task)
-        if writer is not None:
-            try:
-                await asyncio.wait_for(writer.wait_closed(), 2.0)
-            except (OSError, asyncio.TimeoutError) as exc:  # the socket is closed either way
-                log.debug("closing the connection to %s:%d: %r", self.host, self.port, exc)
+    async def _call(self, kind: type[R], msg_type: MsgType, body: dict[str, Any],
+                    timeout: float | None = None) -> R:
+        reply = await self.link.request(msg_type, body, timeout)
+        assert isinstance(reply, kind), f"{msg_type.name} answered by {type(reply).__name__}"
+        return reply
 
-    def _connection_lost(self, reason: str) -> None:
-        """Called by the reader when the socket ends: fail pending requests, maybe start reconnecting."""
-        self._reader_task = None
-        writer, self._writer, self._conn = self._writer, None, None
-        if writer is not None:
-            writer.close()
-        was_connected = self.state == "connected"
-        self._connected.clear()
-        self._fail_pending(ClientError(errors.CONNECTION_LOST, f"connection lost: {reason}"))
-        if self._closing or not was_connected:
-            return
-        if self.reconnect_enabled and self._ever_connected:
-            self.state = "reconnecting"
-            self._reconnect_task = asyncio.create_task(self._reconnect_loop(reason), name="nplt-client-reconnect")
-        else:
-            self.state = "disconnected"
-            self._reconnect_task = asyncio.create_task(
-                self._give_up(errors.CONNECTION_LOST, f"connection lost: {reason}"))
+    # -- sessions (5.2) -------------------------------------------------------------------------------
+    async def session_new(self, title: str | None = None, system_prompt: str | None = None) -> SessionReply:
+        """A new session (without a title the user's empty one is reused); the connection switches to it."""
+        reply = await self._call(SessionReply, MsgType.SESSION_NEW, _body(title=title, system_prompt=system_prompt))
+        self.link.track_session(reply.session)
+        return reply
 
-    async def _reconnect_loop(self, reason: str) -> None:
-        attempt = 0
-        error = reason
-        while not self._closing:
-            attempt += 1
-            if self.backoff.max_attempts is not None and attempt > self.backoff.max_attempts:
-                await self._give_up(errors.CONNECTION_LOST, f"gave up after {attempt - 1} attempts: {error}")
-                return
-            delay = self.backoff.delay(attempt)
-            await self._queue.put(Reconnecting(attempt, round(delay, 3), error))
-            await asyncio.sleep(delay)
-            try:
-                await self._establish()
-            except ClientError as exc:
-                error = exc.message
-                if exc.code in errors.PERMANENT_CODES:
-                    await self._give_up(exc.code, exc.message)
-                    return
-                continue
-            return
+    async def session_list(self, before: str | None = None, limit: int | None = None,
+                           deleted: bool | None = None) -> SessionListReply:
+        """The live sessions, or with ``deleted`` the trash."""
+        return await self._call(SessionListReply, MsgType.SESSION_LIST,
+                                _body(before=before, limit=limit, deleted=deleted or None))
 
-    async def _give_up(self, code: str, message: str) -> None:
-        self.state = "disconnected"
-        await self._queue.put(Disconnected(code, message))
-        self._queue.close()
+    async def session_restore(self, session_id: str) -> SessionReply:
+        """A deleted session back out of the trash."""
+        return await self._call(SessionReply, MsgType.SESSION_RESTORE, {"session_id": session_id})
 
-    # -- requests -------------------------------------------------------------------------------------
-    async def _request(self, msg_type: MsgType, body: dict[str, Any], timeout: float | None) -> Reply:
-        rid = next(self._ids)
-        body["id"] = rid
-        if msg_type == MsgType.HELLO:
-            self._hello_id = rid
-        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = (msg_type, fut)
-        try:
-            await self._send(msg_type, body)
-            return await asyncio.wait_for(fut, timeout if timeout is not None else self.request_timeout)
-        except asyncio.TimeoutError as exc:
-            raise ClientError(errors.TIMEOUT, f"no reply to {msg_type.name} within the timeout") from exc
-        finally:
-            self._pending.pop(rid, None)
+    async def session_purge(self, session_id: str) -> SessionDeleteReply:
+        """Remove a session for good (a live one is deleted first)."""
+        reply = await self._call(SessionDeleteReply, MsgType.SESSION_PURGE, {"session_id": session_id})
+        self.link.track_session(reply.current)
+        return reply
 
-    async def _send(self, msg_type: MsgType | int, body: dict[str, Any]) -> None:
-        conn, writer = self._conn, self._writer
-        if conn is None or writer is None or writer.is_closing():
-            raise ClientError(errors.NOT_CONNECTED, "not connected")
-        try:
-            writer.write(conn.send(msg_type, body))  # one write: the frames of a message stay contiguous
-            await writer.drain()
-        except ProtocolError as exc:
-            raise ClientError(exc.code, exc.message) from exc
-        except (ConnectionError, OSError) as exc:
-            raise ClientError(errors.CONNECTION_LOST, f"send failed: {exc}") from exc
+    async def session_switch(self, session_id: str) -> SessionSwitchReply:
+        reply = await self._call(SessionSwitchReply, MsgType.SESSION_SWITCH, {"session_id": session_id})
+        self.link.track_session(reply.session)
+        return reply
 
-    def _fail_pending(self, error: ClientError) -> None:
-        pending, self._pending = self._pending, {}
-        for _, fut in pending.values():
-            if not fut.done():
-                fut.set_exception(error)
-                fut.exception()  # mark retrieved: the waiter may already be gone
+    async def session_rename(self, title: str, session_id: str | None = None) -> SessionReply:
+        return await self._call(SessionReply, MsgType.SESSION_RENAME, _body(title=title, session_id=session_id))
 
-    # -- reading --------------------------------------------------------------------------------------
-    async def _read_loop(self, reader: asyncio.StreamReader, conn: Connection) -> None:
-        reason = "closed by the server"
-        try:
-            while True:
-                try:
-                    data = await reader.read(READ_CHUNK)
-                except (ConnectionError, OSError) as exc:
-                    reason = str(exc) or type(exc).__name__
-                    break
-                if not data:
-                    break
-                try:
-                    items = conn.receive_data(data)
-                except ProtocolError as exc:
-                    for item in getattr(exc, "events", None) or ():
-                        await self._dispatch(item)
-                    reason = f"protocol error {exc.code}: {exc.message}"
-                    break
-                for item in items:
-                    await self._dispatch(item)
-        finally:
-            if not self._closing and self._reader_task is asyncio.current_task():
-                self._connection_lost(reason)
+    async def session_delete(self, session_id: str) -> SessionDeleteReply:
+        reply = await self._call(SessionDeleteReply, MsgType.SESSION_DELETE, {"session_id": session_id})
+        self.link.track_session(reply.current)
+        return reply
 
-    async def _dispatch(self, item: Any) -> None:
-        if isinstance(item, InvalidMessage):
-            await self._on_invalid(item)
-            return
-        mtype = item.type
-        tap = self.taps.get(mtype)
-        if mtype in BINARY_TYPES:
-            if tap is not None:
-                tap(item.body)
-            return          # (without a tap: data frames of a transfer nobody waits for, given up)
-        body = item.body if isinstance(item.body, dict) else {}
-        if mtype in (MsgType.RESPONSE, MsgType.PONG, MsgType.ERROR):
-            await self._on_reply(mtype, body)
-        elif mtype == MsgType.PING:
-            try:
-                await self._send(MsgType.PONG, {"re": body.get("id"), "time": _now()})
-            except ClientError as exc:  # the connection is going away: the reader sees it next
-                log.debug("PONG not sent: %s", exc)
-        elif mtype in EVENT_TYPES:
-            try:
-                event = decode_event(mtype, body)
-            except ProtocolError as exc:
-                log.warning("invalid %s from the server: %s", MsgType(mtype).name, exc.message)
-                await self._queue.put(InvalidFrame(exc.code, f"{MsgType(mtype).name}: {exc.message}"))
-                return
-            if tap is not None and tap(event) is not False:
-                return
-            await self._queue.put(event)  # type: ignore[arg-type]
-        else:
-            log.warning("unexpected %s from the server, ignored", MsgType(mtype).name)
+    async def session_clear(self, session_id: str | None = None, purge: bool = False) -> SessionClearReply:
+        """Hide every message; with ``purge`` the hidden messages are removed from storage for good."""
+        return await self._call(SessionClearReply, MsgType.CLEAR_REQUEST,
+                                _body(session_id=session_id, purge=purge or None))
 
-    async def _on_invalid(self, item: InvalidMessage) -> None:
-        err = item.error
-        hello = self._pending.get(self._hello_id) if self._hello_id is not None else None
-        if item.type == MsgType.CHAT_TEXT and hello is not None and not hello[1].done() \
-                and hello[0] == MsgType.HELLO:   # v2 text before the HELLO reply: taken for a v2 client
-            hello[1].set_exception(ClientError(errors.SERVED_AS_V2, "the server took this connection for a "
-                                               "v2 client (the HELLO came after its grace period)"))
-            return
-        pending = self._pending.get(item.re) if item.re is not None else None
-        if pending is not None and not pending[1].done():
-            pending[1].set_exception(ClientError(err.code, err.message))
-        else:
-            await self._queue.put(InvalidFrame(err.code, err.message))
-        if err.code == ErrorCode.UNKNOWN_TYPE:
-            try:
-                await self._send(MsgType.ERROR, ErrorReply(ErrorCode.UNKNOWN_TYPE,
-                                                           f"unknown type code {item.type}").encode())
-            except ClientError as exc:  # the connection is going away: the reader sees it next
-                log.debug("UNKNOWN_TYPE error not sent: %s", exc)
+    async def session_prompt(self, system_prompt: str | None = None,
+                             session_id: str | None = None) -> SessionPromptReply:
+        """Read (None), set, or reset (\"\") the session's own system prompt."""
+        return await self._call(SessionPromptReply, MsgType.SESSION_PROMPT,
+                                _body(session_id=session_id, system_prompt=system_prompt))
 
-    async def _on_reply(self, mtype: MsgType, body: dict[str, Any]) -> None:
-        """A RESPONSE, PONG or ERROR: settle the pending request it answers (or report the ERROR)."""
-        re = body.get("re")
-        pending = self._pending.get(re) if re is not None and not isinstance(re, (dict, list)) else None
-        if pending is None or pending[1].done():
-            if mtype == MsgType.ERROR:
-                try:
-                    await self._queue.put(ServerError(ErrorReply.decode(body)))
-                except ProtocolError as exc:
-                    await self._queue.put(InvalidFrame(exc.code, f"ERROR: {exc.message}"))
-            else:
-                log.debug("%s for no pending request (re=%r), ignored", mtype.name, re)
-            return
-        request, fut = pending
-        try:
-            reply = decode_reply(request, mtype, body)
-        except ProtocolError as exc:
-            fut.set_exception(ClientError(exc.code, f"invalid reply to {request.name}: {exc.message}"))
-            return
-        if isinstance(reply, ErrorReply):
-            fut.set_exception(ClientError(reply.code, reply.message, reply.fatal))
-            return
-        if re == self._hello_id and isinstance(reply, HelloReply):
-            await self._on_hello(reply)
-        fut.set_result(reply)
+    async def session_info(self, session_id: str | None = None) -> SessionReply:
+        return await self._call(SessionReply, MsgType.SESSION_INFO, _body(session_id=session_id))
+
+    # -- history (5.3) --------------------------------------------------------------------------------
+    async def history_page(self, session_id: str | None = None, before: int | None = None,
+                           limit: int | None = None) -> HistoryPageReply:
+        return await self._call(HistoryPageReply, MsgType.HISTORY_REQUEST,
+                                _body(session_id=session_id, before=before, limit=limit))
+
+    async def search(self, query: str, session_id: str | None = None, limit: int | None = None) -> HistorySearchReply:
+        return await self._call(HistorySearchReply, MsgType.HISTORY_SEARCH,
+                                _body(query=query, session_id=session_id, limit=limit))
+
+    async def export(self, fmt: str, session_id: str | None = None) -> HistoryExportReply:
+        return await self._call(HistoryExportReply, MsgType.HISTORY_EXPORT, _body(format=fmt, session_id=session_id))
+
+    # -- chat (5.4) -----------------------------------------------------------------------------------
+    async def chat_send(self, text: str, session_id: str | None = None,
+                        new_session: bool = False) -> ChatSendReply:
+        """Send a user message to ``session_id`` (default: the connection's session). With
+        ``new_session``, or when the connection has no session yet, the message starts one (the
+        user's empty session is reused) and the connection switches to it."""
+        reply = await self._call(ChatSendReply, MsgType.CHAT_TEXT,
+                                 _body(text=text, session_id=session_id, new_session=new_session or None))
+        if session_id is None:
+            self.link.session_id = reply.session_id
+        return reply
+
+    async def chat_regenerate(self, session_id: str | None = None) -> ChatRedoReply:
+        """Answer the last user message again (the old answer is superseded)."""
+        return await self._call(ChatRedoReply, MsgType.CHAT_REGENERATE, _body(session_id=session_id))
+
+    async def chat_edit(self, message_id: int, text: str, session_id: str | None = None) -> ChatRedoReply:
+        """Replace user message ``message_id`` with ``text`` and answer it (it and what follows are superseded)."""
+        return await self._call(ChatRedoReply, MsgType.CHAT_EDIT,
+                                _body(message_id=message_id, text=text, session_id=session_id))
+
+    async def chat_cancel(self, session_id: str | None = None, turn_id: str | None = None) -> ChatCancelReply:
+        return await self._call(ChatCancelReply, MsgType.CHAT_CANCEL, _body(session_id=session_id, turn_id=turn_id))
+
+    # -- models, stats (5.6, 5.7) --------------------------------------------------------------------
+    async def model_list(self, session_id: str | None = None) -> ModelListReply:
+        return await self._call(ModelListReply, MsgType.MODEL_LIST, _body(session_id=session_id))
+
+    async def model_switch(self, model: str, session_id: str | None = None) -> ModelSwitchReply:
+        return await self._call(ModelSwitchReply, MsgType.MODEL_SWITCH, _body(model=model, session_id=session_id))
+
+    # -- long-term memory (5.10) -----------------------------------------------------------------------
+    async def memory_list(self) -> MemoryListReply:
+        return await self._call(MemoryListReply, MsgType.MEMORY_LIST, {})
+
+    async def memory_forget(self, item_id: str) -> MemoryForgetReply:
+        return await self._call(MemoryForgetReply, MsgType.MEMORY_FORGET, {"item_id": item_id})
+
+    async def stats(self) -> StatsReply:
+        return await self._call(StatsReply, MsgType.STATS, {})
+
+    # -- clients (5.9, admins only) -------------------------------------------------------------------
+    async def client_list(self) -> ClientListReply:
+        return await self._call(ClientListReply, MsgType.CLIENT_LIST, {})
+
+    async def client_kill(self, client_id: int | None = None, user: str | None = None,
+                          peer: str | None = None) -> ClientKillReply:
+        return await self._call(ClientKillReply, MsgType.CLIENT_KILL, _body(client_id=client_id, user=user, peer=peer))
+
+    # -- heartbeat (5.5) ------------------------------------------------------------------------------
+    async def ping(self, timeout: float | None = None) -> Pong:
+        """Send PING and wait for the PONG."""
+        return await self._call(Pong, MsgType.PING, {}, timeout)

@@ -61,11 +61,11 @@ async def test_cancelling_a_caller_awaiting_a_request_propagates(silent: tuple[S
     async with Client("127.0.0.1", port, request_timeout=60) as c:
         assert c.hello is not None and c.hello.session.session_id == "s_1" == c.session_id
         task = asyncio.create_task(c.ping())
-        await wait_until(lambda: MsgType.PING in srv.requests and bool(c._pending), what="the PING pending")
+        await wait_until(lambda: MsgType.PING in srv.requests and bool(c.link._pending), what="the PING pending")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert task.cancelled() and not c._pending   # forgotten: a late reply would be ignored
+        assert task.cancelled() and not c.link._pending   # forgotten: a late reply would be ignored
         assert c.connected
 
 
@@ -77,7 +77,7 @@ async def test_cancelling_close_propagates_and_still_closes(silent: tuple[Silent
     await next_event_of(c, Reconnecting)      # the reconnect task now waits 60 s before its attempt
     # a reconnect task that takes a while to stop: close() is waiting for it when its caller is cancelled
     stopping, never = asyncio.Event(), asyncio.Event()
-    real = c._reconnect_task
+    real = c.link._reconnect_task
     assert real is not None
 
     async def slow_to_stop() -> None:
@@ -87,10 +87,10 @@ async def test_cancelling_close_propagates_and_still_closes(silent: tuple[Silent
         finally:
             stopping.set()
             await never.wait()   # cancelled again when close()'s caller is cancelled
-    c._reconnect_task = asyncio.create_task(slow_to_stop())
+    c.link._reconnect_task = asyncio.create_task(slow_to_stop())
     closing = asyncio.create_task(c.close())
     await stopping.wait()
     closing.cancel()
     with pytest.raises(asyncio.CancelledError):
         await closing
-    assert c.state == "closed" and c._queue.closed and not c._pending
+    assert c.state == "closed" and c.link._queue.closed and not c.link._pending

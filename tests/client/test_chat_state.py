@@ -144,6 +144,6 @@ def test_join_deltas() -> None:
 def test_chat_state_imports_no_textual_and_no_asyncio() -> None:
     src = Path(__file__).resolve().parents[2] / "src"
     code = ("import sys; import client.tui.state; "
-            "bad = [m for m in ('textual', 'asyncio', 'client.connection') if m in sys.modules]; "
+            "bad = [m for m in ('textual', 'asyncio', 'client.connection', 'client.link') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": str(src)})

@@ -12,6 +12,7 @@ from client.config import TlsConfig
 from client.connection import Backoff, Client
 from client.errors import ClientError
 from client.events import Connected, Disconnected, Reconnecting
+from client.link import Link
 from protocol import ErrorCode, MsgType
 from protocol.replies import ChatSendReply
 from protocol.server_events import (AnswerDelta, SessionEvent, ToolCallEvent, ToolResultEvent, TurnEnd, TurnError,
@@ -207,8 +208,8 @@ async def test_bounded_queue_applies_backpressure_without_loss(server) -> None:
     _, (host, port) = server
     async with Client(host, port, event_queue_size=16) as c:
         reply = await c.chat_send("!tokens 400")
-        await wait_until(lambda: c._queue.qsize() >= 16, what="a full queue")
-        assert c._queue.qsize() == 16  # bounded: the reader waits instead of growing the queue
+        await wait_until(lambda: c.link._queue.qsize() >= 16, what="a full queue")
+        assert c.link._queue.qsize() == 16  # bounded: the reader waits instead of growing the queue
         text = ""
         while True:
             ev = await next_event_of(c, (AnswerDelta, TurnEnd), pred=lambda e: e.turn_id == reply.turn_id)
@@ -280,15 +281,15 @@ async def test_a_client_served_as_v2_after_a_late_hello_connects_again_at_once(t
     once, instead of waiting out its connect timeout for a HELLO reply that never comes."""
     async with running_server(tmp_path, legacy_grace_ms=50) as (srv, (host, port)):
         stalled: list[int] = []
-        original = Client._send
+        original = Link._send
 
-        async def send(self: Client, msg_type: MsgType | int, body: dict) -> None:
+        async def send(self: Link, msg_type: MsgType | int, body: dict) -> None:
             if msg_type == MsgType.HELLO and not stalled:    # the first HELLO only: after the welcome
                 stalled.append(1)
                 await poll(lambda: any(c.legacy is not None and c.legacy.idle for c in srv.connections),
                            timeout=10)
             await original(self, msg_type, body)
-        monkeypatch.setattr(Client, "_send", send)
+        monkeypatch.setattr(Link, "_send", send)
         c = Client(host, port, connect_timeout=5)
         try:
             hello = await c.connect()

@@ -88,7 +88,7 @@ async def test_queued_deltas_render_as_one_append(server, echo: EchoAgent,
         await wait_until(held.is_set, pilot=pilot, what="TURN_START handled")
         # queued behind it: 2 TURN_STATUS, the n deltas, then SESSION_EVENT / TURN_END (the client's
         # queue is internal; its size is the only way to know every delta has arrived)
-        await wait_until(lambda: app.client._queue.qsize() >= n + 3, pilot=pilot, what="all deltas queued")
+        await wait_until(lambda: app.client.link._queue.qsize() >= n + 3, pilot=pilot, what="all deltas queued")
         assert appends == []
         gate.set()
         answer = "tok " * n

@@ -55,7 +55,7 @@ async def test_upload_resumes_after_the_connection_drops(tmp_path):
             def progress(stage: str, done: int, total: int) -> None:
                 if stage == "receiving" and not dropped and done >= len(LOG) // 3:
                     dropped.append(done)        # cut the connection under the upload
-                    c._writer.transport.abort()
+                    c.link._writer.transport.abort()
             begins: list[dict] = []
             request = c.request
 
