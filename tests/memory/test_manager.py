@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+from dataclasses import replace
 
 from memory_testlib import (Notifications, OfflineStub, ScriptedSummarizer, check_tool_pairing, rand_text,
                             store_turn)
 from protocol import ErrorCode
 from server.agent.base import AgentError
 from server.memory import MemoryConfig, MemoryManager
-from storage.models import ToolCall
+from storage.models import SummaryRecord, ToolCall
 
 USER = "alice"
 
@@ -239,3 +240,24 @@ async def test_a_summary_under_way_when_messages_are_superseded_is_never_stored(
     await mm.before_supersede(sid, USER, msgs[4:])          # no summary covers them: nothing is written
     assert (await store.get(sid)).summaries == []
     await mm.aclose()
+
+
+async def test_a_summary_is_dropped_when_what_it_covers_changed_while_it_was_written(store):
+    """Another node's edit (no local hook runs) or its summary lands while this one is written."""
+    for change in ("superseded", "summary"):
+        gate = asyncio.Event()
+        agent = ScriptedSummarizer(["STALE"], gate=gate)
+        mm = MemoryManager(mem_config(), store, agent, None, "SYS")
+        sid = (await store.create(USER)).session_id
+        for i in range(4):
+            await store_turn(store, mm, sid, USER, f"check disk {i}", f"disk ok {i}")
+        await asyncio.wait_for(agent.started.wait(), 10)
+        if change == "superseded":
+            first = (await store.messages(sid))[0]
+            await store.update(sid, replace(first, metadata={**first.metadata, "superseded": True}))
+        else:
+            await store.add_summary(sid, SummaryRecord("written elsewhere", 1, 2))
+        gate.set()
+        await mm.wait_idle()
+        assert "STALE" not in [s.text for s in (await store.get(sid)).summaries], change
+        await mm.aclose()

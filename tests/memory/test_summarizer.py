@@ -113,6 +113,18 @@ async def test_llm_summary_folds_the_previous_summary():
     assert "question 2" in messages[1]["content"]
 
 
+@pytest.mark.parametrize("offline", [False, True])
+async def test_superseded_messages_are_covered_but_never_summarized(offline):
+    msgs = conv(3)                                   # ids 1..6; the first turn was edited away
+    msgs[0] = ChatMessage(1, "user", "My main server is web-OLD.", metadata={"superseded": True})
+    msgs[1] = ChatMessage(2, "assistant", "noted web-OLD", metadata={"superseded": True})
+    msgs.insert(2, ChatMessage(7, "user", "My main server is web-NEW."))
+    agent = OfflineStub() if offline else ScriptedSummarizer([lambda m: "S " + m[1]["content"]])
+    rec = await summarize(Plan(None, msgs, []), cfg(), C, agent, None)
+    assert "web-NEW" in rec.text and "web-OLD" not in rec.text and "question 1" in rec.text
+    assert (rec.covers_from_id, rec.covers_to_id) == (1, 6)
+
+
 @pytest.mark.parametrize("reply", ["", "   ", AgentError(ErrorCode.LLM_ERROR, "boom"), RuntimeError("x")])
 async def test_failed_or_empty_summary_raises_summary_failed(reply):
     p = Plan(None, conv(2), [])

@@ -28,7 +28,7 @@ from storage.models import ChatMessage, SessionRecord, SummaryRecord, now_iso
 from storage import HistoryStore, NotFound
 
 from server.memory.config import MemoryConfig
-from server.memory.context import Excerpt, Parts, Turn, assemble, recent_turns
+from server.memory.context import Excerpt, Parts, Turn, assemble, in_prompt, recent_turns
 from server.memory.embeddings import Embedder
 from server.memory.indexes import UserIndexes
 from server.memory.recall import excerpt_and_tokens, parse_time, snippet
@@ -404,9 +404,10 @@ class MemoryManager:
         record, view = await self.sync_view(session_id)
         if view is None or plan_cut(cfg, self.config.context, view.roles, view.costs) <= 0:
             return                                # deleted, or nothing to do (cheap check on the view)
-        previous = record.summary if view.summary_applies else None
+        stored, covers = record.summary, view.covers
+        previous = stored if view.summary_applies else None
         ids, costs = list(view.ids), list(view.costs)
-        uncovered = await self.store.messages(session_id, after_id=view.covers)
+        uncovered = await self.store.messages(session_id, after_id=covers)
         same = [m.id for m in uncovered] == ids   # else it changed meanwhile: count again
         p = plan(cfg, self.config.context, previous, uncovered, self.counter, costs if same else None)
         if p is None:
@@ -423,10 +424,26 @@ class MemoryManager:
                     "message": f"summarizing this conversation failed {state.failures} times in a row; "
                                "older turns are dropped from the model's context until it succeeds"})
             return
+        if not await self._still_applies(session_id, stored, covers, p.covered):
+            log.info("summary of session %s dropped: what it covers changed while it was written "
+                     "(a regenerate, an edit or a clear)", session_id)
+            return
         await self.store.add_summary(session_id, summary)
         state.failures = 0
         state.fallback = False
         await self._notify("summary", session_id, {"summary": summary.to_dict()})
+
+    async def _still_applies(self, session_id: str, stored: SummaryRecord | None, covers: int,
+                             covered: list[ChatMessage]) -> bool:
+        """Whether a summary of ``covered`` still fits the stored session (changed meanwhile by this
+        node or another): the same current summary, and the messages it covers neither cleared nor
+        superseded since."""
+        record = await self.store.get(session_id)
+        if record.summary != stored or record.deleted:
+            return False
+        last = covered[-1].id
+        now = [m for m in await self.store.messages(session_id, after_id=covers) if m.id <= last]
+        return [(m.id, in_prompt(m)) for m in now] == [(m.id, in_prompt(m)) for m in covered]
 
     async def _notify(self, kind: str, session_id: str, payload: dict) -> None:
         if self.notify is None:

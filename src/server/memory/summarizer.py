@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from storage.models import ChatMessage, SummaryRecord, now_iso
 
 from server.memory.config import ContextConfig, SummarizationConfig, Threshold
-from server.memory.context import build_turns
+from server.memory.context import build_turns, in_prompt
 from server.memory.extractive import extractive_summary
 from server.memory.tokens import TokenCounter, truncate_to_tokens
 
@@ -161,12 +161,15 @@ def request_messages(config: SummarizationConfig, previous: str, text: str) -> l
 
 async def summarize(p: Plan, config: SummarizationConfig, counter: TokenCounter, agent: Any,
                     model: str | None) -> SummaryRecord:
-    """Produce the new rolling summary for ``p``; raises SummaryFailed on an error or an empty text."""
+    """Produce the new rolling summary for ``p``; raises SummaryFailed on an error or an empty text.
+    What never reaches the model (superseded messages, empty error answers: ``context.in_prompt``)
+    is not summarized either; the summary still covers their ids."""
     previous = p.previous.text if p.previous is not None else ""
+    covered = [m for m in p.covered if in_prompt(m)]
     if agent is None or getattr(agent, "offline", False):
-        text, used_model = extractive_summary(previous, p.covered), EXTRACTIVE_MODEL
+        text, used_model = extractive_summary(previous, covered), EXTRACTIVE_MODEL
     else:
-        req = request_messages(config, previous, transcript(p.covered, counter, config.trim_tokens_to_summarize))
+        req = request_messages(config, previous, transcript(covered, counter, config.trim_tokens_to_summarize))
         try:
             text = await agent.complete(req, model)
         except Exception as exc:        # any LLM failure: nothing changes, the caller counts it
