@@ -144,3 +144,31 @@ async def test_an_edit_takes_back_a_summary_of_what_it_replaces(tmp_path):
         md = (await c.call(T.HISTORY_EXPORT, format="markdown"))["content"]
         assert "- Summary" not in md
         await c.close()
+
+
+async def test_an_edit_of_the_message_a_title_was_made_from_makes_it_again(tmp_path):
+    agent = EchoAgent()
+    async with running_server(tmp_path, agent, memory="auto") as (srv, addr):
+        c = await V3Client.connect(addr)
+        await chat(c, "deploy with the token abc123 please")       # pasted by mistake, then edited away
+        await chat(c, "and check the logs")
+        info = (await c.call(T.SESSION_INFO))["session"]
+        assert "abc123" in info["title"]
+        reply = await c.call(T.CHAT_EDIT, message_id=1, text="deploy build 42")
+        await c.turn_events(reply["turn_id"])
+        info = (await c.call(T.SESSION_INFO))["session"]
+        assert info["title"] == "deploy build 42"
+        listing = await c.call(T.SESSION_LIST)
+        assert "abc123" not in str(listing)
+        # a later message's edit, or a title the user set, leaves the title alone
+        await chat(c, "restart nginx")
+        edited = [m for m in (await c.call(T.HISTORY_REQUEST))["messages"] if m["content"] == "restart nginx"][0]
+        reply = await c.call(T.CHAT_EDIT, message_id=edited["id"], text="restart haproxy")
+        await c.turn_events(reply["turn_id"])
+        assert (await c.call(T.SESSION_INFO))["session"]["title"] == "deploy build 42"
+        await c.call(T.SESSION_RENAME, title="Deploys")
+        first = (await c.call(T.HISTORY_REQUEST))["messages"][0]
+        reply = await c.call(T.CHAT_EDIT, message_id=first["id"], text="deploy build 43")
+        await c.turn_events(reply["turn_id"])
+        assert (await c.call(T.SESSION_INFO))["session"]["title"] == "Deploys"
+        await c.close()

@@ -15,6 +15,7 @@ from protocol.replies import ChatRedoReply
 from server.context import RequestContext
 from server.errors import HandlerError
 from server.handlers.common import target_session
+from server.sessions import auto_title
 from storage.models import ChatMessage, SessionRecord, now_iso
 
 PAGE = 200          # messages read per step while walking back from the newest
@@ -69,7 +70,8 @@ async def chat_regenerate(ctx: RequestContext, req: ChatRegenerate) -> ChatRedoR
 async def chat_edit(ctx: RequestContext, req: ChatEdit) -> ChatRedoReply:
     """Replace user message ``message_id`` by ``text`` and answer it: that message and everything
     after it are superseded, the new one is stored with ``metadata.edited_from``. What the memory
-    layer made of the superseded messages is taken back first (``SessionService.before_supersede``)."""
+    layer made of the superseded messages is taken back first (``SessionService.before_supersede``),
+    and an automatic title made from the edited message is made again from the new text."""
     svc = ctx.services
     cap = ctx.limits.max_text_chars
     if len(req.text) > cap:
@@ -86,6 +88,8 @@ async def chat_edit(ctx: RequestContext, req: ChatEdit) -> ChatRedoReply:
         await svc.sessions.before_supersede(rec.session_id, rec.user_id, tail)
         done.append(await _supersede(svc.store, rec.session_id, tail))
         svc.sessions.forget(rec.session_id)
+        if rec.title_auto and rec.title == auto_title(tail[0].content):   # the title was made from it
+            await svc.store.rename(rec.session_id, auto_title(req.text), auto=True)
         return await svc.store.append(rec.session_id, "user", req.text, metadata={"edited_from": req.message_id})
 
     turn, _ = await svc.runner.submit(ctx.port, ctx.user_id, rec.session_id, req.text, req.id, prepare=prepare)

@@ -358,7 +358,7 @@ class MemoryManager:
             self._learned.popitem(last=False)
         if msgs is None:
             msgs = []                                 # older than the cached tail: not read again
-        news = [m for m in msgs if m.role == "user" and m.id > upto]
+        news = [m for m in msgs if m.role == "user" and m.id > upto and in_prompt(m)]   # not superseded
         if news and self.user_memory is not None and not self._closed:
             self._learning[session_id] = self._spawn(
                 self._learn_task(self.user_memory, user_id, session_id, news, self._learning.get(session_id)))
