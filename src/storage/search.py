@@ -5,7 +5,8 @@ A message matches when the whole query occurs in it (score 1.5, +0.1 per extra o
 unless all are found). Tokens are runs of word characters (``\\w+``); matching is by substring,
 so Chinese, Japanese and Korean text (no spaces between words) is found by any part of a phrase.
 Messages marked ``metadata.canned`` (the offline agent's fixed help and "not understood" texts) are
-never matched: they say nothing about the user's topics (``searchable``).
+never matched: they say nothing about the user's topics; nor are messages superseded by a regenerate
+or an edit (``searchable``).
 """
 from __future__ import annotations
 
@@ -45,9 +46,10 @@ class Query:
 
 
 def searchable(message: dict[str, Any]) -> bool:
-    """Whether search may match a stored message (its dict form): not a canned reply."""
+    """Whether search may match a stored message (its dict form): not a canned reply, and not
+    superseded by a regenerate or an edit (default history pages leave those out too)."""
     meta = message.get("metadata")
-    return not (isinstance(meta, dict) and meta.get("canned"))
+    return not (isinstance(meta, dict) and (meta.get("canned") or meta.get("superseded")))
 
 
 def compile_query(query: object) -> Query:

@@ -1,6 +1,6 @@
 """Search over one session's visible messages folded into one string (scanned by ``str.find`` in C).
 
-``SessionText`` holds the casefolded contents of the visible, searchable (not canned) messages joined with NUL (which no
+``SessionText`` holds the casefolded contents of the visible, searchable (not canned, not superseded) messages joined with NUL (which no
 query contains, so a match never spans two messages) and the offset where each one starts. It is
 built on the first search of a session and kept with the session's in-memory state until the
 session changes (its journal ``last_seq`` moves). ``scan`` gives exactly what ``Query.match`` gives

@@ -2,6 +2,8 @@
 search, export, concurrent appends. Every test runs on the JSON and the PostgreSQL backend."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import asyncio
 
 import orjson
@@ -128,6 +130,20 @@ async def test_search_skips_canned_replies(store):
         assert [h.message_id for h in await store.search("alice", query)] == [3]
     assert [h.message_id for h in await store.search("alice", "CPU", session_id=rec.session_id)] == []
     assert [h.message_id for h in await store.search("alice", "usage")] == [3]
+
+
+async def test_search_skips_superseded_messages(store):
+    """A message a regenerate or an edit superseded is no hit, once the update marks it (the
+    folded-text scan sees the change too)."""
+    rec = await store.create("alice")
+    old = await store.append(rec.session_id, "user", "deploy with token abc123")
+    await store.append(rec.session_id, "user", "deploy build 42")
+    for query in ("deploy", "deploy zzz\x00"):       # the folded-text scan and message by message
+        assert [h.message_id for h in await store.search("alice", query)] == [2, 1]
+    await store.update(rec.session_id, replace(old, metadata={"superseded": True}))
+    for query in ("deploy", "deploy zzz\x00"):
+        assert [h.message_id for h in await store.search("alice", query)] == [2]
+    assert await store.search("alice", "abc123") == []
 
 
 async def test_export_json_and_markdown(store):
