@@ -243,8 +243,9 @@ async def test_a_summary_under_way_when_messages_are_superseded_is_never_stored(
 
 
 async def test_a_summary_is_dropped_when_what_it_covers_changed_while_it_was_written(store):
-    """Another node's edit (no local hook runs) or its summary lands while this one is written."""
-    for change in ("superseded", "summary"):
+    """Another node's edit (no local hook runs) or its summary lands, or the session is cleared,
+    while this one is written."""
+    for change in ("superseded", "summary", "cleared"):
         gate = asyncio.Event()
         agent = ScriptedSummarizer(["STALE"], gate=gate)
         mm = MemoryManager(mem_config(), store, agent, None, "SYS")
@@ -255,8 +256,11 @@ async def test_a_summary_is_dropped_when_what_it_covers_changed_while_it_was_wri
         if change == "superseded":
             first = (await store.messages(sid))[0]
             await store.update(sid, replace(first, metadata={**first.metadata, "superseded": True}))
-        else:
+        elif change == "summary":
             await store.add_summary(sid, SummaryRecord("written elsewhere", 1, 2))
+        else:
+            await store.clear(sid)
+            mm.forget_session(sid, USER, cleared=True)
         gate.set()
         await mm.wait_idle()
         assert "STALE" not in [s.text for s in (await store.get(sid)).summaries], change
