@@ -258,3 +258,22 @@ async def test_two_intents_run_concurrently_in_one_step(agent):
     assert [c.arguments["metric"] for c in result.tool_calls] == ["cpu", "memory"]
     assert sink.kinds[1:4] == ["status:tool_call", "tool_call", "tool_call"]
     assert "CPU 使用率" in answer and "内存：" in answer
+
+
+async def test_of_several_statements_about_one_thing_only_the_newest_is_quoted(agent):
+    question = "what is the staging server?"
+    context = [{"role": "system", "content": "sys"},
+               {"role": "user", "content": "remember that the staging server is stage-7.internal"},
+               {"role": "assistant", "content": "Noted"},
+               {"role": "user", "content": "The staging server is stage-8.internal now."},
+               {"role": "assistant", "content": "Noted"},
+               {"role": "user", "content": question}]
+    result = await agent.run_turn(make_request(question, context=context, model="offline"), RecordingSink())
+    assert result.content == ("From what you told me earlier:\n- The staging server is stage-8.internal now. "
+                              "(earlier in this conversation)")
+    # said later in another session (the memory block): that one, not this conversation's older one
+    block = _with_memory(question, "The staging server is stage-9.internal (session s_b, 2026-11-27 09:00 UTC)")
+    result = await agent.run_turn(make_request(question, context=context[:-1] + block[1:], model="offline"),
+                                  RecordingSink())
+    assert result.content == ("From what you told me earlier:\n- The staging server is stage-9.internal "
+                              "(session s_b, 2026-11-27 09:00 UTC)")

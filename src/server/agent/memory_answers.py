@@ -9,6 +9,11 @@ that the staging server is stage-7.internal" in another session. The items are q
 session and time, never followed. The facts the user stated earlier in the current conversation
 (its window: the memory block leaves the current session's items out) count the same way, newest
 first, marked as from this conversation.
+
+Of several statements about the same thing (``distill.subject_key``: "the DB host is db-1", later
+"... is db-2 now") only the newest is quoted: in this conversation, the latest; between this
+conversation and the memory block, the block's (the user memory keeps the newest statement of every
+session, and leaves out only this session's, which the window holds).
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from typing import Any
 from server.agent.knowledge_route import covered
 from server.memory.analyze import analyze
 from server.memory.context import MEMORY_HEADER
-from server.memory.distill import distill_rules
+from server.memory.distill import distill_rules, subject_key
 
 MIN_TERMS = 2          # search terms of the question an item must hold (all of them if it has fewer)
 MIN_SHARE = 0.6        # ... and at least this share of them
@@ -42,6 +47,11 @@ def stated(messages: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _subject(item: str) -> str | None:
+    """What a quoted statement is about (``distill.subject_key``; its kind is not quoted)."""
+    return subject_key("preference", item) or subject_key("fact", item)
+
+
 def _answers(terms: set[str], item: str) -> bool:
     """``item`` holds enough of the question's search ``terms``."""
     found, total = covered(terms, item), len(terms)
@@ -54,8 +64,16 @@ def answer(text: str, messages: list[dict[str, Any]], zh: bool) -> str | None:
     if not terms:
         return None
     here = "（本次对话中）" if zh else " (earlier in this conversation)"
-    hits = [item + here for item in stated(messages) if _answers(terms, item)]
-    hits += [line for line in remembered(messages) if _answers(terms, line.rsplit(" (session ", 1)[0])]
+    block = [(line, _subject(line.rsplit(" (session ", 1)[0])) for line in remembered(messages)]
+    seen = {key for _, key in block if key is not None}
+    hits = []
+    for item in stated(messages):                # newest first: an older statement of a subject is left out
+        key = _subject(item)
+        if key not in seen and _answers(terms, item):
+            hits.append(item + here)
+        if key is not None:
+            seen.add(key)
+    hits += [line for line, _ in block if _answers(terms, line.rsplit(" (session ", 1)[0])]
     if not hits:
         return None
     head = "根据你之前告诉我的：" if zh else "From what you told me earlier:"

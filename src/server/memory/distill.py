@@ -42,8 +42,10 @@ DISTILL_PROMPT = (
     "Extract the durable facts and preferences the USER states about themselves, their work or their "
     "systems in the message below (names, hosts, paths, settings, how they want answers). Skip "
     "questions, one-off requests and anything uncertain; never include secrets such as passwords or "
-    "keys. Answer with JSON only: a list of objects {\"kind\": \"fact\" or \"preference\", \"text\": "
-    "\"one short sentence in the user's language\"}; [] when there is nothing durable.")
+    "keys. Word a fact as \"<what> is <value>\" when it has that shape (\"The prod DB host is "
+    "db-prod-42\"), so a later correction replaces it. Answer with JSON only: a list of objects "
+    "{\"kind\": \"fact\" or \"preference\", \"text\": \"one short sentence in the user's "
+    "language\"}; [] when there is nothing durable.")
 
 
 #: the words that only ask to keep what follows: dropped from the kept item when what follows is a
