@@ -9,22 +9,21 @@ results to the server:
   the summarizer failed ``max_failures_before_fallback`` times in a row (a ``NOTICE`` for clients).
 
 Indexes live in memory, one per user (LRU), filled from storage on first use and kept current
-by ``after_turn``; summarization runs in background tasks, at most one per session. Each active
+by ``after_turn``; summarization runs in background tasks, at most one per session
+(``server.memory.summaries``). Each active
 session has a ``SessionView`` (LRU of ``context.max_sessions_cached``): a turn reads only the
 messages stored since the previous one, and expands and counts each message once.
 """
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable
 
 from server.agent.base import BuiltContext
-from storage.models import ChatMessage, SessionRecord, SummaryRecord, now_iso
+from storage.models import ChatMessage, SessionRecord, SummaryRecord
 from storage import HistoryStore, NotFound
 
 from server.memory.config import MemoryConfig
@@ -32,28 +31,18 @@ from server.memory.context import Excerpt, Parts, Turn, assemble, in_prompt, rec
 from server.memory.embeddings import Embedder
 from server.memory.indexes import UserIndexes
 from server.memory.recall import excerpt_and_tokens, parse_time, snippet
-from server.memory.summarizer import SummaryFailed, plan, plan_cut, summarize
+from server.memory.summaries import Notify, Summaries
 from server.memory.tokens import TokenCounter, make_counter
 from server.memory.user_memory import UserMemory
 from server.memory.user_store import UserMemoryStore
 from server.memory.view import SessionView, built_view
 
 log = logging.getLogger("nplt.memory")
-Notify = Callable[[str, str, dict], Any]
 MIN_EXCERPT_TOKENS = 24          # an excerpt smaller than this is not worth adding
 MIN_RELATIVE_SCORE = 0.3         # recalled turns score at least this share of the best one
 RESET_INLINE_MAX = 200           # a view rebuilt from more messages than this is built in a worker thread
 READ_INLINE_MAX = 32             # a loaded session's new messages read on the loop when at most this many
 STABLE_MEMO_SIZE = 64            # token counts of system prompts / summaries kept across prompts
-
-
-@dataclass
-class _SessionState:
-    """Summarizer bookkeeping for one session."""
-    failures: int = 0
-    fallback: bool = False
-    task: asyncio.Task | None = None
-    rerun: bool = False
 
 
 class MemoryManager:
@@ -77,8 +66,8 @@ class MemoryManager:
         self._record_and_messages = getattr(store, "record_and_messages", None)   # PostgreSQL: one round trip
         self._views: OrderedDict[str, SessionView] = OrderedDict()
         self._stable_tokens: dict[tuple[str, str], int] = {}
-        self._sessions: dict[str, _SessionState] = {}
         self._tasks: set[asyncio.Task] = set()
+        self.summaries = Summaries(self.config, store, agent, self.counter, self.sync_view, self._spawn, notify)
         self._closed = False
         um = self.config.user_memory
         self.user_memory: UserMemory | None = None     # long-term user memory (needs a store and enabled)
@@ -120,8 +109,7 @@ class MemoryManager:
                 items, memory_cut = await self.user_memory.choose(user_id, session_id, new_message.content)
             except Exception:
                 log.exception("user memory failed for session %s (prompt built without it)", session_id)
-        state = self._sessions.get(session_id)
-        flags: dict[str, Any] = {"summary_fallback": bool(state and state.fallback), "turns_older": older}
+        flags: dict[str, Any] = {"summary_fallback": self.summaries.fallback(session_id), "turns_older": older}
         if recall_cut:                            # left out by recall's own limits (ids; the pipeline's trace)
             flags["recall_cut"] = recall_cut
         if memory_cut:
@@ -270,27 +258,14 @@ class MemoryManager:
     async def before_supersede(self, session_id: str, user_id: str, messages: list[ChatMessage]) -> None:
         """Before a regenerate or an edit supersedes ``messages`` of ``user_id``'s session, take back
         what was made from them: what long-term memory learned from the user messages (a learning of
-        them still under way adds nothing), and a summary that covers any of them. A summary being
-        written is cancelled; the newest earlier summary covering none of them becomes the current
-        one again, or, without one, the summaries are withdrawn (``SummaryRecord.withdrawal``) and
-        the next trigger summarizes the live messages afresh."""
+        them still under way adds nothing), and a summary that covers any of them
+        (``Summaries.take_back``)."""
         if self._closed or not messages:
             return
         users = [m.id for m in messages if m.role == "user"]
         if self.user_memory is not None and users:
             await self.user_memory.forget_messages(user_id, session_id, users)
-        state = self._sessions.get(session_id)
-        if state is not None and state.task is not None and not state.task.done():
-            state.task.cancel()
-            await asyncio.gather(state.task, return_exceptions=True)
-        first = min(m.id for m in messages)
-        record = await self.store.get(session_id)
-        if record.summary is None or record.summary.covers_to_id < first:
-            return
-        earlier = next((s for s in reversed(record.summaries) if s.covers_to_id < first), None)
-        restored = SummaryRecord.withdrawal() if earlier is None or earlier.covers_to_id == 0 else \
-            replace(earlier, created_at=now_iso())
-        await self.store.add_summary(session_id, restored)
+        await self.summaries.take_back(session_id, min(m.id for m in messages))
 
     def forget_session(self, session_id: str, user_id: str | None = None, *, cleared: bool = False) -> None:
         """Drop a session from every index and its cached view (call on delete, purge or clear; the
@@ -338,14 +313,8 @@ class MemoryManager:
                 return
         if self.user_memory is not None and view is not None:
             self._learn(session_id, user_id, view)
-        if not sc.enabled or view is None:
-            return
-        state = self._sessions.get(session_id)
-        if state is not None and state.task is not None and not state.task.done():
-            state.rerun = True                    # re-evaluated when the running one ends
-        elif plan_cut(sc, self.config.context, view.roles, view.costs) > 0 and not self._closed:
-            state = self._sessions.setdefault(session_id, _SessionState())
-            state.task = self._spawn(self._summary_loop(session_id, state))
+        if sc.enabled and view is not None and not self._closed:
+            self.summaries.schedule(session_id, view)
 
     def _learn(self, session_id: str, user_id: str, view: SessionView) -> None:
         """Distill the user messages stored since the last call into long-term memory (background).
@@ -385,76 +354,6 @@ class MemoryManager:
         except Exception:
             log.exception("removing session %s from long-term memory failed", session_id)
 
-    async def _summary_loop(self, session_id: str, state: _SessionState) -> None:
-        while True:
-            state.rerun = False
-            try:
-                await self._summarize_once(session_id, state)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("summarization of session %s failed", session_id)
-            if not state.rerun or self._closed:
-                break
-        if state.failures == 0 and not state.rerun and self._sessions.get(session_id) is state:
-            del self._sessions[session_id]        # nothing to remember: keep the table small
-
-    async def _summarize_once(self, session_id: str, state: _SessionState) -> None:
-        cfg = self.config.summarization
-        record, view = await self.sync_view(session_id)
-        if view is None or plan_cut(cfg, self.config.context, view.roles, view.costs) <= 0:
-            return                                # deleted, or nothing to do (cheap check on the view)
-        stored, covers = record.summary, view.covers
-        previous = stored if view.summary_applies else None
-        ids, costs = list(view.ids), list(view.costs)
-        uncovered = await self.store.messages(session_id, after_id=covers)
-        same = [m.id for m in uncovered] == ids   # else it changed meanwhile: count again
-        p = plan(cfg, self.config.context, previous, uncovered, self.counter, costs if same else None)
-        if p is None:
-            return
-        try:
-            summary = await summarize(p, cfg, self.counter, self.agent, cfg.model or record.model)
-        except SummaryFailed as exc:
-            state.failures += 1
-            log.warning("summary of session %s failed (%d in a row): %s", session_id, state.failures, exc)
-            if state.failures >= cfg.max_failures_before_fallback and not state.fallback:
-                state.fallback = True
-                await self._notify("warning", session_id, {
-                    "level": "warning", "code": "SUMMARY_FAILED",
-                    "message": f"summarizing this conversation failed {state.failures} times in a row; "
-                               "older turns are dropped from the model's context until it succeeds"})
-            return
-        if not await self._still_applies(session_id, stored, covers, p.covered):
-            log.info("summary of session %s dropped: what it covers changed while it was written "
-                     "(a regenerate, an edit or a clear)", session_id)
-            return
-        await self.store.add_summary(session_id, summary)
-        state.failures = 0
-        state.fallback = False
-        await self._notify("summary", session_id, {"summary": summary.to_dict()})
-
-    async def _still_applies(self, session_id: str, stored: SummaryRecord | None, covers: int,
-                             covered: list[ChatMessage]) -> bool:
-        """Whether a summary of ``covered`` still fits the stored session (changed meanwhile by this
-        node or another): the same current summary, and the messages it covers neither cleared nor
-        superseded since."""
-        record = await self.store.get(session_id)
-        if record.summary != stored or record.deleted:
-            return False
-        last = covered[-1].id
-        now = [m for m in await self.store.messages(session_id, after_id=covers) if m.id <= last]
-        return [(m.id, in_prompt(m)) for m in now] == [(m.id, in_prompt(m)) for m in covered]
-
-    async def _notify(self, kind: str, session_id: str, payload: dict) -> None:
-        if self.notify is None:
-            return
-        try:
-            res = self.notify(kind, session_id, payload)
-            if inspect.isawaitable(res):
-                await res
-        except Exception:
-            log.exception("memory notify(%s) failed", kind)
-
     # -- search (history_search tool) -------------------------------------------------------------
     async def search(self, user_id: str, query: str, *, session_id: str | None = None,
                      k: int = 5) -> list[dict]:
@@ -488,9 +387,7 @@ class MemoryManager:
     # -- lifecycle -------------------------------------------------------------------------------
     def session_state(self, session_id: str) -> dict[str, Any]:
         """Summarizer state of a session (failures in a row, fallback, running)."""
-        st = self._sessions.get(session_id) or _SessionState()
-        return {"failures": st.failures, "fallback": st.fallback,
-                "running": st.task is not None and not st.task.done()}
+        return self.summaries.state(session_id)
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)     # type: ignore[arg-type]
@@ -510,6 +407,7 @@ class MemoryManager:
     async def aclose(self) -> None:
         """Cancel and await background tasks, close the embeddings client."""
         self._closed = True
+        self.summaries.closed = True
         self.indexes.closed = True
         tasks = list(self._tasks)
         for t in tasks:
