@@ -265,3 +265,24 @@ async def test_a_summary_is_dropped_when_what_it_covers_changed_while_it_was_wri
         await mm.wait_idle()
         assert "STALE" not in [s.text for s in (await store.get(sid)).summaries], change
         await mm.aclose()
+
+
+async def test_after_an_edit_of_the_first_message_summaries_neither_fail_nor_hold_its_text(store):
+    """Offline (extractive) summaries: a cut covering only superseded messages is skipped, not a
+    failure, and the first summary with live messages leaves the superseded text out."""
+    mm = MemoryManager(mem_config(), store, OfflineStub(), None, "SYS")
+    sid = (await store.create(USER)).session_id
+    for i in range(3):
+        await store_turn(store, mm, sid, USER, f"my old server is old-{i}", f"noted old-{i}")
+    msgs = await store.messages(sid)
+    await mm.before_supersede(sid, USER, msgs)           # the user edits message 1
+    for m in msgs:
+        await store.update(sid, replace(m, metadata={**m.metadata, "superseded": True}))
+    mm.forget_session(sid)
+    for i in range(3):
+        await store_turn(store, mm, sid, USER, f"my new server is new-{i}", f"noted new-{i}")
+        await mm.wait_idle()
+        assert mm.session_state(sid)["failures"] == 0
+    [summary] = (await store.get(sid)).summaries
+    assert summary.covers_to_id == 8 and "new-0" in summary.text and "old-" not in summary.text
+    await mm.aclose()

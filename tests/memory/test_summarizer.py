@@ -12,8 +12,8 @@ from protocol import ErrorCode
 from server.agent.base import AgentError
 from server.memory.config import ContextConfig, MemoryConfig, SummarizationConfig, Threshold
 from server.memory.extractive import HEADER, extractive_summary
-from server.memory.summarizer import (EXTRACTIVE_MODEL, Plan, SummaryFailed, cut_index, message_costs, plan,
-                                      summarize, transcript)
+from server.memory.summarizer import (EXTRACTIVE_MODEL, NothingToSummarize, Plan, SummaryFailed, cut_index,
+                                      message_costs, plan, summarize, transcript)
 from server.memory.tokens import ApproxTokenCounter
 from storage.models import ChatMessage, SummaryRecord, ToolCall
 
@@ -123,6 +123,19 @@ async def test_superseded_messages_are_covered_but_never_summarized(offline):
     rec = await summarize(Plan(None, msgs, []), cfg(), C, agent, None)
     assert "web-NEW" in rec.text and "web-OLD" not in rec.text and "question 1" in rec.text
     assert (rec.covers_from_id, rec.covers_to_id) == (1, 6)
+
+
+@pytest.mark.parametrize("offline", [False, True])
+async def test_a_plan_of_superseded_messages_only_carries_the_previous_summary_or_is_no_failure(offline):
+    gone = [ChatMessage(i, "user" if i % 2 else "assistant", f"old {i}", metadata={"superseded": True})
+            for i in range(11, 15)]
+    agent = OfflineStub() if offline else ScriptedSummarizer(["never asked"])
+    prev = SummaryRecord("user is Alice", 1, 10, model="m")
+    rec = await summarize(Plan(prev, gone, []), cfg(), C, agent, None)
+    assert (rec.text, rec.covers_from_id, rec.covers_to_id, rec.model) == ("user is Alice", 1, 14, "m")
+    with pytest.raises(NothingToSummarize):
+        await summarize(Plan(None, gone, []), cfg(), C, agent, None)
+    assert getattr(agent, "calls", []) == []                    # no model call either way
 
 
 @pytest.mark.parametrize("reply", ["", "   ", AgentError(ErrorCode.LLM_ERROR, "boom"), RuntimeError("x")])

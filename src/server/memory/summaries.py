@@ -20,7 +20,7 @@ from storage.models import ChatMessage, SessionRecord, SummaryRecord, now_iso
 
 from server.memory.config import MemoryConfig
 from server.memory.context import in_prompt
-from server.memory.summarizer import SummaryFailed, plan, plan_cut, summarize
+from server.memory.summarizer import NothingToSummarize, SummaryFailed, plan, plan_cut, summarize
 from server.memory.tokens import TokenCounter
 from server.memory.view import SessionView
 
@@ -124,6 +124,9 @@ class Summaries:
             return
         try:
             summary = await summarize(p, cfg, self.counter, self.agent, cfg.model or record.model)
+        except NothingToSummarize as exc:
+            log.debug("summary of session %s skipped: %s", session_id, exc)
+            return
         except SummaryFailed as exc:
             state.failures += 1
             log.warning("summary of session %s failed (%d in a row): %s", session_id, state.failures, exc)

@@ -27,6 +27,11 @@ class SummaryFailed(Exception):
     """The summarizer produced nothing usable (the caller changes nothing)."""
 
 
+class NothingToSummarize(Exception):
+    """Every message of the plan is one the model never sees (superseded) and there is no previous
+    summary to carry over: nothing is stored, and it is no failure (the next cut reaches live ones)."""
+
+
 @dataclass(slots=True)
 class Plan:
     previous: SummaryRecord | None
@@ -163,9 +168,15 @@ async def summarize(p: Plan, config: SummarizationConfig, counter: TokenCounter,
                     model: str | None) -> SummaryRecord:
     """Produce the new rolling summary for ``p``; raises SummaryFailed on an error or an empty text.
     What never reaches the model (superseded messages, empty error answers: ``context.in_prompt``)
-    is not summarized either; the summary still covers their ids."""
+    is not summarized either; the summary still covers their ids. With none of the others, the
+    previous summary is carried over to the new range (no model call), or ``NothingToSummarize``."""
     previous = p.previous.text if p.previous is not None else ""
     covered = [m for m in p.covered if in_prompt(m)]
+    if not covered:                      # only superseded messages: nothing new to fold in
+        if p.previous is None:
+            raise NothingToSummarize(f"messages {p.covered[0].id}-{p.covers_to_id} were all superseded")
+        return SummaryRecord(text=p.previous.text, covers_from_id=p.covers_from_id, covers_to_id=p.covers_to_id,
+                             created_at=now_iso(), model=p.previous.model)
     if agent is None or getattr(agent, "offline", False):
         text, used_model = extractive_summary(previous, covered), EXTRACTIVE_MODEL
     else:
