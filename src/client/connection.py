@@ -11,7 +11,6 @@ yields the server's events and the link's state changes (``client.events``).
 """
 from __future__ import annotations
 
-import ssl
 from typing import Any, AsyncIterator, TypeVar
 
 from protocol import MsgType
@@ -22,9 +21,9 @@ from protocol.replies import (ChatCancelReply, ChatRedoReply, ChatSendReply, Cli
                               SessionReply, SessionSwitchReply, StatsReply)
 
 from client.events import Event
-from client.link import DEFAULT_CLIENT_NAME, Backoff, Link
+from client.link import Backoff, Link
 
-__all__ = ["Backoff", "Client", "DEFAULT_CLIENT_NAME"]
+__all__ = ["Backoff", "Client"]   # Backoff: the reconnect policy, passed as ``backoff=``
 
 R = TypeVar("R", bound=Reply)
 
@@ -34,16 +33,12 @@ def _body(**fields: Any) -> dict[str, Any]:
 
 
 class Client:
-    """An NPLT v3 client (see the module docstring). The keyword arguments configure its ``link``."""
+    """An NPLT v3 client (see the module docstring). The keyword arguments configure its ``link``
+    (``Link``: ``token``, ``tls``, ``client_name``, ``session_id``, ``reconnect``, ``backoff``,
+    ``request_timeout``, ``connect_timeout``, ``event_queue_size``, ``max_message_size``)."""
 
-    def __init__(self, host: str, port: int, *, token: str | None = None, tls: ssl.SSLContext | None = None,
-                 client_name: str = DEFAULT_CLIENT_NAME, session_id: str | None = None, reconnect: bool = True,
-                 backoff: Backoff | None = None, request_timeout: float = 30.0, connect_timeout: float = 10.0,
-                 event_queue_size: int = 1000, max_message_size: int = 8 << 20) -> None:
-        self.link = Link(host, port, token=token, tls=tls, client_name=client_name, session_id=session_id,
-                         reconnect=reconnect, backoff=backoff, request_timeout=request_timeout,
-                         connect_timeout=connect_timeout, event_queue_size=event_queue_size,
-                         max_message_size=max_message_size)
+    def __init__(self, host: str, port: int, **link_options: Any) -> None:
+        self.link = Link(host, port, **link_options)
 
     # -- the link -------------------------------------------------------------------------------------
     @property

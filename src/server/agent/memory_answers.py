@@ -64,8 +64,8 @@ def answer(text: str, messages: list[dict[str, Any]], zh: bool) -> str | None:
     if not terms:
         return None
     here = "（本次对话中）" if zh else " (earlier in this conversation)"
-    block = [(line, _subject(line.rsplit(" (session ", 1)[0])) for line in remembered(messages)]
-    seen = {key for _, key in block if key is not None}
+    block = [(line, line.rsplit(" (session ", 1)[0]) for line in remembered(messages)]   # (line, its text)
+    seen = {key for _, text in block if (key := _subject(text)) is not None}
     hits = []
     for item in stated(messages):                # newest first: an older statement of a subject is left out
         key = _subject(item)
@@ -73,7 +73,7 @@ def answer(text: str, messages: list[dict[str, Any]], zh: bool) -> str | None:
             hits.append(item + here)
         if key is not None:
             seen.add(key)
-    hits += [line for line, _ in block if _answers(terms, line.rsplit(" (session ", 1)[0])]
+    hits += [line for line, text in block if _answers(terms, text)]
     if not hits:
         return None
     head = "根据你之前告诉我的：" if zh else "From what you told me earlier:"

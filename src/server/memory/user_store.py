@@ -268,6 +268,7 @@ class DocUserMemoryStore:
         def change(doc: UserDoc) -> tuple[UserDoc | None, list[MemoryItem]]:
             known = {dedupe_key(i.text) for i in doc.items}
             dead = set(doc.forgotten)
+            subjects: dict[str, str | None] | None = None     # item id -> key(item), each item's once
             kept, new, tombs = list(doc.items), [], []
             for item in items:
                 text_key = dedupe_key(item.text)
@@ -276,12 +277,15 @@ class DocUserMemoryStore:
                     continue
                 subject = key(item) if key is not None else None
                 if subject is not None:
-                    replaced = [i for i in kept + new if key(i) == subject]      # type: ignore[misc]
-                    if replaced:
-                        tombs.extend(tombstone(i) for i in replaced if i in kept)
-                        kept = [i for i in kept if i not in replaced]
-                        new = [i for i in new if i not in replaced]
-                        known -= {dedupe_key(i.text) for i in replaced}
+                    if subjects is None:
+                        subjects = {i.id: key(i) for i in kept}          # type: ignore[misc]
+                    gone = {i.id for i in kept + new if subjects.get(i.id) == subject}
+                    if gone:
+                        tombs.extend(tombstone(i) for i in kept if i.id in gone)
+                        known -= {dedupe_key(i.text) for i in kept + new if i.id in gone}
+                        kept = [i for i in kept if i.id not in gone]
+                        new = [i for i in new if i.id not in gone]
+                    subjects[item.id] = subject
                 known.add(text_key)
                 new.append(item)
             moved = learned is not None and learned[1] > doc.learned.get(learned[0], 0)
