@@ -13,7 +13,7 @@ from server.memory import MemoryConfig, MemoryManager
 from server.memory.context import MEMORY_HEADER
 from server.memory.distill import distill_rules, distill_with_model, parse_model_answer, subject_key
 from server.memory.user_memory import item_subject
-from server.memory.user_store import JsonUserMemoryStore, MemoryItem
+from server.memory.user_store import JsonUserMemoryStore, MemoryItem, UserFiles
 
 
 def config(**um) -> MemoryConfig:
@@ -78,6 +78,27 @@ async def test_store_is_atomic_isolated_and_survives_a_corrupt_file(tmp_path):
     assert await fresh.list("alice") == []
     assert os.path.exists(str(path) + ".corrupt")
     assert await fresh.forget("alice", "nope") is False
+
+
+async def test_an_update_that_lost_a_race_is_done_again_on_the_stored_document(tmp_path):
+    root = tmp_path / "um"
+    s, other = JsonUserMemoryStore(root, max_items=2), JsonUserMemoryStore(root)   # two writers of one file
+    fact = lambda n, session="s1": MemoryItem(f"m{n}", "fact", f"fact {n}", session, n, "x")  # noqa: E731
+    await s.add("alice", [fact(1)])
+    await other.add("alice", [fact(2), fact(9, "s9")])
+    await other.mark_forgetting("alice", "s9")              # and it stops before finishing the clear
+    save, saves = s.backend.save, []
+
+    async def first_loses(user_id, doc, version):            # s's cached document is stale: its save loses
+        saves.append(version)
+        return len(saves) > 1 and await save(user_id, doc, version)
+    s.backend.save = first_loses
+    assert [i.id for i in await s.add("alice", [fact(3)])] == ["m3"]
+    assert len(saves) == 2                                   # the lost one, then the update's own
+    doc, _ = await UserFiles(root).load("alice")
+    assert [i.id for i in doc.items] == ["m2", "m3"]        # other's item kept, max_items held
+    assert doc.pending == []                                 # the stopped clear is done, as at a load
+    assert [i.id for i in await s.list("alice")] == ["m2", "m3"]   # the cache holds what was stored
 
 
 async def test_a_fact_from_one_session_reaches_the_prompt_of_another(store, tmp_path):

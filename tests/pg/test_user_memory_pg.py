@@ -107,6 +107,25 @@ async def test_concurrent_writes_from_two_nodes_lose_nothing(pg_url):
         assert {i.id for i in await b.list("alice")} == want
 
 
+async def test_a_node_that_loses_every_compare_and_set_still_gets_its_update_in(pg_url):
+    async with node_store(pg_url) as a, node_store(pg_url) as b:
+        await a.add("alice", [item(0, "fact 0")])
+        save, lost = a.backend.save, []
+
+        async def overtaken(user_id, doc, version):       # node b writes between each read and save of a
+            lost.append(version)
+            await b.add("alice", [item(100 + len(lost), f"fact {100 + len(lost)}")])
+            return await save(user_id, doc, version)
+        a.backend.save = overtaken
+        for n in range(1, 4):
+            assert [i.id for i in await a.add("alice", [item(n, f"fact {n}")])] == [f"m{n}"]
+        assert len(lost) == 3                   # one lost compare and set each, then the locked update
+        want = {"m0", "m1", "m2", "m3", "m101", "m102", "m103"}
+        assert {i.id for i in await a.list("alice")} == want
+        await poll(lambda: _cached_ids(b, "alice") in (None, want), timeout=10)
+        assert {i.id for i in await b.list("alice")} == want
+
+
 async def test_a_listener_reconnect_drops_every_cached_user(pg_url):
     async with node_store(pg_url) as a:
         await a.add("alice", [item(1, "x is 1")])

@@ -40,7 +40,7 @@ from storage.fsio import atomic_write
 log = logging.getLogger("nplt.memory")
 
 T = TypeVar("T")
-MAX_SAVE_TRIES = 20      # an update redone this many times because other nodes kept writing: an error
+MAX_SAVE_TRIES = 20      # a locked update redone this many times (first documents racing): an error
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +128,17 @@ class UserDoc:
 class DocBackend(Protocol):
     """Where the user documents live: ``load`` gives a user's document and its version (None: no
     document yet); ``save`` writes one if the stored version is still ``version`` (False: someone
-    else wrote it meanwhile, nothing written). ``on_change``: set by the store, called with a user id
-    (or None: every user) when another process changed that user's document."""
+    else wrote it meanwhile, nothing written). ``update`` applies ``change`` (document -> (the new
+    document or None for no write, result)) to the stored document with no other write between its
+    read and its write, and returns (the document now stored, its version, result); None only when
+    another process created the user's first document meanwhile. ``on_change``: set by the store,
+    called with a user id (or None: every user) when another process changed that user's document."""
     on_change: Callable[[str | None], None] | None
 
     async def load(self, user_id: str) -> tuple[UserDoc, Any]: ...
     async def save(self, user_id: str, doc: UserDoc, version: Any) -> bool: ...
+    async def update(self, user_id: str, change: Callable[[UserDoc], tuple[UserDoc | None, T]]
+                     ) -> tuple[UserDoc, Any, T] | None: ...
     async def close(self) -> None: ...
 
 
@@ -170,6 +175,14 @@ class UserFiles:
     async def save(self, user_id: str, doc: UserDoc, version: Any) -> bool:
         await asyncio.to_thread(self._write, user_id, doc)
         return True
+
+    async def update(self, user_id: str, change: Callable[[UserDoc], tuple[UserDoc | None, T]]
+                     ) -> tuple[UserDoc, Any, T]:
+        doc, version = await self.load(user_id)       # the store's lock is the only writer's
+        new, result = change(doc)
+        if new is not None:
+            await self.save(user_id, new, version)
+        return (doc if new is None else new), version, result
 
     async def close(self) -> None:
         return None
@@ -222,10 +235,7 @@ class DocUserMemoryStore:
     async def _save(self, user_id: str, doc: UserDoc, version: Any) -> tuple[UserDoc, Any] | None:
         """Write ``doc`` (a new object: the cached one changes only once it is stored); None when the
         stored document is no longer ``version`` (nothing written, the cache entry dropped)."""
-        n = self.max_items
-        doc.forgotten = doc.forgotten[-n:]
-        while len(doc.learned) > n:
-            doc.learned.pop(next(iter(doc.learned)))
+        self._trim(doc)
         new_version = (version or 0) + 1
         if not await self.backend.save(user_id, doc, version):
             self._cache.pop(user_id, None)
@@ -233,16 +243,43 @@ class DocUserMemoryStore:
         self._cache[user_id] = (doc, new_version)
         return doc, new_version
 
+    def _trim(self, doc: UserDoc) -> UserDoc:
+        n = self.max_items
+        doc.forgotten = doc.forgotten[-n:]
+        while len(doc.learned) > n:
+            doc.learned.pop(next(iter(doc.learned)))
+        return doc
+
     async def _update(self, user_id: str, change: Callable[[UserDoc], tuple[UserDoc | None, T]]) -> T:
         """Apply ``change`` (document -> (the new document or None for no write, result)) under the
-        user's lock, again on a fresh read while another process's write gets in between."""
+        user's lock: on the cached document with a compare-and-set save, and when another process
+        wrote meanwhile, once more with the stored document locked by the backend (no write gets
+        in between). Redoing the optimistic save instead could lose every time to a node whose
+        cached document spares it the read (seen: 20 losses in a row to a node adding items)."""
         async with self._lock(user_id):
+            doc, version = await self._load(user_id)
+            new, result = change(doc)
+            if new is None or await self._save(user_id, new, version) is not None:
+                return result
             for _ in range(MAX_SAVE_TRIES):
-                doc, version = await self._load(user_id)
-                new, result = change(doc)
-                if new is None or await self._save(user_id, new, version) is not None:
+                got = await self.backend.update(user_id, lambda d: self._settled(user_id, d, change))
+                if got is not None:
+                    doc, version, result = got
+                    self._cache.pop(user_id, None)
+                    self._cache[user_id] = (doc, version)
                     return result
-        raise StorageUnavailable(f"user memory of one user changed {MAX_SAVE_TRIES} times during one update")
+        raise StorageUnavailable(f"user memory of one user was created {MAX_SAVE_TRIES} times during one update")
+
+    def _settled(self, user_id: str, doc: UserDoc, change: Callable[[UserDoc], tuple[UserDoc | None, T]]
+                 ) -> tuple[UserDoc | None, T]:
+        """``change`` of a freshly read document, after what ``_load`` does to one (sessions left
+        pending by a process that stopped are done), trimmed as ``_save`` does."""
+        left = [s for s in doc.pending if (user_id, s) in self._marked]
+        base = doc if left == doc.pending else UserDoc(doc.items, doc.learned, doc.forgotten, left)
+        new, result = change(base)
+        if new is None and base is not doc:
+            new = base
+        return (None if new is None else self._trim(new)), result
 
     async def list(self, user_id: str) -> list[MemoryItem]:
         async with self._lock(user_id):

@@ -3,9 +3,10 @@
 
 One row per user (``nplt_user_memory``, migration 0007) holds the document a ``UserFiles`` file
 holds, so every node on the database sees the same memory, and what a user forgets on one node is
-gone on all. A write is a compare and set on the row's version (the store redoes an update that
-lost the race to another node) and notifies the other nodes in the same statement (channel
-``nplt_user_memory``, payload: the user id and the writing process), whose caches drop that user.
+gone on all. A write is a compare and set on the row's version; an update that lost that race to
+another node is done again in one transaction holding the row (``update``), which cannot lose. A
+write notifies the other nodes in the same statement (channel ``nplt_user_memory``, payload: the
+user id and the writing process), whose caches drop that user.
 Their listener starts before their first read; after it reconnects (notifications may have been
 missed) they drop every cached user. ``copy_user_files`` brings JSON user memory files over
 (``nplt-server migrate-json-to-pg``).
@@ -17,7 +18,7 @@ import logging
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import orjson
 
@@ -27,6 +28,7 @@ from storage.pg.notify import Listener, encode_payload
 log = logging.getLogger("nplt.memory")
 
 CHANNEL = "nplt_user_memory"
+T = TypeVar("T")
 
 
 class PgUserDocs:
@@ -62,32 +64,62 @@ class PgUserDocs:
         await self._listen()
         row = await self.link.run(lambda con: con.fetchrow(
             "SELECT doc, version FROM nplt_user_memory WHERE user_id = $1", user_id), write=False)
-        if row is None:
-            return UserDoc(), None
-        try:
-            return UserDoc.read(orjson.loads(row["doc"]), user_id)[1], row["version"]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.warning("user memory of one user unreadable (%s): starting empty (the next write replaces it)", exc)
-            return UserDoc(), row["version"]
+        return _parsed(row, user_id)
 
     async def save(self, user_id: str, doc: UserDoc, version: Any) -> bool:
+        sql, args = self._write(user_id, doc, version)
+        rows = await self.link.run(lambda con: con.fetch(sql, *args), write=True)
+        return len(rows) == 1
+
+    async def update(self, user_id: str, change: Callable[[UserDoc], tuple[UserDoc | None, T]]
+                     ) -> tuple[UserDoc, Any, T] | None:
+        """``change`` in one transaction holding the user's row (SELECT ... FOR UPDATE): another
+        node's compare-and-set waits for the commit and then fails its check. None: there was no
+        row and another node inserted the first one meanwhile."""
+        await self._listen()
+
+        async def work(con: Any) -> tuple[UserDoc, Any, T] | None:
+            async with con.transaction():
+                row = await con.fetchrow(
+                    "SELECT doc, version FROM nplt_user_memory WHERE user_id = $1 FOR UPDATE", user_id)
+                doc, version = _parsed(row, user_id)
+                new, result = change(doc)
+                if new is None:
+                    return doc, version, result
+                sql, args = self._write(user_id, new, version)
+                if len(await con.fetch(sql, *args)) != 1:
+                    return None
+                return new, (version or 0) + 1, result
+        return await self.link.run(work, write=True)
+
+    def _write(self, user_id: str, doc: UserDoc, version: Any) -> tuple[str, tuple]:
+        """The statement that stores ``doc`` if the row is still at ``version`` (None: no row) and
+        notifies the other nodes; it returns one row when it wrote."""
         body = orjson.dumps(doc.to_json(user_id)).decode()
         note = encode_payload({"user": user_id, "origin": self.origin})
         if version is None:
-            sql = ("WITH w AS (INSERT INTO nplt_user_memory (user_id, doc, version) VALUES ($1, $2::jsonb, 1) "
-                   "ON CONFLICT (user_id) DO NOTHING RETURNING 1) SELECT pg_notify($3, $4) FROM w")
-            args: tuple = (user_id, body, CHANNEL, note)
-        else:
-            sql = ("WITH w AS (UPDATE nplt_user_memory SET doc = $2::jsonb, version = version + 1 "
-                   "WHERE user_id = $1 AND version = $5 RETURNING 1) SELECT pg_notify($3, $4) FROM w")
-            args = (user_id, body, CHANNEL, note, version)
-        rows = await self.link.run(lambda con: con.fetch(sql, *args), write=True)
-        return len(rows) == 1
+            return ("WITH w AS (INSERT INTO nplt_user_memory (user_id, doc, version) VALUES ($1, $2::jsonb, 1) "
+                    "ON CONFLICT (user_id) DO NOTHING RETURNING 1) SELECT pg_notify($3, $4) FROM w",
+                    (user_id, body, CHANNEL, note))
+        return ("WITH w AS (UPDATE nplt_user_memory SET doc = $2::jsonb, version = version + 1 "
+                "WHERE user_id = $1 AND version = $5 RETURNING 1) SELECT pg_notify($3, $4) FROM w",
+                (user_id, body, CHANNEL, note, version))
 
     async def close(self) -> None:
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
+
+
+def _parsed(row: Any, user_id: str) -> tuple[UserDoc, Any]:
+    """(document, version) of a row of ``nplt_user_memory`` (None: no row, an empty document)."""
+    if row is None:
+        return UserDoc(), None
+    try:
+        return UserDoc.read(orjson.loads(row["doc"]), user_id)[1], row["version"]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        log.warning("user memory of one user unreadable (%s): starting empty (the next write replaces it)", exc)
+        return UserDoc(), row["version"]
 
 
 @dataclass
