@@ -84,7 +84,11 @@ class JournalFlusher:
         self.batched = batched
         self._batch_s = batch_s
         self._on_failure = on_failure
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)    # the flusher thread waits on it for work
+        self._idle = threading.Condition(lock)    # close waits on it for admitted commits
+        self._admitted = 0             # commits between ``admit`` and ``request`` (or ``withdraw``)
+        self._refusing = False         # closing: ``admit`` refuses
         self._waiting: list[Commit] = []      # for the next round: to write, and in fsync mode to sync
         self._written: list[Commit] = []      # batched mode: written in a worker, for the next periodic sync
         self._sync_now: list[Future[None]] = []   # batched mode: ``flush`` callers
@@ -102,17 +106,38 @@ class JournalFlusher:
         self._thread = threading.Thread(target=self._run, name="storage-flusher", daemon=True)
         self._thread.start()
 
+    def admit(self) -> None:
+        """Before a commit writes or queues its journal line (session lock held): raises
+        StorageIOError once the store is closing; otherwise the commit owes a ``request`` (or a
+        ``withdraw`` if it fails before writing), and ``close`` waits for it. So a change is either
+        refused before anything is written or applied, or made durable by the close: never
+        refused after it was written (it would then be in the journal, and in the snapshot the
+        close writes, although its caller was told it failed)."""
+        with self._cond:
+            if self._refusing:
+                raise StorageIOError("the history store is closing")
+            self._admitted += 1
+
+    def withdraw(self) -> None:
+        """An admitted commit failed before its ``request``: nothing of it is written."""
+        with self._cond:
+            self._settle()
+
+    def _settle(self) -> None:
+        self._admitted -= 1
+        if self._refusing and not self._admitted:
+            self._idle.notify_all()
+
     def request(self, sess: LoadedSession, target: int, seq: int, line: bytes, *,
                 queued: bool) -> Future[None] | None:
-        """After journal ``line`` (change ``seq``) was written, or ``queued`` for the flusher to
-        write, and the writer's count reached ``target``: a future to wait on before acknowledging
-        the change, resolved once it is durable (fsync mode) or written (batched mode); None in
-        batched mode for a line already written (its WAL record goes with the next periodic sync)."""
+        """After journal ``line`` (change ``seq``, ``admit``-ted) was written, or ``queued`` for the
+        flusher to write, and the writer's count reached ``target``: a future to wait on before
+        acknowledging the change, resolved once it is durable (fsync mode) or written (batched
+        mode); None in batched mode for a line already written (its WAL record goes with the next
+        periodic sync). ``close`` waits for every admitted commit's request, so this is always
+        before the flusher's last round."""
         with self._cond:
-            if self._stopping and (queued or not self.batched):
-                fut: Future[None] = Future()
-                fut.set_exception(StorageIOError("the history store is closing"))
-                return fut
+            self._settle()
             if self.batched and not queued:
                 if not self._written:
                     self._cond.notify()          # (the flusher times the next sync from the first)
@@ -324,9 +349,12 @@ class JournalFlusher:
         done.result()
 
     def close(self) -> None:
-        """Flush what is queued, stop the thread, then checkpoint the WAL (nothing is left to
-        replay after a clean close, unless a journal could not be fsynced)."""
+        """Refuse new commits, wait for the admitted ones to be requested, flush what is queued,
+        stop the thread, then checkpoint the WAL (nothing is left to replay after a clean close,
+        unless a journal could not be fsynced)."""
         with self._cond:
+            self._refusing = True
+            self._idle.wait_for(lambda: not self._admitted)     # their lines join the last round
             self._stopping = True
             self._cond.notify()
         self._thread.join()

@@ -448,17 +448,22 @@ class HistoryStore:
         seq = sess.state.last_seq + 1
         entry = {"seq": seq, "op": op, "at": at, **fields}
         wire = entry if raw_msg is None else {**entry, "msg": orjson.Fragment(raw_msg)}
+        self.flusher.admit()              # (closing: refused here, before anything is written)
         try:
-            line = orjson.dumps(wire, option=orjson.OPT_APPEND_NEWLINE)
-            target = sess.writer.queue(line) if queue else sess.writer.append(line, sync=False)
-        except OSError as exc:
-            log.error("storage: journal write failed for %s: %s", sess.sid, exc)
-            raise StorageIOError(f"could not write session {sess.sid}: {exc.strerror or exc}") from None
-        sess.state.apply(entry)
-        sess.journal_lines += 1
-        sess.jdisk = sess.writer.size
-        self.index.put(sess.state.record, sess.files())
-        self.compactor.maybe_schedule(sess)
+            try:
+                line = orjson.dumps(wire, option=orjson.OPT_APPEND_NEWLINE)
+                target = sess.writer.queue(line) if queue else sess.writer.append(line, sync=False)
+            except OSError as exc:
+                log.error("storage: journal write failed for %s: %s", sess.sid, exc)
+                raise StorageIOError(f"could not write session {sess.sid}: {exc.strerror or exc}") from None
+            sess.state.apply(entry)
+            sess.journal_lines += 1
+            sess.jdisk = sess.writer.size
+            self.index.put(sess.state.record, sess.files())
+            self.compactor.maybe_schedule(sess)
+        except BaseException:
+            self.flusher.withdraw()
+            raise
         return self.flusher.request(sess, target, seq, line, queued=queue)
 
     def _invalidate(self, sess: LoadedSession, *, cut: bool = True) -> None:
