@@ -7,6 +7,7 @@ import asyncio
 import random
 from typing import Any
 
+from server.memory import MemoryConfig, MemoryManager
 from storage.models import ChatMessage, ToolCall
 
 class ScriptedSummarizer:
@@ -233,3 +234,47 @@ class EmbeddingServer:
             pass
         finally:
             writer.close()
+
+
+async def _supersede(store, sid: str, first_id: int) -> None:
+    """What an edit or a regenerate does to the stored messages from ``first_id`` on."""
+    for m in await store.messages(sid, after_id=first_id - 1):
+        await store.update(sid, ChatMessage(m.id, m.role, m.content, m.timestamp, m.tool_calls,
+                                            {**m.metadata, "superseded": True}))
+
+
+async def changes_on_another_node(store: Any, store_b: Any, user: str = "ops") -> None:
+    """Two memory managers stand for two nodes (``store_b``: node b's store, the same one or another
+    on the same database): node b searched the user's sessions before node a edited one,
+    regenerated an answer in another and ran a turn in a third; b's next search finds none of the
+    replaced text and every new turn (nothing told b about them)."""
+    cfg = MemoryConfig.from_dict({"summarization": {"enabled": False}})
+    node_a, node_b = MemoryManager(cfg, store, None, None, "SYS"), MemoryManager(cfg, store_b, None, None, "SYS")
+    edited = (await store.create(user, "edited")).session_id
+    regenerated = (await store.create(user, "regenerated")).session_id
+    await store_turn(store, node_a, edited, user, "the vault token is hvs-oops-pasted", "noted")
+    await store_turn(store, node_a, edited, user, "check the vault status", "sealed: false")
+    await store_turn(store, node_a, regenerated, user, "which port does grafana use?", "grafana uses port 9999")
+    assert [h["session_id"] for h in await node_b.search(user, "vault token hvs")][:1] == [edited]
+    assert [h["session_id"] for h in await node_b.search(user, "grafana port 9999")][:1] == [regenerated]
+
+    await node_a.before_supersede(edited, user, await store.messages(edited))      # node a: the edit
+    await _supersede(store, edited, 1)
+    node_a.forget_session(edited)
+    await store_turn(store, node_a, edited, user, "the vault address is vault.internal", "noted")
+    last = (await store.messages(edited))[-2]
+    await store.update(edited, ChatMessage(last.id, last.role, last.content, last.timestamp, [], {"edited_from": 1}))
+    await _supersede(store, regenerated, 2)                                         # node a: the regenerate
+    node_a.forget_session(regenerated)
+    await store.append(regenerated, "assistant", "grafana listens on port 3000")
+    third = (await store.create(user, "third")).session_id                          # node a: a new session
+    await store_turn(store, node_a, third, user, "the kafka brokers run on kafka-7", "ok")
+
+    snippets = [h["snippet"] for q in ("vault token hvs oops pasted", "grafana port 9999", "vault address")
+                for h in await node_b.search(user, q)]
+    assert not [t for t in snippets if "hvs-oops" in t or "9999" in t]            # replaced text: gone on b too
+    assert "the vault address is vault.internal / noted" in snippets
+    assert "which port does grafana use? / grafana listens on port 3000" in snippets
+    assert [h["session_id"] for h in await node_b.search(user, "kafka brokers")] == [third]
+    await node_a.aclose()
+    await node_b.aclose()

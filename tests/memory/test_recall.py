@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from memory_testlib import (CHATTER_EN, CHATTER_ZH, EmbeddingServer, OfflineStub, chatter, store_turn)
+from memory_testlib import (CHATTER_EN, CHATTER_ZH, EmbeddingServer, OfflineStub, changes_on_another_node, chatter,
+                            store_turn)
 from server.memory import MemoryConfig, MemoryManager
 from server.memory.recall import RecallIndex, TurnDoc, format_excerpt, turn_docs
 from server.memory.tokens import ApproxTokenCounter
@@ -113,6 +114,10 @@ async def test_new_manager_cross_session_search_indexes_every_session(store):
         assert hit["session_id"] == sids[i]
     await mm.aclose()
     await fresh.aclose()
+
+
+async def test_what_another_node_changed_reaches_this_nodes_search(store):
+    await changes_on_another_node(store, store)          # (tests/pg: two stores on one database)
 
 
 def test_excerpt_format_and_budget():

@@ -4,7 +4,10 @@ A session's finished turns are indexed incrementally and lazily, when a search n
 prompt's recall in that session, or a search across the user's sessions, which first syncs the
 sessions marked stale since): only the messages after the last one consumed are read (from the
 session's ``SessionView`` when it holds them, else from storage). A session whose visible message
-count no longer adds up (clear/restore) is re-indexed; deleted and purged sessions are dropped. Optional embeddings are computed in the background.
+count no longer adds up (clear/restore), or whose new messages replace indexed turns (an edit or a
+regenerate on another node), is re-indexed; deleted and purged sessions are dropped. Before a search
+across sessions, the sessions whose ``updated_at`` moved since their last sync are synced too (what
+other nodes changed). Optional embeddings are computed in the background.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ class UserIndex:
     titles: dict[str, str] = field(default_factory=dict)
     complete: bool = False                                    # every session of the user synced once
     stale: set[str] = field(default_factory=set)              # sessions with turns finished since their last sync
+    seen: dict[str, str] = field(default_factory=dict)        # each session's updated_at at its last sync
     embed_task: asyncio.Task | None = None
 
 
@@ -85,10 +89,11 @@ class UserIndexes:
             self.forget_session(session_id)
             return had
         uidx.titles[session_id] = record.title
+        uidx.seen[session_id] = record.updated_at
         if new is None:
             new = await self.store.messages(session_id, after_id=upto)
-        rebuilt = record.message_count != uidx.counts.get(session_id, 0) + len(new)
-        if rebuilt:                               # messages hidden or restored since the last sync
+        rebuilt = record.message_count != uidx.counts.get(session_id, 0) + len(new) or _replaces(new, upto)
+        if rebuilt:             # messages hidden, restored or superseded (on another node) since the last sync
             index.remove_session(session_id)
             uidx.counts[session_id] = 0
             new = await self.store.messages(session_id)
@@ -107,8 +112,12 @@ class UserIndexes:
 
     async def sync_all(self, user_id: str, uidx: UserIndex) -> None:
         """Before a cross-session search: the first time, index every (recent) session of the user;
-        afterwards, the sessions with turns finished since (``mark_stale``). Caller holds the lock."""
+        afterwards, the sessions with turns finished since (``mark_stale``) and those whose
+        ``updated_at`` moved since their last sync (changed by another node: new turns, an edit, a
+        clear). Caller holds the lock."""
+        records = await self._recent(user_id)
         if uidx.complete:
+            uidx.stale.update(r.session_id for r in records if uidx.seen.get(r.session_id) != r.updated_at)
             for sid in list(uidx.stale):
                 try:
                     await self.sync(uidx, sid)
@@ -116,6 +125,15 @@ class UserIndexes:
                     uidx.stale.discard(sid)
                     log.exception("cannot index session %s", sid)
             return
+        for rec in records:
+            try:
+                await self.sync(uidx, rec.session_id)
+            except Exception:                     # one unreadable session must not hide the others
+                log.exception("cannot index session %s", rec.session_id)
+        uidx.complete = True
+
+    async def _recent(self, user_id: str) -> list[SessionRecord]:
+        """The user's ``max_sessions_indexed`` most recently updated sessions."""
         limit = self.config.max_sessions_indexed
         cursor: str | None = None
         records: list[SessionRecord] = []
@@ -124,12 +142,7 @@ class UserIndexes:
             records.extend(page)
             if cursor is None or not page:
                 break
-        for rec in records:
-            try:
-                await self.sync(uidx, rec.session_id)
-            except Exception:                     # one unreadable session must not hide the others
-                log.exception("cannot index session %s", rec.session_id)
-        uidx.complete = True
+        return records
 
     def forget_session(self, session_id: str) -> None:
         """Drop a session from every index (the next use rebuilds it)."""
@@ -137,6 +150,7 @@ class UserIndexes:
             uidx.index.remove_session(session_id)
             uidx.counts.pop(session_id, None)
             uidx.titles.pop(session_id, None)
+            uidx.seen.pop(session_id, None)
             uidx.stale.discard(session_id)
 
     # -- embeddings (optional) -----------------------------------------------------------------
@@ -174,3 +188,15 @@ class UserIndexes:
         accept = uidx.index.acceptor(session_id, exclude)
         items = [(key, vec) for key, vec in uidx.index.vectors.items() if accept(key)]
         return await asyncio.to_thread(rank_vectors, qv, items, max(4 * k, 20))
+
+
+def _replaces(new: list[Any], upto: int) -> bool:
+    """Whether messages stored since the last sync replace turns already indexed (superseded in
+    place, which leaves the message count as it was; this node re-indexes at once, another node
+    learns it here): an edit's message (``edited_from`` an indexed message), or an answer right
+    after an indexed turn (a regenerate's; or more of a turn indexed too early: re-read as well)."""
+    if not upto or not new:
+        return False
+    if new[0].role != "user":
+        return True
+    return any(isinstance(m.metadata.get("edited_from"), int) and m.metadata["edited_from"] <= upto for m in new)
