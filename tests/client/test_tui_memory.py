@@ -12,7 +12,7 @@ from client.tui.memory_panel import MemoryPanel
 from client.tui.why import WhyScreen, why_lines
 from client_testlib import shown, SIZE, chat, wait_until
 from fake_client import FakeClient, stamp
-from protocol.objects import ChatMessage, MemoryItem
+from protocol.objects import ChatMessage, MemoryItem, SessionInfo
 from textual.widgets import OptionList, Static
 
 ITEMS = [MemoryItem("m1", "fact", "The prod DB host is db-prod-42.", "s_20261120_a", 3, "2026-11-20T10:15:00+00:00"),
@@ -67,6 +67,19 @@ async def test_memory_panel_from_the_palette_lists_and_forgets() -> None:
         assert "Nothing remembered yet" in str(panel.query_one("#memory-info", Static).render())
         await pilot.press("escape")
         await wait_until(lambda: not isinstance(app.screen, MemoryPanel), pilot=pilot, what="the panel closed")
+
+
+async def test_memory_items_name_the_session_they_were_said_in() -> None:
+    fake = FakeClient(sessions=[SessionInfo("s_20261120_a", "Prod database notes", stamp(0), stamp(0))])
+    fake.memory = [*ITEMS, MemoryItem("m3", "fact", "Our region is eu-3.", "s_gone", 2, "2026-11-20T10:17:00+00:00")]
+    async with app_with(fake) as (app, pilot):
+        app.action_memory()
+        await wait_until(lambda: shown(app, MemoryPanel), pilot=pilot, what="the memory panel")
+        options = app.screen.query_one("#memory-items", OptionList)
+        await wait_until(lambda: options.option_count == 3, pilot=pilot, what="three items")
+        prompts = [str(options.get_option_at_index(n).prompt) for n in range(3)]
+        assert "m1 · in “Prod database notes” · 2026-11-20 10:15 UTC" in prompts[0]   # a session the sidebar lists
+        assert "m3 · session s_gone · 2026-11-20 10:17 UTC" in prompts[2]           # one it does not: its id
 
 
 async def test_why_this_answer_shows_what_reached_the_model() -> None:

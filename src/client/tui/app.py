@@ -320,7 +320,12 @@ class NpltApp(App[None]):
 
     def action_memory(self) -> None:
         if not any(isinstance(s, MemoryPanel) for s in self.screen_stack):
-            self.push_screen(MemoryPanel(self.client.memory_list, self.client.memory_forget))
+            self.push_screen(MemoryPanel(self.client.memory_list, self.client.memory_forget, self._session_title))
+
+    def _session_title(self, session_id: str) -> str | None:
+        """The title of a session the sidebar lists (None: not listed, deleted say)."""
+        info = self.query_one(Sidebar).sessions.get(session_id)
+        return None if info is None else info.title
 
     def action_why(self) -> None:
         view = self._message_for_copy()

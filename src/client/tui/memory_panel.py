@@ -17,23 +17,28 @@ from protocol.replies import MemoryListReply
 
 ListFn = Callable[[], Awaitable[MemoryListReply]]
 ForgetFn = Callable[[str], Awaitable[object]]
+TitleFn = Callable[[str], str | None]
 
 
-def item_prompt(item: MemoryItem) -> Text:
+def item_prompt(item: MemoryItem, title: str | None = None) -> Text:
+    """An item: its kind and text, then its id, where it was said (the session's title when the
+    client knows the session, else its id) and when."""
     when = item.created_at[:16].replace("T", " ")
+    where = f"session {item.session_id}" if title is None else f"in “{title}”"
     return Text.assemble((f"{item.kind:<10}", "bold"), item.text, "\n",
-                         (f"  {item.id} · session {item.session_id} · {when} UTC", "dim"))
+                         (f"  {item.id} · {where} · {when} UTC", "dim"))
 
 
 class MemoryPanel(ModalScreen[None]):
-    """Lists the items (MEMORY_LIST); Delete (or the Forget button) removes the highlighted one."""
+    """Lists the items (MEMORY_LIST); Delete (or the Forget button) removes the highlighted one.
+    ``title_of``: a session's title if the client knows it (the sidebar's sessions)."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Close", show=False),
                 Binding("delete,d", "forget", "Forget", show=False)]
 
-    def __init__(self, list_items: ListFn, forget: ForgetFn) -> None:
+    def __init__(self, list_items: ListFn, forget: ForgetFn, title_of: TitleFn = lambda _sid: None) -> None:
         super().__init__(classes="modal")
-        self._list, self._forget = list_items, forget
+        self._list, self._forget, self._title_of = list_items, forget, title_of
         self.items: list[MemoryItem] = []
         self.enabled = True
 
@@ -59,7 +64,7 @@ class MemoryPanel(ModalScreen[None]):
             return
         self.enabled, self.items = reply.enabled, list(reply.items)
         options = self.query_one("#memory-items", OptionList)
-        options.set_options(Option(item_prompt(i), id=i.id) for i in self.items)
+        options.set_options(Option(item_prompt(i, self._title_of(i.session_id)), id=i.id) for i in self.items)
         if not self.enabled:
             info.update("Long-term memory is turned off on this server.")
         elif not self.items:
