@@ -255,6 +255,8 @@ async def changes_on_another_node(store: Any, store_b: Any, user: str = "ops") -
     await store_turn(store, node_a, edited, user, "the vault token is hvs-oops-pasted", "noted")
     await store_turn(store, node_a, edited, user, "check the vault status", "sealed: false")
     await store_turn(store, node_a, regenerated, user, "which port does grafana use?", "grafana uses port 9999")
+    quiet = (await store.create(user, "quiet")).session_id
+    await store_turn(store, node_a, quiet, user, "the ntp server is ntp-3", "ok")
     assert [h["session_id"] for h in await node_b.search(user, "vault token hvs")][:1] == [edited]
     assert [h["session_id"] for h in await node_b.search(user, "grafana port 9999")][:1] == [regenerated]
 
@@ -268,6 +270,7 @@ async def changes_on_another_node(store: Any, store_b: Any, user: str = "ops") -
     node_a.forget_session(regenerated)
     await store.append(regenerated, "assistant", "grafana listens on port 3000")
     third = (await store.create(user, "third")).session_id                          # node a: a new session
+    await store.rename(quiet, "time servers")                                       # node a: a rename
     await store_turn(store, node_a, third, user, "the kafka brokers run on kafka-7", "ok")
 
     snippets = [h["snippet"] for q in ("vault token hvs oops pasted", "grafana port 9999", "vault address")
@@ -276,5 +279,6 @@ async def changes_on_another_node(store: Any, store_b: Any, user: str = "ops") -
     assert "the vault address is vault.internal / noted" in snippets
     assert "which port does grafana use? / grafana listens on port 3000" in snippets
     assert [h["session_id"] for h in await node_b.search(user, "kafka brokers")] == [third]
+    assert [h["title"] for h in await node_b.search(user, "ntp server")] == ["time servers"]
     await node_a.aclose()
     await node_b.aclose()
