@@ -12,7 +12,8 @@ from server.agent.factory import build_agent
 from server.basic_memory import BasicMemory
 from server.config import ServerConfig
 from server.memory import MemoryManager
-from server.memory.user_store import DocUserMemoryStore, JsonUserMemoryStore
+from server.memory.user_files import JsonUserMemoryStore
+from server.memory.user_store import DocUserMemoryStore
 from server.tools import ToolRegistry
 
 

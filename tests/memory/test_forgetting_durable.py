@@ -15,7 +15,8 @@ from pathlib import Path
 from memory_testlib import OfflineStub, store_turn
 from protocol import MsgType as T
 from server.memory import MemoryConfig, MemoryManager
-from server.memory.user_store import JsonUserMemoryStore, MemoryItem
+from server.memory.user_files import JsonUserMemoryStore
+from server.memory.user_store import MemoryItem
 from storage import AsyncHistoryStore, StorageConfig
 from testkit.process import ServerProcess
 from testkit.server import V3Client, poll
@@ -92,7 +93,7 @@ import asyncio, os, signal, sys
 sys.path[:0] = [{tests!r}]
 from memory_testlib import OfflineStub
 from server.memory import MemoryConfig, MemoryManager
-from server.memory.user_store import JsonUserMemoryStore
+from server.memory.user_files import JsonUserMemoryStore
 from storage import AsyncHistoryStore, StorageConfig
 
 async def main():

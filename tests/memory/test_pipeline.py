@@ -7,7 +7,7 @@ import pytest
 from memory_testlib import OfflineStub, store_turn
 from server.agent.base import BuiltContext, TurnResult
 from server.memory import MemoryConfig, MemoryManager
-from server.memory.user_store import JsonUserMemoryStore
+from server.memory.user_files import JsonUserMemoryStore
 from server.pipeline import (KNOWLEDGE_HEADER, Answer, Passage, TurnPipeline, TurnState, generate, persist_step,
                              recall_step, retrieve_step, route)
 from storage.models import ChatMessage, ToolCall

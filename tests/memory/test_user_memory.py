@@ -13,7 +13,8 @@ from server.memory import MemoryConfig, MemoryManager
 from server.memory.context import MEMORY_HEADER
 from server.memory.distill import distill_rules, distill_with_model, parse_model_answer, subject_key
 from server.memory.user_memory import item_subject
-from server.memory.user_store import JsonUserMemoryStore, MemoryItem, UserFiles
+from server.memory.user_files import JsonUserMemoryStore, UserFiles
+from server.memory.user_store import MemoryItem
 
 
 def config(**um) -> MemoryConfig:

@@ -8,7 +8,8 @@ import asyncio
 import asyncpg
 
 from storage import AsyncHistoryStore, StorageConfig, SummaryRecord, ToolCall
-from server.memory.user_store import DocUserMemoryStore, JsonUserMemoryStore, MemoryItem
+from server.memory.user_files import JsonUserMemoryStore
+from server.memory.user_store import DocUserMemoryStore, MemoryItem
 from server.memory.user_store_pg import PgUserDocs
 from server.migrate import main
 from storage.pg.link import PgLink

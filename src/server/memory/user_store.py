@@ -1,11 +1,11 @@
-"""Long-term user memory storage: the ``UserMemoryStore`` interface and its JSON-file backend.
+"""Long-term user memory storage: ``MemoryItem``, the ``UserMemoryStore`` interface, one user's
+document (``UserDoc``) and ``DocUserMemoryStore``, which does the operations on documents kept by a
+``DocBackend``: JSON files (``server.memory.user_files``, the embedded default) or one row per user
+in PostgreSQL (``server.memory.user_store_pg``) when the history is there, so every node sees the
+same memory.
 
-One file per user (``<root>/<sha256(user)[:32]>.json``, the user id never becomes a path), written
-atomically (temp file, fsync, rename, directory fsync), so a crash leaves the old or the new list,
-never a torn one. A file that cannot be parsed is moved aside (``.corrupt``) and the user starts
-empty. All file work runs in a worker thread; one lock per user orders the read-modify-writes.
-
-Besides the items, the file keeps what makes forgetting durable (docs/memory.md, "Forgetting"):
+Besides the items, a user's document keeps what makes forgetting durable (docs/memory.md,
+"Forgetting"):
 
 * ``learned``: per session, the highest message id distilled (written with the items it gave), so a
   restart or an evicted cache never distills the same messages again;
@@ -13,31 +13,20 @@ Besides the items, the file keeps what makes forgetting durable (docs/memory.md,
   user forgot or a correction replaced; the same statement distilled again from the same message is
   not added back. An empty hash stands for every item of the message (an edit superseded it);
 * ``pending``: sessions being forgotten (a clear, delete or purge marks them *before* the history
-  changes); a file loaded with pending sessions drops their items at once, so a crash between the
-  clear and the removal cannot bring them back.
+  changes); a document loaded with pending sessions drops their items at once, so a crash between
+  the clear and the removal cannot bring them back.
 
 The three lists are bounded by ``max_items`` entries each (the oldest go first).
-
-``DocUserMemoryStore`` does the operations on a user's document; where documents live is its
-``DocBackend``: ``UserFiles`` here, or one row per user in PostgreSQL
-(``server.memory.user_store_pg``) when the history is there, so every node sees the same memory.
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
-import logging
-import os
 import secrets
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 from storage import StorageUnavailable
-from storage.fsio import atomic_write
-
-log = logging.getLogger("nplt.memory")
 
 T = TypeVar("T")
 MAX_SAVE_TRIES = 20      # a locked update redone this many times (first documents racing): an error
@@ -140,52 +129,6 @@ class DocBackend(Protocol):
     async def update(self, user_id: str, change: Callable[[UserDoc], tuple[UserDoc | None, T]]
                      ) -> tuple[UserDoc, Any, T] | None: ...
     async def close(self) -> None: ...
-
-
-class UserFiles:
-    """``DocBackend`` over one JSON file per user (see the module docstring). The data directory
-    belongs to one process (storage's lock), so a save never conflicts: ``version`` is unused."""
-
-    def __init__(self, root: str | os.PathLike) -> None:
-        self.root = Path(root)
-        self.on_change: Callable[[str | None], None] | None = None
-
-    def _path(self, user_id: str) -> Path:
-        return self.root / (hashlib.sha256(user_id.encode()).hexdigest()[:32] + ".json")
-
-    def _read(self, user_id: str) -> UserDoc:
-        path = self._path(user_id)
-        try:
-            return UserDoc.read(json.loads(path.read_bytes()), user_id)[1]
-        except FileNotFoundError:
-            return UserDoc()
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.warning("user memory file %s unreadable (%s): moved aside, starting empty", path, exc)
-            os.replace(path, str(path) + ".corrupt")
-            return UserDoc()
-
-    def _write(self, user_id: str, doc: UserDoc) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        data = json.dumps(doc.to_json(user_id), ensure_ascii=False, indent=1).encode()
-        atomic_write(str(self._path(user_id)), data)
-
-    async def load(self, user_id: str) -> tuple[UserDoc, Any]:
-        return await asyncio.to_thread(self._read, user_id), None
-
-    async def save(self, user_id: str, doc: UserDoc, version: Any) -> bool:
-        await asyncio.to_thread(self._write, user_id, doc)
-        return True
-
-    async def update(self, user_id: str, change: Callable[[UserDoc], tuple[UserDoc | None, T]]
-                     ) -> tuple[UserDoc, Any, T]:
-        doc, version = await self.load(user_id)       # the store's lock is the only writer's
-        new, result = change(doc)
-        if new is not None:
-            await self.save(user_id, new, version)
-        return (doc if new is None else new), version, result
-
-    async def close(self) -> None:
-        return None
 
 
 class DocUserMemoryStore:
@@ -397,10 +340,3 @@ class DocUserMemoryStore:
     async def close(self) -> None:
         self._cache.clear()
         await self.backend.close()
-
-
-class JsonUserMemoryStore(DocUserMemoryStore):
-    """The embedded default: one JSON file per user under ``root``."""
-
-    def __init__(self, root: str | os.PathLike, max_items: int = 200, max_cached: int = 256) -> None:
-        super().__init__(UserFiles(root), max_items, max_cached)
