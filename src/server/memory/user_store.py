@@ -162,18 +162,29 @@ class DocUserMemoryStore:
         got = self._cache.pop(user_id, None)
         if got is None:
             doc, version = await self.backend.load(user_id)
-            left = [s for s in doc.pending if (user_id, s) in self._marked]
-            if left != doc.pending:         # marked by a process that stopped before finishing: done now
-                changed = UserDoc(doc.items, doc.learned, doc.forgotten, left)
+            changed = self._finish_stopped(user_id, doc)
+            if changed is not None:
                 got = await self._save(user_id, changed, version)
                 if got is None:             # changed meanwhile: the next load sees it
                     return doc, version
             else:
                 got = (doc, version)
+        self._remember(user_id, got)
+        return got
+
+    def _remember(self, user_id: str, got: tuple[UserDoc, Any]) -> None:
+        """Cache a user's (document, version) as the most recently used (LRU of ``max_cached``)."""
+        self._cache.pop(user_id, None)
         self._cache[user_id] = got                   # most recent last
         while len(self._cache) > self.max_cached:
             self._cache.pop(next(iter(self._cache)))
-        return got
+
+    def _finish_stopped(self, user_id: str, doc: UserDoc) -> UserDoc | None:
+        """A freshly read ``doc`` without the sessions marked pending by a process that stopped before
+        finishing their clear (their items are already left out: ``UserDoc.from_json``); None when
+        there are none."""
+        left = [s for s in doc.pending if (user_id, s) in self._marked]
+        return None if left == doc.pending else UserDoc(doc.items, doc.learned, doc.forgotten, left)
 
     async def _save(self, user_id: str, doc: UserDoc, version: Any) -> tuple[UserDoc, Any] | None:
         """Write ``doc`` (a new object: the cached one changes only once it is stored); None when the
@@ -208,8 +219,7 @@ class DocUserMemoryStore:
                 got = await self.backend.update(user_id, lambda d: self._settled(user_id, d, change))
                 if got is not None:
                     doc, version, result = got
-                    self._cache.pop(user_id, None)
-                    self._cache[user_id] = (doc, version)
+                    self._remember(user_id, (doc, version))
                     return result
         raise StorageUnavailable(f"user memory of one user was created {MAX_SAVE_TRIES} times during one update")
 
@@ -217,11 +227,9 @@ class DocUserMemoryStore:
                  ) -> tuple[UserDoc | None, T]:
         """``change`` of a freshly read document, after what ``_load`` does to one (sessions left
         pending by a process that stopped are done), trimmed as ``_save`` does."""
-        left = [s for s in doc.pending if (user_id, s) in self._marked]
-        base = doc if left == doc.pending else UserDoc(doc.items, doc.learned, doc.forgotten, left)
-        new, result = change(base)
-        if new is None and base is not doc:
-            new = base
+        finished = self._finish_stopped(user_id, doc)
+        new, result = change(doc if finished is None else finished)
+        new = finished if new is None else new
         return (None if new is None else self._trim(new)), result
 
     async def list(self, user_id: str) -> list[MemoryItem]:
