@@ -7,6 +7,7 @@ import asyncio
 import random
 from typing import Any
 
+from server.handlers.redo import _supersede as supersede
 from server.memory import MemoryConfig, MemoryManager
 from storage.models import ChatMessage, ToolCall
 
@@ -236,13 +237,6 @@ class EmbeddingServer:
             writer.close()
 
 
-async def _supersede(store, sid: str, first_id: int) -> None:
-    """What an edit or a regenerate does to the stored messages from ``first_id`` on."""
-    for m in await store.messages(sid, after_id=first_id - 1):
-        await store.update(sid, ChatMessage(m.id, m.role, m.content, m.timestamp, m.tool_calls,
-                                            {**m.metadata, "superseded": True}))
-
-
 async def changes_on_another_node(store: Any, store_b: Any, user: str = "ops") -> None:
     """Two memory managers stand for two nodes (``store_b``: node b's store, the same one or another
     on the same database): node b searched the user's sessions before node a edited one,
@@ -261,12 +255,12 @@ async def changes_on_another_node(store: Any, store_b: Any, user: str = "ops") -
     assert [h["session_id"] for h in await node_b.search(user, "grafana port 9999")][:1] == [regenerated]
 
     await node_a.before_supersede(edited, user, await store.messages(edited))      # node a: the edit
-    await _supersede(store, edited, 1)
+    await supersede(store, edited, await store.messages(edited))    # (what the edit handler stores)
     node_a.forget_session(edited)
     await store_turn(store, node_a, edited, user, "the vault address is vault.internal", "noted")
     last = (await store.messages(edited))[-2]
     await store.update(edited, ChatMessage(last.id, last.role, last.content, last.timestamp, [], {"edited_from": 1}))
-    await _supersede(store, regenerated, 2)                                         # node a: the regenerate
+    await supersede(store, regenerated, await store.messages(regenerated, after_id=1))   # node a: the regenerate
     node_a.forget_session(regenerated)
     await store.append(regenerated, "assistant", "grafana listens on port 3000")
     third = (await store.create(user, "third")).session_id                          # node a: a new session

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 import orjson
 
@@ -90,3 +91,11 @@ def check_acked(root: Path, sids: list[str], acked: dict[str, set[int]]) -> None
             ids = [m.id for m in store.messages(sid)]
             assert ids == list(range(1, len(ids) + 1))
             assert acked[sid] <= set(ids), sorted(acked[sid] - set(ids))[:10]
+
+
+def wait_for(pred: Callable[[], object], timeout: float = 30) -> None:
+    """Poll ``pred`` (another thread's progress) until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.001)

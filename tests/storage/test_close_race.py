@@ -3,18 +3,11 @@ is written; never reported as failed while the close writes it to disk anyway.""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from storage import HistoryStore, StorageConfig, StorageError
-
-
-def _wait_for(pred, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
+from storage_testlib import wait_for
 
 
 @pytest.mark.parametrize("durability", ["fsync", "batched"])
@@ -49,7 +42,7 @@ def test_a_change_in_flight_when_the_store_closes_is_kept_and_acknowledged(root,
     assert reached.wait(10)
     closer = threading.Thread(target=store.close)
     closer.start()
-    _wait_for(lambda: store.flusher._refusing)          # the close waits for the admitted change
+    wait_for(lambda: store.flusher._refusing)          # the close waits for the admitted change
     with pytest.raises(StorageError):
         store.append(sid, "user", "after the close began")     # refused, nothing written
     go.set()
@@ -68,7 +61,7 @@ def test_a_commit_after_the_close_began_is_refused_before_it_is_written(root):
     store.flusher.admit()                               # a commit under way holds the close back
     closer = threading.Thread(target=store.close)
     closer.start()
-    _wait_for(lambda: store.flusher._refusing)
+    wait_for(lambda: store.flusher._refusing)
     with pytest.raises(StorageError, match="closing"):
         store.flusher.admit()
     assert closer.is_alive()

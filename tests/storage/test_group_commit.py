@@ -7,13 +7,13 @@ import asyncio
 import errno
 import os
 import threading
-import time
 
 import pytest
 
 import storage.flusher
 import storage.fsio
 from storage import AsyncHistoryStore, StorageConfig, StorageIOError
+from storage_testlib import wait_for
 
 
 def _gate_fsync(monkeypatch) -> tuple[threading.Event, threading.Event, list[int]]:
@@ -32,13 +32,6 @@ def _gate_fsync(monkeypatch) -> tuple[threading.Event, threading.Event, list[int
     return entered, release, calls
 
 
-def _wait_for(pred, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.001)
-
-
 def test_appends_waiting_together_share_one_flush_round(open_store, monkeypatch) -> None:
     store = open_store()
     sids = [store.create("u", f"s{i}").session_id for i in range(9)]
@@ -54,7 +47,7 @@ def test_appends_waiting_together_share_one_flush_round(open_store, monkeypatch)
               for s in sids[1:]]
     for t in others:
         t.start()
-    _wait_for(lambda: store.flusher.queued() == 8)           # 8 appends written, waiting for round 2
+    wait_for(lambda: store.flusher.queued() == 8)           # 8 appends written, waiting for round 2
     assert acked == []                                       # nobody acknowledged before its fsync
     release.set()
     for t in [first, *others]:
@@ -78,7 +71,7 @@ def test_appends_to_one_journal_share_one_fsync(open_store, monkeypatch) -> None
         astore = AsyncHistoryStore(store)
         try:
             tasks = [asyncio.ensure_future(astore.append(sid, "user", f"m{i}")) for i in range(10)]
-            await asyncio.to_thread(_wait_for, lambda: store.flusher.queued() == 10)
+            await asyncio.to_thread(wait_for, lambda: store.flusher.queued() == 10)
             release.set()
             return [m.id for m in await asyncio.gather(*tasks)]
         finally:
@@ -103,7 +96,7 @@ def test_async_appends_do_not_hold_worker_threads(root, monkeypatch) -> None:
             tasks = [asyncio.ensure_future(store.append(sids[0], "user", "first"))]
             await asyncio.to_thread(entered.wait, 30)
             tasks += [asyncio.ensure_future(store.append(s, "user", "m")) for s in sids[1:]]
-            await asyncio.to_thread(_wait_for, lambda: store.sync.flusher.queued() == 19)
+            await asyncio.to_thread(wait_for, lambda: store.sync.flusher.queued() == 19)
             release.set()
             assert [m.id for m in await asyncio.gather(*tasks)] == [2] * 20
         finally:
@@ -126,7 +119,7 @@ def test_eviction_leaves_a_session_whose_commit_waits_for_its_round(open_store, 
     assert len(calls) == 1                                   # and eviction did not fsync it itself
     release.set()
     t.join(30)
-    _wait_for(lambda: store.cache.get(a) is None)            # the maintenance thread trims again
+    wait_for(lambda: store.cache.get(a) is None)            # the maintenance thread trims again
     assert store.cache.get(b) is not None
     assert [m.content for m in store.messages(a)] == ["warm", "waiting"]
 
@@ -153,7 +146,7 @@ def test_creates_waiting_together_share_one_directory_fsync(open_store, root, mo
               for i in range(9)]
     for t in others:
         t.start()
-    _wait_for(lambda: store.flusher.files_queued() == 9)
+    wait_for(lambda: store.flusher.files_queued() == 9)
     assert made == [] and store.list("u")[0] == []           # nothing acknowledged or listed yet
     release.set()
     for t in [first, *others]:
