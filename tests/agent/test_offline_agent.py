@@ -277,3 +277,9 @@ async def test_of_several_statements_about_one_thing_only_the_newest_is_quoted(a
                                   RecordingSink())
     assert result.content == ("From what you told me earlier:\n- The staging server is stage-9.internal "
                               "(session s_b, 2026-11-27 09:00 UTC)")
+    # named by a title the user gave the session, even one that looks like the source part itself
+    line = 'The staging server is stage-9.internal (session "Ops (session notes", 2026-11-27 09:00 UTC)'
+    block = _with_memory(question, line)
+    result = await agent.run_turn(make_request(question, context=context[:-1] + block[1:], model="offline"),
+                                  RecordingSink())
+    assert result.content == f"From what you told me earlier:\n- {line}"

@@ -102,7 +102,10 @@ async def test_what_a_user_said_in_another_session_answers_their_question_and_no
         end, _ = await chat(alice, "what is the staging server?")
         content = end["message"]["content"]
         assert content.startswith("From what you told me earlier:\n- The staging server is stage-7.internal")
-        assert f"(session {told_in}," in content and end["message"]["metadata"]["intents"] == ["memory"]
+        assert f"(session {told_in}, " in content and end["message"]["metadata"]["intents"] == ["memory"]
+        await alice.call(MsgType.SESSION_RENAME, session_id=told_in, title="Staging setup")
+        end, _ = await chat(alice, "what is the staging server?")     # a title the user gave names it
+        assert '- The staging server is stage-7.internal (session "Staging setup", ' in end["message"]["content"]
 
         end, _ = await chat(alice, "what do you remember about me?")
         assert "- The staging server is stage-7.internal (fact; session " in end["message"]["content"]

@@ -104,7 +104,7 @@ async def test_an_update_that_lost_a_race_is_done_again_on_the_stored_document(t
 
 async def test_a_fact_from_one_session_reaches_the_prompt_of_another(store, tmp_path):
     mm = manager(store, tmp_path)
-    a = (await store.create("alice")).session_id
+    a = (await store.create("alice", title="Prod DB")).session_id
     await store_turn(store, mm, a, "alice", "The prod DB host is db-prod-42. Please check its disk.", "Disk ok.",
                      timestamp="2026-11-20T10:15:00+00:00")
     await store_turn(store, mm, a, "alice", "Always answer in Chinese.", "好的。")
@@ -113,7 +113,7 @@ async def test_a_fact_from_one_session_reaches_the_prompt_of_another(store, tmp_
     ctx, _ = await store_turn(store, mm, b, "alice", "ssh into the prod database host please", "ok")
     block = memory_block(ctx)
     assert block is not None
-    assert f"- The prod DB host is db-prod-42. (session {a}, 2026-11-20 10:15 UTC)" in block
+    assert '- The prod DB host is db-prod-42. (session "Prod DB", 2026-11-20 10:15 UTC)' in block   # by title
     assert "Always answer in Chinese." in block                       # preferences always come
     items = {i.text: i.id for i in await mm.user_memory.list("alice")}
     assert set(ctx.metadata["memory_items"]) == {items["The prod DB host is db-prod-42."],

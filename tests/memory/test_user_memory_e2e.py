@@ -68,7 +68,7 @@ async def test_memory_reaches_other_sessions_stays_per_user_and_can_be_forgotten
         await alice.call(T.SESSION_NEW)
         messages, context = await say(alice, llm, "ssh into the prod database host")
         block = memory_block(messages)
-        assert f"- The prod DB host is db-prod-42. (session {first}, " in block
+        assert f"- The prod DB host is db-prod-42. (session {first}, " in block     # auto title: by its id
         assert "Please answer in Chinese." in block
         assert context["memory_items"] == [pref, fact] and context["memory_dropped"] == 0
         assert messages.index({"role": "system", "content": block}) == 1    # right after the system prompt
@@ -84,6 +84,11 @@ async def test_memory_reaches_other_sessions_stays_per_user_and_can_be_forgotten
         assert (await alice.call(T.MEMORY_FORGET, item_id=pref))["item_id"] == pref
         messages, _ = await say(alice, llm, "ssh into the prod database host")
         assert "Please answer in Chinese." not in str(messages) and "db-prod-42" in memory_block(messages)
+
+        # renaming the session that taught it: the next prompt names it by its new title
+        await alice.call(T.SESSION_RENAME, session_id=first, title='Prod "DB" notes')
+        messages, _ = await say(alice, llm, "ssh into the prod database host")
+        assert "(session \"Prod 'DB' notes\", " in memory_block(messages)
 
         # clearing the session that taught it: gone from the memory, the prompt, SESSION_INFO and export
         await alice.call(T.CLEAR_REQUEST, session_id=first)

@@ -17,6 +17,7 @@ session, and leaves out only this session's, which the window holds).
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from server.agent.knowledge_route import covered
@@ -27,10 +28,11 @@ from server.memory.distill import distill_rules, subject_key
 MIN_TERMS = 2          # search terms of the question an item must hold (all of them if it has fewer)
 MIN_SHARE = 0.6        # ... and at least this share of them
 MAX_ITEMS = 3
+_SOURCE = re.compile(r'(.*?) \(session (?:"[^"]*"|\S+), [^()]*\)', re.S)
 
 
 def remembered(messages: list[dict[str, Any]]) -> list[str]:
-    """The memory block's item lines (``<text> (session <id>, <time>)``) in this context, if any."""
+    """The memory block's item lines (``<text> (session <id or "title">, <time>)``) in this context, if any."""
     for m in messages:
         content = m.get("content")
         if m.get("role") == "system" and isinstance(content, str) and content.startswith(MEMORY_HEADER):
@@ -45,6 +47,12 @@ def stated(messages: list[dict[str, Any]]) -> list[str]:
         if m.get("role") == "user" and isinstance(m.get("content"), str):
             out += [item for _, item in distill_rules(m["content"])]
     return out
+
+
+def _text(line: str) -> str:
+    """An item line's text, without its ``(session ..., <time>)`` (a title has no double quote)."""
+    found = _SOURCE.fullmatch(line)
+    return found.group(1) if found else line
 
 
 def _subject(item: str) -> str | None:
@@ -64,7 +72,7 @@ def answer(text: str, messages: list[dict[str, Any]], zh: bool) -> str | None:
     if not terms:
         return None
     here = "（本次对话中）" if zh else " (earlier in this conversation)"
-    block = [(line, line.rsplit(" (session ", 1)[0]) for line in remembered(messages)]   # (line, its text)
+    block = [(line, _text(line)) for line in remembered(messages)]   # (line, its text)
     seen = {key for _, text in block if (key := _subject(text)) is not None}
     hits = []
     for item in stated(messages):                # newest first: an older statement of a subject is left out

@@ -41,6 +41,9 @@ async def session_rename(ctx: RequestContext, req: SessionRename) -> SessionRepl
     svc = ctx.services
     rec = await target_session(ctx, req.session_id)
     rec = await svc.store.rename(rec.session_id, req.title.strip())
+    titles = getattr(svc.memory, "titles", None)      # (long-term memory names sessions by title)
+    if titles is not None:
+        titles.forget(rec.session_id)
     await svc.sessions.publish_event("renamed", rec)
     return SessionReply(svc.sessions.info(rec, summary=True))
 

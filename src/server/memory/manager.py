@@ -32,6 +32,7 @@ from server.memory.embeddings import Embedder
 from server.memory.indexes import UserIndexes
 from server.memory.recall import excerpt_and_tokens, parse_time, snippet
 from server.memory.summaries import Notify, Summaries
+from server.memory.titles import SessionTitles
 from server.memory.tokens import TokenCounter, make_counter
 from server.memory.user_memory import UserMemory
 from server.memory.user_store import UserMemoryStore
@@ -71,6 +72,7 @@ class MemoryManager:
         self._closed = False
         um = self.config.user_memory
         self.user_memory: UserMemory | None = None     # long-term user memory (needs a store and enabled)
+        self.titles = SessionTitles(store)              # its items name their sessions by title
         if um.enabled and user_store is not None:
             self.user_memory = UserMemory(um, user_store, self.counter, agent, self.config.summarization.model)
         self._learned: OrderedDict[str, int] = OrderedDict()   # session -> last message id distilled
@@ -106,7 +108,8 @@ class MemoryManager:
         memory_cut: list[dict[str, Any]] = []
         if self.user_memory is not None and new_message.content.strip():
             try:
-                items, memory_cut = await self.user_memory.choose(user_id, session_id, new_message.content)
+                items, memory_cut = await self.user_memory.choose(user_id, session_id, new_message.content,
+                                                                  self.titles.of)
             except Exception:
                 log.exception("user memory failed for session %s (prompt built without it)", session_id)
         flags: dict[str, Any] = {"summary_fallback": self.summaries.fallback(session_id), "turns_older": older}
@@ -272,6 +275,7 @@ class MemoryManager:
         next use rebuilds them). ``cleared`` (a clear or a purge of ``user_id``'s session): what the
         user's long-term memory learned from it is removed too, in the background."""
         self.indexes.forget_session(session_id)
+        self.titles.forget(session_id)
         self._learned.pop(session_id, None)
         if cleared and user_id is not None and self.user_memory is not None and not self._closed:
             marked = self._marked.pop(session_id, 0)        # one begin_forget ends with each call

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from server.memory.analyze import analyze
 from server.memory.bm25 import BM25Index
@@ -30,11 +30,14 @@ from server.memory.user_store import MemoryItem, UserMemoryStore, new_item_id
 
 MIN_ITEM_TOKENS = 8
 INLINE_DISTILL_CHARS = 4000      # longer user messages are distilled in a worker thread
+Titles = Callable[[list[str]], Awaitable[dict[str, str]]]    # session ids -> the titles of those that have one
 
 
-def item_line(item: MemoryItem) -> str:
-    """``- <text> (session <session id>, 2026-11-20 10:15 UTC)``"""
-    return f"- {item.text} (session {item.session_id}, {format_time(item.created_at)})"
+def item_line(item: MemoryItem, title: str | None = None) -> str:
+    """``- <text> (session "<title>", 2026-11-20 10:15 UTC)``: the session by its title
+    (``titles.shown_title``), by its id when it has none."""
+    where = f'"{title}"' if title else item.session_id
+    return f"- {item.text} (session {where}, {format_time(item.created_at)})"
 
 
 def item_subject(item: MemoryItem) -> str | None:
@@ -101,10 +104,12 @@ class UserMemory:
             self._indexes.pop(next(iter(self._indexes)))
         return cached[1]
 
-    async def choose(self, user_id: str, session_id: str, query: str) -> tuple[list[Excerpt], list[dict[str, Any]]]:
+    async def choose(self, user_id: str, session_id: str, query: str,
+                     titles: Titles | None = None) -> tuple[list[Excerpt], list[dict[str, Any]]]:
         """The items for this prompt (see the module docstring), formatted, within the budget, and what
         was left out of them before the prompt budget and why
-        (``[{"ids": [item ids], "why": ...}]``, for the turn's trace)."""
+        (``[{"ids": [item ids], "why": ...}]``, for the turn's trace). ``titles``: the titles of
+        the sessions of the items kept (``SessionTitles.of``), to name each item's session by."""
         cfg = self.config
         items = [i for i in await self.store.list(user_id)
                  if i.session_id != session_id and i.session_id not in self._hidden]
@@ -121,11 +126,12 @@ class UserMemory:
         out: list[Excerpt] = []
         remaining = cfg.token_budget
         over: list[str] = []
+        named = await titles([i.session_id for i in chosen[: cfg.k]]) if titles is not None and chosen else {}
         for item in chosen[: cfg.k]:
             if over:
                 over.append(item.id)
                 continue
-            line = item_line(item)
+            line = item_line(item, named.get(item.session_id))
             n = self.counter.count(line)
             if n > remaining:
                 if remaining < MIN_ITEM_TOKENS:
