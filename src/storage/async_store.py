@@ -68,6 +68,9 @@ class AsyncHistoryStore:
         record = self.sync.get_loaded(session_id)       # loaded and not busy: no thread hop
         return record if record is not None else await self._run(self.sync.get, session_id)
 
+    async def records(self, session_ids: Iterable[str]) -> dict[str, SessionRecord]:
+        return self.sync.records(session_ids)           # the index, in memory: no thread hop
+
     async def list(self, user_id: str, *, before: str | None = None, limit: int = 50,
                    deleted: bool = False) -> tuple[list[SessionRecord], str | None]:
         return await self._run(self.sync.list, user_id, before=before, limit=limit, deleted=deleted)

@@ -193,6 +193,12 @@ class HistoryStore:
                 return _copy(st.record), [to_message(d) for d in st.msgs[start:]]
             return _copy(st.record), _converted(st.msgs[start:], memo)
 
+    def records(self, session_ids: Iterable[str]) -> dict[str, SessionRecord]:
+        """The records of those of ``session_ids`` that exist (deleted ones too, marked), from the index
+        only, like ``list``'s (no summaries, no system prompt). No file I/O: safe on the event loop."""
+        found = ((sid, self.index.get(sid)) for sid in session_ids if isinstance(sid, str))
+        return {sid: SessionRecord.from_dict(e) for sid, e in found if e is not None}
+
     def list(self, user_id: str, *, before: str | None = None, limit: int = 50,
              deleted: bool = False) -> tuple[list[SessionRecord], str | None]:
         """The user's non-deleted sessions (``deleted``: the deleted ones instead, the trash), newest

@@ -261,3 +261,21 @@ async def test_a_clear_resets_an_automatic_title_and_keeps_a_title_the_user_set(
         assert (await st.rename(auto, "next first message", auto=True)).title_auto
     finally:
         await st.close()
+
+
+async def test_records_of_several_sessions_in_one_read(store):
+    a = await store.create("alice", "Prod DB")
+    b = await store.create("bob")
+    await store.rename(b.session_id, "Deploy the first build", auto=True)
+    c = await store.create("alice", "Old")
+    await store.delete(c.session_id)
+    await store.append(a.session_id, "user", "hello")
+    got = await store.records([a.session_id, b.session_id, c.session_id, "s_20250101_000000000000",
+                               "../etc/passwd", a.session_id])
+    assert set(got) == {a.session_id, b.session_id, c.session_id}       # unknown and malformed ids: absent
+    assert (got[a.session_id].title, got[a.session_id].user_id, got[a.session_id].message_count) == \
+        ("Prod DB", "alice", 1)                                          # current, after the append
+    assert (got[b.session_id].title, got[b.session_id].title_auto) == ("Deploy the first build", True)
+    assert got[c.session_id].deleted and not got[a.session_id].deleted
+    assert got[a.session_id].summaries == [] and got[a.session_id].system_prompt is None   # as list's
+    assert await store.records([]) == {}

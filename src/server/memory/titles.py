@@ -3,21 +3,23 @@ user gave it (``SESSION_RENAME``). An automatic title (``title_auto``: the first
 the default one is not used: the first would quote the user's words again, beside the item and after
 an item was forgotten or its message edited; the item's session is then named by its id.
 
-``SessionTitles.of(ids)`` reads each session's record (``store.get``, at most ``user_memory.k``
-sessions a turn, concurrently) and keeps its title for ``TTL_S`` seconds, so a user who keeps
-asking in one session costs no read a turn; a rename shows up within that time. A session that
-cannot be read (deleted, purged, storage down) is named by its id too.
+``SessionTitles.of(ids)`` reads the records of the sessions it has not seen lately in one go
+(``store.records``: the JSON store's in-memory index, or one PostgreSQL statement) and keeps each
+title for ``TTL_S`` seconds, so a user who keeps asking costs no read a turn; a rename made on
+another node shows up within that time (this node's own renames, clears and deletes drop the cached
+title at once). A session that is gone, deleted or unreadable (storage down) is named by its id too.
 """
 from __future__ import annotations
 
-import asyncio
+import logging
 import time
 from collections import OrderedDict
 from typing import Any, Callable, Iterable
 
 from storage.models import DEFAULT_TITLE
 
-TTL_S = 60.0             # a title is read again after this long (renames show up within it)
+log = logging.getLogger("nplt.memory")
+TTL_S = 60.0             # a title is read again after this long (renames on other nodes show up within it)
 MAX_CACHED = 4096        # titles kept (LRU); ~100 bytes each
 MAX_TITLE_CHARS = 60     # longer titles are cut, with "…"
 
@@ -49,23 +51,25 @@ class SessionTitles:
                     out[sid] = hit[0]
             else:
                 missing.append(sid)
-        if missing:
-            records = await asyncio.gather(*(self.store.get(sid) for sid in missing), return_exceptions=True)
-            for sid, rec in zip(missing, records):
-                if isinstance(rec, BaseException):
-                    if not isinstance(rec, Exception):
-                        raise rec                        # (cancellation and the like are not swallowed)
-                    continue                             # named by its id this turn, read again next turn
-                chosen = not (rec.deleted or rec.title_auto or rec.title == DEFAULT_TITLE)
-                title = shown_title(rec.title or "") if chosen else ""
-                self._cache[sid] = (title, now)
-                self._cache.move_to_end(sid)
-                if title:
-                    out[sid] = title
-            while len(self._cache) > MAX_CACHED:
-                self._cache.popitem(last=False)
+        if not missing:
+            return out
+        try:
+            records = await self.store.records(missing)
+        except Exception:
+            log.warning("session titles unreadable (memory items named by session id this turn)", exc_info=True)
+            return out                                   # nothing cached: read again next turn
+        for sid in missing:
+            rec = records.get(sid)
+            given = rec is not None and not (rec.deleted or rec.title_auto or rec.title == DEFAULT_TITLE)
+            title = shown_title(rec.title) if given and rec is not None else ""
+            self._cache[sid] = (title, now)
+            self._cache.move_to_end(sid)
+            if title:
+                out[sid] = title
+        while len(self._cache) > MAX_CACHED:
+            self._cache.popitem(last=False)
         return out
 
     def forget(self, session_id: str) -> None:
-        """Drop a cached title (this node renamed or removed the session)."""
+        """Drop a cached title (this node renamed, cleared or removed the session)."""
         self._cache.pop(session_id, None)

@@ -193,6 +193,17 @@ class PgHistoryStore:
             raise NotFound(f"session {session_id} not found")
         return _record(row)
 
+    async def records(self, session_ids: Iterable[str]) -> dict[str, SessionRecord]:
+        """The records of those of ``session_ids`` that exist (deleted ones too, marked), in one
+        statement, like ``list``'s (no summaries, no system prompt)."""
+        ids = list(dict.fromkeys(sid for sid in session_ids if isinstance(sid, str)))
+        if not ids:
+            return {}
+        rows = await self._read(lambda con: con.fetch(
+            "SELECT session_id, user_id, title, created_at, updated_at, message_count, deleted, model, preview, "
+            "title_auto FROM nplt_sessions WHERE session_id = ANY($1::text[])", ids))
+        return {r["session_id"]: _record_lite(r) for r in rows}
+
     async def list(self, user_id: str, *, before: str | None = None, limit: int = 50,
                    deleted: bool = False) -> tuple[list[SessionRecord], str | None]:
         """The user's non-deleted sessions (``deleted``: the deleted ones), newest ``updated_at``
