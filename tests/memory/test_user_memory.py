@@ -287,3 +287,35 @@ async def test_a_failing_distiller_is_logged_and_the_rules_answer(caplog):
         found = await distill_with_model(agent, "small", "my prod database host is db-prod-42")
     assert found == distill_rules("my prod database host is db-prod-42") and found
     assert any("RuntimeError: model endpoint down" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_learning_that_ends_while_its_session_is_being_forgotten_adds_nothing(tmp_path):
+    store = JsonUserMemoryStore(tmp_path / "um")
+
+    def item(sid: str, mid: int, text: str) -> MemoryItem:
+        return MemoryItem(f"m{sid}{mid}", "fact", text, sid, mid, "2026-11-27T00:00:00+00:00")
+    await store.mark_forgetting("alice", "s1")            # a clear of s1 began; a slow distiller is still at work
+    assert await store.add("alice", [item("s1", 3, "The DB host is db-q41."), item("s2", 4, "Our region is eu-2.")],
+                           learned=("s1", 3)) == [item("s2", 4, "Our region is eu-2.")]    # only the other session's
+    assert [i.text for i in await store.list("alice")] == ["Our region is eu-2."]
+    assert await store.forget_session("alice", "s1") == 0
+    # the clear is over: what the session says from now on is learned as usual
+    assert [i.text for i in await store.add("alice", [item("s1", 9, "Our bucket is bk-9.")], learned=("s1", 9))] == \
+        ["Our bucket is bk-9."]
+    assert "db-q41" not in next((tmp_path / "um").iterdir()).read_text()
+    await store.close()
+
+
+async def test_items_of_a_session_being_forgotten_are_not_listed(store, tmp_path):
+    mm = manager(store, tmp_path)
+    a = (await store.create("alice")).session_id
+    await store_turn(store, mm, a, "alice", "The vault host is vault-7.", "noted")
+    await mm.wait_idle()
+    assert [i.text for i in await mm.user_memory.list("alice")] == ["The vault host is vault-7."]
+    await mm.begin_forget(a, "alice")                   # a clear began: MEMORY_LIST and the tool no longer show it
+    assert await mm.user_memory.list("alice") == []
+    await store.clear(a)
+    mm.forget_session(a, "alice", cleared=True)
+    await mm.wait_idle()
+    assert await mm.user_memory.list("alice") == []
+    await mm.aclose()

@@ -149,7 +149,9 @@ class UserMemory:
         return out, cut
 
     async def list(self, user_id: str) -> list[MemoryItem]:
-        return await self.store.list(user_id)
+        """The user's items, without those of sessions being forgotten (as ``choose``): MEMORY_LIST
+        and the ``user_memory`` tool never show what a clear is taking back."""
+        return [i for i in await self.store.list(user_id) if i.session_id not in self._hidden]
 
     async def forget(self, user_id: str, item_id: str) -> bool:
         found = await self.store.forget(user_id, item_id)

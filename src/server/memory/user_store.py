@@ -243,8 +243,8 @@ class DocUserMemoryStore:
 
     async def add(self, user_id: str, items: Iterable[MemoryItem], learned: tuple[str, int] | None = None,
                   key: Callable[[MemoryItem], str | None] | None = None) -> list[MemoryItem]:
-        """Store the items whose text is new (case and spacing ignored) and not forgotten from the same
-        message; returns those added. ``learned`` = (session id, message id): that session's
+        """Store the items whose text is new (case and spacing ignored), not forgotten from the same
+        message and not of a session being forgotten (``pending``); returns those added. ``learned`` = (session id, message id): that session's
         messages up to that id are distilled, recorded in the same write whenever ``items`` is not
         empty (a message that gave nothing is cheap to distill again: no write for it).
 
@@ -256,11 +256,12 @@ class DocUserMemoryStore:
         def change(doc: UserDoc) -> tuple[UserDoc | None, list[MemoryItem]]:
             known = {dedupe_key(i.text) for i in doc.items}
             dead = set(doc.forgotten)
+            forgetting = set(doc.pending)         # (a learning that ends after a clear began adds nothing of it)
             subjects: dict[str, str | None] | None = None     # item id -> key(item), each item's once
             kept, new, tombs = list(doc.items), [], []
             for item in items:
                 text_key = dedupe_key(item.text)
-                if text_key in known or tombstone(item) in dead or \
+                if text_key in known or tombstone(item) in dead or item.session_id in forgetting or \
                         (item.session_id, item.message_id, WHOLE_MESSAGE) in dead:
                     continue
                 subject = key(item) if key is not None else None
