@@ -425,6 +425,9 @@ class TurnRunner:
         if isinstance(msg, HandlerError):
             self._not_stored(sink, msg)
             return
+        learn_now = getattr(self.memory, "learn_now", None)   # an acknowledged fact is stored before TURN_END
+        if learn_now is not None and turn.user_message is not None:
+            await learn_now(turn.session_id, turn.user_id, turn.user_message)
         sink.publish(TurnEnd(turn.session_id, turn.turn_id, message_obj(msg), result.usage,
                              result.finish_reason, ctx.metadata))
         self._after_turn(turn, msg)

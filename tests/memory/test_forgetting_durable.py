@@ -217,3 +217,28 @@ async def test_a_statement_said_twice_in_a_session_stays_forgotten_after_a_resta
     assert await mm.user_memory.list("alice") == []
     await mm.aclose()
     await store.close()
+
+
+async def test_a_fact_acknowledged_by_turn_end_survives_a_sigkill_right_after(tmp_path):
+    data = tmp_path / "data"
+    srv = await ServerProcess.start(data)
+    try:
+        c = await V3Client.connect(srv.addr)
+        told_in = c.session_id
+        r = await c.call(T.CHAT_TEXT, text="Remember that the staging server is stage-7.internal")
+        end = (await c.turn_events(r["turn_id"], timeout=30))[-1]
+        assert end.type == T.TURN_END and end.body["message"]["content"].startswith("Noted:")
+    finally:
+        srv.kill()                                     # at once: no orderly shutdown, no background work
+    srv = await ServerProcess.start(data)
+    try:
+        c = await V3Client.connect(srv.addr)
+        items = (await c.call(T.MEMORY_LIST))["items"]   # no waiting: stored before the TURN_END
+        assert [(i["text"], i["session_id"]) for i in items] == [("The staging server is stage-7.internal", told_in)]
+        await c.call(T.SESSION_NEW)
+        r = await c.call(T.CHAT_TEXT, text="what is the staging server?")
+        end = (await c.turn_events(r["turn_id"], timeout=30))[-1]
+        assert "stage-7.internal" in end.body["message"]["content"]
+        await c.close()
+    finally:
+        assert await srv.stop() == 0

@@ -44,6 +44,7 @@ MIN_RELATIVE_SCORE = 0.3         # recalled turns score at least this share of t
 RESET_INLINE_MAX = 200           # a view rebuilt from more messages than this is built in a worker thread
 READ_INLINE_MAX = 32             # a loaded session's new messages read on the loop when at most this many
 STABLE_MEMO_SIZE = 64            # token counts of system prompts / summaries kept across prompts
+LEARN_WAIT_S = 5.0               # learn_now: how long a TURN_END waits for its facts to be stored
 
 
 class MemoryManager:
@@ -78,6 +79,7 @@ class MemoryManager:
         self._learned: OrderedDict[str, int] = OrderedDict()   # session -> last message id distilled
         self._learning: dict[str, asyncio.Task] = {}           # session -> its latest learning task
         self._marked: dict[str, int] = {}                      # session -> begin_forget calls not ended
+        self._distilled: dict[str, int] = {}                   # session -> user message learn_now handled
 
     # -- context -------------------------------------------------------------------------------
     async def build_context(self, session_id: str, user_id: str, new_message: ChatMessage,
@@ -277,6 +279,7 @@ class MemoryManager:
         self.indexes.forget_session(session_id)
         self.titles.forget(session_id)
         self._learned.pop(session_id, None)
+        self._distilled.pop(session_id, None)
         if cleared and user_id is not None and self.user_memory is not None and not self._closed:
             marked = self._marked.pop(session_id, 0)        # one begin_forget ends with each call
             if marked > 1:
@@ -320,6 +323,33 @@ class MemoryManager:
         if sc.enabled and view is not None and not self._closed:
             self.summaries.schedule(session_id, view)
 
+    async def learn_now(self, session_id: str, user_id: str, message: ChatMessage) -> None:
+        """Before the turn's TURN_END: what the rules distill from its user ``message`` is stored
+        first, so a fact the assistant acknowledged ("Noted: ...") survives a crash right after
+        (the user's next question may be in another session). Waits at most ``LEARN_WAIT_S``; a
+        message that states nothing costs one inline distillation and no store access, and the
+        background learning of ``after_turn`` skips it. With a summary model (or a text too long to
+        distill inline) learning stays in the background."""
+        um = self.user_memory
+        if um is None or self._closed or message.role != "user" or not in_prompt(message):
+            return
+        try:
+            states = um.states_something(message)
+        except Exception:                             # (never in the way of TURN_END: learned later, as before)
+            log.exception("distilling the user message of session %s failed", session_id)
+            return
+        if states is None:
+            return
+        self._distilled.pop(session_id, None)
+        self._distilled[session_id] = message.id
+        while len(self._distilled) > self.config.context.max_sessions_cached:
+            self._distilled.pop(next(iter(self._distilled)))
+        if not states:
+            return
+        task = self._spawn(self._learn_task(um, user_id, session_id, [message], self._learning.get(session_id)))
+        self._learning[session_id] = task
+        await asyncio.wait({task}, timeout=LEARN_WAIT_S)
+
     def _learn(self, session_id: str, user_id: str, view: SessionView) -> None:
         """Distill the user messages stored since the last call into long-term memory (background).
         ``_learned`` only saves work: ``UserMemory.learn`` skips what the user's file records as
@@ -331,7 +361,8 @@ class MemoryManager:
             self._learned.popitem(last=False)
         if msgs is None:
             msgs = []                                 # older than the cached tail: not read again
-        news = [m for m in msgs if m.role == "user" and m.id > upto and in_prompt(m)]   # not superseded
+        done = self._distilled.pop(session_id, 0)        # (learn_now distilled it already)
+        news = [m for m in msgs if m.role == "user" and m.id > upto and m.id != done and in_prompt(m)]   # not superseded
         if news and self.user_memory is not None and not self._closed:
             self._learning[session_id] = self._spawn(
                 self._learn_task(self.user_memory, user_id, session_id, news, self._learning.get(session_id)))

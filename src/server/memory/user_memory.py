@@ -62,6 +62,14 @@ class UserMemory:
     def uses_model(self) -> bool:
         return self.model is not None and self.agent is not None and not getattr(self.agent, "offline", True)
 
+    def states_something(self, message: Any) -> bool | None:
+        """Whether the rules distill anything from this user message, answered inline (microseconds),
+        or None when that is not known without waiting (the summary model distills, or a long text
+        is distilled in a worker thread)."""
+        if self.uses_model or len(message.content) > INLINE_DISTILL_CHARS:
+            return None
+        return bool(distill_rules(message.content))
+
     async def learn(self, user_id: str, session_id: str, messages: list[Any]) -> list[MemoryItem]:
         """Distill the user messages among ``messages`` (ChatMessage) not distilled before (above the
         session's stored learned position) and store what is new, with the new position."""
