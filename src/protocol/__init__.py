@@ -13,12 +13,14 @@ from .connection import Connection
 from .receiver import DEFAULT_MAX_MESSAGE_SIZE
 from .errors import ProtocolError
 from .events import Event, InvalidMessage, Message
-from .frame import HEADER, HEADER_SIZE, MAX_FRAME, MAX_PAYLOAD, decode_header, encode_frame
+from .frame import (HEADER, HEADER_SIZE, MAX_FRAME, MAX_PAYLOAD, TLS_ON_PLAIN_PORT, decode_header, encode_frame,
+                    looks_like_tls)
 from .textsplit import split_text_utf8
 
 __all__ = [
     "MsgType", "ErrorCode", "ProtocolError", "Connection", "Role", "Message", "InvalidMessage",
     "ProtocolVersion", "Event", "FATAL_CODES", "V2_TYPES", "V3_ONLY_TYPES", "V2_ONLY_TYPES",
     "REQUEST_CODES", "EVENT_CODES", "BINARY_TYPES", "type_name", "DEFAULT_MAX_MESSAGE_SIZE", "HEADER",
-    "HEADER_SIZE", "MAX_FRAME", "MAX_PAYLOAD", "encode_frame", "decode_header", "split_text_utf8",
+    "HEADER_SIZE", "MAX_FRAME", "MAX_PAYLOAD", "encode_frame", "decode_header", "looks_like_tls",
+    "TLS_ON_PLAIN_PORT", "split_text_utf8",
 ]

@@ -18,3 +18,14 @@ def encode_frame(type_code: int, seq: int, payload: bytes = b"") -> bytes:
 def decode_header(data: bytes, offset: int = 0) -> tuple[int, int, int]:
     """(type, seq, len) of the header at ``offset`` (at least 5 bytes must be available)."""
     return HEADER.unpack_from(data, offset)
+
+
+TLS_ON_PLAIN_PORT = ("a TLS handshake on a plain-TCP port: this server does not speak TLS here "
+                     "(connect without TLS, or enable TLS on the server)")
+
+
+def looks_like_tls(data: bytes, offset: int = 0) -> bool:
+    """Whether the bytes at ``offset`` start a TLS record header (handshake 0x16, version 0x03 0x00..0x04):
+    a client connecting with TLS to a plain port. Read as an NPLT frame it would be a v2 SESSION_NEW
+    (0x16) with seq 0x03xx, which no v2 client sends first (they start at seq 0)."""
+    return len(data) - offset >= 3 and data[offset] == 0x16 and data[offset + 1] == 0x03 and data[offset + 2] <= 0x04

@@ -15,7 +15,7 @@ import orjson
 from .codes import BINARY_TYPES, ErrorCode, MsgType, ProtocolVersion, type_name
 from .errors import ProtocolError, closed_error
 from .events import Event, InvalidMessage, Message
-from .frame import HEADER, HEADER_SIZE, MAX_FRAME
+from .frame import HEADER, HEADER_SIZE, MAX_FRAME, TLS_ON_PLAIN_PORT, looks_like_tls
 from .jsonbody import decode_body, json_error, not_object
 from .pong import CANON_PING_MAX, ID_PREFIX, MAX_ID_CHARS, MIN_RUN, RE_PREFIX, answer_run, pong_parts
 from .pong import cache as _pong_cache
@@ -402,7 +402,13 @@ class Receiver:
         events.append(self.v2.frame(t, seq, payload, self.max_message_size, expected))
 
     def _detect(self, data: bytes, pos: int) -> ProtocolVersion:
-        """Server, version still UNKNOWN: the first complete frame decides (HELLO -> V3, else V2)."""
+        """Server, version still UNKNOWN: the first complete frame decides (HELLO -> V3, else V2).
+
+        A TLS record header (0x16 0x03 0x00..0x04: a client connecting with TLS to a plain port) is
+        refused before it is read as a v2 frame (type 0x16 is v2's SESSION_NEW: every such attempt
+        made the user an empty session)."""
+        if looks_like_tls(data, pos):
+            raise ProtocolError(ErrorCode.UNSUPPORTED, TLS_ON_PLAIN_PORT, fatal=True)
         if len(data) - pos >= HEADER_SIZE:
             t, _, ln = _unpack_from(data, pos)
             if pos + HEADER_SIZE + ln <= len(data):

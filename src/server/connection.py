@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 import orjson
 
-from protocol import (FATAL_CODES, ErrorCode, InvalidMessage, Message, MsgType, ProtocolError, ProtocolVersion, Role,
-                      encode_frame)
+from protocol import (FATAL_CODES, TLS_ON_PLAIN_PORT, ErrorCode, InvalidMessage, Message, MsgType, ProtocolError,
+                      ProtocolVersion, Role, encode_frame, looks_like_tls)
 from protocol import Connection as Codec
 from protocol.messages import request_id
 from protocol.objects import ClientInfo
@@ -297,6 +297,9 @@ class ServerConnection(asyncio.Protocol):
                 if data[0] == _HELLO:
                     self._cancel_grace()
                     self._set(_HANDSHAKING)
+                elif looks_like_tls(data):  # `--tls` against a plain port: not a v2 SESSION_NEW
+                    self.fatal(ErrorCode.UNSUPPORTED, TLS_ON_PLAIN_PORT)
+                    return
                 else:  # not a HELLO: a v2 client, whatever follows
                     self.codec.set_legacy()
                     self._start_legacy()

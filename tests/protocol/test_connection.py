@@ -1,6 +1,8 @@
 """Connection: round trips, version detection, partial frames at every split point, seq numbering."""
 from __future__ import annotations
 
+import ssl
+
 import pytest
 
 from protocol import (BINARY_TYPES, V2_TYPES, Connection, ErrorCode, InvalidMessage, Message, MsgType,
@@ -276,3 +278,21 @@ def test_the_connection_holds_its_receiver_and_shares_its_seqs() -> None:
     with pytest.raises(ProtocolError) as err:
         server.send(MsgType.RESPONSE, {"re": 1, "text": "too long"})
     assert err.value.code == ErrorCode.MESSAGE_TOO_LARGE
+
+
+def test_a_tls_handshake_on_the_plain_port_is_refused_not_read_as_a_v2_session_new() -> None:
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="nplt.example")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    client_hello = outgoing.read()                                # what `nplt-client --tls` sends first
+    for data in (client_hello, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(505)):
+        assert data[0] == MsgType.SESSION_NEW                     # what a v2 reading would see
+        server = Connection(Role.SERVER)
+        with pytest.raises(ProtocolError) as err:
+            server.receive_data(data)
+        assert err.value.code is ErrorCode.UNSUPPORTED and err.value.fatal and "TLS" in err.value.message
+        assert server.version is UNKNOWN
+    # a v2 SESSION_NEW as deployed clients send it (seq 0) is still one
+    events = Connection(Role.SERVER).receive_data(encode_frame(MsgType.SESSION_NEW, 0, b""))
+    assert events[0].type == MsgType.SESSION_NEW

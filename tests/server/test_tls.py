@@ -63,3 +63,17 @@ async def test_server_with_a_missing_key_file_does_not_start(tmp_path):
     with pytest.raises(ConfigError) as err:
         await srv.start()
     assert err.value.path == "server.tls_key" and missing in err.value.message
+
+
+async def test_a_tls_client_on_a_plain_port_fails_and_leaves_the_users_sessions_alone(tmp_path):
+    from testkit.server import running_server
+    async with running_server(tmp_path) as (_, (host, port)):
+        c = await V3Client.connect((host, port))
+        before = (await c.call(MsgType.SESSION_LIST))["sessions"]
+        for _ in range(3):                                  # `nplt-client --tls` against a plain server
+            with pytest.raises((ssl.SSLError, ConnectionError)):
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                    host, port, ssl=ssl.create_default_context(), server_hostname="localhost"), 10)
+                writer.close()
+        assert (await c.call(MsgType.SESSION_LIST))["sessions"] == before     # no empty session per attempt
+        await c.close()
