@@ -1,0 +1,176 @@
+"""The rule distiller (``server.memory.distill``): which sentences are kept, as what text, and which
+later statement replaces which earlier one (``subject_key``).
+
+Each table has the cases of one rule: unrelated statements that must not replace each other,
+corrections worded with a leading "actually" / "correction:" / "其实" / "is now", questions that must
+not be kept, and the real statements and corrections that already worked and still must."""
+from __future__ import annotations
+
+import pytest
+
+from server.memory.distill import distill_rules, subject_key
+
+
+def replaces(older: str, newer: str) -> bool:
+    """Each message gives one item; the newer item replaces the older one (same subject key)."""
+    [(old_kind, old_text)] = distill_rules(older)
+    [(new_kind, new_text)] = distill_rules(newer)
+    key = subject_key(new_kind, new_text)
+    return key is not None and key == subject_key(old_kind, old_text)
+
+
+@pytest.mark.parametrize("older, newer", [
+    # Chinese: the subject is not cut at a 是/在/用 inside a word, and "我们用 X" is not "<subject> is X"
+    ("我们用PostgreSQL", "我们用Kubernetes部署"),
+    ("我的常用shell是zsh", "我的常用编辑器是vim"),
+    # a bare pronoun is not a subject ("I am X" has no key either)
+    ("我是张三。", "我是后端工程师。"),
+    ("我在阿里巴巴工作。", "我在杭州的团队工作。"),
+    # a negative language preference stands beside the positive one of another language
+    ("Please answer in Chinese.", "Never answer in French."),
+    ("Please answer in Chinese.", "Please don't reply in English."),
+    ("以后用中文回答。", "不要用英文回答。"),
+    ("Always answer in English.", "别用日语回复。"),
+    ("Never answer in French.", "Never reply in German."),
+    ("Please answer in Chinese.", "Always answer in bullet points."),        # not a language
+    # a conditional preference does not replace the standing one
+    ("Please answer in Chinese.", "If I write in English, answer in English."),
+])
+def test_unrelated_statements_stand_beside_each_other(older, newer):
+    assert not replaces(older, newer)
+
+
+@pytest.mark.parametrize("older, newer", [
+    # a leading discourse marker is not part of the subject
+    ("The prod DB host is db-prod-41.", "Actually, the prod DB host is db-prod-42."),
+    ("The prod DB host is db-prod-41.", "Actually the prod DB host is db-prod-42."),
+    ("The prod DB host is db-prod-41.", "Correction: the prod DB host is db-prod-43."),
+    ("The prod DB host is db-prod-41.", "Update: the prod DB host is db-prod-43."),
+    ("The prod DB host is db-prod-41.", "FYI the prod DB host is db-prod-43."),
+    ("The prod DB host is db-prod-41.", "Btw, the prod DB host is db-prod-44."),
+    ("The prod DB host is db-prod-41.", "Oh and the prod DB host is db-prod-44."),
+    ("The prod DB host is db-prod-41.", "Sorry, the prod DB host is db-prod-44."),
+    ("The prod DB host is db-prod-41.", "Sorry, my mistake: the prod DB host is db-prod-44."),
+    ("The prod DB host is db-prod-41.", "Update: remember that the prod DB host is db-prod-45."),
+    ("Actually, the prod DB host is db-prod-42.", "Correction: the prod DB host is db-prod-43."),
+    # "is now X" is "is X"
+    ("The prod DB host is db-prod-41.", "The prod DB host is now db-prod-42."),
+    ("My DB port is 5432.", "My DB port is currently 6432."),
+    # Chinese markers and 现在
+    ("我们的数据库在杭州。", "其实我们的数据库在上海。"),
+    ("我们的数据库在杭州。", "更正：我们的数据库在上海。"),
+    ("我们的数据库在杭州。", "更新：我们的数据库在上海"),
+    ("我们的数据库在杭州。", "纠正一下，我们的数据库在上海。"),
+    ("我们的数据库在杭州。", "对了，我们的数据库在上海。"),
+    ("我们的数据库在杭州。", "我们的数据库现在在上海。"),
+])
+def test_corrections_worded_in_the_usual_ways_replace_the_older_statement(older, newer):
+    assert replaces(older, newer)
+
+
+@pytest.mark.parametrize("older, newer, expected", [
+    ("The prod DB host is db-prod-41.", "The prod DB host is db-prod-42 now.", True),
+    ("The staging server is stage-7.internal", "the staging server is stage-8.internal", True),
+    ("我们的数据库在杭州。", "我们的数据库在上海。", True),
+    ("我的名字是张三", "我的名字是李四。", True),
+    ("我叫小王。", "我叫老王。", True),
+    ("我的常用编辑器是vim", "我的常用编辑器是emacs", True),
+    ("Please answer in Chinese.", "Answer in English from now on.", True),   # a positive one corrects
+    ("以后用中文回答。", "以后请用英文回答。", True),
+    ("Please answer in Chinese.", "以后用英文回答。", True),
+    ("Never answer in French.", "Don't answer in French!", True),            # the same negative one
+    ("不要用英文回答。", "Never reply in English.", True),
+    ("My son is 5.", "My son is a doctor.", False),
+    ("The prod DB host is db-prod-41.", "The staging DB host is db-stage-1.", False),
+    ("我们的数据库在杭州。", "我们的数据库是PostgreSQL。", False),
+])
+def test_real_corrections_still_replace_and_other_statements_do_not(older, newer, expected):
+    assert replaces(older, newer) is expected
+
+
+@pytest.mark.parametrize("text", [
+    # Chinese interrogatives anywhere in the sentence
+    "我的数据库是哪个",
+    "我们的数据库在哪个机房",
+    "我们的数据库在哪儿",
+    "我们用哪些服务器",
+    "我们用什么数据库",
+    "我的端口是多少",
+    "我们的服务器在几号机房",
+    "我们的数据库是否在杭州",
+    "我们的数据库有没有在杭州",
+    "我的数据库是不是MySQL",
+    "我们的值班负责人是谁",
+    # asking to be told, indirect questions, conditionals
+    "Tell me what my db host is",
+    "Please tell me which server is db-1.",
+    "Show me which server is db-1",
+    "Actually, do you know if the prod DB host is db-prod-42",
+    "Let me know if the prod DB host is db-prod-42.",
+    "I wonder whether the db host is db-1",
+    "I'm wondering if the prod DB host is db-prod-42",
+    "If my DB host is db-9, what port should I use",
+    "Assuming the DB port is 5432, which user should I use",
+    "如果我们的数据库在上海，延迟会高",
+])
+def test_questions_are_not_kept(text):
+    assert distill_rules(text) == []
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("remember that the staging server is stage-7.internal", [("fact", "The staging server is stage-7.internal")]),
+    ("我们的备份服务器在杭州机房。", [("fact", "我们的备份服务器在杭州机房。")]),
+    ("The prod DB host is db-prod-42. Please answer in Chinese.",
+     [("fact", "The prod DB host is db-prod-42."), ("preference", "Please answer in Chinese.")]),
+    ("Always answer in Chinese.", [("preference", "Always answer in Chinese.")]),
+    ("以后用中文回答。", [("preference", "以后用中文回答。")]),
+    ("不管什么问题都用中文回答。", [("preference", "不管什么问题都用中文回答。")]),   # 什么 as "whatever"
+    ("Always show me the commands first.", [("preference", "Always show me the commands first.")]),
+    ("If the build fails, always answer with the log first.",
+     [("preference", "If the build fails, always answer with the log first.")]),
+    ("我的常用编辑器是vim", [("fact", "我的常用编辑器是vim")]),
+    ("The prod DB host is now db-prod-42.", [("fact", "The prod DB host is now db-prod-42.")]),
+    # a leading discourse marker is dropped from the item, which reads as a plain statement
+    ("Actually, the prod DB host is db-prod-42.", [("fact", "The prod DB host is db-prod-42.")]),
+    ("Correction: the prod DB host is db-prod-43.", [("fact", "The prod DB host is db-prod-43.")]),
+    ("FYI the prod DB host is db-prod-43", [("fact", "The prod DB host is db-prod-43")]),
+    ("Update: remember that the staging server is stage-9.internal", [("fact", "The staging server is stage-9.internal")]),
+    ("Actually, never answer in French.", [("preference", "Never answer in French.")]),
+    ("其实我们的数据库在上海。", [("fact", "我们的数据库在上海。")]),
+    ("更正：我们的数据库在上海。", [("fact", "我们的数据库在上海。")]),
+    ("对了，以后用中文回答。", [("preference", "以后用中文回答。")]),
+    # a marker alone, or before a question, keeps nothing
+    ("Actually.", []),
+    ("Btw, what is the prod DB host", []),
+    ("Update the config on web1.", []),          # "update" as a verb is not a marker
+    ("Sorry for the confusion, the DB port is 6432.", [("fact", "The DB port is 6432.")]),
+    ("Oh and btw, actually the DB port is 6432.", [("fact", "The DB port is 6432.")]),
+])
+def test_real_statements_are_kept_as_plain_statements(text, expected):
+    assert distill_rules(text) == expected
+
+
+@pytest.mark.parametrize("kind, text, key", [
+    ("fact", "The prod DB host is now db-prod-42.", "fact:prod db host"),
+    ("fact", "Actually, the prod DB host is db-prod-42", "fact:prod db host"),   # an item kept before the fix
+    ("fact", "FYI the prod DB host is db-prod-43", "fact:prod db host"),
+    ("fact", "我的常用编辑器是vim", "fact:我的常用编辑器是"),
+    ("fact", "我们的数据库现在在上海", "fact:我们的数据库在"),
+    ("fact", "其实我们的数据库在上海", "fact:我们的数据库在"),
+    ("fact", "我们用PostgreSQL", None),
+    ("fact", "我是张三", None),
+    ("fact", "我的数据库不是MySQL", None),
+    ("preference", "Please answer in Chinese.", "preference:answer language"),
+    ("preference", "以后请用英文回答。", "preference:answer language"),
+    ("preference", "Never answer in French.", "preference:not answer language:french"),
+    ("preference", "Please don't reply in English.", "preference:not answer language:english"),
+    ("preference", "不要用英文回答。", "preference:not answer language:english"),
+    ("preference", "以后不用中文回答。", "preference:not answer language:chinese"),
+    ("preference", "If you are unsure, answer in English.", None),
+    ("preference", "不要用英文，用中文回答。", "preference:answer language"),
+    ("preference", "I don't want you to answer in English, answer in Chinese.", "preference:answer language"),
+    ("preference", "以后特别是技术问题都用中文回答。", "preference:answer language"),   # 特别 is not 别
+    ("preference", "Always answer in short sentences.", None),                       # not a language
+])
+def test_what_a_statement_is_about(kind, text, key):
+    assert subject_key(kind, text) == key
