@@ -9,7 +9,9 @@ Rule (offline agent), first match wins:
 3. ``follow_up``: the previous answer quoted documents (the offline agent's documents answer, with a
    ``[name §location]`` citation; not, say, a history answer quoting one) and
    this message is short (at most 8 words, or 16 CJK characters) -> knowledge; the retrieval query
-   is the previous question plus this one ("and its default?" finds the passage about the timeout).
+   is the previous question plus this one ("and its default?" finds the passage about the timeout),
+   and the passages holding one of this message's own search terms are quoted first ("and its
+   port?" quotes the port, not again the passage the previous answer quoted).
 4. ``strong_match``: the best passage for the message holds at least 60% of the message's distinct
    search terms, and at least 2 of them -> knowledge.
 5. otherwise general (``default``; ``no_documents`` when the user can see no document).
@@ -48,6 +50,7 @@ class Route:
     method: str            # keyword | intent | follow_up | strong_match | default | no_documents | model...
     reason: str
     query: str = ""
+    focus: str = ""        # follow_up: the new message, whose own terms pick among the passages found
 
     def record(self) -> dict[str, Any]:
         out = {"route": self.route, "method": self.method, "reason": self.reason}
@@ -110,7 +113,7 @@ async def decide(text: str, messages: list[dict[str, Any]], source: Any, user_id
     if prev_answer and prev_answer.startswith((ANSWER_HEAD_EN, ANSWER_HEAD_ZH)) and CITATION.search(prev_answer) \
             and prev_question and is_follow_up(text):
         return Route("knowledge", "follow_up", "a short follow-up to an answer from the documents",
-                     f"{prev_question} {text}")
+                     f"{prev_question} {text}", text)
     hits = await source.search(user_id, text, 1)
     if hits:
         found, total = coverage(text, hits[0].text + " " + " ".join(hits[0].location.get("heading", [])))
@@ -135,13 +138,20 @@ def cite(p: dict[str, Any]) -> dict[str, Any]:
     return {k: p.get(k) for k in ("citation", "doc_id", "name", "chunk_id", "location")}
 
 
-def answer(call: Any, zh: bool) -> tuple[str, list[dict[str, Any]]]:
-    """The offline answer quoting the best passages, and the citations it carries."""
+def answer(call: Any, zh: bool, focus: str = "") -> tuple[str, list[dict[str, Any]]]:
+    """The offline answer quoting the best passages, and the citations it carries. ``focus`` (a
+    follow-up's own words, searched together with the previous question): the passages holding one
+    of its search terms come first ("and its port?" quotes the passage about the port, not the one
+    the previous answer quoted again); none holding one: the ranking as it is."""
     found = passages_of(call)
     if not found:
         if call.status != "success":
             return ("知识库检索失败。" if zh else "The document search failed."), []
         return ("知识库里没有找到相关内容。" if zh else "I found nothing about that in your documents."), []
+    terms = set(analyze(focus)) if focus else set()
+    if terms:
+        on_focus = [p for p in found if covered(terms, str(p.get("text", "")) + " " + str(p.get("citation", "")))]
+        found = on_focus or found
     best = found[0].get("score") or 0
     quoted = [p for p in found[:QUOTE_TOP] if (p.get("score") or 0) >= 0.5 * best] or found[:1]
     parts = [ANSWER_HEAD_ZH if zh else ANSWER_HEAD_EN]

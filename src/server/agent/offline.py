@@ -62,7 +62,7 @@ class OfflineAgent:
             calls = await run_tool_step(self.registry, sink, [CallRequest(None, "search_knowledge",
                                                                           {"query": route.query[:500], "top_k": 5})],
                                         ToolContext(req.user_id, req.session_id), step=0, timeout=self.cfg.tool_timeout_s)
-            answer, citations = knowledge_route.answer(calls[0], zh)
+            answer, citations = knowledge_route.answer(calls[0], zh, route.focus)
             found = [intents.Intent("knowledge", 1.0, "search_knowledge")]
         elif tool_intents:
             requests = [CallRequest(None, i.tool, i.arguments) for i in tool_intents if i.tool]
