@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from protocol import ErrorCode
-from protocol.objects import SessionInfo
+from protocol.objects import SessionInfo, ToolCall
 from protocol.server_events import AnswerDelta, ToolCallEvent, TurnEnd, TurnError, TurnEvent
 
 from client import errors
@@ -64,16 +64,39 @@ def _dump(doc: Any, out: TextIO) -> None:
     out.flush()
 
 
+def _arguments(call: ToolCall) -> str:
+    """A tool call's arguments on one line, for people: Chinese (any non-ASCII text) as written, not \\uXXXX."""
+    return json.dumps(call.arguments, ensure_ascii=False)
+
+
+def _need_session(client: Client, session_id: str | None) -> None:
+    """A command on the most recently updated session by a user who has none: NOT_FOUND, saying how
+    to start one (the server's own message names protocol requests)."""
+    if session_id is None and client.session_id is None:
+        raise ClientError(ErrorCode.NOT_FOUND,
+                          'no current session, you have none yet: nplt-client ask "your message" starts one')
+
+
+async def _check_model(client: Client, name: str) -> None:
+    """UNKNOWN_MODEL unless the server offers ``name``: asked before anything is created or sent."""
+    offered = [m.name for m in (await client.model_list()).models]
+    if name not in offered:
+        raise ClientError(ErrorCode.UNKNOWN_MODEL,
+                          f"model {name!r} is not offered (available: {', '.join(offered) or 'none'})")
+
+
 async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
     """Send one message (``-``: read it from stdin) and stream the answer; with --json print one
     document at the end."""
     text = await _text_or_stdin(args.text)
-    if text is None:
-        err.write("nplt-client: USAGE: no message on stdin\n")
+    if text is None or not text.strip():
+        err.write("nplt-client: USAGE: the message is empty (give its text, or - and the text on stdin)\n")
         return EXIT_USAGE
     async with make_client(cfg, session_id=args.session) as client:
         if args.session and client.session_id != args.session:
             await client.session_switch(args.session)  # NOT_FOUND when it is not the user's session
+        if args.model:
+            await _check_model(client, args.model)      # a wrong name leaves no new session behind
         # --new, or a user without sessions: the message itself starts the session (server side), so
         # a message that fails leaves no empty session behind
         new = args.new or client.session_id is None
@@ -142,6 +165,7 @@ async def cmd_prompt(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
             err.write("nplt-client: USAGE: no system prompt on stdin (--clear resets it)\n")
             return EXIT_USAGE
     async with make_client(cfg) as client:
+        _need_session(client, args.session)
         reply = await client.session_prompt(text, session_id=args.session)
     if args.json:
         _dump({"session_id": reply.session.session_id, "system_prompt": reply.system_prompt}, out)
@@ -177,7 +201,7 @@ async def _follow_turn(client: Client, turn_id: str, out: TextIO | None,
                     out.flush()
                     shown = offset + len(text)
             case ToolCallEvent(call=call) if err is not None:
-                err.write(f"[tool {call.tool_name} {json.dumps(call.arguments)}]\n")
+                err.write(f"[tool {call.tool_name} {_arguments(call)}]\n")
             case TurnEnd() | TurnError():
                 return event
     raise ClientError(errors.CONNECTION_LOST, "connection closed before the turn ended")
@@ -224,6 +248,7 @@ def message_marks(meta: dict) -> list[str]:
 async def cmd_history(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
     """Print one page of a session's history (newest page unless --before)."""
     async with make_client(cfg) as client:
+        _need_session(client, args.session)
         page = await client.history_page(session_id=args.session, before=args.before, limit=args.limit)
     if args.json:
         body = page.encode()
@@ -233,7 +258,7 @@ async def cmd_history(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, 
         marks = message_marks(m.metadata)
         out.write(f"[{m.id}] {m.role}  {m.timestamp[:19]}" + (f"  ({', '.join(marks)})" if marks else "") + "\n")
         for call in m.tool_calls:
-            out.write(f"  tool {call.tool_name} {json.dumps(call.arguments)} -> "
+            out.write(f"  tool {call.tool_name} {_arguments(call)} -> "
                       f"{call.status} ({call.duration:.3f}s)\n")
         out.write((m.content or ("(no answer)" if m.role == "assistant" else "")) + "\n\n")
     if page.has_more:
@@ -244,6 +269,7 @@ async def cmd_history(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, 
 async def cmd_export(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
     """Export a session as Markdown or JSON to --output or stdout."""
     async with make_client(cfg) as client:
+        _need_session(client, args.session)
         reply = await client.export(args.format, session_id=args.session)
     content = reply.content
     if args.output:

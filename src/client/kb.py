@@ -80,7 +80,7 @@ async def _upload_once(client: Any, path: Path, body: dict[str, Any], progress: 
             while offset < body["size"]:
                 block = await asyncio.to_thread(f.read, min(BLOCK - BLOCK % step, body["size"] - offset))
                 if not block:
-                    raise ClientError(ClientCode.FILE_CHANGED, f"{path} shrank while it was uploaded")
+                    raise ClientError(ClientCode.FILE_CHANGED, "the file shrank while it was uploaded")
                 await client.send_data(MsgType.KB_UPLOAD_DATA, handle, offset, block)
                 offset += len(block)
         reply = await client.request(MsgType.KB_UPLOAD_END, {"upload_id": upload_id}, timeout=end_timeout)

@@ -115,7 +115,7 @@ async def _upload(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
             path = Path(raw).expanduser()
             try:
                 if not path.is_file():
-                    raise ClientError(ClientCode.NOT_A_FILE, f"{raw}: not a readable file")
+                    raise ClientError(ClientCode.NOT_A_FILE, "not a readable file")   # the path is shown with it
                 doc = await kbclient.upload(c, path, collection=args.group, progress=_bar(err, path.name))
             except ClientError as exc:
                 if exc.is_connection_error:

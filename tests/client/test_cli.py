@@ -179,7 +179,10 @@ def test_ask_dash_reads_the_message_from_stdin(srv: ServerThread, capsys: pytest
     assert out == "echo: line one\nline two\n"
     monkeypatch.setattr(sys, "stdin", io.StringIO("  \n"))
     code, out, err = run(srv, capsys, "ask", "-")
-    assert code == cli.EXIT_USAGE and "no message on stdin" in err
+    assert code == cli.EXIT_USAGE and out == ""
+    assert err == "nplt-client: USAGE: the message is empty (give its text, or - and the text on stdin)\n"
+    for empty in ("", " \n "):                         # given on the command line: the same usage error
+        assert run(srv, capsys, "ask", empty) == (cli.EXIT_USAGE, "", err)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe not UTF-8\n"), encoding="utf-8",
                                                        errors="surrogateescape"))   # as a C.UTF-8 stdin reads it
     code, out, err = run(srv, capsys, "ask", "-")
@@ -298,3 +301,40 @@ def test_a_fresh_server_lists_nothing_and_ask_new_leaves_no_empty_sessions(tmp_p
         assert [s["session_id"] for s in listed] == ids[::-1] and all(s["message_count"] == 2 for s in listed)
         code, out, err = run(st, capsys, "ask", "no flag: the newest session", "--json")
         assert code == 0 and json.loads(out)["session_id"] == ids[1]
+
+
+def test_tool_arguments_print_as_written(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = run(srv, capsys, "ask", "--new", "!tool 端口 8080", "--json")
+    assert code == 0, err
+    sid = json.loads(out)["session_id"]
+    code, out, err = run(srv, capsys, "ask", "--session", sid, "!tool 磁盘")
+    assert code == 0 and '[tool fake_tool {"q": "磁盘"}]\n' in err
+    code, out, err = run(srv, capsys, "history", "--session", sid)
+    assert code == 0, err
+    assert '  tool fake_tool {"q": "端口 8080"} -> success' in out and '{"q": "磁盘"}' in out and "\\u" not in out
+
+
+def test_a_user_without_sessions_is_told_how_to_start_one_and_a_wrong_model_creates_none(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with ServerThread(tmp_path) as st:
+        for command in (["history"], ["export"], ["prompt"]):
+            code, out, err = run(st, capsys, *command)
+            assert code == cli.EXIT_REQUEST and out == ""
+            assert err == ('nplt-client: NOT_FOUND: no current session, you have none yet: '
+                           'nplt-client ask "your message" starts one\n')
+        for flags in (["--new"], [], ["--new", "--system", "be brief"]):
+            code, out, err = run(st, capsys, "ask", *flags, "--model", "nope", "hi")
+            assert code == cli.EXIT_REQUEST and out == ""
+            assert err == "nplt-client: UNKNOWN_MODEL: model 'nope' is not offered (available: echo, echo-large)\n"
+        code, out, err = run(st, capsys, "sessions", "--json")
+        assert code == 0 and json.loads(out) == {"sessions": []}, err      # nothing was created or sent
+        code, out, err = run(st, capsys, "ask", "--new", "--model", "echo-large", "hi", "--json")
+        assert code == 0 and json.loads(out)["message"]["content"] == "echo: hi", err
+
+
+def test_kb_upload_of_a_missing_file_names_it_once(srv: ServerThread, capsys: pytest.CaptureFixture,
+                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(srv, capsys, "kb", "upload", "nothere.md")
+    assert code == cli.EXIT_REQUEST and out == ""
+    assert err == "nplt-client: NOT_A_FILE: nothere.md: not a readable file\n"

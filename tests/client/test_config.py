@@ -6,6 +6,7 @@ import os
 import ssl
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,33 @@ def test_saved_tui_state_round_trip_and_bad_files(tmp_path: Path) -> None:
     for bad in ("{not json", "[1, 2]", '{"theme": 3, "history": "x"}'):
         path.write_text(bad)
         assert SavedState.load(path) == SavedState()
+
+
+def test_saving_merges_what_several_tuis_add(tmp_path: Path) -> None:
+    """Two TUIs share the file: each update re-reads it and adds only its own new inputs."""
+    path = tmp_path / "state" / "tui.json"
+    SavedState("nord", ["ls", "pwd"]).save(path)
+    assert SavedState.update(path, added=["from A"]) == SavedState("nord", ["ls", "pwd", "from A"])
+    assert SavedState.update(path, theme="dracula", added=["from B", "ls"]) == SavedState(
+        "dracula", ["pwd", "from A", "from B", "ls"])                 # deduplicated: "ls" at its newest place
+    assert SavedState.update(path, added=[]) == SavedState.load(path) == SavedState(
+        "dracula", ["pwd", "from A", "from B", "ls"])                 # no theme given: the file's is kept
+    SavedState.update(path, added=[f"n{i}" for i in range(MAX_HISTORY + 10)])
+    assert SavedState.load(path).history == [f"n{i}" for i in range(10, MAX_HISTORY + 10)]   # capped, newest kept
+    path.unlink()
+
+    def tui(name: str) -> None:                                        # two processes saving at once
+        for i in range(40):
+            SavedState.update(path, added=[f"{name}{i}"])
+    threads = [threading.Thread(target=tui, args=(name,)) for name in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    history = SavedState.load(path).history
+    assert sorted(history) == sorted(f"{n}{i}" for n in "AB" for i in range(40))
+    assert [h for h in history if h[0] == "A"] == [f"A{i}" for i in range(40)]   # each in its own order
+    assert not [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")]
 
 
 LOG_SCRIPT = """

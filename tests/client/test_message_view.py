@@ -95,3 +95,27 @@ async def test_a_turn_closed_after_a_crash_shows_partial_and_interrupted() -> No
         await app.query_one("#host").mount(view)
         await pilot.pause()
         assert view.header_text.count("partial") == 1 and view.header_text.count("interrupted") == 1
+
+
+def body_lines(view: MessageView) -> list[str]:
+    """The body's text as drawn on screen, one string per row (trailing blanks dropped)."""
+    body = view.body
+    return [strip.text.rstrip() for strip in body.render_lines(body.size.region)]
+
+
+async def test_the_users_own_message_shows_as_typed_and_an_answer_as_markdown() -> None:
+    typed = ("check these lines\nERROR disk full on /dev/sda1\nWARN __init__.py failed *twice*\n磁盘已满，端口 8080\n"
+             "[b]no markup[/b] either")
+    app = Host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        mine = MessageView(ChatMessage(1, "user", typed))
+        queued = MessageView(ChatMessage(None, "user", "a *queued* __one__", metadata={"queued": True}))
+        answer = MessageView(ChatMessage(2, "assistant", typed))
+        await app.query_one("#host").mount_all([mine, queued, answer])
+        await queued.finish(ChatMessage(3, "user", "a *queued* __one__"))   # settled once its turn starts
+        await pilot.pause()
+        assert body_lines(mine)[:5] == typed.split("\n")          # line breaks, markers and wide characters kept
+        assert body_lines(queued)[0] == "a *queued* __one__"
+        drawn = body_lines(answer)                                 # the answer is still Markdown
+        assert any("WARN init.py failed twice" in line for line in drawn)
+        assert not any("ERROR disk full" in line and line.startswith("ERROR") for line in drawn)

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual.app import App
 from textual.widgets import DataTable, Input, ProgressBar
 
 from client import paths
 from client.config import ClientConfig
 from client.tui.app import NpltApp
 from client.tui.citations import CitationList, PassageModal
-from client.tui.knowledge import KnowledgeScreen, Transfer, complete_path
+from client.tui.knowledge import KnowledgeOps, KnowledgeScreen, Transfer, complete_path
 from client.tui.modals import ConfirmModal
 from client_testlib import shown, SIZE, chat, wait_until
 from fake_client import FakeClient, stamp
 from kb_wire.kbwire import kb_server, token
-from protocol.kb import KbHit
+from protocol.kb import KbDocument, KbHit
 from protocol.objects import ChatMessage
 
 RUNBOOK = "# Restore\n\nThe restore timeout defaults to 300 seconds.\n\n" + "".join(
@@ -144,3 +145,50 @@ async def test_files_entered_during_an_upload_wait_their_turn(tmp_path: Path) ->
             for row in panel.query(Transfer):   # each had its own progress, bytes first
                 assert row.stages[0] in ("receiving", "waiting for the upload before it")
                 assert "receiving" in row.stages and row.stages[-1] == "indexing"
+
+
+async def test_f11_in_the_open_knowledge_panel_focuses_the_path_input() -> None:
+    fake = FakeClient()
+    app = NpltApp(ClientConfig(), client=fake)  # type: ignore[arg-type]
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(lambda: fake.connected and chat(app).session_id is not None, pilot=pilot, what="the session")
+        await pilot.press("f12")
+        await wait_until(lambda: isinstance(app.screen, KnowledgeScreen) and app.screen.loaded, pilot=pilot,
+                         what="the knowledge panel")
+        panel = app.screen
+        box = panel.query_one("#kb-path", Input)
+        panel.query_one("#kb-table", DataTable).focus()
+        await wait_until(lambda: not box.has_focus, pilot=pilot, what="the focus on the list")
+        await pilot.press("f11")
+        await wait_until(lambda: box.has_focus, pilot=pilot, what="the path input focused")
+        await pilot.press(*"notes.md")
+        assert box.value == "notes.md" and app.screen is panel
+
+
+async def test_an_upload_of_one_chunk_says_chunk(tmp_path: Path) -> None:
+    note = tmp_path / "note.md"
+    note.write_text("# One short note\n", encoding="utf-8")
+    stored: list[KbDocument] = []
+
+    async def listing() -> list[KbDocument]:
+        return list(stored)
+
+    async def upload(path: Path, progress) -> KbDocument:
+        progress("indexing", 1, 1)
+        stored.append(KbDocument("d1", path.name, "m", "s", 17, 1, "user:me", stamp(1), "me"))
+        return stored[-1]
+
+    async def unused(*_args) -> KbDocument:
+        raise AssertionError("not called")
+    panel = KnowledgeScreen(KnowledgeOps(listing, upload, unused, unused, tmp_path), upload_first=True)
+    app: App[None] = App()
+    async with app.run_test(size=SIZE) as pilot:
+        await app.push_screen(panel)
+        await wait_until(lambda: panel.loaded, pilot=pilot, what="the panel")
+        panel.query_one("#kb-path", Input).value = str(note)
+        await pilot.press("enter")
+        await wait_until(lambda: bool(panel.query(Transfer))
+                         and "done" in str(panel.query_one(Transfer).query_one("Label").render())
+                         and "1 document" == str(panel.query_one("#kb-info").render()), pilot=pilot,
+                         what="the upload done and listed")
+        assert str(panel.query_one(Transfer).query_one("Label").render()) == "note.md · done, 1 chunk"

@@ -95,13 +95,25 @@ async def test_why_this_answer_shows_what_reached_the_model() -> None:
         assert "2 recalled turns (#3, #5): over recall.token_budget (50 tokens)" in body
         assert "  recalled turns: recall.k (3) reached: lower-ranked turns were not considered" in body
         assert "1 memory items (m4): over user_memory.token_budget (40 tokens)" in body
-        assert "3 turns: over the prompt budget" in body and "not up front (the agent searches with search_knowledge)" in body
+        assert "3 turns: over the prompt budget" in body
+        assert "\nKnowledge passages: not up front (the agent searches with search_knowledge)\n" in body
         assert "Prompt: about 812 of 14976 tokens" in body and "tools: clock" in body
         await pilot.press("escape")
 
 
 def test_why_lines_without_context() -> None:
     assert why_lines({}) == ["No context was recorded for this message."]
+
+
+def test_why_lines_say_why_no_knowledge_passage_was_used() -> None:
+    def passages(retrieve: dict) -> str:
+        lines = why_lines({"context": {"turns_kept": 1, "pipeline": {"retrieve": retrieve}}})
+        return next(line for line in lines if line.startswith("Knowledge passages:"))
+    assert passages({"passages": [], "skipped": "not up front (the agent searches with search_knowledge)"}) == (
+        "Knowledge passages: not up front (the agent searches with search_knowledge)")
+    assert passages({"passages": [], "skipped": "route"}) == "Knowledge passages: none (the route asked for no knowledge)"
+    assert passages({"passages": ["c1", "c2"]}) == "Knowledge passages: c1, c2"
+    assert passages({}) == "Knowledge passages: none"
 
 
 async def test_why_this_answer_on_a_live_answer_from_a_real_server(tmp_path) -> None:
@@ -115,4 +127,5 @@ async def test_why_this_answer_on_a_live_answer_from_a_real_server(tmp_path) -> 
             await wait_until(lambda: shown(app, WhyScreen), pilot=pilot, what="the why view")
             body = str(app.screen.query_one("#why-body", Static).render())
             assert "Route: chat (no router configured)" in body and "Summary: none" in body
-            assert "Knowledge passages: none (not up front (the agent searches with search_knowledge))" in body and "Model: echo" in body
+            assert "Knowledge passages: not up front (the agent searches with search_knowledge)\n" in body
+            assert "Model: echo" in body

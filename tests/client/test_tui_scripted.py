@@ -20,6 +20,7 @@ from client.config import ClientConfig
 from client.events import Connected, Reconnecting
 from client.tui.app import NpltApp
 from client.tui.hangup import TerminalWatch
+from client.tui.saved import SavedState
 from client.tui.input import ChatInput
 from client.tui.message import MessageView
 from client.tui.modals import ConfirmModal, ExportModal, RenameModal
@@ -367,3 +368,92 @@ async def test_the_header_names_the_sessions_model_and_follows_a_switch() -> Non
         await fake.push(SessionEvent("model", SessionInfo("s9", "Other", stamp(0), stamp(0), model="other-model")))
         await pilot.pause()
         assert app.title == "NPLT Assistant · deepseek-chat"        # another session's switch changes nothing
+
+
+def long_history(n: int) -> list[ChatMessage]:
+    return [user(i, f"question {i}") if i % 2 else answer(i, f"answer {i}\n\n" + "more text " * 30)
+            for i in range(1, n + 1)]
+
+
+def at_bottom(app: NpltApp) -> bool:
+    view = chat(app)
+    return view.max_scroll_y > 0 and view.scroll_y >= view.max_scroll_y
+
+
+async def test_sending_while_scrolled_up_follows_the_answer_but_other_updates_do_not_yank_the_view() -> None:
+    fake = FakeClient(messages={"s1": long_history(30)})
+    async with scripted_app(fake) as (app, pilot):
+        view = chat(app)
+        await wait_until(lambda: len(view.messages()) == 30 and not view.backfilling and at_bottom(app),
+                         pilot=pilot, what="the history, at the bottom")
+        view.focus()
+        await pilot.press("pageup", "pageup")
+        await wait_until(lambda: 0 < view.scroll_y < view.max_scroll_y - 10, pilot=pilot, what="scrolled up")
+        where = view.scroll_y
+        # another client's turn in this session appends below: the reader stays where they are
+        await fake.push(TurnStart("s1", "t9", user(31, "from elsewhere"), "fake"),
+                        AnswerDelta("s1", "t9", "their answer " * 40, 0),
+                        TurnEnd("s1", "t9", answer(32, "their answer " * 40)))
+        await wait_until(lambda: settled(app, "their answer " * 40), pilot=pilot, what="the other client's turn")
+        await pilot.pause()
+        assert view.scroll_y == where
+        await type_and_send(pilot, "my own question")
+        await wait_until(lambda: ("user", "my own question") in contents(app), pilot=pilot, what="the sent message")
+        await fake.push(TurnStart("s1", "t1", ChatMessage(1001, "user", "my own question", stamp(1)), "fake"),
+                        *[AnswerDelta("s1", "t1", f"line {i}\n\n", len("".join(f"line {k}\n\n" for k in range(i))))
+                          for i in range(30)])
+        await wait_until(lambda: bool(view.live) and next(iter(view.live.values())).content.endswith("line 29\n\n")
+                         and at_bottom(app), pilot=pilot, what="the streaming answer, followed at the bottom")
+
+
+async def test_up_and_down_move_between_the_rows_of_a_wrapped_line_before_recalling() -> None:
+    long_line = " ".join(f"word{i}" for i in range(60))          # one line, several rows on screen
+    async with scripted_app(FakeClient()) as (app, pilot):
+        box = app.query_one(ChatInput)
+        await type_and_send(pilot, "earlier")
+        box.load_text(long_line)
+        box.move_cursor((0, len(long_line)))                      # typed: the cursor at its end
+        rows = len(box.wrapped_document.get_offsets(0)) + 1
+        assert rows >= 3
+        for _ in range(rows - 1):                                 # up a row at a time, the text stays
+            column = box.cursor_location[1]
+            await pilot.press("up")
+            assert box.text == long_line and box.cursor_location[1] < column
+        await pilot.press("up")                                   # on the first row: recall
+        assert box.text == "earlier"
+        await pilot.press("down")                                 # back to the draft, cursor at its end
+        assert box.text == long_line and box.cursor_location == (0, len(long_line))
+        await type_and_send(pilot, long_line)
+        await pilot.press("up")                                   # recalled: cursor on its last row
+        assert box.text == long_line
+        box.move_cursor((0, 0))
+        for _ in range(rows - 1):                                 # down a row at a time while recalling
+            column = box.cursor_location[1]
+            await pilot.press("down")
+            assert box.text == long_line and box.cursor_location[1] > column
+        await pilot.press("down")                                 # on the last row: past the newest, the draft
+        assert box.text == ""
+
+
+async def test_enter_on_the_open_session_in_the_sidebar_returns_to_the_input() -> None:
+    async with scripted_app(FakeClient()) as (app, pilot):
+        sidebar = app.query_one(Sidebar)
+        await wait_until(lambda: "s1" in sidebar.sessions, pilot=pilot, what="the sidebar")
+        await pilot.press("ctrl+g")
+        await wait_until(lambda: app.focused is sidebar.list, pilot=pilot, what="the sidebar focused")
+        await pilot.press("enter")                                 # the session already open
+        await wait_until(lambda: isinstance(app.focused, ChatInput), pilot=pilot, what="the input focused")
+        assert chat(app).session_id == "s1" and ("session_switch", "s1") not in app.client.calls
+
+
+async def test_two_tuis_keep_each_others_input_history() -> None:
+    async with scripted_app(FakeClient()) as (app, pilot):
+        await type_and_send(pilot, "mine first")
+        await wait_until(lambda: SavedState.load(paths.state_file()).history == ["mine first"], pilot=pilot,
+                         what="the first save")
+        # another TUI (started earlier, so it never loaded "mine first") saves an input meanwhile
+        SavedState(None, ["mine first", "typed in the other TUI"]).save(paths.state_file())
+        await type_and_send(pilot, "mine again")
+        await wait_until(lambda: "mine again" in SavedState.load(paths.state_file()).history, pilot=pilot,
+                         what="the second save")
+        assert SavedState.load(paths.state_file()).history == ["mine first", "typed in the other TUI", "mine again"]

@@ -53,6 +53,7 @@ class NpltApp(App[None]):
         self.state_path = state_path if state_path is not None else paths.state_file()
         self.terminal = TerminalWatch(self._terminal_gone)
         self._save_lock = asyncio.Lock()
+        self._unsaved: list[str] = []   # inputs sent since the last save of the state file
         self.show_times, self.show_address = show_times, show_address
         self.client = client or Client(
             self.config.host, self.config.port, token=self.config.token, tls=self.config.tls.context(),
@@ -101,17 +102,21 @@ class NpltApp(App[None]):
             self.theme = saved.theme
         box = self.query_one(ChatInput)
         box.recall[:0] = saved.history
-        self.theme_changed_signal.subscribe(self, lambda _theme: self._save_state_soon())
+        self.theme_changed_signal.subscribe(self, lambda _theme: self._save_state_soon(theme=True))
 
-    def _save_state_soon(self) -> None:
-        self.run_worker(self._save_state(), group="state", exit_on_error=False)
+    def _save_state_soon(self, *, theme: bool = False) -> None:
+        self.run_worker(self._save_state(theme), group="state", exit_on_error=False)
 
-    async def _save_state(self) -> None:
-        saved = SavedState(self.theme, list(self.query_one(ChatInput).recall))
-        async with self._save_lock:   # one writer at a time: the last state wins
+    async def _save_state(self, theme: bool) -> None:
+        """Merge what this TUI changed (the theme picked, the inputs sent) into the state file, which
+        another TUI may be saving to as well (``SavedState.update``)."""
+        async with self._save_lock:   # one writer at a time in this process
+            added, self._unsaved = self._unsaved, []
             try:
-                await asyncio.to_thread(saved.save, self.state_path)
+                await asyncio.to_thread(SavedState.update, self.state_path, theme=self.theme if theme else None,
+                                        added=added)
             except OSError as exc:   # a read-only home: the TUI works, it just does not remember
+                self._unsaved[:0] = added
                 self.log.warning(f"cannot save the TUI state to {self.state_path}: {exc}")
 
     async def on_unmount(self) -> None:
@@ -121,6 +126,7 @@ class NpltApp(App[None]):
     # -- messages from widgets --------------------------------------------------------------------------
     def on_chat_input_submitted(self, event: ChatInput.Submitted) -> None:
         self.controller.spawn(self.controller.send(event.text), "send")
+        self._unsaved.append(event.text)
         self._save_state_soon()   # the input history survives a restart
 
     def on_sidebar_selected(self, event: Sidebar.Selected) -> None:

@@ -134,6 +134,12 @@ class ChatView(VerticalScroll):
             self.scroll_to(y=before_y + (self.virtual_size.height - before_height), animate=False, immediate=True)
         self.call_after_refresh(keep_position)
 
+    def follow(self) -> None:
+        """Scroll to the end and follow new output again (the user just sent a message: it and its
+        answer must be in view). Anything else added while the user has scrolled up (other clients'
+        turns, older pages) leaves the view where it is: the anchor only follows until released."""
+        self.anchor()
+
     async def add_message(self, message: ChatMessage, turn_id: str | None = None) -> MessageView:
         """Append a message (deduplicated by id) at the bottom, above the queued messages."""
         mid = message.id

@@ -52,7 +52,7 @@ ACTIONS: tuple[ActionSpec, ...] = (
     ActionSpec("kb.panel", "f12", "knowledge", "Knowledge base",
                "Your documents: list, upload, download, delete"),
     ActionSpec("kb.upload", "f11", "upload", "Upload to the knowledge base",
-               "Upload a file (the path completes) with a progress bar"),
+               "Upload a file (the path completes) with a progress bar", priority=True),
     ActionSpec("view.sidebar", "ctrl+b", "toggle_sidebar", "Toggle sidebar", "Show or hide the sessions sidebar"),
 )
 

@@ -259,7 +259,8 @@ class Controller:
                 self._loads -= 1
 
     async def switch(self, session_id: str) -> None:
-        if session_id == self.session_id:
+        if session_id == self.session_id:   # already open: only the focus moves back to the input
+            self.focus_input()
             return
 
         async def fetch() -> tuple[SessionInfo, TurnState | None]:
@@ -417,6 +418,7 @@ class Controller:
 
     # -- chat -------------------------------------------------------------------------------------------
     async def send(self, text: str) -> None:
+        self.chat.follow()    # what the user sends (or why it was not sent) and its answer show even when scrolled up
         if not self.client.connected:
             await self.chat.add_error(f"Not sent (connection {self.client.state}): {text[:60]}")
             return

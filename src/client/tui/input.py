@@ -1,5 +1,6 @@
 """The message input: a TextArea where Enter sends, Shift+Enter (or Ctrl+J) inserts a newline and
-Up/Down recall earlier inputs when the cursor is on the first/last line."""
+Up/Down recall earlier inputs when the cursor is on the first/last row on screen (a long line wraps
+to several rows: Up/Down move between them first)."""
 from __future__ import annotations
 
 from textual import events
@@ -56,7 +57,7 @@ class ChatInput(TextArea):
         self.move_cursor((len(lines) - 1, len(lines[-1])) if at_end else (0, 0))
 
     def action_cursor_up(self, select: bool = False) -> None:
-        if select or self.cursor_location[0] > 0 or not self.recall:
+        if select or not self.navigator.is_first_wrapped_line(self.cursor_location) or not self.recall:
             super().action_cursor_up(select)
             return
         if self._recall_index is None:
@@ -69,8 +70,7 @@ class ChatInput(TextArea):
         self._show(self.recall[self._recall_index], at_end=True)
 
     def action_cursor_down(self, select: bool = False) -> None:
-        last_row = self.document.line_count - 1
-        if select or self.cursor_location[0] < last_row or self._recall_index is None:
+        if select or not self.navigator.is_last_wrapped_line(self.cursor_location) or self._recall_index is None:
             super().action_cursor_down(select)
             return
         if self._recall_index < len(self.recall) - 1:

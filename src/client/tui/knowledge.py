@@ -21,6 +21,7 @@ from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
 from protocol.kb import KbDocument
 
 from client.tui.modals import ConfirmModal
+from client.tui.words import counted
 
 Progress = Callable[[str, int, int], None]     # (stage, done, total), as client.kb reports it
 
@@ -160,7 +161,7 @@ class KnowledgeScreen(ModalScreen[None]):
             table.add_row(doc.name, human_size(doc.size), str(doc.chunks), doc.collection,
                           doc.uploaded_at[:16].replace("T", " "), key=doc.doc_id)
         n = len(self.documents)
-        info.update("No documents yet: upload one (U)" if not n else f"{n} document" + ("" if n == 1 else "s"))
+        info.update("No documents yet: upload one (U)" if not n else counted(n, "document"))
         self.loaded = True
 
     @property
@@ -201,7 +202,7 @@ class KnowledgeScreen(ModalScreen[None]):
         except Exception as exc:  # noqa: BLE001 - shown on the file's row
             row.finish(f"failed: {exc}", error=True)
             return
-        note = "already there (duplicate)" if doc.duplicate else f"{doc.chunks} chunks"
+        note = "already there (duplicate)" if doc.duplicate else counted(doc.chunks, "chunk")
         row.finish(f"done, {note}")
         self.refresh_list()
 

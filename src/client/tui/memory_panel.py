@@ -15,6 +15,8 @@ from textual.widgets.option_list import Option
 from protocol.objects import MemoryItem
 from protocol.replies import MemoryListReply
 
+from client.tui.words import counted
+
 ListFn = Callable[[], Awaitable[MemoryListReply]]
 ForgetFn = Callable[[str], Awaitable[object]]
 TitleFn = Callable[[str], str | None]
@@ -71,7 +73,7 @@ class MemoryPanel(ModalScreen[None]):
             info.update("Nothing remembered yet. Facts and preferences you state are kept here.")
         else:
             n = len(self.items)
-            info.update(f"{n} item{'' if n == 1 else 's'} · Delete forgets the highlighted one")
+            info.update(f"{counted(n, 'item')} · Delete forgets the highlighted one")
             options.highlighted = 0
             options.focus()
 

@@ -1,4 +1,5 @@
-"""One chat message: header in the top border, tool call items, and the Markdown body.
+"""One chat message: header in the top border, tool call items, and the body (Markdown for answers;
+the user's own messages as typed, in plain text).
 
 Rendering cost matters because Textual lays out the whole widget tree on every frame:
 
@@ -18,7 +19,9 @@ import re
 from datetime import datetime
 
 from markdown_it import MarkdownIt
+from rich.console import RenderableType
 from rich.markdown import Markdown as RichMarkdown
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.markup import escape
@@ -162,9 +165,14 @@ class MessageView(Vertical, can_focus=True):
             parts.append(f"[i]{escape(str(meta['finish_reason']))}[/i]")
         return " · ".join(parts)
 
+    def _settled_body(self) -> RenderableType:
+        """A settled message's body: the user's own text as typed (no Markdown: line breaks and
+        characters such as ``__init__`` or ``*`` stay), anything else rendered as Markdown."""
+        return Text(self.content) if self.role == "user" else rendered(self.content)
+
     def _make_body(self) -> Widget:
         if self.turn_id is None:
-            return Static(rendered(self.content), classes="message-body")
+            return Static(self._settled_body(), classes="message-body")
         self._live_text = self.content
         self._live = Markdown(self.content, classes="message-body live")
         return self._live
@@ -252,11 +260,11 @@ class MessageView(Vertical, can_focus=True):
         if self._live is not None:
             old = [c for c in self.children if not isinstance(c, ToolCallItem)]
             self._live = None
-            self.body = Static(rendered(self.content), classes="message-body")
+            self.body = Static(self._settled_body(), classes="message-body")
             await self.mount(self.body, before=old[0] if old else None)
             await self.remove_children(old)
         else:
-            self.body.update(rendered(self.content))
+            self.body.update(self._settled_body())
         self.border_title = self._header_text()
         await self.remove_children(".mark, CitationList")
         shown: list[Widget] = list(marks(message))

@@ -15,6 +15,8 @@ from textual.widgets.option_list import Option
 
 from protocol.objects import SearchHit
 
+from client.tui.words import counted
+
 MAX_TITLE = 200
 
 
@@ -107,7 +109,7 @@ class SearchModal(ModalScreen[SearchHit | None]):
             return
         results = self.query_one("#search-results", OptionList)
         results.set_options(Option(self._prompt(h), id=str(i)) for i, h in enumerate(self.hits))
-        info.update(f"{len(self.hits)} result" + ("" if len(self.hits) == 1 else "s"))
+        info.update(counted(len(self.hits), "result"))
         if self.hits:
             results.highlighted = 0
             results.focus()

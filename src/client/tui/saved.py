@@ -3,19 +3,52 @@
 One small JSON file (``client.paths.state_file()``), written atomically (a temporary file renamed
 over it). A missing file is a first run; an unreadable or malformed one is logged and ignored (the
 TUI starts with nothing remembered and overwrites it on the next change). Callers run ``load`` and
-``save`` off the event loop.
+``update`` off the event loop.
+
+Several TUIs may run at once (two terminals), each with the file loaded at its start. So a TUI never
+writes its whole state back: ``update`` re-reads the file under an exclusive lock, changes only what
+this TUI changed (a theme it picked, the inputs it sent since its last save, appended after what is
+there) and writes it back; neither TUI loses the other's inputs.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator, Sequence
 
 log = logging.getLogger(__name__)
 
 MAX_HISTORY = 200   # inputs kept for Up/Down recall (the same bound as the input's own list)
+
+
+def merged_history(older: Sequence[str], newer: Sequence[str]) -> list[str]:
+    """``older`` then ``newer``, each input once at its latest place, the newest ``MAX_HISTORY``."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for text in reversed([*older, *newer]):
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+            if len(out) == MAX_HISTORY:
+                break
+    return out[::-1]
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock between the TUIs saving to ``path`` (a ``.lock`` file beside it; blocking)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @dataclass(slots=True)
@@ -41,8 +74,19 @@ class SavedState:
                    [h for h in history if isinstance(h, str)][-MAX_HISTORY:] if isinstance(history, list) else [])
 
     def save(self, path: Path) -> None:
+        """Write this state as the whole file (atomically; ``update`` is what a running TUI uses)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"theme": self.theme, "history": self.history[-MAX_HISTORY:]},
                                   ensure_ascii=False), encoding="utf-8")
         os.replace(tmp, path)
+
+    @classmethod
+    def update(cls, path: Path, *, theme: str | None = None, added: Sequence[str] = ()) -> SavedState:
+        """Merge into the file what one TUI changed: ``theme`` (None: keep the file's) and the inputs
+        ``added`` since its last update (after the file's, deduplicated, capped); returns the result."""
+        with _locked(path):
+            saved = cls.load(path)
+            saved = cls(theme or saved.theme, merged_history(saved.history, added))
+            saved.save(path)
+        return saved

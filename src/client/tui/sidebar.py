@@ -13,6 +13,8 @@ from textual.widgets.option_list import Option
 
 from protocol.objects import SessionInfo
 
+from client.tui.words import counted
+
 
 def when(ts: str | None) -> str:
     """A compact local time: ``HH:MM`` today, else ``YYYY-MM-DD``."""
@@ -58,7 +60,7 @@ class Sidebar(Vertical):
         title = Text(marker + (s.title or "(untitled)") + running, style="bold" if sid == self.current else "")
         title.truncate(self._title_width(), overflow="ellipsis")   # one line, never wrapped
         count = s.message_count
-        detail = f"  {count} msg" + ("" if count == 1 else "s")
+        detail = f"  {counted(count, 'msg')}"
         if self.show_times:
             stamp = when(s.updated_at)
             if stamp:

@@ -15,6 +15,7 @@ from textual.widgets.option_list import Option
 from protocol.objects import SessionInfo
 
 from client.tui.modals import ConfirmModal
+from client.tui.words import counted
 
 ListFn = Callable[[], Awaitable[Sequence[SessionInfo]]]
 ActFn = Callable[[str], Awaitable[object]]
@@ -24,7 +25,7 @@ PURGE_QUESTION = ("Purge session “{title}” for good? Its messages, summaries
 
 
 def count_text(n: int) -> str:
-    return "The trash is empty" if not n else f"{n} deleted session" + ("" if n == 1 else "s")
+    return "The trash is empty" if not n else counted(n, "deleted session")
 
 
 class TrashScreen(ModalScreen[None]):
@@ -80,7 +81,7 @@ class TrashScreen(ModalScreen[None]):
     def _prompt(session: SessionInfo) -> Text:
         n = session.message_count
         head = Text.assemble((session.title or session.session_id, "bold"),
-                             (f"  {n} message" + ("" if n == 1 else "s"), "dim"))
+                             (f"  {counted(n, 'message')}", "dim"))
         if not session.preview:
             return head
         return Text.assemble(head, "\n", session.preview.replace("\n", " "))

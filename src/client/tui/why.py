@@ -12,6 +12,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
 
+# why the retrieve step put no passage in the prompt (its ``skipped``), when the server's words need
+# a gloss; any other reason is shown as the server wrote it, e.g. "not up front (the agent searches
+# with search_knowledge)"
+SKIPPED = {"route": "none (the route asked for no knowledge)"}
+
+
 def _ids(values: Any) -> str:
     return ", ".join(f"#{v}" if isinstance(v, int) else str(v) for v in values) if values else "none"
 
@@ -41,8 +47,8 @@ def why_lines(metadata: Mapping[str, Any], memory_texts: Mapping[str, str] | Non
     for item_id in items:
         out.append(f"  {item_id}: {texts.get(item_id, '(forgotten since)')}")
     retrieve = trace.get("retrieve") or {}
-    passages = retrieve.get("passages") or []
-    out.append(f"Knowledge passages: {_ids(passages)}" + (f" ({retrieve['skipped']})" if retrieve.get("skipped") else ""))
+    passages, skipped = retrieve.get("passages") or [], retrieve.get("skipped")
+    out.append("Knowledge passages: " + (SKIPPED.get(skipped, skipped) if skipped and not passages else _ids(passages)))
     dropped = list((trace.get("recall") or {}).get("dropped") or [])
     dropped += [{"what": f"passage {d.get('citation')}", "count": 1, "why": d.get("why")}
                 for d in retrieve.get("dropped") or []]
