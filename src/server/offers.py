@@ -82,7 +82,9 @@ class OfferService:
     async def find(self, user: str, groups: Collection[str], doc_id: str | None = None,
                    name: str | None = None) -> Any:
         """The DocumentInfo named by id, or by file name (exact, then case-insensitive, then a unique
-        part of a name); NOT_FOUND lists the user's document names."""
+        part of a name); NOT_FOUND lists the user's document names. A name that different documents
+        share (a user's and a group's "notes.md") is refused with their ids, as ``kb download``
+        does: the newest is not guessed."""
         if self.kb is None:
             raise HandlerError(ErrorCode.NOT_FOUND, "this server has no knowledge base")
         if doc_id:
@@ -92,8 +94,13 @@ class OfferService:
         for match in (lambda d: d.name == ref, lambda d: d.name.lower() == ref.lower(),
                       lambda d: d.doc_id == ref):
             found = [d for d in docs if match(d)]
+            if len({d.md5 for d in found}) > 1:   # two different documents of that name: the user picks
+                ids = "; ".join(f"{d.doc_id} ({d.collection}, {d.uploaded_at[:16].replace('T', ' ')})"
+                                for d in found[:MAX_NAMES_LISTED])
+                raise HandlerError(ErrorCode.NOT_FOUND, f"{len(found)} different documents are named "
+                                   f"'{ref[:64]}': ask for one by its id: {ids}")
             if found:
-                return found[0]            # newest first
+                return found[0]            # (one document, or copies of the same bytes)
         part = [d for d in docs if ref and ref.lower() in d.name.lower()]
         if len({d.name for d in part}) == 1:
             return part[0]

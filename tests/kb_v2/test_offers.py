@@ -188,3 +188,30 @@ async def test_over_64_mib_is_refused_for_udp_with_a_clear_text(tmp_path: Path) 
         assert udp.transfers == {}
     finally:
         await udp.close()
+
+
+async def test_a_name_two_different_documents_share_is_not_guessed(tmp_path: Path) -> None:
+    async with files_server(tmp_path) as (srv, addr):
+        kb = srv.services.knowledge
+        old = await kb.ingest(LOCAL_USER, (), None, "runbook.md", b"# Runbook\n\nRestart nginx.\n")
+        new = await kb.ingest(LOCAL_USER, (), None, "runbook.md", b"# Runbook\n\nRestart nginx, then php-fpm.\n")
+        c = await V3Client.connect(addr)
+        reply = await c.call(MsgType.CHAT_TEXT, text="download runbook.md")
+        events = await c.turn_events(reply["turn_id"])
+        [result] = [e.body["call"] for e in events if e.type == MsgType.TOOL_RESULT]
+        assert result["status"] == "error" and "2 different documents are named 'runbook.md'" in result["result"]
+        assert old.doc_id in result["result"] and new.doc_id in result["result"]     # so the user can pick
+        reply = await c.call(MsgType.CHAT_TEXT, text=f"download {old.doc_id}")       # by its id: offered
+        await c.turn_events(reply["turn_id"])
+        ev = await c.wait_type(MsgType.DOWNLOAD_OFFER_V3)
+        assert decode_event(ev.type, ev.body).doc_id == old.doc_id
+        await c.close()
+
+
+async def test_copies_of_the_same_bytes_under_one_name_are_one_document_to_offer(tmp_path: Path) -> None:
+    async with files_server(tmp_path) as (srv, _):
+        kb = srv.services.knowledge
+        mine = await kb.ingest("alice", ["ops"], None, "notes.md", b"# Notes\n\nSame bytes.\n")
+        await kb.ingest("carol", ["ops"], "group:ops", "notes.md", b"# Notes\n\nSame bytes.\n")
+        found = await srv.services.offers.find("alice", ["ops"], name="notes.md")
+        assert found.md5 == mine.md5
