@@ -25,7 +25,12 @@ class KnowledgeConfig(Section):
     docx_max_ratio: int = Field(200, ge=1, le=100_000)        # uncompressed / compressed, per member of the zip
     docx_max_members: int = Field(2_000, ge=1, le=1_000_000)
     pdf_max_pages: int = Field(5_000, ge=1, le=1_000_000)
+    pdf_max_page_chars: int = Field(200_000, ge=1, le=1 << 33)       # text extracted from one pdf page
+    pdf_max_stream_bytes: int = Field(8 * MIB, ge=1 << 16, le=1 << 34)   # one pdf stream, decompressed
+    pdf_max_content_bytes: int = Field(32 * MIB, ge=1 << 16, le=1 << 40)  # page content interpreted, whole pdf
     ingest_workers: int = Field(2, ge=1, le=64)               # threads parsing and indexing uploads
+    max_running_ingests_per_user: int = Field(1, ge=1, le=64)   # a user's ingests on threads at once (< ingest_workers)
+    max_ingests_per_user: int = Field(4, ge=1, le=1000)        # a user's ingests running or waiting (QUOTA_EXCEEDED beyond)
     bm25_k1: float = Field(1.2, ge=0.0, le=10.0)
     bm25_b: float = Field(0.75, ge=0.0, le=1.0)
     title_weight: float = Field(1.0, ge=0.0, le=10.0)         # weight of the heading path's terms in a chunk's bag
@@ -42,3 +47,9 @@ class KnowledgeConfig(Section):
         if self.chunk_overlap_chars >= self.chunk_target_chars:
             raise Invalid("must be smaller than chunk_target_chars", "chunk_overlap_chars")
         return self
+
+    @property
+    def user_ingest_threads(self) -> int:
+        """Threads one user's ingests may hold at once: ``max_running_ingests_per_user``, but always
+        leaving one of ``ingest_workers`` to the other users (when there are two or more)."""
+        return max(1, min(self.max_running_ingests_per_user, self.ingest_workers - 1))

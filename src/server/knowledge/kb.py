@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import re
 import secrets
 import threading
 import unicodedata
@@ -27,7 +28,7 @@ from server.knowledge.chunker import chunk_blocks
 from server.knowledge.config import KnowledgeConfig
 from server.knowledge.index import ChunkIndex, chunk_terms
 from server.knowledge.models import DocumentInfo, Hit
-from server.knowledge.parsers import kind_of, parse
+from server.knowledge.parsers import Cancelled, kind_of, parse
 from server.knowledge.port import DocumentStore, Loaded, Staged
 from server.knowledge.store import FileDocumentStore, write_json
 
@@ -37,6 +38,7 @@ Progress = Callable[[str, int, int], None]       # (stage, done, total), called 
 STAGES = ("receiving", "parsing", "chunking", "indexing")
 READ_BLOCK = 1 << 20
 MAX_NAME_CHARS = 255
+_CHUNK_NO = re.compile(r"[0-9]{1,9}")
 
 
 def clean_name(name: str) -> str:
@@ -73,6 +75,10 @@ class KnowledgeBase:
         self._by_hash: dict[tuple[str, str], str] = {}       # (collection, sha256) -> doc_id
         self.lock = threading.Lock()                         # index and the maps above
         self._pool = ThreadPoolExecutor(config.ingest_workers, thread_name_prefix="kb-ingest")
+        self._user_ingests: dict[str, int] = {}                  # user -> ingests running or waiting
+        self._user_slots: dict[str, asyncio.Semaphore] = {}      # user -> ingest threads they may hold
+        self._stops: set[threading.Event] = set()                # the running ingests' cancel flags
+        self._closing = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -97,6 +103,13 @@ class KnowledgeBase:
             self.add(info, chunks, terms, vectors)
 
     async def close(self) -> None:
+        """Cancel the running ingests (each stops at its next page / block, answering
+        SHUTTING_DOWN), wait for the threads, close the store. Safe to call twice."""
+        if self._closing:
+            return
+        self._closing = True
+        for stop in list(self._stops):
+            stop.set()
         await self.store.close()
         await asyncio.get_running_loop().run_in_executor(None, self._pool.shutdown)
         if self.embedder is not None:
@@ -155,13 +168,20 @@ class KnowledgeBase:
     # -- ingestion ---------------------------------------------------------------------------------
     async def ingest(self, user: str, groups: Collection[str], collection: str | None, name: str,
                      data: bytes | str | os.PathLike, md5: str | None = None,
-                     progress: Progress | None = None) -> DocumentInfo:
+                     progress: Progress | None = None,
+                     cancelled: Callable[[], bool] | None = None) -> DocumentInfo:
         """Store, parse, chunk and index one document into ``collection`` (None = personal).
 
         ``data`` is the bytes or a path to read. Errors (HandlerError): FORBIDDEN, INVALID_MESSAGE
-        (file name), QUOTA_EXCEEDED, CHECKSUM_MISMATCH (``md5`` given and different),
-        UNSUPPORTED_MEDIA, STORAGE_ERROR. Nothing is kept on error. The same bytes already in the
-        collection return that document with ``duplicate=True``.
+        (file name), QUOTA_EXCEEDED (also: ``max_ingests_per_user`` of the user's ingests running or
+        waiting), CHECKSUM_MISMATCH (``md5`` given and different), UNSUPPORTED_MEDIA, STORAGE_ERROR,
+        SHUTTING_DOWN (the knowledge base is closing). Nothing is kept on error. The same bytes
+        already in the collection return that document with ``duplicate=True``.
+
+        Fairness: a user's ingests hold at most ``config.user_ingest_threads`` of the
+        ``ingest_workers`` threads; the others wait here, holding no thread. Cancellation: when this
+        coroutine is cancelled, ``cancelled()`` (optional, polled from the thread, e.g. "the client
+        left") turns true, or the knowledge base closes, the thread stops at its next page / block.
         """
         coll = resolve(user, groups, collection)
         name = clean_name(name)
@@ -178,10 +198,16 @@ class KnowledgeBase:
             else:
                 loop.call_soon_threadsafe(progress, stage, done, total)
 
-        job = loop.run_in_executor(self._pool, self._stage, user, coll, name, data, md5, report)
+        stop = threading.Event()
+
+        def stopped() -> bool:
+            return stop.is_set() or (cancelled is not None and bool(cancelled()))
+
+        job = await self._start_job(user, stop, self._stage, user, coll, name, data, md5, report, stopped)
         try:
             staged = await asyncio.shield(job)
-        except asyncio.CancelledError:          # the thread runs on: remove what it stages
+        except asyncio.CancelledError:          # the thread stops at its next check: remove what it staged
+            stop.set()
             job.add_done_callback(self._discard_result)
             raise
         if isinstance(staged, DocumentInfo):
@@ -192,6 +218,62 @@ class KnowledgeBase:
         except BaseException:
             self.store.staged.discard(staged.path)
             raise
+        finally:
+            staged.terms.clear()                # (in the index now, or dropped: not held by the caller)
+
+    def _shutting_down(self) -> HandlerError:
+        return HandlerError(ErrorCode.SHUTTING_DOWN, "the knowledge base is closing")
+
+    async def _start_job(self, user: str, stop: threading.Event, fn: Callable, *args) -> asyncio.Future:
+        """Run ``fn(*args)`` on an ingest thread once ``user`` has a free slot (at most
+        ``max_ingests_per_user`` running or waiting, ``user_ingest_threads`` running). The slot is
+        held until the thread's work ends, even when the caller is cancelled first."""
+        if self._closing:
+            raise self._shutting_down()
+        cfg = self.config
+        held = self._user_ingests.get(user, 0)
+        if held >= cfg.max_ingests_per_user:
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"{held} of your documents are being ingested "
+                               f"(limit max_ingests_per_user = {cfg.max_ingests_per_user}); try again when one ends")
+        self._user_ingests[user] = held + 1
+        slot = self._user_slots.get(user)
+        if slot is None:
+            slot = self._user_slots[user] = asyncio.Semaphore(cfg.user_ingest_threads)
+        job = None
+        try:
+            await slot.acquire()
+            try:
+                if self._closing:
+                    raise self._shutting_down()
+                job = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+            except RuntimeError:                     # the pool is shut down
+                raise self._shutting_down() from None
+            finally:
+                if job is None:
+                    slot.release()
+        finally:
+            if job is None:
+                self._leave(user)
+        self._stops.add(stop)
+
+        def done(_f: asyncio.Future) -> None:
+            slot.release()
+            self._stops.discard(stop)
+            self._leave(user)
+        job.add_done_callback(done)
+        return job
+
+    def ingests_in_progress(self, user: str) -> int:
+        """``user``'s ingests running or waiting for a thread (at most ``max_ingests_per_user``)."""
+        return self._user_ingests.get(user, 0)
+
+    def _leave(self, user: str) -> None:
+        n = self._user_ingests.get(user, 0) - 1
+        if n > 0:
+            self._user_ingests[user] = n
+        else:                                   # no ingest of the user running or waiting: forget them
+            self._user_ingests.pop(user, None)
+            self._user_slots.pop(user, None)
 
     def _discard_result(self, job: asyncio.Future) -> None:
         if not job.cancelled() and job.exception() is None and isinstance(job.result(), Staged):
@@ -212,8 +294,14 @@ class KnowledgeBase:
             raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"collection holds {cfg.max_documents_per_collection} documents")
 
     def _stage(self, user: str, coll: str, name: str, data: bytes | str | os.PathLike, md5: str | None,
-               report: Progress) -> Staged | DocumentInfo:
-        """Worker thread: copy, hash, verify, parse, chunk and analyze into a staging directory."""
+               report: Progress, cancelled: Callable[[], bool]) -> Staged | DocumentInfo:
+        """Worker thread: copy, hash, verify, parse, chunk and analyze into a staging directory.
+        ``cancelled`` is polled between the steps, by the parser (every page / block) and every
+        1% of the chunks analyzed: a cancelled ingest stops there (``Cancelled``) and keeps nothing.
+        Peak memory: the bytes once (a path is copied block by block, then read back once), the
+        parsed blocks until they are chunked, the records (written before the terms are made)."""
+        if cancelled():                         # (cancelled while it waited for a thread)
+            raise Cancelled()
         size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else os.stat(data).st_size
         self._check_upload(size)
         doc_id = secrets.token_hex(12)
@@ -231,18 +319,16 @@ class KnowledgeBase:
                         part = view[off:off + READ_BLOCK]
                         h_md5.update(part), h_sha.update(part), out.write(part)
                         report("receiving", min(off + READ_BLOCK, size), size)
-                    raw = bytes(data)
                 else:
-                    buf = bytearray()
+                    copied = 0
                     with open(data, "rb") as src:
                         while part := src.read(READ_BLOCK):
-                            if len(buf) + len(part) > self.config.max_upload_bytes:
+                            copied += len(part)
+                            if copied > self.config.max_upload_bytes:
                                 raise HandlerError(ErrorCode.QUOTA_EXCEEDED, "file grew over the upload limit")
                             h_md5.update(part), h_sha.update(part), out.write(part)
-                            buf += part
-                            report("receiving", len(buf), size)
-                    raw = bytes(buf)
-                    size = len(raw)
+                            report("receiving", copied, size)
+                    size = copied
                 out.flush()
                 os.fsync(out.fileno())
             digest, sha = h_md5.hexdigest(), h_sha.hexdigest()
@@ -254,23 +340,40 @@ class KnowledgeBase:
                     self.store.staged.discard(path)
                     return replace(dup, duplicate=True)
             self.check_quota(user, coll, size)
+            if cancelled():
+                raise Cancelled()
             report("parsing", 0, 1)
-            blocks = parse(name, raw, self.config)
+            if isinstance(data, bytes):
+                raw = data
+            elif isinstance(data, (bytearray, memoryview)):
+                raw = bytes(data)
+            else:                                    # read back the copy just written (one allocation)
+                raw = (path / "original").read_bytes()
+            blocks = parse(name, raw, self.config, cancelled)
+            del raw
             report("parsing", 1, 1)
             report("chunking", 0, len(blocks))
+            n_blocks = len(blocks)
             chunks = chunk_blocks(blocks, self.config.chunk_target_chars, self.config.chunk_overlap_chars)
+            del blocks
             if len(chunks) > self.config.max_chunks_per_document:
                 raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"document makes {len(chunks)} chunks "
                                    f"(limit {self.config.max_chunks_per_document})")
-            report("chunking", len(blocks), len(blocks))
+            report("chunking", n_blocks, n_blocks)
             records = [{"text": c.text, "location": c.location()} for c in chunks]
+            headings = [c.heading for c in chunks]
+            del chunks
+            if cancelled():
+                raise Cancelled()
+            write_json(path / "chunks.json", records)      # before the terms: its text is freed first
             terms = []
-            step = max(1, len(chunks) // 100)
-            for i, c in enumerate(chunks):
-                terms.append(chunk_terms(c.text, c.heading, self.config.title_weight))
+            step = max(1, len(records) // 100)
+            for i, (rec, heading) in enumerate(zip(records, headings)):
+                terms.append(chunk_terms(rec["text"], heading, self.config.title_weight))
                 if i % step == 0:
-                    report("indexing", i, len(chunks))
-            write_json(path / "chunks.json", records)
+                    if cancelled():
+                        raise Cancelled()
+                    report("indexing", i, len(records))
             return Staged(doc_id, path, digest, sha, size, records, terms)
         except HandlerError:
             self.store.staged.discard(path)
@@ -353,7 +456,7 @@ class KnowledgeBase:
         """One chunk by its id ("<doc_id>:<n>") with its location."""
         doc_id, _, n = str(chunk_id).partition(":")
         info = self._visible(user, groups, doc_id)
-        if not n.isdigit() or int(n) >= info.chunks:
+        if not _CHUNK_NO.fullmatch(n) or int(n) >= info.chunks:      # ASCII digits only ('²'.isdigit())
             raise not_found("passage")
         with self.lock:
             if (doc_id, int(n)) not in self.index.chunks:

@@ -3,6 +3,12 @@
 Refused with UNSUPPORTED_MEDIA: unknown extensions, binary content in a text format, and corrupt
 pdf/docx files (with the parser's reason). A docx is a zip: its member sizes and compression ratios
 are checked against the configured limits before anything is decompressed (zip bombs).
+
+Every parser counts the characters it produces as it goes (``Budget``) and stops as soon as
+``max_extracted_chars`` is passed; a pdf is also bounded per page (``pdf_max_page_chars``), per
+stream (``pdf_max_stream_bytes``, pypdf's decompression limits) and in page content interpreted
+(``pdf_max_content_bytes``). ``cancelled`` (a callable) is polled at every page / block: a
+cancelled parse raises ``Cancelled`` (SHUTTING_DOWN) and frees its thread.
 """
 from __future__ import annotations
 
@@ -19,19 +25,53 @@ from protocol import ErrorCode
 from server.errors import HandlerError
 from server.knowledge.blocks import Block
 from server.knowledge.config import KnowledgeConfig
+from server.knowledge.encodings import decode_text, unsupported
 
 TEXT_KINDS = {".txt": "text", ".text": "text", ".log": "text", ".md": "markdown", ".markdown": "markdown",
               ".csv": "csv", ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".html": "html", ".htm": "html"}
 BINARY_KINDS = {".pdf": "pdf", ".docx": "docx"}
 SUPPORTED = sorted(TEXT_KINDS) + sorted(BINARY_KINDS)
 CSV_ROWS_PER_BLOCK = 20
-_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 
 
-def unsupported(message: str) -> HandlerError:
-    return HandlerError(ErrorCode.UNSUPPORTED_MEDIA, message)
+class Cancelled(HandlerError):
+    """The ingest was cancelled (its caller left, the knowledge base is closing)."""
+
+    def __init__(self) -> None:
+        super().__init__(ErrorCode.SHUTTING_DOWN, "ingest cancelled (the client left or the server is stopping)")
+
+
+def _never() -> bool:
+    return False
+
+
+class Budget:
+    """The characters a parse has produced so far, against ``max_extracted_chars``, and the
+    cancellation check. ``add`` and ``check`` are called at every page / block / piece."""
+
+    __slots__ = ("limit", "total", "cancelled")
+
+    def __init__(self, cfg: KnowledgeConfig, cancelled: Callable[[], bool] | None = None) -> None:
+        self.limit = cfg.max_extracted_chars
+        self.total = 0
+        self.cancelled = cancelled or _never
+
+    def check(self) -> None:
+        if self.cancelled():
+            raise Cancelled()
+
+    def add(self, n: int) -> None:
+        self.total += n
+        if self.total > self.limit:
+            raise over_limit(self.total, self.limit)
+        self.check()
+
+
+def over_limit(total: int, limit: int) -> HandlerError:
+    return unsupported(f"document holds over {limit} characters of text ({total} so far; "
+                       f"limit max_extracted_chars = {limit})")
 
 
 def kind_of(name: str) -> str:
@@ -41,43 +81,6 @@ def kind_of(name: str) -> str:
     if kind is None:
         raise unsupported(f"unsupported file type {ext or '(none)'!r}; supported: {' '.join(SUPPORTED)}")
     return kind
-
-
-def _as_gb18030(data: bytes) -> str | None:
-    """``data`` as GB18030 (a superset of GBK and GB2312) when it decodes strictly and its non-ASCII
-    characters are mostly common Chinese (CJK ideographs and CJK punctuation), else None.
-    Checked before charset-normalizer, whose guess on short Chinese text is often cp932/Big5."""
-    try:
-        text = data.decode("gb18030")
-    except UnicodeDecodeError:
-        return None
-    wide = [c for c in text if ord(c) > 0x7F]
-    chinese = sum(1 for c in wide if "\u4e00" <= c <= "\u9fff" or "\u3000" <= c <= "\u303f" or "\uff01" <= c <= "\uff5e")
-    return text if wide and chinese >= 0.9 * len(wide) else None
-
-
-def decode_text(data: bytes) -> str:
-    """Bytes of a text file as str: BOM / UTF-8 first, then GB18030 when it reads as Chinese, else
-    the encoding charset-normalizer finds (Big5, Shift-JIS, UTF-16, Latin-1, ...). Binary content
-    (NUL bytes, control characters) is refused."""
-    if b"\x00" in data[:65536] and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise unsupported("binary content in a text file")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        gb = _as_gb18030(data) if not data.startswith((b"\xff\xfe", b"\xfe\xff")) else None
-        if gb is not None:
-            text = gb
-        else:
-            from charset_normalizer import from_bytes
-            best = from_bytes(data).best()
-            if best is None:
-                raise unsupported("cannot detect the text encoding (binary file?)") from None
-            text = str(best)
-    sample = text[:65536]
-    if sample and len(_CONTROL.findall(sample)) > len(sample) // 100 + 1:
-        raise unsupported("binary content in a text file")
-    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _paragraphs(lines: list[str], first_line: int = 1, page: int | None = None) -> list[Block]:
@@ -94,11 +97,17 @@ def _paragraphs(lines: list[str], first_line: int = 1, page: int | None = None) 
     return out
 
 
-def parse_text(data: bytes, cfg: KnowledgeConfig) -> list[Block]:
-    return _paragraphs(decode_text(data).split("\n"))
+def _counted(lines: list[str], budget: Budget, first_line: int = 1, page: int | None = None) -> list[Block]:
+    out = _paragraphs(lines, first_line, page)
+    budget.add(sum(len(b.text) for b in out))
+    return out
 
 
-def parse_markdown(data: bytes, cfg: KnowledgeConfig) -> list[Block]:
+def parse_text(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
+    return _counted(decode_text(data).split("\n"), budget)
+
+
+def parse_markdown(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     """ATX headings (``#`` .. ``######``) and blank-line paragraphs; fenced code stays one block."""
     lines = decode_text(data).split("\n")
     out: list[Block] = []
@@ -111,88 +120,144 @@ def parse_markdown(data: bytes, cfg: KnowledgeConfig) -> list[Block]:
         if fence is None:
             h = _HEADING.match(line)
             if h:
-                out.extend(_paragraphs(lines[body_start:i], body_start + 1))
+                out.extend(_counted(lines[body_start:i], budget, body_start + 1))
                 out.append(Block(h.group(2), len(h.group(1)), None, i + 1, i + 1))
+                budget.add(len(h.group(2)))
                 body_start = i + 1
-    out.extend(_paragraphs(lines[body_start:], body_start + 1))
+    out.extend(_counted(lines[body_start:], budget, body_start + 1))
     return out
 
 
-def parse_csv(data: bytes, cfg: KnowledgeConfig) -> list[Block]:
+def parse_csv(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     """Rows as ``column: value`` lines, a block per ``CSV_ROWS_PER_BLOCK`` rows."""
     text = decode_text(data)
     try:
         rows = list(csv.reader(io.StringIO(text)))
     except csv.Error as exc:
         raise unsupported(f"malformed csv: {exc}") from None
+    del text
     if not rows:
         return []
     header, out = rows[0], []
-    for start in range(1, len(rows), CSV_ROWS_PER_BLOCK):
+    for start in range(1, len(rows), CSV_ROWS_PER_BLOCK):       # "column: " repeated per value: counted
         part = rows[start:start + CSV_ROWS_PER_BLOCK]
         lines = ["; ".join(f"{h}: {v}" for h, v in zip(header, row) if v.strip()) for row in part]
-        out.append(Block("\n".join(x for x in lines if x), 0, None, start + 1, start + len(part)))
+        block = Block("\n".join(x for x in lines if x), 0, None, start + 1, start + len(part))
+        budget.add(len(block.text))
+        out.append(block)
     if len(rows) == 1:
         out.append(Block("; ".join(header), 0, None, 1, 1))
+        budget.add(len(out[-1].text))
     return [b for b in out if b.text]
 
 
-def parse_json(data: bytes, cfg: KnowledgeConfig) -> list[Block]:
-    """Validated, then indexed as pretty-printed text (keys stay next to their values)."""
+def _too_deep(kind: str) -> HandlerError:
+    return unsupported(f"malformed {kind}: nested too deeply")
+
+
+def parse_json(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
+    """Validated, then indexed as pretty-printed text (keys stay next to their values); the
+    pretty-printed text is counted as it is produced (deep one-line files expand a lot)."""
     text = decode_text(data)
     try:
         obj = json.loads(text)
+    except RecursionError:
+        raise _too_deep("json") from None
     except ValueError as exc:
         raise unsupported(f"malformed json: {exc}") from None
     if "\n" not in text.strip():
-        text = json.dumps(obj, ensure_ascii=False, indent=2)
-    return _paragraphs(text.split("\n"))
+        pieces: list[str] = []
+        size = 0
+        try:
+            for piece in json.JSONEncoder(ensure_ascii=False, indent=2).iterencode(obj):
+                pieces.append(piece)
+                size += len(piece)
+                if size > budget.limit - budget.total:
+                    raise over_limit(budget.total + size, budget.limit)
+                if len(pieces) % 4096 == 0:
+                    budget.check()
+        except RecursionError:
+            raise _too_deep("json") from None
+        text = "".join(pieces)
+        del pieces
+    del obj
+    return _counted(text.split("\n"), budget)
 
 
-def parse_yaml(data: bytes, cfg: KnowledgeConfig) -> list[Block]:
+def parse_yaml(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     """Validated with ``yaml.safe_load_all`` (no object construction), indexed as written."""
     import yaml
     text = decode_text(data)
     try:
         for _ in yaml.safe_load_all(text):
-            pass
+            budget.check()
+    except RecursionError:
+        raise _too_deep("yaml") from None
     except yaml.YAMLError as exc:
         raise unsupported(f"malformed yaml: {str(exc).splitlines()[0]}") from None
-    return _paragraphs(text.split("\n"))
+    return _counted(text.split("\n"), budget)
 
 
 class _HtmlBlocks(HTMLParser):
     BLOCK = {"p", "div", "li", "td", "th", "pre", "blockquote", "section", "article", "tr", "dd", "dt",
              "br", "table", "ul", "ol", "header", "footer", "main", "nav", "figcaption", "caption"}
-    SKIP = {"script", "style", "noscript", "template", "head"}
+    SKIP = {"script", "style", "noscript", "template"}
+    # what may stand in <head>; any other start tag (or text outside <title>) ends it, as in HTML5
+    HEAD = {"head", "title", "meta", "link", "base", "style", "script", "noscript", "template"}
 
-    def __init__(self) -> None:
+    def __init__(self, budget: Budget) -> None:
         super().__init__(convert_charrefs=True)
+        self.budget = budget
         self.blocks: list[Block] = []
         self.buf: list[str] = []
         self.skip = 0
         self.heading = 0
         self.start_line = 1
+        self.in_head = False
+        self.head_done = False         # a <head> after the head (or the body) began is ignored
+        self.in_title = False
 
     def flush(self, level: int = 0) -> None:
         text = " ".join("".join(self.buf).split())
         if text:
             line = self.getpos()[0]
             self.blocks.append(Block(text, level, None, self.start_line, line))
+            self.budget.add(len(text))
         self.buf = []
         self.start_line = self.getpos()[0]
 
+    def _end_head(self) -> None:
+        self.in_head = self.in_title = False
+        self.head_done = True
+
     def handle_starttag(self, tag: str, attrs: list) -> None:
-        if tag in self.SKIP:
+        if tag == "head":
+            self.in_head = not self.head_done
+            return
+        if tag == "html":
+            return
+        if self.in_head and tag not in self.HEAD:
+            self._end_head()
+        elif not self.in_head and tag not in self.HEAD:
+            self.head_done = True
+        if tag == "title" and self.in_head:
+            self.in_title = True
+        elif tag in self.SKIP:
             self.skip += 1
         elif re.fullmatch(r"h[1-6]", tag):
             self.flush()
             self.heading = int(tag[1])
-        elif tag in self.BLOCK:
-            self.flush()
+        elif tag in self.BLOCK:        # (an unclosed heading ends where a block begins)
+            self.flush(self.heading)
+            self.heading = 0
 
     def handle_endtag(self, tag: str) -> None:
-        if tag in self.SKIP:
+        if tag == "head":
+            if self.in_head:
+                self._end_head()
+        elif tag == "title":
+            self.in_title = False
+        elif tag in self.SKIP:
             self.skip = max(0, self.skip - 1)
         elif re.fullmatch(r"h[1-6]", tag) and self.heading:
             self.flush(self.heading)
@@ -201,35 +266,105 @@ class _HtmlBlocks(HTMLParser):
             self.flush()
 
     def handle_data(self, data: str) -> None:
-        if not self.skip:
-            self.buf.append(data)
+        if self.skip:
+            return
+        if self.in_head:
+            if self.in_title or not data.strip():
+                return
+            self._end_head()           # text outside <title>: the body has begun
+        self.buf.append(data)
 
 
-def parse_html(data: bytes, cfg: KnowledgeConfig) -> list[Block]:
-    """Visible text of block elements; h1..h6 become headings; script/style/head are dropped."""
-    p = _HtmlBlocks()
-    p.feed(decode_text(data))
+HTML_FEED_CHARS = 1 << 16
+
+
+def parse_html(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
+    """Visible text of block elements; h1..h6 become headings; script/style/head are dropped
+    (the head ends at ``</head>`` or where the body implicitly begins)."""
+    p = _HtmlBlocks(budget)
+    text = decode_text(data)
+    for start in range(0, len(text), HTML_FEED_CHARS):
+        p.feed(text[start:start + HTML_FEED_CHARS])
+        budget.check()
+    del text
     p.close()
     p.flush()
     return p.blocks
 
 
-def parse_pdf(data: bytes, cfg: KnowledgeConfig) -> list[Block]:
-    """Text of each page (pypdf), paragraphs per page, located by page number."""
-    from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
+class _PageFull(BaseException):
+    """Raised from pypdf's visitor: a BaseException, so pypdf's ``except Exception`` around form
+    XObjects does not swallow it and the page's extraction stops at once."""
+
+
+def _content_bytes(page) -> int:
+    """Decoded size of a page's content streams (pypdf caches the decoded data)."""
+    contents = page.get("/Contents")
+    if contents is None:
+        return 0
+    contents = contents.get_object()
+    streams = contents if isinstance(contents, list) else [contents]
+    total = 0
+    for s in streams:
+        s = s.get_object()
+        if hasattr(s, "get_data"):
+            total += len(s.get_data())
+    return total
+
+
+def parse_pdf(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
+    """Text of each page (pypdf), paragraphs per page, located by page number. Bounded: every
+    stream's decompressed size (``pdf_max_stream_bytes``), the page content interpreted in the
+    whole document, a stream shared by N pages counted N times (``pdf_max_content_bytes``, checked
+    before any page is extracted), each page's text (``pdf_max_page_chars``, stopped as it grows)
+    and the running total (``max_extracted_chars``); cancellation is checked at every operator."""
+    from pypdf import PdfReader, apply_configuration
+    from pypdf.errors import LimitReachedError, PyPdfError
+    limit = cfg.pdf_max_stream_bytes
+    out: list[Block] = []
     try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            raise unsupported("encrypted pdf")
-        if len(reader.pages) > cfg.pdf_max_pages:
-            raise unsupported(f"pdf has {len(reader.pages)} pages (limit {cfg.pdf_max_pages})")
-        out: list[Block] = []
-        for no, page in enumerate(reader.pages, 1):
-            text = (page.extract_text() or "").replace("\r\n", "\n")
-            out.extend(_paragraphs(text.split("\n"), 1, no))
+        with apply_configuration(zlib_maximum_output_length=limit, lzw_maximum_output_length=limit,
+                                 run_length_maximum_output_length=limit, brotli_maximum_output_length=limit,
+                                 array_based_stream_maximum_output_length=limit,
+                                 stream_decoding_work_maximum_length=limit):
+            reader = PdfReader(io.BytesIO(data))
+            if reader.is_encrypted:
+                raise unsupported("encrypted pdf")
+            if len(reader.pages) > cfg.pdf_max_pages:
+                raise unsupported(f"pdf has {len(reader.pages)} pages (limit {cfg.pdf_max_pages})")
+            content = 0
+            for page in reader.pages:
+                content += _content_bytes(page)
+                if content > cfg.pdf_max_content_bytes:
+                    raise unsupported(f"pdf pages hold over {cfg.pdf_max_content_bytes} bytes of content to "
+                                      f"interpret (limit pdf_max_content_bytes): refused as a decompression bomb")
+                budget.check()
+            page_limit = min(cfg.pdf_max_page_chars, budget.limit)
+            for no, page in enumerate(reader.pages, 1):
+                budget.check()
+                got = [0]
+
+                def on_text(text, *_a, got=got) -> None:
+                    got[0] += len(text)
+                    if got[0] > page_limit or budget.total + got[0] > budget.limit:
+                        raise _PageFull()
+
+                def on_operator(*_a) -> None:
+                    if budget.cancelled():
+                        raise _PageFull()
+                try:
+                    text = page.extract_text(visitor_text=on_text, visitor_operand_before=on_operator) or ""
+                except _PageFull:
+                    budget.check()                       # cancelled: Cancelled
+                    if got[0] > cfg.pdf_max_page_chars:
+                        raise unsupported(f"pdf page {no} holds over {cfg.pdf_max_page_chars} characters of "
+                                          f"text (limit pdf_max_page_chars)") from None
+                    raise over_limit(budget.total + got[0], budget.limit) from None
+                out.extend(_counted(text.replace("\r\n", "\n").split("\n"), budget, 1, no))
     except HandlerError:
         raise
+    except LimitReachedError as exc:
+        raise unsupported(f"pdf over a decompression limit (pdf_max_stream_bytes = {limit}): {exc}") from None
     except PyPdfError as exc:
         raise unsupported(f"corrupt pdf: {exc or type(exc).__name__}") from None
     except Exception as exc:              # pypdf meets malformed objects with all kinds of errors
@@ -260,8 +395,9 @@ def check_zip(data: bytes, cfg: KnowledgeConfig) -> None:
                               "refused as a zip bomb")
 
 
-def parse_docx(data: bytes, cfg: KnowledgeConfig) -> list[Block]:
-    """Paragraphs (``Heading N`` / ``Title`` styles become headings) and table rows (python-docx)."""
+def parse_docx(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
+    """Paragraphs (``Heading N`` / ``Title`` styles become headings) and table rows (python-docx);
+    counted cell by cell (a merged cell repeats its text in every column it spans)."""
     check_zip(data, cfg)
     import docx
     from docx.opc.exceptions import PackageNotFoundError
@@ -274,6 +410,7 @@ def parse_docx(data: bytes, cfg: KnowledgeConfig) -> list[Block]:
     out: list[Block] = []
     for para in document.paragraphs:
         text = para.text.strip()
+        budget.add(len(text))
         if not text:
             continue
         style = (para.style.name if para.style is not None else "") or ""
@@ -282,25 +419,33 @@ def parse_docx(data: bytes, cfg: KnowledgeConfig) -> list[Block]:
         out.append(Block(text, level))
     for table in document.tables:
         for row in table.rows:
-            cells = [c.text.strip() for c in row.cells]
+            cells = []
+            for c in row.cells:
+                cells.append(c.text.strip())
+                budget.add(len(cells[-1]))
             if any(cells):
                 out.append(Block(" | ".join(cells)))
     return out
 
 
-PARSERS: dict[str, Callable[[bytes, KnowledgeConfig], list[Block]]] = {
+PARSERS: dict[str, Callable[[bytes, KnowledgeConfig, Budget], list[Block]]] = {
     "text": parse_text, "markdown": parse_markdown, "csv": parse_csv, "json": parse_json, "yaml": parse_yaml,
     "html": parse_html, "pdf": parse_pdf, "docx": parse_docx}
 
 
-def parse(name: str, data: bytes, cfg: KnowledgeConfig) -> list[Block]:
-    """Blocks of a document, or HandlerError UNSUPPORTED_MEDIA."""
+def parse(name: str, data: bytes, cfg: KnowledgeConfig,
+          cancelled: Callable[[], bool] | None = None) -> list[Block]:
+    """Blocks of a document, or HandlerError UNSUPPORTED_MEDIA; ``Cancelled`` (SHUTTING_DOWN) as
+    soon as ``cancelled()`` is true at a page / block boundary."""
     if not data:
         raise unsupported("empty file")
-    blocks = PARSERS[kind_of(name)](data, cfg)
+    budget = Budget(cfg, cancelled)
+    budget.check()
+    blocks = PARSERS[kind_of(name)](data, cfg, budget)
     total = sum(len(b.text) for b in blocks)
     if total > cfg.max_extracted_chars:
-        raise unsupported(f"document holds {total} characters of text (limit {cfg.max_extracted_chars})")
+        raise over_limit(total, cfg.max_extracted_chars)
+    budget.check()
     if not any(b.text.strip() for b in blocks):
         raise unsupported("no text found in the document")
     return blocks
