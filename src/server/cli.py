@@ -142,7 +142,9 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> ServerCo
     storage = data.get("storage")
     if storage is None or isinstance(storage, dict) and "root" not in storage:
         data = merge(data, {"storage": {"root": default_data_dir()}})
-    return ServerConfig.from_dict(data, env=env)
+    cfg = ServerConfig.from_dict(data, env=env)
+    cfg.config_file = os.path.abspath(path) if path else None
+    return cfg
 
 
 def load_config(argv: list[str] | None = None, env: Mapping[str, str] | None = None,

@@ -170,6 +170,8 @@ class ServerConfig:
     knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)
     transfer: TransferConfig = field(default_factory=TransferConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    # the TOML file it was read from (set by server.cli), which the tools never read (server.wiring)
+    config_file: str | None = field(default=None, compare=False)
 
     @classmethod
     def from_dict(cls, d: dict, env: Mapping[str, str] | None = None) -> ServerConfig:

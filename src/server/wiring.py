@@ -2,6 +2,7 @@
 
 tools(search=memory.search) -> agent(tools) -> memory(agent): the tools' search is bound late so the
 cycle resolves. Tests may ask for BasicMemory (system prompt + new message only) with ``memory="basic"``.
+The tools are told the server's own paths (``protected_paths``), which they never read.
 """
 from __future__ import annotations
 
@@ -10,11 +11,41 @@ from typing import Any, Callable
 
 from server.agent.factory import build_agent
 from server.basic_memory import BasicMemory
+from server.cli import default_log_file
 from server.config import ServerConfig
 from server.memory import MemoryManager
 from server.memory.user_files import JsonUserMemoryStore
 from server.memory.user_store import DocUserMemoryStore
 from server.tools import ToolRegistry
+from server.tools.paths import Protected
+
+
+def protected_paths(config: ServerConfig) -> tuple[Protected, ...]:
+    """Everything the server keeps or writes, which no tool may read even under a file or log root:
+    the history directory (with knowledge/, uploads/, user_memory/, logs/ and the WAL), a separate
+    user-memory directory, the log file and its rotated copies, the TLS key and the config file."""
+    data = os.path.abspath(config.storage.root)
+    out = [Protected(data, "storage.root"),
+           Protected(os.path.join(data, "knowledge"), "the knowledge base"),   # as server.services puts them
+           Protected(os.path.join(data, "uploads"), "the uploads in progress")]
+    um = config.memory.user_memory.root
+    if um:
+        out.append(Protected(os.path.abspath(um), "user_memory.root"))
+    log_file = default_log_file(config)
+    if log_file:
+        log_file = os.path.abspath(log_file)
+        out.append(Protected(log_file, "the server log file"))
+        out += [Protected(f"{log_file}.{i}", "the server log file") for i in range(1, config.server.log_backups + 1)]
+    if config.server.tls_key:
+        out.append(Protected(os.path.abspath(config.server.tls_key), "server.tls_key"))
+    if config.config_file:
+        out.append(Protected(os.path.abspath(config.config_file), "the server's config file"))
+    # one entry per tree: those inside another add nothing
+    return tuple(p for p in out if not any(q is not p and _within(p.path, q.path) for q in out))
+
+
+def _within(path: str, parent: str) -> bool:
+    return path != parent and path.startswith(parent.rstrip("/") + "/")
 
 
 def build_memory(config: ServerConfig, store: Any, agent: Any, notify: Callable[..., Any]) -> Any:
@@ -51,7 +82,7 @@ def build_runtime(config: ServerConfig, store: Any, notify: Callable[..., Any], 
 
     if agent is None:
         tools = ToolRegistry(config.tools, search=search, knowledge=knowledge, offers=offers,
-                             memory_items=remembered)
+                             memory_items=remembered, protected=protected_paths(config))
         agent = build_agent(config.llm, config.agent, tools)
     if memory == "basic":  # explicitly requested (tests): no summaries, no recall
         memory = BasicMemory(store, config.agent.system_prompt)

@@ -258,3 +258,37 @@ async def test_lone_surrogates_are_refused(root):
     assert status == "error" and d["error"] == "path must be valid Unicode text (it holds a lone surrogate)"
     status, d = await run(tools, "search_files", root=".", pattern="x\udfff")
     assert status == "error" and d["error"] == "pattern must be valid Unicode text (it holds a lone surrogate)"
+
+
+NEW_SECRET_FILES = ["passwords", "passwords.txt", "site.htpasswd", "htpasswd", ".git-credentials", ".npmrc",
+                    ".pypirc", ".my.cnf", "kubeconfig", "kubeconfig.yaml", "prod.kubeconfig", "putty.ppk",
+                    ".vault-token", "secrets.yaml", ".docker/config.json", ".kube/config", "_netrc"]
+NOT_SECRET_FILES = ["password_policy.md", "keyboard.txt", "config.json", "app/config", "secrets.py",
+                    "token_budget.toml", "kube/config.yaml", "docker/config.json", "passwd"]
+
+
+async def test_credential_files_are_refused_hidden_and_skipped(tmp_path):
+    """Files that hold credentials by their name (htpasswd files, git / npm / PyPI / docker / kube
+    credentials): refused by read_file, hidden by list_dir, skipped by search_files; files that only
+    look alike are read as usual."""
+    for name in NEW_SECRET_FILES + NOT_SECRET_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(f"FINDME in {name}\n")
+    tools = registry(tmp_path)
+    for name in NEW_SECRET_FILES:
+        status, d = await run(tools, "read_file", path=name)
+        assert status == "error" and "may hold secrets" in d["error"], name
+        status, d = await run(tools, "read_file", path=str(tmp_path / name))
+        assert status == "error" and "may hold secrets" in d["error"], name
+    for name in NOT_SECRET_FILES:
+        status, d = await run(tools, "read_file", path=name)
+        assert status == "success" and d["text"] == f"FINDME in {name}", name
+    status, d = await run(tools, "search_files", root=".", pattern="FINDME", limit=100)
+    assert sorted(m["path"] for m in d["matches"]) == sorted(NOT_SECRET_FILES)
+    for folder in (".docker", ".kube"):
+        status, d = await run(tools, "list_dir", path=folder)
+        assert status == "success" and d["entries"] == [] and d["hidden"] == 1, folder
+    status, d = await run(tools, "list_dir", path=".")
+    listed = {e["name"] for e in d["entries"]}
+    assert not listed & {n for n in NEW_SECRET_FILES if "/" not in n}
+    assert {n for n in NOT_SECRET_FILES if "/" not in n} <= listed

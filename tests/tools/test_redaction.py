@@ -2,6 +2,8 @@
 read back through read_file, read_log and search_files."""
 from __future__ import annotations
 
+import time
+
 import orjson
 import pytest
 
@@ -67,3 +69,137 @@ def test_counters_named_like_secrets_are_left_alone():
     assert redact(text) == text
     assert redact("x-auth-token: qwerty12 aws_secret_access_key=AKzz/abcd") == (
         f"x-auth-token: {MASK} aws_secret_access_key={MASK}")
+
+
+# Credential formats that came back in clear before (review t10): each line must lose its secret part and
+# keep the rest. kind -> (line, the secret part, the line as it must come back)
+FORMATS = {
+    "docker auth": ('{"auths": {"registry.example.com": {"auth": "YWRtaW46UzNjcjN0UGFzc3dvcmQh"}}}',
+                    "YWRtaW46UzNjcjN0UGFzc3dvcmQh",
+                    '{"auths": {"registry.example.com": {"auth": "' + MASK + '"}}}'),
+    "npmrc _auth": ("_auth=YWRtaW46c2VjcmV0MTIz", "YWRtaW46c2VjcmV0MTIz", f"_auth={MASK}"),
+    "basic_auth yaml": ("basic_auth: admin:S3cretPass1", "S3cretPass1", f"basic_auth: {MASK}"),
+    "kube client-key-data": ("    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFB",
+                             "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFB",
+                             f"    client-key-data: {MASK}"),
+    "kube client-certificate-data": ("    client-certificate-data: QmFzZTY0Q2VydERhdGFIZXJl",
+                                     "QmFzZTY0Q2VydERhdGFIZXJl", f"    client-certificate-data: {MASK}"),
+    "base64 pem blob": ("blob LS0tLS1CRUdJTiBPUEVOU1NIIFBSSVZBVEUgS0VZLS0tLS0K end",
+                        "LS0tLS1CRUdJTiBPUEVOU1NIIFBSSVZBVEUgS0VZLS0tLS0K", f"blob {MASK} end"),
+    "db_pass yaml": ("db_pass: Hunter2Hunter2", "Hunter2Hunter2", f"db_pass: {MASK}"),
+    "DB_PASS env": ("export DB_PASS=Hunter3Hunter3", "Hunter3Hunter3", f"export DB_PASS={MASK}"),
+    "pass ini": ("pass = iniSecretValue", "iniSecretValue", f"pass = {MASK}"),
+    "passphrase yaml": ("passphrase: correct-horse-battery", "correct-horse-battery", f"passphrase: {MASK}"),
+    "key_passphrase json": ('{"key_passphrase": "staple-battery"}', "staple-battery",
+                            '{"key_passphrase": "' + MASK + '"}'),
+    "django SECRET_KEY": ("SECRET_KEY=django-insecure-9f8e7d", "django-insecure-9f8e7d", f"SECRET_KEY={MASK}"),
+    "signing_key": ("signing_key: hmacSigningValue99", "hmacSigningValue99", f"signing_key: {MASK}"),
+    "mysql -p": ("mysql -uroot -pS3cretPass! -h db", "S3cretPass!", f"mysql -uroot -p{MASK} -h db"),
+    "mysqldump -p": ("mysqldump -u app -pDumpPass77 shop", "DumpPass77", f"mysqldump -u app -p{MASK} shop"),
+    "--password value": ("psql-wrapper --password S3cretPass! --host db", "S3cretPass!",
+                         f"psql-wrapper --password {MASK} --host db"),
+    "--api-key value": ("deploy --api-key AbCdEf123456 --env prod", "AbCdEf123456",
+                        f"deploy --api-key {MASK} --env prod"),
+    "openssl -passin": ("openssl rsa -passin pass:OpenSslPw1 -in k", "OpenSslPw1",
+                        f"openssl rsa -passin {MASK} -in k"),
+    "sshpass -p": ("sshpass -p hunter22 ssh ops@h", "hunter22", f"sshpass -p {MASK} ssh ops@h"),
+    "redis-cli -a": ("redis-cli -h cache -a RedisPw123 ping", "RedisPw123", f"redis-cli -h cache -a {MASK} ping"),
+    "curl -u": ("curl -u admin:CurlPw123 https://x", "CurlPw123", f"curl -u admin:{MASK} https://x"),
+    "netrc line": ("machine api.example.com login bob password NetrcPw9", "NetrcPw9",
+                   f"machine api.example.com login bob password {MASK}"),
+    "htpasswd apr1": ("admin:$apr1$Qx7f2u1b$8mH1kq0xkY2QfP9l3o4Zt/", "8mH1kq0xkY2QfP9l3o4Zt/", f"admin:{MASK}"),
+    "htpasswd bcrypt": ("ops:$2y$10$abcdefghijklmnopqrstuvABCDEFGHIJKLMNOPQRSTUVWXYZ01234",
+                        "abcdefghijklmnopqrstuvABCDEFGHIJKLMNOPQRSTUVWXYZ01234", f"ops:{MASK}"),
+    "htpasswd sha": ("web:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=", "W6ph5Mm5Pz8GgiULbPgzG37mj9g=", f"web:{MASK}"),
+    "shadow sha512": ("root:$6$saltsalt$Xy12AbCdEfGhIjKlMnOpQrStUv:19000:0:99999:7:::", "Xy12AbCdEfGhIjKlMnOpQrStUv",
+                      f"root:{MASK}:19000:0:99999:7:::"),
+    "pgp private key": ("-----BEGIN PGP PRIVATE KEY BLOCK-----\\nlQOYBGPGPSECRET\\n-----END PGP PRIVATE KEY BLOCK-----",
+                        "lQOYBGPGPSECRET", MASK),
+    "npm token": ("published with npm_abcdefghijklmnopqrstuvwxyz0123456789",
+                  "npm_abcdefghijklmnopqrstuvwxyz0123456789", f"published with {MASK}"),
+    "stripe key": ("stripe sk_live_abcdefghijklmnop1234", "sk_live_abcdefghijklmnop1234", f"stripe {MASK}"),
+    "hugging face token": ("hf hf_abcdefghijklmnopqrstuvwxyzABCDEF", "hf_abcdefghijklmnopqrstuvwxyzABCDEF",
+                           f"hf {MASK}"),
+}
+
+# already masked before: kept masked (regressions)
+STILL_MASKED = {
+    "docker identitytoken": ('{"identitytoken": "abcdef123456789"}', "abcdef123456789"),
+    "kube token": ("    token: kubeTokenValue123", "kubeTokenValue123"),
+    "--token value": ("vault login --token hvs.CAESIJabc123", "hvs.CAESIJabc123"),
+    "pwd": ("Server=db;Uid=app;Pwd=OdbcPw1234;", "OdbcPw1234"),
+    "passwd": ("passwd=abcdef12", "abcdef12"),
+    "--password=": ("mysql --password=S3cretPass! x", "S3cretPass!"),
+    "url credentials": ("https://deploy:UrlPw123@git.example.com/repo.git", "UrlPw123"),
+    "npm authToken": ("//registry.npmjs.org/:_authToken=abcdef0123456789", "abcdef0123456789"),
+    "quoted yaml key": ('"password": hunter22', "hunter22"),
+}
+
+# look-alikes that are not secrets: they come back unchanged
+NOT_SECRETS = [
+    "password policy: 12 chars", "token_budget = 200", "keyboard layout: us", "max_tokens: 1024",
+    "bypass: true", "compass: north", "auth: required", "author: John Smith", "oauth: enabled",
+    "auth_mode = token", "PWD=/home/ops", "OLDPWD=~/src", "sort_key: name", "primary_key: id",
+    "docker run -u 1000:1000 img", "mkdir -p /var/lib/x", "ssh -p 2222 ops@host", "mysql -p -u root shop",
+    "use --password to be prompted", "--token-file /etc/vault/token", "the fee is $5 per month",
+    "passes: 12", "passphrase required on first use", "keyboard-interactive authentication",
+    "user logged in with password; session renewed", "cert: /etc/ssl/server.crt",
+]
+
+
+@pytest.mark.parametrize("kind", list(FORMATS))
+def test_credential_formats_are_masked(kind):
+    line, secret, expected = FORMATS[kind]
+    assert redact(line) == expected
+    assert secret not in redact(orjson.dumps({"text": line}).decode())
+
+
+@pytest.mark.parametrize("kind", list(STILL_MASKED))
+def test_formats_masked_before_stay_masked(kind):
+    line, secret = STILL_MASKED[kind]
+    out = redact(orjson.dumps({"text": line}).decode())
+    assert secret not in out and MASK in out
+
+
+@pytest.mark.parametrize("text", NOT_SECRETS)
+def test_look_alikes_are_left_alone(text):
+    assert redact(text) == text
+    assert redact(orjson.dumps({"text": "x\n" + text}).decode()) == orjson.dumps({"text": "x\n" + text}).decode()
+
+
+@pytest.mark.parametrize("tool,args", [
+    ("read_file", {"path": "deploy.txt"}),
+    ("search_files", {"root": ".", "pattern": ".", "regex": True, "limit": 200}),
+])
+async def test_credential_formats_are_masked_in_file_tool_results(tmp_path, tool, args):
+    """The same lines planted in one file (as the review did), read back through the tools: every
+    secret is gone, the JSON stays valid, the look-alikes come back as they are."""
+    lines = [line for line, _, _ in FORMATS.values()] + NOT_SECRETS
+    (tmp_path / "deploy.txt").write_text("\n".join(lines) + "\n")
+    tools = ToolRegistry(ToolsConfig(file_roots=[str(tmp_path)]))
+    call = await tools.run(tool, args, CTX)
+    assert call.status == "success", call.result
+    for kind, (_, secret, _) in FORMATS.items():
+        assert secret not in call.result, kind
+    data = orjson.loads(call.result)
+    text = data["text"] if "text" in data else "\n".join(m["text"] for m in data["matches"])
+    assert text.split("\n")[-len(NOT_SECRETS):] == NOT_SECRETS
+
+
+def test_the_tools_own_counts_keep_their_json_valid():
+    """A JSON key of a tool's own result with a number ("skipped": {"secret": 15}) is not a credential:
+    masking it broke the JSON (search_files over a tree with 10+ secret files failed to parse)."""
+    text = '{"skipped":{"secret":15,"hardlink":12345},"limits":{"token":1234},"hidden":{"password": 99999}}'
+    assert redact(text) == text
+    assert orjson.loads(redact(text))["skipped"]["secret"] == 15
+
+
+@pytest.mark.parametrize("text", ["a-" * 8000, "a." * 8000, "mysql " * 3000, "auth=" * 3000, "curl -u " * 2000])
+def test_redaction_stays_fast_on_hostile_text(text):
+    """Long runs that made a pattern rescan from every letter (a-a-a-... took 5 s before: the name prefix of
+    the assignments and the URL scheme were unbounded) take milliseconds."""
+    body = orjson.dumps({"text": text}).decode()
+    start = time.perf_counter()
+    out = redact(body)
+    assert time.perf_counter() - start < 1.0
+    assert orjson.loads(out)["text"].startswith(text[:10])

@@ -1,7 +1,8 @@
 """The read-only file browsing tools: ``list_dir`` and ``read_file``, under ``tools.file_roots``.
 
 Paths go through ``server.tools.paths`` (the same checks as read_log). list_dir never follows a
-symlink and hides secret-looking names (counted in ``hidden``); read_file reads text only (a NUL
+symlink, hides secret-looking names (counted in ``hidden``) and leaves out the server's own data
+(``protected``: its history directory, log file, ...) without a word; read_file reads text only (a NUL
 byte or invalid UTF-8 in the first block refuses the file as binary), at most ``max_file_bytes``
 from the start of the file, and cuts its answer to fit the result budget, saying where to go on
 (``next_offset``). Every function blocks: the registry runs them in a thread.
@@ -15,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from server.tools.config import ToolsConfig
-from server.tools.paths import PathPolicy, SECRET_DIRS, is_secret_name, open_regular
+from server.tools.paths import PathPolicy, Protected, SECRET_DIRS, is_secret_name, open_regular
 from server.tools.units import ToolFailure, fmt_bytes, to_json
 
 LIST_DIR_SCHEMA = {
@@ -51,8 +52,8 @@ RESULT_MARGIN = 1024      # room left in max_result_chars for the fields around 
 _PURPOSE = "read_file reads regular text files only"
 
 
-def file_policy(cfg: ToolsConfig, tool: str) -> PathPolicy:
-    return PathPolicy(tuple(cfg.file_roots), "file directories", "tools.file_roots", tool)
+def file_policy(cfg: ToolsConfig, tool: str, protected: tuple[Protected, ...] = ()) -> PathPolicy:
+    return PathPolicy(tuple(cfg.file_roots), "file directories", "tools.file_roots", tool, protected)
 
 
 def iso_mtime(ts: float) -> str:
@@ -91,9 +92,12 @@ def _entry(e: os.DirEntry[str]) -> dict[str, Any]:
     return out
 
 
-def list_dir(cfg: ToolsConfig, path: str, pattern: str | None, limit: int) -> dict[str, Any]:
+def list_dir(cfg: ToolsConfig, path: str, pattern: str | None, limit: int,
+             protected: tuple[Protected, ...] = ()) -> dict[str, Any]:
     """The ``list_dir`` tool (blocking)."""
-    real = file_policy(cfg, "list_dir").resolve(path)
+    policy = file_policy(cfg, "list_dir", protected)
+    real = policy.resolve(path)
+    guard = policy.guard()
     if not os.path.isdir(real):
         raise ToolFailure(f"'{path}' is not a directory; use read_file to read a file")
     limit = min(limit, cfg.max_list_entries)
@@ -107,7 +111,9 @@ def list_dir(cfg: ToolsConfig, path: str, pattern: str | None, limit: int) -> di
                     complete = False
                     break
                 scanned += 1
-                if is_secret_name(e.name) or e.name.lower() in SECRET_DIRS:
+                if guard.hides(os.path.join(real, e.name)):
+                    continue      # the server's own data: not even counted
+                if is_secret_name(e.name, os.path.basename(real)) or e.name.lower() in SECRET_DIRS:
                     hidden += 1
                     continue
                 if pattern is None or fnmatch.fnmatch(e.name, pattern):
@@ -140,9 +146,10 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def read_file(cfg: ToolsConfig, path: str, offset: int, lines: int) -> dict[str, Any]:
+def read_file(cfg: ToolsConfig, path: str, offset: int, lines: int,
+              protected: tuple[Protected, ...] = ()) -> dict[str, Any]:
     """The ``read_file`` tool (blocking): lines ``offset``.. of a text file, within the byte cap."""
-    real = file_policy(cfg, "read_file").resolve(path, missing="no such file")
+    real = file_policy(cfg, "read_file", protected).resolve(path, missing="no such file")
     fd, st = open_regular(real, path, _PURPOSE)
     try:
         head = os.pread(fd, min(BLOCK, cfg.max_file_bytes), 0)

@@ -2,7 +2,8 @@
 
 Paths are checked by ``server.tools.paths`` (shared with the file tools): no NUL bytes and no ``..``
 component; relative paths are looked up under each root in order; the real path (symlinks
-resolved) must lie inside the real path of a root; secret-looking names are refused; only regular
+resolved) must lie inside the real path of a root and outside the server's own data (``protected``:
+its history directory and log file); secret-looking names are refused; only regular
 files with a single link are read (a hardlink could expose a file from outside the roots), opened
 with O_NOFOLLOW and checked with fstat; reads are capped at ``max_log_bytes`` and done by seeking
 back from the end of the file.
@@ -14,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from server.tools.config import ToolsConfig
-from server.tools.paths import PathPolicy, open_regular
+from server.tools.paths import PathPolicy, Protected, open_regular
 from server.tools.units import fmt_bytes
 
 READ_LOG_SCHEMA = {
@@ -33,13 +34,13 @@ _BLOCK = 64 * 1024
 _PURPOSE = "read_log reads regular log files only"
 
 
-def log_policy(cfg: ToolsConfig) -> PathPolicy:
-    return PathPolicy(tuple(cfg.log_roots), "log directories", "tools.log_roots", "read_log")
+def log_policy(cfg: ToolsConfig, protected: tuple[Protected, ...] = ()) -> PathPolicy:
+    return PathPolicy(tuple(cfg.log_roots), "log directories", "tools.log_roots", "read_log", protected)
 
 
-def resolve_log_path(cfg: ToolsConfig, path: str) -> str:
+def resolve_log_path(cfg: ToolsConfig, path: str, protected: tuple[Protected, ...] = ()) -> str:
     """Validate ``path`` against the allowlist and return its real path (raises ToolFailure)."""
-    return log_policy(cfg).resolve(path, missing="no such log file")
+    return log_policy(cfg, protected).resolve(path, missing="no such log file")
 
 
 def _tail(fd: int, size: int, lines: int, cap: int) -> tuple[bytes, bool]:
@@ -59,9 +60,9 @@ def _tail(fd: int, size: int, lines: int, cap: int) -> tuple[bytes, bool]:
     return b"\n".join(parts), truncated
 
 
-def read_log(cfg: ToolsConfig, path: str, lines: int) -> dict[str, Any]:
+def read_log(cfg: ToolsConfig, path: str, lines: int, protected: tuple[Protected, ...] = ()) -> dict[str, Any]:
     """The ``read_log`` tool (blocking)."""
-    real = resolve_log_path(cfg, path)
+    real = resolve_log_path(cfg, path, protected)
     lines = min(lines, cfg.max_log_lines)
     fd, st = open_regular(real, path, _PURPOSE, missing="no such log file")
     try:

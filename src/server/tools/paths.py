@@ -8,7 +8,13 @@ real path of an existing file or directory, or raises ToolFailure with a precise
 - the real path (every symlink resolved) must lie inside the real path of a root;
 - pseudo filesystems (/proc, /sys, /dev) are never readable, whatever the roots say;
 - files whose name looks like a secret (``.env``, ``*.pem``, ``id_*``, ``*.key``, ``shadow``,
-  ``credentials``, ...) are refused, by the name given and by the real name;
+  ``credentials``, ``passwords``, ``kubeconfig``, ``.docker/config.json``, ...) are refused, by the
+  name given and by the real name;
+- the server's own data (``Protected``: the history directory with its knowledge base, uploads and
+  logs, a separate user-memory directory, the log file, the TLS key, the config file) is never
+  readable, even under a root: a path inside it is refused (as given and once resolved, so a symlink
+  into it is refused too), and ``list_dir`` / ``search_files`` skip it silently when they walk a
+  parent (``Guard``);
 - ``open_regular`` opens with O_NOFOLLOW | O_NONBLOCK and checks with fstat that the file is a
   regular file with exactly one link: a hardlink inside a root to a file elsewhere has the same
   inode as its outside name, so no path check can tell them apart; such files are refused.
@@ -29,15 +35,62 @@ MAX_PATH_CHARS = 4096
 PSEUDO_ROOTS = PSEUDO_FILESYSTEMS
 SECRET_NAME_PATTERNS = (".env", ".env.*", "*.env", "*.pem", "*.key", "id_*", "*.p12", "*.pfx", "*.jks",
                         "*.keystore", "shadow", "shadow-", "gshadow", "gshadow-", "credentials",
-                        "credentials.*", ".netrc", ".pgpass", ".htpasswd", "*.kdbx")
+                        "credentials.*", ".netrc", "_netrc", ".pgpass", ".htpasswd", "*.htpasswd", "htpasswd",
+                        "*.kdbx", "passwords", "passwords.*", ".git-credentials", "git-credentials", ".npmrc",
+                        ".pypirc", ".my.cnf", "kubeconfig", "kubeconfig.*", "*.kubeconfig", "*.ppk",
+                        ".vault-token", "secrets.yaml", "secrets.yml", "secrets.json", "secrets.toml")
 SECRET_DIRS = (".ssh", ".gnupg", ".aws")
+# (parent directory, file name): secret files whose name alone is too common to refuse everywhere
+SECRET_FILES_IN_DIR = ((".docker", "config.json"), (".kube", "config"))
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
-def is_secret_name(name: str) -> bool:
-    """True when a file name looks like it holds secrets (case-insensitive)."""
+def is_secret_name(name: str, parent: str = "") -> bool:
+    """True when a file name looks like it holds secrets (case-insensitive); ``parent`` is the name of
+    the directory holding it, for ``SECRET_FILES_IN_DIR`` (``.docker/config.json``, ``.kube/config``)."""
     low = name.lower()
+    if parent and (parent.lower(), low) in SECRET_FILES_IN_DIR:
+        return True
     return any(fnmatch.fnmatchcase(low, p) for p in SECRET_NAME_PATTERNS)
+
+
+def _parent_name(path: str) -> str:
+    return os.path.basename(os.path.dirname(path.rstrip("/")))
+
+
+@dataclass(frozen=True, slots=True)
+class Protected:
+    """A path of the server's own that no tool reads, whatever the roots: a directory (its whole tree)
+    or a file. ``what`` names it in messages and warnings ("storage.root")."""
+    path: str
+    what: str
+
+
+class Guard:
+    """The protected paths as they are now: each as given (absolute, normalized) and resolved (symlinks
+    followed), built once per tool call (a few realpath calls)."""
+    __slots__ = ("entries", "exact")
+
+    def __init__(self, protected: tuple[Protected, ...]) -> None:
+        entries: dict[str, str] = {}
+        for p in protected:
+            given = os.path.normpath(os.path.abspath(p.path))
+            for form in (given, os.path.realpath(given)):
+                entries.setdefault(form, p.what)
+        self.entries = entries
+        self.exact = frozenset(entries)
+
+    def covering(self, path: str) -> str | None:
+        """The ``what`` of the protected path that is ``path`` or holds it (``path``: absolute, normalized)."""
+        for p, what in self.entries.items():
+            if path == p or path.startswith(p.rstrip("/") + "/"):
+                return what
+        return None
+
+    def hides(self, path: str) -> bool:
+        """True when a walk must skip ``path`` (absolute, not followed): it is a protected path itself
+        (the walk never enters it, so nothing deeper needs a check)."""
+        return path in self.exact
 
 
 def _inside(path: str, root: str) -> bool:
@@ -74,14 +127,28 @@ class PathPolicy:
     what: str
     setting: str            # the config key, for the "disabled" message
     tool: str               # the tool name, for the "disabled" message
+    protected: tuple[Protected, ...] = ()   # the server's own data: never readable, even under a root
 
     def real_roots(self) -> list[str]:
         return [os.path.realpath(r) for r in self.roots]
 
-    def secret_check(self, shown: str, *names: str) -> None:
-        for name in names:
-            if is_secret_name(name):
-                raise ToolFailure(f"'{shown}' is refused: files named like '{name}' may hold secrets and are never read")
+    def guard(self) -> Guard:
+        return Guard(self.protected)
+
+    def protected_check(self, shown: str, path: str, guard: Guard) -> None:
+        what = guard.covering(path)
+        if what is not None:
+            raise ToolFailure(f"path '{shown}' is refused: it is part of the server's own data ({what}), "
+                              "which the tools never read")
+
+    def secret_check(self, shown: str, *paths: str) -> None:
+        """Refuse ``shown`` when one of ``paths`` (the path given, the real path) names a secret file,
+        or when ``shown`` passes through a secret directory."""
+        for path in paths:
+            name = os.path.basename(path.rstrip("/"))
+            if is_secret_name(name, _parent_name(path)):
+                raise ToolFailure(f"'{shown}' is refused: files named like '{name}' may hold secrets and are "
+                                  "never read")
         for part in shown.replace("\\", "/").split("/"):
             if part.lower() in SECRET_DIRS:
                 raise ToolFailure(f"'{shown}' is refused: '{part}' directories may hold secrets and are never read")
@@ -91,6 +158,7 @@ class PathPolicy:
         if not self.roots:
             raise ToolFailure(f"{self.tool} is disabled: no {self.what} are configured on the server ({self.setting})")
         check_syntax(path)
+        guard = self.guard()
         if os.path.isabs(path):
             pseudo = _pseudo(os.path.normpath(path))
             if pseudo:
@@ -98,6 +166,8 @@ class PathPolicy:
         roots = self.real_roots()
         candidates = [path] if os.path.isabs(path) else [os.path.join(r, path) for r in roots]
         for candidate in candidates:
+            # before any existence check: whether a file exists in the server's data is not told either
+            self.protected_check(path, os.path.normpath(candidate), guard)
             real = os.path.realpath(candidate)
             pseudo = _pseudo(real)
             if pseudo:
@@ -106,8 +176,9 @@ class PathPolicy:
                 if os.path.isabs(path):
                     raise ToolFailure(f"path '{path}' is outside the allowed {self.what}")
                 continue   # a symlink under this root pointing out of it: try no further here
+            self.protected_check(path, real, guard)
             if os.path.lexists(candidate):
-                self.secret_check(path, os.path.basename(path.rstrip("/")), os.path.basename(real))
+                self.secret_check(path, os.path.normpath(candidate), real)
                 self.secret_check(real)
                 return real
         if os.path.isabs(path) or not any(os.path.lexists(c) for c in candidates):
@@ -151,3 +222,20 @@ def open_regular(real: str, shown: str, purpose: str, missing: str = "no such fi
         os.close(fd)
         raise
     return fd, st
+
+
+def protected_overlaps(roots: dict[str, list[str]], protected: tuple[Protected, ...]) -> list[str]:
+    """Where a configured root holds (or lies inside) a protected path, one phrase each, for the start-up
+    warning: ``roots`` maps the setting ("tools.file_roots") to its directories. Paths of one kind (the
+    log file and its rotated copies) are named once per root."""
+    out: dict[tuple[str, str, str], str] = {}
+    for setting, dirs in roots.items():
+        for r in dirs:
+            root = os.path.realpath(r)
+            for p in protected:
+                real = os.path.realpath(p.path)
+                if _inside(real, root):
+                    out.setdefault((setting, r, p.what), f"{setting} entry {r} holds {p.what} {p.path}")
+                elif _inside(root, real):
+                    out.setdefault((setting, r, p.what), f"{setting} entry {r} lies inside {p.what} {p.path}")
+    return list(out.values())

@@ -2,7 +2,10 @@
 
 Every outcome becomes a ToolCall: ``success`` with a compact JSON result, ``error`` with a precise
 message the model can act on (unknown tool, malformed JSON, schema violation, refused target), or
-``timeout``. Blocking work runs in threads; results are scrubbed of secret values.
+``timeout``. Blocking work runs in threads; results are scrubbed of secret values. ``protected``
+(built by ``server.wiring.protected_paths``) is the server's own data, which the file and log tools
+never read even when a root holds it; a root that does is reported by one warning when the registry
+is built.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable
 
 import psutil
 
@@ -21,6 +24,7 @@ from server.tools import search as file_search
 from server.tools.config import ToolsConfig
 from server.tools.knowledge import DESCRIPTION as SEARCH_KNOWLEDGE_DESCRIPTION
 from server.tools.knowledge import SEARCH_KNOWLEDGE_SCHEMA, KnowledgeSource, search_knowledge
+from server.tools.paths import Protected, protected_overlaps
 from server.tools.schema import ArgumentError, lenient_arguments, parse_arguments, validate
 from server.tools.secrets import redact
 from server.tools.units import ToolFailure, to_json
@@ -94,8 +98,10 @@ class ToolRegistry:
 
     def __init__(self, config: ToolsConfig | None = None, *, search: SearchFn | None = None,
                  secrets: tuple[str, ...] = (), knowledge: KnowledgeSource | None = None,
-                 offers: offer.OfferFn | None = None, memory_items: MemoryItemsFn | None = None) -> None:
+                 offers: offer.OfferFn | None = None, memory_items: MemoryItemsFn | None = None,
+                 protected: Iterable[Protected] = ()) -> None:
         self.config = config or ToolsConfig()
+        self.protected = tuple(protected)   # the server's own data: no file or log tool reads it
         self.search = search
         self.memory_items = memory_items   # the user's long-term memory (None from it: turned off)
         self.knowledge = knowledge      # search_knowledge is offered only with a knowledge base
@@ -138,6 +144,17 @@ class ToolRegistry:
         if memory_items is not None:
             self._add("user_memory", USER_MEMORY_SCHEMA, self._user_memory, cfg.timeout_s)
         psutil.cpu_percent(interval=None)   # prime psutil's counters once
+        self._warn_protected_overlaps()
+
+    def _warn_protected_overlaps(self) -> None:
+        """One warning when a file or log root holds the server's own data: it stays unreadable (the
+        server still starts: a parent such as /home/ops is a legitimate root)."""
+        overlaps = protected_overlaps({"tools.file_roots": self.config.file_roots,
+                                       "tools.log_roots": self.config.log_roots}, self.protected)
+        if overlaps:
+            log.warning("the tools never read the server's own data, so these parts of the configured roots "
+                        "are left out (refused when asked for, skipped in listings and searches): %s",
+                        "; ".join(overlaps))
 
     def _add(self, name: str, schema: dict[str, Any], handler: Callable[..., Awaitable[Any]], timeout: float) -> None:
         self._tools[name] = Tool(name, schema, handler, timeout)
@@ -222,17 +239,19 @@ class ToolRegistry:
                                             args.get("timeout"))
 
     async def _read_log(self, args: dict[str, Any], ctx: ToolContext) -> Any:
-        return await asyncio.to_thread(logs.read_log, self.config, args["path"], args["lines"])
+        return await asyncio.to_thread(logs.read_log, self.config, args["path"], args["lines"], self.protected)
 
     async def _list_dir(self, args: dict[str, Any], ctx: ToolContext) -> Any:
-        return await asyncio.to_thread(files.list_dir, self.config, args["path"], args.get("pattern"), args["limit"])
+        return await asyncio.to_thread(files.list_dir, self.config, args["path"], args.get("pattern"), args["limit"],
+                                       self.protected)
 
     async def _read_file(self, args: dict[str, Any], ctx: ToolContext) -> Any:
-        return await asyncio.to_thread(files.read_file, self.config, args["path"], args["offset"], args["lines"])
+        return await asyncio.to_thread(files.read_file, self.config, args["path"], args["offset"], args["lines"],
+                                       self.protected)
 
     async def _search_files(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return await asyncio.to_thread(file_search.search_files, self.config, args["root"], args["pattern"],
-                                       args["regex"], args["ignore_case"], args["limit"])
+                                       args["regex"], args["ignore_case"], args["limit"], self.protected)
 
     async def _search_knowledge(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return await search_knowledge(self.knowledge, args, ctx.user_id)

@@ -9,6 +9,7 @@ Bounds, each reported when reached (``stopped``): ``limit`` matches, ``max_searc
 opened, ``max_search_bytes`` bytes read, ``search_timeout_s`` seconds. The walk never follows
 symlinks, skips secret-looking names and directories, files with more than one link, and binary
 files (a NUL byte or invalid UTF-8 in the first block); the counts of skipped files are returned.
+The server's own data (``protected``) is left out of the walk without a word.
 Blocking: the registry runs it in a thread.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ import re2
 
 from server.tools.config import ToolsConfig
 from server.tools.files import RESULT_MARGIN, file_policy, looks_binary
-from server.tools.paths import SECRET_DIRS, is_secret_name, open_regular
+from server.tools.paths import SECRET_DIRS, Guard, Protected, is_secret_name, open_regular
 from server.tools.units import ToolFailure, to_json
 
 SEARCH_FILES_SCHEMA = {
@@ -153,11 +154,14 @@ class _Search:
         finally:
             os.close(fd)
 
-    def walk(self, top: str) -> Iterator[tuple[str, str]]:
-        """(real path, path relative to ``top``) of candidate files, in name order, symlinks not followed."""
+    def walk(self, top: str, guard: Guard) -> Iterator[tuple[str, str]]:
+        """(real path, path relative to ``top``) of candidate files, in name order, symlinks not followed;
+        the protected paths of ``guard`` are neither entered nor counted."""
         for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
             kept = []
             for d in sorted(dirnames):
+                if guard.hides(os.path.join(dirpath, d)):
+                    continue
                 if d.lower() in SECRET_DIRS or is_secret_name(d):
                     self.skipped["secret"] += 1
                 else:
@@ -165,7 +169,9 @@ class _Search:
             dirnames[:] = kept
             for name in sorted(filenames):
                 real = os.path.join(dirpath, name)
-                if is_secret_name(name):
+                if guard.hides(real):
+                    continue
+                if is_secret_name(name, os.path.basename(dirpath)):
                     self.skipped["secret"] += 1
                     continue
                 try:
@@ -184,13 +190,14 @@ class _Search:
 
 
 def search_files(cfg: ToolsConfig, root: str, pattern: str, regex: bool, ignore_case: bool,
-                 limit: int) -> dict[str, Any]:
+                 limit: int, protected: tuple[Protected, ...] = ()) -> dict[str, Any]:
     """The ``search_files`` tool (blocking)."""
-    real = file_policy(cfg, "search_files").resolve(root)
+    policy = file_policy(cfg, "search_files", protected)
+    real = policy.resolve(root)
     program = compile_pattern(pattern, regex, ignore_case)
     s = _Search(cfg, program, limit)
     if os.path.isdir(real):
-        for path, shown in s.walk(real):
+        for path, shown in s.walk(real, policy.guard()):
             if not s.check_bounds():
                 break
             s.file(path, shown)

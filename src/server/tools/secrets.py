@@ -4,10 +4,20 @@ The tools never read environment variables or config values, but a log file or a
 still echo one. Every result passes through ``redact`` before it reaches the model or a client:
 first the known values (sensitive environment variables, the configured API key), then anything
 shaped like a secret (``SECRET_SHAPES``): provider API keys (``sk-...``, ``AKIA...``, ``ghp_...``,
-``xox?-...``, ``AIza...``, ``glpat-...``), JWTs, ``Bearer``/``Basic`` credentials, the password of a
-URL (``scheme://user:PASSWORD@host``), PEM private-key blocks, and the value of ``password=``,
-``token: ``, ``api_key=``, ``secret=`` style assignments. The result is JSON text, so a value never
-runs over a quote or a backslash and the mask keeps the JSON valid.
+``xox?-...``, ``AIza...``, ``glpat-...``, ``npm_...``, ``pypi-...``, ``hf_...``, ``sk_live_...``),
+JWTs, ``Bearer``/``Basic``/``Token`` credentials, the password of a URL
+(``scheme://user:PASSWORD@host``), PEM private-key blocks and base64-encoded PEM blobs
+(kubeconfig's ``client-key-data``), password hashes (``$apr1$...``, ``$6$...``, ``$2y$...``,
+``{SHA}...``: htpasswd, shadow), the value of ``password=``, ``db_pass:``, ``passphrase:``,
+``token: ``, ``api_key=``, ``secret=``, ``SECRET_KEY=``, ``client-key-data:`` style assignments
+(JSON, YAML, INI, env), of a credential-looking ``"auth": "..."`` (docker's config.json, .npmrc),
+and of command-line passwords (``--password S3cret``, ``mysql -pS3cret``, ``curl -u user:S3cret``,
+``redis-cli -a S3cret``, netrc's ``login u password S3cret``). The result is JSON text, so a value
+never runs over a quote or a backslash and the mask keeps the JSON valid.
+
+False positives are kept down by requiring an assignment (``name: value``) whose name *ends* with
+the secret word: ``max_tokens: 1024``, ``token_budget = 200``, ``bypass: true``, ``auth_mode``,
+"password policy: 12 chars" and "keyboard" stay as they are.
 """
 from __future__ import annotations
 
@@ -23,28 +33,69 @@ MASK = "[REDACTED]"
 # A word start: a \b, or right after a JSON escape such as \n (whose "n" would hide the boundary).
 _B = r"(?:(?<=\\[nrt])|(?<!\w))"
 _V = r"[^\s\"'\\,;&<>]"   # a character of a secret value (never a quote, backslash or separator)
+# name-value separators: a JSON key with a string value ("token": "..."), or a name in text, maybe quoted
+# (quotes inside the JSON text are escaped: \"). A JSON key with a bare value ("secret": 15 in a tool's own
+# counts) is a number or a literal, never masked: the mask would break the JSON.
+_ASSIGN = r"(?:\"\s*:\s*\"|(?:\\[\"']|')?\s*[:=]\s*(?:\\?[\"'])?)"
+# a credential's name: it ends with one of these words (so max_tokens, token_count, auth_mode are not)
+_SECRET_NAME = (r"(?:passw(?:or)?d|(?:(?<![a-z])|(?<=\\[nrt]))pass|passphrase|secret|token|"
+                r"api[_-]?key|apikey|access[_-]?key|"
+                r"(?:private|secret|signing|encryption|master|client|session|auth|account)[_-]?key|"
+                r"credentials?|(?:key|cert|certificate)[_-]data)")
+_CLI_FLAG = (r"(?:password|passwd|pass(?:in|out)?|passphrase|pwd|token|secret|api-?key|auth-token|"
+             r"access-token|client-secret)")
+# programs whose short option carries a password: mysql -pSECRET, sshpass -p SECRET, redis-cli -a SECRET
+_LINE = r"(?:[^\\\n]|\\\"){0,200}?"   # further on the same line (never over an escaped newline), not far
 SECRET_SHAPES: list[tuple[re.Pattern[str], str]] = [
-    # PEM private keys: the whole block (JSON text holds its newlines as \n)
-    (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)", re.S),
-     MASK),
-    # scheme://user:password@host -> scheme://user:[REDACTED]@host
-    (re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@\"'\\]*:)[^\s@/\"'\\]+(@)"), r"\1" + MASK + r"\2"),
+    # PEM private keys: the whole block (JSON text holds its newlines as \n); PGP ones end in "BLOCK"
+    (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
+                r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|$)", re.S), MASK),
+    # a base64-encoded PEM block ("-----BEGIN" = LS0tLS1CRUdJTi): kubeconfig's client-key-data and the like
+    (re.compile(_B + r"LS0tLS1CRUdJTi[A-Za-z0-9+/=]{16,}(?:\.{3})?"), MASK),
+    # scheme://user:password@host -> scheme://user:[REDACTED]@host (a scheme is short: bounded, so that a
+    # long run of a-a-a-... is not scanned again from each of its letters)
+    (re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}://[^\s:/@\"'\\]*:)[^\s@/\"'\\]+(@)"), r"\1" + MASK + r"\2"),
     # Authorization: Bearer / Basic / Token credentials
-    (re.compile(r"(\b(?:Bearer|Basic|Token)\s+)[A-Za-z0-9._~+/=-]{8,}", re.I), r"\1" + MASK),
+    (re.compile(r"(" + _B + r"(?:Bearer|Basic|Token)\s+)[A-Za-z0-9._~+/=-]{8,}", re.I), r"\1" + MASK),
     # provider key formats and JWTs
     (re.compile(_B + r"(?:sk|pk|rk)-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_-]{16,}"), MASK),
+    (re.compile(_B + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"), MASK),
     (re.compile(_B + r"(?:AKIA|ASIA)[A-Z0-9]{16}\b"), MASK),
     (re.compile(_B + r"(?:gh[pousr]_[A-Za-z0-9]{30,}\b|github_pat_[A-Za-z0-9_]{30,})"), MASK),
     (re.compile(_B + r"glpat-[A-Za-z0-9_-]{20,}"), MASK),
     (re.compile(_B + r"xox[abprs]-[A-Za-z0-9-]{10,}"), MASK),
     (re.compile(_B + r"AIza[A-Za-z0-9_-]{35}\b"), MASK),
+    (re.compile(_B + r"(?:npm_[A-Za-z0-9]{36}|hf_[A-Za-z0-9]{30,}|pypi-[A-Za-z0-9_-]{40,})\b"), MASK),
     (re.compile(_B + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), MASK),
-    # name = value assignments (password=..., "token": "...", api_key: ...)
-    # (the name must END with the secret word: max_tokens, token_count or auth_mode are not secrets)
-    (re.compile(r"(" + _B + r"[\w.-]*?(?:passw(?:or)?d|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|"
-                r"private[_-]?key|credentials?)(?![\w])(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?)"
+    # password hashes: crypt(3) / htpasswd / shadow ($apr1$, $1$, $2y$, $5$, $6$, $y$, $argon2id$, ...), {SHA}
+    (re.compile(r"(?<![\w$])\$(?:apr1|1|2[abxy]?|5|6|7|y|gy|argon2(?:id|i|d)|scrypt|pbkdf2[\w-]*)\$"
+                r"[./A-Za-z0-9$,=+-]{8,}"), MASK),
+    (re.compile(r"\{(?:S?SHA(?:256|512)?|SMD5|MD5|CRYPT|PBKDF2[\w-]*)\}[A-Za-z0-9+/=.$]{8,}"), MASK),
+    # name = value assignments (password=..., "token": "...", api_key: ..., db_pass: ..., client-key-data: ...)
+    # (the name must END with the secret word: max_tokens, token_count or auth_mode are not secrets; what
+    # comes before the word, DB_ in DB_PASSWORD, stays outside the match: matching it too made a long run
+    # such as a-a-a-a-... quadratic)
+    (re.compile(r"(" + _SECRET_NAME + r"(?![\w])" + _ASSIGN + r")"
                 r"(?!\[REDACTED\]|(?:Bearer|Basic|Token)\s)" + _V + r"{4,}", re.I),
      r"\1" + MASK),
+    # pwd=... (MYSQL_PWD, ODBC's PWD=): not a path, so that a shell's PWD=/home/ops stays
+    (re.compile(r"(pwd(?![\w])" + _ASSIGN + r")(?![/~]|\[REDACTED\])" + _V + r"{4,}", re.I),
+     r"\1" + MASK),
+    # "auth": "<base64 user:password>" (docker's config.json, .npmrc's _auth, basic_auth: user:pass):
+    # only a credential-looking value (12+ characters, a digit among them), so auth: required stays
+    (re.compile(r"((?:(?<![a-z])|(?<=\\[nrt]))auth(?![\w])" + _ASSIGN + r")"
+                r"(?=[A-Za-z0-9+/=_.:-]{0,200}?\d)[A-Za-z0-9+/=_.:-]{12,}", re.I), r"\1" + MASK),
+    # command-line passwords: --password S3cret (the = form is an assignment above), -passin pass:S3cret
+    (re.compile(r"((?:(?<=\\[nrt])|(?<![\w-]))--?" + _CLI_FLAG + r"\s+)(?!-|\[REDACTED\])" + _V + r"{4,}", re.I),
+     r"\1" + MASK),
+    (re.compile(r"(" + _B + r"(?:mysql\w*|mariadb\w*)\b" + _LINE + r"\s-p)(?!\[REDACTED\])" + _V + r"+"),
+     r"\1" + MASK),
+    (re.compile(r"(" + _B + r"sshpass\b" + _LINE + r"\s-p\s*)(?!\[REDACTED\])" + _V + r"+"), r"\1" + MASK),
+    (re.compile(r"(" + _B + r"redis-cli\b" + _LINE + r"\s-a\s*)(?!\[REDACTED\])" + _V + r"+"), r"\1" + MASK),
+    (re.compile(r"(" + _B + r"curl\b" + _LINE + r"\s(?:-u|--user)\s*[^\s:\"'\\]+:)(?!\[REDACTED\])" + _V + r"+"),
+     r"\1" + MASK),
+    # netrc: machine HOST login USER password SECRET
+    (re.compile(r"(" + _B + r"login\s+\S+\s+password\s+)(?!\[REDACTED\])" + _V + r"+", re.I), r"\1" + MASK),
 ]
 
 
