@@ -54,7 +54,10 @@ async def test_upload_reports_progress_and_indexes_the_document(tmp_path):
     ("tool.exe", b"MZ\x90\x00", "UNSUPPORTED_MEDIA", ""),
     ("a\x00b.txt", b"hello", "INVALID_MESSAGE", "control characters"),
     ("x" * 10_000 + ".txt", b"hello", "INVALID_MESSAGE", "field 'name'"),
-    ("../..", b"hello", "INVALID_MESSAGE", "empty file name"),
+    ("../..", b"hello", "INVALID_MESSAGE", "invalid file name"),
+    ("foo/..", b"hello", "INVALID_MESSAGE", "invalid file name"),
+    ("a\u202etxt.exe", b"hello", "INVALID_MESSAGE", "U+202E"),           # shows as "aexe.txt"
+    ("x\u2028y.txt", b"hello", "INVALID_MESSAGE", "U+2028"),
 ])
 async def test_refused_at_begin_before_any_byte(tmp_path, name, data, code, message):
     async with kb_server(tmp_path, {"max_upload_bytes": 4096}) as (srv, addr):

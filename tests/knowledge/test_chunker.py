@@ -65,3 +65,12 @@ def test_chunks_respect_the_target_and_lose_no_text(items, target):
             for ch in set("".join(b.text.split())):
                 assert ch in joined
     assert len(joined) >= len(body) or not body
+
+
+def test_the_overlap_never_pushes_a_chunk_over_the_target():
+    text = "A" * 69 + ". " + "B" * 19 + ". " + "C" * 89 + "."
+    chunks = chunk_blocks([Block(text, 0, None, 1, 1)], 100, 30)
+    assert [c.text for c in chunks] == ["A" * 69 + ". " + "B" * 19 + ".", "C" * 89 + "."]
+    chunks = chunk_blocks([Block("x" * 40 + ". " + "y" * 20 + ".", 0, None, 1, 1), Block("z" * 90, 0, None, 3, 3)],
+                          100, 30)
+    assert all(len(c.text) <= 100 for c in chunks) and chunks[-1].text == "z" * 90

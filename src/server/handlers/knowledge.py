@@ -55,11 +55,9 @@ async def upload_begin(ctx: RequestContext, req: KbUploadBegin) -> KbUploadReply
     if req.size > cfg.max_upload_bytes:
         raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
                            f"file of {req.size} bytes over the upload limit ({cfg.max_upload_bytes}, max_upload_bytes)")
-    used = kb.usage(user)
-    if used + req.size > cfg.user_quota_bytes:
-        raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
-                           f"quota of {cfg.user_quota_bytes} bytes would be exceeded ({used} used, user_quota_bytes)")
-    return await ctx.services.uploads.begin(ctx.port, req.id, user, coll, name, req.size, req.md5, req.sha256)
+    # the quota counts the user's documents and their partial uploads (attached or not), by declared size
+    return await ctx.services.uploads.begin(ctx.port, req.id, user, coll, name, req.size, req.md5, req.sha256,
+                                            usage=lambda: kb.usage(user))
 
 
 async def upload_end(ctx: RequestContext, req: KbUploadEnd) -> KbDocumentReply:

@@ -4,7 +4,12 @@ each connection, and the named limits (concurrent uploads per user and server-wi
 A partial upload is ``<root>/<upload_id>.part`` (the bytes so far) plus ``<upload_id>.json`` (who,
 where, what). ``upload_id`` is derived from (user, collection, name, size, md5), so a BEGIN sent
 again after a disconnect finds the partial file and continues from its size; partial files not
-touched for ``upload_expiry_s`` are removed (at start and at every BEGIN). Received bytes are
+touched for ``upload_expiry_s`` are removed (at start and at every BEGIN). Every partial upload of a
+user — attached to a connection, detached (waiting for a resume), or being stored after END — counts
+toward their ``max_uploads_per_user`` and, by its declared size, toward their ``user_quota_bytes``
+(with their documents); the partial files found at start are counted too. A BEGIN over either limit
+first drops the user's least recently touched detached partials until it fits; attached ones are never
+dropped (QUOTA_EXCEEDED). Received bytes are
 buffered and written (and hashed, md5 + sha256) by a writer task in a worker thread, never on the
 event loop; a connection whose unwritten bytes exceed ``upload_buffer_bytes`` stops being read
 until the writer catches up (``Flow``).
@@ -23,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from protocol import ErrorCode, MsgType, ProtocolError
 from protocol.binary import MAX_DATA, decode_data
@@ -76,6 +81,15 @@ class Upload:
     share_failed: bool = False
 
 
+@dataclass(slots=True)
+class Partial:
+    """A partial upload on this node's disk, as the limits see it."""
+    user: str
+    size: int                                  # declared: reserved against the quota at BEGIN
+    at: float                                  # last touched (the oldest detached one is dropped first)
+    seq: int = 0                               # (ties)
+
+
 def upload_id_of(user: str, collection: str, name: str, size: int, md5: str) -> str:
     key = "\0".join((user, collection, name, str(size), md5.lower()))
     return "up_" + hashlib.sha256(key.encode()).hexdigest()[:32]
@@ -91,11 +105,17 @@ class UploadService:
         self._active: dict[str, Upload] = {}                  # upload_id -> attached upload
         self._ports: dict[Any, dict[int, Upload]] = {}        # port -> handle -> upload
         self._closing: dict[str, asyncio.Task] = {}           # upload_id -> its .part file being closed
+        self._partials: dict[str, Partial] = {}               # upload_id -> every partial upload on disk
+        self._ending: set[str] = set()                        # upload_ids between END's checks and remove()
+        self._removing: dict[str, asyncio.Task] = {}          # upload_id -> dropped to make room, files going
         self._handles = 0
+        self._seq = 0
 
     # -- lifecycle -----------------------------------------------------------------------------------
     async def start(self) -> None:
-        await asyncio.to_thread(self._sweep)
+        await asyncio.to_thread(self._sweep, frozenset())
+        for uid, p in (await asyncio.to_thread(self._scan)).items():
+            self._partials.setdefault(uid, p)
 
     async def close(self) -> None:
         """Wait for the partial files being closed and their last pieces shared (server stop)."""
@@ -104,33 +124,132 @@ class UploadService:
         if self.sharing is not None:
             await self.sharing.close()
 
-    def _sweep(self) -> None:
-        """Remove partial uploads not touched for ``upload_expiry_s`` (worker thread)."""
+    def _busy(self) -> frozenset[str]:
+        """Upload ids whose files are in use: attached, being stored, being closed."""
+        return frozenset(self._active) | frozenset(self._ending) | frozenset(self._closing)
+
+    def _sweep(self, busy: frozenset[str]) -> set[str]:
+        """Remove partial uploads not touched for ``upload_expiry_s`` (worker thread); their ids."""
         self.root.mkdir(parents=True, exist_ok=True)
         limit = time.time() - self.config.upload_expiry_s
+        gone: set[str] = set()
         for entry in os.scandir(self.root):
             uid = entry.name.rsplit(".", 1)[0]
-            if uid in self._active:
+            if uid in busy:
                 continue
             try:
                 if entry.stat().st_mtime < limit:
                     os.unlink(entry.path)
+                    gone.add(uid)
                     log.info("expired partial upload %s removed", entry.name)
             except FileNotFoundError:
                 pass
+        return gone
+
+    def _scan(self) -> dict[str, Partial]:
+        """At start (worker thread): the partial uploads on disk, by their description; a file without
+        its partner (it could not be resumed) is removed."""
+        found: dict[str, Partial] = {}
+        names = {e.name for e in os.scandir(self.root)}
+        for name in names:
+            uid, _, ext = name.rpartition(".")
+            other = f"{uid}.json" if ext == "part" else f"{uid}.part"
+            path = self.root / name
+            try:
+                if ext not in ("part", "json") or other not in names:
+                    path.unlink()
+                    log.info("partial upload file %s without its %s removed", name, other.rpartition(".")[2])
+                elif ext == "json":
+                    meta = json.loads(path.read_text(encoding="utf-8"))
+                    at = max(path.stat().st_mtime, (self.root / other).stat().st_mtime)
+                    found[uid] = Partial(str(meta["user"]), int(meta["size"]), at)
+            except FileNotFoundError:
+                pass
+            except (ValueError, KeyError, TypeError, OSError) as exc:
+                log.warning("partial upload %s: unreadable description (%s): removed", uid, exc)
+                for p in (self.root / f"{uid}.part", self.root / f"{uid}.json"):
+                    p.unlink(missing_ok=True)
+        return found
 
     def expires_at(self) -> str:
         ts = time.time() + self.config.upload_expiry_s
         return datetime.fromtimestamp(ts, timezone.utc).isoformat()
 
     def in_progress(self, user: str | None = None) -> int:
+        """Uploads attached to a connection (``max_uploads`` counts these)."""
         return sum(1 for u in self._active.values() if user is None or u.user == user)
+
+    def reserved(self, user: str) -> tuple[int, int]:
+        """(count, declared bytes) of ``user``'s partial uploads, attached or not."""
+        mine = [p.size for p in self._partials.values() if p.user == user]
+        return len(mine), sum(mine)
+
+    def _forget(self, uids: set[str]) -> None:
+        for uid in uids:
+            if uid not in self._active and uid not in self._ending:
+                self._partials.pop(uid, None)
+
+    def _make_room(self, user: str, uid: str, size: int, used: int) -> list[str]:
+        """The detached partial uploads of ``user`` to drop (least recently touched first) so that one
+        more of ``size`` bytes fits ``max_uploads_per_user`` and ``user_quota_bytes`` next to ``used``
+        bytes of documents; QUOTA_EXCEEDED (nothing dropped) when even dropping all of them is not enough."""
+        cfg = self.config
+        mine = {u: p for u, p in self._partials.items() if p.user == user and u != uid}
+        count, nbytes = len(mine), sum(p.size for p in mine.values())
+        droppable = sorted((u for u in mine if u not in self._active and u not in self._ending),
+                           key=lambda u: (mine[u].at, mine[u].seq))
+        victims: list[str] = []
+
+        def fits() -> bool:
+            return count < cfg.max_uploads_per_user and used + nbytes + size <= cfg.user_quota_bytes
+
+        for u in droppable:
+            if fits():
+                break
+            victims.append(u)
+            count, nbytes = count - 1, nbytes - mine[u].size
+        if count >= cfg.max_uploads_per_user:
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
+                               f"{count} uploads already in progress (max_uploads_per_user = "
+                               f"{cfg.max_uploads_per_user}), on live connections or being stored; end one "
+                               "(KB_UPLOAD_END) or close its connection, then retry")
+        if used + nbytes + size > cfg.user_quota_bytes:
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
+                               f"quota of {cfg.user_quota_bytes} bytes would be exceeded ({used} used by documents, "
+                               f"{nbytes} reserved by {count} uploads in progress on live connections or being "
+                               "stored, "
+                               f"{size} asked; user_quota_bytes)")
+        return victims
+
+    def _drop(self, uid: str) -> asyncio.Task:
+        """Drop a detached partial upload to make room (its files, its shared copy)."""
+        self._partials.pop(uid, None)
+        task = asyncio.get_running_loop().create_task(self._remove_files(uid))
+        self._removing[uid] = task
+        task.add_done_callback(lambda t: self._removing.pop(uid, None) if self._removing.get(uid) is t else None)
+        log.info("partial upload %s dropped to make room for a newer upload of its user", uid)
+        return task
+
+    async def _remove_files(self, uid: str) -> None:
+        await self._closed(uid)
+        await asyncio.to_thread(self._unlink, uid)
+        if self.sharing is not None:
+            await self.sharing.drop(uid)
+
+    def _unlink(self, uid: str) -> None:
+        for path in (self.root / f"{uid}.part", self.root / f"{uid}.json"):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
 
     # -- BEGIN ---------------------------------------------------------------------------------------
     async def begin(self, port: Any, re: Any, user: str, collection: str, name: str, size: int, md5: str,
-                    sha256: str | None) -> KbUploadReply:
+                    sha256: str | None, usage: Callable[[], int] | None = None) -> KbUploadReply:
+        """Start or resume an upload; ``usage()``: the bytes of ``user``'s documents (for the quota), asked
+        when the limits are checked (after the awaits, so an upload stored meanwhile is counted)."""
         uid = upload_id_of(user, collection, name, size, md5)
-        await asyncio.to_thread(self._sweep)
+        self._forget(await asyncio.to_thread(self._sweep, self._busy()))
         if self.sharing is not None:
             await self.sharing.expire()
         up = self._active.get(uid)
@@ -138,17 +257,23 @@ class UploadService:
             await self._flush(up)
             self._detach(up)
         await self._closed(uid)                  # its file, closed by a connection that went away
+        while uid in self._removing:             # dropped by another BEGIN just now: its files go first
+            await asyncio.shield(self._removing[uid])
         cfg = self.config
-        if self.in_progress(user) >= cfg.max_uploads_per_user:
-            raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
-                               f"{cfg.max_uploads_per_user} uploads already in progress (max_uploads_per_user)")
+        victims = self._make_room(user, uid, size, usage() if usage is not None else 0)
         if self.in_progress() >= cfg.max_uploads:
             raise HandlerError(ErrorCode.SERVER_BUSY, f"{cfg.max_uploads} uploads in progress on the server "
                                                       "(max_uploads); retry later")
         up = Upload(uid, user, collection, name, size, md5.lower(), sha256, self.root / f"{uid}.part",
                     h_sha=hashlib.sha256() if sha256 else None)
         self._active[uid] = up                   # (reserved before the await: limits hold)
+        before = self._partials.get(uid)         # (a resume: what to restore if this BEGIN fails)
+        self._seq += 1
+        self._partials[uid] = Partial(user, size, time.time(), self._seq)
+        dropping = [self._drop(v) for v in victims]
         try:
+            if dropping:
+                await asyncio.gather(*dropping)
             if self.sharing is not None:       # another node may have received more of it
                 held = await asyncio.to_thread(self._held, up) or 0
                 more = await self.sharing.missing(up, held)
@@ -158,16 +283,24 @@ class UploadService:
             if self.sharing is not None:
                 await self.sharing.share_local(up)
         except OSError as exc:
-            self._active.pop(uid, None)
+            self._unreserve(uid, before)
             raise HandlerError(ErrorCode.STORAGE_ERROR, f"cannot store the upload: {exc.strerror or exc}") from None
         except BaseException:
-            self._active.pop(uid, None)
+            self._unreserve(uid, before)
             raise
         self._handles = (self._handles + 1) & 0xFFFFFFFF
         up.port, up.handle, up.re = port, self._handles, re
         up.next_report = up.received + max(1, size // REPORT_STEPS)
         self._ports.setdefault(port, {})[up.handle] = up
         return KbUploadReply(uid, up.handle, up.received, size, MAX_DATA, self.expires_at())
+
+    def _unreserve(self, uid: str, before: Partial | None) -> None:
+        """A BEGIN failed: a resumed upload counts as the detached one it was, a new one not at all."""
+        self._active.pop(uid, None)
+        if before is not None:
+            self._partials[uid] = before
+        else:
+            self._partials.pop(uid, None)
 
     # -- the partial files -----------------------------------------------------------------------------
     def _held(self, up: Upload) -> int | None:
@@ -301,6 +434,7 @@ class UploadService:
             raise HandlerError(ErrorCode.INVALID_MESSAGE,
                                f"{up.written} of {up.size} bytes received; continue from offset {up.written}")
         self._detach(up)
+        self._ending.add(upload_id)              # (still counted until remove())
         await self._closed(upload_id)
         md5 = up.h_md5.hexdigest()
         sha = up.h_sha.hexdigest() if up.h_sha is not None else None
@@ -313,13 +447,10 @@ class UploadService:
 
     async def remove(self, up: Upload) -> None:
         """Delete a partial upload's files (and its shared copy)."""
-        def run() -> None:
-            for path in (up.part, self.root / f"{up.upload_id}.json"):
-                try:
-                    path.unlink()
-                except FileNotFoundError:
-                    pass
-        await asyncio.to_thread(run)
+        self._ending.discard(up.upload_id)
+        if self._active.get(up.upload_id) in (None, up):
+            self._partials.pop(up.upload_id, None)
+        await asyncio.to_thread(self._unlink, up.upload_id)
         if self.sharing is not None:
             await self.sharing.drop(up.upload_id)
 
@@ -332,9 +463,14 @@ class UploadService:
 
     # -- connections ---------------------------------------------------------------------------------
     def _detach(self, up: Upload) -> None:
-        """Free the upload's slot and handle; its bytes stay on disk for a resume."""
+        """Free the upload's slot and handle; its bytes stay on disk for a resume (and count toward
+        its user's limits until resumed, dropped to make room, ended or expired)."""
         if self._active.get(up.upload_id) is up:
             del self._active[up.upload_id]
+            p = self._partials.get(up.upload_id)
+            if p is not None:
+                self._seq += 1
+                p.at, p.seq = time.time(), self._seq
         handles = self._ports.get(up.port)
         if handles is not None:
             handles.pop(up.handle, None)

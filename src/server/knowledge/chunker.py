@@ -51,22 +51,69 @@ def citation(name: str, loc: dict) -> str:
     return f"[{name} §{format_location(loc)}]"
 
 
-def sentences(text: str, target: int) -> list[str]:
-    """``text`` cut at sentence ends; pieces longer than ``target`` cut every ``target`` characters."""
-    out = []
-    for s in _SENTENCE_END.split(text):
-        if not s.strip():
-            continue
-        while len(s) > target:
-            out.append(s[:target])
-            s = s[target:]
-        out.append(s)
+def _spans(text: str, target: int) -> list[tuple[int, int]]:
+    """(start, end) of the sentences of ``text``, whitespace trimmed; a sentence longer than ``target``
+    is cut at the last whitespace of its second half before ``target`` characters, else at ``target``."""
+    out: list[tuple[int, int]] = []
+    bounds = [0]
+    for m in _SENTENCE_END.finditer(text):
+        bounds += [m.start(), m.end()]
+    bounds.append(len(text))
+    for i in range(0, len(bounds), 2):
+        a, b = bounds[i], bounds[i + 1]
+        while a < b and text[a].isspace():
+            a += 1
+        while b > a and text[b - 1].isspace():
+            b -= 1
+        while b - a > target:
+            cut = a + target
+            k = cut
+            while k > a + target // 2 and not text[k].isspace():
+                k -= 1
+            if text[k].isspace():
+                cut = k
+                while cut > a and text[cut - 1].isspace():
+                    cut -= 1
+            out.append((a, cut))
+            a = cut
+            while a < b and text[a].isspace():
+                a += 1
+        if a < b:
+            out.append((a, b))
     return out
 
 
-def _space(before: str, after: str) -> str:
-    """What rejoins two sentences of one paragraph: a space between Latin text, nothing in CJK."""
-    return " " if before[-1:].isascii() and after[:1].isascii() else ""
+def sentences(text: str, target: int) -> list[str]:
+    """``text`` cut at sentence ends; pieces longer than ``target`` cut every ``target`` characters."""
+    return [text[a:b] for a, b in _spans(text, target)]
+
+
+@dataclass(slots=True)
+class _Piece:
+    """A run of one paragraph's text with its own location, and the text that preceded it there."""
+    text: str
+    para: int                      # the paragraph (block) it comes from
+    gap: str                       # the source text between it and the previous piece of its paragraph
+    page: int | None
+    line_start: int | None
+    line_end: int | None
+
+    def cut(self, target: int) -> list[_Piece]:
+        """Its sentences, each with its own line range when the text is line for line its source
+        lines (text formats; else the whole range: html collapses whitespace, csv may drop rows)."""
+        t, ls, le = self.text, self.line_start, self.line_end
+        exact = ls is not None and le is not None and t.count("\n") == le - ls
+        out, prev, pos, line = [], None, 0, ls
+        for a, b in _spans(t, target):
+            if exact:
+                line += t.count("\n", pos, a)
+                first = line
+                line += t.count("\n", a, b)
+                pos = b
+                ls, le = first, line
+            out.append(_Piece(t[a:b], self.para, self.gap if prev is None else t[prev:a], self.page, ls, le))
+            prev = b
+        return out
 
 
 def _merge(a: int | None, b: int | None, pick) -> int | None:
@@ -74,15 +121,25 @@ def _merge(a: int | None, b: int | None, pick) -> int | None:
 
 
 def chunk_blocks(blocks: list[Block], target: int, overlap: int) -> list[Chunk]:
+    """Chunks of at most ``target`` characters. A heading or a new page (pdf) closes the chunk, so a
+    chunk comes from one page and one section; within a paragraph, the pieces of a chunk are joined by
+    the text between them in the source (line ends kept), so a chunk of a text format is a verbatim run
+    of its lines ``line_start``..``line_end``."""
     out: list[Chunk] = []
     path: list[tuple[int, str]] = []
-    cur: list[Block] = []          # pieces of the chunk being built (text already cut to fit)
-    glue: list[str] = []           # what joins each piece to the one before: "\n" or "" (same paragraph)
+    cur: list[_Piece] = []         # pieces of the chunk being built (text already cut to fit)
+    glue: list[str] = []           # what joins each piece to the one before
     size = 0
     carried = 0                    # leading pieces of ``cur`` repeated from the previous chunk
 
     def heading() -> tuple[str, ...]:
         return tuple(t for _, t in path)
+
+    def joint(p: _Piece) -> str:
+        """What goes before ``p`` in the chunk: its source gap within a paragraph, else a line end."""
+        if not cur:
+            return ""
+        return p.gap if cur[-1].para == p.para else "\n"
 
     def emit() -> None:
         nonlocal cur, glue, size, carried
@@ -90,58 +147,72 @@ def chunk_blocks(blocks: list[Block], target: int, overlap: int) -> list[Chunk]:
             return
         text = "".join(g + p.text for g, p in zip(glue, cur)).strip()
         if text:
-            ls = le = pg = None
+            ls = le = None
             for p in cur:
                 ls = _merge(ls, p.line_start, min)
                 le = _merge(le, p.line_end, max)
-                pg = _merge(pg, p.page, min)
-            out.append(Chunk(text, heading(), pg, ls, le))
+            out.append(Chunk(text, heading(), cur[0].page, ls, le))    # (one page: a new page closes it)
         # overlap: carry whole trailing sentences of the last piece (up to ``overlap`` characters)
-        carry: list[Block] = []
+        carry: list[_Piece] = []
         if overlap:
             keep = 0
             for last in reversed(cur):
-                parts = sentences(last.text, target)
-                while parts and keep + len(parts[-1]) <= overlap:
-                    keep += len(parts[-1])
-                    carry.insert(0, Block(parts.pop(), 0, last.page, last.line_end, last.line_end))
+                parts = last.cut(target)
+                while parts and keep + len(parts[-1].text) <= overlap:
+                    keep += len(parts[-1].text)
+                    carry.insert(0, parts.pop())
                 if parts:
                     break
             if len(carry) == len(cur) and all(c.text == p.text for c, p in zip(carry, cur)):
                 carry = []                           # the whole chunk fits in the overlap: no repeat
-        cur, glue = carry, [""][:len(carry)] + [_space(a.text, b.text) for a, b in zip(carry, carry[1:])]
-        size = sum(len(p.text) for p in carry)
+        cur, glue, size = [], [], 0
+        for p in carry:
+            add(p)
         carried = len(carry)
 
-    def add(piece: Block, sep: str) -> None:
+    def add(piece: _Piece) -> None:
         nonlocal size
+        glue.append(joint(piece))
         cur.append(piece)
-        glue.append(sep if len(cur) > 1 else "")
         size += len(piece.text) + len(glue[-1])
 
-    for b in blocks:
+    def make_room(p: _Piece) -> None:
+        """After emit(): drop repeated (carried) pieces that would push ``p`` past the target."""
+        nonlocal cur, glue, size, carried
+        while carried and size + len(joint(p)) + len(p.text) > target:
+            cur, carried = cur[1:], carried - 1
+            glue = [""] + glue[2:] if cur else []
+            size = sum(len(x.text) for x in cur) + sum(map(len, glue))
+
+    def restart() -> None:
+        nonlocal cur, glue, size, carried
+        emit()
+        cur, glue, size, carried = [], [], 0, 0
+
+    for i, b in enumerate(blocks):
         if b.is_heading:
-            emit()
-            cur, glue, size, carried = [], [], 0, 0
+            restart()
             while path and path[-1][0] >= b.level:
                 path.pop()
             path.append((b.level, b.text.strip()))
             continue
         if not b.text.strip():
             continue
-        if size + 1 + len(b.text) <= target:
-            add(b, "\n")
+        if cur and b.page != cur[-1].page:
+            restart()                                # a chunk never spans two pages
+        whole = _Piece(b.text, i, "", b.page, b.line_start, b.line_end)
+        if size + len(joint(whole)) + len(b.text) <= target:
+            add(whole)
             continue
         if len(b.text) <= target:
             emit()
-            add(b, "\n")
+            make_room(whole)
+            add(whole)
             continue
-        sep = "\n"
-        for s in sentences(b.text, target):        # a long paragraph: sentence by sentence
-            if size + len(s) > target and cur:
+        for s in whole.cut(target):                  # a long paragraph: sentence by sentence
+            if cur and size + len(joint(s)) + len(s.text) > target:
                 emit()
-                sep = ""
-            add(Block(s, 0, b.page, b.line_start, b.line_end), sep or (_space(cur[-1].text, s) if cur else ""))
-            sep = ""
+                make_room(s)
+            add(s)
     emit()
     return out

@@ -41,14 +41,25 @@ MAX_NAME_CHARS = 255
 _CHUNK_NO = re.compile(r"[0-9]{1,9}")
 
 
+#: characters that make a name display as something else (bidirectional controls: "a\u202etxt.exe"
+#: shows as "aexe.txt") or break it over lines (U+2028, U+2029)
+_SPOOF = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029")
+
+
 def clean_name(name: str) -> str:
     """The base name of an uploaded file, or INVALID_MESSAGE for a hostile one (NUL, control
-    characters, empty, '.'/'..', over MAX_NAME_CHARS). The name is metadata only: never a path."""
+    characters, bidirectional controls, line separators, a last part that is empty, '.' or '..', over
+    MAX_NAME_CHARS). The name is metadata only: never a path."""
     if not isinstance(name, str) or any(unicodedata.category(c) == "Cc" for c in name):
         raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds control characters")
+    spoof = sorted({f"U+{ord(c):04X}" for c in name if c in _SPOOF})
+    if spoof:
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds bidirectional control or line "
+                           f"separator characters ({', '.join(spoof)})")
     base = PurePosixPath(name.replace("\\", "/")).name.strip()
     if not base or base in (".", ".."):
-        raise HandlerError(ErrorCode.INVALID_MESSAGE, "empty file name")
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, f"invalid file name {name[:80]!r}: its last part is "
+                           "empty, '.' or '..'")
     if len(base) > MAX_NAME_CHARS:
         raise HandlerError(ErrorCode.INVALID_MESSAGE, f"file name over {MAX_NAME_CHARS} characters")
     return base
