@@ -252,6 +252,9 @@ class UploadService:
         self._forget(await asyncio.to_thread(self._sweep, self._busy()))
         if self.sharing is not None:
             await self.sharing.expire()
+        if uid in self._ending:                  # its KB_UPLOAD_END is storing that very file now
+            raise HandlerError(ErrorCode.SERVER_BUSY, f"{name!r} is being stored now (its KB_UPLOAD_END is "
+                                                      "running); retry when that ends")
         up = self._active.get(uid)
         if up is not None:                       # resumed while the old connection still holds it
             await self._flush(up)
