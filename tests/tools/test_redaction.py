@@ -23,6 +23,9 @@ PLANTED = {   # kind -> (line written to the file, the secret part that must nev
     "jwt": ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlLXZhbHVl", "c2lnbmF0dXJlLXZhbHVl",
             f"jwt {MASK}"),
     "bearer": ("Authorization: Bearer opaqueTokenValue123", "opaqueTokenValue123", f"Authorization: Bearer {MASK}"),
+    "long bearer": ("Authorization: Bearer abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz",
+                    f"Authorization: Bearer {MASK}"),
+    "basic": ("Authorization: Basic dXNlcjpwYXNz", "dXNlcjpwYXNz", f"Authorization: Basic {MASK}"),
     "password in url": ("db postgres://app:hunter2pw@db.local:5432/app", "hunter2pw",
                         f"db postgres://app:{MASK}@db.local:5432/app"),
     "password assignment": ("DB_PASSWORD=correcthorse", "correcthorse", f"DB_PASSWORD={MASK}"),
@@ -144,6 +147,8 @@ NOT_SECRETS = [
     "use --password to be prompted", "--token-file /etc/vault/token", "the fee is $5 per month",
     "passes: 12", "passphrase required on first use", "keyboard-interactive authentication",
     "user logged in with password; session renewed", "cert: /etc/ssl/server.crt",
+    "token refreshed for user ops", "Token expired at noon", "Bearer authentication failed", "Basic usage: run it",
+    "Basic concepts",
 ]
 
 

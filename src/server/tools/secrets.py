@@ -5,7 +5,8 @@ still echo one. Every result passes through ``redact`` before it reaches the mod
 first the known values (sensitive environment variables, the configured API key), then anything
 shaped like a secret (``SECRET_SHAPES``): provider API keys (``sk-...``, ``AKIA...``, ``ghp_...``,
 ``xox?-...``, ``AIza...``, ``glpat-...``, ``npm_...``, ``pypi-...``, ``hf_...``, ``sk_live_...``),
-JWTs, ``Bearer``/``Basic``/``Token`` credentials, the password of a URL
+JWTs, ``Bearer``/``Token`` credentials (a word holding a digit, or long: not "token refreshed"),
+``Basic`` credentials (base64 of ``user:password``), the password of a URL
 (``scheme://user:PASSWORD@host``), PEM private-key blocks and base64-encoded PEM blobs
 (kubeconfig's ``client-key-data``), password hashes (``$apr1$...``, ``$6$...``, ``$2y$...``,
 ``{SHA}...``: htpasswd, shadow), the value of ``password=``, ``db_pass:``, ``passphrase:``,
@@ -21,9 +22,11 @@ the secret word: ``max_tokens: 1024``, ``token_budget = 200``, ``bypass: true``,
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
-from typing import Iterable
+from typing import Callable, Iterable
 
 _SENSITIVE_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 MIN_SECRET_LEN = 6
@@ -46,7 +49,16 @@ _CLI_FLAG = (r"(?:password|passwd|pass(?:in|out)?|passphrase|pwd|token|secret|ap
              r"access-token|client-secret)")
 # programs whose short option carries a password: mysql -pSECRET, sshpass -p SECRET, redis-cli -a SECRET
 _LINE = r"(?:[^\\\n]|\\\"){0,200}?"   # further on the same line (never over an escaped newline), not far
-SECRET_SHAPES: list[tuple[re.Pattern[str], str]] = [
+def _basic(m: re.Match) -> str:
+    """``Basic <base64>`` masked when the base64 decodes to ``user:password`` (not "Basic usage")."""
+    try:
+        decoded = base64.b64decode(m.group(2) + "=" * (-len(m.group(2)) % 4), validate=True)
+    except (ValueError, binascii.Error):
+        return m.group(0)
+    return m.group(1) + MASK if b":" in decoded else m.group(0)
+
+
+SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     # PEM private keys: the whole block (JSON text holds its newlines as \n); PGP ones end in "BLOCK"
     (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
                 r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|$)", re.S), MASK),
@@ -55,8 +67,11 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str]] = [
     # scheme://user:password@host -> scheme://user:[REDACTED]@host (a scheme is short: bounded, so that a
     # long run of a-a-a-... is not scanned again from each of its letters)
     (re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}://[^\s:/@\"'\\]*:)[^\s@/\"'\\]+(@)"), r"\1" + MASK + r"\2"),
-    # Authorization: Bearer / Basic / Token credentials
-    (re.compile(r"(" + _B + r"(?:Bearer|Basic|Token)\s+)[A-Za-z0-9._~+/=-]{8,}", re.I), r"\1" + MASK),
+    # Authorization: Bearer / Token credentials: a word after them is one when it holds a digit or is
+    # long ("token refreshed", "Bearer authentication" are prose); Basic: base64 of "user:password"
+    (re.compile(r"(" + _B + r"(?:Bearer|Token)\s+)(?:(?=[A-Za-z._~+/=-]*[0-9])|(?=[A-Za-z0-9._~+/=-]{20}))"
+                r"[A-Za-z0-9._~+/=-]{8,}", re.I), r"\1" + MASK),
+    (re.compile(r"(" + _B + r"Basic\s+)([A-Za-z0-9+/]{6,}={0,2})", re.I), _basic),
     # provider key formats and JWTs
     (re.compile(_B + r"(?:sk|pk|rk)-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_-]{16,}"), MASK),
     (re.compile(_B + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"), MASK),
