@@ -1,6 +1,8 @@
 """The client library's resumable upload and download over real TCP."""
 from __future__ import annotations
 
+import asyncio
+
 import hashlib
 
 import pytest
@@ -51,11 +53,21 @@ async def test_upload_resumes_after_the_connection_drops(tmp_path):
     async with kb_server(tmp_path) as (srv, addr):
         async with Client(*addr, token=token("alice"), backoff=Backoff(initial=0.01, maximum=0.05)) as c:
             dropped: list[int] = []
+            third = asyncio.Event()
 
             def progress(stage: str, done: int, total: int) -> None:
-                if stage == "receiving" and not dropped and done >= len(LOG) // 3:
-                    dropped.append(done)        # cut the connection under the upload
+                if stage == "receiving" and done >= len(LOG) // 3 and not third.is_set():
+                    dropped.append(done)
+                    third.set()
+            send_data = c.send_data
+
+            async def cutting(msg_type, handle, offset, block):
+                if offset >= len(LOG) // 2 and len(dropped) < 2:
+                    await third.wait()          # the server has a third: cut the connection under the
+                    dropped.append(offset)      # upload, before its KB_UPLOAD_END is sent
                     c.link._writer.transport.abort()
+                await send_data(msg_type, handle, offset, block)
+            c.send_data = cutting
             begins: list[dict] = []
             request = c.request
 
@@ -66,8 +78,36 @@ async def test_upload_resumes_after_the_connection_drops(tmp_path):
                 return reply
             c.request = recording
             doc = await kbclient.upload(c, src, progress=progress)
-            assert dropped and doc.md5 == hashlib.md5(LOG).hexdigest()
-            assert len(begins) == 2 and begins[0].offset == 0 and begins[1].offset >= dropped[0]
+            assert len(dropped) == 2 and doc.md5 == hashlib.md5(LOG).hexdigest()
+            assert len(begins) == 2 and begins[0].offset == 0 and dropped[0] <= begins[1].offset < len(LOG)
+        a = await connect(addr, "alice")
+        assert [d["doc_id"] for d in (await a.call(MsgType.KB_LIST))["documents"]] == [doc.doc_id]
+        assert list(srv.services.uploads.root.iterdir()) == []
+        await a.close()
+
+
+async def test_a_connection_cut_while_its_end_is_stored_gets_the_document_once(tmp_path):
+    src = tmp_path / "worker.log"
+    src.write_bytes(LOG)
+    async with kb_server(tmp_path) as (srv, addr):
+        async with Client(*addr, token=token("alice"), backoff=Backoff(initial=0.01, maximum=0.05)) as c:
+            request, cut, begins = c.request, [], []
+
+            async def cutting(msg_type, body=None, timeout=None):
+                if msg_type == MsgType.KB_UPLOAD_END and not cut:
+                    cut.append(True)             # the END reaches the server, then the connection goes
+                    pending = asyncio.ensure_future(request(msg_type, body, timeout))
+                    await asyncio.sleep(0)
+                    await c.link._writer.drain()
+                    c.link._writer.transport.abort()
+                    return await pending
+                reply = await request(msg_type, body, timeout)
+                if msg_type == MsgType.KB_UPLOAD_BEGIN:
+                    begins.append(reply)
+                return reply
+            c.request = cutting
+            doc = await kbclient.upload(c, src)   # the BEGIN again waits for that END, then: a duplicate
+        assert cut and len(begins) == 2 and doc.md5 == hashlib.md5(LOG).hexdigest()
         a = await connect(addr, "alice")
         assert [d["doc_id"] for d in (await a.call(MsgType.KB_LIST))["documents"]] == [doc.doc_id]
         assert list(srv.services.uploads.root.iterdir()) == []

@@ -72,9 +72,8 @@ async def test_a_connection_that_leaves_frees_its_slot_and_keeps_its_bytes(tmp_p
     await svc.close()
 
 
-async def test_the_same_upload_begun_again_while_it_is_being_stored_is_refused(tmp_path):
-    import pytest
-    from server.errors import HandlerError
+async def test_the_same_upload_begun_again_while_it_is_being_stored_waits_for_it(tmp_path):
+    import asyncio
     svc = UploadService(KnowledgeConfig(), tmp_path / "uploads")
     await svc.start()
     port, flow, data = Port(), Flow(), b"hello world\n" * 100
@@ -82,11 +81,11 @@ async def test_the_same_upload_begun_again_while_it_is_being_stored_is_refused(t
     begin = await svc.begin(port, 1, "alice", "user:alice", "a.txt", len(data), md5, None)
     svc.on_data(port, encode_data(begin.handle, 0, data), flow)
     up = await svc.finish(port, begin.upload_id)           # the ingest would read up.part now
-    with pytest.raises(HandlerError) as err:               # (a client that retried on another connection)
-        await svc.begin(Port(), 2, "alice", "user:alice", "a.txt", len(data), md5, None)
-    assert err.value.code == "SERVER_BUSY" and "being stored" in err.value.message
-    assert up.part.read_bytes() == data                    # the file being parsed is untouched
-    await svc.remove(up)
-    again = await svc.begin(Port(), 3, "alice", "user:alice", "a.txt", len(data), md5, None)   # after: a new one
-    assert again.offset == 0
+    again = asyncio.ensure_future(svc.begin(Port(), 2, "alice", "user:alice", "a.txt", len(data), md5, None))
+    for _ in range(20):                                    # (a client that resumed on another connection)
+        await asyncio.sleep(0)
+    assert not again.done() and up.part.read_bytes() == data      # the file being parsed is left alone
+    await svc.remove(up)                                   # the END is over: the BEGIN goes on, as a new upload
+    reply = await asyncio.wait_for(again, 10)
+    assert reply.offset == 0 and up.part.exists()          # its own file, not deleted by the END's removal
     await svc.close()

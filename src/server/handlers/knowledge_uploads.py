@@ -107,6 +107,7 @@ class UploadService:
         self._closing: dict[str, asyncio.Task] = {}           # upload_id -> its .part file being closed
         self._partials: dict[str, Partial] = {}               # upload_id -> every partial upload on disk
         self._ending: set[str] = set()                        # upload_ids between END's checks and remove()
+        self._ended: dict[str, asyncio.Event] = {}              # ... set when remove() ends it
         self._removing: dict[str, asyncio.Task] = {}          # upload_id -> dropped to make room, files going
         self._handles = 0
         self._seq = 0
@@ -252,9 +253,8 @@ class UploadService:
         self._forget(await asyncio.to_thread(self._sweep, self._busy()))
         if self.sharing is not None:
             await self.sharing.expire()
-        if uid in self._ending:                  # its KB_UPLOAD_END is storing that very file now
-            raise HandlerError(ErrorCode.SERVER_BUSY, f"{name!r} is being stored now (its KB_UPLOAD_END is "
-                                                      "running); retry when that ends")
+        while uid in self._ending:               # its KB_UPLOAD_END is storing that very file: not reopened
+            await self._ended[uid].wait()        # under it; after it, a new upload (END: the stored document)
         up = self._active.get(uid)
         if up is not None:                       # resumed while the old connection still holds it
             await self._flush(up)
@@ -438,6 +438,7 @@ class UploadService:
                                f"{up.written} of {up.size} bytes received; continue from offset {up.written}")
         self._detach(up)
         self._ending.add(upload_id)              # (still counted until remove())
+        self._ended[upload_id] = asyncio.Event()
         await self._closed(upload_id)
         md5 = up.h_md5.hexdigest()
         sha = up.h_sha.hexdigest() if up.h_sha is not None else None
@@ -450,12 +451,17 @@ class UploadService:
 
     async def remove(self, up: Upload) -> None:
         """Delete a partial upload's files (and its shared copy)."""
-        self._ending.discard(up.upload_id)
         if self._active.get(up.upload_id) in (None, up):
             self._partials.pop(up.upload_id, None)
-        await asyncio.to_thread(self._unlink, up.upload_id)
-        if self.sharing is not None:
-            await self.sharing.drop(up.upload_id)
+        try:
+            await asyncio.to_thread(self._unlink, up.upload_id)
+            if self.sharing is not None:
+                await self.sharing.drop(up.upload_id)
+        finally:                                 # a BEGIN waiting for this END goes on once its files are gone
+            self._ending.discard(up.upload_id)
+            ended = self._ended.pop(up.upload_id, None)
+            if ended is not None:
+                ended.set()
 
     def progress(self, up: Upload, re: Any):
         """A ``KnowledgeBase.ingest`` progress callback sending KB_PROGRESS (re = END's id)."""
