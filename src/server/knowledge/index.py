@@ -3,9 +3,12 @@ with the shared analyzer, ``server.memory.analyze``: CJK unigrams and bigrams pl
 with its best candidates re-ordered by query-term coverage and proximity (``rerank``), fused by
 reciprocal rank fusion with cosine similarity of embeddings when an endpoint is configured.
 
-BM25 postings are grouped by collection, so a search walks only the postings of the collections
-the user may read (with max-score pruning), while document frequencies stay global. Not thread
-safe: ``KnowledgeBase`` serializes access with one lock.
+BM25 postings are grouped by collection, so a search scores only the chunks of the collections
+the user may read (with max-score pruning). The statistics behind the scores -- document count,
+document frequencies, average length, in BM25 and in the second stage's term weights -- are kept
+per collection too and summed over the searcher's visible collections only: what other users
+store never changes a user's ids, order or scores (which would tell whether a word is in their
+private documents). Not thread safe: ``KnowledgeBase`` serializes access with one lock.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from typing import Hashable, Iterable
 import numpy as np
 
 from server.memory.analyze import analyze
-from server.memory.bm25 import BM25Index
+from server.memory.bm25 import BM25Index, Stats
 from server.knowledge.rerank import RERANK_DEPTH, rerank
 from server.memory.recall import rrf
 
@@ -41,7 +44,7 @@ def chunk_terms(text: str, heading: Iterable[str], title_weight: float) -> dict[
 
 class ChunkIndex:
     def __init__(self, k1: float, b: float, title_weight: float, rerank_depth: int = RERANK_DEPTH) -> None:
-        self.bm25 = BM25Index(k1, b)          # each document's chunks go in as one sealed segment
+        self.bm25 = BM25Index(k1, b, group_stats=True)   # each document's chunks: one sealed segment
         self.title_weight = title_weight
         self.rerank_depth = rerank_depth      # BM25 candidates the second stage re-orders (0: none)
         self.chunks: dict[ChunkKey, IndexedChunk] = {}
@@ -73,27 +76,40 @@ class ChunkIndex:
         self.bm25.compact()
 
     def remove(self, doc_id: str, n_chunks: int) -> None:
+        """Drop a document's chunks; the index gives their memory back at once (a segment left
+        empty is dropped, one left mostly dead is rebuilt: ``BM25Index.remove_many``)."""
+        gone = []
         for i in range(n_chunks):
             ch = self.chunks.pop((doc_id, i), None)
             if ch is None:
                 continue
-            self.bm25.remove((doc_id, i))
+            gone.append((doc_id, i))
             coll = self._vectors.get(ch.collection)
             if coll is not None and coll.pop((doc_id, i), None) is not None:
                 self._matrix.pop(ch.collection, None)
+        self.bm25.remove_many(gone)
 
-    def lexical(self, query: str, collections: Iterable[str], depth: int) -> list[tuple[ChunkKey, float]]:
-        """The top ``depth`` chunks: the best ``max(depth, rerank_depth)`` by BM25, re-ordered by
-        ``rerank`` (unless ``rerank_depth`` is 0)."""
+    def stats(self, collections: Iterable[str]) -> Stats:
+        """The BM25 statistics of ``collections`` only (summed in sorted order: the same figures
+        whatever order the caller lists them in)."""
+        return self.bm25.stats(sorted(set(collections)))
+
+    def lexical(self, query: str, collections: Iterable[str], depth: int,
+                visible: Iterable[str] | None = None) -> list[tuple[ChunkKey, float]]:
+        """The top ``depth`` chunks of ``collections``: the best ``max(depth, rerank_depth)`` by BM25,
+        re-ordered by ``rerank`` (unless ``rerank_depth`` is 0), both weighing terms with the
+        statistics of ``collections`` and ``visible`` only (the searcher's readable collections)."""
+        colls = list(dict.fromkeys(collections))
+        stats = self.stats(colls + list(visible or ()))
         terms = analyze(query)
         wanted = max(depth, self.rerank_depth)
         found: list[tuple[Hashable, float]] = []
-        for coll in collections:
-            found.extend(self.bm25.search(terms, wanted, group=coll))
+        for coll in colls:
+            found.extend(self.bm25.search(terms, wanted, group=coll, stats=stats))
         found.sort(key=lambda kv: -kv[1])
         found = found[:wanted]
         if self.rerank_depth:
-            found = rerank(query, found, self._passage, self.bm25.doc_freq, len(self.chunks))
+            found = rerank(query, found, self._passage, stats.df, stats.n)
         return found[:depth]         # type: ignore[return-value]
 
     def _passage(self, key: Hashable) -> tuple[str, list[str]]:
@@ -125,11 +141,15 @@ class ChunkIndex:
         return [k for _, k in scored[:depth]]
 
     def search(self, query: str, collections: list[str], k: int,
-               query_vector: list[float] | None = None) -> list[tuple[ChunkKey, float]]:
-        """Top ``k`` chunks: BM25 alone, or BM25 and vectors fused by reciprocal rank fusion."""
+               query_vector: list[float] | None = None,
+               visible: Iterable[str] | None = None) -> list[tuple[ChunkKey, float]]:
+        """Top ``k`` chunks of ``collections``: BM25 alone, or BM25 and vectors fused by reciprocal
+        rank fusion. Term statistics come from ``collections`` plus ``visible`` (the searcher's
+        readable collections: a search of one of them then scores as in the search of all) and
+        from no other collection."""
         if query_vector is None:
-            return self.lexical(query, collections, k)
+            return self.lexical(query, collections, k, visible)
         depth = max(4 * k, 20)
-        lex = [key for key, _ in self.lexical(query, collections, depth)]
+        lex = [key for key, _ in self.lexical(query, collections, depth, visible)]
         vec = self.dense(query_vector, collections, depth)
         return rrf([lex, vec])[:k]          # type: ignore[return-value]

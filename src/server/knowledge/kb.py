@@ -455,7 +455,8 @@ class KnowledgeBase:
 
         def run() -> list[Hit]:
             with self.lock:
-                return [self._hit(key, score) for key, score in self.index.search(query, colls, top_k, qvec)]
+                return [self._hit(key, score) for key, score in
+                        self.index.search(query, colls, top_k, qvec, visible=readable(user, groups))]
         return await asyncio.to_thread(run)
 
     def _hit(self, key: tuple[str, int], score: float) -> Hit:

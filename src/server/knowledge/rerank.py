@@ -8,7 +8,9 @@ name most. For each candidate the score becomes
     bm25 / best_bm25 + COVERAGE_WEIGHT * coverage + PROXIMITY_WEIGHT * proximity
 
 - terms: CJK bigrams (a lone CJK character as itself) and English stems, with their positions;
-  each query term weighs its BM25 idf over all chunks;
+  each query term weighs its BM25 idf over the chunks of the searcher's collections only
+  (``doc_freq`` and ``n_chunks`` come from ``ChunkIndex.stats``: another user's documents must
+  not change the order);
 - coverage: the weight of the query terms found in the chunk's text or heading path, over the
   weight of all query terms;
 - proximity: the largest weight of distinct query terms inside one window of ``len(query) +
@@ -115,7 +117,8 @@ def _best_window(hits: list[tuple[int, str]], weight: dict[str, float], width: i
 
 def rerank(query: str, candidates: Iterable[tuple[Hashable, float]], passage: Passage,
            doc_freq: DocFreq, n_chunks: int) -> list[tuple[Hashable, float]]:
-    """``candidates`` ((key, bm25), best first) re-scored and sorted, best first."""
+    """``candidates`` ((key, bm25), best first) re-scored and sorted, best first. ``doc_freq`` and
+    ``n_chunks``: the statistics of the collections the searcher reads (never global ones)."""
     cands = list(candidates)
     q_terms = positioned_terms(query)
     if not cands or not q_terms:

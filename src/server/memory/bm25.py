@@ -4,14 +4,20 @@ Documents are bags of terms with (possibly fractional) weights, so callers can w
 (e.g. a neighbouring turn at half weight). Postings are ``term -> {group: {doc_id: tf}}``; a query
 only touches the postings of its own terms (and of one group when restricted), which keeps it fast
 for tens of thousands of documents. Large collections seal documents into numpy segments
-(``bm25_segment.Segment``).
+(``bm25_segment.Segment``). With ``group_stats`` the index also keeps each group's statistics
+(document count, document frequencies, total length), so a search can score with those of some
+groups only (``stats``): what the knowledge base needs to keep users' collections from showing
+through each other's scores.
 """
 from __future__ import annotations
 
 import heapq
 import math
+import sys
 from collections import Counter
 from typing import Callable, Container, Hashable, Iterable, Mapping
+
+import numpy as np
 
 from server.memory.bm25_segment import ALL, SLACK, Segment
 
@@ -27,6 +33,49 @@ def as_bag(terms: Iterable[str] | Mapping[str, float]) -> dict[str, float]:
 
 
 MAX_SEGMENTS = 16    # more sealed segments than this are merged
+SPARSE_DICT = 160    # bytes per entry above which an emptied term dictionary is re-packed (a full one: <= ~40)
+
+
+class Stats:
+    """The collection statistics of some groups (``BM25Index.stats``): their document count, total
+    length and document frequencies, summed over the groups at query time."""
+
+    __slots__ = ("n", "total_len", "_dfs")
+
+    def __init__(self, n: int, total_len: float, dfs: list[dict[str, int]]) -> None:
+        self.n = n
+        self.total_len = total_len
+        self._dfs = dfs
+
+    def df(self, term: str) -> int:
+        total = 0
+        for df in self._dfs:
+            total += df.get(term, 0)
+        return total
+
+    def get(self, term: str, default: int = 0) -> int:
+        """``df`` with the signature of ``dict.get`` (what the index looks document frequencies up with)."""
+        return self.df(term) or default
+
+
+def _raise(df: dict[str, int], vocab: list[str], counts: np.ndarray) -> None:
+    """Each ``vocab[j]`` in ``counts[j]`` more documents in ``df``."""
+    get = df.get
+    for term, c in zip(vocab, counts.tolist()):
+        if c:
+            df[term] = get(term, 0) + c
+
+
+def _lower(df: dict[str, int], vocab: list[str], term_ids: np.ndarray) -> None:
+    """Each of ``vocab[term_ids]`` (one per document that had it) one document fewer in ``df``."""
+    ids, counts = np.unique(term_ids, return_counts=True)
+    for j, c in zip(ids.tolist(), counts.tolist()):
+        term = vocab[j]
+        left = df[term] - c
+        if left:
+            df[term] = left
+        else:
+            del df[term]
 
 
 class BM25Index:
@@ -36,12 +85,20 @@ class BM25Index:
     a query restricted to one group only walks that group's postings, while the collection
     statistics (document count, document frequencies, average length) stay collection-wide --
     a group-restricted search scores exactly as a filtered search over everything would.
+
+    ``group_stats``: the statistics are also kept per group, and ``search``/``scores`` given
+    ``stats=index.stats(groups)`` score with those groups' statistics only -- exactly as an index
+    holding only those groups' documents would (documents of other groups change nothing).
     """
 
-    def __init__(self, k1: float = DEFAULT_K1, b: float = DEFAULT_B, seal_at: int | None = None) -> None:
+    def __init__(self, k1: float = DEFAULT_K1, b: float = DEFAULT_B, seal_at: int | None = None, *,
+                 group_stats: bool = False) -> None:
         self.k1 = k1
         self.b = b
         self.seal_at = seal_at                 # seal the dict part into a numpy Segment at this size
+        self.group_stats = group_stats
+        self._gdf: dict[Hashable, dict[str, int]] = {}          # group -> term -> df (with group_stats)
+        self._glen: dict[Hashable, float] = {}                  # group -> total length (with group_stats)
         self._segments: list[Segment] = []
         self._postings: dict[str, dict[Hashable, dict[Hashable, float]]] = {}   # term -> group -> doc -> tf
         self._df: dict[str, int] = {}
@@ -84,19 +141,29 @@ class BM25Index:
         """Index (doc_id, terms, group) documents straight into a new sealed segment (bulk ingest:
         several times faster than ``add`` one by one); an id already indexed is replaced."""
         items = []
+        touched: list = []
         for doc_id, terms, group in docs:
             if doc_id in self:
-                self.remove(doc_id)
+                self._remove((doc_id,), touched)
             bag = as_bag(terms)
             items.append((doc_id, bag, group, self._next_seq))
             self._next_seq += 1
-            df = self._df
-            for t in bag:
-                df[t] = df.get(t, 0) + 1
             self._group_size[group] = self._group_size.get(group, 0) + 1
-            self._total_len += sum(bag.values())
+            length = sum(bag.values())
+            self._total_len += length
+            if self.group_stats:
+                self._glen[group] = self._glen.get(group, 0.0) + length
+        self._reclaim(touched)
         if items:
-            self._segments.append(Segment.build(items))
+            seg = Segment.build(items)
+            n_terms = len(seg.vocab)
+            _raise(self._df, seg.vocab, np.bincount(seg.doc_term, minlength=n_terms))   # once per distinct term
+            if self.group_stats:
+                per_doc = np.diff(seg.doc_ptr)
+                for group, code in seg.codes.items():
+                    mine = seg.doc_term if len(seg.codes) == 1 else seg.doc_term[np.repeat(seg.group == code, per_doc)]
+                    _raise(self._gdf.setdefault(group, {}), seg.vocab, np.bincount(mine, minlength=n_terms))
+            self._segments.append(seg)
             self._tier()
 
     def _tier(self) -> None:
@@ -130,6 +197,9 @@ class BM25Index:
                 self._post(term, tf, doc_id, group)
             self._group[doc_id] = group
             self._group_size[group] = self._group_size.get(group, 0) + 1
+            if self.group_stats:
+                self._glen.setdefault(group, 0.0)
+                self._gdf.setdefault(group, {})      # (a document without terms posts nothing)
         else:
             for term, tf in bag.items():
                 prev = old.get(term)
@@ -144,12 +214,16 @@ class BM25Index:
                 if term not in bag:
                     self._unpost(term, doc_id, group)
             self._total_len -= self._doc_len[doc_id]
+            if self.group_stats:
+                self._glen[group] -= self._doc_len[doc_id]
         length = sum(bag.values())
         if length < self._min_len.get(group, math.inf):
             self._min_len[group] = length
         self._doc_terms[doc_id] = bag
         self._doc_len[doc_id] = length
         self._total_len += length
+        if self.group_stats:
+            self._glen[group] += length
         self._seq[doc_id] = self._next_seq
         self._next_seq += 1
         if self.seal_at is not None and len(self._doc_len) >= self.seal_at:
@@ -165,6 +239,9 @@ class BM25Index:
             plist = groups[group] = {}
         plist[doc_id] = tf
         self._df[term] = self._df.get(term, 0) + 1
+        if self.group_stats:
+            gdf = self._gdf.setdefault(group, {})
+            gdf[term] = gdf.get(term, 0) + 1
         top = self._tf_max[term]
         if tf > top.get(group, 0.0):
             top[group] = tf
@@ -173,7 +250,7 @@ class BM25Index:
         groups = self._postings.get(term)
         plist = groups.get(group) if groups is not None else None
         if plist is not None and plist.pop(doc_id, None) is not None:
-            self._drop_df(term)
+            self._drop_df(term, group)
             if not plist:
                 del groups[group]
                 del self._tf_max[term][group]
@@ -181,47 +258,128 @@ class BM25Index:
                     del self._postings[term]
                     del self._tf_max[term]
 
-    def _drop_df(self, term: str) -> None:
+    def _drop_df(self, term: str, group: Hashable) -> None:
         left = self._df[term] - 1
         if left:
             self._df[term] = left
         else:
             del self._df[term]
+        if self.group_stats:
+            gdf = self._gdf[group]
+            left = gdf[term] - 1
+            if left:
+                gdf[term] = left
+            else:
+                del gdf[term]
+
+    def _shrink_group(self, group: Hashable, length: float) -> None:
+        """One document of ``group`` (of ``length``) is gone: its count and total length."""
+        left = self._group_size[group] - 1
+        if left:
+            self._group_size[group] = left
+            if self.group_stats:
+                self._glen[group] -= length
+        else:
+            del self._group_size[group]
+            self._min_len.pop(group, None)
+            if self.group_stats:                  # an empty group starts again from exactly 0
+                del self._glen[group]
+                del self._gdf[group]
 
     def remove(self, doc_id: Hashable) -> bool:
-        """Drop one document; False if it was not indexed."""
-        bag = self._doc_terms.pop(doc_id, None)
-        if bag is None:
-            return self._remove_sealed(doc_id)
-        group = self._group.pop(doc_id)
-        for term in bag:
-            self._unpost(term, doc_id, group)
-        left = self._group_size[group] - 1
-        if left:
-            self._group_size[group] = left
-        else:
-            del self._group_size[group]
-            del self._min_len[group]
-        self._total_len -= self._doc_len.pop(doc_id)
-        del self._seq[doc_id]
-        return True
+        """Drop one document; False if it was not indexed. A sealed segment left without live
+        documents is dropped at once, one left more than half dead is rebuilt (``_reclaim``)."""
+        return self.remove_many((doc_id,)) == 1
 
-    def _remove_sealed(self, doc_id: Hashable) -> bool:
-        found = self._sealed(doc_id) if self._segments else None
-        if found is None:
-            return False
-        seg, i = found
-        for term in seg.bag(i):
-            self._drop_df(term)
-        group = seg.groups[i]
-        left = self._group_size[group] - 1
-        if left:
-            self._group_size[group] = left
-        else:
-            del self._group_size[group]
-        self._total_len -= float(seg.length[i])
-        seg.kill(i)
-        return True
+    def remove_many(self, doc_ids: Iterable[Hashable]) -> int:
+        """Drop several documents (each segment is reclaimed once, after all); how many were indexed."""
+        touched: list = []
+        removed = self._remove(doc_ids, touched)
+        self._reclaim(touched)
+        return removed
+
+    def _remove(self, doc_ids: Iterable[Hashable], touched: list) -> int:
+        """``remove_many`` without the reclaim; the segments and groups that lost documents are
+        added to ``touched``."""
+        removed = 0
+        sealed: list[tuple[Segment, int]] = []
+        for doc_id in doc_ids:
+            bag = self._doc_terms.pop(doc_id, None)
+            if bag is None:
+                found = self._sealed(doc_id) if self._segments else None
+                if found is not None:
+                    found[0].kill(found[1])          # (a repeated id is no longer found)
+                    sealed.append(found)
+                    removed += 1
+                continue
+            group = self._group.pop(doc_id)
+            for term in bag:
+                self._unpost(term, doc_id, group)
+            length = self._doc_len.pop(doc_id)
+            self._shrink_group(group, length)
+            self._total_len -= length
+            del self._seq[doc_id]
+            if self.group_stats and group in self._gdf and group not in touched:
+                touched.append(group)
+            removed += 1
+        if sealed:
+            self._unstat_sealed(sealed, touched)
+        return removed
+
+    def _unstat_sealed(self, sealed: list[tuple[Segment, int]], touched: list) -> None:
+        """The statistics without the (killed) sealed documents ``sealed``: document frequencies
+        lowered once per distinct term of a segment (``np.unique``; a document's chunks share most
+        terms), then the counts and lengths document by document, in order."""
+        rows_of: dict[int, tuple[Segment, list[int]]] = {}
+        for seg, i in sealed:
+            rows_of.setdefault(id(seg), (seg, []))[1].append(i)
+        for seg, rows in rows_of.values():
+            at = np.asarray(rows, np.int64)
+            starts = seg.doc_ptr[at]
+            lens = seg.doc_ptr[at + 1] - starts
+            idx = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(lens.sum())
+            term_ids = seg.doc_term[idx]
+            _lower(self._df, seg.vocab, term_ids)
+            if self.group_stats:
+                codes = seg.group[at]
+                for code in np.unique(codes).tolist():
+                    mine = codes == code
+                    group = seg.groups[rows[int(np.argmax(mine))]]
+                    _lower(self._gdf[group], seg.vocab, term_ids[np.repeat(mine, lens)])
+            if seg not in touched:
+                touched.append(seg)
+        for seg, i in sealed:
+            group = seg.groups[i]
+            length = float(seg.length[i])
+            self._shrink_group(group, length)
+            self._total_len -= length
+            if self.group_stats and group in self._gdf and group not in touched:
+                touched.append(group)
+
+    def _reclaim(self, touched: list) -> None:
+        """Give back the memory of removed sealed documents now rather than at a later merge: a
+        segment without live documents is dropped, one more than half dead is rebuilt from its live
+        documents (only their terms stay in its term dictionary). Amortized: a rebuild follows the
+        removal of at least half of the documents it had when built. Document-frequency dicts left
+        mostly empty are re-packed (a dict never shrinks its table on deletion). ``touched``: the
+        segments and (with ``group_stats``) the groups that lost documents."""
+        if not touched:
+            return
+        for seg in touched:
+            if not isinstance(seg, Segment):
+                gdf = self._gdf.get(seg)
+                if gdf is not None and sys.getsizeof(gdf) > SPARSE_DICT * (len(gdf) + 64):
+                    self._gdf[seg] = dict(gdf)
+                continue
+            at = next((j for j, s in enumerate(self._segments) if s is seg), None)
+            if at is None:
+                continue
+            if not seg.n_alive:
+                del self._segments[at]
+            elif seg.n_alive * 2 < len(seg.ids):
+                self._segments[at] = Segment.merge([seg])
+        if sys.getsizeof(self._df) > SPARSE_DICT * (len(self._df) + 64):
+            self._df = dict(self._df)
 
     def terms_of(self, doc_id: Hashable) -> dict[str, float]:
         """The indexed term bag of a document (empty if unknown)."""
@@ -234,31 +392,53 @@ class BM25Index:
     def doc_freq(self, term: str) -> int:
         return self._df.get(term, 0)
 
+    def stats(self, groups: Iterable[Hashable]) -> Stats:
+        """The statistics of ``groups`` only (summed in the order given; needs ``group_stats``), for
+        ``search``/``scores``: scores with them do not depend on any other group's documents."""
+        if not self.group_stats:
+            raise ValueError("BM25Index(group_stats=True) keeps per-group statistics")
+        n, total, dfs = 0, 0.0, []
+        for g in dict.fromkeys(groups):
+            size = self._group_size.get(g)
+            if size:
+                n += size
+                total += self._glen[g]
+                dfs.append(self._gdf[g])
+        return Stats(n, total, dfs)
+
+    def _view(self, stats: Stats | None) -> tuple[int, float, Callable[..., int | None]]:
+        """(document count, total length, df lookup) of ``stats``, or of the whole index."""
+        if stats is None:
+            return len(self), self._total_len, self._df.get
+        return stats.n, stats.total_len, stats.get
+
     def group_size(self, group: Hashable) -> int:
         """Documents in ``group``."""
         return self._group_size.get(group, 0)
 
     def scores(self, query: Iterable[str] | Mapping[str, float],
                accept: Callable[[Hashable], bool] | None = None, *, group: Hashable = ALL,
-               skip: Container[Hashable] = ()) -> dict[Hashable, float]:
+               skip: Container[Hashable] = (), stats: Stats | None = None) -> dict[Hashable, float]:
         """Score every document sharing a term with the query (query term weights multiply).
 
-        Only documents of ``group`` (default: all), not in ``skip`` and accepted by ``accept`` count.
+        Only documents of ``group`` (default: all), not in ``skip`` and accepted by ``accept`` count;
+        with the statistics of ``stats`` (``stats(groups)``; default: the whole index).
         """
-        return self._scores(query, accept, group, skip, sealed=True)
+        return self._scores(query, accept, group, skip, sealed=True, stats=stats)
 
     def _scores(self, query: Iterable[str] | Mapping[str, float], accept: Callable[[Hashable], bool] | None,
-                group: Hashable, skip: Container[Hashable], sealed: bool) -> dict[Hashable, float]:
+                group: Hashable, skip: Container[Hashable], sealed: bool,
+                stats: Stats | None = None) -> dict[Hashable, float]:
         """``scores``, of the dict part only unless ``sealed``."""
-        n = len(self)
+        n, total_len, df_of = self._view(stats)
         if n == 0:
             return {}
-        avgdl = (self._total_len / n) or 1.0
+        avgdl = (total_len / n) or 1.0
         k1, b = self.k1, self.b
         doc_len = self._doc_len
         out: dict[Hashable, float] = {}
         if sealed and self._segments:
-            qlist = self._weighted(as_bag(query), n)
+            qlist = self._weighted(as_bag(query), n, df_of)
             for seg in self._segments:
                 for d, v in seg.all_scores(qlist, k1, b, avgdl, group).items():
                     if d not in skip and (accept is None or accept(d)):
@@ -275,7 +455,9 @@ class BM25Index:
                 if one is None:
                     continue
                 plists = (one,)
-            df = self._df[term]
+            df = df_of(term)
+            if not df:                        # (only with ``stats``: no document of those groups has it)
+                continue
             weight = qw * math.log(1.0 + (n - df + 0.5) / (df + 0.5))
             for plist in plists:
                 for doc_id, tf in plist.items():
@@ -287,44 +469,49 @@ class BM25Index:
 
     def search(self, query: Iterable[str] | Mapping[str, float], k: int,
                accept: Callable[[Hashable], bool] | None = None, *, group: Hashable = ALL,
-               skip: Container[Hashable] = ()) -> list[tuple[Hashable, float]]:
+               skip: Container[Hashable] = (), stats: Stats | None = None) -> list[tuple[Hashable, float]]:
         """The top ``k`` (doc_id, score) pairs, best first; ties go to the newer document.
 
         Restricted to one group without ``accept``, the search prunes (see ``_top_in_group``):
-        same result, much less work when common terms meet a few rare ones.
+        same result, much less work when common terms meet a few rare ones. ``stats``: score with
+        the statistics of some groups only (``stats(groups)``; default: the whole index).
         """
         if k <= 0:
             return []
         seq = self._seq
         if not self._segments:
             if group is not ALL and accept is None:
-                scored = self._top_in_group(as_bag(query), k, group, skip)
+                scored = self._top_in_group(as_bag(query), k, group, skip, stats)
             else:
-                scored = self.scores(query, accept, group=group, skip=skip)
+                scored = self.scores(query, accept, group=group, skip=skip, stats=stats)
             return heapq.nlargest(k, scored.items(), key=lambda kv: (kv[1], seq[kv[0]]))
         if accept is not None:
-            scored = self.scores(query, accept, group=group, skip=skip)
+            scored = self.scores(query, accept, group=group, skip=skip, stats=stats)
             order = {d: self._seq_of(d) for d in scored}
             return heapq.nlargest(k, scored.items(), key=lambda kv: (kv[1], order[kv[0]]))
         bag = as_bag(query)
-        n = len(self)
-        avgdl = ((self._total_len / n) or 1.0) if n else 1.0
-        qlist = self._weighted(bag, n)
-        pool = [(d, v, seq[d]) for d, v in (self._top_in_group(bag, k, group, skip) if group is not ALL
-                                             else self._dict_scores(bag, skip)).items()]
+        n, total_len, df_of = self._view(stats)
+        avgdl = ((total_len / n) or 1.0) if n else 1.0
+        qlist = self._weighted(bag, n, df_of)
+        pool = [(d, v, seq[d]) for d, v in (self._top_in_group(bag, k, group, skip, stats) if group is not ALL
+                                             else self._dict_scores(bag, skip, stats)).items()]
         for seg in self._segments:
             pool.extend(seg.top(qlist, k, group, skip, self.k1, self.b, avgdl))
         return [(d, v) for d, v, _ in heapq.nlargest(k, pool, key=lambda x: (x[1], x[2]))]
 
-    def _dict_scores(self, bag: dict[str, float], skip: Container[Hashable]) -> dict[Hashable, float]:
+    def _dict_scores(self, bag: dict[str, float], skip: Container[Hashable],
+                     stats: Stats | None = None) -> dict[Hashable, float]:
         """Scores of the dict part's documents only (the segments score theirs)."""
-        return self._scores(bag, None, ALL, skip, sealed=False)
+        return self._scores(bag, None, ALL, skip, sealed=False, stats=stats)
 
-    def _weighted(self, bag: dict[str, float], n: int) -> list[tuple[str, float]]:
-        """Query terms with their idf-weighted query weights (collection-wide statistics)."""
+    def _weighted(self, bag: dict[str, float], n: int,
+                  df_of: Callable[..., int | None] | None = None) -> list[tuple[str, float]]:
+        """Query terms with their idf-weighted query weights (collection-wide statistics, or the
+        document frequencies ``df_of`` gives)."""
         out = []
+        get = self._df.get if df_of is None else df_of
         for term, qw in bag.items():
-            df = self._df.get(term)
+            df = get(term)
             if df:
                 out.append((term, qw * math.log(1.0 + (n - df + 0.5) / (df + 0.5))))
         return out
@@ -337,7 +524,7 @@ class BM25Index:
         return s
 
     def _top_in_group(self, bag: dict[str, float], k: int, group: Hashable,
-                      skip: Container[Hashable]) -> dict[Hashable, float]:
+                      skip: Container[Hashable], stats: Stats | None = None) -> dict[Hashable, float]:
         """Exact scores of a superset of the top ``k`` documents of ``group`` (max-score pruning).
 
         Terms are taken by decreasing upper bound of what they can add to one document
@@ -347,11 +534,11 @@ class BM25Index:
         make it. The survivors are then scored exactly as ``scores`` does (same terms, same
         order of additions), so scores and ties are bit-identical to a full scan.
         """
-        n = len(self)
+        n, total_len, df_of = self._view(stats)
         min_len = self._min_len.get(group)
         if n == 0 or min_len is None:
             return {}
-        avgdl = (self._total_len / n) or 1.0
+        avgdl = (total_len / n) or 1.0
         k1, b = self.k1, self.b
         doc_len = self._doc_len
         norm_min = k1 * (1.0 - b + b * min_len / avgdl)
@@ -361,7 +548,9 @@ class BM25Index:
             plist = groups.get(group) if groups else None
             if plist is None:
                 continue
-            df = self._df[term]
+            df = df_of(term)
+            if not df:                            # (only with ``stats``: no document of those groups has it)
+                continue
             weight = qw * math.log(1.0 + (n - df + 0.5) / (df + 0.5))
             tf = self._tf_max[term][group]
             terms.append((term, weight, plist, weight * tf * (k1 + 1.0) / (tf + norm_min) * (1.0 + SLACK)))

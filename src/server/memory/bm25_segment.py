@@ -17,7 +17,8 @@ class Segment:
     segments. Postings are term-major CSR arrays (doc numbers ascending within a term); the same
     data doc-major backs ``terms_of`` and removal. Term frequencies are stored as float32 (exact
     for counts and for weights like 0.5; other weights round to 24 bits), lengths as float64. Removal only clears an ``alive`` flag (the index adjusts its
-    statistics); merging drops dead documents.
+    statistics, and drops or rebuilds a segment left mostly dead); merging drops dead documents
+    and the terms only they had.
     """
 
     def __init__(self, ids: list[Hashable], groups: list[Hashable], seq: np.ndarray, vocab: list[str],
@@ -41,7 +42,7 @@ class Segment:
         self.post_ptr = np.zeros(len(vocab) + 1, np.int64)
         np.cumsum(np.bincount(doc_term, minlength=len(vocab)), out=self.post_ptr[1:])
         self.tf_max = np.zeros(len(vocab), np.float32)
-        nonempty = np.diff(self.post_ptr) > 0             # (a merge may keep terms of dead documents)
+        nonempty = np.diff(self.post_ptr) > 0
         if nonempty.any():
             self.tf_max[nonempty] = np.maximum.reduceat(self.post_tf, self.post_ptr[:-1][nonempty])
         self.min_len = float(self.length.min()) if n else 0.0
@@ -66,19 +67,28 @@ class Segment:
 
     @classmethod
     def merge(cls, parts: list[Segment]) -> Segment:
-        """The live documents of ``parts`` in one segment (vectorized: no per-posting Python work)."""
+        """The live documents of ``parts`` in one segment, with only the terms they hold (vectorized:
+        no per-posting Python work; one merged part is a rebuild without its dead documents)."""
         vocab: dict[str, int] = {}
         ids: list[Hashable] = []
         groups: list[Hashable] = []
         seqs, ptrs, terms, tfs, lengths = [], [], [], [], []
         base = 0
         for seg in parts:
-            remap = np.fromiter((vocab.setdefault(t, len(vocab)) for t in seg.vocab), np.int64, len(seg.vocab))
             live = np.flatnonzero(seg.alive)
             lens = np.diff(seg.doc_ptr)[live]
             starts = seg.doc_ptr[live]
             idx = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(lens.sum())
-            terms.append(remap[seg.doc_term[idx]])
+            local = seg.doc_term[idx]
+            if seg.n_alive == len(seg.ids):
+                used = range(len(seg.vocab))                  # (every term of a segment is some document's)
+            else:
+                mark = np.zeros(len(seg.vocab), bool)
+                mark[local] = True
+                used = np.flatnonzero(mark).tolist()
+            remap = np.zeros(len(seg.vocab), np.int64)
+            remap[used] = [vocab.setdefault(seg.vocab[j], len(vocab)) for j in used]
+            terms.append(remap[local])
             tfs.append(seg.doc_tf[idx])
             ptrs.append(base + np.cumsum(lens))
             base += int(lens.sum())
