@@ -183,28 +183,39 @@ async def cmd_prompt(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
 
 async def _follow_turn(client: Client, turn_id: str, out: TextIO | None,
                        err: TextIO | None) -> TurnEnd | TurnError:
-    """Read events until the turn ends; stream deltas to ``out`` and tool activity to ``err``."""
+    """Read events until the turn ends; stream deltas to ``out`` and tool activity to ``err``. A
+    partial answer that ends otherwise than by TURN_END (TURN_ERROR, Ctrl+C, the server gone) gets
+    its line ended here, so the error after it (and the shell prompt) starts on a line of its own."""
     shown = 0
-    async for event in client.events():
-        if isinstance(event, Disconnected):
-            raise ClientError(errors.CONNECTION_LOST, event.error or "connection lost")
-        if isinstance(event, ServerError) and event.error.fatal:
-            stopped = event.error.code is ErrorCode.SHUTTING_DOWN
-            raise ClientError(event.error.code, "the server stopped during the answer" if stopped
-                              else event.error.message)
-        if not isinstance(event, TurnEvent) or event.turn_id != turn_id:
-            continue
-        match event:
-            case AnswerDelta(text=text, offset=offset) if out is not None:
-                if offset + len(text) > shown:
-                    out.write(text[max(0, shown - offset):])
-                    out.flush()
-                    shown = offset + len(text)
-            case ToolCallEvent(call=call) if err is not None:
-                err.write(f"[tool {call.tool_name} {_arguments(call)}]\n")
-            case TurnEnd() | TurnError():
-                return event
-    raise ClientError(errors.CONNECTION_LOST, "connection closed before the turn ended")
+    ended = False
+    try:
+        async for event in client.events():
+            if isinstance(event, Disconnected):
+                raise ClientError(errors.CONNECTION_LOST, event.error or "connection lost")
+            if isinstance(event, ServerError) and event.error.fatal:
+                stopped = event.error.code is ErrorCode.SHUTTING_DOWN
+                raise ClientError(event.error.code, "the server stopped during the answer" if stopped
+                                  else event.error.message)
+            if not isinstance(event, TurnEvent) or event.turn_id != turn_id:
+                continue
+            match event:
+                case AnswerDelta(text=text, offset=offset) if out is not None:
+                    if offset + len(text) > shown:
+                        out.write(text[max(0, shown - offset):])
+                        out.flush()
+                        shown = offset + len(text)
+                case ToolCallEvent(call=call) if err is not None:
+                    err.write(f"[tool {call.tool_name} {_arguments(call)}]\n")
+                case TurnEnd():
+                    ended = True                      # (the caller ends the line, or prints JSON)
+                    return event
+                case TurnError():
+                    return event
+        raise ClientError(errors.CONNECTION_LOST, "connection closed before the turn ended")
+    finally:
+        if shown and not ended and out is not None:
+            out.write("\n")
+            out.flush()
 
 
 async def cmd_sessions(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:

@@ -234,7 +234,9 @@ class Link:
         limit = hello.limits.get("max_message_size")
         if self._conn is not None and isinstance(limit, int) and 0 < limit < self._conn.max_message_size:
             self._conn.max_message_size = limit  # a request the server would discard fails here, at once
-        self.track_session(hello.session)
+        # the session HELLO attached to: none when the asked one is gone and the user has no other
+        # (then ``ask --session <gone id>`` is NOT_FOUND, not a new session answered in silence)
+        self.session_id = hello.session.session_id if hello.session is not None else None
         self.state = "connected"
         self._connected.set()
         self._ever_connected = True

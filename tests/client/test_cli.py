@@ -75,6 +75,8 @@ def test_ask_errors(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
     assert code == cli.EXIT_REQUEST and "NOT_FOUND" in err and out == ""
     code, out, err = run(srv, capsys, "ask", "!fail please", "--json")
     assert code == cli.EXIT_TURN and "LLM_ERROR" in err and out == ""
+    code, out, err = run(srv, capsys, "ask", "!fail please")     # the partial answer's line is ended
+    assert code == cli.EXIT_TURN and out.startswith("echo: ") and out.endswith("\n") and "LLM_ERROR" in err
     code, _, err = run(None, capsys, "ask", "hi", port=free_port())
     assert code == cli.EXIT_CONNECTION and "CONNECTION_REFUSED" in err
 
@@ -215,9 +217,10 @@ def test_a_server_stopping_during_ask_exits_with_the_connection_code(tmp_path: P
         finally:
             st.srv.agent.release()
             asker.join(30)
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert result["code"] == cli.EXIT_CONNECTION, err
     assert "SHUTTING_DOWN: the server stopped" in err
+    assert out.startswith("echo: ") and out.endswith("\n")           # the shell prompt gets its own line
 
 
 def test_text_history_marks_how_an_answer_ended(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -338,3 +341,12 @@ def test_kb_upload_of_a_missing_file_names_it_once(srv: ServerThread, capsys: py
     code, out, err = run(srv, capsys, "kb", "upload", "nothere.md")
     assert code == cli.EXIT_REQUEST and out == ""
     assert err == "nplt-client: NOT_A_FILE: nothere.md: not a readable file\n"
+
+
+def test_ask_in_a_session_that_does_not_exist_fails_for_a_user_without_sessions(tmp_path: Path,
+                                                                                capsys: pytest.CaptureFixture) -> None:
+    with ServerThread(tmp_path) as st:                 # (HELLO attaches to none: nothing to fall back on)
+        code, out, err = run(st, capsys, "ask", "--session", "s_20260101_000000000000", "hi")
+        assert code == cli.EXIT_REQUEST and "NOT_FOUND" in err and out == ""
+        code, out, _ = run(st, capsys, "sessions", "--json")
+        assert code == 0 and json.loads(out)["sessions"] == []          # no session was made for it
