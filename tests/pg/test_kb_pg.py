@@ -138,7 +138,7 @@ async def test_quota_and_document_count_are_enforced_in_postgresql(pg_url, tmp_p
 async def staged(kb: KnowledgeBase, user: str, name: str, data: bytes, coll: str | None = None):
     """A document staged on ``kb``'s node (bypassing its cached checks): (staged, info, vectors)."""
     coll = coll or f"user:{user}"
-    st = await asyncio.to_thread(kb._stage, user, coll, name, data, None, lambda *e: None)
+    st = await asyncio.to_thread(kb._stage, user, coll, name, data, None, lambda *e: None, lambda: False)
     info = DocumentInfo(st.doc_id, name, st.md5, st.sha256, st.size, len(st.chunks), coll,
                         datetime.now(timezone.utc).isoformat(), user)
     return st, info, None
