@@ -113,8 +113,8 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
         try:
             streamed = io.StringIO() if args.json else out   # --json: kept for a cut TURN_END
             end = await _follow_turn(client, turn_id, streamed, None if args.json else err)
-        except asyncio.CancelledError:
-            try:
+        except (asyncio.CancelledError, BrokenPipeError):   # Ctrl+C, or stdout's reader left (`| head`):
+            try:                                            # the answer is not generated for nobody
                 await asyncio.wait_for(client.chat_cancel(turn_id=turn_id), 2.0)
             except (ClientError, asyncio.TimeoutError) as exc:  # interrupted anyway: the server may finish it
                 err.write(f"nplt-client: the turn could not be cancelled: {exc}\n")

@@ -350,3 +350,27 @@ def test_ask_in_a_session_that_does_not_exist_fails_for_a_user_without_sessions(
         assert code == cli.EXIT_REQUEST and "NOT_FOUND" in err and out == ""
         code, out, _ = run(st, capsys, "sessions", "--json")
         assert code == 0 and json.loads(out)["sessions"] == []          # no session was made for it
+
+
+def test_a_reader_that_leaves_cancels_the_answer(tmp_path: Path) -> None:
+    """`nplt-client ask ... | head -1`: once stdout's reader is gone the turn is cancelled, not generated on."""
+    import asyncio
+
+    from client.config import ClientConfig
+    from client.main import build_parser
+    from testkit.server import poll
+
+    class Gone(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+    with ServerThread(tmp_path) as st:
+        args = build_parser().parse_args(["--host", st.addr[0], "--port", str(st.addr[1]), "ask", "!block long answer"])
+        with pytest.raises(BrokenPipeError):
+            asyncio.run(cli.run_command(args, ClientConfig.load(args), Gone(), io.StringIO()))
+        store = st.srv.services.store
+
+        async def ended() -> str | None:
+            [rec] = (await store.list("local"))[0]
+            last = (await store.messages(rec.session_id))[-1]
+            return last.metadata.get("finish_reason") if last.role == "assistant" else None
+        assert st.run(poll(ended)) == "cancelled"          # not left generating until the agent finishes
