@@ -124,13 +124,30 @@ async def _upload(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
                 results.append({"path": raw, "error": {"code": exc.code, "message": exc.message}})
                 status = status or exit_code_for(exc)
                 continue
-            results.append(_fields(doc, DOC_FIELDS))
+            result = _fields(doc, DOC_FIELDS)
+            if args.replace:
+                result["replaced"] = await _replace_older(c, doc)
+            results.append(result)
             if not args.json:
                 dup = "  (duplicate)" if doc.duplicate else ""
                 out.write(f"{doc.doc_id}  {doc.md5}  {doc.chunks:>5} chunks  {doc.name}{dup}\n")
+                for old in result.get("replaced", ()):
+                    out.write(f"  replaced {old}\n")
     if args.json:
         _dump({"files": results}, out)
     return status
+
+
+async def _replace_older(c: Client, doc: Any) -> list[str]:
+    """``--replace``: delete the other documents of the same name that this user uploaded into the
+    same collection (an edited file uploaded again: its old passages would still be found). Returns
+    their ids. Documents of the name that others uploaded stay (the server would refuse anyway)."""
+    docs = (await c.request(MsgType.KB_LIST, {"collection": doc.collection})).documents
+    older = [d.doc_id for d in docs if d.name == doc.name and d.collection == doc.collection
+             and d.uploader == doc.uploader and d.doc_id != doc.doc_id]
+    for doc_id in older:
+        await c.request(MsgType.KB_DELETE, {"doc_id": doc_id})
+    return older
 
 
 def _limit(text: str) -> int:
@@ -149,6 +166,8 @@ def add_kb_parser(sub: Any) -> None:
     q = kb.add_parser("upload", help="upload files (resumed after a dropped connection)")
     q.add_argument("paths", nargs="+", metavar="PATH")
     q.add_argument("--group", metavar="G", help="into group G's collection (default: your own)")
+    q.add_argument("--replace", action="store_true",
+                   help="then delete your older documents of the same name in that collection")
     q.add_argument("--json", action="store_true")
     q = kb.add_parser("list", help="documents you can see, newest first")
     q.add_argument("--json", action="store_true")

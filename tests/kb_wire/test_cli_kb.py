@@ -84,3 +84,24 @@ def test_kb_commands(srv: ServerThread, capsys: pytest.CaptureFixture, tmp_path:
     assert code == 5 and "NOT_FOUND" in err
     code, out, _ = run(srv, capsys, "kb", "list", "--json")
     assert json.loads(out) == {"documents": []}
+
+
+def test_upload_replace_deletes_the_older_versions_of_the_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with ServerThread(tmp_path / "srv") as st:
+        runbook = tmp_path / "runbook.md"
+        runbook.write_text("# Restore\n\nThe restore timeout is 90 seconds.\n")
+        code, out, _ = run(st, capsys, "kb", "upload", str(runbook), "--json")
+        first = json.loads(out)["files"][0]["doc_id"]
+        runbook.write_text("# Restore\n\nThe restore timeout is 120 seconds.\n")       # edited, uploaded again
+        code, out, err = run(st, capsys, "kb", "upload", str(runbook), "--replace")
+        assert code == 0, err
+        second, replaced = out.split()[0], out.splitlines()[1].strip()
+        assert replaced == f"replaced {first}" and second != first
+        code, out, _ = run(st, capsys, "kb", "list", "--json")
+        assert [d["doc_id"] for d in json.loads(out)["documents"]] == [second]
+        code, out, _ = run(st, capsys, "kb", "search", "restore timeout", "--json")
+        assert all("90 seconds" not in h["text"] for h in json.loads(out)["hits"])       # no stale passage
+        other = tmp_path / "other.md"
+        other.write_text("# Other\n\nnothing to replace\n")
+        code, out, _ = run(st, capsys, "kb", "upload", str(other), "--replace", "--json")
+        assert code == 0 and json.loads(out)["files"][0]["replaced"] == []
