@@ -33,7 +33,11 @@ class HttpConfig(Section):
     listen: str | None = None              # "HOST:PORT"; None (or "") = no HTTP endpoint
     insecure: bool = False                 # allow a non-loopback address without any token
     token_sha256: TokenDigest | None = None   # /metrics needs "Authorization: Bearer TOKEN" when set
-    max_connections: int = Field(32, ge=1, le=10_000)   # concurrent HTTP connections; more are closed at once
+    max_connections: int = Field(32, ge=1, le=10_000)   # concurrent HTTP connections (see max_connections_per_ip)
+    # concurrent connections from one client address (IPv6: one /64). At either cap a newcomer closes the oldest
+    # connection whose request head has not arrived yet; it is refused only when every slot has a complete head.
+    max_connections_per_ip: int = Field(8, ge=1, le=10_000)
+    header_timeout_s: float = Field(2.0, ge=0.05, le=600.0)   # request line + headers must arrive within this
     request_timeout_s: float = Field(5.0, ge=0.1, le=600.0)   # a request must arrive and be answered within this
     max_request_bytes: int = Field(8192, ge=1024, le=1 << 20)   # request line + headers
     readiness_timeout_s: float = Field(2.0, ge=0.05, le=60.0)   # /readyz answers 503 when its checks take longer

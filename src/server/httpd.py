@@ -9,17 +9,31 @@
 - ``/metrics``: the Prometheus text format of ``server.metrics.Metrics``. With ``[http]
   token_sha256`` or ``[auth] users`` configured it needs ``Authorization: Bearer TOKEN``.
 
-One request per connection (``Connection: close``); at most ``max_connections`` at once; a request
-must arrive and be answered within ``request_timeout_s``. Nothing here blocks the event loop.
+One request per connection (``Connection: close``); GET and HEAD only. Limits (``HttpConfig``):
+
+- at most ``max_connections`` connections at once, at most ``max_connections_per_ip`` from one client
+  address (``client_key``: an IPv4 address, an IPv6 /64). At a cap the newcomer closes the oldest
+  connection (of that address, at the per-address cap) whose request head has not arrived yet, so a
+  health probe gets in while slow clients hold every slot; the newcomer is refused only when every
+  such connection has a complete head (its request is being answered).
+- the request line and headers must arrive within ``header_timeout_s`` of the connection; the whole
+  request must be answered within ``request_timeout_s``.
+- a request with a body (``Content-Length`` > 0 or chunked) is answered at once without reading the body:
+  405 for a method other than GET/HEAD, 413 for GET/HEAD, and the connection is closed.
+
+Nothing here blocks the event loop.
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import logging
 import os
 import uuid
+from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, Awaitable, Callable
 
 import h11
@@ -81,6 +95,47 @@ class Readiness:
         return [r for r in results if r is not None]
 
 
+def client_key(peer: Any) -> str:
+    """The per-address cap's key of a peer address (``getpeername()``): the IPv4 address (also of an
+    IPv4-mapped IPv6 address), the /64 network of an IPv6 address (one host usually holds a whole /64)."""
+    host = peer[0] if isinstance(peer, (tuple, list)) and peer else peer
+    try:
+        ip = ipaddress.ip_address(str(host).split("%", 1)[0])
+    except ValueError:
+        return str(host)
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+def reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+def has_body(request: h11.Request) -> bool:
+    """Content-Length > 0 or Transfer-Encoding (h11 accepts only chunked) -- h11 has validated both."""
+    for name, value in request.headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and int(value) > 0):
+            return True
+    return False
+
+
+@dataclass(eq=False)
+class _Conn:
+    """One accepted connection: its handler task, client key, and whether its request head has arrived."""
+    task: asyncio.Task
+    writer: asyncio.StreamWriter
+    key: str
+    started: float                  # loop time of the accept
+    head_done: bool = False
+    evicted: bool = False
+
+
 class HttpEndpoint:
     """The listening HTTP server of one NPLT server (``server`` is read duck-typed: stopping, metrics)."""
 
@@ -91,9 +146,10 @@ class HttpEndpoint:
         self.sampler = LoopLagSampler(metrics, cfg.loop_lag_interval_s)
         self.host: str = ""
         self.port: int = 0
-        self.refused = 0
+        self.refused = 0                # newcomers closed unanswered (every slot had a complete request head)
+        self.evicted = 0                # connections closed to make room for a newcomer (head not arrived yet)
         self._listener: asyncio.base_events.Server | None = None
-        self._handlers: set[asyncio.Task] = set()
+        self._conns: dict[asyncio.Task, _Conn] = {}   # in accept order: the first pending one is the oldest
 
     async def start(self) -> tuple[str, int]:
         host, port = self.cfg.address or ("127.0.0.1", 0)
@@ -107,35 +163,64 @@ class HttpEndpoint:
         await self.sampler.stop()
         if self._listener is not None:
             self._listener.close()
-        for task in list(self._handlers):
+        tasks = list(self._conns)
+        for task in tasks:
             task.cancel()
-        if self._handlers:
-            await asyncio.wait(list(self._handlers), timeout=1.0)
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
         if self._listener is not None:
             try:
                 await asyncio.wait_for(self._listener.wait_closed(), timeout=1.0)
             except TimeoutError:   # pragma: no cover
                 pass
 
+    def _victim(self, key: str) -> _Conn | None | bool:
+        """Room for a newcomer from ``key``: True (a free slot), the connection to close for it, or None (refuse)."""
+        cfg = self.cfg
+        if sum(1 for c in self._conns.values() if c.key == key) >= cfg.max_connections_per_ip:
+            return next((c for c in self._conns.values() if c.key == key and not c.head_done), None)
+        if len(self._conns) >= cfg.max_connections:
+            return next((c for c in self._conns.values() if not c.head_done), None)
+        return True
+
+    def _evict(self, conn: _Conn) -> None:
+        """Free ``conn``'s slot now; closing its transport ends its pending read (EOF), so its task returns."""
+        self._conns.pop(conn.task, None)
+        self.evicted += 1
+        conn.evicted = True
+        conn.writer.close()
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
-        if len(self._handlers) >= self.cfg.max_connections:
+        assert task is not None
+        key = client_key(writer.get_extra_info("peername"))
+        room = self._victim(key)
+        if room is None:
             self.refused += 1
             writer.close()
             return
-        self._handlers.add(task)
+        if isinstance(room, _Conn):
+            log.debug("HTTP connections at their cap: closing a slow one from %s for a newcomer", room.key)
+            self._evict(room)
+        conn = self._conns[task] = _Conn(task, writer, key, asyncio.get_running_loop().time())
+        cfg = self.cfg
         try:
-            async with asyncio.timeout(self.cfg.request_timeout_s):
-                await self._serve(reader, writer)
+            async with asyncio.timeout(min(cfg.header_timeout_s, cfg.request_timeout_s)) as deadline:
+                await self._serve(reader, writer, conn, deadline)
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # stop(): end quietly (Python 3.11 logs an error for a cancelled client_connected_cb task)
+            task.uncancel()
         except Exception:
             log.exception("HTTP request failed")
         finally:
-            self._handlers.discard(task)
+            if self._conns.get(task) is conn:
+                del self._conns[task]
             writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, slot: _Conn,
+                     deadline: asyncio.Timeout) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.cfg.max_request_bytes)
         request: h11.Request | None = None
         while True:
@@ -146,6 +231,8 @@ class HttpEndpoint:
                 return
             if event is h11.NEED_DATA:
                 data = await reader.read(4096)
+                if slot.evicted:            # its slot went to a newcomer: whatever was buffered is not served
+                    return
                 conn.receive_data(data)
                 if not data and conn.their_state is not h11.DONE:
                     try:
@@ -156,12 +243,24 @@ class HttpEndpoint:
                 continue
             if isinstance(event, h11.Request):
                 request = event
+                slot.head_done = True
+                deadline.reschedule(slot.started + self.cfg.request_timeout_s)
+                if has_body(request):       # GET/HEAD only: answer now and close, never read the body
+                    if request.method in (b"GET", b"HEAD"):
+                        answer = 413, b"request body not accepted\n", "text/plain; charset=utf-8", []
+                    else:
+                        answer = await self._route(request)
+                    await self._answer(writer, conn, request, *answer)
+                    return
             elif isinstance(event, h11.EndOfMessage):
                 break
             elif isinstance(event, h11.ConnectionClosed):
                 return
         assert request is not None
-        status, body, ctype, extra = await self._route(request)
+        await self._answer(writer, conn, request, *await self._route(request))
+
+    async def _answer(self, writer: asyncio.StreamWriter, conn: h11.Connection, request: h11.Request,
+                      status: int, body: bytes, ctype: str, extra: list[tuple[str, str]]) -> None:
         if request.method == b"HEAD":
             await self._send(writer, conn, status, b"", ctype, extra, length=len(body))
         else:
@@ -174,7 +273,7 @@ class HttpEndpoint:
         if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return
         try:
-            out = conn.send(h11.Response(status_code=status, headers=headers))
+            out = conn.send(h11.Response(status_code=status, headers=headers, reason=reason(status)))
             if body:
                 out += conn.send(h11.Data(data=body))
             out += conn.send(h11.EndOfMessage())
