@@ -12,7 +12,10 @@ left). A ``FILE_DATA`` with no upload open is answered once in text until the ne
 
 ``CLIENT_UDP_PORT`` JSON ``{"udp_port"}`` registers the connection with the offer service: downloads the
 assistant offers go to (the TCP peer's address, that port). It is never answered (the deployed clients
-read no reply); an invalid one is logged and ignored.
+read no reply); an invalid one is logged and ignored. A download runs only while the connection that
+asked for it is open (``V2Files.closed`` / ``when_closed``, the ``TransferOwner`` of ``server.udp_transfer``):
+the deployed client keeps its TCP connection open during a download, so a closed one means nobody is
+receiving (or someone announced a port that is not theirs and left).
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import shutil
 import time
 import weakref
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Callable, Protocol
 
 import orjson
 
@@ -58,6 +61,7 @@ class V2FileAdapter(Protocol):
     services: Services
     host: _Host
     streaming: bool
+    worker: asyncio.Task | None       # the request worker: it ends when the connection closes
 
     def reply(self, text: str) -> None: ...
 
@@ -142,6 +146,27 @@ class V2Files:
 
     def local_host(self) -> str | None:
         return self._sockaddr("sockname")
+
+    def when_closed(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` once the connection closes (at once if it has); returns: unregister.
+
+        The event is the end of the connection's request worker: ``connection_lost`` aborts it (and an
+        EOF stops it, after which the connection closes), and it ends on its own only when closing the
+        connection. While a long request (an upload's ingest) delays that, ``closed`` is already true and
+        the transfer sends nothing more; it notices at its next timer."""
+        v2 = self._v2()
+        worker = v2.worker if v2 is not None else None
+        if worker is None:
+            if v2 is None or v2.host.closing:
+                handle = asyncio.get_running_loop().call_soon(callback)
+                return handle.cancel
+            return lambda: None              # (no worker yet: ``closed`` alone stops the transfer)
+
+        def done(_task: asyncio.Task) -> None:
+            callback()
+
+        worker.add_done_callback(done)
+        return lambda: worker.remove_done_callback(done)
 
     def send_offer(self, payload: bytes) -> None:
         v2 = self._v2()

@@ -4,7 +4,8 @@
 
 - a v2 connection that registered a UDP port (``CLIENT_UDP_PORT``; ``register_v2``) gets
   ``DOWNLOAD_OFFER`` (0x0C) JSON ``{filename, size, checksum, download_token, server_host, server_port}``
-  and the bytes over UDP (``server.udp_transfer``), to (its TCP peer address, its UDP port);
+  and the bytes over UDP (``server.udp_transfer``), to (its TCP peer address, its UDP port), for as
+  long as that connection stays open (the transfer stops and frees its slot when it closes);
 - any other subscriber (a v3 port) gets the ``DOWNLOAD_OFFER_V3`` event (0x4F) ``{doc_id, filename,
   size, md5}`` and fetches the document over its TCP connection with the KB download request.
 
@@ -43,6 +44,7 @@ class V2OfferTarget(Protocol):
     def udp_address(self) -> tuple[str, int] | None: ...     # (TCP peer host, registered UDP port)
     def local_host(self) -> str | None: ...                  # the server address the client connected to
     def send_offer(self, payload: bytes) -> None: ...         # one DOWNLOAD_OFFER frame
+    def when_closed(self, callback: Callable[[], None]) -> Callable[[], None]: ...   # the transfer's end
 
 
 class TurnLookup(Protocol):
@@ -138,7 +140,7 @@ class OfferService:
             if target.closed:
                 raise HandlerError(ErrorCode.NOT_FOUND, "the connection closed")
             target.send_offer(payload)
-            self.udp.send(addr, f, info.size, token)
+            self.udp.send(addr, f, info.size, token, owner=target)   # ends when the connection closes
         except BaseException:
             f.close()
             raise

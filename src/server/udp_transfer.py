@@ -6,10 +6,22 @@ ACKs from the client: ``>HH`` (seq, ``crc32(pack('>H', seq)) & 0xFFFF``), cumula
 ``udp_window`` packets in flight, resends every unacknowledged packet when ``udp_retransmit_s`` passes
 without progress, and gives up after ``udp_give_up_s`` without progress.
 
+The client names the UDP port (``CLIENT_UDP_PORT``) and nothing proves it listens there, so until the
+first valid ACK the sender only probes: after the first window, it resends the oldest packet alone,
+``udp_retransmit_s`` later, then at doubling intervals (at most ``FIRST_ACK_MAX_INTERVAL_S``), and gives
+up after ``udp_first_ack_s``. A non-ACKing port thus gets at most ``udp_window`` + a handful of
+datagrams per request (12 with the defaults) instead of a window every 0.1 s for 30 s. A real client
+bound its UDP socket before it asked (spec), so the first window waits in its socket buffer until it
+reads, and it ACKs within milliseconds of starting to. After the first ACK the Go-Back-N rules above
+apply. A transfer also ends (``disconnected``) as soon as the connection that asked for it closes
+(``TransferOwner``: the deployed client keeps its TCP connection open during a download): no datagram
+is sent once the owner is closed, and its close callback frees the slot at once.
+
 One ``DatagramProtocol`` serves the whole server; transfers are keyed by the client's address (one at a
-time per address) and at most ``max_udp_transfers`` run at once. A transfer holds the open file and at
-most one block of packets (64 KiB) ahead of the window; file reads run in a worker thread. The file is
-closed and the slot released however the transfer ends (complete, given up, server closing).
+time per address), at most ``max_udp_transfers`` run at once and at most ``max_udp_transfers_per_client``
+to one client IP address. A transfer holds the open file and at most one block of packets (64 KiB) ahead
+of the window; file reads run in a worker thread. The file is closed and the slot released however the
+transfer ends (complete, given up, disconnected, server closing).
 """
 from __future__ import annotations
 
@@ -17,7 +29,7 @@ import asyncio
 import logging
 import struct
 import zlib
-from typing import BinaryIO
+from typing import BinaryIO, Callable, Protocol
 
 from protocol import ErrorCode
 from server.errors import HandlerError
@@ -31,6 +43,15 @@ DATA_BYTES = 1024
 MAX_PACKETS = 65536
 MAX_BYTES = DATA_BYTES * MAX_PACKETS          # 64 MiB: the largest file one offer can carry
 BLOCK_PACKETS = 64                            # packets read and built ahead of the window at a time
+FIRST_ACK_MAX_INTERVAL_S = 1.0                # longest wait between two probes before the first ACK
+
+
+class TransferOwner(Protocol):
+    """The connection a transfer is for (``server.legacy_v2_files.V2Files``): the transfer ends when it closes."""
+
+    @property
+    def closed(self) -> bool: ...
+    def when_closed(self, callback: Callable[[], None]) -> Callable[[], None]: ...   # returns: unregister
 
 
 def data_checksum(seq: int, data: bytes) -> int:
@@ -57,8 +78,10 @@ def _build_block(f: BinaryIO, first: int, count: int) -> list[bytes]:
 class Transfer:
     """One file being sent to one client address."""
 
-    def __init__(self, addr: tuple[str, int], f: BinaryIO, size: int, token: str) -> None:
+    def __init__(self, addr: tuple[str, int], f: BinaryIO, size: int, token: str,
+                 owner: TransferOwner | None = None) -> None:
         self.addr = addr
+        self.owner = owner
         self.file = f
         self.size = size
         self.token = token
@@ -70,7 +93,10 @@ class Transfer:
         self.progress = asyncio.Event()
         self.sent = 0                 # datagrams sent, retransmissions included
         self.retransmitted = 0
-        self.outcome: str | None = None   # "complete", "gave up", "closed"
+        self.acked = False            # a valid ACK has arrived (the client listens on that port)
+        self.outcome: str | None = None   # "complete", "gave up", "disconnected", "closed"
+        self.stop_reason: str | None = None   # why the task was cancelled ("disconnected"); None: server closing
+        self.unhook: Callable[[], None] | None = None   # unregisters the owner's close callback
         self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.task: asyncio.Task | None = None
 
@@ -79,7 +105,13 @@ class Transfer:
             for s in range(self.base, seq + 1):
                 self.packets.pop(s, None)
             self.base = seq + 1
+            self.acked = True
             self.progress.set()
+
+    @property
+    def gone(self) -> bool:
+        """The connection that asked for this transfer has closed."""
+        return self.owner is not None and self.owner.closed
 
 
 class UdpTransfer(asyncio.DatagramProtocol):
@@ -140,35 +172,58 @@ class UdpTransfer(asyncio.DatagramProtocol):
         if addr in self.transfers:
             raise HandlerError(ErrorCode.SERVER_BUSY, "a download to this client is still running; try again "
                                                       "when it has finished")
+        per_client = self.config.max_udp_transfers_per_client
+        if sum(1 for a in self.transfers if a[0] == addr[0]) >= per_client:
+            raise HandlerError(ErrorCode.SERVER_BUSY, f"{per_client} downloads to this client's address are "
+                                                      "running; try again when one has finished")
         if len(self.transfers) >= self.config.max_udp_transfers:
             raise HandlerError(ErrorCode.SERVER_BUSY, f"{self.config.max_udp_transfers} downloads are running; "
                                                       "try again later")
 
-    def send(self, addr: tuple[str, int], f: BinaryIO, size: int, token: str) -> Transfer:
-        """Start sending ``size`` bytes of ``f`` (positioned at 0; closed by the transfer) to ``addr``."""
+    def send(self, addr: tuple[str, int], f: BinaryIO, size: int, token: str,
+             owner: TransferOwner | None = None) -> Transfer:
+        """Start sending ``size`` bytes of ``f`` (positioned at 0; closed by the transfer) to ``addr``;
+        with ``owner``, only while that connection is open."""
         try:
             self.check(addr, size)
+            if owner is not None and owner.closed:
+                raise HandlerError(ErrorCode.NOT_FOUND, "the connection closed")
         except HandlerError:
             f.close()
             raise
-        transfer = Transfer(addr, f, size, token)
+        transfer = Transfer(addr, f, size, token, owner)
         self.transfers[addr] = transfer
         transfer.task = asyncio.get_running_loop().create_task(self._run(transfer))
         transfer.task.add_done_callback(lambda task: self._finished(transfer, task))
+        if owner is not None:
+            transfer.unhook = owner.when_closed(lambda: self._owner_closed(transfer))
         return transfer
 
+    def _owner_closed(self, t: Transfer) -> None:
+        """The connection that asked for ``t`` closed: stop now, free the slot."""
+        if t.task is not None and not t.task.done():
+            t.stop_reason = "disconnected"
+            t.task.cancel()
+            log.info("UDP download %s to %s:%d stopped: the connection closed (%d of %d packets "
+                     "acknowledged)", t.token, *t.addr, t.base, t.count)
+
     def _tx(self, transfer: Transfer, seq: int) -> None:
-        if self.transport is not None:
+        if self.transport is not None and not transfer.gone:
             self.transport.sendto(transfer.packets[seq], transfer.addr)
             transfer.sent += 1
 
     async def _run(self, t: Transfer) -> None:
         cfg = self.config
         loop = asyncio.get_running_loop()
-        last_progress = loop.time()
+        started = last_progress = loop.time()
+        first_ack_deadline = started + cfg.udp_first_ack_s
+        probe_interval = cfg.udp_retransmit_s        # before the first ACK: doubles after each probe
         outcome = "closed"
         try:
             while t.base < t.count:
+                if t.gone:                        # (its close callback normally got here first)
+                    outcome = "disconnected"
+                    return
                 while t.next < min(t.base + cfg.udp_window, t.count):
                     if t.next >= t.loaded:
                         n = min(BLOCK_PACKETS, t.count - t.loaded)
@@ -178,11 +233,29 @@ class UdpTransfer(asyncio.DatagramProtocol):
                     self._tx(t, t.next)
                     t.next += 1
                 t.progress.clear()
+                if t.acked:
+                    wait = cfg.udp_retransmit_s
+                else:
+                    wait = max(min(probe_interval, first_ack_deadline - loop.time()), 0.0)
                 try:
-                    async with asyncio.timeout(cfg.udp_retransmit_s):
+                    async with asyncio.timeout(wait):
                         await t.progress.wait()
                     last_progress = loop.time()
                 except TimeoutError:
+                    if t.gone:
+                        outcome = "disconnected"
+                        return
+                    if not t.acked:              # nothing proves anyone listens there: probe, back off
+                        if loop.time() >= first_ack_deadline:
+                            outcome = "gave up"
+                            log.info("UDP download %s to %s:%d abandoned: no ACK at all within %.1f s (%d "
+                                     "datagrams sent)", t.token, *t.addr, cfg.udp_first_ack_s, t.sent)
+                            return
+                        self._tx(t, t.base)
+                        t.retransmitted += 1
+                        probe_interval = min(probe_interval * 2, max(FIRST_ACK_MAX_INTERVAL_S,
+                                                                     cfg.udp_retransmit_s))
+                        continue
                     if loop.time() - last_progress >= cfg.udp_give_up_s:
                         outcome = "gave up"
                         log.info("UDP download %s to %s:%d abandoned: no ACK for %.1f s (%d of %d packets "
@@ -197,13 +270,19 @@ class UdpTransfer(asyncio.DatagramProtocol):
         except OSError as exc:
             outcome = "gave up"
             log.warning("UDP download %s to %s:%d failed: %s", t.token, *t.addr, exc)
+        except asyncio.CancelledError:
+            outcome = t.stop_reason or "closed"
+            raise
         finally:
             t.outcome = outcome
 
     def _finished(self, t: Transfer, task: asyncio.Task) -> None:
         """Done callback (also when the task was cancelled before it ever ran): release everything."""
         if t.outcome is None:
-            t.outcome = "closed"
+            t.outcome = t.stop_reason or "closed"
+        if t.unhook is not None:
+            t.unhook()
+            t.unhook = None
         t.packets.clear()
         if self.transfers.get(t.addr) is t:
             del self.transfers[t.addr]

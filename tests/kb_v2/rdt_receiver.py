@@ -5,6 +5,10 @@ Deterministic faults: among first transmissions (the first datagram seen for eac
 catch it); every ``drop_ack_every``-th ACK is not sent. Packets whose checksum fails are dropped; a
 receive window of 5 keeps packets that arrive ahead of the next expected one; every accepted packet is
 answered with the cumulative ACK of the last in-order packet.
+
+``ack=False``: a port nobody serves (every datagram is counted, nothing is ACKed). ``ignore_first=N``:
+a client whose receiver starts late and lost the first N datagrams. ``ack_limit=N``: a client that
+sends N ACKs and then goes silent. ``seqs`` records the seq of every datagram that arrived.
 """
 from __future__ import annotations
 
@@ -23,10 +27,12 @@ def ack_packet(seq: int) -> bytes:
 
 class LossyReceiver(asyncio.DatagramProtocol):
     def __init__(self, size: int, *, drop_every: int = 7, corrupt_every: int = 11, drop_ack_every: int = 0,
-                 ack: bool = True) -> None:
+                 ack: bool = True, ignore_first: int = 0, ack_limit: int | None = None) -> None:
         self.total = -(-size // 1024)
         self.drop_every, self.corrupt_every, self.drop_ack_every = drop_every, corrupt_every, drop_ack_every
         self.ack = ack
+        self.ignore_first, self.ack_limit = ignore_first, ack_limit
+        self.seqs: list[int] = []
         self.transport: asyncio.DatagramTransport | None = None
         self.seen: set[int] = set()
         self.expected = 0
@@ -58,9 +64,12 @@ class LossyReceiver(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         self.datagrams += 1
-        if not self.ack or len(data) < HEADER.size:
+        if len(data) < HEADER.size:
             return
         seq, checksum = HEADER.unpack_from(data)
+        self.seqs.append(seq)
+        if not self.ack or self.datagrams <= self.ignore_first:
+            return
         payload = data[HEADER.size:]
         if seq not in self.seen:
             self.seen.add(seq)
@@ -79,7 +88,7 @@ class LossyReceiver(asyncio.DatagramProtocol):
             while self.expected in self.window:
                 self.parts.append(self.window.pop(self.expected))
                 self.expected += 1
-        if self.expected:
+        if self.expected and (self.ack_limit is None or self.acks < self.ack_limit):
             self.acks += 1
             if self.drop_ack_every and self.acks % self.drop_ack_every == 0:
                 self.acks_dropped += 1

@@ -215,3 +215,66 @@ async def test_copies_of_the_same_bytes_under_one_name_are_one_document_to_offer
         await kb.ingest("carol", ["ops"], "group:ops", "notes.md", b"# Notes\n\nSame bytes.\n")
         found = await srv.services.offers.find("alice", ["ops"], name="notes.md")
         assert found.md5 == mine.md5
+
+
+@pytest.mark.parametrize(("rto", "how"), [(0.02, "close"), (5.0, "reset")])
+async def test_a_download_stops_when_the_connection_that_asked_closes(tmp_path: Path, rto: float, how: str) -> None:
+    """A client announces a port nobody ACKs from (someone else's), asks, and leaves: nothing is sent
+    once the server has seen the close, and the slot is free at once (rto 5 s: not by a timer)."""
+    dead, dead_port = await LossyReceiver.open(len(NOTES), ack=False)
+    transfer_cfg = {"udp_retransmit_s": rto, "udp_first_ack_s": 30, "udp_give_up_s": 30}
+    try:
+        async with files_server(tmp_path, transfer=transfer_cfg) as (srv, addr):
+            await srv.services.knowledge.ingest(LOCAL_USER, (), None, "big.txt", NOTES)
+            v2 = await connect(addr, udp_port=dead_port)
+            [conn] = srv.services.connections
+            v2.send(0x01, "下载 big.txt")
+            _, offers = await answer_with_offers(v2)
+            assert len(offers) == 1
+            [transfer] = srv.services.udp.transfers.values()
+            await poll(lambda: dead.datagrams >= 5)          # the first window arrived
+            if how == "reset":
+                v2.writer.transport.abort()
+            else:
+                await v2.close()
+            await poll(lambda: conn.closing, timeout=5, what="the server sees the close")
+            sent_at_close = transfer.sent
+            assert await asyncio.wait_for(transfer.done, 1) == "disconnected"
+            assert transfer.sent == sent_at_close and srv.services.udp.transfers == {}
+            assert transfer.file.closed
+            await poll(lambda: dead.datagrams >= transfer.sent)
+            assert dead.datagrams == transfer.sent             # every datagram sent was before the close
+    finally:
+        dead.close()
+
+
+async def test_closed_connections_on_dead_ports_do_not_hold_the_download_slots(tmp_path: Path) -> None:
+    """The slots attack (/tmp/review-net/udp_slots.py): 8 connections announce ports nobody listens
+    on, ask for a download each and close at once; a legitimate client is then served at once, and
+    gets the whole file."""
+    rx, rx_port = await LossyReceiver.open(len(NOTES), drop_every=7, corrupt_every=11)
+    dead = [await LossyReceiver.open(len(NOTES), ack=False) for _ in range(8)]
+    try:
+        async with files_server(tmp_path, transfer={"max_udp_transfers": 8, "udp_first_ack_s": 30,
+                                                    "udp_give_up_s": 30}) as (srv, addr):
+            await srv.services.knowledge.ingest(LOCAL_USER, (), None, "big.txt", NOTES)
+            offered = 0
+            for _, port in dead:
+                attacker = await connect(addr, udp_port=port, early=True)
+                attacker.send(0x01, "下载 big.txt")
+                _, offers = await answer_with_offers(attacker)
+                offered += len(offers)
+                await attacker.close()
+            assert offered >= 2
+            await poll(lambda: not srv.services.connections, timeout=5, what="the server sees the closes")
+            v2 = await connect(addr, udp_port=rx_port, early=True)
+            v2.send(0x01, "下载 big.txt")
+            text, offers = await answer_with_offers(v2)
+            assert len(offers) == 1, text
+            await asyncio.wait_for(rx.complete.wait(), 30)
+            assert rx.md5() == offers[0]["checksum"]
+            await v2.close()
+    finally:
+        rx.close()
+        for d, _ in dead:
+            d.close()

@@ -13,6 +13,7 @@ def test_defaults_are_the_deployed_clients_values() -> None:
     assert cfg.transfer == TransferConfig()
     t = cfg.transfer
     assert (t.udp_window, t.udp_retransmit_s, t.udp_give_up_s, t.udp_port) == (5, 0.1, 30.0, 0)
+    assert (t.udp_first_ack_s, t.max_udp_transfers_per_client, t.max_udp_transfers) == (5.0, 2, 8)   # abuse limits
     assert cfg.knowledge.max_upload_bytes == 100 * 1024 * 1024     # the upload limit shared with v3
 
 

@@ -58,27 +58,127 @@ async def test_lossy_and_corrupting_receiver_gets_the_exact_file(tmp_path: Path,
         await udp.close()
 
 
-async def test_a_client_that_never_acks_is_given_up_and_everything_released(tmp_path: Path) -> None:
+async def test_a_port_that_never_acks_gets_a_few_probes_and_is_given_up(tmp_path: Path) -> None:
+    """Nothing proves the announced port is the client's: without any ACK, one window and then only
+    the oldest packet, at doubling intervals, until udp_first_ack_s (udp_give_up_s is far away)."""
     path, _ = _file(tmp_path, 20 * DATA_BYTES)
-    udp = await _endpoint(udp_give_up_s=0.3, udp_retransmit_s=0.05)
+    udp = await _endpoint(udp_first_ack_s=0.4, udp_retransmit_s=0.02, udp_give_up_s=30)
     rx, port = await LossyReceiver.open(20 * DATA_BYTES, ack=False)
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        transfer = udp.send(("127.0.0.1", port), open(path, "rb"), 20 * DATA_BYTES, "tok")
+        assert await asyncio.wait_for(transfer.done, 3) == "gave up"
+        assert 0.4 <= loop.time() - started < 3
+        assert udp.transfers == {} and transfer.file.closed and transfer.task.done()
+        assert transfer.base == 0 and transfer.packets == {}
+        await poll(lambda: rx.datagrams >= transfer.sent)
+        assert rx.datagrams == transfer.sent    # nothing more is sent after giving up
+        # probes at 0.02, 0.06, 0.14, 0.30 s: the first window (5) + at most log2(0.4 / 0.02) + 2 probes
+        assert 5 < rx.datagrams <= 5 + 7
+        assert rx.seqs[:5] == [0, 1, 2, 3, 4] and set(rx.seqs[5:]) == {0}     # probes: the oldest packet only
+        udp.check(("127.0.0.1", port), 10)     # the slot is free again
+    finally:
+        rx.close()
+        await udp.close()
+
+
+async def test_a_client_that_stops_acking_is_given_up_after_udp_give_up_s(tmp_path: Path) -> None:
+    """After a first ACK the Go-Back-N rules apply: the whole window every udp_retransmit_s, given up
+    after udp_give_up_s without progress, and everything released."""
+    path, _ = _file(tmp_path, 20 * DATA_BYTES)
+    udp = await _endpoint(udp_give_up_s=0.3, udp_retransmit_s=0.05, udp_first_ack_s=5)
+    rx, port = await LossyReceiver.open(20 * DATA_BYTES, drop_every=0, corrupt_every=0, ack_limit=1)
     try:
         transfer = udp.send(("127.0.0.1", port), open(path, "rb"), 20 * DATA_BYTES, "tok")
         assert await asyncio.wait_for(transfer.done, 10) == "gave up"
         assert udp.transfers == {} and transfer.file.closed and transfer.task.done()
-        assert transfer.retransmitted >= 5 and transfer.base == 0
+        assert transfer.acked and transfer.base >= 1 and transfer.retransmitted >= 5
         await poll(lambda: rx.datagrams >= transfer.sent)
         assert rx.datagrams == transfer.sent    # nothing more is sent after giving up
-        # the slot is free again: a new transfer to the same address may start
         udp.check(("127.0.0.1", port), 10)
     finally:
         rx.close()
         await udp.close()
 
 
+async def test_a_client_that_starts_receiving_late_still_gets_the_file(tmp_path: Path) -> None:
+    """A slow but real client: it loses the whole first window (receiver not running yet) and answers
+    only a later probe; the transfer then goes on as usual."""
+    size = 30 * DATA_BYTES + 3
+    path, md5 = _file(tmp_path, size)
+    udp = await _endpoint(udp_first_ack_s=2, udp_retransmit_s=0.02)
+    rx, port = await LossyReceiver.open(size, drop_every=7, corrupt_every=11, ignore_first=7)
+    try:
+        transfer = udp.send(("127.0.0.1", port), open(path, "rb"), size, "tok")
+        assert await asyncio.wait_for(transfer.done, 30) == "complete"
+        await asyncio.wait_for(rx.complete.wait(), 10)
+        assert rx.md5() == md5 and rx.seqs[5:7] == [0, 0]      # two probes were ignored, a third answered
+    finally:
+        rx.close()
+        await udp.close()
+
+
+class _Owner:
+    """A connection as the transfer sees it (``TransferOwner``)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.callbacks: list = []
+
+    def when_closed(self, callback):  # type: ignore[no-untyped-def]
+        self.callbacks.append(callback)
+        return lambda: self.callbacks.remove(callback)
+
+    def close(self) -> None:
+        self.closed = True
+        for cb in list(self.callbacks):
+            cb()
+
+
+async def test_a_transfer_ends_when_its_connection_closes(tmp_path: Path) -> None:
+    path, _ = _file(tmp_path, 50 * DATA_BYTES)
+    udp = await _endpoint(udp_first_ack_s=30, udp_retransmit_s=0.01)
+    rx, port = await LossyReceiver.open(50 * DATA_BYTES, ack=False)
+    owner = _Owner()
+    try:
+        transfer = udp.send(("127.0.0.1", port), open(path, "rb"), 50 * DATA_BYTES, "tok", owner=owner)
+        await poll(lambda: rx.datagrams >= 6)          # the first window and a probe arrived
+        owner.close()
+        sent_at_close = transfer.sent
+        assert await asyncio.wait_for(transfer.done, 1) == "disconnected"
+        assert transfer.sent == sent_at_close and udp.transfers == {} and transfer.file.closed
+        assert owner.callbacks == []                   # unregistered
+        await poll(lambda: rx.datagrams >= transfer.sent)
+        assert rx.datagrams == transfer.sent
+        with pytest.raises(HandlerError) as gone:      # a connection already closed gets no transfer
+            udp.send(("127.0.0.1", port), open(path, "rb"), 10, "tok2", owner=owner)
+        assert "closed" in gone.value.message and udp.transfers == {}
+    finally:
+        rx.close()
+        await udp.close()
+
+
+async def test_at_most_max_udp_transfers_per_client_address(tmp_path: Path) -> None:
+    path, _ = _file(tmp_path, 4 * DATA_BYTES)
+    udp = await _endpoint(max_udp_transfers_per_client=2, udp_first_ack_s=30)
+    rxs = [await LossyReceiver.open(4 * DATA_BYTES, ack=False) for _ in range(3)]
+    try:
+        for _, port in rxs[:2]:
+            udp.send(("127.0.0.1", port), open(path, "rb"), 4 * DATA_BYTES, "tok")
+        with pytest.raises(HandlerError) as third:
+            udp.check(("127.0.0.1", rxs[2][1]), 10)
+        assert third.value.code == ErrorCode.SERVER_BUSY and "2 downloads to this client's address" in third.value.message
+        udp.check(("127.0.0.2", rxs[2][1]), 10)        # another client address is not affected
+    finally:
+        await udp.close()
+        for rx, _ in rxs:
+            rx.close()
+
+
 async def test_limits_refuse_with_clear_errors(tmp_path: Path) -> None:
     path, _ = _file(tmp_path, 4 * DATA_BYTES)
-    udp = await _endpoint(max_udp_transfers=1, udp_give_up_s=5)
+    udp = await _endpoint(max_udp_transfers=1, udp_give_up_s=5, udp_first_ack_s=5)
     rx, port = await LossyReceiver.open(4 * DATA_BYTES, ack=False)
     try:
         with pytest.raises(HandlerError) as big:

@@ -2,6 +2,7 @@
 client that uploads files and reads answers carrying DOWNLOAD_OFFER frames."""
 from __future__ import annotations
 
+import asyncio
 import json
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,8 +28,15 @@ async def files_server(tmp_path: Path, *, agent: Any = None, **sections: dict[st
         await srv.stop()
 
 
-async def connect(addr: tuple[str, int], udp_port: int | None = None) -> V2Client:
-    """A v2 client; with ``udp_port`` it announces it as the deployed client does (JSON)."""
+async def connect(addr: tuple[str, int], udp_port: int | None = None, *, early: bool = False) -> V2Client:
+    """A v2 client; with ``udp_port`` it announces it as the deployed client does (JSON): after the
+    welcome, or with ``early`` as its first message (no legacy grace period to wait out)."""
+    if early and udp_port is not None:
+        reader, writer = await asyncio.open_connection(*addr)
+        client = V2Client(reader, writer)
+        client.send(CLIENT_UDP_PORT, json.dumps({"udp_port": udp_port}))
+        await client.recv_text()        # the welcome
+        return client
     client, _welcome = await V2Client.connect(addr, send_udp_port=False)
     if udp_port is not None:
         client.send(CLIENT_UDP_PORT, json.dumps({"udp_port": udp_port}))
