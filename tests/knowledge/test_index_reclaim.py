@@ -12,7 +12,7 @@ def words(tag: str, n: int) -> bytes:
 
 def dictionary(kb) -> tuple[int, list[tuple[int, int, int]]]:
     bm25 = kb.index.bm25
-    return len(bm25._df), [(len(s.ids), s.n_alive, len(s.vocab)) for s in bm25._segments]
+    return len(bm25._stats.df), [(len(s.ids), s.n_alive, len(s.vocab)) for s in bm25._segments]
 
 
 async def test_deleting_the_only_document_leaves_an_empty_index(kb):
@@ -20,7 +20,7 @@ async def test_deleting_the_only_document_leaves_an_empty_index(kb):
     assert info.chunks > 5 and dictionary(kb)[0] > 1000
     await kb.delete("u", [], info.doc_id)
     assert dictionary(kb) == (0, []) and len(kb.index) == 0 and len(kb.index.bm25) == 0
-    assert sys.getsizeof(kb.index.bm25._df) == sys.getsizeof({})          # the emptied dict re-packed
+    assert sys.getsizeof(kb.index.bm25._stats.df) == sys.getsizeof({})          # the emptied dict re-packed
 
 
 async def test_deleting_most_of_a_segment_shrinks_it_to_the_rest(kb):
@@ -31,6 +31,6 @@ async def test_deleting_most_of_a_segment_shrinks_it_to_the_rest(kb):
     assert n == live == small.chunks + big.chunks
     await kb.delete("u", [], big.doc_id)
     assert dictionary(kb) == alone
-    for df in (kb.index.bm25._df, kb.index.bm25._gdf["user:u"]):          # re-packed: no table of 1,000s
+    for df in (kb.index.bm25._stats.df, kb.index.bm25._stats._gdf["user:u"]):          # re-packed: no table of 1,000s
         assert sys.getsizeof(df) <= 2 * sys.getsizeof(dict(df))
     assert [h.doc_id for h in await kb.search("u", [], "s1x3", 5)] == [small.doc_id]

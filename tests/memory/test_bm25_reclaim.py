@@ -33,8 +33,8 @@ def test_removing_every_document_of_a_segment_drops_it_and_its_terms(group_stats
     for d, _, _ in one:
         assert index.remove(d)
     assert index._segments == [] and len(index) == 0
-    assert index._df == {} and index._group_size == {}
-    assert getattr(index, "_gdf", {}) == {} and getattr(index, "_glen", {}) == {}
+    assert index._stats.df == {} and index._stats._group_size == {}
+    assert index._stats._gdf == {} and index._stats._glen == {}
     assert index.search(["s1", "a0w0"], 5) == []
 
 
@@ -49,7 +49,7 @@ def test_a_dead_segment_in_the_middle_goes_at_once_and_the_others_stay():
     for d, _, _ in mid:
         index.remove(d)
     assert shape(index) == [before[0], before[2]]
-    assert not any(t.startswith("b") for t in index._df)
+    assert not any(t.startswith("b") for t in index._stats.df)
 
 
 def test_a_mostly_dead_segment_is_rebuilt_with_its_live_documents_and_terms_only():
@@ -68,7 +68,7 @@ def test_a_mostly_dead_segment_is_rebuilt_with_its_live_documents_and_terms_only
     [seg] = index._segments
     live_terms = {t for _, bag, _ in batch[6:] for t in bag}
     assert (len(seg.ids), seg.n_alive) == (4, 4) and set(seg.vocab) == live_terms
-    assert set(index._df) == live_terms
+    assert set(index._stats.df) == live_terms
     for q in (["s1", "s2", "a7w1"], ["a0w0"], ["s3"]):
         got, want = index.search(q, 3), plain.search(q, 3)
         assert [d for d, _ in got] == [d for d, _ in want]

@@ -4,22 +4,20 @@ Documents are bags of terms with (possibly fractional) weights, so callers can w
 (e.g. a neighbouring turn at half weight). Postings are ``term -> {group: {doc_id: tf}}``; a query
 only touches the postings of its own terms (and of one group when restricted), which keeps it fast
 for tens of thousands of documents. Large collections seal documents into numpy segments
-(``bm25_segment.Segment``). With ``group_stats`` the index also keeps each group's statistics
-(document count, document frequencies, total length), so a search can score with those of some
-groups only (``stats``): what the knowledge base needs to keep users' collections from showing
-through each other's scores.
+(``bm25_segment.Segment``). The collection statistics live in a ``bm25_stats.CorpusStats``; with
+``group_stats`` it also keeps each group's (document count, document frequencies, total length),
+so a search can score with those of some groups only (``stats``): what the knowledge base needs to
+keep users' collections from showing through each other's scores.
 """
 from __future__ import annotations
 
 import heapq
 import math
-import sys
 from collections import Counter
 from typing import Callable, Container, Hashable, Iterable, Mapping
 
-import numpy as np
-
 from server.memory.bm25_segment import ALL, SLACK, Segment
+from server.memory.bm25_stats import CorpusStats, Stats
 
 DEFAULT_K1 = 1.2
 DEFAULT_B = 0.75
@@ -33,49 +31,6 @@ def as_bag(terms: Iterable[str] | Mapping[str, float]) -> dict[str, float]:
 
 
 MAX_SEGMENTS = 16    # more sealed segments than this are merged
-SPARSE_DICT = 160    # bytes per entry above which an emptied term dictionary is re-packed (a full one: <= ~40)
-
-
-class Stats:
-    """The collection statistics of some groups (``BM25Index.stats``): their document count, total
-    length and document frequencies, summed over the groups at query time."""
-
-    __slots__ = ("n", "total_len", "_dfs")
-
-    def __init__(self, n: int, total_len: float, dfs: list[dict[str, int]]) -> None:
-        self.n = n
-        self.total_len = total_len
-        self._dfs = dfs
-
-    def df(self, term: str) -> int:
-        total = 0
-        for df in self._dfs:
-            total += df.get(term, 0)
-        return total
-
-    def get(self, term: str, default: int = 0) -> int:
-        """``df`` with the signature of ``dict.get`` (what the index looks document frequencies up with)."""
-        return self.df(term) or default
-
-
-def _raise(df: dict[str, int], vocab: list[str], counts: np.ndarray) -> None:
-    """Each ``vocab[j]`` in ``counts[j]`` more documents in ``df``."""
-    get = df.get
-    for term, c in zip(vocab, counts.tolist()):
-        if c:
-            df[term] = get(term, 0) + c
-
-
-def _lower(df: dict[str, int], vocab: list[str], term_ids: np.ndarray) -> None:
-    """Each of ``vocab[term_ids]`` (one per document that had it) one document fewer in ``df``."""
-    ids, counts = np.unique(term_ids, return_counts=True)
-    for j, c in zip(ids.tolist(), counts.tolist()):
-        term = vocab[j]
-        left = df[term] - c
-        if left:
-            df[term] = left
-        else:
-            del df[term]
 
 
 class BM25Index:
@@ -96,24 +51,23 @@ class BM25Index:
         self.k1 = k1
         self.b = b
         self.seal_at = seal_at                 # seal the dict part into a numpy Segment at this size
-        self.group_stats = group_stats
-        self._gdf: dict[Hashable, dict[str, int]] = {}          # group -> term -> df (with group_stats)
-        self._glen: dict[Hashable, float] = {}                  # group -> total length (with group_stats)
+        self._stats = CorpusStats(group_stats)
         self._segments: list[Segment] = []
         self._postings: dict[str, dict[Hashable, dict[Hashable, float]]] = {}   # term -> group -> doc -> tf
-        self._df: dict[str, int] = {}
         self._doc_terms: dict[Hashable, dict[str, float]] = {}
         self._doc_len: dict[Hashable, float] = {}
         self._group: dict[Hashable, Hashable] = {}
-        self._group_size: dict[Hashable, int] = {}
         self._tf_max: dict[str, dict[Hashable, float]] = {}    # term -> group -> highest tf (never lowered)
         self._min_len: dict[Hashable, float] = {}               # group -> shortest length (never raised)
-        self._total_len = 0.0
         self._seq: dict[Hashable, int] = {}
         self._next_seq = 0
 
+    @property
+    def group_stats(self) -> bool:
+        return self._stats.by_group
+
     def __len__(self) -> int:
-        return len(self._doc_len) + sum(seg.n_alive for seg in self._segments)
+        return self._stats.n
 
     def __contains__(self, doc_id: Hashable) -> bool:
         return doc_id in self._doc_len or self._sealed(doc_id) is not None
@@ -148,21 +102,11 @@ class BM25Index:
             bag = as_bag(terms)
             items.append((doc_id, bag, group, self._next_seq))
             self._next_seq += 1
-            self._group_size[group] = self._group_size.get(group, 0) + 1
-            length = sum(bag.values())
-            self._total_len += length
-            if self.group_stats:
-                self._glen[group] = self._glen.get(group, 0.0) + length
+            self._stats.add_doc(group, sum(bag.values()))
         self._reclaim(touched)
         if items:
             seg = Segment.build(items)
-            n_terms = len(seg.vocab)
-            _raise(self._df, seg.vocab, np.bincount(seg.doc_term, minlength=n_terms))   # once per distinct term
-            if self.group_stats:
-                per_doc = np.diff(seg.doc_ptr)
-                for group, code in seg.codes.items():
-                    mine = seg.doc_term if len(seg.codes) == 1 else seg.doc_term[np.repeat(seg.group == code, per_doc)]
-                    _raise(self._gdf.setdefault(group, {}), seg.vocab, np.bincount(mine, minlength=n_terms))
+            self._stats.add_segment(seg)
             self._segments.append(seg)
             self._tier()
 
@@ -196,10 +140,6 @@ class BM25Index:
             for term, tf in bag.items():
                 self._post(term, tf, doc_id, group)
             self._group[doc_id] = group
-            self._group_size[group] = self._group_size.get(group, 0) + 1
-            if self.group_stats:
-                self._glen.setdefault(group, 0.0)
-                self._gdf.setdefault(group, {})      # (a document without terms posts nothing)
         else:
             for term, tf in bag.items():
                 prev = old.get(term)
@@ -213,17 +153,15 @@ class BM25Index:
             for term in old:
                 if term not in bag:
                     self._unpost(term, doc_id, group)
-            self._total_len -= self._doc_len[doc_id]
-            if self.group_stats:
-                self._glen[group] -= self._doc_len[doc_id]
         length = sum(bag.values())
+        if old is None:
+            self._stats.add_doc(group, length)
+        else:
+            self._stats.resize_doc(group, self._doc_len[doc_id], length)
         if length < self._min_len.get(group, math.inf):
             self._min_len[group] = length
         self._doc_terms[doc_id] = bag
         self._doc_len[doc_id] = length
-        self._total_len += length
-        if self.group_stats:
-            self._glen[group] += length
         self._seq[doc_id] = self._next_seq
         self._next_seq += 1
         if self.seal_at is not None and len(self._doc_len) >= self.seal_at:
@@ -238,10 +176,7 @@ class BM25Index:
         if plist is None:
             plist = groups[group] = {}
         plist[doc_id] = tf
-        self._df[term] = self._df.get(term, 0) + 1
-        if self.group_stats:
-            gdf = self._gdf.setdefault(group, {})
-            gdf[term] = gdf.get(term, 0) + 1
+        self._stats.add_term(term, group)
         top = self._tf_max[term]
         if tf > top.get(group, 0.0):
             top[group] = tf
@@ -250,7 +185,7 @@ class BM25Index:
         groups = self._postings.get(term)
         plist = groups.get(group) if groups is not None else None
         if plist is not None and plist.pop(doc_id, None) is not None:
-            self._drop_df(term, group)
+            self._stats.drop_term(term, group)
             if not plist:
                 del groups[group]
                 del self._tf_max[term][group]
@@ -258,33 +193,13 @@ class BM25Index:
                     del self._postings[term]
                     del self._tf_max[term]
 
-    def _drop_df(self, term: str, group: Hashable) -> None:
-        left = self._df[term] - 1
-        if left:
-            self._df[term] = left
-        else:
-            del self._df[term]
-        if self.group_stats:
-            gdf = self._gdf[group]
-            left = gdf[term] - 1
-            if left:
-                gdf[term] = left
-            else:
-                del gdf[term]
-
-    def _shrink_group(self, group: Hashable, length: float) -> None:
-        """One document of ``group`` (of ``length``) is gone: its count and total length."""
-        left = self._group_size[group] - 1
-        if left:
-            self._group_size[group] = left
-            if self.group_stats:
-                self._glen[group] -= length
-        else:
-            del self._group_size[group]
+    def _forget(self, group: Hashable, length: float, touched: list) -> None:
+        """One document of ``group`` (of ``length``) is gone from the statistics; an emptied group
+        loses its pruning bound, one left with documents is ``touched`` (with ``group_stats``)."""
+        if not self._stats.drop_doc(group, length):
             self._min_len.pop(group, None)
-            if self.group_stats:                  # an empty group starts again from exactly 0
-                del self._glen[group]
-                del self._gdf[group]
+        elif self.group_stats and group not in touched:
+            touched.append(group)
 
     def remove(self, doc_id: Hashable) -> bool:
         """Drop one document; False if it was not indexed. A sealed segment left without live
@@ -315,61 +230,38 @@ class BM25Index:
             group = self._group.pop(doc_id)
             for term in bag:
                 self._unpost(term, doc_id, group)
-            length = self._doc_len.pop(doc_id)
-            self._shrink_group(group, length)
-            self._total_len -= length
+            self._forget(group, self._doc_len.pop(doc_id), touched)
             del self._seq[doc_id]
-            if self.group_stats and group in self._gdf and group not in touched:
-                touched.append(group)
             removed += 1
         if sealed:
             self._unstat_sealed(sealed, touched)
         return removed
 
     def _unstat_sealed(self, sealed: list[tuple[Segment, int]], touched: list) -> None:
-        """The statistics without the (killed) sealed documents ``sealed``: document frequencies
-        lowered once per distinct term of a segment (``np.unique``; a document's chunks share most
-        terms), then the counts and lengths document by document, in order."""
+        """The statistics without the (killed) sealed documents ``sealed``: their terms segment by
+        segment (``CorpusStats.drop_rows``), then their counts and lengths document by document, in
+        order."""
         rows_of: dict[int, tuple[Segment, list[int]]] = {}
         for seg, i in sealed:
             rows_of.setdefault(id(seg), (seg, []))[1].append(i)
         for seg, rows in rows_of.values():
-            at = np.asarray(rows, np.int64)
-            starts = seg.doc_ptr[at]
-            lens = seg.doc_ptr[at + 1] - starts
-            idx = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens) + np.arange(lens.sum())
-            term_ids = seg.doc_term[idx]
-            _lower(self._df, seg.vocab, term_ids)
-            if self.group_stats:
-                codes = seg.group[at]
-                for code in np.unique(codes).tolist():
-                    mine = codes == code
-                    group = seg.groups[rows[int(np.argmax(mine))]]
-                    _lower(self._gdf[group], seg.vocab, term_ids[np.repeat(mine, lens)])
+            self._stats.drop_rows(seg, rows)
             if seg not in touched:
                 touched.append(seg)
         for seg, i in sealed:
-            group = seg.groups[i]
-            length = float(seg.length[i])
-            self._shrink_group(group, length)
-            self._total_len -= length
-            if self.group_stats and group in self._gdf and group not in touched:
-                touched.append(group)
+            self._forget(seg.groups[i], float(seg.length[i]), touched)
 
     def _reclaim(self, touched: list) -> None:
         """Give back the memory of removed sealed documents now rather than at a later merge: a
         segment without live documents is dropped, one more than half dead is rebuilt from its live
         documents (only their terms stay in its term dictionary). Amortized: a rebuild follows the
         removal of at least half of the documents it had when built. Document-frequency dicts left
-        mostly empty are re-packed (a dict never shrinks its table on deletion). ``touched``: the
-        segments and (with ``group_stats``) the groups that lost documents."""
+        mostly empty are re-packed (``CorpusStats.repack``). ``touched``: the segments and (with
+        ``group_stats``) the groups that lost documents."""
         if not touched:
             return
         for seg in touched:
             if not isinstance(seg, Segment):
-                gdf = self._gdf.get(seg)
-                if gdf is not None and sys.getsizeof(gdf) > SPARSE_DICT * (len(gdf) + 64):
-                    self._gdf[seg] = dict(gdf)
                 continue
             at = next((j for j, s in enumerate(self._segments) if s is seg), None)
             if at is None:
@@ -378,8 +270,7 @@ class BM25Index:
                 del self._segments[at]
             elif seg.n_alive * 2 < len(seg.ids):
                 self._segments[at] = Segment.merge([seg])
-        if sys.getsizeof(self._df) > SPARSE_DICT * (len(self._df) + 64):
-            self._df = dict(self._df)
+        self._stats.repack(g for g in touched if not isinstance(g, Segment))
 
     def terms_of(self, doc_id: Hashable) -> dict[str, float]:
         """The indexed term bag of a document (empty if unknown)."""
@@ -390,31 +281,16 @@ class BM25Index:
         return bag if bag is not None else {}
 
     def doc_freq(self, term: str) -> int:
-        return self._df.get(term, 0)
+        return self._stats.df.get(term, 0)
 
     def stats(self, groups: Iterable[Hashable]) -> Stats:
         """The statistics of ``groups`` only (summed in the order given; needs ``group_stats``), for
         ``search``/``scores``: scores with them do not depend on any other group's documents."""
-        if not self.group_stats:
-            raise ValueError("BM25Index(group_stats=True) keeps per-group statistics")
-        n, total, dfs = 0, 0.0, []
-        for g in dict.fromkeys(groups):
-            size = self._group_size.get(g)
-            if size:
-                n += size
-                total += self._glen[g]
-                dfs.append(self._gdf[g])
-        return Stats(n, total, dfs)
-
-    def _view(self, stats: Stats | None) -> tuple[int, float, Callable[..., int | None]]:
-        """(document count, total length, df lookup) of ``stats``, or of the whole index."""
-        if stats is None:
-            return len(self), self._total_len, self._df.get
-        return stats.n, stats.total_len, stats.get
+        return self._stats.of(groups)
 
     def group_size(self, group: Hashable) -> int:
         """Documents in ``group``."""
-        return self._group_size.get(group, 0)
+        return self._stats.group_size(group)
 
     def scores(self, query: Iterable[str] | Mapping[str, float],
                accept: Callable[[Hashable], bool] | None = None, *, group: Hashable = ALL,
@@ -430,7 +306,7 @@ class BM25Index:
                 group: Hashable, skip: Container[Hashable], sealed: bool,
                 stats: Stats | None = None) -> dict[Hashable, float]:
         """``scores``, of the dict part only unless ``sealed``."""
-        n, total_len, df_of = self._view(stats)
+        n, total_len, df_of = self._stats.view(stats)
         if n == 0:
             return {}
         avgdl = (total_len / n) or 1.0
@@ -490,7 +366,7 @@ class BM25Index:
             order = {d: self._seq_of(d) for d in scored}
             return heapq.nlargest(k, scored.items(), key=lambda kv: (kv[1], order[kv[0]]))
         bag = as_bag(query)
-        n, total_len, df_of = self._view(stats)
+        n, total_len, df_of = self._stats.view(stats)
         avgdl = ((total_len / n) or 1.0) if n else 1.0
         qlist = self._weighted(bag, n, df_of)
         pool = [(d, v, seq[d]) for d, v in (self._top_in_group(bag, k, group, skip, stats) if group is not ALL
@@ -509,7 +385,7 @@ class BM25Index:
         """Query terms with their idf-weighted query weights (collection-wide statistics, or the
         document frequencies ``df_of`` gives)."""
         out = []
-        get = self._df.get if df_of is None else df_of
+        get = self._stats.df.get if df_of is None else df_of
         for term, qw in bag.items():
             df = get(term)
             if df:
@@ -534,7 +410,7 @@ class BM25Index:
         make it. The survivors are then scored exactly as ``scores`` does (same terms, same
         order of additions), so scores and ties are bit-identical to a full scan.
         """
-        n, total_len, df_of = self._view(stats)
+        n, total_len, df_of = self._stats.view(stats)
         min_len = self._min_len.get(group)
         if n == 0 or min_len is None:
             return {}
