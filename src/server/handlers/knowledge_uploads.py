@@ -4,12 +4,10 @@ each connection, and the named limits (concurrent uploads per user and server-wi
 A partial upload is ``<root>/<upload_id>.part`` (the bytes so far) plus ``<upload_id>.json`` (who,
 where, what). ``upload_id`` is derived from (user, collection, name, size, md5), so a BEGIN sent
 again after a disconnect finds the partial file and continues from its size; partial files not
-touched for ``upload_expiry_s`` are removed (at start and at every BEGIN). Every partial upload of a
-user — attached to a connection, detached (waiting for a resume), or being stored after END — counts
-toward their ``max_uploads_per_user`` and, by its declared size, toward their ``user_quota_bytes``
-(with their documents); the partial files found at start are counted too. A BEGIN over either limit
-first drops the user's least recently touched detached partials until it fits; attached ones are never
-dropped (QUOTA_EXCEEDED). Received bytes are
+touched for ``upload_expiry_s`` are removed (at start and at every BEGIN). What each user has
+reserved with their partial uploads (``max_uploads_per_user``, ``user_quota_bytes``), counting the
+partial files found at start, and which detached ones a BEGIN drops to fit, is
+``upload_ledger.UploadLedger``; this module removes their files. Received bytes are
 buffered and written (and hashed, md5 + sha256) by a writer task in a worker thread, never on the
 event loop; a connection whose unwritten bytes exceed ``upload_buffer_bytes`` stops being read
 until the writer catches up (``Flow``).
@@ -34,6 +32,7 @@ from protocol import ErrorCode, MsgType, ProtocolError
 from protocol.binary import MAX_DATA, decode_data
 from protocol.kb import KbProgress, KbUploadReply
 from server.errors import HandlerError
+from server.handlers.upload_ledger import Partial, UploadLedger
 from server.handlers.upload_sharing import UploadSharing
 from server.knowledge.config import KnowledgeConfig
 from server.wire import encode_reply
@@ -81,15 +80,6 @@ class Upload:
     share_failed: bool = False
 
 
-@dataclass(slots=True)
-class Partial:
-    """A partial upload on this node's disk, as the limits see it."""
-    user: str
-    size: int                                  # declared: reserved against the quota at BEGIN
-    at: float                                  # last touched (the oldest detached one is dropped first)
-    seq: int = 0                               # (ties)
-
-
 def upload_id_of(user: str, collection: str, name: str, size: int, md5: str) -> str:
     key = "\0".join((user, collection, name, str(size), md5.lower()))
     return "up_" + hashlib.sha256(key.encode()).hexdigest()[:32]
@@ -105,18 +95,16 @@ class UploadService:
         self._active: dict[str, Upload] = {}                  # upload_id -> attached upload
         self._ports: dict[Any, dict[int, Upload]] = {}        # port -> handle -> upload
         self._closing: dict[str, asyncio.Task] = {}           # upload_id -> its .part file being closed
-        self._partials: dict[str, Partial] = {}               # upload_id -> every partial upload on disk
+        self._ledger = UploadLedger()                         # what each user's partial uploads reserve
         self._ending: set[str] = set()                        # upload_ids between END's checks and remove()
         self._ended: dict[str, asyncio.Event] = {}              # ... set when remove() ends it
         self._removing: dict[str, asyncio.Task] = {}          # upload_id -> dropped to make room, files going
         self._handles = 0
-        self._seq = 0
 
     # -- lifecycle -----------------------------------------------------------------------------------
     async def start(self) -> None:
         await asyncio.to_thread(self._sweep, frozenset())
-        for uid, p in (await asyncio.to_thread(self._scan)).items():
-            self._partials.setdefault(uid, p)
+        self._ledger.found(await asyncio.to_thread(self._scan))
 
     async def close(self) -> None:
         """Wait for the partial files being closed and their last pieces shared (server stop)."""
@@ -125,9 +113,13 @@ class UploadService:
         if self.sharing is not None:
             await self.sharing.close()
 
+    def _in_use(self) -> frozenset[str]:
+        """Upload ids attached or being stored: they count, and are never dropped to make room."""
+        return frozenset(self._active) | frozenset(self._ending)
+
     def _busy(self) -> frozenset[str]:
         """Upload ids whose files are in use: attached, being stored, being closed."""
-        return frozenset(self._active) | frozenset(self._ending) | frozenset(self._closing)
+        return self._in_use() | frozenset(self._closing)
 
     def _sweep(self, busy: frozenset[str]) -> set[str]:
         """Remove partial uploads not touched for ``upload_expiry_s`` (worker thread); their ids."""
@@ -182,49 +174,11 @@ class UploadService:
 
     def reserved(self, user: str) -> tuple[int, int]:
         """(count, declared bytes) of ``user``'s partial uploads, attached or not."""
-        mine = [p.size for p in self._partials.values() if p.user == user]
-        return len(mine), sum(mine)
-
-    def _forget(self, uids: set[str]) -> None:
-        for uid in uids:
-            if uid not in self._active and uid not in self._ending:
-                self._partials.pop(uid, None)
-
-    def _make_room(self, user: str, uid: str, size: int, used: int) -> list[str]:
-        """The detached partial uploads of ``user`` to drop (least recently touched first) so that one
-        more of ``size`` bytes fits ``max_uploads_per_user`` and ``user_quota_bytes`` next to ``used``
-        bytes of documents; QUOTA_EXCEEDED (nothing dropped) when even dropping all of them is not enough."""
-        cfg = self.config
-        mine = {u: p for u, p in self._partials.items() if p.user == user and u != uid}
-        count, nbytes = len(mine), sum(p.size for p in mine.values())
-        droppable = sorted((u for u in mine if u not in self._active and u not in self._ending),
-                           key=lambda u: (mine[u].at, mine[u].seq))
-        victims: list[str] = []
-
-        def fits() -> bool:
-            return count < cfg.max_uploads_per_user and used + nbytes + size <= cfg.user_quota_bytes
-
-        for u in droppable:
-            if fits():
-                break
-            victims.append(u)
-            count, nbytes = count - 1, nbytes - mine[u].size
-        if count >= cfg.max_uploads_per_user:
-            raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
-                               f"{count} uploads already in progress (max_uploads_per_user = "
-                               f"{cfg.max_uploads_per_user}), on live connections or being stored; end one "
-                               "(KB_UPLOAD_END) or close its connection, then retry")
-        if used + nbytes + size > cfg.user_quota_bytes:
-            raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
-                               f"quota of {cfg.user_quota_bytes} bytes would be exceeded ({used} used by documents, "
-                               f"{nbytes} reserved by {count} uploads in progress on live connections or being "
-                               "stored, "
-                               f"{size} asked; user_quota_bytes)")
-        return victims
+        return self._ledger.reserved(user)
 
     def _drop(self, uid: str) -> asyncio.Task:
         """Drop a detached partial upload to make room (its files, its shared copy)."""
-        self._partials.pop(uid, None)
+        self._ledger.release(uid)
         task = asyncio.get_running_loop().create_task(self._remove_files(uid))
         self._removing[uid] = task
         task.add_done_callback(lambda t: self._removing.pop(uid, None) if self._removing.get(uid) is t else None)
@@ -250,7 +204,7 @@ class UploadService:
         """Start or resume an upload; ``usage()``: the bytes of ``user``'s documents (for the quota), asked
         when the limits are checked (after the awaits, so an upload stored meanwhile is counted)."""
         uid = upload_id_of(user, collection, name, size, md5)
-        self._forget(await asyncio.to_thread(self._sweep, self._busy()))
+        self._ledger.forget(await asyncio.to_thread(self._sweep, self._busy()), self._in_use())
         if self.sharing is not None:
             await self.sharing.expire()
         while uid in self._ending:               # its KB_UPLOAD_END is storing that very file: not reopened
@@ -263,16 +217,15 @@ class UploadService:
         while uid in self._removing:             # dropped by another BEGIN just now: its files go first
             await asyncio.shield(self._removing[uid])
         cfg = self.config
-        victims = self._make_room(user, uid, size, usage() if usage is not None else 0)
+        victims = self._ledger.make_room(user, uid, size, usage() if usage is not None else 0, self._in_use(),
+                                         cfg.max_uploads_per_user, cfg.user_quota_bytes)
         if self.in_progress() >= cfg.max_uploads:
             raise HandlerError(ErrorCode.SERVER_BUSY, f"{cfg.max_uploads} uploads in progress on the server "
                                                       "(max_uploads); retry later")
         up = Upload(uid, user, collection, name, size, md5.lower(), sha256, self.root / f"{uid}.part",
                     h_sha=hashlib.sha256() if sha256 else None)
         self._active[uid] = up                   # (reserved before the await: limits hold)
-        before = self._partials.get(uid)         # (a resume: what to restore if this BEGIN fails)
-        self._seq += 1
-        self._partials[uid] = Partial(user, size, time.time(), self._seq)
+        before = self._ledger.reserve(uid, user, size)   # (a resume: what to restore if this BEGIN fails)
         dropping = [self._drop(v) for v in victims]
         try:
             if dropping:
@@ -300,10 +253,7 @@ class UploadService:
     def _unreserve(self, uid: str, before: Partial | None) -> None:
         """A BEGIN failed: a resumed upload counts as the detached one it was, a new one not at all."""
         self._active.pop(uid, None)
-        if before is not None:
-            self._partials[uid] = before
-        else:
-            self._partials.pop(uid, None)
+        self._ledger.restore(uid, before)
 
     # -- the partial files -----------------------------------------------------------------------------
     def _held(self, up: Upload) -> int | None:
@@ -452,7 +402,7 @@ class UploadService:
     async def remove(self, up: Upload) -> None:
         """Delete a partial upload's files (and its shared copy)."""
         if self._active.get(up.upload_id) in (None, up):
-            self._partials.pop(up.upload_id, None)
+            self._ledger.release(up.upload_id)
         try:
             await asyncio.to_thread(self._unlink, up.upload_id)
             if self.sharing is not None:
@@ -476,10 +426,7 @@ class UploadService:
         its user's limits until resumed, dropped to make room, ended or expired)."""
         if self._active.get(up.upload_id) is up:
             del self._active[up.upload_id]
-            p = self._partials.get(up.upload_id)
-            if p is not None:
-                self._seq += 1
-                p.at, p.seq = time.time(), self._seq
+            self._ledger.touch(up.upload_id)
         handles = self._ports.get(up.port)
         if handles is not None:
             handles.pop(up.handle, None)
