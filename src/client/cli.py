@@ -113,11 +113,15 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
         try:
             streamed = io.StringIO() if args.json else out   # --json: kept for a cut TURN_END
             end = await _follow_turn(client, turn_id, streamed, None if args.json else err)
-        except (asyncio.CancelledError, BrokenPipeError):   # Ctrl+C, or stdout's reader left (`| head`):
-            try:                                            # the answer is not generated for nobody
+        except (asyncio.CancelledError, BrokenPipeError) as stop:   # Ctrl+C, or stdout's reader left
+            try:                                            # (`| head`): not generated for nobody
                 await asyncio.wait_for(client.chat_cancel(turn_id=turn_id), 2.0)
-            except (ClientError, asyncio.TimeoutError) as exc:  # interrupted anyway: the server may finish it
-                err.write(f"nplt-client: the turn could not be cancelled: {exc}\n")
+            except (ClientError, asyncio.TimeoutError) as exc:
+                # it ended meanwhile (NO_ACTIVE_TURN), or the reply is still behind the answer's deltas
+                # (the request went out): only Ctrl+C says so; a closed pipe ends quietly
+                ended = isinstance(exc, ClientError) and exc.code == ErrorCode.NO_ACTIVE_TURN
+                if not ended and isinstance(stop, asyncio.CancelledError):
+                    err.write(f"nplt-client: the turn could not be cancelled: {exc or 'no reply within 2 s'}\n")
             raise
     if isinstance(end, TurnError):
         err.write(f"nplt-client: {end.code}: {end.message}\n")
