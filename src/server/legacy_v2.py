@@ -102,8 +102,10 @@ class LegacyV2:
         self.queue.put_nowait(_STOP)
 
     def abort(self) -> None:
-        """The connection is gone: the worker ends now (a turn it waits for runs on without it)."""
+        """The connection is gone: the worker ends now (a turn it waits for runs on without it), and
+        its downloads stop (``legacy_v2_files.connection_closed``)."""
         self.queue.put_nowait(_STOP)
+        files.connection_closed(self)
         if self._turn_done is not None:
             self._turn_done.set()
 

@@ -13,7 +13,8 @@ left). A ``FILE_DATA`` with no upload open is answered once in text until the ne
 ``CLIENT_UDP_PORT`` JSON ``{"udp_port"}`` registers the connection with the offer service: downloads the
 assistant offers go to (the TCP peer's address, that port). It is never answered (the deployed clients
 read no reply); an invalid one is logged and ignored. A download runs only while the connection that
-asked for it is open (``V2Files.closed`` / ``when_closed``, the ``TransferOwner`` of ``server.udp_transfer``):
+asked for it is open (``V2Files.closed`` / ``when_closed``, the ``TransferOwner`` of ``server.udp_transfer``,
+ended by ``connection_closed`` from the connection's ``connection_lost``):
 the deployed client keeps its TCP connection open during a download, so a closed one means nobody is
 receiving (or someone announced a port that is not theirs and left).
 """
@@ -61,7 +62,6 @@ class V2FileAdapter(Protocol):
     services: Services
     host: _Host
     streaming: bool
-    worker: asyncio.Task | None       # the request worker: it ends when the connection closes
 
     def reply(self, text: str) -> None: ...
 
@@ -127,6 +127,7 @@ class V2Files:
         self.udp_port: int | None = None
         self.upload: _Upload | None = None
         self.orphan_reported = False
+        self._on_close: list[Callable[[], None]] = []      # (when_closed; run by ``connection_closed``)
 
     # -- V2OfferTarget -------------------------------------------------------------------------------
     @property
@@ -148,25 +149,11 @@ class V2Files:
         return self._sockaddr("sockname")
 
     def when_closed(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` once the connection closes (at once if it has); returns: unregister.
-
-        The event is the end of the connection's request worker: ``connection_lost`` aborts it (and an
-        EOF stops it, after which the connection closes), and it ends on its own only when closing the
-        connection. While a long request (an upload's ingest) delays that, ``closed`` is already true and
-        the transfer sends nothing more; it notices at its next timer."""
-        v2 = self._v2()
-        worker = v2.worker if v2 is not None else None
-        if worker is None:
-            if v2 is None or v2.host.closing:
-                handle = asyncio.get_running_loop().call_soon(callback)
-                return handle.cancel
-            return lambda: None              # (no worker yet: ``closed`` alone stops the transfer)
-
-        def done(_task: asyncio.Task) -> None:
-            callback()
-
-        worker.add_done_callback(done)
-        return lambda: worker.remove_done_callback(done)
+        """Call ``callback`` once the connection closes (soon, if it has); returns: unregister."""
+        if self.closed:
+            return asyncio.get_running_loop().call_soon(callback).cancel
+        self._on_close.append(callback)
+        return lambda: self._on_close.remove(callback) if callback in self._on_close else None
 
     def send_offer(self, payload: bytes) -> None:
         v2 = self._v2()
@@ -175,6 +162,15 @@ class V2Files:
 
 
 _STATE: weakref.WeakKeyDictionary[V2FileAdapter, V2Files] = weakref.WeakKeyDictionary()
+
+
+def connection_closed(v2: V2FileAdapter) -> None:
+    """The connection is gone (``LegacyV2.abort``, from ``connection_lost``): what waits for it ends."""
+    state = _STATE.get(v2)
+    if state is not None:
+        waiting, state._on_close = state._on_close, []
+        for callback in waiting:
+            callback()
 
 
 def files_of(v2: V2FileAdapter) -> V2Files:
