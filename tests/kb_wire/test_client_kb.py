@@ -97,7 +97,8 @@ async def test_a_connection_cut_while_its_end_is_stored_gets_the_document_once(t
                 if msg_type == MsgType.KB_UPLOAD_END and not cut:
                     cut.append(True)             # the END reaches the server, then the connection goes
                     pending = asyncio.ensure_future(request(msg_type, body, timeout))
-                    await asyncio.sleep(0)
+                    await asyncio.sleep(0)       # one loop step: the request task writes its frame (no
+                    #                              await before the write), then we flush and cut
                     await c.link._writer.drain()
                     c.link._writer.transport.abort()
                     return await pending

@@ -81,9 +81,15 @@ async def test_the_same_upload_begun_again_while_it_is_being_stored_waits_for_it
     begin = await svc.begin(port, 1, "alice", "user:alice", "a.txt", len(data), md5, None)
     svc.on_data(port, encode_data(begin.handle, 0, data), flow)
     up = await svc.finish(port, begin.upload_id)           # the ingest would read up.part now
+    waiting = asyncio.Event()
+
+    class Watched(asyncio.Event):                          # the END's "ended" event, telling when waited on
+        async def wait(self) -> bool:
+            waiting.set()
+            return await super().wait()
+    svc._ended[up.upload_id] = Watched()
     again = asyncio.ensure_future(svc.begin(Port(), 2, "alice", "user:alice", "a.txt", len(data), md5, None))
-    for _ in range(20):                                    # (a client that resumed on another connection)
-        await asyncio.sleep(0)
+    await asyncio.wait_for(waiting.wait(), 10)             # (a client that resumed on another connection)
     assert not again.done() and up.part.read_bytes() == data      # the file being parsed is left alone
     await svc.remove(up)                                   # the END is over: the BEGIN goes on, as a new upload
     reply = await asyncio.wait_for(again, 10)
