@@ -27,6 +27,7 @@ from client.connection import Backoff, Client
 from client.errors import ClientError
 from client.events import Disconnected, ServerError
 from client.kb_cli import add_kb_parser, cmd_kb
+from client.wording import counted, stamp
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1      # unexpected failure (a bug)
@@ -239,7 +240,8 @@ async def cmd_sessions(args: argparse.Namespace, cfg: ClientConfig, out: TextIO,
         _dump({"sessions": [s.encode() for s in sessions]}, out)
         return EXIT_OK
     for s in sessions:
-        out.write(f"{s.session_id}  {s.updated_at[:19]}  {s.message_count:>6} msgs  {s.title}\n")
+        out.write(f"{s.session_id}  {stamp(s.updated_at)}  {counted(s.message_count, 'message'):>14}  "
+                  f"{s.title}\n")
     return EXIT_OK
 
 
@@ -271,7 +273,8 @@ async def cmd_history(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, 
         return EXIT_OK
     for m in page.messages:
         marks = message_marks(m.metadata)
-        out.write(f"[{m.id}] {m.role}  {m.timestamp[:19]}" + (f"  ({', '.join(marks)})" if marks else "") + "\n")
+        out.write(f"[{m.id}] {m.role}  {stamp(m.timestamp, seconds=True)}"
+                  + (f"  ({', '.join(marks)})" if marks else "") + "\n")
         for call in m.tool_calls:
             out.write(f"  tool {call.tool_name} {_arguments(call)} -> "
                       f"{call.status} ({call.duration:.3f}s)\n")
@@ -359,7 +362,7 @@ async def cmd_memory(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     if not listing.enabled:
         out.write("long-term memory is turned off on this server\n")
     for i in listing.items:
-        out.write(f"{i.id}  {i.kind:<10}  {i.created_at[:16].replace('T', ' ')}  "
+        out.write(f"{i.id}  {i.kind:<10}  {stamp(i.created_at)}  "
                   f"session {i.session_id}  {i.text}\n")
     return EXIT_OK
 

@@ -18,6 +18,7 @@ from client import kb as kbclient
 from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import ClientCode, ClientError
+from client.wording import counted, stamp
 
 DOC_FIELDS = ("doc_id", "name", "md5", "chunks", "duplicate")
 HIT_FIELDS = ("doc_id", "name", "text", "score", "location", "citation", "chunk_id")
@@ -70,7 +71,7 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
             if args.json:
                 _dump({"documents": [d.encode() for d in docs]}, out)
             for d in [] if args.json else docs:
-                out.write(f"{d.doc_id}  {d.uploaded_at[:19]}  {d.size:>10}  {d.chunks:>5} chunks  "
+                out.write(f"{d.doc_id}  {stamp(d.uploaded_at)}  {d.size:>10}  {counted(d.chunks, 'chunk'):>12}  "
                           f"{d.collection:16}  {d.name}\n")
         elif action == "search":
             hits = (await c.request(MsgType.KB_SEARCH, {"query": args.query, "limit": args.limit})).hits
@@ -130,7 +131,7 @@ async def _upload(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
             results.append(result)
             if not args.json:
                 dup = "  (duplicate)" if doc.duplicate else ""
-                out.write(f"{doc.doc_id}  {doc.md5}  {doc.chunks:>5} chunks  {doc.name}{dup}\n")
+                out.write(f"{doc.doc_id}  {doc.md5}  {counted(doc.chunks, 'chunk'):>12}  {doc.name}{dup}\n")
                 for old in result.get("replaced", ()):
                     out.write(f"  replaced {old}\n")
     if args.json:

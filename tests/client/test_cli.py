@@ -15,6 +15,7 @@ import pytest
 
 from client import cli
 from client.main import main
+from client.wording import stamp
 from client_testlib import ServerThread
 
 
@@ -100,7 +101,9 @@ def test_sessions(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:
     assert updated == sorted(updated, reverse=True)
     code, out, _ = run(srv, capsys, "sessions", "--limit", "1")
     assert code == 0 and len(out.strip().splitlines()) == 1
-    assert sessions[0]["session_id"] in out
+    newest = sessions[0]
+    assert out.startswith(f"{newest['session_id']}  {stamp(newest['updated_at'])}  ")   # local time, zone named
+    assert f"{newest['message_count']} messages  {newest['title']}" in out
 
 
 def test_history_paging(srv: ServerThread, capsys: pytest.CaptureFixture) -> None:

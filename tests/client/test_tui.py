@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from textual.command import CommandPalette
+from textual.widgets import Static
 
 from client.config import ClientConfig
 from client.connection import Client
@@ -304,6 +305,27 @@ async def test_export_to_file(server, tmp_path: Path) -> None:
         target = tmp_path / "out.json"
         await wait_until(target.exists, pilot=pilot, what="export file")
         assert "echo: export this" in target.read_text()
+
+
+async def test_export_asks_before_replacing_a_file(server, tmp_path: Path) -> None:
+    _, addr = server
+    target = tmp_path / "notes.md"
+    target.write_text("my own notes")
+    async with open_app(addr) as (app, pilot):
+        await type_and_send(pilot, "export again")
+        await wait_answer(app, pilot, "echo: export again")
+        for answer in ("n", "y"):
+            await pilot.press("ctrl+s")
+            await wait_until(lambda: shown(app, ExportModal), pilot=pilot)
+            app.screen.query_one("#export-path").value = str(target)
+            await pilot.click("#export-markdown")
+            await wait_until(lambda: shown(app, ConfirmModal), pilot=pilot, what="the question")
+            assert str(target) in str(app.screen.query_one(Static).render())
+            await pilot.press(answer)
+            await wait_until(lambda: not shown(app, ConfirmModal), pilot=pilot, what="the answer taken")
+            if answer == "n":
+                assert target.read_text() == "my own notes"      # kept, nothing written
+        await wait_until(lambda: "echo: export again" in target.read_text(), pilot=pilot, what="the replaced file")
 
 
 async def test_input_recall_newline_copy(server) -> None:

@@ -9,7 +9,9 @@ from textual.command import CommandPalette
 from client.config import ClientConfig
 from client.tui.app import NpltApp
 from client.tui.memory_panel import MemoryPanel
+from client.tui.modals import ConfirmModal
 from client.tui.why import WhyScreen, why_lines
+from client.wording import minute
 from client_testlib import shown, SIZE, chat, wait_until
 from fake_client import FakeClient, stamp
 from protocol.objects import ChatMessage, MemoryItem, SessionInfo
@@ -58,11 +60,21 @@ async def test_memory_panel_from_the_palette_lists_and_forgets() -> None:
         options = panel.query_one("#memory-items", OptionList)
         await wait_until(lambda: options.option_count == 2, pilot=pilot, what="two items")
         assert "2 items" in str(panel.query_one("#memory-info", Static).render())
-        await pilot.press("delete")                       # the highlighted (first) item
+        await pilot.press("delete")                       # the highlighted (first) item, after asking
+        await wait_until(lambda: shown(app, ConfirmModal), pilot=pilot, what="the confirmation")
+        assert "The prod DB host is db-prod-42." in str(app.screen.query_one(Static).render())
+        await pilot.press("n")                            # No keeps it
+        await wait_until(lambda: app.screen is panel, pilot=pilot, what="back in the panel")
+        assert not any(c[0] == "memory_forget" for c in fake.calls) and options.option_count == 2
+        await pilot.press("delete")
+        await wait_until(lambda: shown(app, ConfirmModal), pilot=pilot, what="the confirmation again")
+        await pilot.press("y")
         await wait_until(lambda: options.option_count == 1, pilot=pilot, what="one item left")
         assert ("memory_forget", "m1") in fake.calls and [i.id for i in fake.memory] == ["m2"]
         assert options.get_option_at_index(0).id == "m2"
         await pilot.click("#memory-forget")
+        await wait_until(lambda: shown(app, ConfirmModal), pilot=pilot, what="the button's confirmation")
+        await pilot.click("#confirm-yes")
         await wait_until(lambda: options.option_count == 0, pilot=pilot, what="nothing left")
         assert "Nothing remembered yet" in str(panel.query_one("#memory-info", Static).render())
         await pilot.press("escape")
@@ -78,8 +90,9 @@ async def test_memory_items_name_the_session_they_were_said_in() -> None:
         options = app.screen.query_one("#memory-items", OptionList)
         await wait_until(lambda: options.option_count == 3, pilot=pilot, what="three items")
         prompts = [str(options.get_option_at_index(n).prompt) for n in range(3)]
-        assert "m1 · in “Prod database notes” · 2026-11-20 10:15 UTC" in prompts[0]   # a session the sidebar lists
-        assert "m3 · session s_gone · 2026-11-20 10:17 UTC" in prompts[2]           # one it does not: its id
+        at = minute("2026-11-20T10:15:00+00:00")                                     # local time
+        assert f"m1 · in “Prod database notes” · {at}" in prompts[0]                  # a session the sidebar lists
+        assert f"m3 · session s_gone · {minute('2026-11-20T10:17:00+00:00')}" in prompts[2]   # one it does not: its id
 
 
 async def test_why_this_answer_shows_what_reached_the_model() -> None:

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "client"))   # for 
 from client_testlib import ServerThread  # noqa: E402
 
 from client.main import main  # noqa: E402
+from client.wording import stamp  # noqa: E402
 
 NOTES = "# Ports\n\nThe metrics exporter listens on port 9100 by default.\n".encode()
 
@@ -52,6 +53,9 @@ def test_kb_commands(srv: ServerThread, capsys: pytest.CaptureFixture, tmp_path:
     assert code == 5 and "FORBIDDEN" in err
     code, out, _ = run(srv, capsys, "kb", "list", "--json")
     assert code == 0 and [d["doc_id"] for d in json.loads(out)["documents"]] == [doc["doc_id"]]
+    [listed] = json.loads(out)["documents"]
+    code, out, _ = run(srv, capsys, "kb", "list")                  # text: local time with its zone, "1 chunk"
+    assert code == 0 and f"{doc['doc_id']}  {stamp(listed['uploaded_at'])}  " in out and " 1 chunk  " in out
     code, out, _ = run(srv, capsys, "kb", "search", "exporter port", "--limit", "3", "--json")
     hits = json.loads(out)["hits"]
     assert code == 0 and hits[0]["doc_id"] == doc["doc_id"] and "9100" in hits[0]["text"]

@@ -268,8 +268,19 @@ class NpltApp(App[None]):
 
         def done(choice: tuple[str, str] | None) -> None:
             if choice:
-                self.controller.spawn(self.export(sid, *choice), "export")
+                self.controller.spawn(self.export_unless_kept(sid, *choice), "export")
         self.push_screen(ExportModal(f"nplt-{sid}", paths.export_dir()), done)
+
+    async def export_unless_kept(self, session_id: str, fmt: str, path: str) -> None:
+        """Export, after asking before an existing file is replaced (No keeps it and exports nothing)."""
+        if not await asyncio.to_thread(Path(path).exists):
+            await self.export(session_id, fmt, path)
+            return
+
+        def done(ok: bool | None) -> None:
+            if ok:
+                self.controller.spawn(self.export(session_id, fmt, path), "export")
+        self.push_screen(ConfirmModal(f"{path} already exists.\n\nReplace it with this export?", "Replace"), done)
 
     async def export(self, session_id: str, fmt: str, path: str) -> None:
         reply = await self.client.export(fmt, session_id=session_id)

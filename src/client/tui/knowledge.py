@@ -21,7 +21,7 @@ from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
 from protocol.kb import KbDocument
 
 from client.tui.modals import ConfirmModal
-from client.tui.words import counted
+from client.wording import counted, minute
 
 Progress = Callable[[str, int, int], None]     # (stage, done, total), as client.kb reports it
 
@@ -159,7 +159,7 @@ class KnowledgeScreen(ModalScreen[None]):
         table.clear()
         for doc in self.documents:
             table.add_row(doc.name, human_size(doc.size), str(doc.chunks), doc.collection,
-                          doc.uploaded_at[:16].replace("T", " "), key=doc.doc_id)
+                          minute(doc.uploaded_at), key=doc.doc_id)
         n = len(self.documents)
         info.update("No documents yet: upload one (U)" if not n else counted(n, "document"))
         self.loaded = True

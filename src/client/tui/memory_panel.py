@@ -15,7 +15,8 @@ from textual.widgets.option_list import Option
 from protocol.objects import MemoryItem
 from protocol.replies import MemoryListReply
 
-from client.tui.words import counted
+from client.tui.modals import ConfirmModal
+from client.wording import counted, minute
 
 ListFn = Callable[[], Awaitable[MemoryListReply]]
 ForgetFn = Callable[[str], Awaitable[object]]
@@ -25,10 +26,10 @@ TitleFn = Callable[[str], str | None]
 def item_prompt(item: MemoryItem, title: str | None = None) -> Text:
     """An item: its kind and text, then its id, where it was said (the session's title when the
     client knows the session, else its id) and when."""
-    when = item.created_at[:16].replace("T", " ")
+    when = minute(item.created_at)
     where = f"session {item.session_id}" if title is None else f"in “{title}”"
     return Text.assemble((f"{item.kind:<10}", "bold"), item.text, "\n",
-                         (f"  {item.id} · {where} · {when} UTC", "dim"))
+                         (f"  {item.id} · {where} · {when}", "dim"))
 
 
 class MemoryPanel(ModalScreen[None]):
@@ -82,8 +83,16 @@ class MemoryPanel(ModalScreen[None]):
         if options.highlighted is None or not self.items:
             return
         option = options.get_option_at_index(options.highlighted)
-        if option.id:
-            self.forget_item(option.id)
+        item = next((i for i in self.items if i.id == option.id), None)
+        if item is None:
+            return
+
+        def done(ok: bool | None) -> None:
+            if ok:
+                self.forget_item(item.id)
+        self.app.push_screen(ConfirmModal(f"Forget this {item.kind}?\n\n“{item.text}”\n\n"
+                                          "It is deleted for good and no longer reaches your other sessions.",
+                                          "Forget"), done)
 
     @work(exclusive=True, group="memory")
     async def forget_item(self, item_id: str) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-from datetime import datetime
 
 from markdown_it import MarkdownIt
 from rich.console import RenderableType
@@ -33,21 +32,12 @@ from protocol.objects import ChatMessage, ToolCall
 
 from client.tui.citations import CitationList, citations_of
 from client.tui.toolcall import ToolCallItem
+from client.wording import clock
 
 ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 SEGMENT_CHARS = 1200   # live Markdown text kept before freezing completed paragraphs into a Static
 MAX_SEGMENTS = 3       # frozen segments per live answer; more are merged into the first one
 FENCE = re.compile(r"^\s*(```|~~~)", re.M)
-
-
-def short_time(ts: str | None) -> str:
-    """``HH:MM`` in local time for an ISO timestamp ('' when unparsable)."""
-    if not ts:
-        return ""
-    try:
-        return datetime.fromisoformat(ts).astimezone().strftime("%H:%M")
-    except ValueError:
-        return ""
 
 
 _PROTOTYPE = RichMarkdown("", code_theme="monokai")
@@ -153,7 +143,7 @@ class MessageView(Vertical, can_focus=True):
 
     def _header_text(self) -> str:
         parts = [f"[b]{ROLE_LABELS.get(self.role, escape(self.role))}[/b]"]
-        when = short_time(self.message.timestamp) if self.show_time else ""
+        when = clock(self.message.timestamp) if self.show_time else ""
         if when:
             parts.append(when)
         meta = self.message.metadata

@@ -15,7 +15,7 @@ from textual.widgets.option_list import Option
 
 from protocol.objects import SearchHit
 
-from client.tui.words import counted
+from client.wording import counted
 
 MAX_TITLE = 200
 

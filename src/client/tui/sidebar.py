@@ -1,7 +1,6 @@
 """The sessions sidebar: title, message count and last update of each session, newest first, live-updated."""
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Iterable
 
 from rich.text import Text
@@ -13,19 +12,7 @@ from textual.widgets.option_list import Option
 
 from protocol.objects import SessionInfo
 
-from client.tui.words import counted
-
-
-def when(ts: str | None) -> str:
-    """A compact local time: ``HH:MM`` today, else ``YYYY-MM-DD``."""
-    if not ts:
-        return ""
-    try:
-        dt = datetime.fromisoformat(ts).astimezone()
-    except ValueError:
-        return ""
-    return dt.strftime("%H:%M") if dt.date() == datetime.now().astimezone().date() else dt.strftime("%Y-%m-%d")
-
+from client.wording import compact, counted
 
 TITLE_WIDTH = 28      # title cells before the list is laid out (the sidebar is 32 wide); then its width
 
@@ -62,7 +49,7 @@ class Sidebar(Vertical):
         count = s.message_count
         detail = f"  {counted(count, 'msg')}"
         if self.show_times:
-            stamp = when(s.updated_at)
+            stamp = compact(s.updated_at)
             if stamp:
                 detail += f" · {stamp}"
         return Text.assemble(title, "\n", (detail, "dim"))

@@ -15,7 +15,7 @@ from textual.widgets.option_list import Option
 from protocol.objects import SessionInfo
 
 from client.tui.modals import ConfirmModal
-from client.tui.words import counted
+from client.wording import counted
 
 ListFn = Callable[[], Awaitable[Sequence[SessionInfo]]]
 ActFn = Callable[[str], Awaitable[object]]
