@@ -100,7 +100,8 @@ class _Piece:
 
     def cut(self, target: int) -> list[_Piece]:
         """Its sentences, each with its own line range when the text is line for line its source
-        lines (text formats; else the whole range: html collapses whitespace, csv may drop rows)."""
+        lines (text formats, csv rows; else the whole range: html collapses whitespace, csv may drop
+        empty rows and cells, a one-line json is pretty-printed)."""
         t, ls, le = self.text, self.line_start, self.line_end
         exact = ls is not None and le is not None and t.count("\n") == le - ls
         out, prev, pos, line = [], None, 0, ls

@@ -129,24 +129,33 @@ def parse_markdown(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Bl
 
 
 def parse_csv(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
-    """Rows as ``column: value`` lines, a block per ``CSV_ROWS_PER_BLOCK`` rows."""
+    """Rows as ``column: value`` lines, a block per ``CSV_ROWS_PER_BLOCK`` rows, located by the lines
+    of the file its records span (a quoted cell may hold line ends: a record is not a line). Column
+    names have their whitespace (line ends too) collapsed to single spaces, so a block whose text has
+    as many line ends as its range has lines is line for line its source (no empty row or cell was
+    dropped) and the chunker cites each row's own lines."""
     text = decode_text(data)
+    reader = csv.reader(io.StringIO(text))
+    records: list[tuple[list[str], int, int]] = []     # (cells, first line, last line) of each record
     try:
-        rows = list(csv.reader(io.StringIO(text)))
+        for row in reader:
+            records.append((row, records[-1][2] + 1 if records else 1, reader.line_num))
     except csv.Error as exc:
         raise unsupported(f"malformed csv: {exc}") from None
     del text
-    if not rows:
+    if not records:
         return []
-    header, out = rows[0], []
-    for start in range(1, len(rows), CSV_ROWS_PER_BLOCK):       # "column: " repeated per value: counted
-        part = rows[start:start + CSV_ROWS_PER_BLOCK]
-        lines = ["; ".join(f"{h}: {v}" for h, v in zip(header, row) if v.strip()) for row in part]
-        block = Block("\n".join(x for x in lines if x), 0, None, start + 1, start + len(part))
+    header, _, header_end = records[0]
+    names = [" ".join(h.split()) for h in header]
+    out = []
+    for start in range(1, len(records), CSV_ROWS_PER_BLOCK):    # "column: " repeated per value: counted
+        part = records[start:start + CSV_ROWS_PER_BLOCK]
+        lines = ["; ".join(f"{h}: {v}" for h, v in zip(names, row) if v.strip()) for row, _, _ in part]
+        block = Block("\n".join(x for x in lines if x), 0, None, part[0][1], part[-1][2])
         budget.add(len(block.text))
         out.append(block)
-    if len(rows) == 1:
-        out.append(Block("; ".join(header), 0, None, 1, 1))
+    if len(records) == 1:
+        out.append(Block("; ".join(header), 0, None, 1, header_end))
         budget.add(len(out[-1].text))
     return [b for b in out if b.text]
 
@@ -156,8 +165,10 @@ def _too_deep(kind: str) -> HandlerError:
 
 
 def parse_json(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
-    """Validated, then indexed as pretty-printed text (keys stay next to their values); the
-    pretty-printed text is counted as it is produced (deep one-line files expand a lot)."""
+    """Validated, then indexed as written; a file on one line (minified) is indexed pretty-printed
+    (keys stay next to their values, chunks end at line ends) and every block is located on that
+    one line of the file, not on the lines of the pretty-printed text. The pretty-printed text is
+    counted as it is produced (deep one-line files expand a lot)."""
     text = decode_text(data)
     try:
         obj = json.loads(text)
@@ -178,8 +189,13 @@ def parse_json(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]
                     budget.check()
         except RecursionError:
             raise _too_deep("json") from None
+        line = 1 + text[:len(text) - len(text.lstrip())].count("\n")     # the line holding the json
         text = "".join(pieces)
-        del pieces
+        del pieces, obj
+        blocks = _counted(text.split("\n"), budget)
+        for b in blocks:                  # pretty-printed lines are not the file's: cite its one line
+            b.line_start = b.line_end = line
+        return blocks
     del obj
     return _counted(text.split("\n"), budget)
 
