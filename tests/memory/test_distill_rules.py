@@ -2,8 +2,10 @@
 later statement replaces which earlier one (``subject_key``).
 
 Each table has the cases of one rule: unrelated statements that must not replace each other,
-corrections worded with a leading "actually" / "correction:" / "其实" / "is now", questions that must
-not be kept, and the real statements and corrections that already worked and still must."""
+corrections worded with a leading "actually" / "correction:" / "其实" / "is now" or as a change
+("changed to", "We moved ... to", "改成…了", "迁到…了"), questions, statements not made as true
+(hedged, negated, requests to check, what someone else said) and secrets that must not be kept, and
+the real statements and corrections that already worked and still must."""
 from __future__ import annotations
 
 import pytest
@@ -43,6 +45,7 @@ def test_unrelated_statements_stand_beside_each_other(older, newer):
 @pytest.mark.parametrize("older, newer", [
     # a leading discourse marker is not part of the subject
     ("The prod DB host is db-prod-41.", "Actually, the prod DB host is db-prod-42."),
+    ("The prod DB host is db-prod-41.", "As I said, the prod DB host is db-prod-42."),
     ("The prod DB host is db-prod-41.", "Actually the prod DB host is db-prod-42."),
     ("The prod DB host is db-prod-41.", "Correction: the prod DB host is db-prod-43."),
     ("The prod DB host is db-prod-41.", "Update: the prod DB host is db-prod-43."),
@@ -63,6 +66,32 @@ def test_unrelated_statements_stand_beside_each_other(older, newer):
     ("我们的数据库在杭州。", "纠正一下，我们的数据库在上海。"),
     ("我们的数据库在杭州。", "对了，我们的数据库在上海。"),
     ("我们的数据库在杭州。", "我们的数据库现在在上海。"),
+    # a change: "changed to", "We moved ... to", "改成…了", "迁到…了"
+    ("我们的生产数据库在杭州。", "生产数据库改成上海了。"),
+    ("我们的生产数据库在杭州。", "我们的生产数据库已经迁到上海了。"),
+    ("我们的生产数据库在杭州。", "我们把生产数据库迁到上海了。"),
+    ("我们的数据库在杭州。", "我们的数据库已经从杭州迁到上海了。"),
+    ("我们的数据库是MySQL。", "我们的数据库换成PostgreSQL了。"),
+    ("我的名字是张三", "我的名字改成李四了。"),
+    ("The prod DB host is db-prod-41.", "The prod DB host changed to db-prod-43."),
+    ("The prod DB host is db-prod-41.", "The prod DB host changed from db-prod-41 to db-prod-43."),
+    ("The prod DB host is db-prod-41.", "The prod DB host has been moved to db-prod-50."),
+    ("The prod DB host is db-prod-41.", "The prod DB host was switched over to db-prod-51 last night."),
+    ("The prod DB host is db-prod-41.", "We moved the prod DB host to db-prod-44"),
+    ("The prod DB host is db-prod-41.", "We moved the prod DB host to db-prod-44 yesterday."),
+    ("The prod DB host is db-prod-41.", "We've migrated the prod DB host to db-prod-52."),
+    ("My editor is vim.", "I changed my editor to emacs."),
+    # "my"/"our"/"我们的" are not part of the subject
+    ("Our CI runner host is ci-1.", "Correction: the CI runner host is ci-2 now."),
+    ("The CI runner host is ci-1.", "Our CI runner host is ci-2."),
+    ("My name is Alice.", "Actually, my name is Alicia."),
+    # "<value>, not <old>"
+    ("The prod DB host is db-prod-46.", "The prod DB host is db-prod-47, not db-prod-46."),
+    ("The prod DB host is db-prod-46.", "The prod DB host is db-prod-47 now, not db-prod-46."),
+    ("我们的数据库在上海。", "我们的数据库在杭州，不是上海。"),
+    # "<setting>: <value>"
+    ("Redis port: 6380", "The redis port is 6381 now."),
+    ("FYI the build host: ci-build-3", "The build host is ci-build-4."),
 ])
 def test_corrections_worded_in_the_usual_ways_replace_the_older_statement(older, newer):
     assert replaces(older, newer)
@@ -83,6 +112,8 @@ def test_corrections_worded_in_the_usual_ways_replace_the_older_statement(older,
     ("My son is 5.", "My son is a doctor.", False),
     ("The prod DB host is db-prod-41.", "The staging DB host is db-stage-1.", False),
     ("我们的数据库在杭州。", "我们的数据库是PostgreSQL。", False),
+    ("我们的数据库在杭州。", "我们的数据库换成PostgreSQL了。", False),   # what it is, not where
+    ("我们的数据库是MySQL。", "我们的数据库迁到上海了。", False),          # where it is, not what
 ])
 def test_real_corrections_still_replace_and_other_statements_do_not(older, newer, expected):
     assert replaces(older, newer) is expected
@@ -112,8 +143,91 @@ def test_real_corrections_still_replace_and_other_statements_do_not(older, newer
     "If my DB host is db-9, what port should I use",
     "Assuming the DB port is 5432, which user should I use",
     "如果我们的数据库在上海，延迟会高",
+    "我们的数据库在不在上海",                       # A-not-A
+    "我们的数据库改没改到上海",
 ])
 def test_questions_are_not_kept(text):
+    assert distill_rules(text) == []
+
+
+@pytest.mark.parametrize("text", [
+    # hedged or negated
+    "I'm not sure the prod DB host is db-prod-99, can you check",
+    "I don't think the cache port is 6380.",
+    "I don’t think the cache port is 6380.",
+    "Maybe the region is eu-west-1",
+    "I think the db is maybe db-3",
+    "I think the prod DB host is db-prod-42.",
+    "Actually, I think the prod DB host is db-prod-42.",
+    "The prod DB host is probably db-prod-42.",
+    "Our prod DB host is likely db-prod-42.",
+    "The prod DB host is db-prod-42, I'm not sure about the port.",
+    "我不确定我们的数据库在上海",
+    "我们的数据库可能在上海",
+    "可能我们的数据库在上海",
+    "大概我们的数据库在上海",
+    "我们的数据库大概在上海",
+    "好像我们的数据库在上海",
+    "我觉得我们的数据库在上海",
+    "我们的数据库应该在上海",
+    # requests to check or do something
+    "Check whether the prod DB host is db-prod-99.",
+    "Make sure the port is 5432.",
+    "Please verify that the prod DB host is db-prod-99.",
+    "The prod DB host is db-prod-99, can you check that",
+    "帮我查一下我们的数据库是不是在上海",
+    "帮我确认一下我们的数据库在杭州",
+    "请确认我们的数据库在杭州",
+    "查一下我们的数据库在上海",
+    "Move the prod DB host to db-prod-45",               # not done yet: a request
+    "把我们的数据库迁到上海",
+    # hypotheses
+    "Let's assume the db host is db-7",
+    "Let's say the prod DB host is db-prod-7.",
+    "Assume the prod DB host is db-prod-7.",
+    "假设我们的数据库在上海",
+    "假定我们的数据库在上海",
+    # what someone else said
+    "Bob said the db host is db-9",
+    "The docs say the port is 5432",
+    "According to Bob, the prod DB host is db-prod-9.",
+    "I was told the prod DB host is db-prod-9.",
+    "I heard the prod DB host is db-prod-9.",
+    "他说我们的数据库在上海",
+    "他们说我们的数据库在上海",
+    "老王说我们的数据库在上海",
+    "张经理说我们的数据库在上海",
+    "听说我们的数据库在上海",
+    "我们的值班负责人是老王，他说数据库在上海",
+])
+def test_statements_not_made_as_true_are_not_kept(text):
+    assert distill_rules(text) == []
+
+
+@pytest.mark.parametrize("text", [
+    # the words
+    "My ssh passphrase is correct-horse-battery",
+    "Our credentials are admin/hunter2",
+    "My creds are admin/hunter2",
+    "Our private key is in the vault",
+    "Our AWS access key is AKIA-in-vault.",
+    "我们的服务器密钥是 sk-live-abc123",
+    "我们的数据库账号是root，凭证是Abc@123",
+    "我们的凭据是admin/hunter2",
+    "我的私钥是id_rsa",
+    "我们的访问令牌是abc123",
+    "my password is hunter2",
+    # the value, whatever the words
+    "My deploy id is AKIAABCDEFGHIJKLMNOP",
+    "Our OpenAI one is sk-proj-abcdefghijklmnop1234",
+    "My GitHub login is ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "Our slack bot is xoxb-1234567890-abcdefghij",
+    "Our DB URL is postgres://app:S3cretpw@db-1/app",
+    "My build id is Zx81kQp02LmN7vBc3Rt9",
+    "Our ci value is 8f3a9c2b7e1d4f6a0b5c9d8e7f6a5b4c",
+    "Our webhook is https://hooks.slack.com/services/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",
+])
+def test_secrets_are_never_kept(text):
     assert distill_rules(text) == []
 
 
@@ -145,6 +259,26 @@ def test_questions_are_not_kept(text):
     ("Update the config on web1.", []),          # "update" as a verb is not a marker
     ("Sorry for the confusion, the DB port is 6432.", [("fact", "The DB port is 6432.")]),
     ("Oh and btw, actually the DB port is 6432.", [("fact", "The DB port is 6432.")]),
+    # sure, the user's own words, a preference worded with "I think": kept
+    ("The db is db-3, I'm sure", [("fact", "The db is db-3, I'm sure")]),
+    ("I think we should answer in Chinese", [("preference", "I think we should answer in Chinese")]),
+    ("As I said, the prod DB host is db-prod-42.", [("fact", "The prod DB host is db-prod-42.")]),
+    ("跟你说，我们的数据库在上海", [("fact", "跟你说，我们的数据库在上海")]),
+    ("My birthday is May 5.", [("fact", "My birthday is May 5.")]),
+    # "<setting>: <value>"
+    ("Redis port: 6380", [("fact", "Redis port: 6380")]),
+    ("FYI the build host: ci-build-3", [("fact", "The build host: ci-build-3")]),
+    ("The DB port=5432", [("fact", "The DB port=5432")]),
+    ("ssh key path: ~/.ssh/id_ed25519", [("fact", "ssh key path: ~/.ssh/id_ed25519")]),
+    ("Restart the server at 10:30", []),
+    # a change, in the user's words
+    ("生产数据库改成上海了。", [("fact", "生产数据库改成上海了。")]),
+    ("我们的生产数据库已经迁到上海了。", [("fact", "我们的生产数据库已经迁到上海了。")]),
+    ("The prod DB host changed to db-prod-43.", [("fact", "The prod DB host changed to db-prod-43.")]),
+    ("We moved the prod DB host to db-prod-44 yesterday.",
+     [("fact", "We moved the prod DB host to db-prod-44 yesterday.")]),
+    ("The prod DB host is db-prod-47, not db-prod-46.", [("fact", "The prod DB host is db-prod-47, not db-prod-46.")]),
+    ("The weather changed to rain.", []),           # not about the user or their systems
 ])
 def test_real_statements_are_kept_as_plain_statements(text, expected):
     assert distill_rules(text) == expected
@@ -154,10 +288,26 @@ def test_real_statements_are_kept_as_plain_statements(text, expected):
     ("fact", "The prod DB host is now db-prod-42.", "fact:prod db host"),
     ("fact", "Actually, the prod DB host is db-prod-42", "fact:prod db host"),   # an item kept before the fix
     ("fact", "FYI the prod DB host is db-prod-43", "fact:prod db host"),
-    ("fact", "我的常用编辑器是vim", "fact:我的常用编辑器是"),
-    ("fact", "我们的数据库现在在上海", "fact:我们的数据库在"),
-    ("fact", "其实我们的数据库在上海", "fact:我们的数据库在"),
+    ("fact", "我的常用编辑器是vim", "fact:常用编辑器是"),
+    ("fact", "我们的数据库现在在上海", "fact:数据库在"),
+    ("fact", "其实我们的数据库在上海", "fact:数据库在"),
     ("fact", "我们用PostgreSQL", None),
+    ("fact", "Our CI runner host is ci-1.", "fact:ci runner host"),
+    ("fact", "The CI runner host is ci-2 now.", "fact:ci runner host"),
+    ("fact", "Redis port: 6380", "fact:redis port"),
+    ("fact", "The build host: ci-build-3", "fact:build host"),
+    ("fact", "The prod DB host is db-prod-47, not db-prod-46.", "fact:prod db host"),
+    ("fact", "The prod DB host changed to db-prod-43.", "fact:prod db host"),
+    ("fact", "We moved the prod DB host to db-prod-44 yesterday.", "fact:prod db host"),
+    ("fact", "我们的生产数据库在杭州。", "fact:生产数据库在"),
+    ("fact", "生产数据库改成上海了。", "fact:生产数据库在"),
+    ("fact", "我们的生产数据库已经迁到上海了。", "fact:生产数据库在"),
+    ("fact", "我们的数据库换成PostgreSQL了", "fact:数据库是"),
+    ("fact", "我的名字改成李四了", "fact:名字是"),
+    ("fact", "数据库现在在上海", "fact:数据库在"),
+    ("fact", "My name is Alice.", "fact:name"),
+    ("fact", "Your name is Jarvis.", "fact:your name"),                # "your" is not "my"
+    ("fact", "It is db-3.", None),                                  # a pronoun is not a subject
     ("fact", "我是张三", None),
     ("fact", "我的数据库不是MySQL", None),
     ("preference", "Please answer in Chinese.", "preference:answer language"),

@@ -43,6 +43,12 @@ def memory_block(ctx) -> str | None:
     ("数据库在哪里？", []),
     ("Check disk usage on web1", []),
     ("my password is hunter2", []),           # secrets are never kept
+    ("My ssh passphrase is correct-horse-battery", []),
+    ("我们的服务器密钥是 sk-live-abc123", []),
+    ("My deploy id is AKIAABCDEFGHIJKLMNOP", []),
+    ("I don't think the cache port is 6380.", []),     # nor what the user does not state as true
+    ("Bob said the db host is db-9", []),
+    ("Redis port: 6380", [("fact", "Redis port: 6380")]),
     # the words that only ask to keep something are not kept with it
     ("Remember that the staging server is stage-7.internal", [("fact", "The staging server is stage-7.internal")]),
     ("note: the backup bucket is s3://bk-3", [("fact", "The backup bucket is s3://bk-3")]),
@@ -59,6 +65,10 @@ def test_model_answers_are_parsed_or_refused():
     assert parse_model_answer("[]") == []
     assert parse_model_answer("no json here") is None
     assert parse_model_answer('[{"kind": "fact"}]') is None
+    assert parse_model_answer('[{"kind": "fact", "text": "My ssh passphrase is correct-horse-battery"}, '
+                              '{"kind": "fact", "text": "The deploy id is AKIAABCDEFGHIJKLMNOP"}, '
+                              '{"kind": "fact", "text": "The prod DB host is db-prod-42"}]') == \
+        [("fact", "The prod DB host is db-prod-42")]           # secrets are dropped from the model's items too
 
 
 async def test_store_is_atomic_isolated_and_survives_a_corrupt_file(tmp_path):
@@ -198,11 +208,11 @@ async def test_clear_forgets_what_the_session_taught(store, tmp_path):
     ("fact", "The prod DB host is db-prod-43 now.", "fact:prod db host"),
     ("fact", "port: 5432", "fact:port"),
     ("fact", "The DB port = 5432", "fact:db port"),
-    ("fact", "My name is Alice.", "fact:my name"),
+    ("fact", "My name is Alice.", "fact:name"),
     ("fact", "Call me Bob.", "fact:call me"),
     ("fact", "我叫小王。", "fact:call me"),
-    ("fact", "我们的数据库在杭州。", "fact:我们的数据库在"),
-    ("fact", "我的名字是张三", "fact:我的名字是"),
+    ("fact", "我们的数据库在杭州。", "fact:数据库在"),
+    ("fact", "我的名字是张三", "fact:名字是"),
     ("preference", "Please answer in Chinese.", "preference:answer language"),
     ("preference", "以后请用英文回答。", "preference:answer language"),
     # statements that stand beside others: no key
@@ -235,6 +245,27 @@ async def test_a_correction_replaces_the_older_statement(store, tmp_path):
     ctx, _ = await store_turn(store, mm, c, "alice", "which vault host?", "…")
     block = memory_block(ctx)
     assert "vault-9" in block and "vault-7" not in block and "Chinese" not in block
+    await mm.aclose()
+
+
+async def test_natural_corrections_replace_and_unstated_or_secret_sentences_are_not_learned(store, tmp_path):
+    mm = manager(store, tmp_path)
+    a = (await store.create("carol")).session_id
+    b = (await store.create("carol")).session_id
+    await store_turn(store, mm, a, "carol", "我们的生产数据库在杭州。The prod DB host is db-prod-41. "
+                     "Our CI runner host is ci-1.", "noted")
+    await mm.wait_idle()
+    for text in ("生产数据库改成上海了。", "We moved the prod DB host to db-prod-44 yesterday.",
+                 "Correction: the CI runner host is ci-2 now.",
+                 "I'm not sure the prod DB host is db-prod-99, can you check", "Maybe the region is eu-west-1",
+                 "My ssh passphrase is correct-horse-battery", "FYI the build host: ci-build-3"):
+        await store_turn(store, mm, b, "carol", text, "noted")
+    await mm.wait_idle()
+    assert [i.text for i in await mm.user_memory.list("carol")] == [
+        "生产数据库改成上海了。", "We moved the prod DB host to db-prod-44 yesterday.",
+        "The CI runner host is ci-2 now.", "The build host: ci-build-3"]
+    stored = "".join(f.read_text() for f in (tmp_path / "um").iterdir())
+    assert all(gone not in stored for gone in ("杭州", "db-prod-41", "ci-1.", "db-prod-99", "eu-west-1", "correct-horse"))
     await mm.aclose()
 
 

@@ -4,12 +4,17 @@ Embedded default (no model): rules, English and Chinese. A sentence of a *user* 
 when it states something about the user or their systems ("my ... is", "our ... are", "the prod DB
 host is db-prod-42", "I prefer", "call me", "我叫", "我的…是", "我们的…在", "记住") -- a fact -- or
 asks for a lasting way of answering ("answer in Chinese", "always reply briefly", "以后用中文回答",
-"请用英文回复") -- a preference. Questions are never kept, nor are conditionals as facts. Words that
-only lead into a sentence ("Actually,", "Correction:", "FYI", "其实", "更正：", "remember that") are
-left out of the item and of its subject, so "Correction: the prod DB host is db-prod-43" is kept as
-"The prod DB host is db-prod-43" and replaces "... is db-prod-42". With a summary model configured,
-``distill_with_model`` asks it for the same kind of list as JSON and falls back to the rules when
-the answer is not usable.
+"请用英文回复") -- a preference. Questions are never kept, nor is anything naming or holding a secret
+("password", "passphrase", "credentials", "密钥", "凭证", "sk-...", a long random token); neither
+are conditionals, hedges ("I'm not sure ...", "Maybe ...", "可能…"), requests to check something
+("Make sure the port is 5432", "帮我查一下…") or what someone else said ("Bob said ...", "他说…") as
+facts. Words that only lead into a sentence ("Actually,", "Correction:", "FYI", "其实", "更正：",
+"remember that") are left out of the item and of its subject, so "Correction: the prod DB host is
+db-prod-43" is kept as "The prod DB host is db-prod-43" and replaces "... is db-prod-42", as do "The
+prod DB host changed to db-prod-43" and "Our prod DB host is db-prod-43" (the user's possessives
+are not part of a subject either; "生产数据库改成上海了" replaces "我们的生产数据库在杭州"). With a
+summary model configured, ``distill_with_model`` asks it for the same kind of list as JSON and
+falls back to the rules when the answer is not usable (its items are refused on secrets too).
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import re
 from typing import Any
 
 from server.memory.extractive import is_fact, sentences
+from server.tools.secrets import redact_shapes
 
 log = logging.getLogger("nplt.memory")
 
@@ -36,7 +42,7 @@ _PREFERENCE = [re.compile(p, re.IGNORECASE) for p in (
 _SYSTEM_FACT = re.compile(
     r"\b(?:host|hostname|server|database|db|cluster|ip|endpoint|url|port|path|region|account|bucket|"
     r"namespace|password|user ?name|version|timezone|time zone|email|team|project)\b[\w .'/-]{0,40}?"
-    r"\s+(?:is|are|=|:|lives at|runs on)\s+\S+", re.IGNORECASE)
+    r"(?:\s+(?:is|are|lives at|runs on)\s+|\s*=\s*|\s*:\s+)\S+", re.IGNORECASE)
 #: a question, or a request to be told something, is never kept (nor is any sentence with one of these)
 _QUESTION = [re.compile(p, re.IGNORECASE) for p in (
     r"[?？]\s*$",
@@ -45,7 +51,8 @@ _QUESTION = [re.compile(p, re.IGNORECASE) for p in (
     r"\b(?:let me know|do you (?:know|remember)|I\s+(?:am\s+|was\s+)?wonder(?:ing)?|I'm\s+wondering|"
     r"(?:I\s+(?:want|need|would like)|I'd like)\s+to\s+know|(?:not sure|don't know|do not know)\s+(?:whether|if))\b",
     r"哪(?!怕)|谁|啥|什么|多少|(?<![好十])几(?:个|台|号|点|天|次|年|月|位|种|条|岁|分钟|小时|周)|是否|"
-    r"有没有|是不是|能不能|会不会|要不要|对不对|可不可以|好不好|行不行",                      # 哪个, 在哪个机房
+    r"有没有|是不是|能不能|会不会|要不要|对不对|可不可以|好不好|行不行|"
+    r"([\u4e00-\u9fff])[不没]\1",                      # 哪个, 在哪个机房; 在不在, 改没改
     r"(?:吗|呢|怎么|如何|怎样|怎么样|为什么|为何)[。？?！!]?\s*$",
 )]
 #: question words that mean "any" or "and so on" in a statement, left out before looking for a
@@ -53,9 +60,63 @@ _QUESTION = [re.compile(p, re.IGNORECASE) for p in (
 _ZH_INDEFINITE = re.compile(r"(?:不管|无论|不论)[^，,。]{0,8}?(?:什么|谁|哪|多少)|(?:什么|谁|哪儿|哪里)(?:都|也)|没什么|什么的")
 #: a hypothesis states nothing ("If my DB host is db-9, what port should I use"): never a fact; a
 #: conditional preference is kept but corrects nothing ("If I write in English, answer in English")
-_CONDITIONAL = re.compile(r"^\s*(?:if|unless|suppose|supposing|assuming|in case|provided|如果|假如|假设|要是|若|万一|倘若)"
-                          r"(?![A-Za-z])", re.IGNORECASE)
-_SECRET = re.compile(r"(?:password|passwd|secret|token|api[ _-]?key|密码|口令)", re.IGNORECASE)
+_CONDITIONAL = re.compile(r"^\s*(?:if|unless|suppose|supposing|assuming|assume|in case|provided|imagine|pretend|"
+                          r"hypothetically|let['’]?s\s+(?:say|assume|suppose|pretend)|let\s+us\s+(?:say|assume|suppose)|"
+                          r"如果|假如|假设|假定|要是|若|万一|倘若|比如说|比方说|就当)(?![A-Za-z])", re.IGNORECASE)
+#: a sentence that is not the user stating something as true is never a fact (a preference in it is
+#: still kept: "I think we should answer in Chinese"): a hedge ("I'm not sure ...", "I don't think
+#: ...", "Maybe ...", "I think ...", "可能", "大概", "好像", "我不确定"), a request to check or do
+#: something ("Check whether ...", "Make sure the port is 5432", "帮我查一下…") or what someone else
+#: said ("Bob said ...", "According to ...", "他说…", "听说…"; "As I said, ..." is the user's own)
+_NOT_STATED = [re.compile(p, re.IGNORECASE) for p in (
+    # hedges
+    r"\b(?:not\s+(?:sure|certain|positive)|unsure|uncertain|no idea)\b",
+    r"\b(?:I|we)\s+(?:don['’]?t|do not|didn['’]?t|did not)\s+(?:think|believe|know|remember|recall|guess|suppose)\b",
+    r"\b(?:I|we)\s+(?:think|believe|guess|suppose|assume|reckon|suspect|doubt|presume|figure)\b",
+    r"\b(?:I['’]m|I am|we['’]re|we are)\s+(?:guessing|assuming|thinking|not sure)\b",
+    r"\b(?:maybe|perhaps|possibly|probably|presumably|apparently|supposedly|allegedly|likely|unlikely|might|"
+    r"iirc|afaik|afaict)\b",
+    r"\b(?:may|could|would|should)\s+(?:be|have)\b|\bif\s+I\s+(?:remember|recall)\b",
+    r"可能|大概|好像|也许|或许|似乎|估计|貌似|说不定|没准|不一定|不确定|不太确定|不清楚|不知道|不记得|记不清|"
+    r"我觉得|我猜|我认为|印象中|应该(?:是|在)",
+    # requests to check or do something
+    r"^(?:please\s+|pls\s+|kindly\s+)?(?:(?:can|could|would|will)\s+you\s+)?(?:check|verify|confirm|make sure|"
+    r"ensure|find out|see|validate|double[- ]check|look up|figure out|determine|investigate|ask)\b",
+    r"^let(?:['’]s|\s+us)\b",
+    r"\b(?:check|verify|confirm|make sure|find out|see|test|ask)\s+(?:whether|if)\b",
+    r"\b(?:can|could|would|will)\s+you\s+(?:please\s+)?(?:check|verify|confirm|double[- ]check|look into|find out)\b",
+    r"^(?:查一下|查一查|查查|查下|检查一下|确认一下|核实一下|核对一下|看一下|看看|验证一下|测试一下|问一下|问问)|"
+    r"^(?:请|麻烦你?|帮我|帮忙)+(?:查|检查|确认|核实|核对|看|验证|测试|问)|(?:帮我|帮忙|麻烦你?)(?:查|看|确认|检查|核实|核对|验证|问)",
+    # what someone else said
+    r"(?<!\bI )(?<!\bwe )\b(?:said|say|says|mentioned|mentions|claims|claimed|thinks|believes|reckons)\b",
+    r"\b(?:told|tells)\s+(?:me|us)\b|\b(?:was|were)\s+told\b|\bI\s+heard\b|\baccording to\b|\brumou?r",
+    r"听说|据说|据悉|传言|(?<![其跟和给对向])(?:他|她|它|人家|别人|有人|大家|同事|老板|领导|经理|客户|对方|你)们?"
+    r"(?:刚才|刚刚|之前|以前|昨天|今天|也|还|都)?(?:说|讲|提到|告诉我|跟我说|和我说)",
+    r"^(?!老实|坦白|简单|一般|总的|换句|也就|比如|比方|所以|就是|照理|按理|实话|听我|跟你|和你|我)"      # 老王说, 张经理说
+    r"[\u4e00-\u9fff]{1,3}?(?<!小)(?:说|讲|告诉我)(?![明法书话])",
+)]
+_SECRET = re.compile(r"(?:password|passwd|pass ?phrase|secret|token|api[ _-]?key|credential|\bcreds?\b|"
+                     r"(?:private|access|signing)[ _-]?key|密码|口令|密钥|秘钥|凭证|凭据|私钥|令牌|验证码|授权码|助记词)",
+                     re.IGNORECASE)
+#: a value that looks like a key or token whatever the words around it: a run of this many letters
+#: and digits (``_`` ``+`` ``=`` between them) that changes between upper case, lower case and digits
+#: at least every third character ("Zx81kQ...", "8f3a9c2b..."; not "ProductionCluster2024" nor a
+#: hyphenated host name)
+RANDOM_TOKEN_CHARS = 20
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9_+=]{%d,}" % RANDOM_TOKEN_CHARS)
+
+
+def _looks_random(run: str) -> bool:
+    kinds = ["d" if c.isdigit() else "u" if c.isupper() else "l" for c in run if c.isalnum()]
+    changes = sum(a != b for a, b in zip(kinds, kinds[1:]))
+    return "d" in kinds and len(set(kinds)) > 1 and changes >= len(kinds) // 3
+
+
+def mentions_secret(text: str) -> bool:
+    """The text names a password, token, key or credential (``_SECRET``) or holds a value shaped like
+    one: a provider key, JWT, URL password ... (``server.tools.secrets``) or a long random token."""
+    return bool(_SECRET.search(text)) or redact_shapes(text) != text or \
+        any(_looks_random(run) for run in _TOKEN_RUN.findall(text))
 
 DISTILL_PROMPT = (
     "Extract the durable facts and preferences the USER states about themselves, their work or their "
@@ -80,6 +141,7 @@ _LEAD_IN = re.compile(r"^\s*(?:(?:please|pls)\s+)?(?:remember|don't forget|do no
 #: db-prod-42", which corrects "The prod DB host is db-prod-41"). Words that never start a statement
 #: themselves, with or without a comma after them ...
 _MARKER_WORDS = ("actually", "fyi", "btw", "by the way", "oh and", "oh", "and", "but", "also", "anyway", "in fact",
+                 "as i said", "like i said", "as i mentioned",
                  "just so you know", "to be clear", "i mean", "i meant", "my bad", "my mistake", "oops",
                  "其实", "对了", "哦对了", "顺便说一下", "顺便说一句", "纠正一下", "更正一下", "补充一下")
 #: ... and labels, only before a colon, comma or dash ("Update: the ...", not "Update the config";
@@ -101,19 +163,50 @@ _MARKER = re.compile(rf"^\s*(?:(?:{_alternatives(_MARKER_WORDS)})(?![A-Za-z])[\s
 _SUBJECT_VALUE = re.compile(r"^\s*(?P<subject>[\w][\w .'/-]{0,60}?)(?:\s*[=:]|\s+(?:is|are|lives at|runs on))\s+"
                             r"(?:(?:now|currently|nowadays)\s+)?"
                             r"(?P<value>[^\s,;]+?)(?:,?\s+(?:now|currently|nowadays|these days|from now on|today|again))?"
+                            r"(?:,?\s+(?:and\s+)?(?:not|no longer|instead of|rather than)\s+[^\s,;]+?(?:\s+any\s?more)?)?"
                             r"\s*[.!。！]?\s*$", re.IGNORECASE)
+#: a change: "<subject> changed/moved/was switched to <value> ...", "(We|I) moved <subject> to <value>
+#: ...": about what "<subject> is <value>" is about, whatever follows the value ("yesterday").
+#: Past tense only: "Move the prod DB to db-2" asks for something
+_CHANGE_VERB = r"(?:changed|moved|switched|migrated|updated|renamed|relocated|upgraded|repointed|pointed)"
+_CHANGE_TO = r"\s+(?:from\s+\S+\s+)?(?:over\s+|back\s+)?(?:to|into)\s+(?P<value>[^\s,;]+)"
+_CHANGED = re.compile(rf"^\s*(?P<subject>[\w][\w .'/-]{{0,60}}?)\s+(?:(?:has|have|was|were|got)\s+)?(?:been\s+)?"
+                      rf"{_CHANGE_VERB}{_CHANGE_TO}", re.IGNORECASE)
+_CHANGED_BY = re.compile(rf"^\s*(?:(?:we|I|they)(?:['’]ve|\s+have)?\s+)?(?:(?:just|already|finally|recently|also)\s+)*"
+                         rf"{_CHANGE_VERB}\s+(?P<subject>[\w][\w .'/-]{{0,60}}?){_CHANGE_TO}", re.IGNORECASE)
+_EN_PRONOUNS = frozenset(("i", "we", "you", "they", "he", "she", "it", "this", "that", "everything", "everyone"))
 #: the same in Chinese, "<subject>是/在<value>". A 是 or 在 inside another word is not the verb
-#: (但是, 总是, 不是, 也是; 现在, 正在, 存在, 不在), so "我的常用编辑器是vim" is about "我的常用编辑器"
+#: (但是, 总是, 不是, 也是; 现在, 正在, 存在, 不在), so "我的常用编辑器是vim" is about "我的常用编辑器";
+#: ", not ..." after the value ("，不是杭州") is left out
 _ZH_SUBJECT_VALUE = re.compile(r"^\s*(?P<subject>[^，,。；;\s]{1,24}?)"
                                r"(?P<verb>(?<![但还总就可于要若只凡或不也都])是|(?<![现正存所实好不])在)"
-                               r"(?P<value>[^，,。！!\s]+)\s*[。.!！]?\s*$")
+                               r"(?P<value>[^，,。！!\s]+)(?:\s*[，,]\s*(?:而)?(?:不是|不在|而非)[^，,。！!\s]+)?\s*[。.!！]?\s*$")
+#: a change in Chinese, "<subject>改成/换成/迁到/搬到<value>了", "<subject>已经迁到<value>",
+#: "我们把<subject>迁到<value>了"; without 了 or 已经/现在 it asks for the change ("把数据库迁到上海"). A
+#: move (迁, 搬, 移, 挪) is about where the subject is (在); "改成/换成/切换到 <value>" too when the
+#: value is Chinese words (a place: "改成上海"), unless the subject is a name or a title; else what
+#: it is (是: "换成PostgreSQL")
+_ZH_MOVE_VERBS = ("迁移到", "迁移至", "迁到", "迁至", "迁往", "搬迁到", "搬到", "搬至", "搬去", "移到", "挪到", "转移到")
+_ZH_CHANGE_VERBS = ("改成", "改为", "改到", "换成", "换为", "换到", "变成", "变为", "更新为", "更新成", "调整为", "调整成",
+                    "切换到", "切换成", "切到", "升级到", "升级为")
+_ZH_CHANGED = re.compile(r"^\s*(?:(?:我们|咱们|我|他们)?把)?(?P<subject>[^，,。；;\s]{1,24}?)(?:从[^，,。；;\s]{1,16}?)?"
+                         rf"(?P<verb>{_alternatives(_ZH_MOVE_VERBS + _ZH_CHANGE_VERBS)})(?P<done>了)?(?P<value>[^，,。！!\s]+?)"
+                         r"(?P<end>了)?\s*[。.!！]?\s*$")
+_ZH_NAMED = re.compile(r"(?:名|名字|名称|姓名|称呼|昵称|职位|职务|岗位|职称|头衔|角色)$")
+#: what a Chinese change is about when it is a system setting ("生产数据库改成上海了")
+_ZH_SYSTEM = re.compile(r"数据库|服务器|主机|集群|机房|端口|地址|域名|节点|实例|环境|区域|地域|账号|用户名|版本|路径|目录|"
+                        r"存储|网关|缓存|队列|时区|邮箱|团队|项目|仓库|分支|编辑器")
+_CJK_ONLY = re.compile(r"^[\u4e00-\u9fff]+$")
 #: "now" before the verb: "我们的数据库现在在上海" is about what "我们的数据库在杭州" is about
 _ZH_NOW = re.compile(r"(?:现在|目前|如今|已经|现已|已)+$")
 #: a pronoun alone is not a subject: "我是张三" and "我是后端工程师" are two facts ("I am ..." has no key)
 _ZH_PRONOUNS = frozenset(("我", "我们", "咱们", "你", "你们", "他", "她", "它", "他们", "她们", "这", "那", "这个", "那个"))
 _CALL_ME = re.compile(r"^\s*(?:please\s+)?call me\s+\S+\s*[.!]?\s*$|^\s*(?:请)?(?:叫我|我叫)\S+?[。！!]?\s*$",
                       re.IGNORECASE)
-_LEADING_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
+#: left out of a subject: articles and the user's own possessives ("Our CI runner host" is what "the
+#: CI runner host" is; "我们的生产数据库" is "生产数据库"); "your" stays ("your name" is not "my name")
+_LEADING_ARTICLE = re.compile(r"^(?:(?:the|a|an|my|our)\s+)+", re.IGNORECASE)
+_ZH_POSSESSIVE = re.compile(r"^(?:我们的|咱们的|我的|我们|咱们)")
 
 #: the languages answers can be asked in, by the names users give them ("answer in short sentences"
 #: asks for no language)
@@ -153,10 +246,12 @@ def _language_key(text: str) -> str | None:
 
 def subject_key(kind: str, text: str) -> str | None:
     """What a statement is about, when a later statement about the same thing replaces it: the
-    subject of "<subject> is <value>" (one-word value; "is now <value>"; "我的名字是张三", "数据库在杭州",
-    "数据库现在在上海"), "call me", or, for a preference, the language answers are to be in (or, when
-    negated, not to be in). Leading discourse markers ("Actually,", "Correction:", "其实") are not
-    part of the subject. None: the statement stands beside others ("I prefer short answers", "My
+    subject of "<subject> is <value>" (one-word value; "is now <value>"; "<value>, not <old>";
+    "我的名字是张三", "数据库在杭州", "数据库现在在上海") or of a change ("<subject> changed to <value>",
+    "We moved <subject> to <value>", "<subject>改成/迁到<value>了"), "call me", or, for a preference,
+    the language answers are to be in (or, when negated, not to be in). Leading discourse markers
+    ("Actually,", "Correction:", "其实"), articles and the user's possessives ("our", "我们的") are
+    not part of the subject. None: the statement stands beside others ("I prefer short answers", "My
     son is a doctor", "我们用PostgreSQL", "我是张三", a conditional)."""
     text = _plain(" ".join(text.split()))
     if _CONDITIONAL.match(text):
@@ -167,13 +262,44 @@ def subject_key(kind: str, text: str) -> str | None:
         return "fact:call me"
     m = _SUBJECT_VALUE.match(text)
     if m is not None:
-        subject = _LEADING_ARTICLE.sub("", m.group("subject").casefold())
-        return f"fact:{subject}"
+        return _en_key(m.group("subject"))
     m = _ZH_SUBJECT_VALUE.match(text)
     if m is not None:
-        subject = _ZH_NOW.sub("", m.group("subject"))
-        return None if not subject or subject in _ZH_PRONOUNS else f"fact:{subject}{m.group('verb')}"
-    return None
+        return _zh_key(m.group("subject"), m.group("verb"))
+    changed = _change(text)
+    return changed[0] if changed is not None else None
+
+
+def _en_key(subject: str) -> str | None:
+    subject = _LEADING_ARTICLE.sub("", subject.casefold())
+    return None if not subject or subject in _EN_PRONOUNS else f"fact:{subject}"
+
+
+def _zh_key(subject: str, verb: str) -> str | None:
+    subject = _ZH_NOW.sub("", subject)
+    if not subject or subject in _ZH_PRONOUNS:
+        return None
+    subject = _ZH_POSSESSIVE.sub("", subject)
+    return f"fact:{subject}{verb}" if subject else None
+
+
+def _change(text: str) -> tuple[str | None, str] | None:
+    """A statement that something changed: (its subject key, the same statement as "<subject> is
+    <value>"), or None. A Chinese one says it is done (了, 已经, 现在): "把数据库迁到上海" asks for it."""
+    m = _CHANGED.match(text) or _CHANGED_BY.match(text)
+    if m is not None:
+        return _en_key(m.group("subject")), f"{m.group('subject')} is {m.group('value')}"
+    m = _ZH_CHANGED.match(text)
+    if m is None:
+        return None
+    subject = m.group("subject")
+    if not (m.group("done") or m.group("end") or _ZH_NOW.search(subject)):
+        return None
+    verb, value = m.group("verb"), m.group("value")
+    located = verb in _ZH_MOVE_VERBS or (
+        _CJK_ONLY.match(value) is not None and not _ZH_NAMED.search(_ZH_NOW.sub("", subject)))
+    verb = "在" if located else "是"
+    return _zh_key(subject, verb), f"{subject}{verb}{value}"
 
 
 def _plain(sentence: str) -> str:
@@ -201,16 +327,20 @@ def _clip(text: str) -> str:
 def classify(sentence: str) -> str | None:
     """``"preference"``, ``"fact"`` or None for one sentence of a user message."""
     s = sentence.strip()
-    if not s or _SECRET.search(s):
+    if not s or mentions_secret(s):
         return None
     unasked = _ZH_INDEFINITE.sub("", s)
     if any(p.search(unasked) for p in _QUESTION):
         return None
     if any(p.search(s) for p in _PREFERENCE):
         return "preference"
-    if _CONDITIONAL.match(s):
+    if _CONDITIONAL.match(s) or any(p.search(s) for p in _NOT_STATED):
         return None
     if is_fact(s) or _SYSTEM_FACT.search(s):
+        return "fact"
+    changed = _change(s)            # "The prod DB host changed to db-prod-43": a fact when "... is ..." is one
+    if changed is not None and changed[0] is not None and \
+            (is_fact(changed[1]) or _SYSTEM_FACT.search(changed[1]) or _ZH_SYSTEM.search(changed[1])):
         return "fact"
     return None
 
@@ -244,7 +374,7 @@ def parse_model_answer(answer: str) -> list[tuple[str, str]] | None:
     for d in data[:MAX_ITEMS_PER_MESSAGE]:
         if not isinstance(d, dict) or not isinstance(d.get("text"), str) or not d["text"].strip():
             return None
-        if _SECRET.search(d["text"]):
+        if mentions_secret(d["text"]):
             continue
         out.append(("preference" if d.get("kind") == "preference" else "fact", _clip(d["text"])))
     return out
