@@ -1,6 +1,6 @@
-"""Scriptable subcommands: ``ask``, ``sessions``, ``prompt``, ``history``, ``export``,
-``delete``/``restore``/``purge``, ``clients``, ``memory list|forget``, ``kb`` (``client.kb_cli``; see
-docs/client.md).
+"""Scriptable subcommands: ``ask``, ``sessions``, ``prompt``, ``history``, ``search``, ``export``,
+``rename``, ``clear``, ``delete``/``restore``/``purge``, ``clients``, ``memory list|forget``, ``kb``
+(``client.kb_cli``; see docs/client.md).
 
 Each command is an async function taking the parsed arguments and the loaded config and returning
 an exit code. Output: human-readable text by default; with ``--json`` exactly one JSON document on
@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import io
 import json
+import os
 import sys
 from functools import partial
 from pathlib import Path
@@ -47,6 +48,8 @@ def exit_code_for(exc: ClientError) -> int:
     """The stable exit code for a client error."""
     if exc.code is ErrorCode.AUTH_FAILED:
         return EXIT_AUTH
+    if exc.code in errors.LOCAL_FILE_CODES:
+        return EXIT_USAGE
     if exc.is_connection_error or exc.code in CONNECTION_SERVER_CODES:
         return EXIT_CONNECTION
     return EXIT_REQUEST
@@ -149,11 +152,46 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
 
 
 async def _text_or_stdin(text: str) -> str | None:
-    """``text``, or for ``-`` what stdin holds (trailing newlines dropped; None when blank)."""
+    """``text``, or for ``-`` what stdin holds (trailing newlines dropped; None when blank). Text
+    that is not UTF-8 raises ``UsageError``."""
     if text != "-":
         return text
-    text = (await asyncio.to_thread(sys.stdin.read)).rstrip("\n")
+    try:
+        text = (await asyncio.to_thread(sys.stdin.read)).rstrip("\n")
+    except UnicodeDecodeError as exc:     # a stdin decoding strictly
+        raise UsageError(f"stdin is not valid UTF-8 (byte 0x{exc.object[exc.start]:02x}): "
+                         "the server takes UTF-8 text only") from None
+    _check_utf8(text, "stdin")            # a stdin keeping undecodable bytes as surrogate escapes
     return text if text.strip() else None
+
+
+class UsageError(Exception):
+    """A usage error found while running a command (``nplt-client: USAGE: ...``, exit 2)."""
+
+
+# arguments that are local paths, not text for the server: a file name need not be UTF-8
+PATH_ARGUMENTS = frozenset({"paths", "output", "config", "tls_ca"})
+
+
+def check_text_arguments(args: argparse.Namespace) -> None:
+    """UsageError for an argument that is not valid UTF-8 (the shell passed bytes that Python kept
+    as surrogate escapes): the server takes UTF-8 text only, so it is refused here, as a usage error."""
+    for name, value in vars(args).items():
+        if name in PATH_ARGUMENTS:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                _check_utf8(item, name.upper())
+
+
+def _check_utf8(text: str, what: str) -> None:
+    """UsageError unless ``text`` is valid UTF-8 (undecodable bytes come as surrogate escapes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = os.fsencode(text[exc.start])[0] if 0xDC80 <= ord(text[exc.start]) <= 0xDCFF else None
+        raise UsageError(f"{what} is not valid UTF-8" + (f" (byte 0x{byte:02x})" if byte is not None else "")
+                         + ": the server takes UTF-8 text only") from None
 
 
 async def cmd_prompt(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
@@ -284,8 +322,41 @@ async def cmd_history(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, 
     return EXIT_OK
 
 
+async def cmd_search(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """Search the user's messages (HISTORY_SEARCH): every session, or --session ID."""
+    async with make_client(cfg) as client:
+        hits = (await client.search(args.query, session_id=args.session, limit=args.limit)).hits
+    if args.json:
+        _dump({"hits": [h.encode() for h in hits]}, out)
+        return EXIT_OK
+    for h in hits:
+        out.write(f"{h.session_id}  [{h.message_id}] {h.role}  {stamp(h.timestamp)}  {h.title}\n"
+                  f"  {' '.join(h.snippet.split())}\n")
+    if not hits:
+        err.write("nplt-client: no message matches\n")
+    return EXIT_OK
+
+
+async def cmd_rename(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """Give a session a new title (SESSION_RENAME)."""
+    async with make_client(cfg) as client:
+        reply = await client.session_rename(args.title, session_id=args.session_id)
+    out.write(f"renamed {reply.session.session_id}  {reply.session.title}\n")
+    return EXIT_OK
+
+
+async def cmd_clear(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
+    """Hide every message of a session (CLEAR_REQUEST); with --purge remove them from storage for good."""
+    async with make_client(cfg) as client:
+        _need_session(client, args.session)
+        reply = await client.session_clear(session_id=args.session, purge=args.purge)
+    done = "cleared and purged" if args.purge else "cleared"
+    out.write(f"{done} {counted(reply.cleared, 'message')} of {reply.session.session_id}\n")
+    return EXIT_OK
+
+
 async def cmd_export(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
-    """Export a session as Markdown or JSON to --output or stdout."""
+    """Export a session as Markdown or JSON to --output (replaced when it exists) or stdout."""
     async with make_client(cfg) as client:
         _need_session(client, args.session)
         reply = await client.export(args.format, session_id=args.session)
@@ -368,7 +439,7 @@ async def cmd_memory(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
 
 
 COMMANDS = {"ask": cmd_ask, "sessions": cmd_sessions, "prompt": cmd_prompt, "history": cmd_history,
-            "export": cmd_export,
+            "search": cmd_search, "export": cmd_export, "rename": cmd_rename, "clear": cmd_clear,
             "delete": cmd_delete, "restore": cmd_restore, "purge": cmd_purge, "clients": cmd_clients,
             "kb": partial(cmd_kb, exit_code_for=exit_code_for), "memory": cmd_memory}
 
@@ -401,10 +472,22 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--before", type=int, metavar="CURSOR", help="message id cursor (next_before of a page)")
     p.add_argument("--limit", type=_positive, metavar="N", help="page size (server default 50)")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("search", help="search your messages in every session (or one)")
+    p.add_argument("query", metavar="QUERY", help="words to look for")
+    p.add_argument("--session", metavar="ID", help="only this session (default: every session)")
+    p.add_argument("--limit", type=_positive, metavar="N", help="at most N hits (server default 20)")
+    p.add_argument("--json", action="store_true", help='print {"hits": [SearchHit, ...]}')
     p = sub.add_parser("export", help="export a session as Markdown or JSON")
     p.add_argument("--session", metavar="ID", help="session (default: the most recently updated)")
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
-    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE (replaced when it exists) instead of stdout")
+    p = sub.add_parser("rename", help="give a session a new title")
+    p.add_argument("session_id", metavar="ID")
+    p.add_argument("title", metavar="TITLE", help="1..200 characters, one line")
+    p = sub.add_parser("clear", help="hide every message of a session (--purge: remove them for good)")
+    p.add_argument("--session", metavar="ID", help="session (default: the most recently updated)")
+    p.add_argument("--purge", action="store_true",
+                   help="also remove the hidden messages from the server's storage (cannot be undone)")
     p = sub.add_parser("clients", help="admins: list the server's connections, or kill one")
     acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     a = acts.add_parser("list", help="every connection: id (* = this one), peer, user, state, age, idle, bytes")
@@ -442,7 +525,11 @@ async def run_command(args: argparse.Namespace, cfg: ClientConfig, out: TextIO |
     """Run one subcommand, mapping every failure to its exit code and a stderr line."""
     out, err = out or sys.stdout, err or sys.stderr
     try:
+        check_text_arguments(args)
         return await COMMANDS[args.command](args, cfg, out, err)
+    except UsageError as exc:
+        err.write(f"nplt-client: USAGE: {exc}\n")
+        return EXIT_USAGE
     except ClientError as exc:
         err.write(f"nplt-client: {exc.code}: {exc.message}\n")
         return exit_code_for(exc)

@@ -18,11 +18,13 @@ class ClientCode(StrEnum):
     CONNECTION_LOST = "CONNECTION_LOST"         # the connection dropped while a request was pending
     NOT_CONNECTED = "NOT_CONNECTED"             # a request was made while (re)connecting or closed
     TIMEOUT = "TIMEOUT"                         # connect or request timed out
-    TLS_ERROR = "TLS_ERROR"                     # TLS handshake or certificate verification failed
+    TLS_ERROR = "TLS_ERROR"                     # TLS handshake or certificate verification failed, or one
+    #                                             end speaks TLS and the other does not (never retried)
     CLOSED = "CLOSED"                           # the client was closed by its owner
     NOT_A_FILE = "NOT_A_FILE"                   # a local path to upload is not a readable file
     FILE_CHANGED = "FILE_CHANGED"               # a local file changed while it was uploaded
-    WRITE_FAILED = "WRITE_FAILED"               # a local file (an export) could not be written
+    WRITE_FAILED = "WRITE_FAILED"               # a local file (an export, a download) could not be written
+    FILE_EXISTS = "FILE_EXISTS"                 # a download would replace a local file nobody named
     SERVED_AS_V2 = "SERVED_AS_V2"               # the HELLO came after the server's v2 grace (connect retries)
 
 
@@ -37,8 +39,11 @@ SERVED_AS_V2 = ClientCode.SERVED_AS_V2
 
 CONNECTION_CODES = frozenset({CONNECTION_REFUSED, CONNECTION_FAILED, CONNECTION_LOST, NOT_CONNECTED,
                               TIMEOUT, TLS_ERROR, CLOSED, SERVED_AS_V2})
-# Errors after which reconnecting is pointless: the same HELLO would fail again.
-PERMANENT_CODES = frozenset({ErrorCode.AUTH_FAILED, ErrorCode.UNSUPPORTED_VERSION})
+# Errors after which reconnecting is pointless: the same HELLO would fail again (a TLS mismatch or
+# a certificate that is not trusted too: the link already tried a dropped handshake twice).
+PERMANENT_CODES = frozenset({ErrorCode.AUTH_FAILED, ErrorCode.UNSUPPORTED_VERSION, TLS_ERROR})
+# Local file errors: the command's own fault, not the server's (the CLI's usage exit code).
+LOCAL_FILE_CODES = frozenset({ClientCode.WRITE_FAILED, ClientCode.FILE_EXISTS})
 
 
 class ClientError(Exception):

@@ -4,14 +4,16 @@ download, and the small requests (list, search, delete, passage).
 ``upload`` hashes the file (md5 + sha256, in a worker thread), sends KB_UPLOAD_BEGIN, streams the
 bytes from the offset the server reports as binary data frames, then KB_UPLOAD_END; when the
 connection drops it waits for the client's reconnect and begins again, and the server continues
-from what it kept. ``download`` writes to ``<dest>.part`` and resumes from its size, then checks the
-md5 of the whole file before renaming it to ``dest``.
+from what it kept. ``download`` writes to ``<dest>.part`` and resumes from its size when the sidecar
+``<dest>.part.json`` names the same document (a ``.part`` of another document, or of unknown origin,
+is started over from 0), then checks the md5 of the whole file before renaming it to ``dest``.
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import itertools
+import json
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -92,10 +94,67 @@ async def _upload_once(client: Any, path: Path, body: dict[str, Any], progress: 
 
 async def download(client: Any, doc_id: str, dest: str | os.PathLike, *, progress: Progress | None = None,
                    retries: int = 5, reconnect_timeout: float = 30.0, timeout: float = 600.0) -> KbDocument:
-    """Download a document to ``dest`` (resuming ``<dest>.part``); returns the document. ClientError
-    CHECKSUM_MISMATCH if the bytes do not hash to the document's md5 (the part file is removed)."""
+    """Download a document to ``dest``; returns the document. The bytes go to ``<dest>.part``, which
+    a later call resumes only when its sidecar ``<dest>.part.json`` names this document (document
+    ids are never reused for other bytes); any other ``.part`` is started over from 0. A resumed part
+    that turns out not to be the start of the document (the server refuses its size as an offset,
+    or the whole file fails the md5 check) is started over once, at once. ClientError
+    CHECKSUM_MISMATCH if the bytes of a download from 0 do not hash to the document's md5 (the part
+    file is removed)."""
     dest = Path(dest)
     part = dest.with_name(dest.name + ".part")
+    resumed = await asyncio.to_thread(_claim_part, part, doc_id)
+    try:
+        try:
+            doc = await _fetch(client, doc_id, part, progress, retries, reconnect_timeout, timeout)
+        except ClientError as exc:
+            if not resumed or exc.code not in (ErrorCode.INVALID_MESSAGE, ErrorCode.CHECKSUM_MISMATCH):
+                raise
+            await asyncio.to_thread(_restart_part, part, doc_id)     # not this document's start: from 0
+            doc = await _fetch(client, doc_id, part, progress, retries, reconnect_timeout, timeout)
+    except ClientError:
+        await asyncio.to_thread(_drop_if_empty, part)     # NOT_FOUND, say: nothing left to resume
+        raise
+    await asyncio.to_thread(os.replace, part, dest)
+    await asyncio.to_thread(_sidecar(part).unlink, missing_ok=True)
+    return doc
+
+
+def _sidecar(part: Path) -> Path:
+    """``<dest>.part.json``: ``{"doc_id"}`` of the document whose first bytes ``part`` holds."""
+    return part.with_name(part.name + ".json")
+
+
+def _claim_part(part: Path, doc_id: str) -> bool:
+    """Whether ``part`` holds the start of document ``doc_id`` (its sidecar names it): then the
+    download resumes from its size. Otherwise a stale ``part`` is removed and the sidecar written
+    for ``doc_id`` (blocking: run it in a thread)."""
+    try:
+        if part.is_file() and json.loads(_sidecar(part).read_text(encoding="utf-8"))["doc_id"] == doc_id:
+            return True
+    except (OSError, ValueError, KeyError, TypeError):    # no sidecar (or not ours): not trusted
+        pass
+    _restart_part(part, doc_id)
+    return False
+
+
+def _restart_part(part: Path, doc_id: str) -> None:
+    """Start ``part`` over for ``doc_id``: no bytes yet, and the sidecar naming the document."""
+    part.unlink(missing_ok=True)
+    _sidecar(part).write_text(json.dumps({"doc_id": doc_id}), encoding="utf-8")
+
+
+def _drop_if_empty(part: Path) -> None:
+    """Remove ``part`` and its sidecar when no byte was received (blocking: run it in a thread)."""
+    if not part.is_file() or part.stat().st_size == 0:
+        part.unlink(missing_ok=True)
+        _sidecar(part).unlink(missing_ok=True)
+
+
+async def _fetch(client: Any, doc_id: str, part: Path, progress: Progress | None, retries: int,
+                 reconnect_timeout: float, timeout: float) -> KbDocument:
+    """The document's bytes after those ``part`` holds, reconnecting (and resuming) after a drop;
+    CHECKSUM_MISMATCH (``part`` and its sidecar removed) when the whole does not hash to its md5."""
     attempt = 0
     while True:
         try:
@@ -109,8 +168,9 @@ async def download(client: Any, doc_id: str, dest: str | os.PathLike, *, progres
     md5, _, _ = await asyncio.to_thread(file_digests, part)
     if md5 != doc.md5:
         await asyncio.to_thread(part.unlink)
-        raise ClientError(ErrorCode.CHECKSUM_MISMATCH, f"downloaded bytes hash to {md5}, not {doc.md5}")
-    await asyncio.to_thread(os.replace, part, dest)
+        await asyncio.to_thread(_sidecar(part).unlink, missing_ok=True)
+        raise ClientError(ErrorCode.CHECKSUM_MISMATCH, f"downloaded bytes hash to {md5}, not {doc.md5} "
+                          f"(the partial file {part.name} was removed: a new download starts over)")
     return doc
 
 

@@ -1,9 +1,10 @@
 """``nplt-client kb ...``: upload, list, search, delete and download knowledge-base documents.
 
 ``kb upload PATH... [--group G] [--json]`` prints one line per file (or, with --json, one document
-``{"files": [{doc_id, name, md5, chunks, duplicate} | {path, error: {code, message}}]}``); a refused
-file is reported on stderr with its code and the exit status is non-zero. On a terminal, stderr
-shows a progress bar per file (bytes, then the server's stages).
+``{"files": [{path, doc_id, name, md5, chunks, duplicate} | {path, error: {code, message}}]}``); a
+refused file is reported on stderr with its code and the exit status is non-zero. On a terminal,
+stderr shows a progress bar per file (bytes, then the server's stages). ``kb download DOC`` without
+``-o`` never replaces an existing file (FILE_EXISTS) unless ``--force``.
 """
 from __future__ import annotations
 
@@ -85,8 +86,15 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
             out.write(f"deleted {doc_id}\n")
         elif action == "download":
             found = await _document(c, args.doc_id)
-            dest = Path(args.output) if args.output else Path(Path(found.name).name)
-            doc = await kbclient.download(c, found.doc_id, dest, progress=_bar(err, found.name))
+            dest = Path(args.output).expanduser() if args.output else Path(Path(found.name).name or found.doc_id)
+            if not args.output and not args.force and dest.exists():
+                raise ClientError(ClientCode.FILE_EXISTS, f"{dest} exists and is not replaced: name another "
+                                  f"file with -o PATH, or replace it with --force")
+            try:
+                doc = await kbclient.download(c, found.doc_id, dest, progress=_bar(err, found.name))
+            except OSError as exc:
+                raise ClientError(ClientCode.WRITE_FAILED,
+                                  f"cannot write {dest}: {exc.strerror or exc}") from exc
             if err.isatty():
                 err.write("\n")
             out.write(f"{dest}  {doc.size} bytes  md5 {doc.md5}\n")
@@ -125,12 +133,17 @@ async def _upload(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
                 results.append({"path": raw, "error": {"code": exc.code, "message": exc.message}})
                 status = status or exit_code_for(exc)
                 continue
-            result = _fields(doc, DOC_FIELDS)
+            result = {"path": raw, **_fields(doc, DOC_FIELDS)}
             if args.replace:
                 result["replaced"] = await _replace_older(c, doc)
             results.append(result)
             if not args.json:
-                dup = "  (duplicate)" if doc.duplicate else ""
+                # the same bytes were already stored, maybe under another name: the document keeps
+                # its first name (and id), which 'kb download' and 'kb delete' take
+                dup = ""
+                if doc.duplicate:
+                    dup = "  (duplicate: already stored)" if path.name == doc.name \
+                        else f"  (duplicate: {raw} is already stored as \"{doc.name}\")"
                 out.write(f"{doc.doc_id}  {doc.md5}  {counted(doc.chunks, 'chunk'):>12}  {doc.name}{dup}\n")
                 for old in result.get("replaced", ()):
                     out.write(f"  replaced {old}\n")
@@ -180,5 +193,9 @@ def add_kb_parser(sub: Any) -> None:
     q.add_argument("doc_id", metavar="DOC", help="the document's id or name (from 'kb list')")
     q = kb.add_parser("download", help="download a document (resumes FILE.part)")
     q.add_argument("doc_id", metavar="DOC", help="the document's id or name (from 'kb list')")
-    q.add_argument("-o", "--output", metavar="FILE", help="default: the document's name in this directory")
+    q.add_argument("-o", "--output", metavar="FILE",
+                   help="write to FILE, replacing it (default: the document's name in this directory, "
+                        "never replaced without --force)")
+    q.add_argument("--force", action="store_true",
+                   help="without -o: replace an existing file of the document's name")
 

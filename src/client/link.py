@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CLIENT_NAME = "nplt-client/0.1"
 READ_CHUNK = 65536
+NOT_TLS = "the server does not speak TLS on this port (drop --tls)"
+EXPECTS_TLS = "the server expects TLS (use --tls)"
+# OpenSSL's reasons for a handshake answered by bytes that are not TLS (a plain-TCP server)
+NOT_TLS_REASONS = frozenset({"WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE",
+                             "UNKNOWN_PROTOCOL", "HTTP_REQUEST"})
 
 
 @dataclass(slots=True)
@@ -56,6 +61,25 @@ class Backoff:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
+
+
+def _why(exc: BaseException) -> str:
+    """An exception's text, or its class when it has none (``ConnectionResetError()``)."""
+    return str(exc) or type(exc).__name__
+
+
+def _tls_record(data: bytes) -> bool:
+    """Whether ``data`` starts like a TLS record (alert 0x15 or handshake 0x16, version 0x03 0x00..0x04):
+    a TLS server answering a plain HELLO. No NPLT server sends these types."""
+    return len(data) >= 2 and data[0] in (0x15, 0x16) and data[1] == 0x03 and (len(data) < 3 or data[2] <= 0x04)
+
+
+class _Dropped(ClientError):
+    """The server dropped the connection before any answer (during the TLS handshake, or a plain
+    HELLO closed unanswered): TLS_ERROR naming the likely mismatch once ``_establish`` saw it twice."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errors.TLS_ERROR, message)
 
 
 async def _cancel_and_wait(task: asyncio.Task[Any]) -> None:
@@ -176,7 +200,7 @@ class Link:
             writer.write(b"".join(data_frames(conn.send_raw, msg_type, handle, offset, data)))
             await writer.drain()
         except (ConnectionError, OSError) as exc:
-            raise ClientError(errors.CONNECTION_LOST, f"send failed: {exc}") from exc
+            raise ClientError(errors.CONNECTION_LOST, f"send failed: {_why(exc)}") from exc
 
     async def next_event(self, timeout: float | None = None) -> Event | None:
         """The next event (None once closed); raises TimeoutError after ``timeout`` seconds."""
@@ -187,9 +211,16 @@ class Link:
         """Connect and complete HELLO. A server that heard nothing from this client for its v2 grace
         period (``legacy_grace_ms``: the HELLO was late, e.g. the loop stalled after the connect)
         serves the connection as v2 and answers with v2 text instead of the HELLO reply: then the
-        connection is dropped and made again at once, once (docs/protocol.md §2)."""
+        connection is dropped and made again at once, once (docs/protocol.md §2).
+
+        A connection dropped before any answer (``_Dropped``: reset or closed during the TLS
+        handshake, or a plain HELLO closed unanswered) is also made again at once, once: a server
+        going down does that to a connection or two, and the next attempt finds it gone or back.
+        Twice in a row it is a TLS mismatch: TLS_ERROR, which no reconnect retries."""
         try:
             return await self._establish_once()
+        except _Dropped as exc:
+            log.info("%s: trying once more", exc.message)
         except ClientError as exc:
             if exc.code != errors.SERVED_AS_V2:
                 raise
@@ -197,6 +228,7 @@ class Link:
         return await self._establish_once()
 
     async def _establish_once(self) -> HelloReply:
+        where = f"{self.host}:{self.port}"
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=self.tls,
@@ -204,13 +236,22 @@ class Link:
                                         limit=READ_CHUNK * 4),
                 self.connect_timeout)
         except ConnectionRefusedError as exc:
-            raise ClientError(errors.CONNECTION_REFUSED, f"connection refused by {self.host}:{self.port}") from exc
+            raise ClientError(errors.CONNECTION_REFUSED, f"connection refused by {where}") from exc
+        except ssl.SSLCertVerificationError as exc:
+            raise ClientError(errors.TLS_ERROR, f"the certificate of {where} is not trusted: {exc.verify_message} "
+                              "(the CA to trust: --tls-ca FILE, or tls.ca_file)") from exc
+        except (ssl.SSLEOFError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
+            if self.tls is None:
+                raise ClientError(errors.CONNECTION_FAILED, f"cannot connect to {where}: {_why(exc)}") from exc
+            raise _Dropped(f"{where} closed the connection during the TLS handshake ({_why(exc)}): "
+                           f"{NOT_TLS}") from exc
         except ssl.SSLError as exc:
-            raise ClientError(errors.TLS_ERROR, f"TLS handshake with {self.host}:{self.port} failed: {exc}") from exc
+            hint = f": {NOT_TLS}" if exc.reason in NOT_TLS_REASONS else ""
+            raise ClientError(errors.TLS_ERROR, f"TLS handshake with {where} failed: {_why(exc)}{hint}") from exc
         except asyncio.TimeoutError as exc:
-            raise ClientError(errors.TIMEOUT, f"connecting to {self.host}:{self.port} timed out") from exc
+            raise ClientError(errors.TIMEOUT, f"connecting to {where} timed out") from exc
         except OSError as exc:
-            raise ClientError(errors.CONNECTION_FAILED, f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+            raise ClientError(errors.CONNECTION_FAILED, f"cannot connect to {where}: {_why(exc)}") from exc
         self._conn = Connection(Role.CLIENT, max_message_size=self.max_message_size)
         self._writer = writer
         self._reader_task = asyncio.create_task(self._read_loop(reader, self._conn), name="nplt-client-reader")
@@ -327,7 +368,15 @@ class Link:
         except ProtocolError as exc:
             raise ClientError(exc.code, exc.message) from exc
         except (ConnectionError, OSError) as exc:
-            raise ClientError(errors.CONNECTION_LOST, f"send failed: {exc}") from exc
+            raise ClientError(errors.CONNECTION_LOST, f"send failed: {_why(exc)}") from exc
+
+    def _fail_hello(self, error: ClientError) -> bool:
+        """Fail the HELLO still waiting for its reply with ``error``; False when there is none."""
+        pending = self._pending.get(self._hello_id) if self._hello_id is not None else None
+        if pending is None or pending[0] != MsgType.HELLO or pending[1].done():
+            return False
+        pending[1].set_exception(error)
+        return True
 
     def _fail_pending(self, error: ClientError) -> None:
         pending, self._pending = self._pending, {}
@@ -338,16 +387,26 @@ class Link:
 
     # -- reading --------------------------------------------------------------------------------------
     async def _read_loop(self, reader: asyncio.StreamReader, conn: Connection) -> None:
+        """Read and dispatch until the connection ends. Before the HELLO reply, a plain connection
+        answered with TLS fails the HELLO with TLS_ERROR, and one closed without a byte with
+        ``_Dropped`` (``_establish`` tries once more, then says the server expects TLS)."""
         reason = "closed by the server"
+        heard = False
         try:
             while True:
                 try:
                     data = await reader.read(READ_CHUNK)
                 except (ConnectionError, OSError) as exc:
-                    reason = str(exc) or type(exc).__name__
+                    reason = _why(exc)
                     break
                 if not data:
                     break
+                if not heard:
+                    heard = True
+                    if self.tls is None and _tls_record(data) and self._fail_hello(ClientError(
+                            errors.TLS_ERROR, f"{self.host}:{self.port} answered in TLS: {EXPECTS_TLS}")):
+                        reason = "the server speaks TLS"
+                        break
                 try:
                     items = conn.receive_data(data)
                 except ProtocolError as exc:
@@ -358,6 +417,9 @@ class Link:
                 for item in items:
                     await self._dispatch(item)
         finally:
+            if not heard and self.tls is None and not self._closing:
+                self._fail_hello(_Dropped(f"{self.host}:{self.port} closed the connection without answering "
+                                          f"HELLO: {EXPECTS_TLS}, or it is not an NPLT server"))
             if not self._closing and self._reader_task is asyncio.current_task():
                 self._connection_lost(reason)
 

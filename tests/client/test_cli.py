@@ -190,8 +190,12 @@ def test_ask_dash_reads_the_message_from_stdin(srv: ServerThread, capsys: pytest
         assert run(srv, capsys, "ask", empty) == (cli.EXIT_USAGE, "", err)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe not UTF-8\n"), encoding="utf-8",
                                                        errors="surrogateescape"))   # as a C.UTF-8 stdin reads it
+    code, out, err = run(srv, capsys, "ask", "-")       # checked here, before anything is sent: a usage error
+    assert (code, out) == (cli.EXIT_USAGE, "")
+    assert err == "nplt-client: USAGE: stdin is not valid UTF-8 (byte 0xff): the server takes UTF-8 text only\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ok \xff\n"), encoding="utf-8"))   # strict
     code, out, err = run(srv, capsys, "ask", "-")
-    assert code == cli.EXIT_REQUEST and "INVALID_MESSAGE" in err and "UTF-8" in err and "Traceback" not in err
+    assert (code, out) == (cli.EXIT_USAGE, "") and "stdin is not valid UTF-8 (byte 0xff)" in err
 
 
 def test_a_closed_pipe_ends_quietly(srv: ServerThread, tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """The asyncio client library against a real in-process server on 127.0.0.1:0."""
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from client import errors
+from client import kb as kbclient
 from client.config import TlsConfig
 from client.connection import Backoff, Client
 from client.errors import ClientError
@@ -298,3 +300,182 @@ async def test_a_client_served_as_v2_after_a_late_hello_connects_again_at_once(t
             await poll(lambda: [x.ready for x in srv.connections] == [True], timeout=10)   # the v2 one is gone
         finally:
             await c.close()
+
+
+# -- TLS mismatches: said plainly, and never retried ---------------------------------------------------
+async def test_tls_mismatches_say_which_end_speaks_tls(tmp_path: Path) -> None:
+    cert, key = str(CERTS / "cert.pem"), str(CERTS / "key.pem")
+    async with v3_server(tmp_path / "plain") as (_, (host, plain)), \
+            v3_server(tmp_path / "tls", tls_cert=cert, tls_key=key) as (_, (_, tls)):
+        with pytest.raises(ClientError) as info:         # --tls against a plain port: reset in the handshake
+            await Client(host, plain, tls=TlsConfig(enabled=True, ca_file=cert).context(), reconnect=False).connect()
+        assert info.value.code == errors.TLS_ERROR
+        assert info.value.message.endswith("the server does not speak TLS on this port (drop --tls)")
+        assert "()" not in info.value.message and "Error" in info.value.message   # the error class, not ""
+        with pytest.raises(ClientError) as info:         # plain against a TLS port: the HELLO is never answered
+            await Client(host, tls, reconnect=False).connect()
+        assert info.value.code == errors.TLS_ERROR and "the server expects TLS (use --tls)" in info.value.message
+        with pytest.raises(ClientError) as info:         # a certificate nobody vouches for
+            await Client(host, tls, tls=TlsConfig(enabled=True).context(), reconnect=False).connect()
+        assert info.value.code == errors.TLS_ERROR and "not trusted: self-signed certificate" in info.value.message
+    # none of them is retried: the TUI's first connect and the reconnect loop stop on these codes
+    assert {errors.TLS_ERROR, ErrorCode.AUTH_FAILED} <= errors.PERMANENT_CODES
+
+
+async def test_a_plain_hello_answered_by_a_tls_alert_fails_at_once() -> None:
+    """A TLS server that answers the plain HELLO with an alert record (0x15 0x03 ...)."""
+    accepted = 0
+
+    async def tls_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        accepted += 1
+        await reader.read(100)
+        writer.write(bytes([0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x46]))   # alert: protocol_version
+        await writer.drain()
+        writer.close()
+    server = await asyncio.start_server(tls_only, "127.0.0.1", 0)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        with pytest.raises(ClientError) as info:
+            await Client("127.0.0.1", port, reconnect=False).connect()
+    assert info.value.code == errors.TLS_ERROR and info.value.message.endswith("the server expects TLS (use --tls)")
+    assert accepted == 1                                # certain at once: not tried again
+
+
+async def test_one_connection_dropped_before_hello_is_tried_again_at_once(tmp_path: Path) -> None:
+    """A server going down drops a connection or two unanswered: only the second drop in a row is
+    taken for a TLS mismatch, so a single one is not a permanent failure."""
+    async with v3_server(tmp_path) as (_, (host, port)):
+        accepted = 0
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+            dst.close()
+
+        async def flaky(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal accepted
+            accepted += 1
+            if accepted == 1:               # the first connection is closed unanswered
+                writer.close()
+                return
+            up_r, up_w = await asyncio.open_connection(host, port)
+            await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer), return_exceptions=True)
+        proxy = await asyncio.start_server(flaky, "127.0.0.1", 0)
+        async with proxy:
+            async with Client("127.0.0.1", proxy.sockets[0].getsockname()[1], reconnect=False) as c:
+                assert (await c.ping()).re and accepted == 2
+
+
+# -- knowledge-base download: FILE.part is resumed only for its own document -------------------------
+DOC = b"".join(f"{i:06d} backup job finished, 0 errors\n".encode() for i in range(30_000))   # ~1 MB
+
+
+def _offsets(c: Client) -> list[int]:
+    """Record the offset of every KB_DOWNLOAD request ``c`` makes."""
+    offsets: list[int] = []
+    request = c.request
+
+    async def recording(msg_type, body=None, timeout=None):
+        if msg_type == MsgType.KB_DOWNLOAD:
+            offsets.append(body["offset"])
+        return await request(msg_type, body, timeout)
+    c.request = recording  # type: ignore[method-assign]
+    return offsets
+
+
+class _CutAfter(dict):
+    """``Client.taps`` that cuts the connection after ``frames`` download data frames (and drops
+    what was already read after them), like a network failure in the middle of a download."""
+
+    def __init__(self, client: Client, frames: int) -> None:
+        super().__init__()
+        self.client, self.frames = client, frames
+
+    def __setitem__(self, key, tap):
+        if key == MsgType.KB_DOWNLOAD_DATA:
+            def cutting(payload):
+                if self.frames <= 0:
+                    return True
+                self.frames -= 1
+                if self.frames == 0:
+                    self.client.link._writer.transport.abort()
+                return tap(payload)
+            return super().__setitem__(key, cutting)
+        return super().__setitem__(key, tap)
+
+
+async def _interrupted(host: str, port: int, doc_id: str, dest: Path) -> int:
+    """A download of ``doc_id`` cut after two data frames; returns the size of the part it left."""
+    async with Client(host, port, reconnect=False) as c:
+        c.link.taps = _CutAfter(c, 2)
+        with pytest.raises(ClientError) as info:
+            await kbclient.download(c, doc_id, dest)
+        assert info.value.code == errors.CONNECTION_LOST
+    size = dest.with_name(dest.name + ".part").stat().st_size
+    assert 0 < size < len(DOC)
+    return size
+
+
+async def test_download_resumes_its_own_part_and_starts_a_stale_one_over(tmp_path: Path) -> None:
+    src = tmp_path / "backup.log"
+    src.write_bytes(DOC)
+    small = tmp_path / "runbook.md"
+    small.write_bytes(b"# Runbook\n\nRestart the worker, then check the queue depth is below 100.\n")
+    async with v3_server(tmp_path / "srv") as (_, (host, port)):
+        async with Client(host, port) as c:
+            doc = await kbclient.upload(c, src)
+            book = await kbclient.upload(c, small)
+        dest = tmp_path / "out" / "copy.log"
+        dest.parent.mkdir()
+        part = dest.with_name("copy.log.part")
+        kept = await _interrupted(host, port, doc.doc_id, dest)
+        async with Client(host, port) as c:          # run again: resumed where it stopped
+            offsets = _offsets(c)
+            await kbclient.download(c, doc.doc_id, dest)
+        assert offsets == [kept] and dest.read_bytes() == DOC
+        assert not part.exists() and list(dest.parent.iterdir()) == [dest]    # no part, no sidecar left
+        # stale parts of unknown origin (another file's, by hand): longer, shorter, as long as the
+        # document: started over from 0, never resumed
+        for stale in (b"x" * (book.size + 27), b"x" * 10, b"x" * book.size):
+            out = tmp_path / "out" / "rb3.md"
+            out.with_name("rb3.md.part").write_bytes(stale)
+            async with Client(host, port) as c:
+                offsets = _offsets(c)
+                await kbclient.download(c, book.doc_id, out)
+            assert offsets == [0] and out.read_bytes() == small.read_bytes()
+        # a part left by another document's download is not resumed for this one either
+        kept = await _interrupted(host, port, doc.doc_id, dest)
+        async with Client(host, port) as c:
+            offsets = _offsets(c)
+            await kbclient.download(c, book.doc_id, dest)
+        assert offsets == [0] and dest.read_bytes() == small.read_bytes()
+
+
+async def test_a_resumed_part_that_is_not_the_documents_start_is_started_over_once(tmp_path: Path) -> None:
+    src = tmp_path / "backup.log"
+    src.write_bytes(DOC)
+    async with v3_server(tmp_path / "srv") as (_, (host, port)):
+        async with Client(host, port) as c:
+            doc = await kbclient.upload(c, src)
+        dest = tmp_path / "copy.log"
+        part = dest.with_name("copy.log.part")
+        kept = await _interrupted(host, port, doc.doc_id, dest)
+        part.write_bytes(b"X" * kept)                  # corrupted on disk: the md5 fails, then from 0
+        async with Client(host, port) as c:
+            offsets = _offsets(c)
+            await kbclient.download(c, doc.doc_id, dest)
+        assert offsets == [kept, 0] and dest.read_bytes() == DOC and not part.exists()
+        kept = await _interrupted(host, port, doc.doc_id, dest)
+        with part.open("ab") as f:                     # grown past the document: the server refuses the offset
+            f.write(b"X" * len(DOC))
+        async with Client(host, port) as c:
+            offsets = _offsets(c)
+            await kbclient.download(c, doc.doc_id, dest)
+        assert offsets == [kept + len(DOC), 0] and dest.read_bytes() == DOC
+        async with Client(host, port) as c:           # an unknown document leaves nothing behind
+            with pytest.raises(ClientError) as info:
+                await kbclient.download(c, "0" * 24, tmp_path / "none.md")
+        assert info.value.code == ErrorCode.NOT_FOUND and sorted(p.name for p in tmp_path.iterdir()) == \
+            ["backup.log", "copy.log", "srv"]

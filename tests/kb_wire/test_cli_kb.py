@@ -39,7 +39,7 @@ def test_kb_commands(srv: ServerThread, capsys: pytest.CaptureFixture, tmp_path:
     code, out, err = run(srv, capsys, "kb", "upload", str(notes), "--json")
     assert code == 0, err
     [doc] = json.loads(out)["files"]
-    assert set(doc) == {"doc_id", "name", "md5", "chunks", "duplicate"}
+    assert set(doc) == {"path", "doc_id", "name", "md5", "chunks", "duplicate"} and doc["path"] == str(notes)
     assert doc["md5"] == hashlib.md5(NOTES).hexdigest() and doc["duplicate"] is False and doc["chunks"] == 1
     code, out, err = run(srv, capsys, "kb", "upload", str(notes), str(empty), str(exe), "--json")
     assert code == 5
@@ -109,3 +109,57 @@ def test_upload_replace_deletes_the_older_versions_of_the_file(tmp_path: Path, c
         other.write_text("# Other\n\nnothing to replace\n")
         code, out, _ = run(st, capsys, "kb", "upload", str(other), "--replace", "--json")
         assert code == 0 and json.loads(out)["files"][0]["replaced"] == []
+
+
+RUNBOOK = b"# Runbook\n\nRestart the worker, then check the queue depth is below 100.\n"
+
+
+def test_download_never_replaces_a_file_nobody_named(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    with ServerThread(tmp_path / "srv") as st:
+        book = tmp_path / "runbook.md"
+        book.write_bytes(RUNBOOK)
+        code, out, err = run(st, capsys, "kb", "upload", str(book), "--json")
+        assert code == 0, err
+        work = tmp_path / "work"
+        work.mkdir()
+        monkeypatch.chdir(work)
+        (work / "runbook.md").write_text("my local edits\n")
+        code, out, err = run(st, capsys, "kb", "download", "runbook.md")        # ./runbook.md exists
+        assert (code, out) == (2, "") and (work / "runbook.md").read_text() == "my local edits\n"
+        assert err == ("nplt-client: FILE_EXISTS: runbook.md exists and is not replaced: name another file "
+                       "with -o PATH, or replace it with --force\n")
+        assert sorted(p.name for p in work.iterdir()) == ["runbook.md"]       # nothing was downloaded
+        code, out, err = run(st, capsys, "kb", "download", "runbook.md", "--force")
+        assert code == 0 and (work / "runbook.md").read_bytes() == RUNBOOK
+        (work / "copy.md").write_text("old copy\n")
+        code, out, err = run(st, capsys, "kb", "download", "runbook.md", "-o", "copy.md")   # named: replaced
+        assert code == 0 and (work / "copy.md").read_bytes() == RUNBOOK
+        code, out, err = run(st, capsys, "kb", "download", "runbook.md", "-o", str(work / "no" / "such" / "x.md"))
+        assert code == 2 and err.startswith("nplt-client: WRITE_FAILED: cannot write ") and "Traceback" not in err
+        # a stale FILE.part (longer than the document, then shorter) does not break the download
+        for stale in (b"z" * 100, b"z" * 10):
+            (work / "rb3.md.part").write_bytes(stale)
+            code, out, err = run(st, capsys, "kb", "download", "runbook.md", "-o", "rb3.md")
+            assert code == 0, err
+            assert (work / "rb3.md").read_bytes() == RUNBOOK and not (work / "rb3.md.part").exists()
+
+
+def test_upload_results_name_their_path_and_a_duplicate_its_stored_name(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture) -> None:
+    with ServerThread(tmp_path / "srv") as st:
+        book, twin, missing = tmp_path / "runbook.md", tmp_path / "中文手册.md", tmp_path / "missing.md"
+        book.write_bytes(RUNBOOK)
+        twin.write_bytes(RUNBOOK)                       # the same bytes under another name
+        code, out, err = run(st, capsys, "kb", "upload", str(book), "--json")
+        [first] = json.loads(out)["files"]
+        code, out, err = run(st, capsys, "kb", "upload", str(twin), str(missing), "--json")
+        assert code == 5
+        dup, gone = json.loads(out)["files"]
+        assert dup == {**first, "path": str(twin), "duplicate": True}          # stored as runbook.md
+        assert gone["path"] == str(missing) and gone["error"]["code"] == "NOT_A_FILE"
+        code, out, err = run(st, capsys, "kb", "upload", str(twin))
+        assert code == 0 and out == (f"{first['doc_id']}  {first['md5']}  {'1 chunk':>12}  runbook.md  "
+                                     f"(duplicate: {twin} is already stored as \"runbook.md\")\n")
+        code, out, err = run(st, capsys, "kb", "upload", str(book))         # the same name: nothing to add
+        assert code == 0 and out.endswith("  runbook.md  (duplicate: already stored)\n")

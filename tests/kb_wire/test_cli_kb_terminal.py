@@ -49,7 +49,7 @@ def test_upload_into_a_group_as_a_member(srv: ServerThread, capsys: pytest.Captu
     doc = json.loads(out)
     assert list(doc) == ["files"] and len(doc["files"]) == 1
     [row] = doc["files"]
-    assert set(row) == {"doc_id", "name", "md5", "chunks", "duplicate"}
+    assert set(row) == {"path", "doc_id", "name", "md5", "chunks", "duplicate"} and row["path"] == str(notes)
     assert row["name"] == "ports.md" and row["md5"] == hashlib.md5(NOTES).hexdigest()
     assert row["chunks"] == 1 and row["duplicate"] is False
     code, out, _ = run(srv, capsys, "carol", "kb", "list", "--json")          # carol is in red too
