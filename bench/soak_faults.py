@@ -24,10 +24,10 @@ def faults(huge: int) -> list[tuple[str, list[Reply], set[str]]]:
         ("HTML 200", [Reply.html()], {"error:LLM_ERROR"}),
         ("malformed SSE", [Reply.malformed("ok ")], {"error:LLM_ERROR"}),
         ("huge tool arguments", [Reply.tools(ToolCallSpec.huge("c1", "sys_monitor", huge)), Reply.text("done")],
-         {"end:stop", "end:length", "error:LLM_ERROR", "error:TOOL_ERROR"}),
+         {"end:stop", "end:length", "end:context_budget", "error:LLM_ERROR", "error:TOOL_ERROR"}),
         ("two big tool calls", [Reply.tools(ToolCallSpec.huge("c1", "sys_monitor", huge // 3),
                                             ToolCallSpec.huge("c2", "sys_monitor", huge // 3)), Reply.text("done")],
-         {"end:stop", "end:length", "error:LLM_ERROR", "error:TOOL_ERROR"}),
+         {"end:stop", "end:length", "end:context_budget", "error:LLM_ERROR", "error:TOOL_ERROR"}),
     ]
 
 

@@ -288,7 +288,7 @@ def message_marks(meta: dict) -> list[str]:
     interrupted, error CODE, partial, truncated, ..."""
     marks = []
     finish = meta.get("finish_reason")
-    if finish in ("cancelled", "interrupted", "length", "max_iterations"):
+    if finish in ("cancelled", "interrupted", "length", "max_iterations", "context_budget"):
         marks.append(str(finish))
     error = meta.get("error")
     if error:

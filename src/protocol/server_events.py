@@ -18,7 +18,7 @@ from .kb import KbProgress
 from .objects import ChatMessage, SessionInfo, ToolCall
 
 #: TURN_END finish_reason (§6): "interrupted" closes a turn its node died under (docs/cluster.md)
-FINISH_REASONS = ("stop", "length", "max_iterations", "cancelled", "interrupted")
+FINISH_REASONS = ("stop", "length", "max_iterations", "context_budget", "cancelled", "interrupted")
 #: SESSION_EVENT kind (§6)
 SESSION_EVENT_KINDS = frozenset({"created", "renamed", "deleted", "restored", "purged", "cleared", "updated",
                                  "summary", "model"})

@@ -34,7 +34,7 @@ async def test_a_failing_model_list_keeps_the_configured_models(llm, make_agent)
     llm.models_status = 404
     agent = make_agent(models=["alt"])
     assert await agent.catalog.refresh() == ["scripted-model", "alt"]
-    assert "NotFoundError" in agent.catalog.last_error
+    assert "HTTP 404" in agent.catalog.last_error
 
 
 async def test_model_list_can_be_turned_off(llm, make_agent):

@@ -1,7 +1,8 @@
-"""Helpers of the OpenAI agent: tool-call delta assembly, usage totals, retry policy, error mapping.
+"""Helpers of the OpenAI agent: tool-call delta assembly, the turn's prompt within the context budget,
+usage totals, retry policy, error mapping.
 
-Error messages name the endpoint host and the HTTP status, never the API key (it is scrubbed from
-anything the server echoes back).
+Error messages name the endpoint host and the HTTP status, never the API key (it and any run of
+``KEY_FRAGMENT_CHARS`` or more characters of it are scrubbed from anything the server echoes back).
 """
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ import openai
 import orjson
 
 from protocol import ErrorCode
-from server.agent.base import AgentError
+from server.agent.base import AgentError, BuiltContext
 from server.agent.chat_stream import (MalformedStream, StreamEnded, StreamInterrupted, StreamStalled,
                                      UnexpectedContentType)
+from server.memory.tokens import TokenCounter, message_tokens, truncate_to_tokens
 from server.tools.registry import new_call_id
 
 LLM_ERROR, LLM_TIMEOUT = ErrorCode.LLM_ERROR, ErrorCode.LLM_TIMEOUT
+KEY_FRAGMENT_CHARS = 8     # any run of this many characters of the API key is scrubbed from error texts
+BUDGET_CUT_NOTE = "[... cut to fit the context budget: {n} more characters]"
 
 
 @dataclass(slots=True)
@@ -69,18 +73,124 @@ class ToolCallAssembler:
                     # Off-spec non-string arguments are kept as JSON text rather than failing the turn.
                     slot.arguments += arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
 
-    def calls(self) -> list[AssembledCall]:
-        """The calls in index order; missing ids get a stable generated one."""
+    def calls(self, taken: set[str] | None = None) -> list[AssembledCall]:
+        """The calls in index order. A missing id, or one already in ``taken`` (the ids of the turn so
+        far, updated here) or used twice in the step, is replaced by a generated unique one, so the
+        stored calls and the follow-up request carry the same, distinct ids. A call without a name is
+        returned with ``name == ""`` (the caller rejects it); a slot with nothing in it is skipped."""
+        taken = set() if taken is None else taken
         out = []
         for index in sorted(self._slots):
             slot = self._slots[index]
-            if not slot.id:
+            if not (slot.name or slot.id or slot.arguments.strip()):
+                continue
+            if not slot.id or slot.id in taken:
                 slot.id = new_call_id()
+            taken.add(slot.id)
             out.append(slot)
-        return [c for c in out if c.name]
+        return out
 
     def __bool__(self) -> bool:
         return bool(self._slots)
+
+
+class TurnPrompt:
+    """The messages of each request of one turn: the built context, then the turn's own tool steps
+    (assistant message with ``tool_calls``, then its results), fitted into what the context budget
+    (``metadata["budget_tokens"]``, from ``[context]``) leaves after the built context.
+
+    Over budget, this turn's tool results are shortened, oldest first, each keeping its
+    ``tool_call_id`` and ending in ``BUDGET_CUT_NOTE``; the stored results stay whole. When even
+    that cannot fit, ``messages()`` returns None (the agent ends the tool loop) and the final call
+    (``messages(final)``) leaves out whole oldest steps, never an assistant message without its
+    results. What was cut, and the largest prompt estimate sent, go to the context metadata as
+    ``tool_exchange``. Without a budget in the metadata (no memory layer) nothing is fitted.
+    """
+
+    def __init__(self, context: BuiltContext, counter: TokenCounter) -> None:
+        self.base = context.messages
+        self.meta = context.metadata
+        budget = context.metadata.get("budget_tokens")
+        self.budget: int | None = budget if isinstance(budget, int) and not isinstance(budget, bool) else None
+        self.counter = counter
+        self.steps: list[list[tuple[dict[str, Any], int]]] = []    # per step: (message, its tokens)
+        self._base_tokens: int | None = None
+        self._cut: dict[str, None] = {}           # ids of the results cut (insertion-ordered set)
+        self._dropped = 0
+        self._requests = 0
+        self._max_tokens = 0
+
+    def add_step(self, assistant: dict[str, Any], results: list[dict[str, Any]]) -> None:
+        """One tool step: the assistant message and its results (each counted once, here)."""
+        count = (lambda m: message_tokens(self.counter, m)) if self.budget is not None else (lambda m: 0)
+        self.steps.append([(m, count(m)) for m in (assistant, *results)])
+
+    def messages(self, final: dict[str, Any] | None = None) -> list[dict[str, Any]] | None:
+        """The next request's messages (``final``: the closing prompt of a last call without tools);
+        None when this turn's steps do not fit even with every result cut (only without ``final``)."""
+        tail = [final] if final is not None else []
+        if not self.steps and not tail:
+            return self.base                      # the first request: the context builder fitted it
+        if self.budget is None:
+            return [*self.base, *(m for step in self.steps for m, _ in step), *tail]
+        if self._base_tokens is None:
+            self._base_tokens = self.counter.count_messages(self.base)
+        fixed = self._base_tokens + sum(message_tokens(self.counter, m) for m in tail)
+        room = self.budget - fixed
+        steps = [list(step) for step in self.steps]
+        total = sum(n for step in steps for _, n in step)
+        for step in steps:                        # this turn's results, oldest first
+            for i in range(1, len(step)):
+                if total <= room:
+                    break
+                shorter = self._shorten(*step[i], total - room)
+                if shorter is not None:
+                    total -= step[i][1] - shorter[1]
+                    step[i] = shorter
+                    self._cut[shorter[0]["tool_call_id"]] = None
+        if total > room:
+            if final is None:
+                self._record(ended=True)
+                return None
+            dropped = 0
+            while steps and total > room:         # the last call: leave out whole oldest steps
+                total -= sum(n for _, n in steps.pop(0))
+                dropped += 1
+            self._dropped = max(self._dropped, dropped)
+        self._requests += 1
+        self._max_tokens = max(self._max_tokens, fixed + total)
+        self._record()
+        return [*self.base, *(m for step in steps for m, _ in step), *tail]
+
+    def _shorten(self, message: dict[str, Any], tokens: int, excess: int) -> tuple[dict[str, Any], int] | None:
+        """``message`` (a tool result of ``tokens``) about ``excess`` tokens shorter, marked, with its
+        tokens; None when that would not make it shorter. Only a partial cut reads the content again."""
+        content = message.get("content")
+        if not isinstance(content, str):
+            return None
+        empty = {**message, "content": ""}
+        note = BUDGET_CUT_NOTE.format(n=len(content))
+        keep = tokens - message_tokens(self.counter, empty) - excess - self.counter.count(note) - 1
+        part = truncate_to_tokens(self.counter, content, keep) if keep > 0 else ""
+        note = BUDGET_CUT_NOTE.format(n=len(content) - len(part))
+        shorter = {**message, "content": f"{part}\n{note}" if part else note}
+        n = message_tokens(self.counter, shorter)
+        return (shorter, n) if n < tokens else None
+
+    def _record(self, ended: bool = False) -> None:
+        record: dict[str, Any] = self.meta.get("tool_exchange") or {}
+        record.update(follow_up_requests=self._requests, prompt_tokens_max=self._max_tokens, budget_tokens=self.budget)
+        cut = []
+        if self._cut:
+            cut.append({"what": "tool results", "count": len(self._cut), "ids": list(self._cut),
+                        "why": "over the prompt budget: this turn's results cut, oldest first"})
+        if self._dropped:
+            cut.append({"what": "tool steps", "count": self._dropped,
+                        "why": "over the prompt budget even with every result cut: left out of the last call"})
+        record["cut"] = cut
+        if ended:
+            record["ended"] = "the tool results no longer fit the prompt budget: answered without more tools"
+        self.meta["tool_exchange"] = record
 
 
 @dataclass(slots=True)
@@ -169,13 +279,47 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, openai.APIConnectionError)
 
 
+def rejects_stream_options(exc: openai.APIStatusError) -> bool:
+    """Whether a 400/422 answer to a request with ``stream_options`` may mean it is not supported: the
+    error names it (or ``include_usage``), or at least names no other cause (context length, tokens).
+    A context-length 400 is not sent again without it."""
+    if exc.status_code not in (400, 422):
+        return False
+    text = f"{_status_detail(exc)} {exc.body}".lower()
+    if "stream_options" in text or "include_usage" in text:
+        return True
+    return not any(word in text for word in ("context", "length", "too long", "token"))
+
+
 def endpoint_host(base_url: str) -> str:
     return urlparse(base_url).netloc or base_url
 
 
+def scrub_key(text: str, secret: str | None) -> str:
+    """``text`` with the key and every run of ``KEY_FRAGMENT_CHARS`` or more characters of it (a prefix
+    an endpoint echoes, say) replaced by ``***``."""
+    if not secret or not text:
+        return text
+    text = text.replace(secret, "***")
+    n = KEY_FRAGMENT_CHARS
+    if len(secret) <= n:
+        return text
+    grams = {secret[i:i + n] for i in range(len(secret) - n + 1)}
+    out, i, last = [], 0, 0
+    while i <= len(text) - n:
+        if text[i:i + n] not in grams:
+            i += 1
+            continue
+        end = i + n                               # extend while it is still a part of the key
+        while end < len(text) and text[i:end + 1] in secret:
+            end += 1
+        out += [text[last:i], "***"]
+        i = last = end
+    return "".join(out) + text[last:] if out else text
+
+
 def _scrub(text: str, secret: str | None, limit: int = 300) -> str:
-    if secret:
-        text = text.replace(secret, "***")
+    text = scrub_key(text, secret)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + "…"
 

@@ -3,6 +3,9 @@
 Per step: stream a completion (text deltas relayed as they arrive, tool-call deltas assembled),
 run the step's tool calls concurrently, append the assistant message and the tool results, loop.
 After ``max_iterations`` steps one last call without tool use asks for an answer with what it has.
+Each follow-up request fits the turn's own tool steps into the context budget left after the built
+context (``TurnPrompt``: this turn's oldest results are cut first); when even that cannot fit, the
+loop ends the same way, with finish reason ``context_budget``.
 The SDK's own retries are off (``max_retries=0``) and one policy retries here instead: 429, 5xx,
 connection errors and streams cut before any text, with exponential backoff and jitter
 (``retry-after`` honoured, capped), as long as no text of the step has been relayed yet. The SDK's
@@ -27,14 +30,16 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 import openai
 
-from server.agent.base import TurnRequest, TurnResult, TurnSink
-from server.agent.chat_stream import StreamEnded, iter_chunks
+from server.agent.base import AgentError, TurnRequest, TurnResult, TurnSink
+from server.agent.chat_stream import MalformedStream, StreamEnded, StreamInterrupted, iter_chunks
 from server.agent.config import AgentConfig, LLMConfig
-from server.agent.llm_support import (AssembledCall, RetryPolicy, ToolCallAssembler, Usage, endpoint_host,
-                                      is_retryable, retry_after, retry_detail, to_agent_error)
+from server.agent.llm_support import (LLM_ERROR, AssembledCall, RetryPolicy, ToolCallAssembler, TurnPrompt, Usage,
+                                      endpoint_host, is_retryable, rejects_stream_options, retry_after,
+                                      retry_detail, to_agent_error)
 from server.agent.model_catalog import ModelCatalog, ids_of
 from server.agent.toolexec import CallRequest, run_tool_step
 from server.agent.knowledge_route import record_model_route
+from server.memory.tokens import ApproxTokenCounter, TokenCounter
 from server.tools import ToolContext, ToolRegistry
 
 log = logging.getLogger(__name__)
@@ -42,6 +47,9 @@ T = TypeVar("T")
 
 FINAL_ANSWER_PROMPT = ("The tool-call limit for this request has been reached. Do not call any more tools: "
                        "answer now with the information gathered so far, and say what is still unknown.")
+BUDGET_ANSWER_PROMPT = ("The results of further tool calls would not fit the context window of this request. Do not "
+                        "call any more tools: answer now with the information gathered so far, and say what is "
+                        "still unknown.")
 NO_KEY_PLACEHOLDER = "no-key"   # the SDK insists on a key; keyless local servers ignore it
 
 
@@ -58,6 +66,7 @@ class _TurnText:
     """Text relayed so far in the turn, and whether the current step relayed any."""
     parts: list[str] = field(default_factory=list)
     step_started: bool = False
+    call_ids: set[str] = field(default_factory=set)    # tool-call ids used so far (kept unique)
 
     def text(self) -> str:
         return "".join(self.parts)
@@ -69,7 +78,7 @@ class OpenAIAgent:
     offline = False
 
     def __init__(self, llm: LLMConfig, agent: AgentConfig, tools: ToolRegistry,
-                 client: openai.AsyncOpenAI | None = None) -> None:
+                 client: openai.AsyncOpenAI | None = None, counter: TokenCounter | None = None) -> None:
         self.llm = llm
         self.cfg = agent
         self.registry = tools
@@ -79,6 +88,8 @@ class OpenAIAgent:
         self._key = llm.api_key
         self._retry = RetryPolicy(llm.retries, llm.retry_backoff_s, llm.retry_max_delay_s)
         self._stream_usage = True    # cleared when the endpoint rejects stream_options
+        # counts this turn's tool steps against the context budget (the memory layer's counter fits)
+        self.counter: TokenCounter = counter or ApproxTokenCounter()
         self.client = client or openai.AsyncOpenAI(
             base_url=self.base_url, api_key=llm.api_key or NO_KEY_PLACEHOLDER,
             timeout=llm.request_timeout_s, max_retries=0)
@@ -95,7 +106,10 @@ class OpenAIAgent:
         return self.catalog.offered()
 
     async def _list_models(self) -> list[str]:
-        return ids_of(await self.client.models.list())
+        try:
+            return ids_of(await self.client.models.list())
+        except openai.OpenAIError as e:     # the catalog logs the failure: name the host and status, scrubbed
+            raise to_agent_error(e, self.base_url, self.llm.models_timeout_s, self._key) from None
 
     async def aclose(self) -> None:
         await self.catalog.aclose()
@@ -105,37 +119,52 @@ class OpenAIAgent:
 
     async def run_turn(self, req: TurnRequest, sink: TurnSink) -> TurnResult:
         model = req.model or self.default_model
-        messages: list[dict[str, Any]] = list(req.context.messages)
+        prompt = TurnPrompt(req.context, self.counter)
         tools = await self.registry.schemas_for(req.user_id)
         ctx = ToolContext(req.user_id, req.session_id)
         turn, usage, calls = _TurnText(), Usage(), []
-        finish, steps = "stop", 0
+        finish, steps, last = "stop", 0, None
         for step in range(self.cfg.max_iterations):
+            messages = prompt.messages()
+            if messages is None:     # this turn's results no longer fit, even cut: answer with what fits
+                finish, last = "context_budget", (BUDGET_ANSWER_PROMPT, "context budget reached; answering")
+                break
             steps += 1
             detail = None if step == 0 else f"step {step + 1}"
             await sink.status("thinking", detail)
             res = await self._step(model, messages, tools, "auto", sink, turn, detail)
             usage.add(res.usage)
             if not res.calls:
+                self._check_answer(res)
                 finish = "length" if res.finish_reason == "length" else "stop"
                 break
             done = await run_tool_step(self.registry, sink, [CallRequest(c.id, c.name, c.arguments) for c in res.calls],
                                        ctx, step, self.cfg.tool_timeout_s)
             calls.extend(done)
-            messages.append(_assistant_message(res))
-            messages.extend({"role": "tool", "tool_call_id": d.id, "content": d.result} for d in done)
+            prompt.add_step(_assistant_message(res), [{"role": "tool", "tool_call_id": d.id, "content": d.result}
+                                                      for d in done])
         else:
+            finish, last = "max_iterations", (FINAL_ANSWER_PROMPT, "tool-call limit reached; answering")
+        if last is not None:
             steps += 1
-            detail = "tool-call limit reached; answering"
+            text, detail = last
             await sink.status("thinking", detail)
-            messages.append({"role": "user", "content": FINAL_ANSWER_PROMPT})
+            messages = prompt.messages({"role": "user", "content": text})
             res = await self._step(model, messages, tools, "none", sink, turn, detail)
             usage.add(res.usage)
-            finish = "max_iterations"
+            self._check_answer(res)
         metadata = {"model": model, "agent": self.name, "steps": steps}
         record_model_route(req.context.metadata, metadata, calls, turn.text())
         return TurnResult(content=turn.text(), tool_calls=calls, usage=usage.to_dict(), finish_reason=finish,
                           metadata=metadata)
+
+    def _check_answer(self, res: StepResult) -> None:
+        """A step that ends at the output limit with no text (a reasoning model that spent max_tokens
+        thinking) is an error the user sees, not an empty answer."""
+        if res.finish_reason == "length" and not res.text.strip():
+            raise AgentError(LLM_ERROR, f"the model endpoint {endpoint_host(self.base_url)} stopped at the "
+                                        f"max_tokens limit ({self.llm.max_tokens}) before writing any answer "
+                                        "(a reasoning model may have spent it thinking): raise [llm] max_tokens")
 
     async def complete(self, messages: list[dict[str, Any]], model: str | None = None) -> str:
         """One non-streamed completion without tools (used for summaries)."""
@@ -178,7 +207,7 @@ class OpenAIAgent:
         try:
             return await stack.enter_async_context(create(**kwargs, stream_options={"include_usage": True}))
         except openai.APIStatusError as e:
-            if e.status_code not in (400, 422):
+            if not rejects_stream_options(e):
                 raise
             # Some compatible servers reject stream_options: retry once without it and remember.
             response = await stack.enter_async_context(create(**kwargs))
@@ -198,7 +227,11 @@ class OpenAIAgent:
             # a finish_reason came: the answer is whole, only the [DONE] line is missing (lenient servers)
         result.text = "".join(step_text)
         if want_tools:
-            result.calls = assembler.calls()
+            result.calls = assembler.calls(turn.call_ids)
+            for c in result.calls:
+                if not c.name:     # nothing to run and nothing valid to send back: a malformed reply
+                    raise MalformedStream(f"tool call {c.index} (id {c.id!r}) has no function name",
+                                          response.http_request, body=None)
         return result
 
     async def _read(self, response: Any, sink: TurnSink, turn: _TurnText, result: StepResult,
@@ -266,7 +299,7 @@ def _short(exc: BaseException) -> str:
     status = getattr(exc, "status_code", None)
     if status:
         return f"HTTP {status}"
-    if isinstance(exc, StreamEnded):
+    if isinstance(exc, StreamInterrupted):     # after the response started (StreamEnded: a clean cut)
         return "stream cut"
     if isinstance(exc, openai.APIConnectionError):
         return "connection failed"
