@@ -4,9 +4,10 @@ A message matches when the whole query occurs in it (score 1.5, +0.1 per extra o
 +0.4) or, failing that, when some of the query's tokens do (score = fraction of tokens found, < 1
 unless all are found). Tokens are runs of word characters (``\\w+``); matching is by substring,
 so Chinese, Japanese and Korean text (no spaces between words) is found by any part of a phrase.
-Messages marked ``metadata.canned`` (the offline agent's fixed help and "not understood" texts) are
-never matched: they say nothing about the user's topics; nor are messages superseded by a regenerate
-or an edit (``searchable``).
+Messages marked ``metadata.canned`` (the offline agent's fixed help and "not understood" texts) or
+``metadata.history_listing`` (its answers that list earlier messages: copies of what would be found
+anyway) are never matched: they say nothing new about the user's topics; nor are messages
+superseded by a regenerate or an edit (``searchable``).
 """
 from __future__ import annotations
 
@@ -46,10 +47,12 @@ class Query:
 
 
 def searchable(message: dict[str, Any]) -> bool:
-    """Whether search may match a stored message (its dict form): not a canned reply, and not
-    superseded by a regenerate or an edit (default history pages leave those out too)."""
+    """Whether search may match a stored message (its dict form): not a canned reply nor a listing
+    of earlier messages, and not superseded by a regenerate or an edit (default history pages leave
+    those out too)."""
     meta = message.get("metadata")
-    return not (isinstance(meta, dict) and (meta.get("canned") or meta.get("superseded")))
+    return not (isinstance(meta, dict) and (meta.get("canned") or meta.get("history_listing")
+                                            or meta.get("superseded")))
 
 
 def compile_query(query: object) -> Query:

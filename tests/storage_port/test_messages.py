@@ -132,6 +132,18 @@ async def test_search_skips_canned_replies(store):
     assert [h.message_id for h in await store.search("alice", "usage")] == [3]
 
 
+async def test_search_skips_listings_of_earlier_messages(store):
+    """The offline agent's answer to "what did I say about X" lists earlier messages: a copy of what
+    search finds anyway, so it is no hit (asked six times, the listings crowded out the statement)."""
+    rec = await store.create("alice")
+    await store.append(rec.session_id, "user", "the staging server is stage-7")
+    await store.append(rec.session_id, "user", "what did I say about the staging server?")
+    await store.append(rec.session_id, "assistant", "Found 1 earlier message: the staging server is stage-7",
+                       metadata={"history_listing": True})
+    for query in ("staging server", "staging server\x00"):   # the folded-text scan and message by message
+        assert [h.message_id for h in await store.search("alice", query)] == [2, 1]
+
+
 async def test_search_skips_superseded_messages(store):
     """A message a regenerate or an edit superseded is no hit, once the update marks it (the
     folded-text scan sees the change too)."""

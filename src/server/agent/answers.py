@@ -1,7 +1,8 @@
 """Answers of the offline agent, written from real tool results in English or Chinese.
 
 ``render(call, zh)`` turns one finished ToolCall into a short paragraph; every number comes from
-the tool's JSON result. Failed calls are reported with the tool's own error message.
+the tool's JSON result. Failed calls are reported with the tool's own error message; the tools
+write it in English, so for a Chinese question the known ones are said in Chinese (``error_zh``).
 
 Canned replies (help, not understood) are stored like any answer, so they are worded to stay out of
 the user's searches: the reply to an unknown request lists no example requests (it points to
@@ -11,6 +12,8 @@ offline agent also marks them ``"canned": true`` in the message metadata.
 from __future__ import annotations
 
 from typing import Any, Callable
+
+import re
 
 import orjson
 
@@ -219,6 +222,61 @@ def _user_memory(d: dict[str, Any], zh: bool) -> str:
     return "\n".join([head, *lines])
 
 
+_WHAT_ZH = {"log directories": "日志目录", "file directories": "文件目录"}
+_MISSING_ZH = {"no such file or directory": "找不到文件或目录", "no such file": "找不到文件",
+               "no such log file": "找不到日志文件"}
+
+
+def _what(m: re.Match[str]) -> str:
+    return _WHAT_ZH.get(m["what"], m["what"])
+
+
+#: the tools' error messages (server/tools: paths.py, netcheck.py, registry.py, ...) said in Chinese
+_ERRORS_ZH: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [(re.compile(p, re.S), f) for p, f in [
+    (r"path '(?P<p>.*)' is outside the allowed (?P<what>.+)",
+     lambda m: f"路径“{m['p']}”不在允许的{_what(m)}内"),
+    (r"path '(?P<p>.*)' resolves outside the allowed (?P<what>.+)",
+     lambda m: f"路径“{m['p']}”实际指向允许的{_what(m)}之外"),
+    (r"(?P<kind>no such (?:file or directory|file|log file)): '(?P<p>.*)'",
+     lambda m: f"{_MISSING_ZH[m['kind']]}：“{m['p']}”"),
+    (r"(?P<tool>\w+) is disabled: no (?P<what>.+?) are configured on the server \((?P<key>[\w.]+)\)",
+     lambda m: f"{m['tool']} 未启用：服务器没有配置{_what(m)}（{m['key']}）"),
+    (r"permission denied (?P<verb>reading|listing) '(?P<p>.*)'",
+     lambda m: f"没有权限{'读取' if m['verb'] == 'reading' else '列出'}“{m['p']}”"),
+    (r"path '(?P<p>.*)' is refused: it is part of the server's own data \((?P<what>.*)\), which the tools never read",
+     lambda m: f"路径“{m['p']}”被拒绝：它属于服务器自己的数据（{m['what']}），工具从不读取"),
+    (r"'(?P<p>.*)' is refused: (?:files named like '.*'|'.*' directories) may hold secrets and are never read",
+     lambda m: f"“{m['p']}”被拒绝：这类文件或目录可能含有密钥，从不读取"),
+    (r"path '(?P<p>.*)' (?:is|resolves) under (?P<pseudo>\S+), a pseudo filesystem that is never readable",
+     lambda m: f"路径“{m['p']}”位于伪文件系统 {m['pseudo']} 下，从不读取"),
+    (r"(?:path )?'(?P<p>.*)' must not contain '\.\.' components", lambda m: f"路径“{m['p']}”不能包含“..”"),
+    (r"'(?P<p>.*)' is (?:a directory|a symbolic link|not a regular file); .*",
+     lambda m: f"“{m['p']}”不是普通文件"),
+    (r"'(?P<p>.*)' is not a directory; .*", lambda m: f"“{m['p']}”不是目录"),
+    (r"'(?P<p>.*)' has (?P<n>\d+) hard links and is refused.*",
+     lambda m: f"“{m['p']}”有 {m['n']} 个硬链接，已拒绝：硬链接可能暴露允许目录之外的文件"),
+    (r"'(?P<p>.*)' is a binary file.*", lambda m: f"“{m['p']}”是二进制文件，只能读取文本文件"),
+    (r"host '(?P<h>.*)' is not allowed: .*",
+     lambda m: f"不允许连接主机“{m['h']}”：network_check 只能连接服务器 tools.allowed_hosts 中列出的主机（默认仅本机）"),
+    (r"host '(?P<h>.*)' resolves to (?P<a>.*), which is not allowed .*",
+     lambda m: f"主机“{m['h']}”解析到 {m['a']}，不在允许范围内（每个地址都必须列在 tools.allowed_hosts 中）"),
+    (r"'(?P<h>.*)' resolved to no address", lambda m: f"“{m['h']}”没有解析到任何地址"),
+    (r"DNS resolution of '(?P<h>.*)' timed out after (?P<s>[\d.]+) s", lambda m: f"解析“{m['h']}”超时（{m['s']} 秒）"),
+    (r"DNS resolution of '(?P<h>.*)' failed: (?P<e>.*)", lambda m: f"解析“{m['h']}”失败（{m['e']}）"),
+    (r"tool '(?P<t>.*)' timed out after (?P<s>[\d.]+) s", lambda m: f"{m['s']} 秒内没有完成"),
+    (r"history search is unavailable on this server", lambda m: "这台服务器不提供历史搜索"),
+]]
+
+
+def error_zh(err: str) -> str:
+    """A tool's (English) error message in Chinese; one not known is given as it is, marked as the original."""
+    for pat, say in _ERRORS_ZH:
+        m = pat.fullmatch(err)
+        if m:
+            return say(m)
+    return f"原始错误信息：{err}"
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any], bool], str]] = {
     "sys_monitor": _sys_monitor, "processes": _processes, "network_check": _network_check,
     "read_log": _read_log, "history_search": _history, "clock": _clock, "offer_download": downloads.render,
@@ -233,10 +291,10 @@ def render(call: ToolCall, zh: bool) -> str:
     except orjson.JSONDecodeError:
         data = {"error": call.result}
     if call.status != "success" or "error" in data:
-        err = data.get("error", call.status)
+        err = str(data.get("error", call.status))
         if call.status == "timeout":
-            return _j(zh, f"The {call.tool_name} tool timed out: {err}", f"工具 {call.tool_name} 超时：{err}")
-        return _j(zh, f"The {call.tool_name} tool could not answer: {err}", f"工具 {call.tool_name} 无法完成：{err}")
+            return _j(zh, f"The {call.tool_name} tool timed out: {err}", f"工具 {call.tool_name} 超时：{error_zh(err)}")
+        return _j(zh, f"The {call.tool_name} tool could not answer: {err}", f"工具 {call.tool_name} 无法完成：{error_zh(err)}")
     if data.get("truncated") and "partial" in data:
         return _j(zh, f"The {call.tool_name} result was too large to show.", f"工具 {call.tool_name} 的结果过大，无法显示。")
     try:

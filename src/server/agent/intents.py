@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from server.agent.downloads import parse_download_request
-from server.agent.file_intents import parse_file_request
+from server.agent.file_intents import parse_file_request, paths_in
 
 THRESHOLD = 1.0
 CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
@@ -31,10 +31,14 @@ class Intent:
 
 
 def _p(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern, re.IGNORECASE)
+    return re.compile(pattern, _FLAGS)
 
 
-# (intent, [(pattern, weight)]): English words use \b boundaries; Chinese has none.
+# ASCII matching: Python's \w (and so \b) counts CJK characters as word characters, so "RAM占用" has no
+# \b after "RAM" and [\w.-]+ swallows the Chinese words around a name. (CJK literals still match.)
+_FLAGS = re.IGNORECASE | re.ASCII
+
+# (intent, [(pattern, weight)]): English words use \b boundaries (ASCII ones); Chinese has none.
 RULES: list[tuple[str, list[tuple[re.Pattern[str], float]]]] = [
     ("cpu", [(_p(r"\bcpus?\b|cpu"), 1.0), (_p(r"\bprocessor\b|处理器"), 1.0)]),
     ("memory", [(_p(r"\b(memory|ram|swap|mem)\b"), 1.0), (_p(r"内存|交换分区|交换空间"), 1.0)]),
@@ -68,36 +72,34 @@ RULES: list[tuple[str, list[tuple[re.Pattern[str], float]]]] = [
 _REMEMBERED = re.compile(r"\bwhat (?:do|did|have) you (?:remember(?:ed)?|know|recall|keep)\b.*\b(?:me|my)\b|"
                          r"\bwhat do you remember\s*[?.!]*\s*$|"
                          r"你(?:还)?(?:记得|知道|记住了|记住)(?:关于)?我(?:的)?(?:什么|哪些|些什么)|"
-                         r"你(?:都)?记住了(?:什么|哪些)|关于我你(?:记得|知道)(?:什么|哪些)", re.IGNORECASE)
+                         r"你(?:都)?记住了(?:什么|哪些)|关于我你(?:记得|知道)(?:什么|哪些)", _FLAGS)
 
-_HOST_PORT = re.compile(r"(\[[0-9a-fA-F:]+\]|\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w.-]*)\s*:\s*(\d{1,5})\b")
-_PORT_WORD = re.compile(r"(?:\bport\b|端口)\s*(?:号|number)?\s*[:：]?\s*(\d{1,5})\b|(\d{1,5})\s*(?:号)?\s*端口",
-                        re.IGNORECASE)
+_HOST_PORT = re.compile(r"(\[[0-9a-fA-F:]+\]|\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w.-]*)\s*:\s*(\d{1,5})\b", re.ASCII)
+_PORT_WORD = re.compile(r"(?:\bport\b|端口)\s*(?:号|number)?\s*[:：]?\s*(\d{1,5})\b|(\d{1,5})\s*(?:号)?\s*端口", _FLAGS)
 _HOST_WORD = re.compile(r"(?:\bon\b|\bat\b|\bof\b|\bto\b|主机|在)\s*(\[[0-9a-fA-F:]+\]|\d{1,3}(?:\.\d{1,3}){3}|"
-                        r"[A-Za-z][\w.-]*)", re.IGNORECASE)
-_BARE_HOST = re.compile(r"(\d{1,3}(?:\.\d{1,3}){3}|\blocalhost\b|::1)", re.IGNORECASE)
-_PATH = re.compile(r"((?:/[\w.\-@+]+)+|[\w.\-]+\.log\b)")
-_LINES = re.compile(r"(\d{1,5})\s*(?:lines?|行)", re.IGNORECASE)
-_TOPN = re.compile(r"\btop\s+(\d{1,3})\b|前\s*(\d{1,3})", re.IGNORECASE)
-_NAMED = re.compile(r"\b(?:named|called|matching)\s+[\"']?([\w.\-]+)|([A-Za-z][\w.\-]*)\s*(?:的)?\s*进程|"
-                    r"\b([A-Za-z][\w.\-]*)\s+process(?:es)?\b", re.IGNORECASE)
+                        r"[A-Za-z][\w.-]*)", _FLAGS)
+_BARE_HOST = re.compile(r"(\d{1,3}(?:\.\d{1,3}){3}|\blocalhost\b|::1)", _FLAGS)
+_LINES = re.compile(r"(\d{1,5})\s*(?:lines?|行)", _FLAGS)
+_TOPN = re.compile(r"\btop\s+(\d{1,3})\b|前\s*(\d{1,3})|(\d{1,3})\s*个\s*(?:\S{0,8}?)\s*(?:进程|程序)", _FLAGS)
+_NAMED = re.compile(r"\b(?:named|called|matching)\s+[\"']?([\w.\-]+)|\b([A-Za-z][\w.\-]*)\s*(?:的)?\s*进程|"
+                    r"\b([A-Za-z][\w.\-]*)\s+process(?:es)?\b", _FLAGS)
 _NOT_NAMES = {"top", "the", "all", "running", "which", "what", "heaviest", "biggest", "memory", "cpu", "list",
-              "show", "any", "my", "some", "of", "by", "most", "hungry"}
-_LOG_WORDS = re.compile(r"\b(tail|log|logs|syslog)\b|日志", re.IGNORECASE)
-_CHECK_WORDS = re.compile(r"\b(check|port|reachable|connect|open|listening|ping)\b|端口|连通|连接|检查|检测|能否",
-                          re.IGNORECASE)
+              "show", "any", "my", "some", "of", "by", "most", "hungry", "ram", "mem", "rss"}
+_BY_MEMORY = re.compile(r"\b(memory|ram|mem|rss)\b|内存", _FLAGS)
+_LOG_WORDS = re.compile(r"\b(tail|log|logs|syslog)\b|日志", _FLAGS)
+_CHECK_WORDS = re.compile(r"\b(check|port|reachable|connect|open|listening|ping)\b|端口|连通|连接|检查|检测|能否", _FLAGS)
 
 _TOPIC_EN = [
     re.compile(r"\b(?:about|regarding|on|for)\s+[\"']?(.+?)[\"']?\s*(?:\b(?:earlier|before|previously|last time|"
-               r"in the past|ago)\b.*)?[?.!]*\s*$", re.IGNORECASE),
-    re.compile(r"\bsearch\s+(?:my\s+)?(?:history|conversations?|chats?)\s+(?:for\s+)?(.+?)[?.!]*\s*$", re.IGNORECASE),
+               r"in the past|ago)\b.*)?[?.!]*\s*$", _FLAGS),
+    re.compile(r"\bsearch\s+(?:my\s+)?(?:history|conversations?|chats?)\s+(?:for\s+)?(.+?)[?.!]*\s*$", _FLAGS),
 ]
 _TOPIC_ZH = [
     re.compile(r"(?:问过|聊过|说过|提到过?|讨论过|问|聊|说|提|讨论)(?:过)?(?:关于)?\s*(.+?)\s*"
                r"(?:的|什么|啥|哪些|吗|么|嘛|呢|事情?|问题|相关|内容|东西)*\s*[？?。！!]*\s*$"),
     re.compile(r"搜索(?:一下)?(?:历史|记录|对话|聊天记录)*\s*(?:中|里)?(?:的|关于)?\s*(.+?)\s*[？?。！!]*\s*$"),
 ]
-_TOPIC_STOP = re.compile(r"^(?:i|me|you|it|that|this|什么|啥|了)$", re.IGNORECASE)
+_TOPIC_STOP = re.compile(r"^(?:i|me|you|it|that|this|什么|啥|了)$", _FLAGS)
 
 
 def _score(text: str) -> dict[str, float]:
@@ -138,10 +140,10 @@ def _network_target(text: str) -> tuple[str, int] | None:
 
 
 def _process_args(text: str) -> dict[str, Any]:
-    args: dict[str, Any] = {"sort_by": "memory" if re.search(r"\b(memory|ram|mem|rss)\b|内存", text, re.I) else "cpu"}
+    args: dict[str, Any] = {"sort_by": "memory" if _BY_MEMORY.search(text) else "cpu"}
     m = _TOPN.search(text)
     if m:
-        args["limit"] = max(1, min(50, int(m.group(1) or m.group(2))))
+        args["limit"] = max(1, min(50, int(next(g for g in m.groups() if g))))
     for nm in _NAMED.finditer(text):
         name = next(g for g in nm.groups() if g)
         if name.lower() not in _NOT_NAMES:
@@ -151,7 +153,7 @@ def _process_args(text: str) -> dict[str, Any]:
 
 
 def _log_args(text: str) -> dict[str, Any] | None:
-    paths = [p for p in _PATH.findall(text) if not re.fullmatch(r"\d+(\.\d+)*", p)]
+    paths = [p for p in paths_in(text) if p != "/"]   # absolute, relative to a log root, or a file name
     if not paths:
         return None
     args: dict[str, Any] = {"path": paths[0]}

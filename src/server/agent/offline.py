@@ -4,6 +4,10 @@ It recognizes a fixed set of Chinese and English requests (server.agent.intents)
 tools through the same registry with the same sink events and ToolCall records as the LLM agent,
 and streams a concise answer written from the real results (server.agent.answers) in the user's
 language. No network, no model: everything it says about the machine comes from a tool.
+
+Its answer to a history question (a listing of earlier messages) is marked ``"history_listing": true``
+in the message metadata: the recall index leaves that turn out (``server.memory.recall.turn_docs``), so
+the same question asked again finds what the user said, not the earlier listings.
 """
 from __future__ import annotations
 
@@ -53,11 +57,12 @@ class OfflineAgent:
         found = [i for i in found if not i.tool or i.tool in known]   # (user_memory: only with a memory layer)
         tool_intents = [i for i in found if i.tool]
         noted = knowledge_route.statement_items(text) if not tool_intents else []
+        recalled = None if tool_intents or noted else memory_answers.answer(text, req.context.messages, zh)
         route = await knowledge_route.decide(text, req.context.messages, getattr(self.registry, "knowledge", None), req.user_id,
-                                             [i.name for i in tool_intents], stated=bool(noted))
+                                             [i.name for i in tool_intents], stated=bool(noted),
+                                             remembered=recalled is not None)
         req.context.metadata["route"] = route.record()
         citations: list[dict[str, Any]] = []
-        recalled = None if tool_intents or noted else memory_answers.answer(text, req.context.messages, zh)
         if route.route == "knowledge":
             calls = await run_tool_step(self.registry, sink, [CallRequest(None, "search_knowledge",
                                                                           {"query": route.query[:500], "top_k": 5})],
@@ -87,6 +92,9 @@ class OfflineAgent:
             metadata["citations"] = citations
         if not tool_intents and not calls and not noted and recalled is None:
             metadata["canned"] = True    # help or not understood: a fixed text, not about the user's topic
+        if any(i.name == "history" for i in found):
+            # a listing of earlier messages: searched or recalled, it would only find them again
+            metadata["history_listing"] = True
         return TurnResult(content=answer, tool_calls=calls, usage={"llm_calls": 0}, finish_reason="stop",
                           metadata=metadata)
 

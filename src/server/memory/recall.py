@@ -4,7 +4,8 @@ sessions, formatted as clearly marked excerpts for the prompt.
 A turn document holds the user message and the final answer (weight 1), the neighbouring turns of
 the same session as context (before: 0.6, 0.3; after: 0.4, 0.2 -- a reply only makes sense with
 what it answers), and the turn's date (day, month name, year at 0.5) so "what did we do in May"
-finds it. ``bench/locomo_recall.py`` measures this exact construction.
+finds it. ``bench/locomo_recall.py`` measures this exact construction. A turn answered by a history
+search listing (``metadata.history_listing``) is not indexed at all (``turn_docs``).
 """
 from __future__ import annotations
 
@@ -310,6 +311,11 @@ def turn_docs(session_id: str, messages: list[Any], *, final: bool) -> tuple[lis
         answers = [m for m in group[1:] if m.role == "assistant" and m.content.strip()]
         if require_answer and not answers:
             return False
+        if any(m.metadata.get("history_listing") for m in answers):
+            # a history question answered with a listing of earlier messages (the offline agent marks
+            # it): indexed, it would be found by every later search for the same thing, before the
+            # messages it lists; the turn is consumed but not indexed
+            return True
         # a canned reply (the offline agent's help text) answers the turn but says nothing about the
         # user's topic: recall indexes the question without it
         answers = [m for m in answers if not m.metadata.get("canned")]
