@@ -6,8 +6,7 @@ whole turn. ``fit_assistant_message`` returns the message cut to fit instead, th
 are cut to fit ``max_message_size`` (``server.fit``): the longest texts lose the most (one common
 cap), each cut is marked in the text itself, and the metadata says ``"truncated": true``. The texts
 are the answer, each call's result, and each call's arguments as JSON; cut arguments become
-``{"truncated": true, "partial": "<the JSON text, cut and marked>"}`` (the shape tools use for
-results over ``max_result_chars``). Calls are dropped from the end (``"tool_calls_dropped": n``) only
+``{"truncated": true, "partial": "<the JSON text, cut and marked>"}``. Calls are dropped from the end (``"tool_calls_dropped": n``) only
 when even empty texts cannot fit. Pure: the inputs are not changed.
 
 Why a store failed is named by ``server.errors.failure_of`` (the store's own code).

@@ -7,6 +7,7 @@ from typing import Any
 
 from server.agent.base import TurnSink
 from server.tools import ToolContext, ToolRegistry
+from server.tools.units import to_json
 from storage.models import ToolCall
 
 
@@ -22,17 +23,32 @@ async def run_tool_step(registry: ToolRegistry, sink: TurnSink, requests: list[C
                         step: int, timeout: float | None = None) -> list[ToolCall]:
     """Announce every call (status, tool_call), run them concurrently, report each tool_result.
 
-    Returns the finished ToolCalls in the order requested. Never raises for a tool failure.
+    At most ``tools.max_calls_per_step`` calls run, ``tools.max_parallel_calls`` at a time (so one turn
+    cannot take every worker thread); each call beyond the first ``max_calls_per_step`` is not run and
+    gets an error result saying so (every call still gets its result). Returns the finished ToolCalls
+    in the order requested. Never raises for a tool failure.
     """
+    cfg = registry.config
     pending = [registry.pending(r.name, r.arguments, r.id, step) for r in requests]
     await sink.status("tool_call", ", ".join(p.tool_name for p in pending))
     for p in pending:
         await sink.tool_call(p)
+    running = asyncio.Semaphore(cfg.max_parallel_calls)
 
     async def one(p: ToolCall, req: CallRequest) -> ToolCall:
-        done = await registry.run(req.name, req.arguments, ctx, call_id=p.id, step=step, timeout=timeout)
+        async with running:
+            done = await registry.run(req.name, req.arguments, ctx, call_id=p.id, step=step, timeout=timeout)
         done.timestamp = p.timestamp
         await sink.tool_result(done)
         return done
 
-    return list(await asyncio.gather(*(one(p, r) for p, r in zip(pending, requests))))
+    async def refused(p: ToolCall) -> ToolCall:
+        p.status = "error"
+        p.result = to_json({"error": f"not run: this step asked for {len(requests)} tool calls and at most "
+                                     f"{cfg.max_calls_per_step} run per step (tools.max_calls_per_step); "
+                                     "call it again in a later step if it is still needed"})
+        await sink.tool_result(p)
+        return p
+
+    return list(await asyncio.gather(*(one(p, r) if i < cfg.max_calls_per_step else refused(p)
+                                       for i, (p, r) in enumerate(zip(pending, requests)))))

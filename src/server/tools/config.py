@@ -37,6 +37,8 @@ class ToolsConfig(Section):
     max_search_matches: int = Field(200, ge=1, le=100_000)      # search_files: upper bound of ``limit``
     search_timeout_s: float = Field(5.0, ge=0.05, le=600.0)     # search_files: stops (partial result) after this long
     max_line_chars: int = Field(500, ge=40, le=100_000)         # search_files: longer matching lines are cut
+    max_calls_per_step: int = Field(16, ge=1, le=1000)          # tool calls of one step that run; the rest get an error
+    max_parallel_calls: int = Field(4, ge=1, le=64)             # tool calls of one step running at once
 
     @field_validator("allowed_hosts")
     @classmethod

@@ -5,7 +5,9 @@ symlink, hides secret-looking names (counted in ``hidden``) and leaves out the s
 (``protected``: its history directory, log file, ...) without a word; read_file reads text only (a NUL
 byte or invalid UTF-8 in the first block refuses the file as binary), at most ``max_file_bytes``
 from the start of the file, and cuts its answer to fit the result budget, saying where to go on
-(``next_offset``). Every function blocks: the registry runs them in a thread.
+(``next_offset``). Lines are redacted as they are read (``LineRedactor``, from the first line, so a key
+block is masked whatever ``offset`` is), and the budget is counted on what is shown. Every function
+blocks: the registry runs them in a thread.
 """
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ import fnmatch
 import os
 import stat
 from datetime import datetime
-from typing import Any
+from typing import Any, Iterable
 
 from server.tools.config import ToolsConfig
 from server.tools.paths import PathPolicy, Protected, SECRET_DIRS, is_secret_name, open_regular
+from server.tools.secrets import LineRedactor
 from server.tools.units import ToolFailure, fmt_bytes, to_json
 
 LIST_DIR_SCHEMA = {
@@ -147,10 +150,12 @@ def _decode(data: bytes) -> str:
 
 
 def read_file(cfg: ToolsConfig, path: str, offset: int, lines: int,
-              protected: tuple[Protected, ...] = ()) -> dict[str, Any]:
-    """The ``read_file`` tool (blocking): lines ``offset``.. of a text file, within the byte cap."""
+              protected: tuple[Protected, ...] = (), secrets: Iterable[str] = ()) -> dict[str, Any]:
+    """The ``read_file`` tool (blocking): lines ``offset``.. of a text file, within the byte cap, redacted
+    (``secrets``: values redacted besides the secret shapes)."""
     real = file_policy(cfg, "read_file", protected).resolve(path, missing="no such file")
     fd, st = open_regular(real, path, _PURPOSE)
+    redactor = LineRedactor(secrets)
     try:
         head = os.pread(fd, min(BLOCK, cfg.max_file_bytes), 0)
         if looks_binary(head):
@@ -171,9 +176,8 @@ def read_file(cfg: ToolsConfig, path: str, offset: int, lines: int,
             pos += len(block)
             parts = (rest + block).split(b"\n")
             rest = parts.pop()
-            for raw in parts:
+            for text in redactor.lines([_decode(raw) for raw in parts]):
                 if line_no >= offset:
-                    text = _decode(raw)
                     if len(out) >= lines:
                         stopped = "lines"
                         break
@@ -186,12 +190,13 @@ def read_file(cfg: ToolsConfig, path: str, offset: int, lines: int,
             if stopped:
                 break
         if not stopped and rest and line_no >= offset:
+            text = redactor.lines([_decode(rest)])[0]
             if len(out) >= lines:
                 stopped = "lines"
-            elif used + len(rest) + 1 > budget and out:
+            elif used + len(text) + 1 > budget and out:
                 stopped = "size"
             else:
-                out.append(_decode(rest)[:budget])
+                out.append(text[:budget])
                 line_no += 1
     finally:
         os.close(fd)

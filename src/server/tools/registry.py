@@ -27,7 +27,7 @@ from server.tools.knowledge import SEARCH_KNOWLEDGE_SCHEMA, KnowledgeSource, sea
 from server.tools.paths import Protected, protected_overlaps
 from server.tools.schema import ArgumentError, lenient_arguments, parse_arguments, validate
 from server.tools.secrets import redact
-from server.tools.units import ToolFailure, to_json
+from server.tools.units import ToolFailure, fit_json, to_json
 from storage.models import ToolCall
 
 log = logging.getLogger(__name__)
@@ -180,6 +180,15 @@ class ToolRegistry:
             tools = [t for t in tools if t["function"]["name"] != "search_knowledge"]
         return tools
 
+    async def offered(self, user_id: str) -> list[str]:
+        """The names of the tools ``schemas_for(user_id)`` offers (without search_knowledge if that
+        cannot be told)."""
+        try:
+            return [t["function"]["name"] for t in await self.schemas_for(user_id)]
+        except Exception as e:
+            log.warning("could not tell which tools are offered: %s", type(e).__name__)
+            return [n for n in self._tools if n != "search_knowledge"]
+
     def pending(self, name: str, arguments: str | dict | None, call_id: str | None = None,
                 step: int = 0) -> ToolCall:
         """The ``running`` ToolCall announced before a call executes."""
@@ -194,8 +203,9 @@ class ToolRegistry:
         status, result = "success", ""
         tool = self._tools.get(name)
         try:
-            if tool is None:
-                raise ArgumentError(f"unknown tool '{name}' (available: {', '.join(self._tools)})")
+            if tool is None:   # name only what this user is offered (schemas_for)
+                offered = ", ".join(await self.offered(ctx.user_id))
+                raise ArgumentError(f"unknown tool '{name}' (available: {offered})")
             args = validate(tool.schema, parse_arguments(arguments))
             call.arguments = args
             limit = tool.timeout_s if timeout is None else min(tool.timeout_s, timeout)
@@ -220,10 +230,8 @@ class ToolRegistry:
         return call
 
     def _cap(self, text: str) -> str:
-        limit = self.config.max_result_chars
-        if len(text) <= limit:
-            return text
-        return to_json({"truncated": True, "partial": text[: limit - 64]})
+        """At most ``max_result_chars``: texts (then lists) cut inside the JSON, marked (``fit_json``)."""
+        return fit_json(text, self.config.max_result_chars)
 
     # -- handlers ----------------------------------------------------------------------------------
 
@@ -239,7 +247,8 @@ class ToolRegistry:
                                             args.get("timeout"))
 
     async def _read_log(self, args: dict[str, Any], ctx: ToolContext) -> Any:
-        return await asyncio.to_thread(logs.read_log, self.config, args["path"], args["lines"], self.protected)
+        return await asyncio.to_thread(logs.read_log, self.config, args["path"], args["lines"], self.protected,
+                                       self._secrets)
 
     async def _list_dir(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return await asyncio.to_thread(files.list_dir, self.config, args["path"], args.get("pattern"), args["limit"],
@@ -247,11 +256,12 @@ class ToolRegistry:
 
     async def _read_file(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return await asyncio.to_thread(files.read_file, self.config, args["path"], args["offset"], args["lines"],
-                                       self.protected)
+                                       self.protected, self._secrets)
 
     async def _search_files(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return await asyncio.to_thread(file_search.search_files, self.config, args["root"], args["pattern"],
-                                       args["regex"], args["ignore_case"], args["limit"], self.protected)
+                                       args["regex"], args["ignore_case"], args["limit"], self.protected,
+                                       self._secrets)
 
     async def _search_knowledge(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return await search_knowledge(self.knowledge, args, ctx.user_id)

@@ -5,6 +5,11 @@ catastrophic pattern such as ``(a+)+$`` cannot stall the search, and constructs 
 support (backreferences, lookaround) are refused with RE2's own message. A plain pattern
 (``regex: false``, the default) is matched literally. Matches never span lines.
 
+A line is matched as the tools show it, redacted (``server.tools.secrets.LineRedactor``): the
+pattern runs over the raw text first (fast), and a line that redaction changes is decided on its
+redacted form alone, so whether a pattern matches, what is counted and when the search stops never
+depend on a masked secret (else ``^API_KEY=sk-a`` vs ``sk-b`` would read a key character by character).
+
 Bounds, each reported when reached (``stopped``): ``limit`` matches, ``max_search_files`` files
 opened, ``max_search_bytes`` bytes read, ``search_timeout_s`` seconds. The walk never follows
 symlinks, skips secret-looking names and directories, files with more than one link, and binary
@@ -14,17 +19,19 @@ Blocking: the registry runs it in a thread.
 """
 from __future__ import annotations
 
+import heapq
 import os
 import re
 import stat
 import time
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import re2
 
 from server.tools.config import ToolsConfig
 from server.tools.files import RESULT_MARGIN, file_policy, looks_binary
 from server.tools.paths import SECRET_DIRS, Guard, Protected, is_secret_name, open_regular
+from server.tools.secrets import LineRedactor
 from server.tools.units import ToolFailure, to_json
 
 SEARCH_FILES_SCHEMA = {
@@ -69,8 +76,9 @@ def compile_pattern(pattern: str, regex: bool, ignore_case: bool) -> Any:
 
 
 class _Search:
-    def __init__(self, cfg: ToolsConfig, program: Any, limit: int) -> None:
+    def __init__(self, cfg: ToolsConfig, program: Any, limit: int, secrets: Iterable[str] = ()) -> None:
         self.cfg, self.program = cfg, program
+        self.redactor = LineRedactor(secrets)      # restarted for each file
         self.limit = min(limit, cfg.max_search_matches)
         self.deadline = time.monotonic() + cfg.search_timeout_s
         self.matches: list[dict[str, Any]] = []
@@ -91,8 +99,7 @@ class _Search:
                 self.stopped = "search_timeout_s"
         return self.stopped is None
 
-    def _add(self, shown: str, line_no: int, line: bytes) -> None:
-        text = line.decode("utf-8", "replace")
+    def _add(self, shown: str, line_no: int, text: str) -> None:
         if len(text) > self.cfg.max_line_chars:
             text = text[: self.cfg.max_line_chars] + "…"
         item = {"path": shown, "line": line_no, "text": text}
@@ -102,24 +109,45 @@ class _Search:
             return
         self.matches.append(item)
 
-    def _region(self, shown: str, region: bytes, first_line: int) -> None:
-        """Matches in ``region`` (whole lines), whose first line is number ``first_line``."""
-        pos, counted_to, line_no = 0, 0, first_line
-        while self.stopped is None:
+    def _hits(self, region: bytes) -> Iterator[int]:
+        """Indexes of the lines of ``region`` whose raw text matches, in order."""
+        pos, counted_to, index = 0, 0, 0
+        while True:
             m = self.program.search(region, pos)
             if m is None:
                 return
             start = region.rfind(b"\n", 0, m.start()) + 1
+            if start == len(region):     # an empty match after the last newline: no line there
+                return
             end = region.find(b"\n", m.start())
-            end = len(region) if end < 0 else end
-            line_no += region.count(b"\n", counted_to, start)
+            index += region.count(b"\n", counted_to, start)
             counted_to = start
-            self._add(shown, line_no, region[start:end])
+            yield index
+            if end < 0:
+                return
+            pos = end + 1
+
+    def _region(self, shown: str, region: bytes, first_line: int) -> None:
+        """Matches in ``region`` (whole lines), whose first line is number ``first_line``. A line that
+        redaction changes is decided on its redacted form only (raw hit or not)."""
+        text = region.decode("utf-8", "replace")
+        lines = text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
+        redacted = self.redactor.changes(lines)
+        last = None
+        for index in heapq.merge(self._hits(region), sorted(redacted)):
+            if self.stopped is not None:
+                return
+            if index == last:
+                continue
+            last = index
+            line = redacted.get(index)
+            if line is None:
+                line = lines[index]
+            elif self.program.search(line.encode("utf-8")) is None:
+                continue
+            self._add(shown, first_line + index, line)
             if len(self.matches) >= self.limit:
                 self.stopped = "limit"
-            pos = end + 1
-            if pos > len(region):
-                return
 
     def file(self, real: str, shown: str) -> None:
         try:
@@ -128,6 +156,7 @@ class _Search:
             self.skipped["unreadable"] += 1
             return
         self.files += 1
+        self.redactor.restart()
         try:
             offset, rest, line_no = 0, b"", 1
             while self.check_bounds():
@@ -190,12 +219,12 @@ class _Search:
 
 
 def search_files(cfg: ToolsConfig, root: str, pattern: str, regex: bool, ignore_case: bool,
-                 limit: int, protected: tuple[Protected, ...] = ()) -> dict[str, Any]:
-    """The ``search_files`` tool (blocking)."""
+                 limit: int, protected: tuple[Protected, ...] = (), secrets: Iterable[str] = ()) -> dict[str, Any]:
+    """The ``search_files`` tool (blocking). ``secrets``: values redacted besides the secret shapes."""
     policy = file_policy(cfg, "search_files", protected)
     real = policy.resolve(root)
     program = compile_pattern(pattern, regex, ignore_case)
-    s = _Search(cfg, program, limit)
+    s = _Search(cfg, program, limit, secrets)
     if os.path.isdir(real):
         for path, shown in s.walk(real, policy.guard()):
             if not s.check_bounds():

@@ -16,6 +16,12 @@ and of command-line passwords (``--password S3cret``, ``mysql -pS3cret``, ``curl
 ``redis-cli -a S3cret``, netrc's ``login u password S3cret``). The result is JSON text, so a value
 never runs over a quote or a backslash and the mask keeps the JSON valid.
 
+The file tools (read_file, read_log, search_files) show a file's lines redacted one by one
+(``LineRedactor``), so what they count, cut and match is what the user sees: a pattern of
+search_files decides on the redacted line, and a PEM private-key block is masked line by line, also
+when only its middle lines are read or matched. A fast RE2 prefilter, derived from
+``SECRET_SHAPES`` so that it matches wherever one of them can, picks the few lines to redact.
+
 False positives are kept down by requiring an assignment (``name: value``) whose name *ends* with
 the secret word: ``max_tokens: 1024``, ``token_budget = 200``, ``bypass: true``, ``auth_mode``,
 "password policy: 12 chars" and "keyboard" stay as they are.
@@ -24,9 +30,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import os
 import re
 from typing import Callable, Iterable
+
+import orjson
+
+from server.tools.re2_filter import PatternFilter
 
 _SENSITIVE_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 MIN_SECRET_LEN = 6
@@ -115,9 +126,15 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
 
 
 def redact_shapes(text: str) -> str:
-    """Mask everything shaped like a secret (``SECRET_SHAPES``)."""
-    for pattern, repl in SECRET_SHAPES:
-        text = pattern.sub(repl, text)
+    """Mask everything shaped like a secret (``SECRET_SHAPES``). Only the shapes the RE2 prefilter finds
+    in the text are run (each one is a Python regex pass; the prefilter is one linear-time pass)."""
+    pending = sorted(_shapes_in(text))
+    while pending:
+        k = pending.pop(0)
+        pattern, repl = SECRET_SHAPES[k]
+        masked = pattern.sub(repl, text)
+        if masked != text:       # a mask may make or end a later shape's match: ask again
+            text, pending = masked, sorted(i for i in _shapes_in(masked) if i > k)
     return text
 
 
@@ -134,3 +151,134 @@ def redact(text: str, extra: Iterable[str] = ()) -> str:
         if value in text:
             text = text.replace(value, MASK)
     return redact_shapes(text)
+
+
+# -- line by line, as the file tools show a file -----------------------------------------------------
+
+_PEM_MARK = re.compile(r"-----(BEGIN|END) [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+SHAPES_FILTER = PatternFilter([pattern for pattern, _ in SECRET_SHAPES])
+SHAPES_PREFILTER = SHAPES_FILTER.any
+
+
+def _shapes_in(text: str) -> frozenset[int]:
+    """Indexes of the shapes that may match in ``text``."""
+    return SHAPES_FILTER.which(text)
+
+
+class LineRedactor:
+    """The lines of one text file as the tools show them: each line redacted on its own (as ``redact``
+    does, known values then ``SECRET_SHAPES``), and every line of a PEM private-key block masked, from
+    its BEGIN line to its END line. The line count never changes.
+
+    Feed the lines in file order (``changes``/``lines``, any number of calls). ``mid_file``: the
+    first lines fed may be inside a key block whose BEGIN line was not read (the tail of a log); an END
+    line before any BEGIN line then masks the lines before it.
+    """
+
+    def __init__(self, extra: Iterable[str] = (), *, mid_file: bool = False) -> None:
+        self._values = sorted(secret_values(extra), key=len, reverse=True)
+        self._needles = [v.encode("utf-8", "surrogatepass") for v in self._values]
+        self.in_key = False
+        self._unknown_start = mid_file
+
+    def restart(self) -> None:
+        """The next lines are the start of another file."""
+        self.in_key = self._unknown_start = False
+
+    def lines(self, lines: list[str]) -> list[str]:
+        """``lines`` as shown."""
+        changed = self.changes(lines)
+        return [changed.get(i, line) for i, line in enumerate(lines)] if changed else lines
+
+    def changes(self, lines: list[str]) -> dict[int, str]:
+        """{index: the line as shown} for the lines that redaction changes (the others are shown as they are)."""
+        if not lines:
+            return {}
+        data = orjson.dumps(lines)
+        candidates = self._candidates(data, len(lines))
+        if self._unknown_start:
+            self._unknown_start = False
+            self.in_key = self._starts_in_key(lines)
+        out: dict[int, str] = {}
+        if self.in_key or b"PRIVATE KEY" in data:   # a key block: its state runs through every line
+            for i, line in enumerate(lines):
+                if self.in_key or i in candidates or "PRIVATE KEY" in line:
+                    shown = self._line(line)
+                    if shown != line:
+                        out[i] = shown
+            return out
+        for i in sorted(candidates):
+            shown = self._scrub(lines[i])
+            if shown != lines[i]:
+                out[i] = shown
+        return out
+
+    def _candidates(self, data: bytes, count: int) -> set[int]:
+        """Indexes of the lines of ``data`` (``orjson.dumps(lines)``) a known value or a secret shape may
+        touch: a superset of those redaction changes."""
+        if SHAPES_PREFILTER.search(data) is None and not any(n in data for n in self._needles):
+            return set()
+        seps, at = [], data.find(b'","')     # a quote inside a line is escaped: '","' only separates lines
+        while at >= 0:
+            seps.append(at)
+            at = data.find(b'","', at + 1)
+        found: set[int] = set()
+
+        def add(start: int, end: int) -> int:
+            """Flag the lines [start, end) touches (line k: its text and the separator after it); the
+            position where the line after them starts."""
+            first = bisect.bisect_right(seps, start - 3)
+            last = min(count - 1, bisect.bisect_right(seps, end - 4))
+            found.update(range(first, last + 1))
+            return seps[last] + 3 if last < len(seps) else len(data)
+
+        pos = 0
+        while (m := SHAPES_PREFILTER.search(data, pos)) is not None:
+            pos = add(m.start(), max(m.end(), m.start() + 1))
+        for needle in self._needles:
+            at = data.find(needle)
+            while at >= 0:
+                add(at, at + len(needle))
+                at = data.find(needle, at + 1)
+        return found
+
+    @staticmethod
+    def _starts_in_key(lines: list[str]) -> bool:
+        for line in lines:
+            if "PRIVATE KEY" in line:
+                m = _PEM_MARK.search(line)
+                if m:
+                    return m.group(1) == "END"
+        return False
+
+    def _line(self, line: str) -> str:
+        """One line, with the key-block state (which it updates)."""
+        if not self.in_key and "PRIVATE KEY" not in line:
+            return self._scrub(line)
+        parts, pos = [MASK] if self.in_key else [], 0
+        for m in _PEM_MARK.finditer(line):
+            if m.group(1) == "BEGIN" and not self.in_key:
+                parts += [self._scrub(line[pos:m.start()]), MASK]
+                self.in_key = True
+            elif m.group(1) == "END" and self.in_key:
+                self.in_key, pos = False, m.end()
+        if not self.in_key:
+            parts.append(self._scrub(line[pos:]))
+        return "".join(parts)
+
+    def _scrub(self, text: str) -> str:
+        """``redact`` of one piece of a line, on its JSON form (the form ``redact`` works on)."""
+        if not text:
+            return text
+        inner = orjson.dumps(text).decode()[1:-1]
+        out = inner
+        for value in self._values:
+            if value in out:
+                out = out.replace(value, MASK)
+        out = redact_shapes(out)
+        if out == inner:
+            return text
+        try:
+            return orjson.loads(f'"{out}"')
+        except orjson.JSONDecodeError:
+            return MASK

@@ -69,3 +69,61 @@ def displayable(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [displayable(v) for v in obj]
     return obj
+
+
+CUT = "…"          # ends a text that fit_json cut
+MIN_TEXT_CHARS = 64   # fit_json cuts lists rather than texts below this
+
+
+def _shrink(value: Any, chars: int, items: int) -> Any:
+    """``value`` with every text longer than ``chars`` cut (marked with CUT) and every list cut to ``items``."""
+    if isinstance(value, str):
+        return value if len(value) <= chars else value[:chars] + CUT
+    if isinstance(value, list):
+        return [_shrink(v, chars, items) for v in value[:items]]
+    if isinstance(value, dict):
+        return {k: _shrink(v, chars, items) for k, v in value.items()}
+    return value
+
+
+def _longest(lo: int, hi: int, fits: Any) -> int | None:
+    """The largest n in lo..hi with ``fits(n)`` (``fits`` is monotonic), or None."""
+    if not fits(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def fit_json(text: str, limit: int) -> str:
+    """The JSON document ``text`` made to fit in ``limit`` characters (``tools.max_result_chars``), still
+    JSON and never re-encoded as a string: its texts are cut to one common length (marked with CUT), and
+    if that would leave less than MIN_TEXT_CHARS of them, its lists are cut instead. The result says so:
+    ``"truncated": true`` and ``"cut": {"max_result_chars", "texts_cut_to", "lists_cut_to"?}``. A
+    result that cannot fit even then becomes an error naming the limit."""
+    if len(text) <= limit:
+        return text
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        value = text
+    if not isinstance(value, dict):
+        value = {"partial": value}
+    value = {k: v for k, v in value.items() if k not in ("truncated", "cut")}
+
+    def render(chars: int, items: int | None) -> str:
+        cut: dict[str, Any] = {"max_result_chars": limit, "texts_cut_to": chars}
+        if items is not None:
+            cut["lists_cut_to"] = items
+        kept = _shrink(value, chars, len(text) if items is None else items)
+        return to_json({"truncated": True, "cut": cut, **kept})
+
+    chars = _longest(MIN_TEXT_CHARS, len(text), lambda n: len(render(n, None)) <= limit)
+    if chars is not None:
+        return render(chars, None)
+    items = _longest(0, len(text), lambda n: len(render(MIN_TEXT_CHARS, n)) <= limit)
+    if items is not None:
+        return render(MIN_TEXT_CHARS, items)
+    return to_json({"truncated": True, "error": f"the result was too large to show ({len(text)} characters; "
+                                                f"tools.max_result_chars is {limit}): ask for less"})
