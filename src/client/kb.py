@@ -1,5 +1,5 @@
 """Knowledge-base transfers over a ``Client`` (docs/protocol.md §5.8): resumable upload, resumable
-download, and the small requests (list, search, delete, passage).
+download, and the whole document list (KB_LIST pages).
 
 ``upload`` hashes the file (md5 + sha256, in a worker thread), sends KB_UPLOAD_BEGIN, streams the
 bytes from the offset the server reports as binary data frames, then KB_UPLOAD_END; when the
@@ -40,6 +40,19 @@ def file_digests(path: Path) -> tuple[str, str, int]:
             md5.update(block), sha.update(block)
             size += len(block)
     return md5.hexdigest(), sha.hexdigest(), size
+
+
+async def list_documents(client: Any, collection: str | None = None) -> list[KbDocument]:
+    """Every document the user can see (in ``collection``), newest first: KB_LIST pages asked until
+    ``has_more`` is false (a server answers as many as fit in one message; an older one, all at once)."""
+    body: dict[str, Any] = {} if collection is None else {"collection": collection}
+    docs: list[KbDocument] = []
+    while True:
+        page = await client.request(MsgType.KB_LIST, body)
+        docs.extend(page.documents)
+        if not page.has_more or not page.next_before:
+            return docs
+        body = {**body, "before": page.next_before}
 
 
 async def upload(client: Any, path: str | os.PathLike, *, collection: str | None = None,

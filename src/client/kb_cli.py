@@ -68,7 +68,7 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
         return await _upload(args, cfg, out, err, exit_code_for)
     async with _client(cfg) as c:
         if action == "list":
-            docs = (await c.request(MsgType.KB_LIST, {})).documents
+            docs = await kbclient.list_documents(c)
             if args.json:
                 _dump({"documents": [d.encode() for d in docs]}, out)
             for d in [] if args.json else docs:
@@ -104,7 +104,7 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
 async def _document(c: Client, ref: str) -> Any:
     """The visible document whose id, or else whose name, is ``ref`` (NOT_FOUND if none; a name that
     several documents share is refused with their ids, so the user picks one)."""
-    docs = (await c.request(MsgType.KB_LIST, {})).documents
+    docs = await kbclient.list_documents(c)
     by_id = [d for d in docs if d.doc_id == ref]
     named = by_id or [d for d in docs if d.name == ref]
     if len(named) == 1:
@@ -156,7 +156,7 @@ async def _replace_older(c: Client, doc: Any) -> list[str]:
     """``--replace``: delete the other documents of the same name that this user uploaded into the
     same collection (an edited file uploaded again: its old passages would still be found). Returns
     their ids. Documents of the name that others uploaded stay (the server would refuse anyway)."""
-    docs = (await c.request(MsgType.KB_LIST, {"collection": doc.collection})).documents
+    docs = await kbclient.list_documents(c, doc.collection)
     older = [d.doc_id for d in docs if d.name == doc.name and d.collection == doc.collection
              and d.uploader == doc.uploader and d.doc_id != doc.doc_id]
     for doc_id in older:

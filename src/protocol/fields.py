@@ -185,7 +185,8 @@ class Wire:
 @dataclass(frozen=True, slots=True)
 class Addressed(Wire):
     """Base of every reply and event: ``re`` (the request answered, or null) and ``truncated``
-    (encoded only when true: the server cut the body's longest texts to fit)."""
+    (encoded only when true: the server cut the body's longest texts, or left a search's weakest
+    hits out, to fit)."""
     re: RequestId | None = field(default=None, kw_only=True)
     truncated: bool = field(default=False, kw_only=True)
 

@@ -18,6 +18,7 @@ MAX_FILE_NAME_CHARS = 1024      # the server keeps at most 255 characters of a b
 MAX_KB_QUERY_CHARS = 1000
 MAX_KB_REF_CHARS = 128          # doc ids, chunk ids, upload ids, collection names
 MAX_KB_LIMIT = 100
+MAX_KB_CURSOR_CHARS = 256       # KB_LIST's ``before`` (an opaque cursor from a KB_LIST reply)
 PROGRESS_STAGES = ("receiving", "parsing", "chunking", "indexing")
 _MD5 = re.compile(r"[0-9a-fA-F]{32}")
 _SHA256 = re.compile(r"[0-9a-fA-F]{64}")
@@ -83,13 +84,19 @@ class KbUploadEnd:
 
 @dataclass(slots=True)
 class KbList:
+    """Newest first. ``before``: the ``next_before`` cursor of the previous page (opaque); ``limit``:
+    at most this many (the server caps it at its ``max_page_size``). Without ``limit`` the reply holds
+    every document that fits in one message, ``has_more`` telling whether there are others."""
     id: RequestId
     collection: str | None = None
+    before: str | None = None
+    limit: int | None = None
 
     @classmethod
     def from_body(cls, body: Any) -> KbList:
         f = Fields(body)
-        return cls(_id(f), _text(f, "collection", MAX_KB_REF_CHARS, optional=True))
+        return cls(_id(f), _text(f, "collection", MAX_KB_REF_CHARS, optional=True),
+                   _text(f, "before", MAX_KB_CURSOR_CHARS, optional=True), f.integer("limit", optional=True, lo=1))
 
 
 @dataclass(slots=True)
@@ -256,14 +263,19 @@ class KbDocumentReply(KbReply):
 
 @dataclass(frozen=True, slots=True)
 class KbListReply(KbReply):
+    """KB_LIST: newest first; with ``has_more``, the next page is asked with ``before: next_before``."""
     documents: tuple[KbDocument, ...] = ()
+    has_more: bool = False
+    next_before: str | None = None
 
     @classmethod
     def read(cls, f: Fields) -> KbListReply:
-        return cls(f.objects("documents", KbDocument.read), **_kw(f))
+        return cls(f.objects("documents", KbDocument.read), f.flag("has_more", optional=True),
+                   f.text("next_before", optional=True), **_kw(f))
 
     def encode(self) -> dict[str, Any]:
-        return self._finish({"re": self.re, "documents": [d.encode() for d in self.documents]})
+        return self._finish({"re": self.re, "documents": [d.encode() for d in self.documents],
+                             "has_more": self.has_more, "next_before": self.next_before})
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import orjson
 
-from .codes import BINARY_TYPES, ErrorCode, MsgType, ProtocolVersion, type_name
+from .binary import MAX_DATA
+from .codes import BINARY_TYPES, V2_ONLY_TYPES, ErrorCode, MsgType, ProtocolVersion, type_name
 from .errors import ProtocolError, closed_error
 from .events import Event, InvalidMessage, Message
 from .frame import HEADER, HEADER_SIZE, MAX_FRAME, TLS_ON_PLAIN_PORT, looks_like_tls
@@ -40,11 +41,13 @@ _loads = orjson.loads
 _dumps = orjson.dumps
 _JSONDecodeError = orjson.JSONDecodeError
 
-#: v3 fast path: known, non-FRAGMENT, JSON codes -> MsgType member; everything else None.
+#: v3 fast path: known, non-FRAGMENT, JSON codes of v3 -> MsgType member; everything else None.
 _V3_FAST: tuple[MsgType | None, ...] = tuple(
-    None if i == _FRAGMENT or i in BINARY_TYPES else _MEMBERS.get(i) for i in range(256))
+    None if i == _FRAGMENT or i in BINARY_TYPES or i in V2_ONLY_TYPES else _MEMBERS.get(i) for i in range(256))
 #: v3 binary codes (a raw payload, not JSON: ``protocol.binary``) -> MsgType member.
 _V3_BINARY = {int(m): m for m in BINARY_TYPES}
+#: v2-only codes (the v2 file types, AGENT_THOUGHT): UNSUPPORTED on v3, the payload never read.
+_V2_ONLY = {int(m): m for m in V2_ONLY_TYPES}
 
 
 class Receiver:
@@ -440,6 +443,7 @@ class Receiver:
             self._frag_size = size
             return None
         size = self._frag_size + ln
+        fragmented = False
         if self._discarding:
             size = self._discard_size + ln
             self._discarding = False
@@ -452,6 +456,7 @@ class Receiver:
             payload = b"".join(self._parts)
             self._parts = []
             self._frag_size = 0
+            fragmented = True
         if size > self.max_message_size:
             return InvalidMessage(ProtocolError(
                 ErrorCode.MESSAGE_TOO_LARGE,
@@ -461,7 +466,17 @@ class Receiver:
         if mt is None:
             binary = _V3_BINARY.get(t)
             if binary is not None:          # raw bytes: the body is the payload itself
+                if fragmented:              # (§5.8: one frame, 1..MAX_DATA bytes of data)
+                    return InvalidMessage(ProtocolError(
+                        ErrorCode.INVALID_MESSAGE,
+                        f"{binary.name} is a data frame: one frame, never fragmented (at most {MAX_DATA} "
+                        f"bytes of data); a fragmented one of {size} bytes was dropped", fatal=False), binary, seq)
                 return Message(binary, payload, seq)
+            v2_only = _V2_ONLY.get(t)
+            if v2_only is not None:         # (§4: v2 file types on v3; the payload is not read)
+                return InvalidMessage(ProtocolError(
+                    ErrorCode.UNSUPPORTED, f"{v2_only.name} is a v2 message type, not served on a v3 "
+                    "connection", fatal=False), v2_only, seq)
             return InvalidMessage(ProtocolError(
                 ErrorCode.UNKNOWN_TYPE, f"unknown type code {type_name(t)}", fatal=False), t, seq)
         return decode_body(mt, seq, payload)

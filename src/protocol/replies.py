@@ -2,8 +2,8 @@
 
 Every reply carries ``re`` (the id of the request it answers; a keyword field, None by default, so a
 handler can build its reply before it knows the id and ``dataclasses.replace(reply, re=...)`` it) and
-``truncated`` (True only when the server cut long texts to fit ``max_message_size``; encoded only
-then). ``encode()`` is the JSON body exactly as sent; ``decode(body)`` validates it
+``truncated`` (True only when the server cut long texts, or left a search's weakest hits out, to fit
+``max_message_size``; encoded only then). ``encode()`` is the JSON body exactly as sent; ``decode(body)`` validates it
 (ProtocolError INVALID_MESSAGE naming the field) and ignores unknown fields.
 
 ``REPLY_TYPES`` maps each request type to its reply class; ``decode_reply`` picks the class from the

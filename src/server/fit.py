@@ -1,10 +1,11 @@
 """Keep what the server sends within ``max_message_size`` (docs/protocol.md §3, "Size").
 
 A reply or event whose JSON would be over the limit is not dropped: history pages hold fewer
-(older messages are left for the next page), and otherwise the longest text fields (``content``,
-``result``, ``text``, ``snippet``) are cut, each cut marked in the text itself, and the body gets
-``"truncated": true``. The stored messages are never changed. Exports are not cut (their whole
-point is the full text): an export over the limit is refused with ``MESSAGE_TOO_LARGE``.
+(older messages are left for the next page), list replies hold fewer items (``fit_items``: the
+handler pages the rest, or marks the reply ``truncated``), and otherwise the longest text fields
+(``content``, ``result``, ``text``, ``snippet``) are cut, each cut marked in the text itself, and the
+body gets ``"truncated": true``. The stored messages are never changed. Exports are not cut (their
+whole point is the full text): an export over the limit is refused with ``MESSAGE_TOO_LARGE``.
 """
 from __future__ import annotations
 
@@ -82,6 +83,24 @@ def fit_page(messages: list[dict[str, Any]], limit: int) -> int:
     for m in reversed(messages):
         total += len(orjson.dumps(m)) + 1
         if total > limit and n:
+            break
+        n += 1
+    return n
+
+
+def fit_items(body: dict[str, Any], key: str, limit: int) -> int:
+    """How many of the first items of the list ``body[key]`` fit in a body of at most ``limit`` bytes
+    (``body`` as encoded, "re" included; room is kept for the marks): all of them when the body fits,
+    else as many as fit, at least one (a single item too large is then cut by ``shrink_reply``)."""
+    items = body[key]
+    limit -= SLACK
+    if len(orjson.dumps(body)) <= limit:
+        return len(items)
+    room = limit - len(orjson.dumps({**body, key: []}))
+    total, n = 0, 0
+    for item in items:
+        total += len(orjson.dumps(item)) + 1
+        if total > room and n:
             break
         n += 1
     return n

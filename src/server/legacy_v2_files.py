@@ -4,9 +4,12 @@ Upload: ``FILE_METADATA`` JSON ``{"filename", "size"}``, then ``FILE_DATA`` fram
 ``size`` bytes have arrived. The bytes go to a file under ``<storage root>/v2-uploads/`` (at most
 ``v2_upload_buffer_bytes`` are held in memory; writes run in a worker thread), then the knowledge base
 ingests that file into the user's collection (off the loop) and the client gets ONE ``CHAT_TEXT``:
-``文件上传成功: <filename> (ID: <doc_id>)`` or ``文件保存失败: <reason>``. A refusal known from the
-metadata alone (bad JSON, hostile name, unsupported type, over ``[knowledge] max_upload_bytes``) is
-answered at once and the announced bytes that follow are swallowed silently. An upload with no
+``文件上传成功: <filename> (ID: <doc_id>)`` or ``文件保存失败: <reason>``. A file that has arrived whole
+is not refused because the user's ingests are all in progress (``max_ingests_per_user``): the
+connection's request worker waits for one to end (given up if the connection closes). A refusal
+known from the metadata alone (bad JSON, hostile name, unsupported type, over ``[knowledge]
+max_upload_bytes``, ``user_quota_bytes`` or ``max_documents_per_collection``) is answered at once and
+the announced bytes that follow are swallowed silently. An upload with no
 ``FILE_DATA`` for ``v2_upload_timeout_s`` is abandoned (its file removed; the client is told unless it
 left). A ``FILE_DATA`` with no upload open is answered once in text until the next ``FILE_METADATA``.
 
@@ -36,7 +39,8 @@ from protocol import ErrorCode, Message, MsgType
 from server.auth import LOCAL_USER
 from server.config import ServerConfig
 from server.errors import HandlerError, failure_of
-from server.knowledge.kb import clean_name
+from server.knowledge.access import resolve
+from server.knowledge.kb import KnowledgeBase, clean_name
 from server.knowledge.parsers import kind_of
 from server.services import Services
 
@@ -232,9 +236,11 @@ async def file_metadata(v2: V2FileAdapter, ev: Message) -> None:
     try:
         name = clean_name(name)
         kind_of(name)
-        limit = v2.services.knowledge.config.max_upload_bytes
+        kb = v2.services.knowledge
+        limit = kb.config.max_upload_bytes
         if size > limit:
             raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"{size} bytes is over the upload limit ({limit} bytes)")
+        kb.check_quota(LOCAL_USER, resolve(LOCAL_USER, (), None), size)   # (the user's quota, the collection's size)
         path, f = await asyncio.to_thread(_create, incoming_dir(v2.services.config))
     except Exception as exc:
         err = failure_of(exc)
@@ -290,16 +296,26 @@ async def file_data(v2: V2FileAdapter, ev: Message) -> None:
 
 
 async def _finish(v2: V2FileAdapter, state: V2Files, upload: _Upload) -> None:
-    """All bytes are in: ingest the file, answer once, remove the temporary file."""
+    """All bytes are in: ingest the file, answer once, remove the temporary file.
+
+    The user's ingests in progress (``max_ingests_per_user``: every v2 connection is user ``local``)
+    are a passing limit: the connection's request worker waits for one to end rather than refuse a
+    file that has arrived whole (the deployed client says "upload complete" whatever it is told). A
+    connection that closes meanwhile gives its file up: nobody is left to tell."""
     state.upload = None
     if upload.timer is not None:
         upload.timer.cancel()
+    kb = v2.services.knowledge
     try:
         await upload.flush()
         f, upload.file = upload.file, None
         if f is not None:
             await asyncio.to_thread(f.close)
-        info = await v2.services.knowledge.ingest(LOCAL_USER, (), None, upload.name, upload.path)
+        if not await _ingest_slot(kb, state):
+            log.info("v2 connection %s closed while its upload of %r waited for an ingest slot; dropped",
+                     v2.host.conn_id, upload.name)
+            return                         # (the file is removed below)
+        info = await kb.ingest(LOCAL_USER, (), None, upload.name, upload.path)   # (at once: the slot is free)
     except Exception as exc:
         err = failure_of(exc)
         if err is None:
@@ -313,6 +329,16 @@ async def _finish(v2: V2FileAdapter, state: V2Files, upload: _Upload) -> None:
     finally:
         await upload.discard()             # the temporary file goes before the answer
     v2.reply(text)
+
+
+async def _ingest_slot(kb: KnowledgeBase, state: V2Files) -> bool:
+    """Wait until user ``local`` may start an ingest; False if the connection closed first."""
+    gone = asyncio.get_running_loop().create_future()
+    unregister = state.when_closed(lambda: None if gone.done() else gone.set_result(None))
+    try:
+        return await kb.wait_for_ingest_slot(LOCAL_USER, gone)
+    finally:
+        unregister()
 
 
 def _arm(v2: V2FileAdapter, state: V2Files, upload: _Upload) -> None:

@@ -1,11 +1,20 @@
-"""Helpers shared by the handlers: the current-or-given session, page-size checks, a running turn."""
+"""Helpers shared by the handlers: the current-or-given session, page-size checks, search replies
+that fit, a running turn."""
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any, TypeVar
+
 from protocol import ErrorCode
+from protocol.fields import Addressed
 from protocol.objects import AgentInfo, TurnState
 from server.context import RequestContext
 from server.errors import HandlerError
+from server.fit import fit_items
+from server.wire import encode_reply
 from storage.models import SessionRecord
+
+R = TypeVar("R", bound=Addressed)
 
 
 async def target_session(ctx: RequestContext, session_id: str | None) -> SessionRecord:
@@ -15,6 +24,14 @@ async def target_session(ctx: RequestContext, session_id: str | None) -> Session
         raise HandlerError(ErrorCode.NOT_FOUND, "no current session: send a message (it creates one) "
                                                 "or SESSION_NEW first")
     return await ctx.services.sessions.owned(ctx.user_id, session_id)
+
+
+def fewer_hits(ctx: RequestContext, rid: Any, reply: R) -> R:
+    """A search reply (``hits``, best first) whose JSON is over ``max_message_size`` holds only the
+    best hits that fit, marked ``truncated`` (docs/protocol.md §3, "Size")."""
+    hits = reply.hits  # type: ignore[attr-defined]
+    n = fit_items(encode_reply(rid, reply), "hits", ctx.limits.max_message_size)
+    return reply if n == len(hits) else replace(reply, hits=hits[:n], truncated=True)
 
 
 def check_limit(ctx: RequestContext, limit: int | None, default: int) -> int:

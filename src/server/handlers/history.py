@@ -6,7 +6,7 @@ from protocol.messages import (DEFAULT_PAGE_LIMIT, DEFAULT_SEARCH_LIMIT, History
 from protocol.objects import EncodedObject
 from protocol.replies import HistoryExportReply, HistoryPageReply, HistorySearchReply
 from server.context import RequestContext
-from server.handlers.common import check_limit, target_session
+from server.handlers.common import check_limit, fewer_hits, target_session
 from server.wire import hit_obj
 from storage.models import EncodedPage
 
@@ -53,7 +53,7 @@ async def history_search(ctx: RequestContext, req: HistorySearch) -> HistorySear
     if req.session_id is not None:
         session_id = (await target_session(ctx, req.session_id)).session_id
     hits = await ctx.services.store.search(ctx.user_id, req.query, session_id=session_id, limit=limit)
-    return HistorySearchReply(tuple(hit_obj(h) for h in hits))
+    return fewer_hits(ctx, req.id, HistorySearchReply(tuple(hit_obj(h) for h in hits)))
 
 
 async def history_export(ctx: RequestContext, req: HistoryExport) -> HistoryExportReply:

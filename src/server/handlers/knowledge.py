@@ -12,10 +12,13 @@ from protocol.kb import (KbDelete, KbDeleteReply, KbDocument, KbDocumentReply, K
                          KbUploadEnd, KbUploadReply)
 from server.context import RequestContext
 from server.errors import HandlerError
+from server.fit import fit_items
+from server.handlers.common import check_limit, fewer_hits
 from server.knowledge.access import resolve
 from server.knowledge.kb import clean_name
 from server.knowledge.models import DocumentInfo, Hit
 from server.knowledge.parsers import kind_of
+from server.wire import encode_reply
 
 DOWNLOAD_BLOCK = 1 << 20       # read from disk (in a worker thread) this much at a time
 _DOWNLOAD_DATA = MsgType.KB_DOWNLOAD_DATA
@@ -74,8 +77,34 @@ async def upload_end(ctx: RequestContext, req: KbUploadEnd) -> KbDocumentReply:
 
 
 async def kb_list(ctx: RequestContext, req: KbList) -> KbListReply:
+    """Newest first, paged by an opaque cursor ("<uploaded_at>|<doc_id>" of the page's last
+    document): ``limit`` documents at most (every one without it), and never more than fit in one
+    message (docs/protocol.md §3, "Size"): ``has_more`` and ``next_before`` say where the rest is."""
     user, groups = principal(ctx)
-    return KbListReply(tuple(doc_obj(d) for d in await _kb(ctx).list(user, groups, req.collection)))
+    limit = None if req.limit is None else check_limit(ctx, req.limit, req.limit)   # (over max_page_size: refused)
+    docs = sorted(await _kb(ctx).list(user, groups, req.collection), key=_list_key, reverse=True)
+    if req.before is not None:
+        start = _parse_cursor(req.before)
+        docs = [d for d in docs if _list_key(d) < start]
+    page = docs[:limit]
+    reply = KbListReply(tuple(doc_obj(d) for d in page))
+    n = fit_items(encode_reply(req.id, reply), "documents", ctx.limits.max_message_size)
+    if n == len(docs):                         # (the page is every document left)
+        return reply
+    last = page[n - 1]
+    return KbListReply(reply.documents[:n], True, f"{last.uploaded_at}|{last.doc_id}")
+
+
+def _list_key(d: DocumentInfo) -> tuple[str, str]:
+    return d.uploaded_at, d.doc_id
+
+
+def _parse_cursor(cursor: str) -> tuple[str, str]:
+    uploaded_at, sep, doc_id = cursor.rpartition("|")
+    if not sep or not uploaded_at or not doc_id:
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, "field 'before': expected the next_before cursor of a "
+                                                      f"KB_LIST reply, got {cursor[:80]!r}")
+    return uploaded_at, doc_id
 
 
 async def kb_delete(ctx: RequestContext, req: KbDelete) -> KbDeleteReply:
@@ -87,7 +116,7 @@ async def kb_delete(ctx: RequestContext, req: KbDelete) -> KbDeleteReply:
 async def kb_search(ctx: RequestContext, req: KbSearch) -> KbSearchReply:
     user, groups = principal(ctx)
     hits = await _kb(ctx).search(user, groups, req.query, req.limit, collection=req.collection)
-    return KbSearchReply(tuple(hit_obj(h) for h in hits))
+    return fewer_hits(ctx, req.id, KbSearchReply(tuple(hit_obj(h) for h in hits)))
 
 
 async def kb_passage(ctx: RequestContext, req: KbPassage) -> KbPassageReply:

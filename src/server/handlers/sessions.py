@@ -9,14 +9,23 @@ from protocol.objects import SessionInfo
 from protocol.replies import (SessionClearReply, SessionDeleteReply, SessionListReply, SessionPromptReply,
                               SessionReply, SessionSwitchReply)
 from server.context import RequestContext
+from server.fit import fit_items
 from server.handlers.common import check_limit, running_turn, target_session
+from server.wire import encode_reply
 
 
 async def session_list(ctx: RequestContext, req: SessionList) -> SessionListReply:
+    """A page of sessions; one over ``max_message_size`` (long titles) holds fewer, the next page the
+    rest (docs/protocol.md §3, "Size")."""
     limit = check_limit(ctx, req.limit, DEFAULT_PAGE_LIMIT)
     svc = ctx.services
     recs, cursor = await svc.store.list(ctx.user_id, before=req.before, limit=limit, deleted=req.deleted)
-    return SessionListReply(tuple(svc.sessions.info(r) for r in recs), cursor is not None, cursor)
+    reply = SessionListReply(tuple(svc.sessions.info(r) for r in recs), cursor is not None, cursor)
+    n = fit_items(encode_reply(req.id, reply), "sessions", ctx.limits.max_message_size)
+    if n < len(recs):        # the shorter page again, for the store's own cursor after its last session
+        recs, cursor = await svc.store.list(ctx.user_id, before=req.before, limit=n, deleted=req.deleted)
+        reply = SessionListReply(tuple(svc.sessions.info(r) for r in recs), cursor is not None, cursor)
+    return reply
 
 
 async def session_new(ctx: RequestContext, req: SessionNew) -> SessionReply:

@@ -88,6 +88,7 @@ class KnowledgeBase:
         self._pool = ThreadPoolExecutor(config.ingest_workers, thread_name_prefix="kb-ingest")
         self._user_ingests: dict[str, int] = {}                  # user -> ingests running or waiting
         self._user_slots: dict[str, asyncio.Semaphore] = {}      # user -> ingest threads they may hold
+        self._slot_waiters: dict[str, list[asyncio.Future]] = {}  # user -> wait_for_ingest_slot callers
         self._stops: set[threading.Event] = set()                # the running ingests' cancel flags
         self._closing = False
 
@@ -121,6 +122,8 @@ class KnowledgeBase:
         self._closing = True
         for stop in list(self._stops):
             stop.set()
+        for user in list(self._slot_waiters):      # (they answer SHUTTING_DOWN)
+            self._wake(user)
         await self.store.close()
         await asyncio.get_running_loop().run_in_executor(None, self._pool.shutdown)
         if self.embedder is not None:
@@ -278,6 +281,39 @@ class KnowledgeBase:
         """``user``'s ingests running or waiting for a thread (at most ``max_ingests_per_user``)."""
         return self._user_ingests.get(user, 0)
 
+    async def wait_for_ingest_slot(self, user: str, give_up: asyncio.Future | None = None) -> bool:
+        """Wait until ``user`` has fewer than ``max_ingests_per_user`` ingests running or waiting: then
+        True, and an ``ingest`` for ``user`` called right away (nothing awaited in between) is not
+        refused for that limit. Meant for a caller that holds a complete file and serves one request
+        at a time (a v2 upload); the wait holds no thread. False once ``give_up`` is done (its caller
+        left); SHUTTING_DOWN when the knowledge base closes. Waiters are woken, in the order they came,
+        whenever one of the user's ingests ends."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._closing:
+                raise self._shutting_down()
+            if self._user_ingests.get(user, 0) < self.config.max_ingests_per_user:
+                return True
+            if give_up is not None and give_up.done():
+                return False
+            woken = loop.create_future()
+            waiters = self._slot_waiters.setdefault(user, [])
+            waiters.append(woken)
+            try:
+                await asyncio.wait((woken,) if give_up is None else (woken, give_up),
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if woken in waiters:
+                    waiters.remove(woken)
+                    if not waiters and self._slot_waiters.get(user) is waiters:
+                        del self._slot_waiters[user]
+
+    def _wake(self, user: str) -> None:
+        """Wake the callers waiting for one of ``user``'s ingests to end (they check again, in order)."""
+        for woken in self._slot_waiters.pop(user, ()):
+            if not woken.done():
+                woken.set_result(None)
+
     def _leave(self, user: str) -> None:
         n = self._user_ingests.get(user, 0) - 1
         if n > 0:
@@ -285,6 +321,7 @@ class KnowledgeBase:
         else:                                   # no ingest of the user running or waiting: forget them
             self._user_ingests.pop(user, None)
             self._user_slots.pop(user, None)
+        self._wake(user)
 
     def _discard_result(self, job: asyncio.Future) -> None:
         if not job.cancelled() and job.exception() is None and isinstance(job.result(), Staged):
