@@ -27,6 +27,10 @@ from server.agent.intents import history_topic, is_chinese, parse
     ("check port 22 on localhost", [("network_check", {"host": "localhost", "port": 22})]),
     ("is localhost:8080 open?", [("network_check", {"host": "localhost", "port": 8080})]),
     ("检查 6379 端口", [("network_check", {"host": "localhost", "port": 6379})]),
+    ("6379端口开了吗", [("network_check", {"host": "localhost", "port": 6379})]),
+    ("Redis port: 6380", []),                        # a setting stated, not a check (kept as a fact)
+    ("our db port is 5432", []),
+    ("Redis端口是6380", []),
     ("what time is it", [("clock", {})]),
     ("现在几点", [("clock", {})]),
     ("what did I ask about nginx earlier", [("history_search", {"query": "nginx"})]),

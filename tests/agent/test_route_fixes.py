@@ -184,6 +184,9 @@ async def test_a_short_message_after_a_documents_answer_is_not_always_a_follow_u
         await from_documents()
         end, _ = await chat(c, "谢谢")
         assert end["context"]["route"]["method"] != "follow_up" and "知识库" not in end["message"]["content"]
+        assert end["message"]["content"].startswith("不客气") and end["message"]["metadata"]["canned"] is True
+        end, _ = await chat(c, "thanks, got it!")
+        assert end["message"]["content"].startswith("You're welcome")
         await from_documents()
         end, _ = await chat(c, "and the weekly one?")                 # a real follow-up still is one
         assert end["context"]["route"]["method"] == "follow_up"

@@ -59,6 +59,11 @@ def not_understood(zh: bool) -> str:
             + LLM_HINT_EN)
 
 
+def courtesy(zh: bool) -> str:
+    """The reply to thanks or an acknowledgement ("thanks", "got it", "谢谢", "好的")."""
+    return "不客气。还有什么需要帮忙的吗？" if zh else "You're welcome. Anything else?"
+
+
 def noted(items: list[str], zh: bool) -> str:
     """The reply to a message that only states facts or preferences: what was understood, as the
     user memory keeps it (when it is on), so the user can check it."""

@@ -88,6 +88,10 @@ _NOT_NAMES = {"top", "the", "all", "running", "which", "what", "heaviest", "bigg
 _BY_MEMORY = re.compile(r"\b(memory|ram|mem|rss)\b|内存", _FLAGS)
 _LOG_WORDS = re.compile(r"\b(tail|log|logs|syslog)\b|日志", _FLAGS)
 _CHECK_WORDS = re.compile(r"\b(check|port|reachable|connect|open|listening|ping)\b|端口|连通|连接|检查|检测|能否", _FLAGS)
+#: what makes "port N" a request to check it rather than a statement of a setting ("Redis port: 6380"):
+#: a check word other than "port", or a question
+_CHECK_ASKED = re.compile(r"\b(check|reachable|connect|open|listening|ping|test|up|alive)\b|连通|连接|检查|检测|能否|"
+                          r"开放|是否|有没有|通不通|[?？吗呢]\s*$", _FLAGS)
 
 _TOPIC_EN = [
     re.compile(r"\b(?:about|regarding|on|for)\s+[\"']?(.+?)[\"']?\s*(?:\b(?:earlier|before|previously|last time|"
@@ -185,7 +189,7 @@ def parse(text: str) -> list[Intent]:
         args = _log_args(text)
         if args:
             return [Intent("read_log", 2.0, "read_log", args)]
-    if _CHECK_WORDS.search(text):
+    if _CHECK_WORDS.search(text) and _CHECK_ASKED.search(text):
         target = _network_target(text)
         if target and 1 <= target[1] <= 65535:
             return [Intent("network_check", 2.0, "network_check", {"host": target[0], "port": target[1]})]

@@ -82,6 +82,8 @@ class OfflineAgent:
             found = [intents.Intent("memory", 1.0)]
         elif found:   # help
             answer = answers.help_text(zh)
+        elif knowledge_route.COURTESY.fullmatch(text.strip()):
+            answer = answers.courtesy(zh)                            # thanks, "got it": not a failure
         else:
             answer = answers.not_understood(zh)
         await sink.status("generating")
