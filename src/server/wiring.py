@@ -89,4 +89,7 @@ def build_runtime(config: ServerConfig, store: Any, notify: Callable[..., Any], 
     elif memory is None:
         memory = build_memory(config, store, agent, notify)
     holder["memory"] = memory
+    counter = getattr(memory, "counter", None)
+    if counter is not None and hasattr(agent, "counter"):
+        agent.counter = counter        # the agent fits a turn's tool steps with the prompt's own counter
     return agent, memory

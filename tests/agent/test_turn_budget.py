@@ -183,6 +183,7 @@ async def test_a_real_server_with_a_4000_token_window_keeps_every_request_within
         srv = Server(cfg)
         addr = await srv.start()
         try:
+            assert srv.services.agent.counter is srv.services.memory.counter   # one count for the prompt and the steps
             c = await V3Client.connect(addr)
             reply = await c.call(T.CHAT_TEXT, text="read big.log again and again")
             events = await c.turn_events(reply["turn_id"], timeout=30)
