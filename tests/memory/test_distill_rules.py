@@ -324,3 +324,18 @@ def test_real_statements_are_kept_as_plain_statements(text, expected):
 ])
 def test_what_a_statement_is_about(kind, text, key):
     assert subject_key(kind, text) == key
+
+
+def test_the_rules_stay_linear_on_long_and_repetitive_messages() -> None:
+    """One message of 16,000 characters of "记住" took 12 s of the event loop (each lead-in taken off
+    re-classified the whole rest); a bare lead-in states nothing."""
+    import time
+    for text in ("记住" * 8000, "remember that " * 1200, "Actually, FYI remember that " * 40 + "the db is db-3.",
+                 "记住。" * 5000, "a" * 32000):
+        started = time.perf_counter()
+        distill_rules(text)
+        assert time.perf_counter() - started < 1.0, text[:30]      # (was 3-12 s; now a few ms)
+    assert distill_rules("记住。") == [] and distill_rules("Remember that.") == []
+    assert distill_rules("Actually, FYI remember that the db is db-3.") == [("fact", "The db is db-3.")]
+    long_fact = "The db host is db-3 " + "and more words " * 50 + "."
+    assert distill_rules(long_fact) == []                       # over MAX_STATEMENT_CHARS: not a statement

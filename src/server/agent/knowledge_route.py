@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from server.memory.analyze import CJK_STOP_CHARS, analyze
-from server.memory.distill import distill_rules
+from server.memory.distill import MAX_ITEMS_PER_MESSAGE, distill_rules
 from server.memory.extractive import sentences
 
 KEYWORDS = re.compile(r"知识库|文档|资料库|资料|\bknowledge[- ]?base\b|\bthe docs\b|\bmy docs\b|"
@@ -140,7 +140,9 @@ def statement_items(text: str) -> list[tuple[str, str]]:
     """The facts and preferences the user memory keeps of the message (``distill_rules``: (kind,
     text)) when every sentence of it is one of them (nothing else asked), else []."""
     parts = sentences(text)
-    items = distill_rules(text) if parts else []
+    if not parts or len(parts) > MAX_ITEMS_PER_MESSAGE:      # (more sentences than items are ever kept)
+        return []
+    items = distill_rules(text)
     return items if len(items) == len(parts) else []
 
 

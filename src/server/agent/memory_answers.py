@@ -24,6 +24,7 @@ from server.agent.knowledge_route import covered
 from server.memory.analyze import analyze
 from server.memory.context import MEMORY_HEADER
 from server.memory.distill import distill_rules, subject_key
+from server.memory.user_memory import INLINE_DISTILL_CHARS
 
 MIN_TERMS = 2          # search terms of the question an item must hold (all of them if it has fewer)
 MIN_SHARE = 0.6        # ... and at least this share of them
@@ -44,7 +45,8 @@ def stated(messages: list[dict[str, Any]]) -> list[str]:
     """The facts and preferences of the user's earlier messages in this context, newest first."""
     out = []
     for m in reversed(messages[:-1]):            # (the last one is the message being answered)
-        if m.get("role") == "user" and isinstance(m.get("content"), str):
+        if m.get("role") == "user" and isinstance(m.get("content"), str) \
+                and len(m["content"]) <= INLINE_DISTILL_CHARS:      # (on the loop: a pasted log is learned in a thread)
             out += [item for _, item in distill_rules(m["content"])]
     return out
 

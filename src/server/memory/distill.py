@@ -30,6 +30,12 @@ log = logging.getLogger("nplt.memory")
 
 MAX_ITEM_CHARS = 240
 MAX_ITEMS_PER_MESSAGE = 8
+#: a longer sentence is no durable statement and is not classified (a pasted log line, 16,000
+#: characters of "记住记住…": the rules' time must stay linear in the message)
+MAX_STATEMENT_CHARS = 600
+#: lead-ins ("Actually, remember that FYI ...") taken off one sentence at most
+MAX_LEAD_INS = 4
+_WORD = re.compile(r"\w")
 
 _PREFERENCE = [re.compile(p, re.IGNORECASE) for p in (
     r"\b(?:answer|reply|respond|write|talk|speak)\s+(?:to me\s+)?(?:only\s+)?in\s+[A-Za-z]+",
@@ -307,7 +313,7 @@ def _plain(sentence: str) -> str:
     "FYI", "更正：") and the words that ask to keep it ("remember that", "记住"), these only when what
     follows is a fact or preference by itself ("Remember to check the disk" is kept whole)."""
     text = sentence
-    while True:
+    for _ in range(MAX_LEAD_INS):
         rest = _MARKER.sub("", text, count=1)
         if rest == text:
             rest = _LEAD_IN.sub("", text, count=1)
@@ -327,8 +333,8 @@ def _clip(text: str) -> str:
 def classify(sentence: str) -> str | None:
     """``"preference"``, ``"fact"`` or None for one sentence of a user message."""
     s = sentence.strip()
-    if not s or mentions_secret(s):
-        return None
+    if not s or mentions_secret(s) or not _WORD.search(_LEAD_IN.sub("", s, count=1)):
+        return None                               # (nothing but "记住", "remember that": states nothing)
     unasked = _ZH_INDEFINITE.sub("", s)
     if any(p.search(unasked) for p in _QUESTION):
         return None
@@ -350,6 +356,8 @@ def distill_rules(text: str) -> list[tuple[str, str]]:
     ``MAX_ITEMS_PER_MESSAGE``."""
     out: list[tuple[str, str]] = []
     for s in sentences(text):
+        if len(s) > MAX_STATEMENT_CHARS:
+            continue
         plain = _plain(s)
         kind = classify(plain)
         if kind is not None:
