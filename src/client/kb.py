@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -29,6 +30,7 @@ BLOCK = 1 << 20                   # read from the file (in a worker thread) this
 RETRYABLE = frozenset({errors.CONNECTION_LOST, errors.NOT_CONNECTED})
 Progress = Callable[[str, int, int], None]        # (stage, done, total)
 _handles = itertools.count(1)
+log = logging.getLogger("nplt.client")
 
 
 def file_digests(path: Path) -> tuple[str, str, int]:
@@ -85,7 +87,10 @@ async def _upload_once(client: Any, path: Path, body: dict[str, Any], progress: 
         if ev.upload_id != upload_id:
             return False
         if progress is not None:
-            progress(ev.stage, ev.done, ev.total)
+            try:       # runs in the link's reader task: a failing display must not end the connection
+                progress(ev.stage, ev.done, ev.total)
+            except Exception:  # noqa: BLE001
+                log.exception("kb upload progress callback failed")
         return True
 
     client.taps[MsgType.KB_PROGRESS] = on_progress
@@ -106,17 +111,20 @@ async def _upload_once(client: Any, path: Path, body: dict[str, Any], progress: 
 
 
 async def download(client: Any, doc_id: str, dest: str | os.PathLike, *, progress: Progress | None = None,
-                   retries: int = 5, reconnect_timeout: float = 30.0, timeout: float = 600.0) -> KbDocument:
+                   retries: int = 5, reconnect_timeout: float = 30.0, timeout: float = 600.0,
+                   replace_part: bool = False) -> KbDocument:
     """Download a document to ``dest``; returns the document. The bytes go to ``<dest>.part``, which
     a later call resumes only when its sidecar ``<dest>.part.json`` names this document (document
-    ids are never reused for other bytes); any other ``.part`` is started over from 0. A resumed part
+    ids are never reused for other bytes); one of another document's download is started over from
+    0, and a ``.part`` without a sidecar (not a download's: the user's own file?) is refused with
+    FILE_EXISTS unless ``replace_part``. A resumed part
     that turns out not to be the start of the document (the server refuses its size as an offset,
     or the whole file fails the md5 check) is started over once, at once. ClientError
     CHECKSUM_MISMATCH if the bytes of a download from 0 do not hash to the document's md5 (the part
     file is removed)."""
     dest = Path(dest)
     part = dest.with_name(dest.name + ".part")
-    resumed = await asyncio.to_thread(_claim_part, part, doc_id)
+    resumed = await asyncio.to_thread(_claim_part, part, doc_id, replace_part)
     try:
         try:
             doc = await _fetch(client, doc_id, part, progress, retries, reconnect_timeout, timeout)
@@ -138,15 +146,23 @@ def _sidecar(part: Path) -> Path:
     return part.with_name(part.name + ".json")
 
 
-def _claim_part(part: Path, doc_id: str) -> bool:
+def _claim_part(part: Path, doc_id: str, replace: bool) -> bool:
     """Whether ``part`` holds the start of document ``doc_id`` (its sidecar names it): then the
-    download resumes from its size. Otherwise a stale ``part`` is removed and the sidecar written
-    for ``doc_id`` (blocking: run it in a thread)."""
+    download resumes from its size. A ``part`` of another document's download is removed and the
+    sidecar written for ``doc_id``; a ``part`` (or sidecar) that is no download's is FILE_EXISTS
+    unless ``replace`` (blocking: run it in a thread)."""
+    owner: object = None
     try:
-        if part.is_file() and json.loads(_sidecar(part).read_text(encoding="utf-8"))["doc_id"] == doc_id:
-            return True
-    except (OSError, ValueError, KeyError, TypeError):    # no sidecar (or not ours): not trusted
+        owner = json.loads(_sidecar(part).read_text(encoding="utf-8"))["doc_id"]
+    except FileNotFoundError:
         pass
+    except (OSError, ValueError, KeyError, TypeError):
+        owner = False                                     # a sidecar that is not ours
+    if owner == doc_id and part.is_file():
+        return True
+    if not replace and (owner is False or (owner is None and part.exists())):
+        raise ClientError(ClientCode.FILE_EXISTS, f"{part} exists and is not a download of this document: "
+                          "remove it first (kb download --force replaces it)")
     _restart_part(part, doc_id)
     return False
 

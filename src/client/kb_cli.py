@@ -91,7 +91,8 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
                 raise ClientError(ClientCode.FILE_EXISTS, f"{dest} exists and is not replaced: name another "
                                   f"file with -o PATH, or replace it with --force")
             try:
-                doc = await kbclient.download(c, found.doc_id, dest, progress=_bar(err, found.name))
+                doc = await kbclient.download(c, found.doc_id, dest, progress=_bar(err, found.name),
+                                              replace_part=args.force)
             except OSError as exc:
                 raise ClientError(ClientCode.WRITE_FAILED,
                                   f"cannot write {dest}: {exc.strerror or exc}") from exc

@@ -437,13 +437,16 @@ async def test_download_resumes_its_own_part_and_starts_a_stale_one_over(tmp_pat
         assert offsets == [kept] and dest.read_bytes() == DOC
         assert not part.exists() and list(dest.parent.iterdir()) == [dest]    # no part, no sidecar left
         # stale parts of unknown origin (another file's, by hand): longer, shorter, as long as the
-        # document: started over from 0, never resumed
+        # document: never resumed; refused unless replace_part, then started over from 0
         for stale in (b"x" * (book.size + 27), b"x" * 10, b"x" * book.size):
             out = tmp_path / "out" / "rb3.md"
             out.with_name("rb3.md.part").write_bytes(stale)
             async with Client(host, port) as c:
+                with pytest.raises(ClientError) as exc:
+                    await kbclient.download(c, book.doc_id, out)
+                assert exc.value.code == "FILE_EXISTS" and out.with_name("rb3.md.part").read_bytes() == stale
                 offsets = _offsets(c)
-                await kbclient.download(c, book.doc_id, out)
+                await kbclient.download(c, book.doc_id, out, replace_part=True)
             assert offsets == [0] and out.read_bytes() == small.read_bytes()
         # a part left by another document's download is not resumed for this one either
         kept = await _interrupted(host, port, doc.doc_id, dest)

@@ -137,12 +137,17 @@ def test_download_never_replaces_a_file_nobody_named(tmp_path: Path, capsys: pyt
         assert code == 0 and (work / "copy.md").read_bytes() == RUNBOOK
         code, out, err = run(st, capsys, "kb", "download", "runbook.md", "-o", str(work / "no" / "such" / "x.md"))
         assert code == 2 and err.startswith("nplt-client: WRITE_FAILED: cannot write ") and "Traceback" not in err
-        # a stale FILE.part (longer than the document, then shorter) does not break the download
+        # a FILE.part that is no download's (longer than the document, then shorter) is kept and named,
+        # and --force starts the download over
         for stale in (b"z" * 100, b"z" * 10):
             (work / "rb3.md.part").write_bytes(stale)
             code, out, err = run(st, capsys, "kb", "download", "runbook.md", "-o", "rb3.md")
+            assert code == 2 and "rb3.md.part exists and is not a download of this document" in err
+            assert (work / "rb3.md.part").read_bytes() == stale and not (work / "rb3.md").exists()
+            code, out, err = run(st, capsys, "kb", "download", "runbook.md", "-o", "rb3.md", "--force")
             assert code == 0, err
             assert (work / "rb3.md").read_bytes() == RUNBOOK and not (work / "rb3.md.part").exists()
+            (work / "rb3.md").unlink()
 
 
 def test_upload_results_name_their_path_and_a_duplicate_its_stored_name(tmp_path: Path,

@@ -31,19 +31,43 @@ async def test_upload_then_download_with_progress(tmp_path):
             got = await kbclient.download(c, doc.doc_id, out)
             assert got.doc_id == doc.doc_id and out.read_bytes() == LOG
             assert not out.with_name("copy.log.part").exists()
-            # a .part of unknown origin (no sidecar naming this document) is started over, not trusted
+            # a .part of unknown origin (no sidecar: the user's own file?) is neither trusted nor removed
             part = out.with_name("again.log.part")
             part.write_bytes(LOG[:100_000])
-            await kbclient.download(c, doc.doc_id, out.with_name("again.log"))
+            with pytest.raises(ClientError) as exc:
+                await kbclient.download(c, doc.doc_id, out.with_name("again.log"))
+            assert exc.value.code == "FILE_EXISTS" and part.read_bytes() == LOG[:100_000]
+            assert not out.with_name("again.log.part.json").exists()
+            await kbclient.download(c, doc.doc_id, out.with_name("again.log"), replace_part=True)
             assert out.with_name("again.log").read_bytes() == LOG and not part.exists()
-            # so is a stale one that is not even a prefix of the document
+            # nor is a .part whose sidecar is not ours
             bad = out.with_name("bad.log.part")
             bad.write_bytes(b"X" * 1000)
-            await kbclient.download(c, doc.doc_id, out.with_name("bad.log"))
-            assert out.with_name("bad.log").read_bytes() == LOG and not bad.exists()
+            out.with_name("bad.log.part.json").write_text("my notes")
+            with pytest.raises(ClientError) as exc:
+                await kbclient.download(c, doc.doc_id, out.with_name("bad.log"))
+            assert exc.value.code == "FILE_EXISTS" and out.with_name("bad.log.part.json").read_text() == "my notes"
             with pytest.raises(ClientError) as exc:
                 await kbclient.download(c, "nope", tmp_path / "x")
             assert exc.value.code == "NOT_FOUND"
+
+
+async def test_a_failing_progress_display_does_not_end_the_connection(tmp_path):
+    """The server's KB_PROGRESS reaches the callback in the link's reader task: an exception there
+    (a TUI panel closed meanwhile) is logged, and the upload and the connection go on."""
+    src = tmp_path / "worker.log"
+    src.write_bytes(LOG)
+    failed: list[str] = []
+
+    def broken(stage: str, done: int, total: int) -> None:
+        if stage != "receiving":
+            failed.append(stage)
+            raise LookupError("the panel is gone")
+    async with kb_server(tmp_path) as (srv, addr):
+        async with Client(*addr, token=token("alice"), reconnect=False) as c:   # a lost connection fails it
+            doc = await asyncio.wait_for(kbclient.upload(c, src, progress=broken), 60)
+            assert failed and doc.size == len(LOG)
+            assert [d.doc_id for d in await kbclient.list_documents(c)] == [doc.doc_id]
 
 
 async def test_upload_resumes_after_the_connection_drops(tmp_path):
