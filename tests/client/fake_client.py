@@ -46,6 +46,7 @@ class FakeClient:
         self.superseded: set[int] = set()           # message ids replaced by a regenerate or an edit
         self.passages: dict[str, KbHit] = {}        # knowledge-base passages by chunk id
         self.documents: list[KbDocument] = []       # knowledge-base documents
+        self.limits: dict[str, Any] = {"max_page_size": 200}   # the HELLO's limits
 
     @property
     def connected(self) -> bool:
@@ -60,7 +61,7 @@ class FakeClient:
     async def connect(self) -> HelloReply:
         sid = self.session_id or ""
         self.hello = HelloReply("fake/0", 3, "local", self.sessions[sid], running_turn=self.running,
-                                limits={"max_page_size": 200}, agent=AGENT)
+                                limits=dict(self.limits), agent=AGENT)
         self.state = "connected"
         await self._queue.put(Connected(self.hello))
         return self.hello

@@ -210,9 +210,16 @@ async def test_turn_error_and_request_error_inline(tmp_path: Path) -> None:
             await type_and_send(pilot, "!fail here")
             await wait_until(lambda: bool(app.query(".error")), pilot=pilot, what="turn error")
             assert "LLM_ERROR" in str(app.query(".error").first().render())
-            await type_and_send(pilot, "x" * 30)
+            box = app.query_one(ChatInput)
+            await type_and_send(pilot, "x" * 30)   # over the server's max_text_chars (HELLO): not sent
+            await wait_until(lambda: any("at most 20" in str(n.message) for n in app._notifications),
+                             pilot=pilot, what="the too-long notice")
+            assert box.text == "x" * 30 and not any("INVALID_MESSAGE" in str(e.render()) for e in app.query(".error"))
+            del app.client.hello.limits["max_text_chars"]   # a server that does not say: it refuses the message
+            await type_and_send(pilot, "y" * 30)
             await wait_until(lambda: any("INVALID_MESSAGE" in str(e.render()) for e in app.query(".error")),
                              pilot=pilot, what="request error")
+            await wait_until(lambda: box.text == "y" * 30, pilot=pilot, what="the refused text back in the input")
 
 
 async def test_reconnect_restores_session(tmp_path: Path) -> None:

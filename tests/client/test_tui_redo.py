@@ -240,7 +240,7 @@ async def test_cancelled_and_interrupted_empty_answers_are_marked() -> None:
         assert "cancelled" in views[2].header_text and "interrupted" in views[4].header_text
         notes = [str(n.render()) for n in app.query(".message-note")]
         assert notes == ["Cancelled before any text was streamed.",
-                         "Interrupted (the server stopped) before any text was streamed."]
+                         "Interrupted (the server stopped): no text of this answer was saved."]
         # live: a turn cancelled before any delta gets the same note
         await fake.push(TurnStart("s1", "t9", user(5, "c"), "fake"),
                         TurnEnd("s1", "t9", answer(6, "", partial=True), finish_reason="cancelled"))

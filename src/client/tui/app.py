@@ -6,6 +6,7 @@ from functools import partial
 from pathlib import Path
 from typing import Iterable
 
+from textual import events
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
@@ -37,6 +38,11 @@ from client.tui.trash import TrashScreen
 
 
 EXIT_HANGUP = 129   # 128 + SIGHUP, as a shell reports a process ended by it
+SIDEBAR_MIN_WIDTH = 70   # columns: on a narrower terminal the sidebar hides (unless ctrl+b showed it)
+# Breakpoint classes of every screen (app.tcss), so that dialogs fit: narrower buttons below 80
+# columns; one-line buttons and a tighter padding below 60 columns (buttons in two columns) or 20
+# rows (the notes that only repeat the keys hidden).
+DIALOG_NARROW_WIDTH, DIALOG_FULL_WIDTH, DIALOG_SHORT_HEIGHT = 60, 80, 20
 
 
 class NpltApp(App[None]):
@@ -45,6 +51,8 @@ class NpltApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "NPLT Assistant"
     BINDINGS = commands.bindings()
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (DIALOG_NARROW_WIDTH, "-medium"), (DIALOG_FULL_WIDTH, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (DIALOG_SHORT_HEIGHT, "-tall")]
 
     def __init__(self, config: ClientConfig | None = None, *, show_times: bool = True,
                  show_address: bool = True, client: Client | None = None, state_path: Path | None = None) -> None:
@@ -55,6 +63,7 @@ class NpltApp(App[None]):
         self._save_lock = asyncio.Lock()
         self._unsaved: list[str] = []   # inputs sent since the last save of the state file
         self.show_times, self.show_address = show_times, show_address
+        self.sidebar_choice: bool | None = None   # shown/hidden by the user (ctrl+b); None: follows the width
         self.client = client or Client(
             self.config.host, self.config.port, token=self.config.token, tls=self.config.tls.context(),
             client_name="nplt-tui/0.1", reconnect=True,
@@ -125,6 +134,11 @@ class NpltApp(App[None]):
 
     # -- messages from widgets --------------------------------------------------------------------------
     def on_chat_input_submitted(self, event: ChatInput.Submitted) -> None:
+        problem = self.controller.unsendable(event.text)
+        if problem is not None:   # the text stays in the input
+            self.notify(problem, title="Not sent", severity="warning", timeout=6)
+            return
+        self.query_one(ChatInput).accept(event.text)
         self.controller.spawn(self.controller.send(event.text), "send")
         self._unsaved.append(event.text)
         self._save_state_soon()   # the input history survives a restart
@@ -147,11 +161,23 @@ class NpltApp(App[None]):
         self.query_one(ChatInput).focus()
 
     def action_focus_sessions(self) -> None:
-        self.query_one(Sidebar).list.focus()
+        sidebar = self.query_one(Sidebar)
+        if not sidebar.display:   # hidden on a narrow terminal: the user asks for it
+            self.action_toggle_sidebar()
+        sidebar.list.focus()
 
     def action_toggle_sidebar(self) -> None:
         sidebar = self.query_one(Sidebar)
-        sidebar.display = not sidebar.display
+        self.sidebar_choice = sidebar.display = not sidebar.display
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.fit_sidebar(event.size.width)
+
+    def fit_sidebar(self, width: int) -> None:
+        """Hide the sidebar below ``SIDEBAR_MIN_WIDTH`` columns, so the chat keeps a usable width, and
+        show it again when wider; once the user showed or hid it (ctrl+b), it stays as they chose."""
+        if self.sidebar_choice is None:
+            self.query_one(Sidebar).display = width >= SIDEBAR_MIN_WIDTH
 
     def action_load_older(self) -> None:
         chat = self.query_one(ChatView)
@@ -248,7 +274,7 @@ class NpltApp(App[None]):
             if text:
                 self.controller.spawn(self.controller.edit(mid, text), "redo")
         self.push_screen(TextEditModal(
-            "Edit and resend", view.content, ok_label="Send",
+            "Edit and resend", view.content, ok_label="Send", max_chars=self.controller.max_text_chars,
             note="The message is sent again with this text; it and everything after it are superseded "
                  "(kept on the server, hidden from the chat and the model). Ctrl+S sends, Esc cancels."), done)
 

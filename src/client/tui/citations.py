@@ -20,6 +20,27 @@ def citations_of(metadata: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in metadata.get("citations") or () if isinstance(c, dict) and c.get("chunk_id")]
 
 
+def location_text(location: dict[str, Any] | None) -> str:
+    """A passage's location (docs/protocol.md §5.8: ``heading`` path, ``page``, ``lines`` [a, b]) for
+    people: ``Runbook › Restore, page 3, lines 3-7`` (``line 3`` for one line)."""
+    loc = location or {}
+    parts: list[str] = []
+    heading = loc.get("heading")
+    if heading:
+        parts.append(" › ".join(str(h) for h in heading) if isinstance(heading, (list, tuple)) else str(heading))
+    if loc.get("page") not in (None, ""):
+        parts.append(f"page {loc['page']}")
+    lines = loc.get("lines")
+    if isinstance(lines, str) and "-" in lines:   # "3-7", as some servers write it
+        lines = lines.split("-", 1)
+    if isinstance(lines, (list, tuple)) and len(lines) == 2:
+        a, b = (str(n).strip() for n in lines)
+        parts.append(f"line {a}" if a == b else f"lines {a}-{b}")
+    elif lines not in (None, "", []):
+        parts.append(f"line {lines}")
+    return ", ".join(parts)
+
+
 class CitationList(HorizontalGroup):
     """The sources of an answer as small buttons; pressing one asks the app to open the passage."""
 
@@ -58,7 +79,7 @@ class PassageModal(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         p = self.passage
-        where = ", ".join(f"{k} {v}" for k, v in (p.location or {}).items() if v not in (None, "", []))
+        where = location_text(p.location)
         with Vertical(classes="dialog wide passage"):
             yield Label(p.citation or p.name, classes="dialog-title")
             yield Static(f"{p.name} · {p.collection}" + (f" · {where}" if where else ""), markup=False,

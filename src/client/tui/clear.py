@@ -31,7 +31,7 @@ class ClearModal(ModalScreen[ClearChoice | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide"):
-            yield Static(QUESTION.format(title=self.title_text), markup=False, classes="dialog-title")
+            yield Static(QUESTION.format(title=self.title_text), markup=False, classes="dialog-title question")
             with Horizontal(classes="buttons"):
                 yield Button("Clear", variant="warning", id="clear-hide")
                 yield Button("Clear and purge", variant="error", id="clear-purge")

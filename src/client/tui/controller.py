@@ -24,22 +24,30 @@ from textual.css.query import NoMatches
 from protocol import ErrorCode, MsgType
 from protocol.kb import KbDocument, KbHit
 from protocol.objects import AgentInfo, ModelInfo, SearchHit, SessionInfo, TurnState
+from protocol.replies import ChatSendReply
 from protocol.server_events import AnswerDelta, Notice, SessionEvent, TurnEvent
 
 from client import kb as kbclient
 from client.config import ClientConfig
 from client.connection import Backoff, Client
-from client.errors import PERMANENT_CODES, ClientError
+from client.errors import PERMANENT_CODES, ClientCode, ClientError
 from client.events import Connected, Disconnected, Event, InvalidFrame, Reconnecting, ServerError
 from client.tui.batch import drain, runs
 from client.tui.chat import ChatView
 from client.tui.input import ChatInput
-from client.tui.knowledge import KnowledgeOps
+from client.tui.knowledge import KnowledgeOps, Uploads
 from client.tui.sidebar import Sidebar
 from client.tui.state import Change, ChatState, StatusChanged
 from client.tui.status import StatusLine
 
 SESSION_KINDS_RELOAD = frozenset({"cleared"})
+# Operations whose failure belongs to the conversation: shown in the chat (and notified). Any other
+# operation is a side action (rename, export, opening a passage, ...): its failure is a notification
+# naming the action (ACTIONS), and the chat stays as it was.
+CHAT_OPERATIONS = frozenset({"send", "redo", "cancel", "connect"})
+ACTIONS = {"rename": "Rename", "session": "Session", "older": "Loading older messages",
+           "prompt": "System prompt", "passage": "Opening the source", "export": "Export",
+           "why": "Why this answer", "model": "Model switch", "lists": "Loading the sessions"}
 Fetch = Callable[[], Awaitable[tuple[SessionInfo, TurnState | None]]]
 
 
@@ -54,6 +62,10 @@ class Controller:
         self._load_lock = asyncio.Lock()
         self._deleting: set[str] = set()
         self._first_send = asyncio.Lock()   # one send at a time while no session exists yet
+
+        async def upload(path: Path, progress: Callable[[str, int, int], None]) -> KbDocument:
+            return await kbclient.upload(client, path, progress=progress)
+        self.uploads = Uploads(upload)   # knowledge-base uploads: they outlive the Knowledge panel
 
     # -- widgets ----------------------------------------------------------------------------------------
     @property
@@ -83,12 +95,17 @@ class Controller:
         return min(self.cfg.page_size, int(limits.get("max_page_size") or self.cfg.page_size))
 
     def spawn(self, coro: Awaitable[Any], name: str) -> None:
-        """Run an operation as a worker; ClientErrors become inline errors / notifications."""
+        """Run an operation as a worker; a ClientError is shown in the chat for the conversation's
+        operations (``CHAT_OPERATIONS``), else notified as the failure of that action."""
         async def guarded() -> None:
             try:
                 await coro
             except ClientError as exc:
-                await self.report(exc)
+                if name in CHAT_OPERATIONS:
+                    await self.report(exc)
+                else:
+                    self.app.notify(f"{ACTIONS.get(name, name.capitalize())} failed: {exc.message}",
+                                    title=str(exc.code), severity="error", timeout=8)
         self.app.run_worker(guarded(), name=name, group=name, exit_on_error=False)
 
     async def report(self, exc: ClientError) -> None:
@@ -242,7 +259,7 @@ class Controller:
                 self.sidebar.set_current(sid)
                 self._show_header(session)
                 page = await self.client.history_page(sid, limit=self.page_size)
-                await chat.show_page(page)
+                await chat.show_page(self.state.reloaded(page))
                 if running is not None:
                     changes += self.state.attach(running)
                 await self.render(changes)
@@ -321,10 +338,7 @@ class Controller:
         client = self.client
 
         async def listing() -> tuple[KbDocument, ...]:
-            return (await client.request(MsgType.KB_LIST, {})).documents  # type: ignore[attr-defined]
-
-        async def upload(path: Path, progress: Callable[[str, int, int], None]) -> KbDocument:
-            return await kbclient.upload(client, path, progress=progress)
+            return await kbclient.list_documents(client)
 
         async def download(doc: KbDocument, dest: Path) -> KbDocument:
             await asyncio.to_thread(dest.parent.mkdir, parents=True, exist_ok=True)
@@ -332,10 +346,17 @@ class Controller:
 
         async def delete(doc_id: str) -> object:
             return await client.request(MsgType.KB_DELETE, {"doc_id": doc_id})
-        return KnowledgeOps(listing, upload, download, delete, folder)
+        return KnowledgeOps(listing, self.uploads.upload, download, delete, folder, self.uploads)
 
     async def passage(self, chunk_id: str) -> KbHit:
-        return (await self.client.request(MsgType.KB_PASSAGE, {"chunk_id": chunk_id})).passage  # type: ignore
+        """A cited passage; a document deleted since the answer cited it is NOT_FOUND, said as such."""
+        try:
+            return (await self.client.request(MsgType.KB_PASSAGE, {"chunk_id": chunk_id})).passage  # type: ignore
+        except ClientError as exc:
+            if exc.code is ErrorCode.NOT_FOUND:
+                raise ClientError(exc.code, "the document of this citation was deleted (or you can no longer "
+                                            "see it)") from exc
+            raise
 
     # -- the session's own system prompt ----------------------------------------------------------------
     async def system_prompt(self) -> str:
@@ -417,25 +438,53 @@ class Controller:
         view.focus(scroll_visible=False)
 
     # -- chat -------------------------------------------------------------------------------------------
+    @property
+    def max_text_chars(self) -> int | None:
+        """The server's limit on a message's length (HELLO ``limits.max_text_chars``), if it gave one."""
+        limits = self.client.hello.limits if self.client.hello is not None else {}
+        cap = limits.get("max_text_chars")
+        return cap if isinstance(cap, int) and cap > 0 else None
+
+    def unsendable(self, text: str) -> str | None:
+        """Why ``text`` cannot be sent now (None: it can): no connection, or longer than the server takes."""
+        if not self.client.connected:
+            return f"The connection is {self.client.state}: your message stays in the input; send it again " \
+                   "once connected."
+        cap = self.max_text_chars
+        if cap is not None and len(text) > cap:
+            return f"The message has {len(text):,} characters; the server takes at most {cap:,}. " \
+                   "Shorten it (it stays in the input)."
+        return None
+
     async def send(self, text: str) -> None:
         self.chat.follow()    # what the user sends (or why it was not sent) and its answer show even when scrolled up
-        if not self.client.connected:
-            await self.chat.add_error(f"Not sent (connection {self.client.state}): {text[:60]}")
-            return
         async with self._first_send:
             if self.client.session_id is None:   # the user has no session yet: this message creates it
                 await self._send_first(text)
                 return
         sid = self.session_id
-        reply = await self.client.chat_send(text)
+        reply = await self._chat_send(text)
         if self.session_id == sid:
             await self.render(self.state.sent(reply))
+
+    async def _chat_send(self, text: str) -> ChatSendReply:
+        """CHAT_TEXT; a message the server refused (or that could not go out) comes back into the input."""
+        try:
+            if not self.client.connected:   # lost since the app checked
+                raise ClientError(ClientCode.NOT_CONNECTED, f"not sent (connection {self.client.state})")
+            return await self.client.chat_send(text)
+        except ClientError:
+            try:
+                self.app.query_one(ChatInput).give_back(text)
+            except NoMatches:  # the app is shutting down
+                self.app.log.debug("no input to give the text back to")
+            raise
 
     async def _send_first(self, text: str) -> None:
         """Send into no session (the server creates it with this message), then show the new session:
         its turn is reattached from the switch reply, and its events wait until the page is shown."""
         async def fetch() -> tuple[SessionInfo, TurnState | None]:
-            sent = await self.client.chat_send(text)
+            sent = await self._chat_send(text)
             reply = await self.client.session_switch(sent.session_id)
             return reply.session, reply.running_turn
         await self.load_session(fetch, focus=True)    # adds the new session to the sidebar too

@@ -40,16 +40,26 @@ class ChatInput(TextArea):
         await super()._on_key(event)
 
     def submit(self) -> None:
-        """Post the text (if not blank) and clear the input."""
+        """Post the text (if not blank). The input keeps it until the app takes it (``accept``): a
+        message that cannot be sent stays here."""
         text = self.text
-        if not text.strip():
-            return
+        if text.strip():
+            self.post_message(self.Submitted(text))
+
+    def accept(self, text: str) -> None:
+        """``text`` is being sent: remember it for Up/Down and clear the input (if it still holds it)."""
         if not self.recall or self.recall[-1] != text:
             self.recall.append(text)
             del self.recall[:-MAX_RECALL]
         self._recall_index, self._draft = None, ""
-        self.clear()
-        self.post_message(self.Submitted(text))
+        if self.text == text:
+            self.clear()
+
+    def give_back(self, text: str) -> None:
+        """A message that was refused after all comes back into the input, unless something new was
+        typed meanwhile (then it stays reachable with Up)."""
+        if not self.text.strip():
+            self._show(text, at_end=True)
 
     def _show(self, text: str, at_end: bool) -> None:
         self.load_text(text)

@@ -1,39 +1,146 @@
 """The Knowledge panel: the documents the user can see (name, size, chunks, collection, uploaded at)
 with upload (a path input that completes file names, a progress bar per file: bytes, then the
-server's stages), download and delete (asks first)."""
+server's stages; each cancellable), download (asks before replacing a file) and delete (asks first).
+
+Uploads belong to the app (``Uploads``), not to the panel: they go on when it closes, a panel opened
+later shows the ones still running, and one that ends while no panel shows it is notified."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable, Sequence
 
 from rich.text import Text
 from textual import on, work
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.suggester import Suggester
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
+from textual.worker import Worker
 
 from protocol.kb import KbDocument
 
 from client.tui.modals import ConfirmModal
 from client.wording import counted, minute
 
+log = logging.getLogger(__name__)
+
 Progress = Callable[[str, int, int], None]     # (stage, done, total), as client.kb reports it
+UploadFn = Callable[[Path, Progress], Awaitable[KbDocument]]
+WAITING = "waiting for the upload before it"
+SENDING_STAGES = frozenset({"hashing", WAITING, "receiving"})   # before the server has every byte
+
+
+@dataclass(eq=False)
+class UploadJob:
+    """One file's upload: where it is (``stage``, ``done`` of ``total``), how it ended (``end``)."""
+    path: Path
+    stage: str = "hashing"
+    done: int = 0
+    total: int = 0
+    stages: list[str] = field(default_factory=list)   # every stage reported, in order
+    end: str | None = None              # how it ended, in words ("done, 3 chunks", "failed: ...")
+    failed: bool = False
+    cancelling: bool = False            # the user cancelled it
+    worker: Worker[None] | None = None
+    watch: Callable[[UploadJob], None] | None = None   # the open panel showing it, told of every change
+
+    @property
+    def running(self) -> bool:
+        return self.end is None
+
+    def progress(self, stage: str, done: int, total: int) -> None:
+        """What client.kb reports (receiving bytes, then the server's stages)."""
+        if stage != self.stage or not self.stages:
+            self.stages.append(stage)
+        self.stage, self.done, self.total = stage, done, total
+        self.changed()
+
+    def changed(self) -> None:
+        """Tell the panel showing the job. Progress comes from the client's reader task (client.kb's
+        tap), which must never fail: a panel that cannot show it any more just stops watching."""
+        if self.watch is not None:
+            try:
+                self.watch(self)
+            except Exception:  # noqa: BLE001 - a closing panel's widgets are gone; the upload goes on
+                log.exception("the knowledge panel could not show the upload of %s", self.path.name)
+                self.watch = None
+
+
+class Uploads:
+    """The app's knowledge-base uploads, one at a time (client.kb taps KB_PROGRESS for one upload, and
+    the bytes share one link anyway). Each runs as an app worker, so closing the panel does not stop
+    it; ``cancel`` does. An upload that ends while no panel shows it is notified (done with its
+    chunks, refused with the reason, cancelled)."""
+
+    def __init__(self, upload: UploadFn) -> None:
+        self.upload = upload
+        self.jobs: list[UploadJob] = []     # not ended yet, in order
+        self._one = asyncio.Lock()
+
+    def start(self, app: App[object], path: Path) -> UploadJob:
+        job = UploadJob(path, stage=WAITING if self.jobs else "hashing")
+        self.jobs.append(job)
+        job.worker = app.run_worker(self._run(app, job), name=f"upload {path.name}", group="kb-upload",
+                                    exit_on_error=False)
+        return job
+
+    def cancel(self, job: UploadJob) -> None:
+        if job.running and job.worker is not None:
+            job.cancelling = True
+            job.worker.cancel()
+
+    async def _run(self, app: App[object], job: UploadJob) -> None:
+        try:
+            async with self._one:
+                job.stage = "hashing"
+                job.changed()
+                doc = await self.upload(job.path, job.progress)
+        except asyncio.CancelledError:
+            if job.cancelling:   # else the app is closing: nobody to tell
+                self._ended(app, job, cancelled_text(job.stage), failed=True)
+            raise
+        except Exception as exc:  # noqa: BLE001 - a refusal (UNSUPPORTED_MEDIA, ...) or a lost file: told
+            self._ended(app, job, f"failed: {exc}", failed=True)
+        else:
+            self._ended(app, job, "done, " + ("already there (duplicate)" if doc.duplicate
+                                              else counted(doc.chunks, "chunk")))
+
+    def _ended(self, app: App[object], job: UploadJob, text: str, *, failed: bool = False) -> None:
+        job.end, job.failed = text, failed
+        if job in self.jobs:
+            self.jobs.remove(job)
+        job.changed()
+        if job.watch is None:   # the panel was closed meanwhile
+            app.notify(f"Upload of {job.path.name}: {text}", title="Knowledge base",
+                       severity="error" if failed and not job.cancelling else "information", timeout=10)
+
+
+def cancelled_text(stage: str) -> str:
+    """What a cancelled upload left behind, by the last stage the server reported."""
+    if stage == WAITING:
+        return "cancelled (nothing was sent)"
+    if stage in SENDING_STAGES:
+        return "cancelled (the server keeps what it received for a while: uploading the file again continues it)"
+    return "cancelled here, but the server already had the whole file and may still add it to the list"
 
 
 @dataclass(frozen=True, slots=True)
 class KnowledgeOps:
-    """What the panel may do (the app binds them to its client)."""
+    """What the panel may do (the app binds them to its client); ``uploads``: the app's uploads
+    (None: the panel keeps its own, made from ``upload``)."""
     list: Callable[[], Awaitable[Sequence[KbDocument]]]
-    upload: Callable[[Path, Progress], Awaitable[KbDocument]]
+    upload: UploadFn
     download: Callable[[KbDocument, Path], Awaitable[KbDocument]]
     delete: Callable[[str], Awaitable[object]]
     folder: Path                                # where downloads go
+    uploads: Uploads | None = None
 
 
 def human_size(n: int) -> str:
@@ -75,44 +182,80 @@ class PathSuggester(Suggester):
 
 
 class Transfer(Vertical):
-    """One file's upload: its name and stage, and a bar (bytes while receiving, then stage done/total)."""
+    """One file's upload row: its name and stage, a bar (bytes while receiving, then the server's
+    stage done/total, or an indeterminate bar while a stage gives no finer progress), and a
+    button to cancel it while it runs."""
 
-    def __init__(self, path: Path, *, waiting: bool = False) -> None:
+    def __init__(self, job: UploadJob) -> None:
         super().__init__(classes="kb-transfer")
-        self.path = path
-        self.stage = "waiting for the upload before it" if waiting else "hashing"
-        self.stages: list[str] = []      # every stage reported, in order
+        self.job = job
+
+    @property
+    def path(self) -> Path:
+        return self.job.path
+
+    @property
+    def stage(self) -> str:
+        return self.job.stage
+
+    @property
+    def stages(self) -> list[str]:
+        return self.job.stages
 
     def compose(self) -> ComposeResult:
-        yield Label(f"{self.path.name} · {self.stage}", classes="kb-transfer-title")
+        with Horizontal(classes="kb-transfer-head"):
+            yield Label(self.label(), classes="kb-transfer-title")
+            yield Button("Cancel", compact=True, classes="kb-transfer-cancel")
         yield ProgressBar(total=None, show_eta=False, classes="kb-transfer-bar")
 
-    def progress(self, stage: str, done: int, total: int) -> None:
-        bar = self.query_one(ProgressBar)
-        if stage != self.stage or not self.stages:
-            self.stage = stage
-            self.stages.append(stage)
-            bar.update(total=total if total > 0 else None, progress=0)
-        label = f"{self.path.name} · {stage}"
-        if stage == "receiving" and total > 0:
-            label += f" {human_size(done)} of {human_size(total)}"
-        elif total > 0:
-            label += f" {done}/{total}"
-        self.query_one(Label).update(label)
-        bar.update(total=total if total > 0 else None, progress=done)
+    def on_mount(self) -> None:
+        self.show()
 
-    def finish(self, text: str, error: bool = False) -> None:
-        self.query_one(Label).update(Text(f"{self.path.name} · {text}", style="red" if error else ""))
+    def label(self) -> Text:
+        job = self.job
+        if job.end is not None:
+            return Text(f"{job.path.name} · {job.end}", style="red" if job.failed and not job.cancelling else "")
+        text = f"{job.path.name} · {job.stage}"
+        if job.stage == "receiving" and job.total > 0:
+            text += f" {human_size(job.done)} of {human_size(job.total)}"
+        elif job.total > 1:
+            text += f" {job.done}/{job.total}"
+        elif job.stage != WAITING:
+            text += "…"   # a stage of one step (parsing a big file is 0/1 until done): no fraction to show
+        return Text(text)
+
+    def show(self) -> None:
+        """Render the job as it is now."""
+        job = self.job
+        self.query_one(Label).update(self.label())
         bar = self.query_one(ProgressBar)
-        if not error:
-            bar.update(total=1, progress=1)
+        self.query_one(".kb-transfer-cancel", Button).display = job.running
+        if not job.running:
+            if not job.failed:
+                bar.update(total=1, progress=1)
+            return
+        determinate = job.total > 0 and (job.stage == "receiving" or job.total > 1)
+        bar.update(total=job.total if determinate else None, progress=job.done if determinate else 0)
+
+    @on(Button.Pressed, ".kb-transfer-cancel")
+    def _cancel(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.post_message(CancelUpload(self.job))
+
+
+class CancelUpload(Message):
+    def __init__(self, job: UploadJob) -> None:
+        super().__init__()
+        self.job = job
 
 
 class KnowledgeScreen(ModalScreen[None]):
-    """U uploads (focuses the path input), D downloads the highlighted document, Delete deletes it."""
+    """U uploads (focuses the path input), C cancels the running upload, D downloads the highlighted
+    document, Delete deletes it."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Close", show=False),
                 Binding("u", "upload", "Upload", show=False),
+                Binding("c", "cancel_upload", "Cancel upload", show=False),
                 Binding("d", "download", "Download", show=False),
                 Binding("delete", "delete", "Delete", show=False)]
 
@@ -122,9 +265,8 @@ class KnowledgeScreen(ModalScreen[None]):
         self.upload_first = upload_first
         self.documents: list[KbDocument] = []
         self.loaded = False
-        self.transfers: dict[Path, Transfer] = {}
-        # one upload at a time: client.kb taps KB_PROGRESS for one upload, and the bytes share one link anyway
-        self._one_upload = asyncio.Lock()
+        self.uploads = ops.uploads or Uploads(ops.upload)
+        self.transfers: dict[UploadJob, Transfer] = {}
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide knowledge"):
@@ -145,7 +287,14 @@ class KnowledgeScreen(ModalScreen[None]):
         table.add_columns("Name", "Size", "Chunks", "Collection", "Uploaded at")
         if self.upload_first:
             self.query_one("#kb-path", Input).focus()
+        for job in self.uploads.jobs:   # uploads started before the panel was (re)opened
+            self._show_job(job)
         self.refresh_list()
+
+    def on_unmount(self) -> None:
+        for job in self.transfers:
+            if job.watch == self._job_changed:
+                job.watch = None   # from now on its end is notified
 
     @work(exclusive=True, group="kb-list")
     async def refresh_list(self) -> None:
@@ -189,32 +338,59 @@ class KnowledgeScreen(ModalScreen[None]):
             self.notify(f"Not a file: {value}", severity="error")
             return
         self.query_one("#kb-path", Input).value = ""
-        self._upload(path)
+        self._show_job(self.uploads.start(self.app, path))   # its worker starts after this: nothing missed
 
-    @work(group="kb-upload")
-    async def _upload(self, path: Path) -> None:
-        row = Transfer(path, waiting=self._one_upload.locked())
-        self.transfers[path] = row
-        await self.query_one("#kb-transfers", VerticalScroll).mount(row)
-        try:
-            async with self._one_upload:
-                doc = await self.ops.upload(path, row.progress)
-        except Exception as exc:  # noqa: BLE001 - shown on the file's row
-            row.finish(f"failed: {exc}", error=True)
-            return
-        note = "already there (duplicate)" if doc.duplicate else counted(doc.chunks, "chunk")
-        row.finish(f"done, {note}")
-        self.refresh_list()
+    def _show_job(self, job: UploadJob) -> None:
+        row = Transfer(job)
+        self.transfers[job] = row
+        job.watch = self._job_changed
+        self.query_one("#kb-transfers", VerticalScroll).mount(row)
+
+    def _job_changed(self, job: UploadJob) -> None:
+        row = self.transfers.get(job)
+        if row is not None and row.is_attached and row.children:   # composed, not being removed
+            row.show()
+        if job.end is not None and not job.failed:
+            self.refresh_list()
+
+    def action_cancel_upload(self) -> None:
+        """Cancel the upload that runs now (a waiting one is cancelled with its row's button)."""
+        job = next((j for j in self.uploads.jobs if j.stage != WAITING), None)
+        if job is None:
+            self.notify("No upload is running", severity="warning")
+        else:
+            self.uploads.cancel(job)
+
+    @on(CancelUpload)
+    def _cancel_one(self, event: CancelUpload) -> None:
+        self.uploads.cancel(event.job)
 
     # -- download, delete -------------------------------------------------------------------------------
     def action_download(self) -> None:
         doc = self.selected
         if doc is not None:
-            self._download(doc)
+            self._download_unless_kept(doc)
 
     @work(group="kb-download")
-    async def _download(self, doc: KbDocument) -> None:
+    async def _download_unless_kept(self, doc: KbDocument) -> None:
+        """Download into the folder under the document's name, after asking before an existing file
+        there is replaced (another document of that name, or an earlier download): No keeps it."""
         dest = self.ops.folder / (Path(doc.name).name or doc.doc_id)   # never a path from the server
+        if not await asyncio.to_thread(dest.exists):
+            self._download(doc, dest)
+            return
+
+        def done(ok: bool | None) -> None:
+            if ok:
+                self._download(doc, dest)
+            else:
+                self.notify(f"Not downloaded: {dest} is kept")
+        self.app.push_screen(ConfirmModal(f"{dest} already exists.\n\nReplace it with “{doc.name}” "
+                                          f"({human_size(doc.size)}, uploaded {minute(doc.uploaded_at)})?",
+                                          "Replace"), done)
+
+    @work(group="kb-download")
+    async def _download(self, doc: KbDocument, dest: Path) -> None:
         try:
             await self.ops.download(doc, dest)
         except Exception as exc:  # noqa: BLE001 - shown to the user

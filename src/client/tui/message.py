@@ -31,8 +31,9 @@ from textual.widgets.markdown import MarkdownStream
 from protocol.objects import ChatMessage, ToolCall
 
 from client.tui.citations import CitationList, citations_of
+from client.tui.state import NOT_SAVED
 from client.tui.toolcall import ToolCallItem
-from client.wording import clock
+from client.wording import clock, counted
 
 ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 SEGMENT_CHARS = 1200   # live Markdown text kept before freezing completed paragraphs into a Static
@@ -62,8 +63,38 @@ def split_point(text: str) -> int:
     return 0
 
 
+# why a stored answer has no text; the server saves what it streamed when a turn is cancelled or the
+# server shuts down, but a killed server saves nothing of the running answer: nobody knows how much
+# was shown, so "interrupted" does not claim that nothing was
 ENDINGS = {"cancelled": "Cancelled before any text was streamed.",
-           "interrupted": "Interrupted (the server stopped) before any text was streamed."}
+           "shutdown": "Stopped (the server shut down) before any text was streamed.",
+           "interrupted": "Interrupted (the server stopped): no text of this answer was saved."}
+# the header's word for how an answer ended, when the finish reason alone would mislead
+CANCEL_REASONS = {"shutdown": "stopped: the server shut down"}
+FINISH_WORDS = {"context_budget": "context full: answered without more tools",
+                "max_iterations": "tool step limit: answered without more tools"}
+
+
+def ending(meta: dict) -> str | None:
+    """How an answer ended, for its header (None: it simply finished): its finish reason, except a
+    turn the server cancelled while shutting down, which the user did not cancel."""
+    reason = meta.get("finish_reason")
+    if not reason or reason == "stop":
+        return None
+    if reason == "cancelled" and meta.get("cancel_reason") in CANCEL_REASONS:
+        return CANCEL_REASONS[meta["cancel_reason"]]
+    return FINISH_WORDS.get(reason, str(reason))
+
+
+def not_saved_note(meta: dict) -> str | None:
+    """The note under an answer shown with the text this client streamed, which the server did not
+    save in full (``state.NOT_SAVED``: the characters it kept)."""
+    kept = meta.get(NOT_SAVED)
+    if not isinstance(kept, int):
+        return None
+    saved = "none of it" if kept == 0 else f"only its first {counted(kept, 'character')}"
+    return (f"Interrupted: the server stopped during this answer. The text above was streamed to this "
+            f"window but is not saved on the server (it kept {saved}).")
 
 
 def error_text(meta: dict) -> str | None:
@@ -85,8 +116,14 @@ def marks(message: ChatMessage) -> list[Static]:
     error = error_text(meta)
     if error is not None:
         out.append(Static(error, markup=False, classes="error mark"))
-    elif not message.content.strip() and meta.get("finish_reason") in ENDINGS and message.role == "assistant":
-        out.append(Static(ENDINGS[meta["finish_reason"]], markup=False, classes="message-note mark"))
+    elif not_saved_note(meta) is not None:
+        out.append(Static(not_saved_note(meta), markup=False, classes="message-note mark"))
+    elif not message.content.strip() and message.role == "assistant":
+        why = meta.get("finish_reason")
+        if why == "cancelled" and meta.get("cancel_reason") == "shutdown":
+            why = "shutdown"
+        if why in ENDINGS:
+            out.append(Static(ENDINGS[why], markup=False, classes="message-note mark"))
     return out
 
 
@@ -151,8 +188,11 @@ class MessageView(Vertical, can_focus=True):
             parts.append("[i]queued[/i]")
         if meta.get("partial"):
             parts.append("[i]partial[/i]")
-        if meta.get("finish_reason") and meta.get("finish_reason") != "stop":
-            parts.append(f"[i]{escape(str(meta['finish_reason']))}[/i]")
+        end = ending(meta)
+        if end:
+            parts.append(f"[i]{escape(end)}[/i]")
+        if NOT_SAVED in meta:
+            parts.append("[i]not saved[/i]")
         return " · ".join(parts)
 
     def _settled_body(self) -> RenderableType:

@@ -1,11 +1,12 @@
 """Modal screens: rename, confirm, search, export, help."""
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from typing import Awaitable, Callable, Sequence
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -13,15 +14,46 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Markdown, OptionList, Static
 from textual.widgets.option_list import Option
 
+from protocol.messages import MAX_TITLE_CHARS
 from protocol.objects import SearchHit
 
 from client.wording import counted
 
-MAX_TITLE = 200
+MAX_TITLE = MAX_TITLE_CHARS   # the server's limit on a session title (protocol.messages)
+
+
+def title_problem(title: str) -> str | None:
+    """Why the server would refuse ``title`` (stripped) as a session title, in words (None: it is fine)."""
+    if all(c.isspace() or unicodedata.category(c) == "Cf" for c in title):
+        return "The title is empty: type one, or press Esc to keep the current title."
+    if len(title) > MAX_TITLE:
+        return f"The title has {len(title):,} characters; a title has at most {MAX_TITLE}."
+    if any(unicodedata.category(c) == "Cc" for c in title):
+        return "The title must be one line of text, without control characters."
+    return None
+
+
+class TitleInput(Input):
+    """A title input: a paste longer than the room left is cut to fit (and says so) instead of being
+    dropped whole, as Input does with a paste over ``max_length``."""
+
+    def _on_paste(self, event: events.Paste) -> None:
+        lines = event.text.splitlines()
+        text = lines[0] if lines else ""
+        start, end = sorted(self.selection)
+        room = self.max_length - (len(self.value) - (end - start)) if self.max_length else len(text)
+        if len(text) > room:
+            text = text[:max(0, room)]
+            self.notify(f"A title has at most {self.max_length} characters: the pasted text was cut.",
+                        severity="warning")
+        self.replace(text, start, end)
+        event.stop()
+        event.prevent_default()
 
 
 class RenameModal(ModalScreen[str | None]):
-    """Ask for a new session title (1..200 characters)."""
+    """Ask for a new session title (1..MAX_TITLE characters, one line); a title the server would
+    refuse is explained here and the dialog stays open."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", show=False)]
 
@@ -32,7 +64,7 @@ class RenameModal(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label("Rename session", classes="dialog-title")
-            yield Input(self.current, max_length=MAX_TITLE, id="rename-input")
+            yield TitleInput(self.current, max_length=MAX_TITLE, id="rename-input")
             with Horizontal(classes="buttons"):
                 yield Button("Rename", variant="primary", id="rename-ok")
                 yield Button("Cancel", id="rename-cancel")
@@ -41,7 +73,11 @@ class RenameModal(ModalScreen[str | None]):
     @on(Button.Pressed, "#rename-ok")
     def _ok(self) -> None:
         title = self.query_one("#rename-input", Input).value.strip()
-        self.dismiss(title or None)
+        problem = title_problem(title)
+        if problem is not None:
+            self.notify(problem, severity="warning")
+            return
+        self.dismiss(title)
 
     @on(Button.Pressed, "#rename-cancel")
     def _cancel(self) -> None:
@@ -60,7 +96,7 @@ class ConfirmModal(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.question, markup=False, classes="dialog-title")
+            yield Static(self.question, markup=False, classes="dialog-title question")
             with Horizontal(classes="buttons"):
                 yield Button(self.confirm_label, variant="error", id="confirm-yes")
                 yield Button("Cancel", id="confirm-no")
@@ -176,10 +212,17 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         lines = ["# Help", "", "| Key | Action | Binding id |", "|---|---|---|"]
-        lines += [f"| `{key}` | {desc} | `{bid}` |" for bid, key, desc in self.rows]
+        lines += [f"| {self.key_display(keys)} | {desc} | `{bid}` |" for bid, keys, desc in self.rows]
         lines += ["", "Enter sends, Shift+Enter (or Ctrl+J) inserts a newline, Up/Down on the first/last line "
                       "recall earlier inputs. Scroll to the top of the chat to load older messages.",
                   "Remap keys in the `[keymap]` table of the client config file (binding id = \"keys\").",
                   "", "Press Esc to close."]
         with VerticalScroll(classes="dialog help"):
             yield Markdown("\n".join(lines), id="help-text")
+
+    def key_display(self, keys: str) -> str:
+        """Comma-separated binding keys as the footer shows them (``f1,question_mark``: ``f1, ?``), as
+        a code span of a Markdown table cell."""
+        shown = [self.app.get_key_display(Binding(key.strip(), "")) for key in keys.split(",") if key.strip()]
+        text = ",".join(shown).replace("|", "\\|")   # no space: the table would break the cell there
+        return f"`` {text} ``" if "`" in text else f"`{text}`"

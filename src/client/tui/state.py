@@ -9,7 +9,9 @@ view must render, in order. So the rules live here and are unit-tested without a
 - deltas are appended from the shown length on (a reattached turn drops what it already shows);
 - TURN_END settles the answer into its stored message, keeping the streamed text when the server
   cut the stored copy to fit ``max_message_size``; a withdrawn queued turn just disappears;
-- TURN_ERROR keeps what was streamed and shows the error on it.
+- TURN_ERROR keeps what was streamed and shows the error on it;
+- a reload of the shown session (after a reconnect, say) keeps the text a live turn streamed when
+  the server stored its answer partial and shorter (a crash lost the end): ``reloaded``.
 """
 from __future__ import annotations
 
@@ -18,9 +20,14 @@ from datetime import datetime, timezone
 from typing import Iterable, Union
 
 from protocol.objects import ChatMessage, SessionInfo, ToolCall, TurnState
-from protocol.replies import ChatSendReply
+from protocol.replies import ChatSendReply, HistoryPageReply
 from protocol.server_events import (AnswerDelta, ToolCallEvent, ToolResultEvent, TurnEnd, TurnError, TurnEvent,
                                     TurnStart, TurnStatus)
+
+
+#: metadata the TUI adds (never stored) to a partial answer it shows with the text it streamed, longer
+#: than what the server saved: the number of characters the server kept
+NOT_SAVED = "tui_saved_chars"
 
 
 def now_iso() -> str:
@@ -91,9 +98,11 @@ Change = Union[ShowMessage, OpenAnswer, AppendAnswer, ShowTool, EndAnswer, ShowQ
 # -- the state -----------------------------------------------------------------------------------------
 @dataclass(slots=True)
 class LiveTurn:
-    """A running turn of the shown session: the answer text streamed so far."""
+    """A running turn of the shown session: the answer text streamed so far (``user_id``: the id of
+    its stored user message, when known)."""
     turn_id: str
     content: str = ""
+    user_id: int | None = None
 
 
 @dataclass(slots=True)
@@ -103,6 +112,8 @@ class ChatState:
     live: dict[str, LiveTurn] = field(default_factory=dict)
     queued: dict[str, ChatMessage] = field(default_factory=dict)
     status: StatusChanged = field(default_factory=lambda: StatusChanged(None))
+    # text live turns had streamed when the shown session began reloading, by their user message id
+    streamed: dict[int, str] = field(default_factory=dict)
 
     @property
     def session_id(self) -> str | None:
@@ -115,7 +126,11 @@ class ChatState:
 
     # -- session ------------------------------------------------------------------------------------
     def begin(self, session: SessionInfo) -> list[Change]:
-        """A session is being shown from scratch: nothing live, nothing queued."""
+        """A session is being shown from scratch: nothing live, nothing queued. When it is the session
+        already shown (a reload), what its live turns streamed is kept for ``reloaded``."""
+        same = session.session_id == self.session_id
+        self.streamed = {t.user_id: t.content for t in self.live.values()
+                         if same and t.user_id is not None and t.content}
         self.session = session
         self.live.clear()
         self.queued.clear()
@@ -128,11 +143,32 @@ class ChatState:
         self.session = session
         return True
 
+    def reloaded(self, page: HistoryPageReply) -> HistoryPageReply:
+        """The newest page of a reloaded session, as it is to be shown: the answer of a turn that was
+        live before the reload, stored ``partial`` with less text than this client had streamed (the
+        server was killed before it saved the end), keeps the streamed text, marked ``NOT_SAVED``
+        with the length the server kept. The user read that text: it is not replaced by less."""
+        streamed, self.streamed = self.streamed, {}
+        if not streamed or not isinstance(page.messages, tuple):
+            return page
+        out: list[ChatMessage] = []
+        text: str | None = None          # what the turn of the last user message streamed
+        for message in page.messages:
+            if message.role == "user":
+                text = streamed.get(message.id) if message.id is not None else None
+            elif message.role == "assistant" and text is not None:
+                if message.metadata.get("partial") and len(text) > len(message.content):
+                    message = replace(message, content=text,
+                                      metadata={**message.metadata, NOT_SAVED: len(message.content)})
+                text = None
+            out.append(message)
+        return replace(page, messages=tuple(out))
+
     def attach(self, turn: TurnState) -> list[Change]:
         """Reattach to the session's running turn: its user message, the answer so far, its queue."""
         changes: list[Change] = [ShowMessage(turn.user_message)]
         if turn.turn_id not in self.live:
-            self.live[turn.turn_id] = LiveTurn(turn.turn_id, turn.content)
+            self.live[turn.turn_id] = LiveTurn(turn.turn_id, turn.content, turn.user_message.id)
             changes.append(OpenAnswer(turn.turn_id, ChatMessage(None, "assistant", turn.content,
                                                                 turn.started_at or now_iso(), turn.tool_calls)))
         for queued in turn.queued:
@@ -167,7 +203,9 @@ class ChatState:
                     changes.append(SettleQueued(turn_id, message))
                 else:
                     changes.append(ShowMessage(message))
-                return changes + self._open(turn_id) + [self._status("thinking")]
+                changes += self._open(turn_id)
+                self.live[turn_id].user_id = message.id
+                return changes + [self._status("thinking")]
             case TurnStatus(status=status, detail=detail):
                 return [self._status(status or "thinking", detail)]
             case ToolCallEvent(call=call) | ToolResultEvent(call=call):

@@ -46,7 +46,7 @@ class TrashScreen(ModalScreen[None]):
             yield Label("Trash", classes="dialog-title")
             yield Static("Deleted sessions stay here, restorable, until they are purged. "
                          "Purge removes a session for good. R restores, P purges, Esc closes.",
-                         classes="dialog-note")
+                         classes="dialog-note hint")
             yield Static("Loading…", id="trash-info")
             yield OptionList(id="trash-list")
             with Horizontal(classes="buttons"):
