@@ -120,3 +120,9 @@ def shrink_reply(body: dict[str, Any], limit: int, *, page: bool) -> dict[str, A
             kept = msgs[-n:]
             body = {**body, "messages": kept, "has_more": True, "next_before": kept[0]["id"]}
     return cut_strings(body, limit)
+
+
+def fit_last_items(body: dict[str, Any], key: str, limit: int) -> int:
+    """As ``fit_items``, counted from the end of the list ``body[key]``: how many of its last items fit
+    (for a list in ascending order whose newest items are the ones to keep)."""
+    return fit_items({**body, key: body[key][::-1]}, key, limit)

@@ -8,6 +8,7 @@ through the small ``Client`` interface below. A killed v3 connection is sent ERR
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, Protocol
 
 from protocol import ErrorCode
@@ -16,6 +17,8 @@ from protocol.objects import ClientInfo
 from protocol.replies import ClientKillReply, ClientListReply
 from server.context import RequestContext
 from server.errors import HandlerError
+from server.fit import fit_items
+from server.wire import encode_reply
 
 log = logging.getLogger("nplt.admin")
 
@@ -40,8 +43,12 @@ def _clients(ctx: RequestContext) -> list[Client]:
 
 
 async def client_list(ctx: RequestContext, req: ClientList) -> ClientListReply:
+    """Every connection, oldest first; over ``max_message_size`` only the oldest that fit, marked
+    ``truncated`` (docs/protocol.md §3, "Size"; CLIENT_KILL's filters still reach every connection)."""
     _require_admin(ctx)
-    return ClientListReply(tuple(c.info(c.port is ctx.port) for c in _clients(ctx)))
+    reply = ClientListReply(tuple(c.info(c.port is ctx.port) for c in _clients(ctx)))
+    n = fit_items(encode_reply(req.id, reply), "clients", ctx.limits.max_message_size)
+    return reply if n == len(reply.clients) else replace(reply, clients=reply.clients[:n], truncated=True)
 
 
 def _matches(info: ClientInfo, req: ClientKill) -> bool:

@@ -66,7 +66,7 @@ async def upload_begin(ctx: RequestContext, req: KbUploadBegin) -> KbUploadReply
 async def upload_end(ctx: RequestContext, req: KbUploadEnd) -> KbDocumentReply:
     kb = _kb(ctx)
     uploads = ctx.services.uploads
-    up = await uploads.finish(ctx.port, req.upload_id)
+    up = await uploads.finish(ctx.port, req.upload_id, kb.wait_for_ingest_slot)   # (waits for an ingest slot)
     user, groups = principal(ctx)
     try:
         info = await kb.ingest(user, groups, up.collection, up.name, up.part, md5=up.md5,

@@ -10,7 +10,10 @@ partial files found at start, and which detached ones a BEGIN drops to fit, is
 ``upload_ledger.UploadLedger``; this module removes their files. Received bytes are
 buffered and written (and hashed, md5 + sha256) by a writer task in a worker thread, never on the
 event loop; a connection whose unwritten bytes exceed ``upload_buffer_bytes`` stops being read
-until the writer catches up (``Flow``).
+until the writer catches up (``Flow``). A KB_UPLOAD_END whose bytes are all there and verified waits,
+when its user's ingests are all in progress (``max_ingests_per_user``), for one to end (``finish``
+with ``slot``) instead of being refused; if it gives up (its connection closed, the server stops),
+the partial upload is kept for a resume.
 
 With several nodes (PostgreSQL), what is written is also shared so that an upload resumes through
 any node (``upload_sharing.UploadSharing``).
@@ -26,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from protocol import ErrorCode, MsgType, ProtocolError
 from protocol.binary import MAX_DATA, decode_data
@@ -42,6 +45,10 @@ log = logging.getLogger("nplt.knowledge")
 _PROGRESS = int(MsgType.KB_PROGRESS)
 HASH_BLOCK = 1 << 20
 REPORT_STEPS = 50           # "receiving" progress about every 2 %, and whenever the writer caught up
+
+#: ``KnowledgeBase.wait_for_ingest_slot``: (user, give_up) -> True once the user may start an ingest,
+#: False once ``give_up`` is done
+SlotWait = Callable[[str, asyncio.Future], Awaitable[bool]]
 
 
 class Flow(Protocol):
@@ -99,6 +106,7 @@ class UploadService:
         self._ending: set[str] = set()                        # upload_ids between END's checks and remove()
         self._ended: dict[str, asyncio.Event] = {}              # ... set when remove() ends it
         self._removing: dict[str, asyncio.Task] = {}          # upload_id -> dropped to make room, files going
+        self._leaving: dict[Any, list[asyncio.Future]] = {}   # port -> its ENDs waiting (done when it closes)
         self._handles = 0
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -375,9 +383,17 @@ class UploadService:
             await asyncio.shield(up.writer)
 
     # -- END -----------------------------------------------------------------------------------------
-    async def finish(self, port: Any, upload_id: str) -> Upload:
+    async def finish(self, port: Any, upload_id: str, slot: SlotWait | None = None) -> Upload:
         """Every byte written and verified: the upload, detached, its file closed. Raises
-        INVALID_MESSAGE (bytes missing), CHECKSUM_MISMATCH (the partial upload is removed)."""
+        INVALID_MESSAGE (bytes missing), CHECKSUM_MISMATCH (the partial upload is removed).
+
+        ``slot`` (``KnowledgeBase.wait_for_ingest_slot``): then wait until the upload's user may start
+        an ingest (``max_ingests_per_user``), so that an ``ingest`` called right after this returns is
+        not refused for it: a complete upload is never refused for a passing condition. The wait
+        holds no thread and no buffer, only the complete partial file, still counted toward the
+        user's ``max_uploads_per_user`` and ``user_quota_bytes``. If the connection closes first
+        (CONNECTION_CLOSED), the knowledge base closes (SHUTTING_DOWN) or the wait is cancelled, the
+        partial upload is kept as if detached: BEGIN again answers offset = size, and END stores it."""
         up = self._active.get(upload_id)
         if up is None or up.port is not port:
             raise HandlerError(ErrorCode.NOT_FOUND, f"no upload {upload_id!r} in progress on this connection "
@@ -397,7 +413,44 @@ class UploadService:
             which = "md5" if md5 != up.md5 else "sha256"
             raise HandlerError(ErrorCode.CHECKSUM_MISMATCH,
                                f"the {which} of the received bytes does not match the announced one; nothing was kept")
+        if slot is not None:
+            try:
+                ready = await self._wait_for_slot(port, up, slot)
+            except BaseException:
+                self._keep(up)
+                raise
+            if not ready:
+                self._keep(up)
+                raise HandlerError(ErrorCode.CONNECTION_CLOSED, f"upload {upload_id}: the connection closed while "
+                                   "it waited to be stored; it is kept (KB_UPLOAD_BEGIN resumes it at its end)")
         return up
+
+    async def _wait_for_slot(self, port: Any, up: Upload, slot: SlotWait) -> bool:
+        """``slot(up.user, gone)``, ``gone`` done when ``port`` closes (``detach_port``)."""
+        gone = asyncio.get_running_loop().create_future()
+        if getattr(port, "closed", False):
+            gone.set_result(None)
+        waiting = self._leaving.setdefault(port, [])
+        waiting.append(gone)
+        try:
+            return await slot(up.user, gone)
+        finally:
+            waiting.remove(gone)
+            if not waiting and self._leaving.get(port) is waiting:
+                del self._leaving[port]
+
+    def _keep(self, up: Upload) -> None:
+        """An END that did not store its upload: the partial upload stays, detached (it counts toward its
+        user's limits until resumed, dropped to make room or expired), and a BEGIN waiting for it goes on."""
+        log.info("upload %s: not stored (its END gave up); kept for a resume", up.upload_id)
+        self._ledger.touch(up.upload_id)
+        up.port = None
+        if self.sharing is not None:           # the rest, for a resume through another node
+            self.sharing.detached(up, None)
+        self._ending.discard(up.upload_id)
+        ended = self._ended.pop(up.upload_id, None)
+        if ended is not None:
+            ended.set()
 
     async def remove(self, up: Upload) -> None:
         """Delete a partial upload's files (and its shared copy)."""
@@ -453,7 +506,11 @@ class UploadService:
             await task
 
     def detach_port(self, port: Any) -> None:
-        """The connection closed: its uploads stop (the partial files wait for a resume)."""
+        """The connection closed: its uploads stop (the partial files wait for a resume), and its END
+        waiting to store one gives up (``finish``)."""
+        for gone in self._leaving.get(port, ()):
+            if not gone.done():
+                gone.set_result(None)
         for up in list(self._ports.get(port, {}).values()):
             writer = up.writer
             self._detach(up)
