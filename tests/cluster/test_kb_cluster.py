@@ -76,6 +76,7 @@ async def test_a_download_on_node_b_resumes_across_blocks(two_nodes, tmp_path):
     out = tmp_path / "out" / "usage.log"
     out.parent.mkdir()
     out.with_name("usage.log.part").write_bytes(body[:(1 << 20) + 12345])    # a download cut short
+    out.with_name("usage.log.part.json").write_text(json.dumps({"doc_id": doc.doc_id}))   # (its sidecar)
     async with Client(b.host, b.port) as c:
         got = await kbclient.download(c, doc.doc_id, out)
     assert got.md5 == hashlib.md5(body).hexdigest() and out.read_bytes() == body
