@@ -13,6 +13,10 @@ cluster component at all), started and closed by ``server.app.Server``. It owns:
   running as interrupted (``server.agent.interrupted``). Whichever node takes the session's lock first
   does it; a turn that takes the lock later finds nothing left to close. Every turn also closes such a
   leftover before it stores its own user message, so history keeps reading question, answer.
+  The liveness lock is also free while a live node reconnects (PostgreSQL restarted): so a turn is
+  closed only once its session's lock can be taken, and a node with a turn whose session is still
+  locked is watched again (``dead_node_retry_ms``) until every turn it left is closed; the watch also
+  outlives a broken connection of its own.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ from server.cluster_relay import NODE_APP_PREFIX, Relay
 from server.cluster_state import RemoteTurnState
 from server.hub import Hub
 from server.wire import message_obj
-from storage.errors import InvalidSessionId, NotFound
+from storage.errors import InvalidSessionId, NotFound, StorageClosed
 from storage.models import now_iso
 from storage.pg.lock_holder import Claim, LockHolder, key_of
 from storage.pg.store import message_of
@@ -135,35 +139,55 @@ class Cluster:
         await self.wait_remote_end(session_id, max(0.0, deadline - loop.time()))
 
     async def _watch(self, node: str) -> None:
+        """Until ``node`` is gone and every turn it left running here is closed (module doc): its
+        liveness lock being free is not enough, as it is free too while the node reconnects; a turn
+        whose session is still locked is tried again after ``dead_node_retry_ms``."""
+        retry_s = self.config.dead_node_retry_ms / 1000
+        left: list[str] = []
         try:
-            await self.holder.wait_node_gone(key_of("node", node))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("cluster: cannot watch node %s (%s)", node, exc)
-            self._watchers.pop(node, None)
-            return
-        self._watchers.pop(node, None)
+            while True:
+                try:
+                    await self.holder.wait_node_gone(key_of("node", node), NODE_APP_PREFIX + node, retry_s)
+                except StorageClosed:
+                    return
+                except Exception as exc:        # PostgreSQL unreachable or restarted: watch again
+                    log.warning("cluster: cannot watch node %s yet (%s)", node, exc)
+                    await asyncio.sleep(retry_s)
+                    continue
+                left = [sid for sid, entry in self.remote_turns.items() if entry[0] == node]
+                done = await asyncio.gather(*(self.close_interrupted(sid) for sid in left))
+                if all(done):
+                    break
+                log.info("cluster: node %s let go of its liveness lock, but %d of its sessions are still "
+                         "locked (it may be reconnecting): watching it again", node, len(done) - sum(done))
+                await asyncio.sleep(retry_s)
+        finally:
+            if self._watchers.get(node) is asyncio.current_task():
+                del self._watchers[node]
         self.relay.forget_peer(node)
-        left = [sid for sid, entry in self.remote_turns.items() if entry[0] == node]
-        (log.warning if left else log.info)("cluster: node %s is gone, %d of its turns left running", node, len(left))
-        for sid in left:
-            self._spawn(self.close_interrupted(sid))
+        (log.warning if left else log.info)("cluster: node %s is gone, %d of its turns were left running",
+                                            node, len(left))
 
-    async def close_interrupted(self, session_id: str) -> None:
-        """Close the turn a dead node left running in ``session_id``, unless another node holds the
-        session (it is closing it, or runs a turn, which closes it first)."""
+    async def close_interrupted(self, session_id: str) -> bool:
+        """Close the turn a dead node left running in ``session_id``: True once that is done (here, or
+        by another node: nothing left to close). False while the session is locked (its node may be
+        alive and reconnecting; or another node is closing it, or runs a turn, which closes it first:
+        its TURN_END then ends the watch of this turn) or PostgreSQL cannot be reached."""
+        if session_id not in self.remote_turns:
+            return True
         key = key_of("session", session_id)
         try:
             if not await self.holder.try_lock(key):
-                return
-        except Exception as exc:          # PostgreSQL unreachable: the session's next turn closes it
-            log.warning("cluster: cannot close the interrupted turn of %s (%s)", session_id, exc)
-            return
+                return session_id not in self.remote_turns
+        except Exception as exc:
+            log.warning("cluster: cannot close the interrupted turn of %s yet (%s)", session_id, exc)
+            return False
         try:
             await self.repair(session_id)
+            return True
         except Exception as exc:
-            log.warning("cluster: cannot close the interrupted turn of %s (%s)", session_id, exc)
+            log.warning("cluster: cannot close the interrupted turn of %s yet (%s)", session_id, exc)
+            return False
         finally:
             await self.holder.unlock(key)
 
@@ -195,50 +219,113 @@ _background: set[asyncio.Task] = set()      # releases of withdrawn claims in pr
 
 
 class Hold:
-    """One turn's claim on its session: granted at once (``ready``) or waiting in PostgreSQL's queue."""
+    """One turn's claim on its session: granted at once (``ready``) or waiting in PostgreSQL's queue
+    (``queue``: this node's waiting claims of the session, which hands it a granted connection)."""
 
-    __slots__ = ("_release", "_task", "_session_id", "_releasing")
+    __slots__ = ("_release", "_granted", "_queue", "_session_id", "_releasing")
 
     def __init__(self, session_id: str, releasing: dict[str, asyncio.Event], release: Any,
-                 task: asyncio.Task | None = None) -> None:
+                 queue: Claims | None = None) -> None:
         self._session_id = session_id
         self._releasing = releasing      # session -> set once this node's hold on it is released
         self._release = release          # async () -> None: unlock (holder connection), or flush events
-        self._task = task                # the wait, for a contended lock (its result: the connection)
+        self._queue = queue
+        # a contended lock: the connection holding it, once granted (its result), or the error
+        self._granted: asyncio.Future | None = None
+        if queue is not None:
+            self._granted = asyncio.get_running_loop().create_future()
+            self._granted.add_done_callback(_retrieved)
 
     @property
     def ready(self) -> bool:
-        return self._task is None or (self._task.done() and not self._task.cancelled()
-                                      and self._task.exception() is None)
+        granted = self._granted
+        return granted is None or (granted.done() and not granted.cancelled() and granted.exception() is None)
 
     async def wait(self) -> None:
-        """Until the lock is granted (cancel the awaiting task to give up; errors are StorageErrors)."""
-        if self._task is not None:
-            await self._task
+        """Until the lock is granted (cancel the awaiting task to stop waiting, then ``release`` or
+        ``cancel`` to give the claim up; errors are StorageErrors)."""
+        if self._granted is not None:
+            await asyncio.shield(self._granted)
 
     def cancel(self) -> None:
         """Give the claim up without waiting (a withdrawn turn): stop waiting, or let the lock go."""
-        task = self._task
-        if task is not None and not task.done():
-            task.cancel()
-        elif task is None or (not task.cancelled() and task.exception() is None):
+        if not self.ready:
+            self._withdraw()
+        else:
             _background.add(t := asyncio.get_running_loop().create_task(self.release()))
             t.add_done_callback(_background.discard)
 
+    def _withdraw(self) -> None:
+        assert self._queue is not None and self._granted is not None
+        self._queue.withdraw(self)
+        self._granted.cancel()           # (a lock granted meanwhile went to the next claim, or was let go)
+
     async def release(self) -> None:
-        task = self._task
-        if task is not None and (not task.done() or task.cancelled() or task.exception() is not None):
-            task.cancel()                 # never granted: nothing to release
+        if not self.ready:
+            self._withdraw()             # never granted: nothing to release
             return
         done = self._releasing[self._session_id] = asyncio.Event()
         try:
             await self._release()         # this turn's last events first, then the lock
-            if task is not None:
-                task.result().terminate() # (a contended lock goes with its connection)
+            if self._granted is not None:
+                self._granted.result().terminate()   # (a contended lock goes with its connection)
         finally:
             done.set()
             if self._releasing.get(self._session_id) is done:
                 del self._releasing[self._session_id]
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()               # (an error of a claim given up is not reported as unretrieved)
+
+
+class Claims:
+    """This node's claims of one session waiting in PostgreSQL's queue, in the order they were asked.
+    Each has a connection of its own waiting for the lock, but those reach PostgreSQL in whatever
+    order they connect: so the lock granted on any of them goes to the claim asked first (a claim
+    asked later would otherwise hold the session while the one before it, which its turn waits
+    behind on this node, waits for it). A claim given up stops the connection asked last."""
+
+    def __init__(self, claims: dict[str, Claims], session_id: str) -> None:
+        self._all = claims
+        self.session_id = session_id
+        self.holds: list[Hold] = []                 # waiting for a connection, first asked first
+        self.waits: list[asyncio.Task] = []          # the connections' waits (result: the connection)
+
+    def add(self, hold: Hold, wait: asyncio.Task) -> None:
+        self.holds.append(hold)
+        self.waits.append(wait)
+        wait.add_done_callback(self._granted)
+
+    def _granted(self, wait: asyncio.Task) -> None:
+        error = None if wait.cancelled() else wait.exception()
+        if wait not in self.waits:                   # stopped by a claim given up
+            if not wait.cancelled() and error is None:
+                wait.result().terminate()            # (granted all the same: let it go)
+        else:
+            self.waits.remove(wait)
+            hold = self.holds.pop(0)                 # (one claim waiting for each wait)
+            assert hold._granted is not None
+            if wait.cancelled():                     # (the loop is going away)
+                hold._granted.cancel()
+            elif error is not None:
+                hold._granted.set_exception(error)
+            else:
+                hold._granted.set_result(wait.result())
+        self._forget_if_empty()
+
+    def withdraw(self, hold: Hold) -> None:
+        """``hold`` gives its claim up: one wait is stopped, the one asked last that is not over."""
+        if hold in self.holds:
+            self.holds.remove(hold)
+            pending = [i for i, w in enumerate(self.waits) if not w.done()]
+            self.waits.pop(pending[-1] if pending else -1).cancel()
+        self._forget_if_empty()
+
+    def _forget_if_empty(self) -> None:
+        if not self.holds and not self.waits and self._all.get(self.session_id) is self:
+            del self._all[self.session_id]
 
 
 class ClusterTurnLock:
@@ -248,6 +335,7 @@ class ClusterTurnLock:
         self.cluster = cluster
         self.holder = cluster.holder
         self.releasing: dict[str, asyncio.Event] = {}   # holds of this node being released
+        self.claims: dict[str, Claims] = {}             # this node's claims waiting in PostgreSQL's queue
 
     async def try_hold(self, session_id: str) -> Hold | None:
         """The session's lock if it is free now (nothing left to close: repaired first), else None."""
@@ -289,10 +377,19 @@ class ClusterTurnLock:
             await self.holder.unlock(key)
         return release
 
+    def running_elsewhere(self, session_id: str) -> bool:
+        """Whether a turn of the session is known to run on another node (from its TURN_START, until
+        its TURN_END or its node's death): the TurnRunner counts it as the session's running turn."""
+        return session_id in self.cluster.remote_turns
+
     def request(self, session_id: str) -> Hold:
         """Queue for the session's lock now (arrival order); ``Hold.wait`` until it is granted."""
-        return Hold(session_id, self.releasing, self.cluster.relay.flush,
-                    asyncio.get_running_loop().create_task(self._acquire(session_id)))
+        claims = self.claims.get(session_id)
+        if claims is None:
+            claims = self.claims[session_id] = Claims(self.claims, session_id)
+        hold = Hold(session_id, self.releasing, self.cluster.relay.flush, claims)
+        claims.add(hold, asyncio.get_running_loop().create_task(self._acquire(session_id)))
+        return hold
 
     async def _acquire(self, session_id: str) -> asyncpg.Connection:
         con = await self.holder.wait_lock(key_of("session", session_id))

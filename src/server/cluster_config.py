@@ -23,3 +23,6 @@ class ClusterConfig(Section):
     #                                                                    this long at most for the node that has it
     remote_state_wait_ms: float = Field(500.0, ge=0.0, le=60_000.0)   # a SESSION_SWITCH or HELLO attaching to a session
     #                                                                  whose turn runs on another node waits this long at most for its state
+    dead_node_retry_ms: float = Field(250.0, ge=1.0, le=60_000.0)   # a watched node whose liveness lock is free while
+    #      it still has a connection, or a session of a turn it ran is still locked (it is reconnecting: PostgreSQL
+    #      restarted; or its backends are still exiting), is checked again after this long

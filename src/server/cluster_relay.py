@@ -7,11 +7,15 @@ one, and sends everything queued in one round trip: notifications of at most 790
 of compact items, numbered per node (PostgreSQL drops duplicate payloads within a transaction).
 Large payloads go by reference: TURN_START and TURN_END / TURN_ERROR name the stored message by id
 (the listener reads the row); any other item over ``MAX_ITEM_BYTES`` is spilled to
-``nplt_cluster_events`` and the notification carries its id.
+``nplt_cluster_events`` (with its session's id) and the notification carries its id and the item's
+head (its kind, session or user, turn: what a listener needs to know whether it wants the row).
+Spilled rows are deleted after ``SPILL_KEEP_S`` by a cleanup every ``SPILL_CLEANUP_S`` on every node,
+and at once, by the node that did it, when their session is purged, deleted or cleared.
 
 In: items are handled one at a time in delivery order (events of one turn stay in order). Rows are
-read only when a local subscriber is attached to the session. ``on_start(node, session, turn,
-message id)`` and ``on_end(session, turn)`` report other nodes' turns (for the dead-node watch).
+read only when a local subscriber is attached to the session (a spilled turn state only on the node
+that asked for it). ``on_start(node, session, turn, message id)`` and ``on_end(session, turn)``
+report other nodes' turns (for the dead-node watch).
 
 Peers: events are sent only while another node is known to listen (``peers``), so a node alone on its
 database makes no NOTIFY at all. At start a node reads the nodes connected to the database (their lock
@@ -42,14 +46,15 @@ from server.wire import message_obj
 from storage.errors import StorageError
 from storage.pg.link import PgLink
 from storage.pg.notify import MAX_PAYLOAD_BYTES, Listener
-from storage.pg.relay import forget_old, notify_many, read_spilled, spill
+from storage.pg.relay import forget_spilled, notify_many, read_spilled, spill
 
 log = logging.getLogger("nplt.cluster")
 
 CHANNEL = "nplt_cluster"
 MAX_ITEM_BYTES = 7000            # an item over this is spilled to the table
 MAX_DELTA_CHARS = 2000           # coalesced delta text per item (3 bytes a character at worst)
-SPILL_CLEANUP_S = 60.0
+SPILL_CLEANUP_S = 60.0           # spilled rows older than storage.pg.relay.SPILL_KEEP_S are deleted this often
+FORGET_SPILLED_KINDS = ("deleted", "cleared", "purged")   # SESSION_EVENTs after which a session's rows go
 CONTROL_KINDS = ("c", "r", "g", "v", "h", "a", "b")   # cancel request, its answer (server.cluster_cancel);
                                             # turn state request, its answer (server.cluster_state);
                                             # hello, its answer, goodbye (peers)
@@ -84,8 +89,10 @@ class Relay:
         self._sending = asyncio.Lock()
         self._seq = 0
         self._prefix = orjson.dumps(node_id).decode()
-        self._last_cleanup = 0.0
         self._sender: asyncio.Task | None = None
+        self._cleaner: asyncio.Task | None = None
+        self._forget: set[str] = set()    # sessions whose spilled rows are to be deleted now
+        self._clean_now = asyncio.Event()
         self.sync_channel = SYNC_CHANNEL_PREFIX + node_id   # this node's barriers (``sync``)
         self._syncs: dict[int, asyncio.Future[None]] = {}   # barriers sent, not back yet: token -> waiters
         self._next_barrier: asyncio.Future[None] | None = None   # the waiters of the barrier not sent yet
@@ -96,6 +103,7 @@ class Relay:
     async def start(self, hello_wait_s: float = 1.0) -> None:
         await self.listener.start()
         self._sender = asyncio.get_running_loop().create_task(self._send_loop(), name="cluster-sender")
+        self._cleaner = asyncio.get_running_loop().create_task(self._clean_loop(), name="cluster-spill-cleanup")
         rows = await self.link.run(lambda con: con.fetch(
             "SELECT DISTINCT substr(application_name, $1) AS id FROM pg_stat_activity "
             "WHERE starts_with(application_name, $2)", len(NODE_APP_PREFIX) + 1, NODE_APP_PREFIX), write=False)
@@ -123,6 +131,12 @@ class Relay:
                 pass
         if self._barrier_task is not None:
             self._barrier_task.cancel()
+        if self._cleaner is not None:
+            self._cleaner.cancel()
+            try:
+                await self._cleaner
+            except asyncio.CancelledError:
+                pass
         await self.listener.close()
 
     async def flush(self) -> None:
@@ -201,6 +215,9 @@ class Relay:
         self._wake.set()
 
     def user(self, user_id: str, event: ServerEvent) -> None:
+        if type(event) is SessionEvent and event.kind in FORGET_SPILLED_KINDS:
+            self._forget.add(event.session_id)      # (whether or not other nodes listen now)
+            self._clean_now.set()
         if self.peers:
             self._queue.append(["u", user_id, event])
             self._wake.set()
@@ -225,26 +242,38 @@ class Relay:
             self._wake.clear()
             await self.flush()
 
+    async def _clean_loop(self) -> None:
+        """Delete the spilled rows that are old (every ``SPILL_CLEANUP_S``, whether or not this node
+        spills: a node that stopped or died leaves its rows too) and, at once, those of the sessions
+        purged, deleted or cleared on this node."""
+        while True:
+            try:
+                async with asyncio.timeout(SPILL_CLEANUP_S):
+                    await self._clean_now.wait()
+            except TimeoutError:
+                pass
+            self._clean_now.clear()
+            sessions, self._forget = self._forget, set()
+            try:
+                await self.link.run(lambda con: forget_spilled(con, sorted(sessions)), write=True)
+            except Exception as exc:        # PostgreSQL unreachable: next time
+                log.warning("cluster: spilled events not cleaned up (%s)", exc)
+                self._forget |= sessions
+
     async def _send(self, items: list[list[Any]]) -> None:
         encoded = [_encode(item) for item in items]
         big = [i for i, raw in enumerate(encoded) if len(raw) > MAX_ITEM_BYTES]
-        loop = asyncio.get_running_loop()
-        cleanup = bool(big) and loop.time() - self._last_cleanup > SPILL_CLEANUP_S
 
         async def work(con: Any) -> None:
             if not big:                     # one statement, committed by itself: one round trip
                 await notify_many(con, CHANNEL, self._pack(encoded))
                 return
             async with con.transaction():   # the spilled rows and their notifications together
-                ids = await spill(con, [encoded[i] for i in big])
+                ids = await spill(con, [encoded[i] for i in big], [_session_of(items[i]) for i in big])
                 for i, spilled in zip(big, ids):
-                    encoded[i] = orjson.dumps(["x", spilled])
-                if cleanup:
-                    await forget_old(con)
+                    encoded[i] = orjson.dumps(["x", spilled, _head(items[i])])
                 await notify_many(con, CHANNEL, self._pack(encoded))
         await self.link.run(work, write=True)
-        if cleanup:
-            self._last_cleanup = loop.time()
 
     def _pack(self, encoded: list[bytes]) -> list[str]:
         payloads: list[str] = []
@@ -294,6 +323,11 @@ class Relay:
         kind = item[0]
         spilled = kind == "x"
         if spilled:
+            head = item[2] if len(item) > 2 else None
+            if isinstance(head, list) and head and not self._wanted(head):
+                if head[0] == "t" and head[3] in (TurnEnd.TYPE, TurnError.TYPE):
+                    self.on_end(head[1], head[2])
+                return                      # nobody here follows it: the row is not read
             body = await read_spilled(self.link, item[1])
             if body is None:
                 return
@@ -326,6 +360,17 @@ class Relay:
         finally:
             if kind in ("e", "f") or (kind == "t" and item[3] in (TurnEnd.TYPE, TurnError.TYPE)):
                 self.on_end(sid, tid)           # after its TURN_END went out here
+
+    def _wanted(self, head: list[Any]) -> bool:
+        """Whether this node has a use for a spilled item whose head (``_head``) is ``head``."""
+        kind = head[0]
+        if kind in ("d", "t", "p"):
+            return bool(self.hub.session_subscribers(head[1]))
+        if kind == "u":
+            return bool(self.hub.user_subscribers(head[1]))
+        if kind == "v":
+            return head[2] == self.node_id
+        return True
 
     def _peer_item(self, node: str, item: list[Any]) -> None:
         if item[0] == "h":                       # (the sender is a peer now: see _on_notification)
@@ -372,6 +417,33 @@ class Relay:
             return message_obj(page.messages[-1])
         log.info("cluster: message %d of %s is gone; its event is dropped", message_id, session_id)
         return None
+
+
+def _session_of(item: list[Any]) -> str | None:
+    """The session a queued item belongs to (stored with it when it is spilled), if any."""
+    kind = item[0]
+    if kind in ("d", "t", "p"):
+        return item[1]
+    if kind == "u":
+        return getattr(item[2], "session_id", None)
+    if kind == "v" and isinstance(item[3], dict):
+        return item[3].get("session_id")
+    return None
+
+
+def _head(item: list[Any]) -> list[Any] | None:
+    """What a listener needs of a spilled item to know whether it reads the row (``Relay._wanted``)
+    and, for a turn's end it does not read, which turn ended; None: every node reads it."""
+    kind = item[0]
+    if kind == "d":
+        return ["d", item[1], item[2]]
+    if kind == "t":       # (a turn's start is read everywhere: it starts the watch of its node)
+        return None if type(item[2]) is TurnStart else ["t", item[1], item[2].turn_id, item[2].TYPE]
+    if kind in ("p", "u"):
+        return [kind, item[1]]
+    if kind == "v":
+        return ["v", item[1], item[2]]
+    return None
 
 
 def _encode(item: list[Any]) -> bytes:

@@ -46,6 +46,7 @@ class TurnLock(Protocol):
     # (Hold or None, storage.pg.lock_holder.Claim or None when nothing was read)
     async def claim_owned(self, session_id: str, user_id: str) -> tuple[Any, Any]: ...
     def request(self, session_id: str) -> Any: ...          # a Hold queued now (arrival order)
+    def running_elsewhere(self, session_id: str) -> bool: ...   # a turn of the session known running on another node
 
 
 class _Lane:
@@ -147,13 +148,14 @@ class TurnRunner:
                 if self.closing:
                     raise HandlerError(ErrorCode.SHUTTING_DOWN, "the server is stopping")
                 limits = self.limits
-                if len(lane.waiting) >= limits.max_queued_turns + (0 if lane.current else 1):
+                waiting, running = self._queue_of(session_id, lane)
+                if waiting >= limits.max_queued_turns + (0 if running else 1):
                     raise HandlerError(ErrorCode.QUEUE_FULL, f"session {session_id} already has "
-                                       f"{len(lane.waiting)} turns waiting (max_queued_turns)")
+                                       f"{waiting} turns waiting (max_queued_turns)")
                 if self.active.get(user_id, 0) >= limits.max_active_turns_per_user:
                     raise HandlerError(ErrorCode.QUEUE_FULL, f"you already have {self.active[user_id]} turns "
                                        "running or queued (max_active_turns_per_user)")
-                ahead = len(lane.waiting) + (1 if lane.current is not None else 0)
+                ahead = waiting + running
                 if prepare is not None and ahead:
                     raise HandlerError(ErrorCode.QUEUE_FULL, f"session {session_id} has a turn running: "
                                        "wait for it to end (or cancel it) first")
@@ -192,12 +194,27 @@ class TurnRunner:
                 del self.lanes[session_id]  # a refused request leaves no empty lane behind
         return turn, ahead
 
+    def _queue_of(self, session_id: str, lane: _Lane) -> tuple[int, bool]:
+        """(the lane's turns waiting, whether a turn runs ahead of them), for ``max_queued_turns``
+        and ``queued``. In a cluster, while a turn of the session runs on another node, the lane's
+        first turn waits for it too (it does not hold the session's lock yet): that other turn is the
+        running one, and every turn of the lane a waiting one."""
+        current, waiting = lane.current, len(lane.waiting)
+        if self.lock is not None and (current is not None or waiting) and self.lock.running_elsewhere(session_id):
+            if current is not None and current.started_at is None:
+                return waiting + 1, True
+            first = lane.holds.get(lane.waiting[0]) if current is None else None
+            if current is None and (first is None or not first.ready):
+                return waiting, True
+        return waiting, current is not None
+
     async def _claim(self, lane: _Lane, turn: Turn, ahead: int) -> tuple[int, tuple[str | None, str]]:
         """Cluster: claim the session for ``turn`` now, in arrival order, checking it is the user's
         live session in the same round trip (NOT_FOUND otherwise, nothing claimed); returns the
         turns ahead (at least 1 when another node runs one: the user message is then stored when it
-        starts) and the session's (model, title). Behind a turn of this node, or when this node
-        still holds the lock, the session is read instead (``SessionService.owned``)."""
+        starts; that turn is the lane's running one for ``max_queued_turns``) and the session's
+        (model, title). Behind a turn of this node, or when this node still holds the lock, the
+        session is read instead (``SessionService.owned``)."""
         hold = facts = None
         if not ahead:
             try:
@@ -206,6 +223,9 @@ class TurnRunner:
                 raise not_found() from None
             if claim is not None:
                 facts = (claim.model, claim.title)
+                if not claim.got and self.limits.max_queued_turns < 1 and self.lock.running_elsewhere(turn.session_id):
+                    raise HandlerError(ErrorCode.QUEUE_FULL, f"session {turn.session_id} has a turn running "
+                                       "on another node, and no turn may wait behind it (max_queued_turns)")
         if hold is None:
             if facts is None:           # the session is checked before anything is queued
                 rec = await self.sessions.owned(turn.user_id, turn.session_id)

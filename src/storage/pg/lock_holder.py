@@ -2,14 +2,17 @@
 turn per session at a time (issue 17).
 
 ``LockHolder`` keeps a few dedicated connections (``pg_lock_connections``, its lines): the first holds
-the node's liveness lock for its whole life, and each holds, taken with ``pg_try_advisory_lock``, the
-locks of the sessions whose keys fall on it and whose turns run uncontended on this node: no
-connection per running turn. A line runs one statement at a time, so the claims and releases of
-sessions on different lines do not queue behind each other, and those that wait while one runs go
-together in its next statement (``nplt_lock_ops``, migration 0011). A contended session is waited for on a connection of its
-own (``wait_lock``), queued by PostgreSQL in arrival order; closing that connection releases it. A
-node that dies loses its connections, so PostgreSQL releases all its locks at once, and
-``wait_node_gone`` (a peer waiting on the dead node's liveness lock) returns.
+the node's liveness lock for its whole life (when that connection breaks, a PostgreSQL restart say,
+it is opened again and the lock taken again at once, not when a session on that line is next
+claimed), and each holds, taken with ``pg_try_advisory_lock``, the locks of the sessions whose keys
+fall on it and whose turns run uncontended on this node: no connection per running turn. A line runs
+one statement at a time, so the claims and releases of sessions on different lines do not queue
+behind each other, and those that wait while one runs go together in its next statement
+(``nplt_lock_ops``, migration 0011). A contended session is waited for on a connection of its own
+(``wait_lock``), queued by PostgreSQL in arrival order; closing that connection releases it. A node
+that dies loses its connections, so PostgreSQL releases all its locks at once, and ``wait_node_gone``
+(a peer waiting on the dead node's liveness lock) returns once no connection of that node is left:
+its lock is also free, for a moment, while a live node reconnects.
 """
 from __future__ import annotations
 
@@ -33,6 +36,24 @@ log = logging.getLogger("storage")
 def _settle(op: _Op, value: Claim | None) -> None:
     if not op.done.done():
         op.done.set_result(value)
+
+
+NODE_CONNECTED_SQL = """
+SELECT EXISTS (SELECT 1 FROM pg_stat_activity a
+               WHERE a.application_name = $1 AND a.pid <> pg_backend_pid()
+                 AND (cardinality(pg_blocking_pids(a.pid)) = 0
+                      OR EXISTS (SELECT 1 FROM pg_locks l
+                                 WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.objsubid = 1
+                                   AND l.classid::bigint = $2 AND l.objid::bigint = $3)))"""
+
+
+async def node_connected(con: asyncpg.Connection, node_key: int, application_name: str) -> bool:
+    """Whether the node whose connections are named ``application_name`` still has one that is alive:
+    one not blocked on a lock, or one holding or waiting for the node's own liveness lock
+    (``node_key``; it is taking it again). A backend blocked on another lock does not count: it does
+    not notice that its client died (it would be granted the lock, in its turn, before it noticed)."""
+    halves = ((node_key >> 32) & 0xFFFFFFFF, node_key & 0xFFFFFFFF)    # pg_locks' classid, objid
+    return bool(await con.fetchval(NODE_CONNECTED_SQL, application_name, *halves))
 
 
 def key_of(kind: str, name: str) -> int:
@@ -87,7 +108,10 @@ class LockHolder:
         self.application_name = application_name
         self._lines = [_Line() for _ in range(link.config.pg_lock_connections)]   # [0] holds the node lock
         self._cleanups: set[asyncio.Task] = set()
+        self._node_lost = asyncio.Event()      # set when the connection holding the node lock closes
+        self._keeper: asyncio.Task | None = None
         self.statements = 0      # nplt_lock_ops statements sent (a figure for tests and benchmarks)
+        self.node_locks = 0      # times the node lock was taken (again, after its connection broke)
 
     @property
     def held(self) -> set[int]:
@@ -105,21 +129,61 @@ class LockHolder:
         return await asyncpg.connect(**args)
 
     async def open(self) -> None:
-        """Connect the first line and take the node lock on it (the other lines connect when used)."""
+        """Connect the first line and take the node lock on it (the other lines connect when used),
+        and keep it: whenever that connection closes, it is opened again (``_keep_node_lock``)."""
+        line = self._lines[0]
+        async with line.mutex:
+            await self._take_node_lock(line)
+        if self._keeper is None:
+            self._keeper = asyncio.get_running_loop().create_task(self._keep_node_lock(), name="pg-node-lock")
+
+    async def _take_node_lock(self, line: _Line, *, retry: bool = True) -> None:
+        """Connect the first line and take the node lock on it (with ``line.mutex`` held; ``retry``:
+        under the retry policy, else one attempt)."""
         async def once() -> asyncpg.Connection:
             con = await self._connect()
-            await con.execute("SELECT pg_advisory_lock($1)", self.node_key)
+            try:
+                await con.execute("SELECT pg_advisory_lock($1)", self.node_key)
+            except BaseException:
+                con.terminate()
+                raise
             return con
+        line.held.clear()                      # the locks went with the old connection
+        con = await (self.link.retrying(once, "take the node lock") if retry else once())
+        con.add_termination_listener(lambda _con: self._node_lost.set())
+        line.con = con
+        self.node_locks += 1
+
+    async def _keep_node_lock(self) -> None:
+        """Take the node lock again as soon as its connection is lost and PostgreSQL lets this node in
+        (one attempt every ``pg_retry_backoff_ms``, not the retry policy's growing waits): the peers
+        watching this node must not find it without a connection while it lives (``wait_node_gone``)."""
         line = self._lines[0]
-        line.con = await self.link.retrying(once, "take the node lock")
-        line.held.clear()
+        pause = self.link.config.pg_retry_backoff_ms / 1000
+        while True:
+            await self._node_lost.wait()
+            self._node_lost.clear()
+            failed = 0
+            while not self.link.closed:
+                try:
+                    async with line.mutex:
+                        if line.con is None or line.con.is_closed():
+                            await self._take_node_lock(line, retry=False)
+                    break
+                except Exception as exc:      # PostgreSQL unreachable, starting, or full
+                    if not failed:
+                        log.warning("storage: node lock connection lost, taking the lock again (%s)", exc)
+                    failed += 1
+                await asyncio.sleep(pause)
+            if failed:
+                log.info("storage: node lock taken again after %d failed attempts", failed)
 
     async def _holder(self, line: _Line) -> asyncpg.Connection:
         if line.con is None or line.con.is_closed():
-            line.held.clear()                  # the locks went with the old connection
             if line is self._lines[0]:
-                await self.open()
+                await self._take_node_lock(line)
             else:
+                line.held.clear()              # the locks went with the old connection
                 line.con = await self._connect()
         assert line.con is not None
         return line.con
@@ -300,11 +364,20 @@ class LockHolder:
     async def _connect_waiter(self) -> asyncpg.Connection:
         return await self._connect(wait=True)
 
-    async def wait_node_gone(self, node_key: int) -> None:
-        """Return when the node holding ``node_key`` has no connection left (it died or stopped)."""
+    async def wait_node_gone(self, node_key: int, application_name: str, retry_s: float) -> None:
+        """Return when the node holding ``node_key`` has no connection left (it died or stopped): its
+        lock is free and none of its connections (named ``application_name``) is alive
+        (``node_connected``). A live node's lock is free too while it reconnects (PostgreSQL
+        restarted), and a dead node's backends take a moment to exit after letting go of its lock:
+        while one is left, the lock is let go and waited for again after ``retry_s``."""
         con = await self.link.retrying(self._connect_waiter, "watch a node")
         try:
-            await con.execute("SELECT pg_advisory_lock($1)", node_key)
+            while True:
+                await con.execute("SELECT pg_advisory_lock($1)", node_key)
+                if not await node_connected(con, node_key, application_name):
+                    break
+                await con.execute("SELECT pg_advisory_unlock($1)", node_key)
+                await asyncio.sleep(retry_s)
         except BaseException:
             self._abandon(con)
             raise
@@ -312,6 +385,13 @@ class LockHolder:
 
     async def close(self) -> None:
         """Close the holder connections (before the pool: abandoned waiters are ended through it)."""
+        if self._keeper is not None:
+            self._keeper.cancel()
+            try:
+                await self._keeper
+            except asyncio.CancelledError:
+                pass
+            self._keeper = None
         if self._cleanups:
             await asyncio.wait(list(self._cleanups), timeout=self.link.config.pg_connect_timeout_s)
         for line in reversed(self._lines):     # the node lock last

@@ -1,6 +1,8 @@
 """The storage side of relaying events between nodes: several notifications sent in one round trip
-(in order), and the spill table for an event too large for a notification (migration 0002)."""
+(in order), and the spill table for an event too large for a notification (migrations 0003, 0012)."""
 from __future__ import annotations
+
+from collections.abc import Collection
 
 import asyncpg
 
@@ -24,10 +26,12 @@ async def notify_many(con: asyncpg.Connection, channel: str, payloads: list[str]
                       "FROM unnest($2::text[]) AS p", _check_channel(channel), payloads)
 
 
-async def spill(con: asyncpg.Connection, bodies: list[bytes]) -> list[int]:
-    """Store event bodies too large for a notification; their ids, in order."""
-    rows = await con.fetch("INSERT INTO nplt_cluster_events (body) SELECT b FROM unnest($1::bytea[]) "
-                           "WITH ORDINALITY AS u(b, i) ORDER BY i RETURNING id", bodies)
+async def spill(con: asyncpg.Connection, bodies: list[bytes], sessions: list[str | None]) -> list[int]:
+    """Store event bodies too large for a notification, each with the session it belongs to (or
+    None); their ids, in order."""
+    rows = await con.fetch("INSERT INTO nplt_cluster_events (body, session_id) SELECT b, s "
+                           "FROM unnest($1::bytea[], $2::text[]) WITH ORDINALITY AS u(b, s, i) ORDER BY i "
+                           "RETURNING id", bodies, sessions)
     return sorted(r["id"] for r in rows)
 
 
@@ -37,6 +41,8 @@ async def read_spilled(link: PgLink, event_id: int) -> bytes | None:
                                                    event_id), write=False)
 
 
-async def forget_old(con: asyncpg.Connection) -> None:
-    await con.execute("DELETE FROM nplt_cluster_events WHERE created_at < now() - make_interval(secs => $1)",
-                      float(SPILL_KEEP_S))
+async def forget_spilled(con: asyncpg.Connection, sessions: Collection[str] = ()) -> None:
+    """Delete the spilled events older than ``SPILL_KEEP_S``, and those of ``sessions`` (purged,
+    deleted or cleared: what they said is not kept here either)."""
+    await con.execute("DELETE FROM nplt_cluster_events WHERE created_at < now() - make_interval(secs => $1) "
+                      "OR session_id = ANY($2::text[])", float(SPILL_KEEP_S), list(sessions))
