@@ -5,11 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from client.tui.state import (AppendAnswer, ChatState, EndAnswer, OpenAnswer, SettleQueued, ShowMessage, ShowQueued,
-                              ShowTool, StatusChanged, join_deltas)
+from client.tui.state import (NOT_SAVED, AppendAnswer, ChatState, EndAnswer, OpenAnswer, SettleQueued, ShowMessage,
+                              ShowQueued, ShowTool, StatusChanged, join_deltas)
 from protocol import ErrorCode
 from protocol.objects import ChatMessage, QueuedTurn, SessionInfo, ToolCall, TurnState
-from protocol.replies import ChatSendReply
+from protocol.replies import ChatSendReply, HistoryPageReply
 from protocol.server_events import (AnswerDelta, ToolCallEvent, ToolResultEvent, TurnEnd, TurnError, TurnStart,
                                     TurnStatus)
 
@@ -114,6 +114,42 @@ def test_a_cut_turn_end_keeps_the_streamed_text() -> None:
     st.apply_deltas([AnswerDelta("s1", "t3", "short", 0)])
     longer = answer(4, "the stored answer is longer")
     assert st.apply(TurnEnd("s1", "t3", longer, truncated=True))[-1].message == longer
+
+
+def interrupted(mid: int, text: str = "") -> ChatMessage:
+    """What a cluster node stores and publishes for the turn of a node that died (or a restarted
+    server for its own): partial, interrupted, with the text it had saved (none)."""
+    return ChatMessage(mid, "assistant", text, "t",
+                       metadata={"partial": True, "interrupted": True, "finish_reason": "interrupted"})
+
+
+def test_an_interrupted_turn_end_keeps_the_streamed_text_marked_not_saved() -> None:
+    st = state()
+    st.apply(TurnStart("s1", "t1", user(1, "q"), "m"))
+    st.apply_deltas([AnswerDelta("s1", "t1", "what the user read", 0)])
+    end = st.apply(TurnEnd("s1", "t1", interrupted(2), finish_reason="interrupted"))[-1]
+    assert end.message.content == "what the user read" and end.message.metadata[NOT_SAVED] == 0
+    assert end.message.metadata["finish_reason"] == "interrupted"
+    st.apply(TurnStart("s1", "t3", user(3, "q2"), "m"))
+    st.apply_deltas([AnswerDelta("s1", "t3", "abc", 0)])
+    kept = interrupted(4, "abc and more")    # the server kept as much or more: its copy is shown
+    assert st.apply(TurnEnd("s1", "t3", kept, finish_reason="interrupted"))[-1].message == kept
+    st.apply(TurnStart("s1", "t5", user(5, "q3"), "m"))
+    st.apply_deltas([AnswerDelta("s1", "t5", "a longer streamed text", 0)])
+    whole = answer(6, "final")                # not partial: the stored answer is the answer
+    assert st.apply(TurnEnd("s1", "t5", whole))[-1].message == whole
+
+
+def test_the_streamed_text_outlives_a_reload_that_failed() -> None:
+    st = state()
+    st.apply(TurnStart("s1", "t1", user(1, "q"), "m"))
+    st.apply_deltas([AnswerDelta("s1", "t1", "what the user read", 0)])
+    st.begin(S)        # a reload after a crash, whose page never came (the link dropped again)
+    st.begin(S)        # the next reload
+    page = st.reloaded(HistoryPageReply("s1", (user(1, "q"), interrupted(2))))
+    assert page.messages[1].content == "what the user read" and page.messages[1].metadata[NOT_SAVED] == 0
+    st.begin(S)        # shown once: later reloads show the server's copy
+    assert st.reloaded(HistoryPageReply("s1", (user(1, "q"), interrupted(2)))).messages[1].content == ""
 
 
 def test_a_turn_error_keeps_the_partial_answer_and_shows_the_error() -> None:

@@ -136,6 +136,7 @@ class NpltApp(App[None]):
     def on_chat_input_submitted(self, event: ChatInput.Submitted) -> None:
         problem = self.controller.unsendable(event.text)
         if problem is not None:   # the text stays in the input
+            self.query_one(ChatInput).keep(event.text)
             self.notify(problem, title="Not sent", severity="warning", timeout=6)
             return
         self.query_one(ChatInput).accept(event.text)
@@ -167,8 +168,8 @@ class NpltApp(App[None]):
         sidebar.list.focus()
 
     def action_toggle_sidebar(self) -> None:
-        sidebar = self.query_one(Sidebar)
-        self.sidebar_choice = sidebar.display = not sidebar.display
+        self.sidebar_choice = not self.query_one(Sidebar).display
+        self._show_sidebar(self.sidebar_choice)
 
     def on_resize(self, event: events.Resize) -> None:
         self.fit_sidebar(event.size.width)
@@ -177,7 +178,17 @@ class NpltApp(App[None]):
         """Hide the sidebar below ``SIDEBAR_MIN_WIDTH`` columns, so the chat keeps a usable width, and
         show it again when wider; once the user showed or hid it (ctrl+b), it stays as they chose."""
         if self.sidebar_choice is None:
-            self.query_one(Sidebar).display = width >= SIDEBAR_MIN_WIDTH
+            self._show_sidebar(width >= SIDEBAR_MIN_WIDTH)
+
+    def _show_sidebar(self, shown: bool) -> None:
+        """Show or hide the sidebar; hidden while it has the focus, the focus goes to the message input
+        (else nothing would have it, and what is typed would be lost)."""
+        sidebar = self.query_one(Sidebar)
+        focused = sidebar.screen.focused
+        had_focus = focused is not None and sidebar in focused.ancestors_with_self
+        sidebar.display = shown
+        if had_focus and not shown:
+            self.query_one(ChatInput).focus()
 
     def action_load_older(self) -> None:
         chat = self.query_one(ChatView)

@@ -9,12 +9,17 @@ it correct:
   shown; messages are deduplicated by id, and a reattached turn drops deltas it already shows.
 - Deltas are coalesced (see client.tui.batch): taking an ANSWER_DELTA drains the events already
   queued, and each run of consecutive deltas of one turn is rendered with a single append.
+- A message is given back into the input only when it surely did not reach the server (no
+  connection, or an ERROR reply); one whose fate is unknown (the link dropped before the reply, the
+  reply timed out) is not (it could be sent twice): the next load of its session says whether the
+  server has it.
 
 It knows the app only as a Textual ``App`` (no import of client.tui.app: no cycle).
 """
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -23,7 +28,7 @@ from textual.css.query import NoMatches
 
 from protocol import ErrorCode, MsgType
 from protocol.kb import KbDocument, KbHit
-from protocol.objects import AgentInfo, ModelInfo, SearchHit, SessionInfo, TurnState
+from protocol.objects import AgentInfo, ChatMessage, ModelInfo, SearchHit, SessionInfo, TurnState
 from protocol.replies import ChatSendReply
 from protocol.server_events import AnswerDelta, Notice, SessionEvent, TurnEvent
 
@@ -49,6 +54,23 @@ ACTIONS = {"rename": "Rename", "session": "Session", "older": "Loading older mes
            "prompt": "System prompt", "passage": "Opening the source", "export": "Export",
            "why": "Why this answer", "model": "Model switch", "lists": "Loading the sessions"}
 Fetch = Callable[[], Awaitable[tuple[SessionInfo, TurnState | None]]]
+QUOTE_CHARS = 40   # how much of a message a notification about it quotes
+
+
+@dataclass(frozen=True, slots=True)
+class Unsure:
+    """A message whose CHAT_TEXT got no reply (the link dropped, the reply timed out): the server may
+    have it. ``after``: the newest stored message id shown when it was sent (a copy of it in the
+    session is newer); ``session_id`` None: it was to create the session."""
+    session_id: str | None
+    text: str
+    after: int
+
+
+def quote(text: str) -> str:
+    """A message, quoted in a notification (one line, cut)."""
+    line = " ".join(text.split())
+    return f"“{line if len(line) <= QUOTE_CHARS else line[:QUOTE_CHARS - 1] + '…'}”"
 
 
 class Controller:
@@ -62,6 +84,7 @@ class Controller:
         self._load_lock = asyncio.Lock()
         self._deleting: set[str] = set()
         self._first_send = asyncio.Lock()   # one send at a time while no session exists yet
+        self._unsure: list[Unsure] = []     # sent messages whose fate the next load of their session tells
 
         async def upload(path: Path, progress: Callable[[str, int, int], None]) -> KbDocument:
             return await kbclient.upload(client, path, progress=progress)
@@ -213,6 +236,7 @@ class Controller:
         if session is None:
             await self.chat.reset(None)
             self._set_header(self.agent.model if self.agent is not None else "", "New chat")
+            self._settle_unsure(None, [])
         else:
             async def fetch() -> tuple[SessionInfo, TurnState | None]:
                 return session, running
@@ -263,6 +287,9 @@ class Controller:
                 if running is not None:
                     changes += self.state.attach(running)
                 await self.render(changes)
+                if self._unsure:
+                    self._settle_unsure(sid, list(page.messages) + (
+                        [running.user_message, *(q.user_message for q in running.queued)] if running else []))
                 if focus:
                     self.focus_input()
                 chat.call_after_refresh(chat.check_top)
@@ -464,21 +491,47 @@ class Controller:
                 return
         sid = self.session_id
         reply = await self._chat_send(text)
-        if self.session_id == sid:
-            await self.render(self.state.sent(reply))
+        async with self._load_lock:   # a (re)load of the chat meanwhile shows its page first: the message goes below
+            if self.session_id == sid:
+                await self.render(self.state.sent(reply))
 
     async def _chat_send(self, text: str) -> ChatSendReply:
-        """CHAT_TEXT; a message the server refused (or that could not go out) comes back into the input."""
+        """CHAT_TEXT. A message that surely did not reach the server (it could not go out, or the server
+        refused it: an ERROR reply) comes back into the input. One whose fate is unknown (the link
+        dropped before the reply came, or the reply timed out) does not, as sending it again could
+        send it twice: it stays recallable with Up, and the next load of its session says whether
+        the server has it (``_settle_unsure``)."""
+        after = max(self.chat.by_id, default=0)
         try:
             if not self.client.connected:   # lost since the app checked
                 raise ClientError(ClientCode.NOT_CONNECTED, f"not sent (connection {self.client.state})")
             return await self.client.chat_send(text)
-        except ClientError:
+        except ClientError as exc:
+            if exc.code is not ClientCode.NOT_CONNECTED and not isinstance(exc.code, ErrorCode):
+                self._unsure.append(Unsure(self.session_id, text, after))
+                raise ClientError(exc.code, f"{exc.message}. The message may have reached the server, so it is not "
+                                            "put back in the input (Up recalls it)") from exc
             try:
                 self.app.query_one(ChatInput).give_back(text)
             except NoMatches:  # the app is shutting down
                 self.app.log.debug("no input to give the text back to")
             raise
+
+    def _settle_unsure(self, session_id: str | None, shown: list[ChatMessage]) -> None:
+        """Say whether the messages of ``session_id`` whose fate was unknown reached the server, now that
+        its stored messages (``shown``: the newest page, the running and queued turns) are known."""
+        left: list[Unsure] = []
+        for item in self._unsure:
+            if item.session_id is not None and item.session_id != session_id:
+                left.append(item)   # told when its session is loaded
+            elif any(m.role == "user" and m.content == item.text and (m.id is None or m.id > item.after)
+                     for m in shown):
+                self.app.notify(f"{quote(item.text)} reached the server: it is in the chat, do not send it again.",
+                                title="Message sent", timeout=10)
+            else:
+                self.app.notify(f"{quote(item.text)} did not reach the server: Up in the input recalls it to send "
+                                "it again.", title="Message not sent", severity="warning", timeout=10)
+        self._unsure = left
 
     async def _send_first(self, text: str) -> None:
         """Send into no session (the server creates it with this message), then show the new session:

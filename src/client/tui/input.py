@@ -25,6 +25,7 @@ class ChatInput(TextArea):
         self.recall: list[str] = []
         self._recall_index: int | None = None   # index into history while recalling, None = editing new
         self._draft = ""
+        self._submitted: str | None = None   # the text posted and not yet taken (``accept``) or kept (``keep``)
 
     async def _on_key(self, event: events.Key) -> None:
         if event.key == "enter":
@@ -41,10 +42,17 @@ class ChatInput(TextArea):
 
     def submit(self) -> None:
         """Post the text (if not blank). The input keeps it until the app takes it (``accept``): a
-        message that cannot be sent stays here."""
+        message that cannot be sent stays here (``keep``). Meanwhile Enter does not post it again (two
+        quick Enters would send it twice)."""
         text = self.text
-        if text.strip():
+        if text.strip() and text != self._submitted:
+            self._submitted = text
             self.post_message(self.Submitted(text))
+
+    def keep(self, text: str) -> None:
+        """``text`` was not sent: it stays in the input, and Enter submits it again."""
+        if self._submitted == text:
+            self._submitted = None
 
     def accept(self, text: str) -> None:
         """``text`` is being sent: remember it for Up/Down and clear the input (if it still holds it)."""
@@ -52,6 +60,7 @@ class ChatInput(TextArea):
             self.recall.append(text)
             del self.recall[:-MAX_RECALL]
         self._recall_index, self._draft = None, ""
+        self.keep(text)
         if self.text == text:
             self.clear()
 

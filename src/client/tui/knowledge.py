@@ -1,6 +1,7 @@
 """The Knowledge panel: the documents the user can see (name, size, chunks, collection, uploaded at)
 with upload (a path input that completes file names, a progress bar per file: bytes, then the
-server's stages; each cancellable), download (asks before replacing a file) and delete (asks first).
+server's stages; each cancellable), download (asks before replacing a file; one download per file
+at a time) and delete (asks first).
 
 Uploads belong to the app (``Uploads``), not to the panel: they go on when it closes, a panel opened
 later shows the ones still running, and one that ends while no panel shows it is notified."""
@@ -267,6 +268,8 @@ class KnowledgeScreen(ModalScreen[None]):
         self.loaded = False
         self.uploads = ops.uploads or Uploads(ops.upload)
         self.transfers: dict[UploadJob, Transfer] = {}
+        # files a download (or its replace question) is running for: one per file (two would share its .part)
+        self.downloading: set[Path] = set()
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide knowledge"):
@@ -367,15 +370,21 @@ class KnowledgeScreen(ModalScreen[None]):
 
     # -- download, delete -------------------------------------------------------------------------------
     def action_download(self) -> None:
+        """Download the highlighted document, unless a download into its file already runs."""
         doc = self.selected
-        if doc is not None:
-            self._download_unless_kept(doc)
+        if doc is None:
+            return
+        dest = self.ops.folder / (Path(doc.name).name or doc.doc_id)   # never a path from the server
+        if dest in self.downloading:
+            self.notify(f"Already downloading to {dest}", severity="warning")
+            return
+        self.downloading.add(dest)
+        self._download_unless_kept(doc, dest)
 
     @work(group="kb-download")
-    async def _download_unless_kept(self, doc: KbDocument) -> None:
-        """Download into the folder under the document's name, after asking before an existing file
-        there is replaced (another document of that name, or an earlier download): No keeps it."""
-        dest = self.ops.folder / (Path(doc.name).name or doc.doc_id)   # never a path from the server
+    async def _download_unless_kept(self, doc: KbDocument, dest: Path) -> None:
+        """Download into ``dest``, after asking before an existing file there is replaced (another
+        document of that name, or an earlier download): No keeps it."""
         if not await asyncio.to_thread(dest.exists):
             self._download(doc, dest)
             return
@@ -384,6 +393,7 @@ class KnowledgeScreen(ModalScreen[None]):
             if ok:
                 self._download(doc, dest)
             else:
+                self.downloading.discard(dest)
                 self.notify(f"Not downloaded: {dest} is kept")
         self.app.push_screen(ConfirmModal(f"{dest} already exists.\n\nReplace it with “{doc.name}” "
                                           f"({human_size(doc.size)}, uploaded {minute(doc.uploaded_at)})?",
@@ -396,6 +406,8 @@ class KnowledgeScreen(ModalScreen[None]):
         except Exception as exc:  # noqa: BLE001 - shown to the user
             self.notify(f"Download failed: {exc}", severity="error")
             return
+        finally:
+            self.downloading.discard(dest)
         self.notify(f"Downloaded to {dest}")
 
     def action_delete(self) -> None:

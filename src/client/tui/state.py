@@ -8,10 +8,13 @@ view must render, in order. So the rules live here and are unit-tested without a
 - TURN_START settles the turn's queued user message (or shows it) and opens the live answer;
 - deltas are appended from the shown length on (a reattached turn drops what it already shows);
 - TURN_END settles the answer into its stored message, keeping the streamed text when the server
-  cut the stored copy to fit ``max_message_size``; a withdrawn queued turn just disappears;
+  cut the stored copy to fit ``max_message_size``, or stored it partial with less text (another
+  cluster node closed the turn of a node that died: the text is marked ``NOT_SAVED``); a withdrawn
+  queued turn just disappears;
 - TURN_ERROR keeps what was streamed and shows the error on it;
 - a reload of the shown session (after a reconnect, say) keeps the text a live turn streamed when
-  the server stored its answer partial and shorter (a crash lost the end): ``reloaded``.
+  the server stored its answer partial and shorter (a crash lost the end): ``reloaded``; that text
+  is kept until a reload has shown it (a reload that fails does not lose it).
 """
 from __future__ import annotations
 
@@ -28,6 +31,16 @@ from protocol.server_events import (AnswerDelta, ToolCallEvent, ToolResultEvent,
 #: metadata the TUI adds (never stored) to a partial answer it shows with the text it streamed, longer
 #: than what the server saved: the number of characters the server kept
 NOT_SAVED = "tui_saved_chars"
+
+
+def keep_streamed(message: ChatMessage, text: str) -> ChatMessage:
+    """``message`` as it is to be shown after this client streamed ``text`` for it: when the server
+    stored it ``partial`` with less text (the server or its cluster node stopped before it saved the
+    end), the streamed text, marked ``NOT_SAVED`` with the length the server kept. The user read
+    that text: it is not replaced by less."""
+    if not message.metadata.get("partial") or len(text) <= len(message.content):
+        return message
+    return replace(message, content=text, metadata={**message.metadata, NOT_SAVED: len(message.content)})
 
 
 def now_iso() -> str:
@@ -127,10 +140,13 @@ class ChatState:
     # -- session ------------------------------------------------------------------------------------
     def begin(self, session: SessionInfo) -> list[Change]:
         """A session is being shown from scratch: nothing live, nothing queued. When it is the session
-        already shown (a reload), what its live turns streamed is kept for ``reloaded``."""
-        same = session.session_id == self.session_id
-        self.streamed = {t.user_id: t.content for t in self.live.values()
-                         if same and t.user_id is not None and t.content}
+        already shown (a reload), what its live turns streamed is kept for ``reloaded``, together with
+        what an earlier reload that did not get to show its page kept."""
+        if session.session_id != self.session_id:
+            self.streamed = {}
+        else:
+            self.streamed.update({t.user_id: t.content for t in self.live.values()
+                                  if t.user_id is not None and t.content})
         self.session = session
         self.live.clear()
         self.queued.clear()
@@ -145,9 +161,8 @@ class ChatState:
 
     def reloaded(self, page: HistoryPageReply) -> HistoryPageReply:
         """The newest page of a reloaded session, as it is to be shown: the answer of a turn that was
-        live before the reload, stored ``partial`` with less text than this client had streamed (the
-        server was killed before it saved the end), keeps the streamed text, marked ``NOT_SAVED``
-        with the length the server kept. The user read that text: it is not replaced by less."""
+        live before the reload keeps the text this client streamed when the server stored less
+        (``keep_streamed``: it was killed before it saved the end)."""
         streamed, self.streamed = self.streamed, {}
         if not streamed or not isinstance(page.messages, tuple):
             return page
@@ -157,10 +172,7 @@ class ChatState:
             if message.role == "user":
                 text = streamed.get(message.id) if message.id is not None else None
             elif message.role == "assistant" and text is not None:
-                if message.metadata.get("partial") and len(text) > len(message.content):
-                    message = replace(message, content=text,
-                                      metadata={**message.metadata, NOT_SAVED: len(message.content)})
-                text = None
+                message, text = keep_streamed(message, text), None
             out.append(message)
         return replace(page, messages=tuple(out))
 
@@ -218,10 +230,12 @@ class ChatState:
                 return [SettleQueued(turn_id, None)]
             case TurnEnd(message=message, finish_reason=reason):
                 live = self.live.pop(turn_id, None)
-                if event.truncated and message is not None and live is not None \
-                        and len(live.content) > len(message.content):
-                    # the server cut the stored answer to fit max_message_size: keep the streamed text
-                    message = replace(message, content=live.content)
+                if message is not None and live is not None:
+                    if event.truncated and len(live.content) > len(message.content):
+                        # the server cut the stored answer to fit max_message_size: keep the streamed text
+                        message = replace(message, content=live.content)
+                    else:   # stored partial with less (a cluster node closed a dead node's turn, say)
+                        message = keep_streamed(message, live.content)
                 return self._idle() + [EndAnswer(turn_id, message, reason)]
             case TurnError(code=code, message=text, partial_message=partial):
                 self.live.pop(turn_id, None)
