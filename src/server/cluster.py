@@ -16,7 +16,10 @@ cluster component at all), started and closed by ``server.app.Server``. It owns:
   The liveness lock is also free while a live node reconnects (PostgreSQL restarted): so a turn is
   closed only once its session's lock can be taken, and a node with a turn whose session is still
   locked is watched again (``dead_node_retry_ms``) until every turn it left is closed; the watch also
-  outlives a broken connection of its own.
+  outlives a broken connection of its own, and after one gives the node ``reconnect_grace_ms`` to
+  come back (a live node takes back its liveness lock and its running turns' session locks as soon as
+  PostgreSQL lets it in: ``LockHolder``). A turn whose session lock another node took meanwhile is
+  told so (``ClusterTurnLock.still_held``) and must not store its answer after that node's.
 """
 from __future__ import annotations
 
@@ -64,6 +67,8 @@ class Cluster:
         self.remote_state = RemoteTurnState(self, cfg.remote_state_wait_ms)
         self.turn_lock = ClusterTurnLock(self)
         self.remote_turns: dict[str, tuple[str, str, int]] = {}   # session -> (node, turn id, user msg id)
+        # after a watch's connection broke, a node without a connection has this long to come back
+        self.reconnect_grace_s = max(cfg.reconnect_grace_ms, 2 * store.link.config.pg_retry_backoff_ms) / 1000
         self.interrupted = 0                                      # turns this node closed as interrupted
         self._watchers: dict[str, asyncio.Task] = {}
         self._end_waiters: dict[str, asyncio.Event] = {}
@@ -141,19 +146,25 @@ class Cluster:
     async def _watch(self, node: str) -> None:
         """Until ``node`` is gone and every turn it left running here is closed (module doc): its
         liveness lock being free is not enough, as it is free too while the node reconnects; a turn
-        whose session is still locked is tried again after ``dead_node_retry_ms``."""
+        whose session is still locked is tried again after ``dead_node_retry_ms``. After this watch's
+        own connection broke (PostgreSQL restarted: every node is reconnecting, at its own pace), the
+        node is not taken for dead before ``reconnect_grace_ms``."""
         retry_s = self.config.dead_node_retry_ms / 1000
         left: list[str] = []
+        broke = False
         try:
             while True:
                 try:
-                    await self.holder.wait_node_gone(key_of("node", node), NODE_APP_PREFIX + node, retry_s)
+                    await self.holder.wait_node_gone(key_of("node", node), NODE_APP_PREFIX + node, retry_s,
+                                                     self.reconnect_grace_s if broke else 0.0)
                 except StorageClosed:
                     return
                 except Exception as exc:        # PostgreSQL unreachable or restarted: watch again
                     log.warning("cluster: cannot watch node %s yet (%s)", node, exc)
+                    broke = True
                     await asyncio.sleep(retry_s)
                     continue
+                broke = False
                 left = [sid for sid, entry in self.remote_turns.items() if entry[0] == node]
                 done = await asyncio.gather(*(self.close_interrupted(sid) for sid in left))
                 if all(done):
@@ -211,6 +222,7 @@ class Cluster:
         self.interrupted += 1
         log.warning("cluster: turn of message %d in %s closed as interrupted", last.id, session_id)
         if entry is not None and entry[2] == last.id:
+            self.relay.closed_here(entry[1])       # (what its node still sends of it is not shown here)
             self.hub.publish_turn(session_id, TurnEnd(session_id, entry[1], message_obj(msg), {}, "interrupted", {}))
         self._spawn(self.sessions.publish_updated(session_id))
 
@@ -222,14 +234,15 @@ class Hold:
     """One turn's claim on its session: granted at once (``ready``) or waiting in PostgreSQL's queue
     (``queue``: this node's waiting claims of the session, which hands it a granted connection)."""
 
-    __slots__ = ("_release", "_granted", "_queue", "_session_id", "_releasing")
+    __slots__ = ("_release", "_granted", "_queue", "_session_id", "_releasing", "_holder")
 
     def __init__(self, session_id: str, releasing: dict[str, asyncio.Event], release: Any,
-                 queue: Claims | None = None) -> None:
+                 queue: Claims | None = None, holder: LockHolder | None = None) -> None:
         self._session_id = session_id
         self._releasing = releasing      # session -> set once this node's hold on it is released
         self._release = release          # async () -> None: unlock (holder connection), or flush events
         self._queue = queue
+        self._holder = holder            # (a contended lock: its connection is adopted while the turn runs)
         # a contended lock: the connection holding it, once granted (its result), or the error
         self._granted: asyncio.Future | None = None
         if queue is not None:
@@ -245,7 +258,9 @@ class Hold:
         """Until the lock is granted (cancel the awaiting task to stop waiting, then ``release`` or
         ``cancel`` to give the claim up; errors are StorageErrors)."""
         if self._granted is not None:
-            await asyncio.shield(self._granted)
+            con = await asyncio.shield(self._granted)
+            if self._holder is not None:   # taken back on a holder line if its connection breaks
+                self._holder.adopt(key_of("session", self._session_id), con)
 
     def cancel(self) -> None:
         """Give the claim up without waiting (a withdrawn turn): stop waiting, or let the lock go."""
@@ -267,8 +282,12 @@ class Hold:
         done = self._releasing[self._session_id] = asyncio.Event()
         try:
             await self._release()         # this turn's last events first, then the lock
-            if self._granted is not None:
-                self._granted.result().terminate()   # (a contended lock goes with its connection)
+            if self._granted is not None:            # (a contended lock goes with its connection)
+                con = self._granted.result()
+                if self._holder is None:
+                    con.terminate()
+                else:
+                    await self._holder.let_go(key_of("session", self._session_id), con)
         finally:
             done.set()
             if self._releasing.get(self._session_id) is done:
@@ -377,6 +396,24 @@ class ClusterTurnLock:
             await self.holder.unlock(key)
         return release
 
+    async def still_held(self, session_id: str, user_message_id: int) -> bool:
+        """Whether the turn this node runs in ``session_id``, answering ``user_message_id``, still has
+        the session to itself, so that its answer may be stored: its lock is held (taken back first if
+        its connection broke: StorageUnavailable while PostgreSQL cannot be reached) and, if it had to
+        be taken back, nothing was stored after that message meanwhile (another node closing the
+        turn as interrupted, or running one of its own). No round trip while the lock's connection
+        stayed up (the common case)."""
+        key = key_of("session", session_id)
+        if not await self.holder.holds(key):
+            return False
+        if not self.holder.was_retaken(key):
+            return True
+        try:
+            after = await self.cluster.store.messages(session_id, after_id=user_message_id)
+        except (NotFound, InvalidSessionId):
+            return True                      # (the session is gone: storing the answer says so)
+        return all(m.metadata.get("superseded") for m in after)   # (a regenerated turn's old answers)
+
     def running_elsewhere(self, session_id: str) -> bool:
         """Whether a turn of the session is known to run on another node (from its TURN_START, until
         its TURN_END or its node's death): the TurnRunner counts it as the session's running turn."""
@@ -387,7 +424,7 @@ class ClusterTurnLock:
         claims = self.claims.get(session_id)
         if claims is None:
             claims = self.claims[session_id] = Claims(self.claims, session_id)
-        hold = Hold(session_id, self.releasing, self.cluster.relay.flush, claims)
+        hold = Hold(session_id, self.releasing, self.cluster.relay.flush, claims, self.holder)
         claims.add(hold, asyncio.get_running_loop().create_task(self._acquire(session_id)))
         return hold
 

@@ -26,3 +26,6 @@ class ClusterConfig(Section):
     dead_node_retry_ms: float = Field(250.0, ge=1.0, le=60_000.0)   # a watched node whose liveness lock is free while
     #      it still has a connection, or a session of a turn it ran is still locked (it is reconnecting: PostgreSQL
     #      restarted; or its backends are still exiting), is checked again after this long
+    reconnect_grace_ms: float = Field(10_000.0, ge=0.0, le=60_000.0)   # after a watch's own connection broke (PostgreSQL
+    #      restarted, say), a watched node without a connection is not taken for dead before this long (at least
+    #      2 x pg_retry_backoff_ms: a live node takes its locks back within one pg_retry_backoff_ms of PostgreSQL's return)

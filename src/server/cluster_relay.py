@@ -15,7 +15,10 @@ and at once, by the node that did it, when their session is purged, deleted or c
 In: items are handled one at a time in delivery order (events of one turn stay in order). Rows are
 read only when a local subscriber is attached to the session (a spilled turn state only on the node
 that asked for it). ``on_start(node, session, turn, message id)`` and ``on_end(session, turn)``
-report other nodes' turns (for the dead-node watch).
+report other nodes' turns (for the dead-node watch). The events of a turn this node runs, or closed
+as interrupted (``closed_here``: its node was taken for dead), that come from another node (it
+closed this node's turn; or the turn's node was alive after all) are not shown to local clients,
+which have that turn's end already or will have it from this node: a client sees one end a turn.
 
 Peers: events are sent only while another node is known to listen (``peers``), so a node alone on its
 database makes no NOTIFY at all. At start a node reads the nodes connected to the database (their lock
@@ -55,6 +58,7 @@ MAX_ITEM_BYTES = 7000            # an item over this is spilled to the table
 MAX_DELTA_CHARS = 2000           # coalesced delta text per item (3 bytes a character at worst)
 SPILL_CLEANUP_S = 60.0           # spilled rows older than storage.pg.relay.SPILL_KEEP_S are deleted this often
 FORGET_SPILLED_KINDS = ("deleted", "cleared", "purged")   # SESSION_EVENTs after which a session's rows go
+CLOSED_TURNS_KEPT = 1000          # turns closed here as interrupted whose late events are dropped (``closed_here``)
 CONTROL_KINDS = ("c", "r", "g", "v", "h", "a", "b")   # cancel request, its answer (server.cluster_cancel);
                                             # turn state request, its answer (server.cluster_state);
                                             # hello, its answer, goodbye (peers)
@@ -85,6 +89,8 @@ class Relay:
         self.received = 0                 # items from other nodes
         self._queue: list[list[Any]] = []
         self._open_delta: dict[str, list[Any]] = {}   # turn id -> its delta item still in the queue
+        self._local_turns: set[str] = set()          # turns of this node, started and not ended, told to peers
+        self._closed_turns: dict[str, None] = {}     # other nodes' turns closed here (``closed_here``), oldest first
         self._wake = asyncio.Event()
         self._sending = asyncio.Lock()
         self._seq = 0
@@ -199,6 +205,8 @@ class Relay:
     # -- out (called by the hub, on the event loop's hot path) --------------------------------------
     def turn(self, session_id: str, event: ServerEvent) -> None:
         if not self.peers:
+            if self._local_turns and type(event) is not AnswerDelta:
+                self._local_turns.discard(event.turn_id)     # (the peers went while it ran)
             return
         if type(event) is AnswerDelta:
             item = self._open_delta.get(event.turn_id)
@@ -212,7 +220,24 @@ class Relay:
         else:
             self._open_delta.pop(event.turn_id, None)      # later deltas must follow this event
             self._queue.append(["t", session_id, event])
+            tp = type(event)
+            if tp is TurnStart:
+                self._local_turns.add(event.turn_id)
+            elif tp is TurnEnd or tp is TurnError:
+                self._local_turns.discard(event.turn_id)
         self._wake.set()
+
+    def closed_here(self, turn_id: str) -> None:
+        """Another node's turn ``turn_id`` was closed here as interrupted (its node was taken for dead):
+        what that node still sends of it is not shown to local clients, which had its end."""
+        self._closed_turns[turn_id] = None
+        if len(self._closed_turns) > CLOSED_TURNS_KEPT:
+            del self._closed_turns[next(iter(self._closed_turns))]
+
+    def _ended_here(self, turn_id: str) -> bool:
+        """Whether another node's event of ``turn_id`` is not for local clients: the turn runs here (the
+        other node closed it: this node ends it itself), or was closed here."""
+        return turn_id in self._local_turns or turn_id in self._closed_turns
 
     def user(self, user_id: str, event: ServerEvent) -> None:
         if type(event) is SessionEvent and event.kind in FORGET_SPILLED_KINDS:
@@ -355,7 +380,8 @@ class Relay:
         if kind == "s" and spilled:
             self.on_start(node, sid, tid, item[3])
         try:
-            if hub.session_subscribers(sid):    # else nobody here follows the session: nothing to read
+            # (else nobody here follows the session, or the turn's end is this node's: nothing to read)
+            if hub.session_subscribers(sid) and not self._ended_here(tid):
                 await self._publish_turn(kind, sid, tid, item)
         finally:
             if kind in ("e", "f") or (kind == "t" and item[3] in (TurnEnd.TYPE, TurnError.TYPE)):

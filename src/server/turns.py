@@ -47,6 +47,8 @@ class TurnLock(Protocol):
     async def claim_owned(self, session_id: str, user_id: str) -> tuple[Any, Any]: ...
     def request(self, session_id: str) -> Any: ...          # a Hold queued now (arrival order)
     def running_elsewhere(self, session_id: str) -> bool: ...   # a turn of the session known running on another node
+    # whether this node's turn answering user message id still has the session (its answer may be stored)
+    async def still_held(self, session_id: str, user_message_id: int) -> bool: ...
 
 
 class _Lane:
@@ -410,6 +412,11 @@ class TurnRunner:
         really gone (deleted during the turn), STORAGE_ERROR for an I/O failure (a full disk)."""
         fitted = fit_assistant_message(content, calls, metadata, self.max_message_bytes)
         try:
+            if self.lock is not None and turn.user_message is not None \
+                    and not await self.lock.still_held(turn.session_id, turn.user_message.id):
+                log.warning("turn %s: answer not stored: another node took the session over", turn.turn_id)
+                return HandlerError(ErrorCode.STORAGE_UNAVAILABLE, "the answer was not stored: the connection to "
+                                    "the database broke and another node took the session over meanwhile")
             return await self.metrics.timed_append(self.store.append(
                 turn.session_id, "assistant", fitted.content, tool_calls=fitted.tool_calls, metadata=fitted.metadata))
         except (NotFound, InvalidSessionId):

@@ -29,11 +29,13 @@ async def pg_url(pg_server) -> str:
 
 @contextlib.asynccontextmanager
 async def node(tmp_path: Path, url: str, name: str, agent: EchoAgent | None = None,
-               sections: dict | None = None, memory: str | None = "basic", **overrides) -> AsyncIterator[Server]:
+               sections: dict | None = None, memory: str | None = "basic", storage: dict | None = None,
+               **overrides) -> AsyncIterator[Server]:
     """One in-process server node on loopback, storing in ``url`` (``sections``: more config;
-    ``memory=None``: the real memory layer; ``overrides``: ``make_config``'s, e.g. ``users``)."""
-    cfg = make_config(tmp_path / name, storage={"url": url, "pg_retry_backoff_ms": 10}, sections=sections,
-                      **overrides)
+    ``storage``: more [storage] settings; ``memory=None``: the real memory layer; ``overrides``:
+    ``make_config``'s, e.g. ``users``)."""
+    cfg = make_config(tmp_path / name, storage={"url": url, "pg_retry_backoff_ms": 10, **(storage or {})},
+                      sections=sections, **overrides)
     srv = Server(cfg, agent=agent or EchoAgent(), memory=memory)
     await srv.start()
     try:

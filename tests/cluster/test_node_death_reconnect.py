@@ -1,5 +1,6 @@
 """A node's connections break (PostgreSQL restarted, or every backend terminated), then the node is
-SIGKILLed mid-turn: the other node still closes its turn as interrupted. The dying node must take its
+SIGKILLed mid-turn: the other node still closes its turn as interrupted, once the grace it gives a
+node after its own connection broke (``reconnect_grace_ms``) is over. The dying node must take its
 liveness lock again as soon as it can (not when a session on that holder connection is next claimed),
 and a watcher must not take a node that is reconnecting for dead."""
 from __future__ import annotations
@@ -18,6 +19,7 @@ from cluster.conftest import node
 from cluster.test_node_death import start_node_process
 
 LINES = 4          # pg_lock_connections' default: line 0 also holds the node's liveness lock
+GRACE_S = 1.0      # node B's reconnect_grace_ms
 
 
 async def _break_every_connection(url: str) -> None:
@@ -31,7 +33,8 @@ async def _break_every_connection(url: str) -> None:
 
 
 async def test_a_node_killed_after_its_connections_broke_still_has_its_turn_closed(tmp_path, pg_url):
-    async with ScriptedLLM() as llm, node(tmp_path, pg_url, "survivor") as b:
+    async with ScriptedLLM() as llm, \
+            node(tmp_path, pg_url, "survivor", sections={"cluster": {"reconnect_grace_ms": GRACE_S * 1000}}) as b:
         proc, port = await start_node_process(tmp_path, pg_url, {"NPLT_LLM_BASE_URL": llm.base_url})
         ca = cb = None
         try:
@@ -62,7 +65,7 @@ async def test_a_node_killed_after_its_connections_broke_still_has_its_turn_clos
             proc.send_signal(signal.SIGKILL)
             assert await asyncio.to_thread(proc.wait, 30) == -signal.SIGKILL
             end = await cb.wait_for(lambda m: m.type in (T.TURN_END, T.TURN_ERROR)
-                                    and m.body.get("turn_id") == tid, 10)
+                                    and m.body.get("turn_id") == tid, GRACE_S + 10)
             assert end.type == T.TURN_END and end.body["finish_reason"] == "interrupted"
             assert end.body["message"]["metadata"]["answers"] == r["user_message"]["id"]
             assert sid not in b.services.cluster.remote_turns

@@ -242,8 +242,8 @@ async def _lock_pids(admin: asyncpg.Connection, keys: list[int]) -> dict[int, in
     return {r["k"]: r["pid"] for r in rows if r["k"] in keys}
 
 
-async def test_session_locks_spread_over_the_lock_connections_and_one_lost_connection_loses_only_its_own(pg_url):
-    store = await open_store(StorageConfig(url=pg_url, pg_lock_connections=3))
+async def test_session_locks_spread_over_the_lock_connections_and_one_lost_connection_takes_its_own_back(pg_url):
+    store = await open_store(StorageConfig(url=pg_url, pg_lock_connections=3, pg_retry_backoff_ms=10))
     mine = LockHolder(store.link, key_of("node", "spread"), "nplt-node:spread")
     other = LockHolder(store.link, key_of("node", "rival"), "nplt-node:rival")
     admin = await asyncpg.connect(pg_url)
@@ -266,24 +266,21 @@ async def test_session_locks_spread_over_the_lock_connections_and_one_lost_conne
         lost = next(p for p in lines if p != node_pid)                  # end one other line's backend
         assert await admin.fetchval("SELECT pg_terminate_backend($1)", lost)
         gone = [k for k in keys if held_by[k] == lost]
-        kept = [k for k in keys if held_by[k] != lost]
 
-        async def freed() -> bool:
-            return not set(gone) & set(await _lock_pids(admin, gone))
-        await poll(freed, timeout=10)
-        for k in gone:                                                  # free for another node now
-            assert await other.try_lock(k)
-            await other.unlock(k)
-        for k in kept:                                                  # the others are still held
+        async def taken_back() -> bool:          # at once, on a new connection, with nothing claimed
+            pids = await _lock_pids(admin, gone)
+            return set(pids) == set(gone) and len(set(pids.values())) == 1 and lost not in pids.values()
+        await poll(taken_back, timeout=10)
+        for k in keys:                                                  # none is free for another node
             assert not await other.try_lock(k)
-        assert mine.node_key in await _lock_pids(admin, [mine.node_key])
-        for k in gone:                                                  # that line reconnects when used
-            await mine.unlock(k)
-            assert await mine.try_lock(k)
+        assert mine.held == set(keys) and mine.retaken == set(gone)
+        for k in keys:
+            assert await mine.holds(k)
+        assert (await _lock_pids(admin, [mine.node_key]))[mine.node_key] == node_pid   # untouched
         assert len(set((await _lock_pids(admin, keys)).values())) == 3
         for k in keys:
             await mine.unlock(k)
-        assert not mine.held and not await _lock_pids(admin, keys)
+        assert not mine.held and not mine.retaken and not await _lock_pids(admin, keys)
     finally:
         await admin.close()
         await mine.close()

@@ -2,17 +2,23 @@
 turn per session at a time (issue 17).
 
 ``LockHolder`` keeps a few dedicated connections (``pg_lock_connections``, its lines): the first holds
-the node's liveness lock for its whole life (when that connection breaks, a PostgreSQL restart say,
-it is opened again and the lock taken again at once, not when a session on that line is next
-claimed), and each holds, taken with ``pg_try_advisory_lock``, the locks of the sessions whose keys
-fall on it and whose turns run uncontended on this node: no connection per running turn. A line runs
-one statement at a time, so the claims and releases of sessions on different lines do not queue
-behind each other, and those that wait while one runs go together in its next statement
-(``nplt_lock_ops``, migration 0011). A contended session is waited for on a connection of its own
-(``wait_lock``), queued by PostgreSQL in arrival order; closing that connection releases it. A node
-that dies loses its connections, so PostgreSQL releases all its locks at once, and ``wait_node_gone``
-(a peer waiting on the dead node's liveness lock) returns once no connection of that node is left:
-its lock is also free, for a moment, while a live node reconnects.
+the node's liveness lock for its whole life, and each holds, taken with ``pg_try_advisory_lock``, the
+locks of the sessions whose keys fall on it and whose turns run uncontended on this node: no
+connection per running turn. A line runs one statement at a time, so the claims and releases of
+sessions on different lines do not queue behind each other, and those that wait while one runs go
+together in its next statement (``nplt_lock_ops``, migration 0011). A contended session is waited for
+on a connection of its own (``wait_lock``), queued by PostgreSQL in arrival order; closing that
+connection releases it. A node that dies loses its connections, so PostgreSQL releases all its locks
+at once, and ``wait_node_gone`` (a peer waiting on the dead node's liveness lock) returns once no
+connection of that node is left: its lock is also free, for a moment, while a live node reconnects.
+
+When a line's connection breaks (a PostgreSQL restart, say), the locks it held are gone with it: the
+line is opened again and its locks taken back at once (``_keep_locks``, one attempt every
+``pg_retry_backoff_ms``; not when the line is next used), the liveness lock and the session locks of
+the turns still running, so a peer cannot take them; so are the locks of running turns held on
+connections of their own (``adopt``). A session lock another node took meanwhile is not taken back:
+``holds`` then says so, and ``was_retaken`` tells a lock that was taken back (another node may have
+taken it and let it go meanwhile).
 """
 from __future__ import annotations
 
@@ -56,6 +62,14 @@ async def node_connected(con: asyncpg.Connection, node_key: int, application_nam
     return bool(await con.fetchval(NODE_CONNECTED_SQL, application_name, *halves))
 
 
+async def _take_back(con: asyncpg.Connection, keys: set[int]) -> set[int]:
+    """Those of ``keys`` taken on ``con`` now (``pg_try_advisory_lock``: not those another node holds)."""
+    if not keys:
+        return set()
+    rows = await con.fetch("SELECT k FROM unnest($1::bigint[]) AS k WHERE pg_try_advisory_lock(k)", sorted(keys))
+    return {row["k"] for row in rows}
+
+
 def key_of(kind: str, name: str) -> int:
     """The signed 64-bit advisory lock key of ``kind``:``name``."""
     digest = hashlib.blake2b(f"nplt-{kind}:{name}".encode(), digest_size=8).digest()
@@ -89,11 +103,12 @@ class _Line:
     """One holder connection, the session keys held on it, its one-statement-at-a-time mutex, and the
     claims and releases waiting to go in its next statement."""
 
-    __slots__ = ("con", "held", "mutex", "ops", "draining")
+    __slots__ = ("con", "held", "doubt", "mutex", "ops", "draining")
 
     def __init__(self) -> None:
         self.con: asyncpg.Connection | None = None
         self.held: set[int] = set()
+        self.doubt: set[int] = set()     # keys of this node's turns whose connection broke: to take back here
         self.mutex = asyncio.Lock()
         self.ops: list[_Op] = []
         self.draining = False
@@ -108,8 +123,10 @@ class LockHolder:
         self.application_name = application_name
         self._lines = [_Line() for _ in range(link.config.pg_lock_connections)]   # [0] holds the node lock
         self._cleanups: set[asyncio.Task] = set()
-        self._node_lost = asyncio.Event()      # set when the connection holding the node lock closes
+        self._broken = asyncio.Event()         # set when a connection holding locks of this node closes
         self._keeper: asyncio.Task | None = None
+        self._adopted: dict[int, tuple[asyncpg.Connection, Callable[[object], None]]] = {}   # ``adopt``
+        self.retaken: set[int] = set()   # session keys taken back after their connection broke (``was_retaken``)
         self.statements = 0      # nplt_lock_ops statements sent (a figure for tests and benchmarks)
         self.node_locks = 0      # times the node lock was taken (again, after its connection broke)
 
@@ -130,63 +147,143 @@ class LockHolder:
 
     async def open(self) -> None:
         """Connect the first line and take the node lock on it (the other lines connect when used),
-        and keep it: whenever that connection closes, it is opened again (``_keep_node_lock``)."""
+        and keep the node's locks: whenever a connection holding some closes, it is opened again and
+        they are taken back (``_keep_locks``)."""
         line = self._lines[0]
         async with line.mutex:
-            await self._take_node_lock(line)
+            await self.link.retrying(lambda: self._restore(line), "take the node lock")
         if self._keeper is None:
-            self._keeper = asyncio.get_running_loop().create_task(self._keep_node_lock(), name="pg-node-lock")
+            self._keeper = asyncio.get_running_loop().create_task(self._keep_locks(), name="pg-node-locks")
 
-    async def _take_node_lock(self, line: _Line, *, retry: bool = True) -> None:
-        """Connect the first line and take the node lock on it (with ``line.mutex`` held; ``retry``:
-        under the retry policy, else one attempt)."""
-        async def once() -> asyncpg.Connection:
-            con = await self._connect()
-            try:
-                await con.execute("SELECT pg_advisory_lock($1)", self.node_key)
-            except BaseException:
-                con.terminate()
-                raise
+    def _needs(self, line: _Line) -> bool:
+        """Whether ``line`` has locks to take back: the node lock (the first line) or session locks,
+        whose connection closed."""
+        broken = line.con is None or line.con.is_closed()
+        return bool(line.doubt) or (broken and (bool(line.held) or line is self._lines[0]))
+
+    async def _restore(self, line: _Line) -> asyncpg.Connection:
+        """With ``line.mutex`` held, one attempt: the line's connection, opened again if it closed,
+        holding again the locks it held (the node lock on the first line) and those of ``line.doubt``.
+        A session lock another node holds now is not taken back (``holds`` then says False); one taken
+        back is noted in ``retaken``. The session locks are taken before the node lock, which a peer
+        checking on this node may hold for a moment."""
+        con = line.con
+        if con is not None and not con.is_closed():
+            if line.doubt:
+                self._took_back(line, await _take_back(con, line.doubt))
             return con
-        line.held.clear()                      # the locks went with the old connection
-        con = await (self.link.retrying(once, "take the node lock") if retry else once())
-        con.add_termination_listener(lambda _con: self._node_lost.set())
-        line.con = con
-        self.node_locks += 1
+        line.doubt |= line.held               # the locks went with the old connection
+        line.held.clear()
+        con = await self._connect()
+        try:
+            got = await _take_back(con, line.doubt)
+            if line is self._lines[0]:
+                await con.execute("SELECT pg_advisory_lock($1)", self.node_key)
+        except BaseException:
+            con.terminate()
+            raise
 
-    async def _keep_node_lock(self) -> None:
-        """Take the node lock again as soon as its connection is lost and PostgreSQL lets this node in
-        (one attempt every ``pg_retry_backoff_ms``, not the retry policy's growing waits): the peers
-        watching this node must not find it without a connection while it lives (``wait_node_gone``)."""
-        line = self._lines[0]
+        def lost(_con: object) -> None:
+            if line.con is con:
+                self._broken.set()
+        con.add_termination_listener(lost)
+        line.con = con
+        self._took_back(line, got)
+        if line is self._lines[0]:
+            self.node_locks += 1
+        return con
+
+    def _took_back(self, line: _Line, got: set[int]) -> None:
+        lost = line.doubt - got
+        line.held |= got
+        self.retaken |= got
+        line.doubt.clear()
+        if lost:
+            log.warning("storage: %d session locks of running turns were taken by another node while their "
+                        "connection was down", len(lost))
+
+    async def _keep_locks(self) -> None:
+        """Take the node's locks back as soon as a connection holding some is lost and PostgreSQL lets
+        this node in (one attempt every ``pg_retry_backoff_ms``, not the retry policy's growing waits):
+        the peers watching this node must not find it without a connection while it lives
+        (``wait_node_gone``), nor take the session of a turn it still runs."""
         pause = self.link.config.pg_retry_backoff_ms / 1000
         while True:
-            await self._node_lost.wait()
-            self._node_lost.clear()
+            await self._broken.wait()
+            self._broken.clear()
             failed = 0
             while not self.link.closed:
                 try:
-                    async with line.mutex:
-                        if line.con is None or line.con.is_closed():
-                            await self._take_node_lock(line, retry=False)
+                    for line in self._lines:
+                        if self._needs(line):
+                            async with line.mutex:
+                                if self._needs(line):
+                                    await self._restore(line)
                     break
                 except Exception as exc:      # PostgreSQL unreachable, starting, or full
                     if not failed:
-                        log.warning("storage: node lock connection lost, taking the lock again (%s)", exc)
+                        log.warning("storage: lock connection lost, taking the node's locks back (%s)", exc)
                     failed += 1
                 await asyncio.sleep(pause)
             if failed:
-                log.info("storage: node lock taken again after %d failed attempts", failed)
+                log.info("storage: the node's locks taken back after %d failed attempts", failed)
 
     async def _holder(self, line: _Line) -> asyncpg.Connection:
-        if line.con is None or line.con.is_closed():
-            if line is self._lines[0]:
-                await self._take_node_lock(line)
-            else:
-                line.held.clear()              # the locks went with the old connection
-                line.con = await self._connect()
-        assert line.con is not None
+        if line.con is None or line.con.is_closed() or line.doubt:
+            return await self._restore(line)
         return line.con
+
+    def adopt(self, key: int, con: asyncpg.Connection) -> None:
+        """``key`` is held on ``con``, a connection of its own (``wait_lock``), by a running turn: if
+        that connection closes, the lock is taken back on its line, as the lines' own locks are.
+        ``let_go`` releases it."""
+        def lost(_con: object) -> None:
+            if self._adopted.get(key) is entry:
+                del self._adopted[key]
+                self._line(key).doubt.add(key)
+                self._broken.set()
+        entry = (con, lost)
+        self._adopted[key] = entry
+        con.add_termination_listener(lost)
+        if con.is_closed():                   # (listeners are not called any more)
+            lost(con)
+
+    async def let_go(self, key: int, con: asyncpg.Connection) -> None:
+        """Release ``key``, held on ``con`` (``wait_lock``; ``adopt``ed or not), or on its line if it
+        was taken back there after ``con`` closed."""
+        entry = self._adopted.get(key)
+        if entry is not None and entry[0] is con:
+            del self._adopted[key]
+            con.remove_termination_listener(entry[1])
+        con.terminate()
+        line = self._line(key)
+        if key in line.held or key in line.doubt:
+            await self.unlock(key)
+
+    async def holds(self, key: int) -> bool:
+        """Whether this node holds ``key`` now (the lock of one of its running turns). If its
+        connection closed, the lock is taken back first (under the retry policy: StorageUnavailable
+        while PostgreSQL cannot be reached); False if another node took it meanwhile. No round trip
+        while its connection is up."""
+        entry = self._adopted.get(key)
+        if entry is not None:
+            if not entry[0].is_closed():
+                return True
+            entry[1](entry[0])                 # (its termination listener may not have run yet)
+        line = self._line(key)
+        if key not in line.held and key not in line.doubt:
+            return False
+        if key in line.held and not self._needs(line):
+            return True
+        async with line.mutex:
+            if self._needs(line) and (key in line.held or key in line.doubt):
+                await self.link.retrying(lambda: self._restore(line), "take a session lock back")
+            return key in line.held
+
+    def was_retaken(self, key: int) -> bool:
+        """Whether ``key`` was taken back after its connection closed, since it was claimed: another
+        node may have taken it and let it go meanwhile."""
+        return key in self.retaken
 
     async def try_lock(self, key: int) -> bool:
         """Take ``key`` on the holder connection if nobody holds it (nor waits for it)."""
@@ -259,9 +356,11 @@ class LockHolder:
                 else:
                     _settle(op, None)            # not held, or released with its connection
                 line.held.discard(op.key)
+                line.doubt.discard(op.key)       # (not to be taken back)
+                self.retaken.discard(op.key)
             elif op.done.done():
                 continue                         # withdrawn
-            elif op.key in line.held:
+            elif op.key in line.held or op.key in line.doubt:
                 _settle(op, None)
             else:
                 send.append(op)
@@ -306,6 +405,7 @@ class LockHolder:
                 continue
             if row["got"]:
                 line.held.add(op.key)
+                self.retaken.discard(op.key)
                 if op.done.done():               # withdrawn while it was being taken: let it go
                     line.ops.append(_Op(op.key, None, None, asyncio.get_running_loop().create_future()))
                     continue
@@ -331,6 +431,7 @@ class LockHolder:
             got = await self.link.retrying(once, "take a session lock")
             if got[0]:
                 line.held.add(key)
+                self.retaken.discard(key)
             return got
 
     async def wait_lock(self, key: int) -> asyncpg.Connection:
@@ -364,18 +465,30 @@ class LockHolder:
     async def _connect_waiter(self) -> asyncpg.Connection:
         return await self._connect(wait=True)
 
-    async def wait_node_gone(self, node_key: int, application_name: str, retry_s: float) -> None:
+    async def wait_node_gone(self, node_key: int, application_name: str, retry_s: float,
+                             grace_s: float = 0.0) -> None:
         """Return when the node holding ``node_key`` has no connection left (it died or stopped): its
         lock is free and none of its connections (named ``application_name``) is alive
         (``node_connected``). A live node's lock is free too while it reconnects (PostgreSQL
         restarted), and a dead node's backends take a moment to exit after letting go of its lock:
-        while one is left, the lock is let go and waited for again after ``retry_s``."""
+        while one is left, the lock is let go and waited for again after ``retry_s``. ``grace_s``
+        (the caller's connection broke: PostgreSQL may have restarted, and every node is
+        reconnecting): a node without a connection is not taken for gone before ``grace_s`` after
+        this call connected, so that a live node has the time to come back."""
         con = await self.link.retrying(self._connect_waiter, "watch a node")
+        loop = asyncio.get_running_loop()
+        trusted = loop.time() + grace_s
+        waited = False
         try:
             while True:
                 await con.execute("SELECT pg_advisory_lock($1)", node_key)
                 if not await node_connected(con, node_key, application_name):
-                    break
+                    if loop.time() >= trusted:
+                        break
+                    if not waited:
+                        log.info("storage: %s has no connection since this node's own connection broke: "
+                                 "it has %.1f s to reconnect", application_name, trusted - loop.time())
+                        waited = True
                 await con.execute("SELECT pg_advisory_unlock($1)", node_key)
                 await asyncio.sleep(retry_s)
         except BaseException:
@@ -394,10 +507,12 @@ class LockHolder:
             self._keeper = None
         if self._cleanups:
             await asyncio.wait(list(self._cleanups), timeout=self.link.config.pg_connect_timeout_s)
+        self._adopted.clear()
         for line in reversed(self._lines):     # the node lock last
             async with line.mutex:
                 con, line.con = line.con, None
                 line.held.clear()
+                line.doubt.clear()
                 if con is not None and not con.is_closed():
                     try:
                         await asyncio.wait_for(con.close(), self.link.config.pg_connect_timeout_s)
