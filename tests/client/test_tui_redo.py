@@ -3,43 +3,20 @@ clear or clear-and-purge, the per-session system prompt, regenerate, edit-and-re
 cancelled answers marked the same way live and after a reload."""
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 from textual.widgets import Button, OptionList, TextArea
 
-from client.config import ClientConfig
-from client.tui.app import NpltApp
 from client.tui.clear import ClearModal
 from client.tui.editor import TextEditModal
 from client.tui.modals import ConfirmModal
 from client.tui.sidebar import Sidebar
 from client.tui.trash import TrashScreen
-from client_testlib import shown, SIZE, chat, wait_until
+from client_testlib import shown, chat, wait_until
+from tui_script import answer, contents, scripted_app, user
 from fake_client import FakeClient, stamp
-from protocol.objects import ChatMessage, SessionInfo, TurnState
+from protocol.objects import SessionInfo, TurnState
 from protocol.server_events import AnswerDelta, TurnEnd, TurnError, TurnStart
-
-
-@asynccontextmanager
-async def scripted_app(fake: FakeClient) -> AsyncIterator[tuple[NpltApp, Any]]:
-    app = NpltApp(ClientConfig(), client=fake)  # type: ignore[arg-type]
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_until(lambda: fake.connected and chat(app).session_id is not None and app.controller._loads == 0
-                         and bool(app.controller.models), pilot=pilot, what="the first session and the lists")
-        yield app, pilot
-
-
-def contents(app: NpltApp) -> list[tuple[str, str]]:
-    return [(m.role, m.content) for m in chat(app).messages()]
-
-
-def user(mid: int, text: str) -> ChatMessage:
-    return ChatMessage(mid, "user", text, stamp(mid))
-
-
-def answer(mid: int, text: str, **meta: Any) -> ChatMessage:
-    return ChatMessage(mid, "assistant", text, stamp(mid), metadata=meta)
 
 
 def two_sessions() -> FakeClient:

@@ -8,9 +8,8 @@ against a real server with a knowledge base on loopback."""
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 from textual import events
@@ -32,41 +31,16 @@ from client.tui.sidebar import Sidebar
 from client.tui.state import NOT_SAVED, ChatState
 from client.tui.status import StatusLine
 from client_testlib import SIZE, chat, shown, type_and_send, wait_until
+from tui_script import answer, interrupted, notes, scripted_app, user
 from fake_client import FakeClient, stamp
 from kb_wire.kbwire import kb_server, token
 from protocol import ErrorCode
 from protocol.kb import KbDocument, KbHit
-from protocol.objects import ChatMessage, SessionInfo
+from protocol.objects import SessionInfo
 from protocol.replies import HistoryPageReply
 from protocol.server_events import AnswerDelta, TurnStart
 
 STREAMED = "慢速回答第0段。Slow answer part 0. " * 6
-
-
-def user(mid: int, text: str) -> ChatMessage:
-    return ChatMessage(mid, "user", text, stamp(mid))
-
-
-def answer(mid: int, text: str, **meta: Any) -> ChatMessage:
-    return ChatMessage(mid, "assistant", text, stamp(mid), metadata=meta)
-
-
-def interrupted(mid: int, text: str = "") -> ChatMessage:
-    """What a server killed mid-answer stores for it at its next start."""
-    return answer(mid, text, partial=True, interrupted=True, finish_reason="interrupted")
-
-
-@asynccontextmanager
-async def scripted_app(fake: FakeClient, size: tuple[int, int] = SIZE) -> AsyncIterator[tuple[NpltApp, Any]]:
-    app = NpltApp(ClientConfig(), client=fake)  # type: ignore[arg-type]
-    async with app.run_test(size=size) as pilot:
-        await wait_until(lambda: fake.connected and chat(app).session_id is not None and app.controller._loads == 0
-                         and bool(app.controller.models), pilot=pilot, what="the first session and the lists")
-        yield app, pilot
-
-
-def notes(app: App[Any]) -> list[str]:
-    return [str(n.message) for n in app._notifications]
 
 
 def notes_text(view: Widget) -> list[str]:

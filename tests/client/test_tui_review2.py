@@ -9,9 +9,8 @@ against a real server behind a loopback proxy that holds the server's bytes, the
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from textual import events
 from textual.app import App
@@ -27,38 +26,13 @@ from client.tui.knowledge import KnowledgeOps, KnowledgeScreen
 from client.tui.sidebar import Sidebar
 from client.tui.state import NOT_SAVED
 from client_testlib import SIZE, chat, type_and_send, v3_server, wait_until
+from tui_script import answer, interrupted, notes, scripted_app, user
 from fake_client import FakeClient, stamp
 from protocol.kb import KbDocument
 from protocol.objects import ChatMessage, SessionInfo
 from protocol.server_events import AnswerDelta, TurnEnd, TurnStart
 
 STREAMED = "慢速回答第0段。Slow answer part 0, which the user is reading. " * 4
-
-
-def user(mid: int, text: str) -> ChatMessage:
-    return ChatMessage(mid, "user", text, stamp(mid))
-
-
-def answer(mid: int, text: str, **meta: Any) -> ChatMessage:
-    return ChatMessage(mid, "assistant", text, stamp(mid), metadata=meta)
-
-
-def interrupted(mid: int, text: str = "") -> ChatMessage:
-    """What a surviving cluster node (or a restarted server) stores for an answer its node lost."""
-    return answer(mid, text, partial=True, interrupted=True, finish_reason="interrupted")
-
-
-@asynccontextmanager
-async def scripted_app(fake: FakeClient, size: tuple[int, int] = SIZE) -> AsyncIterator[tuple[NpltApp, Any]]:
-    app = NpltApp(ClientConfig(), client=fake)  # type: ignore[arg-type]
-    async with app.run_test(size=size) as pilot:
-        await wait_until(lambda: fake.connected and chat(app).session_id is not None and app.controller._loads == 0
-                         and bool(app.controller.models), pilot=pilot, what="the first session and the lists")
-        yield app, pilot
-
-
-def notes(app: App[Any]) -> list[str]:
-    return [str(n.message) for n in app._notifications]
 
 
 def contents(app: NpltApp) -> list[tuple[str, str]]:

@@ -8,15 +8,13 @@ from __future__ import annotations
 import os
 import pty
 import signal
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 from textual.widgets import Input
 
 from client import paths
-from client.config import ClientConfig
 from client.events import Connected, Reconnecting
 from client.tui.app import NpltApp
 from client.tui.hangup import TerminalWatch
@@ -27,25 +25,13 @@ from client.tui.modals import ConfirmModal, ExportModal, RenameModal
 from client.tui.sidebar import Sidebar
 from client.tui.status import StatusLine
 from client.tui.toolcall import ToolCallItem
-from client_testlib import shown, SIZE, chat, type_and_send, wait_until
+from client_testlib import shown, chat, type_and_send, wait_until
+from tui_script import contents, scripted_app
 from fake_client import FakeClient, stamp
 from protocol import ErrorCode
 from protocol.objects import ChatMessage, SessionInfo, ToolCall, TurnState
 from protocol.server_events import (AnswerDelta, SessionEvent, ToolCallEvent, ToolResultEvent, TurnEnd, TurnError,
                                     TurnStart, TurnStatus)
-
-
-@asynccontextmanager
-async def scripted_app(fake: FakeClient) -> AsyncIterator[tuple[NpltApp, Any]]:
-    app = NpltApp(ClientConfig(), client=fake)  # type: ignore[arg-type]
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_until(lambda: fake.connected and chat(app).session_id is not None and app.controller._loads == 0
-                         and bool(app.controller.models), pilot=pilot, what="the first session and the lists")
-        yield app, pilot
-
-
-def contents(app: NpltApp) -> list[tuple[str, str]]:
-    return [(m.role, m.content) for m in chat(app).messages()]
 
 
 def user(mid: int | None, text: str) -> ChatMessage:
