@@ -383,10 +383,13 @@ async def cmd_clients(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, 
             else:
                 out.write(f"killed {', '.join(map(str, reply.killed))}\n")
             return EXIT_OK
-        clients = (await client.client_list()).clients
+        listing = await client.client_list()
+    clients = listing.clients
     if args.json:
-        _dump({"clients": [c.encode() for c in clients]}, out)
+        _dump({"clients": [c.encode() for c in clients], "truncated": listing.truncated}, out)
         return EXIT_OK
+    if listing.truncated:
+        err.write(f"nplt-client: only the {len(clients)} oldest connections fit in the server's reply\n")
     out.write(f"{'ID':>5}  {'PEER':<21} {'USER':<12} {'STATE':<11} {'PROTO':<5} {'AGE':>8} {'IDLE':>8} "
               f"{'IN':>9} {'OUT':>9}  SESSION\n")
     for c in clients:
@@ -428,8 +431,11 @@ async def cmd_memory(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
             return EXIT_OK
         listing = await client.memory_list()
     if args.json:
-        _dump({"enabled": listing.enabled, "items": [i.encode() for i in listing.items]}, out)
+        _dump({"enabled": listing.enabled, "items": [i.encode() for i in listing.items],
+               "truncated": listing.truncated}, out)
         return EXIT_OK
+    if listing.truncated:
+        err.write(f"nplt-client: only the {len(listing.items)} newest items fit in the server's reply\n")
     if not listing.enabled:
         out.write("long-term memory is turned off on this server\n")
     for i in listing.items:

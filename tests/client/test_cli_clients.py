@@ -24,7 +24,7 @@ def test_list_and_kill(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
         code, out, err = run(st, capsys, "clients", "list", "--json")
         assert code == 0, err
         clients = json.loads(out)["clients"]
-        assert len(clients) == 2
+        assert len(clients) == 2 and json.loads(out)["truncated"] is False and err == ""
         me = [c for c in clients if c["me"]]
         silent = [c for c in clients if not c["me"]]
         assert me[0]["user"] == "local" and me[0]["proto"] == "v3" and me[0]["state"] == "ready"

@@ -22,7 +22,7 @@ def run(st: ServerThread, capsys: pytest.CaptureFixture, *args: str) -> tuple[in
 def test_memory_list_and_forget(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     with ServerThread(tmp_path, memory="auto") as st:
         code, out, err = run(st, capsys, "memory", "list", "--json")
-        assert code == 0 and json.loads(out) == {"enabled": True, "items": []}
+        assert code == 0 and json.loads(out) == {"enabled": True, "items": [], "truncated": False}
         code, _, err = run(st, capsys, "ask", "The prod DB host is db-prod-42. 以后请用中文回答。")
         assert code == 0, err
         um = st.srv.services.memory.user_memory
@@ -55,3 +55,23 @@ def test_memory_off_and_usage(tmp_path: Path, capsys: pytest.CaptureFixture) -> 
         with pytest.raises(SystemExit) as exc:
             run(st, capsys, "memory")
         assert exc.value.code == 2
+
+
+def test_memory_list_says_when_the_reply_held_only_the_newest_items(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    """Over the server's max_message_size the reply keeps the newest items (protocol.md §5.10): the
+    text output says so on stderr and --json carries "truncated"."""
+    from server.memory.user_store import MemoryItem
+    with ServerThread(tmp_path, memory="auto", max_message_size=65535,
+                      sections={"user_memory": {"max_items": 1000}}) as st:
+        items = [MemoryItem(f"m{n:03d}", "fact", f"The host number {n} of the fleet is host-{n:04d}.example.net.",
+                            "s_20261122_000000000000", n + 1, f"2026-11-22T{n // 3600:02d}:{n // 60 % 60:02d}:"
+                            f"{n % 60:02d}+00:00") for n in range(600)]
+        st.run(st.srv.services.memory.user_memory.store.add("local", items))
+        code, out, err = run(st, capsys, "memory", "list", "--json")
+        body = json.loads(out)
+        assert code == 0 and body["truncated"] is True and 0 < len(body["items"]) < 600
+        assert body["items"][-1]["id"] == "m599"
+        code, out, err = run(st, capsys, "memory", "list")
+        shown = len(out.strip().splitlines())
+        assert code == 0 and err == f"nplt-client: only the {shown} newest items fit in the server's reply\n"
