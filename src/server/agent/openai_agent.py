@@ -141,8 +141,9 @@ class OpenAIAgent:
             done = await run_tool_step(self.registry, sink, [CallRequest(c.id, c.name, c.arguments) for c in res.calls],
                                        ctx, step, self.cfg.tool_timeout_s)
             calls.extend(done)
-            prompt.add_step(_assistant_message(res), [{"role": "tool", "tool_call_id": d.id, "content": d.result}
-                                                      for d in done])
+            # counting up to max_calls_per_step results of max_result_chars (~10 ms): off the loop
+            await asyncio.to_thread(prompt.add_step, _assistant_message(res),
+                                    [{"role": "tool", "tool_call_id": d.id, "content": d.result} for d in done])
         else:
             finish, last = "max_iterations", (FINAL_ANSWER_PROMPT, "tool-call limit reached; answering")
         if last is not None:
