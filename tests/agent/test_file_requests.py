@@ -89,3 +89,17 @@ async def test_refusals_are_answered_and_the_turn_goes_on(agent):
     assert result.finish_reason == "stop"
     answer, _, _ = await ask(agent, "查看 .env 的内容")
     assert "无法完成" in answer and "密钥" in answer and "KEY=1" not in answer
+
+
+async def test_cut_reads_and_searches_are_explained_in_the_question_language(tmp_path):
+    (tmp_path / "big.log").write_text("".join(f"line {i:05} ERROR {'x' * 60}\n" for i in range(2000)))
+    agent = OfflineAgent(AgentConfig(), ToolRegistry(ToolsConfig(file_roots=[str(tmp_path)], max_file_bytes=4096,
+                                                                 max_search_bytes=4096)))
+    answer, _, _ = await ask(agent, "查看 big.log 的内容")
+    assert "只读取了文件的前 4.0 KiB" in answer and "only the first" not in answer
+    answer, _, _ = await ask(agent, "show me the contents of big.log")
+    assert "(Only the first 4.0 KiB of the file are read (tools.max_file_bytes)" in answer
+    answer, _, _ = await ask(agent, "在 big.log 中搜索 ERROR")
+    assert answer.endswith("（搜索提前结束：已达到匹配条数上限。）")
+    answer, _, _ = await ask(agent, "grep ERROR in big.log")
+    assert answer.endswith("(Search stopped early: the match limit was reached.)")

@@ -37,13 +37,29 @@ def _read_file(d: dict[str, Any], zh: bool) -> str:
               f"{d['path']}（大小 {d['size']}，修改于 {d['modified']}），第 {first}-{first + n - 1} 行：")
     if not n:
         return _j(zh, f"{d['path']} is empty.", f"{d['path']} 是空文件。") if first == 1 else \
-            head + "\n" + d.get("note", "")
+            head + ("\n" + _byte_cap(d, zh) if d.get("read_limit") else "")
     out = f"{head}\n```\n{d['text']}\n```"
     if d.get("next_offset"):
         out += _j(zh, f"\n(More from line {d['next_offset']}.)", f"\n（后续内容从第 {d['next_offset']} 行开始。）")
-    if d.get("note"):
-        out += "\n" + d["note"]
+    if d.get("read_limit"):
+        out += "\n" + _byte_cap(d, zh)
     return out
+
+
+def _byte_cap(d: dict[str, Any], zh: bool) -> str:
+    """The tool's note on a file longer than ``tools.max_file_bytes``, in the question's language."""
+    return _j(zh, f"(Only the first {d['read_limit']} of the file are read (tools.max_file_bytes); "
+                  "search_files or read_log reach the rest.)",
+              f"（只读取了文件的前 {d['read_limit']}（tools.max_file_bytes）；其余部分可用 search_files 或 read_log 查看。）")
+
+
+# why search_files ended early (``stopped``), in each language
+STOPPED = {"limit": ("the match limit was reached", "已达到匹配条数上限"),
+           "max_search_files": ("tools.max_search_files files searched", "已搜索 tools.max_search_files 个文件"),
+           "max_search_bytes": ("tools.max_search_bytes read", "已读取 tools.max_search_bytes 字节"),
+           "search_timeout_s": ("tools.search_timeout_s reached", "已达到 tools.search_timeout_s 时限"),
+           "max_result_chars": ("the result is as long as tools.max_result_chars allows",
+                                "结果已达到 tools.max_result_chars 长度上限")}
 
 
 def _search_files(d: dict[str, Any], zh: bool) -> str:
@@ -56,7 +72,8 @@ def _search_files(d: dict[str, Any], zh: bool) -> str:
     body = "\n".join(f"{m['path']}:{m['line']}: {m['text']}" for m in matches)
     out = f"{head}\n```\n{body}\n```"
     if d.get("stopped"):
-        out += _j(zh, f"\n(Search stopped early: {d['stopped']}.)", f"\n（搜索提前结束：{d['stopped']}。）")
+        en, cn = STOPPED.get(d["stopped"], (d["stopped"], d["stopped"]))
+        out += _j(zh, f"\n(Search stopped early: {en}.)", f"\n（搜索提前结束：{cn}。）")
     return out
 
 

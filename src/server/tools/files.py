@@ -208,6 +208,7 @@ def read_file(cfg: ToolsConfig, path: str, offset: int, lines: int,
     if stopped in ("lines", "size"):
         result["next_offset"] = offset + len(out)
     if stopped == "byte_cap":
+        result["read_limit"] = fmt_bytes(cfg.max_file_bytes)
         result["note"] = (f"only the first {fmt_bytes(cfg.max_file_bytes)} of the file are read "
                           "(tools.max_file_bytes); use search_files or read_log for the rest")
     return result
