@@ -6,6 +6,7 @@ import time
 import pytest
 
 from server.agent.config import AgentConfig
+from server.agent.file_intents import parse_file_request
 from server.agent.intents import parse
 from server.agent.offline import OfflineAgent
 from server.tools import ToolRegistry, ToolsConfig
@@ -103,3 +104,24 @@ async def test_cut_reads_and_searches_are_explained_in_the_question_language(tmp
     assert answer.endswith("（搜索提前结束：已达到匹配条数上限。）")
     answer, _, _ = await ask(agent, "grep ERROR in big.log")
     assert answer.endswith("(Search stopped early: the match limit was reached.)")
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("查看 /data/日志/app.log 的内容", ("read_file", {"path": "/data/日志/app.log"})),
+    ("show me /home/张三/notes.md", ("read_file", {"path": "/home/张三/notes.md"})),
+    ("cat “/srv/报表/2026 年.csv”", ("read_file", {"path": "/srv/报表/2026 年.csv"})),
+    ("看看 报告.txt", ("read_file", {"path": "报告.txt"})),
+    ("列出 /srv/数据 目录下的文件", ("list_dir", {"path": "/srv/数据"})),
+    ("ls 数据/", ("list_dir", {"path": "数据/"})),
+    ("列出/tmp目录下的文件", ("list_dir", {"path": "/tmp"})),      # unspaced: ASCII only, as before
+])
+def test_paths_with_other_characters_when_quoted_or_spaced(text, expected):
+    assert parse_file_request(text) == expected
+
+
+async def test_a_chinese_file_name_is_read(tmp_path):
+    (tmp_path / "日志").mkdir()
+    (tmp_path / "日志" / "应用.log").write_text("启动完成\n")
+    agent = OfflineAgent(AgentConfig(), ToolRegistry(ToolsConfig(file_roots=[str(tmp_path)])))
+    answer, _, result = await ask(agent, f"查看 {tmp_path}/日志/应用.log 的内容")
+    assert [c.tool_name for c in result.tool_calls] == ["read_file"] and "启动完成" in answer

@@ -47,9 +47,29 @@ MAX_REQUEST_CHARS = 500      # longer messages are not file requests (and keep t
 _IGNORE_CASE = re.compile(r"\b(?:ignore[- ]case|case[- ]insensitive)\b|忽略大小写|不区分大小写", re.IGNORECASE)
 
 
+# A path with other characters ("/data/日志/app.log") is taken only when quoted or after a space:
+# unquoted and next to Chinese words its ends would be a guess.
+_WIDE_PATH = r"(?:/[^\s/]*(?:/[^\s/]*)*|[^\s/]+(?:/[^\s/]*)+|[^\s/]*[^\s/.]\.[A-Za-z][A-Za-z0-9]{0,7})"
+_WIDE_RE = re.compile(r"[\"'“”‘’`]([^\"'“”‘’`\n]*[^\x00-\x7f][^\"'“”‘’`\n]*)[\"'“”‘’`]"
+                      rf"|(?<=\s)({_WIDE_PATH})(?=[\s，。？！,?!]|$)")
+_TRAILING = "，。？！,?!"
+
+
 def paths_in(text: str) -> list[str]:
-    """Path-looking tokens (absolute, relative with a slash, or a file name with an extension)."""
-    return [p for p in _PATH_RE.findall(text) if not re.fullmatch(r"[\d.]+", p)]
+    """Path-looking tokens (absolute, relative with a slash, or a file name with an extension), in
+    the order they appear; a token with characters outside ASCII only when quoted or between spaces."""
+    found: list[tuple[int, str]] = []
+    spans: list[tuple[int, int]] = []
+    for m in _WIDE_RE.finditer(text):
+        quoted = m.group(1) is not None
+        path = m.group(1).strip() if quoted else m.group(2).rstrip(_TRAILING)
+        if not path.isascii() and (not quoted or re.fullmatch(_WIDE_PATH, path.replace(" ", "_"))):
+            found.append((m.start(), path))
+            spans.append(m.span())
+    for m in _PATH_RE.finditer(text):
+        if not re.fullmatch(r"[\d.]+", m.group(1)) and not any(a <= m.start() < b for a, b in spans):
+            found.append((m.start(), m.group(1)))
+    return [path for _, path in sorted(found)]
 
 
 def _grep(text: str) -> dict[str, Any] | None:
