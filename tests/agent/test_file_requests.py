@@ -38,6 +38,15 @@ from .conftest import RecordingSink, make_request
     ("在 /var/log 里查找 error", ("search_files", {"root": "/var/log", "pattern": "error"})),
     ("搜索 app.log 中的 ERROR", ("search_files", {"root": "app.log", "pattern": "ERROR"})),
     ("app.log 里有没有 ERROR", ("search_files", {"root": "app.log", "pattern": "ERROR"})),
+    ("列出 nginx 目录下的文件", ("list_dir", {"path": "nginx"})),
+    ("list files in nginx", ("list_dir", {"path": "nginx"})),
+    ("ls nginx", ("list_dir", {"path": "nginx"})),
+    ("ls -la", ("list_dir", {"path": "."})),
+    ("list files in the current directory", ("list_dir", {"path": "."})),
+    ("查看 config.yaml 第2行", ("read_file", {"path": "config.yaml", "offset": 2, "lines": 1})),
+    ("查看 config.yaml 第2到5行", ("read_file", {"path": "config.yaml", "offset": 2, "lines": 4})),
+    ("show me lines 10-20 of app.py", ("read_file", {"path": "app.py", "offset": 10, "lines": 11})),
+    ("查看 /var/log/app.log 第 100 行", ("read_file", {"path": "/var/log/app.log", "offset": 100, "lines": 1})),
 ])
 def test_file_requests_are_recognized(text, expected):
     assert [(i.tool, i.arguments) for i in parse(text)] == [expected]
@@ -80,6 +89,10 @@ async def test_offline_answers_from_the_file_tools(agent, tmp_path):
     assert "port: 8080" in answer and "hunter2hunter2" not in answer and "[REDACTED]" in answer
     answer, _, _ = await ask(agent, "grep ERROR in nginx")
     assert "access.log:2: GET /x 500 ERROR upstream" in answer and answer.startswith("1 line(s) matching 'ERROR'")
+    answer, _, result = await ask(agent, "列出 nginx 目录下的文件")
+    assert result.tool_calls[0].arguments["path"] == "nginx" and "access.log" in answer
+    answer, _, _ = await ask(agent, "查看 config.yaml 第2行")
+    assert "password:" in answer and "port: 8080" not in answer
     answer, _, _ = await ask(agent, "在 nginx 中搜索 ERROR")
     assert answer.startswith("在 ") and "access.log:2:" in answer
 

@@ -2,8 +2,8 @@
 
 "列出 /var/log/nginx 目录下的文件", "what's in /etc/nginx" -> list_dir; "查看 config.yaml 的内容",
 "cat /etc/hosts" -> read_file; "grep ERROR in app.log", "在 app.log 中搜索 ERROR" -> search_files.
-A request that names no path gets none of them (except a directory listing, which then lists the
-first allowed root). Tails of logs stay with read_log (server.agent.intents).
+A request that names no path gets none of them (except a directory listing: "ls nginx" lists the
+bare name, "list files" the first allowed root); "第 2 行" / "lines 2-5" choose the lines read. Tails of logs stay with read_log (server.agent.intents).
 """
 from __future__ import annotations
 
@@ -100,6 +100,24 @@ def _grep_args(text: str, pattern: str, root: str, ignore_case: bool) -> dict[st
     return args
 
 
+# "ls nginx", "list files in nginx", "列出 nginx 目录下的文件": a bare directory name to list
+_BARE_DIR = re.compile(rf"(?:\b(?:ls|dir)\s+|\bfiles?\s+(?:in|under)\s+|列出\s*)({_C}+)"
+                       r"(?=\s*(?:目录|文件夹|[?.!？。]|$))", re.IGNORECASE)
+# "第 2 行", "第2到5行", "line 2", "lines 2-5": where read_file starts and how many lines it shows
+_LINES = re.compile(r"第\s*(\d{1,9})\s*(?:(?:-|到|至|~)\s*(?:第\s*)?(\d{1,9})\s*)?行"
+                    r"|\blines?\s+(\d{1,9})(?:\s*(?:-|to|through)\s*(\d{1,9}))?\b", re.IGNORECASE)
+
+
+def _line_range(text: str) -> dict[str, int]:
+    m = _LINES.search(text)
+    if m is None:
+        return {}
+    first, last = (int(m.group(1)), m.group(2)) if m.group(1) else (int(m.group(3)), m.group(4))
+    first = max(first, 1)
+    count = int(last) - first + 1 if last is not None and int(last) >= first else 1
+    return {"offset": first, "lines": count}
+
+
 def parse_file_request(text: str) -> tuple[str, dict[str, Any]] | None:
     """(tool, arguments) for a file request, or None."""
     if len(text) > MAX_REQUEST_CHARS:
@@ -109,9 +127,11 @@ def parse_file_request(text: str) -> tuple[str, dict[str, Any]] | None:
         return "search_files", grep
     paths = paths_in(text)
     if _LIST.search(text) and not (paths and _READ.search(text) and not re.search(r"目录|folder|directory|\bdir\b|\bls\b", text, re.I)):
-        return "list_dir", {"path": paths[0] if paths else "."}
-    if paths and _READ.search(text) and not _LOGISH.search(text):
-        return "read_file", {"path": paths[0]}
+        bare = _BARE_DIR.search(text) if not paths else None
+        name = bare.group(1) if bare is not None and not bare.group(1).startswith("-") else None
+        return "list_dir", {"path": paths[0] if paths else name or "."}
+    if paths and _READ.search(text) and (not _LOGISH.search(text) or _LINES.search(text)):
+        return "read_file", {"path": paths[0], **_line_range(text)}
     if paths and re.search(r"的内容|\bcontents?\b|\bcat\b", text, re.IGNORECASE):
-        return "read_file", {"path": paths[0]}   # "查看 app.log 的内容": the file from its start
+        return "read_file", {"path": paths[0], **_line_range(text)}   # "查看 app.log 的内容": from its start
     return None
