@@ -22,12 +22,13 @@ class BasicMemory:
         self.system_prompt = system_prompt
 
     async def build_context(self, session_id: str, user_id: str, new_message: ChatMessage,
-                            model: str) -> BuiltContext:
+                            model: str, reserve_tokens: int = 0) -> BuiltContext:
+        """``reserve_tokens`` (the agent's tool schemas) is only recorded: there is no budget here."""
         record = await self.store.get(session_id)
         system = self.system_prompt if record.system_prompt is None else record.system_prompt
         messages = [{"role": "system", "content": system}, {"role": "user", "content": new_message.content}]
         meta = {"memory": "basic", "turns_kept": 0, "turns_dropped": 0, "summary_used": False,
-                "recalled_turns": 0}
+                "recalled_turns": 0, "tool_schema_tokens": max(0, reserve_tokens)}
         return BuiltContext(messages=messages, metadata=meta)
 
     async def after_turn(self, session_id: str, user_id: str, answer: ChatMessage | None = None) -> None:

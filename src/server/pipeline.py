@@ -11,10 +11,11 @@ passage citations -- never their text, so a later clear or forget leaves no copy
   (the offline agent's rule, or the model calling ``search_knowledge``); ``generate`` adopts it
   (``adopt_agent_decisions``: ``decided_by: "agent"``).
 * ``recall``: the memory layer's ``build_context``: summary, recalled turns, long-term memory
-  items, recent window, all within the budget; records which were used and what was dropped, why:
-  for the prompt budget, and before it (``cut``: recalled turns under the minimum score, over
-  ``recall.token_budget`` or past ``recall.k``; memory items over ``user_memory.token_budget`` or
-  past ``user_memory.k``), with the ids of what was left out.
+  items, recent window, all within the budget left after ``state.tool_schema_tokens`` (what every
+  model request also carries: the agent's tool schemas, reserved first); records which were used
+  and what was dropped, why: for the prompt budget, and before it (``cut``: recalled turns under
+  the minimum score, over ``recall.token_budget`` or past ``recall.k``; memory items over
+  ``user_memory.token_budget`` or past ``user_memory.k``), with the ids of what was left out.
 * ``retrieve``: knowledge passages for the turn. Default: skipped (no knowledge put in the prompt
   up front); passages the agent got from ``search_knowledge`` are recorded by ``generate`` (their
   citations, ``via: "search_knowledge tool"``). A
@@ -66,6 +67,7 @@ class TurnState:
     turn_id: str
     user_message: ChatMessage
     route: str = "chat"
+    tool_schema_tokens: int = 0          # the agent's per-request tokens besides the messages (reserved)
     context: BuiltContext | None = None
     passages: list[Passage] = field(default_factory=list)
     result: TurnResult | None = None
@@ -92,7 +94,8 @@ async def route(state: TurnState) -> None:
 def recall_step(memory: Any) -> Step:
     """The recall step over a memory layer (``build_context``)."""
     async def recall(state: TurnState) -> None:
-        ctx = await memory.build_context(state.session_id, state.user_id, state.user_message, state.model)
+        ctx = await memory.build_context(state.session_id, state.user_id, state.user_message, state.model,
+                                         reserve_tokens=state.tool_schema_tokens)
         state.context = ctx
         m = ctx.metadata
         dropped = [{"what": "turns", "count": m.get("turns_dropped", 0), "why": "over the prompt budget"},
@@ -113,8 +116,11 @@ def recall_step(memory: Any) -> Step:
                      summary=m.get("summary_used"),
                      recalled=list(m.get("recalled", [])), memory_items=list(m.get("memory_items", [])),
                      turns_kept=m.get("turns_kept"), prompt_tokens=m.get("prompt_tokens_estimate"),
-                     budget_tokens=m.get("budget_tokens"), dropped=dropped,
+                     budget_tokens=m.get("budget_tokens"), tool_schema_tokens=m.get("tool_schema_tokens", 0),
+                     dropped=dropped,
                      truncated=[k for k in ("summary_trimmed", "message_truncated", "system_truncated") if m.get(k)])
+        if m.get("budget_floored"):               # the tool schemas left less than MIN_PROMPT_BUDGET
+            state.trace["recall"]["budget_floored"] = True
     return recall
 
 

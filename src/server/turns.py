@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from protocol import ErrorCode
 from protocol.objects import QueuedTurn, TurnState
 from protocol.server_events import TurnEnd, TurnError, TurnStart
-from server.agent.base import AgentError, BuiltContext, TurnResult
+from server.agent.base import AgentError, BuiltContext, TurnResult, tool_schema_tokens
 from server.config import LimitsConfig
 from server.errors import HandlerError, failure_of, not_found
 from server.hub import Hub, Subscriber
@@ -382,6 +382,8 @@ class TurnRunner:
         state = PipelineState(turn.session_id, turn.user_id, turn.model, turn.turn_id, turn.user_message)
         try:
             if turn.cancel_reason is None:
+                # every request also carries the agent's tool schemas: reserved before the context is fitted
+                state.tool_schema_tokens = await tool_schema_tokens(self.agent, turn.user_id)
                 ctx = await self.pipeline.prepare(state)
             if turn.cancel_reason is not None:
                 raise asyncio.CancelledError

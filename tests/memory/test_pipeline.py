@@ -113,7 +113,7 @@ async def test_prepare_runs_the_steps_in_order_and_a_step_can_be_replaced():
     order = []
 
     class Memory:
-        async def build_context(self, session_id, user_id, message, model):
+        async def build_context(self, session_id, user_id, message, model, reserve_tokens=0):
             order.append("recall")
             return BuiltContext([{"role": "user", "content": message.content}], {"memory": "basic"})
 

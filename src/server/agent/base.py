@@ -1,5 +1,8 @@
 """The agent interface the turn pipeline drives: TurnSink (events out), TurnRequest, TurnResult, Agent.
 
+``Agent.tool_schema_tokens(user_id)``: what every request of the turn carries besides its messages
+(the tool schemas), reserved from the prompt budget before the context is built (docs/memory.md).
+
 See docs/architecture.md. An agent reports everything it does through the sink; the turn runner turns
 each call into protocol events and, on cancellation, builds the partial answer from what it received.
 """
@@ -67,5 +70,15 @@ class Agent(Protocol):
 
     def models(self) -> list[str]: ...
     async def run_turn(self, req: TurnRequest, sink: TurnSink) -> TurnResult: ...
+    # tokens every model request of ``user_id``'s turn carries besides its messages (the tool schemas)
+    async def tool_schema_tokens(self, user_id: str) -> int: ...
     async def complete(self, messages: list[dict[str, Any]], model: str | None = None) -> str: ...
     async def aclose(self) -> None: ...
+
+
+async def tool_schema_tokens(agent: Any, user_id: str) -> int:
+    """The tokens ``agent`` adds to each request of ``user_id``'s turn outside the messages (the
+    ``tools`` schemas it offers), which the prompt budget reserves; 0 for an agent that sends none
+    or does not say (the offline agent, test fakes)."""
+    count = getattr(agent, "tool_schema_tokens", None)
+    return max(0, int(await count(user_id))) if count is not None else 0

@@ -97,7 +97,8 @@ class ToolCallAssembler:
 class TurnPrompt:
     """The messages of each request of one turn: the built context, then the turn's own tool steps
     (assistant message with ``tool_calls``, then its results), fitted into what the context budget
-    (``metadata["budget_tokens"]``, from ``[context]``) leaves after the built context.
+    (``metadata["budget_tokens"]``, from ``[context]``, the tool schemas every request carries
+    already taken off by the memory layer) leaves after the built context.
 
     Over budget, this turn's tool results are shortened, oldest first, each keeping its
     ``tool_call_id`` and ending in ``BUDGET_CUT_NOTE``; the stored results stay whole. When even

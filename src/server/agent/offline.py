@@ -43,6 +43,10 @@ class OfflineAgent:
     async def aclose(self) -> None:
         return None
 
+    async def tool_schema_tokens(self, user_id: str) -> int:
+        """No model request, so no tool schemas to reserve room for."""
+        return 0
+
     async def complete(self, messages: list[dict[str, Any]], model: str | None = None) -> str:
         """No model to summarize with: "" tells the memory layer to use its extractive summarizer."""
         return ""

@@ -5,7 +5,10 @@ run the step's tool calls concurrently, append the assistant message and the too
 After ``max_iterations`` steps one last call without tool use asks for an answer with what it has.
 Each follow-up request fits the turn's own tool steps into the context budget left after the built
 context (``TurnPrompt``: this turn's oldest results are cut first); when even that cannot fit, the
-loop ends the same way, with finish reason ``context_budget``.
+loop ends the same way, with finish reason ``context_budget``. Every request (the last one with
+``tool_choice: "none"`` too) also carries the ``tools`` schemas: ``tool_schema_tokens(user_id)``
+counts them, and the memory layer reserves that much of the window before it builds the context, so
+its ``budget_tokens`` is what is left for the messages.
 The SDK's own retries are off (``max_retries=0``) and one policy retries here instead: 429, 5xx,
 connection errors and streams cut before any text, with exponential backoff and jitter
 (``retry-after`` honoured, capped), as long as no text of the step has been relayed yet. The SDK's
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
 
 import openai
+import orjson
 
 from server.agent.base import AgentError, TurnRequest, TurnResult, TurnSink
 from server.agent.chat_stream import MalformedStream, StreamEnded, StreamInterrupted, iter_chunks
@@ -51,6 +55,7 @@ BUDGET_ANSWER_PROMPT = ("The results of further tool calls would not fit the con
                         "call any more tools: answer now with the information gathered so far, and say what is "
                         "still unknown.")
 NO_KEY_PLACEHOLDER = "no-key"   # the SDK insists on a key; keyless local servers ignore it
+SCHEMA_COUNTS_CACHED = 8        # token counts of distinct tool-schema lists kept (a user sees one of a few)
 
 
 @dataclass(slots=True)
@@ -90,6 +95,8 @@ class OpenAIAgent:
         self._stream_usage = True    # cleared when the endpoint rejects stream_options
         # counts this turn's tool steps against the context budget (the memory layer's counter fits)
         self.counter: TokenCounter = counter or ApproxTokenCounter()
+        self._schema_tokens: dict[str, int] = {}        # a tool-schema list (as JSON) -> its tokens
+        self._schema_counter: TokenCounter = self.counter     # the counter they were counted with
         self.client = client or openai.AsyncOpenAI(
             base_url=self.base_url, api_key=llm.api_key or NO_KEY_PLACEHOLDER,
             timeout=llm.request_timeout_s, max_retries=0)
@@ -114,6 +121,27 @@ class OpenAIAgent:
     async def aclose(self) -> None:
         await self.catalog.aclose()
         await self.client.close()
+
+    async def tool_schema_tokens(self, user_id: str) -> int:
+        """The tokens of the ``tools`` every request of ``user_id``'s turn carries (the schemas
+        ``schemas_for`` offers, counted with the prompt's counter; cached per distinct list). The
+        memory layer reserves them before it fits the context (docs/memory.md, "Budget")."""
+        return self.count_schemas(await self.registry.schemas_for(user_id))
+
+    def count_schemas(self, tools: list[dict[str, Any]]) -> int:
+        """The tokens of ``tools`` as sent: compact UTF-8 JSON, as the SDK serializes the body."""
+        if not tools:
+            return 0
+        if self._schema_counter is not self.counter:        # (the server wires in the memory layer's counter)
+            self._schema_tokens.clear()
+            self._schema_counter = self.counter
+        text = orjson.dumps(tools).decode()
+        n = self._schema_tokens.get(text)
+        if n is None:
+            if len(self._schema_tokens) >= SCHEMA_COUNTS_CACHED:
+                self._schema_tokens.clear()
+            n = self._schema_tokens[text] = self.counter.count(text)
+        return n
 
     # -- turns -------------------------------------------------------------------------------------
 

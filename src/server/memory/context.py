@@ -7,6 +7,8 @@ whatever comes out: a tool result without its call, or a call without its result
 
 Over budget, the assembler gives up, in order: whole oldest turns, recalled excerpts (lowest rank
 first), long-term memory items (lowest rank first), the summary's tail, the new message's tail (with a note), and last the system prompt's tail.
+The budget is what the window leaves for the messages: what every request carries besides them (the
+agent's tool schemas, ``reserve``) is taken off first, never below ``MIN_PROMPT_BUDGET``.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from server.agent.base import BuiltContext
 from server.agent.transcript import history_to_openai
 from storage.models import ChatMessage, SummaryRecord
 
+from server.memory.config import MIN_PROMPT_BUDGET
 from server.memory.tokens import TokenCounter, message_tokens, splits_at_whitespace, truncate_to_tokens
 
 TRUNCATION_NOTE = "\n[message truncated to fit the model's context window]"
@@ -223,13 +226,25 @@ def _shrink(counter: TokenCounter, text: str, excess: int, note: str) -> str:
     return truncate_to_tokens(counter, text, room) + note
 
 
+def message_budget(budget: int, reserve: int) -> tuple[int, bool]:
+    """The tokens the messages may use when every request also carries ``reserve`` tokens besides
+    them (the tool schemas), and whether that hit the floor: never below ``MIN_PROMPT_BUDGET`` (nor
+    above ``budget``), so schemas that leave less than that make the request larger than the window
+    rather than leave no room for the new message."""
+    room = budget - max(0, reserve)
+    floor = min(budget, MIN_PROMPT_BUDGET)
+    return (room, False) if room >= floor else (floor, True)
+
+
 def assemble(parts: Parts, counter: TokenCounter, budget: int,
-             stable: dict[tuple[str, str], int] | None = None) -> BuiltContext:
-    """The prompt for one turn, at most ``budget`` tokens (by ``counter``), with its metadata.
+             stable: dict[tuple[str, str], int] | None = None, reserve: int = 0) -> BuiltContext:
+    """The prompt for one turn, with its metadata: at most ``budget`` tokens (by ``counter``) less
+    ``reserve``, the tokens each request carries besides the messages (``message_budget``).
 
     ``stable``: optional memo of message tokens kept across calls (see ``_Prompt``). With an
     ``additive`` counter the estimate is exact, so the whole prompt is not counted again.
     """
+    budget, floored = message_budget(budget, reserve)
     p = _Prompt(parts, counter, stable)
     exact = bool(getattr(counter, "additive", False))
     dropped = recall_dropped = memory_dropped = 0
@@ -274,8 +289,11 @@ def assemble(parts: Parts, counter: TokenCounter, budget: int,
         "memory_items": [e.ids[0] for e in p.memory],
         "memory_dropped": memory_dropped,
         "prompt_tokens_estimate": total,
-        "budget_tokens": budget,
+        "budget_tokens": budget,                         # for the messages: the tool schemas are reserved
+        "tool_schema_tokens": max(0, reserve),
         **flags,
         **parts.flags,
     }
+    if floored:                                          # the schemas leave less than MIN_PROMPT_BUDGET
+        meta["budget_floored"] = True
     return BuiltContext(messages=msgs, metadata=meta)

@@ -83,8 +83,12 @@ class MemoryManager:
 
     # -- context -------------------------------------------------------------------------------
     async def build_context(self, session_id: str, user_id: str, new_message: ChatMessage,
-                            model: str) -> BuiltContext:
-        """System prompt + summary + recalled turns + recent turns + the new message, within budget."""
+                            model: str, reserve_tokens: int = 0) -> BuiltContext:
+        """System prompt + summary + recalled turns + recent turns + the new message, within budget.
+
+        ``reserve_tokens``: what every model request of the turn carries besides the messages (the
+        agent's tool schemas), taken off the budget first; the metadata's ``budget_tokens`` is what
+        is left for the messages, ``tool_schema_tokens`` the reserve."""
         cfg = self.config
         record, view = await self.sync_view(session_id)
         got = view.window(cfg.context.recent_turns, new_message.id, self.counter) if view is not None else None
@@ -123,7 +127,7 @@ class MemoryManager:
         parts = Parts(system, new_message.content, summary, excerpts, window, flags, items)
         if len(self._stable_tokens) > STABLE_MEMO_SIZE:
             self._stable_tokens.clear()
-        return assemble(parts, self.counter, cfg.context.budget, self._stable_tokens)
+        return assemble(parts, self.counter, cfg.context.budget, self._stable_tokens, reserve_tokens)
 
     async def _read_window(self, record: SessionRecord, new_message: ChatMessage
                            ) -> tuple[SummaryRecord | None, list[Turn], int]:
