@@ -81,8 +81,10 @@ def build_runtime(config: ServerConfig, store: Any, notify: Callable[..., Any], 
         return None if user_memory is None else await user_memory.list(user_id)
 
     if agent is None:
+        # (long-term memory turned off by config: no user_memory tool, and the offline agent says so)
         tools = ToolRegistry(config.tools, search=search, knowledge=knowledge, offers=offers,
-                             memory_items=remembered, protected=protected_paths(config))
+                             memory_items=remembered if config.memory.user_memory.enabled else None,
+                             protected=protected_paths(config))
         agent = build_agent(config.llm, config.agent, tools)
     if memory == "basic":  # explicitly requested (tests): no summaries, no recall
         memory = BasicMemory(store, config.agent.system_prompt)

@@ -28,8 +28,11 @@ def size_of(text: str) -> float:
 
 @pytest.fixture
 def agent(tmp_path) -> OfflineAgent:
+    async def remembered(user_id):        # long-term memory on (and empty)
+        return []
     return OfflineAgent(AgentConfig(stream_chunk_chars=16), ToolRegistry(ToolsConfig(cpu_sample_s=0.05,
-                                                                                      log_roots=[str(tmp_path)])))
+                                                                                      log_roots=[str(tmp_path)]),
+                                                                          memory_items=remembered))
 
 
 async def ask(agent: OfflineAgent, text: str) -> tuple[str, RecordingSink, object]:
@@ -283,3 +286,20 @@ async def test_of_several_statements_about_one_thing_only_the_newest_is_quoted(a
     result = await agent.run_turn(make_request(question, context=context[:-1] + block[1:], model="offline"),
                                   RecordingSink())
     assert result.content == f"From what you told me earlier:\n- {line}"
+
+
+async def test_with_long_term_memory_turned_off_nothing_claims_to_be_kept(tmp_path):
+    from server.config import ServerConfig
+    from server.wiring import build_runtime
+
+    config = ServerConfig.from_dict({"storage": {"root": str(tmp_path)}, "user_memory": {"enabled": False}}, env={})
+    agent, _ = build_runtime(config, None, lambda *a, **k: None, memory="basic")
+    assert "user_memory" not in agent.registry.names          # not offered to a model either
+    result = await agent.run_turn(make_request("remember that the staging server is stage-7.internal",
+                                               model="offline"), RecordingSink())
+    assert result.content.startswith("Long-term memory is turned off on this server, so this stays in this "
+                                     "conversation only:") and "Noted" not in result.content
+    result = await agent.run_turn(make_request("记住我们的备份服务器在杭州机房", model="offline"), RecordingSink())
+    assert result.content.startswith("这台服务器关闭了长期记忆，以下内容只保留在本次对话中：")
+    result = await agent.run_turn(make_request("what do you remember about me?", model="offline"), RecordingSink())
+    assert result.content == "Long-term memory is turned off on this server." and result.tool_calls == []

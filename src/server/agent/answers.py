@@ -64,10 +64,19 @@ def courtesy(zh: bool) -> str:
     return "不客气。还有什么需要帮忙的吗？" if zh else "You're welcome. Anything else?"
 
 
-def noted(items: list[str], zh: bool) -> str:
+def memory_off(zh: bool) -> str:
+    return _j(zh, "Long-term memory is turned off on this server.", "这台服务器关闭了长期记忆。")
+
+
+def noted(items: list[str], zh: bool, kept: bool = True) -> str:
     """The reply to a message that only states facts or preferences: what was understood, as the
-    user memory keeps it (when it is on), so the user can check it."""
-    head = "好的，记下了：" if zh else "Noted:"
+    user memory keeps it, so the user can check it; ``kept`` False (long-term memory turned off):
+    that it stays in this conversation only."""
+    if not kept:
+        head = _j(zh, "Long-term memory is turned off on this server, so this stays in this conversation only:",
+                  "这台服务器关闭了长期记忆，以下内容只保留在本次对话中：")
+    else:
+        head = "好的，记下了：" if zh else "Noted:"
     return "\n".join([head, *(f"- {item}" for item in items)])
 
 
@@ -213,7 +222,7 @@ def _clock(d: dict[str, Any], zh: bool) -> str:
 
 def _user_memory(d: dict[str, Any], zh: bool) -> str:
     if not d["enabled"]:
-        return _j(zh, "Long-term memory is turned off on this server.", "这台服务器关闭了长期记忆。")
+        return memory_off(zh)
     items = d["items"]
     if not items:
         return _j(zh, "I don't remember anything about you yet. Tell me facts or preferences "

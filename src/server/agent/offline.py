@@ -58,7 +58,9 @@ class OfflineAgent:
         found = intents.parse(text)
         calls = []
         known = self.registry.names
-        found = [i for i in found if not i.tool or i.tool in known]   # (user_memory: only with a memory layer)
+        memory_off = "user_memory" not in known          # long-term memory turned off (or no memory layer)
+        asked_memory = memory_off and any(i.tool == "user_memory" for i in found)
+        found = [i for i in found if not i.tool or i.tool in known]
         tool_intents = [i for i in found if i.tool]
         noted = knowledge_route.statement_items(text) if not tool_intents else []
         recalled = None if tool_intents or noted else memory_answers.answer(text, req.context.messages, zh)
@@ -78,12 +80,15 @@ class OfflineAgent:
             calls = await run_tool_step(self.registry, sink, requests, ToolContext(req.user_id, req.session_id),
                                         step=0, timeout=self.cfg.tool_timeout_s)
             answer = "\n\n".join(answers.render(c, zh) for c in calls)
-        elif noted:
-            answer = answers.noted([item for _, item in noted], zh)   # what the user memory keeps
+        elif noted:                # what the user memory keeps; without it, nothing is kept beyond this session
+            answer = answers.noted([item for _, item in noted], zh, kept=not memory_off)
             found = [intents.Intent("note", 1.0)]
         elif recalled is not None:
             answer = recalled                                        # what the user said in other sessions
             found = [intents.Intent("memory", 1.0)]
+        elif asked_memory:        # "what do you remember about me?" with long-term memory off
+            answer = answers.memory_off(zh)
+            found = [intents.Intent("remembered", 1.0)]
         elif found:   # help
             answer = answers.help_text(zh)
         elif knowledge_route.COURTESY.fullmatch(text.strip()):
