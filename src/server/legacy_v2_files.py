@@ -10,8 +10,12 @@ connection's request worker waits for one to end (given up if the connection clo
 known from the metadata alone (bad JSON, hostile name, unsupported type, over ``[knowledge]
 max_upload_bytes``, ``user_quota_bytes`` or ``max_documents_per_collection``) is answered at once and
 the announced bytes that follow are swallowed silently. An upload with no
-``FILE_DATA`` for ``v2_upload_timeout_s`` is abandoned (its file removed; the client is told unless it
-left). A ``FILE_DATA`` with no upload open is answered once in text until the next ``FILE_METADATA``.
+``FILE_DATA`` for ``v2_upload_timeout_s`` is abandoned (its file removed; the client is told unless
+it is closing). An upload whose connection closes before its last byte is discarded at once
+(``connection_closed``: timer cancelled, file closed and removed, buffer freed): a v2 upload belongs
+to its connection and cannot be resumed by another, so nothing of it is kept, and nothing of it
+keeps the connection alive.
+A ``FILE_DATA`` with no upload open is answered once in text until the next ``FILE_METADATA``.
 
 ``CLIENT_UDP_PORT`` JSON ``{"udp_port"}`` registers the connection with the offer service: downloads the
 assistant offers go to (the TCP peer's address, that port). It is never answered (the deployed clients
@@ -92,19 +96,23 @@ class _Upload:
         self.buffer = bytearray()
         self.last = time.monotonic()
         self.timer: asyncio.TimerHandle | None = None
+        self.io = asyncio.Lock()      # a discard waits for a write in progress (a close may come mid-write)
 
     async def flush(self) -> None:
-        if self.buffer and self.file is not None:
-            data, self.buffer = bytes(self.buffer), bytearray()
-            await asyncio.to_thread(self.file.write, data)
+        async with self.io:
+            if self.buffer and self.file is not None:
+                data, self.buffer = bytes(self.buffer), bytearray()
+                await asyncio.to_thread(self.file.write, data)
 
     async def discard(self) -> None:
         if self.timer is not None:
-            self.timer.cancel()
+            self.timer.cancel()       # (a cancelled handle drops its callback: the closure goes now)
+            self.timer = None
         self.buffer = bytearray()
-        f, path, self.file, self.path = self.file, self.path, None, None
-        if f is not None or path is not None:
-            await asyncio.to_thread(_remove, f, path)
+        async with self.io:
+            f, path, self.file, self.path = self.file, self.path, None, None
+            if f is not None or path is not None:
+                await asyncio.to_thread(_remove, f, path)
 
 
 def _remove(f: BinaryIO | None, path: Path | None) -> None:
@@ -169,12 +177,17 @@ _STATE: weakref.WeakKeyDictionary[V2FileAdapter, V2Files] = weakref.WeakKeyDicti
 
 
 def connection_closed(v2: V2FileAdapter) -> None:
-    """The connection is gone (``LegacyV2.abort``, from ``connection_lost``): what waits for it ends."""
+    """The connection is gone (``LegacyV2.abort``, from ``connection_lost``): what waits for it ends,
+    and an upload still receiving is discarded now (nobody can send the rest). A complete upload is
+    no longer ``state.upload``: ``_finish`` gives it up itself if it waits for an ingest slot."""
     state = _STATE.get(v2)
     if state is not None:
         waiting, state._on_close = state._on_close, []
         for callback in waiting:
             callback()
+        upload, state.upload = state.upload, None
+        if upload is not None:
+            _discard_soon(upload)
 
 
 def files_of(v2: V2FileAdapter) -> V2Files:
@@ -255,6 +268,9 @@ async def file_metadata(v2: V2FileAdapter, ev: Message) -> None:
         if upload.path is not None:
             await _finish(v2, state, upload)
         return
+    if state.closed:                   # the client left while the file was being created
+        await upload.discard()
+        return
     state.upload = upload
     _arm(v2, state, upload)
 
@@ -290,6 +306,8 @@ async def file_data(v2: V2FileAdapter, ev: Message) -> None:
         state.upload = None
         await upload.discard()
         v2.reply(FAILED.format(reason=f"{_shown(upload.name)}: cannot write: {exc.strerror or exc}"))
+        return
+    if state.upload is not upload:     # discarded during the write: the connection closed
         return
     if upload.received == upload.size:
         await _finish(v2, state, upload)
@@ -357,14 +375,19 @@ def _arm(v2: V2FileAdapter, state: V2Files, upload: _Upload) -> None:
         if not closing and upload.path is not None:
             v2.reply(FAILED.format(reason=f"{_shown(upload.name)}: upload timed out after {timeout:g} s without "
                                           f"data ({upload.received} of {upload.size} bytes arrived)"))
-        task = loop.create_task(upload.discard())
-        _CLEANUPS.add(task)
-        task.add_done_callback(_CLEANUPS.discard)
+        _discard_soon(upload)
 
     upload.timer = loop.call_later(timeout, check)
 
 
 _CLEANUPS: set[asyncio.Task] = set()
+
+
+def _discard_soon(upload: _Upload) -> None:
+    """Discard ``upload`` in a task of its own (from a callback: the timer, ``connection_lost``)."""
+    task = asyncio.get_running_loop().create_task(upload.discard())
+    _CLEANUPS.add(task)
+    task.add_done_callback(_CLEANUPS.discard)
 
 
 def _shown(name: Any) -> str:
