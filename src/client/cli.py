@@ -4,7 +4,9 @@
 
 Each command is an async function taking the parsed arguments and the loaded config and returning
 an exit code. Output: human-readable text by default; with ``--json`` exactly one JSON document on
-stdout. Errors go to stderr as ``nplt-client: CODE: message`` with a stable exit code.
+stdout. Errors go to stderr as ``nplt-client: CODE: message`` with a stable exit code. Both
+streams show control characters as ``\\uXXXX`` (``PrintableWriter``): the server's text never
+controls the terminal.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from client.connection import Backoff, Client
 from client.errors import ClientError
 from client.events import Disconnected, ServerError
 from client.kb_cli import add_kb_parser, cmd_kb
-from client.wording import counted, stamp
+from client.wording import counted, printable, stamp
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1      # unexpected failure (a bug)
@@ -53,6 +55,25 @@ def exit_code_for(exc: ClientError) -> int:
     if exc.is_connection_error or exc.code in CONNECTION_SERVER_CODES:
         return EXIT_CONNECTION
     return EXIT_REQUEST
+
+
+class PrintableWriter:
+    """A text stream writing ``printable(text)`` to ``raw``: ``run_command`` wraps stdout and stderr
+    in one, so every print path shows the server's control characters instead of running them.
+    ``raw`` is for the CLI's own terminal drawing only (the upload progress bar's carriage return)."""
+
+    def __init__(self, raw: TextIO) -> None:
+        self.raw = raw
+
+    def write(self, text: str) -> int:
+        self.raw.write(printable(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def isatty(self) -> bool:
+        return self.raw.isatty()
 
 
 def make_client(cfg: ClientConfig, session_id: str | None = None) -> Client:
@@ -528,8 +549,10 @@ def _positive(text: str) -> int:
 
 async def run_command(args: argparse.Namespace, cfg: ClientConfig, out: TextIO | None = None,
                       err: TextIO | None = None) -> int:
-    """Run one subcommand, mapping every failure to its exit code and a stderr line."""
-    out, err = out or sys.stdout, err or sys.stderr
+    """Run one subcommand, mapping every failure to its exit code and a stderr line. What it prints
+    (mostly the server's text: answers, passages, titles, names, errors) goes through
+    ``PrintableWriter``, so no control sequence in it reaches the terminal."""
+    out, err = PrintableWriter(out or sys.stdout), PrintableWriter(err or sys.stderr)
     try:
         check_text_arguments(args)
         return await COMMANDS[args.command](args, cfg, out, err)

@@ -19,7 +19,7 @@ from client import kb as kbclient
 from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import ClientCode, ClientError
-from client.wording import counted, stamp
+from client.wording import counted, printable, stamp
 
 DOC_FIELDS = ("doc_id", "name", "md5", "chunks", "duplicate")
 HIT_FIELDS = ("doc_id", "name", "text", "score", "location", "citation", "chunk_id")
@@ -46,17 +46,21 @@ def _dump(doc: Any, out: TextIO) -> None:
 
 
 def _bar(err: TextIO, name: str):
-    """A progress callback drawing one line on a terminal (nothing otherwise)."""
+    """A progress callback drawing one line on a terminal (nothing otherwise). Its carriage return
+    is the CLI's own drawing: it goes to the terminal itself (``client.cli.PrintableWriter.raw``),
+    the name (a document's, from the server) made printable."""
     if not err.isatty():
         return None
+    term: TextIO = getattr(err, "raw", err)
+    name = printable(name)
 
     def show(stage: str, done: int, total: int) -> None:
         frac = done / total if total > 0 else 0.0
         fill = int(frac * BAR)
-        err.write(f"\r{name[:30]:30} {stage:9} [{'#' * fill}{'.' * (BAR - fill)}] {frac:4.0%}")
+        term.write(f"\r{name[:30]:30} {stage:9} [{'#' * fill}{'.' * (BAR - fill)}] {frac:4.0%}")
         if stage == "indexing" and done >= total:
-            err.write("\n")
-        err.flush()
+            term.write("\n")
+        term.flush()
     return show
 
 

@@ -1,8 +1,25 @@
-"""How the clients word values for people: counts with their plural, and the server's UTC
-timestamps in the user's local time (the CLI's text output and the TUI; ``--json`` keeps ISO UTC)."""
+"""How the clients word values for people: counts with their plural, the server's UTC
+timestamps in the user's local time (the CLI's text output and the TUI; ``--json`` keeps ISO UTC),
+and the server's text with its control characters shown, never run by the terminal."""
 from __future__ import annotations
 
 from datetime import datetime
+
+# What ``printable`` shows instead of passing it to the terminal: every C0 control but tab and
+# newline, DEL, and every C1 control (U+0080-U+009F; U+009B is an 8-bit CSI).
+CONTROLS = frozenset(range(0x20)) - {0x09, 0x0A} | {0x7F} | frozenset(range(0x80, 0xA0))
+_VISIBLE = {c: f"\\u{c:04x}" for c in CONTROLS}
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character in ``CONTROLS`` written as its ``\\uXXXX`` escape (ESC
+    as ``\\u001b``). The server's text (answers quoting another user's document, a model's output,
+    passages, names, errors) could otherwise set the window title (``ESC ] 0 ; ... BEL``), hide text
+    (``ESC [ 8 m``) or write the clipboard (OSC 52), on a terminal or later, when a redirected
+    output is ``cat``. The escape is JSON's own (``json.dumps`` writes it for C0 controls), so a
+    JSON document stays valid and decodes to the same text. U+2028/U+2029 are left alone: terminals
+    do not act on them, and JSON allows them."""
+    return text.translate(_VISIBLE)
 
 
 def counted(n: int, noun: str) -> str:
