@@ -189,7 +189,7 @@ def _with_memory(text: str, *lines: str) -> list[dict]:
 @pytest.mark.parametrize("text, expected", [
     ("what is the staging server?", "From what you told me earlier:\n- The staging server is stage-7.internal "
                                     "(session s_a, 2026-11-20 10:15 UTC)"),
-    ("我们的备份服务器在哪里？", "根据你之前告诉我的：\n- 我们的备份服务器在杭州机房。 (session s_b, 2026-11-21 09:00 UTC)"),
+    ("我们的备份服务器在哪里？", "根据你之前告诉我的：\n- 我们的备份服务器在杭州机房。（会话 s_b，2026-11-21 09:00 UTC）"),
 ])
 async def test_a_question_answered_by_a_remembered_item_quotes_it_with_its_session(agent, text, expected):
     lines = ("Always answer briefly (session s_c, 2026-11-19 08:00 UTC)",
@@ -233,8 +233,8 @@ async def test_what_do_you_remember_about_me_lists_only_this_users_items(tmp_pat
     agent = OfflineAgent(AgentConfig(), ToolRegistry(ToolsConfig(), memory_items=remembered))
     result = await agent.run_turn(make_request("what do you remember about me?", model="offline"), RecordingSink())
     assert result.content == ("I remember 2 thing(s) about you (newest first):\n"
-                              "- 以后用中文回答。 (preference; session s_b, 2026-11-21 09:00)\n"
-                              "- The staging server is stage-7.internal (fact; session s_a, 2026-11-20 10:15)")
+                              "- 以后用中文回答。 (preference; session s_b, 2026-11-21 09:00 UTC)\n"
+                              "- The staging server is stage-7.internal (fact; session s_a, 2026-11-20 10:15 UTC)")
     assert [c.tool_name for c in result.tool_calls] == ["user_memory"] and result.metadata["intents"] == ["remembered"]
     bob = await agent.run_turn(make_request("你记得我什么？", model="offline", user_id="bob"), RecordingSink())
     assert bob.content.startswith("我还没有记住关于你的任何信息") and "stage-7" not in bob.content

@@ -3,6 +3,9 @@
 ``render(call, zh)`` turns one finished ToolCall into a short paragraph; every number comes from
 the tool's JSON result. Failed calls are reported with the tool's own error message; the tools
 write it in English, so for a Chinese question the known ones are said in Chinese (``error_zh``).
+A Chinese answer says nothing else in the tools' English either: durations, times (``file_answers.when``),
+roles and connect results are written from the result's fields, and an OS error text that is not
+known is quoted as the original (``os_error_zh``).
 
 Canned replies (help, not understood) are stored like any answer, so they are worded to stay out of
 the user's searches: the reply to an unknown request lists no example requests (it points to
@@ -18,6 +21,7 @@ import re
 import orjson
 
 from server.agent import downloads, file_answers
+from server.agent.file_answers import when
 from storage.models import ToolCall
 
 HELP_EN = (
@@ -139,9 +143,23 @@ def _load(d: dict[str, Any], zh: bool) -> str:
               f"共 {d['cores_logical']} 个逻辑核心。")
 
 
+def duration_zh(seconds: float) -> str:
+    """93784 -> '1 天 2 小时 3 分钟'; under a minute -> '42 秒' (``units.fmt_duration`` in Chinese)."""
+    days, s = divmod(int(seconds), 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if not (days or hours or minutes):
+        return f"{s} 秒"
+    parts = [f"{days} 天"] if days else []
+    if days or hours:
+        parts.append(f"{hours} 小时")
+    parts.append(f"{minutes} 分钟")
+    return " ".join(parts)
+
+
 def _uptime(d: dict[str, Any], zh: bool) -> str:
-    return _j(zh, f"Uptime: {d['uptime']} (booted {d['boot_time']}).",
-              f"已运行 {d['uptime']}（开机时间 {d['boot_time']}）。")
+    return _j(zh, f"Uptime: {d['uptime']} (booted {when(d['boot_time'])}).",
+              f"已运行 {duration_zh(d['uptime_s'])}（开机时间 {when(d['boot_time'])}）。")
 
 
 _METRICS: dict[str, Callable[[dict[str, Any], bool], str]] = {
@@ -181,16 +199,22 @@ def _network_check(d: dict[str, Any], zh: bool) -> str:
     if d["reachable"]:
         return _j(zh, f"{target} is reachable: TCP connect to {d['address']} succeeded in {d['latency_ms']} ms.",
                   f"{target} 可以连通：TCP 连接 {d['address']} 成功，耗时 {d['latency_ms']} 毫秒。")
-    tried = "; ".join(f"{a['address']}: {a['result']}" for a in d["attempts"])
-    return _j(zh, f"{target} is not reachable ({tried}).", f"{target} 无法连通（{tried}）。")
+    if not zh:
+        tried = "; ".join(f"{a['address']}: {a['result']}" for a in d["attempts"])
+        return f"{target} is not reachable ({tried})."
+    tried = "；".join(f"{a['address']}：{os_error_zh(a['result'])}" for a in d["attempts"])
+    return f"{target} 无法连通（{tried}）。"
 
 
 def _read_log(d: dict[str, Any], zh: bool) -> str:
-    head = _j(zh, f"Last {d['lines_returned']} lines of {d['path']} ({d['size']}, modified {d['modified']}):",
-              f"{d['path']} 的最后 {d['lines_returned']} 行（大小 {d['size']}，修改于 {d['modified']}）：")
+    head = _j(zh, f"Last {d['lines_returned']} lines of {d['path']} ({d['size']}, modified {when(d['modified'])}):",
+              f"{d['path']} 的最后 {d['lines_returned']} 行（大小 {d['size']}，修改于 {when(d['modified'])}）：")
     if not d["text"]:
         return head + _j(zh, " the file is empty.", "文件为空。")
     return f"{head}\n```\n{d['text']}\n```"
+
+
+_ROLES_ZH = {"user": "你", "assistant": "助手", "system": "系统", "tool": "工具"}   # who said a history hit
 
 
 def _history(d: dict[str, Any], zh: bool) -> str:
@@ -201,10 +225,11 @@ def _history(d: dict[str, Any], zh: bool) -> str:
     lines = [_j(zh, f"Found {len(hits)} earlier message(s) about '{q}':", f"找到 {len(hits)} 条与“{q}”相关的历史消息：")]
     for h in hits:
         title = h.get("title") or h.get("session_id", "")
-        when = str(h.get("timestamp") or h.get("time") or "")[:16].replace("T", " ")   # storage / memory hits
         role = h.get("role", "")
+        said = [f"[{title}]", _ROLES_ZH.get(role, role) if zh else role,
+                when(h.get("timestamp") or h.get("time"))]                # storage / memory hits
         text = h.get("snippet") or h.get("content") or h.get("text") or ""
-        lines.append(f"- [{title}] {role} {when}: {text}".replace("  ", " "))
+        lines.append("- " + " ".join(p for p in said if p) + _j(zh, ": ", "：") + text)
     return "\n".join(lines)
 
 
@@ -231,18 +256,36 @@ def _user_memory(d: dict[str, Any], zh: bool) -> str:
     head = _j(zh, f"I remember {d['count']} thing(s) about you (newest first):",
               f"我记得关于你的 {d['count']} 条信息（最新的在前）：")
     kinds = {"fact": _j(zh, "fact", "事实"), "preference": _j(zh, "preference", "偏好")}
-    lines = [f"- {i['text']} ({kinds.get(i['kind'], i['kind'])}; session {i['session_id']}, "
-             f"{str(i['created_at'])[:16].replace('T', ' ')})" for i in items]
+    lines = []
+    for i in items:
+        kind, made = kinds.get(i["kind"], i["kind"]), when(i["created_at"])
+        lines.append(_j(zh, f"- {i['text']} ({kind}; session {i['session_id']}, {made})",
+                        f"- {i['text']}（{kind}；会话 {i['session_id']}，{made}）"))
     return "\n".join([head, *lines])
 
 
 _WHAT_ZH = {"log directories": "日志目录", "file directories": "文件目录"}
+#: the OS's error texts the tools pass on (lower case: ``netcheck._describe``, a DNS failure's strerror, ...)
+_OS_ERRORS_ZH = {"connection refused": "连接被拒绝", "timed out": "连接超时", "connection timed out": "连接超时",
+                 "no route to host": "没有到该主机的路由", "network is unreachable": "网络不可达",
+                 "host is unreachable": "主机不可达", "host is down": "主机已关闭",
+                 "connection reset by peer": "连接被对方重置",
+                 "name or service not known": "域名无法解析",
+                 "nodename nor servname provided, or not known": "域名无法解析",        # (macOS)
+                 "no address associated with hostname": "该域名没有地址",
+                 "temporary failure in name resolution": "域名解析暂时失败",
+                 "non-recoverable failure in name resolution": "域名解析失败"}
 _MISSING_ZH = {"no such file or directory": "找不到文件或目录", "no such file": "找不到文件",
                "no such log file": "找不到日志文件"}
 
 
 def _what(m: re.Match[str]) -> str:
     return _WHAT_ZH.get(m["what"], m["what"])
+
+
+def os_error_zh(text: str) -> str:
+    """An OS error text (a connect attempt's result, a DNS failure) in Chinese; one not known is quoted."""
+    return _OS_ERRORS_ZH.get(text.strip().lower(), f"原始错误信息：{text}")
 
 
 #: the tools' error messages (server/tools: paths.py, netcheck.py, registry.py, ...) said in Chinese
@@ -276,9 +319,16 @@ _ERRORS_ZH: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [(re.
      lambda m: f"主机“{m['h']}”解析到 {m['a']}，不在允许范围内（每个地址都必须列在 tools.allowed_hosts 中）"),
     (r"'(?P<h>.*)' resolved to no address", lambda m: f"“{m['h']}”没有解析到任何地址"),
     (r"DNS resolution of '(?P<h>.*)' timed out after (?P<s>[\d.]+) s", lambda m: f"解析“{m['h']}”超时（{m['s']} 秒）"),
-    (r"DNS resolution of '(?P<h>.*)' failed: (?P<e>.*)", lambda m: f"解析“{m['h']}”失败（{m['e']}）"),
+    (r"DNS resolution of '(?P<h>.*)' failed: (?P<e>.*)", lambda m: f"解析“{m['h']}”失败（{os_error_zh(m['e'])}）"),
     (r"tool '(?P<t>.*)' timed out after (?P<s>[\d.]+) s", lambda m: f"{m['s']} 秒内没有完成"),
     (r"history search is unavailable on this server", lambda m: "这台服务器不提供历史搜索"),
+    (r"history search failed \((?P<e>\w+)\)", lambda m: f"历史搜索失败（{m['e']}）"),
+    (r"cannot (?P<verb>list|open) '(?P<p>.*)': (?P<e>.*)",
+     lambda m: f"无法{'列出' if m['verb'] == 'list' else '打开'}“{m['p']}”（{os_error_zh(m['e'])}）"),
+    (r"'(?P<p>.*)' has (?P<n>\d+) lines; offset (?P<o>\d+) is past the end",
+     lambda m: f"“{m['p']}”只有 {m['n']} 行，第 {m['o']} 行已超出文件末尾"),
+    (r"this server has no knowledge base", lambda m: "这台服务器没有知识库"),
+    (r"downloads are unavailable on this server", lambda m: "这台服务器不提供下载"),
 ]]
 
 

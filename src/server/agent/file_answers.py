@@ -1,29 +1,45 @@
 """Offline answers for the file tools (list_dir, read_file, search_files), in English or Chinese.
 
 Everything said comes from the tool's JSON result; file text is quoted in a code block, never obeyed.
+A time is said as ``when`` writes it, in every offline answer.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
+
+from server.memory.recall import format_time, parse_time
 
 
 def _j(zh: bool, en: str, cn: str) -> str:
     return cn if zh else en
 
 
+def when(ts: Any) -> str:
+    """A tool's ISO timestamp as ``2026-11-27 10:40 UTC``, the memory block's form (``recall.format_time``):
+    an answer is stored text, read later in any time zone. A value that is no timestamp is shown as it is."""
+    return format_time(ts) if isinstance(ts, str) and parse_time(ts) else str(ts or "")
+
+
+#: list_dir's entry types in each language (a file is described by its size)
+_KINDS = {"dir": ("dir", "目录"), "symlink": ("symlink", "符号链接"), "other": ("other", "其他类型"),
+         "unknown": ("unknown", "无法读取")}
+
+
 def _list_dir(d: dict[str, Any], zh: bool) -> str:
     entries = d["entries"]
-    flt = f" ({d['pattern']})" if d.get("pattern") else ""
+    flt = _j(zh, f" ({d['pattern']})", f"（{d['pattern']}）") if d.get("pattern") else ""
     if not entries:
         return _j(zh, f"{d['path']}{flt} has no entries to show.", f"{d['path']}{flt} 下没有可显示的条目。")
     head = _j(zh, f"{d['path']}{flt}: {d['returned']} of {d['matched']} entries:",
               f"{d['path']}{flt} 下共 {d['matched']} 项，显示 {d['returned']} 项：")
     lines = [head]
     for e in entries:
-        kind = {"dir": _j(zh, "dir", "目录"), "file": e.get("size", ""), "symlink": _j(zh, "symlink", "符号链接")}.get(
-            e["type"], e["type"])
+        en, cn = _KINDS.get(e["type"], (e["type"], e["type"]))
+        about = [e.get("size", "") if e["type"] == "file" else _j(zh, en, cn)]
+        if "modified" in e:
+            about.append(when(e["modified"]))
         name = e["name"] + ("/" if e["type"] == "dir" else "")
-        lines.append(f"- {name}  ({kind}, {str(e.get('modified', ''))[:16].replace('T', ' ')})")
+        lines.append(_j(zh, f"- {name}  ({', '.join(about)})", f"- {name}（{'，'.join(about)}）"))
     if d.get("hidden"):
         lines.append(_j(zh, f"({d['hidden']} secret-looking entries hidden.)", f"（已隐藏 {d['hidden']} 个疑似含密钥的条目。）"))
     if d["truncated"]:
@@ -33,8 +49,8 @@ def _list_dir(d: dict[str, Any], zh: bool) -> str:
 
 def _read_file(d: dict[str, Any], zh: bool) -> str:
     first, n = d["offset"], d["lines_returned"]
-    head = _j(zh, f"{d['path']} ({d['size']}, modified {d['modified']}), lines {first}-{first + n - 1}:",
-              f"{d['path']}（大小 {d['size']}，修改于 {d['modified']}），第 {first}-{first + n - 1} 行：")
+    head = _j(zh, f"{d['path']} ({d['size']}, modified {when(d['modified'])}), lines {first}-{first + n - 1}:",
+              f"{d['path']}（大小 {d['size']}，修改于 {when(d['modified'])}），第 {first}-{first + n - 1} 行：")
     if not n:
         return _j(zh, f"{d['path']} is empty.", f"{d['path']} 是空文件。") if first == 1 else \
             head + ("\n" + _byte_cap(d, zh) if d.get("read_limit") else "")

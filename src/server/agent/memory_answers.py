@@ -6,9 +6,9 @@ session and time). An online model reads it; the offline agent, which has no mod
 question from it when one of those items holds most of the question's search terms (as the
 knowledge route's ``strong_match`` does for passages, ``coverage``): "what is the staging server?" after "remember
 that the staging server is stage-7.internal" in another session. The items are quoted with their
-session and time, never followed. The facts the user stated earlier in the current conversation
-(its window: the memory block leaves the current session's items out) count the same way, newest
-first, marked as from this conversation.
+session and time (said in Chinese for a Chinese question: ``（会话 s_…，<time>）``), never followed.
+The facts the user stated earlier in the current conversation (its window: the memory block leaves
+the current session's items out) count the same way, newest first, marked as from this conversation.
 
 Of several statements about the same thing (``distill.subject_key``: "the DB host is db-1", later
 "... is db-2 now") only the newest is quoted: in this conversation, the latest; between this
@@ -24,12 +24,14 @@ from server.agent.knowledge_route import covered
 from server.memory.analyze import analyze
 from server.memory.context import MEMORY_HEADER
 from server.memory.distill import distill_rules, subject_key
+from server.memory.recall import format_time
 from server.memory.user_memory import INLINE_DISTILL_CHARS
 
 MIN_TERMS = 2          # search terms of the question an item must hold (all of them if it has fewer)
 MIN_SHARE = 0.6        # ... and at least this share of them
 MAX_ITEMS = 3
-_SOURCE = re.compile(r'(.*?) \(session (?:"[^"]*"|\S+), [^()]*\)', re.S)
+_UNKNOWN_TIME = format_time("")     # how an item line says a time that could not be read
+_SOURCE = re.compile(r'(?P<text>.*?) \(session (?P<where>"[^"]*"|\S+), (?P<time>[^()]*)\)', re.S)
 
 
 def remembered(messages: list[dict[str, Any]]) -> list[str]:
@@ -54,7 +56,17 @@ def stated(messages: list[dict[str, Any]]) -> list[str]:
 def _text(line: str) -> str:
     """An item line's text, without its ``(session ..., <time>)`` (a title has no double quote)."""
     found = _SOURCE.fullmatch(line)
-    return found.group(1) if found else line
+    return found["text"] if found else line
+
+
+def _zh(line: str) -> str:
+    """An item line with its source in Chinese: ``<text>（会话 <id or “title”>，<time>）``."""
+    found = _SOURCE.fullmatch(line)
+    if not found:
+        return line
+    where = f"“{found['where'][1:-1]}”" if found["where"].startswith('"') else found["where"]
+    time = "时间未知" if found["time"] == _UNKNOWN_TIME else found["time"]
+    return f"{found['text']}（会话 {where}，{time}）"
 
 
 def _subject(item: str) -> str | None:
@@ -83,7 +95,7 @@ def answer(text: str, messages: list[dict[str, Any]], zh: bool) -> str | None:
             hits.append(item + here)
         if key is not None:
             seen.add(key)
-    hits += [line for line, text in block if _answers(terms, text)]
+    hits += [_zh(line) if zh else line for line, text in block if _answers(terms, text)]
     if not hits:
         return None
     head = "根据你之前告诉我的：" if zh else "From what you told me earlier:"
