@@ -279,6 +279,10 @@ def test_secrets_are_never_kept(text):
      [("fact", "We moved the prod DB host to db-prod-44 yesterday.")]),
     ("The prod DB host is db-prod-47, not db-prod-46.", [("fact", "The prod DB host is db-prod-47, not db-prod-46.")]),
     ("The weather changed to rain.", []),           # not about the user or their systems
+    # "记住" asked to keep a statement that is no fact by itself: kept without the request
+    ("记住预发服务器是 stage-7.internal", [("fact", "预发服务器是 stage-7.internal")]),
+    ("请记住：数据库端口为 5432", [("fact", "数据库端口为 5432")]),
+    ("记住检查磁盘", [("fact", "记住检查磁盘")]),             # a request: kept whole, as before
 ])
 def test_real_statements_are_kept_as_plain_statements(text, expected):
     assert distill_rules(text) == expected

@@ -308,6 +308,11 @@ def _change(text: str) -> tuple[str | None, str] | None:
     return _zh_key(subject, verb), f"{subject}{verb}{value}"
 
 
+#: what "记住" may lead into and be dropped from although it is no fact by itself: "<system thing>是/在
+#: <value>" ("记住预发服务器是 stage-7.internal" keeps "预发服务器是 stage-7.internal")
+_ZH_KEPT = re.compile(r"[^，。！？,!?]{0,40}?(?:" + _ZH_SYSTEM.pattern + r")\s*(?:是|在|为|用)\s*\S")
+
+
 def _plain(sentence: str) -> str:
     """The sentence without the words that only lead into it: discourse markers ("Actually,",
     "FYI", "更正：") and the words that ask to keep it ("remember that", "记住"), these only when what
@@ -317,7 +322,7 @@ def _plain(sentence: str) -> str:
         rest = _MARKER.sub("", text, count=1)
         if rest == text:
             rest = _LEAD_IN.sub("", text, count=1)
-            if rest != text and classify(rest) is None:
+            if rest != text and classify(rest) is None and not _ZH_KEPT.match(rest):
                 rest = text
         if rest == text or not rest.strip():
             break
@@ -359,7 +364,7 @@ def distill_rules(text: str) -> list[tuple[str, str]]:
         if len(s) > MAX_STATEMENT_CHARS:
             continue
         plain = _plain(s)
-        kind = classify(plain)
+        kind = classify(plain) or (classify(s) if plain != s else None)   # (what "记住" asked to keep)
         if kind is not None:
             out.append((kind, _clip(plain)))
         if len(out) >= MAX_ITEMS_PER_MESSAGE:
