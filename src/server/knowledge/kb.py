@@ -41,27 +41,36 @@ MAX_NAME_CHARS = 255
 _CHUNK_NO = re.compile(r"[0-9]{1,9}")
 
 
-#: characters that make a name display as something else (bidirectional controls: "a\u202etxt.exe"
-#: shows as "aexe.txt") or break it over lines (U+2028, U+2029)
-_SPOOF = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029")
+#: Unicode categories a name may not hold: format characters (Cf: bidirectional controls, so
+#: "a\u202etxt.exe" shows as "aexe.txt"; zero-width U+200B-U+200D, U+2060, U+FEFF; the soft hyphen
+#: U+00AD; tag characters U+E0000-U+E007F: "run\u200bbook.md" shows as "runbook.md"), private use (Co),
+#: surrogates (Cs), and the line and paragraph separators U+2028, U+2029 (Zl, Zp)
+_HIDDEN = frozenset(("Cf", "Co", "Cs", "Zl", "Zp"))
+#: what would let a name end or forge a citation "[name §location]" ("x] [runbook.md" or
+#: "runbook.md §Backup.txt" cite as if from runbook.md): brackets, and "§" after a space
+_CITATION_FORGERY = re.compile(r"[\[\]]|\s§")
 
 
 def clean_name(name: str) -> str:
     """The base name of an uploaded file, or INVALID_MESSAGE for a hostile one (NUL, control
-    characters, bidirectional controls, line separators, a last part that is empty, '.' or '..', over
-    MAX_NAME_CHARS). The name is metadata only: never a path."""
+    characters, invisible or format characters and line separators, "[", "]" or " §" that would
+    make its citations ambiguous, a last part that is empty, '.' or '..', over MAX_NAME_CHARS). The
+    name is metadata only: never a path."""
     if not isinstance(name, str) or any(unicodedata.category(c) == "Cc" for c in name):
         raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds control characters")
-    spoof = sorted({f"U+{ord(c):04X}" for c in name if c in _SPOOF})
-    if spoof:
-        raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds bidirectional control or line "
-                           f"separator characters ({', '.join(spoof)})")
+    hidden = sorted({f"U+{ord(c):04X}" for c in name if unicodedata.category(c) in _HIDDEN})
+    if hidden:
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds invisible, format (such as "
+                           f"bidirectional control) or line separator characters ({', '.join(hidden[:8])})")
     base = PurePosixPath(name.replace("\\", "/")).name.strip()
     if not base or base in (".", ".."):
         raise HandlerError(ErrorCode.INVALID_MESSAGE, f"invalid file name {name[:80]!r}: its last part is "
                            "empty, '.' or '..'")
     if len(base) > MAX_NAME_CHARS:
         raise HandlerError(ErrorCode.INVALID_MESSAGE, f"file name over {MAX_NAME_CHARS} characters")
+    if _CITATION_FORGERY.search(base):
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds '[', ']' or ' §', which would make its "
+                           "citations [name §location] ambiguous: rename the file")
     return base
 
 
@@ -224,6 +233,10 @@ class KnowledgeBase:
             stop.set()
             job.add_done_callback(self._discard_result)
             raise
+        finally:
+            # a failed job's exception has this frame in its traceback: holding ``job`` here would make
+            # a cycle that only gc frees, keeping the stage's and the parser's frames (the file's bytes)
+            del job
         if isinstance(staged, DocumentInfo):
             return staged
         try:
@@ -459,20 +472,29 @@ class KnowledgeBase:
 
     # -- reading -----------------------------------------------------------------------------------
     async def list(self, user: str, groups: Collection[str], collection: str | None = None) -> list[DocumentInfo]:
-        """Documents of ``collection`` (default: every readable collection), newest first."""
-        colls = {resolve(user, groups, collection)} if collection else set(readable(user, groups))
-        docs = [d for d in list(self._docs.values()) if d.collection in colls]
+        """Documents of ``collection`` (default: every readable collection, and the caller's own
+        uploads wherever they are: those of a group they left count toward their quota, and they may
+        delete them), newest first."""
+        if collection:
+            coll = resolve(user, groups, collection)
+            docs = [d for d in list(self._docs.values()) if d.collection == coll]
+        else:
+            colls = set(readable(user, groups))
+            docs = [d for d in list(self._docs.values()) if d.collection in colls or d.uploader == user]
         return sorted(docs, key=lambda d: d.uploaded_at, reverse=True)
 
     async def get(self, user: str, groups: Collection[str], doc_id: str) -> DocumentInfo:
         return self._visible(user, groups, doc_id)
 
     async def delete(self, user: str, groups: Collection[str], doc_id: str, *, admin: bool = False) -> None:
-        """Remove a document: its uploader or an admin (FORBIDDEN otherwise; NOT_FOUND if unseen)."""
-        info = self._visible(user, groups, doc_id)
-        if info.uploader != user and not admin:
-            raise HandlerError(ErrorCode.FORBIDDEN, "only the uploader or an admin may delete a document")
-
+        """Remove a document: its uploader, wherever it is (also in a group they have left, or one
+        renamed or removed from the configuration: it counts toward their quota), or an admin who can
+        read it. FORBIDDEN for another reader; NOT_FOUND if unseen."""
+        info = self._docs.get(doc_id) if isinstance(doc_id, str) else None
+        if info is None or info.uploader != user:
+            info = self._visible(user, groups, doc_id)
+            if not admin:
+                raise HandlerError(ErrorCode.FORBIDDEN, "only the uploader or an admin may delete a document")
         await self.store.remove(info)
         await asyncio.to_thread(self._drop, doc_id)
 
