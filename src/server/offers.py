@@ -27,6 +27,7 @@ import orjson
 from protocol import ErrorCode
 from protocol.server_events import DownloadOfferV3
 from server.errors import HandlerError
+from server.knowledge.access import readable
 from server.hub import Hub, Outgoing
 from server.udp_transfer import UdpTransfer
 from server.v3_port import V3Port
@@ -91,7 +92,8 @@ class OfferService:
             raise HandlerError(ErrorCode.NOT_FOUND, "this server has no knowledge base")
         if doc_id:
             return await self.kb.get(user, groups, doc_id)
-        docs = await self.kb.list(user, groups)
+        can_read = set(readable(user, groups))   # (list also has the user's uploads in groups they left)
+        docs = [d for d in await self.kb.list(user, groups) if d.collection in can_read]
         ref = (name or "").strip()
         for match in (lambda d: d.name == ref, lambda d: d.name.lower() == ref.lower(),
                       lambda d: d.doc_id == ref):

@@ -88,6 +88,10 @@ async def test_in_process_only_the_uploader_reaches_a_document_outside_their_col
             await call()
         assert exc.value.code in ("NOT_FOUND", "FORBIDDEN")
     assert await kb.search("bob", [], "restart the ingest queue") == []
+    from server.offers import OfferService          # a download asked by name finds only readable ones
+    with pytest.raises(HandlerError) as exc:
+        await OfferService(kb, None, None).find("bob", [], name="ops.txt")
+    assert exc.value.code == "NOT_FOUND" and "different documents" not in exc.value.message
     # nobody else outside ops reaches it, admin or not; carol in ops reads it but may not delete it
     assert await kb.list("carol", []) == []
     for user, groups, admin, code in (("carol", [], False, "NOT_FOUND"), ("carol", [], True, "NOT_FOUND"),
