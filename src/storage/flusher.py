@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 from .errors import StorageIOError
 from .journal import JournalWriter
-from .fsio import fsync_dir
+from .fsio import NotRegularFile, fsync_dir, open_regular
 from .session import LoadedSession
 from .wal import SharedLog, encode_record
 
@@ -367,7 +367,7 @@ class JournalFlusher:
 def _sync_file(item: NewFile) -> str | None:
     """fsync a new file; the error text if it failed."""
     try:
-        fd = os.open(item.tmp, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_regular(item.tmp)
         try:
             os.fsync(fd)
         finally:
@@ -393,10 +393,14 @@ def _fail_file(item: NewFile, err: str) -> None:
 
 
 def _sync_path(path: str) -> bool:
-    """fsync one journal file by path (a file gone meanwhile, purged, needs nothing)."""
+    """fsync one journal file by path (a file gone meanwhile, purged, needs nothing; nor does one
+    replaced by a symbolic link or something else, which is not the store's: never opened)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_regular(path)
     except FileNotFoundError:
+        return True
+    except NotRegularFile as exc:
+        log.error("storage: checkpoint: %s %s; not fsynced", path, exc.strerror)
         return True
     except OSError:
         log.exception("storage: checkpoint could not open %s", path)

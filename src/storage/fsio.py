@@ -1,14 +1,44 @@
-"""Small file helpers: durable atomic writes, directory fsync, whole-file reads, quarantine moves."""
+"""Small file helpers: durable atomic writes, directory fsync, whole-file reads, quarantine moves.
+
+The store opens its own files by name only through ``open_regular``: never through a symbolic link
+(``O_NOFOLLOW``) and never anything but a regular file (``fstat``), so a file of the root replaced
+by a link to a file elsewhere is refused (``NotRegularFile``), never read, written or truncated.
+"""
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
+import stat
 from datetime import datetime, timezone
 
 log = logging.getLogger("storage")
 
 QUARANTINE_DIR = "quarantine"
+
+
+class NotRegularFile(OSError):
+    """A file of the store is a symbolic link or not a regular file: refused, never followed."""
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """``os.open`` that refuses a symbolic link and anything but a regular file (NotRegularFile).
+    (O_NONBLOCK: opening a FIFO must not block; it is cleared again once the file is known regular.)"""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegularFile(errno.ELOOP, "is a symbolic link", path) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(errno.EINVAL, "is not a regular file", path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def fsync_dir(path: str) -> None:
@@ -34,7 +64,7 @@ def write_all(fd: int, data: bytes) -> None:
 
 def write_file(path: str, data: bytes, *, sync: bool = False) -> None:
     """Create/replace ``path`` with ``data`` (and fsync it when ``sync``; not atomic by itself)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         write_all(fd, data)
         if sync:
@@ -52,11 +82,7 @@ def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
     """Write ``path`` atomically: temp file, fsync, rename, fsync the directory."""
     tmp = path + ".tmp"
     try:
-        if sync:
-            write_file_synced(tmp, data)
-        else:
-            with open(tmp, "wb") as f:
-                f.write(data)
+        write_file(tmp, data, sync=sync)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -68,25 +94,38 @@ def atomic_write(path: str, data: bytes, *, sync: bool = True) -> None:
         fsync_dir(os.path.dirname(path) or ".")
 
 
+def read_regular(path: str) -> tuple[bytes, os.stat_result]:
+    """The whole content of the regular file ``path`` and its ``fstat`` (one open: they match)."""
+    with os.fdopen(open_regular(path), "rb") as f:
+        return f.read(), os.fstat(f.fileno())
+
+
 def read_bytes(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+    return read_regular(path)[0]
 
 
 def quarantine(root: str, path: str, *, copy: bool = False, reason: str = "") -> str | None:
-    """Move (or copy) ``path`` into ``<root>/quarantine/`` under a unique name; never overwrites."""
-    if not os.path.exists(path):
+    """Move (or copy) ``path`` into ``<root>/quarantine/`` under a unique name; never overwrites.
+    A symbolic link (or any file that is not regular) is always moved, the link itself: its target
+    is never copied."""
+    if not os.path.lexists(path):
         return None
     qdir = os.path.join(root, QUARANTINE_DIR)
     os.makedirs(qdir, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     base = os.path.join(qdir, f"{os.path.basename(path)}.{stamp}")
     dest, n = base, 1
-    while os.path.exists(dest):
+    while os.path.lexists(dest):
         dest, n = f"{base}.{n}", n + 1
     if copy:
-        shutil.copyfile(path, dest)
-    else:
+        try:
+            src = os.fdopen(open_regular(path), "rb")
+        except NotRegularFile:
+            copy = False
+        else:
+            with src, open(dest, "xb") as out:
+                shutil.copyfileobj(src, out)
+    if not copy:
         os.replace(path, dest)
     fsync_dir(qdir)
     if not copy:

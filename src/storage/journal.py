@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from . import fsio
-from .fsio import fsync_dir, write_all, write_file_synced
+from .fsio import fsync_dir, open_regular, read_bytes, write_all, write_file_synced
 
 log = logging.getLogger("storage")
 
@@ -35,10 +35,10 @@ class JournalScan:
 
 
 def scan_journal(path: str) -> JournalScan:
-    """Read and parse a journal. A missing file is an empty journal."""
+    """Read and parse a journal. A missing file is an empty journal; a symbolic link or a file that
+    is not regular raises NotRegularFile."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_bytes(path)
     except FileNotFoundError:
         return JournalScan()
     scan = JournalScan(disk_len=len(data))
@@ -99,7 +99,7 @@ class JournalWriter:
 
     def _open(self) -> int:
         existed = os.path.exists(self.path)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        fd = open_regular(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             disk = os.fstat(fd).st_size
             if disk > self.size:
@@ -239,7 +239,7 @@ class JournalWriter:
                 os.fsync(fd)
                 self.size, self.synced = 0, self.written
                 return
-            with open(self.path, "rb") as f:
+            with os.fdopen(open_regular(self.path), "rb") as f:
                 f.seek(offset)
                 tail = f.read(self.size - offset)
             tmp = self.path + ".tmp"

@@ -1,5 +1,9 @@
 """Reading one session from its files: snapshot + journal replay, with quarantine of corrupt files
-and the log lines for torn or unreadable journal lines."""
+and the log lines for torn or unreadable journal lines.
+
+A journal that needs rewriting when it is read (unreadable lines, copied once to quarantine/; a
+purging clear that a crash kept from finishing) is folded at once into a new snapshot and emptied,
+as a compaction does, so the next read finds neither the bad lines nor the purged text."""
 from __future__ import annotations
 
 import logging
@@ -7,11 +11,12 @@ import os
 from typing import Any
 
 from .errors import CorruptSession, NotFound, StorageError, StorageIOError
-from .fsio import quarantine
+from .fsio import NotRegularFile, fsync_dir, open_regular, quarantine
 from .ids import journal_name, snapshot_name
 from .index import SessionIndex, entry_for
-from .journal import JournalWriter
-from .session import READY, Loaded, LoadedSession, SnapshotError, UnsupportedSchema, load_session
+from .journal import JournalScan, JournalWriter
+from .session import (READY, Loaded, LoadedSession, SnapshotError, UnsupportedSchema, file_stat, load_session,
+                      write_snapshot)
 
 log = logging.getLogger("storage")
 
@@ -37,6 +42,15 @@ class SessionLoader:
         except UnsupportedSchema as exc:
             log.error("storage: %s left in place: %s", snap, exc)
             raise CorruptSession(f"session {sid} cannot be read by this version: {exc}") from None
+        except NotRegularFile as exc:
+            what = f"{os.path.basename(exc.filename)} {exc.strerror}"
+            log.error("storage: session %s refused: %s %s (never read or written through); its files "
+                      "are moved to quarantine/", sid, exc.filename, exc.strerror)
+            quarantine(self.root, snap, reason=f"session refused: {what}")
+            quarantine(self.root, jpath, reason=f"session refused: {what}")
+            self.index.remove(sid)
+            raise CorruptSession(f"session {sid} is refused ({what}); its files were moved to "
+                                 f"quarantine/") from None
         except OSError as exc:
             log.error("storage: cannot read %s: %s", snap, exc)
             raise StorageIOError(f"session {sid} cannot be read right now: {exc.strerror or exc}") from None
@@ -49,11 +63,43 @@ class SessionLoader:
         scan = loaded.scan
         if scan.torn:
             log.warning("storage: %s: ignored a torn last line (%d bytes)", jpath, scan.disk_len - scan.valid_len)
-        if scan.bad_lines or scan.rejected:
+        bad = bool(scan.bad_lines or scan.rejected)
+        if bad:
             log.warning("storage: %s: skipped unreadable lines %s and entries seq %s", jpath,
                         scan.bad_lines[:10], scan.rejected[:10])
             quarantine(self.root, jpath, copy=True, reason="journal with unreadable lines")
+        purge = any(e.get("op") == "clear" and e.get("purge") for e in scan.entries)
+        if purge:
+            log.info("storage: %s: finishing a purging clear (a crash kept it from rewriting the files)", jpath)
+        if bad or purge:
+            self._fold(sid, snap, jpath, loaded)
         return loaded
+
+    def _fold(self, sid: str, snap: str, jpath: str, loaded: Loaded) -> None:
+        """Write what was loaded as the new snapshot and empty the journal (as a compaction does).
+        A failure is logged and leaves the journal as it was (the next read tries again)."""
+        tmp = snap + ".tmp"
+        try:
+            write_snapshot(tmp, loaded.state.head(), loaded.state.msgs)
+            os.replace(tmp, snap)
+            fsync_dir(self.root)
+            loaded.snap_stat = file_stat(snap)
+            fd = open_regular(jpath, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.error("storage: could not rewrite session %s after reading it: %s", sid, exc)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            return
+        loaded.scan = JournalScan()
+        if self.index.get(sid) is not None:          # (at startup, recovery adds the entry itself)
+            self.index.put(loaded.state.record, [*loaded.snap_stat, 0])
 
     def reload_entry(self, sid: str) -> dict[str, Any] | None:
         """Recovery callback: re-read one session and return its index entry (None if unusable)."""

@@ -1,8 +1,10 @@
-"""Startup: remove stray temp files, quarantine orphans and rebuild stale index entries.
+"""Startup: remove stray temp files, quarantine orphans (an empty one, an unfinished create, is
+deleted) and rebuild stale index entries.
 
 The index is trusted per session only when the entry's ``files`` stamp equals what ``stat`` reports
 for that session's snapshot and journal now; any other session is re-read from its files. Sessions
-in the index without files are dropped. Only ``stat`` is used for sessions that are up to date.
+in the index without files are dropped. Only ``stat`` is used for sessions that are up to date (of
+the files themselves: a symbolic link never matches a stamp, so its session is re-read and refused).
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from .fsio import quarantine
+from .fsio import fsync_dir, quarantine
 from .ids import JOURNAL_RE, SNAPSHOT_RE
 from .index import SessionIndex
 
@@ -49,14 +51,25 @@ def recover(root: str, index: SessionIndex,
     stored = index.read_file()
     snaps, journals = scan_root(root)
     stats = {"sessions": 0, "reloaded": 0, "dropped": 0, "orphans": 0}
+    removed = False
     for sid, e in journals.items():
-        if sid not in snaps:
+        if sid in snaps:
+            continue
+        if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_size == 0:
+            # A create killed before its snapshot was renamed in: nothing was acknowledged.
+            log.info("storage: removing %s: an empty journal without a snapshot (an unfinished create)", e.path)
+            os.unlink(e.path)
+            removed = True
+        else:
             quarantine(root, e.path, reason="journal without snapshot")
-            stats["orphans"] += 1
+        stats["orphans"] += 1
+    if removed:
+        fsync_dir(root)
     for sid, e in snaps.items():
-        st = e.stat()
+        st = e.stat(follow_symlinks=False)
         jst = journals.get(sid)
-        files = [st.st_ino, st.st_size, st.st_mtime_ns, jst.stat().st_size if jst is not None else 0]
+        files = [st.st_ino, st.st_size, st.st_mtime_ns,
+                 jst.stat(follow_symlinks=False).st_size if jst is not None else 0]
         entry = stored.get(sid) if stored is not None else None
         if entry is None or entry["files"] != files:
             entry = reload(sid)

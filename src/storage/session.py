@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .fsio import read_bytes, write_all
+from .fsio import open_regular, read_regular, write_all
 from .journal import JournalScan, JournalWriter, scan_journal
 from .models import DEFAULT_TITLE, ChatMessage, SessionRecord, SummaryRecord, encode_message
 
@@ -196,7 +196,7 @@ def write_snapshot(path: str, head: dict[str, Any], msgs: list[dict[str, Any]]) 
     Encoding in chunks releases the GIL at every write, so a big compaction in the background does
     not stall appends for its whole duration, and syncing every few MiB keeps the amount of dirty
     data small, so the journal's own fsyncs are not queued behind tens of MiB of snapshot."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         write_all(fd, orjson.dumps(head)[:-1] + b',\n"messages":[\n')
         pending = 0
@@ -257,14 +257,20 @@ class Loaded:
 
 
 def file_stat(path: str) -> tuple[int, int, int]:
-    st = os.stat(path)
+    """(inode, size, mtime_ns) of ``path`` itself (a symbolic link's own, never its target's)."""
+    return _stamp(os.lstat(path))
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def load_session(snap_path: str, journal_path: str) -> Loaded:
-    """Snapshot + journal replay. Raises FileNotFoundError, SnapshotError."""
-    snap_stat = file_stat(snap_path)
-    state = decode_snapshot(read_bytes(snap_path))
+    """Snapshot + journal replay. Raises FileNotFoundError, SnapshotError, NotRegularFile (a file
+    is a symbolic link or not a regular file)."""
+    data, st = read_regular(snap_path)
+    snap_stat = _stamp(st)
+    state = decode_snapshot(data)
     scan = scan_journal(journal_path)
     replayed = 0
     for e in scan.entries:

@@ -28,7 +28,7 @@ from .config import StorageConfig
 from .errors import InvalidArgument, MessageTooLarge, NotFound, StorageIOError, StorageLocked
 from .export import FORMATS, export
 from .flusher import JournalFlusher, NewFile
-from .fsio import fsync_dir, write_file
+from .fsio import fsync_dir, open_regular, write_file
 from .ids import new_session_id
 from .index import INDEX_NAME, SessionIndex
 from .journal import JournalWriter
@@ -620,7 +620,7 @@ def _copy(record: SessionRecord) -> SessionRecord:
 
 
 def _lock_root(root: str) -> int:
-    fd = os.open(os.path.join(root, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = open_regular(os.path.join(root, LOCK_NAME), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -9,8 +9,10 @@ but never acknowledged). If that is exactly what the journal already holds, noth
 common case after a process crash: the kernel kept the journal writes); otherwise the new journal is
 written to a temp file, fsynced and renamed in. Lines already folded into the snapshot
 (``seq <= last_seq``) are skipped by the loader as usual, so replaying twice, or after a compaction,
-changes nothing. A session without a snapshot (purged, or quarantined) is skipped. The WAL files are
-deleted only after every journal is durable.
+changes nothing. A session without a snapshot (purged, or quarantined) is skipped, and so is one whose
+journal is a symbolic link or not a regular file (the loader refuses that session). A WAL file that
+is a symbolic link or not a regular file is moved to quarantine/ unread. The WAL files are deleted
+only after every journal is durable.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from .fsio import fsync_dir, read_bytes, write_file_synced
+from .fsio import NotRegularFile, fsync_dir, quarantine, read_bytes, write_file_synced
 from .ids import SESSION_ID_RE
 from .wal import decode_records, wal_files
 
@@ -35,16 +37,21 @@ class ReplayStats:
     torn: int = 0             # files that ended in a torn or damaged record
     sessions: int = 0         # sessions with records
     rewritten: int = 0        # journals that had to be rebuilt
-    skipped: int = 0          # sessions without a snapshot
+    skipped: int = 0          # sessions without a snapshot (or whose journal is refused)
 
 
 def replay_wal(root: str, paths: Callable[[str], tuple[str, str]]) -> ReplayStats:
     """Replay every WAL file in ``root`` into the journals, then delete the files."""
     stats = ReplayStats()
-    files = wal_files(root)
+    files: list[tuple[int, str]] = []
     runs: dict[str, dict[int, bytes]] = {}
-    for _, path in files:
-        data = read_bytes(path)
+    for generation, path in wal_files(root):
+        try:
+            data = read_bytes(path)
+        except NotRegularFile as exc:
+            quarantine(root, path, reason=f"WAL file {exc.strerror}")
+            continue
+        files.append((generation, path))
         records, used = decode_records(data)
         stats.files += 1
         stats.records += len(records)
@@ -67,7 +74,13 @@ def replay_wal(root: str, paths: Callable[[str], tuple[str, str]]) -> ReplayStat
             stats.skipped += 1
             log.warning("storage: WAL records of %s skipped: the session has no snapshot", sid)
             continue
-        if _replay_session(jpath, run):
+        try:
+            rewritten = _replay_session(jpath, run)
+        except NotRegularFile as exc:
+            stats.skipped += 1
+            log.error("storage: WAL records of %s skipped: its journal %s", sid, exc.strerror)
+            continue
+        if rewritten:
             stats.rewritten += 1
             rewritten_dirs = True
     if rewritten_dirs:
