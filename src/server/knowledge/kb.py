@@ -28,7 +28,8 @@ from server.knowledge.chunker import chunk_blocks
 from server.knowledge.config import KnowledgeConfig
 from server.knowledge.index import ChunkIndex, chunk_terms
 from server.knowledge.models import DocumentInfo, Hit
-from server.knowledge.parsers import Cancelled, kind_of, parse
+from server.knowledge.budget import Cancelled
+from server.knowledge.parsers import kind_of, parse
 from server.knowledge.port import DocumentStore, Loaded, Staged
 from server.knowledge.store import FileDocumentStore, write_json
 

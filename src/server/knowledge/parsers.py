@@ -1,13 +1,16 @@
 """Document parsers: bytes in, ``Block`` list out. One function per format, chosen by extension.
 
 Refused with UNSUPPORTED_MEDIA: unknown extensions, binary content in a text format, and corrupt
-pdf/docx files (with the parser's reason). A docx is a zip: its member sizes and compression ratios
-are checked against the configured limits before anything is decompressed (zip bombs).
+pdf/docx files (with the parser's reason). A docx is read by ``server.knowledge.docx`` (zip-bomb
+checks, streamed xml).
 
-Every parser counts the characters it produces as it goes (``Budget``) and stops as soon as
+Every parser counts the characters it produces as it goes (``server.knowledge.budget.Budget``) and
+stops as soon as
 ``max_extracted_chars`` is passed; a pdf is also bounded per page (``pdf_max_page_chars``), per
 stream (``pdf_max_stream_bytes``, pypdf's decompression limits) and in page content interpreted
-(``pdf_max_content_bytes``). ``cancelled`` (a callable) is polled at every page / block: a
+(``pdf_max_content_bytes``); a docx's xml is streamed and bounded in elements read
+(``docx_max_xml_elements``); a csv is read a record at a time, each record bounded in characters
+(``csv_max_record_chars``); an html file is parsed in one pass. ``cancelled`` (a callable) is polled at every page / block: a
 cancelled parse raises ``Cancelled`` (SHUTTING_DOWN) and frees its thread.
 """
 from __future__ import annotations
@@ -16,15 +19,15 @@ import csv
 import io
 import json
 import re
-import zipfile
 from html.parser import HTMLParser
 from pathlib import PurePath
 from typing import Callable
 
-from protocol import ErrorCode
 from server.errors import HandlerError
 from server.knowledge.blocks import Block
+from server.knowledge.budget import Budget, over_limit
 from server.knowledge.config import KnowledgeConfig
+from server.knowledge.docx import parse_docx
 from server.knowledge.encodings import decode_text, unsupported
 
 TEXT_KINDS = {".txt": "text", ".text": "text", ".log": "text", ".md": "markdown", ".markdown": "markdown",
@@ -34,44 +37,6 @@ SUPPORTED = sorted(TEXT_KINDS) + sorted(BINARY_KINDS)
 CSV_ROWS_PER_BLOCK = 20
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
-
-
-class Cancelled(HandlerError):
-    """The ingest was cancelled (its caller left, the knowledge base is closing)."""
-
-    def __init__(self) -> None:
-        super().__init__(ErrorCode.SHUTTING_DOWN, "ingest cancelled (the client left or the server is stopping)")
-
-
-def _never() -> bool:
-    return False
-
-
-class Budget:
-    """The characters a parse has produced so far, against ``max_extracted_chars``, and the
-    cancellation check. ``add`` and ``check`` are called at every page / block / piece."""
-
-    __slots__ = ("limit", "total", "cancelled")
-
-    def __init__(self, cfg: KnowledgeConfig, cancelled: Callable[[], bool] | None = None) -> None:
-        self.limit = cfg.max_extracted_chars
-        self.total = 0
-        self.cancelled = cancelled or _never
-
-    def check(self) -> None:
-        if self.cancelled():
-            raise Cancelled()
-
-    def add(self, n: int) -> None:
-        self.total += n
-        if self.total > self.limit:
-            raise over_limit(self.total, self.limit)
-        self.check()
-
-
-def over_limit(total: int, limit: int) -> HandlerError:
-    return unsupported(f"document holds over {limit} characters of text ({total} so far; "
-                       f"limit max_extracted_chars = {limit})")
 
 
 def kind_of(name: str) -> str:
@@ -128,33 +93,75 @@ def parse_markdown(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Bl
     return out
 
 
+class _CsvLines:
+    """The lines of a csv text for ``csv.reader``, cut one at a time (no list of every line), refusing
+    a record (a row and the lines its quoted cells span) of over ``csv_max_record_chars`` characters
+    before the reader holds it: the reader keeps a record's cells as one list of strings, ~20 times
+    the record's size when its cells are short. ``next_record()`` is called at each row read."""
+
+    def __init__(self, text: str, limit: int) -> None:
+        self.text = text
+        self.limit = limit
+        self.pos = 0                  # where the next line starts
+        self.lines = 0                # lines handed to the reader
+        self.first = 1                # the line the current record starts on
+        self.record = 0               # characters of the current record so far
+
+    def next_record(self) -> None:
+        self.first, self.record = self.lines + 1, 0
+
+    def __iter__(self) -> _CsvLines:
+        return self
+
+    def __next__(self) -> str:
+        text, start = self.text, self.pos
+        if start >= len(text):
+            raise StopIteration
+        end = text.find("\n", start) + 1 or len(text)
+        self.record += end - start
+        if self.record > self.limit:
+            raise unsupported(f"csv record on line {self.first} holds over {self.limit} characters "
+                              f"(limit csv_max_record_chars)")
+        self.pos, self.lines = end, self.lines + 1
+        return text[start:end]
+
+
 def parse_csv(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     """Rows as ``column: value`` lines, a block per ``CSV_ROWS_PER_BLOCK`` rows, located by the lines
     of the file its records span (a quoted cell may hold line ends: a record is not a line). Column
     names have their whitespace (line ends too) collapsed to single spaces, so a block whose text has
     as many line ends as its range has lines is line for line its source (no empty row or cell was
-    dropped) and the chunker cites each row's own lines."""
-    text = decode_text(data)
-    reader = csv.reader(io.StringIO(text))
-    records: list[tuple[list[str], int, int]] = []     # (cells, first line, last line) of each record
+    dropped) and the chunker cites each row's own lines. Read a record at a time: each row's line is
+    counted (its column names too) as it is made, and a record over ``csv_max_record_chars`` is
+    refused before it is split into cells."""
+    lines = _CsvLines(decode_text(data), cfg.csv_max_record_chars)
+    reader = csv.reader(lines)
+    out: list[Block] = []
+    header: list[str] | None = None
+    names: list[str] = []
+    part: list[str] = []             # the "column: value" lines of the block being made (empty rows left out)
+    rows = first = 0                 # records in that block, and the line it starts on
     try:
         for row in reader:
-            records.append((row, records[-1][2] + 1 if records else 1, reader.line_num))
+            start, end = lines.first, reader.line_num       # the lines this record spans
+            lines.next_record()
+            if header is None:
+                header, header_end = row, end
+                names = [" ".join(h.split()) for h in row]
+                continue
+            line = "; ".join(f"{h}: {v}" for h, v in zip(names, row) if v.strip())
+            if line:
+                budget.add(len(line) + (1 if part else 0))   # (the line end joining it to the one before)
+                part.append(line)
+            rows, first = rows + 1, first if rows else start
+            if rows == CSV_ROWS_PER_BLOCK:
+                out.append(Block("\n".join(part), 0, None, first, end))
+                part, rows = [], 0
     except csv.Error as exc:
         raise unsupported(f"malformed csv: {exc}") from None
-    del text
-    if not records:
-        return []
-    header, _, header_end = records[0]
-    names = [" ".join(h.split()) for h in header]
-    out = []
-    for start in range(1, len(records), CSV_ROWS_PER_BLOCK):    # "column: " repeated per value: counted
-        part = records[start:start + CSV_ROWS_PER_BLOCK]
-        lines = ["; ".join(f"{h}: {v}" for h, v in zip(names, row) if v.strip()) for row, _, _ in part]
-        block = Block("\n".join(x for x in lines if x), 0, None, part[0][1], part[-1][2])
-        budget.add(len(block.text))
-        out.append(block)
-    if len(records) == 1:
+    if rows:
+        out.append(Block("\n".join(part), 0, None, first, end))
+    if header is not None and not out:                  # a header and no rows: the header is the text
         out.append(Block("; ".join(header), 0, None, 1, header_end))
         budget.add(len(out[-1].text))
     return [b for b in out if b.text]
@@ -247,6 +254,7 @@ class _HtmlBlocks(HTMLParser):
         self.head_done = True
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
+        self.budget.check()
         if tag == "head":
             self.in_head = not self.head_done
             return
@@ -281,6 +289,13 @@ class _HtmlBlocks(HTMLParser):
         elif tag in self.BLOCK:
             self.flush()
 
+    def close(self) -> None:
+        """End of the file. Markup still open there (a tag, an attribute value, a comment, a
+        declaration) is dropped, as HTML5 does: ``HTMLParser.close`` hands it over as text."""
+        if len(self.rawdata) > 1 and self.rawdata[0] == "<":
+            self.rawdata = ""
+        super().close()
+
     def handle_data(self, data: str) -> None:
         if self.skip:
             return
@@ -291,18 +306,14 @@ class _HtmlBlocks(HTMLParser):
         self.buf.append(data)
 
 
-HTML_FEED_CHARS = 1 << 16
-
-
 def parse_html(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     """Visible text of block elements; h1..h6 become headings; script/style/head are dropped
-    (the head ends at ``</head>`` or where the body implicitly begins)."""
+    (the head ends at ``</head>`` or where the body implicitly begins). Markup left open at the end
+    of the file (a tag, an attribute value, a comment) is dropped, not indexed. The text is fed
+    at once: fed in pieces, a tag or comment left open was scanned again at every piece (time
+    growing with the square of its length); cancellation is checked at every start tag."""
     p = _HtmlBlocks(budget)
-    text = decode_text(data)
-    for start in range(0, len(text), HTML_FEED_CHARS):
-        p.feed(text[start:start + HTML_FEED_CHARS])
-        budget.check()
-    del text
+    p.feed(decode_text(data))
     p.close()
     p.flush()
     return p.blocks
@@ -387,60 +398,6 @@ def parse_pdf(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
         raise unsupported(f"corrupt pdf: {type(exc).__name__}: {exc}") from None
     for b in out:                         # pdf "lines" are extraction artefacts: cite the page only
         b.line_start = b.line_end = None
-    return out
-
-
-def check_zip(data: bytes, cfg: KnowledgeConfig) -> None:
-    """Refuse a zip whose declared sizes exceed the limits (checked before any decompression)."""
-    try:
-        zf = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, ValueError) as exc:
-        raise unsupported(f"corrupt docx: {exc}") from None
-    with zf:
-        infos = zf.infolist()
-        if len(infos) > cfg.docx_max_members:
-            raise unsupported(f"docx has {len(infos)} zip members (limit {cfg.docx_max_members})")
-        total = 0
-        for info in infos:
-            total += info.file_size
-            if info.file_size > cfg.docx_max_ratio * max(info.compress_size, 1) and info.file_size > 1 << 20:
-                raise unsupported(f"docx member {info.filename!r} expands {info.file_size // max(info.compress_size, 1)}x "
-                                  f"(limit {cfg.docx_max_ratio}x): refused as a zip bomb")
-        if total > cfg.docx_max_uncompressed_bytes:
-            raise unsupported(f"docx expands to {total} bytes (limit {cfg.docx_max_uncompressed_bytes}): "
-                              "refused as a zip bomb")
-
-
-def parse_docx(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
-    """Paragraphs (``Heading N`` / ``Title`` styles become headings) and table rows (python-docx);
-    counted cell by cell (a merged cell repeats its text in every column it spans)."""
-    check_zip(data, cfg)
-    import docx
-    from docx.opc.exceptions import PackageNotFoundError
-    try:
-        document = docx.Document(io.BytesIO(data))
-    except (PackageNotFoundError, KeyError, ValueError, zipfile.BadZipFile, AttributeError) as exc:
-        raise unsupported(f"corrupt docx: {exc or type(exc).__name__}") from None
-    except Exception as exc:              # lxml syntax errors and the like inside the package
-        raise unsupported(f"corrupt docx: {type(exc).__name__}: {exc}") from None
-    out: list[Block] = []
-    for para in document.paragraphs:
-        text = para.text.strip()
-        budget.add(len(text))
-        if not text:
-            continue
-        style = (para.style.name if para.style is not None else "") or ""
-        m = re.match(r"Heading (\d)", style)
-        level = int(m.group(1)) if m else (1 if style == "Title" else 0)
-        out.append(Block(text, level))
-    for table in document.tables:
-        for row in table.rows:
-            cells = []
-            for c in row.cells:
-                cells.append(c.text.strip())
-                budget.add(len(cells[-1]))
-            if any(cells):
-                out.append(Block(" | ".join(cells)))
     return out
 
 
