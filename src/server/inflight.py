@@ -20,6 +20,8 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from storage.fsio import NotRegularFile, open_regular, read_bytes
+
 log = logging.getLogger("nplt.turns")
 
 MARKER_NAME = "turns_in_flight.log"
@@ -29,9 +31,12 @@ COMPACT_BYTES = 256 << 10
 def read_marker(path: str) -> list[str]:
     """Session ids whose last line in the marker file is ``+`` (in first-seen order); [] if no file."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_bytes(path)
     except FileNotFoundError:
+        return []
+    except NotRegularFile as exc:          # never read or written through a link: dropped, started anew
+        log.error("%s %s: removed (the marker is started anew)", path, exc.strerror)
+        os.unlink(path)
         return []
     state: dict[str, bool] = {}
     for line in data.split(b"\n"):   # a torn last line (no newline) still names its session
@@ -85,7 +90,7 @@ class InFlightTurns(NoMarker):
         # Not O_APPEND: on Linux pwrite ignores its offset on such a descriptor. One thread writes,
         # so ``_size`` is where the next line goes.
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._fd = open_regular(self.path, os.O_WRONLY | os.O_CREAT, 0o600)   # (never through a link)
             self._size = os.fstat(self._fd).st_size
         return self._fd
 

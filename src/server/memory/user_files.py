@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from storage.fsio import atomic_write
+from storage.fsio import NotRegularFile, atomic_write, read_bytes
 
 from server.memory.user_store import DocUserMemoryStore, UserDoc
 
@@ -40,10 +40,10 @@ class UserFiles:
     def _read(self, user_id: str) -> UserDoc:
         path = self._path(user_id)
         try:
-            return UserDoc.read(json.loads(path.read_bytes()), user_id)[1]
+            return UserDoc.read(json.loads(read_bytes(str(path))), user_id)[1]   # (never through a link)
         except FileNotFoundError:
             return UserDoc()
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (NotRegularFile, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("user memory file %s unreadable (%s): moved aside, starting empty", path, exc)
             os.replace(path, str(path) + ".corrupt")
             return UserDoc()
