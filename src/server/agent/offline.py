@@ -41,7 +41,7 @@ class OfflineAgent:
         return [OFFLINE_MODEL]
 
     async def aclose(self) -> None:
-        return None
+        self.registry.close()          # the tools' threads: queued calls cancelled, none waited for
 
     async def tool_schema_tokens(self, user_id: str) -> int:
         """No model request, so no tool schemas to reserve room for."""

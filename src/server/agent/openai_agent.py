@@ -119,6 +119,7 @@ class OpenAIAgent:
             raise to_agent_error(e, self.base_url, self.llm.models_timeout_s, self._key) from None
 
     async def aclose(self) -> None:
+        self.registry.close()          # the tools' threads: queued calls cancelled, none waited for
         await self.catalog.aclose()
         await self.client.close()
 

@@ -39,6 +39,7 @@ class ToolsConfig(Section):
     max_line_chars: int = Field(500, ge=40, le=100_000)         # search_files: longer matching lines are cut
     max_calls_per_step: int = Field(16, ge=1, le=1000)          # tool calls of one step that run; the rest get an error
     max_parallel_calls: int = Field(4, ge=1, le=64)             # tool calls of one step running at once
+    worker_threads: int = Field(8, ge=1, le=256)                # threads running the tools' blocking work, all users
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -57,13 +58,16 @@ class ToolsConfig(Section):
     @field_validator("log_roots", "file_roots")
     @classmethod
     def _roots(cls, v: list[str]) -> list[str]:
-        """Absolute directories, none of them a pseudo filesystem (or /, which holds them)."""
+        """Absolute directories, none of them a pseudo filesystem (or /, which holds them). Checked
+        as resolved (symlinks, ``//``, ``..``), as ``server.tools.paths`` resolves roots when reading:
+        ``//`` or a symlink to ``/`` is ``/``."""
         for r in v:
             if not r.startswith("/"):
                 raise Invalid(f"expected absolute directory paths, got {r!r}")
-            norm = os.path.normpath(r)
-            if norm == "/" or any(norm == p or norm.startswith(p + "/") for p in PSEUDO_FILESYSTEMS):
-                raise Invalid(f"{r!r} is or holds a pseudo filesystem (/proc, /sys, /dev); "
+            real = os.path.realpath(r)
+            if real == "/" or any(real == p or real.startswith(p + "/") for p in PSEUDO_FILESYSTEMS):
+                shown = repr(r) if real == os.path.normpath(r) else f"{r!r} (resolved: {real!r})"
+                raise Invalid(f"{shown} is or holds a pseudo filesystem (/proc, /sys, /dev); "
                               "name the directories to expose instead")
         return v
 

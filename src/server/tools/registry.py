@@ -2,20 +2,27 @@
 
 Every outcome becomes a ToolCall: ``success`` with a compact JSON result, ``error`` with a precise
 message the model can act on (unknown tool, malformed JSON, schema violation, refused target), or
-``timeout``. Blocking work runs in threads; results are scrubbed of secret values. ``protected``
-(built by ``server.wiring.protected_paths``) is the server's own data, which the file and log tools
-never read even when a root holds it; a root that does is reported by one warning when the registry
-is built.
+``timeout``. Blocking work runs in the tools' own threads (``ToolThreads``, ``[tools] worker_threads``),
+never in asyncio's default executor: a call that overruns its timeout keeps its thread busy until it
+ends, and must not take one from the storage or the knowledge base. Results are scrubbed of secret
+values. ``protected`` (built by ``server.wiring.protected_paths``) is the server's own data, which the
+file and log tools never read even when a root holds it; a root that does is reported by one warning
+when the registry is built.
 """
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import copy
 import logging
+import queue
+import threading
 import time
 import uuid
+import weakref
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 import psutil
 
@@ -31,6 +38,7 @@ from server.tools.units import ToolFailure, fit_json, to_json
 from storage.models import ToolCall
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SearchFn = Callable[..., Awaitable[list[Any]]]
 MemoryItemsFn = Callable[[str], Awaitable["list[Any] | None"]]   # user id -> their items, oldest first
@@ -78,6 +86,84 @@ SNIPPET_CHARS = 300
 OFF_LOOP_REDACT_CHARS = 32 * 1024
 
 
+class ToolThreads(Executor):
+    """The tools' blocking work: at most ``size`` daemon threads, started when needed, fed in order.
+
+    A tool call that overruns its timeout is abandoned by the event loop but its thread runs on until the
+    function returns (a thread cannot be stopped): here it holds one of the tools' threads, never one of
+    asyncio's default executor (storage, knowledge ingest, uploads), so a runaway call cannot starve the
+    rest of the server. Daemon threads: neither ``shutdown`` nor the interpreter's exit waits for them (a
+    ThreadPoolExecutor's threads are joined at exit, so one stuck call kept the server from stopping).
+    """
+
+    def __init__(self, size: int, name: str = "nplt-tool") -> None:
+        self._size, self._name = size, name
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)      # released by a thread each time it waits for a job
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        # forgotten without shutdown (a registry of a test): its idle threads end
+        weakref.finalize(self, _stop_threads, self._jobs, size)
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the tool threads are shut down")
+            self._jobs.put((future, fn, args, kwargs))
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self._size:
+                t = threading.Thread(target=_work, args=(self._jobs, self._idle), daemon=True,
+                                     name=f"{self._name}-{len(self._threads)}")
+                t.start()
+                self._threads.append(t)
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """No more jobs; idle threads end, busy ones when their call returns. ``cancel_futures``: the
+        queued jobs are cancelled (else they run first); ``wait``: join the threads (a stuck one too)."""
+        with self._lock:
+            self._closed = True
+            while cancel_futures:
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if job is not None:
+                    job[0].cancel()
+            _stop_threads(self._jobs, len(self._threads))
+        if wait:
+            for t in self._threads:
+                t.join()
+
+    @property
+    def started(self) -> int:
+        """Threads started so far (at most ``size``)."""
+        return len(self._threads)
+
+
+def _stop_threads(jobs: queue.SimpleQueue[Any], count: int) -> None:
+    for _ in range(count):
+        jobs.put(None)
+
+
+def _work(jobs: queue.SimpleQueue[Any], idle: threading.Semaphore) -> None:
+    """One tool thread (holds no reference to its ToolThreads, so that it can be collected)."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        future, fn, args, kwargs = job
+        del job
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as e:
+                future.set_exception(e)
+        del future, fn, args, kwargs
+        idle.release()
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """Who a tool runs for (history_search is scoped to this user)."""
@@ -108,6 +194,7 @@ class ToolRegistry:
         self.offers = offers
         self._secrets = tuple(secrets)
         self._policy = netcheck.HostPolicy(self.config.allowed_hosts)
+        self.threads = ToolThreads(self.config.worker_threads)
         cfg = self.config
         self._tools: dict[str, Tool] = {}
         self._add("sys_monitor", system.SYS_MONITOR_SCHEMA, self._sys_monitor, cfg.timeout_s)
@@ -155,6 +242,25 @@ class ToolRegistry:
             log.warning("the tools never read the server's own data, so these parts of the configured roots "
                         "are left out (refused when asked for, skipped in listings and searches): %s",
                         "; ".join(overlaps))
+
+    def close(self) -> None:
+        """Stop the tools' threads: queued calls are cancelled, a running one is not waited for."""
+        self.threads.shutdown(wait=False, cancel_futures=True)
+
+    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in one of the tools' threads (as ``asyncio.to_thread``, with this context)."""
+        ctx = contextvars.copy_context()
+        try:
+            job = asyncio.get_running_loop().run_in_executor(self.threads, ctx.run, fn, *args)
+        except RuntimeError:                 # after close()
+            raise ToolFailure("the server is shutting down") from None
+        try:
+            return await job
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if job.cancelled() and task is not None and not task.cancelling():   # by close(), not our caller
+                raise ToolFailure("the server is shutting down") from None
+            raise
 
     def _add(self, name: str, schema: dict[str, Any], handler: Callable[..., Awaitable[Any]], timeout: float) -> None:
         self._tools[name] = Tool(name, schema, handler, timeout)
@@ -236,32 +342,32 @@ class ToolRegistry:
     # -- handlers ----------------------------------------------------------------------------------
 
     async def _sys_monitor(self, args: dict[str, Any], ctx: ToolContext) -> Any:
-        return await asyncio.to_thread(system.sys_monitor, self.config, args["metric"])
+        return await self._in_thread(system.sys_monitor, self.config, args["metric"])
 
     async def _processes(self, args: dict[str, Any], ctx: ToolContext) -> Any:
-        return await asyncio.to_thread(system.processes, self.config, args["sort_by"], args["limit"],
-                                       args.get("name"))
+        return await self._in_thread(system.processes, self.config, args["sort_by"], args["limit"],
+                                     args.get("name"))
 
     async def _network_check(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return await netcheck.network_check(self.config, self._policy, args["host"], args["port"],
                                             args.get("timeout"))
 
     async def _read_log(self, args: dict[str, Any], ctx: ToolContext) -> Any:
-        return await asyncio.to_thread(logs.read_log, self.config, args["path"], args["lines"], self.protected,
-                                       self._secrets)
+        return await self._in_thread(logs.read_log, self.config, args["path"], args["lines"], self.protected,
+                                     self._secrets)
 
     async def _list_dir(self, args: dict[str, Any], ctx: ToolContext) -> Any:
-        return await asyncio.to_thread(files.list_dir, self.config, args["path"], args.get("pattern"), args["limit"],
-                                       self.protected)
+        return await self._in_thread(files.list_dir, self.config, args["path"], args.get("pattern"), args["limit"],
+                                     self.protected)
 
     async def _read_file(self, args: dict[str, Any], ctx: ToolContext) -> Any:
-        return await asyncio.to_thread(files.read_file, self.config, args["path"], args["offset"], args["lines"],
-                                       self.protected, self._secrets)
+        return await self._in_thread(files.read_file, self.config, args["path"], args["offset"], args["lines"],
+                                     self.protected, self._secrets)
 
     async def _search_files(self, args: dict[str, Any], ctx: ToolContext) -> Any:
-        return await asyncio.to_thread(file_search.search_files, self.config, args["root"], args["pattern"],
-                                       args["regex"], args["ignore_case"], args["limit"], self.protected,
-                                       self._secrets)
+        return await self._in_thread(file_search.search_files, self.config, args["root"], args["pattern"],
+                                     args["regex"], args["ignore_case"], args["limit"], self.protected,
+                                     self._secrets)
 
     async def _search_knowledge(self, args: dict[str, Any], ctx: ToolContext) -> Any:
         return await search_knowledge(self.knowledge, args, ctx.user_id)

@@ -2,19 +2,24 @@
 
 The tools never read environment variables or config values, but a log file or a process could
 still echo one. Every result passes through ``redact`` before it reaches the model or a client:
-first the known values (sensitive environment variables, the configured API key), then anything
-shaped like a secret (``SECRET_SHAPES``): provider API keys (``sk-...``, ``AKIA...``, ``ghp_...``,
-``xox?-...``, ``AIza...``, ``glpat-...``, ``npm_...``, ``pypi-...``, ``hf_...``, ``sk_live_...``),
-JWTs, ``Bearer``/``Token`` credentials (a word holding a digit, or long: not "token refreshed"),
-``Basic`` credentials (base64 of ``user:password``), the password of a URL
-(``scheme://user:PASSWORD@host``), PEM private-key blocks and base64-encoded PEM blobs
-(kubeconfig's ``client-key-data``), password hashes (``$apr1$...``, ``$6$...``, ``$2y$...``,
-``{SHA}...``: htpasswd, shadow), the value of ``password=``, ``db_pass:``, ``passphrase:``,
-``token: ``, ``api_key=``, ``secret=``, ``SECRET_KEY=``, ``client-key-data:`` style assignments
-(JSON, YAML, INI, env), of a credential-looking ``"auth": "..."`` (docker's config.json, .npmrc),
-and of command-line passwords (``--password S3cret``, ``mysql -pS3cret``, ``curl -u user:S3cret``,
-``redis-cli -a S3cret``, netrc's ``login u password S3cret``). The result is JSON text, so a value
-never runs over a quote or a backslash and the mask keeps the JSON valid.
+first the known values (sensitive environment variables, ``sensitive_variable``: MYSQL_PWD,
+SMTP_PASS, SENTRY_DSN too; the configured API key; in their JSON form), then anything shaped like a
+secret (``SECRET_SHAPES``): provider API keys (``sk-...``, ``AKIA...``, ``ghp_...``, ``xox?-...``,
+``AIza...``, ``glpat-...``, ``npm_...``, ``pypi-...``, ``hf_...``, ``sk_live_...``, Vault's
+``hvs.``), JWTs, ``Bearer``/``Token`` credentials (a word holding a digit, or long: not "token
+refreshed"), ``Basic`` credentials (base64 of ``user:password``), the password of a URL
+(``scheme://user:PASSWORD@host``, up to the last @ before the host), PEM private-key blocks and
+base64-encoded PEM blobs (kubeconfig's ``client-key-data``), password hashes (``$apr1$...``,
+``$6$...``, ``$2y$...``, ``{SHA}...``: htpasswd, shadow), the value of ``password=``,
+``db_pass:``, ``passphrase:``, ``token: ``, ``api_key=``, ``secret=``, ``SECRET_KEY=``,
+``client-key-data:`` style assignments (JSON, YAML, INI, env, PHP/Ruby ``=>``) and XML elements
+(``<password>...</password>``), of a DSN's user info, of a credential-looking ``"auth": "..."``
+(docker's config.json, .npmrc), and of command-line passwords (``--password S3cret``,
+``--db-password S3cret``, ``mysql -pS3cret``, ``curl -u user:S3cret``, ``redis-cli -a S3cret``,
+``docker login -p``, ``ldapsearch -w``, ``smbclient -U user%S3cret``, ``openssl -k``,
+``htpasswd -b``, ``rabbitmqctl add_user``, ``vault login``, netrc's ``login u password S3cret``).
+The result is JSON text, so a value never runs over a quote or a backslash (only over a whole escape
+such as ``\\"``) and the mask keeps the JSON valid.
 
 The file tools (read_file, read_log, search_files) show a file's lines redacted one by one
 (``LineRedactor``), so what they count, cut and match is what the user sees: a pattern of
@@ -30,7 +35,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import bisect
 import os
 import re
 from typing import Callable, Iterable
@@ -39,7 +43,11 @@ import orjson
 
 from server.tools.re2_filter import PatternFilter
 
-_SENSITIVE_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+_SENSITIVE_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSW|PASSPHRASE|CREDENTIAL|AUTH", re.IGNORECASE)
+# whole parts of a name (split on _ - .): SMTP_PASS, SENTRY_DSN, SSH_PRIVATE, but not BYPASS, COMPASS or
+# PASSAGE; and PWD (MYSQL_PWD), unless its value is a path
+_SENSITIVE_PARTS = frozenset({"PASS", "DSN", "PRIVATE"})
+_NAME_PARTS = re.compile(r"[_.-]+")
 MIN_SECRET_LEN = 6
 MASK = "[REDACTED]"
 
@@ -50,7 +58,7 @@ _V = r"[^\s\"'\\,;&<>]"   # a character of a secret value (never a quote, backsl
 # name-value separators: a JSON key with a string value ("token": "..."), or a name in text, maybe quoted
 # (quotes inside the JSON text are escaped: \"). A JSON key with a bare value ("secret": 15 in a tool's own
 # counts) is a number or a literal, never masked: the mask would break the JSON.
-_ASSIGN = r"(?:\"\s*:\s*\"|(?:\\[\"']|')?\s*[:=]\s*(?:\\?[\"'])?)"
+_ASSIGN = r"(?:\"\s*:\s*\"|(?:\\[\"']|')?\s*(?:=>|[:=])\s*(?:\\?[\"'])?)"   # also PHP / Ruby / Perl "=>"
 # a credential's name: it ends with one of these words (so max_tokens, token_count, auth_mode are not)
 _SECRET_NAME = (r"(?:passw(?:or)?d|(?:(?<![a-z])|(?<=\\[nrt]))pass|passphrase|secret|token|"
                 r"api[_-]?key|apikey|access[_-]?key|"
@@ -60,6 +68,14 @@ _CLI_FLAG = (r"(?:password|passwd|pass(?:in|out)?|passphrase|pwd|token|secret|ap
              r"access-token|client-secret)")
 # programs whose short option carries a password: mysql -pSECRET, sshpass -p SECRET, redis-cli -a SECRET
 _LINE = r"(?:[^\\\n]|\\\"){0,200}?"   # further on the same line (never over an escaped newline), not far
+# an argument (not an option), maybe quoted, and the space after it
+_ARG = r"(?:\\?[\"'])?[^\s\"'\\-][^\s\"'\\]*(?:\\?[\"'])?\s+"
+_HT_FLAGS = r"(?:\s+-[A-Za-z]+(?:\s+\d+)?)*"   # htpasswd's options (-C 10)
+_HT_ARG = r"(?!\d+\s)" + _ARG                    # an argument after them (a lone number belongs to -C)
+# a URL's scheme: short, so that a long run of a-a-a-... is not scanned again from each of its letters
+_URL = r"\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}://"
+
+
 def _basic(m: re.Match) -> str:
     """``Basic <base64>`` masked when the base64 decodes to ``user:password`` (not "Basic usage")."""
     try:
@@ -75,12 +91,19 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
                 r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|$)", re.S), MASK),
     # a base64-encoded PEM block ("-----BEGIN" = LS0tLS1CRUdJTi): kubeconfig's client-key-data and the like
     (re.compile(_B + r"LS0tLS1CRUdJTi[A-Za-z0-9+/=]{16,}(?:\.{3})?"), MASK),
-    # scheme://user:password@host -> scheme://user:[REDACTED]@host (a scheme is short: bounded, so that a
-    # long run of a-a-a-... is not scanned again from each of its letters)
-    (re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}://[^\s:/@\"'\\]*:)[^\s@/\"'\\]+(@)"), r"\1" + MASK + r"\2"),
+    # scheme://user:password@host -> scheme://user:[REDACTED]@host; the password runs to the last @ before
+    # the host (mysql://app:p@ss@db)
+    (re.compile(r"(" + _URL + r"[^\s:/@\"'\\]*:)[^\s/\"'\\]+(@)"), r"\1" + MASK + r"\2"),
+    # a DSN's user info, also without a password (SENTRY_DSN=https://KEY@o1.ingest.sentry.io/5), and a
+    # Sentry key (32 hex digits) as the user of a URL
+    (re.compile(r"((?:(?<![a-z])|(?<=\\[nrt]))dsn(?![\w])" + _ASSIGN + _URL + r")(?!\[REDACTED\]@)"
+                r"[^\s/\"'\\]+(@)", re.I), r"\1" + MASK + r"\2"),
+    (re.compile(r"(\bhttps?://)[0-9a-f]{32}(@)"), r"\1" + MASK + r"\2"),
     # Authorization: Bearer / Token credentials: a word after them is one when it holds a digit or is
-    # long ("token refreshed", "Bearer authentication" are prose); Basic: base64 of "user:password"
-    (re.compile(r"(" + _B + r"(?:Bearer|Token)\s+)(?:(?=[A-Za-z._~+/=-]*[0-9])|(?=[A-Za-z0-9._~+/=-]{20}))"
+    # long ("token refreshed", "Bearer authentication" are prose); GitLab's PRIVATE_TOKEN too; Basic:
+    # base64 of "user:password"
+    (re.compile(r"((?:(?<=\\[nrt])|(?<![^\W_]))(?:Bearer|Token)\s+)"
+                r"(?:(?=[A-Za-z._~+/=-]*[0-9])|(?=[A-Za-z0-9._~+/=-]{20}))"
                 r"[A-Za-z0-9._~+/=-]{8,}", re.I), r"\1" + MASK),
     (re.compile(r"(" + _B + r"Basic\s+)([A-Za-z0-9+/]{6,}={0,2})", re.I), _basic),
     # provider key formats and JWTs
@@ -90,6 +113,7 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
     (re.compile(_B + r"(?:gh[pousr]_[A-Za-z0-9]{30,}\b|github_pat_[A-Za-z0-9_]{30,})"), MASK),
     (re.compile(_B + r"glpat-[A-Za-z0-9_-]{20,}"), MASK),
     (re.compile(_B + r"xox[abprs]-[A-Za-z0-9-]{10,}"), MASK),
+    (re.compile(_B + r"hv[sbr]\.[A-Za-z0-9_-]{24,}"), MASK),          # HashiCorp Vault tokens
     (re.compile(_B + r"AIza[A-Za-z0-9_-]{35}\b"), MASK),
     (re.compile(_B + r"(?:npm_[A-Za-z0-9]{36}|hf_[A-Za-z0-9]{30,}|pypi-[A-Za-z0-9_-]{40,})\b"), MASK),
     (re.compile(_B + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), MASK),
@@ -104,6 +128,10 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
     (re.compile(r"(" + _SECRET_NAME + r"(?![\w])" + _ASSIGN + r")"
                 r"(?!\[REDACTED\]|(?:Bearer|Basic|Token)\s)" + _V + r"{4,}", re.I),
      r"\1" + MASK),
+    # XML elements: <password>S3cret</password>, <db.password>, <apiKey>, <token> (the name ends with
+    # the secret word, as above); the value runs to the closing tag
+    (re.compile(r"(" + _SECRET_NAME + r">)(?!\[REDACTED\]<)(?:[^<\s\"'\\]|\\[\\\"'/]){4,}(?=</)", re.I),
+     r"\1" + MASK),
     # pwd=... (MYSQL_PWD, ODBC's PWD=): not a path, so that a shell's PWD=/home/ops stays
     (re.compile(r"(pwd(?![\w])" + _ASSIGN + r")(?![/~]|\[REDACTED\])" + _V + r"{4,}", re.I),
      r"\1" + MASK),
@@ -111,8 +139,11 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
     # only a credential-looking value (12+ characters, a digit among them), so auth: required stays
     (re.compile(r"((?:(?<![a-z])|(?<=\\[nrt]))auth(?![\w])" + _ASSIGN + r")"
                 r"(?=[A-Za-z0-9+/=_.:-]{0,200}?\d)[A-Za-z0-9+/=_.:-]{12,}", re.I), r"\1" + MASK),
-    # command-line passwords: --password S3cret (the = form is an assignment above), -passin pass:S3cret
-    (re.compile(r"((?:(?<=\\[nrt])|(?<![\w-]))--?" + _CLI_FLAG + r"\s+)(?!-|\[REDACTED\])" + _V + r"{4,}", re.I),
+    # command-line passwords: --password S3cret, --db-password S3cret, --admin-pass S3cret (the = form is
+    # an assignment above; not --no-password, a switch), -passin pass:S3cret (the parts before the flag
+    # word never hold a - or _ , so that a run such as a-a-a-... is split one way only)
+    (re.compile(r"((?:(?<=\\[nrt])|(?<![\w-]))--?(?!no[-_])(?:[a-z0-9]+[-_])*" + _CLI_FLAG + r"\s+)(?!-|\[REDACTED\])"
+                + _V + r"{4,}", re.I),
      r"\1" + MASK),
     (re.compile(r"(" + _B + r"(?:mysql\w*|mariadb\w*)\b" + _LINE + r"\s-p)(?!\[REDACTED\])" + _V + r"+"),
      r"\1" + MASK),
@@ -120,6 +151,24 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
     (re.compile(r"(" + _B + r"redis-cli\b" + _LINE + r"\s-a\s*)(?!\[REDACTED\])" + _V + r"+"), r"\1" + MASK),
     (re.compile(r"(" + _B + r"curl\b" + _LINE + r"\s(?:-u|--user)\s*[^\s:\"'\\]+:)(?!\[REDACTED\])" + _V + r"+"),
      r"\1" + MASK),
+    (re.compile(r"(" + _B + r"(?:docker|podman|buildah|skopeo|nerdctl|oras)\s+login\b" + _LINE
+                + r"\s-p\s*)(?!-|\[REDACTED\])" + _V + r"+"), r"\1" + MASK),
+    (re.compile(r"(" + _B + r"ldap[a-z]*\b" + _LINE + r"\s-w\s*)(?!-|\[REDACTED\])" + _V + r"+"), r"\1" + MASK),
+    (re.compile(r"(" + _B + r"(?:smbclient|rpcclient|smbcacls|smbget)\b" + _LINE
+                + r"\s(?:-U|--user)(?:=|\s*)(?:[^\s%\"'\\]|\\\\)+%)(?!\[REDACTED\])" + _V + r"+"), r"\1" + MASK),
+    (re.compile(r"(" + _B + r"openssl\b" + _LINE + r"\s-[kK]\s+)(?!-|\[REDACTED\])" + _V + r"+"), r"\1" + MASK),
+    (re.compile(r"(" + _B + r"mysqladmin\b" + _LINE + r"\spassword\s+(?:\\?[\"'])?)(?!-|\[REDACTED\])" + _V + r"+"),
+     r"\1" + MASK),
+    (re.compile(r"(" + _B + r"rabbitmqctl\b" + _LINE + r"\s(?:add_user|change_password)\s+" + _ARG
+                + r"(?:\\?[\"'])?)(?!-|\[REDACTED\])" + _V + r"+"), r"\1" + MASK),
+    # htpasswd -b[...] [FILE] USER PASSWORD: with -n no FILE (-C takes a number, never an argument here)
+    (re.compile(r"(" + _B + r"htpasswd(?=" + _HT_FLAGS + r"?\s+-[A-Za-z]*b)(?:(?=" + _HT_FLAGS + r"?\s+-[A-Za-z]*n)"
+                + _HT_FLAGS + r"\s+" + _HT_ARG + r"|(?!" + _HT_FLAGS + r"?\s+-[A-Za-z]*n)" + _HT_FLAGS + r"\s+"
+                + _HT_ARG + _HT_ARG + r")(?:\\?[\"'])?)(?!-|\[REDACTED\])" + _V + r"+"), r"\1" + MASK),
+    # vault login TOKEN (not an option, not a name=value pair; a token holds a digit or a dot, or is long:
+    # "vault login with your token" is prose)
+    (re.compile(r"(" + _B + r"vault\s+login(?:\s+-[^\s\"'\\]+)*\s+)(?![\w.-]*=|-|\[REDACTED\])"
+                r"(?:(?=[^\s\"'\\]*[\d.])|(?=" + _V + r"{16}))" + _V + r"{4,}"), r"\1" + MASK),
     # netrc: machine HOST login USER password SECRET
     (re.compile(r"(" + _B + r"login\s+\S+\s+password\s+)(?!\[REDACTED\])" + _V + r"+", re.I), r"\1" + MASK),
 ]
@@ -138,16 +187,45 @@ def redact_shapes(text: str) -> str:
     return text
 
 
+def sensitive_variable(name: str, value: str) -> bool:
+    """Whether an environment variable holds a secret, by its name: one holding KEY, SECRET, TOKEN,
+    PASSW, PASSPHRASE, CREDENTIAL or AUTH, or with a whole part (split on _ - .) PASS, PWD, DSN or
+    PRIVATE (SMTP_PASS, MYSQL_PWD, SENTRY_DSN; not BYPASS, COMPASS or PASSAGE). A PWD whose value is a
+    path is a directory (the shell's PWD), not a password."""
+    if _SENSITIVE_NAME.search(name):
+        return True
+    parts = set(_NAME_PARTS.split(name.upper()))
+    if "PWD" in parts and not value.startswith(("/", "~")):
+        return True
+    return not parts.isdisjoint(_SENSITIVE_PARTS)
+
+
 def secret_values(extra: Iterable[str] = ()) -> set[str]:
-    """Values of sensitive-looking environment variables plus ``extra`` (e.g. the configured API key)."""
-    values = {v for k, v in os.environ.items() if _SENSITIVE_NAME.search(k) and len(v) >= MIN_SECRET_LEN}
+    """Values of sensitive environment variables (``sensitive_variable``) plus ``extra`` (e.g. the
+    configured API key)."""
+    values = {v for k, v in os.environ.items() if len(v) >= MIN_SECRET_LEN and sensitive_variable(k, v)}
     values.update(v for v in extra if v and len(v) >= MIN_SECRET_LEN)
     return values
 
 
+def _json_form(value: str) -> str:
+    """``value`` as it stands inside a JSON string (the text redacted is JSON): a quote or a backslash
+    escaped, so that a password holding one is found too."""
+    try:
+        return orjson.dumps(value).decode()[1:-1]
+    except orjson.JSONEncodeError:     # a lone surrogate (an undecodable byte of the environment)
+        return value
+
+
+def _known_values(extra: Iterable[str]) -> list[str]:
+    """The known secret values in their JSON form, longest first."""
+    return sorted({_json_form(v) for v in secret_values(extra)}, key=len, reverse=True)
+
+
 def redact(text: str, extra: Iterable[str] = ()) -> str:
-    """Replace every known secret value in ``text`` with a mask (longest first), then every secret shape."""
-    for value in sorted(secret_values(extra), key=len, reverse=True):
+    """Replace every known secret value in ``text`` (JSON text) with a mask (longest first), then every
+    secret shape."""
+    for value in _known_values(extra):
         if value in text:
             text = text.replace(value, MASK)
     return redact_shapes(text)
@@ -176,7 +254,7 @@ class LineRedactor:
     """
 
     def __init__(self, extra: Iterable[str] = (), *, mid_file: bool = False) -> None:
-        self._values = sorted(secret_values(extra), key=len, reverse=True)
+        self._values = _known_values(extra)
         self._needles = [v.encode("utf-8", "surrogatepass") for v in self._values]
         self.in_key = False
         self._unknown_start = mid_file
@@ -194,7 +272,11 @@ class LineRedactor:
         """{index: the line as shown} for the lines that redaction changes (the others are shown as they are)."""
         if not lines:
             return {}
-        data = orjson.dumps(lines)
+        # each line in its JSON form (the form ``redact`` works on) on a line of its own: orjson escapes
+        # every newline inside a string, so line k of ``lines`` is what follows b"\n" number k + 1 of
+        # ``data`` (nothing to parse: splitting the compact form on '","' took the '\","' that ends a
+        # line such as '{"user": "app",' for a separator, and looped forever)
+        data = orjson.dumps(lines, option=orjson.OPT_INDENT_2)
         candidates = self._candidates(data, len(lines))
         if self._unknown_start:
             self._unknown_start = False
@@ -214,32 +296,29 @@ class LineRedactor:
         return out
 
     def _candidates(self, data: bytes, count: int) -> set[int]:
-        """Indexes of the lines of ``data`` (``orjson.dumps(lines)``) a known value or a secret shape may
-        touch: a superset of those redaction changes."""
-        if SHAPES_PREFILTER.search(data) is None and not any(n in data for n in self._needles):
-            return set()
-        seps, at = [], data.find(b'","')     # a quote inside a line is escaped: '","' only separates lines
-        while at >= 0:
-            seps.append(at)
-            at = data.find(b'","', at + 1)
-        found: set[int] = set()
-
-        def add(start: int, end: int) -> int:
-            """Flag the lines [start, end) touches (line k: its text and the separator after it); the
-            position where the line after them starts."""
-            first = bisect.bisect_right(seps, start - 3)
-            last = min(count - 1, bisect.bisect_right(seps, end - 4))
-            found.update(range(first, last + 1))
-            return seps[last] + 3 if last < len(seps) else len(data)
-
+        """Indexes of the ``count`` lines of ``data`` (``orjson.dumps(lines, option=OPT_INDENT_2)``) a known
+        value or a secret shape may touch: a superset of those redaction changes."""
+        spans: list[tuple[int, int]] = []       # [start, end) of each match, never empty
         pos = 0
         while (m := SHAPES_PREFILTER.search(data, pos)) is not None:
-            pos = add(m.start(), max(m.end(), m.start() + 1))
+            spans.append((m.start(), max(m.end(), m.start() + 1)))
+            end_of_line = data.find(b"\n", spans[-1][1] - 1)
+            if end_of_line < 0:
+                break
+            pos = end_of_line + 1      # the next line: past the match's start, so the loop always advances
         for needle in self._needles:
             at = data.find(needle)
             while at >= 0:
-                add(at, at + len(needle))
+                spans.append((at, at + len(needle)))
                 at = data.find(needle, at + 1)
+        found: set[int] = set()
+        # byte x is in line (b"\n" in data[:x]) - 1: the b"\n" after a line's text is part of that line
+        before = counted_to = 0          # b"\n" in data[:counted_to]
+        for start, end in sorted(spans):
+            before += data.count(b"\n", counted_to, start)
+            counted_to = start
+            first, last = before - 1, before + data.count(b"\n", start, end - 1) - 1
+            found.update(range(max(first, 0), min(last, count - 1) + 1))
         return found
 
     @staticmethod
