@@ -15,6 +15,7 @@ from server.agent.downloads import parse_download_request
 from server.agent.file_intents import parse_file_request, paths_in
 
 THRESHOLD = 1.0
+MAX_PARSE_CHARS = 2_000      # a longer message (a pasted log) is parsed by its first and last 1,000 characters
 CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 
 
@@ -167,9 +168,21 @@ def _log_args(text: str) -> dict[str, Any] | None:
     return args
 
 
+def parsed_part(text: str) -> str:
+    """What ``parse`` looks at: ``text``, or for one longer than ``MAX_PARSE_CHARS`` (a pasted log,
+    never a short command) its first and last ``MAX_PARSE_CHARS // 2`` characters, where the request
+    is ("check this log: ...", "... what is wrong here?"). The rules' regexes then cost the same
+    for a 32,000-character paste as for a short question."""
+    if len(text) <= MAX_PARSE_CHARS:
+        return text
+    half = MAX_PARSE_CHARS // 2
+    return f"{text[:half]}\n{text[-half:]}"
+
+
 def parse(text: str) -> list[Intent]:
-    """Recognized intents in a stable order; an empty list means "not understood"."""
-    text = text.strip()
+    """Recognized intents in a stable order; an empty list means "not understood". Only the
+    ``parsed_part`` of a long message is looked at."""
+    text = parsed_part(text.strip())
     if not text:
         return []
     scores = _score(text)

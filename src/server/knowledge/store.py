@@ -28,6 +28,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
+import orjson
+
 from protocol import ErrorCode
 from server.errors import HandlerError, not_found
 from server.knowledge.models import DocumentInfo
@@ -57,7 +59,10 @@ def write_file(path: Path, data: bytes) -> None:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    write_file(path, json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())
+    # orjson: the same compact UTF-8 bytes as json.dumps(ensure_ascii=False), ~10x faster; the
+    # encoder holds the GIL, and a large document's chunk records took ~0.25 s of it (a stall of
+    # every client's requests while an upload was stored)
+    write_file(path, orjson.dumps(obj))
 
 
 def info_of(meta: dict) -> DocumentInfo:

@@ -8,7 +8,8 @@ It keeps four sections and folds a previous summary in (its bullets are parsed b
     Recent topics:           the most frequent content words of the newly covered user messages
 
 Each section is capped (oldest entries go first) so the summary stays bounded; facts get the
-largest cap because they are what later turns ask about.
+largest cap because they are what later turns ask about. Pure functions of their arguments (no
+shared state): ``summarizer.summarize`` runs ``extractive_summary`` in a worker thread.
 """
 from __future__ import annotations
 

@@ -22,11 +22,12 @@ from storage.models import SessionRecord
 from server.memory.config import RecallConfig
 from server.memory.context import in_prompt
 from server.memory.embeddings import Embedder, EmbeddingError
-from server.memory.recall import RecallIndex, rank_vectors, turn_docs
+from server.memory.recall import RecallIndex, analyze_turns, rank_vectors, turn_docs
 from server.memory.view import SessionView
 
 log = logging.getLogger("nplt.memory")
-INDEX_CHUNK = 25                 # turns indexed between two yields to the event loop (~10 ms)
+INDEX_INLINE_CHARS = 8_000       # new turns' text analyzed on the event loop up to this size (~5 ms); more: in a thread
+INDEX_SLICE_TERMS = 5_000        # terms posted to the index between two yields to the event loop (~5-10 ms)
 
 
 @dataclass
@@ -75,7 +76,23 @@ class UserIndexes:
 
         With a synced ``view`` holding every message after the last one consumed, nothing is read
         from storage. Returns True when the session's documents changed.
+
+        The event loop is never held for long: the turns' text is analyzed in a worker thread when
+        it is longer than ``INDEX_INLINE_CHARS``, and the documents are posted in slices of about
+        ``INDEX_SLICE_TERMS`` terms with a yield to the loop in between. A session forgotten
+        meanwhile (``forget_session``: a clear, an edit, a delete) is read again from storage.
         """
+        restarted = False
+        while True:
+            changed = await self._sync(uidx, session_id, record, view)
+            if changed is not None:
+                return changed or restarted
+            record, view, restarted = None, None, True
+
+    async def _sync(self, uidx: UserIndex, session_id: str, record: SessionRecord | None,
+                    view: SessionView | None) -> bool | None:
+        """``sync`` once; None when the session was forgotten before it was done (nothing of this
+        sync stays indexed then)."""
         index = uidx.index
         upto = index.indexed_upto.get(session_id, 0)
         new = view.after(upto) if view is not None and view.record is not None else None
@@ -98,10 +115,15 @@ class UserIndexes:
             uidx.counts[session_id] = 0
             new = await self.store.messages(session_id)
         docs, consumed = turn_docs(session_id, [m for m in new if in_prompt(m)], final=False)   # not superseded
-        for start in range(0, len(docs), INDEX_CHUNK):          # a big session must not stall the loop
-            if start:
-                await asyncio.sleep(0)
-            index.add_turns(session_id, docs[start:start + INDEX_CHUNK], 0)
+        terms = None
+        if sum(len(d.user_text) + len(d.answer_text) for d in docs) > INDEX_INLINE_CHARS:
+            terms = await asyncio.to_thread(analyze_turns, docs)
+        if docs and session_id in uidx.seen:      # (not forgotten during the analysis)
+            await _post(index, session_id, docs, terms)
+        if session_id not in uidx.seen:           # forgotten meanwhile: what was read may be stale
+            index.remove_session(session_id)
+            uidx.counts.pop(session_id, None)
+            return None
         if consumed:
             index.add_turns(session_id, [], consumed)
             uidx.counts[session_id] = uidx.counts.get(session_id, 0) + sum(1 for m in new if m.id <= consumed)
@@ -188,6 +210,22 @@ class UserIndexes:
         accept = uidx.index.acceptor(session_id, exclude)
         items = [(key, vec) for key, vec in uidx.index.vectors.items() if accept(key)]
         return await asyncio.to_thread(rank_vectors, qv, items, max(4 * k, 20))
+
+
+async def _post(index: RecallIndex, session_id: str, docs: list, terms: list[list[str]] | None) -> None:
+    """``index.add_steps`` with a yield to the event loop after every ``INDEX_SLICE_TERMS`` terms
+    posted (a big session must not stall the loop). Cancelled meanwhile, the documents not posted
+    yet are dropped (``add_steps`` closed): the next sync reads them again."""
+    steps = index.add_steps(session_id, docs, 0, terms)
+    try:
+        posted = 0
+        for n in steps:
+            posted += n
+            if posted >= INDEX_SLICE_TERMS:
+                posted = 0
+                await asyncio.sleep(0)
+    finally:
+        steps.close()
 
 
 def _replaces(new: list[Any], upto: int) -> bool:

@@ -30,7 +30,7 @@ from server.memory.config import MemoryConfig
 from server.memory.context import Excerpt, Parts, Turn, assemble, in_prompt, recent_turns
 from server.memory.embeddings import Embedder
 from server.memory.indexes import UserIndexes
-from server.memory.recall import excerpt_and_tokens, parse_time, snippet
+from server.memory.recall import bounded_query, excerpt_and_tokens, parse_time, snippet
 from server.memory.summaries import Notify, Summaries
 from server.memory.titles import SessionTitles
 from server.memory.tokens import TokenCounter, make_counter
@@ -114,8 +114,8 @@ class MemoryManager:
         memory_cut: list[dict[str, Any]] = []
         if self.user_memory is not None and new_message.content.strip():
             try:
-                items, memory_cut = await self.user_memory.choose(user_id, session_id, new_message.content,
-                                                                  self.titles.of)
+                items, memory_cut = await self.user_memory.choose(   # (a pasted log: its ends only, as recall)
+                    user_id, session_id, bounded_query(new_message.content), self.titles.of)
             except Exception:
                 log.exception("user memory failed for session %s (prompt built without it)", session_id)
         flags: dict[str, Any] = {"summary_fallback": self.summaries.fallback(session_id), "turns_older": older}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from server.memory.analyze import analyze
 from server.memory.bm25 import ALL, BM25Index
@@ -25,6 +25,8 @@ WEIGHTS_BEFORE = (0.6, 0.3)      # the turn right before, two before
 WEIGHTS_AFTER = (0.4, 0.2)
 DATE_WEIGHT = 0.5
 RRF_K = 60                       # reciprocal rank fusion constant
+MAX_QUERY_CHARS = 2_000          # a longer query (a pasted log) is searched by its first and last 1,000 characters
+EXCERPT_CHARS_PER_TOKEN = 8      # an excerpt of N tokens is cut from the first 8 * N characters of a text at most
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
           "october", "november", "december")
 
@@ -71,9 +73,21 @@ def date_terms(iso: str) -> list[str]:
     return list(_date_terms(iso))
 
 
+def bounded_query(query: str) -> str:
+    """``query``, or for one longer than ``MAX_QUERY_CHARS`` (a pasted log) its first and last
+    ``MAX_QUERY_CHARS // 2`` characters: what is asked is at the start or the end, and a search
+    never analyzes (nor walks the postings of) tens of thousands of characters."""
+    if len(query) <= MAX_QUERY_CHARS:
+        return query
+    half = MAX_QUERY_CHARS // 2
+    return f"{query[:half]}\n{query[-half:]}"
+
+
 def query_terms(query: str, now: datetime | None = None) -> list[str]:
     """Analyzed query terms, plus the date terms of the days a relative time in it refers to
-    ("yesterday", "last Tuesday", "上周二"; resolved against ``now``, see ``server.memory.when``)."""
+    ("yesterday", "last Tuesday", "上周二"; resolved against ``now``, see ``server.memory.when``).
+    Only the ``bounded_query`` part of a very long query counts."""
+    query = bounded_query(query)
     terms = analyze(query)
     if now is not None:
         extra: list[str] = []
@@ -83,6 +97,11 @@ def query_terms(query: str, now: datetime | None = None) -> list[str]:
                     extra.append(t)
         terms.extend(extra)
     return terms
+
+
+def analyze_turns(docs: list[TurnDoc]) -> list[list[str]]:
+    """``analyze`` of each turn's ``text()`` (pure CPU, no shared state: may run in a worker thread)."""
+    return [analyze(doc.text()) for doc in docs]
 
 
 def _add(bag: dict[str, float], terms: Iterable[str], weight: float) -> None:
@@ -136,8 +155,9 @@ class RecallIndex:
     def __len__(self) -> int:
         return len(self.docs)
 
-    def _reindex(self, order: list[tuple[str, int]], i: int) -> None:
-        """(Re-)index document ``i`` of a session: exactly ``document_terms`` of it and its neighbours."""
+    def _reindex(self, order: list[tuple[str, int]], i: int) -> int:
+        """(Re-)index document ``i`` of a session: exactly ``document_terms`` of it and its neighbours.
+        Returns the number of terms posted."""
         key = order[i]
         terms = self._terms
         head = self._heads.get(key)
@@ -153,32 +173,63 @@ class RecallIndex:
             _add(bag, terms[order[j]], w)
         _add(bag, _date_terms(self.docs[key].time), DATE_WEIGHT)
         self.bm25.add(key, bag, key[0], owned=True)   # bag: a fresh dict of positive weights, not kept here
+        return len(bag)
 
-    def add_turns(self, session_id: str, docs: list[TurnDoc], upto: int) -> None:
+    def add_turns(self, session_id: str, docs: list[TurnDoc], upto: int,
+                  terms: list[list[str]] | None = None) -> None:
         """Append finished turns of a session (ascending ids); ``upto`` = last message id consumed."""
+        for _ in self.add_steps(session_id, docs, upto, terms):
+            pass
+
+    def add_steps(self, session_id: str, docs: list[TurnDoc], upto: int,
+                  terms: list[list[str]] | None = None) -> Iterator[int]:
+        """``add_turns`` one document at a time: after each document (re-)indexed it yields the
+        number of terms it posted, so that the caller can let the event loop run in between (a
+        search meanwhile finds the documents indexed so far). ``terms``: ``analyze`` of each doc's
+        ``text()``, when the caller computed them already (off the event loop); else they are
+        computed here, before the first step. Stops when the session is removed meanwhile
+        (``remove_session``: what was added went with it). Closed before the end (the caller was
+        cancelled), it drops the new documents not indexed yet: a later call adds them again.
+        ``indexed_upto`` moves only at the end."""
         order = self._order.setdefault(session_id, [])
         start = len(order)
-        for doc in docs:
+        for n, doc in enumerate(docs):
             if doc.key in self.docs:
                 continue
             self.docs[doc.key] = doc
-            self._terms[doc.key] = analyze(doc.text())
+            self._terms[doc.key] = analyze(doc.text()) if terms is None else terms[n]
             if doc.answer_id is not None:
                 self._by_answer[(session_id, doc.answer_id)] = doc.key
             order.append(doc.key)
-        if len(order) > start:          # earlier documents gain the new turns as "after" context
-            for i in range(max(0, start - len(WEIGHTS_AFTER)), len(order)):
-                self._reindex(order, i)
+        # earlier documents gain the new turns as "after" context
+        first = max(0, start - len(WEIGHTS_AFTER)) if len(order) > start else start
+        done = start
+        try:
+            for i in range(first, len(order)):
+                posted = self._reindex(order, i)
+                done = max(done, i + 1)
+                yield posted
+                if self._order.get(session_id) is not order:
+                    return
+        finally:
+            if done < len(order) and self._order.get(session_id) is order:    # closed half-way
+                for key in order[done:]:
+                    self._drop(key)
+                del order[done:]
         self.indexed_upto[session_id] = max(upto, self.indexed_upto.get(session_id, 0))
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        """Forget a document here (its postings are the caller's business)."""
+        doc = self.docs.pop(key, None)
+        if doc is not None and doc.answer_id is not None:
+            self._by_answer.pop((key[0], doc.answer_id), None)
+        self._terms.pop(key, None)
+        self._heads.pop(key, None)
+        self.vectors.pop(key, None)
 
     def remove_session(self, session_id: str) -> None:
         for key in self._order.pop(session_id, ()):
-            doc = self.docs.pop(key, None)
-            if doc is not None and doc.answer_id is not None:
-                self._by_answer.pop((session_id, doc.answer_id), None)
-            self._terms.pop(key, None)
-            self._heads.pop(key, None)
-            self.vectors.pop(key, None)
+            self._drop(key)
             self.bm25.remove(key)
         self.indexed_upto.pop(session_id, None)
 
@@ -261,9 +312,14 @@ def format_excerpt(doc: TurnDoc, counter: TokenCounter, max_tokens: int) -> str:
 
 
 def excerpt_and_tokens(doc: TurnDoc, counter: TokenCounter, max_tokens: int) -> tuple[str, int]:
-    """``format_excerpt`` and the tokens of its text (each distinct text is counted once)."""
+    """``format_excerpt`` and the tokens of its text (each distinct text is counted once). Only the
+    first ``EXCERPT_CHARS_PER_TOKEN * max_tokens`` characters of a long text are looked at (and
+    counted): a 32,000-character message is never counted to keep a few hundred tokens of it."""
     head = f"[Recalled from {format_time(doc.time)}] User: "
+    limit = EXCERPT_CHARS_PER_TOKEN * max(max_tokens, 1)
     user, answer = " ".join(doc.user_text.split()), " ".join(doc.answer_text.split())
+    cut_user, cut_answer = len(user) > limit, len(answer) > limit     # cut: ends with "…" whatever fits
+    user, answer = user[:limit], answer[:limit]
     sep = " / Assistant: "
     n_user, n_answer, n_head, n_sep = counter.count(user), counter.count(answer), counter.count(head), counter.count(sep)
     additive = splits_at_whitespace(counter)   # head ends and sep starts with a space
@@ -271,12 +327,13 @@ def excerpt_and_tokens(doc: TurnDoc, counter: TokenCounter, max_tokens: int) -> 
     text = head
     for _ in range(4):                       # shrink until it fits (each cut adds a "…")
         u_room = room if not answer else max(room // 2, room - n_answer)
-        u = truncate_to_tokens(counter, user, u_room - 1) + "…" if n_user > u_room else user
+        u = truncate_to_tokens(counter, user, u_room - 1) + "…" if n_user > u_room or cut_user else user
         n_u = n_user if u is user else counter.count(u)
         text = head + u
         n = n_head + n_u
         if answer:
-            a = answer if n_answer <= room - n_u else truncate_to_tokens(counter, answer, room - n_u - 1) + "…"
+            a = answer if n_answer <= room - n_u and not cut_answer else \
+                truncate_to_tokens(counter, answer, room - n_u - 1) + "…"
             text += sep + a
             n += n_sep + (n_answer if a is answer else counter.count(a))
         if not additive:

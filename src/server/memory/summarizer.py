@@ -5,10 +5,12 @@ triggers (OR'ed). The cut keeps the ``keep`` most recent messages verbatim and o
 user-message boundary, so a turn -- and with it every tool call and its result -- is never split.
 The new summary folds the previous summary with the newly covered messages (the transcript part
 trimmed to ``trim_tokens_to_summarize``, most recent part kept), so nothing summarized before can
-fall out. With an offline agent (or none) the extractive summarizer writes it instead.
+fall out. With an offline agent (or none) the extractive summarizer writes it instead, in a
+worker thread (it reads only its arguments).
 """
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -177,8 +179,8 @@ async def summarize(p: Plan, config: SummarizationConfig, counter: TokenCounter,
             raise NothingToSummarize(f"messages {p.covered[0].id}-{p.covers_to_id} were all superseded")
         return SummaryRecord(text=p.previous.text, covers_from_id=p.covers_from_id, covers_to_id=p.covers_to_id,
                              created_at=now_iso(), model=p.previous.model)
-    if agent is None or getattr(agent, "offline", False):
-        text, used_model = extractive_summary(previous, covered), EXTRACTIVE_MODEL
+    if agent is None or getattr(agent, "offline", False):    # pure CPU, proportional to the text: off the loop
+        text, used_model = await asyncio.to_thread(extractive_summary, previous, covered), EXTRACTIVE_MODEL
     else:
         req = request_messages(config, previous, transcript(covered, counter, config.trim_tokens_to_summarize))
         try:

@@ -158,11 +158,11 @@ def truncate_to_tokens(counter: TokenCounter, text: str, max_tokens: int, *, kee
     """The longest prefix (or suffix with ``keep_end``) of ``text`` that counts at most ``max_tokens``."""
     if max_tokens <= 0 or not text:
         return ""
+    fast = getattr(counter, "truncate", None)
+    if fast is not None:                 # one pass, stopping at the cut (no count of the whole text first)
+        return fast(text, max_tokens, keep_end)
     if counter.count(text) <= max_tokens:
         return text
-    fast = getattr(counter, "truncate", None)
-    if fast is not None:
-        return fast(text, max_tokens, keep_end)
     lo, hi = 0, len(text)            # invariant: a cut of length lo fits
     while lo < hi:
         mid = (lo + hi + 1) // 2
