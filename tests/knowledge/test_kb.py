@@ -192,3 +192,18 @@ async def test_a_cancelled_ingest_leaves_nothing_behind(kb, monkeypatch):
     from testkit.server import poll
     await poll(lambda: not list(kb.store.tmp.iterdir()))     # the staging thread ran on, then was cleaned
     assert await kb.list("alice", []) == []
+
+
+async def test_a_document_whose_text_alone_makes_too_many_chunks_is_refused_before_chunking(tmp_path, monkeypatch):
+    cfg = KnowledgeConfig(max_chunks_per_document=3, chunk_target_chars=100, chunk_overlap_chars=10)
+    kb = KnowledgeBase(cfg, tmp_path / "kb")
+    await kb.start()
+    chunked = []
+    monkeypatch.setattr(kb_module, "chunk_blocks", lambda *a: chunked.append(1) or [])
+    try:
+        with pytest.raises(HandlerError) as exc:
+            await kb.ingest("u", [], None, "a.txt", ("word " * 80 + "\n\n").encode())   # 400 characters of text
+        assert exc.value.code == "QUOTA_EXCEEDED" and "at least 4 chunks (limit 3)" in exc.value.message
+        assert chunked == []
+    finally:
+        await kb.close()

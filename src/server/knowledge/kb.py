@@ -416,6 +416,11 @@ class KnowledgeBase:
             report("parsing", 1, 1)
             report("chunking", 0, len(blocks))
             n_blocks = len(blocks)
+            # a chunk holds at most chunk_target_chars: the text alone may already make too many
+            least = -(-sum(len(b.text) for b in blocks) // self.config.chunk_target_chars)
+            if least > self.config.max_chunks_per_document:
+                raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"document makes at least {least} chunks "
+                                   f"(limit {self.config.max_chunks_per_document})")
             chunks = chunk_blocks(blocks, self.config.chunk_target_chars, self.config.chunk_overlap_chars)
             del blocks
             if len(chunks) > self.config.max_chunks_per_document:
