@@ -22,6 +22,7 @@ import orjson
 
 from server.agent import downloads, file_answers
 from server.agent.file_answers import when
+from server.tools.units import fmt_duration
 from storage.models import ToolCall
 
 HELP_EN = (
@@ -144,17 +145,8 @@ def _load(d: dict[str, Any], zh: bool) -> str:
 
 
 def duration_zh(seconds: float) -> str:
-    """93784 -> '1 天 2 小时 3 分钟'; under a minute -> '42 秒' (``units.fmt_duration`` in Chinese)."""
-    days, s = divmod(int(seconds), 86400)
-    hours, s = divmod(s, 3600)
-    minutes, s = divmod(s, 60)
-    if not (days or hours or minutes):
-        return f"{s} 秒"
-    parts = [f"{days} 天"] if days else []
-    if days or hours:
-        parts.append(f"{hours} 小时")
-    parts.append(f"{minutes} 分钟")
-    return " ".join(parts)
+    """93784 -> '1 天 2 小时 3 分钟'; under a minute -> '42 秒'."""
+    return fmt_duration(seconds, (" 天", " 小时", " 分钟", " 秒"))
 
 
 def _uptime(d: dict[str, Any], zh: bool) -> str:

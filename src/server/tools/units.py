@@ -23,18 +23,20 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.1f} PiB"  # pragma: no cover
 
 
-def fmt_duration(seconds: float) -> str:
-    """93784 -> '1d 2h 3m'; under a minute -> '42s'."""
+def fmt_duration(seconds: float, units: tuple[str, str, str, str] = ("d", "h", "m", "s")) -> str:
+    """93784 -> '1d 2h 3m'; under a minute -> '42s'. ``units``: the suffixes of days, hours, minutes
+    and seconds (" 天", " 小时", " 分钟", " 秒" say it in Chinese)."""
     s = int(seconds)
     days, s = divmod(s, 86400)
     hours, s = divmod(s, 3600)
     minutes, s = divmod(s, 60)
+    d, h, m, sec = units
     if not (days or hours or minutes):
-        return f"{s}s"
-    parts = [f"{days}d"] if days else []
+        return f"{s}{sec}"
+    parts = [f"{days}{d}"] if days else []
     if days or hours:
-        parts.append(f"{hours}h")
-    parts.append(f"{minutes}m")
+        parts.append(f"{hours}{h}")
+    parts.append(f"{minutes}{m}")
     return " ".join(parts)
 
 
