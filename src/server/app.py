@@ -2,6 +2,9 @@
 memory, auth) once; connections and handlers get those, never the Server.
 
 ``await start()`` opens the store (unless one is given), wires agent and memory, and listens;
+with TLS the server accepts the TCP connections itself: each counts against ``max_clients`` /
+``max_clients_per_ip`` from its accept, and its TLS handshake must end within ``handshake_timeout_s``
+(``_Handshake``, ``loop.connect_accepted_socket``);
 ``await stop()`` shuts down gracefully: stop accepting, cancel running turns (their partial answers are
 saved), send SHUTTING_DOWN to every client, close connections, close the agent and the store (which
 compacts its journals).
@@ -11,13 +14,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
 import ssl
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from protocol.server_events import SESSION_EVENT_KINDS, Notice
-from server.config import ServerConfig, check_bind_policy
+from server.config import ServerConfig, check_bind_policy, is_loopback
 from server.config_base import ConfigError
+from server.conn_limits import count_from, peer_ip
 from server.connection import ServerConnection
 from server.services import VERSION, Counters, Services, build_services
 from server.httpd import start_http, stop_http
@@ -26,6 +32,11 @@ from server.legacy_v2_files import clear_incoming
 from storage import AsyncHistoryStore, HistoryStore, open_store
 
 log = logging.getLogger("nplt.server")
+ACCEPT_RETRY_S = 1.0    # after a failed accept (out of file descriptors, ...), as asyncio's own accept loop
+
+
+def _peer(addr: Any) -> str:
+    return f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
 
 
 def _check_readable(key: str, path: str) -> None:
@@ -57,6 +68,16 @@ def make_ssl_context(cert: str, key: str) -> ssl.SSLContext:
     return ctx
 
 
+@dataclass(eq=False, slots=True)
+class _Handshake:
+    """A TLS connection between its TCP accept and the end of its TLS handshake: counted against
+    ``max_clients`` and ``max_clients_per_ip`` (``count_from`` reads ``ip``). ``sock`` is None once
+    ``loop.connect_accepted_socket`` owns it."""
+    ip: str
+    sock: socket.socket | None
+    task: asyncio.Task | None = None
+
+
 class Server:
     """The NPLT server. Tests run it in-process on port 0.
 
@@ -80,6 +101,10 @@ class Server:
         self._listener: asyncio.base_events.Server | None = None
         self._stopped: asyncio.Event | None = None
         self._owns_store = store is None
+        self._ssl: ssl.SSLContext | None = None
+        self._tls_sockets: list[socket.socket] = []     # the listening sockets of TLS (accepted by _accept_tls)
+        self._accepting: list[asyncio.Task] = []
+        self._handshakes: set[_Handshake] = set()       # TLS connections before the end of their handshake
 
     # -- views of the services ------------------------------------------------------------------------
     def _svc(self) -> Services:
@@ -97,22 +122,109 @@ class Server:
     slow_consumers = property(lambda self: self.counters.slow_consumers)
     refusals = property(lambda self: self.counters.refusals)
     metrics = property(lambda self: self._svc().metrics)
+    tls_handshakes = property(lambda self: len(self._handshakes))   # TLS connections in their handshake
 
     def _refuse_reason(self) -> str | None:
         if self.stopping:
             return "shutting down"
-        if len(self._svc().connections) >= self._max_connections:
+        if len(self._svc().connections) + len(self._handshakes) >= self._max_connections:
             return "max_clients reached"
         return None
 
     def _new_connection(self) -> ServerConnection:
         return ServerConnection(self._svc(), next(self._ids), self._refuse_reason)
 
+    async def _listen_tls(self, ssl_ctx: ssl.SSLContext, host: str, port: int, backlog: int) -> None:
+        """Listen on every address of ``host`` (as ``loop.create_server`` does) and accept in _accept_tls."""
+        loop = asyncio.get_running_loop()
+        self._ssl = ssl_ctx
+        for family, kind, proto, _, addr in dict.fromkeys(
+                await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)):
+            sock = socket.socket(family, kind, proto)
+            self._tls_sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(addr)
+            except OSError as exc:   # (worded as loop.create_server words it)
+                raise OSError(exc.errno, f"error while attempting to bind on address {addr!r}: "
+                                         f"{(exc.strerror or str(exc)).lower()}") from None
+            sock.listen(backlog)
+            sock.setblocking(False)
+        self._accepting = [loop.create_task(self._accept_tls(sock)) for sock in self._tls_sockets]
+
+    async def _accept_tls(self, listening: socket.socket) -> None:
+        """Accept TLS connections. A connection over ``max_clients`` or ``max_clients_per_ip`` (those
+        in their handshake counted) is closed at once, before any TLS work: without a handshake it
+        cannot be told why (a plain-TCP client gets SERVER_FULL / TOO_MANY_CONNECTIONS). Otherwise it
+        is counted from its accept on, and handshaken in a task of its own."""
+        loop = asyncio.get_running_loop()
+        per_ip = self.config.limits.max_clients_per_ip
+        while True:
+            try:
+                sock, addr = await loop.sock_accept(listening)
+            except (ConnectionAbortedError, InterruptedError):
+                continue
+            except OSError as exc:   # out of file descriptors, ...: as asyncio's own accept loop does
+                log.error("cannot accept a TLS connection: %s; retrying in %g s", exc, ACCEPT_RETRY_S)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            conn_id, ip = next(self._ids), peer_ip(addr)
+            reason = self._refuse_reason()
+            if reason is None and per_ip and \
+                    count_from(self._svc().connections, ip) + count_from(self._handshakes, ip) >= per_ip:
+                reason = "max_clients_per_ip reached"
+            if reason is not None:
+                self.counters.refusals.note(conn_id, _peer(addr), f"{reason} (closed before the TLS handshake)")
+                sock.close()
+                continue
+            hs = _Handshake(ip, sock)
+            self._handshakes.add(hs)
+            hs.task = loop.create_task(self._tls_handshake(hs, conn_id, _peer(addr)))
+
+    async def _tls_handshake(self, hs: _Handshake, conn_id: int, peer: str) -> None:
+        """The TLS handshake of an accepted connection, within ``handshake_timeout_s``; the
+        ServerConnection is made when it is done (its own HELLO timer starts then)."""
+        timeout = self.config.limits.handshake_timeout_s
+        sock, hs.sock = hs.sock, None
+
+        def refuse_reason() -> str | None:   # asked by the connection once its handshake is done
+            self._handshakes.discard(hs)
+            return self._refuse_reason()
+
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: ServerConnection(self._svc(), conn_id, refuse_reason), sock,
+                ssl=self._ssl, ssl_handshake_timeout=timeout)
+        except Exception as exc:   # the socket is closed by connect_accepted_socket
+            if isinstance(exc, ConnectionAbortedError):
+                log.info("connection %s (%s): no TLS handshake within %g s; closed", conn_id, peer, timeout)
+            else:
+                log.debug("connection %s (%s): TLS handshake failed: %s", conn_id, peer, exc)
+        finally:
+            self._handshakes.discard(hs)
+
+    async def _close_tls(self) -> None:
+        """Stop accepting TLS connections; handshakes in progress are closed."""
+        for task in self._accepting:
+            task.cancel()
+        await asyncio.gather(*self._accepting, return_exceptions=True)   # (no reader left on the sockets)
+        for sock in self._tls_sockets:
+            sock.close()
+        for hs in list(self._handshakes):
+            self._handshakes.discard(hs)
+            if hs.task is not None:
+                hs.task.cancel()
+            if hs.sock is not None:      # (its task had not started)
+                hs.sock.close()
+
     async def start(self) -> tuple[str, int]:
         """Open everything and listen; returns the bound (host, port)."""
         cfg = self.config
         check_bind_policy(cfg)
-        ssl_ctx = make_ssl_context(cfg.server.tls_cert, cfg.server.tls_key) if cfg.server.tls_cert else None
+        tls = cfg.server.tls_cert is not None      # (both or neither, never empty: ServerSection)
+        ssl_ctx = make_ssl_context(cfg.server.tls_cert, cfg.server.tls_key) if tls else None
         loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         store = self._store_arg
@@ -127,13 +239,18 @@ class Server:
             await svc.knowledge.start()
             await svc.uploads.start()
             await clear_incoming(cfg)
-            await svc.udp.start(cfg.transfer.udp_host or cfg.server.host)
+            if cfg.single_user:   # UDP downloads serve v2 clients only, which are refused when users are configured
+                await svc.udp.start(cfg.transfer.udp_host or cfg.server.host)
             if svc.cluster is not None:
                 await svc.cluster.start()   # before listening: every turn is relayed and locked
-            self._listener = await loop.create_server(
-                self._new_connection, cfg.server.host, cfg.server.port, ssl=ssl_ctx,
-                backlog=min(4096, max(128, cfg.limits.max_clients)))
+            backlog = min(4096, max(128, cfg.limits.max_clients))
+            if ssl_ctx is None:
+                self._listener = await loop.create_server(self._new_connection, cfg.server.host, cfg.server.port,
+                                                          backlog=backlog)
+            else:   # TLS under the connection limits from the accept on
+                await self._listen_tls(ssl_ctx, cfg.server.host, cfg.server.port, backlog)
         except BaseException:
+            await self._close_tls()
             if svc.cluster is not None:
                 await svc.cluster.close()
             await svc.udp.close()
@@ -141,11 +258,19 @@ class Server:
             if self._owns_store:
                 await store.close()
             raise
-        sock = self._listener.sockets[0].getsockname()
+        sock = (self._listener.sockets[0] if self._listener is not None else self._tls_sockets[0]).getsockname()
         self.host, self.port = sock[0], sock[1]
         self.counters.started_monotonic = time.monotonic()
         log.info("listening on %s:%d (%s, agent %s, %s)", self.host, self.port, "TLS" if ssl_ctx else "TCP",
                  svc.agent.name, "single user" if cfg.single_user else f"{len(cfg.auth.users)} users")
+        if self._agent_arg is None:
+            log.log(*cfg.llm.startup_note())
+        if ssl_ctx is None and not is_loopback(cfg.server.host):
+            log.warning("listening on %s without TLS: %s cross the network in clear; set tls_cert and tls_key "
+                        "(or use an SSH tunnel)", cfg.server.host,
+                        "conversations" if cfg.single_user else "tokens and conversations")
+        if not cfg.single_user:
+            log.info("no UDP downloads: v2 clients are refused when users are configured")
         try:
             self.http = await start_http(self)
         except BaseException:
@@ -182,6 +307,7 @@ class Server:
         log.info("shutting down")
         if self._listener is not None:
             self._listener.close()
+        await self._close_tls()
         svc = self.services
         if svc is None:  # never started
             return

@@ -50,7 +50,9 @@ class ServerSection(Section):
     legacy_grace_ms: int = Field(300, ge=MIN_LEGACY_GRACE_MS, le=60_000)
     log_file: str | None = None       # None: <storage root>/logs/nplt-server.log (docs/server.md); "off": none
     log_max_bytes: int = Field(5 << 20, ge=4096, le=1 << 40)   # the log file is rotated at this size ...
-    log_backups: int = Field(3, ge=0, le=1000)                 # ... keeping this many old files
+    log_backups: int = Field(3, ge=0, le=1000)                 # ... keeping this many old files (0: cut in place)
+    log_startup_records: int = Field(10_000, ge=0, le=1_000_000)   # records logged before the data directory
+    #                                   is locked, kept to be written to the log file once it is (server.main)
     gc_gen0_threshold: int = Field(20_000, ge=100, le=10_000_000)  # allocations between young-generation
     #                                   collections of nplt-server (Python's default: 700; server.main.tune_gc)
 
@@ -62,6 +64,16 @@ class ServerSection(Section):
         if v.lower() not in choices:
             raise Invalid(f"expected one of {', '.join(choices)} (any case), got {v!r}")
         return v.lower()
+
+    @field_validator("tls_cert", "tls_key")
+    @classmethod
+    def _pem_path(cls, v: str | None) -> str | None:
+        """An empty path is an error, never "no TLS": ``--tls-cert "$CERT"`` or ``NPLT_TLS_CERT=$CERT``
+        with CERT unset must not start a plain-TCP server (TLS is off only when both are left out)."""
+        if v is not None and not v.strip():
+            raise Invalid(f"expected the path of a PEM file, got {v!r} (leave tls_cert and tls_key both out "
+                          "for plain TCP)")
+        return v
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerSection:

@@ -2,7 +2,10 @@
 tokens or message contents at info level.
 
 The file is written by a ``QueueListener`` thread (stdlib ``logging.handlers``), so a slow disk never
-stalls the event loop; ``RotatingFileHandler`` rotates it at ``max_bytes``, keeping ``backups`` files.
+stalls the event loop; ``RotatingFileHandler`` rotates it at ``max_bytes``, keeping ``backups`` files
+(with 0 backups the file is cut instead: ``BoundedFileHandler``). ``nplt-server`` adds the file
+(``add_log_file``) only once it holds its data directory (``server.main.serve``); what was logged
+before (the store's recovery, say) is kept meanwhile by ``StartupRecords`` and written first.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import logging.handlers
 import os
 import queue
 import sys
+from collections import deque
 from datetime import datetime, timezone
 
 import orjson
@@ -49,14 +53,56 @@ class _InProcessQueueHandler(logging.handlers.QueueHandler):
         return record
 
 
+class StartupRecords(logging.Handler):
+    """The records logged before the log file may be opened, the newest ``capacity`` of them, for
+    ``add_log_file`` to write first; ``dropped`` counts the older ones left out."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.records: deque[logging.LogRecord] = deque(maxlen=capacity)
+        self.dropped = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.records) == self.records.maxlen:
+            self.dropped += 1
+        self.records.append(record)
+
+
+class BoundedFileHandler(logging.handlers.RotatingFileHandler):
+    """``RotatingFileHandler`` that keeps the file under ``maxBytes`` with no backups too (the stdlib's
+    never rolls over when ``backupCount`` is 0, so the file grew without bound): the older half of the
+    file is cut, from a line start, and the newest lines are kept."""
+
+    def doRollover(self) -> None:
+        if self.backupCount > 0:
+            super().doRollover()
+            return
+        if self.stream:
+            self.stream.close()
+            self.stream = None   # type: ignore[assignment]
+        try:
+            with open(self.baseFilename, "r+b") as f:
+                start = max(0, f.seek(0, os.SEEK_END) - self.maxBytes // 2)
+                f.seek(start)
+                tail = f.read()
+                if start:
+                    tail = tail[tail.find(b"\n") + 1:]   # (no line end at all: the whole tail)
+                f.seek(0)
+                f.write(tail)
+                f.truncate()
+        except FileNotFoundError:   # removed meanwhile: started again
+            pass
+        if not self.delay:
+            self.stream = self._open()
+
+
 class LogFile:
     """The rotating log file and the thread that writes it; ``close`` flushes and stops it."""
 
     def __init__(self, path: str, fmt: str, max_bytes: int, backups: int) -> None:
         self.path = os.path.abspath(path)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(self.path, maxBytes=max_bytes, backupCount=backups,
-                                                       encoding="utf-8")
+        handler = BoundedFileHandler(self.path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
         handler.setFormatter(_formatter(fmt))
         q: queue.SimpleQueue = queue.SimpleQueue()
         self.handler = _InProcessQueueHandler(q)
@@ -84,6 +130,19 @@ def setup_logging(level: str = "info", fmt: str = "text", log_file: str | None =
     root.setLevel(level.upper())
     if log_file is None:
         return None
-    out = LogFile(log_file, fmt, max_bytes, backups)
+    return add_log_file(log_file, fmt, max_bytes=max_bytes, backups=backups)
+
+
+def add_log_file(path: str, fmt: str = "text", *, max_bytes: int = 5 << 20, backups: int = 3,
+                 earlier: StartupRecords | None = None) -> LogFile:
+    """Also log to the rotating file ``path`` (close the returned LogFile at exit), starting with the
+    records ``earlier`` kept (it is taken off the root logger); OSError when it cannot be written."""
+    out = LogFile(path, fmt, max_bytes, backups)
+    root = logging.getLogger()
+    if earlier is not None:
+        root.removeHandler(earlier)
+        for record in earlier.records:
+            out.handler.handle(record)
+        earlier.records.clear()
     root.addHandler(out.handler)
     return out

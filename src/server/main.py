@@ -3,6 +3,10 @@
 Exit codes: 0 after a clean shutdown, 2 for configuration errors (message on stderr), 1 when the
 server cannot start (e.g. the port is in use, the data directory is locked, the log file cannot be
 written). ``nplt-server hash-token [TOKEN]`` and ``nplt-server migrate-json-to-pg`` are subcommands.
+
+The server logs to stderr until it holds its data directory (the store's lock), and only then to its
+log file too, starting with what it logged before (``[server] log_startup_records``): a second server
+refused the lock must not write into the log of the one running.
 """
 from __future__ import annotations
 
@@ -14,15 +18,21 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Callable
 
 from server.auth import hash_token
 from server.cli import build_parser, config_from_args, default_log_file
 from server.config import ServerConfig, check_bind_policy
 from server.config_base import ConfigError
-from server.logs import setup_logging
+from server.logs import LogFile, StartupRecords, add_log_file, setup_logging
 from server.services import VERSION
+from storage import open_store
 
 log = logging.getLogger("nplt.main")
+
+
+class LogFileError(Exception):
+    """The log file cannot be written (exit code 1)."""
 
 
 def _loop_factory():
@@ -68,8 +78,29 @@ def hash_token_main(argv: list[str]) -> int:
     return 0
 
 
-async def serve(cfg: ServerConfig, port_file: str | None = None, stop: asyncio.Event | None = None) -> None:
-    """Run a Server until ``stop`` is set (or SIGINT/SIGTERM arrives)."""
+def open_log_file(cfg: ServerConfig, earlier: StartupRecords | None = None) -> LogFile | None:
+    """Log to the server's log file (``default_log_file``; None: off) as well, starting with the
+    records ``earlier`` kept; LogFileError when it cannot be written."""
+    path = default_log_file(cfg)
+    if path is None:
+        return None
+    try:
+        out = add_log_file(path, cfg.server.log_format, max_bytes=cfg.server.log_max_bytes,
+                           backups=cfg.server.log_backups, earlier=earlier)
+    except OSError as exc:
+        raise LogFileError(f"cannot write the log file {path}: {exc}") from None
+    print(f"nplt-server: logging to {out.path}", file=sys.stderr, flush=True)
+    if earlier is not None and earlier.dropped:
+        log.warning("%d records logged at start-up are on stderr only (server.log_startup_records = %d)",
+                    earlier.dropped, cfg.server.log_startup_records)
+    return out
+
+
+async def serve(cfg: ServerConfig, port_file: str | None = None, stop: asyncio.Event | None = None,
+                locked: Callable[[], None] | None = None) -> None:
+    """Run a Server until ``stop`` is set (or SIGINT/SIGTERM arrives). The store is opened first
+    (JSON: it takes the data directory's lock, StorageLocked if another server holds it), then
+    ``locked`` is called (``main`` opens the log file there), then the server starts on that store."""
     from server.app import Server
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -78,19 +109,25 @@ async def serve(cfg: ServerConfig, port_file: str | None = None, stop: asyncio.E
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError) as exc:  # pragma: no cover - non-main thread / Windows
             log.debug("no handler for %s here (%s): stop only through the event", sig.name, exc)
-    server = Server(cfg)
-    host, port = await server.start()
-    tune_gc(cfg.server.gc_gen0_threshold)
+    store = await open_store(cfg.storage)
     try:
-        if port_file:
-            tmp = Path(port_file + ".tmp")
-            tmp.write_text(f"{port}\n")
-            os.replace(tmp, port_file)
-        print(f"nplt-server listening on {host}:{port}", file=sys.stderr, flush=True)
-        log.info("history in %s", "PostgreSQL" if cfg.storage.url else os.path.abspath(cfg.storage.root))
-        await stop.wait()
+        if locked is not None:
+            locked()
+        server = Server(cfg, store=store)
+        host, port = await server.start()
+        tune_gc(cfg.server.gc_gen0_threshold)
+        try:
+            if port_file:
+                tmp = Path(port_file + ".tmp")
+                tmp.write_text(f"{port}\n")
+                os.replace(tmp, port_file)
+            print(f"nplt-server listening on {host}:{port}", file=sys.stderr, flush=True)
+            log.info("history in %s", "PostgreSQL" if cfg.storage.url else os.path.abspath(cfg.storage.root))
+            await stop.wait()
+        finally:
+            await server.stop()
     finally:
-        await server.stop()
+        await store.close()   # (after the server: it compacts the journals)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,26 +144,32 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"nplt-server: configuration error: {exc}", file=sys.stderr)
         return 2
-    path = default_log_file(cfg)
+    setup_logging(cfg.server.log_level, cfg.server.log_format)   # stderr; the file once the store is locked
+    earlier = StartupRecords(cfg.server.log_startup_records)    # ... and then what was logged before
+    logging.getLogger().addHandler(earlier)
+    log_files: list[LogFile] = []
+
+    def locked() -> None:
+        out = open_log_file(cfg, earlier)
+        logging.getLogger().removeHandler(earlier)   # (taken off by open_log_file, or no log file)
+        if out is not None:
+            log_files.append(out)
+
     try:
-        log_file = setup_logging(cfg.server.log_level, cfg.server.log_format, path,
-                                 max_bytes=cfg.server.log_max_bytes, backups=cfg.server.log_backups)
-    except OSError as exc:
-        print(f"nplt-server: cannot write the log file {path}: {exc}", file=sys.stderr)
-        return 1
-    if log_file is not None:
-        print(f"nplt-server: logging to {log_file.path}", file=sys.stderr, flush=True)
-    try:
-        return _run(cfg, ns.port_file)
+        return _run(cfg, ns.port_file, locked)
     finally:
-        if log_file is not None:
-            log_file.close()
+        logging.getLogger().removeHandler(earlier)
+        for out in log_files:
+            out.close()
 
 
-def _run(cfg: ServerConfig, port_file: str | None) -> int:
+def _run(cfg: ServerConfig, port_file: str | None, locked: Callable[[], None] | None = None) -> int:
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(serve(cfg, port_file))
+            runner.run(serve(cfg, port_file, locked=locked))
+    except LogFileError as exc:
+        print(f"nplt-server: {exc}", file=sys.stderr)
+        return 1
     except ConfigError as exc:
         print(f"nplt-server: configuration error: {exc}", file=sys.stderr)
         log.error("configuration error: %s", exc)

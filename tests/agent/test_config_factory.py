@@ -35,7 +35,8 @@ def test_key_resolution_order():
     assert LLMConfig.from_dict({"api_key": "from-file"}, env={"NPLT_LLM_API_KEY": "nplt", "OPENAI_API_KEY": "oa"}
                                ).api_key == "nplt"
     assert LLMConfig.from_dict({"api_key": "from-file"}, env={"OPENAI_API_KEY": "oa"}).api_key == "from-file"
-    assert LLMConfig.from_dict({}, env={"OPENAI_API_KEY": "oa-key"}).api_key == "oa-key"
+    assert LLMConfig.from_dict({}, env={"OPENAI_API_KEY": "oa-key"}).api_key is None    # no endpoint chosen
+    assert LLMConfig.from_dict({}, env={"OPENAI_API_KEY": "oa-key", "NPLT_LLM_PROVIDER": "openai"}).api_key == "oa-key"
 
 
 def test_env_overrides_and_keyless_local_servers():

@@ -3,14 +3,17 @@
 A provider profile fills in base_url and model, so two environment variables are enough:
 ``NPLT_LLM_PROVIDER=deepseek NPLT_LLM_API_KEY=sk-...``. The API key is resolved from
 ``NPLT_LLM_API_KEY``, then the config file, then ``OPENAI_API_KEY``; it never appears in a repr.
+``OPENAI_API_KEY`` alone never turns a model on: a developer's shell often exports it, and the server
+is offline by default. It is used only once an endpoint is chosen (a provider or a base_url).
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
-from pydantic import Field, field_validator
+from pydantic import Field, PrivateAttr, field_validator
 
 from protocol.settings import Invalid
 from server.config_base import Section
@@ -63,6 +66,9 @@ class LLMConfig(Section):
     models_from_endpoint: bool = True    # merge the endpoint's GET /models list into the offered models
     models_refresh_s: float = Field(300.0, ge=1.0, le=86400.0)   # how long a fetched model list is kept
     models_timeout_s: float = Field(5.0, ge=0.05, le=120.0)     # bound on one GET /models (done in the background)
+    # the settings that turned the model on, and whether OPENAI_API_KEY was set but left unused (from_dict)
+    _chosen_by: tuple[str, ...] = PrivateAttr(())
+    _openai_key_ignored: bool = PrivateAttr(False)
 
     def __repr__(self) -> str:
         key = "set" if self.api_key else "unset"
@@ -88,6 +94,20 @@ class LLMConfig(Section):
         """Enough is configured to talk to a real model: a key, an explicit base_url, or a keyless profile."""
         return bool(self.api_key) or self.base_url is not None or (self.profile is not None and self.keyless)
 
+    def startup_note(self) -> tuple[int, str]:
+        """(logging level, line) saying which agent this config runs and why, for the server's start-up
+        log: a WARNING when OPENAI_API_KEY is set but ignored (no endpoint chosen)."""
+        if self.usable:
+            return logging.INFO, f"model agent: chosen by {', '.join(self._chosen_by) or 'the [llm] settings'}"
+        if self._openai_key_ignored:
+            return logging.WARNING, ("offline agent: no model endpoint configured; OPENAI_API_KEY is set but ignored "
+                                     "until NPLT_LLM_PROVIDER or NPLT_LLM_BASE_URL is set")
+        if self.provider is not None:
+            return logging.INFO, (f"offline agent: provider {self.provider} needs an API key "
+                                  "(NPLT_LLM_API_KEY or [llm] api_key)")
+        return logging.INFO, ("offline agent: no model endpoint configured (set NPLT_LLM_PROVIDER or "
+                              "NPLT_LLM_BASE_URL to use a model)")
+
     @property
     def effective_base_url(self) -> str:
         """The configured base_url, else the provider profile's, else OpenAI's."""
@@ -109,16 +129,31 @@ class LLMConfig(Section):
     @classmethod
     def from_dict(cls, d: Any, env: Mapping[str, str] | None = None) -> LLMConfig:
         """Read the [llm] section; ``env`` (default os.environ) supplies NPLT_LLM_* overrides and the key
-        (``NPLT_LLM_API_KEY``, else the file's ``api_key``, else ``OPENAI_API_KEY``)."""
+        (``NPLT_LLM_API_KEY``, else the file's ``api_key``, else ``OPENAI_API_KEY`` once a provider or
+        base_url is given: that variable alone never switches the offline server to a model)."""
         env = os.environ if env is None else env
         if not isinstance(d, dict):
             raise cls.error("", f"expected a table, got {type(d).__name__}")
         d = dict(d)
+        chosen_by: list[str] = []
+        for key in ("provider", "base_url", "api_key"):
+            if (env.get(f"NPLT_LLM_{key.upper()}") or "").strip():
+                chosen_by.append(f"NPLT_LLM_{key.upper()}")
+            elif d.get(key):
+                chosen_by.append(f"[llm] {key}")
         for key in ("provider", "base_url", "model"):
             if env.get(f"NPLT_LLM_{key.upper()}"):
                 d[key] = env[f"NPLT_LLM_{key.upper()}"]
-        d["api_key"] = env.get("NPLT_LLM_API_KEY") or d.get("api_key") or env.get("OPENAI_API_KEY")
-        return super().from_dict(d)
+        d["api_key"] = (env.get("NPLT_LLM_API_KEY") or "").strip() or d.get("api_key")
+        openai_key = (env.get("OPENAI_API_KEY") or "").strip()
+        endpoint_chosen = bool(d.get("provider") or d.get("base_url"))
+        if openai_key and not d["api_key"] and endpoint_chosen:
+            d["api_key"] = openai_key
+            chosen_by.append("OPENAI_API_KEY")
+        cfg = super().from_dict(d)
+        cfg._chosen_by = tuple(chosen_by)
+        cfg._openai_key_ignored = bool(openai_key) and not endpoint_chosen and cfg.api_key is None
+        return cfg
 
     @field_validator("provider")
     @classmethod

@@ -19,5 +19,4 @@ def build_agent(llm_cfg: LLMConfig, agent_cfg: AgentConfig, tools: ToolRegistry)
         agent = OpenAIAgent(llm_cfg, agent_cfg, tools)
         log.info("agent: %s at %s, model %s", agent.name, endpoint_host(agent.base_url), agent.default_model)
         return agent
-    log.info("agent: offline (no LLM configured: set NPLT_LLM_PROVIDER and NPLT_LLM_API_KEY to use one)")
-    return OfflineAgent(agent_cfg, tools)
+    return OfflineAgent(agent_cfg, tools)      # (the server logs why: LLMConfig.startup_note)
