@@ -9,6 +9,7 @@ from typing import Iterable
 from textual import events
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
@@ -35,6 +36,7 @@ from client.tui.hangup import CHECK_S, TerminalWatch
 from client.tui.saved import SavedState
 from client.tui.status import StatusLine
 from client.tui.trash import TrashScreen
+from client.wording import printable
 
 
 EXIT_HANGUP = 129   # 128 + SIGHUP, as a shell reports a process ended by it
@@ -98,6 +100,14 @@ class NpltApp(App[None]):
         self.run_worker(self._restore_state(), name="restore", group="state", exit_on_error=False)
         self.terminal.install_signal()
         self.set_interval(CHECK_S, self.terminal.check)
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every notification (widgets' and screens' ``notify`` come here), made printable: they quote
+        the server (errors, notices, names), whose control characters must not reach the terminal, and
+        shown as plain text: a "[@click=app.quit]" in a document name or an error is not markup."""
+        super().notify(printable(message), title=printable(title), severity=severity, timeout=timeout,
+                       markup=markup)
 
     def _terminal_gone(self, reason: str) -> None:
         """SIGHUP or a hung-up terminal: nobody can see or type here any more; exit (code 129)."""
@@ -407,7 +417,7 @@ class NpltApp(App[None]):
                 yield SystemCommand(spec.title, spec.help, partial(self.run_action, spec.action))
         for model in self.controller.models:
             name = model.name
-            yield SystemCommand(f"Model: {name}", "Use this model for the current session",
+            yield SystemCommand(f"Model: {printable(name)}", "Use this model for the current session",
                                 partial(self._switch_model, name))
 
     def _switch_model(self, name: str) -> None:

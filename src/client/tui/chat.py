@@ -18,6 +18,7 @@ from protocol.replies import HistoryPageReply
 from client.tui.message import MessageView
 from client.tui.state import (AppendAnswer, Change, EndAnswer, OpenAnswer, SettleQueued, ShowMessage, ShowQueued,
                               ShowTool)
+from client.wording import printable
 
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 FIRST_PAINT = 12      # newest messages mounted before the first paint (about a screenful)
@@ -174,7 +175,7 @@ class ChatView(VerticalScroll):
         return True
 
     async def add_error(self, text: str) -> Static:
-        line = Static(text, markup=False, classes="error")
+        line = Static(printable(text), markup=False, classes="error")   # errors quote the server
         await self.mount(line)
         return line
 

@@ -14,6 +14,8 @@ from textual.widgets import Button, Label, Static
 
 from protocol.kb import KbHit
 
+from client.wording import printable
+
 
 def citations_of(metadata: dict[str, Any]) -> list[dict[str, Any]]:
     """The answer's citations that name a passage (a chunk id)."""
@@ -59,7 +61,7 @@ class CitationList(HorizontalGroup):
         yield Label("Sources:", classes="citations-label")
         for i, cite in enumerate(self.citations):
             label = str(cite.get("citation") or cite.get("name") or cite["chunk_id"])
-            yield Button(label, compact=True, classes="citation", name=str(i))
+            yield Button(printable(label), compact=True, classes="citation", name=str(i))
 
     @on(Button.Pressed, ".citation")
     def _open(self, event: Button.Pressed) -> None:
@@ -69,7 +71,7 @@ class CitationList(HorizontalGroup):
 
 
 class PassageModal(ModalScreen[None]):
-    """One cited passage: where it is, and its text (quoted, never obeyed)."""
+    """One cited passage: where it is, and its text (quoted, never obeyed; made printable)."""
 
     BINDINGS = [Binding("escape,q", "dismiss(None)", "Close", show=False)]
 
@@ -81,11 +83,11 @@ class PassageModal(ModalScreen[None]):
         p = self.passage
         where = location_text(p.location)
         with Vertical(classes="dialog wide passage"):
-            yield Label(p.citation or p.name, classes="dialog-title")
-            yield Static(f"{p.name} · {p.collection}" + (f" · {where}" if where else ""), markup=False,
+            yield Label(printable(p.citation or p.name), classes="dialog-title")
+            yield Static(printable(f"{p.name} · {p.collection}" + (f" · {where}" if where else "")), markup=False,
                          classes="dialog-note")
             with VerticalScroll(id="passage-body"):
-                yield Static(p.text, markup=False, id="passage-text")
+                yield Static(printable(p.text), markup=False, id="passage-text")
             yield Button("Close", id="passage-close")
 
     @on(Button.Pressed, "#passage-close")

@@ -10,6 +10,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from client.wording import printable
+
 ClearChoice = Literal["clear", "purge"]
 
 QUESTION = ("Clear every message of “{title}”?\n\n"
@@ -31,7 +33,8 @@ class ClearModal(ModalScreen[ClearChoice | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide"):
-            yield Static(QUESTION.format(title=self.title_text), markup=False, classes="dialog-title question")
+            yield Static(QUESTION.format(title=printable(self.title_text)), markup=False,
+                         classes="dialog-title question")
             with Horizontal(classes="buttons"):
                 yield Button("Clear", variant="warning", id="clear-hide")
                 yield Button("Clear and purge", variant="error", id="clear-purge")

@@ -44,6 +44,7 @@ from client.tui.knowledge import KnowledgeOps, Uploads
 from client.tui.sidebar import Sidebar
 from client.tui.state import Change, ChatState, StatusChanged
 from client.tui.status import StatusLine
+from client.wording import printable
 
 SESSION_KINDS_RELOAD = frozenset({"cleared"})
 # Operations whose failure belongs to the conversation: shown in the chat (and notified). Any other
@@ -407,8 +408,8 @@ class Controller:
 
     def _set_header(self, model: str | None, subtitle: str) -> None:
         base = type(self.app).TITLE
-        self.app.title = f"{base} · {model}" if model else base
-        self.app.sub_title = subtitle
+        self.app.title = f"{base} · {printable(model)}" if model else base
+        self.app.sub_title = printable(subtitle)
 
     async def on_session_event(self, event: SessionEvent) -> None:
         sid = event.session.session_id

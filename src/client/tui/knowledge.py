@@ -28,7 +28,7 @@ from textual.worker import Worker
 from protocol.kb import KbDocument
 
 from client.tui.modals import ConfirmModal
-from client.wording import counted, minute
+from client.wording import counted, minute, printable
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +214,9 @@ class Transfer(Vertical):
 
     def label(self) -> Text:
         job = self.job
-        if job.end is not None:
-            return Text(f"{job.path.name} · {job.end}", style="red" if job.failed and not job.cancelling else "")
+        if job.end is not None:   # a refusal quotes the server
+            return Text(printable(f"{job.path.name} · {job.end}"),
+                        style="red" if job.failed and not job.cancelling else "")
         text = f"{job.path.name} · {job.stage}"
         if job.stage == "receiving" and job.total > 0:
             text += f" {human_size(job.done)} of {human_size(job.total)}"
@@ -223,7 +224,7 @@ class Transfer(Vertical):
             text += f" {job.done}/{job.total}"
         elif job.stage != WAITING:
             text += "…"   # a stage of one step (parsing a big file is 0/1 until done): no fraction to show
-        return Text(text)
+        return Text(printable(text))
 
     def show(self) -> None:
         """Render the job as it is now."""
@@ -305,12 +306,12 @@ class KnowledgeScreen(ModalScreen[None]):
         try:
             self.documents = list(await self.ops.list())
         except Exception as exc:  # noqa: BLE001 - shown to the user, the panel stays usable
-            info.update(Text(f"Cannot list the documents: {exc}", style="red"))
+            info.update(Text(printable(f"Cannot list the documents: {exc}"), style="red"))
             return
         table = self.query_one("#kb-table", DataTable)
         table.clear()
         for doc in self.documents:
-            table.add_row(doc.name, human_size(doc.size), str(doc.chunks), doc.collection,
+            table.add_row(printable(doc.name), human_size(doc.size), str(doc.chunks), printable(doc.collection),
                           minute(doc.uploaded_at), key=doc.doc_id)
         n = len(self.documents)
         info.update("No documents yet: upload one (U)" if not n else counted(n, "document"))

@@ -16,7 +16,7 @@ from protocol.objects import MemoryItem
 from protocol.replies import MemoryListReply
 
 from client.tui.modals import ConfirmModal
-from client.wording import counted, minute
+from client.wording import counted, minute, printable
 
 ListFn = Callable[[], Awaitable[MemoryListReply]]
 ForgetFn = Callable[[str], Awaitable[object]]
@@ -25,11 +25,11 @@ TitleFn = Callable[[str], str | None]
 
 def item_prompt(item: MemoryItem, title: str | None = None) -> Text:
     """An item: its kind and text, then its id, where it was said (the session's title when the
-    client knows the session, else its id) and when."""
+    client knows the session, else its id) and when; made printable."""
     when = minute(item.created_at)
     where = f"session {item.session_id}" if title is None else f"in “{title}”"
-    return Text.assemble((f"{item.kind:<10}", "bold"), item.text, "\n",
-                         (f"  {item.id} · {where} · {when}", "dim"))
+    return Text.assemble((printable(f"{item.kind:<10}"), "bold"), printable(item.text), "\n",
+                         (printable(f"  {item.id} · {where} · {when}"), "dim"))
 
 
 class MemoryPanel(ModalScreen[None]):
@@ -63,7 +63,7 @@ class MemoryPanel(ModalScreen[None]):
         try:
             reply = await self._list()
         except Exception as exc:  # noqa: BLE001 - shown to the user, the panel stays usable
-            info.update(Text(f"Could not load the memory: {exc}", style="red"))
+            info.update(Text(printable(f"Could not load the memory: {exc}"), style="red"))
             return
         self.enabled, self.items = reply.enabled, list(reply.items)
         options = self.query_one("#memory-items", OptionList)
@@ -99,7 +99,7 @@ class MemoryPanel(ModalScreen[None]):
         try:
             await self._forget(item_id)
         except Exception as exc:  # noqa: BLE001
-            self.query_one("#memory-info", Static).update(Text(f"Could not forget it: {exc}", style="red"))
+            self.query_one("#memory-info", Static).update(Text(printable(f"Could not forget it: {exc}"), style="red"))
             return
         self.notify("Forgotten")
         self.reload()

@@ -33,7 +33,7 @@ from protocol.objects import ChatMessage, ToolCall
 from client.tui.citations import CitationList, citations_of
 from client.tui.state import NOT_SAVED
 from client.tui.toolcall import ToolCallItem
-from client.wording import clock, counted
+from client.wording import clock, counted, printable
 
 ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 SEGMENT_CHARS = 1200   # live Markdown text kept before freezing completed paragraphs into a Static
@@ -46,7 +46,9 @@ _PARSER = MarkdownIt().enable("strikethrough").enable("table")   # the parser ri
 
 
 def rendered(text: str) -> RichMarkdown:
-    """A Rich Markdown renderable sharing one parser (rich builds a new MarkdownIt per instance)."""
+    """A Rich Markdown renderable sharing one parser (rich builds a new MarkdownIt per instance), of
+    ``text`` made printable: its control characters are shown, never run by the terminal."""
+    text = printable(text)
     md = copy.copy(_PROTOTYPE)
     md.markup = text
     md.parsed = _PARSER.parse(text)
@@ -115,7 +117,7 @@ def marks(message: ChatMessage) -> list[Static]:
     out: list[Static] = []
     error = error_text(meta)
     if error is not None:
-        out.append(Static(error, markup=False, classes="error mark"))
+        out.append(Static(printable(error), markup=False, classes="error mark"))
     elif not_saved_note(meta) is not None:
         out.append(Static(not_saved_note(meta), markup=False, classes="message-note mark"))
     elif not message.content.strip() and message.role == "assistant":
@@ -193,18 +195,19 @@ class MessageView(Vertical, can_focus=True):
             parts.append(f"[i]{escape(end)}[/i]")
         if NOT_SAVED in meta:
             parts.append("[i]not saved[/i]")
-        return " · ".join(parts)
+        return printable(" · ".join(parts))   # the role and finish reason come from the server
 
     def _settled_body(self) -> RenderableType:
         """A settled message's body: the user's own text as typed (no Markdown: line breaks and
-        characters such as ``__init__`` or ``*`` stay), anything else rendered as Markdown."""
-        return Text(self.content) if self.role == "user" else rendered(self.content)
+        characters such as ``__init__`` or ``*`` stay), anything else rendered as Markdown; both
+        made printable."""
+        return Text(printable(self.content)) if self.role == "user" else rendered(self.content)
 
     def _make_body(self) -> Widget:
         if self.turn_id is None:
             return Static(self._settled_body(), classes="message-body")
         self._live_text = self.content
-        self._live = Markdown(self.content, classes="message-body live")
+        self._live = Markdown(printable(self.content), classes="message-body live")
         return self._live
 
     def compose(self) -> ComposeResult:
@@ -253,7 +256,7 @@ class MessageView(Vertical, can_focus=True):
             return
         if self._stream is None:
             self._stream = Markdown.get_stream(self._live)
-        await self._stream.write(text)
+        await self._stream.write(printable(text))   # per character: the same as the whole text made printable
 
     async def _freeze(self) -> bool:
         """Move completed paragraphs of the live text into a static segment (False: none to move)."""
@@ -269,7 +272,7 @@ class MessageView(Vertical, can_focus=True):
         else:
             await self.mount(Segment(frozen), before=self._live)
         self._live_text = rest
-        await self._live.update(rest)
+        await self._live.update(printable(rest))
         return True
 
     async def stop_stream(self) -> None:
@@ -309,4 +312,4 @@ class MessageView(Vertical, can_focus=True):
         """Show an error under the answer (once: a stored failed answer already shows its own)."""
         self.add_class("-error")
         if not self.query(".error"):
-            self.mount(Static(text, markup=False, classes="error"))
+            self.mount(Static(printable(text), markup=False, classes="error"))

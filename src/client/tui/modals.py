@@ -17,7 +17,7 @@ from textual.widgets.option_list import Option
 from protocol.messages import MAX_TITLE_CHARS
 from protocol.objects import SearchHit
 
-from client.wording import counted
+from client.wording import counted, printable
 
 MAX_TITLE = MAX_TITLE_CHARS   # the server's limit on a session title (protocol.messages)
 
@@ -53,7 +53,8 @@ class TitleInput(Input):
 
 class RenameModal(ModalScreen[str | None]):
     """Ask for a new session title (1..MAX_TITLE characters, one line); a title the server would
-    refuse is explained here and the dialog stays open."""
+    refuse is explained here and the dialog stays open. The current title is shown made printable
+    (the server refuses a title with control characters anyway)."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", show=False)]
 
@@ -64,7 +65,7 @@ class RenameModal(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label("Rename session", classes="dialog-title")
-            yield TitleInput(self.current, max_length=MAX_TITLE, id="rename-input")
+            yield TitleInput(printable(self.current), max_length=MAX_TITLE, id="rename-input")
             with Horizontal(classes="buttons"):
                 yield Button("Rename", variant="primary", id="rename-ok")
                 yield Button("Cancel", id="rename-cancel")
@@ -85,7 +86,8 @@ class RenameModal(ModalScreen[str | None]):
 
 
 class ConfirmModal(ModalScreen[bool]):
-    """A yes/no question; Enter or Y confirms, Esc or N cancels."""
+    """A yes/no question; Enter or Y confirms, Esc or N cancels. The question is shown made printable
+    (it quotes names and texts from the server)."""
 
     BINDINGS = [Binding("escape,n", "dismiss(False)", "No", show=False),
                 Binding("y", "dismiss(True)", "Yes", show=False)]
@@ -96,7 +98,7 @@ class ConfirmModal(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.question, markup=False, classes="dialog-title question")
+            yield Static(printable(self.question), markup=False, classes="dialog-title question")
             with Horizontal(classes="buttons"):
                 yield Button(self.confirm_label, variant="error", id="confirm-yes")
                 yield Button("Cancel", id="confirm-no")
@@ -141,7 +143,7 @@ class SearchModal(ModalScreen[SearchHit | None]):
         try:
             self.hits = list(await self._search(query))
         except Exception as exc:  # noqa: BLE001 - shown to the user, the modal stays usable
-            info.update(Text(f"Search failed: {exc}", style="red"))
+            info.update(Text(printable(f"Search failed: {exc}"), style="red"))
             return
         results = self.query_one("#search-results", OptionList)
         results.set_options(Option(self._prompt(h), id=str(i)) for i, h in enumerate(self.hits))
@@ -152,8 +154,9 @@ class SearchModal(ModalScreen[SearchHit | None]):
 
     @staticmethod
     def _prompt(hit: SearchHit) -> Text:
-        head = Text.assemble((hit.title or hit.session_id, "bold"), (f"  #{hit.message_id} {hit.role}", "dim"))
-        return Text.assemble(head, "\n", hit.snippet.replace("\n", " "))
+        head = Text.assemble((printable(hit.title or hit.session_id), "bold"),
+                             (printable(f"  #{hit.message_id} {hit.role}"), "dim"))
+        return Text.assemble(head, "\n", printable(hit.snippet.replace("\n", " ")))
 
     @on(OptionList.OptionSelected, "#search-results")
     def _picked(self, event: OptionList.OptionSelected) -> None:

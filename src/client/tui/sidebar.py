@@ -12,7 +12,7 @@ from textual.widgets.option_list import Option
 
 from protocol.objects import SessionInfo
 
-from client.wording import compact, counted
+from client.wording import compact, counted, printable
 
 TITLE_WIDTH = 28      # title cells before the list is laid out (the sidebar is 32 wide); then its width
 
@@ -44,7 +44,7 @@ class Sidebar(Vertical):
         sid = s.session_id
         marker = "● " if sid == self.current else "  "
         running = " ⟳" if s.running else ""
-        title = Text(marker + (s.title or "(untitled)") + running, style="bold" if sid == self.current else "")
+        title = Text(marker + printable(s.title or "(untitled)") + running, style="bold" if sid == self.current else "")
         title.truncate(self._title_width(), overflow="ellipsis")   # one line, never wrapped
         count = s.message_count
         detail = f"  {counted(count, 'msg')}"

@@ -9,6 +9,8 @@ from textual.markup import escape
 from textual.reactive import reactive
 from textual.widgets import LoadingIndicator, Static
 
+from client.wording import printable
+
 TURN_LABELS = {"thinking": "Thinking", "tool_call": "Calling tool", "generating": "Generating",
                "queued": "Queued", "sending": "Sending"}
 TURN_ROOM = 12           # cells kept for the turn status while a turn runs, before the address is dropped
@@ -61,9 +63,10 @@ class StatusLine(Horizontal):
         if status is None:
             self._turn.update("")
             return
-        label = TURN_LABELS.get(status, status.replace("_", " ").capitalize())
+        # an unknown status and the detail (a tool's name) come from the server: escaped, made printable
+        label = TURN_LABELS.get(status) or escape(printable(status.replace("_", " ").capitalize()))
         if self.detail:
-            label += f": {escape(self.detail)}"
+            label += f": {escape(printable(self.detail))}"
         self._turn.update(label + " · Esc to cancel")
 
     def on_resize(self) -> None:
@@ -73,7 +76,7 @@ class StatusLine(Horizontal):
         """The state, its detail and the address, as much as fits: the address (then the detail) is
         left out rather than cut at the edge, where a cut port would read as another address."""
         text = STATE_LABELS.get(self.connection, escape(self.connection))
-        extra = self.detail_conn
+        extra = printable(self.detail_conn)   # may quote the server (an error code)
         self.connection_text = " ".join(p for p in (self.connection, extra) if p)
         room = self._room()
         used = Content.from_markup(text).cell_length

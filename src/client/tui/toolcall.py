@@ -9,36 +9,40 @@ from textual.widgets import Collapsible, Static
 
 from protocol.objects import ToolCall
 
+from client.wording import printable
+
 MAX_RESULT_CHARS = 4000   # longer results are cut in the view (the full text stays in history/export)
 STATUS_ICONS = {"running": "…", "success": "✓", "error": "✗", "timeout": "⏱"}
 
 
 def tool_title(call: ToolCall) -> str:
-    """The one-line title: icon, tool name, status, duration (markup-escaped)."""
+    """The one-line title: icon, tool name, status, duration (markup-escaped, made printable)."""
     status = call.status or "running"
     icon = STATUS_ICONS.get(status, "?")
-    name = escape(call.tool_name or "tool")
+    name = escape(printable(call.tool_name or "tool"))
     if status == "running":
         return f"{icon} {name} · running"
-    return f"{icon} {name} · {escape(status)} · {float(call.duration or 0.0):.3f}s"
+    return f"{icon} {name} · {escape(printable(status))} · {float(call.duration or 0.0):.3f}s"
 
 
 def format_arguments(arguments: Any) -> str:
+    """The arguments as shown: indented JSON, made printable (JSON escapes C0 controls, not C1 ones)."""
     try:
-        return json.dumps(arguments, ensure_ascii=False, indent=2, sort_keys=True)
+        return printable(json.dumps(arguments, ensure_ascii=False, indent=2, sort_keys=True))
     except (TypeError, ValueError):
-        return str(arguments)
+        return printable(str(arguments))
 
 
 def format_result(result: str) -> str:
-    """A result that is a JSON object or array is pretty-printed like the arguments; other text as is."""
+    """A result as shown: a JSON object or array is pretty-printed like the arguments; other text as
+    is; either made printable (a tool's output quotes files, logs, documents)."""
     text = result.strip()
     if text[:1] in ("{", "["):
         try:
             return format_arguments(json.loads(text))
         except ValueError:  # text that only looks like JSON: shown as it came
-            return result
-    return result
+            return printable(result)
+    return printable(result)
 
 
 class ToolCallItem(Collapsible):

@@ -15,7 +15,7 @@ from textual.widgets.option_list import Option
 from protocol.objects import SessionInfo
 
 from client.tui.modals import ConfirmModal
-from client.wording import counted
+from client.wording import counted, printable
 
 ListFn = Callable[[], Awaitable[Sequence[SessionInfo]]]
 ActFn = Callable[[str], Awaitable[object]]
@@ -63,7 +63,7 @@ class TrashScreen(ModalScreen[None]):
         try:
             self.sessions = list(await self._load())
         except Exception as exc:  # noqa: BLE001 - shown to the user, the dialog stays usable
-            info.update(Text(f"Cannot list the trash: {exc}", style="red"))
+            info.update(Text(printable(f"Cannot list the trash: {exc}"), style="red"))
             return
         self._show()
         self.loaded = True
@@ -80,11 +80,11 @@ class TrashScreen(ModalScreen[None]):
     @staticmethod
     def _prompt(session: SessionInfo) -> Text:
         n = session.message_count
-        head = Text.assemble((session.title or session.session_id, "bold"),
+        head = Text.assemble((printable(session.title or session.session_id), "bold"),
                              (f"  {counted(n, 'message')}", "dim"))
         if not session.preview:
             return head
-        return Text.assemble(head, "\n", session.preview.replace("\n", " "))
+        return Text.assemble(head, "\n", printable(session.preview.replace("\n", " ")))
 
     @property
     def selected(self) -> SessionInfo | None:

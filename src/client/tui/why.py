@@ -11,6 +11,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
+from client.wording import printable
+
 
 # why the retrieve step put no passage in the prompt (its ``skipped``), when the server's words need
 # a gloss; any other reason is shown as the server wrote it, e.g. "not up front (the agent searches
@@ -93,5 +95,5 @@ class WhyScreen(ModalScreen[None]):
         with Vertical(classes="dialog wide"):
             yield Label(self.title_text, classes="dialog-title")
             with VerticalScroll():
-                yield Static("\n".join(self.lines), markup=False, id="why-body")
+                yield Static(printable("\n".join(self.lines)), markup=False, id="why-body")   # the server's words
             yield Static("Esc closes", classes="dim")
