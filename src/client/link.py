@@ -40,6 +40,10 @@ DEFAULT_CLIENT_NAME = "nplt-client/0.1"
 READ_CHUNK = 65536
 NOT_TLS = "the server does not speak TLS on this port (drop --tls)"
 EXPECTS_TLS = "the server expects TLS (use --tls)"
+# a connection closed during the TLS handshake: a plain-TCP server does that, and so does a TLS server
+# that refuses the connection before its handshake (full, or too many connections from this address)
+CLOSED_IN_HANDSHAKE = (f"{NOT_TLS}, or it refused the connection before the handshake (full, or too many "
+                       "connections from this address: try again later)")
 # OpenSSL's reasons for a handshake answered by bytes that are not TLS (a plain-TCP server)
 NOT_TLS_REASONS = frozenset({"WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE",
                              "UNKNOWN_PROTOCOL", "HTTP_REQUEST"})
@@ -244,7 +248,7 @@ class Link:
             if self.tls is None:
                 raise ClientError(errors.CONNECTION_FAILED, f"cannot connect to {where}: {_why(exc)}") from exc
             raise _Dropped(f"{where} closed the connection during the TLS handshake ({_why(exc)}): "
-                           f"{NOT_TLS}") from exc
+                           f"{CLOSED_IN_HANDSHAKE}") from exc
         except ssl.SSLError as exc:
             hint = f": {NOT_TLS}" if exc.reason in NOT_TLS_REASONS else ""
             raise ClientError(errors.TLS_ERROR, f"TLS handshake with {where} failed: {_why(exc)}{hint}") from exc

@@ -33,7 +33,8 @@ def test_tls_to_a_plain_port_says_to_drop_tls(servers, capsys: pytest.CaptureFix
     assert (code, out) == (cli.EXIT_CONNECTION, "")
     assert err.startswith(f"nplt-client: TLS_ERROR: {plain.addr[0]}:{plain.addr[1]} closed the connection during "
                           "the TLS handshake (")
-    assert err.endswith("): the server does not speak TLS on this port (drop --tls)\n")
+    assert err.endswith("): the server does not speak TLS on this port (drop --tls), or it refused the connection "
+                        "before the handshake (full, or too many connections from this address: try again later)\n")
 
 
 def test_plain_to_a_tls_port_says_to_use_tls(servers, capsys: pytest.CaptureFixture) -> None:
