@@ -1,7 +1,8 @@
 """File names that display as another name or forge a citation are refused (INVALID_MESSAGE):
 invisible and format characters (Unicode Cf: zero-width spaces and joiners, U+FEFF, the soft
 hyphen, tag characters, bidirectional controls), private-use characters (Co), surrogates (Cs), line
-separators; and "[", "]" or a space before "§", which would let a name close its citation
+separators, in the base name (joiners that are writing, in Persian, Indic or emoji names, are kept:
+test_parser_edge_cases.py); and "[", "]" or a space before "§", which would let a name close its citation
 ``[name §location]`` early or pass as another document's. Before, only control, bidirectional and
 line-separator characters were refused: ``run\\u200bbook.md`` was stored and showed as ``runbook.md``.
 """

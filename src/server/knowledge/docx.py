@@ -1,7 +1,9 @@
 """Reading a .docx: its zip checked against the limits before anything is decompressed (zip
 bombs), then its xml parts streamed as ``xml.etree`` events (never a whole tree), every element
-counted toward ``docx_max_xml_elements`` and every character toward the parse's ``Budget``: the body's
-paragraphs (``Heading N`` / ``Title`` styles as headings) and its tables' rows, in document order."""
+counted toward ``docx_max_xml_elements`` and every character toward the parse's ``Budget``: the
+document's paragraphs as Word shows them (``Heading N`` / ``Title`` styles as headings; tracked
+insertions and moves, content controls, fields, text boxes in; deleted text out) and its tables' rows,
+in document order."""
 from __future__ import annotations
 
 import io
@@ -43,9 +45,12 @@ DOCX_FEED_BYTES = 1 << 16          # xml read from the zip at a time
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _RELATIONSHIP = "{http://schemas.openxmlformats.org/package/2006/relationships}Relationship"
 _RELATIONSHIPS = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/"
-_BODY, _P, _TBL, _TR, _TC = _W + "body", _W + "p", _W + "tbl", _W + "tr", _W + "tc"
-_RUN, _HYPERLINK, _TEXT, _BREAK = _W + "r", _W + "hyperlink", _W + "t", _W + "br"
+_P, _TBL, _TR, _TC = _W + "p", _W + "tbl", _W + "tr", _W + "tc"
+_RUN, _TEXT, _BREAK = _W + "r", _W + "t", _W + "br"
 _RUN_CHARS = {_W + "tab": "\t", _W + "ptab": "\t", _W + "cr": "\n", _W + "noBreakHyphen": "-"}
+# what Word does not show: deleted and moved-away text, and the fallback copy of a drawing (a text
+# box is in the drawing's mc:Choice and again in its mc:Fallback)
+_HIDDEN = {_W + "del", _W + "moveFrom", "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"}
 
 
 class _XmlPart:
@@ -135,11 +140,31 @@ class _Styles(_XmlPart):
         return self.default if level < 0 else level
 
 
+class _Table:
+    """A table being read (tables nest: a table in a cell is read inside the outer one)."""
+
+    __slots__ = ("depth", "row", "row_depth", "cell", "cell_depth", "offset", "span", "merged", "above", "below")
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.row: list[str] | None = None     # cell texts of the row being read
+        self.row_depth = self.cell_depth = -1  # -1: no row / cell open
+        self.cell: list[str] = []
+        self.offset = self.span = 0           # grid column of the cell, columns it spans
+        self.merged = False                   # the cell continues a vertical merge
+        self.above: dict[int, str] = {}       # the row above: cell text by grid column
+        self.below: dict[int, str] = {}
+
+
 class _Body(_XmlPart):
-    """Blocks of the main document part, in document order, read as its xml streams by: python-docx's
-    paragraphs (the body's ``w:p``; the text of the runs and hyperlinks directly in them) and the
-    rows of the body's tables (each cell's paragraphs; a cell continuing a vertical merge repeats the
-    merge's text; a cell spanning columns is there once). The text is counted as it is read."""
+    """Blocks of the main document part, in document order, read as its xml streams by: every
+    paragraph (``w:p``) with the text of its runs wherever Word shows them (in hyperlinks, tracked
+    insertions and moves, content controls, smart tags, simple fields), never deleted or moved-away
+    text (``w:del``, ``w:moveFrom``) nor the fallback copy of a drawing (``mc:Fallback``); the
+    paragraphs of a text box join the paragraph that holds it. Tables give a block per row of the
+    outermost table (each cell's paragraphs; a cell continuing a vertical merge repeats the merge's
+    text; a cell spanning columns is there once); a table in a cell gives its rows as lines of that
+    cell. The text is counted as it is read."""
 
     def __init__(self, counted: list[int], limit: int, styles: _Styles, budget: Budget) -> None:
         super().__init__(counted, limit)
@@ -147,19 +172,13 @@ class _Body(_XmlPart):
         self.budget = budget
         self.blocks: list[Block] = []
         self.path: list[str] = []
-        self.para: list[str] | None = None    # text of the paragraph being read (body or cell)
-        self.para_depth = 0
-        self.style: str | None = None
+        self.paras: list[tuple[list[str], int, list[str | None]]] = []   # open paragraphs: text, depth, [style]
+        self.tables: list[_Table] = []
+        self.hidden = 0                       # deleted / moved-away / fallback elements open
         self.in_text = False
-        self.row: list[str] | None = None     # cell texts of the body table row being read
-        self.cell: list[str] = []
-        self.offset = self.span = 0           # grid column of the cell, columns it spans
-        self.merged = False                   # the cell continues a vertical merge
-        self.above: dict[int, str] = {}       # the row above: cell text by grid column
-        self.below: dict[int, str] = {}
 
     def text(self, text: str) -> None:
-        self.para.append(text)
+        self.paras[-1][0].append(text)
         self.budget.add(len(text))
 
     def start(self, tag: str, attrib: dict) -> None:
@@ -167,66 +186,88 @@ class _Body(_XmlPart):
         path = self.path
         path.append(tag)
         depth = len(path)
-        if self.para is not None:
-            inner = depth - self.para_depth   # 1: the paragraph's child, 2: its grandchild, ...
-            if inner == 2 and path[-2] == _W + "pPr" and tag == _W + "pStyle":
-                self.style = attrib.get(_W + "val")
-            elif (inner == 2 and path[-2] == _RUN) or (inner == 3 and path[-2] == _RUN and path[-3] == _HYPERLINK):
-                if tag == _TEXT:
-                    self.in_text = True
-                elif tag == _BREAK:
-                    if attrib.get(_W + "type", "textWrapping") == "textWrapping":
-                        self.text("\n")
-                elif tag in _RUN_CHARS:
-                    self.text(_RUN_CHARS[tag])
-        elif tag == _P and ((depth == 3 and path[1] == _BODY) or (depth == 6 and self.row is not None
-                                                                  and path[-2] == _TC)):
-            self.para, self.para_depth, self.style = [], depth, None
-        elif depth == 3 and tag == _TBL and path[1] == _BODY:
-            self.above = {}
-        elif depth == 4 and tag == _TR and path[2] == _TBL and path[1] == _BODY:
-            self.row, self.offset, self.below = [], 0, {}
-        elif self.row is not None:
-            if depth == 5 and tag == _TC:
-                self.cell, self.span, self.merged = [], 1, False
-            elif depth == 6 and tag == _W + "gridBefore" and path[-2] == _W + "trPr":
-                self.offset = _number(attrib.get(_W + "val"), 0)
-            elif depth == 7 and path[-2] == _W + "tcPr" and path[-3] == _TC:
+        if tag in _HIDDEN:
+            self.hidden += 1
+        elif self.hidden:
+            pass
+        elif tag == _P:
+            self.paras.append(([], depth, [None]))
+        elif tag == _TBL:
+            self.tables.append(_Table(depth))
+        elif tag == _TR and self.tables and self.tables[-1].row is None:
+            t = self.tables[-1]
+            t.row, t.row_depth, t.offset, t.below = [], depth, 0, {}
+        elif tag == _TC and self.tables and self.tables[-1].row is not None and self.tables[-1].cell_depth < 0:
+            t = self.tables[-1]
+            t.cell, t.cell_depth, t.span, t.merged = [], depth, 1, False
+        elif self.paras and path[-2] == _RUN:
+            if tag == _TEXT:
+                self.in_text = True
+            elif tag == _BREAK:
+                if attrib.get(_W + "type", "textWrapping") == "textWrapping":
+                    self.text("\n")
+            elif tag in _RUN_CHARS:
+                self.text(_RUN_CHARS[tag])
+        elif self.paras and tag == _W + "pStyle" and path[-2] == _W + "pPr" and depth == self.paras[-1][1] + 2:
+            self.paras[-1][2][0] = attrib.get(_W + "val")
+        elif self.tables and self.tables[-1].row is not None:
+            t = self.tables[-1]
+            if tag == _W + "gridBefore" and path[-2] == _W + "trPr" and depth == t.row_depth + 2:
+                t.offset = _number(attrib.get(_W + "val"), 0)
+            elif path[-2] == _W + "tcPr" and depth == t.cell_depth + 2:
                 if tag == _W + "gridSpan":
-                    self.span = _number(attrib.get(_W + "val"), 1)
+                    t.span = _number(attrib.get(_W + "val"), 1)
                 elif tag == _W + "vMerge":
-                    self.merged = attrib.get(_W + "val", "continue") == "continue"
+                    t.merged = attrib.get(_W + "val", "continue") == "continue"
 
     def data(self, text: str) -> None:
         if self.in_text:
             self.text(text)
 
+    def _place(self, text: str, depth: int, block: Block) -> None:
+        """``text`` that ended at ``depth`` (a paragraph, a nested table's row): into the innermost
+        open paragraph (a text box's) or cell holding it, else ``block`` is a block of its own."""
+        para = self.paras[-1][1] if self.paras else -1
+        cell = next((t for t in reversed(self.tables) if 0 <= t.cell_depth < depth), None)
+        if para > (cell.cell_depth if cell is not None else -1):
+            if text.strip():
+                self.paras[-1][0].append("\n" + text.strip())
+                self.budget.add(1)
+        elif cell is not None:
+            cell.cell.append(text)
+        elif block.text.strip():
+            self.blocks.append(block)
+
     def end(self, tag: str) -> None:
         depth = len(self.path)
         self.path.pop()
-        if self.para is not None:
-            if tag == _TEXT:
-                self.in_text = False
-            elif depth == self.para_depth:
-                text = "".join(self.para)
-                self.para = None
-                if self.row is not None:
-                    self.cell.append(text)
-                elif text.strip():
-                    self.blocks.append(Block(text.strip(), self.styles.level(self.style)))
-        elif self.row is not None and depth == 5 and tag == _TC:
-            if self.merged:
-                text = self.above.get(self.offset, "")
+        if tag == _TEXT:
+            self.in_text = False
+        elif tag in _HIDDEN:
+            self.hidden -= 1
+        elif tag == _P and self.paras and self.paras[-1][1] == depth:
+            parts, _, style = self.paras.pop()
+            text = "".join(parts)
+            self._place(text, depth, Block(text.strip(), self.styles.level(style[0])))
+        elif tag == _TBL and self.tables and self.tables[-1].depth == depth:
+            self.tables.pop()
+        elif tag == _TC and self.tables and self.tables[-1].cell_depth == depth:
+            t = self.tables[-1]
+            if t.merged:
+                text = t.above.get(t.offset, "")
                 self.budget.add(len(text))
             else:
-                text = "\n".join(self.cell).strip()
-            self.row.append(text)
-            self.below[self.offset] = text
-            self.offset += self.span
-        elif self.row is not None and depth == 4 and tag == _TR:
-            if any(self.row):
-                self.blocks.append(Block(" | ".join(self.row)))
-            self.row, self.above = None, self.below
+                text = "\n".join(t.cell).strip()
+            t.row.append(text)
+            t.below[t.offset] = text
+            t.offset += t.span
+            t.cell, t.cell_depth = [], -1
+        elif tag == _TR and self.tables and self.tables[-1].row_depth == depth:
+            t = self.tables[-1]
+            row, t.row, t.row_depth, t.above = t.row, None, -1, t.below
+            if any(row):
+                text = " | ".join(row)
+                self._place(text, depth, Block(text))
 
 
 def _number(value: str | None, default: int) -> int:

@@ -45,8 +45,29 @@ _CHUNK_NO = re.compile(r"[0-9]{1,9}")
 #: Unicode categories a name may not hold: format characters (Cf: bidirectional controls, so
 #: "a\u202etxt.exe" shows as "aexe.txt"; zero-width U+200B-U+200D, U+2060, U+FEFF; the soft hyphen
 #: U+00AD; tag characters U+E0000-U+E007F: "run\u200bbook.md" shows as "runbook.md"), private use (Co),
-#: surrogates (Cs), and the line and paragraph separators U+2028, U+2029 (Zl, Zp)
+#: surrogates (Cs), and the line and paragraph separators U+2028, U+2029 (Zl, Zp); except joiners
+#: where they are part of the writing (``_joins``)
 _HIDDEN = frozenset(("Cf", "Co", "Cs", "Zl", "Zp"))
+_JOINERS = "\u200c\u200d"          # zero-width non-joiner (Persian "گزارش‌ها"), joiner (Indic, emoji)
+
+
+def _joinable(c: str) -> bool:
+    """A character a joiner may stand next to: a letter, a mark (a virama, U+FE0F) or a symbol (an
+    emoji; an emoji modifier is Sk)."""
+    cat = unicodedata.category(c)
+    return cat[0] in "LM" or cat in ("So", "Sk")
+
+
+def _joins(name: str, i: int) -> bool:
+    """Whether the joiner at ``name[i]`` is writing, not a disguise: between two letters, marks or
+    emoji, at least one of them outside ASCII (between ASCII letters a joiner changes nothing that
+    shows: "run\u200dbook.md" would pass as "runbook.md")."""
+    if name[i] not in _JOINERS or not 0 < i < len(name) - 1:
+        return False
+    before, after = name[i - 1], name[i + 1]
+    return _joinable(before) and _joinable(after) and not (before.isascii() and after.isascii())
+
+
 #: what would let a name end or forge a citation "[name §location]" ("x] [runbook.md" or
 #: "runbook.md §Backup.txt" cite as if from runbook.md): brackets, and "§" after a space
 _CITATION_FORGERY = re.compile(r"[\[\]]|\s§")
@@ -54,16 +75,20 @@ _CITATION_FORGERY = re.compile(r"[\[\]]|\s§")
 
 def clean_name(name: str) -> str:
     """The base name of an uploaded file, or INVALID_MESSAGE for a hostile one (NUL, control
-    characters, invisible or format characters and line separators, "[", "]" or " §" that would
+    characters anywhere; in the base name, invisible or format characters and line separators
+    (U+200C / U+200D only where ``_joins`` allows them), "[", "]" or " §" that would
     make its citations ambiguous, a last part that is empty, '.' or '..', over MAX_NAME_CHARS). The
     name is metadata only: never a path."""
     if not isinstance(name, str) or any(unicodedata.category(c) == "Cc" for c in name):
-        raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds control characters")
-    hidden = sorted({f"U+{ord(c):04X}" for c in name if unicodedata.category(c) in _HIDDEN})
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds control characters: rename the file")
+    base = PurePosixPath(name.replace("\\", "/")).name      # (the folders are dropped: only this is kept)
+    hidden = sorted({f"U+{ord(c):04X}" for i, c in enumerate(base)
+                     if unicodedata.category(c) in _HIDDEN and not _joins(base, i)})
     if hidden:
         raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds invisible, format (such as "
-                           f"bidirectional control) or line separator characters ({', '.join(hidden[:8])})")
-    base = PurePosixPath(name.replace("\\", "/")).name.strip()
+                           f"bidirectional control) or line separator characters ({', '.join(hidden[:8])}): "
+                           "rename the file")
+    base = base.strip()
     if not base or base in (".", ".."):
         raise HandlerError(ErrorCode.INVALID_MESSAGE, f"invalid file name {name[:80]!r}: its last part is "
                            "empty, '.' or '..'")
@@ -416,8 +441,10 @@ class KnowledgeBase:
             report("parsing", 1, 1)
             report("chunking", 0, len(blocks))
             n_blocks = len(blocks)
-            # a chunk holds at most chunk_target_chars: the text alone may already make too many
-            least = -(-sum(len(b.text) for b in blocks) // self.config.chunk_target_chars)
+            # a chunk holds at most chunk_target_chars of body text (headings go to its heading path,
+            # not its text): that text alone may already make too many
+            body = sum(len(b.text) for b in blocks if not b.is_heading)
+            least = -(-body // self.config.chunk_target_chars)
             if least > self.config.max_chunks_per_document:
                 raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"document makes at least {least} chunks "
                                    f"(limit {self.config.max_chunks_per_document})")

@@ -19,6 +19,7 @@ import csv
 import io
 import json
 import re
+import sys
 from html.parser import HTMLParser
 from pathlib import PurePath
 from typing import Callable
@@ -35,8 +36,14 @@ TEXT_KINDS = {".txt": "text", ".text": "text", ".log": "text", ".md": "markdown"
 BINARY_KINDS = {".pdf": "pdf", ".docx": "docx"}
 SUPPORTED = sorted(TEXT_KINDS) + sorted(BINARY_KINDS)
 CSV_ROWS_PER_BLOCK = 20
+# csv's own cell limit (131,072 characters by default, process-wide) raised once to the largest
+# allowed csv_max_record_chars: a record's size is bounded by that setting (``_CsvLines``)
+CSV_FIELD_LIMIT = min(1 << 33, sys.maxsize)
+csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_LIMIT))
+_SURROGATE = re.compile("[\ud800-\udfff]")     # a lone one (json loads a valid pair as one character)
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
+_COMMENT_END = re.compile(r"--!?>")          # where an html comment ends (HTML5)
 
 
 def kind_of(name: str) -> str:
@@ -128,7 +135,9 @@ class _CsvLines:
 
 def parse_csv(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     """Rows as ``column: value`` lines, a block per ``CSV_ROWS_PER_BLOCK`` rows, located by the lines
-    of the file its records span (a quoted cell may hold line ends: a record is not a line). Column
+    of the file its records span (a quoted cell may hold line ends: a record is not a line). Blank
+    lines before the header are skipped; a cell under an empty column name or beyond the header's
+    width is named by its position (``column 3: value``). Column
     names have their whitespace (line ends too) collapsed to single spaces, so a block whose text has
     as many line ends as its range has lines is line for line its source (no empty row or cell was
     dropped) and the chunker cites each row's own lines. Read a record at a time: each row's line is
@@ -146,9 +155,13 @@ def parse_csv(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
             start, end = lines.first, reader.line_num       # the lines this record spans
             lines.next_record()
             if header is None:
-                header, header_end = row, end
-                names = [" ".join(h.split()) for h in row]
+                if not any(c.strip() for c in row):     # blank lines before the header
+                    continue
+                header, header_start, header_end = row, start, end
+                names = [" ".join(h.split()) or f"column {i}" for i, h in enumerate(row, 1)]
                 continue
+            if len(row) > len(names):                   # cells beyond the header's width
+                names.extend(f"column {i}" for i in range(len(names) + 1, len(row) + 1))
             line = "; ".join(f"{h}: {v}" for h, v in zip(names, row) if v.strip())
             if line:
                 budget.add(len(line) + (1 if part else 0))   # (the line end joining it to the one before)
@@ -162,7 +175,7 @@ def parse_csv(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     if rows:
         out.append(Block("\n".join(part), 0, None, first, end))
     if header is not None and not out:                  # a header and no rows: the header is the text
-        out.append(Block("; ".join(header), 0, None, 1, header_end))
+        out.append(Block("; ".join(header), 0, None, header_start, header_end))
         budget.add(len(out[-1].text))
     return [b for b in out if b.text]
 
@@ -171,11 +184,16 @@ def _too_deep(kind: str) -> HandlerError:
     return unsupported(f"malformed {kind}: nested too deeply")
 
 
+def _escaped(m: re.Match) -> str:
+    return f"\\u{ord(m.group()):04x}"
+
+
 def parse_json(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     """Validated, then indexed as written; a file on one line (minified) is indexed pretty-printed
     (keys stay next to their values, chunks end at line ends) and every block is located on that
     one line of the file, not on the lines of the pretty-printed text. The pretty-printed text is
-    counted as it is produced (deep one-line files expand a lot)."""
+    counted as it is produced (deep one-line files expand a lot); a lone surrogate stays the escape
+    it was written as."""
     text = decode_text(data)
     try:
         obj = json.loads(text)
@@ -197,7 +215,9 @@ def parse_json(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]
         except RecursionError:
             raise _too_deep("json") from None
         line = 1 + text[:len(text) - len(text.lstrip())].count("\n")     # the line holding the json
-        text = "".join(pieces)
+        # a lone surrogate escaped in the file ("\\ud800") is a str character once loaded: written
+        # back as its escape, so the text stays the file's json and valid unicode
+        text = _SURROGATE.sub(_escaped, "".join(pieces))
         del pieces, obj
         blocks = _counted(text.split("\n"), budget)
         for b in blocks:                  # pretty-printed lines are not the file's: cite its one line
@@ -288,6 +308,27 @@ class _HtmlBlocks(HTMLParser):
             self.heading = 0
         elif tag in self.BLOCK:
             self.flush()
+
+    # Comments and "<![...": HTML5's rules, not the stdlib's SGML ones (which wait for "-->" after
+    # "<!-->" or "--!>", dropping the rest of the file, and raise AssertionError on "<![foo[").
+    def parse_comment(self, i: int, report: int = 1) -> int:
+        """``<!--`` at ``i``: ends at ``-->`` or ``--!>``; ``<!-->`` and ``<!--->`` are empty
+        comments. -1 when the comment is still open (at the end of the file: dropped)."""
+        rawdata = self.rawdata
+        for empty in ("<!-->", "<!--->"):
+            if rawdata.startswith(empty, i):
+                return i + len(empty)
+        m = _COMMENT_END.search(rawdata, i + 4)
+        if m is None:
+            return -1
+        if report:
+            self.handle_comment(rawdata[i + 4:m.start()])
+        return m.end()
+
+    def parse_marked_section(self, i: int, report: int = 1) -> int:
+        """``<![`` at ``i`` (``<![CDATA[``, Word's ``<![if ...]>`` / ``<![endif]>``, anything): outside
+        svg/math content HTML5 reads it as a bogus comment ending at the first ``>``."""
+        return self.parse_bogus_comment(i, report)
 
     def close(self) -> None:
         """End of the file. Markup still open there (a tag, an attribute value, a comment, a
@@ -387,6 +428,8 @@ def parse_pdf(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
                         raise unsupported(f"pdf page {no} holds over {cfg.pdf_max_page_chars} characters of "
                                           f"text (limit pdf_max_page_chars)") from None
                     raise over_limit(budget.total + got[0], budget.limit) from None
+                if _SURROGATE.search(text):   # pypdf decodes with "surrogatepass": pairs joined, lone ones U+FFFD
+                    text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
                 out.extend(_counted(text.replace("\r\n", "\n").split("\n"), budget, 1, no))
     except HandlerError:
         raise
@@ -414,7 +457,13 @@ def parse(name: str, data: bytes, cfg: KnowledgeConfig,
         raise unsupported("empty file")
     budget = Budget(cfg, cancelled)
     budget.check()
-    blocks = PARSERS[kind_of(name)](data, cfg, budget)
+    kind = kind_of(name)
+    try:
+        blocks = PARSERS[kind](data, cfg, budget)
+    except (HandlerError, MemoryError):   # (Cancelled is a HandlerError: it stays SHUTTING_DOWN)
+        raise
+    except Exception as exc:             # a parser's unexpected error is the document's, not the server's
+        raise unsupported(f"malformed {kind}: {type(exc).__name__}: {exc}") from None
     total = sum(len(b.text) for b in blocks)
     if total > cfg.max_extracted_chars:
         raise over_limit(total, cfg.max_extracted_chars)
