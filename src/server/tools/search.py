@@ -11,7 +11,9 @@ redacted form alone, so whether a pattern matches, what is counted and when the 
 depend on a masked secret (else ``^API_KEY=sk-a`` vs ``sk-b`` would read a key character by character).
 
 Bounds, each reported when reached (``stopped``): ``limit`` matches, ``max_search_files`` files
-opened, ``max_search_bytes`` bytes read, ``search_timeout_s`` seconds. The walk never follows
+opened, ``max_search_bytes`` bytes read, ``search_timeout_s`` seconds. A line longer than
+``MAX_LINE_BYTES`` is neither matched nor shown (counted in ``skipped.long_line``): a line is redacted
+whole, and a longer one would have to be redacted in pieces, each blind to a secret cut in two. The walk never follows
 symlinks, skips secret-looking names and directories, files with more than one link, and binary
 files (a NUL byte or invalid UTF-8 in the first block); the counts of skipped files are returned.
 The server's own data (``protected``) is left out of the walk without a word.
@@ -53,6 +55,11 @@ SEARCH_FILES_SCHEMA = {
 
 BLOCK = 1 << 20
 RE2_MAX_MEM = 16 << 20
+# A longer line is never matched nor shown (``skipped.long_line``): it is redacted whole or not at all,
+# since a secret split across two pieces of it would be masked in neither (``[tools]`` setting to come:
+# max_search_line_bytes)
+MAX_LINE_BYTES = BLOCK
+_KEY_MARK = b"PRIVATE KEY"     # in a line, what may start or end a key block (LineRedactor)
 
 
 def compile_pattern(pattern: str, regex: bool, ignore_case: bool) -> Any:
@@ -83,9 +90,11 @@ class _Search:
         self.deadline = time.monotonic() + cfg.search_timeout_s
         self.matches: list[dict[str, Any]] = []
         self.files = self.bytes = 0
-        self.skipped = {"binary": 0, "secret": 0, "hardlink": 0, "symlink_or_special": 0, "unreadable": 0}
+        self.skipped = {"binary": 0, "secret": 0, "hardlink": 0, "symlink_or_special": 0, "unreadable": 0,
+                        "long_line": 0}
         self.stopped: str | None = None
         self.budget = cfg.max_result_chars - RESULT_MARGIN
+        self._carry = b""      # the end of the last piece of a line too long to search
 
     def check_bounds(self) -> bool:
         if self.stopped is None:
@@ -133,11 +142,15 @@ class _Search:
         text = region.decode("utf-8", "replace")
         lines = text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
         redacted = self.redactor.changes(lines)
+        too_long = set()
+        if len(region) > MAX_LINE_BYTES:
+            too_long = {i for i, line in enumerate(region.split(b"\n")) if len(line) > MAX_LINE_BYTES}
+            self.skipped["long_line"] += len(too_long)
         last = None
         for index in heapq.merge(self._hits(region), sorted(redacted)):
             if self.stopped is not None:
                 return
-            if index == last:
+            if index == last or index in too_long:
                 continue
             last = index
             line = redacted.get(index)
@@ -157,8 +170,9 @@ class _Search:
             return
         self.files += 1
         self.redactor.restart()
+        self._carry = b""
         try:
-            offset, rest, line_no = 0, b"", 1
+            offset, rest, line_no, in_long_line = 0, b"", 1, False
             while self.check_bounds():
                 want = min(BLOCK, self.cfg.max_search_bytes - self.bytes)
                 block = os.pread(fd, want, offset)
@@ -171,17 +185,37 @@ class _Search:
                     return
                 offset += len(block)
                 self.bytes += len(block)
+                if in_long_line:     # the rest of a line too long to search: up to its end
+                    in_long_line = self._long_line_part(block)
+                    if in_long_line:
+                        continue
+                    block, line_no = block[block.find(b"\n") + 1:], line_no + 1
                 chunk = rest + block
                 cut = chunk.rfind(b"\n") + 1
-                if cut == 0 and len(chunk) > BLOCK:   # one huge line: search what we have
-                    cut = len(chunk)
                 region, rest = chunk[:cut], chunk[cut:]
-                self._region(shown, region, line_no)
-                line_no += region.count(b"\n")
+                if region:
+                    self._region(shown, region, line_no)
+                    line_no += region.count(b"\n")
+                if len(rest) > MAX_LINE_BYTES:      # a line too long to search: never matched nor shown
+                    self.skipped["long_line"] += 1
+                    in_long_line = self._long_line_part(rest)     # True: rest holds no newline
+                    rest = b""
         except OSError:
             self.skipped["unreadable"] += 1
         finally:
             os.close(fd)
+
+    def _long_line_part(self, data: bytes) -> bool:
+        """A piece of a line too long to search (up to its newline, if ``data`` holds it); whether the
+        line goes on after ``data``. The piece is not redacted, so the key-block state of the lines
+        after it is unknown: if it may hold a PRIVATE KEY mark, they are taken to be inside a key block
+        (masked up to an END line; more masked, never less)."""
+        end = data.find(b"\n")
+        piece = self._carry + (data if end < 0 else data[:end])
+        if _KEY_MARK in piece:
+            self.redactor.in_key = True
+        self._carry = piece[1 - len(_KEY_MARK):] if end < 0 else b""   # a mark cut between two pieces
+        return end < 0
 
     def walk(self, top: str, guard: Guard) -> Iterator[tuple[str, str]]:
         """(real path, path relative to ``top``) of candidate files, in name order, symlinks not followed;

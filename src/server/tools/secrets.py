@@ -3,7 +3,8 @@
 The tools never read environment variables or config values, but a log file or a process could
 still echo one. Every result passes through ``redact`` before it reaches the model or a client:
 first the known values (sensitive environment variables, ``sensitive_variable``: MYSQL_PWD,
-SMTP_PASS, SENTRY_DSN too; the configured API key; in their JSON form), then anything shaped like a
+SMTP_PASS, SENTRY_DSN too, when their value looks like a secret; the configured API key; as they are,
+in their JSON form and JSON-escaped twice), then anything shaped like a
 secret (``SECRET_SHAPES``): provider API keys (``sk-...``, ``AKIA...``, ``ghp_...``, ``xox?-...``,
 ``AIza...``, ``glpat-...``, ``npm_...``, ``pypi-...``, ``hf_...``, ``sk_live_...``, Vault's
 ``hvs.``), JWTs, ``Bearer``/``Token`` credentials (a word holding a digit, or long: not "token
@@ -17,9 +18,11 @@ base64-encoded PEM blobs (kubeconfig's ``client-key-data``), password hashes (``
 (docker's config.json, .npmrc), and of command-line passwords (``--password S3cret``,
 ``--db-password S3cret``, ``mysql -pS3cret``, ``curl -u user:S3cret``, ``redis-cli -a S3cret``,
 ``docker login -p``, ``ldapsearch -w``, ``smbclient -U user%S3cret``, ``openssl -k``,
-``htpasswd -b``, ``rabbitmqctl add_user``, ``vault login``, netrc's ``login u password S3cret``).
-The result is JSON text, so a value never runs over a quote or a backslash (only over a whole escape
-such as ``\\"``) and the mask keeps the JSON valid.
+``htpasswd -b``, ``rabbitmqctl add_user``, ``vault login``, netrc's ``login u password S3cret``)
+and SQL's ``WITH PASSWORD 'X'`` / ``IDENTIFIED BY 'X'``. An assigned value runs as its format delimits
+it: a quoted one to its closing quote (escaped quotes included), an unquoted one to whitespace (a tab
+too). The result is JSON text, so a mask always covers whole escapes (``\\"``, ``\\t``) and never
+a quote of the JSON itself: the mask keeps the JSON valid.
 
 The file tools (read_file, read_log, search_files) show a file's lines redacted one by one
 (``LineRedactor``), so what they count, cut and match is what the user sees: a pattern of
@@ -29,12 +32,14 @@ when only its middle lines are read or matched. A fast RE2 prefilter, derived fr
 
 False positives are kept down by requiring an assignment (``name: value``) whose name *ends* with
 the secret word: ``max_tokens: 1024``, ``token_budget = 200``, ``bypass: true``, ``auth_mode``,
-"password policy: 12 chars" and "keyboard" stay as they are.
+"password policy: 12 chars" and "keyboard" stay as they are; so do code that reads a credential
+(``token = ns.token``, ``token: str,``, ``token=None``) and placeholders (``api_key=<set>``).
 """
 from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import os
 import re
 from typing import Callable, Iterable
@@ -43,22 +48,51 @@ import orjson
 
 from server.tools.re2_filter import PatternFilter
 
-_SENSITIVE_NAME = re.compile(r"KEY|SECRET|TOKEN|PASSW|PASSPHRASE|CREDENTIAL|AUTH", re.IGNORECASE)
-# whole parts of a name (split on _ - .): SMTP_PASS, SENTRY_DSN, SSH_PRIVATE, but not BYPASS, COMPASS or
-# PASSAGE; and PWD (MYSQL_PWD), unless its value is a path
-_SENSITIVE_PARTS = frozenset({"PASS", "DSN", "PRIVATE"})
+# a variable name holding one of these words (not KEYBOARD, KEYCLOAK, TOKENIZERS or AUTHOR)
+_SENSITIVE_NAME = re.compile(r"KEY(?!BOARD|CLOAK)|SECRET|TOKEN(?!IZ)|PASSW|PASSPHRASE|CREDENTIAL|AUTH(?!OR)",
+                             re.IGNORECASE)
+# the last part of a name (split on _ - .): SMTP_PASS, SENTRY_DSN, SSH_PRIVATE, MYSQL_PWD, but not BYPASS,
+# COMPASS, PASSAGE, DSN_TIMEOUT, PASS_MAX_DAYS or PRIVATE_SUBNET
+_SENSITIVE_LAST_PARTS = frozenset({"PASS", "DSN", "PRIVATE", "PWD"})
 _NAME_PARTS = re.compile(r"[_.-]+")
-MIN_SECRET_LEN = 6
+# public values under a sensitive-looking name (GPG_KEY: the release key's fingerprint in Python's images)
+_PUBLIC_VARIABLES = frozenset({"GPG_KEY"})
+MIN_SECRET_LEN = 6        # the configured API key (``extra``) is masked from this length on
+MIN_ENV_SECRET_LEN = 8    # an environment variable's value is masked everywhere from this length on
+# values that are no secret whatever their variable's name: numbers, times, versions, IPv4 addresses and
+# networks (300000, 10.20.0.0/16, 1.2.3), booleans
+_PLAIN_VALUE = re.compile(r"[\d.:/,+-]+|true|false|yes|no|on|off|none|null|enabled|disabled", re.IGNORECASE)
 MASK = "[REDACTED]"
 
 
 # A word start: a \b, or right after a JSON escape such as \n (whose "n" would hide the boundary).
 _B = r"(?:(?<=\\[nrt])|(?<!\w))"
 _V = r"[^\s\"'\\,;&<>]"   # a character of a secret value (never a quote, backslash or separator)
+# whitespace in the JSON text: also a tab, CR, form feed or other control space of the line, which the
+# JSON form holds as an escape (\t, \r, \f, \u000b, \u001c-\u001f)
+_S = r"(?:\s|\\[trf]|\\u00(?:0[bB]|1[c-fC-F]))"
 # name-value separators: a JSON key with a string value ("token": "..."), or a name in text, maybe quoted
 # (quotes inside the JSON text are escaped: \"). A JSON key with a bare value ("secret": 15 in a tool's own
 # counts) is a number or a literal, never masked: the mask would break the JSON.
-_ASSIGN = r"(?:\"\s*:\s*\"|(?:\\[\"']|')?\s*(?:=>|[:=])\s*(?:\\?[\"'])?)"   # also PHP / Ruby / Perl "=>"
+_ASSIGN = (r"(?:\"" + _S + r"*:" + _S + r"*\"|(?:\\[\"']|')?" + _S + r"*(?:=>|[:=])" + _S
+           + r"*(?:\\?[\"'])?)")   # also PHP / Ruby / Perl "=>"
+# the same without the value's opening quote: the assignment shapes below take the value by its quoting
+_SEP = r"(?:\\[\"']|')?" + _S + r"*(?:=>|[:=])" + _S + r"*"
+# An assigned value, as its format delimits it, in whole units of the JSON text (so the mask keeps it
+# valid JSON): in the line's double quotes (\"...\") up to the closing quote, escaped quotes (\\\") and
+# backslashes (\\\\) included; in single quotes up to the closing one; unquoted up to whitespace or the
+# end (; , & < > inside it included: password=ab;cd), but not the , ; or ) that ends it (token: str,). A
+# JSON string of the result itself ("token": "...") runs to its closing quote.
+_ESCAPED = r"\\\\(?:\\.|[^\\\"])"      # a backslash of the line and the character it escapes
+_DQ_VALUE = r"(?:" + _ESCAPED + r"|\\[^\"\\]|[^\\\"])"
+_SQ_VALUE = r"(?:" + _ESCAPED + r"|\\[^\\]|[^\\\"'])"
+_UQ_VALUE = r"(?:\\\\|[^\s\"'\\])"
+_JSON_VALUE = r"(?:\\.|[^\\\"])"
+# not a credential: an unquoted value that is an expression reading one (token = ns.token,
+# api_key=llm.api_key or ..., token = secrets.token_hex(16)), an empty literal (token=None, password: null)
+# or a placeholder (api_key=<set>)
+_NOT_LITERAL = (r"(?!(?:[A-Za-z_]\w*\.)+(?:\w*" + "(?:passw(?:or)?d|pass|passphrase|secret|token|key|credentials?)"
+                r"(?![\w.])|[A-Za-z_]\w*\()|(?:None|null|nil|undefined|true|false)(?![\w.])|<)")
 # a credential's name: it ends with one of these words (so max_tokens, token_count, auth_mode are not)
 _SECRET_NAME = (r"(?:passw(?:or)?d|(?:(?<![a-z])|(?<=\\[nrt]))pass|passphrase|secret|token|"
                 r"api[_-]?key|apikey|access[_-]?key|"
@@ -74,6 +108,18 @@ _HT_FLAGS = r"(?:\s+-[A-Za-z]+(?:\s+\d+)?)*"   # htpasswd's options (-C 10)
 _HT_ARG = r"(?!\d+\s)" + _ARG                    # an argument after them (a lone number belongs to -C)
 # a URL's scheme: short, so that a long run of a-a-a-... is not scanned again from each of its letters
 _URL = r"\b[a-zA-Z][a-zA-Z0-9+.-]{0,30}://"
+
+
+def _assignments(name: str, value_guard: str = "") -> list[tuple[re.Pattern[str], str]]:
+    """The shapes of ``name`` assigned a value, one for each way of quoting it (see ``_DQ_VALUE``): the
+    value masked, what comes before it kept. ``value_guard``: a lookahead the value must pass."""
+    keep = r"(?!\[REDACTED\]|(?:Bearer|Basic|Token)" + _S + r")" + value_guard
+    return [(re.compile(r"(" + name + r"(?:\"" + _S + r"*:" + _S + r"*|" + _SEP + r")\")" + keep + _JSON_VALUE
+                        + r"{4,}", re.I), r"\1" + MASK),
+            (re.compile(r"(" + name + _SEP + r"\\\")" + keep + _DQ_VALUE + r"{4,}", re.I), r"\1" + MASK),
+            (re.compile(r"(" + name + _SEP + r"')" + keep + _SQ_VALUE + r"{4,}", re.I), r"\1" + MASK),
+            (re.compile(r"(" + name + _SEP + r")(?![\"'])" + keep + _NOT_LITERAL + _UQ_VALUE + r"{4,}(?<![,;)])",
+                        re.I), r"\1" + MASK)]
 
 
 def _basic(m: re.Match) -> str:
@@ -125,15 +171,19 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
     # (the name must END with the secret word: max_tokens, token_count or auth_mode are not secrets; what
     # comes before the word, DB_ in DB_PASSWORD, stays outside the match: matching it too made a long run
     # such as a-a-a-a-... quadratic)
-    (re.compile(r"(" + _SECRET_NAME + r"(?![\w])" + _ASSIGN + r")"
-                r"(?!\[REDACTED\]|(?:Bearer|Basic|Token)\s)" + _V + r"{4,}", re.I),
-     r"\1" + MASK),
+    # (the value as its format delimits it: "ab\"cd", password=ab;cd, password\t=\tS3cret; not an
+    # expression reading one, token = ns.token)
+    *_assignments(_SECRET_NAME + r"(?![\w])"),
     # XML elements: <password>S3cret</password>, <db.password>, <apiKey>, <token> (the name ends with
     # the secret word, as above); the value runs to the closing tag
     (re.compile(r"(" + _SECRET_NAME + r">)(?!\[REDACTED\]<)(?:[^<\s\"'\\]|\\[\\\"'/]){4,}(?=</)", re.I),
      r"\1" + MASK),
     # pwd=... (MYSQL_PWD, ODBC's PWD=): not a path, so that a shell's PWD=/home/ops stays
-    (re.compile(r"(pwd(?![\w])" + _ASSIGN + r")(?![/~]|\[REDACTED\])" + _V + r"{4,}", re.I),
+    *_assignments(r"pwd(?![\w])", r"(?![/~])"),
+    # SQL: CREATE|ALTER USER/ROLE ... WITH [ENCRYPTED] PASSWORD 'X', IDENTIFIED [WITH plugin] BY 'X' (a quoted
+    # literal only: "login with password authentication" is prose)
+    (re.compile(r"(" + _B + r"(?:with" + _S + r"+(?:encrypted" + _S + r"+)?password|identified(?:" + _S
+                + r"+with" + _S + r"+\w+)?" + _S + r"+by)" + _S + r"+')(?!\[REDACTED\])" + _SQ_VALUE + r"{4,}", re.I),
      r"\1" + MASK),
     # "auth": "<base64 user:password>" (docker's config.json, .npmrc's _auth, basic_auth: user:pass):
     # only a credential-looking value (12+ characters, a digit among them), so auth: required stays
@@ -142,7 +192,8 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
     # command-line passwords: --password S3cret, --db-password S3cret, --admin-pass S3cret (the = form is
     # an assignment above; not --no-password, a switch), -passin pass:S3cret (the parts before the flag
     # word never hold a - or _ , so that a run such as a-a-a-... is split one way only)
-    (re.compile(r"((?:(?<=\\[nrt])|(?<![\w-]))--?(?!no[-_])(?:[a-z0-9]+[-_])*" + _CLI_FLAG + r"\s+)(?!-|\[REDACTED\])"
+    (re.compile(r"((?:(?<=\\[nrt])|(?<![\w}-]))--?(?!no[-_])(?:[a-z0-9]+[-_])*" + _CLI_FLAG + _S
+                + r"+)(?!-|\[REDACTED\])"
                 + _V + r"{4,}", re.I),
      r"\1" + MASK),
     (re.compile(r"(" + _B + r"(?:mysql\w*|mariadb\w*)\b" + _LINE + r"\s-p)(?!\[REDACTED\])" + _V + r"+"),
@@ -187,23 +238,40 @@ def redact_shapes(text: str) -> str:
     return text
 
 
+def looks_like_secret_value(value: str) -> bool:
+    """Whether an environment variable's value could be a secret, whatever its name: at least
+    ``MIN_ENV_SECRET_LEN`` characters, and not a number, time, version, IP address or network
+    (300000, 10.20.0.0/16), a boolean, a path (/tmp/ssh-x/agent.1, ~/x, ./x) or a URL without user
+    info (https://sso.example.com: one with a password is masked by its shape)."""
+    v = value.strip()
+    if len(v) < MIN_ENV_SECRET_LEN or _PLAIN_VALUE.fullmatch(v) or v.startswith(("/", "~", "./", "../")):
+        return False
+    if re.fullmatch(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^@\s]*", v):
+        return False
+    try:
+        ipaddress.ip_network(v, strict=False)
+    except ValueError:
+        return True
+    return False
+
+
 def sensitive_variable(name: str, value: str) -> bool:
-    """Whether an environment variable holds a secret, by its name: one holding KEY, SECRET, TOKEN,
-    PASSW, PASSPHRASE, CREDENTIAL or AUTH, or with a whole part (split on _ - .) PASS, PWD, DSN or
-    PRIVATE (SMTP_PASS, MYSQL_PWD, SENTRY_DSN; not BYPASS, COMPASS or PASSAGE). A PWD whose value is a
-    path is a directory (the shell's PWD), not a password."""
+    """Whether an environment variable holds a secret: by its name, one holding KEY, SECRET, TOKEN,
+    PASSW, PASSPHRASE, CREDENTIAL or AUTH (not KEYBOARD, KEYCLOAK, TOKENIZERS, AUTHOR), or whose last
+    part (split on _ - .) is PASS, PWD, DSN or PRIVATE (SMTP_PASS, MYSQL_PWD, SENTRY_DSN; not BYPASS,
+    COMPASS, DSN_TIMEOUT, PASS_MAX_DAYS or PRIVATE_SUBNET); and by its value (``looks_like_secret_value``:
+    not PWD=/home/ops, TOKENIZERS_PARALLELISM=false, SSH_AUTH_SOCK=/tmp/...). GPG_KEY is public."""
+    if name.upper() in _PUBLIC_VARIABLES or not looks_like_secret_value(value):
+        return False
     if _SENSITIVE_NAME.search(name):
         return True
-    parts = set(_NAME_PARTS.split(name.upper()))
-    if "PWD" in parts and not value.startswith(("/", "~")):
-        return True
-    return not parts.isdisjoint(_SENSITIVE_PARTS)
+    return _NAME_PARTS.split(name.upper().strip("_.-"))[-1] in _SENSITIVE_LAST_PARTS
 
 
 def secret_values(extra: Iterable[str] = ()) -> set[str]:
     """Values of sensitive environment variables (``sensitive_variable``) plus ``extra`` (e.g. the
     configured API key)."""
-    values = {v for k, v in os.environ.items() if len(v) >= MIN_SECRET_LEN and sensitive_variable(k, v)}
+    values = {v for k, v in os.environ.items() if sensitive_variable(k, v)}
     values.update(v for v in extra if v and len(v) >= MIN_SECRET_LEN)
     return values
 
@@ -218,8 +286,14 @@ def _json_form(value: str) -> str:
 
 
 def _known_values(extra: Iterable[str]) -> list[str]:
-    """The known secret values in their JSON form, longest first."""
-    return sorted({_json_form(v) for v in secret_values(extra)}, key=len, reverse=True)
+    """The known secret values as the JSON text (which ``redact`` works on) may hold them, longest first:
+    as they are, in their JSON form (a quote or backslash escaped: the value in a text file) and JSON-escaped
+    twice (the value inside a JSON file's string: "pa\\"ss" stands as pa\\\\\\"ss)."""
+    forms = set()
+    for value in secret_values(extra):
+        once = _json_form(value)
+        forms.update((value, once, _json_form(once)))
+    return sorted(forms, key=len, reverse=True)
 
 
 def redact(text: str, extra: Iterable[str] = ()) -> str:
