@@ -19,6 +19,11 @@ def make_pdf(pages: list[str]) -> bytes:
                     f"/Resources << /Font << /F1 {font_id} 0 R >> >> >>".encode())
         objs.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
     objs.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    return pdf_of(objs)
+
+
+def pdf_of(objs: list[bytes]) -> bytes:
+    """A PDF file of the objects ``objs`` (numbered from 1, the first the catalog), with its xref table."""
     out = io.BytesIO()
     out.write(b"%PDF-1.4\n")
     offsets = []
@@ -62,3 +67,21 @@ def make_zip_bomb(member_bytes: int) -> bytes:
             for _ in range(member_bytes >> 20):
                 f.write(block)
     return buf.getvalue()
+
+
+def docx_with_body(xml: bytes | str, stored: bool = False) -> bytes:
+    """A docx (python-docx's template) whose body holds ``xml`` before its section properties;
+    ``stored``: document.xml uncompressed (the zip-bomb ratio checks pass whatever its size)."""
+    src = zipfile.ZipFile(io.BytesIO(make_docx([("Intro", 1)])))
+    body = xml.encode() if isinstance(xml, str) else xml
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for info in src.infolist():
+            data = src.read(info.filename)
+            if info.filename == "word/document.xml":
+                i = data.index(b"<w:sectPr")
+                data = data[:i] + body + data[i:]
+                z.writestr(info, data, compress_type=zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED)
+            else:
+                z.writestr(info, data)
+    return out.getvalue()

@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from kb_testlib import make_docx
+import kb_testlib
 from server.errors import HandlerError
 from server.knowledge.config import KnowledgeConfig
 from server.knowledge.parsers import parse
@@ -82,20 +82,9 @@ def test_csv_budget_counts_exactly_the_text_indexed():
 
 
 # -- docx ------------------------------------------------------------------------------------------
-def docx_with_body(xml: bytes, stored: bool = True) -> bytes:
-    """A docx (python-docx's template) whose body holds ``xml`` before its section properties."""
-    src = zipfile.ZipFile(io.BytesIO(make_docx([("Intro", 1)])))
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        for info in src.infolist():
-            data = src.read(info.filename)
-            if info.filename == "word/document.xml":
-                i = data.index(b"<w:sectPr")
-                data = data[:i] + xml + data[i:]
-                z.writestr(info, data, compress_type=zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED)
-            else:
-                z.writestr(info, data)
-    return out.getvalue()
+def docx_with_body(xml: bytes) -> bytes:
+    """A docx whose body holds ``xml``, document.xml stored (uncompressed)."""
+    return kb_testlib.docx_with_body(xml, stored=True)
 
 
 def para(text: str) -> bytes:

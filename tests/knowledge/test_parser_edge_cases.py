@@ -6,10 +6,10 @@ names in Persian, Indic scripts or emoji ZWJ sequences were refused, and csv cel
 characters, beyond the header or under a blank first line were refused or dropped."""
 from __future__ import annotations
 
-import io
 
 import pytest
 
+from kb_testlib import docx_with_body, pdf_of
 from kb_wire.kbwire import connect, kb_server, raw_upload
 from protocol import MsgType
 from server.errors import HandlerError
@@ -72,18 +72,7 @@ def _pdf_with_tounicode(shown: bytes, cmap: bytes) -> bytes:
             b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
             b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 6 0 R >>",
             b"<< /Length %d >>\nstream\n" % len(cmap) + cmap + b"\nendstream"]
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for i, body in enumerate(objs, 1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % i + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1))
-    for off in offsets:
-        out.write(b"%010d 00000 n \n" % off)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objs) + 1, xref))
-    return out.getvalue()
+    return pdf_of(objs)
 
 
 SURROGATE_CMAP = b"""/CIDInit /ProcSet findresource begin 12 dict begin begincmap
@@ -220,20 +209,6 @@ def test_csv_blank_lines_before_the_header_are_skipped():
 
 
 # -- 7. docx text Word shows ----------------------------------------------------------------------
-def docx_with_body(xml: str) -> bytes:
-    """A docx (python-docx's template) whose body holds ``xml`` before its section properties."""
-    import zipfile
-    from kb_testlib import make_docx
-    src = zipfile.ZipFile(io.BytesIO(make_docx([("Intro", 1)])))
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        for info in src.infolist():
-            data = src.read(info.filename)
-            if info.filename == "word/document.xml":
-                i = data.index(b"<w:sectPr")
-                data = data[:i] + xml.encode() + data[i:]
-            z.writestr(info, data)
-    return out.getvalue()
 
 
 def run(text: str) -> str:
