@@ -7,7 +7,9 @@ for tens of thousands of documents. Large collections seal documents into numpy 
 (``bm25_segment.Segment``). The collection statistics live in a ``bm25_stats.CorpusStats``; with
 ``group_stats`` it also keeps each group's (document count, document frequencies, total length),
 so a search can score with those of some groups only (``stats``): what the knowledge base needs to
-keep users' collections from showing through each other's scores.
+keep users' collections from showing through each other's scores. A whole group leaves in
+bounded steps (``drop_group``: one posting-list entry per distinct term of the group, not one per
+document and term), hidden from searches from the start.
 """
 from __future__ import annotations
 
@@ -61,13 +63,14 @@ class BM25Index:
         self._min_len: dict[Hashable, float] = {}               # group -> shortest length (never raised)
         self._seq: dict[Hashable, int] = {}
         self._next_seq = 0
+        self._dropping: dict[Hashable, GroupDrop] = {}         # group -> its drop still under way
 
     @property
     def group_stats(self) -> bool:
         return self._stats.by_group
 
     def __len__(self) -> int:
-        return self._stats.n
+        return self._stats.n - sum(len(d.lengths) for d in self._dropping.values())
 
     def __contains__(self, doc_id: Hashable) -> bool:
         return doc_id in self._doc_len or self._sealed(doc_id) is not None
@@ -83,6 +86,7 @@ class BM25Index:
     def seal(self) -> None:
         """Move the documents of the dict part into an immutable numpy ``Segment`` (same scores,
         far less memory, vectorized queries); merge the segments when there are too many."""
+        self._finish_drops()
         if self._doc_terms:
             docs = sorted(((d, bag, self._group[d], self._seq[d]) for d, bag in self._doc_terms.items()),
                           key=lambda x: x[3])
@@ -94,6 +98,7 @@ class BM25Index:
     def add_sealed(self, docs: Iterable[tuple[Hashable, Iterable[str] | Mapping[str, float], Hashable]]) -> None:
         """Index (doc_id, terms, group) documents straight into a new sealed segment (bulk ingest:
         several times faster than ``add`` one by one); an id already indexed is replaced."""
+        self._finish_drops()
         items = []
         touched: list = []
         for doc_id, terms, group in docs:
@@ -129,6 +134,8 @@ class BM25Index:
         that changed are touched, and the document counts as newly added for ties). ``owned``:
         ``terms`` is a dict of positive float weights that the caller hands over (kept, not copied;
         the caller must not change it afterwards)."""
+        if self._dropping and group in self._dropping:      # (its old postings must go first)
+            self._dropping[group].finish()
         if self._segments and self._sealed(doc_id) is not None:
             self.remove(doc_id)
         old = self._doc_terms.get(doc_id)
@@ -237,6 +244,34 @@ class BM25Index:
             self._unstat_sealed(sealed, touched)
         return removed
 
+    def drop_group(self, group: Hashable, doc_ids: Iterable[Hashable]) -> GroupDrop:
+        """Remove ``doc_ids``, every document of ``group``, in bounded steps: the call only takes the
+        documents out (one dict pop each), so searches no longer see them (nor the group), and the
+        returned ``GroupDrop``'s ``step``s then drop the group's postings, one entry per distinct
+        term. Adding to the group again first finishes the drop. When the ids are not all of the
+        group's documents in the dict part (or the index has sealed segments), they are removed at
+        once (``remove_many``) and the drop returned is done."""
+        ids = [d for d in dict.fromkeys(doc_ids) if d in self._doc_terms]
+        if not ids or self._segments or group in self._dropping or len(ids) != self._stats.group_size(group) \
+                or any(self._group[d] != group for d in ids):
+            self.remove_many(doc_ids)
+            return self._dropping.get(group) or GroupDrop(self, group, [], [])
+        bags = [self._doc_terms.pop(d) for d in ids]
+        lengths = [self._doc_len.pop(d) for d in ids]
+        for d in ids:
+            del self._group[d], self._seq[d]
+        self._min_len.pop(group, None)         # (a group search without it finds nothing)
+        drop = self._dropping[group] = GroupDrop(self, group, bags, lengths)
+        return drop
+
+    def dropping(self, group: Hashable) -> GroupDrop | None:
+        """The drop of ``group`` still under way, if any."""
+        return self._dropping.get(group)
+
+    def _finish_drops(self) -> None:
+        for drop in list(self._dropping.values()):
+            drop.finish()
+
     def _unstat_sealed(self, sealed: list[tuple[Segment, int]], touched: list) -> None:
         """The statistics without the (killed) sealed documents ``sealed``: their terms segment by
         segment (``CorpusStats.drop_rows``), then their counts and lengths document by document, in
@@ -286,11 +321,13 @@ class BM25Index:
     def stats(self, groups: Iterable[Hashable]) -> Stats:
         """The statistics of ``groups`` only (summed in the order given; needs ``group_stats``), for
         ``search``/``scores``: scores with them do not depend on any other group's documents."""
+        if self._dropping:
+            groups = [g for g in groups if g not in self._dropping]
         return self._stats.of(groups)
 
     def group_size(self, group: Hashable) -> int:
         """Documents in ``group``."""
-        return self._stats.group_size(group)
+        return 0 if group in self._dropping else self._stats.group_size(group)
 
     def scores(self, query: Iterable[str] | Mapping[str, float],
                accept: Callable[[Hashable], bool] | None = None, *, group: Hashable = ALL,
@@ -320,15 +357,17 @@ class BM25Index:
                     if d not in skip and (accept is None or accept(d)):
                         out[d] = v
         get = out.get
+        dropping = self._dropping                # (groups being dropped: hidden, their postings stale)
         for term, qw in as_bag(query).items():
             groups = self._postings.get(term)
             if not groups:
                 continue
             if group is ALL:
-                plists: Iterable[dict[Hashable, float]] = groups.values()
+                plists: Iterable[dict[Hashable, float]] = \
+                    groups.values() if not dropping else [p for g, p in groups.items() if g not in dropping]
             else:
                 one = groups.get(group)
-                if one is None:
+                if one is None or group in dropping:
                     continue
                 plists = (one,)
             df = df_of(term)
@@ -411,7 +450,7 @@ class BM25Index:
         order of additions), so scores and ties are bit-identical to a full scan.
         """
         n, total_len, df_of = self._stats.view(stats)
-        min_len = self._min_len.get(group)
+        min_len = self._min_len.get(group)        # (None for a group being dropped too)
         if n == 0 or min_len is None:
             return {}
         avgdl = (total_len / n) or 1.0
@@ -468,3 +507,72 @@ class BM25Index:
                     total = total + weight * tf * (k1 + 1.0) / (tf + norm)
             out[d] = total
         return out
+
+
+class GroupDrop:
+    """A group leaving a ``BM25Index`` (``BM25Index.drop_group``), in bounded ``step``s.
+
+    Its documents are already out of the index (searches skip the group). Each step reads the term
+    list of one more document (keeping the terms not seen yet) and drops the group's posting list
+    of up to ``limit`` distinct terms, lowering each one's document frequency by that list's length:
+    the work is one entry per distinct term of the group, not one per document and term. The last
+    step takes the documents' counts and lengths out of the statistics, in order (the same floats as
+    removing them one by one). Meanwhile the statistics are between before and after: the document
+    count and total length as before, the document frequencies partly lowered (every idf stays
+    positive). ``finish`` does the rest at once."""
+
+    def __init__(self, index: BM25Index, group: Hashable, bags: list[dict[str, float]],
+                 lengths: list[float]) -> None:
+        self._index = index
+        self.group = group
+        self.lengths = lengths                 # of the documents, in the order given
+        self._bags = bags[::-1]                # (popped from the end)
+        self._seen: set[str] = set()           # terms read from the bags so far
+        self._todo: list[str] = []             # read, postings not dropped yet
+        self.done = not bags
+
+    def step(self, limit: int) -> int:
+        """Drop the postings of up to ``limit`` more terms (or read one more document's term list,
+        which counts as its size; or end the drop). Returns the terms touched (0 once done)."""
+        if self.done:
+            return 0
+        index, group, todo = self._index, self.group, self._todo
+        postings, tf_max, lower = index._postings, index._tf_max, index._stats.lower
+        touched = 0
+        while touched < limit:
+            if todo:
+                n = min(len(todo), limit - touched)
+                for term in todo[:n]:
+                    groups = postings[term]
+                    lower(term, len(groups.pop(group)))
+                    if groups:
+                        del tf_max[term][group]
+                    else:
+                        del postings[term], tf_max[term]
+                del todo[:n]
+                touched += n
+            elif self._bags:
+                bag, seen = self._bags.pop(), self._seen
+                new = [t for t in bag if t not in seen]    # (in bag order: near in memory, ~2x faster)
+                seen.update(new)
+                todo.extend(new)
+                touched += len(bag)
+            else:
+                self._end()
+                touched += len(self.lengths)
+                break
+        return touched
+
+    def _end(self) -> None:
+        index, touched = self._index, []
+        for length in self.lengths:
+            index._forget(self.group, length, touched)
+        index._reclaim(touched)
+        del index._dropping[self.group]
+        self._seen = set()
+        self.done = True
+
+    def finish(self) -> None:
+        """Every step left, at once."""
+        while not self.done:
+            self.step(1 << 62)

@@ -1,7 +1,8 @@
 """The collection statistics of a BM25 index (``BM25Index`` owns one ``CorpusStats``): document
 count, total length and document frequencies, collection-wide and, with ``by_group``, per group;
 ``Stats`` is the view of some groups that a search scores with. The index reports every document
-and term it adds or drops (dict documents one by one, sealed ones a segment at a time).
+and term it adds or drops (dict documents one by one, sealed ones a segment at a time, a dropped
+group's terms one count per distinct term).
 """
 from __future__ import annotations
 
@@ -133,6 +134,16 @@ class CorpusStats:
         _drop(self.df, term)
         if self.by_group:
             _drop(self._gdf[group], term)
+
+    def lower(self, term: str, count: int) -> None:
+        """``count`` documents fewer have ``term``, collection-wide only: those of a whole group
+        leaving the index (``BM25Index.drop_group``), whose own frequencies go with its last
+        document (``drop_doc``)."""
+        left = self.df[term] - count
+        if left:
+            self.df[term] = left
+        else:
+            del self.df[term]
 
     def add_segment(self, seg: Segment) -> None:
         """The terms of a new segment's documents (once per distinct term of each group)."""

@@ -5,7 +5,8 @@ prompt's recall in that session, or a search across the user's sessions, which f
 sessions marked stale since): only the messages after the last one consumed are read (from the
 session's ``SessionView`` when it holds them, else from storage). A session whose visible message
 count no longer adds up (clear/restore), or whose new messages replace indexed turns (an edit or a
-regenerate on another node), is re-indexed; deleted and purged sessions are dropped. Before a search
+regenerate on another node), is re-indexed; deleted and purged sessions are dropped (at once for
+searches; their postings in background slices, ``_drop``). Before a search
 across sessions, the sessions whose ``updated_at`` moved since their last sync are synced too (what
 other nodes changed). Optional embeddings are computed in the background.
 """
@@ -19,6 +20,7 @@ from typing import Any, Awaitable, Callable
 
 from storage.models import SessionRecord
 
+from server.memory.bm25 import GroupDrop
 from server.memory.config import RecallConfig
 from server.memory.context import in_prompt
 from server.memory.embeddings import Embedder, EmbeddingError
@@ -27,7 +29,7 @@ from server.memory.view import SessionView
 
 log = logging.getLogger("nplt.memory")
 INDEX_INLINE_CHARS = 8_000       # new turns' text analyzed on the event loop up to this size (~5 ms); more: in a thread
-INDEX_SLICE_TERMS = 5_000        # terms posted to the index between two yields to the event loop (~5-10 ms)
+INDEX_SLICE_TERMS = 5_000        # terms posted to (or dropped from) the index between two yields to the event loop (~5-10 ms)
 
 
 @dataclass
@@ -111,7 +113,7 @@ class UserIndexes:
             new = await self.store.messages(session_id, after_id=upto)
         rebuilt = record.message_count != uidx.counts.get(session_id, 0) + len(new) or _replaces(new, upto)
         if rebuilt:             # messages hidden, restored or superseded (on another node) since the last sync
-            index.remove_session(session_id)
+            self._drop(index, session_id)
             uidx.counts[session_id] = 0
             new = await self.store.messages(session_id)
         docs, consumed = turn_docs(session_id, [m for m in new if in_prompt(m)], final=False)   # not superseded
@@ -121,7 +123,7 @@ class UserIndexes:
         if docs and session_id in uidx.seen:      # (not forgotten during the analysis)
             await _post(index, session_id, docs, terms)
         if session_id not in uidx.seen:           # forgotten meanwhile: what was read may be stale
-            index.remove_session(session_id)
+            self._drop(index, session_id)
             uidx.counts.pop(session_id, None)
             return None
         if consumed:
@@ -169,11 +171,29 @@ class UserIndexes:
     def forget_session(self, session_id: str) -> None:
         """Drop a session from every index (the next use rebuilds it)."""
         for uidx in self._users.values():
-            uidx.index.remove_session(session_id)
+            self._drop(uidx.index, session_id)
             uidx.counts.pop(session_id, None)
             uidx.titles.pop(session_id, None)
             uidx.seen.pop(session_id, None)
             uidx.stale.discard(session_id)
+
+    def _drop(self, index: RecallIndex, session_id: str) -> None:
+        """Forget the session in ``index``: at once for searches (O(its documents)); its postings
+        (one entry per distinct term: ~180,000 for 100 turns of 32,000-character pastes) are dropped
+        by a background task, about ``INDEX_SLICE_TERMS`` terms between two yields to the loop (at
+        once without a running loop, or once closed). Re-indexing the session waits for it (``_post``)."""
+        drop = index.drop_session(session_id)
+        if drop.done:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            drop.finish()
+            return
+        if self.closed:
+            drop.finish()
+        else:
+            self.spawn(_drain(drop))
 
     # -- embeddings (optional) -----------------------------------------------------------------
     def _schedule_embeddings(self, uidx: UserIndex) -> None:
@@ -212,10 +232,22 @@ class UserIndexes:
         return await asyncio.to_thread(rank_vectors, qv, items, max(4 * k, 20))
 
 
+async def _drain(drop: GroupDrop) -> None:
+    """``drop``'s steps of about ``INDEX_SLICE_TERMS`` terms, with a yield to the event loop in between."""
+    while not drop.done:
+        drop.step(INDEX_SLICE_TERMS)
+        if not drop.done:
+            await asyncio.sleep(0)
+
+
 async def _post(index: RecallIndex, session_id: str, docs: list, terms: list[list[str]] | None) -> None:
     """``index.add_steps`` with a yield to the event loop after every ``INDEX_SLICE_TERMS`` terms
-    posted (a big session must not stall the loop). Cancelled meanwhile, the documents not posted
-    yet are dropped (``add_steps`` closed): the next sync reads them again."""
+    posted (a big session must not stall the loop), once the session's earlier postings are gone
+    (a drop still under way is helped along, in slices too). Cancelled meanwhile, the documents not
+    posted yet are dropped (``add_steps`` closed): the next sync reads them again."""
+    drop = index.bm25.dropping(session_id)
+    if drop is not None:
+        await _drain(drop)
     steps = index.add_steps(session_id, docs, 0, terms)
     try:
         posted = 0

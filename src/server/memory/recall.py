@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from server.memory.analyze import analyze
-from server.memory.bm25 import ALL, BM25Index
+from server.memory.bm25 import ALL, BM25Index, GroupDrop
 from server.memory.tokens import TokenCounter, splits_at_whitespace, truncate_to_tokens
 from server.memory.when import referenced_days
 
@@ -228,10 +228,19 @@ class RecallIndex:
         self.vectors.pop(key, None)
 
     def remove_session(self, session_id: str) -> None:
-        for key in self._order.pop(session_id, ()):
+        """Forget a session, its postings included (``drop_session`` finished at once)."""
+        self.drop_session(session_id).finish()
+
+    def drop_session(self, session_id: str) -> GroupDrop:
+        """Forget a session at once (searches no longer find it: O(its documents)); its postings go
+        with the ``step``s of the drop returned (``BM25Index.drop_group``: one entry per distinct
+        term of the session), which the caller runs, e.g. a few thousand terms at a time between
+        yields to the event loop. Re-adding the session first finishes what is left of it."""
+        keys = self._order.pop(session_id, [])
+        for key in keys:
             self._drop(key)
-            self.bm25.remove(key)
         self.indexed_upto.pop(session_id, None)
+        return self.bm25.drop_group(session_id, keys)
 
     def acceptor(self, session_id: str | None, exclude: Iterable[int]) -> Callable[[Hashable], bool]:
         """A filter on document keys: the session (None = any) and no message id in ``exclude``."""
