@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from testkit import pastes
 import server.agent.intents as intents
 from server.agent.intents import MAX_PARSE_CHARS, parse
 
@@ -16,14 +17,7 @@ WORDS = ("request handled upstream latency worker queue flush retry accepted clo
 
 
 def paste(rng: random.Random, n: int) -> str:
-    """``n`` characters of log-like text without a path, a host, a port or a system word."""
-    out: list[str] = []
-    size = 0
-    while size < n:
-        w = rng.choice(WORDS) + rng.choice(("", str(rng.randint(0, 99999))))
-        out.append(w)
-        size += len(w) + 1
-    return " ".join(out)[:n]
+    return pastes.paste(rng, n, WORDS)
 
 
 @pytest.fixture

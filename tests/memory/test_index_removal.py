@@ -14,6 +14,7 @@ import asyncio
 import random
 
 from memory_testlib import OfflineStub
+from testkit import pastes
 from server.memory import MemoryConfig, MemoryManager
 from server.memory.bm25 import BM25Index
 from server.memory.bm25_stats import CorpusStats
@@ -27,14 +28,7 @@ QUERIES = ("turn3 nginx timeout", "备份 超时", "answer2 kafka", "rollback 12
 
 
 def paste(rng: random.Random, n: int) -> str:
-    """``n`` characters of log-like text (English and Chinese words, numbers)."""
-    out: list[str] = []
-    size = 0
-    while size < n:
-        w = rng.choice(WORDS) + rng.choice(("", str(rng.randint(0, 99999))))
-        out.append(w)
-        size += len(w) + 1
-    return " ".join(out)[:n]
+    return pastes.paste(rng, n, WORDS)
 
 
 async def long_session(store, turns: int, chars: int, seed: int) -> str:

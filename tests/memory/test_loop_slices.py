@@ -12,6 +12,7 @@ import random
 import threading
 from datetime import datetime, timedelta, timezone
 
+from testkit import pastes
 import server.memory.indexes as indexes_mod
 import server.memory.recall as recall
 import server.memory.summarizer as summarizer
@@ -30,14 +31,7 @@ WORDS = ("nginx postgres restart timeout backup disk latency deploy rollback kaf
 
 
 def paste(rng: random.Random, n: int) -> str:
-    """``n`` characters of log-like text (English and Chinese words, numbers)."""
-    out: list[str] = []
-    size = 0
-    while size < n:
-        w = rng.choice(WORDS) + rng.choice(("", str(rng.randint(0, 99999))))
-        out.append(w)
-        size += len(w) + 1
-    return " ".join(out)[:n]
+    return pastes.paste(rng, n, WORDS)
 
 
 async def long_session(store, turns: int, chars: int, seed: int = 1) -> str:
