@@ -276,3 +276,32 @@ async def changes_on_another_node(store: Any, store_b: Any, user: str = "ops") -
     assert [h["title"] for h in await node_b.search(user, "ntp server")] == ["time servers"]
     await node_a.aclose()
     await node_b.aclose()
+
+
+# -- long pasted-log sessions (what a long message costs the event loop) ---------------------------
+PASTE_WORDS = ("nginx postgres restart timeout backup disk latency deploy rollback kafka redis error warn "
+               "服务器 数据库 备份 超时 重启 日志 磁盘").split()
+PASTER = "paster"
+
+
+def paste(rng: random.Random, n: int) -> str:
+    """``n`` characters of pasted log (``PASTE_WORDS``)."""
+    from testkit.pastes import paste as pasted
+    return pasted(rng, n, PASTE_WORDS)
+
+
+async def long_session(store: Any, turns: int, chars: int, seed: int = 1, user: str = PASTER) -> str:
+    """A session of ``turns`` turns whose user messages are ``chars`` characters of pasted log."""
+    rng = random.Random(seed)
+    sid = (await store.create(user)).session_id
+    for i in range(turns):
+        await store.append(sid, "user", f"turn{i} " + paste(rng, chars))
+        await store.append(sid, "assistant", f"answer{i} " + paste(rng, 300))
+    return sid
+
+
+def quiet_manager(store: Any) -> MemoryManager:
+    """A MemoryManager without summaries or long-term memory (only the view and recall)."""
+    cfg = MemoryConfig.from_dict({"summarization": {"enabled": False}, "user_memory": {"enabled": False}})
+    return MemoryManager(cfg, store, OfflineStub(), None, "SYS")
+

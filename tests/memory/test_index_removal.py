@@ -13,36 +13,14 @@ from __future__ import annotations
 import asyncio
 import random
 
-from memory_testlib import OfflineStub
-from testkit import pastes
-from server.memory import MemoryConfig, MemoryManager
+from memory_testlib import PASTER, long_session, quiet_manager as manager
 from server.memory.bm25 import BM25Index
 from server.memory.bm25_stats import CorpusStats
 from server.memory.indexes import INDEX_SLICE_TERMS
 from server.memory.recall import RecallIndex, TurnDoc, turn_docs
 
-USER = "paster"
-WORDS = ("nginx postgres restart timeout backup disk latency deploy rollback kafka redis error warn "
-         "服务器 数据库 备份 超时 重启 日志 磁盘").split()
+USER = PASTER
 QUERIES = ("turn3 nginx timeout", "备份 超时", "answer2 kafka", "rollback 12345", "restart error")
-
-
-def paste(rng: random.Random, n: int) -> str:
-    return pastes.paste(rng, n, WORDS)
-
-
-async def long_session(store, turns: int, chars: int, seed: int) -> str:
-    rng = random.Random(seed)
-    sid = (await store.create(USER)).session_id
-    for i in range(turns):
-        await store.append(sid, "user", f"turn{i} " + paste(rng, chars))
-        await store.append(sid, "assistant", f"answer{i} " + paste(rng, 300))
-    return sid
-
-
-def manager(store) -> MemoryManager:
-    cfg = MemoryConfig.from_dict({"summarization": {"enabled": False}, "user_memory": {"enabled": False}})
-    return MemoryManager(cfg, store, OfflineStub(), None, "SYS")
 
 
 class DropWork:

@@ -12,12 +12,10 @@ import random
 import threading
 from datetime import datetime, timedelta, timezone
 
-from testkit import pastes
 import server.memory.indexes as indexes_mod
 import server.memory.recall as recall
 import server.memory.summarizer as summarizer
-from memory_testlib import OfflineStub
-from server.memory import MemoryConfig, MemoryManager
+from memory_testlib import PASTER, paste, OfflineStub, long_session, quiet_manager as manager
 from server.memory.config import SummarizationConfig
 from server.memory.indexes import INDEX_INLINE_CHARS, INDEX_SLICE_TERMS
 from server.memory.recall import (EXCERPT_CHARS_PER_TOKEN, MAX_QUERY_CHARS, RecallIndex, TurnDoc,
@@ -25,27 +23,7 @@ from server.memory.recall import (EXCERPT_CHARS_PER_TOKEN, MAX_QUERY_CHARS, Reca
 from server.memory.tokens import ApproxTokenCounter
 from storage.models import ChatMessage
 
-USER = "paster"
-WORDS = ("nginx postgres restart timeout backup disk latency deploy rollback kafka redis error warn "
-         "服务器 数据库 备份 超时 重启 日志 磁盘").split()
-
-
-def paste(rng: random.Random, n: int) -> str:
-    return pastes.paste(rng, n, WORDS)
-
-
-async def long_session(store, turns: int, chars: int, seed: int = 1) -> str:
-    rng = random.Random(seed)
-    sid = (await store.create(USER)).session_id
-    for i in range(turns):
-        await store.append(sid, "user", f"turn{i} " + paste(rng, chars))
-        await store.append(sid, "assistant", f"answer{i} " + paste(rng, 300))
-    return sid
-
-
-def manager(store) -> MemoryManager:
-    cfg = MemoryConfig.from_dict({"summarization": {"enabled": False}, "user_memory": {"enabled": False}})
-    return MemoryManager(cfg, store, OfflineStub(), None, "SYS")
+USER = PASTER
 
 
 class LoopWork:
