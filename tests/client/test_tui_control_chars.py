@@ -368,3 +368,29 @@ async def test_a_notification_quoting_the_server_is_plain_text_not_markup() -> N
         await wait_until(lambda: "MARKUPNAME" in terminal_output(app), pilot=pilot, what="the toast")
         screen = terminal_output(app)
         assert "[@click=app.quit]MARKUPNAME[/]" in screen and "[b]BOLDNAME[/b]" in screen
+
+
+async def test_names_the_server_sends_are_not_read_as_markup() -> None:
+    """A citation, a passage's title and a document's name or collection holding "[b]...[/b]" (or a
+    "[@click=...]" action) are shown as written, in buttons, labels and table cells alike."""
+    cite = "[b]CITEMARK[/b] §lines 1-3"
+    cites: list[dict[str, Any]] = [{"citation": cite, "doc_id": "d1", "name": "r.txt", "chunk_id": "c1",
+                                    "location": {"lines": "1-3"}}]
+    fake = FakeClient(messages={"s1": [ChatMessage(1, "user", "rotation?", stamp(1)),
+                                       ChatMessage(2, "assistant", "seven", stamp(2), metadata={"citations": cites})]})
+    fake.passages["c1"] = KbHit("d1", "r.txt", "c1", "text", 1.0, {"lines": "1-3"}, "personal", "[b]TITLEMARK[/b]")
+    fake.documents = [KbDocument("d1", "[b]DOCMARK[/b].txt", "m", "s", 10, 1, "[i]COLLMARK[/i]", stamp(1), "u")]
+    async with scripted_app(fake, size=(160, 40)) as (app, pilot):
+        await wait_until(lambda: "CITEMARK" in terminal_output(app), pilot=pilot, what="the citation button")
+        assert "[b]CITEMARK[/b]" in terminal_output(app)
+        chat(app).by_id[2].query_one(".citation").press()
+        await wait_until(lambda: isinstance(app.screen, PassageModal) and "TITLEMARK" in terminal_output(app),
+                         pilot=pilot, what="the passage")
+        assert "[b]TITLEMARK[/b]" in terminal_output(app)
+        await pilot.press("escape")
+        await wait_until(lambda: not app.screen.is_modal, pilot=pilot, what="the passage closed")
+        await pilot.press("f12")
+        await wait_until(lambda: shown(app, KnowledgeScreen) and app.screen.loaded, pilot=pilot, what="the panel")
+        await pilot.pause()
+        screen = terminal_output(app)
+        assert "[b]DOCMARK[/b].txt" in screen and "[i]COLLMARK[/i]" in screen

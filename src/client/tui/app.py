@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Iterable
 
 from textual import events
+from textual.markup import escape
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
 from textual.notifications import SeverityLevel
@@ -417,7 +418,7 @@ class NpltApp(App[None]):
                 yield SystemCommand(spec.title, spec.help, partial(self.run_action, spec.action))
         for model in self.controller.models:
             name = model.name
-            yield SystemCommand(f"Model: {printable(name)}", "Use this model for the current session",
+            yield SystemCommand(escape(f"Model: {printable(name)}"), "Use this model for the current session",
                                 partial(self._switch_model, name))
 
     def _switch_model(self, name: str) -> None:

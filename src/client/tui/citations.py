@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -61,7 +62,7 @@ class CitationList(HorizontalGroup):
         yield Label("Sources:", classes="citations-label")
         for i, cite in enumerate(self.citations):
             label = str(cite.get("citation") or cite.get("name") or cite["chunk_id"])
-            yield Button(printable(label), compact=True, classes="citation", name=str(i))
+            yield Button(Text(printable(label)), compact=True, classes="citation", name=str(i))   # (Text: no markup)
 
     @on(Button.Pressed, ".citation")
     def _open(self, event: Button.Pressed) -> None:
@@ -83,7 +84,7 @@ class PassageModal(ModalScreen[None]):
         p = self.passage
         where = location_text(p.location)
         with Vertical(classes="dialog wide passage"):
-            yield Label(printable(p.citation or p.name), classes="dialog-title")
+            yield Label(Text(printable(p.citation or p.name)), classes="dialog-title")
             yield Static(printable(f"{p.name} · {p.collection}" + (f" · {where}" if where else "")), markup=False,
                          classes="dialog-note")
             with VerticalScroll(id="passage-body"):

@@ -311,7 +311,7 @@ class KnowledgeScreen(ModalScreen[None]):
         table = self.query_one("#kb-table", DataTable)
         table.clear()
         for doc in self.documents:
-            table.add_row(printable(doc.name), human_size(doc.size), str(doc.chunks), printable(doc.collection),
+            table.add_row(Text(printable(doc.name)), human_size(doc.size), str(doc.chunks), Text(printable(doc.collection)),
                           minute(doc.uploaded_at), key=doc.doc_id)
         n = len(self.documents)
         info.update("No documents yet: upload one (U)" if not n else counted(n, "document"))
