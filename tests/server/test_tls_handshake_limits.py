@@ -16,7 +16,7 @@ import pytest
 from protocol import MsgType
 from server.app import Server
 from testkit.echo_agent import EchoAgent
-from testkit.server import V3Client, make_config
+from testkit.server import V3Client, make_config, poll
 
 DATA = Path(__file__).parent / "data"
 CERT, KEY = str(DATA / "test_cert.pem"), str(DATA / "test_key.pem")
@@ -33,13 +33,6 @@ async def tls_server(tmp_path, **limits) -> Server:
 async def silent(srv: Server) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A TCP connection that never starts the TLS handshake."""
     return await asyncio.open_connection(srv.host, srv.port)
-
-
-async def until(pred, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + DEADLINE
-    while not pred():
-        assert asyncio.get_running_loop().time() < deadline, what
-        await asyncio.sleep(0.01)   # polling server state, with a deadline
 
 
 async def closed_by_server(reader: asyncio.StreamReader) -> bool:
@@ -87,7 +80,7 @@ async def test_a_handshake_that_does_not_end_in_time_is_closed_and_frees_its_slo
         for reader, writer in held:                          # closed after handshake_timeout_s, not 60 s
             assert await closed_by_server(reader)
             writer.close()
-        await until(lambda: srv.tls_handshakes == 0, "the slots are given back")
+        await poll(lambda: srv.tls_handshakes == 0, DEADLINE, "the slots are given back")
         c = await tls_client(srv)                            # so a real client gets in
         r = await c.call(T.CHAT_TEXT, text="after the silent ones")
         assert (await c.turn_events(r["turn_id"]))[-1].body["message"]["content"] == "echo: after the silent ones"
@@ -110,6 +103,6 @@ async def test_requests_sent_right_behind_the_handshake_are_all_answered(tmp_pat
             assert (await hello)["user"] == "local"
             assert len(await asyncio.gather(*pings)) == 3
             await c.close()
-            await until(lambda: not srv.connections, "the connection is gone")
+            await poll(lambda: not srv.connections, DEADLINE, "the connection is gone")
     finally:
         await srv.stop()
