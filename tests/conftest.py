@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from hypothesis import HealthCheck, settings
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
@@ -16,3 +18,16 @@ if os.environ.get("NPLT_FUZZ"):
     settings.load_profile("long")
 elif settings.get_current_profile_name() == "default":
     settings.load_profile("default")  # activate the re-registered default; keep any --hypothesis-profile
+
+
+@pytest.fixture(scope="session")
+def restartable_server():
+    """A second embedded PostgreSQL, for the tests that stop and start it (tests/pg, tests/cluster;
+    each leaves it running): one for the whole session, started on first use."""
+    from pg.pgserver import EmbeddedPostgres
+    server = EmbeddedPostgres().start()
+    try:
+        yield server
+    finally:
+        server.destroy()
+

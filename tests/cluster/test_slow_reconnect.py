@@ -29,13 +29,10 @@ SLOW = {"pg_retry_backoff_ms": 3000}      # a node taking its locks back 3 s aft
 ENDS = (T.TURN_END, T.TURN_ERROR)
 
 
-@pytest.fixture(scope="module")
-def restartable():
-    server = EmbeddedPostgres().start()
-    try:
-        yield server
-    finally:
-        server.destroy()
+@pytest.fixture
+def restartable(restartable_server):
+    """The session's restartable PostgreSQL (tests/conftest.py)."""
+    return restartable_server
 
 
 @pytest.fixture

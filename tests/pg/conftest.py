@@ -21,17 +21,6 @@ async def pg_url(pg_server) -> str:
     return await fresh_database(pg_server)
 
 
-@pytest.fixture(scope="session")
-def restartable_server():
-    """A second server, for the tests that stop and start PostgreSQL (each leaves it running)."""
-    from pg.pgserver import EmbeddedPostgres
-    server = EmbeddedPostgres().start()
-    try:
-        yield server
-    finally:
-        server.destroy()
-
-
 @pytest.fixture
 def own_server(restartable_server):
     try:
