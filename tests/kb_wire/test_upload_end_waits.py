@@ -51,6 +51,17 @@ def _end(c: V3Client, upload_id: str) -> asyncio.Task:
     return asyncio.get_running_loop().create_task(c.request(MsgType.KB_UPLOAD_END, upload_id=upload_id))
 
 
+async def _end_waiting(kb, addr, name: str, data: bytes) -> tuple[V3Client, str, asyncio.Task]:
+    """A client that sent all of ``name`` and whose KB_UPLOAD_END now waits for an ingest slot."""
+    await poll(lambda: kb.ingests_in_progress(LOCAL_USER) == 1)
+    c = await V3Client.connect(addr, new_session=False)
+    uid = await _send_all(c, name, data)
+    end = _end(c, uid)
+    await poll(lambda: _waiting(kb) == 1 or end.done(), what="the END waiting")
+    assert not end.done(), end.result().body
+    return c, uid, end
+
+
 async def test_parallel_uploads_beyond_the_ingest_limit_all_end_stored(tmp_path: Path) -> None:
     async with running_server(tmp_path, sections={"knowledge": KNOWLEDGE}) as (srv, addr):
         kb = srv.services.knowledge
@@ -83,12 +94,7 @@ async def test_a_connection_closed_while_its_end_waits_keeps_the_upload_for_a_re
         gate = threading.Event()
         blocker = _hold_the_slot(kb, gate)
         try:
-            await poll(lambda: kb.ingests_in_progress(LOCAL_USER) == 1)
-            leaver = await V3Client.connect(addr, new_session=False)
-            uid = await _send_all(leaver, "left.txt", _doc(1))
-            end = _end(leaver, uid)
-            await poll(lambda: _waiting(kb) == 1 or end.done(), what="the END waiting")
-            assert not end.done(), end.result().body
+            leaver, uid, end = await _end_waiting(kb, addr, "left.txt", _doc(1))
             # the server closes the connection (as on CLIENT_KILL or IDLE_TIMEOUT)
             host, port = leaver.writer.get_extra_info("sockname")[:2]
             [conn] = [c for c in srv.services.connections if c.peer == f"{host}:{port}"]
@@ -116,11 +122,7 @@ async def test_a_server_stopping_while_an_end_waits_keeps_the_upload(tmp_path: P
         gate = threading.Event()
         blocker = _hold_the_slot(kb, gate)
         try:
-            await poll(lambda: kb.ingests_in_progress(LOCAL_USER) == 1)
-            c = await V3Client.connect(addr, new_session=False)
-            uid = await _send_all(c, "late.txt", _doc(2))
-            end = _end(c, uid)
-            await poll(lambda: _waiting(kb) == 1 or end.done(), what="the END waiting")
+            c, uid, end = await _end_waiting(kb, addr, "late.txt", _doc(2))
             stopping = asyncio.get_running_loop().create_task(srv.stop(grace_s=5))
             await poll(lambda: not uploads._ending, what="the END gave up")
         finally:
