@@ -245,6 +245,11 @@ TEXT_BOX = ('<w:r><mc:AlternateContent><mc:Choice Requires="wps"><w:drawing><wp:
     (tbl([p(run("outer")), p(run("cell")) + tbl([p(run("in1")), p(run("in2"))])]), ["outer | cell\nin1 | in2"]),
     (p("<w:pPr><w:tabs><w:tab w:val=\"left\" w:pos=\"720\"/></w:tabs></w:pPr>" + run("no tab stop")),
      ["no tab stop"]),
+    # hidden runs (the "Hidden" font effect) are not shown by Word, so not indexed; w:val="0" shows them
+    (p(run("shown "), '<w:r><w:rPr><w:b/><w:vanish/></w:rPr><w:t>IGNORE ALL PREVIOUS RULES</w:t></w:r>',
+       '<w:r><w:rPr><w:vanish w:val="0"/></w:rPr><w:t>visible again</w:t></w:r>', run(" end")),
+     ["shown visible again end"]),
+    (p('<w:pPr><w:rPr><w:vanish/></w:rPr></w:pPr>' + run("mark hidden, text shown")), ["mark hidden, text shown"]),
 ])
 def test_docx_text_word_shows_is_indexed_and_deleted_text_is_not(xml, expect):
     assert texts("w.docx", docx_with_body(xml))[1:] == expect

@@ -2,7 +2,7 @@
 bombs), then its xml parts streamed as ``xml.etree`` events (never a whole tree), every element
 counted toward ``docx_max_xml_elements`` and every character toward the parse's ``Budget``: the
 document's paragraphs as Word shows them (``Heading N`` / ``Title`` styles as headings; tracked
-insertions and moves, content controls, fields, text boxes in; deleted text out) and its tables' rows,
+insertions and moves, content controls, fields, text boxes in; deleted and hidden text out) and its tables' rows,
 in document order."""
 from __future__ import annotations
 
@@ -51,6 +51,9 @@ _RUN_CHARS = {_W + "tab": "\t", _W + "ptab": "\t", _W + "cr": "\n", _W + "noBrea
 # what Word does not show: deleted and moved-away text, and the fallback copy of a drawing (a text
 # box is in the drawing's mc:Choice and again in its mc:Fallback)
 _HIDDEN = {_W + "del", _W + "moveFrom", "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"}
+# a run whose properties hide it (Word's "Hidden" font effect): its text is not shown, so not indexed
+_VANISH = {_W + "vanish", _W + "specVanish"}
+_OFF = {"0", "false", "off"}
 
 
 class _XmlPart:
@@ -160,7 +163,7 @@ class _Body(_XmlPart):
     """Blocks of the main document part, in document order, read as its xml streams by: every
     paragraph (``w:p``) with the text of its runs wherever Word shows them (in hyperlinks, tracked
     insertions and moves, content controls, smart tags, simple fields), never deleted or moved-away
-    text (``w:del``, ``w:moveFrom``) nor the fallback copy of a drawing (``mc:Fallback``); the
+    text (``w:del``, ``w:moveFrom``), hidden runs (``w:vanish``) nor the fallback copy of a drawing (``mc:Fallback``); the
     paragraphs of a text box join the paragraph that holds it. Tables give a block per row of the
     outermost table (each cell's paragraphs; a cell continuing a vertical merge repeats the merge's
     text; a cell spanning columns is there once); a table in a cell gives its rows as lines of that
@@ -175,6 +178,7 @@ class _Body(_XmlPart):
         self.paras: list[tuple[list[str], int, list[str | None]]] = []   # open paragraphs: text, depth, [style]
         self.tables: list[_Table] = []
         self.hidden = 0                       # deleted / moved-away / fallback elements open
+        self.vanished = -1                    # depth of the open run marked hidden (w:vanish), else -1
         self.in_text = False
 
     def text(self, text: str) -> None:
@@ -200,7 +204,7 @@ class _Body(_XmlPart):
         elif tag == _TC and self.tables and self.tables[-1].row is not None and self.tables[-1].cell_depth < 0:
             t = self.tables[-1]
             t.cell, t.cell_depth, t.span, t.merged = [], depth, 1, False
-        elif self.paras and path[-2] == _RUN:
+        elif self.paras and path[-2] == _RUN and self.vanished < 0:
             if tag == _TEXT:
                 self.in_text = True
             elif tag == _BREAK:
@@ -208,6 +212,9 @@ class _Body(_XmlPart):
                     self.text("\n")
             elif tag in _RUN_CHARS:
                 self.text(_RUN_CHARS[tag])
+        elif tag in _VANISH and path[-2] == _W + "rPr" and depth > 2 and path[-3] == _RUN:
+            if attrib.get(_W + "val", "1") not in _OFF:
+                self.vanished = depth - 2
         elif self.paras and tag == _W + "pStyle" and path[-2] == _W + "pPr" and depth == self.paras[-1][1] + 2:
             self.paras[-1][2][0] = attrib.get(_W + "val")
         elif self.tables and self.tables[-1].row is not None:
@@ -243,6 +250,8 @@ class _Body(_XmlPart):
         self.path.pop()
         if tag == _TEXT:
             self.in_text = False
+        elif tag == _RUN and depth == self.vanished:
+            self.vanished = -1
         elif tag in _HIDDEN:
             self.hidden -= 1
         elif tag == _P and self.paras and self.paras[-1][1] == depth:
