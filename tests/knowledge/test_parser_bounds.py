@@ -176,3 +176,13 @@ def test_html_open_tag_is_scanned_once(monkeypatch):
     data = b"<html><body><p>hi</p><div title=\"" + b"a " * (1 << 19)   # 1 MB inside one attribute value
     assert [b.text for b in parse("attr.html", data, CFG)] == ["hi"]
     assert len(scans) == 4                                  # html, body, p, div: each once (before: div ~17 times)
+
+
+def test_html_tag_limit_stops_reading():
+    """Each tag costs the stdlib parser microseconds: 8 MB of "<p>" took ~30 s of an ingest thread.
+    Start and end tags count toward ``html_max_tags``; a page within it is read whole."""
+    cfg = KnowledgeConfig(html_max_tags=1_000)
+    assert "html_max_tags" in refused("tags.html", b"<p>" * 1_001, cfg)
+    assert "html_max_tags" in refused("pairs.html", b"<b>x</b>" * 501, cfg)
+    page = b"<html><body>" + b"<p>line</p>" * 498 + b"</body></html>"     # 1,000 tags
+    assert len(parse("page.html", page, cfg)) == 498

@@ -26,6 +26,7 @@ class KnowledgeConfig(Section):
     docx_max_members: int = Field(2_000, ge=1, le=1_000_000)
     docx_max_xml_elements: int = Field(2_000_000, ge=1, le=1 << 33)   # xml elements read from one docx, all its parts
     csv_max_record_chars: int = Field(1 << 20, ge=1, le=1 << 33)      # one csv record: a row and the lines its quoted cells span
+    html_max_tags: int = Field(1_000_000, ge=1, le=1 << 33)   # start and end tags read from one html file (~5 µs each)
     pdf_max_pages: int = Field(5_000, ge=1, le=1_000_000)
     pdf_max_page_chars: int = Field(200_000, ge=1, le=1 << 33)       # text extracted from one pdf page
     pdf_max_stream_bytes: int = Field(8 * MIB, ge=1 << 16, le=1 << 34)   # one pdf stream, decompressed

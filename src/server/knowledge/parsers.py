@@ -248,9 +248,10 @@ class _HtmlBlocks(HTMLParser):
     # what may stand in <head>; any other start tag (or text outside <title>) ends it, as in HTML5
     HEAD = {"head", "title", "meta", "link", "base", "style", "script", "noscript", "template"}
 
-    def __init__(self, budget: Budget) -> None:
+    def __init__(self, budget: Budget, max_tags: int) -> None:
         super().__init__(convert_charrefs=True)
         self.budget = budget
+        self.tags_left = max_tags      # html_max_tags: each tag costs the stdlib parser microseconds
         self.blocks: list[Block] = []
         self.buf: list[str] = []
         self.skip = 0
@@ -273,8 +274,14 @@ class _HtmlBlocks(HTMLParser):
         self.in_head = self.in_title = False
         self.head_done = True
 
+    def _count_tag(self) -> None:
+        self.tags_left -= 1
+        if self.tags_left < 0:
+            raise unsupported("html holds too many tags (limit html_max_tags)")
+
     def handle_starttag(self, tag: str, attrs: list) -> None:
         self.budget.check()
+        self._count_tag()
         if tag == "head":
             self.in_head = not self.head_done
             return
@@ -296,6 +303,7 @@ class _HtmlBlocks(HTMLParser):
             self.heading = 0
 
     def handle_endtag(self, tag: str) -> None:
+        self._count_tag()
         if tag == "head":
             if self.in_head:
                 self._end_head()
@@ -352,8 +360,9 @@ def parse_html(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]
     (the head ends at ``</head>`` or where the body implicitly begins). Markup left open at the end
     of the file (a tag, an attribute value, a comment) is dropped, not indexed. The text is fed
     at once: fed in pieces, a tag or comment left open was scanned again at every piece (time
-    growing with the square of its length); cancellation is checked at every start tag."""
-    p = _HtmlBlocks(budget)
+    growing with the square of its length); cancellation is checked at every start tag, and at
+    most ``html_max_tags`` tags are read (time is linear in them, but each costs microseconds)."""
+    p = _HtmlBlocks(budget, cfg.html_max_tags)
     p.feed(decode_text(data))
     p.close()
     p.flush()
