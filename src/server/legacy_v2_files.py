@@ -4,7 +4,9 @@ Upload: ``FILE_METADATA`` JSON ``{"filename", "size"}``, then ``FILE_DATA`` fram
 ``size`` bytes have arrived. The bytes go to a file under ``<storage root>/v2-uploads/`` (at most
 ``v2_upload_buffer_bytes`` are held in memory; writes run in a worker thread), then the knowledge base
 ingests that file into the user's collection (off the loop) and the client gets ONE ``CHAT_TEXT``:
-``文件上传成功: <filename> (ID: <doc_id>)`` or ``文件保存失败: <reason>``. A file that has arrived whole
+``文件上传成功: <filename> (ID: <doc_id>)`` (for bytes already stored under another name, followed by
+``; the same content is already stored as "<stored name>": ...``: the document keeps its first name,
+as with v3) or ``文件保存失败: <reason>``. A file that has arrived whole
 is not refused because the user's ingests are all in progress (``max_ingests_per_user``): the
 connection's request worker waits for one to end (given up if the connection closes). A refusal
 known from the metadata alone (bad JSON, hostile name, unsupported type, over ``[knowledge]
@@ -23,7 +25,9 @@ read no reply); an invalid one is logged and ignored. A download runs only while
 asked for it is open (``V2Files.closed`` / ``when_closed``, the ``TransferOwner`` of ``server.udp_transfer``,
 ended by ``connection_closed`` from the connection's ``connection_lost``):
 the deployed client keeps its TCP connection open during a download, so a closed one means nobody is
-receiving (or someone announced a port that is not theirs and left).
+receiving (or someone announced a port that is not theirs and left). It sends nothing on that
+connection meanwhile, so the download's ACK progress counts as the connection's activity
+(``V2Files.note_activity``): ``idle_timeout_s`` does not cut a download that is still moving.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ import os
 import secrets
 import shutil
 import time
+import unicodedata
 import weakref
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Protocol
@@ -51,6 +56,9 @@ from server.services import Services
 log = logging.getLogger("nplt.v2.files")
 
 OK = "文件上传成功: {name} (ID: {doc_id})"
+#: the same bytes were already stored under another name: the document keeps that name (as v3's
+#: KB_UPLOAD does), so the user is told which name (or the id) downloads it
+DUPLICATE = OK + '; the same content is already stored as "{stored}": download it by that name or its ID'
 FAILED = "文件保存失败: {reason}"
 ORPHAN_DATA = "FILE_DATA without FILE_METADATA: send the file's metadata (filename, size) first"
 
@@ -58,6 +66,7 @@ ORPHAN_DATA = "FILE_DATA without FILE_METADATA: send the file's metadata (filena
 class _Host(Protocol):
     codec: Any
     conn_id: int
+    last_rx: float                # loop time of the client's last message (the idle timeout's clock)
 
     @property
     def closing(self) -> bool: ...
@@ -166,6 +175,13 @@ class V2Files:
             return asyncio.get_running_loop().call_soon(callback).cancel
         self._on_close.append(callback)
         return lambda: self._on_close.remove(callback) if callback in self._on_close else None
+
+    def note_activity(self) -> None:
+        """A download this connection asked for moved (an ACK over UDP): the client is there and
+        busy receiving, so this counts as a message from it for the idle timeout."""
+        v2 = self._v2()
+        if v2 is not None and not v2.host.closing:
+            v2.host.last_rx = asyncio.get_running_loop().time()
 
     def send_offer(self, payload: bytes) -> None:
         v2 = self._v2()
@@ -343,7 +359,10 @@ async def _finish(v2: V2FileAdapter, state: V2Files, upload: _Upload) -> None:
     else:
         log.info("v2 connection %s uploaded %s (%d bytes) as %s%s", v2.host.conn_id, info.name, info.size,
                  info.doc_id, " (duplicate)" if info.duplicate else "")
-        text = OK.format(name=info.name, doc_id=info.doc_id)
+        if info.duplicate and _nfc(info.name) != _nfc(upload.name):
+            text = DUPLICATE.format(name=upload.name, doc_id=info.doc_id, stored=info.name)
+        else:
+            text = OK.format(name=info.name, doc_id=info.doc_id)
     finally:
         await upload.discard()             # the temporary file goes before the answer
     v2.reply(text)
@@ -388,6 +407,10 @@ def _discard_soon(upload: _Upload) -> None:
     task = asyncio.get_running_loop().create_task(upload.discard())
     _CLEANUPS.add(task)
     task.add_done_callback(_CLEANUPS.discard)
+
+
+def _nfc(name: str) -> str:
+    return unicodedata.normalize("NFC", name)
 
 
 def _shown(name: Any) -> str:

@@ -5,7 +5,8 @@
 - a v2 connection that registered a UDP port (``CLIENT_UDP_PORT``; ``register_v2``) gets
   ``DOWNLOAD_OFFER`` (0x0C) JSON ``{filename, size, checksum, download_token, server_host, server_port}``
   and the bytes over UDP (``server.udp_transfer``), to (its TCP peer address, its UDP port), for as
-  long as that connection stays open (the transfer stops and frees its slot when it closes);
+  long as that connection stays open (the transfer stops and frees its slot when it closes; its ACK
+  progress counts as the connection's activity for the idle timeout);
 - any other subscriber (a v3 port) gets the ``DOWNLOAD_OFFER_V3`` event (0x4F) ``{doc_id, filename,
   size, md5}`` and fetches the document over its TCP connection with the KB download request.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import unicodedata
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Protocol
@@ -45,6 +47,7 @@ class V2OfferTarget(Protocol):
     def udp_address(self) -> tuple[str, int] | None: ...     # (TCP peer host, registered UDP port)
     def local_host(self) -> str | None: ...                  # the server address the client connected to
     def send_offer(self, payload: bytes) -> None: ...         # one DOWNLOAD_OFFER frame
+    def note_activity(self) -> None: ...                      # the download moved: the connection is active
     def when_closed(self, callback: Callable[[], None]) -> Callable[[], None]: ...   # the transfer's end
 
 
@@ -63,6 +66,11 @@ class OfferResult:
     def to_dict(self) -> dict[str, Any]:
         return {"doc_id": self.doc_id, "filename": self.filename, "size": self.size, "md5": self.md5,
                 "via": self.via}
+
+
+def _nfc(text: str) -> str:
+    """``text`` in Unicode NFC: names that look the same compare equal (macOS gives file names in NFD)."""
+    return unicodedata.normalize("NFC", text)
 
 
 class OfferService:
@@ -85,8 +93,10 @@ class OfferService:
     async def find(self, user: str, groups: Collection[str], doc_id: str | None = None,
                    name: str | None = None) -> Any:
         """The DocumentInfo named by id, or by file name (exact, then case-insensitive, then a unique
-        part of a name); NOT_FOUND lists the user's document names. A name that different documents
-        share (a user's and a group's "notes.md") is refused with their ids, as ``kb download``
+        part of a name; names compared in Unicode NFC, so "résumé.txt" typed (NFC) finds the one a
+        macOS client uploaded (NFD): names are stored as given); NOT_FOUND lists
+        the user's document names. A name that different documents share (a user's and a group's
+        "notes.md", or two spellings of one name) is refused with their ids, as ``kb download``
         does: the newest is not guessed."""
         if self.kb is None:
             raise HandlerError(ErrorCode.NOT_FOUND, "this server has no knowledge base")
@@ -94,8 +104,8 @@ class OfferService:
             return await self.kb.get(user, groups, doc_id)
         can_read = set(readable(user, groups))   # (list also has the user's uploads in groups they left)
         docs = [d for d in await self.kb.list(user, groups) if d.collection in can_read]
-        ref = (name or "").strip()
-        for match in (lambda d: d.name == ref, lambda d: d.name.lower() == ref.lower(),
+        ref = _nfc((name or "").strip())
+        for match in (lambda d: _nfc(d.name) == ref, lambda d: _nfc(d.name).lower() == ref.lower(),
                       lambda d: d.doc_id == ref):
             found = [d for d in docs if match(d)]
             if len({d.md5 for d in found}) > 1:   # two different documents of that name: the user picks
@@ -105,8 +115,8 @@ class OfferService:
                                    f"'{ref[:64]}': ask for one by its id: {ids}")
             if found:
                 return found[0]            # (one document, or copies of the same bytes)
-        part = [d for d in docs if ref and ref.lower() in d.name.lower()]
-        if len({d.name for d in part}) == 1:
+        part = [d for d in docs if ref and ref.lower() in _nfc(d.name).lower()]
+        if len({_nfc(d.name) for d in part}) == 1:
             return part[0]
         if part:
             names = ", ".join(sorted({d.name for d in part})[:MAX_NAMES_LISTED])
@@ -142,7 +152,8 @@ class OfferService:
             if target.closed:
                 raise HandlerError(ErrorCode.NOT_FOUND, "the connection closed")
             target.send_offer(payload)
-            self.udp.send(addr, f, info.size, token, owner=target)   # ends when the connection closes
+            # ends when the connection closes; its ACK progress keeps the connection from idling out
+            self.udp.send(addr, f, info.size, token, owner=target, on_progress=target.note_activity)
         except BaseException:
             f.close()
             raise

@@ -15,13 +15,19 @@ bound its UDP socket before it asked (spec), so the first window waits in its so
 reads, and it ACKs within milliseconds of starting to. After the first ACK the Go-Back-N rules above
 apply. A transfer also ends (``disconnected``) as soon as the connection that asked for it closes
 (``TransferOwner``: the deployed client keeps its TCP connection open during a download): no datagram
-is sent once the owner is closed, and its close callback frees the slot at once.
+is sent once the owner is closed, and its close callback frees the slot at once. Conversely, ACK
+progress counts as that connection's activity (``on_progress``: the connection's idle timeout does not
+cut a download that is still moving, however long it takes); a transfer that stalls sends no such
+news, so the connection's idle timeout and ``udp_give_up_s`` apply as before.
 
 One ``DatagramProtocol`` serves the whole server; transfers are keyed by the client's address (one at a
 time per address), at most ``max_udp_transfers`` run at once and at most ``max_udp_transfers_per_client``
 to one client IP address. A transfer holds the open file and at most one block of packets (64 KiB) ahead
 of the window; file reads run in a worker thread. The file is closed and the slot released however the
-transfer ends (complete, given up, disconnected, server closing).
+transfer ends (complete, given up, failed, disconnected, server closing). Every data packet but the
+last carries 1024 bytes, and the last ``size`` says: a read that comes short (a document deleted under
+a PostgreSQL reader, which then has no more blocks to give) ends the transfer as ``failed``, before
+any short or empty packet (a 0-byte data packet would look exactly like an ACK) is sent.
 """
 from __future__ import annotations
 
@@ -66,11 +72,19 @@ def packet_count(size: int) -> int:
     return -(-size // DATA_BYTES)
 
 
-def _build_block(f: BinaryIO, first: int, count: int) -> list[bytes]:
-    """Worker thread: the next ``count`` packets of ``f`` (positioned at packet ``first``)."""
+class ShortRead(Exception):
+    """The file gave fewer bytes than the offer's size (a document deleted under a PostgreSQL reader)."""
+
+
+def _build_block(f: BinaryIO, first: int, count: int, size: int) -> list[bytes]:
+    """Worker thread: the next ``count`` packets of ``f`` (positioned at packet ``first``), each as
+    long as ``size`` says (only the last packet may be short), or ShortRead."""
     out = []
     for seq in range(first, first + count):
         data = f.read(DATA_BYTES)
+        want = min(DATA_BYTES, size - seq * DATA_BYTES)
+        if len(data) != want:
+            raise ShortRead(f"packet {seq}: read {len(data)} of {want} bytes")
         out.append(HEADER.pack(seq, data_checksum(seq, data)) + data)
     return out
 
@@ -79,9 +93,10 @@ class Transfer:
     """One file being sent to one client address."""
 
     def __init__(self, addr: tuple[str, int], f: BinaryIO, size: int, token: str,
-                 owner: TransferOwner | None = None) -> None:
+                 owner: TransferOwner | None = None, on_progress: Callable[[], None] | None = None) -> None:
         self.addr = addr
         self.owner = owner
+        self.on_progress = on_progress    # called on each ACK that moves the window (the owner's activity)
         self.file = f
         self.size = size
         self.token = token
@@ -94,7 +109,7 @@ class Transfer:
         self.sent = 0                 # datagrams sent, retransmissions included
         self.retransmitted = 0
         self.acked = False            # a valid ACK has arrived (the client listens on that port)
-        self.outcome: str | None = None   # "complete", "gave up", "disconnected", "closed"
+        self.outcome: str | None = None   # "complete", "gave up", "failed", "disconnected", "closed"
         self.stop_reason: str | None = None   # why the task was cancelled ("disconnected"); None: server closing
         self.unhook: Callable[[], None] | None = None   # unregisters the owner's close callback
         self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -107,6 +122,8 @@ class Transfer:
             self.base = seq + 1
             self.acked = True
             self.progress.set()
+            if self.on_progress is not None:
+                self.on_progress()
 
     @property
     def gone(self) -> bool:
@@ -181,9 +198,10 @@ class UdpTransfer(asyncio.DatagramProtocol):
                                                       "try again later")
 
     def send(self, addr: tuple[str, int], f: BinaryIO, size: int, token: str,
-             owner: TransferOwner | None = None) -> Transfer:
+             owner: TransferOwner | None = None, on_progress: Callable[[], None] | None = None) -> Transfer:
         """Start sending ``size`` bytes of ``f`` (positioned at 0; closed by the transfer) to ``addr``;
-        with ``owner``, only while that connection is open."""
+        with ``owner``, only while that connection is open; ``on_progress`` is called on every ACK
+        that moves the window."""
         try:
             self.check(addr, size)
             if owner is not None and owner.closed:
@@ -191,7 +209,7 @@ class UdpTransfer(asyncio.DatagramProtocol):
         except HandlerError:
             f.close()
             raise
-        transfer = Transfer(addr, f, size, token, owner)
+        transfer = Transfer(addr, f, size, token, owner, on_progress)
         self.transfers[addr] = transfer
         transfer.task = asyncio.get_running_loop().create_task(self._run(transfer))
         transfer.task.add_done_callback(lambda task: self._finished(transfer, task))
@@ -227,7 +245,15 @@ class UdpTransfer(asyncio.DatagramProtocol):
                 while t.next < min(t.base + cfg.udp_window, t.count):
                     if t.next >= t.loaded:
                         n = min(BLOCK_PACKETS, t.count - t.loaded)
-                        for i, pkt in enumerate(await asyncio.to_thread(_build_block, t.file, t.loaded, n)):
+                        try:
+                            block = await asyncio.to_thread(_build_block, t.file, t.loaded, n, t.size)
+                        except ShortRead as exc:    # never a short or empty packet, never "complete"
+                            outcome = "failed"
+                            log.warning("UDP download %s to %s:%d failed: the document no longer has its "
+                                        "%d bytes (deleted meanwhile?): %s; %d of %d packets acknowledged",
+                                        t.token, *t.addr, t.size, exc, t.base, t.count)
+                            return
+                        for i, pkt in enumerate(block):
                             t.packets[t.loaded + i] = pkt
                         t.loaded += n
                     self._tx(t, t.next)
