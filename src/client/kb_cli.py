@@ -139,31 +139,38 @@ async def _upload(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
                 status = status or exit_code_for(exc)
                 continue
             result = {"path": raw, **_fields(doc, DOC_FIELDS)}
+            # the same bytes were already stored, maybe under another name: the document keeps its
+            # first name (and id), which 'kb download' and 'kb delete' take
+            renamed = doc.duplicate and path.name != doc.name
             if args.replace:
-                result["replaced"] = await _replace_older(c, doc)
+                result["replaced"] = await _replace_older(c, doc, path.name if renamed else doc.name)
             results.append(result)
             if not args.json:
-                # the same bytes were already stored, maybe under another name: the document keeps
-                # its first name (and id), which 'kb download' and 'kb delete' take
                 dup = ""
                 if doc.duplicate:
-                    dup = "  (duplicate: already stored)" if path.name == doc.name \
-                        else f"  (duplicate: {raw} is already stored as \"{doc.name}\")"
+                    dup = f"  (duplicate: {raw} is already stored as \"{doc.name}\")" if renamed \
+                        else "  (duplicate: already stored)"
                 out.write(f"{doc.doc_id}  {doc.md5}  {counted(doc.chunks, 'chunk'):>12}  {doc.name}{dup}\n")
                 for old in result.get("replaced", ()):
                     out.write(f"  replaced {old}\n")
+                if args.replace and renamed:
+                    out.write(f"  --replace: {counted(len(result['replaced']), 'older document')} of yours "
+                              f"named \"{path.name}\" replaced; those named \"{doc.name}\" are kept\n")
     if args.json:
         _dump({"files": results}, out)
     return status
 
 
-async def _replace_older(c: Client, doc: Any) -> list[str]:
-    """``--replace``: delete the other documents of the same name that this user uploaded into the
-    same collection (an edited file uploaded again: its old passages would still be found). Returns
-    their ids. Documents of the name that others uploaded stay (the server would refuse anyway)."""
+async def _replace_older(c: Client, doc: Any, name: str) -> list[str]:
+    """``--replace``: delete the other documents called ``name`` (the uploaded file's own name) that
+    the caller uploaded into ``doc``'s collection (an edited file uploaded again: its old passages
+    would still be found). Returns their ids. Documents of the name that others uploaded stay, and
+    so do documents of another name, e.g. the one a duplicate upload was already stored as (its
+    ``doc.uploader`` is whoever stored the bytes first, not necessarily the caller)."""
+    me = c.hello.user if c.hello is not None else None
     docs = await kbclient.list_documents(c, doc.collection)
-    older = [d.doc_id for d in docs if d.name == doc.name and d.collection == doc.collection
-             and d.uploader == doc.uploader and d.doc_id != doc.doc_id]
+    older = [d.doc_id for d in docs if d.name == name and d.collection == doc.collection
+             and d.uploader == me and d.doc_id != doc.doc_id]
     for doc_id in older:
         await c.request(MsgType.KB_DELETE, {"doc_id": doc_id})
     return older

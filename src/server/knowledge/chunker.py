@@ -1,7 +1,8 @@
 """Structure-aware chunking: a heading starts a new section; a section's paragraphs are packed into
-chunks of about ``target`` characters; a paragraph too long for one chunk is cut at sentence ends
-(。！？ and . ! ? followed by a space, ; and ； as a fallback), a sentence too long at ``target``
-characters. Consecutive chunks of one section share ``overlap`` characters (whole trailing
+chunks of about ``target`` characters; a paragraph too long for one chunk is cut at line ends, and
+a line too long for one chunk at sentence ends (。！？ and . ! ? followed by a space, ; and ；), a
+sentence too long at ``target`` characters, so a line that fits (a csv record, a config line) is
+never cut. Consecutive chunks of one section share ``overlap`` characters (whole trailing lines or
 sentences where they fit). Every chunk keeps its heading path, page and line range.
 """
 from __future__ import annotations
@@ -83,6 +84,26 @@ def _spans(text: str, target: int) -> list[tuple[int, int]]:
     return out
 
 
+def _line_spans(text: str, target: int) -> list[tuple[int, int]]:
+    """(start, end) of the pieces a chunk is built from: the lines of ``text``, whitespace trimmed,
+    a line of at most ``target`` characters whole (a csv record's ``column: value; ...`` line is
+    never cut at its "; " or at a ". " in a cell), a longer one cut at its sentence ends (``_spans``)."""
+    out: list[tuple[int, int]] = []
+    a = 0
+    while a < len(text):
+        b = text.find("\n", a)
+        b = len(text) if b < 0 else b + 1
+        line = text[a:b]
+        kept = line.strip()
+        if len(kept) > target:
+            out += [(a + x, a + y) for x, y in _spans(line, target)]
+        elif kept:
+            lead = a + len(line) - len(line.lstrip())
+            out.append((lead, lead + len(kept)))
+        a = b
+    return out
+
+
 def sentences(text: str, target: int) -> list[str]:
     """``text`` cut at sentence ends; pieces longer than ``target`` cut every ``target`` characters."""
     return [text[a:b] for a, b in _spans(text, target)]
@@ -99,13 +120,14 @@ class _Piece:
     line_end: int | None
 
     def cut(self, target: int) -> list[_Piece]:
-        """Its sentences, each with its own line range when the text is line for line its source
-        lines (text formats, csv rows; else the whole range: html collapses whitespace, csv may drop
-        empty rows and cells, a one-line json is pretty-printed)."""
+        """Its lines (a line longer than ``target``: its sentences), each with its own line range
+        when the text is line for line its source lines (text formats, csv rows; else the whole
+        range: html collapses whitespace, csv may drop empty rows and cells, a one-line json is
+        pretty-printed)."""
         t, ls, le = self.text, self.line_start, self.line_end
         exact = ls is not None and le is not None and t.count("\n") == le - ls
         out, prev, pos, line = [], None, 0, ls
-        for a, b in _spans(t, target):
+        for a, b in _line_spans(t, target):
             if exact:
                 line += t.count("\n", pos, a)
                 first = line

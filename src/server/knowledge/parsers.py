@@ -241,9 +241,21 @@ def parse_yaml(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]
     return _counted(text.split("\n"), budget)
 
 
+class _HtmlTable:
+    """A table being read: the cells of its open row, the parts of its open cell (its text, and the
+    row lines of a table nested in it), where the row began."""
+    __slots__ = ("row", "cell", "row_line")
+
+    def __init__(self) -> None:
+        self.row: list[str] | None = None
+        self.cell: list[str] | None = None
+        self.row_line = 0
+
+
 class _HtmlBlocks(HTMLParser):
-    BLOCK = {"p", "div", "li", "td", "th", "pre", "blockquote", "section", "article", "tr", "dd", "dt",
-             "br", "table", "ul", "ol", "header", "footer", "main", "nav", "figcaption", "caption"}
+    BLOCK = {"p", "div", "li", "pre", "blockquote", "section", "article", "dd", "dt",
+             "br", "ul", "ol", "header", "footer", "main", "nav", "figcaption", "caption"}
+    CELL = {"td", "th"}
     SKIP = {"script", "style", "noscript", "template"}
     # what may stand in <head>; any other start tag (or text outside <title>) ends it, as in HTML5
     HEAD = {"head", "title", "meta", "link", "base", "style", "script", "noscript", "template"}
@@ -260,6 +272,7 @@ class _HtmlBlocks(HTMLParser):
         self.in_head = False
         self.head_done = False         # a <head> after the head (or the body) began is ignored
         self.in_title = False
+        self.tables: list[_HtmlTable] = []   # open tables, innermost last
 
     def flush(self, level: int = 0) -> None:
         text = " ".join("".join(self.buf).split())
@@ -269,6 +282,80 @@ class _HtmlBlocks(HTMLParser):
             self.budget.add(len(text))
         self.buf = []
         self.start_line = self.getpos()[0]
+
+    # Tables: a row is one ``a | b | c`` line, as in docx (a table in a cell gives lines of that cell).
+    def _in_cell(self) -> bool:
+        return bool(self.tables) and self.tables[-1].cell is not None
+
+    def _cell_text(self) -> str:
+        """The text gathered since the cell (or the table nested in it) began, counted."""
+        text = " ".join("".join(self.buf).split())
+        self.buf = []
+        self.budget.add(len(text))
+        return text
+
+    def _end_cell(self) -> None:
+        t = self.tables[-1]
+        if t.cell is not None:
+            t.cell.append(self._cell_text())
+            assert t.row is not None
+            t.row.append("\n".join(p for p in t.cell if p))
+            t.cell = None
+
+    def _end_row(self) -> None:
+        t = self.tables[-1]
+        self._end_cell()
+        row, t.row = t.row, None
+        if not row or not any(row):
+            return
+        text = " | ".join(row)
+        self.budget.add(3 * (len(row) - 1))
+        if len(self.tables) > 1 and self.tables[-2].cell is not None:
+            self.tables[-2].cell.append(text)       # a line of the enclosing table's cell
+        else:
+            self.blocks.append(Block(text, 0, None, t.row_line, self.getpos()[0]))
+            self.start_line = self.getpos()[0]
+
+    def _start_row(self, t: _HtmlTable) -> None:
+        if len(self.tables) == 1 or self.tables[-2].cell is None:
+            self.flush()                    # text in the table outside its cells: a block of its own
+        t.row, t.row_line = [], self.getpos()[0]
+
+    def _table_tag(self, tag: str, start: bool) -> None:
+        """<table>, <tr>, <td>, <th>, start or end (a cell or row left open ends where the next
+        begins, or with its table)."""
+        if tag == "table" and start:
+            if self._in_cell():
+                self.tables[-1].cell.append(self._cell_text())    # type: ignore[union-attr]
+            else:
+                self.flush(self.heading)
+                self.heading = 0
+            self.tables.append(_HtmlTable())
+        elif not self.tables:               # a row or cell outside any table: a block, as before
+            self.flush(self.heading)
+            self.heading = 0
+        elif tag == "table":
+            self._end_row()
+            self.tables.pop()
+            if not self._in_cell():
+                self.flush()
+        elif tag == "tr":
+            self._end_row()
+            if start:
+                self._start_row(self.tables[-1])
+        elif start:                         # a cell (its row begins with it when no <tr> was seen)
+            t = self.tables[-1]
+            self._end_cell()
+            if t.row is None:
+                self._start_row(t)
+            t.cell = []
+        else:
+            self._end_cell()
+
+    def close_tables(self) -> None:
+        """At the end of the file: the tables, rows and cells left open end there."""
+        while self.tables:
+            self._table_tag("table", False)
 
     def _end_head(self) -> None:
         self.in_head = self.in_title = False
@@ -295,6 +382,11 @@ class _HtmlBlocks(HTMLParser):
             self.in_title = True
         elif tag in self.SKIP:
             self.skip += 1
+        elif tag in self.CELL or tag in ("tr", "table"):
+            self._table_tag(tag, True)
+        elif self._in_cell():
+            if tag in self.BLOCK or re.fullmatch(r"h[1-6]", tag):
+                self.buf.append(" ")    # a line or paragraph inside a cell: a space in its text
         elif re.fullmatch(r"h[1-6]", tag):
             self.flush()
             self.heading = int(tag[1])
@@ -311,6 +403,11 @@ class _HtmlBlocks(HTMLParser):
             self.in_title = False
         elif tag in self.SKIP:
             self.skip = max(0, self.skip - 1)
+        elif tag in self.CELL or tag in ("tr", "table"):
+            self._table_tag(tag, False)
+        elif self._in_cell():
+            if tag in self.BLOCK or re.fullmatch(r"h[1-6]", tag):
+                self.buf.append(" ")
         elif re.fullmatch(r"h[1-6]", tag) and self.heading:
             self.flush(self.heading)
             self.heading = 0
@@ -365,6 +462,7 @@ def parse_html(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]
     p = _HtmlBlocks(budget, cfg.html_max_tags)
     p.feed(decode_text(data))
     p.close()
+    p.close_tables()
     p.flush()
     return p.blocks
 

@@ -5,7 +5,7 @@ SQuAD-style questions share a contiguous phrase with the sentence that answers t
 退出了台湾市场" / "...品牌正式撤出台湾"), while BM25 alone favours the chunk that repeats the topic's
 name most. For each candidate the score becomes
 
-    bm25 / best_bm25 + COVERAGE_WEIGHT * coverage + PROXIMITY_WEIGHT * proximity
+    bm25 / best_bm25 + COVERAGE_WEIGHT * coverage + PROXIMITY_WEIGHT * proximity + EXACT_WEIGHT * exact
 
 - terms: CJK bigrams (a lone CJK character as itself) and English stems, with their positions;
   each query term weighs its BM25 idf over the chunks of the searcher's collections only
@@ -16,7 +16,16 @@ name most. For each candidate the score becomes
 - proximity: the largest weight of distinct query terms inside one window of ``len(query) +
   WINDOW_SLACK`` characters of the chunk's text, counting only terms that are not in the chunk's
   heading path (the section's topic is already credited to every chunk of the section), over the
-  weight of all query terms.
+  weight of all query terms;
+- exact: the weight of the query's identifiers (an ASCII token holding a digit and an inner ``.``,
+  ``-``, ``_``, ``:`` or ``/``: ``db-01``, ``10.2.10.30``, ``ERR-4031``, ``v1.2.3``, ``2026-10-01``)
+  that stand whole in the chunk's text or heading path (not inside a longer identifier:
+  ``db-01`` is not in ``prod-db-01`` nor ``db-01.5``, it is in ``db-01:5432``), over the weight of
+  all the query's identifiers (not of all its terms: words of the question that no chunk holds,
+  such as "在哪个机架", must not dilute it). The analyzer cuts an identifier into its pieces
+  (``db``, ``01``), which other identifiers share (``db-stage-01``, a date ``2026-10-01``): with
+  ``EXACT_WEIGHT`` 1 a chunk holding a query that is only an identifier outranks every chunk
+  holding only its pieces (their other features sum to at most 2).
 
 The weights were chosen on the first half of the CMRC 2018 trial documents only (bench/kb_recall.py
 ``--split``; docs/knowledge.md has the figures of both halves).
@@ -37,9 +46,11 @@ NORMALIZED_CACHE = 4096      # chunk texts kept normalized (NFKC, lowercase) bet
 COVERAGE_WEIGHT = 0.5
 PROXIMITY_WEIGHT = 0.5
 WINDOW_SLACK = 10            # characters added to the query's length for the proximity window
+EXACT_WEIGHT = 1.0           # the query's identifiers found whole (``identifiers``)
 
 _RUN_RE = re.compile(rf"([{CJK_CLASS}]+)|([^\W_{CJK_CLASS}]+)")
 _WORD_RE = re.compile(rf"[^\W_{CJK_CLASS}]+")
+_IDENT_RE = re.compile(r"[a-z0-9_](?:[a-z0-9_.:/-]*[a-z0-9_])?", re.ASCII)
 
 Passage = Callable[[Hashable], tuple[str, Sequence[str]]]     # key -> (text, heading path)
 DocFreq = Callable[[str], int]
@@ -86,6 +97,22 @@ def matches(text: str, terms: Collection[str]) -> list[tuple[int, str]]:
     return out
 
 
+def identifiers(query: str) -> list[str]:
+    """The identifier-like tokens of ``query`` (normalized), as written: ASCII runs holding a digit
+    and an inner ``.``, ``-``, ``_``, ``:`` or ``/`` (the analyzer cuts them into pieces)."""
+    return list(dict.fromkeys(m.group() for m in _IDENT_RE.finditer(normalize(query))
+                              if any(c.isdigit() for c in m.group())
+                              and any(c in ".-_:/" for c in m.group())))
+
+
+@lru_cache(maxsize=4096)
+def _whole(ident: str) -> re.Pattern[str]:
+    """``ident`` standing whole: not preceded by an identifier character, nor followed by one or by a
+    ``.``/``-`` that continues the identifier (``db-01`` in ``db-01.`` and ``db-01:5432``, not in
+    ``prod-db-01`` or ``db-01-b``)."""
+    return re.compile(rf"(?<![a-z0-9_.-]){re.escape(ident)}(?![a-z0-9_]|[.-][a-z0-9_])", re.ASCII)
+
+
 @lru_cache(maxsize=NORMALIZED_CACHE)
 def _normalized(text: str) -> str:
     return normalize(text)      # NFKC costs ~0.1 ms for a 600-character chunk; a chunk's str caches its hash
@@ -129,6 +156,9 @@ def rerank(query: str, candidates: Iterable[tuple[Hashable, float]], passage: Pa
             df = doc_freq(term)
             weight[term] = math.log(1.0 + (n_chunks - df + 0.5) / (df + 0.5))
     total = sum(weight.values()) or 1.0
+    idents = [(_whole(i), sum(weight.get(t, 0.0) for t in {t for _, t in positioned_terms(i)}))
+              for i in identifiers(query)]
+    ident_total = sum(w for _, w in idents) or 1.0
     width = len(query) + WINDOW_SLACK
     best_bm25 = cands[0][1] if cands[0][1] > 0 else 1.0
     scored = []
@@ -140,6 +170,10 @@ def rerank(query: str, candidates: Iterable[tuple[Hashable, float]], passage: Pa
         topical = [(p, t) for p, t in hits if t not in in_heading]
         proximity = _best_window(topical, weight, width) / total
         score = bm25 / best_bm25 + COVERAGE_WEIGHT * coverage + PROXIMITY_WEIGHT * proximity
+        if idents:
+            body, path = _normalized(text), normalize(" / ".join(heading))
+            exact = sum(w for pattern, w in idents if pattern.search(body) or pattern.search(path))
+            score += EXACT_WEIGHT * exact / ident_total
         scored.append((score, -rank, key))
     scored.sort(reverse=True)
     return [(key, score) for score, _, key in scored]
