@@ -3,6 +3,7 @@ prompts of other sessions with its own budget and source, isolation between user
 forgetting on clear, and the summary model as distiller."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -239,8 +240,11 @@ async def test_a_correction_replaces_the_older_statement(store, tmp_path):
     assert [(i.kind, i.text) for i in items] == [
         ("preference", "I prefer short answers."), ("fact", "My son is a doctor."),
         ("fact", "the vault host is vault-9."), ("preference", "Answer in English from now on.")]
-    files = list((tmp_path / "um").iterdir())
-    assert all(old not in f.read_text() for f in files for old in ("vault-7", "vault-8", "Chinese"))
+    [doc] = [json.loads(f.read_text()) for f in (tmp_path / "um").iterdir()]
+    assert all(old not in json.dumps(doc["items"]) for old in ("vault-7", "vault-8", "Chinese"))
+    # (kept as replaced only while their sessions say them: a withdrawn correction brings them back)
+    assert {r["item"]["text"] for r in doc["replaced"]} == {
+        "The vault host is vault-7.", "The vault host is vault-8 now.", "Please answer in Chinese."}
     c = (await store.create("alice")).session_id
     ctx, _ = await store_turn(store, mm, c, "alice", "which vault host?", "…")
     block = memory_block(ctx)
@@ -264,8 +268,11 @@ async def test_natural_corrections_replace_and_unstated_or_secret_sentences_are_
     assert [i.text for i in await mm.user_memory.list("carol")] == [
         "生产数据库改成上海了。", "We moved the prod DB host to db-prod-44 yesterday.",
         "The CI runner host is ci-2 now.", "The build host: ci-build-3"]
-    stored = "".join(f.read_text() for f in (tmp_path / "um").iterdir())
-    assert all(gone not in stored for gone in ("杭州", "db-prod-41", "ci-1.", "db-prod-99", "eu-west-1", "correct-horse"))
+    [doc] = [json.loads(f.read_text()) for f in (tmp_path / "um").iterdir()]
+    stored = json.dumps(doc, ensure_ascii=False)
+    assert all(never not in stored for never in ("db-prod-99", "eu-west-1", "correct-horse"))
+    items = json.dumps(doc["items"], ensure_ascii=False)       # (the replaced ones are kept as replaced only)
+    assert all(gone not in items for gone in ("杭州", "db-prod-41", "ci-1."))
     await mm.aclose()
 
 

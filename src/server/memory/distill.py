@@ -5,7 +5,8 @@ when it states something about the user or their systems ("my ... is", "our ... 
 host is db-prod-42", "I prefer", "call me", "我叫", "我的…是", "我们的…在", "记住") -- a fact -- or
 asks for a lasting way of answering ("answer in Chinese", "always reply briefly", "以后用中文回答",
 "请用英文回复") -- a preference. Questions are never kept, nor is anything naming or holding a secret
-("password", "passphrase", "credentials", "密钥", "凭证", "sk-...", a long random token); neither
+("password", "pwd", "PIN", "SSN", "密钥", "身份证", "银行卡", "sk-...", a long random token, a card or ID
+number); neither
 are conditionals, hedges ("I'm not sure ...", "Maybe ...", "可能…"), requests to check something
 ("Make sure the port is 5432", "帮我查一下…") or what someone else said ("Bob said ...", "他说…") as
 facts. Words that only lead into a sentence ("Actually,", "Correction:", "FYI", "其实", "更正：",
@@ -15,14 +16,20 @@ prod DB host changed to db-prod-43" and "Our prod DB host is db-prod-43" (the us
 are not part of a subject either; "生产数据库改成上海了" replaces "我们的生产数据库在杭州"). With a
 summary model configured, ``distill_with_model`` asks it for the same kind of list as JSON and
 falls back to the rules when the answer is not usable (its items are refused on secrets too).
+
+A sentence that takes something back is never kept either (``takes_back``): a request to forget
+("Please forget that my home address is ...", "Don't remember that ...", "别记住…", "忘掉…") and a
+statement that a value no longer holds ("The prod DB host is not db-prod-41 anymore", "… is no
+longer …", "数据库不在杭州了"); ``retracts`` says which stored items such a sentence names.
 """
 from __future__ import annotations
 
 import json
 import logging
 import re
-from typing import Any
+from typing import Any, Callable
 
+from server.memory.analyze import SYNONYMS
 from server.memory.extractive import is_fact, sentences
 from server.tools.secrets import redact_shapes
 
@@ -101,9 +108,21 @@ _NOT_STATED = [re.compile(p, re.IGNORECASE) for p in (
     r"^(?!老实|坦白|简单|一般|总的|换句|也就|比如|比方|所以|就是|照理|按理|实话|听我|跟你|和你|我)"      # 老王说, 张经理说
     r"[\u4e00-\u9fff]{1,3}?(?<!小)(?:说|讲|告诉我)(?![明法书话])",
 )]
-_SECRET = re.compile(r"(?:password|passwd|pass ?phrase|secret|token|api[ _-]?key|credential|\bcreds?\b|"
-                     r"(?:private|access|signing)[ _-]?key|密码|口令|密钥|秘钥|凭证|凭据|私钥|令牌|验证码|授权码|助记词)",
-                     re.IGNORECASE)
+_SECRET = re.compile(r"(?:password|passwd|pass ?phrase|passcode|secret|token|api[ _-]?key|credential|\bcreds?\b|"
+                     r"(?:private|access|signing)[ _-]?key|\bpass\s*(?:is\b|[:=])|"
+                     r"(?<![A-Za-z])(?:pwd|pw|(?-i:PIN)|pin\s*(?:code|number)|ssn|cvv2?|cvc|iban)(?![A-Za-z])|"
+                     r"social security|security code|(?:credit|debit|bank)[ -]?card|card\s*(?:number|no\b)|"
+                     r"bank\s*account|routing\s*number|passport\s*(?:number|no\b)|"
+                     r"密码|口令|密钥|秘钥|凭证|凭据|私钥|令牌|验证码|授权码|助记词|身份证|卡号|银行卡|信用卡|储蓄卡|"
+                     r"安全码|社保号|护照号)", re.IGNORECASE)
+#: numbers shaped like a card, an ID or a social security number are secrets whatever the words
+#: around them: a run of this many digits or more (an 18-character Chinese ID may end in X), digit
+#: groups of 3 to 6 ("4111 1111 1111 1111", "4111-1111-1111-1111") of as many digits that pass the
+#: Luhn check of card numbers, and "078-05-1120". Not a phone number ("13800138000", "+86 138 0013
+#: 8000", "555-0100"), a port, a version or an address
+LONG_DIGITS = 13
+_DIGIT_RUN = re.compile(r"(?<![\d+.-])\d+(?:[ -]\d+)*(?:[Xx](?![A-Za-z]))?")
+_SSN = re.compile(r"(?<![\d-])\d{3}-\d{2}-\d{4}(?![\d-])")
 #: a value that looks like a key or token whatever the words around it: a run of this many letters
 #: and digits (``_`` ``+`` ``=`` between them) that changes between upper case, lower case and digits
 #: at least every third character ("Zx81kQ...", "8f3a9c2b..."; not "ProductionCluster2024" nor a
@@ -118,10 +137,29 @@ def _looks_random(run: str) -> bool:
     return "d" in kinds and len(set(kinds)) > 1 and changes >= len(kinds) // 3
 
 
+def _luhn(digits: str) -> bool:
+    total = sum(int(d) if n % 2 == 0 else (2 * int(d) - 9 if int(d) > 4 else 2 * int(d))
+                for n, d in enumerate(reversed(digits)))
+    return total % 10 == 0
+
+
+def _id_number(text: str) -> bool:
+    """The text holds a card, ID or social security number (``LONG_DIGITS``)."""
+    for run in _DIGIT_RUN.findall(text):
+        groups = re.split(r"[ -]", run.rstrip("Xx"))
+        digits = "".join(groups)
+        if len(digits) < LONG_DIGITS:
+            continue
+        if len(groups) == 1 or (len(groups) >= 3 and all(3 <= len(g) <= 6 for g in groups) and _luhn(digits)):
+            return True
+    return _SSN.search(text) is not None
+
+
 def mentions_secret(text: str) -> bool:
-    """The text names a password, token, key or credential (``_SECRET``) or holds a value shaped like
-    one: a provider key, JWT, URL password ... (``server.tools.secrets``) or a long random token."""
-    return bool(_SECRET.search(text)) or redact_shapes(text) != text or \
+    """The text names a password, PIN, token, key, credential or ID document (``_SECRET``) or holds a
+    value shaped like one: a provider key, JWT, URL password ... (``server.tools.secrets``), a long
+    random token or a card, ID or social security number (``LONG_DIGITS``)."""
+    return bool(_SECRET.search(text)) or redact_shapes(text) != text or _id_number(text) or \
         any(_looks_random(run) for run in _TOKEN_RUN.findall(text))
 
 DISTILL_PROMPT = (
@@ -166,11 +204,15 @@ _MARKER = re.compile(rf"^\s*(?:(?:{_alternatives(_MARKER_WORDS)})(?![A-Za-z])[\s
 #: "<subject> is <one value>": a statement that a later one about the same subject corrects
 #: ("The prod DB host is db-prod-41" -> "... is db-prod-42 now", "... is now db-prod-42"). One word of
 #: value only: "My son is 5" and "My son is a doctor" are two facts, not a correction.
-_SUBJECT_VALUE = re.compile(r"^\s*(?P<subject>[\w][\w .'/-]{0,60}?)(?:\s*[=:]|\s+(?:is|are|lives at|runs on))\s+"
+_SUBJECT = r"(?P<subject>\w(?:(?!\s(?:is|are)\s)[\w .'/-]){0,60}?)"       # (never across an "is": "A is 1 and B is 2")
+_SUBJECT_VALUE = re.compile(rf"^\s*{_SUBJECT}(?:\s*[=:]|\s+(?:is|are|lives at|runs on))\s+"
                             r"(?:(?:now|currently|nowadays)\s+)?"
                             r"(?P<value>[^\s,;]+?)(?:,?\s+(?:now|currently|nowadays|these days|from now on|today|again))?"
                             r"(?:,?\s+(?:and\s+)?(?:not|no longer|instead of|rather than)\s+[^\s,;]+?(?:\s+any\s?more)?)?"
+                            r"(?:,?\s+(?:since|as of|starting|effective|following|because|due to)\b.*?)?"   # "... since Monday"
                             r"\s*[.!。！]?\s*$", re.IGNORECASE)
+#: a parenthetical is no part of what a statement is about ("is now db-prod-42 (moved last week)")
+_PARENTHETICAL = re.compile(r"\s*[(（][^()（）]{0,120}[)）]")
 #: a change: "<subject> changed/moved/was switched to <value> ...", "(We|I) moved <subject> to <value>
 #: ...": about what "<subject> is <value>" is about, whatever follows the value ("yesterday").
 #: Past tense only: "Move the prod DB to db-2" asks for something
@@ -185,7 +227,7 @@ _EN_PRONOUNS = frozenset(("i", "we", "you", "they", "he", "she", "it", "this", "
 #: (但是, 总是, 不是, 也是; 现在, 正在, 存在, 不在), so "我的常用编辑器是vim" is about "我的常用编辑器";
 #: ", not ..." after the value ("，不是杭州") is left out
 _ZH_SUBJECT_VALUE = re.compile(r"^\s*(?P<subject>[^，,。；;\s]{1,24}?)"
-                               r"(?P<verb>(?<![但还总就可于要若只凡或不也都])是|(?<![现正存所实好不])在)"
+                               r"(?P<verb>(?<![但还总就可于要若只凡或不也都])是|(?<![现正存所实好不])在)\s*"
                                r"(?P<value>[^，,。！!\s]+)(?:\s*[，,]\s*(?:而)?(?:不是|不在|而非)[^，,。！!\s]+)?\s*[。.!！]?\s*$")
 #: a change in Chinese, "<subject>改成/换成/迁到/搬到<value>了", "<subject>已经迁到<value>",
 #: "我们把<subject>迁到<value>了"; without 了 or 已经/现在 it asks for the change ("把数据库迁到上海"). A
@@ -252,49 +294,70 @@ def _language_key(text: str) -> str | None:
 
 def subject_key(kind: str, text: str) -> str | None:
     """What a statement is about, when a later statement about the same thing replaces it: the
-    subject of "<subject> is <value>" (one-word value; "is now <value>"; "<value>, not <old>";
-    "我的名字是张三", "数据库在杭州", "数据库现在在上海") or of a change ("<subject> changed to <value>",
-    "We moved <subject> to <value>", "<subject>改成/迁到<value>了"), "call me", or, for a preference,
-    the language answers are to be in (or, when negated, not to be in). Leading discourse markers
-    ("Actually,", "Correction:", "其实"), articles and the user's possessives ("our", "我们的") are
-    not part of the subject. None: the statement stands beside others ("I prefer short answers", "My
-    son is a doctor", "我们用PostgreSQL", "我是张三", a conditional)."""
-    text = _plain(" ".join(text.split()))
+    subject of "<subject> is <value>" (one-word value; "is now <value>"; "<value>, not <old>"; a
+    parenthetical or a trailing "since ..." clause aside; "我的名字是张三", "数据库在杭州",
+    "数据库现在在上海") or of a change ("<subject> changed to <value>", "We moved <subject> to
+    <value>", "<subject>改成/迁到<value>了"), "call me", or, for a preference, the language answers
+    are to be in (or, when negated, not to be in). Leading discourse markers ("Actually,",
+    "Correction:", "其实"), articles and the user's possessives ("our", "我们的") are not part of the
+    subject, and words the recall analyzer takes for one another are one ("prod DB host" is "production
+    database host"). None: the statement stands beside others ("I prefer short answers", "My son is
+    a doctor", "我们用PostgreSQL", "我是张三", a conditional)."""
+    about = _about(kind, text)
+    return None if about is None else about[0]
+
+
+def _about(kind: str, text: str) -> tuple[str, str | None] | None:
+    """(``subject_key``, the value stated for it: None for a preference) of a statement, or None."""
+    text = _PARENTHETICAL.sub("", _plain(" ".join(text.split())))
     if _CONDITIONAL.match(text):
         return None
     if kind == "preference":
-        return _language_key(text)
+        key = _language_key(text)
+        return None if key is None else (key, None)
     if _CALL_ME.match(text):
-        return "fact:call me"
+        return "fact:call me", None
     m = _SUBJECT_VALUE.match(text)
     if m is not None:
-        return _en_key(m.group("subject"))
+        key = _en_key(m.group("subject"))
+        return None if key is None else (key, m.group("value"))
     m = _ZH_SUBJECT_VALUE.match(text)
     if m is not None:
-        return _zh_key(m.group("subject"), m.group("verb"))
+        key = _zh_key(m.group("subject"), m.group("verb"))
+        return None if key is None else (key, m.group("value"))
     changed = _change(text)
-    return changed[0] if changed is not None else None
+    return None if changed is None or changed[0] is None else (changed[0], changed[2])
+
+
+#: the recall analyzer's synonym groups ("db" and "database", "prod" and "production"), each named
+#: by its first informal word: one subject however it is worded
+_FOLDED: dict[str, str] = {}
+for _informal, _formal in SYNONYMS.items():
+    _FOLDED[_informal] = _FOLDED.setdefault(_formal, _informal)
 
 
 def _en_key(subject: str) -> str | None:
     subject = _LEADING_ARTICLE.sub("", subject.casefold())
-    return None if not subject or subject in _EN_PRONOUNS else f"fact:{subject}"
+    if not subject or subject in _EN_PRONOUNS:
+        return None
+    return "fact:" + " ".join(_FOLDED.get(word, word) for word in subject.split())
 
 
 def _zh_key(subject: str, verb: str) -> str | None:
     subject = _ZH_NOW.sub("", subject)
     if not subject or subject in _ZH_PRONOUNS:
         return None
-    subject = _ZH_POSSESSIVE.sub("", subject)
+    subject = _ZH_POSSESSIVE.sub("", subject).replace("的", "")      # ("生产数据库的地址" is "生产数据库地址")
     return f"fact:{subject}{verb}" if subject else None
 
 
-def _change(text: str) -> tuple[str | None, str] | None:
+def _change(text: str) -> tuple[str | None, str, str] | None:
     """A statement that something changed: (its subject key, the same statement as "<subject> is
-    <value>"), or None. A Chinese one says it is done (了, 已经, 现在): "把数据库迁到上海" asks for it."""
+    <value>", the value), or None. A Chinese one says it is done (了, 已经, 现在): "把数据库迁到上海"
+    asks for it."""
     m = _CHANGED.match(text) or _CHANGED_BY.match(text)
     if m is not None:
-        return _en_key(m.group("subject")), f"{m.group('subject')} is {m.group('value')}"
+        return _en_key(m.group("subject")), f"{m.group('subject')} is {m.group('value')}", m.group("value")
     m = _ZH_CHANGED.match(text)
     if m is None:
         return None
@@ -305,12 +368,125 @@ def _change(text: str) -> tuple[str | None, str] | None:
     located = verb in _ZH_MOVE_VERBS or (
         _CJK_ONLY.match(value) is not None and not _ZH_NAMED.search(_ZH_NOW.sub("", subject)))
     verb = "在" if located else "是"
-    return _zh_key(subject, verb), f"{subject}{verb}{value}"
+    return _zh_key(subject, verb), f"{subject}{verb}{value}", value
 
 
 #: what "记住" may lead into and be dropped from although it is no fact by itself: "<system thing>是/在
 #: <value>" ("记住预发服务器是 stage-7.internal" keeps "预发服务器是 stage-7.internal")
 _ZH_KEPT = re.compile(r"[^，。！？,!?]{0,40}?(?:" + _ZH_SYSTEM.pattern + r")\s*(?:是|在|为|用)\s*\S")
+#: 在 before these is "is doing", not "is at": "服务器在重启" states nothing lasting
+_ZH_DOING = re.compile(r"(?:重启|运行|跑|处理|迁移|升级|更新|维护|部署|备份|同步|执行|加载|启动|关闭|下载|上传|编译|构建|扩容|"
+                       r"排查|修复|恢复|测试|工作|忙)")
+
+
+def _zh_system_statement(sentence: str) -> bool:
+    """A plain "<system thing>是/在<value>" ("生产数据库在杭州", "预发服务器是 stage-7.internal",
+    "生产数据库的端口是5432"; not "服务器在重启")."""
+    m = _ZH_SUBJECT_VALUE.match(sentence)
+    return m is not None and _ZH_SYSTEM.search(m.group("subject")) is not None and \
+        not (m.group("verb") == "在" and _ZH_DOING.match(m.group("value")))
+
+
+#: a request not to keep something: "Please forget that ...", "Don't remember ...", "Stop remembering
+#: ...", "Delete the fact that ...", "Forget what I said about ...", "请忘记…", "忘掉…", "别记住…"
+#: ("Don't forget that ..." asks to keep it; "忘了告诉你，…" is "I forgot to tell you")
+_FORGET = re.compile(
+    r"^\s*(?:(?:please|pls|kindly)\s+)?(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?)?"
+    r"(?:forget|unlearn|(?:don['’]?t|do\s+not|no\s+need\s+to)\s+(?:remember|keep\s+in\s+mind)|stop\s+remembering|"
+    r"(?:delete|remove|erase|drop|clear)\s+(?:the\s+(?:fact|note|memory|item)|(?:it\s+)?from\s+(?:your\s+)?memory|"
+    r"what\s+you\s+(?:know|remember)))"
+    r"(?:\s+(?:the\s+fact\s+that|that|what\s+I\s+(?:said|told\s+you|mentioned)\s+about|everything\s+about|about))?"
+    r"[\s,:：-]+(?P<what>\w.*)$", re.IGNORECASE)
+_ZH_FORGET = re.compile(
+    r"^\s*(?:请|麻烦你?|你)?(?:帮我)?(?:忘记|忘掉|(?:别|不要|不用|不必)再?记(?:住|着|下来|下)|"
+    r"(?:从记忆(?:中|里)?|把记忆(?:中|里)的?)(?:删除|删掉|去掉)|(?:删除|删掉|去掉)(?:你?记住的|记忆(?:中|里)的?))"
+    r"(?!告诉|说|提|跟)[，,:：\s]*(?:关于)?(?P<what>\w.*)$")
+_FORGET_END = re.compile(r"(?:\s*(?:吧|了|吧了))?\s*[.!?。！？]*\s*$")
+#: a statement that a value no longer holds: "The prod DB host is not db-prod-41 anymore", "... is no
+#: longer db-prod-41", "生产数据库不在杭州了", "数据库已经不是MySQL了", "数据库不再是MySQL"
+_NO_LONGER = re.compile(
+    rf"^\s*{_SUBJECT}\s+(?:(?:is|are)\s+no\s+longer|(?:(?:is|are)\s+not|isn['’]t|aren['’]t)(?=.*\bany\s?(?:more|longer)\b))"
+    r"\s+(?P<value>[^\s,;]+?(?:\s+[^\s,;]+?){0,5}?)(?:\s+any\s?(?:more|longer))?\s*[.!]?\s*$", re.IGNORECASE)
+_ZH_NO_LONGER = re.compile(r"^\s*(?P<subject>[^，,。；;\s]{1,24}?)(?P<now>已经|现在|目前)?(?P<neg>不再|不)(?P<verb>是|在)\s*"
+                           r"(?P<value>[^，,。！!\s]+?)(?P<end>了)?\s*[。.!！]?\s*$")
+
+
+def _taken_back(sentence: str) -> tuple[str, str] | None:
+    """("forget", what it names) for a request to forget, ("no longer", "<subject> is <value>") for a
+    statement that a value no longer holds, else None (see ``takes_back``)."""
+    m = _FORGET.match(sentence) or _ZH_FORGET.match(sentence)
+    if m is not None:
+        what = _FORGET_END.sub("", m.group("what"))
+        return ("forget", what) if _WORD.search(what) else None
+    m = _NO_LONGER.match(sentence)
+    if m is not None and _en_key(m.group("subject")) is not None:
+        said = f"{m.group('subject')} is {m.group('value')}"
+    else:
+        m = _ZH_NO_LONGER.match(sentence)
+        if m is None or not (m.group("now") or m.group("end") or m.group("neg") == "不再") or \
+                _zh_key(m.group("subject"), m.group("verb")) is None:
+            return None
+        said = f"{m.group('subject')}{m.group('verb')}{m.group('value')}"
+    if any(p.search(sentence) for p in _QUESTION) or _CONDITIONAL.match(sentence) or \
+            any(p.search(sentence) for p in _NOT_STATED):
+        return None                               # (asked, supposed, hedged or someone else's)
+    return "no longer", said
+
+
+def takes_back(text: str) -> list[tuple[str, str]]:
+    """What the sentences of a user message take back, in order, at most ``MAX_ITEMS_PER_MESSAGE``:
+    ("forget", what) for a request to forget ("Please forget that my home address is 12 Elm Street"
+    -> "my home address is 12 Elm Street"; "Forget my home address", "忘掉我的数据库地址": a subject
+    alone), ("no longer", "<subject> is <value>") for a value that no longer holds ("The prod DB host
+    is not db-prod-41 anymore" -> "The prod DB host is db-prod-41"). Such a sentence is never kept
+    itself (``distill_rules``)."""
+    out: list[tuple[str, str]] = []
+    for s in sentences(text):
+        if len(s) > MAX_STATEMENT_CHARS:
+            continue
+        got = _taken_back(_plain(s))
+        if got is not None:
+            out.append(got)
+            if len(out) >= MAX_ITEMS_PER_MESSAGE:
+                break
+    return out
+
+
+def _same_text(text: str) -> str:
+    """A statement as ``retracts`` compares it: lead-ins, articles, possessives, case and spacing aside."""
+    text = _PARENTHETICAL.sub("", _plain(" ".join(text.split()))).casefold()
+    text = _ZH_POSSESSIVE.sub("", _LEADING_ARTICLE.sub("", text))
+    return text.rstrip(".。!！ ")
+
+
+def retracts(taken: tuple[str, str]) -> Callable[[str, str], bool]:
+    """Whether an item (kind, text) is what ``taken`` (a ``takes_back`` entry) takes back: the same
+    statement (lead-ins, articles, possessives, case and spacing aside), the same subject with the
+    same value (``subject_key``: "Forget that our DB host is db-1" takes "The DB host is db-1"), or,
+    for a request to forget a subject alone ("Forget my home address", "忘掉数据库地址"), an item
+    about that subject ("My home address is 12 Elm Street", "数据库地址是10.0.0.1")."""
+    how, what = taken
+    mine, said = _same_text(what), _about("fact", what)
+    subject: re.Pattern[str] | None = None          # a subject alone: the start of a statement about it
+    keys: set[str] = set()
+    if how == "forget" and said is None and mine and classify(what) is None:
+        if _CJK_ONLY.match(mine[0]) is None:
+            keys = {_en_key(mine)} - {None}                                        # type: ignore[assignment]
+            subject = re.compile(re.escape(mine) + r"(?:\s+(?:is|are)\s|\s*[:=])") if keys else None
+        else:
+            keys = {_zh_key(mine, verb) for verb in ("是", "在")} - {None}         # type: ignore[assignment]
+            subject = re.compile(re.escape(mine) + r"\s*(?:是|在|为)") if keys else None
+
+    def named(kind: str, text: str) -> bool:
+        if _same_text(text) == mine:
+            return True
+        about = _about(kind, text)
+        if said is not None:
+            return about is not None and said[0] == about[0] and said[1] is not None and about[1] is not None \
+                and said[1].casefold().rstrip(".。!！") == about[1].casefold().rstrip(".。!！")
+        return subject is not None and (subject.match(_same_text(text)) is not None or
+                                        (about is not None and about[0] in keys))
+    return named
 
 
 def _plain(sentence: str) -> str:
@@ -340,6 +516,8 @@ def classify(sentence: str) -> str | None:
     s = sentence.strip()
     if not s or mentions_secret(s) or not _WORD.search(_LEAD_IN.sub("", s, count=1)):
         return None                               # (nothing but "记住", "remember that": states nothing)
+    if _taken_back(s) is not None:               # "Forget that ...", "... is not db-1 anymore"
+        return None
     unasked = _ZH_INDEFINITE.sub("", s)
     if any(p.search(unasked) for p in _QUESTION):
         return None
@@ -347,7 +525,7 @@ def classify(sentence: str) -> str | None:
         return "preference"
     if _CONDITIONAL.match(s) or any(p.search(s) for p in _NOT_STATED):
         return None
-    if is_fact(s) or _SYSTEM_FACT.search(s):
+    if is_fact(s) or _SYSTEM_FACT.search(s) or _zh_system_statement(s):
         return "fact"
     changed = _change(s)            # "The prod DB host changed to db-prod-43": a fact when "... is ..." is one
     if changed is not None and changed[0] is not None and \
@@ -358,12 +536,14 @@ def classify(sentence: str) -> str | None:
 
 def distill_rules(text: str) -> list[tuple[str, str]]:
     """(kind, text) of the durable statements of one user message, in order, at most
-    ``MAX_ITEMS_PER_MESSAGE``."""
+    ``MAX_ITEMS_PER_MESSAGE`` (a sentence that takes something back is none: ``takes_back``)."""
     out: list[tuple[str, str]] = []
     for s in sentences(text):
         if len(s) > MAX_STATEMENT_CHARS:
             continue
         plain = _plain(s)
+        if _taken_back(plain) is not None:
+            continue
         kind = classify(plain) or (classify(s) if plain != s else None)   # (what "记住" asked to keep)
         if kind is not None:
             out.append((kind, _clip(plain)))

@@ -7,11 +7,15 @@ every preference ("answer in Chinese") and the facts that share terms with the n
 (BM25 over the user's items, the recall engine), best first, within ``user_memory.token_budget``.
 Items from the current session are left out: that session's own history (window, summary,
 recall) carries them. A newer statement about the same thing replaces the older one ("the DB host
-is db-2" after "... is db-1"; ``distill.subject_key``). ``forget_messages`` drops what was learned
-from messages an edit supersedes. ``forget_session`` drops everything distilled from a cleared or purged
-session (``mark_forgetting`` first, so a crash in between cannot bring it back); ``learn`` skips
-messages of a session at or below its stored learned position, so a forgotten item is never
-distilled again from the message it came from (after a restart too).
+is db-2" after "... is db-1"; ``distill.subject_key``), and a sentence that takes something back
+("Please forget that ...", "... is not db-1 anymore": ``distill.takes_back``) removes the items it
+names, of this user only, and is never kept itself. ``forget_messages`` takes back what was learned
+from messages an edit supersedes, ``forget_session`` what was learned from a cleared or purged
+session (``mark_forgetting`` first, so a crash in between cannot bring it back): an item another
+session still states stays, and an item a withdrawn correction had replaced comes back
+(``user_store.take_back``). ``learn`` skips messages of a session at or below its stored learned
+position, so a forgotten item is never distilled again from the message it came from (after a
+restart too).
 """
 from __future__ import annotations
 
@@ -23,10 +27,10 @@ from server.memory.analyze import analyze
 from server.memory.bm25 import BM25Index
 from server.memory.config import UserMemoryConfig
 from server.memory.context import Excerpt
-from server.memory.distill import distill_rules, distill_with_model, subject_key
+from server.memory.distill import distill_rules, distill_with_model, retracts, subject_key, takes_back
 from server.memory.recall import format_time
 from server.memory.tokens import TokenCounter, truncate_to_tokens
-from server.memory.user_store import MemoryItem, UserMemoryStore, new_item_id
+from server.memory.user_store import MemoryItem, Retraction, UserMemoryStore, new_item_id
 
 MIN_ITEM_TOKENS = 8
 INLINE_DISTILL_CHARS = 4000      # longer user messages are distilled in a worker thread
@@ -43,6 +47,17 @@ def item_line(item: MemoryItem, title: str | None = None) -> str:
 def item_subject(item: MemoryItem) -> str | None:
     """What an item is about, when a newer item about it replaces it (``distill.subject_key``)."""
     return subject_key(item.kind, item.text)
+
+
+def retraction(session_id: str, message_id: int, taken: tuple[str, str]) -> Retraction:
+    """The store's ``Retraction`` of a ``distill.takes_back`` entry of a message."""
+    named = retracts(taken)
+    return Retraction(session_id, message_id, lambda item: named(item.kind, item.text),
+                      restorable=taken[0] != "forget")
+
+
+def _distill(text: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    return distill_rules(text), takes_back(text)
 
 
 class UserMemory:
@@ -68,7 +83,7 @@ class UserMemory:
         is distilled in a worker thread)."""
         if self.uses_model or len(message.content) > INLINE_DISTILL_CHARS:
             return None
-        return bool(distill_rules(message.content))
+        return bool(distill_rules(message.content) or takes_back(message.content))
 
     async def learn(self, user_id: str, session_id: str, messages: list[Any]) -> list[MemoryItem]:
         """Distill the user messages among ``messages`` (ChatMessage) not distilled before (above the
@@ -78,18 +93,25 @@ class UserMemory:
         if not messages:
             return []
         upto = max(m.id for m in messages)
-        items: list[MemoryItem] = []
+        items: list[MemoryItem | Retraction] = []
         for m in messages:
             if m.role != "user" or not m.content.strip():
                 continue
             if self.uses_model:
+                taken = takes_back(m.content) if len(m.content) <= INLINE_DISTILL_CHARS else \
+                    await asyncio.to_thread(takes_back, m.content)
                 found = await distill_with_model(self.agent, self.model, m.content)
+                # (what the message asks to forget, or says no longer holds, is not the model's to keep)
+                named = [retracts(t) for t in taken]
+                found = [(kind, text) for kind, text in found
+                         if not takes_back(text) and not any(n(kind, text) for n in named)]
             elif len(m.content) > INLINE_DISTILL_CHARS:       # a pasted log: the regexes run off the loop
-                found = await asyncio.to_thread(distill_rules, m.content)
+                found, taken = await asyncio.to_thread(_distill, m.content)
             else:
-                found = distill_rules(m.content)
+                found, taken = _distill(m.content)
             source = "model" if self.uses_model else "rules"
             when = m.timestamp or datetime.now(timezone.utc).isoformat()
+            items.extend(retraction(session_id, m.id, t) for t in taken)       # (before what it states anew)
             items.extend(MemoryItem(new_item_id(), kind, text, session_id, m.id, when, source)
                          for kind, text in found)
         if not items:
@@ -119,8 +141,7 @@ class UserMemory:
         (``[{"ids": [item ids], "why": ...}]``, for the turn's trace). ``titles``: the titles of
         the sessions of the items kept (``SessionTitles.of``), to name each item's session by."""
         cfg = self.config
-        items = [i for i in await self.store.list(user_id)
-                 if i.session_id != session_id and i.session_id not in self._hidden]
+        items = [i for i in await self.store.list(user_id) if session_id not in i.sessions() and self._shown(i)]
         if not items or cfg.token_budget <= 0:
             return [], []
         by_id = {i.id: i for i in items}
@@ -159,7 +180,11 @@ class UserMemory:
     async def list(self, user_id: str) -> list[MemoryItem]:
         """The user's items, without those of sessions being forgotten (as ``choose``): MEMORY_LIST
         and the ``user_memory`` tool never show what a clear is taking back."""
-        return [i for i in await self.store.list(user_id) if i.session_id not in self._hidden]
+        return [i for i in await self.store.list(user_id) if self._shown(i)]
+
+    def _shown(self, item: MemoryItem) -> bool:
+        """Not only stated in sessions being forgotten."""
+        return not self._hidden or any(s not in self._hidden for s in item.sessions())
 
     async def forget(self, user_id: str, item_id: str) -> bool:
         found = await self.store.forget(user_id, item_id)

@@ -4,6 +4,10 @@ document (``UserDoc``) and ``DocUserMemoryStore``, which does the operations on 
 in PostgreSQL (``server.memory.user_store_pg``) when the history is there, so every node sees the
 same memory.
 
+An item is kept once per text and names every statement of it, (session, message) (``also``, at
+most ``MAX_ITEM_STATEMENTS``): a clear, delete, purge or edit takes back its own statements, and the
+item goes with its last one, so clearing one session does not forget what another still says.
+
 Besides the items, a user's document keeps what makes forgetting durable (docs/memory.md,
 "Forgetting"):
 
@@ -12,29 +16,41 @@ Besides the items, a user's document keeps what makes forgetting durable (docs/m
 * ``forgotten``: tombstones ``[session id, message id, hash of the normalised text]`` of items the
   user forgot or a correction replaced; the same statement distilled again from the same message is
   not added back. An empty hash stands for every item of the message (an edit superseded it);
+* ``replaced``: items a correction replaced ("... is db-2 now" after "... is db-1"), each with what
+  replaced it ``[item id, session id, message id]`` (no item id: a statement that the value no
+  longer holds). When that item or statement is taken back (its message edited, its session
+  cleared, deleted or purged), the replaced item comes back, with the statements of its own that are
+  left. Forgetting an item (``forget``, a request to forget) drops what it replaced for good;
 * ``pending``: sessions being forgotten (a clear, delete or purge marks them *before* the history
-  changes); a document loaded with pending sessions drops their items at once, so a crash between
-  the clear and the removal cannot bring them back.
+  changes); a document loaded with pending sessions drops their statements at once, so a crash
+  between the clear and the removal cannot bring them back.
 
-The three lists are bounded by ``max_items`` entries each (the oldest go first).
+The four lists are bounded by ``max_items`` entries each (the oldest go first).
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 from storage import StorageUnavailable
 
 T = TypeVar("T")
 MAX_SAVE_TRIES = 20      # a locked update redone this many times (first documents racing): an error
+#: statements (session, message) one item names at most (the newest are kept): the same fact said in
+#: more sessions than this goes when the newest of them are cleared
+MAX_ITEM_STATEMENTS = 16
+
+Statement = tuple[str, int, str]          # (session id, message id, when)
+ReplacedBy = tuple[str, str, int]         # (item id or "" for a statement alone, session id, message id)
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryItem:
-    """One durable fact or preference of a user, with where it came from."""
+    """One durable fact or preference of a user, with where it came from: the first statement of it
+    (``session_id``, ``message_id``, ``created_at``) and the others (``also``)."""
     id: str
     kind: str                 # "fact" | "preference"
     text: str
@@ -42,14 +58,48 @@ class MemoryItem:
     message_id: int           # the user message it was distilled from
     created_at: str           # ISO 8601 UTC
     source: str = "rules"     # "rules" | "model"
+    also: tuple[Statement, ...] = ()     # the same text stated again elsewhere: (session, message, when)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.also:
+            d["also"] = [list(s) for s in self.also]
+        else:
+            del d["also"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> MemoryItem:
+        also = tuple((str(s), int(m), str(t)) for s, m, t in d.get("also") or ())
         return cls(str(d["id"]), str(d["kind"]), str(d["text"]), str(d["session_id"]),
-                   int(d["message_id"]), str(d["created_at"]), str(d.get("source", "rules")))
+                   int(d["message_id"]), str(d["created_at"]), str(d.get("source", "rules")), also)
+
+    def statements(self) -> list[Statement]:
+        return [(self.session_id, self.message_id, self.created_at), *self.also]
+
+    def sessions(self) -> set[str]:
+        return {s for s, _, _ in self.statements()}
+
+    def stated(self, statements: Iterable[Statement]) -> MemoryItem | None:
+        """This item with these statements (one per message; the first names it, at most
+        ``MAX_ITEM_STATEMENTS``, the newest), None when there are none."""
+        each = list({(s, m): (s, m, t) for s, m, t in statements}.values())[-MAX_ITEM_STATEMENTS:]
+        if not each:
+            return None
+        (session_id, message_id, created_at), *rest = each
+        return replace(self, session_id=session_id, message_id=message_id, created_at=created_at, also=tuple(rest))
+
+
+@dataclass(frozen=True, slots=True)
+class Retraction:
+    """A sentence of a user message that takes items back (``distill.takes_back``): every item that
+    ``matches`` is removed, leaving tombstones. ``restorable``: a value that no longer holds ("... is
+    not db-1 anymore"): what it removed comes back when its message is taken back; else a request to
+    forget: what it removed (and what that had replaced) is gone for good."""
+    session_id: str
+    message_id: int
+    matches: Callable[[MemoryItem], bool]
+    restorable: bool = False
 
 
 def new_item_id() -> str:
@@ -60,9 +110,19 @@ def dedupe_key(text: str) -> str:
     return " ".join(text.casefold().split()).rstrip(".。!！")
 
 
+def _text_hash(text: str) -> str:
+    return hashlib.sha256(dedupe_key(text).encode()).hexdigest()[:32]
+
+
 def tombstone(item: MemoryItem) -> tuple[str, int, str]:
     """What stays of a forgotten item: its source and a hash of its normalised text (never the text)."""
-    return item.session_id, item.message_id, hashlib.sha256(dedupe_key(item.text).encode()).hexdigest()[:32]
+    return item.session_id, item.message_id, _text_hash(item.text)
+
+
+def tombstones(item: MemoryItem) -> list[tuple[str, int, str]]:
+    """``tombstone`` of every statement of the item."""
+    digest = _text_hash(item.text)
+    return [(s, m, digest) for s, m, _ in item.statements()]
 
 
 #: the hash of a message's tombstone: no item of that message is added (it was edited away)
@@ -71,7 +131,8 @@ WHOLE_MESSAGE = ""
 
 class UserMemoryStore(Protocol):
     async def list(self, user_id: str) -> list[MemoryItem]: ...
-    async def add(self, user_id: str, items: Iterable[MemoryItem], learned: tuple[str, int] | None = None,
+    async def add(self, user_id: str, items: Iterable[MemoryItem | Retraction],
+                  learned: tuple[str, int] | None = None,
                   key: Callable[[MemoryItem], str | None] | None = None) -> list[MemoryItem]: ...
     async def learned(self, user_id: str, session_id: str) -> int: ...
     async def forget(self, user_id: str, item_id: str) -> bool: ...
@@ -83,15 +144,18 @@ class UserMemoryStore(Protocol):
 
 @dataclass(slots=True)
 class UserDoc:
-    """One user's file: items, per-session learned positions, tombstones, sessions being forgotten."""
+    """One user's file: items, per-session learned positions, tombstones, sessions being forgotten,
+    replaced items (with what replaced them)."""
     items: list[MemoryItem] = field(default_factory=list)
     learned: dict[str, int] = field(default_factory=dict)
     forgotten: list[tuple[str, int, str]] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
+    replaced: list[tuple[MemoryItem, ReplacedBy]] = field(default_factory=list)
 
     def to_json(self, user_id: str) -> dict:
         return {"user_id": user_id, "items": [i.to_dict() for i in self.items], "learned": self.learned,
-                "forgotten": [list(t) for t in self.forgotten], "pending": self.pending}
+                "forgotten": [list(t) for t in self.forgotten], "pending": self.pending,
+                "replaced": [{"item": i.to_dict(), "by": list(by)} for i, by in self.replaced]}
 
     @classmethod
     def from_json(cls, doc: dict) -> UserDoc:
@@ -99,7 +163,18 @@ class UserDoc:
         forgotten = [(str(s), int(m), str(k)) for s, m, k in doc.get("forgotten") or ()]
         pending = [str(s) for s in doc.get("pending") or ()]
         items = [MemoryItem.from_dict(x) for x in doc["items"]]
-        return cls([i for i in items if i.session_id not in pending], learned, forgotten, pending)
+        replaced = [(MemoryItem.from_dict(r["item"]), (str(r["by"][0]), str(r["by"][1]), int(r["by"][2])))
+                    for r in doc.get("replaced") or ()]
+        loaded = cls(items, learned, forgotten, pending, replaced)
+        if not pending:
+            return loaded
+        left = set(pending)
+        taken = take_back(loaded, lambda s, m: s in left)
+        return loaded if taken is None else taken[0]
+
+    def copy(self) -> UserDoc:
+        return UserDoc(list(self.items), dict(self.learned), list(self.forgotten), list(self.pending),
+                       list(self.replaced))
 
     @classmethod
     def read(cls, doc: Any, user_id: str | None = None) -> tuple[str, UserDoc]:
@@ -112,6 +187,67 @@ class UserDoc:
         if user_id is not None and owner != user_id:
             raise ValueError("the document belongs to another user id")
         return owner, cls.from_json(doc)
+
+
+def take_back(doc: UserDoc, gone: Callable[[str, int], bool]) -> tuple[UserDoc, int] | None:
+    """``doc`` without the statements ``gone`` accepts (session id, message id) -- a clear, delete,
+    purge or edit -- and how many items went; None when nothing changes. Each item, and each replaced
+    item, loses those statements and goes with its last one. A replaced item comes back (its
+    tombstones dropped) when what replaced it went now: an item, or a statement that a value no
+    longer holds; a replaced item that went passes what replaced it on to the items it had replaced."""
+    items: list[MemoryItem] = []
+    went: set[str] = set()
+    for item in doc.items:
+        left = item.stated(st for st in item.statements() if not gone(st[0], st[1]))
+        if left is None:
+            went.add(item.id)
+        else:
+            items.append(left)
+    heirs: dict[str, ReplacedBy] = {}          # a replaced item that went -> what had replaced it
+    entries: list[tuple[MemoryItem, ReplacedBy]] = []
+    for item, by in doc.replaced:
+        left = item.stated(st for st in item.statements() if not gone(st[0], st[1]))
+        if left is None:
+            heirs[item.id] = by
+        else:
+            entries.append((left, by))
+    back: list[MemoryItem] = []
+    replaced: list[tuple[MemoryItem, ReplacedBy]] = []
+    for item, by in entries:
+        for _ in range(len(heirs)):
+            if by[0] not in heirs:
+                break
+            by = heirs[by[0]]
+        if by[0] in went or (not by[0] and gone(by[1], by[2])):
+            back.append(item)
+        else:
+            replaced.append((item, by))
+    known = {dedupe_key(i.text): n for n, i in enumerate(items)}
+    for item in back:                          # (said again meanwhile: one item with both statements)
+        n = known.get(dedupe_key(item.text))
+        if n is None:
+            known[dedupe_key(item.text)] = len(items)
+            items.append(item)
+        else:
+            items[n] = items[n].stated(items[n].statements() + item.statements()) or items[n]
+    if items == doc.items and replaced == doc.replaced:
+        return None
+    dead = {t for item in back for t in tombstones(item)}
+    forgotten = [t for t in doc.forgotten if t not in dead]
+    return UserDoc(items, dict(doc.learned), forgotten, list(doc.pending), replaced), len(went)
+
+
+def _without_replaced_by(replaced: list[tuple[MemoryItem, ReplacedBy]], ids: set[str]
+                         ) -> list[tuple[MemoryItem, ReplacedBy]]:
+    """``replaced`` without what the items ``ids`` replaced, what those had replaced, and so on (they
+    were forgotten: nothing of them comes back)."""
+    ids = set(ids)
+    while True:
+        dropped = {i.id for i, by in replaced if by[0] in ids}
+        if not dropped:
+            return replaced
+        ids |= dropped
+        replaced = [(i, by) for i, by in replaced if i.id not in dropped]
 
 
 class DocBackend(Protocol):
@@ -137,7 +273,8 @@ class DocUserMemoryStore:
     (another node on the same PostgreSQL) reloads it and does the operation again.
 
     ``max_items``: a user keeps at most this many items (the oldest go first). An item whose text
-    is already known (case and spacing ignored) is not added again.
+    is already known (case and spacing ignored) is not added again: the known item names this
+    statement too.
     """
 
     def __init__(self, backend: DocBackend, max_items: int = 200, max_cached: int = 256) -> None:
@@ -184,7 +321,11 @@ class DocUserMemoryStore:
         finishing their clear (their items are already left out: ``UserDoc.from_json``); None when
         there are none."""
         left = [s for s in doc.pending if (user_id, s) in self._marked]
-        return None if left == doc.pending else UserDoc(doc.items, doc.learned, doc.forgotten, left)
+        if left == doc.pending:
+            return None
+        done = doc.copy()
+        done.pending = left
+        return done
 
     async def _save(self, user_id: str, doc: UserDoc, version: Any) -> tuple[UserDoc, Any] | None:
         """Write ``doc`` (a new object: the cached one changes only once it is stored); None when the
@@ -199,7 +340,9 @@ class DocUserMemoryStore:
 
     def _trim(self, doc: UserDoc) -> UserDoc:
         n = self.max_items
+        doc.items = doc.items[-n:]                   # (replaced items that came back may exceed it)
         doc.forgotten = doc.forgotten[-n:]
+        doc.replaced = doc.replaced[-n:]
         while len(doc.learned) > n:
             doc.learned.pop(next(iter(doc.learned)))
         return doc
@@ -241,84 +384,118 @@ class DocUserMemoryStore:
         async with self._lock(user_id):
             return (await self._load(user_id))[0].learned.get(session_id, 0)
 
-    async def add(self, user_id: str, items: Iterable[MemoryItem], learned: tuple[str, int] | None = None,
+    async def add(self, user_id: str, items: Iterable[MemoryItem | Retraction],
+                  learned: tuple[str, int] | None = None,
                   key: Callable[[MemoryItem], str | None] | None = None) -> list[MemoryItem]:
         """Store the items whose text is new (case and spacing ignored), not forgotten from the same
-        message and not of a session being forgotten (``pending``); returns those added. ``learned`` = (session id, message id): that session's
-        messages up to that id are distilled, recorded in the same write whenever ``items`` is not
-        empty (a message that gave nothing is cheap to distill again: no write for it).
+        message and not of a session being forgotten (``pending``); returns those added. An item
+        whose text is known adds its statement (session, message) to the known item. A
+        ``Retraction`` among them (in message order) removes the items it matches. ``learned`` =
+        (session id, message id): that session's messages up to that id are distilled, recorded in
+        the same write whenever ``items`` is not empty (a message that gave nothing is cheap to
+        distill again: no write for it).
 
         ``key``: what an item is about (None: nothing in particular). An added item replaces the
         items with its key (a correction: "the DB host is db-2" after "... is db-1"); they leave
-        tombstones, as if forgotten."""
-        items = list(items)
+        tombstones, as if forgotten, and are kept as replaced, to come back if the correction is
+        taken back (``take_back``)."""
+        entries = list(items)
 
         def change(doc: UserDoc) -> tuple[UserDoc | None, list[MemoryItem]]:
-            known = {dedupe_key(i.text) for i in doc.items}
             dead = set(doc.forgotten)
             forgetting = set(doc.pending)         # (a learning that ends after a clear began adds nothing of it)
-            subjects: dict[str, str | None] | None = None     # item id -> key(item), each item's once
-            kept, new, tombs = list(doc.items), [], []
-            for item in items:
-                text_key = dedupe_key(item.text)
-                if text_key in known or tombstone(item) in dead or item.session_id in forgetting or \
-                        (item.session_id, item.message_id, WHOLE_MESSAGE) in dead:
+            subjects: dict[str, str | None] = {}  # item id -> key(item), each item's once
+
+            def about(item: MemoryItem) -> str | None:
+                if item.id not in subjects:
+                    subjects[item.id] = key(item) if key is not None else None
+                return subjects[item.id]
+            live, replaced, tombs = list(doc.items), list(doc.replaced), []
+            new: set[str] = set()
+            changed = False
+            for entry in entries:
+                if entry.session_id in forgetting or (entry.session_id, entry.message_id, WHOLE_MESSAGE) in dead:
                     continue
-                subject = key(item) if key is not None else None
+                if isinstance(entry, Retraction):
+                    gone = [i for i in live if entry.matches(i)]
+                    live = [i for i in live if i not in gone]
+                    tombs.extend(t for i in gone for t in tombstones(i))
+                    if entry.restorable:
+                        replaced.extend((i, ("", entry.session_id, entry.message_id)) for i in gone)
+                    else:                     # forgotten: what they (or the match) replaced is gone too
+                        ids = {i.id for i in gone} | {i.id for i, _ in replaced if entry.matches(i)}
+                        kept = _without_replaced_by([(i, by) for i, by in replaced if i.id not in ids], ids)
+                        changed |= len(kept) != len(replaced)
+                        replaced = kept
+                    changed |= bool(gone)
+                    continue
+                item = entry
+                if tombstone(item) in dead:
+                    continue
+                text = dedupe_key(item.text)
+                same = next((n for n, i in enumerate(live) if dedupe_key(i.text) == text), None)
+                if same is not None:           # known: one more statement of it
+                    more = live[same].stated(live[same].statements() + item.statements()) or live[same]
+                    changed |= more != live[same]
+                    live[same] = more
+                    continue
+                subject = about(item)
                 if subject is not None:
-                    if subjects is None:
-                        subjects = {i.id: key(i) for i in kept}          # type: ignore[misc]
-                    gone = {i.id for i in kept + new if subjects.get(i.id) == subject}
-                    if gone:
-                        tombs.extend(tombstone(i) for i in kept if i.id in gone)
-                        known -= {dedupe_key(i.text) for i in kept + new if i.id in gone}
-                        kept = [i for i in kept if i.id not in gone]
-                        new = [i for i in new if i.id not in gone]
-                    subjects[item.id] = subject
-                known.add(text_key)
-                new.append(item)
+                    gone = [i for i in live if about(i) == subject]
+                    live = [i for i in live if i not in gone]
+                    tombs.extend(t for i in gone for t in tombstones(i))
+                    replaced.extend((i, (item.id, item.session_id, item.message_id)) for i in gone
+                                    if (i.session_id, i.message_id) != (item.session_id, item.message_id))
+                live.append(item)
+                new.add(item.id)
+                changed = True
+            added = [i for i in live if i.id in new]
             moved = learned is not None and learned[1] > doc.learned.get(learned[0], 0)
-            if not (new or (moved and items)):      # (also when all were known: forgetting one must hold)
-                return None, new
+            if not (changed or (moved and entries)):   # (also when all were known: forgetting one must hold)
+                return None, added
             marks = dict(doc.learned)
             if learned is not None:
                 sid, upto = learned
                 marks.pop(sid, None)
                 marks[sid] = max(upto, doc.learned.get(sid, 0))     # most recent last
-            return UserDoc((kept + new)[-self.max_items:], marks, doc.forgotten + tombs, list(doc.pending)), new
+            return UserDoc(live[-self.max_items:], marks, doc.forgotten + tombs, list(doc.pending), replaced), added
         return await self._update(user_id, change)
 
     async def forget(self, user_id: str, item_id: str) -> bool:
-        """Remove one item, leaving a tombstone so its message never gives it back."""
+        """Remove one item, leaving a tombstone of each of its statements so none of their messages
+        gives it back; what it replaced is dropped for good."""
         def change(doc: UserDoc) -> tuple[UserDoc | None, bool]:
             gone = [i for i in doc.items if i.id == item_id]
             if not gone:
                 return None, False
-            tombs = doc.forgotten + [tombstone(i) for i in gone]
-            return UserDoc([i for i in doc.items if i.id != item_id], dict(doc.learned), tombs,
-                           list(doc.pending)), True
+            done = doc.copy()
+            done.items = [i for i in doc.items if i.id != item_id]
+            done.forgotten = doc.forgotten + [t for i in gone for t in tombstones(i)]
+            done.replaced = _without_replaced_by(doc.replaced, {item_id})
+            return done, True
         return await self._update(user_id, change)
 
     async def forget_messages(self, user_id: str, session_id: str, message_ids: Iterable[int]) -> int:
-        """Remove the items distilled from these messages of ``session_id`` (an edit supersedes them);
-        returns how many. Each message not yet recorded as learned leaves a tombstone, so a learning
-        of it still under way adds nothing."""
+        """Take back the statements of these messages of ``session_id`` (an edit supersedes them:
+        ``take_back``); returns how many items went. Each message not yet recorded as learned leaves
+        a tombstone, so a learning of it still under way adds nothing."""
         ids = set(message_ids)
 
         def change(doc: UserDoc) -> tuple[UserDoc | None, int]:
-            kept = [i for i in doc.items if not (i.session_id == session_id and i.message_id in ids)]
+            taken = take_back(doc, lambda s, m: s == session_id and m in ids)
             done = doc.learned.get(session_id, 0)
             dead = set(doc.forgotten)
             tombs = [t for t in ((session_id, m, WHOLE_MESSAGE) for m in sorted(ids) if m > done) if t not in dead]
-            if len(kept) == len(doc.items) and not tombs:
+            if taken is None and not tombs:
                 return None, 0
-            return (UserDoc(kept, dict(doc.learned), doc.forgotten + tombs, list(doc.pending)),
-                    len(doc.items) - len(kept))
+            new, n = taken if taken is not None else (doc.copy(), 0)
+            new.forgotten = new.forgotten + tombs
+            return new, n
         return await self._update(user_id, change)
 
     async def mark_forgetting(self, user_id: str, session_id: str) -> None:
         """Durably note that ``session_id`` is being forgotten (before a clear, delete or purge changes
-        the history); ``forget_session`` ends it. A crash in between: the next load drops its items."""
+        the history); ``forget_session`` ends it. A crash in between: the next load drops its statements."""
         key = (user_id, session_id)
         async with self._lock(user_id):
             self._marked[key] = self._marked.get(key, 0) + 1
@@ -326,12 +503,15 @@ class DocUserMemoryStore:
         def change(doc: UserDoc) -> tuple[UserDoc | None, None]:
             if session_id in doc.pending:
                 return None, None
-            return UserDoc(list(doc.items), dict(doc.learned), list(doc.forgotten), doc.pending + [session_id]), None
+            new = doc.copy()
+            new.pending = doc.pending + [session_id]
+            return new, None
         await self._update(user_id, change)
 
     async def forget_session(self, user_id: str, session_id: str) -> int:
-        """Remove every item distilled from ``session_id`` (clear, purge); returns how many. Its
-        learned position stays: a restore of the cleared messages does not teach them again."""
+        """Take back every statement of ``session_id`` (clear, delete, purge: ``take_back``); returns
+        how many items went. Its learned position stays: a restore of the cleared messages does not
+        teach them again."""
         key = (user_id, session_id)
         async with self._lock(user_id):
             marks = self._marked.pop(key, 0) - 1
@@ -340,10 +520,12 @@ class DocUserMemoryStore:
 
         def change(doc: UserDoc) -> tuple[UserDoc | None, int]:
             pending = doc.pending if marks > 0 else [s for s in doc.pending if s != session_id]
-            kept = [i for i in doc.items if i.session_id != session_id]
-            if len(kept) == len(doc.items) and pending == doc.pending:
+            taken = take_back(doc, lambda s, m: s == session_id)
+            if taken is None and pending == doc.pending:
                 return None, 0
-            return UserDoc(kept, dict(doc.learned), list(doc.forgotten), list(pending)), len(doc.items) - len(kept)
+            new, n = taken if taken is not None else (doc.copy(), 0)
+            new.pending = list(pending)
+            return new, n
         return await self._update(user_id, change)
 
     async def close(self) -> None:
