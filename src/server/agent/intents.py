@@ -63,8 +63,8 @@ RULES: list[tuple[str, list[tuple[re.Pattern[str], float]]]] = [
                  (_p(r"(之前|以前|上次|刚才|曾经).*(问|聊|说|提|讨论)|(问过|聊过|说过|提到过|讨论过)"), 1.0),
                  (_p(r"搜索.*(历史|记录|对话)|历史记录|聊天记录"), 1.0)]),
     ("clock", [(_p(r"\bwhat time\b|\b(current )?time is it\b|\bdate\b|\bwhat day\b|\btoday\b|\bclock\b|"
-                   r"\btime\b(?!\s*out)"), 1.0),
-               (_p(r"几点|(?<!运行)(?<!启动)时间|日期|几号|星期几|周几|今天"), 1.0)]),
+                   r"(?<!much )(?<!long )\btime\b(?!\s*out)"), 1.0),      # ("how much time": a duration)
+               (_p(r"几点|(?<!运行)(?<!启动)(?<!长)(?<!多少)时间|日期|几号|星期几|周几|今天"), 1.0)]),   # (多长时间: a duration)
     ("help", [(_p(r"^\s*(hi|hello|hey|help|\?)\s*[!.?]*\s*$|\bwhat can you do\b|\bhelp\b|\bcapabilit"), 1.0),
               (_p(r"^\s*(你好|您好|嗨|帮助)\s*[!！。?？]*\s*$|你能做什么|能做什么|有什么功能|怎么用|帮助"), 1.0)]),
 ]
@@ -93,6 +93,18 @@ _CHECK_WORDS = re.compile(r"\b(check|port|reachable|connect|open|listening|ping)
 #: a check word other than "port", or a question
 _CHECK_ASKED = re.compile(r"\b(check|reachable|connect|open|listening|ping|test|up|alive)\b|连通|连接|检查|检测|能否|"
                           r"开放|是否|有没有|通不通|[?？吗呢]\s*$", _FLAGS)
+
+#: the words of a system request that name no subject of their own: asking to look ("show", "查看"),
+#: what is measured ("usage", "剩余"), the machine itself ("server", "系统") (``without_request``)
+REQUEST_WORDS = _p(r"\b(?:show|check|list|display|view|see|give|current(?:ly)?|now|usage|used|use|using|"
+                   r"utili[sz]ation|free|available|left|remaining|total|status|stats?|statistics|info(?:rmation)?|"
+                   r"percent(?:age)?|server|system|machine|host|box|this|top)\b|"
+                   r"查看|检查|检测|显示|列出|看看|看一下|查一下|查询|当前|现在|目前|实时|使用率|使用情况|使用量|"
+                   r"占用率|占用|使用|用量|剩余|还剩|剩下|可用|空闲|情况|状态|信息|总共|总量|大小|服务器|系统|机器|"
+                   r"本机|主机|一下|最多|最高")
+#: a command to look at the machine ("check port 22", "show disk usage", "查看CPU使用率"): its tool, always
+COMMAND = _p(r"^\s*(?:(?:please|pls|can\s+you|could\s+you)\s+)?(?:check|show|list|display|tail|ping|test|monitor)\b|"
+             r"^\s*(?:请|麻烦|帮我|给我)*(?:查看|检查|检测|显示|列出|看看|看一下|查一下|测试)")
 
 _TOPIC_EN = [
     re.compile(r"\b(?:about|regarding|on|for)\s+[\"']?(.+?)[\"']?\s*(?:\b(?:earlier|before|previously|last time|"
@@ -166,6 +178,18 @@ def _log_args(text: str) -> dict[str, Any] | None:
     if m:
         args["lines"] = max(1, int(m.group(1)))
     return args
+
+
+def without_request(text: str) -> str:
+    """``text`` without what makes it a system request: the words of every intent rule (``RULES``), a
+    port check's words and target (host:port, "port N") and ``REQUEST_WORDS``, each replaced by a
+    space. What is left is what the message asks beyond the machine: "what time does the nightly backup
+    run?" -> "does the nightly backup run?", "磁盘使用率超过多少会触发告警" -> "超过多少会触发告警",
+    "how much memory is free" -> "how much is" (the knowledge route compares it with the documents)."""
+    for pattern in [p for _, patterns in RULES for p, _ in patterns] + [
+            _HOST_PORT, _PORT_WORD, _BARE_HOST, _CHECK_WORDS, _CHECK_ASKED, REQUEST_WORDS]:
+        text = pattern.sub(" ", text)
+    return text
 
 
 def parsed_part(text: str) -> str:

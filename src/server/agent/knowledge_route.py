@@ -5,7 +5,13 @@ Rule (offline agent), first match wins:
    "my/the/our documents", "documentation") -> knowledge. The words that route it ("according to my
    documents", "does the documentation say", "文档里有没有写"; ``ROUTING``) are left out of the search:
    they say where to look, not what to look for.
-2. ``intent``: a system request the offline agent has a tool for (CPU, disk, logs, ...) -> general.
+2. ``intent``: a system request the offline agent has a tool for (CPU, disk, logs, ...) -> general,
+   unless it is a question about a metric, the time or a port (``OUTRANKED``; no command such as
+   "show ...", "check ...", "查看...": ``intents.COMMAND``) whose best passage holds what it asks beyond
+   the machine (``match_terms(text, request=True)``: without the words that made it a system request,
+   ``intents.without_request``) as ``strong_match`` (4) requires -> knowledge (``strong_match``): "what
+   time does the nightly backup run?", "磁盘使用率超过多少会触发告警"; "现在几点", "how much memory is free"
+   leave nothing and keep their tool.
    ``statement``: the message only states facts or preferences to keep, as the user memory's rules
    read them ("remember that the staging host is stage-7", "以后用中文回答"; no question) -> general.
 3. ``follow_up``: the previous answer quoted documents (the offline agent's documents answer, with a
@@ -13,17 +19,22 @@ Rule (offline agent), first match wins:
    most 8 words, or 16 CJK characters), is no thanks or greeting, is not answered by what the user
    told the assistant (their long-term memory), and refers back ("and its port?", "那它的端口呢";
    ``REFERS_BACK``) or shares a search term with the passages the previous answer quoted -> knowledge;
-   the retrieval query is the previous question plus this one ("and its default?" finds the passage
-   about the timeout), and only the passages holding one of this message's own search terms are
-   quoted ("and its port?" quotes the port, not again the passage the previous answer quoted; a
-   message with no search term of its own, "tell me more", goes by the previous question's).
+   the retrieval query is the previous question (the last one with a term of its own) plus this one
+   ("and its default?" finds the passage about the timeout), and only the passages holding one of this
+   message's own key terms are quoted ("and its port?" quotes the port, not again the passage the
+   previous answer quoted; a message with no key term of its own, "tell me more", "and how do I fix
+   it?", goes by the previous question's).
 4. ``strong_match``: the best passage for the message holds at least 60% of the message's distinct
-   search terms, and at least 2 of them -> knowledge.
+   terms (``match_terms``: English words, Chinese characters and character pairs, without the words
+   that only ask, ``ASKED``: "how many", 多少, 什么, 意思, "fix"), among them at least 2 words (of
+   Chinese, character pairs) -> knowledge.
 5. otherwise general (``default``; ``no_documents`` when the user can see no document).
 
-A knowledge answer quotes only passages that hold at least one search term of the question
-(``search_terms``: no stopword, no word naming the documents); when none does, it says the documents
-have nothing about it.
+A knowledge answer quotes only passages that hold at least one key term of the question
+(``key_terms``: no stopword, no word naming the documents, no word that only asks); when none does,
+it says the documents have nothing about it. A passage text is quoted once (a file uploaded twice);
+passages of different documents under one citation (an edited file uploaded again under its name)
+are quoted the most recently uploaded first, each citation followed by its document's upload time.
 
 Every turn records ``{"route", "method", "reason", "query"?}`` in its context metadata (``route``).
 The LLM agent decides by calling ``search_knowledge`` or not; ``record_model_route`` records that.
@@ -36,6 +47,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from server.agent.intents import COMMAND, without_request
 from server.memory.analyze import CJK_STOP_CHARS, analyze
 from server.memory.distill import MAX_ITEMS_PER_MESSAGE, distill_rules
 from server.memory.extractive import sentences
@@ -61,6 +73,20 @@ ROUTING_TERMS = frozenset(analyze("documents documentation docs knowledge base k
     "文档", "知识", "识库", "资料", "料库"}
 #: words that only ask ("tell me more", "explain"): never what a question is about either
 ASKING_TERMS = frozenset(analyze("tell say said explain describe know mention please thanks thank detail details"))
+#: words that only say what kind of answer is wanted: how much / how long, 多少, 什么, 意思, and what to
+#: do about it (fix, 解决): a passage about the subject answers them without holding them (``key_terms``)
+ASKED = re.compile(
+    r"\bhow\s+(?:much|many|long|often|far|big|large|soon|old)\b|\bwhat\s+kind\s+of\b|"
+    r"\b(?:fix(?:es|ed|ing)?|solve[sd]?|solving|resolve[sd]?|resolving|repair(?:s|ed|ing)?|handl(?:e|es|ed|ing)|"
+    r"troubleshoot(?:s|ed|ing)?|remed(?:y|ies)|mitigat(?:e|es|ed|ing)|work\s*around|deal)\b|"
+    r"多长时间|多少时间|多久|多少|多长|多大|多高|多远|多快|几点钟?|几个|几次|几天|什么时候|什么|啥|怎么样|怎么办|"
+    r"怎么|怎样|如何|为什么|为何|哪个|哪些|哪里|哪儿|几|哪|意思|是否|能否|能不能|可不可以|是不是|有没有|请问|"
+    r"解决|处理|修复|排查|应对|吗|呢", re.IGNORECASE | re.ASCII)
+#: the intents a document can outrank: a question about the machine's metrics or the time, or whether a
+#: port answers, names the subject the document is about ("what time does the nightly backup run?");
+#: history, files, logs, downloads and memory requests name what to read
+OUTRANKED = frozenset({"cpu", "memory", "disk", "network", "load", "uptime", "overview", "processes", "clock",
+                       "network_check"})
 #: a short message that refers back to the previous answer ("and its port?", "那它的端口呢", "tell me more")
 REFERS_BACK = re.compile(
     r"^\W*(?:and|also|plus|but|so|then|or)\b|\b(?:what|how)\s+about\b|"
@@ -108,6 +134,19 @@ def _previous(messages: list[dict[str, Any]], role: str) -> str | None:
     return None
 
 
+def _asked_about(messages: list[dict[str, Any]]) -> str | None:
+    """The last question before the new (last) message that says what it asks about (``key_terms``),
+    going back over follow-ups with no term of their own ("tell me more", "and how do I fix it?");
+    else the last question."""
+    last = None
+    for m in reversed(messages[:-1]):
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            last = last or m["content"]
+            if key_terms(m["content"]):
+                return m["content"]
+    return last
+
+
 def is_follow_up(text: str) -> bool:
     """Short enough to be a follow-up (at most ``FOLLOW_UP_MAX_WORDS`` words or ``FOLLOW_UP_MAX_CJK``
     CJK characters)."""
@@ -127,13 +166,31 @@ def search_terms(text: str) -> set[str]:
     ``search_query(text)`` without those naming the documents or only asking ("tell", "explain");
     of CJK text only the character pairs with no function character (a single character, or "它的",
     says nothing on its own)."""
-    out = set()
-    for term in analyze(search_query(text)):
-        if term in ROUTING_TERMS or term in ASKING_TERMS:
-            continue
-        if not _CJK.match(term) or (len(term) == 2 and not CJK_STOP_CHARS.intersection(term)):
-            out.add(term)
-    return out
+    return {term for term in _terms(search_query(text)) if _is_word(term)}
+
+
+def key_terms(text: str) -> set[str]:
+    """The ``search_terms`` of ``text`` that say what it is about: without the words that only ask
+    (``ASKED``: "how many", 多少, 什么, 意思, "fix"). "错误码 E1024 是什么意思" -> 错误, 误码, e1024."""
+    return search_terms(ASKED.sub(" ", search_query(text)))
+
+
+def match_terms(text: str, request: bool = False) -> set[str]:
+    """What the best passage must hold for ``strong_match``: the analyzed terms (of CJK text, characters
+    and character pairs) of ``search_query(text)`` without the words that only ask (``ASKED``) and,
+    for a system ``request``, without what makes it one (``intents.without_request``): "what time does
+    the nightly backup run?" -> nightli, backup, run; "how much memory is free" -> none."""
+    text = ASKED.sub(" ", search_query(text))
+    return _terms(without_request(text) if request else text)
+
+
+def _terms(text: str) -> set[str]:
+    return {term for term in analyze(text) if term not in ROUTING_TERMS and term not in ASKING_TERMS}
+
+
+def _is_word(term: str) -> bool:
+    """A term that says something on its own: a word, or a CJK character pair with no function character."""
+    return not _CJK.match(term) or (len(term) == 2 and not CJK_STOP_CHARS.intersection(term))
 
 
 def statement_items(text: str) -> list[tuple[str, str]]:
@@ -144,12 +201,6 @@ def statement_items(text: str) -> list[tuple[str, str]]:
         return []
     items = distill_rules(text)
     return items if len(items) == len(parts) else []
-
-
-def coverage(query: str, passage: str) -> tuple[int, int]:
-    """(query terms found in the passage, distinct query terms)."""
-    terms = set(analyze(query))
-    return covered(terms, passage), len(terms)
 
 
 def covered(terms: set[str], passage: str) -> int:
@@ -178,23 +229,39 @@ async def decide(text: str, messages: list[dict[str, Any]], source: Any, user_id
     if m:
         return Route("knowledge", "keyword", f"the message mentions {m.group(0)!r}", search_query(text) or text, text)
     if tool_intents:
+        if OUTRANKED.issuperset(tool_intents) and not COMMAND.match(text):
+            route = await _strong_match(source, user_id, text, match_terms(text, request=True),
+                                        f" the system request ({', '.join(tool_intents)}) leaves")
+            if route is not None:
+                return route
         return Route("general", "intent", f"a system request: {', '.join(tool_intents)}")
     if stated:
         return Route("general", "statement", "the message states facts or preferences to keep, asks nothing")
     prev_answer = _previous(messages, "assistant")
-    prev_question = _previous(messages, "user")
+    prev_question = _asked_about(messages)
     if prev_answer and prev_answer.startswith((ANSWER_HEAD_EN, ANSWER_HEAD_ZH)) and CITATION.search(prev_answer) \
             and prev_question and is_follow_up(text) and not remembered and _refers_to(text, prev_answer):
         query = search_query(f"{prev_question} {text}")
         return Route("knowledge", "follow_up", "a short follow-up to an answer from the documents", query,
-                     text if search_terms(text) else query)
+                     text if key_terms(text) else query)
+    route = await _strong_match(source, user_id, text, match_terms(text), " of the message")
+    return route or Route("general", "default", "no document mention and no strong match")
+
+
+async def _strong_match(source: Any, user_id: str, text: str, terms: set[str], of: str) -> Route | None:
+    """The ``strong_match`` route when the best passage for ``text`` holds at least ``STRONG_SHARE`` of
+    the ``match_terms`` ``terms``, among them at least ``STRONG_MIN_TERMS`` words (``_is_word``: of
+    Chinese, character pairs); else None."""
+    if sum(map(_is_word, terms)) < STRONG_MIN_TERMS:
+        return None
     hits = await source.search(user_id, text, 1)
-    if hits:
-        found, total = coverage(text, hits[0].text + " " + " ".join(hits[0].location.get("heading", [])))
-        if found >= STRONG_MIN_TERMS and found >= STRONG_SHARE * total:
-            return Route("knowledge", "strong_match",
-                         f"{hits[0].citation} holds {found} of the message's {total} search terms", text, text)
-    return Route("general", "default", "no document mention and no strong match")
+    if not hits:
+        return None
+    held = terms & set(analyze(hits[0].text + " " + " ".join(hits[0].location.get("heading", []))))
+    if sum(map(_is_word, held)) >= STRONG_MIN_TERMS and len(held) >= STRONG_SHARE * len(terms):
+        return Route("knowledge", "strong_match",
+                     f"{hits[0].citation} holds {len(held)} of the {len(terms)} search terms{of}", text, text)
+    return None
 
 
 def passages_of(call: Any) -> list[dict[str, Any]]:
@@ -212,30 +279,90 @@ def cite(p: dict[str, Any]) -> dict[str, Any]:
     return {k: p.get(k) for k in ("citation", "doc_id", "name", "chunk_id", "location")}
 
 
-def answer(call: Any, zh: bool, focus: str) -> tuple[str, list[dict[str, Any]]]:
+async def upload_times(source: Any, user_id: str, call: Any) -> dict[str, str]:
+    """{doc_id: uploaded_at} of the documents whose passages in ``call`` share a citation with a passage
+    of another document (an edited file uploaded again under its name); {} when none do (nothing is
+    looked up). The passages carry no upload time, so the user's documents are listed."""
+    by_citation: dict[Any, set[Any]] = {}
+    for p in passages_of(call):
+        by_citation.setdefault(p.get("citation"), set()).add(p.get("doc_id"))
+    clashing = {d for ids in by_citation.values() if len(ids) > 1 for d in ids}
+    kb = getattr(source, "kb", None)          # (server.tools.knowledge.KnowledgeSource)
+    if not clashing or kb is None:
+        return {}
+    documents = await kb.list(user_id, source.groups_of(user_id))
+    return {d.doc_id: d.uploaded_at for d in documents if d.doc_id in clashing}
+
+
+def _distinct(found: list[dict[str, Any]], uploaded: dict[str, str]) -> list[dict[str, Any]]:
+    """``found`` with each passage text once (the same section of a file uploaded twice, or of two
+    copies): in the place of its best-scored copy, from the most recently uploaded document holding it."""
+    best: dict[str, dict[str, Any]] = {}
+    for p in found:
+        text = " ".join(str(p.get("text", "")).split())
+        kept = best.setdefault(text, p)
+        if uploaded.get(p.get("doc_id"), "") > uploaded.get(kept.get("doc_id"), ""):
+            best[text] = {**p, "score": kept.get("score")}
+    return list(best.values())
+
+
+def _newest_first(quoted: list[dict[str, Any]], uploaded: dict[str, str]) -> list[dict[str, Any]]:
+    """``quoted`` with the passages that share a citation (different documents under one name) next to
+    each other where the first of them was, the most recently uploaded first."""
+    by_citation: dict[Any, list[dict[str, Any]]] = {}
+    for p in quoted:
+        by_citation.setdefault(p.get("citation"), []).append(p)
+    return [p for same in by_citation.values()
+            for p in sorted(same, key=lambda p: uploaded.get(p.get("doc_id"), ""), reverse=True)]
+
+
+def _source_line(p: dict[str, Any], uploaded: dict[str, str], newest: bool, zh: bool) -> str:
+    """"— [name §location]", and for a citation that several quoted documents share, the upload time
+    of this one ("uploaded 2026-11-27 13:09:41 UTC, the newest")."""
+    line = f"— {p.get('citation', '')}"
+    when = uploaded.get(p.get("doc_id"))
+    if when:
+        at = f"{when[:19].replace('T', ' ')} UTC"
+        if zh:
+            line += f"（上传于 {at}{'，最新' if newest else ''}）"
+        else:
+            line += f" (uploaded {at}{', the newest' if newest else ''})"
+    return line
+
+
+def answer(call: Any, zh: bool, focus: str, uploaded: dict[str, str] | None = None) -> tuple[str, list[dict[str, Any]]]:
     """The offline answer quoting the best passages, and the citations it carries. Only the passages
-    holding one of ``focus``'s search terms (``search_terms``: the question's, or a follow-up's own)
-    are quoted: "and its port?" quotes the passage about the port, not the one the previous answer
-    quoted again, and a passage that merely says "this page documents ..." is not quoted for a
-    question the documents do not answer. None holding one: the documents have nothing about it."""
+    holding one of ``focus``'s ``key_terms`` (the question's, or a follow-up's own) are quoted: "and its
+    port?" quotes the passage about the port, not the one the previous answer quoted again, and a
+    passage that merely says "this page documents ..." is not quoted for a question the documents do
+    not answer. None holding one: the documents have nothing about it. A text is quoted once; passages
+    of different documents under one citation (``uploaded``: their upload times, ``upload_times``) are
+    quoted the newest first, each with its upload time."""
+    uploaded = uploaded or {}
     found = passages_of(call)
     if not found and call.status != "success":
         return ("知识库检索失败。" if zh else "The document search failed."), []
-    terms = search_terms(focus)
+    terms = key_terms(focus)
     if not terms:
         return ("请告诉我要在知识库里查找什么。" if zh else "Tell me what to look for in your documents."), []
     found = [p for p in found if covered(terms, str(p.get("text", "")) + " " + str(p.get("citation", "")))]
     if not found:
         return ("知识库里没有找到相关内容。" if zh else "I found nothing about that in your documents."), []
+    found = _distinct(found, uploaded)
     best = found[0].get("score") or 0
     quoted = [p for p in found[:QUOTE_TOP] if (p.get("score") or 0) >= 0.5 * best] or found[:1]
+    citations = [p.get("citation") for p in quoted]
+    dated = {p["doc_id"]: uploaded[p["doc_id"]] for p in quoted
+             if citations.count(p.get("citation")) > 1 and p.get("doc_id") in uploaded}
+    quoted = _newest_first(quoted, dated)
     parts = [ANSWER_HEAD_ZH if zh else ANSWER_HEAD_EN]
-    for p in quoted:
+    for n, p in enumerate(quoted):
         text = str(p.get("text", ""))
         if len(text) > QUOTE_CHARS:
             text = text[:QUOTE_CHARS] + "…"
         block = "\n".join("> " + line if line.strip() else ">" for line in text.splitlines())
-        parts.append(f"{block}\n\n— {p.get('citation', '')}")
+        newest = n == 0 or quoted[n - 1].get("citation") != p.get("citation")
+        parts.append(f"{block}\n\n{_source_line(p, dated, newest, zh)}")
     return "\n\n".join(parts), [cite(p) for p in quoted]
 
 

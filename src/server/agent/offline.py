@@ -64,7 +64,8 @@ class OfflineAgent:
         tool_intents = [i for i in found if i.tool]
         noted = knowledge_route.statement_items(text) if not tool_intents else []
         recalled = None if tool_intents or noted else memory_answers.answer(text, req.context.messages, zh)
-        route = await knowledge_route.decide(text, req.context.messages, getattr(self.registry, "knowledge", None), req.user_id,
+        source = getattr(self.registry, "knowledge", None)
+        route = await knowledge_route.decide(text, req.context.messages, source, req.user_id,
                                              [i.name for i in tool_intents], stated=bool(noted),
                                              remembered=recalled is not None)
         req.context.metadata["route"] = route.record()
@@ -73,7 +74,8 @@ class OfflineAgent:
             calls = await run_tool_step(self.registry, sink, [CallRequest(None, "search_knowledge",
                                                                           {"query": route.query[:500], "top_k": 5})],
                                         ToolContext(req.user_id, req.session_id), step=0, timeout=self.cfg.tool_timeout_s)
-            answer, citations = knowledge_route.answer(calls[0], zh, route.focus)
+            uploaded = await knowledge_route.upload_times(source, req.user_id, calls[0])
+            answer, citations = knowledge_route.answer(calls[0], zh, route.focus, uploaded)
             found = [intents.Intent("knowledge", 1.0, "search_knowledge")]
         elif tool_intents:
             requests = [CallRequest(None, i.tool, i.arguments) for i in tool_intents if i.tool]
