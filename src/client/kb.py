@@ -1,23 +1,29 @@
 """Knowledge-base transfers over a ``Client`` (docs/protocol.md §5.8): resumable upload, resumable
 download, and the whole document list (KB_LIST pages).
 
+Several transfers may run at once on one client: each message type's tap (``client.taps``) is a
+``SharedTap`` that hands a message to the transfer it belongs to (a data frame by its handle,
+``KB_PROGRESS`` by its upload id), so one transfer never takes another's bytes.
+
 ``upload`` hashes the file (md5 + sha256, in a worker thread), sends KB_UPLOAD_BEGIN, streams the
 bytes from the offset the server reports as binary data frames, then KB_UPLOAD_END; when the
 connection drops it waits for the client's reconnect and begins again, and the server continues
 from what it kept. ``download`` writes to ``<dest>.part`` and resumes from its size when the sidecar
 ``<dest>.part.json`` names the same document (a ``.part`` of another document, or of unknown origin,
-is started over from 0), then checks the md5 of the whole file before renaming it to ``dest``.
+is started over from 0), then checks the md5 of the whole file before renaming it to ``dest`` (an
+existing folder ``dest`` means the document's name in it, as for ``cp``).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from protocol import ErrorCode, MsgType
 from protocol.binary import decode_data
@@ -31,6 +37,35 @@ RETRYABLE = frozenset({errors.CONNECTION_LOST, errors.NOT_CONNECTED})
 Progress = Callable[[str, int, int], None]        # (stage, done, total)
 _handles = itertools.count(1)
 log = logging.getLogger("nplt.client")
+
+
+class SharedTap:
+    """The tap of one message type (``client.taps``) that the transfers running on a client share:
+    each message goes to the first transfer whose callback takes it (returns something other than
+    False), so two downloads (or uploads) at once never take each other's messages."""
+
+    def __init__(self) -> None:
+        self.transfers: list[Callable[[Any], Any]] = []
+
+    def __call__(self, message: Any) -> bool:
+        return any(take(message) is not False for take in list(self.transfers))
+
+
+@contextlib.contextmanager
+def _tapped(client: Any, msg_type: MsgType, take: Callable[[Any], Any]) -> Iterator[None]:
+    """While the block runs, ``take`` is offered every message of ``msg_type`` (it returns False for
+    one that is not its own)."""
+    shared = client.taps.get(msg_type)
+    if not isinstance(shared, SharedTap):
+        shared = SharedTap()
+        client.taps[msg_type] = shared
+    shared.transfers.append(take)
+    try:
+        yield
+    finally:
+        shared.transfers.remove(take)
+        if not shared.transfers and client.taps.get(msg_type) is shared:
+            del client.taps[msg_type]
 
 
 def file_digests(path: Path) -> tuple[str, str, int]:
@@ -93,8 +128,7 @@ async def _upload_once(client: Any, path: Path, body: dict[str, Any], progress: 
                 log.exception("kb upload progress callback failed")
         return True
 
-    client.taps[MsgType.KB_PROGRESS] = on_progress
-    try:
+    with _tapped(client, MsgType.KB_PROGRESS, on_progress):
         with open(path, "rb") as f:
             await asyncio.to_thread(f.seek, offset)
             while offset < body["size"]:
@@ -105,40 +139,65 @@ async def _upload_once(client: Any, path: Path, body: dict[str, Any], progress: 
                 offset += len(block)
         reply = await client.request(MsgType.KB_UPLOAD_END, {"upload_id": upload_id}, timeout=end_timeout)
         return reply.document
-    finally:
-        if client.taps.get(MsgType.KB_PROGRESS) is on_progress:
-            del client.taps[MsgType.KB_PROGRESS]
 
 
 async def download(client: Any, doc_id: str, dest: str | os.PathLike, *, progress: Progress | None = None,
                    retries: int = 5, reconnect_timeout: float = 30.0, timeout: float = 600.0,
                    replace_part: bool = False) -> KbDocument:
-    """Download a document to ``dest``; returns the document. The bytes go to ``<dest>.part``, which
-    a later call resumes only when its sidecar ``<dest>.part.json`` names this document (document
-    ids are never reused for other bytes); one of another document's download is started over from
-    0, and a ``.part`` without a sidecar (not a download's: the user's own file?) is refused with
-    FILE_EXISTS unless ``replace_part``. A resumed part
-    that turns out not to be the start of the document (the server refuses its size as an offset,
-    or the whole file fails the md5 check) is started over once, at once. ClientError
+    """Download a document to ``dest`` (an existing folder: the document's name in it, as for ``cp``;
+    a folder of that name there is WRITE_FAILED before any byte is fetched); returns the document.
+    The bytes go to ``<dest>.part``, which a later call resumes only when its sidecar
+    ``<dest>.part.json`` names this document (document ids are never reused for other bytes); one of
+    another document's download is started over from 0, and a ``.part`` without a sidecar (not a
+    download's: the user's own file?) is refused with FILE_EXISTS unless ``replace_part``. A resumed
+    part that turns out not to be the start of the document (the server refuses its size as an
+    offset, or the whole file fails the md5 check) is started over once, at once. ClientError
     CHECKSUM_MISMATCH if the bytes of a download from 0 do not hash to the document's md5 (the part
-    file is removed)."""
-    dest = Path(dest)
+    file is removed). A local write failure (an OSError: a full disk, a folder that cannot be
+    written) removes the part and its sidecar too, and is raised. Several downloads may run at once
+    on one client (``SharedTap``), into different files."""
+    dest = await _destination(client, doc_id, Path(dest))
     part = dest.with_name(dest.name + ".part")
-    resumed = await asyncio.to_thread(_claim_part, part, doc_id, replace_part)
     try:
+        resumed = await asyncio.to_thread(_claim_part, part, doc_id, replace_part)
         try:
-            doc = await _fetch(client, doc_id, part, progress, retries, reconnect_timeout, timeout)
-        except ClientError as exc:
-            if not resumed or exc.code not in (ErrorCode.INVALID_MESSAGE, ErrorCode.CHECKSUM_MISMATCH):
-                raise
-            await asyncio.to_thread(_restart_part, part, doc_id)     # not this document's start: from 0
-            doc = await _fetch(client, doc_id, part, progress, retries, reconnect_timeout, timeout)
-    except ClientError:
-        await asyncio.to_thread(_drop_if_empty, part)     # NOT_FOUND, say: nothing left to resume
+            try:
+                doc = await _fetch(client, doc_id, part, progress, retries, reconnect_timeout, timeout)
+            except ClientError as exc:
+                if not resumed or exc.code not in (ErrorCode.INVALID_MESSAGE, ErrorCode.CHECKSUM_MISMATCH):
+                    raise
+                await asyncio.to_thread(_restart_part, part, doc_id)     # not this document's start: from 0
+                doc = await _fetch(client, doc_id, part, progress, retries, reconnect_timeout, timeout)
+        except ClientError:
+            await asyncio.to_thread(_drop_if_empty, part)     # NOT_FOUND, say: nothing left to resume
+            raise
+        await asyncio.to_thread(os.replace, part, dest)
+        await asyncio.to_thread(_sidecar(part).unlink, missing_ok=True)
+    except OSError:
+        await asyncio.to_thread(_drop_part, part)     # nothing of a download that cannot be written is left
         raise
-    await asyncio.to_thread(os.replace, part, dest)
-    await asyncio.to_thread(_sidecar(part).unlink, missing_ok=True)
     return doc
+
+
+def target(dest: str | os.PathLike, doc: KbDocument) -> Path:
+    """Where ``download`` writes ``doc`` when asked for ``dest``: ``dest``, or for an existing folder
+    the document's name in it (its base name, never a path from the server), as ``cp`` does
+    (blocking: it looks at the file system)."""
+    dest = Path(dest)
+    return dest / (Path(doc.name).name or doc.doc_id) if dest.is_dir() else dest
+
+
+async def _destination(client: Any, doc_id: str, dest: Path) -> Path:
+    """``target`` for document ``doc_id`` (its name is looked up only for a folder). A target that
+    is a folder is refused (WRITE_FAILED) before any byte is fetched."""
+    if await asyncio.to_thread(dest.is_dir):
+        doc = next((d for d in await list_documents(client) if d.doc_id == doc_id), None)
+        if doc is None:
+            raise ClientError(ErrorCode.NOT_FOUND, f"no document with the id {doc_id!r} (see 'kb list')")
+        dest = await asyncio.to_thread(target, dest, doc)
+        if await asyncio.to_thread(dest.is_dir):
+            raise ClientError(ClientCode.WRITE_FAILED, f"cannot write {dest}: it is a folder")
+    return dest
 
 
 def _sidecar(part: Path) -> Path:
@@ -171,6 +230,15 @@ def _restart_part(part: Path, doc_id: str) -> None:
     """Start ``part`` over for ``doc_id``: no bytes yet, and the sidecar naming the document."""
     part.unlink(missing_ok=True)
     _sidecar(part).write_text(json.dumps({"doc_id": doc_id}), encoding="utf-8")
+
+
+def _drop_part(part: Path) -> None:
+    """Remove ``part`` and its sidecar, as far as possible (blocking: run it in a thread)."""
+    for path in (part, _sidecar(part)):
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:   # (a folder of that name, say: not ours to remove)
+            log.debug("cannot remove %s: %s", path, exc)
 
 
 def _drop_if_empty(part: Path) -> None:
@@ -217,7 +285,7 @@ async def _download_once(client: Any, doc_id: str, part: Path, progress: Progres
             return False
         if off != expected[0]:
             failure.append(f"data at offset {off}, expected {expected[0]}")
-        else:
+        elif not task.done():      # (a writer that failed raises its error once the reply is in)
             expected[0] += len(data)
             queue.put_nowait(data.tobytes())
         return True
@@ -230,13 +298,11 @@ async def _download_once(client: Any, doc_id: str, part: Path, progress: Progres
                     progress("receiving", f.tell(), -1)
 
     task = asyncio.create_task(writer())
-    client.taps[MsgType.KB_DOWNLOAD_DATA] = on_data
     try:
-        reply = await client.request(MsgType.KB_DOWNLOAD, {"doc_id": doc_id, "handle": handle, "offset": offset},
-                                     timeout=timeout)
+        with _tapped(client, MsgType.KB_DOWNLOAD_DATA, on_data):
+            reply = await client.request(MsgType.KB_DOWNLOAD, {"doc_id": doc_id, "handle": handle, "offset": offset},
+                                         timeout=timeout)
     finally:
-        if client.taps.get(MsgType.KB_DOWNLOAD_DATA) is on_data:
-            del client.taps[MsgType.KB_DOWNLOAD_DATA]
         queue.put_nowait(None)
         await task
     if failure:

@@ -102,7 +102,7 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
                                   f"cannot write {dest}: {exc.strerror or exc}") from exc
             if err.isatty():
                 err.write("\n")
-            out.write(f"{dest}  {doc.size} bytes  md5 {doc.md5}\n")
+            out.write(f"{kbclient.target(dest, doc)}  {doc.size} bytes  md5 {doc.md5}\n")
     return 0
 
 

@@ -138,8 +138,12 @@ class Link:
         return self.state == "connected"
 
     def track_session(self, session: SessionInfo | None) -> None:
-        """Follow the session a reply names (HELLO, a session switch): a reconnect re-attaches to it."""
-        if session is not None and session.session_id:
+        """Follow the session a reply names (HELLO, a session switch): a reconnect re-attaches to it.
+        None (a delete's ``current: null``: the connection has no session, docs/protocol.md §5.2): none,
+        so the next ``chat_send`` creates one instead of going to the deleted session."""
+        if session is None:
+            self.session_id = None
+        elif session.session_id:
             self.session_id = session.session_id
 
     async def connect(self) -> HelloReply:

@@ -16,6 +16,7 @@ from client.config import ClientConfig, ClientConfigError, add_arguments
 
 LOG_BYTES = 1 << 20   # one log file; LOG_FILES older ones are kept
 LOG_FILES = 3
+NO_TERMINAL = "USAGE: the TUI needs a terminal: give a subcommand (nplt-client --help)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +53,14 @@ def log_to_file() -> None:
     logging.basicConfig(level=logging.INFO, handlers=[handler])
 
 
+def _on_terminal() -> bool:
+    """Whether stdin and stdout are both a terminal (the TUI reads keys from one and draws on the other)."""
+    try:
+        return sys.stdin is not None and sys.stdout is not None and sys.stdin.isatty() and sys.stdout.isatty()
+    except ValueError:   # a closed stream
+        return False
+
+
 def _quiet_broken_pipe() -> int:
     """stdout's reader went away (``| head``): stop quietly. Later writes (the interpreter's final
     flush included) go to /dev/null instead of printing a BrokenPipeError traceback."""
@@ -71,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"nplt-client: CONFIG_ERROR: {exc}\n")
         return cli.EXIT_USAGE
     if not args.command:
+        if not _on_terminal():   # a script or cron job that forgot the subcommand: refuse, do not draw
+            sys.stderr.write(f"nplt-client: {NO_TERMINAL}\n")
+            return cli.EXIT_USAGE
         from client.tui.app import NpltApp  # Textual is only imported for the TUI
         log_to_file()
         app = NpltApp(cfg)

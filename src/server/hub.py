@@ -40,6 +40,7 @@ class Subscriber(Protocol):
 
     user_id: str | None
     session_id: str | None
+    needs_session: bool     # True: never left without a session (a v2 client: its commands assume one)
 
     @property
     def closed(self) -> bool: ...
@@ -77,6 +78,12 @@ class Hub:
             self._discard(self._by_session, old, sub)
         sub.session_id = session_id
         self._by_session.setdefault(session_id, set()).add(sub)
+
+    def detach(self, sub: Subscriber) -> None:
+        """Leave ``sub`` attached to no session (its session was deleted and none is left)."""
+        if sub.session_id is not None:
+            self._discard(self._by_session, sub.session_id, sub)
+        sub.session_id = None
 
     def remove(self, sub: Subscriber) -> None:
         """Forget ``sub`` entirely (its connection closed)."""

@@ -72,6 +72,7 @@ class LegacyV2:
     """The v2 side of one connection, and its hub subscriber."""
 
     max_reply_bytes = MAX_FRAME_TEXT
+    needs_session = True       # every v2 command works on a current session
 
     def __init__(self, host: V2Host, services: Services) -> None:
         self.host = host

@@ -223,16 +223,23 @@ class SessionService:
 
     async def move_attached(self, user_id: str, session_id: str, requester: Subscriber | None = None) -> None:
         """Move every subscriber attached to the deleted ``session_id`` to the user's newest remaining
-        session (or a new one) and tell it (``session_moved``), except ``requester``. Also called
-        when another server node deleted the session (``server.cluster_cancel``)."""
+        session and tell it (``session_moved``), except ``requester``. When none is left, v3
+        connections are left without a session (as after a HELLO that found none: deleting the last
+        session never creates one) and only a v2 connection, whose commands need one, gets a new
+        one (they all move there then). Also called when another server node deleted the session
+        (``server.cluster_cancel``)."""
         attached = [s for s in self.hub.session_subscribers(session_id) if not s.closed]
         if attached:
-            current, created = await self.newest_or_new(user_id)
-            if created:
+            current = await self.newest(user_id)
+            if current is None and any(s.needs_session for s in attached):
+                current = await self.create(user_id)
                 await self.publish_event("created", current)
             for sub in attached:
                 if sub.session_id != session_id or sub.closed:
                     continue  # it moved by itself meanwhile
+                if current is None:
+                    self.hub.detach(sub)
+                    continue
                 self.hub.attach(sub, current.session_id)
                 if sub is not requester:
                     sub.session_moved(session_id, current.session_id)

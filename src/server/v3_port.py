@@ -30,6 +30,7 @@ class V3Port:
     """Send port and hub subscriber of one v3 connection."""
 
     __slots__ = ("codec", "output", "limit", "name", "user_id", "session_id", "_held")
+    needs_session = False      # a v3 client may be without a session (HELLO never creates one)
 
     def __init__(self, codec: Codec, output: OutputBuffer, max_message_size: int, name: str) -> None:
         self.codec = codec

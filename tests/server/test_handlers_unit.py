@@ -45,12 +45,28 @@ async def test_delete_moves_other_subscribers_and_tells_them(tmp_path):
     async with handler_services(tmp_path) as svc:
         a, b = FakePort(), FakePort()
         ctx_a = await hello_context(svc, a)
+        older = a.session_id
+        await HANDLERS[MsgType.SESSION_NEW](ctx_a, SessionNew(id=2))
         await hello_context(svc, b)
-        assert a.session_id == b.session_id
+        assert a.session_id == b.session_id != older
+        gone = a.session_id
+        reply = await HANDLERS[MsgType.SESSION_DELETE](ctx_a, SessionDelete(id=3, session_id=gone))
+        assert reply.session_id == gone and a.session_id == b.session_id == older
+        assert b.moved == [(gone, older)] and a.moved == []   # the requester gets the reply instead
+
+
+async def test_deleting_the_last_session_leaves_v3_connections_without_one_and_creates_none(tmp_path):
+    """(review s31: each CLI delete or purge of the last live session made a new empty "New chat")"""
+    async with handler_services(tmp_path) as svc:
+        a, b = FakePort(), FakePort()
+        ctx_a = await hello_context(svc, a)
+        await hello_context(svc, b)
         gone = a.session_id
         reply = await HANDLERS[MsgType.SESSION_DELETE](ctx_a, SessionDelete(id=2, session_id=gone))
-        assert reply.session_id == gone and a.session_id == b.session_id != gone
-        assert b.moved == [(gone, b.session_id)] and a.moved == []   # the requester gets the reply instead
+        assert reply.session_id == gone and reply.current is None
+        assert a.session_id is None and b.session_id is None and b.moved == []
+        assert await svc.sessions.newest("local") is None              # no session was created
+        assert not svc.hub.session_subscribers(gone)
 
 
 async def test_stats_counts_without_a_listener(tmp_path):

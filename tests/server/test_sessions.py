@@ -92,9 +92,13 @@ async def test_delete_moves_the_connection_and_clear_hides_messages(tmp_path):
         cl = await c.call(T.CLEAR_REQUEST)
         assert cl["cleared"] == 2 and cl["session"]["message_count"] == 0
         assert (await c.call(T.HISTORY_REQUEST))["messages"] == []
-        # deleting the last session gives the connection a fresh one
+        # deleting the last session leaves the connection without one (none is created); the next
+        # message starts one
         d = await c.call(T.SESSION_DELETE, session_id=first)
-        assert d["current"]["session_id"] not in (first, second, third)
+        assert d["current"] is None
+        assert (await c.call(T.SESSION_LIST))["sessions"] == []
+        await chat(c, "a new start")
+        assert [s["message_count"] for s in (await c.call(T.SESSION_LIST))["sessions"]] == [2]
         await c.close()
 
 

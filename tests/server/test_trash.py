@@ -86,11 +86,12 @@ async def test_purging_a_live_session_deletes_it_first_and_moves_its_clients(tmp
     root = tmp_path / "history"
     async with running_server(tmp_path) as (srv, addr):
         a = await V3Client.connect(addr)
-        sid = a.session_id
+        keep = a.session_id                                    # an older session, left where it is
+        sid = (await a.call(T.SESSION_NEW))["session"]["session_id"]
         await chat(a, f"live {SECRET}")
         b = await V3Client.connect(addr, session_id=sid)
         reply = await a.call(T.SESSION_PURGE, session_id=sid)
-        assert reply["current"]["session_id"] != sid
+        assert reply["current"]["session_id"] == keep
         kinds = [(await b.wait_type(T.SESSION_EVENT, kind=k)).body["kind"] for k in ("deleted", "purged")]
         assert kinds == ["deleted", "purged"]
         page = await b.call(T.HISTORY_REQUEST)                 # b was moved with the delete

@@ -261,6 +261,8 @@ class FakePort:
     """A hub subscriber standing in for a connection in handler tests (no TCP): the typed events the
     hub delivers are kept in ``events`` as (type, event, mine, re)."""
 
+    needs_session = False
+
     def __init__(self) -> None:
         self.user_id: str | None = None
         self.session_id: str | None = None

@@ -150,10 +150,15 @@ class NpltApp(App[None]):
             self.query_one(ChatInput).keep(event.text)
             self.notify(problem, title="Not sent", severity="warning", timeout=6)
             return
-        self.query_one(ChatInput).accept(event.text)
+        self._remember_sent(event.text)
         self.controller.spawn(self.controller.send(event.text), "send")
-        self._unsaved.append(event.text)
-        self._save_state_soon()   # the input history survives a restart
+
+    def _remember_sent(self, text: str) -> None:
+        """``text`` goes to the server (a message, or an edited one): Up/Down recall it (ChatInput.accept),
+        and the input history, which survives a restart, keeps it."""
+        self.query_one(ChatInput).accept(text)
+        self._unsaved.append(text)
+        self._save_state_soon()
 
     def on_sidebar_selected(self, event: Sidebar.Selected) -> None:
         self.controller.spawn(self.controller.switch(event.session_id), "session")
@@ -294,6 +299,7 @@ class NpltApp(App[None]):
 
         def done(text: str | None) -> None:
             if text:
+                self._remember_sent(text)   # recalled with Up, and given back into the input if refused
                 self.controller.spawn(self.controller.edit(mid, text), "redo")
         self.push_screen(TextEditModal(
             "Edit and resend", view.content, ok_label="Send", max_chars=self.controller.max_text_chars,

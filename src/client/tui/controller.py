@@ -54,7 +54,8 @@ CHAT_OPERATIONS = frozenset({"send", "redo", "cancel", "connect"})
 ACTIONS = {"rename": "Rename", "session": "Session", "older": "Loading older messages",
            "prompt": "System prompt", "passage": "Opening the source", "export": "Export",
            "why": "Why this answer", "model": "Model switch", "lists": "Loading the sessions"}
-Fetch = Callable[[], Awaitable[tuple[SessionInfo, TurnState | None]]]
+# the session to show and its running turn; no session (None): the connection has none (§5.1, §5.2)
+Fetch = Callable[[], Awaitable[tuple[SessionInfo | None, TurnState | None]]]
 QUOTE_CHARS = 40   # how much of a message a notification about it quotes
 
 
@@ -235,15 +236,22 @@ class Controller:
         """Show the session HELLO attached to; a user without sessions gets none (HELLO ``session:
         null``): the chat stays empty and the first message sent creates the session (``send``)."""
         if session is None:
-            await self.chat.reset(None)
-            self._set_header(self.agent.model if self.agent is not None else "", "New chat")
-            self._settle_unsure(None, [])
+            await self._show_no_session()
         else:
             async def fetch() -> tuple[SessionInfo, TurnState | None]:
                 return session, running
             await self.load_session(fetch)
         # the sidebar and the model list come after the first paint of the chat
         self.app.call_after_refresh(lambda: self.spawn(self.load_lists(), "lists"))
+
+    async def _show_no_session(self) -> None:
+        """The connection has no session (a user without any, or whose last one was just deleted): an
+        empty chat under the server's default model, "New chat"; the first message sent creates one."""
+        self.state = ChatState()
+        self.status.set_turn(None)
+        await self.chat.reset(None)
+        self._set_header(self.agent.model if self.agent is not None else "", "New chat")
+        self._settle_unsure(None, [])
 
     async def load_lists(self) -> None:
         await self.load_sessions()
@@ -276,6 +284,11 @@ class Controller:
         try:
             async with self._load_lock:
                 session, running = await fetch()
+                if session is None:   # none left (the user's last session was deleted): nothing to load
+                    await self._show_no_session()
+                    if focus:
+                        self.focus_input()
+                    return
                 sid = session.session_id
                 changes = self.state.begin(session)
                 chat = self.chat
@@ -332,10 +345,11 @@ class Controller:
                 self.focus_input()
                 return
 
-            async def fetch() -> tuple[SessionInfo, TurnState | None]:
+            async def fetch() -> tuple[SessionInfo | None, TurnState | None]:
                 reply = await self.client.session_delete(session_id)
                 self.sidebar.remove(session_id)
-                assert reply.current is not None, "deleting the current session moves the connection"
+                # the connection moved to the newest remaining session; none (``current: null``) when
+                # the server leaves a connection without a session once the user's last one is deleted
                 return reply.current, None
             await self.load_session(fetch, focus=True)
         finally:
@@ -512,11 +526,15 @@ class Controller:
                 self._unsure.append(Unsure(self.session_id, text, after))
                 raise ClientError(exc.code, f"{exc.message}. The message may have reached the server, so it is not "
                                             "put back in the input (Up recalls it)") from exc
-            try:
-                self.app.query_one(ChatInput).give_back(text)
-            except NoMatches:  # the app is shutting down
-                self.app.log.debug("no input to give the text back to")
+            self._give_back(text)
             raise
+
+    def _give_back(self, text: str) -> None:
+        """A message that surely did not reach the server comes back into the input (ChatInput.give_back)."""
+        try:
+            self.app.query_one(ChatInput).give_back(text)
+        except NoMatches:  # the app is shutting down
+            self.app.log.debug("no input to give the text back to")
 
     def _settle_unsure(self, session_id: str | None, shown: list[ChatMessage]) -> None:
         """Say whether the messages of ``session_id`` whose fate was unknown reached the server, now that
@@ -548,19 +566,30 @@ class Controller:
         await self._redo(lambda sid: self.client.chat_regenerate(session_id=sid))
 
     async def edit(self, message_id: int, text: str) -> None:
-        """Resend user message ``message_id`` as ``text``; it and what followed are superseded."""
-        await self._redo(lambda sid: self.client.chat_edit(message_id, text, session_id=sid))
+        """Resend user message ``message_id`` as ``text``; it and what followed are superseded. An edit
+        that surely did not reach the server (not connected, or refused: an ERROR reply such as
+        QUEUE_FULL while a turn runs) gives the edited text back into the input, as a refused send does."""
+        await self._redo(lambda sid: self.client.chat_edit(message_id, text, session_id=sid), text)
 
-    async def _redo(self, request: Callable[[str | None], Awaitable[Any]]) -> None:
+    async def _redo(self, request: Callable[[str | None], Awaitable[Any]], text: str | None = None) -> None:
         """Send a regenerate/edit, then reload: superseded messages leave the default history page, and
-        the new turn is reattached from the switch reply (its events wait until the page is shown)."""
+        the new turn is reattached from the switch reply (its events wait until the page is shown).
+        ``text``: the edited text, given back into the input when the request surely did not reach the
+        server (not connected, or refused)."""
         if not self.client.connected:
+            if text is not None:
+                self._give_back(text)
             await self.chat.add_error(f"Not sent (connection {self.client.state})")
             return
         sid = self.session_id
 
         async def fetch() -> tuple[SessionInfo, TurnState | None]:
-            await request(sid)
+            try:
+                await request(sid)
+            except ClientError as exc:
+                if text is not None and (exc.code is ClientCode.NOT_CONNECTED or isinstance(exc.code, ErrorCode)):
+                    self._give_back(text)
+                raise
             reply = await self.client.session_switch(sid or "")
             return reply.session, reply.running_turn
         await self.load_session(fetch, focus=True)

@@ -1,7 +1,7 @@
 """The Knowledge panel: the documents the user can see (name, size, chunks, collection, uploaded at)
 with upload (a path input that completes file names, a progress bar per file: bytes, then the
-server's stages; each cancellable), download (asks before replacing a file; one download per file
-at a time) and delete (asks first).
+server's stages; each cancellable), download (asks before replacing a file; one download at a time:
+a second one waits for the one before it) and delete (asks first).
 
 Uploads belong to the app (``Uploads``), not to the panel: they go on when it closes, a panel opened
 later shows the ones still running, and one that ends while no panel shows it is notified."""
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]     # (stage, done, total), as client.kb reports it
 UploadFn = Callable[[Path, Progress], Awaitable[KbDocument]]
 WAITING = "waiting for the upload before it"
+DOWNLOAD_WAITING = "waits for the download before it"
 SENDING_STAGES = frozenset({"hashing", WAITING, "receiving"})   # before the server has every byte
 
 
@@ -75,9 +76,9 @@ class UploadJob:
 
 
 class Uploads:
-    """The app's knowledge-base uploads, one at a time (client.kb taps KB_PROGRESS for one upload, and
-    the bytes share one link anyway). Each runs as an app worker, so closing the panel does not stop
-    it; ``cancel`` does. An upload that ends while no panel shows it is notified (done with its
+    """The app's knowledge-base uploads, one at a time (their bytes share one link: one after the
+    other, each shows its own progress from the start). Each runs as an app worker, so closing the
+    panel does not stop it; ``cancel`` does. An upload that ends while no panel shows it is notified (done with its
     chunks, refused with the reason, cancelled)."""
 
     def __init__(self, upload: UploadFn) -> None:
@@ -271,6 +272,9 @@ class KnowledgeScreen(ModalScreen[None]):
         self.transfers: dict[UploadJob, Transfer] = {}
         # files a download (or its replace question) is running for: one per file (two would share its .part)
         self.downloading: set[Path] = set()
+        # one download runs at a time, the others wait for it: the server answers a connection's requests
+        # one at a time, so a second KB_DOWNLOAD would wait there anyway, its reply timeout running
+        self._one_download = asyncio.Lock()
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide knowledge"):
@@ -371,7 +375,7 @@ class KnowledgeScreen(ModalScreen[None]):
 
     # -- download, delete -------------------------------------------------------------------------------
     def action_download(self) -> None:
-        """Download the highlighted document, unless a download into its file already runs."""
+        """Download the highlighted document, unless a download into its file already runs or waits."""
         doc = self.selected
         if doc is None:
             return
@@ -402,8 +406,12 @@ class KnowledgeScreen(ModalScreen[None]):
 
     @work(group="kb-download")
     async def _download(self, doc: KbDocument, dest: Path) -> None:
+        """Download into ``dest``, after the download running now (if any) has ended."""
         try:
-            await self.ops.download(doc, dest)
+            if self._one_download.locked():
+                self.notify(f"{doc.name} {DOWNLOAD_WAITING}")
+            async with self._one_download:
+                await self.ops.download(doc, dest)
         except Exception as exc:  # noqa: BLE001 - shown to the user
             self.notify(f"Download failed: {exc}", severity="error")
             return
