@@ -12,11 +12,14 @@ stream) becomes ``StreamStalled`` (an ``openai.APITimeoutError``), a broken conn
 message. Faults the SDK would let pass are errors too: a body that ends before ``[DONE]``
 raises ``StreamEnded`` (a ``StreamInterrupted``; the reader accepts it only when a finish_reason
 came), a 200 response of another declared type than ``text/event-stream`` (an HTML portal page,
-say) ``UnexpectedContentType``, and an event whose data is not JSON ``MalformedStream``.
+say) ``UnexpectedContentType``, and an event whose data is not JSON ``MalformedStream``. An event
+orjson refuses only for its ``usage`` numbers (``1e400``, an integer beyond 64 bits: valid JSON)
+is read with the standard library instead: usage is bookkeeping and never fails an answer.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
 from typing import Any, AsyncIterator
 
@@ -124,13 +127,36 @@ def _decode(payloads: list[bytes], request: Any) -> tuple[list[dict[str, Any]], 
         try:
             chunk = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            raise MalformedStream(f"a stream event is not JSON: {payload[:80].decode('utf-8', 'replace')!r}",
-                                  request, body=None) from None
+            chunk = _beyond_orjson(payload)
+            if chunk is None:
+                raise MalformedStream(f"a stream event is not JSON: {payload[:80].decode('utf-8', 'replace')!r}",
+                                      request, body=None) from None
         if type(chunk) is dict:
             if chunk.get("error"):
                 raise _stream_error(chunk, request)
             batch.append(chunk)
     return batch, False
+
+
+def _beyond_orjson(payload: bytes) -> dict[str, Any] | None:
+    """A chunk that orjson refuses only because of its ``usage`` (numbers out of its range, such as
+    ``1e400`` or an integer beyond 64 bits), read with the standard library; None for anything else.
+    The rest of the chunk goes through orjson once more, so its text is what orjson accepts (a lone
+    surrogate still fails the stream; an out-of-range number there reads as null): only the usage,
+    which the agent reads as bookkeeping (``llm_support.Usage``), may hold odd numbers."""
+    try:
+        chunk = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    if type(chunk) is not dict or "usage" not in chunk:
+        return None
+    usage = chunk.pop("usage")
+    try:
+        chunk = orjson.loads(orjson.dumps(chunk))
+    except (orjson.JSONEncodeError, orjson.JSONDecodeError):
+        return None
+    chunk["usage"] = usage
+    return chunk
 
 
 async def iter_chunks(response: Any) -> AsyncIterator[list[dict[str, Any]]]:

@@ -7,7 +7,8 @@ are cut to fit ``max_message_size`` (``server.fit``): the longest texts lose the
 cap), each cut is marked in the text itself, and the metadata says ``"truncated": true``. The texts
 are the answer, each call's result, and each call's arguments as JSON; cut arguments become
 ``{"truncated": true, "partial": "<the JSON text, cut and marked>"}``. Calls are dropped from the end (``"tool_calls_dropped": n``) only
-when even empty texts cannot fit. Pure: the inputs are not changed.
+when even empty texts cannot fit; the texts left are then fitted again from their full length (the
+room of the dropped calls is theirs). Pure: the inputs are not changed.
 
 Why a store failed is named by ``server.errors.failure_of`` (the store's own code).
 """
@@ -65,6 +66,10 @@ class _Texts:
     def __init__(self, content: str, calls: list[ToolCall]) -> None:
         self.calls = calls
         self.full = [content] + [orjson.dumps(c.arguments).decode() for c in calls] + [c.result for c in calls]
+        self.reset()
+
+    def reset(self) -> None:
+        """Every text whole again (before fitting with fewer calls)."""
         self.kept = [len(t) for t in self.full]
 
     def text(self, i: int) -> str:
@@ -82,6 +87,36 @@ class _Texts:
         return self.text(0), calls
 
 
+def _calls_that_fit(texts: _Texts, meta: dict[str, Any], budget: int) -> int:
+    """How many calls (from the first) fit in ``budget`` with every text empty: all of them, or the
+    most that do (``meta["tool_calls_dropped"]`` set), found by bisection (a model may send
+    thousands of calls: dropping one at a time re-encoded the message thousands of times)."""
+    n = len(texts.calls)
+
+    def fits(k: int) -> bool:
+        if k < n:
+            meta["tool_calls_dropped"] = n - k
+        else:
+            meta.pop("tool_calls_dropped", None)
+        texts.kept = [0] * len(texts.full)
+        try:
+            return encoded_size(*texts.build(k), meta) <= budget
+        finally:
+            texts.reset()
+
+    if fits(n):
+        return n
+    lo, hi = 0, n - 1          # the answer is in lo..hi: the most calls whose empty form fits (0 if none)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    fits(lo)                   # leaves meta["tool_calls_dropped"] for lo
+    return lo
+
+
 def fit_assistant_message(content: str, calls: list[ToolCall], metadata: dict[str, Any],
                           limit: int) -> FittedMessage:
     """The message as given when its JSON fits in ``limit`` bytes, else cut to fit (see module doc)."""
@@ -91,7 +126,7 @@ def fit_assistant_message(content: str, calls: list[ToolCall], metadata: dict[st
         return FittedMessage(content, calls, metadata)
     meta = {**metadata, "truncated": True}
     texts = _Texts(content, calls)
-    n_calls = len(calls)
+    n_calls = _calls_that_fit(texts, meta, budget)
     while True:
         for _ in range(_ROUNDS):
             new_content, new_calls = texts.build(n_calls)
@@ -111,4 +146,5 @@ def fit_assistant_message(content: str, calls: list[ToolCall], metadata: dict[st
             return FittedMessage(*texts.build(0), meta, cut=True)
         n_calls -= 1
         meta["tool_calls_dropped"] = len(calls) - n_calls
+        texts.reset()
 

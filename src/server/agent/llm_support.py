@@ -6,11 +6,14 @@ Error messages name the endpoint host and the HTTP status, never the API key (it
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import email.utils
+import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, AsyncIterator
 from urllib.parse import urlparse
 
 import openai
@@ -26,6 +29,9 @@ from server.tools.registry import new_call_id
 LLM_ERROR, LLM_TIMEOUT = ErrorCode.LLM_ERROR, ErrorCode.LLM_TIMEOUT
 KEY_FRAGMENT_CHARS = 8     # any run of this many characters of the API key is scrubbed from error texts
 BUDGET_CUT_NOTE = "[... cut to fit the context budget: {n} more characters]"
+MAX_USAGE_TOKENS = 2 ** 53 - 1   # a usage count above this (or not a finite number >= 0) is not counted
+DEFAULT_MAX_TOOL_NAME_CHARS = 64     # [llm] max_tool_name_chars: OpenAI's limit on a function name
+DEFAULT_MAX_TOOL_CALL_ID_CHARS = 256  # [llm] max_tool_call_id_chars
 
 
 @dataclass(slots=True)
@@ -34,17 +40,25 @@ class AssembledCall:
     id: str = ""
     name: str = ""
     arguments: str = ""
+    name_chars: int = 0        # the length of the name as sent (``name`` is cut to the limit)
 
 
 class ToolCallAssembler:
     """Rebuilds tool calls from streamed deltas: id and name usually come first, arguments in pieces.
 
     Deltas are keyed by ``index``; a server that omits it gets a new slot whenever a new id appears.
+    Names and ids are bounded as they arrive (a model may send megabytes of either): a name over
+    ``max_name_chars`` keeps that many characters and its length as sent in ``name_chars`` (the
+    caller refuses the call as an unknown tool), an id over ``max_id_chars`` is replaced by a
+    generated one in ``calls()``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_name_chars: int = DEFAULT_MAX_TOOL_NAME_CHARS,
+                 max_id_chars: int = DEFAULT_MAX_TOOL_CALL_ID_CHARS) -> None:
         self._slots: dict[int, AssembledCall] = {}
         self._last: int | None = None
+        self.max_name_chars = max_name_chars
+        self.max_id_chars = max_id_chars
 
     def add(self, deltas: list[Any]) -> None:
         """Merge the ``tool_calls`` list of one streamed delta (plain dicts, as decoded from JSON)."""
@@ -53,6 +67,9 @@ class ToolCallAssembler:
                 continue
             index = tc.get("index")
             tc_id = tc.get("id")
+            if isinstance(tc_id, str) and len(tc_id) > self.max_id_chars:
+                # a stand-in longer than the limit (so ``calls()`` replaces it), equal for equal ids
+                tc_id = f"{tc_id[:self.max_id_chars]}…{len(tc_id)}"
             if not isinstance(index, int):
                 if self._last is None or (tc_id and self._slots[self._last].id and tc_id != self._slots[self._last].id):
                     index = len(self._slots)
@@ -67,24 +84,32 @@ class ToolCallAssembler:
                 name = fn.get("name")
                 if name and isinstance(name, str):
                     # Most servers send the name once; a few repeat it in every delta.
-                    slot.name = name if not slot.name or slot.name == name else slot.name + name
+                    keep = self.max_name_chars + 1          # enough to tell a name over the limit
+                    if not slot.name or (slot.name_chars == len(name) and slot.name == name[:keep]):
+                        slot.name, slot.name_chars = name[:keep], len(name)
+                    else:
+                        slot.name, slot.name_chars = (slot.name + name[:keep])[:keep], slot.name_chars + len(name)
                 arguments = fn.get("arguments")
                 if arguments:
                     # Off-spec non-string arguments are kept as JSON text rather than failing the turn.
                     slot.arguments += arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
 
     def calls(self, taken: set[str] | None = None) -> list[AssembledCall]:
-        """The calls in index order. A missing id, or one already in ``taken`` (the ids of the turn so
-        far, updated here) or used twice in the step, is replaced by a generated unique one, so the
-        stored calls and the follow-up request carry the same, distinct ids. A call without a name is
-        returned with ``name == ""`` (the caller rejects it); a slot with nothing in it is skipped."""
+        """The calls in index order. A missing id, one over ``max_id_chars``, or one already in
+        ``taken`` (the ids of the turn so far, updated here) or used twice in the step, is replaced by
+        a generated unique one, so the stored calls and the follow-up request carry the same, distinct
+        ids. A call without a name is returned with ``name == ""`` (the caller rejects it); a name over
+        ``max_name_chars`` is cut to it (``name_chars`` says how long it was); a slot with nothing in
+        it is skipped."""
         taken = set() if taken is None else taken
         out = []
         for index in sorted(self._slots):
             slot = self._slots[index]
             if not (slot.name or slot.id or slot.arguments.strip()):
                 continue
-            if not slot.id or slot.id in taken:
+            if slot.name_chars > self.max_name_chars:
+                slot.name = slot.name[:self.max_name_chars]
+            if not slot.id or len(slot.id) > self.max_id_chars or slot.id in taken:
                 slot.id = new_call_id()
             taken.add(slot.id)
             out.append(slot)
@@ -222,7 +247,87 @@ class Usage:
 
 
 def _count(value: Any) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+    """A usage count as reported; 0 for anything else (a string, a negative or non-finite number, an
+    absurd one such as 1e308): usage is bookkeeping and never fails an answer or its storage."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return int(value) if 0 <= value <= MAX_USAGE_TOKENS else 0
+
+
+class StepTimeout(TimeoutError):
+    """One model request ran out of time: ``kind`` "idle" (the stream stayed open without progress
+    for ``seconds``, [llm] stream_idle_timeout_s) or "step" (the whole request took ``seconds``,
+    [llm] step_timeout_s)."""
+
+    def __init__(self, kind: str, seconds: float) -> None:
+        super().__init__(f"{kind} limit of {seconds:g} s reached")
+        self.kind = kind
+        self.seconds = seconds
+
+
+class StepClock:
+    """The bounded time of one model request: ``step_s`` in all, and once the response has started
+    (``progress()`` is first called) at most ``idle_s`` between two calls of ``progress()`` (the
+    agent calls it for text, reasoning and tool-call deltas, never for keep-alive comments, empty
+    chunks or usage). A stream that the per-read ``request_timeout_s`` never stops (it sends
+    something every second) is ended by one of these.
+
+    ``progress()`` only stores the time (it runs per network read): a timer looks at it when a
+    limit may be due and then ends the ``bounded()`` block, which raises ``StepTimeout``.
+    """
+
+    def __init__(self, idle_s: float, step_s: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.idle_s, self.step_s = idle_s, step_s
+        self.step_end = self.loop.time() + step_s
+        self.last: float | None = None          # the last progress; None before the response started
+        self.hit: str | None = None
+        self._scope: asyncio.Timeout | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def progress(self) -> None:
+        first = self.last is None
+        self.last = self.loop.time()
+        if first and self._scope is not None:     # the idle limit starts: it may be due before the step's
+            self._arm()
+
+    def _due(self) -> float:
+        return self.step_end if self.last is None else min(self.last + self.idle_s, self.step_end)
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_at(self._due(), self._check)
+
+    def _check(self) -> None:
+        now = self.loop.time() + 0.001              # a timer may run a hair before its time
+        if now >= self.step_end:
+            self.hit = "step"
+        elif self.last is not None and now >= self.last + self.idle_s:
+            self.hit = "idle"
+        else:
+            self._timer = self.loop.call_at(self._due(), self._check)
+            return
+        assert self._scope is not None
+        self._scope.reschedule(self.loop.time())    # ends the bounded() block with a TimeoutError
+
+    @contextlib.asynccontextmanager
+    async def bounded(self) -> AsyncIterator[StepClock]:
+        """The block in which the limits hold; raises ``StepTimeout`` when one is reached."""
+        try:
+            async with asyncio.timeout(None) as scope:
+                self._scope = scope
+                self._arm()
+                yield self
+        except TimeoutError:
+            if self.hit is None or self._scope is None or not self._scope.expired():
+                raise
+            raise StepTimeout(self.hit, self.idle_s if self.hit == "idle" else self.step_s) from None
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
 
 
 @dataclass(slots=True)
@@ -348,6 +453,12 @@ def _to_agent_error(exc: BaseException, base_url: str, timeout_s: float, secret:
                     attempts: int) -> AgentError:
     host = endpoint_host(base_url)
     tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+    if isinstance(exc, StepTimeout):
+        if exc.kind == "idle":
+            return AgentError(LLM_TIMEOUT, f"the model endpoint {host} kept the stream open but sent nothing of the "
+                                             f"answer for {exc.seconds:g} s ([llm] stream_idle_timeout_s)")
+        return AgentError(LLM_TIMEOUT, f"the model endpoint {host} did not finish its answer within "
+                                         f"{exc.seconds:g} s ([llm] step_timeout_s)")
     if isinstance(exc, StreamStalled):
         return AgentError(LLM_TIMEOUT, f"the model endpoint {host} stopped sending mid-stream: nothing came "
                                          f"for {timeout_s:g} s{tries}")

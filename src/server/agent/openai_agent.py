@@ -17,6 +17,11 @@ them) and has no hook to report a retry, while each retry here is reported throu
 status detail ``retrying N/M in D s (REASON)`` (docs/agent.md).
 A stream is an answer only when it ends with a finish_reason or ``[DONE]``: a cut stream, a 200
 that is not an event stream, malformed SSE and a stall are LLM_ERROR / LLM_TIMEOUT (chat_stream).
+Each request is bounded in time (``StepClock``): ``step_timeout_s`` in all, and no more than
+``stream_idle_timeout_s`` without progress (keep-alive comments and empty deltas reset only the
+per-read ``request_timeout_s``), else LLM_TIMEOUT. A step whose answer is no answer is LLM_ERROR: a
+``content_filter`` finish, or a final step with no text (cut by ``length``, empty, or tool calls
+sent to the last request, which allows none).
 Streams are opened through the SDK's raw-response API and decoded by ``chat_stream`` into plain
 dicts (the SDK's typed chunk objects would cap a stream at a few thousand chunks per second).
 ``messages`` and ``tools`` go in ``extra_body`` (the SDK's documented way to add JSON fields): they
@@ -37,8 +42,8 @@ import orjson
 from server.agent.base import AgentError, TurnRequest, TurnResult, TurnSink
 from server.agent.chat_stream import MalformedStream, StreamEnded, StreamInterrupted, iter_chunks
 from server.agent.config import AgentConfig, LLMConfig
-from server.agent.llm_support import (LLM_ERROR, AssembledCall, RetryPolicy, ToolCallAssembler, TurnPrompt, Usage,
-                                      endpoint_host, is_retryable, rejects_stream_options, retry_after,
+from server.agent.llm_support import (LLM_ERROR, AssembledCall, RetryPolicy, StepClock, ToolCallAssembler, TurnPrompt,
+                                      Usage, endpoint_host, is_retryable, rejects_stream_options, retry_after,
                                       retry_detail, to_agent_error)
 from server.agent.model_catalog import ModelCatalog, ids_of
 from server.agent.toolexec import CallRequest, run_tool_step
@@ -64,14 +69,20 @@ class StepResult:
     calls: list[AssembledCall] = field(default_factory=list)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
+    ignored_calls: bool = False    # tool-call deltas came in a step that allows none (tool_choice "none")
 
 
 @dataclass(slots=True)
 class _TurnText:
-    """Text relayed so far in the turn, and whether the current step relayed any."""
+    """Text relayed so far in the turn, whether the current step relayed any, and where each step's
+    own text is in it (``spans``: [step, start, end], the separator put before a later step's text left out)."""
     parts: list[str] = field(default_factory=list)
     step_started: bool = False
     call_ids: set[str] = field(default_factory=set)    # tool-call ids used so far (kept unique)
+    step: int = 0
+    chars: int = 0
+    span_start: int = 0
+    spans: list[list[int]] = field(default_factory=list)
 
     def text(self) -> str:
         return "".join(self.parts)
@@ -159,15 +170,16 @@ class OpenAIAgent:
                 finish, last = "context_budget", (BUDGET_ANSWER_PROMPT, "context budget reached; answering")
                 break
             steps += 1
+            turn.step = step
             detail = None if step == 0 else f"step {step + 1}"
             await sink.status("thinking", detail)
             res = await self._step(model, messages, tools, "auto", sink, turn, detail)
             usage.add(res.usage)
+            self._check_answer(res)
             if not res.calls:
-                self._check_answer(res)
                 finish = "length" if res.finish_reason == "length" else "stop"
                 break
-            done = await run_tool_step(self.registry, sink, [CallRequest(c.id, c.name, c.arguments) for c in res.calls],
+            done = await run_tool_step(self.registry, sink, await self._call_requests(res.calls, req.user_id),
                                        ctx, step, self.cfg.tool_timeout_s)
             calls.extend(done)
             # counting up to max_calls_per_step results of max_result_chars (~10 ms): off the loop
@@ -177,31 +189,66 @@ class OpenAIAgent:
             finish, last = "max_iterations", (FINAL_ANSWER_PROMPT, "tool-call limit reached; answering")
         if last is not None:
             steps += 1
+            turn.step = steps - 1
             text, detail = last
             await sink.status("thinking", detail)
             messages = prompt.messages({"role": "user", "content": text})
             res = await self._step(model, messages, tools, "none", sink, turn, detail)
             usage.add(res.usage)
             self._check_answer(res)
-        metadata = {"model": model, "agent": self.name, "steps": steps}
+        metadata: dict[str, Any] = {"model": model, "agent": self.name, "steps": steps}
+        call_steps = {c.step for c in calls}
+        if any(step in call_steps for step, _, _ in turn.spans):   # text said before tool calls: where it was said
+            metadata["step_text"] = turn.spans
         record_model_route(req.context.metadata, metadata, calls, turn.text())
         return TurnResult(content=turn.text(), tool_calls=calls, usage=usage.to_dict(), finish_reason=finish,
                           metadata=metadata)
 
     def _check_answer(self, res: StepResult) -> None:
-        """A step that ends at the output limit with no text (a reasoning model that spent max_tokens
-        thinking) is an error the user sees, not an empty answer."""
-        if res.finish_reason == "length" and not res.text.strip():
-            raise AgentError(LLM_ERROR, f"the model endpoint {endpoint_host(self.base_url)} stopped at the "
+        """Provider faults are errors the user sees, never answers: a step the endpoint's content filter
+        stopped, and an answer step (no tool calls to run) without text: cut by ``length`` (a reasoning
+        model that spent max_tokens thinking), tool calls sent where none are allowed (the last
+        request, ``tool_choice: "none"``), or nothing at all (only usage, empty choices)."""
+        host = endpoint_host(self.base_url)
+        if res.finish_reason == "content_filter":
+            raise AgentError(LLM_ERROR, f"the model endpoint {host} withheld the answer: its content filter stopped "
+                                        "it (finish_reason content_filter)")
+        if res.calls or res.text.strip():
+            return
+        if res.finish_reason == "length":
+            raise AgentError(LLM_ERROR, f"the model endpoint {host} stopped at the "
                                         f"max_tokens limit ({self.llm.max_tokens}) before writing any answer "
                                         "(a reasoning model may have spent it thinking): raise [llm] max_tokens")
+        if res.ignored_calls:
+            raise AgentError(LLM_ERROR, f"the model endpoint {host} answered the last request, which allows no "
+                                        "more tool calls (tool_choice \"none\"), with tool calls and no text")
+        reason = res.finish_reason if isinstance(res.finish_reason, str) else "none"
+        raise AgentError(LLM_ERROR, f"the model endpoint {host} sent an empty answer: no text and no tool call "
+                                    f"(finish_reason {reason})")
+
+    async def _call_requests(self, calls: list[AssembledCall], user_id: str) -> list[CallRequest]:
+        """The step's calls to run; one whose name was over ``max_tool_name_chars`` (cut to it by the
+        assembler) is refused as an unknown tool, never looked up, and the turn goes on."""
+        limit = self.llm.max_tool_name_chars
+        offered: str | None = None
+        out = []
+        for c in calls:
+            error = None
+            if c.name_chars > limit:
+                if offered is None:
+                    offered = ", ".join(await self.registry.offered(user_id))
+                error = (f"unknown tool: the name sent is {c.name_chars} characters long, over the {limit} a tool "
+                         f"name may have (available: {offered})")
+            out.append(CallRequest(c.id, c.name, c.arguments, error))
+        return out
 
     async def complete(self, messages: list[dict[str, Any]], model: str | None = None) -> str:
         """One non-streamed completion without tools (used for summaries)."""
         async def call() -> Any:
-            return await self.client.chat.completions.create(
-                model=model or self.default_model, messages=[], temperature=self.llm.temperature,
-                max_tokens=self.llm.max_tokens, extra_body={"messages": messages})
+            async with StepClock(self.llm.stream_idle_timeout_s, self.llm.step_timeout_s).bounded():
+                return await self.client.chat.completions.create(
+                    model=model or self.default_model, messages=[], temperature=self.llm.temperature,
+                    max_tokens=self.llm.max_tokens, extra_body={"messages": messages})
         resp = await self._with_retries(call, lambda: True)
         choices = getattr(resp, "choices", None)
         if not isinstance(choices, list):    # e.g. an HTML page answered with 200: the SDK hands back text
@@ -223,9 +270,11 @@ class OpenAIAgent:
                                   "max_tokens": self.llm.max_tokens, "stream": True, "extra_body": body}
 
         async def attempt() -> StepResult:
-            async with contextlib.AsyncExitStack() as stack:
-                response = await self._open_stream(stack, kwargs)
-                return await self._consume(response, sink, turn, tool_choice != "none")
+            async with StepClock(self.llm.stream_idle_timeout_s, self.llm.step_timeout_s).bounded() as clock:
+                async with contextlib.AsyncExitStack() as stack:
+                    response = await self._open_stream(stack, kwargs)
+                    clock.progress()           # the response started: the idle limit runs from here
+                    return await self._consume(response, sink, turn, tool_choice != "none", clock)
         # Retrying after text went out would repeat it to the user: only retry a silent step.
         return await self._with_retries(attempt, lambda: not turn.step_started, sink, detail)
 
@@ -245,17 +294,22 @@ class OpenAIAgent:
             log.info("endpoint %s rejects stream_options; usage will not be streamed", endpoint_host(self.base_url))
             return response
 
-    async def _consume(self, response: Any, sink: TurnSink, turn: _TurnText, want_tools: bool) -> StepResult:
+    async def _consume(self, response: Any, sink: TurnSink, turn: _TurnText, want_tools: bool,
+                       clock: StepClock) -> StepResult:
         """Relay the text deltas of one streamed completion (one ``sink.delta`` per chunk), assemble tool calls."""
-        result, assembler = StepResult(), ToolCallAssembler()
+        result = StepResult()
+        assembler = ToolCallAssembler(self.llm.max_tool_name_chars, self.llm.max_tool_call_id_chars)
         step_text: list[str] = []
         try:
-            await self._read(response, sink, turn, result, assembler, step_text)
+            await self._read(response, sink, turn, result, assembler, step_text, clock)
         except StreamEnded:
             if result.finish_reason is None:
                 raise
             # a finish_reason came: the answer is whole, only the [DONE] line is missing (lenient servers)
         result.text = "".join(step_text)
+        if turn.step_started:
+            turn.spans.append([turn.step, turn.span_start, turn.chars])
+        result.ignored_calls = bool(assembler) and not want_tools
         if want_tools:
             result.calls = assembler.calls(turn.call_ids)
             for c in result.calls:
@@ -265,9 +319,10 @@ class OpenAIAgent:
         return result
 
     async def _read(self, response: Any, sink: TurnSink, turn: _TurnText, result: StepResult,
-                    assembler: ToolCallAssembler, step_text: list[str]) -> None:
+                    assembler: ToolCallAssembler, step_text: list[str], clock: StepClock) -> None:
         async with contextlib.aclosing(iter_chunks(response)) as batches:
             async for batch in batches:
+                progress = False
                 for chunk in batch:
                     usage = chunk.get("usage")
                     if usage:
@@ -279,20 +334,28 @@ class OpenAIAgent:
                         if type(delta) is dict:
                             content = delta.get("content")
                             if content and type(content) is str:
+                                progress = True
                                 text = content
                                 if not turn.step_started:
                                     turn.step_started = True
                                     await sink.status("generating")
-                                    previous = turn.text()
-                                    if previous and not previous.endswith("\n"):
+                                    if turn.parts and not turn.parts[-1].endswith("\n"):
                                         text = "\n\n" + content
+                                    turn.span_start = turn.chars + len(text) - len(content)
                                 turn.parts.append(text)
+                                turn.chars += len(text)
                                 step_text.append(content)
                                 await sink.delta(text)
                             if delta.get("tool_calls"):
+                                progress = True
                                 assembler.add(delta["tool_calls"])
+                            elif not progress and _reasoning(delta):    # a reasoning model thinking aloud
+                                progress = True
                         if choice.get("finish_reason"):
+                            progress = True
                             result.finish_reason = choice["finish_reason"]
+                if progress:
+                    clock.progress()
 
     async def _with_retries(self, fn: Callable[[], Awaitable[T]], may_retry: Callable[[], bool],
                             sink: TurnSink | None = None, detail: str | None = None) -> T:
@@ -323,6 +386,16 @@ def _assistant_message(res: StepResult) -> dict[str, Any]:
     return {"role": "assistant", "content": res.text or None,
             "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                            for c in res.calls]}
+
+
+def _reasoning(delta: dict[str, Any]) -> bool:
+    """Whether a delta carries reasoning text (``reasoning_content``: DeepSeek, vLLM; ``reasoning``:
+    Ollama, OpenRouter): progress of a reasoning model, which may think for minutes before its answer."""
+    for key in ("reasoning_content", "reasoning"):
+        value = delta.get(key)
+        if value and type(value) is str:
+            return True
+    return False
 
 
 def _short(exc: BaseException) -> str:

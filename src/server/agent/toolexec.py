@@ -13,10 +13,12 @@ from storage.models import ToolCall
 
 @dataclass(slots=True)
 class CallRequest:
-    """A tool call as the model (or the offline intent parser) asked for it."""
+    """A tool call as the model (or the offline intent parser) asked for it; with ``error`` it is
+    refused before it runs (e.g. a name over ``[llm] max_tool_name_chars``) and gets that error."""
     id: str | None
     name: str
     arguments: str | dict[str, Any]
+    error: str | None = None
 
 
 async def run_tool_step(registry: ToolRegistry, sink: TurnSink, requests: list[CallRequest], ctx: ToolContext,
@@ -25,8 +27,8 @@ async def run_tool_step(registry: ToolRegistry, sink: TurnSink, requests: list[C
 
     At most ``tools.max_calls_per_step`` calls run, ``tools.max_parallel_calls`` at a time (so one turn
     cannot take every worker thread); each call beyond the first ``max_calls_per_step`` is not run and
-    gets an error result saying so (every call still gets its result). Returns the finished ToolCalls
-    in the order requested. Never raises for a tool failure.
+    gets an error result saying so (every call still gets its result), as does a request with an
+    ``error``. Returns the finished ToolCalls in the order requested. Never raises for a tool failure.
     """
     cfg = registry.config
     pending = [registry.pending(r.name, r.arguments, r.id, step) for r in requests]
@@ -42,13 +44,14 @@ async def run_tool_step(registry: ToolRegistry, sink: TurnSink, requests: list[C
         await sink.tool_result(done)
         return done
 
-    async def refused(p: ToolCall) -> ToolCall:
+    async def refused(p: ToolCall, error: str) -> ToolCall:
         p.status = "error"
-        p.result = to_json({"error": f"not run: this step asked for {len(requests)} tool calls and at most "
-                                     f"{cfg.max_calls_per_step} run per step (tools.max_calls_per_step); "
-                                     "call it again in a later step if it is still needed"})
+        p.result = to_json({"error": error})
         await sink.tool_result(p)
         return p
 
-    return list(await asyncio.gather(*(one(p, r) if i < cfg.max_calls_per_step else refused(p)
+    too_many = (f"not run: this step asked for {len(requests)} tool calls and at most {cfg.max_calls_per_step} "
+                "run per step (tools.max_calls_per_step); call it again in a later step if it is still needed")
+    return list(await asyncio.gather(*(refused(p, r.error) if r.error is not None
+                                       else one(p, r) if i < cfg.max_calls_per_step else refused(p, too_many)
                                        for i, (p, r) in enumerate(zip(pending, requests)))))
