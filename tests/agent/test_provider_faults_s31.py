@@ -98,12 +98,12 @@ def _chunk(delta: dict, finish: str | None = None, **extra) -> str:
 @pytest.mark.parametrize("filler", ["comment", "empty"])
 async def test_keep_alives_without_progress_end_at_the_idle_limit(llm, make_agent, sink, filler):
     llm.push(Endless(chunks=[{"content": "so far"}], filler=filler))
-    agent = make_agent(stream_idle_timeout_s=0.4, request_timeout_s=5)
+    agent = make_agent(stream_idle_timeout_s=1.0, request_timeout_s=5)
     with pytest.raises(AgentError) as err:
         await agent.run_turn(make_request("hi"), sink)
     assert err.value.code == "LLM_TIMEOUT"
     assert err.value.message == (f"the model endpoint 127.0.0.1:{llm.port} kept the stream open but sent nothing "
-                                 "of the answer for 0.4 s ([llm] stream_idle_timeout_s)")
+                                 "of the answer for 1 s ([llm] stream_idle_timeout_s)")
     assert sink.text == "so far"                       # what streamed reaches the turn runner as the partial
     async with asyncio.timeout(5):
         await llm.dropped.wait()                       # the HTTP connection to the endpoint is closed
@@ -124,7 +124,7 @@ async def test_a_stream_that_keeps_sending_text_ends_at_the_step_limit(llm, make
 async def test_reasoning_deltas_are_progress(llm, make_agent, sink):
     # thinking for longer than the idle limit, then the answer: a reasoning model is not cut off
     llm.push(Endless(filler="reasoning", every=0.05, count=16, answer="thought it through"))
-    result = await make_agent(stream_idle_timeout_s=0.5).run_turn(make_request("hi"), sink)
+    result = await make_agent(stream_idle_timeout_s=1.5).run_turn(make_request("hi"), sink)
     assert result.content == "thought it through" and result.finish_reason == "stop"
 
 
@@ -172,7 +172,7 @@ async def _llm_server(tmp_path: Path, **llm_overrides):
 
 
 async def test_a_client_gone_on_an_endless_stream_frees_the_turn(tmp_path):
-    async with _llm_server(tmp_path, stream_idle_timeout_s=0.5) as (srv, addr, scripted):
+    async with _llm_server(tmp_path, stream_idle_timeout_s=1.0) as (srv, addr, scripted):
         scripted.push(Endless(chunks=[{"content": "partial "}]))
         c = await V3Client.connect(addr)
         sid = c.session_id
