@@ -22,6 +22,7 @@ import orjson
 
 from server.agent import downloads, file_answers
 from server.agent.file_answers import when
+from server.memory.distill import mentions_secret
 from server.tools.units import fmt_duration
 from storage.models import ToolCall
 
@@ -73,16 +74,48 @@ def memory_off(zh: bool) -> str:
     return _j(zh, "Long-term memory is turned off on this server.", "这台服务器关闭了长期记忆。")
 
 
-def noted(items: list[str], zh: bool, kept: bool = True) -> str:
-    """The reply to a message that only states facts or preferences: what was understood, as the
-    user memory keeps it, so the user can check it; ``kept`` False (long-term memory turned off):
-    that it stays in this conversation only."""
-    if not kept:
-        head = _j(zh, "Long-term memory is turned off on this server, so this stays in this conversation only:",
-                  "这台服务器关闭了长期记忆，以下内容只保留在本次对话中：")
-    else:
-        head = "好的，记下了：" if zh else "Noted:"
-    return "\n".join([head, *(f"- {item}" for item in items)])
+def noted(items: list[tuple[str, str]], zh: bool, kept: bool = True) -> str:
+    """The reply to a message that only states facts or preferences or takes something back
+    (``knowledge_route.statement_items``: (kind, text)): what was understood, as the user memory keeps
+    it, so the user can check it; ``kept`` False (long-term memory turned off): that it stays in this
+    conversation only. A value said to hold no longer ("no longer", "<subject> is <value>") is noted
+    as such; what the user asks to forget ("forget", what) is said not to be remembered, or, with long-term
+    memory off and nothing else in the message, that nothing was kept. A take-back naming a secret is
+    not repeated (a secret is never kept anyway)."""
+    said = [no_longer(text, zh) if kind == "no longer" else text for kind, text in items if kind != "forget"]
+    forgotten = [_unless_secret(text, zh) for kind, text in items if kind == "forget"]
+    parts = []
+    if said:
+        if not kept:
+            head = _j(zh, "Long-term memory is turned off on this server, so this stays in this conversation only:",
+                      "这台服务器关闭了长期记忆，以下内容只保留在本次对话中：")
+        else:
+            head = "好的，记下了：" if zh else "Noted:"
+        parts.append("\n".join([head, *(f"- {item}" for item in said)]))
+    if forgotten and not kept and not said:
+        parts.append(_j(zh, "Long-term memory is turned off on this server; nothing was kept.",
+                        "这台服务器关闭了长期记忆，没有保存任何内容。"))
+    elif forgotten:
+        head = _j(zh, "OK, I won't remember that:", "好的，不再记住：")
+        parts.append("\n".join([head, *(f"- {what}" for what in forgotten)]))
+    return "\n\n".join(parts)
+
+
+def no_longer(said: str, zh: bool) -> str:
+    """A value said to hold no longer (``distill.takes_back``'s "<subject> is <value>", of Chinese
+    "<subject>是/在<value>"): "The prod DB host is no longer db-prod-41", "生产数据库在杭州（已不再成立）"."""
+    said = _unless_secret(said, zh)
+    subject, is_, value = said.partition(" is ")       # (an English subject never holds " is ")
+    if is_:
+        return f"{subject} is no longer {value}"
+    return f"{said}（已不再成立）" if zh else f"{said} (no longer so)"
+
+
+def _unless_secret(text: str, zh: bool) -> str:
+    """``text``, or a note in its place when it names or holds a secret (never repeated in an answer)."""
+    if mentions_secret(text):
+        return _j(zh, "(something secret: secrets are never kept)", "（涉及机密的内容：机密从不保存）")
+    return text
 
 
 def _j(zh: bool, en: str, cn: str) -> str:

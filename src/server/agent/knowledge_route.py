@@ -12,8 +12,9 @@ Rule (offline agent), first match wins:
    ``intents.without_request``) as ``strong_match`` (4) requires -> knowledge (``strong_match``): "what
    time does the nightly backup run?", "磁盘使用率超过多少会触发告警"; "现在几点", "how much memory is free"
    leave nothing and keep their tool.
-   ``statement``: the message only states facts or preferences to keep, as the user memory's rules
-   read them ("remember that the staging host is stage-7", "以后用中文回答"; no question) -> general.
+   ``statement``: the message only states facts or preferences to keep, or takes them back
+   (``distill.takes_back``), as the user memory's rules read them ("remember that the staging host
+   is stage-7", "以后用中文回答", "forget my home address"; no question) -> general.
 3. ``follow_up``: the previous answer quoted documents (the offline agent's documents answer, with a
    ``[name §location]`` citation; not, say, a history answer quoting one), this message is short (at
    most 8 words, or 16 CJK characters), is no thanks or greeting, is not answered by what the user
@@ -49,7 +50,7 @@ from typing import Any
 
 from server.agent.intents import COMMAND, without_request
 from server.memory.analyze import CJK_STOP_CHARS, analyze
-from server.memory.distill import MAX_ITEMS_PER_MESSAGE, distill_rules
+from server.memory.distill import MAX_ITEMS_PER_MESSAGE, distill_rules, takes_back
 from server.memory.extractive import sentences
 
 KEYWORDS = re.compile(r"知识库|文档|资料库|资料|\bknowledge[- ]?base\b|\bthe docs\b|\bmy docs\b|"
@@ -194,12 +195,14 @@ def _is_word(term: str) -> bool:
 
 
 def statement_items(text: str) -> list[tuple[str, str]]:
-    """The facts and preferences the user memory keeps of the message (``distill_rules``: (kind,
-    text)) when every sentence of it is one of them (nothing else asked), else []."""
+    """What the user memory does with the message when every sentence of it is a fact or preference
+    it keeps (``distill_rules``: (kind, text)) or takes something back (``takes_back``: ("forget",
+    what) or ("no longer", "<subject> is <value>")), nothing else asked: those, the kept ones first;
+    else []."""
     parts = sentences(text)
     if not parts or len(parts) > MAX_ITEMS_PER_MESSAGE:      # (more sentences than items are ever kept)
         return []
-    items = distill_rules(text)
+    items = distill_rules(text) + takes_back(text)
     return items if len(items) == len(parts) else []
 
 

@@ -9,6 +9,9 @@ that the staging server is stage-7.internal" in another session. The items are q
 session and time (said in Chinese for a Chinese question: ``（会话 s_…，<time>）``), never followed.
 The facts the user stated earlier in the current conversation (its window: the memory block leaves
 the current session's items out) count the same way, newest first, marked as from this conversation.
+What a later message takes back ("Please forget that my home address is ...", "The DB host is not
+db-1 anymore": ``distill.takes_back`` and ``retracts``) is not quoted, as the user memory drops it;
+nor is an item of the memory block that the message being answered takes back.
 
 Of several statements about the same thing (``distill.subject_key``: "the DB host is db-1", later
 "... is db-2 now") only the newest is quoted: in this conversation, the latest; between this
@@ -18,18 +21,19 @@ session, and leaves out only this session's, which the window holds).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 from server.agent.knowledge_route import covered
 from server.memory.analyze import analyze
 from server.memory.context import MEMORY_HEADER
-from server.memory.distill import distill_rules, subject_key
+from server.memory.distill import distill_rules, retracts, subject_key, takes_back
 from server.memory.recall import format_time
 from server.memory.user_memory import INLINE_DISTILL_CHARS
 
 MIN_TERMS = 2          # search terms of the question an item must hold (all of them if it has fewer)
 MIN_SHARE = 0.6        # ... and at least this share of them
 MAX_ITEMS = 3
+KINDS = ("fact", "preference")      # what a memory block line may be (its kind is not quoted)
 _UNKNOWN_TIME = format_time("")     # how an item line says a time that could not be read
 _SOURCE = re.compile(r'(?P<text>.*?) \(session (?P<where>"[^"]*"|\S+), (?P<time>[^()]*)\)', re.S)
 
@@ -44,12 +48,17 @@ def remembered(messages: list[dict[str, Any]]) -> list[str]:
 
 
 def stated(messages: list[dict[str, Any]]) -> list[str]:
-    """The facts and preferences of the user's earlier messages in this context, newest first."""
-    out = []
-    for m in reversed(messages[:-1]):            # (the last one is the message being answered)
+    """The facts and preferences of the user's earlier messages in this context, newest first,
+    without those a later message (the one being answered too) takes back (``distill.takes_back``:
+    "Please forget that ...", "... is not db-1 anymore"), as the user memory drops them."""
+    out: list[str] = []
+    taken: list[Callable[[str, str], bool]] = []     # what the later messages take back
+    for n, m in enumerate(reversed(messages)):   # (the last one is the message being answered)
         if m.get("role") == "user" and isinstance(m.get("content"), str) \
                 and len(m["content"]) <= INLINE_DISTILL_CHARS:      # (on the loop: a pasted log is learned in a thread)
-            out += [item for _, item in distill_rules(m["content"])]
+            if n:
+                out += [item for kind, item in distill_rules(m["content"]) if not any(t(kind, item) for t in taken)]
+            taken += [retracts(back) for back in takes_back(m["content"])]
     return out
 
 
@@ -86,7 +95,9 @@ def answer(text: str, messages: list[dict[str, Any]], zh: bool) -> str | None:
     if not terms:
         return None
     here = "（本次对话中）" if zh else " (earlier in this conversation)"
+    gone = [retracts(back) for back in takes_back(text)]        # (this message takes them back: not quoted)
     block = [(line, _text(line)) for line in remembered(messages)]   # (line, its text)
+    block = [(line, item) for line, item in block if not any(g(kind, item) for g in gone for kind in KINDS)]
     seen = {key for _, text in block if (key := _subject(text)) is not None}
     hits = []
     for item in stated(messages):                # newest first: an older statement of a subject is left out

@@ -82,9 +82,12 @@ class OfflineAgent:
             calls = await run_tool_step(self.registry, sink, requests, ToolContext(req.user_id, req.session_id),
                                         step=0, timeout=self.cfg.tool_timeout_s)
             answer = "\n\n".join(answers.render(c, zh) for c in calls)
-        elif noted:                # what the user memory keeps; without it, nothing is kept beyond this session
-            answer = answers.noted([item for _, item in noted], zh, kept=not memory_off)
-            found = [intents.Intent("note", 1.0)]
+        elif noted:                # what the user memory keeps or forgets; without it, nothing is kept beyond this session
+            answer = answers.noted(noted, zh, kept=not memory_off)
+            kinds = {kind for kind, _ in noted}                      # fact, preference, no longer, forget
+            found = [intents.Intent("note", 1.0)] if kinds - {"forget"} else []
+            if "forget" in kinds:
+                found.append(intents.Intent("forget", 1.0))
         elif recalled is not None:
             answer = recalled                                        # what the user said in other sessions
             found = [intents.Intent("memory", 1.0)]
