@@ -357,10 +357,25 @@ class ClusterTurnLock:
         self.claims: dict[str, Claims] = {}             # this node's claims waiting in PostgreSQL's queue
 
     async def try_hold(self, session_id: str) -> Hold | None:
-        """The session's lock if it is free now (nothing left to close: repaired first), else None."""
+        """The session's lock if it is free now or within ``ending_turn_wait_ms`` (nothing left to
+        close: repaired first), else None. Another node publishes its turn's TURN_END before it lets
+        go of the lock (its events first, then the lock), so a client that saw TURN_END and sends a
+        regenerate or edit at once may find the lock still held for a moment: the claim then waits
+        in PostgreSQL's queue (arrival order: a turn queued before it still comes first) that long."""
         key = await self._after_release(session_id)
         got, last = await self.holder.try_claim(key, session_id)      # lock + last message: one round trip
-        return await self._held(session_id, key, last) if got else None
+        if got:
+            return await self._held(session_id, key, last)
+        hold = self.request(session_id)
+        try:
+            await asyncio.wait_for(hold.wait(), self.cluster.config.ending_turn_wait_ms / 1000)
+        except asyncio.TimeoutError:
+            hold.cancel()                # (granted meanwhile: let go)
+            return None
+        except BaseException:
+            hold.cancel()
+            raise
+        return hold
 
     async def claim_owned(self, session_id: str, user_id: str) -> tuple[Hold | None, Claim | None]:
         """``try_hold`` of a live session of ``user_id``, checked in the same round trip (NotFound

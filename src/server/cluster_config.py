@@ -18,6 +18,8 @@ class ClusterConfig(Section):
     delta_batch_ms: float = Field(3.0, ge=0.0, le=1_000.0)   # deltas of one turn sent within this interval share a notification
     remote_end_wait_ms: float = Field(500.0, ge=0.0, le=60_000.0)   # a turn taking over a session waits this long at most
     #                                                               for the previous (other node's) turn's TURN_END
+    ending_turn_wait_ms: float = Field(1000.0, ge=0.0, le=60_000.0)   # a regenerate or edit finding the session locked
+    #      by another node waits this long at most for it (its turn may be ending: TURN_END goes before the lock)
     hello_wait_ms: float = Field(1000.0, ge=0.0, le=60_000.0)   # a starting node waits this long at most for the others to know it
     remote_cancel_wait_ms: float = Field(2000.0, ge=0.0, le=60_000.0)   # a CHAT_CANCEL of a turn not on this node waits
     #                                                                    this long at most for the node that has it

@@ -41,7 +41,8 @@ log = logging.getLogger("nplt.turns")
 class TurnLock(Protocol):
     """One turn per session across server nodes (``server.cluster.ClusterTurnLock``; None on JSON)."""
 
-    async def try_hold(self, session_id: str) -> Any: ...   # a Hold if the session is free now, else None
+    # a Hold if the session is free now (or within a moment: another node's turn ending), else None
+    async def try_hold(self, session_id: str) -> Any: ...
     # try_hold of a live session of user_id, checked in the same round trip (NotFound otherwise):
     # (Hold or None, storage.pg.lock_holder.Claim or None when nothing was read)
     async def claim_owned(self, session_id: str, user_id: str) -> tuple[Any, Any]: ...
@@ -328,7 +329,8 @@ class TurnRunner:
 
     async def _wait_hold(self, turn: Turn, hold: Any) -> bool:
         """Cluster: wait until the session is this turn's (False: it was cancelled meanwhile and is
-        withdrawn, or the lock could not be had: TURN_ERROR)."""
+        withdrawn, or the lock could not be had, PostgreSQL staying unreachable beyond the retry
+        policy: TURN_ERROR saying that its user message, waiting in memory, was not stored)."""
         if turn.cancel_reason is not None and not hold.ready:
             hold.cancel()               # shutdown or cancel before its turn came: nothing was stored
         else:
@@ -340,10 +342,15 @@ class TurnRunner:
                 if turn.cancel_reason is None:
                     raise               # the worker itself was cancelled
             except Exception as exc:
-                err = failure_of(exc) or HandlerError(ErrorCode.INTERNAL, "internal error")
-                log.warning("turn %s: session lock not had: %s", turn.turn_id, exc)
-                RunnerSink(turn, self.hub).publish(TurnError(turn.session_id, turn.turn_id, err.code,
-                                                             f"the turn could not start: {err.message}"))
+                err = failure_of(exc)
+                if err is None:
+                    log.exception("turn %s: session lock not had, user message not stored", turn.turn_id)
+                    err = HandlerError(ErrorCode.INTERNAL, "internal error")
+                else:
+                    log.warning("turn %s: session lock not had, user message not stored: %s", turn.turn_id, err)
+                RunnerSink(turn, self.hub).publish(TurnError(
+                    turn.session_id, turn.turn_id, err.code,
+                    f"the turn could not start and its message was not stored: {err.message}"))
                 return False
             finally:
                 turn.task = None

@@ -6,6 +6,9 @@ index from those rows and keeps them current through LISTEN/NOTIFY: every commit
 delete notifies ``nplt_kb`` with the document id, the listener reads the rows. A document is staged
 (copied, hashed, parsed) in a local directory, then written in one transaction: a node killed
 mid-ingest leaves nothing in PostgreSQL, and only scratch files that the next start clears.
+
+``copy_documents`` is ``nplt-server migrate-json-to-pg``'s copy of the file store's documents
+(``server.knowledge.store``) into these rows.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -22,7 +25,7 @@ from server.errors import HandlerError, not_found
 from server.knowledge.config import KnowledgeConfig
 from server.knowledge.models import DocumentInfo
 from server.knowledge.port import Catalog, Loaded, Staged, StagingArea
-from server.knowledge.store import info_of
+from server.knowledge.store import FileDocumentStore, info_of
 from storage.errors import StorageError
 from storage.pg.documents import BLOCK_BYTES, CHANNEL, Limits, PgDocuments, StoredDocument
 from storage.pg.link import PgLink
@@ -191,3 +194,93 @@ class PgDocumentStore:
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
+
+
+# -- nplt-server migrate-json-to-pg -----------------------------------------------------------------
+#: the copy keeps every document of the files, whatever the quotas (they were accepted there)
+_COPY_LIMITS = Limits(1 << 62, 1 << 62)
+
+_COPIED_SQL = """
+SELECT d.doc_id, d.collection, d.sha256, d.size, d.chunks,
+       (SELECT count(*) FROM nplt_kb_chunks c WHERE c.doc_id = d.doc_id) AS chunk_rows,
+       (SELECT coalesce(sum(octet_length(b.data)), 0) FROM nplt_kb_blocks b WHERE b.doc_id = d.doc_id) AS stored,
+       (SELECT count(*) FROM nplt_kb_vectors v WHERE v.doc_id = d.doc_id) AS vector_rows
+FROM nplt_kb_documents d JOIN unnest($1::text[], $2::text[]) AS k(collection, sha256) USING (collection, sha256)"""
+
+
+@dataclass
+class KnowledgeCopy:
+    """What ``copy_documents`` did: documents found in the files, copied now (and their bytes), in
+    PostgreSQL already, notes (the same bytes there under another id: not copied again) and what
+    did not match (an unreadable document, a row that does not hold the file's chunks or bytes)."""
+    documents: int = 0
+    copied: int = 0
+    already: int = 0
+    bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+
+
+async def copy_documents(root: str | os.PathLike, link: PgLink) -> KnowledgeCopy:
+    """Copy the documents of the file store under ``root`` (the JSON backend's knowledge base) into
+    PostgreSQL, each in one transaction with its chunks, original bytes and vectors, the same rows
+    an upload writes (``PgDocuments.insert``; collection and uploader kept, quotas not applied), then
+    verify per document the stored bytes and the chunk and vector rows. A document whose bytes the
+    collection holds already (a rerun, or an interrupted run) is not copied again. The files are
+    only read."""
+    files = FileDocumentStore(root)
+    report = KnowledgeCopy()
+    unreadable: list[str] = []
+    found = await asyncio.to_thread(lambda: list(files.documents(unreadable)) if files.collections.is_dir() else [])
+    report.mismatches += [f"knowledge document {bad}: unreadable" for bad in unreadable]
+    rows = PgDocuments(link)
+    expected: dict[tuple[str, str], tuple[DocumentInfo, int, int]] = {}   # -> (info, chunks, vectors)
+    for path, meta in found:
+        def read(p: Path = path) -> tuple[list[dict], list[list[float]] | None, int]:
+            return files.chunks(p), files.vectors(p), os.path.getsize(p / "original")
+        try:
+            info = info_of(meta)
+            chunks, vectors, size = await asyncio.to_thread(read)
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            report.mismatches.append(f"knowledge document {path}: unreadable ({exc})")
+            continue
+        report.documents += 1
+        if size != info.size or len(chunks) != info.chunks:
+            report.mismatches.append(f"knowledge document {info.doc_id} ({info.name}): its files hold {size} bytes "
+                                     f"and {len(chunks)} chunks, its metadata says {info.size} and {info.chunks}")
+            continue
+        row = info.to_dict()
+        del row["duplicate"]
+        outcome, value = await rows.insert(row, path / "original", chunks, vectors, _COPY_LIMITS)
+        if outcome == "added":
+            report.copied += 1
+            report.bytes += size
+        elif outcome == "duplicate":
+            report.already += 1
+            if value["doc_id"] != info.doc_id:
+                report.notes.append(f"knowledge document {info.doc_id} ({info.name}) of {info.collection}: the same "
+                                    f"bytes are in PostgreSQL already as document {value['doc_id']}, not copied")
+        else:
+            report.mismatches.append(f"knowledge document {info.doc_id} ({info.name}): not copied ({value})")
+            continue
+        expected[(info.collection, info.sha256)] = (info, len(chunks), len(vectors or ()))
+    report.mismatches += await _verify_copied(link, expected)
+    return report
+
+
+async def _verify_copied(link: PgLink, expected: dict[tuple[str, str], tuple[DocumentInfo, int, int]]) -> list[str]:
+    keys = list(expected)
+    found = {(r["collection"], r["sha256"]): r for r in await link.run(lambda con: con.fetch(
+        _COPIED_SQL, [c for c, _ in keys], [h for _, h in keys]), write=False)}
+    bad = []
+    for key, (info, chunks, vectors) in expected.items():
+        r = found.get(key)
+        what = f"knowledge document {info.doc_id} ({info.name})"
+        if r is None:
+            bad.append(f"{what}: missing in PostgreSQL")
+        elif r["stored"] != info.size:
+            bad.append(f"{what}: {info.size} bytes in the files, {r['stored']} in PostgreSQL")
+        elif r["doc_id"] == info.doc_id and (r["chunk_rows"], r["vector_rows"]) != (chunks, vectors):
+            bad.append(f"{what}: {chunks} chunks and {vectors} vectors in the files, "
+                       f"{r['chunk_rows']} and {r['vector_rows']} in PostgreSQL")
+    return bad

@@ -115,14 +115,17 @@ class FileDocumentStore:
         _fsync_dir(src.parent)
         shutil.rmtree(dst, ignore_errors=True)
 
-    def documents(self) -> Iterator[tuple[Path, dict]]:
-        """Every stored document: (directory, meta)."""
+    def documents(self, unreadable: list[str] | None = None) -> Iterator[tuple[Path, dict]]:
+        """Every stored document: (directory, meta). One whose ``meta.json`` cannot be read is
+        skipped (logged, and named in ``unreadable`` when given)."""
         for coll in sorted(self.collections.iterdir()):
             for doc in sorted(coll.iterdir()):
                 try:
                     meta = json.loads((doc / "meta.json").read_bytes())
                 except (OSError, ValueError) as exc:
                     log.warning("skipping unreadable document %s: %s", doc, exc)
+                    if unreadable is not None:
+                        unreadable.append(f"{doc}: {exc}")
                     continue
                 yield doc, meta
 

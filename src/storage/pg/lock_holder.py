@@ -18,7 +18,8 @@ line is opened again and its locks taken back at once (``_keep_locks``, one atte
 the turns still running, so a peer cannot take them; so are the locks of running turns held on
 connections of their own (``adopt``). A session lock another node took meanwhile is not taken back:
 ``holds`` then says so, and ``was_retaken`` tells a lock that was taken back (another node may have
-taken it and let it go meanwhile).
+taken it and let it go meanwhile). A claim waiting on a connection of its own whose connection
+breaks connects and queues again (``wait_lock``), under the retry policy.
 """
 from __future__ import annotations
 
@@ -236,7 +237,11 @@ class LockHolder:
     def adopt(self, key: int, con: asyncpg.Connection) -> None:
         """``key`` is held on ``con``, a connection of its own (``wait_lock``), by a running turn: if
         that connection closes, the lock is taken back on its line, as the lines' own locks are.
-        ``let_go`` releases it."""
+        ``let_go`` releases it. Adopting it again changes nothing."""
+        held = self._adopted.get(key)
+        if held is not None and held[0] is con:
+            return
+
         def lost(_con: object) -> None:
             if self._adopted.get(key) is entry:
                 del self._adopted[key]
@@ -436,14 +441,48 @@ class LockHolder:
 
     async def wait_lock(self, key: int) -> asyncpg.Connection:
         """Wait (arrival order) for ``key`` on a connection of its own; close it to release the lock.
-        Cancel the awaiting task to give up (the connection is closed)."""
-        con = await self.link.retrying(self._connect_waiter, "wait for a session lock")
-        try:
-            await con.execute("SELECT pg_advisory_lock($1)", key)
-        except BaseException:
-            self._abandon(con)
-            raise
-        return con
+        Cancel the awaiting task to give up (the connection is closed).
+
+        A wait whose connection breaks (PostgreSQL restarted: its queue is gone) connects again and
+        queues again, under the retry policy (``pg_retry_attempts``, ``pg_retry_backoff_ms``; then
+        StorageUnavailable). The running turn that held the lock must keep it: this node's own is
+        taken back first, and another node's is given ``2 x pg_retry_backoff_ms`` once PostgreSQL
+        lets this one in (a live node takes its locks back within one ``pg_retry_backoff_ms``,
+        ``_keep_locks``; the nodes are assumed to share the setting), so a waiting turn does not
+        take the session from it."""
+        broke = False
+        grace_s = 2 * self.link.config.pg_retry_backoff_ms / 1000
+
+        async def once() -> asyncpg.Connection:
+            nonlocal broke
+            if broke:
+                await self._take_back_own(key)
+            con = await self._connect_waiter()
+            try:
+                if broke:
+                    await asyncio.sleep(grace_s)
+                await con.execute("SELECT pg_advisory_lock($1)", key)
+            except BaseException as exc:
+                self._abandon(con)
+                if not is_connection_error(exc):
+                    raise
+                broke = True
+                log.warning("storage: the wait for a session lock lost its connection (%s): queuing again", exc)
+                raise Unsent() from exc
+            return con
+        return await self.link.retrying(once, "wait for a session lock")
+
+    async def _take_back_own(self, key: int) -> None:
+        """If this node held ``key`` (a running turn's lock) on a connection that closed, take it back
+        now, before a waiting turn of this node queues for it again (``wait_lock``)."""
+        entry = self._adopted.get(key)
+        if entry is not None and entry[0].is_closed():
+            entry[1](entry[0])                 # (its termination listener may not have run yet)
+        line = self._line(key)
+        if key in line.doubt or (key in line.held and self._needs(line)):
+            async with line.mutex:
+                if self._needs(line) and (key in line.held or key in line.doubt):
+                    await self._restore(line)
 
     def _abandon(self, con: asyncpg.Connection) -> None:
         """Close a connection whose backend may still wait for a lock. A backend blocked on a lock
