@@ -4,7 +4,9 @@ memory, auth) once; connections and handlers get those, never the Server.
 ``await start()`` opens the store (unless one is given), wires agent and memory, and listens;
 with TLS the server accepts the TCP connections itself: each counts against ``max_clients`` /
 ``max_clients_per_ip`` from its accept, and its TLS handshake must end within ``handshake_timeout_s``
-(``_Handshake``, ``loop.connect_accepted_socket``);
+(``_Handshake``, ``loop.connect_accepted_socket``). With an admin user, a connection arriving when
+every slot is taken waits on standby (``AdminSlot``) for an admin's HELLO, for which ``make_room``
+closes the oldest connection still in its handshake (``server.conn_limits``, "The admin slot");
 ``await stop()`` shuts down gracefully: stop accepting, cancel running turns (their partial answers are
 saved), send SHUTTING_DOWN to every client, close connections, close the agent and the store (which
 compacts its journals).
@@ -20,10 +22,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from protocol import ErrorCode
 from protocol.server_events import SESSION_EVENT_KINDS, Notice
 from server.config import ServerConfig, check_bind_policy, is_loopback
 from server.config_base import ConfigError
-from server.conn_limits import count_from, peer_ip
+from server.conn_limits import FULL, STOPPING, AdminSlot, count_from, peer_ip, regular_clients
 from server.connection import ServerConnection
 from server.services import VERSION, Counters, Services, build_services
 from server.httpd import start_http, stop_http
@@ -70,12 +73,26 @@ def make_ssl_context(cert: str, key: str) -> ssl.SSLContext:
 
 @dataclass(eq=False, slots=True)
 class _Handshake:
-    """A TLS connection between its TCP accept and the end of its TLS handshake: counted against
-    ``max_clients`` and ``max_clients_per_ip`` (``count_from`` reads ``ip``). ``sock`` is None once
+    """A TLS connection between its TCP accept (``started``, loop time) and the end of its TLS
+    handshake: counted against ``max_clients`` and ``max_clients_per_ip`` (``count_from`` reads
+    ``ip``), unless it is on ``standby`` (it came with every slot taken: in ``AdminSlot.waiting``
+    instead, counted against ``max_clients_per_ip`` only). ``sock`` is None once
     ``loop.connect_accepted_socket`` owns it."""
     ip: str
     sock: socket.socket | None
+    conn_id: int
+    peer: str
+    started: float
+    standby: bool = False
     task: asyncio.Task | None = None
+
+    def drop(self) -> None:
+        """Close it, wherever its handshake is."""
+        if self.task is not None:
+            self.task.cancel()     # (connect_accepted_socket closes the socket)
+        if self.sock is not None:  # (its task had not started)
+            self.sock.close()
+            self.sock = None
 
 
 class Server:
@@ -105,6 +122,8 @@ class Server:
         self._tls_sockets: list[socket.socket] = []     # the listening sockets of TLS (accepted by _accept_tls)
         self._accepting: list[asyncio.Task] = []
         self._handshakes: set[_Handshake] = set()       # TLS connections before the end of their handshake
+        # with an admin user: connections on standby for the admin slot (server.conn_limits)
+        self._admin_slot = AdminSlot(self.make_room) if config.auth.reserved_slots else None
 
     # -- views of the services ------------------------------------------------------------------------
     def _svc(self) -> Services:
@@ -126,13 +145,40 @@ class Server:
 
     def _refuse_reason(self) -> str | None:
         if self.stopping:
-            return "shutting down"
+            return STOPPING
         if len(self._svc().connections) + len(self._handshakes) >= self._max_connections:
-            return "max_clients reached"
+            return FULL
         return None
 
+    def make_room(self, newcomer: ServerConnection) -> bool:
+        """Whether an admin's HELLO on the standby connection ``newcomer`` may take a slot.
+
+        With every slot taken while a non-admin holds the admin slot, the oldest connection still in
+        its handshake (a TLS handshake, or no HELLO accepted yet) is closed for it (SERVER_FULL): an
+        anonymous client can hold the admin slot, but not keep an admin out, however fast it
+        reconnects. When an admin holds the admin slot, the server stays full (False).
+        """
+        live = [c for c in self._svc().connections if not c.closing]
+        if len(live) + len(self._handshakes) < self._max_connections:
+            return True            # (a slot was freed meanwhile)
+        if regular_clients(live) + len(self._handshakes) <= self.config.limits.max_clients:
+            return False
+        waiting: list[ServerConnection | _Handshake] = [c for c in live if c.in_handshake and c is not newcomer]
+        waiting.extend(self._handshakes)
+        if not waiting:            # (their HELLOs are being answered: one of them will be refused)
+            return False
+        victim = min(waiting, key=lambda c: c.started)
+        self.counters.refusals.note(victim.conn_id, victim.peer, "closed in its handshake to let an admin in "
+                                                                 "(admin slot)")
+        if isinstance(victim, _Handshake):
+            self._handshakes.discard(victim)
+            victim.drop()
+        else:
+            victim.fatal(ErrorCode.SERVER_FULL, victim.full_message(taken=True))
+        return True
+
     def _new_connection(self) -> ServerConnection:
-        return ServerConnection(self._svc(), next(self._ids), self._refuse_reason)
+        return ServerConnection(self._svc(), next(self._ids), self._refuse_reason, self._admin_slot)
 
     async def _listen_tls(self, ssl_ctx: ssl.SSLContext, host: str, port: int, backlog: int) -> None:
         """Listen on every address of ``host`` (as ``loop.create_server`` does) and accept in _accept_tls."""
@@ -157,10 +203,13 @@ class Server:
     async def _accept_tls(self, listening: socket.socket) -> None:
         """Accept TLS connections. A connection over ``max_clients`` or ``max_clients_per_ip`` (those
         in their handshake counted) is closed at once, before any TLS work: without a handshake it
-        cannot be told why (a plain-TCP client gets SERVER_FULL / TOO_MANY_CONNECTIONS). Otherwise it
-        is counted from its accept on, and handshaken in a task of its own."""
+        cannot be told why (a plain-TCP client gets SERVER_FULL / TOO_MANY_CONNECTIONS); with an admin
+        user, one over ``max_clients`` is handshaken on standby instead (uncounted, within
+        ``standby_timeout_s``), for an admin's HELLO. Otherwise it is counted from its accept on, and
+        handshaken in a task of its own."""
         loop = asyncio.get_running_loop()
         per_ip = self.config.limits.max_clients_per_ip
+        slot = self._admin_slot
         while True:
             try:
                 sock, addr = await loop.sock_accept(listening)
@@ -172,38 +221,48 @@ class Server:
                 continue
             conn_id, ip = next(self._ids), peer_ip(addr)
             reason = self._refuse_reason()
-            if reason is None and per_ip and \
-                    count_from(self._svc().connections, ip) + count_from(self._handshakes, ip) >= per_ip:
-                reason = "max_clients_per_ip reached"
-            if reason is not None:
+            standby = reason == FULL and slot is not None
+            if (reason is None or standby) and per_ip and count_from(self._svc().connections, ip) + \
+                    count_from(self._handshakes, ip) + (count_from(slot.waiting, ip) if slot else 0) >= per_ip:
+                reason, standby = "max_clients_per_ip reached", False
+            if reason is not None and not standby:
                 self.counters.refusals.note(conn_id, _peer(addr), f"{reason} (closed before the TLS handshake)")
                 sock.close()
                 continue
-            hs = _Handshake(ip, sock)
-            self._handshakes.add(hs)
-            hs.task = loop.create_task(self._tls_handshake(hs, conn_id, _peer(addr)))
+            hs = _Handshake(ip, sock, conn_id, _peer(addr), loop.time(), standby=standby)
+            (slot.waiting if standby else self._handshakes).add(hs)   # type: ignore[union-attr]
+            hs.task = loop.create_task(self._tls_handshake(hs))
 
-    async def _tls_handshake(self, hs: _Handshake, conn_id: int, peer: str) -> None:
-        """The TLS handshake of an accepted connection, within ``handshake_timeout_s``; the
-        ServerConnection is made when it is done (its own HELLO timer starts then)."""
-        timeout = self.config.limits.handshake_timeout_s
+    async def _tls_handshake(self, hs: _Handshake) -> None:
+        """The TLS handshake of an accepted connection, within ``handshake_timeout_s`` (on standby:
+        ``standby_timeout_s``); the ServerConnection is made when it is done (its own HELLO timer
+        starts then)."""
+        limits = self.config.limits
+        timeout = limits.standby_timeout_s if hs.standby else limits.handshake_timeout_s
         sock, hs.sock = hs.sock, None
+        conn_id, peer = hs.conn_id, hs.peer
 
         def refuse_reason() -> str | None:   # asked by the connection once its handshake is done
-            self._handshakes.discard(hs)
+            self._forget(hs)
             return self._refuse_reason()
 
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: ServerConnection(self._svc(), conn_id, refuse_reason), sock,
+                lambda: ServerConnection(self._svc(), conn_id, refuse_reason, self._admin_slot), sock,
                 ssl=self._ssl, ssl_handshake_timeout=timeout)
         except Exception as exc:   # the socket is closed by connect_accepted_socket
-            if isinstance(exc, ConnectionAbortedError):
-                log.info("connection %s (%s): no TLS handshake within %g s; closed", conn_id, peer, timeout)
+            if isinstance(exc, ConnectionAbortedError):   # (anyone can cause it: logged without flooding)
+                self._svc().auth.guard.log_closed(conn_id, peer, f"no TLS handshake within {timeout:g} s; closed")
             else:
                 log.debug("connection %s (%s): TLS handshake failed: %s", conn_id, peer, exc)
         finally:
-            self._handshakes.discard(hs)
+            self._forget(hs)
+
+    def _forget(self, hs: _Handshake) -> None:
+        """``hs`` is no longer a TLS connection in its handshake."""
+        self._handshakes.discard(hs)
+        if self._admin_slot is not None:
+            self._admin_slot.waiting.discard(hs)
 
     async def _close_tls(self) -> None:
         """Stop accepting TLS connections; handshakes in progress are closed."""
@@ -212,12 +271,10 @@ class Server:
         await asyncio.gather(*self._accepting, return_exceptions=True)   # (no reader left on the sockets)
         for sock in self._tls_sockets:
             sock.close()
-        for hs in list(self._handshakes):
-            self._handshakes.discard(hs)
-            if hs.task is not None:
-                hs.task.cancel()
-            if hs.sock is not None:      # (its task had not started)
-                hs.sock.close()
+        waiting = self._admin_slot.waiting if self._admin_slot is not None else ()
+        for hs in [*self._handshakes, *(w for w in waiting if isinstance(w, _Handshake))]:
+            self._forget(hs)
+            hs.drop()
 
     async def start(self) -> tuple[str, int]:
         """Open everything and listen; returns the bound (host, port)."""
@@ -312,8 +369,8 @@ class Server:
         if svc is None:  # never started
             return
         await svc.runner.shutdown(timeout=grace_s)
-        for conn in list(svc.connections):
-            conn.shutdown()
+        for conn in [*svc.connections, *(self._admin_slot.waiting if self._admin_slot is not None else ())]:
+            conn.shutdown()   # (connections on standby too; their TLS handshakes were closed above)
         tasks = [t for conn in list(svc.connections) for t in conn.pending.values()]
         if tasks:  # requests already being answered (e.g. an append in progress) may finish
             _, late = await asyncio.wait(tasks, timeout=grace_s)

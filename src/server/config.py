@@ -30,7 +30,7 @@ from storage import StorageConfig, StorageConfigError
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
-_USER_RE = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+_USER_RE = re.compile(r"[A-Za-z0-9_.@-]{1,64}")   # the whole name (fullmatch: "$" would let "alice\n" in)
 # A v2 client waits silently for the greeting, so the server decides "v2" after this much silence. A v3
 # client sends HELLO right after connecting; a grace period shorter than that HELLO's trip would greet
 # every v3 client as v2 (0 ms always does), hence the floor.
@@ -100,6 +100,11 @@ class LimitsConfig(Section):
     max_total_input_buffer: int = Field(256 << 20, ge=1 << 20, le=1 << 40)
     message_timeout_s: float = Field(60.0, ge=0.05, le=86_400.0)
     max_clients_per_ip: int = Field(64, ge=0, le=1_000_000)
+    # with an admin user: a connection arriving when every slot, the admin's included, is taken is kept
+    # on standby (counted against max_clients_per_ip only) this long to show an admin's HELLO, which then
+    # takes the place of the oldest connection still in its handshake (server.app.Server.make_room);
+    # anything else is refused (SERVER_FULL)
+    standby_timeout_s: float = Field(1.0, ge=0.05, le=60.0)
 
     @model_validator(mode="after")
     def _ping_before_idle(self) -> LimitsConfig:
@@ -126,7 +131,7 @@ class UserEntry(Section):
     @field_validator("user_id")
     @classmethod
     def _user_name(cls, v: str) -> str:
-        if not _USER_RE.match(v):
+        if not _USER_RE.fullmatch(v):
             raise Invalid(f"expected 1..64 characters of [A-Za-z0-9_.@-], got {v!r}")
         return v
 
@@ -134,7 +139,7 @@ class UserEntry(Section):
     @classmethod
     def _group_names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for g in v:
-            if not _USER_RE.match(g):
+            if not _USER_RE.fullmatch(g):
                 raise Invalid(f"expected names of 1..64 characters of [A-Za-z0-9_.@-], got {g!r}")
         return tuple(dict.fromkeys(v))
 
@@ -143,6 +148,13 @@ class AuthConfig(Section):
     """[auth]: users and the sha256 of their tokens. No users = single-user mode (user "local")."""
     section: ClassVar[str] = "auth"
     users: list[UserEntry] = Field(default_factory=list)
+    # failed logins (AUTH_FAILED) per remote address (IPv6: per /64), server.auth.LoginGuard: after
+    # max_failed_logins within failed_login_window_s, the address's HELLOs are refused (AUTH_FAILED, the
+    # token not checked) for login_backoff_s; at most max_login_addresses addresses are remembered
+    max_failed_logins: int = Field(10, ge=0, le=1_000_000)        # 0: no limit
+    failed_login_window_s: float = Field(60.0, ge=1.0, le=86_400.0)
+    login_backoff_s: float = Field(60.0, ge=1.0, le=86_400.0)
+    max_login_addresses: int = Field(10_000, ge=1, le=10_000_000)
 
     @property
     def reserved_slots(self) -> int:

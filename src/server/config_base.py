@@ -36,7 +36,7 @@ class Section(Settings):
 
 
 def _digest(v: str) -> str:
-    if not _SHA256_RE.match(v.lower()):
+    if not _SHA256_RE.fullmatch(v.lower()):
         raise Invalid("expected 64 hex digits (see `nplt-server hash-token TOKEN`)")
     return v.lower()
 

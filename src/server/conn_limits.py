@@ -10,7 +10,13 @@
 - ``max_clients_per_ip``: connections from one address beyond it are refused with
   TOO_MANY_CONNECTIONS (v3 clients; a v2 client sees the close).
 - The admin slot: when a configured user is marked ``admin``, one connection beyond
-  ``max_clients`` is accepted, and it may only stay by saying HELLO as an admin.
+  ``max_clients`` is accepted, and it may only stay by saying HELLO as an admin. A connection that
+  arrives when that slot is taken too is kept on standby (``AdminSlot``: not counted against
+  ``max_clients``, counted against ``max_clients_per_ip``, for at most ``standby_timeout_s``): an
+  admin's HELLO on it closes the oldest connection still in its handshake (TLS handshake, or no
+  HELLO accepted yet) and takes its place, when a non-admin holds the admin slot
+  (``server.app.Server.make_room``). An anonymous client can hold the slot, but never keep an admin
+  out: its socket is the one closed, however often it reconnects.
 """
 from __future__ import annotations
 
@@ -36,6 +42,8 @@ def _find_malloc_trim() -> Callable[[int], int] | None:
 _malloc_trim = _find_malloc_trim()
 TRIM_MIN_BYTES = 1 << 20     # given back at once: worth asking the allocator to return free pages
 TRIM_DELAY_S = 0.2           # (and at most one trim per this interval, in a worker thread)
+FULL = "max_clients reached"     # refusal reasons (``Server.refuse_reason``)
+STOPPING = "shutting down"
 HEADROOM = 16                # messages are refused past (15/16) of the cap: reads in flight and the
                              # allocator's own overhead stay within the cap too
 
@@ -85,6 +93,19 @@ class InputBudget:
         self._trim = None
         if not fut.cancelled():
             fut.exception()   # (retrieved: malloc_trim does not raise; a closed executor might)
+
+
+class AdminSlot:
+    """The server's admin slot (only with an admin user): the connections on standby (``waiting``:
+    ServerConnections, and TLS connections in their handshake, each with an ``ip``) and
+    ``make_room(conn)``, which says whether an admin's HELLO on the standby ``conn`` may take a slot
+    (closing a connection still in its handshake for it)."""
+
+    __slots__ = ("waiting", "make_room")
+
+    def __init__(self, make_room: Callable[[Any], bool]) -> None:
+        self.waiting: set[Any] = set()
+        self.make_room = make_room
 
 
 def peer_ip(peername: Any) -> str:

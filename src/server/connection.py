@@ -21,6 +21,13 @@ Only complete messages count as activity (a frame trickled byte by byte, or a fr
 never finished, does not); for v2 connections, which cannot be pinged, so do frames sent to them.
 After the client's EOF (plain TCP) what it sent is still answered, then the connection is closed.
 
+The admin slot (``server.conn_limits``): with an admin user configured, a connection arriving when
+every slot is taken is not refused at once but kept on *standby* (counted against
+``max_clients_per_ip`` only) for ``standby_timeout_s``: a v3 client's HELLO is read, and an admin's
+takes the place of the oldest connection still in its handshake (``AdminSlot.make_room``, the
+server's); anything else is refused. So an anonymous socket that never finishes its HELLO cannot
+keep the operator out, however often it reconnects.
+
 One read can bring 256 KiB: thousands of pipelined requests. Received bytes are fed to the codec
 under the server-wide per-iteration budget of ``server.rx_budget`` (``RX_SLICE_BYTES`` per turn,
 round-robin); what waits stays as bytes in ``_rx_backlog`` (not as decoded messages, which the
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any, Callable
 
@@ -39,17 +47,17 @@ import orjson
 from protocol import (FATAL_CODES, TLS_ON_PLAIN_PORT, ErrorCode, InvalidMessage, Message, MsgType, ProtocolError,
                       ProtocolVersion, Role, encode_frame, looks_like_tls)
 from protocol import Connection as Codec
-from protocol.messages import request_id
+from protocol.messages import Hello, request_id
 from protocol.objects import ClientInfo
 from protocol.replies import ErrorReply
 from server import conn_state
 from server.conn_state import ConnState
 from server.conn_input import InputWatch
-from server.conn_limits import count_from, peer_ip, refusal_frame, regular_clients
+from server.conn_limits import FULL, AdminSlot, count_from, peer_ip, refusal_frame, regular_clients
 from server.context import RequestContext
 from server.errors import HandlerError
 from server.handlers.dispatch import Dispatcher, run_handler
-from server.handlers.hello import handle_hello, parse_hello
+from server.handlers.hello import authenticate, handle_hello, parse_hello
 from server.legacy_v2 import LegacyV2
 from server.output import OutputBuffer
 from server.request_queue import RequestQueue
@@ -74,7 +82,8 @@ class ServerConnection(asyncio.Protocol):
     """One TCP (or TLS) connection: v3 requests/replies/events, or a legacy v2 session.
 
     ``refuse_reason()`` is asked when the transport is made: a reason to refuse the client (over
-    max_clients, stopping) or None.
+    max_clients, stopping) or None. ``admin_slot`` (the server's, when an admin user is configured)
+    keeps the connections on standby, and is asked when an admin's HELLO arrives on one.
     """
 
     # slots: CPython 3.11 gives up its shared-key instance dicts past 30 attributes, and the
@@ -83,9 +92,11 @@ class ServerConnection(asyncio.Protocol):
                  "admin", "started", "_clock", "_rx", "_receiver", "_pong_one", "_heartbeat_one", "input",
                  "output", "port", "ctx", "dispatcher", "requests", "legacy", "_refuse_reason", "_refusal",
                  "_hello", "_early", "_rx_backlog", "_rx_off", "_eof", "_eof_error", "_tls", "_grace",
-                 "_handshake", "_idle", "last_rx", "_ping_sent", "_pings", "__weakref__")
+                 "_handshake", "_idle", "last_rx", "_ping_sent", "_pings", "_admin_slot", "_standby",
+                 "__weakref__")
 
-    def __init__(self, services: Services, conn_id: int, refuse_reason: Callable[[], str | None]) -> None:
+    def __init__(self, services: Services, conn_id: int, refuse_reason: Callable[[], str | None],
+                 admin_slot: AdminSlot | None = None) -> None:
         self.services = services
         self.limits = services.config.limits
         self.loop = asyncio.get_running_loop()
@@ -112,6 +123,8 @@ class ServerConnection(asyncio.Protocol):
         self.requests = RequestQueue(self.dispatcher, self._may_start, self.requests_done)
         self.legacy: LegacyV2 | None = None
         self._refuse_reason = refuse_reason
+        self._admin_slot = admin_slot
+        self._standby = False         # arrived with every slot taken: uncounted until an admin's HELLO
         self._refusal = (ErrorCode.SERVER_FULL, "")  # what a REFUSED connection is told
         self._hello: asyncio.Task | None = None     # the HELLO being answered
         self._early: list[Message] = []              # requests pipelined behind it
@@ -143,6 +156,11 @@ class ServerConnection(asyncio.Protocol):
     @property
     def rejected(self) -> bool:
         return self.state is _REFUSED
+
+    @property
+    def in_handshake(self) -> bool:
+        """Counted, and no HELLO accepted yet (nor decided v2): what an admin's HELLO may displace."""
+        return (self.state is _GRACE or self.state is _HANDSHAKING) and not self._standby
 
     @property
     def pending(self) -> dict[Any, asyncio.Future]:
@@ -198,14 +216,24 @@ class ServerConnection(asyncio.Protocol):
         svc = self.services
         grace = svc.config.server.legacy_grace_ms / 1000
         reason = self._refuse_reason()
+        slot = self._admin_slot
+        standby = reason == FULL and slot is not None
         if reason is not None:
             self._refusal = (ErrorCode.SERVER_FULL, f"the server is full ({self.limits.max_clients} clients)")
-        else:
+        if reason is None or standby:
             per_ip = self.limits.max_clients_per_ip
-            if per_ip and count_from(svc.connections, self.ip) >= per_ip:
-                reason = "max_clients_per_ip reached"
+            if per_ip and count_from(svc.connections, self.ip) + (
+                    count_from(slot.waiting, self.ip) if slot is not None else 0) >= per_ip:
+                reason, standby = "max_clients_per_ip reached", False
                 self._refusal = (ErrorCode.TOO_MANY_CONNECTIONS,
                                  f"too many connections from {self.ip} (max_clients_per_ip = {per_ip})")
+        if standby:   # only an admin's HELLO, within standby_timeout_s, gets it a slot
+            self._standby = True
+            slot.waiting.add(self)   # type: ignore[union-attr]
+            log.debug("connection %s from %s on standby (every slot taken)", self.conn_id, self.peer)
+            self._grace = self.loop.call_later(grace, self._on_grace)
+            self._handshake = self.loop.call_later(self.limits.standby_timeout_s, self._on_handshake_timeout)
+            return
         if reason is not None:
             self._set(_REFUSED)
             svc.counters.refusals.note(self.conn_id, self.peer, reason)
@@ -376,6 +404,8 @@ class ServerConnection(asyncio.Protocol):
         self._early.clear()
         svc = self.services
         svc.connections.discard(self)
+        if self._admin_slot is not None:
+            self._admin_slot.waiting.discard(self)
         svc.hub.remove(self.subscriber)
         svc.uploads.detach_port(self.port)
         if self.legacy is not None:
@@ -431,8 +461,18 @@ class ServerConnection(asyncio.Protocol):
 
     async def _run_hello(self, ev: Message) -> None:
         rid = request_id(ev.body)
+        if self.closing:   # (closed before this task ran: timed out, displaced for an admin)
+            return
+        guard = self.services.auth.guard
+        wait = guard.retry_after(self.ip)
+        if wait:   # too many failed logins from this address: refused without looking at the token
+            self.fatal(ErrorCode.AUTH_FAILED,
+                       f"too many failed logins from this address: try again in {math.ceil(wait)} s", rid)
+            return
         try:
             req = parse_hello(ev.body)
+            if self._standby:
+                self._join(req)
         except HandlerError as exc:
             reply, err = None, exc
         else:
@@ -441,6 +481,8 @@ class ServerConnection(asyncio.Protocol):
             self._hello = None
             if err.code == ErrorCode.INTERNAL:
                 self.fatal(ErrorCode.INTERNAL, "internal error during HELLO", rid)
+            elif err.code == ErrorCode.AUTH_FAILED:
+                self.fatal(err.code, err.message + guard.failed(self.ip), rid)
             elif err.code in FATAL_CODES:
                 self.fatal(err.code, err.message, rid)
             else:
@@ -454,8 +496,7 @@ class ServerConnection(asyncio.Protocol):
         self.admin = self.services.auth.is_admin(self.port.user_id)
         if self._over_regular_slots():
             self.services.counters.refusals.note(self.conn_id, self.peer, "max_clients reached (admin slot)")
-            self.fatal(ErrorCode.SERVER_FULL, f"the server is full ({self.limits.max_clients} clients; "
-                       "the one slot beyond is reserved for an admin)", rid)
+            self.fatal(ErrorCode.SERVER_FULL, self.full_message(), rid)
             return
         self._set(_READY)
         self._hello = None
@@ -466,6 +507,35 @@ class ServerConnection(asyncio.Protocol):
         self.port.respond(rid, reply)  # a running turn's text may have to be cut to fit
         self._replay_early()
         self.requests_done()
+
+    def _join(self, req: Hello) -> None:
+        """A standby connection's HELLO: an admin's takes a slot, made by the server (``make_room``)
+        closing the oldest connection still in its handshake when a non-admin holds the admin slot.
+        HandlerError for anything else (AUTH_FAILED, SERVER_FULL, TOO_MANY_CONNECTIONS)."""
+        svc = self.services
+        user = authenticate(svc, req.token)
+        per_ip = self.limits.max_clients_per_ip
+        if per_ip and count_from(svc.connections, self.ip) >= per_ip:
+            svc.counters.refusals.note(self.conn_id, self.peer, "max_clients_per_ip reached")
+            raise HandlerError(ErrorCode.TOO_MANY_CONNECTIONS,
+                               f"too many connections from {self.ip} (max_clients_per_ip = {per_ip})")
+        slot = self._admin_slot
+        if slot is None or not svc.auth.is_admin(user) or not slot.make_room(self):
+            svc.counters.refusals.note(self.conn_id, self.peer, "max_clients reached (admin slot)")
+            raise HandlerError(ErrorCode.SERVER_FULL, self.full_message())
+        self._standby = False
+        slot.waiting.discard(self)
+        svc.connections.add(self)
+        if self._handshake is not None:   # the standby deadline becomes the usual HELLO deadline
+            self._handshake.cancel()
+        self._handshake = self.loop.call_at(self.started + self.limits.handshake_timeout_s,
+                                            self._on_handshake_timeout)
+
+    def full_message(self, taken: bool = False) -> str:
+        """SERVER_FULL's message when the one slot beyond max_clients is an admin's (``taken``: this
+        connection is closed to give it to one)."""
+        return (f"the server is full ({self.limits.max_clients} clients; the one slot beyond is reserved "
+                f"for an admin{', who needed it' if taken else ''})")
 
     def _replay_early(self) -> None:
         early, self._early = self._early, []
@@ -495,7 +565,11 @@ class ServerConnection(asyncio.Protocol):
         """Send ERROR (fatal) when the peer speaks v3, then close. v2 peers just see the close."""
         if self.closing:
             return
-        log.info("connection %s (%s): %s %s", self.conn_id, self.peer, code, message)
+        if self.state is _READY or self.state is _LEGACY:
+            log.info("connection %s (%s): %s %s", self.conn_id, self.peer, code, message)
+        else:   # no HELLO accepted: anyone can cause these lines, so they are logged without flooding
+            self.services.auth.guard.log_closed(self.conn_id, self.peer, f"{code} {message}",
+                                                login=code == ErrorCode.AUTH_FAILED)
         if self.state is _HANDSHAKING or self.state is _READY:
             payload = _dumps(encode_reply(re, ErrorReply(ErrorCode(code), message, True)))
             if self.codec.closed:  # a fatal receive error closed the codec: frame it by hand
@@ -571,7 +645,7 @@ class ServerConnection(asyncio.Protocol):
 
     def _start_legacy(self) -> None:
         self._cancel_grace()  # (the handshake timer runs on until a first message)
-        if self._over_regular_slots():
+        if self._standby or self._over_regular_slots():
             self.services.counters.refusals.note(self.conn_id, self.peer, "max_clients reached (admin slot)")
             self.close()
             return
@@ -589,9 +663,12 @@ class ServerConnection(asyncio.Protocol):
         if self.closing:
             return
         if self.state is _LEGACY:  # v2 by its silence or its first bytes, yet no whole message
-            log.info("connection %s (%s): no message within %g s; closed", self.conn_id, self.peer,
-                     self.limits.handshake_timeout_s)
+            self.services.auth.guard.log_closed(self.conn_id, self.peer, "no message within "
+                                                f"{self.limits.handshake_timeout_s:g} s; closed")
             self.close()
+        elif self._standby:   # no admin's HELLO in time
+            self.services.counters.refusals.note(self.conn_id, self.peer, "max_clients reached (admin slot)")
+            self.fatal(ErrorCode.SERVER_FULL, self.full_message())
         elif self.state is not _READY:
             self.fatal(ErrorCode.HANDSHAKE_TIMEOUT,
                        f"no valid HELLO within {self.limits.handshake_timeout_s:g} s")

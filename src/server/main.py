@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from server.auth import hash_token
+from server.auth import hash_token, token_problem
 from server.cli import build_parser, config_from_args, default_log_file
 from server.config import ServerConfig, check_bind_policy
 from server.config_base import ConfigError
@@ -71,8 +71,9 @@ def hash_token_main(argv: list[str]) -> int:
             print("nplt-server hash-token: type the token, then Enter:", file=sys.stderr, flush=True)
         line = sys.stdin.readline() if sys.stdin is not None else ""
         token = line.rstrip("\r\n")
-    if not token:
-        print("nplt-server hash-token: the token is empty", file=sys.stderr)
+    problem = token_problem(token)
+    if problem is not None:        # (empty, or longer than any HELLO accepts)
+        print(f"nplt-server hash-token: {problem}", file=sys.stderr)
         return 2
     print(hash_token(token))
     return 0

@@ -125,6 +125,8 @@ def test_llm_env_is_handled_by_the_agent_config():
      "limits.idle_timeout_s (got ping_interval_s = 30, idle_timeout_s = 30)"),
     ("[limits]\nidle_timeout_s = 30\n", "limits.ping_interval_s: must be less than limits.idle_timeout_s"),
     ("[auth]\nusers = [{user_id = 'a', token_sha256 = '%s'}]\n" % ("0" * 63), "users[0].token_sha256: expected 64 hex"),
+    # a trailing newline is no part of a hash (two users could share a token: review s31)
+    ("[auth]\nusers = [{user_id = 'a', token_sha256 = \"%s\\n\"}]\n" % ("0" * 64), "users[0].token_sha256: expected 64 hex"),
     ("[auth]\nusers = [{user_id = 'a', token_sha256 = '%s'}]\n" % ("g" * 64), "users[0].token_sha256: expected 64 hex"),
     (USERS % ("a", D1, "a", D2), "auth.users[1].user_id: duplicate user 'a'"),
     # the same digest in another case is the same token
@@ -219,6 +221,8 @@ def test_hash_token_is_a_subcommand(capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
     assert main(["hash-token"]) == 2
     assert "the token is empty" in capsys.readouterr().err
+    assert main(["hash-token", "k" * 4097]) == 2           # no HELLO accepts it (review s31)
+    assert "4097 characters" in capsys.readouterr().err
     with pytest.raises(SystemExit) as done:
         main(["hash-token", "a", "b"])
     assert done.value.code == 2

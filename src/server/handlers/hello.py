@@ -34,11 +34,18 @@ def parse_hello(body: Any) -> Hello:
         raise HandlerError(exc.code, exc.message) from None
 
 
+def authenticate(svc: Any, token: Any) -> str:
+    """The user owning the HELLO's ``token``; HandlerError AUTH_FAILED (fatal: the connection closes
+    after this ERROR, and the failure counts against its address, ``server.auth.LoginGuard``)."""
+    user = svc.auth.authenticate(token)
+    if user is None:
+        raise HandlerError(ErrorCode.AUTH_FAILED, "a token is required" if token is None else "invalid token")
+    return user
+
+
 async def handle_hello(ctx: RequestContext, req: Hello) -> HelloReply:
     svc = ctx.services
-    user = svc.auth.authenticate(req.token)
-    if user is None:  # AUTH_FAILED is fatal: the connection closes after this ERROR
-        raise HandlerError(ErrorCode.AUTH_FAILED, "a token is required" if req.token is None else "invalid token")
+    user = authenticate(svc, req.token)
     svc.hub.add_user(ctx.port, user)
     rec, restored = None, False
     if req.session_id:

@@ -4,6 +4,8 @@ access check is the knowledge base's (``server.knowledge``)."""
 from __future__ import annotations
 
 import asyncio
+import re
+from datetime import datetime
 
 from protocol import ErrorCode, MsgType
 from protocol.binary import MAX_DATA, data_frames
@@ -99,11 +101,20 @@ def _list_key(d: DocumentInfo) -> tuple[str, str]:
     return d.uploaded_at, d.doc_id
 
 
+_DOC_ID = re.compile(r"[0-9a-f]{24}")   # what server.knowledge.kb names a document (secrets.token_hex(12))
+
+
 def _parse_cursor(cursor: str) -> tuple[str, str]:
+    """(uploaded_at, doc_id) of a next_before cursor: an ISO 8601 time and a document id
+    (``secrets.token_hex(12)``, server.knowledge.kb); anything else is INVALID_MESSAGE."""
     uploaded_at, sep, doc_id = cursor.rpartition("|")
-    if not sep or not uploaded_at or not doc_id:
+    try:
+        if not sep or not _DOC_ID.fullmatch(doc_id):
+            raise ValueError(doc_id)
+        datetime.fromisoformat(uploaded_at)
+    except ValueError:
         raise HandlerError(ErrorCode.INVALID_MESSAGE, "field 'before': expected the next_before cursor of a "
-                                                      f"KB_LIST reply, got {cursor[:80]!r}")
+                                                      f"KB_LIST reply, got {cursor[:80]!r}") from None
     return uploaded_at, doc_id
 
 
