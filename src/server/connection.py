@@ -18,7 +18,8 @@ is a legacy v2 client, served at once by ``server.legacy_v2`` (never sent a v3 t
 connection that sends nothing for ``legacy_grace_ms`` is v2 too. Timers: that grace period, the
 handshake timeout, and idle detection with a server PING after ``ping_interval_s`` of silence.
 Only complete messages count as activity (a frame trickled byte by byte, or a fragmented message
-never finished, does not); for v2 connections, which cannot be pinged, so do frames sent to them.
+never finished, does not); for v2 connections, which cannot be pinged, so do frames sent to them,
+and the ACK progress of a UDP download they asked for (``V2Files.note_activity`` sets ``last_rx``).
 After the client's EOF (plain TCP) what it sent is still answered, then the connection is closed.
 
 The admin slot (``server.conn_limits``): with an admin user configured, a connection arriving when
