@@ -237,6 +237,20 @@ async def test_a_megabyte_call_id_is_replaced_everywhere(llm, make_agent, sink):
     assert not stored.cut and stored.content == "hugeid done"
 
 
+def test_arguments_sent_in_many_pieces_are_joined_once():
+    """``+=`` on the slot's text copied all of it at every piece (quadratic in the pieces): they are
+    kept as a list and joined when the calls are taken."""
+    a = ToolCallAssembler()
+    a.add([{"index": 0, "id": "c1", "function": {"name": "read_file", "arguments": ""}}])
+    pieces = [f'{{"path": "/var/log/{i}"}}'[:7] for i in range(3000)]
+    for piece in pieces:
+        a.add([{"index": 0, "function": {"arguments": piece}}])
+    assert a._slots[0].arguments == "" and len(a._slots[0].pieces) == 3000    # nothing copied yet
+    (call,) = a.calls()
+    assert call.arguments == "".join(pieces) and call.pieces == []
+    assert a.calls()[0].arguments == "".join(pieces)                          # taken twice: the same
+
+
 def test_the_assembler_bounds_names_sent_in_pieces_and_long_ids_without_an_index():
     a = ToolCallAssembler(max_name_chars=64, max_id_chars=256)
     for i in range(1000):                      # 10 MB of name in 1,000 pieces: kept bounded as it comes

@@ -41,6 +41,7 @@ class AssembledCall:
     name: str = ""
     arguments: str = ""
     name_chars: int = 0        # the length of the name as sent (``name`` is cut to the limit)
+    pieces: list[str] = field(default_factory=list)   # the arguments as streamed, joined by ``calls()``
 
 
 class ToolCallAssembler:
@@ -92,7 +93,9 @@ class ToolCallAssembler:
                 arguments = fn.get("arguments")
                 if arguments:
                     # Off-spec non-string arguments are kept as JSON text rather than failing the turn.
-                    slot.arguments += arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+                    # Kept as pieces, joined once: ``+=`` on the attribute copied the whole text at every
+                    # piece (100 MB in 64 KB pieces: ~80 GB copied).
+                    slot.pieces.append(arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode())
 
     def calls(self, taken: set[str] | None = None) -> list[AssembledCall]:
         """The calls in index order. A missing id, one over ``max_id_chars``, or one already in
@@ -105,6 +108,8 @@ class ToolCallAssembler:
         out = []
         for index in sorted(self._slots):
             slot = self._slots[index]
+            if slot.pieces:
+                slot.arguments, slot.pieces = slot.arguments + "".join(slot.pieces), []
             if not (slot.name or slot.id or slot.arguments.strip()):
                 continue
             if slot.name_chars > self.max_name_chars:
