@@ -40,6 +40,7 @@ from typing import BinaryIO, Callable, Protocol
 from protocol import ErrorCode
 from server.errors import HandlerError
 from server.transfer_config import TransferConfig
+from storage.errors import StorageError
 
 log = logging.getLogger("nplt.udp")
 
@@ -252,6 +253,11 @@ class UdpTransfer(asyncio.DatagramProtocol):
                             log.warning("UDP download %s to %s:%d failed: the document no longer has its "
                                         "%d bytes (deleted meanwhile?): %s; %d of %d packets acknowledged",
                                         t.token, *t.addr, t.size, exc, t.base, t.count)
+                            return
+                        except (OSError, StorageError) as exc:    # the file or PostgreSQL failed under it
+                            outcome = "failed"
+                            log.warning("UDP download %s to %s:%d failed: reading the document failed: %s; "
+                                        "%d of %d packets acknowledged", t.token, *t.addr, exc, t.base, t.count)
                             return
                         for i, pkt in enumerate(block):
                             t.packets[t.loaded + i] = pkt

@@ -21,6 +21,7 @@ from server.knowledge.pg_store import PgBlockReader
 from server.offers import OfferService
 from server.transfer_config import TransferConfig
 from server.udp_transfer import DATA_BYTES, HEADER, UdpTransfer, packet_count
+from storage import StorageUnavailable
 from storage.pg.documents import BLOCK_BYTES
 from rdt_receiver import LossyReceiver, ack_packet
 from testkit.server import poll
@@ -164,6 +165,39 @@ async def test_a_document_deleted_under_a_pg_download_fails_it_without_short_pac
         logged = [r.getMessage() for r in caplog.records]
         assert any("tok" in m and "failed" in m and "packet 1024: read 0 of 1024 bytes" in m for m in logged)
         assert not any("complete" in m for m in logged)
+    finally:
+        rx.close()
+        await udp.close()
+
+
+class _Unreachable(_Rows):
+    """PostgreSQL goes away while block 1 is being fetched."""
+
+    async def block(self, doc_id: str, seq: int) -> bytes | None:
+        if seq > 0:
+            await self.deleted.wait()
+            raise StorageUnavailable("PostgreSQL is unreachable")
+        return self.data[:BLOCK_BYTES]
+
+
+async def test_postgres_gone_under_a_download_fails_it_and_frees_its_slot(caplog: pytest.LogCaptureFixture) -> None:
+    """(before: the StorageError escaped the transfer task: outcome "closed" and asyncio's "Task
+    exception was never retrieved")"""
+    size = 3 * BLOCK_BYTES
+    rows = _Unreachable(bytes(range(256)) * (size // 256))
+    reader = PgBlockReader(rows, asyncio.get_running_loop(), "d" * 24, size, 0)  # type: ignore[arg-type]
+    udp = UdpTransfer(TransferConfig())
+    await udp.start("127.0.0.1")
+    rx, port = await _Recording.open(size, drop_every=0, corrupt_every=0)
+    try:
+        with caplog.at_level(logging.INFO, logger="nplt.udp"):
+            transfer = udp.send(("127.0.0.1", port), reader, size, "tok")   # type: ignore[arg-type]
+            await poll(lambda: rx.expected == BLOCK_BYTES // DATA_BYTES, what="the first block arrived")
+            rows.deleted.set()
+            assert await asyncio.wait_for(transfer.done, 10) == "failed"
+        assert udp.transfers == {} and reader.closed
+        assert any("tok" in r.getMessage() and "reading the document failed" in r.getMessage()
+                   for r in caplog.records)
     finally:
         rx.close()
         await udp.close()
