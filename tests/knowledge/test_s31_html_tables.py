@@ -37,3 +37,19 @@ def test_html_cells_rows_and_nested_tables_as_in_docx() -> None:
         (0, "web front | x\nn1 | n2\ny"), (0, "last"), (0, "after"), (0, "open at the end")]
     assert texts("c.html", b"<p>a</p><td>cell without a table</td><p>b</p>") == [
         (0, "a"), (0, "cell without a table"), (0, "b")]
+
+
+def test_text_copied_into_each_level_of_nested_tables_counts_toward_the_budget() -> None:
+    """A nested table's rows join the enclosing cell, copied again at every level: 120,000 levels
+    around 16 MB of text held an ingest thread 210 s within html_max_tags and max_extracted_chars.
+    Every copy now counts, so the budget stops it."""
+    import pytest
+    from server.errors import HandlerError
+    depth, inner = 400, "y " * 2_500                          # 5,000 characters copied 400 times: 2 M
+    html = "<table><tr><td>x</td><td>" * depth + inner + "</td></tr></table>" * depth
+    cfg = KnowledgeConfig(max_extracted_chars=1_000_000)
+    with pytest.raises(HandlerError) as err:
+        parse("nested.html", html.encode(), cfg)
+    assert err.value.code == "UNSUPPORTED_MEDIA" and "max_extracted_chars" in err.value.message
+    shallow = "<table><tr><td>x</td><td>" * 3 + inner + "</td></tr></table>" * 3
+    assert "y y" in parse("shallow.html", shallow.encode(), cfg)[0].text

@@ -96,8 +96,13 @@ async def test_an_interrupted_copy_is_finished_by_the_next_run_and_damage_is_rep
     vectors = [[0.25, -1.0, 0.5]] * notes.chunks           # (as with embeddings configured)
     doc_dir = root / "knowledge" / "c" / collection_key("user:alice") / notes.doc_id
     (doc_dir / "vectors.json").write_text(json.dumps(vectors))
+    # files copied in beside the collections and the documents (a .DS_Store) are no documents:
+    # skipped (before: a traceback, or a MISMATCH on every rerun)
+    (root / "knowledge" / "c" / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    (doc_dir.parent / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
     code, out, err = await _migrate(root, pg_url, capsys)
     assert code == 0, err
+    assert "knowledge base: 2 documents: 2 copied" in out
 
     con = await asyncpg.connect(pg_url)
     try:

@@ -117,9 +117,16 @@ class FileDocumentStore:
 
     def documents(self, unreadable: list[str] | None = None) -> Iterator[tuple[Path, dict]]:
         """Every stored document: (directory, meta). One whose ``meta.json`` cannot be read is
-        skipped (logged, and named in ``unreadable`` when given)."""
+        skipped (logged, and named in ``unreadable`` when given). A file where a collection or a
+        document directory would be (a ``.DS_Store`` copied in) is no document: skipped, logged."""
         for coll in sorted(self.collections.iterdir()):
+            if not coll.is_dir():
+                log.info("skipping %s: a file among the collections, not a collection", coll)
+                continue
             for doc in sorted(coll.iterdir()):
+                if not doc.is_dir():
+                    log.info("skipping %s: a file among the documents, not a document", doc)
+                    continue
                 try:
                     meta = json.loads((doc / "meta.json").read_bytes())
                 except (OSError, ValueError) as exc:
