@@ -154,7 +154,7 @@ async def test_a_summary_call_is_bounded_by_the_step_limit():
 
 def test_the_limits_are_settings_with_safe_defaults():
     cfg = LLMConfig.from_dict({}, env={})
-    assert (cfg.stream_idle_timeout_s, cfg.step_timeout_s) == (60.0, 600.0)
+    assert (cfg.stream_idle_timeout_s, cfg.step_timeout_s) == (60.0, 1800.0)
     assert (cfg.max_tool_name_chars, cfg.max_tool_call_id_chars) == (64, 256)
 
 
