@@ -34,12 +34,12 @@ from soak_common import Measured, Row, SoakServer, table  # noqa: E402
 PROFILES = {
     "full": dict(fuzz_frames=120_000, fuzz_per_conn=50, fuzz_workers=32, fuzz_budget_s=300,
                  restarts=32, kill_clients=4, kill_budget_s=400,
-                 connections=1000, hold_s=5.0, flood_conns=4, flood_requests=20_000, non_readers=50,
+                 connections=1000, hold_s=5.0, settle_s=1.0, flood_conns=4, flood_requests=20_000, non_readers=50,
                  nr_requests=20_000, frag_rounds=4, frag_conns=30, slowloris=200, slow_s=12.0, budget_s=120,
                  huge=2_000_000, fault_rounds=2),
     "tiny": dict(fuzz_frames=1_500, fuzz_per_conn=30, fuzz_workers=8, fuzz_budget_s=30,
                  restarts=2, kill_clients=2, kill_budget_s=60,
-                 connections=40, hold_s=0.5, flood_conns=2, flood_requests=300, non_readers=3,
+                 connections=40, hold_s=0.5, settle_s=0.25, flood_conns=2, flood_requests=300, non_readers=3,
                  nr_requests=500, frag_rounds=1, frag_conns=2, slowloris=5, slow_s=1.0, budget_s=20,
                  huge=300_000, fault_rounds=1),
 }

@@ -118,7 +118,8 @@ async def flood(server: SoakServer, row: Row, *, conns: int, requests: int, budg
         row.failures.append(f"{conns * requests - answered} requests unanswered")
 
 
-async def non_readers(server: SoakServer, row: Row, *, conns: int, requests: int, budget_s: float) -> None:
+async def non_readers(server: SoakServer, row: Row, *, conns: int, requests: int, budget_s: float,
+                      settle_s: float = 1.0) -> None:
     """HELLO, then requests pipelined without ever reading, until the socket stops taking them."""
     pairs = [p for p in await asyncio.gather(*(_open(server.port) for _ in range(conns))) if p]
     written = 0
@@ -136,7 +137,7 @@ async def non_readers(server: SoakServer, row: Row, *, conns: int, requests: int
         except (OSError, asyncio.TimeoutError, ConnectionError):
             pass
     await asyncio.wait_for(asyncio.gather(*(one(*p) for p in pairs)), budget_s)
-    await asyncio.sleep(1.0)   # let the output back-pressure settle before closing (a measured pause)
+    await asyncio.sleep(settle_s)   # let the output back-pressure settle before closing (a measured pause)
     for _, w in pairs:
         _close(w)
     row.tried = f"{len(pairs)} non-reading connections, {written} requests written"
@@ -226,7 +227,7 @@ async def run(server: SoakServer, p: dict) -> list[Row]:
         ("flood", lambda row: flood(server, row, conns=p["flood_conns"], requests=p["flood_requests"],
                                     budget_s=p["budget_s"])),
         ("non-readers", lambda row: non_readers(server, row, conns=p["non_readers"], requests=p["nr_requests"],
-                                                budget_s=p["budget_s"])),
+                                                budget_s=p["budget_s"], settle_s=p["settle_s"])),
         ("fragments", lambda row: abandoned_fragments(server, row, rounds=p["frag_rounds"], conns=p["frag_conns"])),
         ("slowloris", lambda row: slowloris(server, row, conns=p["slowloris"], duration_s=p["slow_s"],
                                             message_timeout_s=mto)),
@@ -242,7 +243,7 @@ async def run(server: SoakServer, p: dict) -> list[Row]:
                 await asyncio.wait_for(attack(row), p["budget_s"] + p["slow_s"] + 30)
             except asyncio.TimeoutError:
                 row.failures.append("attack over its time budget")
-            await asyncio.sleep(1.0)   # "after": RSS one second after the attackers left
+            await asyncio.sleep(p["settle_s"])   # "after": RSS this long after the attackers left
     if rows and rows[3].rss_mb:
         before, peak, after = rows[3].rss_mb
         if after > before + 64:
