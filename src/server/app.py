@@ -236,7 +236,7 @@ class Server:
     async def _tls_handshake(self, hs: _Handshake) -> None:
         """The TLS handshake of an accepted connection, within ``handshake_timeout_s`` (on standby:
         ``standby_timeout_s``); the ServerConnection is made when it is done (its own HELLO timer
-        starts then)."""
+        starts then; on standby, its deadline stays ``standby_timeout_s`` from the accept)."""
         limits = self.config.limits
         timeout = limits.standby_timeout_s if hs.standby else limits.handshake_timeout_s
         sock, hs.sock = hs.sock, None
@@ -246,10 +246,14 @@ class Server:
             self._forget(hs)
             return self._refuse_reason()
 
+        def connection() -> ServerConnection:
+            conn = ServerConnection(self._svc(), conn_id, refuse_reason, self._admin_slot)
+            conn.started = hs.started   # from the TCP accept: a standby's deadline includes its TLS handshake
+            return conn
+
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: ServerConnection(self._svc(), conn_id, refuse_reason, self._admin_slot), sock,
-                ssl=self._ssl, ssl_handshake_timeout=timeout)
+                connection, sock, ssl=self._ssl, ssl_handshake_timeout=timeout)
         except Exception as exc:   # the socket is closed by connect_accepted_socket
             if isinstance(exc, ConnectionAbortedError):   # (anyone can cause it: logged without flooding)
                 self._svc().auth.guard.log_closed(conn_id, peer, f"no TLS handshake within {timeout:g} s; closed")

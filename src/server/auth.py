@@ -19,7 +19,6 @@ from server.refusals import ThrottledLog
 
 LOCAL_USER = "local"
 
-
 def hash_token(token: str) -> str:
     """The hex sha256 of a token, as written in ``[auth] users``."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
@@ -59,12 +58,17 @@ class LoginGuard:
     """Failed logins (AUTH_FAILED) per remote address (``address_key``), and the log lines of clients
     that have not logged in.
 
-    After ``max_failed_logins`` failed logins from one address within ``failed_login_window_s``, that
-    address's HELLOs are refused for ``login_backoff_s`` without looking at the token (``retry_after``):
-    one address tries at most ``max_failed_logins`` tokens per ``login_backoff_s``. The back-off ends by
-    itself (no successful login is needed); other addresses are not affected. At most
-    ``max_login_addresses`` addresses are remembered: the one whose last failure is oldest is forgotten
-    first. Without users (single-user mode) no login fails and nothing is counted.
+    A HELLO's token is always checked first: a right token logs in, whatever this guard says, so
+    nobody sharing an address (a NAT, an SSH tunnel's 127.0.0.1) can lock a user or the operator out.
+    Only failures are throttled: after ``max_failed_logins`` failed logins from one address within
+    ``failed_login_window_s``, that address is in back-off for ``login_backoff_s`` (``retry_after``),
+    and each of its failed logins meanwhile is answered only after ``delay_s`` (a tarpit, the
+    connection holding its slot: with ``max_clients_per_ip`` connections an address has at most that
+    many guesses in flight, ``max_clients_per_ip / delay_s`` a second instead of thousands). Failures
+    in back-off count too, so guessing on keeps the back-off going; it ends by itself otherwise (no
+    successful login is needed); other addresses are not affected. At most ``max_login_addresses``
+    addresses are remembered: the one whose last failure is oldest is forgotten first. Without users
+    (single-user mode) no login fails and nothing is counted.
 
     Failed logins are logged at warning level, other connections closed before their HELLO
     (HANDSHAKE_TIMEOUT, UNSUPPORTED_VERSION, ...) at info level, each kind as ``server.refusals``
@@ -75,6 +79,7 @@ class LoginGuard:
         self.limit = config.max_failed_logins if config.users else 0
         self.window_s = config.failed_login_window_s
         self.backoff_s = config.login_backoff_s
+        self.delay_s = config.failed_login_delay_s    # a failed login in back-off waits this long
         self.capacity = config.max_login_addresses
         self._clock = clock
         self._table: OrderedDict[str, _Failures] = OrderedDict()   # least recently failed first
@@ -91,8 +96,14 @@ class LoginGuard:
         """Addresses remembered (for tests and tools)."""
         return len(self._table)
 
+    def failures(self, ip: str) -> int:
+        """Failed logins counted for ``ip`` in its current window (for tests and tools)."""
+        entry = self._table.get(address_key(ip))
+        return entry.count if entry is not None else 0
+
     def retry_after(self, ip: str) -> float:
-        """Seconds until logins from ``ip`` are looked at again (0: now)."""
+        """Seconds the back-off of ``ip`` lasts still (0: not in back-off): meanwhile its failed logins
+        are answered after ``delay_s``."""
         if not self.limit or not self._table:
             return 0.0
         entry = self._table.get(address_key(ip))
@@ -116,7 +127,7 @@ class LoginGuard:
             entry.blocked_until = now + self.backoff_s
             entry.since, entry.count = entry.blocked_until, 0    # counting starts again after the back-off
             note = (f"; {self.limit} failed logins from this address within {self.window_s:g} s: "
-                    f"its logins are refused for {self.backoff_s:g} s")
+                    f"for {self.backoff_s:g} s its failed logins are answered after {self.delay_s:g} s")
         table[key] = entry
         while table:   # forget what is over (the least recently failed come first), then keep within capacity
             oldest = next(iter(table.values()))

@@ -233,7 +233,9 @@ class ServerConnection(asyncio.Protocol):
             slot.waiting.add(self)   # type: ignore[union-attr]
             log.debug("connection %s from %s on standby (every slot taken)", self.conn_id, self.peer)
             self._grace = self.loop.call_later(grace, self._on_grace)
-            self._handshake = self.loop.call_later(self.limits.standby_timeout_s, self._on_handshake_timeout)
+            # (from the accept: with TLS, ``started`` is the TCP accept's, the handshake included)
+            self._handshake = self.loop.call_at(self.started + self.limits.standby_timeout_s,
+                                                self._on_handshake_timeout)
             return
         if reason is not None:
             self._set(_REFUSED)
@@ -464,12 +466,6 @@ class ServerConnection(asyncio.Protocol):
         rid = request_id(ev.body)
         if self.closing:   # (closed before this task ran: timed out, displaced for an admin)
             return
-        guard = self.services.auth.guard
-        wait = guard.retry_after(self.ip)
-        if wait:   # too many failed logins from this address: refused without looking at the token
-            self.fatal(ErrorCode.AUTH_FAILED,
-                       f"too many failed logins from this address: try again in {math.ceil(wait)} s", rid)
-            return
         try:
             req = parse_hello(ev.body)
             if self._standby:
@@ -479,11 +475,12 @@ class ServerConnection(asyncio.Protocol):
         else:
             reply, err = await run_handler(handle_hello, self.ctx, req)
         if err is not None:
+            if err.code == ErrorCode.AUTH_FAILED:
+                self._login_failed(err.message, rid)
+                return
             self._hello = None
             if err.code == ErrorCode.INTERNAL:
                 self.fatal(ErrorCode.INTERNAL, "internal error during HELLO", rid)
-            elif err.code == ErrorCode.AUTH_FAILED:
-                self.fatal(err.code, err.message + guard.failed(self.ip), rid)
             elif err.code in FATAL_CODES:
                 self.fatal(err.code, err.message, rid)
             else:
@@ -508,6 +505,26 @@ class ServerConnection(asyncio.Protocol):
         self.port.respond(rid, reply)  # a running turn's text may have to be cut to fit
         self._replay_early()
         self.requests_done()
+
+    def _login_failed(self, message: str, rid: Any) -> None:
+        """AUTH_FAILED (fatal), counted against the address (``LoginGuard``). From an address in
+        back-off it is sent only after the guard's ``delay_s`` (a tarpit): the connection holds its
+        slot meanwhile, so ``max_clients_per_ip`` bounds the guesses an address has in flight. The
+        wait is a timer (the HELLO deadline's), cancelled when the connection closes (the client
+        leaves, the server stops); ``_hello`` stays set, so nothing sent behind the HELLO is run."""
+        guard = self.services.auth.guard
+        wait = guard.retry_after(self.ip)
+        note = guard.failed(self.ip)
+        if not wait:
+            self._hello = None
+            self.fatal(ErrorCode.AUTH_FAILED, message + note, rid)
+            return
+        if self._handshake is not None:
+            self._handshake.cancel()
+        self._handshake = self.loop.call_later(
+            guard.delay_s, self.fatal, ErrorCode.AUTH_FAILED,
+            f"{message}; too many failed logins from this address: for {math.ceil(wait)} s more its failed "
+            f"logins are answered after {guard.delay_s:g} s", rid)
 
     def _join(self, req: Hello) -> None:
         """A standby connection's HELLO: an admin's takes a slot, made by the server (``make_room``)

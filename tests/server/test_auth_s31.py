@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
+import struct
 import time
 from pathlib import Path
 
 import pytest
 
+from client.events import Connected, Disconnected
+from client.link import Backoff, Link
 from protocol import Connection, MsgType, Role
 from protocol.messages import MAX_TOKEN_CHARS
 from server.app import Server
@@ -200,19 +204,51 @@ async def test_over_tls_a_silent_handshake_cannot_keep_the_admin_out(tmp_path):
         await srv.stop()
 
 
+async def test_over_tls_standby_lasts_standby_timeout_s_from_the_accept_its_handshake_included(tmp_path):
+    """t7_tls_standby_time.py: the TLS handshake had standby_timeout_s, then the standby timer started again."""
+    cfg = make_config(tmp_path, tls_cert=CERT, tls_key=KEY, max_clients=1, max_clients_per_ip=0,
+                      handshake_timeout_s=30.0, standby_timeout_s=1.0, sections=USERS)
+    srv = Server(cfg, agent=EchoAgent(), memory="basic")
+    await srv.start()
+    ctx = ssl.create_default_context(cafile=CERT)
+    try:
+        reader, writer = await asyncio.open_connection(srv.host, srv.port, ssl=ctx, server_hostname="localhost")
+        alice = V3Client(reader, writer)
+        await alice.call(T.HELLO, proto=3, client="tls", token="t-alice")       # the regular slot
+        _, silent = await asyncio.open_connection(srv.host, srv.port)          # the admin slot: no ClientHello
+        await poll(lambda: srv.tls_handshakes == 1, what="the silent handshake counted")
+        t0 = time.monotonic()
+        r, w = await asyncio.open_connection(srv.host, srv.port)               # on standby from its accept
+        await poll(lambda: len(srv._admin_slot.waiting) == 1, what="on standby")
+        await asyncio.sleep(0.7)     # (not a synchronisation: a slow ClientHello, within standby_timeout_s)
+        await w.start_tls(ctx, server_hostname="localhost")
+        w.write(bytes([T.HELLO]))                                              # a HELLO never finished
+        assert error_code(await read_to_eof(r)) == "SERVER_FULL"
+        assert time.monotonic() - t0 < 1.5                                     # before: 0.7 + 1.0 s
+        w.close()
+        silent.close()
+        await alice.close()
+    finally:
+        await srv.stop()
+
+
 # -- 2. failed logins ---------------------------------------------------------------------------------------
 async def test_failed_logins_from_one_address_are_throttled_without_touching_other_addresses(tmp_path):
     users = auth(("alice", "t-alice", False), max_failed_logins=3)
     async with running_server(tmp_path, max_clients_per_ip=0, sections=users) as (srv, addr):
+        guard = srv.services.auth.guard
+        guard.delay_s = 0.5
         for i in range(3):
             with pytest.raises(ReplyError) as err:
                 await V3Client.connect(addr, token=f"guess-{i}")
             assert err.value.code == "AUTH_FAILED"
-        assert "its logins are refused for 60 s" in err.value.body["message"]   # the third starts the back-off
-        with pytest.raises(ReplyError) as err:                    # even the right token: not looked at
-            await V3Client.connect(addr, token="t-alice")
+        assert "for 60 s its failed logins are answered after 0.5 s" in err.value.body["message"]   # the third
+        t0 = time.monotonic()
+        with pytest.raises(ReplyError) as err:                    # in back-off: a wrong token waits (a tarpit)
+            await V3Client.connect(addr, token="guess-3")
+        assert time.monotonic() - t0 >= 0.5
         assert err.value.code == "AUTH_FAILED" and err.value.body["fatal"] is True
-        assert "too many failed logins from this address: try again in" in err.value.body["message"]
+        assert "too many failed logins from this address" in err.value.body["message"]
         other = await connect_from(addr, OTHER_ADDRESS, token="t-alice")   # another address: unaffected
         assert other.hello["user"] == "alice"
         with pytest.raises(ReplyError):                           # one failure there: still welcome after it
@@ -221,6 +257,74 @@ async def test_failed_logins_from_one_address_are_throttled_without_touching_oth
         assert again.hello["user"] == "alice" and srv.services.auth.guard.addresses == 2
         await other.close()
         await again.close()
+
+
+async def test_the_right_tokens_log_in_at_once_from_an_address_in_back_off(tmp_path):
+    """t3_lockout.py: ten bad HELLOs locked the admin and every user at that address (a NAT, an SSH
+    tunnel's 127.0.0.1) out, for as long as someone kept guessing."""
+    async with running_server(tmp_path, max_clients_per_ip=0, sections={"auth": {**USERS["auth"],
+                                                                                 "max_failed_logins": 3}}) as (srv, addr):
+        guard = srv.services.auth.guard
+        guard.delay_s = 60.0             # (were a right token delayed too, the HELLOs below would time out)
+        for i in range(3):
+            with pytest.raises(ReplyError):
+                await V3Client.connect(addr, token=f"guess-{i}")
+        assert guard.retry_after("127.0.0.1") > 0
+        ops = await V3Client.connect(addr, token="t-ops", new_session=False)
+        alice = await V3Client.connect(addr, token="t-alice", new_session=False)
+        assert ops.hello["user"] == "ops" and alice.hello["user"] == "alice"
+        assert guard.retry_after("127.0.0.1") > 0 and guard.failures("127.0.0.1") == 0   # (no failure counted)
+        await ops.close()
+        await alice.close()
+
+
+async def test_a_delayed_failed_login_ends_with_its_client_or_with_the_server(tmp_path):
+    users = auth(("alice", "t-alice", False), max_failed_logins=3)
+    async with running_server(tmp_path, max_clients_per_ip=0, handshake_timeout_s=30.0,
+                              sections=users) as (srv, addr):
+        guard = srv.services.auth.guard
+        guard.delay_s = 60.0
+        for i in range(3):
+            with pytest.raises(ReplyError):
+                await V3Client.connect(addr, token=f"guess-{i}")
+        leaving = await V3Client.connect(addr, hello=False)
+        leaving.send(T.HELLO, {"id": 1, "proto": 3, "client": "x", "token": "guess-3"})
+        await poll(lambda: guard.failures("127.0.0.1") == 1, what="the guess counted")
+        assert len(srv.connections) == 1 and not leaving.closed.is_set()   # held, its slot taken, unanswered
+        sock = leaving.writer.get_extra_info("socket")            # the client leaves (a reset): its connection goes
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        leaving.writer.transport.abort()
+        await poll(lambda: not srv.connections, what="the delayed connection closed with its client")
+        staying = await V3Client.connect(addr, hello=False)
+        staying.send(T.HELLO, {"id": 1, "proto": 3, "client": "x", "token": "guess-4"})
+        await poll(lambda: guard.failures("127.0.0.1") == 2, what="the second guess counted")
+        await asyncio.wait_for(srv.stop(), DEADLINE)              # the stop does not wait for the delay
+        await staying.wait_closed()
+        assert [(m.type, m.body["code"]) for m in staying.inbox] == [(T.ERROR, "SHUTTING_DOWN")]
+
+
+async def test_a_client_reconnects_with_its_token_while_its_address_is_in_back_off(tmp_path):
+    """t4_client_gives_up.py: the back-off's AUTH_FAILED made a client whose connection dropped give up."""
+    async with running_server(tmp_path, max_clients_per_ip=0, sections={"auth": {**USERS["auth"],
+                                                                                 "max_failed_logins": 3}}) as (srv, addr):
+        srv.services.auth.guard.delay_s = 60.0
+        link = Link(*addr, token="t-alice", backoff=Backoff(initial=0.05, maximum=0.2))
+        try:
+            assert (await link.connect()).user == "alice"
+            for i in range(3):                                    # someone else behind the same address guesses
+                with pytest.raises(ReplyError):
+                    await V3Client.connect(addr, token=f"guess-{i}")
+            ops = await connect_from(addr, OTHER_ADDRESS, token="t-ops")
+            await ops.call(T.CLIENT_KILL, user="alice")           # (stands for any network blip)
+            while True:
+                ev = await link.next_event(timeout=DEADLINE)
+                assert ev is not None and not isinstance(ev, Disconnected), ev
+                if isinstance(ev, Connected) and ev.reconnected:
+                    break
+            assert ev.hello.user == "alice" and link.connected
+            await ops.close()
+        finally:
+            await link.close()
 
 
 async def test_a_burst_of_failed_logins_writes_one_log_line(tmp_path, caplog):
@@ -276,7 +380,8 @@ def test_ipv6_addresses_are_counted_by_their_64_network():
 
 
 @pytest.mark.parametrize("key, value", [("max_failed_logins", -1), ("failed_login_window_s", 0),
-                                        ("login_backoff_s", 0.5), ("max_login_addresses", 0)])
+                                        ("login_backoff_s", 0.5), ("max_login_addresses", 0),
+                                        ("failed_login_delay_s", -1), ("failed_login_delay_s", 61)])
 def test_login_throttle_settings_are_checked(key, value):
     with pytest.raises(ConfigError, match=f"auth.{key}"):
         ServerConfig.from_dict({"auth": {key: value}}, env={})
