@@ -7,7 +7,11 @@
 2. an edited file uploaded again under its name: a text is quoted once, and two documents' passages
    under one citation are told apart (the newest first, each with its upload time);
 3. a follow-up asking what to do ("and how do I fix it?") quotes the passage that says it, rather than
-   claiming the documents have nothing.
+   claiming the documents have nothing;
+4. a live reading of the machine named by host, place or time ("is port 22 open on web-01?", 生产环境的CPU
+   使用率是多少, "... right now?") keeps its tool when the documents mention that host, while a documented
+   value or policy about it ("what port does web-01 use?", CPU 告警阈值是多少) is answered from them;
+5. a 32,000-character system request is routed by its bounded parsed part (intents.parsed_part).
 """
 from __future__ import annotations
 
@@ -15,7 +19,9 @@ import re
 
 from kb_wire.kbwire import chat, connect, raw_upload, wired_server
 from protocol import MsgType
-from server.agent.intents import parse
+from server.agent import knowledge_route
+from server.agent.intents import MAX_PARSE_CHARS, parse, without_request
+from server.agent.knowledge_route import match_terms
 
 RUNBOOK = b"""# Database Runbook
 
@@ -211,4 +217,100 @@ async def test_a_follow_up_asking_how_to_fix_it_quotes_the_passage_that_says_it(
         end, _ = await chat(c, "and who owns it?")              # a word of its own no passage holds: still nothing
         assert end["context"]["route"]["method"] == "follow_up"
         assert end["message"]["content"] == "I found nothing about that in your documents."
+        await c.close()
+
+
+# -- 4. a live reading naming the machine keeps its tool (review s31 R2) --------------------------------
+#: a runbook naming the host, its CPU, free memory and port: values and policies the documents hold
+HOSTS = """# Runbook
+
+## web-01
+
+web-01 runs nginx. If CPU usage on web-01 goes above 90%, restart the php-fpm pool.
+
+## Memory
+
+If free memory on web-01 drops below 1 GB, check the page cache right away.
+
+## Access
+
+SSH to web-01 on port 22 from the VPN only.
+
+## Web server
+
+When the CPU usage of the web server stays above 90 percent for ten minutes, page the on-call engineer
+and check the current load average right now.
+
+## Backup
+
+The nightly backup runs at 02:00 UTC; backups are kept on disk for 7 days.
+
+## 告警
+
+生产环境的CPU使用率超过90%时告警。CPU 告警阈值为 90%。磁盘使用率超过百分之九十时触发 P2 告警。
+数据库服务器的内存使用率应低于 80%。
+""".encode()
+# (question, the tool it must run): a reading of the machine named by host, place or "right now"
+LIVE_QUESTIONS = [
+    ("is port 22 open on web-01?", "network_check"), ("what's the CPU usage on web-01?", "sys_monitor"),
+    ("how much free memory does web-01 have?", "sys_monitor"), ("CPU usage on web-01 right now?", "sys_monitor"),
+    ("生产环境的CPU使用率是多少？", "sys_monitor"), ("what's the CPU usage of the web server right now?", "sys_monitor"),
+    ("what's the CPU usage right now?", "sys_monitor"), ("数据库服务器的内存使用率现在是多少？", "sys_monitor"),
+]
+# (question, a text of the answer's passage): a documented value or policy about the same machine
+VALUE_QUESTIONS = [
+    ("what port does web-01 use?", "port 22"), ("CPU 告警阈值是多少", "CPU 告警阈值为 90%"),
+    ("磁盘使用率超过多少会触发告警", "百分之九十"), ("what time does the nightly backup run?", "02:00 UTC"),
+    ("how many days are backups kept on disk?", "7 days"),
+]
+
+
+async def test_a_live_reading_naming_the_machine_keeps_its_tool(tmp_path):
+    async with wired_server(tmp_path, tools={"cpu_sample_s": 0.05, "network_timeout_s": 0.2}) as (srv, addr):
+        c = await connect(addr, "alice")
+        await raw_upload(c, "runbook.md", HOSTS)
+        wrong = []
+        for question, tool in LIVE_QUESTIONS:
+            end, _ = await chat(c, question)
+            route = end["context"]["route"]
+            if route["method"] != "intent" or tools_of(end) != [tool] or "citations" in end["message"]["metadata"]:
+                wrong.append((question, route, end["message"]["content"][:80]))
+        assert wrong == []
+        for question, expected in VALUE_QUESTIONS:
+            end, _ = await chat(c, question)
+            route, content = end["context"]["route"], end["message"]["content"]
+            if route["route"] != "knowledge" or expected not in content or tools_of(end) != ["search_knowledge"]:
+                wrong.append((question, route, content[:80]))
+        assert wrong == []
+        await c.close()
+
+
+def test_the_machine_a_reading_is_taken_on_is_part_of_the_request():
+    assert match_terms("is port 22 open on web-01?", request=True) == set()
+    assert match_terms("what's the CPU usage of the web server right now?", request=True) == set()
+    assert match_terms("生产环境的CPU使用率是多少？", request=True) == set()
+    assert match_terms("what is the CPU alert threshold on web-01?", request=True) == {"alert", "threshold"}
+    assert match_terms("what time does the nightly backup run?", request=True) == {"nightli", "backup", "run"}
+
+
+# -- 5. a long message costs the route no more than a short one (review s31 R2) ----------------------
+async def test_a_long_system_request_is_routed_by_its_parsed_part(tmp_path, monkeypatch):
+    seen: list[int] = []
+
+    def recording(text: str) -> str:
+        seen.append(len(text))
+        return without_request(text)
+
+    monkeypatch.setattr(knowledge_route, "without_request", recording)
+    async with wired_server(tmp_path, tools={"cpu_sample_s": 0.05}) as (srv, addr):
+        c = await connect(addr, "alice")
+        await raw_upload(c, "ops.md", b"# Ops\n\nThe CPU usage alert fires at 90 percent on the batch hosts.\n")
+        for filler in ("a." * 16000, "之前" * 16000):
+            end, _ = await chat(c, ("what is the cpu usage? " + filler)[:32000])
+            assert end["context"]["route"]["method"] == "intent" and tools_of(end) == ["sys_monitor"]
+        assert seen and max(seen) <= MAX_PARSE_CHARS + 1
+        seen.clear()
+        end, _ = await chat(c, "when does the CPU usage alert fire?")    # a short message: whole, as before
+        assert seen == [len("when does the CPU usage alert fire?")]
+        assert end["context"]["route"]["method"] == "strong_match" and "fires at 90 percent" in end["message"]["content"]
         await c.close()

@@ -102,6 +102,13 @@ REQUEST_WORDS = _p(r"\b(?:show|check|list|display|view|see|give|current(?:ly)?|n
                    r"查看|检查|检测|显示|列出|看看|看一下|查一下|查询|当前|现在|目前|实时|使用率|使用情况|使用量|"
                    r"占用率|占用|使用|用量|剩余|还剩|剩下|可用|空闲|情况|状态|信息|总共|总量|大小|服务器|系统|机器|"
                    r"本机|主机|一下|最多|最高")
+#: the machine a reading is taken on, named rather than implied: a host name (a name with a digit or a
+#: dot: "web-01", "gw-east-2.internal"), "the web server", "the database machine", 生产环境, 数据库服务器,
+#: and when: "right now", "at the moment" (``without_request``: like host:port, it says where to look)
+PLACE = _p(r"\b(?=[A-Za-z][\w-]*[\d.])[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)+\b|"
+           r"\b[A-Za-z][\w-]*\s+(?:servers?|hosts?|machines?|box(?:es)?|nodes?|clusters?|instances?|vms?)\b|"
+           r"\bright\s+now\b|\bat\s+(?:the\s+)?(?:moment|present)\b|"
+           r"[\u3400-\u9fff]{0,3}(?:环境|服务器|机器|主机|节点|集群)")
 #: a command to look at the machine ("check port 22", "show disk usage", "查看CPU使用率"): its tool, always
 COMMAND = _p(r"^\s*(?:(?:please|pls|can\s+you|could\s+you)\s+)?(?:check|show|list|display|tail|ping|test|monitor)\b|"
              r"^\s*(?:请|麻烦|帮我|给我)*(?:查看|检查|检测|显示|列出|看看|看一下|查一下|测试)")
@@ -182,12 +189,15 @@ def _log_args(text: str) -> dict[str, Any] | None:
 
 def without_request(text: str) -> str:
     """``text`` without what makes it a system request: the words of every intent rule (``RULES``), a
-    port check's words and target (host:port, "port N") and ``REQUEST_WORDS``, each replaced by a
-    space. What is left is what the message asks beyond the machine: "what time does the nightly backup
-    run?" -> "does the nightly backup run?", "磁盘使用率超过多少会触发告警" -> "超过多少会触发告警",
-    "how much memory is free" -> "how much is" (the knowledge route compares it with the documents)."""
+    port check's words and target (host:port, "port N"), the machine the reading is taken on and when
+    (``PLACE``: "web-01", "the web server", 生产环境, "right now") and ``REQUEST_WORDS``, each replaced by
+    a space. What is left is what the message asks beyond the machine: "what time does the nightly
+    backup run?" -> "does the nightly backup run?", "磁盘使用率超过多少会触发告警" -> "超过多少会触发告警",
+    "how much memory is free" -> "how much is", "what's the CPU usage on web-01 right now?" -> "what's
+    the on" (the knowledge route compares it with the documents). Callers pass a bounded text
+    (``parsed_part``): several of these patterns cost the square of the text's length."""
     for pattern in [p for _, patterns in RULES for p, _ in patterns] + [
-            _HOST_PORT, _PORT_WORD, _BARE_HOST, _CHECK_WORDS, _CHECK_ASKED, REQUEST_WORDS]:
+            _HOST_PORT, _PORT_WORD, _BARE_HOST, _CHECK_WORDS, _CHECK_ASKED, PLACE, REQUEST_WORDS]:
         text = pattern.sub(" ", text)
     return text
 

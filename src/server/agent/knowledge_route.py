@@ -8,10 +8,12 @@ Rule (offline agent), first match wins:
 2. ``intent``: a system request the offline agent has a tool for (CPU, disk, logs, ...) -> general,
    unless it is a question about a metric, the time or a port (``OUTRANKED``; no command such as
    "show ...", "check ...", "查看...": ``intents.COMMAND``) whose best passage holds what it asks beyond
-   the machine (``match_terms(text, request=True)``: without the words that made it a system request,
-   ``intents.without_request``) as ``strong_match`` (4) requires -> knowledge (``strong_match``): "what
-   time does the nightly backup run?", "磁盘使用率超过多少会触发告警"; "现在几点", "how much memory is free"
-   leave nothing and keep their tool.
+   the machine (``match_terms(parsed_part(text), request=True)``: without the words that made it a
+   system request nor the machine the reading is taken on, "web-01", "the web server", 生产环境, "right
+   now", ``intents.without_request``; of a long message only ``intents.parsed_part``, as ``parse``) as
+   ``strong_match`` (4) requires -> knowledge (``strong_match``): "what time does the nightly backup
+   run?", "磁盘使用率超过多少会触发告警", "CPU 告警阈值是多少"; "现在几点", "how much memory is free", "is
+   port 22 open on web-01?", "生产环境的CPU使用率是多少？" leave nothing and keep their tool.
    ``statement``: the message only states facts or preferences to keep, or takes them back
    (``distill.takes_back``), as the user memory's rules read them ("remember that the staging host
    is stage-7", "以后用中文回答", "forget my home address"; no question) -> general.
@@ -48,7 +50,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from server.agent.intents import COMMAND, without_request
+from server.agent.intents import COMMAND, parsed_part, without_request
 from server.memory.analyze import CJK_STOP_CHARS, analyze
 from server.memory.distill import MAX_ITEMS_PER_MESSAGE, distill_rules, takes_back
 from server.memory.extractive import sentences
@@ -233,7 +235,7 @@ async def decide(text: str, messages: list[dict[str, Any]], source: Any, user_id
         return Route("knowledge", "keyword", f"the message mentions {m.group(0)!r}", search_query(text) or text, text)
     if tool_intents:
         if OUTRANKED.issuperset(tool_intents) and not COMMAND.match(text):
-            route = await _strong_match(source, user_id, text, match_terms(text, request=True),
+            route = await _strong_match(source, user_id, text, match_terms(parsed_part(text), request=True),
                                         f" the system request ({', '.join(tool_intents)}) leaves")
             if route is not None:
                 return route
