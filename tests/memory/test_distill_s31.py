@@ -115,3 +115,44 @@ def test_what_a_system_is_doing_or_a_question_is_not(text):
 ])
 def test_corrections_are_recognised_in_more_wordings(text, key):
     assert subject_key("fact", text) == key
+
+
+# review s31 round 2: what a request to forget names
+
+
+@pytest.mark.parametrize("text", [
+    "Please forget everything you know about me.", "Forget everything.", "Forget everything about me",
+    "Don't remember anything about me", "Forget all about me", "忘掉关于我的一切。", "忘掉所有", "忘掉你记住的所有内容",
+])
+def test_a_request_to_forget_everything_takes_every_item(text):
+    [taken] = takes_back(text)
+    named = retracts(taken)
+    assert all(named(kind, item) for kind, item in [("fact", "My name is Bob."), ("fact", "生产数据库在杭州"),
+                                                     ("preference", "Please always answer in Chinese")])
+
+
+@pytest.mark.parametrize("text, kind, item, named", [
+    ("忘掉Redis地址", "fact", "Redis地址是10.0.0.5", True),                    # a subject with Latin letters
+    ("忘掉Redis地址", "fact", "Redis的地址是10.0.0.5", True),
+    ("请忘记MySQL端口", "fact", "MySQL端口是3306", True),
+    ("请忘记MySQL端口", "fact", "Redis地址是10.0.0.5", False),
+    ("Forget that I asked you to answer in Chinese.", "preference", "Please always answer in Chinese", True),
+    ("Forget that I asked you to answer in Chinese.", "preference", "Answer in English", False),
+    ("忘掉我说的用中文回答", "preference", "以后请用中文回答", True),
+    ("Forget my nickname", "fact", "Call me Bobby", True),
+    ("忘掉我的昵称", "fact", "叫我小王", True),
+    ("Forget my address", "fact", "My home address is 12 Elm Street", True),   # one of the user's own addresses
+    ("忘掉我的地址", "fact", "我的家庭地址是朝阳路1号", True),
+    ("Forget the address", "fact", "My home address is 12 Elm Street", False),  # not "my": the subject itself
+    ("忘掉我的地址", "fact", "数据库地址是10.0.0.1", False),                     # not the user's own
+    ("Forget what I said about the DB host", "fact", "The DB host port is 5432", False),
+    ("Forget it", "fact", "It is late.", False),
+])
+def test_what_a_request_to_forget_names(text, kind, item, named):
+    [taken] = takes_back(text)
+    assert retracts(taken)(kind, item) is named
+
+
+def test_everything_i_said_about_a_subject_names_the_subject():
+    assert takes_back("Forget everything I said about the DB host.") == [("forget", "the DB host")]
+    assert takes_back("Forget all I told you about the nginx port") == [("forget", "the nginx port")]

@@ -74,16 +74,26 @@ def memory_off(zh: bool) -> str:
     return _j(zh, "Long-term memory is turned off on this server.", "这台服务器关闭了长期记忆。")
 
 
-def noted(items: list[tuple[str, str]], zh: bool, kept: bool = True) -> str:
+#: a request to forget that takes many items ("Forget everything") lists this many of them
+MAX_FORGOTTEN_LISTED = 20
+WHERE_MEMORY_EN = ("To see what I remember: the memory list (F7 in the TUI, or `nplt-client memory list`); "
+                   "to delete one item: `nplt-client memory forget ID`.")
+WHERE_MEMORY_ZH = "查看我记住的内容：记忆列表（TUI 中按 F7，或 `nplt-client memory list`）；删除其中一条：`nplt-client memory forget ID`。"
+
+
+def noted(items: list[tuple[str, str]], zh: bool, kept: bool = True,
+          forgotten: list[tuple[str, list[str]]] | None = None) -> str:
     """The reply to a message that only states facts or preferences or takes something back
     (``knowledge_route.statement_items``: (kind, text)): what was understood, as the user memory keeps
     it, so the user can check it; ``kept`` False (long-term memory turned off): that it stays in this
     conversation only. A value said to hold no longer ("no longer", "<subject> is <value>") is noted
-    as such; what the user asks to forget ("forget", what) is said not to be remembered, or, with long-term
-    memory off and nothing else in the message, that nothing was kept. A take-back naming a secret is
-    not repeated (a secret is never kept anyway)."""
+    as such. What the user asks to forget ("forget", what): ``forgotten`` (``memory_answers.forgotten``:
+    each request with the texts of the items it removes) says what was forgotten, the items as the memory
+    list shows them, and which requests matched nothing remembered (with where to see and delete the
+    items); with long-term memory off and nothing else in the message, that nothing was kept. A take-back
+    naming a secret is not repeated (a secret is never kept anyway)."""
     said = [no_longer(text, zh) if kind == "no longer" else text for kind, text in items if kind != "forget"]
-    forgotten = [_unless_secret(text, zh) for kind, text in items if kind == "forget"]
+    asked = [text for kind, text in items if kind == "forget"]
     parts = []
     if said:
         if not kept:
@@ -92,12 +102,33 @@ def noted(items: list[tuple[str, str]], zh: bool, kept: bool = True) -> str:
         else:
             head = "好的，记下了：" if zh else "Noted:"
         parts.append("\n".join([head, *(f"- {item}" for item in said)]))
-    if forgotten and not kept and not said:
+    if asked and not kept and not said:
         parts.append(_j(zh, "Long-term memory is turned off on this server; nothing was kept.",
                         "这台服务器关闭了长期记忆，没有保存任何内容。"))
-    elif forgotten:
+    elif asked and (not kept or forgotten is None):
         head = _j(zh, "OK, I won't remember that:", "好的，不再记住：")
-        parts.append("\n".join([head, *(f"- {what}" for what in forgotten)]))
+        parts.append("\n".join([head, *(f"- {_unless_secret(what, zh)}" for what in asked)]))
+    elif asked:
+        parts.append(_forgotten(forgotten or [], zh))
+    return "\n\n".join(parts)
+
+
+def _forgotten(forgotten: list[tuple[str, list[str]]], zh: bool) -> str:
+    """What requests to forget removed (``noted``), and which of them matched nothing."""
+    gone = [text for _, texts in forgotten for text in texts]
+    missed = [_unless_secret(what, zh) for what, texts in forgotten if not texts]
+    parts = []
+    if gone:
+        lines = [_j(zh, "OK, I've forgotten:", "好的，已忘记：")]
+        lines += [f"- {text}" for text in gone[:MAX_FORGOTTEN_LISTED]]
+        if len(gone) > MAX_FORGOTTEN_LISTED:
+            more = len(gone) - MAX_FORGOTTEN_LISTED
+            lines.append(_j(zh, f"- ... and {more} more", f"- ……另有 {more} 条"))
+        parts.append("\n".join(lines))
+    if missed:
+        head = _j(zh, "I don't remember anything that matches this, so nothing was forgotten:",
+                  "我没有记住与此相符的内容，没有忘记任何信息：")
+        parts.append("\n".join([head, *(f"- {what}" for what in missed), _j(zh, WHERE_MEMORY_EN, WHERE_MEMORY_ZH)]))
     return "\n\n".join(parts)
 
 

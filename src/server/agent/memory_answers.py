@@ -111,3 +111,20 @@ def answer(text: str, messages: list[dict[str, Any]], zh: bool) -> str | None:
         return None
     head = "根据你之前告诉我的：" if zh else "From what you told me earlier:"
     return "\n".join([head, *(f"- {line}" for line in hits[:MAX_ITEMS])])
+
+
+def forgotten(items: list[Any], taken: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """What each request to forget among ``taken`` (``takes_back`` entries: ("forget", what)) removes
+    from the user's ``items`` (``UserMemory.list``, what MEMORY_LIST shows: kind and text): (what,
+    the texts of the items it takes), in order, an item once (the first request that names it), as
+    the user memory removes them when it learns the message (``distill.retracts``, the same test)."""
+    left = list(items)
+    out: list[tuple[str, list[str]]] = []
+    for how, what in taken:
+        if how != "forget":
+            continue
+        named = retracts((how, what))
+        gone = [i for i in left if named(i.kind, i.text)]
+        left = [i for i in left if i not in gone]
+        out.append((what, [i.text for i in gone]))
+    return out

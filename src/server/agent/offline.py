@@ -12,6 +12,7 @@ the same question asked again finds what the user said, not the earlier listings
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from server.agent import answers, intents, knowledge_route, memory_answers
@@ -21,6 +22,7 @@ from server.agent.toolexec import CallRequest, run_tool_step
 from server.tools import ToolContext, ToolRegistry
 
 OFFLINE_MODEL = "offline"
+log = logging.getLogger(__name__)
 
 
 class OfflineAgent:
@@ -62,7 +64,11 @@ class OfflineAgent:
         asked_memory = memory_off and any(i.tool == "user_memory" for i in found)
         found = [i for i in found if not i.tool or i.tool in known]
         tool_intents = [i for i in found if i.tool]
-        noted = knowledge_route.statement_items(text) if not tool_intents else []
+        noted = knowledge_route.statement_items(text)
+        if any(kind == "forget" for kind, _ in noted):
+            tool_intents = []       # a request to forget asks no tool ("Forget what I said about the DB host")
+        elif tool_intents:
+            noted = []
         recalled = None if tool_intents or noted else memory_answers.answer(text, req.context.messages, zh)
         source = getattr(self.registry, "knowledge", None)
         route = await knowledge_route.decide(text, req.context.messages, source, req.user_id,
@@ -83,7 +89,8 @@ class OfflineAgent:
                                         step=0, timeout=self.cfg.tool_timeout_s)
             answer = "\n\n".join(answers.render(c, zh) for c in calls)
         elif noted:                # what the user memory keeps or forgets; without it, nothing is kept beyond this session
-            answer = answers.noted(noted, zh, kept=not memory_off)
+            forgotten = None if memory_off else await self._forgotten(req.user_id, noted)
+            answer = answers.noted(noted, zh, kept=not memory_off, forgotten=forgotten)
             kinds = {kind for kind, _ in noted}                      # fact, preference, no longer, forget
             found = [intents.Intent("note", 1.0)] if kinds - {"forget"} else []
             if "forget" in kinds:
@@ -113,6 +120,20 @@ class OfflineAgent:
             metadata["history_listing"] = True
         return TurnResult(content=answer, tool_calls=calls, usage={"llm_calls": 0}, finish_reason="stop",
                           metadata=metadata)
+
+    async def _forgotten(self, user_id: str, noted: list[tuple[str, str]]) -> list[tuple[str, list[str]]] | None:
+        """What the message's requests to forget remove from the user's memory (``memory_answers.forgotten``,
+        from the items MEMORY_LIST shows; the user memory removes them before the TURN_END), or None
+        when there is none or the items cannot be read."""
+        items = getattr(self.registry, "memory_items", None)
+        if items is None or not any(kind == "forget" for kind, _ in noted):
+            return None
+        try:
+            mine = await items(user_id)
+        except Exception:
+            log.exception("reading the user memory of %s failed", user_id)
+            return None
+        return None if mine is None else memory_answers.forgotten(mine, noted)
 
     async def _stream(self, answer: str, sink: TurnSink) -> None:
         size = self.cfg.stream_chunk_chars

@@ -388,14 +388,14 @@ def _zh_system_statement(sentence: str) -> bool:
 
 
 #: a request not to keep something: "Please forget that ...", "Don't remember ...", "Stop remembering
-#: ...", "Delete the fact that ...", "Forget what I said about ...", "请忘记…", "忘掉…", "别记住…"
+#: ...", "Delete the fact that ...", "Forget what (everything) I said about ...", "请忘记…", "忘掉…", "别记住…"
 #: ("Don't forget that ..." asks to keep it; "忘了告诉你，…" is "I forgot to tell you")
 _FORGET = re.compile(
     r"^\s*(?:(?:please|pls|kindly)\s+)?(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?)?"
     r"(?:forget|unlearn|(?:don['’]?t|do\s+not|no\s+need\s+to)\s+(?:remember|keep\s+in\s+mind)|stop\s+remembering|"
     r"(?:delete|remove|erase|drop|clear)\s+(?:the\s+(?:fact|note|memory|item)|(?:it\s+)?from\s+(?:your\s+)?memory|"
     r"what\s+you\s+(?:know|remember)))"
-    r"(?:\s+(?:the\s+fact\s+that|that|what\s+I\s+(?:said|told\s+you|mentioned)\s+about|everything\s+about|about))?"
+    r"(?:\s+(?:the\s+fact\s+that|that|(?:what|everything|all)\s+I\s+(?:said|told\s+you|mentioned)\s+about|everything\s+about|about))?"
     r"[\s,:：-]+(?P<what>\w.*)$", re.IGNORECASE)
 _ZH_FORGET = re.compile(
     r"^\s*(?:请|麻烦你?|你)?(?:帮我)?(?:忘记|忘掉|(?:别|不要|不用|不必)再?记(?:住|着|下来|下)|"
@@ -459,23 +459,55 @@ def _same_text(text: str) -> str:
     return text.rstrip(".。!！ ")
 
 
+#: a request to forget everything the user memory keeps of the user: "Forget everything", "Please
+#: forget everything you know about me", "Don't remember anything about me", "Forget all about me",
+#: "忘掉关于我的一切", "忘掉所有", "忘掉你记住的所有内容" (what ``takes_back`` names: the words after the verb)
+_EVERYTHING = re.compile(
+    r"(?:(?:everything|all|anything)(?:\s+of\s+it)?(?:\s+(?:that\s+)?(?:you\s+(?:know|remember|have)|I\s+(?:said|told\s+you)))?"
+    r"(?:\s+(?:about|of|on)\s+(?:me|us))?|me|us)|"
+    r"(?:关于)?(?:我|我们|(?:我|我们)?(?:的)?(?:一切|所有|全部)(?:的)?(?:信息|内容|事情|事|东西|记忆)?|"
+    r"你?(?:记住|知道|记得)的(?:关于我的)?(?:一切|所有|全部)(?:的)?(?:信息|内容|事情|东西)?)", re.IGNORECASE)
+#: what "call me <name>" is about, by the names a request to forget gives it ("Forget my nickname")
+_CALLED = frozenset(("nickname", "nick name", "name", "what to call me", "what you call me", "昵称", "称呼", "外号", "名字"))
+#: the user's own thing: "Forget my address" also takes "My home address is ..." (both the user's)
+_OWN = re.compile(r"^\s*(?:(?:my|our)\s|我的|我们的|咱们的)", re.IGNORECASE)
+_HAN = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _answer_languages(text: str) -> set[str]:
+    """The languages answers are asked in by ``text`` ("answer in Chinese", "用中文回答")."""
+    return {_LANGUAGE_OF.get((m.group("name") or m.group("zh")).casefold(), "") for m in _ANSWER_LANGUAGE.finditer(text)} - {""}
+
+
 def retracts(taken: tuple[str, str]) -> Callable[[str, str], bool]:
     """Whether an item (kind, text) is what ``taken`` (a ``takes_back`` entry) takes back: the same
     statement (lead-ins, articles, possessives, case and spacing aside), the same subject with the
     same value (``subject_key``: "Forget that our DB host is db-1" takes "The DB host is db-1"), or,
-    for a request to forget a subject alone ("Forget my home address", "忘掉数据库地址"), an item
-    about that subject ("My home address is 12 Elm Street", "数据库地址是10.0.0.1")."""
+    for a request to forget a subject alone ("Forget my home address", "忘掉数据库地址", "忘掉Redis地址"),
+    an item about that subject ("My home address is 12 Elm Street", "数据库地址是10.0.0.1"), and for
+    one of the user's own things ("my address") an item about one of theirs named the same way ("My
+    home address is ..."); "my nickname" / "我的昵称" also takes "Call me Bobby". A request to forget
+    a preference for the answers' language ("Forget that I asked you to answer in Chinese", "忘掉我说的
+    用中文回答") takes that preference; a request to forget everything (``_EVERYTHING``) takes every item."""
     how, what = taken
+    if how == "forget" and _EVERYTHING.fullmatch(what.strip()):
+        return lambda kind, text: True
     mine, said = _same_text(what), _about("fact", what)
+    language = _language_key(what) if how == "forget" else None
+    languages = _answer_languages(what) if language is not None else set()
     subject: re.Pattern[str] | None = None          # a subject alone: the start of a statement about it
+    owned: re.Pattern[str] | None = None            # ... or the end of the subject of one of the user's own
     keys: set[str] = set()
-    if how == "forget" and said is None and mine and classify(what) is None:
-        if _CJK_ONLY.match(mine[0]) is None:
+    if how == "forget" and said is None and language is None and mine and classify(what) is None:
+        if _HAN.search(mine) is None:
             keys = {_en_key(mine)} - {None}                                        # type: ignore[assignment]
-            subject = re.compile(re.escape(mine) + r"(?:\s+(?:is|are)\s|\s*[:=])") if keys else None
-        else:
+            verb, before = r"(?:\s+(?:is|are)\s|\s*[:=])", r"(?:[\w'-]+\s+){1,3}"
+        else:                                       # (a subject with a Chinese word in it: "Redis地址")
             keys = {_zh_key(mine, verb) for verb in ("是", "在")} - {None}         # type: ignore[assignment]
-            subject = re.compile(re.escape(mine) + r"\s*(?:是|在|为)") if keys else None
+            verb, before = r"\s*(?:是|在|为)", r"[^\s，,。；;：:]{1,12}?"
+        keys = {k.casefold() for k in keys} | ({"fact:call me"} if keys and mine in _CALLED else set())
+        subject = re.compile(re.escape(mine) + verb) if keys else None
+        owned = re.compile(before + re.escape(mine) + verb) if keys and _OWN.match(what) else None
 
     def named(kind: str, text: str) -> bool:
         if _same_text(text) == mine:
@@ -484,8 +516,13 @@ def retracts(taken: tuple[str, str]) -> Callable[[str, str], bool]:
         if said is not None:
             return about is not None and said[0] == about[0] and said[1] is not None and about[1] is not None \
                 and said[1].casefold().rstrip(".。!！") == about[1].casefold().rstrip(".。!！")
-        return subject is not None and (subject.match(_same_text(text)) is not None or
-                                        (about is not None and about[0] in keys))
+        if language is not None:
+            return about is not None and about[0] == language and bool(_answer_languages(text) & languages)
+        if subject is None:
+            return False
+        same = _same_text(text)
+        return subject.match(same) is not None or (about is not None and about[0].casefold() in keys) or \
+            (owned is not None and owned.match(same) is not None and _OWN.match(_plain(text)) is not None)
     return named
 
 
