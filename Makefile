@@ -51,7 +51,7 @@ fuzz: $(VENV)/.installed-dev
 	NPLT_FUZZ=1 $(PY) -m pytest -q -p no:cacheprovider tests/protocol tests/memory
 
 ## soak: the bounded loopback attack campaign of issue 15 (fuzz, SIGKILL restarts, overload, provider
-## faults), one table (docs/soak.md); SOAK_PROFILE=tiny for a seconds-long run
+## faults), one table (docs/soak.md); SOAK_PROFILE=tiny for a ~30 s run
 soak: $(VENV)/.installed-dev
 	$(PY) bench/soak.py --profile $(or $(SOAK_PROFILE),full)
 
