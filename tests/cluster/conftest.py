@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pg.dbs import fresh_database
+from pg.dbs import database
 from pg.pgserver import shared_server, stop_shared
 from server.app import Server
 from testkit.echo_agent import EchoAgent
@@ -23,8 +23,9 @@ def pg_server():
 
 
 @pytest.fixture
-async def pg_url(pg_server) -> str:
-    return await fresh_database(pg_server)
+async def pg_url(pg_server):
+    async for url in database(pg_server):      # dropped after the test
+        yield url
 
 
 @contextlib.asynccontextmanager

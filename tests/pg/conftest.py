@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pg.dbs import fresh_database
+from pg.dbs import database
 from pg.pgserver import shared_server, stop_shared
 
 
@@ -17,8 +17,9 @@ def pg_server():
 
 
 @pytest.fixture
-async def pg_url(pg_server) -> str:
-    return await fresh_database(pg_server)
+async def pg_url(pg_server):
+    async for url in database(pg_server):      # dropped after the test
+        yield url
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pg.dbs import fresh_database
+from pg.dbs import drop_database, fresh_database
 from pg.pgserver import shared_server, stop_shared
 from storage import StorageConfig
 from storage.port import open_store
@@ -27,11 +27,16 @@ def backend(request) -> str:
 async def make_config(backend, tmp_path, request):
     """``make_config(**overrides)`` -> a StorageConfig for this test's backend (same root / database
     every call, so a second open sees the first one's data)."""
-    url = await fresh_database(request.getfixturevalue("pg_server")) if backend == "pg" else None
+    server = request.getfixturevalue("pg_server") if backend == "pg" else None
+    url = await fresh_database(server) if server is not None else None
 
     def make(**over) -> StorageConfig:
         return StorageConfig(root=str(tmp_path / "history"), url=url, **over)
-    return make
+    try:
+        yield make
+    finally:
+        if url is not None:
+            await drop_database(server, url)      # (hundreds left made the session's end take minutes)
 
 
 @pytest.fixture
