@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pg.dbs import database
+from pg.dbs import database, fresh_database
 from pg.pgserver import shared_server, stop_shared
 from server.app import Server
 from testkit.echo_agent import EchoAgent
@@ -26,6 +26,19 @@ def pg_server():
 async def pg_url(pg_server):
     async for url in database(pg_server):      # dropped after the test
         yield url
+
+
+@pytest.fixture
+def restartable(restartable_server):
+    """The session's restartable PostgreSQL (tests/conftest.py), for tests that stop or kill it."""
+    return restartable_server
+
+
+@pytest.fixture
+async def url(restartable) -> str:
+    """A fresh database on the restartable PostgreSQL."""
+    restartable.start()                  # (running already, unless a test stopped half-way)
+    return await fresh_database(restartable)
 
 
 @contextlib.asynccontextmanager

@@ -11,7 +11,6 @@ import asyncio
 import asyncpg
 import pytest
 
-from pg.dbs import fresh_database
 from protocol import MsgType as T
 from storage.pg.lock_holder import key_of
 from testkit.echo_agent import EchoAgent
@@ -26,17 +25,6 @@ WAITING = """
 SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND classid::bigint = ($1::bigint >> 32) & 4294967295 AND objid::bigint = $1::bigint & 4294967295"""
-
-
-@pytest.fixture
-def restartable(restartable_server):
-    return restartable_server
-
-
-@pytest.fixture
-async def url(restartable) -> str:
-    restartable.start()                  # (running already, unless a test stopped half-way)
-    return await fresh_database(restartable)
 
 
 async def _queued_in_postgres(url: str, session_id: str, n: int = 1) -> None:

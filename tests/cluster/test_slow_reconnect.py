@@ -11,9 +11,7 @@ import signal
 import time
 
 import asyncpg
-import pytest
 
-from pg.dbs import fresh_database
 from pg.pgserver import EmbeddedPostgres
 from protocol import MsgType as T
 from storage.pg.lock_holder import key_of
@@ -27,18 +25,6 @@ from cluster.test_node_death import start_node_process
 LINES = 4                    # pg_lock_connections' default: line 0 also holds the node's liveness lock
 SLOW = {"pg_retry_backoff_ms": 3000}      # a node taking its locks back 3 s after PostgreSQL's return
 ENDS = (T.TURN_END, T.TURN_ERROR)
-
-
-@pytest.fixture
-def restartable(restartable_server):
-    """The session's restartable PostgreSQL (tests/conftest.py)."""
-    return restartable_server
-
-
-@pytest.fixture
-async def url(restartable) -> str:
-    restartable.start()                  # (running already, unless a test stopped half-way)
-    return await fresh_database(restartable)
 
 
 async def _restart(server: EmbeddedPostgres) -> None:
