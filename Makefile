@@ -37,7 +37,7 @@ test: $(VENV)/.installed-dev
 ## bench: every benchmark script, printing figures (LOCOMO=path to LoCoMo json for the recall bench,
 ##        CMRC=path to a SQuAD-format json such as CMRC 2018 for the knowledge-base bench)
 bench: $(VENV)/.installed-dev
-	for b in bench/codec.py bench/storage.py bench/roundtrip.py bench/load.py bench/turns.py bench/memory_turn.py bench/tui.py bench/kb_upload.py; do \
+	for b in bench/codec.py bench/storage.py bench/roundtrip.py bench/load.py bench/turns.py bench/memory_turn.py bench/tui.py bench/kb_upload.py bench/abandoned_fragments.py; do \
 		[ -f $$b ] && $(PY) $$b || exit 1; done
 	$(if $(LOCOMO),$(PY) bench/locomo_recall.py $(LOCOMO))
 	$(if $(CMRC),$(PY) bench/kb_recall.py $(CMRC))

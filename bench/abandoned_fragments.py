@@ -8,11 +8,19 @@ other, then ``--burst`` clients at once (over the cap: the server refuses the me
 take it over, SERVER_BUSY). Meanwhile a side client PINGs every 20 ms.
 
 Printed: RSS baseline (after HELLO of the side client), peak and after each phase (after = 1 s after
-the server has no connection left but the side client), the deltas against the targets of issue 15 (after
-<= baseline + 64 MiB; peak <= baseline + cap), the messages refused, and the side client's PING
-p50/p99/max.
+the server has no connection left but the side client), the deltas against the targets of issue 15,
+the messages refused, and the side client's PING p50/p99/max. Targets:
+
+- after <= baseline + 64 MiB (the abandoned input is given back to the system);
+- the partial input held, as the server counts it against ``max_total_input_buffer``, peaks at or
+  below the cap (what the setting bounds; the server refuses messages past 15/16 of it);
+- peak RSS <= baseline + cap + ``--rss-margin-mib`` (default 32): RSS also holds what the count
+  leaves out, i.e. a read in flight per connection, per-connection state and the allocator's own
+  overhead. Measured over the held input's peak: ~14 / 18 / 28 MiB with 20 / 40 / 80 connections
+  sending at once, so with 40 the peak lands at cap + 1..2 MiB and a margin of 0 would fail by noise.
 
     python bench/abandoned_fragments.py [--rounds 4] [--per-round 10] [--burst 40] [--cap-mib 256]
+                                        [--rss-margin-mib 32]
 """
 from __future__ import annotations
 
@@ -37,6 +45,7 @@ FRAGMENTS = 127
 FRAME = 65535
 MIB = 1 << 20
 SETTLE_S = 1.0
+RSS_MARGIN_MIB = 32      # default of --rss-margin-mib: RSS beyond the cap (reads in flight, allocator)
 
 
 # ---------------------------------------------------------------- server side (subprocess)
@@ -163,6 +172,9 @@ def main() -> None:
     ap.add_argument("--per-round", type=int, default=10)
     ap.add_argument("--burst", type=int, default=40)
     ap.add_argument("--cap-mib", type=int, default=256, help="max_total_input_buffer in MiB")
+    ap.add_argument("--rss-margin-mib", type=int, default=RSS_MARGIN_MIB,
+                    help="RSS allowed beyond the cap for what the server's count leaves out: reads in "
+                         "flight, per-connection state, allocator overhead (default %(default)s)")
     ap.add_argument("--serve", nargs=2, metavar=("PORT_FILE", "DATA_DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     clients = max(args.per_round, args.burst) + 8
@@ -190,22 +202,30 @@ def main() -> None:
             out, _ = proc.communicate(timeout=30)
     base = rows[0][1]
     msg = FRAGMENTS * FRAME
+    refused, held = "?", float("nan")
+    for line in out.splitlines():
+        if line.startswith("REFUSED"):
+            _, refused, _, peak_buffered = line.split()
+            held = int(peak_buffered) / MIB
+    rss_cap = args.cap_mib + args.rss_margin_mib
     print(f"abandoned messages of {msg:,} bytes ({FRAGMENTS} FRAGMENT frames of {FRAME}); "
-          f"max_total_input_buffer {args.cap_mib} MiB")
+          f"max_total_input_buffer {args.cap_mib} MiB; RSS margin {args.rss_margin_mib} MiB")
     print(f"{'phase':<20} {'peak MiB':>9} {'after MiB':>10} {'peak-base':>10} {'after-base':>11}   targets")
     ok = True
     for name, peak, after in rows:
         dp, da = (peak - base) / MIB, (after - base) / MIB
-        good = da <= 64 and dp <= args.cap_mib
+        good = da <= 64 and dp <= rss_cap
         ok &= good or name == "baseline"
         verdict = "" if name == "baseline" else \
-            f"after <= +64: {'yes' if da <= 64 else 'NO'}; peak <= +{args.cap_mib}: {'yes' if dp <= args.cap_mib else 'NO'}"
+            f"after <= +64: {'yes' if da <= 64 else 'NO'}; peak <= +{rss_cap}: {'yes' if dp <= rss_cap else 'NO'}"
         print(f"{name:<20} {peak / MIB:9.1f} {after / MIB:10.1f} {dp:+10.1f} {da:+11.1f}   {verdict}")
-    for line in out.splitlines():
-        if line.startswith("REFUSED"):
-            _, refused, _, peak_buffered = line.split()
-            print(f"messages refused (SERVER_BUSY): {refused}; peak of partial input held: "
-                  f"{int(peak_buffered) / MIB:.1f} MiB")
+    held_ok = held <= args.cap_mib
+    ok &= held_ok
+    top = max((peak - base) / MIB for _, peak, _ in rows)
+    print(f"messages refused (SERVER_BUSY): {refused}; peak of partial input held: {held:.1f} MiB   "
+          f"target <= {args.cap_mib}: {'yes' if held_ok else 'NO'}")
+    print(f"RSS peak over the held input's peak: {top - held:+.1f} MiB (reads in flight, per-connection state, "
+          f"allocator; allowed {args.rss_margin_mib})")
     print(f"side client PING rtt: n={len(rtts)} p50 {pct(rtts, 50) * 1000:.2f} ms  p99 {pct(rtts, 99) * 1000:.2f} ms  "
           f"max {max(rtts) * 1000:.2f} ms")
     print("targets met" if ok else "TARGETS MISSED")

@@ -2,7 +2,9 @@
 cold load of a 100,000-message session beside orjson.loads of the same snapshot bytes.
 
 Targets (ratios printed at the end): append@100k <= 1.5x append@100 (median), page@100k <= 1.5x
-page@100 (median), cold load <= 1.5x the orjson baseline.
+page@100 (median), cold load <= 1.5x the orjson baseline (orjson.loads of the same bytes with the
+cyclic GC paused, as the store parses, and the store's copy of the session evicted and the garbage
+collected before every timing).
 
 Then group commit: 200 concurrent writers (asyncio tasks, one session each, AsyncHistoryStore with
 the default 4 io threads) append 20 durable messages each; the baseline, measured in the same run on
@@ -190,27 +192,40 @@ def sizes() -> None:
     big = sids[SIZES[-1]]
     snap = [f for f in os.listdir(root) if f.endswith(f"{big}.json")][0]
     data = open(os.path.join(root, snap), "rb").read()
+    # Each iteration starts from the same state: the store's copy of the session evicted and the
+    # garbage collected, so no timing pays for GC passes over a 100k-message session still held from
+    # the previous iteration. The target's baseline is orjson.loads with the cyclic GC paused, as
+    # decode_snapshot() pauses it; the GC-on figure is printed for information only.
     base, base_nogc, cold = [], [], []
+
+    def settle(st: HistoryStore) -> None:
+        st.evict_idle(now=time.monotonic() + 10 ** 9)
+        gc.collect()
+
     with HistoryStore(StorageConfig(root=root)) as st:
         for _ in range(LOADS):
-            t = time.perf_counter()
-            doc = orjson.loads(data)             # kept alive: deallocation is not part of a load
-            base.append(time.perf_counter() - t)
-            del doc
+            settle(st)
             gc.disable()
             t = time.perf_counter()
-            doc = orjson.loads(data)
+            doc = orjson.loads(data)             # kept alive: deallocation is not part of a load
             base_nogc.append(time.perf_counter() - t)
             gc.enable()
             del doc
-            st.evict_idle(now=time.monotonic() + 10 ** 9)
+            settle(st)
+            t = time.perf_counter()
+            doc = orjson.loads(data)
+            base.append(time.perf_counter() - t)
+            del doc
+            settle(st)
             t = time.perf_counter()
             total = st.page(big, limit=1).total
             cold.append(time.perf_counter() - t)
     print(f"\ncold load of {total} messages ({len(data) / 1e6:.1f} MB snapshot): median "
           f"{statistics.median(cold) * 1e3:.1f} ms (best {min(cold) * 1e3:.1f} ms); orjson.loads of the same "
-          f"bytes: median {statistics.median(base) * 1e3:.1f} ms (best {min(base) * 1e3:.1f} ms); the same with "
-          f"the cyclic GC paused (as the store does): median {statistics.median(base_nogc) * 1e3:.1f} ms")
+          f"bytes with the cyclic GC paused (as the store does): median {statistics.median(base_nogc) * 1e3:.1f} ms "
+          f"(best {min(base_nogc) * 1e3:.1f} ms); the same with the GC on: median "
+          f"{statistics.median(base) * 1e3:.1f} ms (best {min(base) * 1e3:.1f} ms). Beyond the parse, the "
+          f"cold load reads the file, checks the ids and runs the GC pass its pause deferred")
 
     small, large = SIZES[0], SIZES[-1]
     ratios = [
@@ -219,15 +234,16 @@ def sizes() -> None:
         ("append@100k / append@100 (p99)", pct(append_stats[large], 99) / pct(append_stats[small], 99)),
         ("page@100k / page@100 (median)", statistics.median(page_stats[large]) /
          statistics.median(page_stats[small])),
-        ("cold load / orjson.loads (median)", statistics.median(cold) / statistics.median(base)),
+        ("cold load / orjson.loads GC paused (median)", statistics.median(cold) /
+         statistics.median(base_nogc)),
     ]
     print()
     for name, r in ratios:
         verdict = "ok" if r <= 1.5 else "OVER TARGET"
-        print(f"{name:<38} {r:5.2f}x  (target <= 1.50x)  {verdict}")
-    print(f"{'cold load / orjson.loads with GC paused':<38} "
-          f"{statistics.median(cold) / statistics.median(base_nogc):5.2f}x  (informational: includes reading "
-          f"the file, id checks and the young-generation GC pass the pause defers)")
+        print(f"{name:<44} {r:5.2f}x  (target <= 1.50x)  {verdict}")
+    print(f"{'cold load / orjson.loads GC on (median)':<44} "
+          f"{statistics.median(cold) / statistics.median(base):5.2f}x  (informational: the store pauses the "
+          f"GC, so this baseline pays for collections the store does not)")
     shutil.rmtree(root, ignore_errors=True)
     print(f"\ntotal {time.perf_counter() - t0:.1f} s")
 

@@ -7,6 +7,12 @@ default ``fsync`` as in production). Summarization is off so that no background 
 scripted reply. The scripted OpenAI-compatible server (tests/testkit/scripted_llm.py) and the v3
 client run in this process, on loopback.
 
+The load generator is this process: the scripted model, the openai client of the baselines and the
+v3 client. Every phase prints its CPU seconds and those of the server subprocess (psutil, as
+bench/load.py), each split into the server's turns and the direct baselines, so a reader sees which
+side is the busier one: the turns run one at a time, so a latency or rate measured while this
+process is near 100 % of one core is bounded by the generator, not by the server.
+
 Measured, in the same run:
 - **overhead per turn**: a no-op turn (the scripted model streams "ok" at once) timed by the client from
   CHAT_TEXT to TURN_END, minus the model's own time, measured two ways: (a) the baseline, the same
@@ -85,8 +91,9 @@ async def serve(port_file: str, data_dir: str, llm_url: str, agent_kind: str, du
 
 
 @asynccontextmanager
-async def server_process(args: argparse.Namespace, llm_url: str, agent_kind: str) -> AsyncIterator[tuple[Client, str]]:
-    """Start the server subprocess; yields a connected v3 client (HELLO done) and a description."""
+async def server_process(args: argparse.Namespace, llm_url: str,
+                         agent_kind: str) -> AsyncIterator[tuple[Client, str, int]]:
+    """Start the server subprocess; yields a connected v3 client (HELLO done), a description and its pid."""
     with tempfile.TemporaryDirectory(prefix="nplt-bench-turns-") as tmp:
         port_file = Path(tmp) / "port"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("NPLT_", "OPENAI_"))}
@@ -103,7 +110,7 @@ async def server_process(args: argparse.Namespace, llm_url: str, agent_kind: str
             client = Client(reader, writer)
             await client.call(T.HELLO, proto=3, client="bench-turns")
             try:
-                yield client, f"{agent_name} + {memory_name}"
+                yield client, f"{agent_name} + {memory_name}", proc.pid
             finally:
                 writer.close()
         finally:
@@ -123,6 +130,34 @@ class TimedLLM(ScriptedLLM):
         keep = await super()._respond(req, writer)
         self.served.append(time.monotonic() - req.at)
         return keep
+
+
+# ---------------------------------------------------------------- CPU of both sides
+class CpuMeter:
+    """CPU seconds (user + system) of this process (the load generator) and of the server
+    subprocess, and wall seconds, summed per phase over the spans measured with ``span(phase)``."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, list[float]] = {}     # phase -> [wall, generator CPU, server CPU]
+        self.server: Any = None
+
+    def attach(self, pid: int) -> None:
+        import psutil
+        self.server = psutil.Process(pid)
+
+    def _server_cpu(self) -> float:
+        t = self.server.cpu_times()
+        return t.user + t.system
+
+    @asynccontextmanager
+    async def span(self, phase: str) -> AsyncIterator[None]:
+        w0, g0, s0 = time.perf_counter(), time.process_time(), self._server_cpu()
+        yield
+        s1, g1, w1 = self._server_cpu(), time.process_time(), time.perf_counter()
+        acc = self.phases.setdefault(phase, [0.0, 0.0, 0.0])
+        acc[0] += w1 - w0
+        acc[1] += g1 - g0
+        acc[2] += s1 - s0
 
 
 # ---------------------------------------------------------------- measurements
@@ -153,26 +188,32 @@ def pct(values: list[float], p: float) -> float:
 
 async def run(args: argparse.Namespace) -> None:
     import openai
+    cpu = CpuMeter()
     async with TimedLLM() as llm:
         oai = openai.AsyncOpenAI(base_url=llm.base_url, api_key="bench-key", max_retries=0)
         try:
-            async with server_process(args, llm.base_url, "llm") as (client, wiring):
+            async with server_process(args, llm.base_url, "llm") as (client, wiring, pid):
                 print(f"server: subprocess ({wiring}), storage durability={args.durability}; "
                       f"scripted LLM and v3 client in this process; loopback TCP")
-                results = await measure(args, llm, client, oai)
+                cpu.attach(pid)
+                results = await measure(args, llm, client, oai, cpu)
         finally:
             await oai.close()
-        async with server_process(args, llm.base_url, "echo") as (client, _):
+        async with server_process(args, llm.base_url, "echo") as (client, _, pid):
+            cpu.attach(pid)
             rates = []
             for _ in range(args.streams):
-                _, deltas, span, _ = await client.turn(f"!tokens {args.deltas}")
+                async with cpu.span("long streams, EchoAgent server"):
+                    _, deltas, span, _ = await client.turn(f"!tokens {args.deltas}")
                 assert deltas == args.deltas
                 rates.append(deltas / span)
             results["echo_rate"] = statistics.median(rates)
     report(args, results)
+    report_cpu(cpu)
 
 
-async def measure(args: argparse.Namespace, llm: TimedLLM, client: Client, oai: Any) -> dict[str, Any]:
+async def measure(args: argparse.Namespace, llm: TimedLLM, client: Client, oai: Any,
+                  cpu: CpuMeter) -> dict[str, Any]:
     for i in range(args.warmup):            # imports, connection pools, caches on both sides
         llm.push(Reply.text("ok"), Reply.text("ok"))
         await client.turn(question(args.turns + i))
@@ -182,11 +223,13 @@ async def measure(args: argparse.Namespace, llm: TimedLLM, client: Client, oai: 
     for i in range(args.turns):             # a no-op turn, then the very request it made, sent directly
         llm.push(Reply.text("ok"))
         served_before = len(llm.served)
-        dt, deltas, _, _ = await client.turn(question(i))
+        async with cpu.span("no-op turns through the server"):
+            dt, deltas, _, _ = await client.turn(question(i))
         assert deltas == 1 and len(llm.served) == served_before + 1
         served = llm.served[-1]
         llm.push(Reply.text("ok"))
-        base, _, _ = await direct(oai, llm.requests[-1].body)
+        async with cpu.span("  the same requests, openai client direct"):
+            base, _, _ = await direct(oai, llm.requests[-1].body)
         turn_s.append(dt)
         base_s.append(base)
         served_s.append(served)
@@ -196,11 +239,13 @@ async def measure(args: argparse.Namespace, llm: TimedLLM, client: Client, oai: 
     e2e_rates, direct_rates = [], []
     for i in range(args.streams):
         llm.push(Reply.text(*pieces))
-        _, deltas, span, _ = await client.turn(f"long answer {i}")
+        async with cpu.span("long streams through the server"):
+            _, deltas, span, _ = await client.turn(f"long answer {i}")
         assert deltas == args.deltas, (deltas, args.deltas)
         e2e_rates.append(deltas / span)
         llm.push(Reply.text(*pieces))
-        _, deltas, span = await direct(oai, llm.requests[-1].body)
+        async with cpu.span("  the same streams, openai client direct"):
+            _, deltas, span = await direct(oai, llm.requests[-1].body)
         assert deltas == args.deltas
         direct_rates.append(deltas / span)
     return {"turn": turn_s, "base": base_s, "served": served_s, "gap": gap_s,
@@ -235,6 +280,19 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> None:
     width = max(len(row[0]) for row in rows)
     for name, a, b, verdict in rows:
         print(f"{name:<{width}}  {a:>16}  {b:>22}  {verdict}")
+
+
+def report_cpu(cpu: CpuMeter) -> None:
+    """Per phase: wall, CPU of this process (scripted LLM + openai client + v3 client) and of the server."""
+    print("\nCPU per phase (% of one core over the phase's wall time); the load generator is this process "
+          "(scripted LLM, openai client, v3 client)")
+    width = max(len(name) for name in cpu.phases)
+    print(f"{'phase':<{width}}  {'wall s':>7}  {'generator CPU':>20}  {'server CPU':>20}  busier")
+    for name, (wall, gen, srv) in cpu.phases.items():
+        busier = "generator" if gen > srv else "server"
+        sat = " (generator near one core: it bounds this figure)" if gen >= 0.8 * wall else ""
+        print(f"{name:<{width}}  {wall:7.2f}  {gen:7.2f} s ({gen / wall:5.0%})  {srv:7.2f} s ({srv / wall:5.0%})  "
+              f"{busier}{sat}")
 
 
 def main() -> None:
