@@ -6,7 +6,8 @@
   after every read and gives it all back when it closes. A connection whose fragmented message
   grows while the total is over the cap has that message refused (ERROR SERVER_BUSY, not fatal):
   its fragments are released at once and the rest of the message is skipped. (Messages are refused
-  past 15/16 of the cap, so that reads in flight and allocator overhead stay within it.)
+  past 15/16 of the cap, so that reads in flight and allocator overhead mostly stay within it:
+  with 40 or more connections sending at once RSS passes it by a few MiB, ~0.25 MiB a connection.)
 - ``max_clients_per_ip``: connections from one address beyond it are refused with
   TOO_MANY_CONNECTIONS (v3 clients; a v2 client sees the close).
 - The admin slot: when a configured user is marked ``admin``, one connection beyond
@@ -44,8 +45,8 @@ TRIM_MIN_BYTES = 1 << 20     # given back at once: worth asking the allocator to
 TRIM_DELAY_S = 0.2           # (and at most one trim per this interval, in a worker thread)
 FULL = "max_clients reached"     # refusal reasons (``Server.refuse_reason``)
 STOPPING = "shutting down"
-HEADROOM = 16                # messages are refused past (15/16) of the cap: reads in flight and the
-                             # allocator's own overhead stay within the cap too
+HEADROOM = 16                # messages are refused past (15/16) of the cap: headroom for reads in flight
+                             # and the allocator (bench/abandoned_fragments.py measures what passes it)
 
 
 class InputBudget:
