@@ -110,6 +110,7 @@ async def test_a_download_still_moving_is_not_cut_by_the_idle_timeout(tmp_path: 
             # a transfer that no longer moves keeps nothing alive: the silent connection idles out
             await v2.expect_eof(5)
             await poll(lambda: conn.closing, timeout=5, what="the idle connection is closed")
+            await v2.close()
     finally:
         rx.close()
 

@@ -118,7 +118,7 @@ async def test_a_reconnecting_flood_of_squatters_cannot_keep_the_admin_out(tmp_p
             for _ in range(5):
                 t0 = time.monotonic()
                 ops = await V3Client.connect(addr, token="t-ops", new_session=False)
-                assert ops.hello["user"] == "ops" and time.monotonic() - t0 < DEADLINE
+                assert ops.hello["user"] == "ops" and time.monotonic() - t0 < 0.5 + 2   # standby_timeout_s + slack
                 assert (await ops.call(T.STATS))["clients"] <= 4   # (a displaced squatter may still be closing)
                 await ops.close()
             before = squats[0]
@@ -207,7 +207,7 @@ async def test_over_tls_a_silent_handshake_cannot_keep_the_admin_out(tmp_path):
 async def test_over_tls_standby_lasts_standby_timeout_s_from_the_accept_its_handshake_included(tmp_path):
     """t7_tls_standby_time.py: the TLS handshake had standby_timeout_s, then the standby timer started again."""
     cfg = make_config(tmp_path, tls_cert=CERT, tls_key=KEY, max_clients=1, max_clients_per_ip=0,
-                      handshake_timeout_s=30.0, standby_timeout_s=1.0, sections=USERS)
+                      handshake_timeout_s=30.0, standby_timeout_s=2.0, sections=USERS)
     srv = Server(cfg, agent=EchoAgent(), memory="basic")
     await srv.start()
     ctx = ssl.create_default_context(cafile=CERT)
@@ -220,11 +220,11 @@ async def test_over_tls_standby_lasts_standby_timeout_s_from_the_accept_its_hand
         t0 = time.monotonic()
         r, w = await asyncio.open_connection(srv.host, srv.port)               # on standby from its accept
         await poll(lambda: len(srv._admin_slot.waiting) == 1, what="on standby")
-        await asyncio.sleep(0.7)     # (not a synchronisation: a slow ClientHello, within standby_timeout_s)
+        await asyncio.sleep(1.0)     # (not a synchronisation: a slow ClientHello, well within standby_timeout_s)
         await w.start_tls(ctx, server_hostname="localhost")
         w.write(bytes([T.HELLO]))                                              # a HELLO never finished
         assert error_code(await read_to_eof(r)) == "SERVER_FULL"
-        assert time.monotonic() - t0 < 1.5                                     # before: 0.7 + 1.0 s
+        assert time.monotonic() - t0 < 2.6                                     # before: 1.0 + 2.0 s
         w.close()
         silent.close()
         await alice.close()

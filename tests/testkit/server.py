@@ -99,9 +99,13 @@ class V3Client:
                 body["token"] = token
             if session_id is not None:
                 body["session_id"] = session_id
-            client.hello = await client.call(MsgType.HELLO, **body)
-            if client.hello.get("session") is None and new_session:
-                client.hello["session"] = (await client.call(MsgType.SESSION_NEW))["session"]
+            try:
+                client.hello = await client.call(MsgType.HELLO, **body)
+                if client.hello.get("session") is None and new_session:
+                    client.hello["session"] = (await client.call(MsgType.SESSION_NEW))["session"]
+            except BaseException:          # (refused: its socket and read task go with it)
+                await client.close()
+                raise
         return client
 
     @property
