@@ -156,7 +156,7 @@ class AuthConfig(Section):
     failed_login_window_s: float = Field(60.0, ge=1.0, le=86_400.0)
     login_backoff_s: float = Field(60.0, ge=1.0, le=86_400.0)
     max_login_addresses: int = Field(10_000, ge=1, le=10_000_000)
-    failed_login_delay_s: float = Field(2.0, ge=0.0, le=60.0)
+    failed_login_delay_s: float = Field(2.0, ge=0.0, le=5.0)   # (below a client's 10 s HELLO timeout)
 
     @property
     def reserved_slots(self) -> int:
