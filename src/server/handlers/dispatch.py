@@ -121,8 +121,8 @@ class Dispatcher:
             return None
         rid = req.id
         pending = self.pending
-        if rid in pending:
-            port.send_error(rid, ErrorCode.INVALID_MESSAGE, f"field 'id': {rid!r} is already used by a pending request")
+        if rid in pending:   # re null: the pending request with that id still gets its one reply
+            port.send_error(None, ErrorCode.INVALID_MESSAGE, f"field 'id': {rid!r} is already used by a pending request")
             return None
         if len(pending) >= self.max_pending:
             port.send_error(rid, ErrorCode.TOO_MANY_PENDING,
