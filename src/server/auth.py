@@ -60,10 +60,10 @@ class LoginGuard:
 
     A HELLO's token is always checked first: a right token logs in, whatever this guard says, so
     nobody sharing an address (a NAT, an SSH tunnel's 127.0.0.1) can lock a user or the operator out.
-    Only failures are throttled: after ``max_failed_logins`` failed logins from one address within
-    ``failed_login_window_s``, that address is in back-off for ``login_backoff_s`` (``retry_after``),
-    and each of its failed logins meanwhile is answered only after ``delay_s`` (a tarpit, the
-    connection holding its slot: with ``max_clients_per_ip`` connections an address has at most that
+    After ``max_failed_logins`` failed logins from one address within ``failed_login_window_s``,
+    that address is in back-off for ``login_backoff_s`` (``retry_after``), and each of its HELLOs
+    meanwhile, right or wrong (a faster right answer would let a guesser hang up early and know), is
+    answered only after ``delay_s`` (a tarpit, the connection holding its slot: with ``max_clients_per_ip`` connections an address has at most that
     many guesses in flight, ``max_clients_per_ip / delay_s`` a second instead of thousands). Failures
     in back-off count too, so guessing on keeps the back-off going; it ends by itself otherwise (no
     successful login is needed); other addresses are not affected. At most ``max_login_addresses``

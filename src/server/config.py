@@ -149,8 +149,8 @@ class AuthConfig(Section):
     section: ClassVar[str] = "auth"
     users: list[UserEntry] = Field(default_factory=list)
     # failed logins (AUTH_FAILED) per remote address (IPv6: per /64), server.auth.LoginGuard: after
-    # max_failed_logins within failed_login_window_s, the address's failed logins are answered only after
-    # failed_login_delay_s for login_backoff_s (a right token always logs in); at most
+    # max_failed_logins within failed_login_window_s, the address's HELLOs are answered only after
+    # failed_login_delay_s for login_backoff_s (a right token still logs in); at most
     # max_login_addresses addresses are remembered
     max_failed_logins: int = Field(10, ge=0, le=1_000_000)        # 0: no limit
     failed_login_window_s: float = Field(60.0, ge=1.0, le=86_400.0)

@@ -488,6 +488,11 @@ class ServerConnection(asyncio.Protocol):
                 self._replay_early()
                 self.requests_done()
             return
+        guard = self.services.auth.guard
+        if guard.retry_after(self.ip):
+            # an address in back-off has every HELLO answered after the same delay, right tokens too:
+            # were only failures delayed, hanging up early would tell a guess was wrong (review s31)
+            await asyncio.sleep(guard.delay_s)
         if self.closing:  # the client left while we were answering
             self.services.hub.remove(self.port)
             return

@@ -259,20 +259,24 @@ async def test_failed_logins_from_one_address_are_throttled_without_touching_oth
         await again.close()
 
 
-async def test_the_right_tokens_log_in_at_once_from_an_address_in_back_off(tmp_path):
+async def test_the_right_tokens_log_in_from_an_address_in_back_off_after_the_same_delay(tmp_path):
     """t3_lockout.py: ten bad HELLOs locked the admin and every user at that address (a NAT, an SSH
-    tunnel's 127.0.0.1) out, for as long as someone kept guessing."""
+    tunnel's 127.0.0.1) out, for as long as someone kept guessing. Right tokens log in; from an
+    address in back-off after the same delay as wrong ones (t_tarpit_oracle.py: were only failures
+    delayed, a guesser hanging up after 50 ms without an answer knew the guess was wrong)."""
     async with running_server(tmp_path, max_clients_per_ip=0, sections={"auth": {**USERS["auth"],
                                                                                  "max_failed_logins": 3}}) as (srv, addr):
         guard = srv.services.auth.guard
-        guard.delay_s = 60.0             # (were a right token delayed too, the HELLOs below would time out)
+        guard.delay_s = 0.5
         for i in range(3):
             with pytest.raises(ReplyError):
                 await V3Client.connect(addr, token=f"guess-{i}")
         assert guard.retry_after("127.0.0.1") > 0
+        t0 = time.monotonic()
         ops = await V3Client.connect(addr, token="t-ops", new_session=False)
         alice = await V3Client.connect(addr, token="t-alice", new_session=False)
         assert ops.hello["user"] == "ops" and alice.hello["user"] == "alice"
+        assert time.monotonic() - t0 >= 2 * 0.5                    # (each waited as a wrong one would)
         assert guard.retry_after("127.0.0.1") > 0 and guard.failures("127.0.0.1") == 0   # (no failure counted)
         await ops.close()
         await alice.close()
@@ -307,7 +311,7 @@ async def test_a_client_reconnects_with_its_token_while_its_address_is_in_back_o
     """t4_client_gives_up.py: the back-off's AUTH_FAILED made a client whose connection dropped give up."""
     async with running_server(tmp_path, max_clients_per_ip=0, sections={"auth": {**USERS["auth"],
                                                                                  "max_failed_logins": 3}}) as (srv, addr):
-        srv.services.auth.guard.delay_s = 60.0
+        srv.services.auth.guard.delay_s = 0.3
         link = Link(*addr, token="t-alice", backoff=Backoff(initial=0.05, maximum=0.2))
         try:
             assert (await link.connect()).user == "alice"
