@@ -184,5 +184,7 @@ def test_html_tag_limit_stops_reading():
     cfg = KnowledgeConfig(html_max_tags=1_000)
     assert "html_max_tags" in refused("tags.html", b"<p>" * 1_001, cfg)
     assert "html_max_tags" in refused("pairs.html", b"<b>x</b>" * 501, cfg)
+    for markup in (b"</>", b"</1>", b"<?x>", b"<!x>", b"<!-- c -->", b"<![if x]>"):   # as costly as a tag
+        assert "html_max_tags" in refused("bogus.html", b"<p>x</p>" + markup * 1_000, cfg), markup
     page = b"<html><body>" + b"<p>line</p>" * 498 + b"</body></html>"     # 1,000 tags
     assert len(parse("page.html", page, cfg)) == 498

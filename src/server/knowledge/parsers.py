@@ -369,6 +369,24 @@ class _HtmlBlocks(HTMLParser):
         if self.tags_left < 0:
             raise unsupported("html holds too many tags (limit html_max_tags)")
 
+    # Other markup costs the parser as much as a tag (``</>``, ``<?x>``, ``<!x>``, comments): counted too
+    def handle_comment(self, data: str) -> None:
+        self._count_tag()
+
+    def handle_pi(self, data: str) -> None:
+        self._count_tag()
+
+    def handle_decl(self, decl: str) -> None:
+        self._count_tag()
+
+    def unknown_decl(self, data: str) -> None:
+        self._count_tag()
+
+    def parse_endtag(self, i: int) -> int:
+        if self.rawdata.startswith("</>", i):    # skipped by the stdlib without a callback
+            self._count_tag()
+        return super().parse_endtag(i)
+
     def handle_starttag(self, tag: str, attrs: list) -> None:
         self.budget.check()
         self._count_tag()
