@@ -65,7 +65,7 @@ class LLMConfig(Section):
     stream_idle_timeout_s: float = Field(60.0, ge=0.05, le=3600.0)
     # bound on one model request as a whole (connect, headers, the whole stream): LLM_TIMEOUT after it
     step_timeout_s: float = Field(1800.0, ge=0.1, le=86400.0)
-    max_tool_name_chars: int = Field(64, ge=1, le=4096)      # a longer tool name is an unknown tool (not run)
+    max_tool_name_chars: int = Field(64, ge=16, le=4096)     # a longer tool name is an unknown tool (not run); 16: search_knowledge
     max_tool_call_id_chars: int = Field(256, ge=8, le=4096)  # a longer call id is replaced by a generated one
     retries: int = Field(3, ge=0, le=10)
     retry_backoff_s: float = Field(0.5, ge=0.0, le=60.0)
