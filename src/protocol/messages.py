@@ -110,12 +110,17 @@ def _limit(body: dict[str, Any]) -> int | None:
     return _int(body, "limit", 1, None, None)
 
 
+_NOT_IN_A_TITLE = {"Cc", "Zl", "Zp"}          # controls, and line / paragraph separators (U+2028, U+2029)
+#: bidirectional embeddings, overrides and isolates: a title showing reversed ("a\u202eb") in lists
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def _title(body: dict[str, Any], required: bool = False) -> str | None:
     """A session title: 1..MAX_TITLE_CHARS characters, no control characters, something visible."""
     value = _str(body, "title", MAX_TITLE_CHARS, required=required)
     if value is None:
         return None
-    if any(unicodedata.category(c) == "Cc" for c in value):
+    if any(unicodedata.category(c) in _NOT_IN_A_TITLE or c in _BIDI_CONTROLS for c in value):
         raise _fail("title", "one line without control characters", value)
     if all(c.isspace() or unicodedata.category(c) == "Cf" for c in value):
         raise _fail("title", "text with a visible character", value)
