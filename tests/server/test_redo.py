@@ -172,3 +172,30 @@ async def test_an_edit_of_the_message_a_title_was_made_from_makes_it_again(tmp_p
         await c.turn_events(reply["turn_id"])
         assert (await c.call(T.SESSION_INFO))["session"]["title"] == "Deploys"
         await c.close()
+
+
+async def test_history_pages_skip_pages_of_superseded_messages_only(tmp_path):
+    """(review s31: after regenerates and an edit, limit-2 pages came back [], [], [] with has_more
+    true between the newest and the oldest visible messages: a client stopping at an empty page
+    never reached messages 1-2)"""
+    async with running_server(tmp_path, EchoAgent(), memory="auto") as (srv, addr):
+        c = await V3Client.connect(addr)
+        for text in ("one", "two", "three"):
+            await chat(c, text)
+        for _ in range(2):
+            await c.turn_events((await c.call(T.CHAT_REGENERATE))["turn_id"])
+        edit = await c.call(T.CHAT_EDIT, message_id=5, text="three, again")
+        await c.turn_events(edit["turn_id"])
+        visible = [m["id"] for m in (await c.call(T.HISTORY_REQUEST, limit=50))["messages"]]
+        seen: list[int] = []
+        before = None
+        while True:
+            page = await c.call(T.HISTORY_REQUEST, limit=2, **({"before": before} if before else {}))
+            ids = [m["id"] for m in page["messages"]]
+            assert ids or not page["has_more"], page        # never an empty page while more are left
+            seen = ids + seen
+            if not page["has_more"]:
+                break
+            before = page["next_before"]
+        assert seen == visible and seen[:4] == [1, 2, 3, 4]
+        await c.close()

@@ -11,12 +11,21 @@ from server.wire import hit_obj
 from storage.models import EncodedPage
 
 
+#: pages of only superseded messages skipped to reach a visible one (then an empty page, has_more true)
+MAX_PAGES_SKIPPED = 100
+
+
 async def history_page(ctx: RequestContext, req: HistoryPage) -> HistoryPageReply:
     limit = check_limit(ctx, req.limit, DEFAULT_PAGE_LIMIT)
     rec = await target_session(ctx, req.session_id)
     # Each message comes as its JSON bytes, encoded once per stored message and cached by the
     # store: the reply splices them (no ChatMessage objects, no re-encoding per page).
-    page = await ctx.services.store.page_encoded(rec.session_id, before=req.before, limit=limit)
+    before = req.before
+    for _ in range(MAX_PAGES_SKIPPED + 1):
+        page = await ctx.services.store.page_encoded(rec.session_id, before=before, limit=limit)
+        if _visible(req, page) or not page.has_more:
+            break
+        before = page.next_before       # a page of superseded messages only: the next one is asked
     return _page_reply(rec.session_id, req, page)
 
 
@@ -35,14 +44,23 @@ def history_page_now(ctx: RequestContext, req: HistoryPage) -> HistoryPageReply 
     if rec is None or rec.user_id != ctx.user_id or rec.deleted:
         return None
     page = page_loaded(session_id, req.before, limit)
-    return None if page is None else _page_reply(session_id, req, page)
+    if page is None or (page.has_more and not _visible(req, page)):
+        return None                     # (``history_page`` pages on past the superseded messages)
+    return _page_reply(session_id, req, page)
+
+
+def _visible(req: HistoryPage, page: EncodedPage) -> list[bytes]:
+    """The page's messages the reply holds: those replaced by a regenerate or an edit are left out
+    unless asked for."""
+    if req.superseded or not any(page.superseded):
+        return page.messages
+    return [raw for raw, sup in zip(page.messages, page.superseded) if not sup]
 
 
 def _page_reply(session_id: str, req: HistoryPage, page: EncodedPage) -> HistoryPageReply:
-    # Messages replaced by a regenerate or an edit are left out unless asked for: such a page may
-    # hold fewer than ``limit`` messages; has_more / next_before still page through everything.
-    raws = page.messages if req.superseded or not any(page.superseded) else \
-        [raw for raw, sup in zip(page.messages, page.superseded) if not sup]
+    # Such a page may hold fewer than ``limit`` messages (never none while more are left: a page of
+    # superseded messages only is skipped); has_more / next_before still page through everything.
+    raws = _visible(req, page)
     return HistoryPageReply(session_id, EncodedObject(b"[" + b",".join(raws) + b"]"), page.has_more,
                             page.next_before, page.total)
 
