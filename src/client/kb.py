@@ -34,6 +34,7 @@ from client.errors import ClientCode, ClientError
 
 BLOCK = 1 << 20                   # read from the file (in a worker thread) this much at a time
 RETRYABLE = frozenset({errors.CONNECTION_LOST, errors.NOT_CONNECTED})
+SEPARATORS = tuple(filter(None, (os.sep, os.altsep)))   # a destination ending in one means a folder
 Progress = Callable[[str, int, int], None]        # (stage, done, total)
 _handles = itertools.count(1)
 log = logging.getLogger("nplt.client")
@@ -145,7 +146,8 @@ async def download(client: Any, doc_id: str, dest: str | os.PathLike, *, progres
                    retries: int = 5, reconnect_timeout: float = 30.0, timeout: float = 600.0,
                    replace_part: bool = False) -> KbDocument:
     """Download a document to ``dest`` (an existing folder: the document's name in it, as for ``cp``;
-    a folder of that name there is WRITE_FAILED before any byte is fetched); returns the document.
+    a folder of that name there, or a ``dest`` ending in a separator that is not an existing folder,
+    is WRITE_FAILED before any byte is fetched); returns the document.
     The bytes go to ``<dest>.part``, which a later call resumes only when its sidecar
     ``<dest>.part.json`` names this document (document ids are never reused for other bytes); one of
     another document's download is started over from 0, and a ``.part`` without a sidecar (not a
@@ -156,7 +158,7 @@ async def download(client: Any, doc_id: str, dest: str | os.PathLike, *, progres
     file is removed). A local write failure (an OSError: a full disk, a folder that cannot be
     written) removes the part and its sidecar too, and is raised. Several downloads may run at once
     on one client (``SharedTap``), into different files."""
-    dest = await _destination(client, doc_id, Path(dest))
+    dest = await _destination(client, doc_id, dest)
     part = dest.with_name(dest.name + ".part")
     try:
         resumed = await asyncio.to_thread(_claim_part, part, doc_id, replace_part)
@@ -187,10 +189,15 @@ def target(dest: str | os.PathLike, doc: KbDocument) -> Path:
     return dest / (Path(doc.name).name or doc.doc_id) if dest.is_dir() else dest
 
 
-async def _destination(client: Any, doc_id: str, dest: Path) -> Path:
+async def _destination(client: Any, doc_id: str, raw: str | os.PathLike) -> Path:
     """``target`` for document ``doc_id`` (its name is looked up only for a folder). A target that
-    is a folder is refused (WRITE_FAILED) before any byte is fetched."""
-    if await asyncio.to_thread(dest.is_dir):
+    is a folder, or a ``raw`` name ending in a separator (a folder meant) that is no existing folder,
+    is refused (WRITE_FAILED) before any byte is fetched, as ``cp`` does."""
+    dest = Path(raw)
+    is_dir = await asyncio.to_thread(dest.is_dir)
+    if not is_dir and str(raw).endswith(SEPARATORS):
+        raise ClientError(ClientCode.WRITE_FAILED, f"cannot write {raw}: not a folder")
+    if is_dir:
         doc = next((d for d in await list_documents(client) if d.doc_id == doc_id), None)
         if doc is None:
             raise ClientError(ErrorCode.NOT_FOUND, f"no document with the id {doc_id!r} (see 'kb list')")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
@@ -90,8 +91,9 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
             out.write(f"deleted {doc_id}\n")
         elif action == "download":
             found = await _document(c, args.doc_id)
-            dest = Path(args.output).expanduser() if args.output else Path(Path(found.name).name or found.doc_id)
-            if not args.output and not args.force and dest.exists():
+            # -o as given (a trailing separator means a folder, which Path() would drop: kb.download checks it)
+            dest = os.path.expanduser(args.output) if args.output else Path(Path(found.name).name or found.doc_id)
+            if not args.output and not args.force and Path(dest).exists():
                 raise ClientError(ClientCode.FILE_EXISTS, f"{dest} exists and is not replaced: name another "
                                   f"file with -o PATH, or replace it with --force")
             try:

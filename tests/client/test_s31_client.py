@@ -1,7 +1,9 @@
 """Review s31 of the client: two knowledge-base downloads at once on one client (the library routes
 each data frame to its own download; the Knowledge panel runs one at a time, the next one waits),
 the TUI refusing to start without a terminal, an edit-and-resend refused by the server coming back
-into the input, `kb download -o DIR`, and deleting the last session."""
+into the input, `kb download -o DIR`, and deleting the last session. Round 2: sessions deleted by
+another client (back to back, or the last one), the Knowledge panel closed while downloads run, and
+`kb download -o NEWDIR/`."""
 from __future__ import annotations
 
 import asyncio
@@ -25,14 +27,16 @@ from client.main import main
 from client.tui.app import NpltApp
 from client.tui.editor import TextEditModal
 from client.tui.input import ChatInput
-from client.tui.knowledge import KnowledgeOps, KnowledgeScreen
+from client.tui.knowledge import DOWNLOAD_STOPPED, KnowledgeOps, KnowledgeScreen
 from client.tui.modals import ConfirmModal
+from client.tui.sidebar import Sidebar
 from client_testlib import SIZE, ServerThread, chat, open_app, shown, type_and_send, v3_server, wait_until
 from fake_client import FakeClient, stamp
 from protocol import ErrorCode, MsgType
 from protocol.kb import KbDocument
 from protocol.objects import SessionInfo
-from protocol.replies import SessionDeleteReply
+from protocol.replies import ChatSendReply, SessionDeleteReply
+from protocol.server_events import SessionEvent
 from testkit.echo_agent import EchoAgent
 from tui_script import answer, contents, notes, scripted_app, user
 
@@ -351,3 +355,132 @@ def test_the_cli_deleting_or_purging_the_last_session_never_creates_one(tmp_path
             capsys.readouterr()
             assert run("sessions", "--json") == 0
             assert json.loads(capsys.readouterr().out) == {"sessions": []}, command
+
+
+# -- round 2 --------------------------------------------------------------------------------------------------
+class _DeletedElsewhere(FakeClient):
+    """A server on which another client deletes sessions: the library's session id stays the deleted one
+    (nothing it sent moved it), and a message sent without a live session starts one, as the server does."""
+
+    def delete_elsewhere(self, *session_ids: str) -> list[SessionEvent]:
+        events = []
+        for sid in session_ids:
+            self.trash[sid] = self.sessions.pop(sid)
+            events.append(SessionEvent("deleted", self.trash[sid]))
+        return events
+
+    async def chat_send(self, text: str, session_id: str | None = None) -> ChatSendReply:
+        if self.session_id not in self.sessions:     # the connection has no session: this message starts one
+            self.session_id = "s9"
+            self.sessions["s9"], self.messages["s9"] = SessionInfo("s9", "New chat", stamp(40), stamp(40)), []
+        reply = await super().chat_send(text, session_id)
+        self.messages[reply.session_id] += [reply.user_message, answer(reply.user_message.id + 1, f"re: {text}")]
+        return reply
+
+
+def _no_session_shown(app: NpltApp) -> bool:
+    return app.controller.session_id is None and chat(app).session_id is None and not contents(app) \
+        and app.sub_title == "New chat" and app.controller._loads == 0
+
+
+async def test_two_sessions_deleted_elsewhere_back_to_back_then_a_message_shows_its_new_session() -> None:
+    """'deleted A' switched to B, already gone too: the TUI kept showing A, and the next message (which
+    started a new session on the server) and its answer never appeared."""
+    sessions = [SessionInfo("s1", "A", stamp(0), stamp(30)), SessionInfo("s2", "B", stamp(0), stamp(20))]
+    fake = _DeletedElsewhere(sessions, {"s1": [user(1, "in A"), answer(2, "A's answer")], "s2": [user(3, "in B")]})
+    async with scripted_app(fake) as (app, pilot):
+        await wait_until(lambda: len(contents(app)) == 2, pilot=pilot)
+        await fake.push(*fake.delete_elsewhere("s1", "s2"))
+        await wait_until(lambda: _no_session_shown(app), pilot=pilot, what="no session shown")
+        assert ("session_switch", "s2") in fake.calls        # B was tried, and found gone
+        assert not any(c[0] == "session_new" for c in fake.calls)
+        assert app.query_one(Sidebar).sessions == {}
+        await type_and_send(pilot, "typed after both deleted")
+        await wait_until(lambda: contents(app) == [("user", "typed after both deleted"),
+                                                   ("assistant", "re: typed after both deleted")],
+                         pilot=pilot, what="the message and its answer in the new session")
+        assert chat(app).session_id == app.controller.session_id == "s9" and app.sub_title == "New chat"
+        assert ("session_switch", "s9") in fake.calls and "s9" in app.query_one(Sidebar).sessions
+
+
+async def test_the_last_session_deleted_elsewhere_shows_no_session_and_creates_none() -> None:
+    fake = _DeletedElsewhere([SessionInfo("s1", "Only", stamp(0), stamp(5))], {"s1": [user(1, "hi"), answer(2, "yo")]})
+    async with scripted_app(fake) as (app, pilot):
+        await wait_until(lambda: len(contents(app)) == 2, pilot=pilot)
+        await fake.push(*fake.delete_elsewhere("s1"))
+        await wait_until(lambda: _no_session_shown(app), pilot=pilot, what="no session shown")
+        assert "This session was deleted by another client" in notes(app)
+        assert not any(c[0] == "session_new" for c in fake.calls) and fake.sessions == {}
+        assert app.query_one(Sidebar).sessions == {}
+
+
+async def test_closing_the_knowledge_panel_tells_which_downloads_stopped(tmp_path: Path) -> None:
+    """Esc cancels the panel's downloads (the running one and the one waiting for it): each is notified,
+    with how to resume it."""
+    docs = [_doc("d1", "first.md"), _doc("d2", "second.md")]
+    started, stopped = asyncio.Event(), []
+
+    async def listing() -> list[KbDocument]:
+        return list(docs)
+
+    async def download(doc: KbDocument, dest: Path) -> KbDocument:
+        started.set()
+        try:
+            await asyncio.Event().wait()     # a long download
+        except asyncio.CancelledError:
+            stopped.append(doc.doc_id)
+            raise
+        return doc
+
+    async def unused(*_args: Any) -> Any:
+        raise AssertionError("not called")
+    app: App[None] = App()
+    async with app.run_test(size=SIZE) as pilot:
+        panel = KnowledgeScreen(KnowledgeOps(listing, unused, download, unused, tmp_path))
+        await app.push_screen(panel)
+        await wait_until(lambda: panel.loaded, pilot=pilot, what="the panel")
+        panel.query_one("#kb-table", DataTable).focus()
+        await pilot.press("d")
+        await wait_until(started.is_set, pilot=pilot, what="the first download")
+        await pilot.press("down", "d")
+        await wait_until(lambda: any(DOWNLOAD_WAITING in n for n in notes(app)), pilot=pilot, what="the second waiting")
+        await pilot.press("escape")
+        expected = {f"Download of first.md {DOWNLOAD_STOPPED}", f"Download of second.md {DOWNLOAD_STOPPED}"}
+        await wait_until(lambda: expected <= set(notes(app)), pilot=pilot, what="both stops notified")
+        assert stopped == ["d1"] and app.screen is not panel
+        assert "press d on it in the knowledge panel to resume" in DOWNLOAD_STOPPED
+        # the app quitting while a panel download runs: stopped too, and nothing fails
+        started.clear()
+        panel = KnowledgeScreen(KnowledgeOps(listing, unused, download, unused, tmp_path))
+        await app.push_screen(panel)
+        await wait_until(lambda: panel.loaded, pilot=pilot, what="the panel again")
+        panel.query_one("#kb-table", DataTable).focus()
+        await pilot.press("d")
+        await wait_until(started.is_set, pilot=pilot, what="a download again")
+    assert stopped == ["d1", "d1"]     # cancelled with the app, and its notification did not fail the exit
+
+
+async def test_a_download_to_a_name_ending_in_a_separator_that_is_no_folder_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`kb download DOC -o newdir/` wrote a file named newdir (Path() drops the slash); like cp, a name
+    ending in a separator means a folder: not an existing one is WRITE_FAILED before anything is fetched."""
+    content = _document("runbook", 200)
+    (tmp_path / "runbook.md").write_bytes(content)
+    async with v3_server(tmp_path / "srv") as (_, (host, port)):
+        async with Client(host, port) as c:
+            doc = await kbclient.upload(c, tmp_path / "runbook.md")
+            seen = _requests(c)
+            for dest in (f"{tmp_path / 'newdir'}/", f"{tmp_path / 'runbook.md'}/"):   # missing; a file
+                with pytest.raises(ClientError) as info:
+                    await kbclient.download(c, doc.doc_id, dest)
+                assert info.value.code is ClientCode.WRITE_FAILED and "not a folder" in info.value.message
+            assert MsgType.KB_DOWNLOAD not in [t for t, _ in seen]
+            (tmp_path / "dl").mkdir()
+            await kbclient.download(c, doc.doc_id, f"{tmp_path / 'dl'}/")      # an existing folder: into it
+            assert (tmp_path / "dl" / "runbook.md").read_bytes() == content
+        capsys.readouterr()
+        code = await asyncio.to_thread(main, ["--host", host, "--port", str(port), "kb", "download", "runbook.md",
+                                              "-o", f"{tmp_path / 'newdir'}/"])
+        assert code == 2
+        assert f"cannot write {tmp_path / 'newdir'}/: not a folder" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dl", "runbook.md", "srv"]    # no newdir, no newdir.part

@@ -434,12 +434,28 @@ class Controller:
             self.sidebar.remove(sid)
             if sid == self.session_id and sid not in self._deleting:
                 self.app.notify("This session was deleted by another client", severity="warning")
-                other = self.sidebar.newest_other(sid)
-                self.spawn(self.switch(other) if other else self.new_session(), "session")
+                self.spawn(self._leave_deleted(self.sidebar.newest_other(sid)), "session")
             return
         self._session_changed(event.session)
         if event.kind in SESSION_KINDS_RELOAD and sid == self.session_id and not self._loads:
             self.spawn(self.reload(), "session")
+
+    async def _leave_deleted(self, other: str | None) -> None:
+        """The session on screen was deleted by another client: open ``other`` (the newest remaining
+        one the sidebar knows). None left, or ``other`` gone too (deleted at the same time): show no
+        session, as the server left the connection without one (deleting never creates a session;
+        the next message sent goes to the session the server attached the connection to, or starts one)."""
+        if other is not None:
+            try:
+                await self.switch(other)
+                return
+            except ClientError as exc:
+                if exc.code is not ErrorCode.NOT_FOUND:
+                    raise
+
+        async def fetch() -> tuple[None, None]:
+            return None, None
+        await self.load_session(fetch)
 
     async def reload(self) -> None:
         async def fetch() -> tuple[SessionInfo, TurnState | None]:
@@ -506,9 +522,20 @@ class Controller:
                 return
         sid = self.session_id
         reply = await self._chat_send(text)
+        if reply.session_id != sid:   # the server put it elsewhere (the session shown, if any, is gone): show that one
+            await self._open_sent(reply.session_id)
+            return
         async with self._load_lock:   # a (re)load of the chat meanwhile shows its page first: the message goes below
             if self.session_id == sid:
                 await self.render(self.state.sent(reply))
+
+    async def _open_sent(self, session_id: str) -> None:
+        """Show the session a message just sent went to, with its turn reattached from the switch reply
+        (its events wait until the page is shown)."""
+        async def fetch() -> tuple[SessionInfo, TurnState | None]:
+            reply = await self.client.session_switch(session_id)
+            return reply.session, reply.running_turn
+        await self.load_session(fetch, focus=True)    # adds it to the sidebar too
 
     async def _chat_send(self, text: str) -> ChatSendReply:
         """CHAT_TEXT. A message that surely did not reach the server (it could not go out, or the server

@@ -3,6 +3,9 @@ with upload (a path input that completes file names, a progress bar per file: by
 server's stages; each cancellable), download (asks before replacing a file; one download at a time:
 a second one waits for the one before it) and delete (asks first).
 
+Downloads belong to the panel: closing it stops the running and waiting ones, each notified (the
+part file stays: ``d`` on the document later resumes it).
+
 Uploads belong to the app (``Uploads``), not to the panel: they go on when it closes, a panel opened
 later shows the ones still running, and one that ends while no panel shows it is notified."""
 from __future__ import annotations
@@ -36,6 +39,7 @@ Progress = Callable[[str, int, int], None]     # (stage, done, total), as client
 UploadFn = Callable[[Path, Progress], Awaitable[KbDocument]]
 WAITING = "waiting for the upload before it"
 DOWNLOAD_WAITING = "waits for the download before it"
+DOWNLOAD_STOPPED = "stopped: press d on it in the knowledge panel to resume"
 SENDING_STAGES = frozenset({"hashing", WAITING, "receiving"})   # before the server has every byte
 
 
@@ -412,6 +416,10 @@ class KnowledgeScreen(ModalScreen[None]):
                 self.notify(f"{doc.name} {DOWNLOAD_WAITING}")
             async with self._one_download:
                 await self.ops.download(doc, dest)
+        except asyncio.CancelledError:   # the panel closed (its workers end with it): say so, the part file stays
+            self.app.notify(f"Download of {doc.name} {DOWNLOAD_STOPPED}", title="Knowledge base",
+                            severity="warning", timeout=10)
+            raise
         except Exception as exc:  # noqa: BLE001 - shown to the user
             self.notify(f"Download failed: {exc}", severity="error")
             return
