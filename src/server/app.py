@@ -238,7 +238,7 @@ class Server:
         ``standby_timeout_s``); the ServerConnection is made when it is done (its own HELLO timer
         starts then; on standby, its deadline stays ``standby_timeout_s`` from the accept)."""
         limits = self.config.limits
-        timeout = limits.standby_timeout_s if hs.standby else limits.handshake_timeout_s
+        timeout = limits.standby_s if hs.standby else limits.handshake_timeout_s
         sock, hs.sock = hs.sock, None
         conn_id, peer = hs.conn_id, hs.peer
 

@@ -114,12 +114,13 @@ class LimitsConfig(Section):
                 f"idle_timeout_s = {self.idle_timeout_s:g}): a silent connection is pinged after "
                 "ping_interval_s and closed after idle_timeout_s, so it would be closed before any PING "
                 "(the heartbeat would be off)", "ping_interval_s")
-        if self.standby_timeout_s > self.handshake_timeout_s:
-            raise Invalid(
-                f"must be at most limits.handshake_timeout_s (got standby_timeout_s = {self.standby_timeout_s:g}, "
-                f"handshake_timeout_s = {self.handshake_timeout_s:g}): an admin's HELLO on standby must "
-                "still arrive within the HELLO deadline", "standby_timeout_s")
         return self
+
+    @property
+    def standby_s(self) -> float:
+        """How long a connection stays on standby: ``standby_timeout_s``, capped by the HELLO deadline
+        (an admin's HELLO on standby must still come within ``handshake_timeout_s``)."""
+        return min(self.standby_timeout_s, self.handshake_timeout_s)
 
     def public(self) -> dict[str, Any]:
         """The limits a client may know (sent in the HELLO reply)."""

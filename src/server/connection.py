@@ -234,7 +234,7 @@ class ServerConnection(asyncio.Protocol):
             log.debug("connection %s from %s on standby (every slot taken)", self.conn_id, self.peer)
             self._grace = self.loop.call_later(grace, self._on_grace)
             # (from the accept: with TLS, ``started`` is the TCP accept's, the handshake included)
-            self._handshake = self.loop.call_at(self.started + self.limits.standby_timeout_s,
+            self._handshake = self.loop.call_at(self.started + self.limits.standby_s,
                                                 self._on_handshake_timeout)
             return
         if reason is not None:
