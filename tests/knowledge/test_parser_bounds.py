@@ -169,7 +169,7 @@ def test_html_markup_left_open_at_the_end_is_not_indexed(tail):
 
 
 def test_html_open_tag_is_scanned_once(monkeypatch):
-    from server.knowledge.parsers import _HtmlBlocks
+    from server.knowledge.html import _HtmlBlocks
     scans = []
     real = _HtmlBlocks.check_for_whole_start_tag
     monkeypatch.setattr(_HtmlBlocks, "check_for_whole_start_tag", lambda self, i: scans.append(i) or real(self, i))
