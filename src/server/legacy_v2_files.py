@@ -37,7 +37,6 @@ import os
 import secrets
 import shutil
 import time
-import unicodedata
 import weakref
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Protocol
@@ -49,7 +48,7 @@ from server.auth import LOCAL_USER
 from server.config import ServerConfig
 from server.errors import HandlerError, failure_of
 from server.knowledge.access import resolve
-from server.knowledge.kb import KnowledgeBase, clean_name
+from server.knowledge.kb import KnowledgeBase, clean_name, name_key
 from server.knowledge.parsers import kind_of
 from server.services import Services
 
@@ -359,7 +358,7 @@ async def _finish(v2: V2FileAdapter, state: V2Files, upload: _Upload) -> None:
     else:
         log.info("v2 connection %s uploaded %s (%d bytes) as %s%s", v2.host.conn_id, info.name, info.size,
                  info.doc_id, " (duplicate)" if info.duplicate else "")
-        if info.duplicate and _nfc(info.name) != _nfc(upload.name):
+        if info.duplicate and name_key(info.name) != name_key(upload.name):
             text = DUPLICATE.format(name=upload.name, doc_id=info.doc_id, stored=info.name)
         else:
             text = OK.format(name=info.name, doc_id=info.doc_id)
@@ -407,10 +406,6 @@ def _discard_soon(upload: _Upload) -> None:
     task = asyncio.get_running_loop().create_task(upload.discard())
     _CLEANUPS.add(task)
     task.add_done_callback(_CLEANUPS.discard)
-
-
-def _nfc(name: str) -> str:
-    return unicodedata.normalize("NFC", name)
 
 
 def _shown(name: Any) -> str:

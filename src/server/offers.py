@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import unicodedata
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Protocol
@@ -30,6 +29,7 @@ from protocol import ErrorCode
 from protocol.server_events import DownloadOfferV3
 from server.errors import HandlerError
 from server.knowledge.access import readable
+from server.knowledge.kb import name_key
 from server.hub import Hub, Outgoing
 from server.udp_transfer import UdpTransfer
 from server.v3_port import V3Port
@@ -68,11 +68,6 @@ class OfferResult:
                 "via": self.via}
 
 
-def _nfc(text: str) -> str:
-    """``text`` in Unicode NFC: names that look the same compare equal (macOS gives file names in NFD)."""
-    return unicodedata.normalize("NFC", text)
-
-
 class OfferService:
     """Offers documents of the knowledge base to connections (see the module docstring)."""
 
@@ -103,11 +98,11 @@ class OfferService:
         if doc_id:
             return await self.kb.get(user, groups, doc_id)
         can_read = set(readable(user, groups))   # (list also has the user's uploads in groups they left)
-        docs = [d for d in await self.kb.list(user, groups) if d.collection in can_read]
-        ref = _nfc((name or "").strip())
-        for match in (lambda d: _nfc(d.name) == ref, lambda d: _nfc(d.name).lower() == ref.lower(),
-                      lambda d: d.doc_id == ref):
-            found = [d for d in docs if match(d)]
+        docs = [(d, name_key(d.name)) for d in await self.kb.list(user, groups) if d.collection in can_read]
+        ref = name_key((name or "").strip())
+        for match in (lambda d, key: key == ref, lambda d, key: key.lower() == ref.lower(),
+                      lambda d, key: d.doc_id == ref):
+            found = [d for d, key in docs if match(d, key)]
             if len({d.md5 for d in found}) > 1:   # two different documents of that name: the user picks
                 ids = "; ".join(f"{d.doc_id} ({d.collection}, {d.uploaded_at[:16].replace('T', ' ')})"
                                 for d in found[:MAX_NAMES_LISTED])
@@ -115,13 +110,13 @@ class OfferService:
                                    f"'{ref[:64]}': ask for one by its id: {ids}")
             if found:
                 return found[0]            # (one document, or copies of the same bytes)
-        part = [d for d in docs if ref and ref.lower() in _nfc(d.name).lower()]
-        if len({_nfc(d.name) for d in part}) == 1:
-            return part[0]
+        part = [(d, key) for d, key in docs if ref and ref.lower() in key.lower()]
+        if len({key for _, key in part}) == 1:
+            return part[0][0]
         if part:
-            names = ", ".join(sorted({d.name for d in part})[:MAX_NAMES_LISTED])
+            names = ", ".join(sorted({d.name for d, _ in part})[:MAX_NAMES_LISTED])
             raise HandlerError(ErrorCode.NOT_FOUND, f"'{ref[:64]}' matches several documents: {names}")
-        names = ", ".join(d.name for d in docs[:MAX_NAMES_LISTED]) or "none"
+        names = ", ".join(d.name for d, _ in docs[:MAX_NAMES_LISTED]) or "none"
         raise HandlerError(ErrorCode.NOT_FOUND, f"no document named '{ref[:64]}' (documents: {names})")
 
     # -- offering ------------------------------------------------------------------------------------

@@ -73,6 +73,12 @@ def _joins(name: str, i: int) -> bool:
 _CITATION_FORGERY = re.compile(r"[\[\]]|\s§")
 
 
+def name_key(name: str) -> str:
+    """What two document names are compared by: Unicode NFC (a macOS client gives names in NFD;
+    names are stored as given)."""
+    return unicodedata.normalize("NFC", name)
+
+
 def clean_name(name: str) -> str:
     """The base name of an uploaded file, or INVALID_MESSAGE for a hostile one (NUL, control
     characters anywhere; in the base name, invisible or format characters and line separators
