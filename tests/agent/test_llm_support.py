@@ -9,8 +9,8 @@ import httpx2
 import openai
 import pytest
 
-from server.agent.llm_support import (RetryPolicy, ToolCallAssembler, Usage, is_retryable, retry_after,
-                                      retry_detail)
+from server.agent.llm_support import RetryPolicy, Usage, is_retryable, retry_after, retry_detail
+from server.agent.tool_calls import ToolCallAssembler
 
 
 def delta(index=None, id=None, name=None, arguments=None):

@@ -19,7 +19,8 @@ from server.agent import fit_message as fit_module
 from server.agent.base import AgentError
 from server.agent.config import AgentConfig, LLMConfig
 from server.agent.fit_message import encoded_size, fit_assistant_message
-from server.agent.llm_support import ToolCallAssembler, Usage
+from server.agent.llm_support import Usage
+from server.agent.tool_calls import ToolCallAssembler
 from server.agent.openai_agent import OpenAIAgent
 from server.agent.transcript import history_to_openai
 from server.app import Server

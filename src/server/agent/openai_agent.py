@@ -42,9 +42,10 @@ import orjson
 from server.agent.base import AgentError, TurnRequest, TurnResult, TurnSink
 from server.agent.chat_stream import MalformedStream, StreamEnded, StreamInterrupted, iter_chunks
 from server.agent.config import AgentConfig, LLMConfig
-from server.agent.llm_support import (LLM_ERROR, AssembledCall, RetryPolicy, StepClock, ToolCallAssembler, TurnPrompt,
-                                      Usage, endpoint_host, is_retryable, rejects_stream_options, retry_after,
-                                      retry_detail, to_agent_error)
+from server.agent.llm_support import (LLM_ERROR, RetryPolicy, StepClock, TurnPrompt, Usage, endpoint_host,
+                                      is_retryable, rejects_stream_options, retry_after, retry_detail,
+                                      to_agent_error)
+from server.agent.tool_calls import AssembledCall, ToolCallAssembler
 from server.agent.model_catalog import ModelCatalog, ids_of
 from server.agent.toolexec import CallRequest, run_tool_step
 from server.agent.knowledge_route import record_model_route
