@@ -14,6 +14,7 @@ from client.connection import Client
 from client.tui.app import NpltApp
 from client.tui.chat import ChatView
 from client.tui.input import ChatInput
+from client.tui.knowledge import KnowledgeOps, KnowledgeScreen
 from testkit.echo_agent import EchoAgent
 from testkit.server import running_server
 
@@ -168,3 +169,18 @@ def shown(app: Any, screen_type: type) -> bool:
     right after the push can find nothing)."""
     screen = app.screen
     return isinstance(screen, screen_type) and screen.is_mounted and bool(screen.children)
+
+
+async def push_download_panel(app: Any, pilot: Any, folder: Path, listing: Callable[[], Awaitable[Any]],
+                              download: Callable[..., Awaitable[Any]]) -> KnowledgeScreen:
+    """A Knowledge panel over scripted ``listing`` and ``download`` operations (the others must not
+    be called), pushed onto the running ``app``, loaded, its table focused."""
+    from textual.widgets import DataTable
+
+    async def unused(*_args: Any) -> Any:
+        raise AssertionError("not called")
+    panel = KnowledgeScreen(KnowledgeOps(listing, unused, download, unused, folder))
+    await app.push_screen(panel)
+    await wait_until(lambda: panel.loaded, pilot=pilot, what="the panel")
+    panel.query_one("#kb-table", DataTable).focus()
+    return panel

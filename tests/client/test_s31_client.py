@@ -27,10 +27,11 @@ from client.main import main
 from client.tui.app import NpltApp
 from client.tui.editor import TextEditModal
 from client.tui.input import ChatInput
-from client.tui.knowledge import DOWNLOAD_STOPPED, KnowledgeOps, KnowledgeScreen
+from client.tui.knowledge import DOWNLOAD_STOPPED, KnowledgeScreen
 from client.tui.modals import ConfirmModal
 from client.tui.sidebar import Sidebar
-from client_testlib import SIZE, ServerThread, chat, open_app, shown, type_and_send, v3_server, wait_until
+from client_testlib import (SIZE, ServerThread, chat, open_app, push_download_panel, shown, type_and_send, v3_server,
+                            wait_until)
 from fake_client import FakeClient, stamp
 from protocol import ErrorCode, MsgType
 from protocol.kb import KbDocument
@@ -106,14 +107,9 @@ async def test_the_panel_runs_one_download_at_a_time_and_says_the_next_one_waits
         running.remove(doc.doc_id)
         return doc
 
-    async def unused(*_args: Any) -> Any:
-        raise AssertionError("not called")
-    panel = KnowledgeScreen(KnowledgeOps(listing, unused, download, unused, tmp_path))
     app: App[None] = App()
     async with app.run_test(size=SIZE) as pilot:
-        await app.push_screen(panel)
-        await wait_until(lambda: panel.loaded, pilot=pilot, what="the panel")
-        panel.query_one("#kb-table", DataTable).focus()
+        panel = await push_download_panel(app, pilot, tmp_path, listing, download)
         await pilot.press("d")
         await wait_until(started["d1"].is_set, pilot=pilot, what="the first download")
         await pilot.press("down", "d")      # the second document, while the first downloads
@@ -432,14 +428,9 @@ async def test_closing_the_knowledge_panel_tells_which_downloads_stopped(tmp_pat
             raise
         return doc
 
-    async def unused(*_args: Any) -> Any:
-        raise AssertionError("not called")
     app: App[None] = App()
     async with app.run_test(size=SIZE) as pilot:
-        panel = KnowledgeScreen(KnowledgeOps(listing, unused, download, unused, tmp_path))
-        await app.push_screen(panel)
-        await wait_until(lambda: panel.loaded, pilot=pilot, what="the panel")
-        panel.query_one("#kb-table", DataTable).focus()
+        panel = await push_download_panel(app, pilot, tmp_path, listing, download)
         await pilot.press("d")
         await wait_until(started.is_set, pilot=pilot, what="the first download")
         await pilot.press("down", "d")
@@ -451,10 +442,7 @@ async def test_closing_the_knowledge_panel_tells_which_downloads_stopped(tmp_pat
         assert "press d on it in the knowledge panel to resume" in DOWNLOAD_STOPPED
         # the app quitting while a panel download runs: stopped too, and nothing fails
         started.clear()
-        panel = KnowledgeScreen(KnowledgeOps(listing, unused, download, unused, tmp_path))
-        await app.push_screen(panel)
-        await wait_until(lambda: panel.loaded, pilot=pilot, what="the panel again")
-        panel.query_one("#kb-table", DataTable).focus()
+        panel = await push_download_panel(app, pilot, tmp_path, listing, download)
         await pilot.press("d")
         await wait_until(started.is_set, pilot=pilot, what="a download again")
     assert stopped == ["d1", "d1"]     # cancelled with the app, and its notification did not fail the exit

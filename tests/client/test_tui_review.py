@@ -30,7 +30,7 @@ from client.tui.modals import ConfirmModal, HelpScreen, RenameModal
 from client.tui.sidebar import Sidebar
 from client.tui.state import NOT_SAVED, ChatState
 from client.tui.status import StatusLine
-from client_testlib import SIZE, chat, shown, type_and_send, wait_until
+from client_testlib import SIZE, chat, push_download_panel, shown, type_and_send, wait_until
 from tui_script import answer, interrupted, notes, scripted_app, user
 from fake_client import FakeClient, stamp
 from kb_wire.kbwire import kb_server, token
@@ -210,14 +210,9 @@ async def test_a_download_asks_before_replacing_a_file(tmp_path: Path) -> None:
         dest.write_text("the document", encoding="utf-8")
         return _doc
 
-    async def unused(*_args: Any) -> Any:
-        raise AssertionError("not called")
-    panel = KnowledgeScreen(KnowledgeOps(listing, unused, download, unused, tmp_path))
     app: App[None] = App()
     async with app.run_test(size=SIZE) as pilot:
-        await app.push_screen(panel)
-        await wait_until(lambda: panel.loaded, pilot=pilot, what="the panel")
-        panel.query_one("#kb-table", DataTable).focus()
+        await push_download_panel(app, pilot, tmp_path, listing, download)
         await pilot.press("d")
         await wait_until(lambda: shown(app, ConfirmModal), pilot=pilot, what="the replace question")
         assert str(existing) in str(app.screen.query_one(".question").render())

@@ -14,7 +14,6 @@ from typing import Any
 
 from textual import events
 from textual.app import App
-from textual.widgets import DataTable
 
 from client.config import ClientConfig
 from client.connection import Client
@@ -22,10 +21,9 @@ from client.errors import ClientCode, ClientError
 from client.events import Connected, Reconnecting
 from client.tui.app import NpltApp
 from client.tui.input import ChatInput
-from client.tui.knowledge import KnowledgeOps, KnowledgeScreen
 from client.tui.sidebar import Sidebar
 from client.tui.state import NOT_SAVED
-from client_testlib import SIZE, chat, type_and_send, v3_server, wait_until
+from client_testlib import SIZE, chat, push_download_panel, type_and_send, v3_server, wait_until
 from tui_script import answer, interrupted, notes, scripted_app, user
 from fake_client import FakeClient, stamp
 from protocol.kb import KbDocument
@@ -241,14 +239,9 @@ async def test_a_second_download_of_the_same_file_waits_for_none_and_is_refused(
         dest.write_text("the document", encoding="utf-8")
         return doc
 
-    async def unused(*_args: Any) -> Any:
-        raise AssertionError("not called")
-    panel = KnowledgeScreen(KnowledgeOps(listing, unused, download, unused, tmp_path))
     app: App[None] = App()
     async with app.run_test(size=SIZE) as pilot:
-        await app.push_screen(panel)
-        await wait_until(lambda: panel.loaded, pilot=pilot, what="the panel")
-        panel.query_one("#kb-table", DataTable).focus()
+        panel = await push_download_panel(app, pilot, tmp_path, listing, download)
         app.post_message(events.Key("d", "d"))        # two quick presses, before the file exists
         app.post_message(events.Key("d", "d"))
         await wait_until(lambda: any("Already downloading" in n for n in notes(app)), pilot=pilot,
