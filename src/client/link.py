@@ -28,7 +28,7 @@ from protocol import BINARY_TYPES, Connection, ErrorCode, InvalidMessage, MsgTyp
 from protocol.binary import data_frames
 from protocol.objects import SessionInfo
 from protocol.replies import ErrorReply, HelloReply, Reply, decode_reply
-from protocol.server_events import EVENT_TYPES, decode_event
+from protocol.server_events import EVENT_TYPES, SessionEvent, decode_event
 
 from client import errors
 from client.errors import ClientError
@@ -458,9 +458,19 @@ class Link:
                 return
             if tap is not None and tap(event) is not False:
                 return
+            self._follow_session_event(event)
             await self._queue.put(event)  # type: ignore[arg-type]
         else:
             log.warning("unexpected %s from the server, ignored", MsgType(mtype).name)
+
+    def _follow_session_event(self, event: Any) -> None:
+        """Our session deleted or purged elsewhere: the server moved this connection to the user's newest
+        remaining session (or left it without one, docs/protocol.md §5.2) without naming it, so a
+        reconnect must not ask for the deleted one; without a session id HELLO attaches to the newest,
+        and the next reply that names a session (``chat_send``, a switch) is tracked again."""
+        if isinstance(event, SessionEvent) and event.kind in ("deleted", "purged") \
+                and event.session.session_id == self.session_id:
+            self.session_id = None
 
     async def _on_invalid(self, item: InvalidMessage) -> None:
         err = item.error

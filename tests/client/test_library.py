@@ -256,6 +256,33 @@ async def test_reconnect_after_restart_restores_session(tmp_path: Path) -> None:
         await c.close()
 
 
+async def test_a_session_deleted_elsewhere_is_not_asked_for_again_on_reconnect(tmp_path: Path) -> None:
+    """Another client deletes this client's session: the server moves the connection to the newest
+    remaining session without naming it. The library forgets the deleted id, so a reconnect attaches
+    to the newest session, and the next message goes there, not into the trash."""
+    port = free_port()
+    async with v3_server(tmp_path, port=port) as (_, (host, _p)):
+        a = Client(host, port, backoff=Backoff(initial=0.05, maximum=0.2, jitter=0.0))
+        await a.connect()
+        keep = (await a.session_new(title="keep")).session.session_id
+        doomed = (await a.session_new(title="doomed")).session.session_id
+        assert a.session_id == doomed
+        async with Client(host, port, reconnect=False) as b:
+            await b.session_delete(doomed)
+        ev = await next_event_of(a, SessionEvent, pred=lambda e: e.kind == "deleted")
+        assert ev.session.session_id == doomed
+        assert a.session_id is None
+    try:
+        await next_event_of(a, Reconnecting)
+        async with v3_server(tmp_path, port=port):
+            ev = await next_event_of(a, Connected)
+            assert ev.hello.session is not None and ev.hello.session.session_id == keep
+            reply = await a.chat_send("where does this go?")
+            assert reply.session_id == keep == a.session_id
+    finally:
+        await a.close()
+
+
 async def test_gives_up_after_max_attempts(tmp_path: Path) -> None:
     async with v3_server(tmp_path) as (_, (host, port)):
         c = Client(host, port, backoff=Backoff(initial=0.01, maximum=0.02, max_attempts=2))
