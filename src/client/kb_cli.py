@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import unicodedata
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
@@ -108,12 +109,18 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
     return 0
 
 
+def same_name(a: str, b: str) -> bool:
+    """Two document names compared as the server compares them (Unicode NFC): a name typed or a file
+    saved on macOS comes in NFD, "cafe\u0301.md", and is the same name as "caf\u00e9.md"."""
+    return unicodedata.normalize("NFC", a) == unicodedata.normalize("NFC", b)
+
+
 async def _document(c: Client, ref: str) -> Any:
     """The visible document whose id, or else whose name, is ``ref`` (NOT_FOUND if none; a name that
     several documents share is refused with their ids, so the user picks one)."""
     docs = await kbclient.list_documents(c)
     by_id = [d for d in docs if d.doc_id == ref]
-    named = by_id or [d for d in docs if d.name == ref]
+    named = by_id or [d for d in docs if same_name(d.name, ref)]
     if len(named) == 1:
         return named[0]
     if not named:
@@ -171,7 +178,7 @@ async def _replace_older(c: Client, doc: Any, name: str) -> list[str]:
     ``doc.uploader`` is whoever stored the bytes first, not necessarily the caller)."""
     me = c.hello.user if c.hello is not None else None
     docs = await kbclient.list_documents(c, doc.collection)
-    older = [d.doc_id for d in docs if d.name == name and d.collection == doc.collection
+    older = [d.doc_id for d in docs if same_name(d.name, name) and d.collection == doc.collection
              and d.uploader == me and d.doc_id != doc.doc_id]
     for doc_id in older:
         await c.request(MsgType.KB_DELETE, {"doc_id": doc_id})

@@ -111,6 +111,30 @@ def test_upload_replace_deletes_the_older_versions_of_the_file(tmp_path: Path, c
         assert code == 0 and json.loads(out)["files"][0]["replaced"] == []
 
 
+def test_names_typed_in_another_unicode_form_find_and_replace_the_document(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    """A name in NFD (macOS) and the same name in NFC are one name, as on the server: download by
+    either form finds the document, and --replace of an NFD-named file replaces the NFC-named upload."""
+    nfc, nfd = "caf\u00e9 notes.md", "cafe\u0301 notes.md"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / nfc).write_text("# Cafe\n\nThe espresso machine is on port 8080.\n")
+    (tmp_path / "b" / nfd).write_text("# Cafe\n\nThe espresso machine is on port 9090.\n")
+    with ServerThread(tmp_path / "srv") as st:
+        code, out, err = run(st, capsys, "kb", "upload", str(tmp_path / "a" / nfc), "--json")
+        assert code == 0, err
+        first = json.loads(out)["files"][0]["doc_id"]
+        code, out, err = run(st, capsys, "kb", "download", nfd, "-o", str(tmp_path / "got.md"))
+        assert code == 0, err
+        assert "8080" in (tmp_path / "got.md").read_text()
+        code, out, err = run(st, capsys, "kb", "upload", str(tmp_path / "b" / nfd), "--replace", "--json")
+        assert code == 0, err
+        [result] = json.loads(out)["files"]
+        assert result["replaced"] == [first]
+        code, out, _ = run(st, capsys, "kb", "list", "--json")
+        assert [d["doc_id"] for d in json.loads(out)["documents"]] == [result["doc_id"]]
+
+
 RUNBOOK = b"# Runbook\n\nRestart the worker, then check the queue depth is below 100.\n"
 
 
