@@ -52,6 +52,27 @@ async def test_search_knowledge_reaches_the_model_with_citations(tmp_path):
             await bob.close()
 
 
+async def test_passages_of_two_uploads_of_one_name_reach_the_model_with_their_upload_times(tmp_path):
+    """An edited file uploaded again under its name (no --replace): both versions' passages share a
+    citation, so each carries its document's upload time and the model can tell the current one."""
+    async with ScriptedLLM(model="m") as llm:
+        section = {"base_url": llm.base_url, "api_key": "sk-test-123", "model": "m", "request_timeout_s": 5.0,
+                   "retries": 0}
+        async with wired_server(tmp_path, llm=section, summarization={"enabled": False}) as (srv, addr):
+            c = await connect(addr, "alice")
+            old = (await raw_upload(c, "runbook.md", RUNBOOK))["document"]
+            new = (await raw_upload(c, "runbook.md", RUNBOOK.replace(b"90 seconds", b"120 seconds")))["document"]
+            llm.push(Reply.tools(ToolCallSpec("c1", "search_knowledge", '{"query": "restore timeout", "top_k": 5}')),
+                     Reply.text("120 seconds [runbook.md §Operations > Restore]."))
+            await chat(c, "what is the restore timeout?")
+            [tool_msg] = [m for m in llm.requests[-1].body["messages"] if m["role"] == "tool"]
+            result = json.loads(tool_msg["content"])
+            times = {p["doc_id"]: p["uploaded_at"] for p in result["passages"]}
+            assert times == {old["doc_id"]: old["uploaded_at"], new["doc_id"]: new["uploaded_at"]}
+            assert new["uploaded_at"] >= old["uploaded_at"] and "newest upload" in result["note"]
+            await c.close()
+
+
 async def test_an_injected_document_gets_no_write_tool(tmp_path):
     async with ScriptedLLM(model="m") as llm:
         section = {"base_url": llm.base_url, "api_key": "sk-test-123", "model": "m", "request_timeout_s": 5.0,

@@ -284,19 +284,18 @@ def cite(p: dict[str, Any]) -> dict[str, Any]:
     return {k: p.get(k) for k in ("citation", "doc_id", "name", "chunk_id", "location")}
 
 
-async def upload_times(source: Any, user_id: str, call: Any) -> dict[str, str]:
+def upload_times(call: Any) -> dict[str, str]:
     """{doc_id: uploaded_at} of the documents whose passages in ``call`` share a citation with a passage
-    of another document (an edited file uploaded again under its name); {} when none do (nothing is
-    looked up). The passages carry no upload time, so the user's documents are listed."""
+    of another document (an edited file uploaded again under its name); {} when none do. The times
+    are the passages' own (``search_knowledge`` gives each its document's upload time)."""
     by_citation: dict[Any, set[Any]] = {}
+    times: dict[str, str] = {}
     for p in passages_of(call):
         by_citation.setdefault(p.get("citation"), set()).add(p.get("doc_id"))
+        if isinstance(p.get("uploaded_at"), str):
+            times[p["doc_id"]] = p["uploaded_at"]
     clashing = {d for ids in by_citation.values() if len(ids) > 1 for d in ids}
-    kb = getattr(source, "kb", None)          # (server.tools.knowledge.KnowledgeSource)
-    if not clashing or kb is None:
-        return {}
-    documents = await kb.list(user_id, source.groups_of(user_id))
-    return {d.doc_id: d.uploaded_at for d in documents if d.doc_id in clashing}
+    return {d: t for d, t in times.items() if d in clashing}
 
 
 def _distinct(found: list[dict[str, Any]], uploaded: dict[str, str]) -> list[dict[str, Any]]:

@@ -80,7 +80,7 @@ class OfflineAgent:
             calls = await run_tool_step(self.registry, sink, [CallRequest(None, "search_knowledge",
                                                                           {"query": route.query[:500], "top_k": 5})],
                                         ToolContext(req.user_id, req.session_id), step=0, timeout=self.cfg.tool_timeout_s)
-            uploaded = await knowledge_route.upload_times(source, req.user_id, calls[0])
+            uploaded = knowledge_route.upload_times(calls[0])
             answer, citations = knowledge_route.answer(calls[0], zh, route.focus, uploaded)
             found = [intents.Intent("knowledge", 1.0, "search_knowledge")]
         elif tool_intents:
