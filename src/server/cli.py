@@ -36,13 +36,33 @@ def default_data_dir() -> str:
 
 def default_log_file(cfg: ServerConfig) -> str | None:
     """Where the server log goes: ``[server] log_file`` ("off": nowhere), else ``logs/nplt-server.log``
-    in the history directory, or (PostgreSQL: no history directory) in the user's log directory."""
+    in the data directory, with PostgreSQL too (a node keeps its uploads and knowledge cache there,
+    so nodes given their own ``--data-dir`` never share one log file)."""
     chosen = cfg.server.log_file
     if chosen is not None:
         return None if chosen.strip().lower() in LOG_OFF or not chosen.strip() else chosen
-    if cfg.storage.url:
-        return str(platformdirs.user_log_path(APP_NAME) / LOG_NAME)
     return str(Path(cfg.storage.root) / "logs" / LOG_NAME)
+
+
+# keys of a TOML file that name files or folders: a relative one is taken from the file's own folder
+FILE_PATH_KEYS = (("server", "tls_cert"), ("server", "tls_key"), ("server", "log_file"), ("storage", "root"),
+                  ("summarization", "summary_prompt_file"), ("user_memory", "root"))
+
+
+def anchor_paths(data: dict, base: Path) -> dict:
+    """``data`` (a TOML file's tables) with its relative file paths made absolute against ``base``,
+    the file's folder: a config in /etc/nplt run by systemd from / finds its cert.pem in /etc/nplt,
+    not in /. Flags and environment variables stay relative to the current folder."""
+    out = dict(data)
+    for section, key in FILE_PATH_KEYS:
+        table = out.get(section)
+        value = table.get(key) if isinstance(table, dict) else None
+        if not isinstance(value, str) or not value.strip() or value.strip().lower() in LOG_OFF:
+            continue
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            out[section] = {**table, key: str(base / path)}
+    return out
 
 
 def build_parser(version: str = "") -> argparse.ArgumentParser:
@@ -137,7 +157,7 @@ def config_from_args(ns: argparse.Namespace, env: Mapping[str, str]) -> ServerCo
     """flags > env > file > defaults, then full validation. Without a history directory from any
     of them, the user's data directory (``default_data_dir``)."""
     path = ns.config or env.get("NPLT_CONFIG")
-    data = load_toml(path) if path else {}
+    data = anchor_paths(load_toml(path), Path(os.path.abspath(os.path.expanduser(path))).parent) if path else {}
     data = merge(merge(data, env_overrides(env)), flag_overrides(ns))
     storage = data.get("storage")
     if storage is None or isinstance(storage, dict) and "root" not in storage:

@@ -237,8 +237,8 @@ def test_version_and_log_settings(capsys, tmp_path):
     cfg = load_config([], env={"NPLT_LOG_FILE": str(tmp_path / "x.log"), "NPLT_LOG_MAX_BYTES": "8192",
                                "NPLT_LOG_BACKUPS": "0"})
     assert (default_log_file(cfg), cfg.server.log_max_bytes, cfg.server.log_backups) == (str(tmp_path / "x.log"), 8192, 0)
-    cfg = load_config([], env={"NPLT_STORAGE_URL": "postgresql://u@h/db"})
-    assert default_log_file(cfg) == str(platformdirs.user_log_path("nplt-assistant") / "nplt-server.log")
+    cfg = load_config(["--data-dir", str(tmp_path / "node1")], env={"NPLT_STORAGE_URL": "postgresql://u@h/db"})
+    assert default_log_file(cfg) == str(tmp_path / "node1" / "logs" / "nplt-server.log")   # a node's own folder
     with pytest.raises(ConfigError):
         load_config([], env={"NPLT_LOG_MAX_BYTES": "10"})
 
@@ -306,3 +306,24 @@ def test_the_standby_is_capped_by_the_hello_deadline():
     limits = ServerConfig.from_dict({"limits": {"handshake_timeout_s": 0.5, "standby_timeout_s": 4}}, env={}).limits
     assert limits.standby_s == 0.5
     assert ServerConfig.from_dict({}, env={}).limits.standby_s == 1.0
+
+
+def test_relative_paths_in_a_config_file_are_taken_from_its_folder(tmp_path, monkeypatch):
+    """systemd runs the server from /: a relative root or log file in /etc/nplt/server.toml means
+    /etc/nplt/..., not /...; flags and environment variables stay relative to the current folder."""
+    etc, elsewhere = tmp_path / "etc", tmp_path / "elsewhere"
+    etc.mkdir()
+    elsewhere.mkdir()
+    (etc / "server.toml").write_text('[server]\nlog_file = "logs/server.log"\n'
+                                     '[storage]\nroot = "history"\n'
+                                     '[user_memory]\nroot = "/abs/memory"\n')
+    monkeypatch.chdir(elsewhere)
+    cfg = load_config(["--config", str(etc / "server.toml")], env={})
+    assert cfg.storage.root == str(etc / "history")
+    assert cfg.server.log_file == str(etc / "logs" / "server.log")
+    assert cfg.memory.user_memory.root == "/abs/memory"
+    cfg = load_config(["--config", "../etc/server.toml", "--data-dir", "data"], env={})
+    assert cfg.storage.root == "data"            # a flag: relative to the current folder, as given
+    assert cfg.server.log_file == str(etc / "logs" / "server.log")
+    (etc / "off.toml").write_text('[server]\nlog_file = "off"\n')
+    assert default_log_file(load_config(["--config", str(etc / "off.toml")], env={})) is None
