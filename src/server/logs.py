@@ -6,6 +6,9 @@ stalls the event loop; ``RotatingFileHandler`` rotates it at ``max_bytes``, keep
 (with 0 backups the file is cut instead: ``BoundedFileHandler``). ``nplt-server`` adds the file
 (``add_log_file``) only once it holds its data directory (``server.main.serve``); what was logged
 before (the store's recovery, say) is kept meanwhile by ``StartupRecords`` and written first.
+
+The log file is created ``LOG_FILE_MODE`` (0600) and its directory ``LOG_DIR_MODE`` (0700): the log
+names users, sessions and files, and is nobody else's to read.
 """
 from __future__ import annotations
 
@@ -18,6 +21,11 @@ from collections import deque
 from datetime import datetime, timezone
 
 import orjson
+
+#: mode of a log file the server creates (rotated files keep it)
+LOG_FILE_MODE = 0o600
+#: mode of the log file's directory when the server creates it
+LOG_DIR_MODE = 0o700
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
@@ -68,10 +76,19 @@ class StartupRecords(logging.Handler):
         self.records.append(record)
 
 
+def _private_opener(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_CLOEXEC, LOG_FILE_MODE)
+
+
 class BoundedFileHandler(logging.handlers.RotatingFileHandler):
     """``RotatingFileHandler`` that keeps the file under ``maxBytes`` with no backups too (the stdlib's
     never rolls over when ``backupCount`` is 0, so the file grew without bound): the older half of the
     file is cut, from a line start, and the newest lines are kept."""
+
+    def _open(self):
+        """The file, created ``LOG_FILE_MODE`` (the stdlib's would be 0666 less the umask)."""
+        return self._builtin_open(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors,
+                                  opener=_private_opener)
 
     def doRollover(self) -> None:
         if self.backupCount > 0:
@@ -101,7 +118,7 @@ class LogFile:
 
     def __init__(self, path: str, fmt: str, max_bytes: int, backups: int) -> None:
         self.path = os.path.abspath(path)
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        os.makedirs(os.path.dirname(self.path), mode=LOG_DIR_MODE, exist_ok=True)
         handler = BoundedFileHandler(self.path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
         handler.setFormatter(_formatter(fmt))
         q: queue.SimpleQueue = queue.SimpleQueue()

@@ -7,12 +7,17 @@ written). ``nplt-server hash-token [TOKEN]`` and ``nplt-server migrate-json-to-p
 The server logs to stderr until it holds its data directory (the store's lock), and only then to its
 log file too, starting with what it logged before (``[server] log_startup_records``): a second server
 refused the lock must not write into the log of the one running.
+
+``main`` sets the process umask to ``SERVER_UMASK`` (077) before anything is created: the history,
+the knowledge base, user memory, the log, the port file and every other file the server writes are
+its account's only (files 0600, directories 0700), whatever the umask it was started with.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import gc
+import getpass
 import logging
 import os
 import signal
@@ -29,6 +34,9 @@ from server.services import VERSION
 from storage import open_store
 
 log = logging.getLogger("nplt.main")
+
+#: the process umask while ``main`` runs: whatever the server creates is private to its account
+SERVER_UMASK = 0o077
 
 
 class LogFileError(Exception):
@@ -67,16 +75,26 @@ def hash_token_main(argv: list[str]) -> int:
     ns = p.parse_args(argv)
     token = ns.token
     if token is None:
-        if sys.stdin is None or sys.stdin.isatty():
-            print("nplt-server hash-token: type the token, then Enter:", file=sys.stderr, flush=True)
-        line = sys.stdin.readline() if sys.stdin is not None else ""
-        token = line.rstrip("\r\n")
+        token = _read_token()
     problem = token_problem(token)
     if problem is not None:        # (empty, or longer than any HELLO accepts)
         print(f"nplt-server hash-token: {problem}", file=sys.stderr)
         return 2
     print(hash_token(token))
     return 0
+
+
+def _read_token() -> str:
+    """The token from stdin: typed at a terminal without echo (``getpass``), else one line of a pipe."""
+    if sys.stdin is not None and sys.stdin.isatty():
+        try:
+            return getpass.getpass("nplt-server hash-token: type the token (not shown), then Enter: ")
+        except EOFError:                 # (Ctrl-D: nothing typed)
+            return ""
+    if sys.stdin is None:
+        print("nplt-server hash-token: no stdin to read the token from", file=sys.stderr, flush=True)
+        return ""
+    return sys.stdin.readline().rstrip("\r\n")
 
 
 def open_log_file(cfg: ServerConfig, earlier: StartupRecords | None = None) -> LogFile | None:
@@ -132,6 +150,14 @@ async def serve(cfg: ServerConfig, port_file: str | None = None, stop: asyncio.E
 
 
 def main(argv: list[str] | None = None) -> int:
+    old_umask = os.umask(SERVER_UMASK)        # before anything is created (restored for in-process callers)
+    try:
+        return _main(argv)
+    finally:
+        os.umask(old_umask)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "hash-token":
         return hash_token_main(argv[1:])

@@ -3,6 +3,9 @@
 The store opens its own files by name only through ``open_regular``: never through a symbolic link
 (``O_NOFOLLOW``) and never anything but a regular file (``fstat``), so a file of the root replaced
 by a link to a file elsewhere is refused (``NotRegularFile``), never read, written or truncated.
+
+Everything the store creates is private to the server's account: files ``FILE_MODE`` (0600),
+directories ``DIR_MODE`` (0700), whatever the process umask (``nplt-server`` also sets umask 077).
 """
 from __future__ import annotations
 
@@ -17,12 +20,17 @@ log = logging.getLogger("storage")
 
 QUARANTINE_DIR = "quarantine"
 
+#: mode of every file the store creates (owner read/write only: history is private)
+FILE_MODE = 0o600
+#: mode of every directory the store creates (owner only)
+DIR_MODE = 0o700
+
 
 class NotRegularFile(OSError):
     """A file of the store is a symbolic link or not a regular file: refused, never followed."""
 
 
-def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int:
     """``os.open`` that refuses a symbolic link and anything but a regular file (NotRegularFile).
     (O_NONBLOCK: opening a FIFO must not block; it is cleared again once the file is known regular.)"""
     try:
@@ -111,7 +119,7 @@ def quarantine(root: str, path: str, *, copy: bool = False, reason: str = "") ->
     if not os.path.lexists(path):
         return None
     qdir = os.path.join(root, QUARANTINE_DIR)
-    os.makedirs(qdir, exist_ok=True)
+    os.makedirs(qdir, mode=DIR_MODE, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     base = os.path.join(qdir, f"{os.path.basename(path)}.{stamp}")
     dest, n = base, 1
@@ -123,7 +131,8 @@ def quarantine(root: str, path: str, *, copy: bool = False, reason: str = "") ->
         except NotRegularFile:
             copy = False
         else:
-            with src, open(dest, "xb") as out:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with src, os.fdopen(os.open(dest, flags, FILE_MODE), "wb") as out:
                 shutil.copyfileobj(src, out)
     if not copy:
         os.replace(path, dest)

@@ -3,18 +3,20 @@
 Each entry also stores ``files`` = [snapshot inode, snapshot size, snapshot mtime_ns, journal size]
 as they were when the entry was last updated. At startup an entry whose ``files`` differ from what
 ``stat`` reports now is stale and is rebuilt from that session's files; a missing or corrupt index
-is rebuilt from all of them (see recovery.py).
+is rebuilt from all of them (see recovery.py). An index.json that is not a regular file (a
+directory, a symbolic link, a FIFO) is moved to quarantine/ first, so the rebuilt one can be written.
 """
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
 import orjson
 
 from .errors import InvalidArgument, InvalidSessionId
-from .fsio import atomic_write, read_bytes
+from .fsio import NotRegularFile, atomic_write, quarantine, read_bytes
 from .ids import validate_session_id
 from .models import SessionRecord
 
@@ -58,6 +60,12 @@ class SessionIndex:
             doc = orjson.loads(read_bytes(self.path))
         except FileNotFoundError:
             log.info("storage: no %s, rebuilding it from the session files", self.path)
+            return None
+        except NotRegularFile as exc:
+            # (moved aside unread: the rebuilt index is renamed onto this name, which a directory
+            # or a link in the way would refuse or redirect)
+            quarantine(os.path.dirname(self.path), self.path, reason=f"index {exc.strerror}")
+            log.warning("storage: %s %s, rebuilding it from the session files", self.path, exc.strerror)
             return None
         except (OSError, orjson.JSONDecodeError) as exc:
             log.warning("storage: %s unreadable (%s), rebuilding it", self.path, exc)

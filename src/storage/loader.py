@@ -10,7 +10,7 @@ import logging
 import os
 from typing import Any
 
-from .errors import CorruptSession, NotFound, StorageError, StorageIOError
+from .errors import CorruptSession, NotFound, StorageIOError
 from .fsio import NotRegularFile, fsync_dir, open_regular, quarantine
 from .ids import journal_name, snapshot_name
 from .index import SessionIndex, entry_for
@@ -102,15 +102,18 @@ class SessionLoader:
             self.index.put(loaded.state.record, [*loaded.snap_stat, 0])
 
     def reload_entry(self, sid: str) -> dict[str, Any] | None:
-        """Recovery callback: re-read one session and return its index entry (None if unusable)."""
+        """Recovery callback: re-read one session and return its index entry (None if unusable:
+        quarantined or of a newer schema). StorageIOError (it cannot be read right now) is raised:
+        the session is not gone, recovery keeps its previous entry."""
         try:
             loaded = self.read(sid)
-        except StorageError:          # quarantined, newer schema or unreadable: not indexed
+        except NotFound:              # quarantined, newer schema (CorruptSession) or gone: not indexed
             return None
         return entry_for(loaded.state.record, [*loaded.snap_stat, loaded.scan.disk_len])
 
     def fill(self, sess: LoadedSession) -> None:
-        """Load ``sess`` (a cache slot whose lock the caller holds) from its files."""
+        """Load ``sess`` (a cache slot whose lock the caller holds) from its files; an index entry
+        whose ``files`` stamp is not theirs is replaced by the one read."""
         loaded = self.read(sess.sid)
         sess.state = loaded.state
         sess.writer = JournalWriter(sess.journal_path, loaded.scan.valid_len)
@@ -118,3 +121,8 @@ class SessionLoader:
         sess.jdisk = loaded.scan.disk_len
         sess.snap_stat = loaded.snap_stat
         sess.status = READY
+        entry = self.index.get(sess.sid)
+        if entry is not None and entry["files"] != sess.files():
+            # (an entry kept at startup although its files could not be read: brought up to date
+            # now that they can)
+            self.index.put(loaded.state.record, sess.files())

@@ -5,6 +5,11 @@ The index is trusted per session only when the entry's ``files`` stamp equals wh
 for that session's snapshot and journal now; any other session is re-read from its files. Sessions
 in the index without files are dropped. Only ``stat`` is used for sessions that are up to date (of
 the files themselves: a symbolic link never matches a stamp, so its session is re-read and refused).
+
+A session that cannot be read at startup (``StorageIOError``: EACCES, EIO, ...) is not a missing
+one: its previous index entry is kept as it was (stale stamp and all), so it is still listed and its
+calls answer STORAGE_ERROR until it can be read; the next start re-reads it. Only a session that is
+quarantined or of a newer schema (``reload`` returns None) leaves the index.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from .errors import StorageIOError
 from .fsio import fsync_dir, quarantine
 from .ids import JOURNAL_RE, SNAPSHOT_RE
 from .index import SessionIndex
@@ -30,8 +36,11 @@ def scan_root(root: str) -> tuple[dict[str, os.DirEntry], dict[str, os.DirEntry]
         for e in it:
             name = e.name
             if name.startswith("session_") and name.endswith(_TMP_SUFFIXES) or name == "index.json.tmp":
-                log.warning("storage: removing unfinished temp file %s", e.path)
-                os.unlink(e.path)
+                if e.is_dir(follow_symlinks=False):    # (never ours: os.unlink would fail on it)
+                    quarantine(root, e.path, reason="a directory where a temp file is written")
+                else:
+                    log.warning("storage: removing unfinished temp file %s", e.path)
+                    os.unlink(e.path)
                 continue
             m = SNAPSHOT_RE.fullmatch(name) or JOURNAL_RE.fullmatch(name)
             if m is None:
@@ -47,7 +56,8 @@ def scan_root(root: str) -> tuple[dict[str, os.DirEntry], dict[str, os.DirEntry]
 def recover(root: str, index: SessionIndex,
             reload: Callable[[str], dict[str, Any] | None]) -> dict[str, int]:
     """Fill ``index`` from index.json and the directory. ``reload(sid)`` re-reads one session and
-    returns its index entry, or None if it was unusable (quarantined or skipped)."""
+    returns its index entry, or None if it was unusable (quarantined or skipped); StorageIOError if
+    it could not be read right now (then the stored entry, if any, is kept)."""
     stored = index.read_file()
     snaps, journals = scan_root(root)
     stats = {"sessions": 0, "reloaded": 0, "dropped": 0, "orphans": 0}
@@ -72,10 +82,20 @@ def recover(root: str, index: SessionIndex,
                  jst.stat(follow_symlinks=False).st_size if jst is not None else 0]
         entry = stored.get(sid) if stored is not None else None
         if entry is None or entry["files"] != files:
-            entry = reload(sid)
             stats["reloaded"] += 1
-            if entry is None:
+            try:
+                fresh = reload(sid)
+            except StorageIOError as exc:
+                if entry is None:
+                    log.error("storage: session %s cannot be read (%s) and index.json has no entry for "
+                              "it: not listed until a restart can read it", sid, exc)
+                    continue
+                log.error("storage: session %s cannot be read (%s): its index entry is kept, its calls "
+                          "answer STORAGE_ERROR until it can be read", sid, exc)
+                fresh = entry
+            if fresh is None:
                 continue
+            entry = fresh
         index.entries[sid] = entry
         index.by_user.setdefault(entry["user_id"], {})[sid] = entry
         stats["sessions"] += 1

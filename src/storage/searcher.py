@@ -1,16 +1,23 @@
 """Search over a user's sessions: each loaded session is scanned in place, the others are loaded
-transiently (never entering the LRU), and only the best ``limit`` hits are kept (a heap)."""
+transiently (never entering the LRU), and only the best ``limit`` hits are kept (a heap).
+
+A session that cannot be read right now (``StorageIOError``) is skipped with a WARNING when all the
+user's sessions are searched: the others are still searched (a search of that one session alone
+raises it)."""
 from __future__ import annotations
 
 import heapq
+import logging
 
 from .cache import SessionCache
-from .errors import InvalidArgument, NotFound
+from .errors import InvalidArgument, NotFound, StorageIOError
 from .ids import validate_session_id
 from .index import SessionIndex
 from .models import SearchHit
 from .search import compile_query, searchable, snippet
 from .textscan import SEP, session_text
+
+log = logging.getLogger("storage")
 
 
 class Searcher:
@@ -56,6 +63,10 @@ class Searcher:
                             heapq.heapreplace(heap, item)
             except NotFound:
                 continue
+            except StorageIOError as exc:
+                if session_id is not None:
+                    raise
+                log.warning("storage: search of %s's sessions skipped session %s: %s", user_id, sid, exc)
         heap.sort(reverse=True)
         return [SearchHit(sid, title, d["id"], str(d.get("role", "")), snippet(d.get("content", ""), pos),
                           str(d.get("timestamp", "")), key[0]) for key, _, sid, title, d, pos in heap]

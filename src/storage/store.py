@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -28,7 +29,7 @@ from .config import StorageConfig
 from .errors import InvalidArgument, MessageTooLarge, NotFound, StorageIOError, StorageLocked
 from .export import FORMATS, export
 from .flusher import JournalFlusher, NewFile
-from .fsio import fsync_dir, open_regular, write_file
+from .fsio import DIR_MODE, FILE_MODE, fsync_dir, open_regular, write_file
 from .ids import new_session_id
 from .index import INDEX_NAME, SessionIndex
 from .journal import JournalWriter
@@ -56,7 +57,8 @@ class HistoryStore:
     def __init__(self, config: StorageConfig) -> None:
         self.config = config
         self.root = os.path.abspath(config.root)
-        os.makedirs(self.root, exist_ok=True)
+        warn_if_shared(self.root)
+        os.makedirs(self.root, mode=DIR_MODE, exist_ok=True)
         self._lock_fd = _lock_root(self.root)
         self.index = SessionIndex(os.path.join(self.root, INDEX_NAME))
         self.loader = SessionLoader(self.root, self.index)
@@ -109,7 +111,7 @@ class HistoryStore:
                 try:
                     # The empty journal is created first, so the directory fsync of the snapshot's
                     # rename covers both entries and the first append needs no directory fsync.
-                    os.close(os.open(sess.journal_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+                    os.close(os.open(sess.journal_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE))
                 except FileExistsError:
                     continue                 # another create picked the same id a moment ago
                 break
@@ -264,7 +266,8 @@ class HistoryStore:
         """Hide every current message and drop the session's summaries; returns how many messages
         were hidden. Hidden messages come back with restore(), unless ``purge``: then every hidden
         message (of this clear and earlier ones) is removed from the files (snapshot rewritten,
-        journal emptied) before this returns."""
+        journal emptied, and index.json rewritten at once, as ``purge`` does, so neither an old
+        title nor preview stays in it) before this returns."""
         with self.cache.locked(session_id) as s:
             st = s.state
             n = st.record.message_count
@@ -276,6 +279,8 @@ class HistoryStore:
         _durable(done)
         if purge and changed:
             self._rewrite(session_id)
+            with _io_errors("could not write the session index"):
+                self.index.save()         # (not at the next index_flush_ms: the old preview is in it)
             self.flusher.checkpoint()     # the purged lines leave the shared WAL too
         return n
 
@@ -617,6 +622,21 @@ def _copy(record: SessionRecord) -> SessionRecord:
     r = record
     return SessionRecord(r.session_id, r.user_id, r.title, r.created_at, r.updated_at, r.message_count,
                          r.deleted, r.model, r.preview, list(r.summaries), r.system_prompt, r.title_auto)
+
+
+def warn_if_shared(root: str) -> None:
+    """Log a WARNING (and go on) when the existing ``root`` (not a link to it: its target) grants
+    group or other users any access: the store's own files are created private (0600 in 0700
+    directories), but those made earlier, or by hand, may be readable through it (as sshd and
+    PostgreSQL check their directories). Nothing is changed: fix it with ``chmod 700 <root>``."""
+    try:
+        st = os.stat(root)
+    except OSError:
+        return                     # (missing: created 0700 below; unreachable: makedirs will say)
+    if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o077:
+        log.warning("storage: the history directory %s is accessible to other accounts (mode %04o); "
+                    "other local users may read the conversations stored before: run chmod 700 on it",
+                    root, stat.S_IMODE(st.st_mode))
 
 
 def _lock_root(root: str) -> int:
