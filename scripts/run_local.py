@@ -9,13 +9,16 @@ exits (it handles SIGHUP itself, and is killed if it lingers) and the server is 
 graceful way. The server runs in its own session, so the terminal's SIGHUP never kills it abruptly.
 
 The server writes its rotating log file in the history directory (``<data-dir>/logs/nplt-server.log``;
-its stderr goes to ``nplt-server.stderr`` beside it). Both are kept after exit. Where the log is and
+its stderr goes to ``nplt-server.stderr`` beside it, which holds this run's only: at each start the
+previous run's is renamed ``nplt-server.stderr.1``, replacing an older one). Both are kept after
+exit; when the server fails, the end of this run's stderr (``STDERR_TAIL_CHARS``) is printed. Where the log is and
 which port the server listens on are printed before the TUI opens and again after it closes, so the
 CLI can be pointed at the same server from another terminal (``.venv/bin/nplt-client --port PORT ...``).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -25,6 +28,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LOG_NAME = "nplt-server.log"          # the server's own default name (server.cli.LOG_NAME)
+STDERR_NAME = "nplt-server.stderr"    # the server's stderr, this run's; the previous run's is STDERR_NAME + ".1"
+STDERR_TAIL_CHARS = 4000              # how much of the end of it is printed when the server fails
+
+
+def fresh_stderr_file(path: Path) -> None:
+    """Keep the previous run's stderr as ``<path>.1`` (one copy: the files never grow run after run)."""
+    try:
+        os.replace(path, path.with_name(path.name + ".1"))
+    except FileNotFoundError:
+        pass
+
+
+def stderr_tail(path: Path, chars: int = STDERR_TAIL_CHARS) -> str:
+    """The last ``chars`` characters of this run's stderr file (reads only its end)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4 * chars))
+            return f.read().decode("utf-8", errors="replace")[-chars:]
+    except OSError:
+        return ""
 
 
 def wait_for_port(port_file: Path, server: subprocess.Popen, deadline_s: float = 30.0) -> int:
@@ -56,10 +80,11 @@ def main() -> int:
     bindir = Path(sys.executable).parent
     log_dir = Path(args.data_dir).resolve() / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_file, stderr_file = log_dir / LOG_NAME, log_dir / "nplt-server.stderr"
+    log_file, stderr_file = log_dir / LOG_NAME, log_dir / STDERR_NAME
+    fresh_stderr_file(stderr_file)
     with tempfile.TemporaryDirectory(prefix="nplt-run-") as tmp:
         port_file = Path(tmp) / "port"
-        with open(stderr_file, "a", encoding="utf-8") as err:
+        with open(stderr_file, "w", encoding="utf-8") as err:
             server = subprocess.Popen(
                 [str(bindir / "nplt-server"), "--host", args.host, "--port", str(args.port),
                  "--data-dir", args.data_dir, "--log-file", str(log_file), "--port-file", str(port_file)],
@@ -82,7 +107,7 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     server.kill()
             if server.returncode not in (0, -signal.SIGTERM, None):
-                sys.stderr.write(stderr_file.read_text(errors="replace")[-4000:])
+                sys.stderr.write(stderr_tail(stderr_file))
             sys.stderr.write(f"run: the server has stopped; its log: {log_file} (stderr: {stderr_file})\n")
 
 

@@ -12,6 +12,7 @@ validators raising :class:`Invalid`.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, Self, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -24,6 +25,11 @@ _EXPECTED = {"int_type": "an integer", "int_parsing": "an integer", "int_from_fl
              "string_type": "a string", "string_too_short": "a non-empty string", "list_type": "a list",
              "tuple_type": "a list", "dict_type": "a table", "model_type": "a table"}
 _OUT_OF_RANGE = ("greater_than_equal", "less_than_equal", "greater_than", "less_than")
+#: keys whose values are secrets: an error about such a key says what kind of value it got, never the value
+#: (a field can also be marked with ``Field(repr=False)`` or ``json_schema_extra={"secret": True}``)
+SECRET_KEY_RE = re.compile(r"(?:^|_)(?:api_?key|token|password|passwd|secret|credentials?)(?:_sha256)?$", re.IGNORECASE)
+_KINDS = ((bool, "true or false"), (int, "an integer"), (float, "a number"), (str, "a string"),
+          (dict, "a table"), ((list, tuple), "a list"))
 
 
 class Invalid(ValueError):
@@ -69,11 +75,13 @@ def dotted(*parts: str) -> str:
 def explain(exc: ValidationError, model: type[BaseModel], data: Any) -> tuple[str, str]:
     """(dotted key, message) for the first error of ``exc``, raised validating ``data`` as ``model``."""
     err = exc.errors(include_url=False)[0]
-    loc, kind, got = err["loc"], err["type"], _shown(err.get("input"))
+    loc, kind, value = err["loc"], err["type"], err.get("input")
     cause = (err.get("ctx") or {}).get("error")
-    if isinstance(cause, Invalid):
-        return _path(loc + cause.loc, data), cause.message
     owner, field = _lookup(model, loc)
+    secret = is_secret(loc, field)
+    got = redacted(value) if secret else _shown(value)
+    if isinstance(cause, Invalid):
+        return _path(loc + cause.loc, data), _scrub(cause.message, value) if secret else cause.message
     if kind == "extra_forbidden":
         allowed = sorted(n for name, f in (owner.model_fields.items() if owner else ()) for n in _names(name, f))
         message = f"unknown key (allowed: {', '.join(allowed)})"
@@ -88,7 +96,49 @@ def explain(exc: ValidationError, model: type[BaseModel], data: Any) -> tuple[st
         message = f"expected {_EXPECTED[kind]}{' ' + bounds if bounds else ''}, got {got}"
     else:
         message = str(cause) if cause is not None else err["msg"]
+        message = _scrub(message, value) if secret else message
     return _path(loc, data), message
+
+
+def is_secret(loc: tuple[str | int, ...], field: FieldInfo | None) -> bool:
+    """Whether the key at ``loc`` holds a secret: a key name on the way ends in a secret word
+    (``SECRET_KEY_RE``: ``api_key``, ``token``, ``db_password``, ``client_secret``, ``token_sha256``;
+    not ``token_budget`` or ``api_key_env``), or its field is declared ``repr=False`` or
+    ``json_schema_extra={"secret": True}``."""
+    if any(isinstance(p, str) and SECRET_KEY_RE.search(p) for p in loc):
+        return True
+    if field is None:
+        return False
+    extra = field.json_schema_extra
+    return field.repr is False or (isinstance(extra, dict) and extra.get("secret") is True)
+
+
+def redacted(value: Any) -> str:
+    """What an error shows of a secret's value: its kind only, e.g. ``<a list, redacted>``."""
+    kind = next((k for t, k in _KINDS if isinstance(value, t)), "a value")
+    return f"<{kind}, redacted>"
+
+
+def _scrub(message: str, value: Any) -> str:
+    """``message`` with every string inside ``value`` (and its repr) replaced by ``<redacted>``."""
+    parts: list[str] = []
+
+    def collect(v: Any) -> None:
+        if isinstance(v, str):
+            if v:
+                parts.extend((repr(v), v))
+        elif isinstance(v, dict):
+            for x in v.values():
+                collect(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                collect(x)
+    collect(value)
+    if isinstance(value, (list, tuple, dict)):
+        parts.insert(0, repr(value))
+    for p in sorted(parts, key=len, reverse=True):
+        message = message.replace(p, "<redacted>")
+    return message
 
 
 def parse_env(raw: str, typ: Any) -> Any:
@@ -178,4 +228,5 @@ def _shown(v: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-__all__ = ["FALSE", "Invalid", "Settings", "TRUE", "dotted", "explain", "parse_env"]
+__all__ = ["FALSE", "SECRET_KEY_RE", "Invalid", "Settings", "TRUE", "dotted", "explain", "is_secret", "parse_env",
+           "redacted"]

@@ -1,9 +1,10 @@
 """The [http] config section: the health and metrics endpoint (server.httpd), off by default.
 
 ``listen = "127.0.0.1:9100"`` turns it on (also ``--http-listen`` / ``NPLT_HTTP_LISTEN``). A
-non-loopback address follows the NPLT port's rule: it is refused unless the endpoint has
-authentication (``token_sha256``, or ``[auth] users`` whose tokens are accepted too) or
-``insecure = true`` (``--http-insecure`` / ``NPLT_HTTP_INSECURE``) accepts the risk.
+non-loopback address is refused unless the endpoint has its own token (``token_sha256``) or
+``insecure = true`` (``--http-insecure`` / ``NPLT_HTTP_INSECURE``) accepts the risk: ``[auth] users``
+are not enough, since their NPLT login tokens are accepted for /metrics from loopback clients only
+(over plain HTTP across a network a scraper would send a token that reads that user's history).
 """
 from __future__ import annotations
 
@@ -56,16 +57,22 @@ class HttpConfig(Section):
 
 
 def check_http_bind(http: HttpConfig, users_configured: bool, is_loopback: Any) -> None:
-    """The NPLT port's rule for the HTTP endpoint: no non-loopback address without authentication."""
+    """No non-loopback HTTP address without the endpoint's own token (``token_sha256``) or ``insecure``.
+
+    ``users_configured`` only changes the message: users' login tokens are accepted for /metrics from
+    loopback clients only, so they authenticate no remote scraper."""
     address = http.address
     if address is None or is_loopback(address[0]) or http.insecure:
         return
-    if http.token_sha256 is None and not users_configured:
+    if http.token_sha256 is None:
+        why = ("/metrics would be readable by anyone who can reach it" if not users_configured else
+               "[auth] users' login tokens are accepted for /metrics from loopback clients only (a scraper "
+               "would send a token that reads that user's history, in clear over plain HTTP)")
         raise ConfigError(
             "http.listen",
-            f"refusing to serve HTTP on {address[0]!r}: /metrics would be readable by anyone who can reach it. "
-            "Set [http] token_sha256 (or configure [auth] users), listen on 127.0.0.1, or set [http] insecure = "
-            "true (--http-insecure) to accept the risk.")
+            f"refusing to serve HTTP on {address[0]!r}: {why}. Set [http] token_sha256 (a dedicated scraper "
+            "token: nplt-server hash-token TOKEN), listen on 127.0.0.1, or set [http] insecure = true "
+            "(--http-insecure) to accept the risk.")
 
 
 # -- flags and environment (wired by server.cli) ------------------------------------------------

@@ -7,7 +7,13 @@
   fsyncs and removes a probe file in the storage directory, in a worker thread. A stopping server
   is not ready.
 - ``/metrics``: the Prometheus text format of ``server.metrics.Metrics``. With ``[http]
-  token_sha256`` or ``[auth] users`` configured it needs ``Authorization: Bearer TOKEN``.
+  token_sha256`` or ``[auth] users`` configured it needs ``Authorization: Bearer TOKEN``: the
+  ``[http]`` token from any client; a user's NPLT login token only from a loopback peer (sent over
+  plain HTTP across a network it would be readable, and it also reads that user's history). Bearer
+  attempts that fail are logged (``ThrottledLog``: the first at once, then one line per interval)
+  and counted per address by a ``server.auth.LoginGuard`` (the NPLT port's own when it counts, so
+  guesses on either count towards one back-off): from an address in back-off every bearer attempt,
+  right or wrong, is answered only after the guard's ``delay_s``, its connection holding its slot.
 
 One request per connection (``Connection: close``); GET and HEAD only. Limits (``HttpConfig``):
 
@@ -31,6 +37,7 @@ import hmac
 import ipaddress
 import logging
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -39,9 +46,11 @@ from typing import Any, Awaitable, Callable
 import h11
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from server.config import is_loopback
+from server.auth import LoginGuard
+from server.config import AuthConfig, is_loopback
 from server.http_config import HttpConfig, check_http_bind
 from server.metrics import LoopLagSampler, Metrics
+from server.refusals import ThrottledLog
 
 log = logging.getLogger("nplt.http")
 
@@ -110,6 +119,21 @@ def client_key(peer: Any) -> str:
     return str(ip)
 
 
+def peer_ip(peer: Any) -> str:
+    """The IP literal of a peer address (``getpeername()``), without an IPv6 zone; "?" when none."""
+    host = peer[0] if isinstance(peer, (tuple, list)) and peer else peer
+    if not host:
+        return "?"
+    text = str(host).split("%", 1)[0]
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return text
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
 def reason(status: int) -> bytes:
     try:
         return HTTPStatus(status).phrase.encode()
@@ -132,17 +156,54 @@ class _Conn:
     writer: asyncio.StreamWriter
     key: str
     started: float                  # loop time of the accept
+    peer: str = "?"                 # the client's address (IP literal)
     head_done: bool = False
     evicted: bool = False
 
 
+class BearerGuard(LoginGuard):
+    """A ``LoginGuard`` for /metrics bearer tokens that counts failures whether or not ``[auth] users``
+    are configured (the ``[http]`` token alone is guessable too)."""
+
+    def __init__(self, config: AuthConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(config, clock)
+        self.limit = config.max_failed_logins
+
+
+def bearer_guard(server: Any, auth: AuthConfig) -> LoginGuard:
+    """The NPLT port's ``LoginGuard`` when it counts failures (users configured), so that guesses on
+    either port count towards one back-off per address; else a ``BearerGuard`` of the same settings."""
+    services = getattr(server, "services", None)
+    guard = getattr(getattr(services, "auth", None), "guard", None)
+    if isinstance(guard, LoginGuard) and guard.limit:
+        return guard
+    return BearerGuard(auth)
+
+
+def bearer_failures_log() -> ThrottledLog:
+    return ThrottledLog(
+        level=logging.WARNING, first="HTTP %(id)s from %(peer)s: %(reason)s",
+        summary="%(n)d refused /metrics bearer tokens in the last %(s).0f s; latest: HTTP %(id)s from "
+                "%(peer)s: %(reason)s")
+
+
 class HttpEndpoint:
-    """The listening HTTP server of one NPLT server (``server`` is read duck-typed: stopping, metrics)."""
+    """The listening HTTP server of one NPLT server (``server`` is read duck-typed: stopping, metrics).
+
+    ``tokens``: sha256 digests accepted for /metrics from any client (the ``[http]`` token);
+    ``local_tokens``: digests accepted only from a loopback peer (the users' NPLT login tokens). Both
+    empty: /metrics is open. ``guard`` counts failed bearer attempts per address (None: a
+    ``BearerGuard`` of the default ``[auth]`` settings)."""
 
     def __init__(self, cfg: HttpConfig, server: Any, metrics: Metrics, readiness: Readiness,
-                 tokens: list[bytes]) -> None:
+                 tokens: list[bytes], local_tokens: list[bytes] | None = None,
+                 guard: LoginGuard | None = None) -> None:
         self.cfg, self.server, self.metrics, self.readiness = cfg, server, metrics, readiness
-        self.tokens = tokens            # sha256 digests accepted for /metrics; empty = open
+        self.tokens = list(tokens)
+        self.local_tokens = list(local_tokens or ())
+        self.guard = guard if guard is not None else BearerGuard(AuthConfig())
+        self.failed_log = bearer_failures_log()
+        self._requests = 0              # request numbers for the log lines
         self.sampler = LoopLagSampler(metrics, cfg.loop_lag_interval_s)
         self.host: str = ""
         self.port: int = 0
@@ -193,7 +254,8 @@ class HttpEndpoint:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        key = client_key(writer.get_extra_info("peername"))
+        peername = writer.get_extra_info("peername")
+        key = client_key(peername)
         room = self._victim(key)
         if room is None:
             self.refused += 1
@@ -202,7 +264,7 @@ class HttpEndpoint:
         if isinstance(room, _Conn):
             log.debug("HTTP connections at their cap: closing a slow one from %s for a newcomer", room.key)
             self._evict(room)
-        conn = self._conns[task] = _Conn(task, writer, key, asyncio.get_running_loop().time())
+        conn = self._conns[task] = _Conn(task, writer, key, asyncio.get_running_loop().time(), peer_ip(peername))
         cfg = self.cfg
         try:
             async with asyncio.timeout(min(cfg.header_timeout_s, cfg.request_timeout_s)) as deadline:
@@ -249,7 +311,7 @@ class HttpEndpoint:
                     if request.method in (b"GET", b"HEAD"):
                         answer = 413, b"request body not accepted\n", "text/plain; charset=utf-8", []
                     else:
-                        answer = await self._route(request)
+                        answer = await self._route(request, slot.peer)
                     await self._answer(writer, conn, request, *answer)
                     return
             elif isinstance(event, h11.EndOfMessage):
@@ -257,7 +319,7 @@ class HttpEndpoint:
             elif isinstance(event, h11.ConnectionClosed):
                 return
         assert request is not None
-        await self._answer(writer, conn, request, *await self._route(request))
+        await self._answer(writer, conn, request, *await self._route(request, slot.peer))
 
     async def _answer(self, writer: asyncio.StreamWriter, conn: h11.Connection, request: h11.Request,
                       status: int, body: bytes, ctype: str, extra: list[tuple[str, str]]) -> None:
@@ -282,19 +344,44 @@ class HttpEndpoint:
         writer.write(out)
         await writer.drain()
 
-    def _authorized(self, request: h11.Request) -> bool:
-        if not self.tokens:
-            return True
+    def _bearer(self, request: h11.Request) -> bytes | None:
+        """The token of an ``Authorization: Bearer`` header (None: no such header)."""
         for name, value in request.headers:
             if name == b"authorization" and value[:7].lower() == b"bearer ":
-                digest = hashlib.sha256(value[7:].strip()).digest()
-                found = False
-                for expected in self.tokens:
-                    found |= hmac.compare_digest(digest, expected)
-                return found
+                return value[7:].strip()
+        return None
+
+    def _token_ok(self, token: bytes, peer: str) -> bool:
+        digest = hashlib.sha256(token).digest()
+        accepted = self.tokens + self.local_tokens if is_loopback(peer) else self.tokens
+        found = False
+        for expected in accepted:           # every digest compared: no early exit
+            found |= hmac.compare_digest(digest, expected)
+        return found
+
+    async def _authorized(self, request: h11.Request, peer: str) -> bool:
+        """Whether /metrics may be answered. A bearer token from an address in back-off (its
+        ``guard``) is answered after the guard's ``delay_s``, right or wrong (were only failures
+        delayed, hanging up early would tell a guess was wrong); a wrong one is counted and logged."""
+        if not self.tokens and not self.local_tokens:
+            return True
+        token = self._bearer(request)
+        if token is None:
+            return False
+        guard = self.guard
+        if guard.retry_after(peer):
+            await asyncio.sleep(guard.delay_s)
+        if self._token_ok(token, peer):
+            return True
+        note = guard.failed(peer)
+        self._requests += 1
+        why = "/metrics: wrong bearer token"
+        if self.local_tokens and not is_loopback(peer):
+            why += " (users' login tokens are accepted from loopback clients only)"
+        self.failed_log.note(self._requests, peer, why + note)
         return False
 
-    async def _route(self, request: h11.Request) -> tuple[int, bytes, str, list[tuple[str, str]]]:
+    async def _route(self, request: h11.Request, peer: str = "?") -> tuple[int, bytes, str, list[tuple[str, str]]]:
         text = "text/plain; charset=utf-8"
         path = request.target.split(b"?", 1)[0]
         if path not in (b"/healthz", b"/readyz", b"/metrics"):
@@ -310,7 +397,7 @@ class HttpEndpoint:
             if failures:
                 return 503, ("not ready: " + "; ".join(failures) + "\n").encode(), text, []
             return 200, b"ready\n", text, []
-        if not self._authorized(request):
+        if not await self._authorized(request, peer):
             return 401, b"unauthorized: send Authorization: Bearer TOKEN\n", text, [("www-authenticate", "Bearer")]
         return 200, await self.metrics.render(self.server), CONTENT_TYPE_LATEST, []
 
@@ -322,12 +409,18 @@ async def start_http(server: Any) -> HttpEndpoint | None:
     if http.address is None:
         return None
     check_http_bind(http, bool(cfg.auth.users), is_loopback)
-    tokens = [bytes.fromhex(u.token_sha256) for u in cfg.auth.users]
-    if http.token_sha256:
-        tokens.append(bytes.fromhex(http.token_sha256))
+    tokens = [bytes.fromhex(http.token_sha256)] if http.token_sha256 else []
+    local_tokens = [bytes.fromhex(u.token_sha256) for u in cfg.auth.users]   # loopback clients only
     readiness = Readiness({"storage": storage_check(server.store, cfg.storage.root)}, http.readiness_timeout_s)
-    endpoint = HttpEndpoint(http, server, server.metrics, readiness, tokens)
+    endpoint = HttpEndpoint(http, server, server.metrics, readiness, tokens, local_tokens,
+                            bearer_guard(server, cfg.auth))
     await endpoint.start()
+    if not is_loopback(http.address[0]):
+        log.warning("HTTP health and metrics on %s:%d is plain HTTP (no TLS) beyond loopback: the /metrics "
+                    "bearer token crosses the network in clear; prefer a loopback address behind a TLS proxy "
+                    "or an SSH tunnel%s", endpoint.host, endpoint.port,
+                    "" if tokens or local_tokens else
+                    " (and /metrics is open to anyone who can reach it: [http] insecure = true)")
     return endpoint
 
 

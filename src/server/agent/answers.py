@@ -14,6 +14,7 @@ offline agent also marks them ``"canned": true`` in the message metadata.
 """
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 import re
@@ -23,6 +24,7 @@ import orjson
 from server.agent import downloads, file_answers
 from server.agent.file_answers import when
 from server.memory.distill import mentions_secret
+from server.memory.recall import QueryMatch
 from server.tools.units import fmt_duration
 from storage.models import ToolCall
 
@@ -273,19 +275,43 @@ def _read_log(d: dict[str, Any], zh: bool) -> str:
 _ROLES_ZH = {"user": "你", "assistant": "助手", "system": "系统", "tool": "工具"}   # who said a history hit
 
 
+def _history_line(h: dict[str, Any], zh: bool) -> str:
+    title = h.get("title") or h.get("session_id", "")
+    role = h.get("role", "")
+    said = [f"[{title}]", _ROLES_ZH.get(role, role) if zh else role,
+            when(h.get("timestamp") or h.get("time"))]                # storage / memory hits
+    text = h.get("snippet") or h.get("content") or h.get("text") or ""
+    return "- " + " ".join(p for p in said if p) + _j(zh, ": ", "：") + text
+
+
+def _about(match: QueryMatch, q: str, h: dict[str, Any]) -> bool:
+    """Whether a hit's own text (not the turns around it) is about ``q``: one of its words, the query
+    itself (a storage search matches substrings), or the day a relative time in it names."""
+    text = h.get("snippet") or h.get("content") or h.get("text") or ""
+    return q.strip().casefold() in text.casefold() or match.text_matches(text, h.get("timestamp") or h.get("time"))
+
+
 def _history(d: dict[str, Any], zh: bool) -> str:
+    """The hits whose own text is about the query are "about" it; the others (found by the words of
+    the turns around them) are listed apart, as related messages."""
     hits, q = d["hits"], d["query"]
     if not hits:
         return _j(zh, f"I found nothing about '{q}' in your earlier conversations.",
                   f"在你之前的对话中没有找到与“{q}”相关的内容。")
-    lines = [_j(zh, f"Found {len(hits)} earlier message(s) about '{q}':", f"找到 {len(hits)} 条与“{q}”相关的历史消息：")]
-    for h in hits:
-        title = h.get("title") or h.get("session_id", "")
-        role = h.get("role", "")
-        said = [f"[{title}]", _ROLES_ZH.get(role, role) if zh else role,
-                when(h.get("timestamp") or h.get("time"))]                # storage / memory hits
-        text = h.get("snippet") or h.get("content") or h.get("text") or ""
-        lines.append("- " + " ".join(p for p in said if p) + _j(zh, ": ", "：") + text)
+    match = QueryMatch(q, datetime.now(timezone.utc))
+    about = [h for h in hits if _about(match, q, h)]
+    related = [h for h in hits if not any(h is a for a in about)]
+    lines = []
+    if about:
+        lines.append(_j(zh, f"Found {len(about)} earlier message(s) about '{q}':",
+                        f"找到 {len(about)} 条与“{q}”相关的历史消息："))
+        lines += [_history_line(h, zh) for h in about]
+    if related:
+        lines.append(_j(zh, f"Related earlier message(s) from around them, not naming '{q}' themselves:"
+                        if about else f"No earlier message names '{q}'; {len(related)} related earlier message(s):",
+                        f"附近的相关消息（本身未提到“{q}”）：" if about else
+                        f"没有历史消息直接提到“{q}”；{len(related)} 条相关的历史消息："))
+        lines += [_history_line(h, zh) for h in related]
     return "\n".join(lines)
 
 

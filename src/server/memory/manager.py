@@ -409,7 +409,8 @@ class MemoryManager:
             else:
                 await self.indexes.sync_all(user_id, uidx)
             for _ in range(3):                    # re-check the sessions of the hits (clears, deletes)
-                hits = uidx.index.search(query, k, session_id=session_id, now=datetime.now(timezone.utc))
+                hits = uidx.index.search(query, k, session_id=session_id, now=datetime.now(timezone.utc),
+                                         own_match=True)   # the tool lists turns that say the words themselves
                 changed = False
                 for sid in dict.fromkeys(doc.session_id for doc, _ in hits):
                     try:

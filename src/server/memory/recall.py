@@ -6,6 +6,10 @@ the same session as context (before: 0.6, 0.3; after: 0.4, 0.2 -- a reply only m
 what it answers), and the turn's date (day, month name, year at 0.5) so "what did we do in May"
 finds it. ``bench/locomo_recall.py`` measures this exact construction. A turn answered by a history
 search listing (``metadata.history_listing``) is not indexed at all (``turn_docs``).
+
+The neighbours' words make a turn found by what was said around it: right for the prompt's recall,
+wrong for a listing of "earlier messages about X" (the history_search tool), which asks
+``RecallIndex.search(..., own_match=True)``: only turns whose own text (or date) holds a query term.
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ WEIGHTS_BEFORE = (0.6, 0.3)      # the turn right before, two before
 WEIGHTS_AFTER = (0.4, 0.2)
 DATE_WEIGHT = 0.5
 RRF_K = 60                       # reciprocal rank fusion constant
+OWN_MATCH_DEPTH = 4              # own_match: ranked turns looked at per turn wanted (at least OWN_MATCH_MIN_DEPTH)
+OWN_MATCH_MIN_DEPTH = 20
 MAX_QUERY_CHARS = 2_000          # a longer query (a pasted log) is searched by its first and last 1,000 characters
 EXCERPT_CHARS_PER_TOKEN = 8      # an excerpt of N tokens is cut from the first 8 * N characters of a text at most
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
@@ -97,6 +103,31 @@ def query_terms(query: str, now: datetime | None = None) -> list[str]:
                     extra.append(t)
         terms.extend(extra)
     return terms
+
+
+class QueryMatch:
+    """Whether a text itself is about a query: it holds one of the query's analyzed words, or (for
+    a query naming relative days: "yesterday", "last Tuesday") it is dated on one of those days.
+    Neighbouring turns' words do not count (``RecallIndex.search(own_match=True)``, the offline
+    agent's wording of history hits)."""
+
+    def __init__(self, query: str, now: datetime | None = None) -> None:
+        query = bounded_query(query)
+        self.words = frozenset(analyze(query))
+        self.days = [frozenset(_date_terms(day.isoformat())) for day in referenced_days(query, now)] \
+            if now is not None else []
+
+    def matches(self, terms: Iterable[str], time: str | None = None) -> bool:
+        """``terms``: the text's analyzed words; ``time``: its ISO timestamp."""
+        if not self.words.isdisjoint(terms):
+            return True
+        if self.days and time:
+            dated = _date_terms(time)
+            return any(day and day.issubset(dated) for day in self.days)
+        return False
+
+    def text_matches(self, text: str, time: str | None = None) -> bool:
+        return self.matches(analyze(text), time)
 
 
 def analyze_turns(docs: list[TurnDoc]) -> list[list[str]]:
@@ -270,15 +301,34 @@ class RecallIndex:
         return self.bm25.group_size(session_id) > len(self.excluded_keys(session_id, exclude))
 
     def search(self, query: str, k: int, *, session_id: str | None = None, exclude: Iterable[int] = (),
-               vector_ranking: list[Hashable] | None = None, now: datetime | None = None
-               ) -> list[tuple[TurnDoc, float]]:
+               vector_ranking: list[Hashable] | None = None, now: datetime | None = None,
+               own_match: bool = False) -> list[tuple[TurnDoc, float]]:
         """Top ``k`` turns for ``query``; ``exclude`` = message ids already in the prompt; ``now``:
         the time of the question, for relative times in it (``query_terms``).
 
         With ``vector_ranking`` (document keys by embedding similarity, see ``rank_vectors``) the
         BM25 ranking and it are fused by reciprocal rank fusion.
+
+        ``own_match`` (the history_search tool): only turns whose own text or date holds a query
+        term, not those found by their neighbours' words alone; the best ``OWN_MATCH_DEPTH * k``
+        (at least ``OWN_MATCH_MIN_DEPTH``) turns are looked at to find ``k`` of them.
         """
         terms = query_terms(query, now)
+        if not own_match:
+            return self._ranked(terms, k, session_id, exclude, vector_ranking)
+        match = QueryMatch(query, now)
+        depth = max(k * OWN_MATCH_DEPTH, OWN_MATCH_MIN_DEPTH)
+        hits = self._ranked(terms, depth, session_id, exclude, vector_ranking)
+        return [(doc, score) for doc, score in hits if self.mentions(doc, match)][:k]
+
+    def mentions(self, doc: TurnDoc, match: QueryMatch) -> bool:
+        """Whether ``doc`` itself (its user message and answer, or its day), not its neighbours,
+        is about the query of ``match``."""
+        own = self._terms.get(doc.key)
+        return match.matches(analyze(doc.text()) if own is None else own, doc.time)
+
+    def _ranked(self, terms: list[str], k: int, session_id: str | None, exclude: Iterable[int],
+                vector_ranking: list[Hashable] | None) -> list[tuple[TurnDoc, float]]:
         if not vector_ranking:
             if session_id is not None:          # one session: only its postings, exclusions by key
                 ranked = self.bm25.search(terms, k, group=session_id,

@@ -1,4 +1,10 @@
-"""The [tools] config section: what the read-only tools may touch, and their limits."""
+"""The [tools] config section: what the read-only tools may touch, and their limits.
+
+A ``log_roots`` / ``file_roots`` entry that does not exist, is not a directory or cannot be read
+by the server is accepted (it may appear later: a mount, a package installed afterwards), but each
+one is logged at WARNING when the tool registry is built at start-up (``unusable_roots``), so that a
+typo such as ``/var/lgo`` does not go unnoticed.
+"""
 from __future__ import annotations
 
 import ipaddress
@@ -11,6 +17,21 @@ from protocol.settings import Invalid
 from server.config_base import Section
 
 PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
+ROOT_SETTINGS = ("log_roots", "file_roots")
+
+
+def root_problem(path: str) -> str | None:
+    """Why the tools could read nothing under the directory ``path`` (None: it is a readable directory)."""
+    try:
+        if not os.path.exists(path):
+            return "does not exist"
+        if not os.path.isdir(path):
+            return "is not a directory"
+        if not os.access(path, os.R_OK | os.X_OK):
+            return "is not readable by the server (it needs read and search permission)"
+    except OSError as e:   # (e.g. a name too long)
+        return f"cannot be checked ({e.strerror or type(e).__name__})"
+    return None
 
 
 class ToolsConfig(Section):
@@ -70,6 +91,17 @@ class ToolsConfig(Section):
                 raise Invalid(f"{shown} is or holds a pseudo filesystem (/proc, /sys, /dev); "
                               "name the directories to expose instead")
         return v
+
+    def unusable_roots(self) -> list[str]:
+        """One phrase per ``log_roots`` / ``file_roots`` entry the tools cannot read under, e.g.
+        ``tools.log_roots entry '/var/lgo' does not exist``."""
+        out = []
+        for setting in ROOT_SETTINGS:
+            for r in getattr(self, setting):
+                problem = root_problem(r)
+                if problem is not None:
+                    out.append(f"tools.{setting} entry {r!r} {problem}")
+        return out
 
     @model_validator(mode="after")
     def _timeouts_nest(self) -> ToolsConfig:

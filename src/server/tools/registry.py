@@ -232,6 +232,8 @@ class ToolRegistry:
             self._add("user_memory", USER_MEMORY_SCHEMA, self._user_memory, cfg.timeout_s)
         psutil.cpu_percent(interval=None)   # prime psutil's counters once
         self._warn_protected_overlaps()
+        for phrase in cfg.unusable_roots():     # (a typo such as /var/lgo: the server still starts)
+            log.warning("%s: the tools will find nothing there until it is a readable directory (a typo?)", phrase)
 
     def _warn_protected_overlaps(self) -> None:
         """One warning when a file or log root holds the server's own data: it stays unreadable (the
