@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import codecs
 import io
 import json
 import os
@@ -29,7 +30,7 @@ from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import ClientError
 from client.events import Disconnected, ServerError
-from client.kb_cli import add_kb_parser, cmd_kb
+from client.kb_cli import add_kb_parser, cmd_kb, dump_json as _dump
 from client.wording import counted, printable, stamp
 
 EXIT_OK = 0
@@ -40,6 +41,11 @@ EXIT_AUTH = 4          # AUTH_FAILED
 EXIT_REQUEST = 5       # the server rejected the request (NOT_FOUND, INVALID_MESSAGE, QUEUE_FULL, ...)
 EXIT_TURN = 6          # the turn failed (TURN_ERROR) or was cancelled
 EXIT_INTERRUPTED = 130  # Ctrl+C
+EXIT_HANGUP = 129      # SIGHUP (the terminal closed): 128 + 1, as a shell reports it
+EXIT_TERMINATED = 143  # SIGTERM (`timeout`, `kill`, systemd): 128 + 15
+#: how long a stopped ``ask`` (Ctrl+C, SIGTERM/SIGHUP, stdout gone) waits for the server to confirm
+#: the cancel of its turn before it exits anyway
+CANCEL_WAIT_S = 2.0
 
 CONNECTION_SERVER_CODES = frozenset({ErrorCode.SERVER_FULL, ErrorCode.SHUTTING_DOWN, ErrorCode.UNSUPPORTED_VERSION,
                                      ErrorCode.HANDSHAKE_TIMEOUT, ErrorCode.HANDSHAKE_REQUIRED, ErrorCode.IDLE_TIMEOUT,
@@ -57,23 +63,85 @@ def exit_code_for(exc: ClientError) -> int:
     return EXIT_REQUEST
 
 
+class WriteFailed(Exception):
+    """A stream cannot take the output (closed: ``>&-``; a full disk: ``> /dev/full``; an I/O error):
+    ``nplt-client: WRITE_FAILED: stdout: reason``, exit 2. A reader that went away (``| head``) is
+    ``BrokenPipeError`` instead: a quiet exit 0."""
+
+    def __init__(self, stream: str, reason: str) -> None:
+        super().__init__(f"{stream}: {reason}")
+
+
+def _unicode_encoding(raw: Any) -> bool:
+    """Whether ``raw``'s encoding holds every character (UTF-8, UTF-16, ...; a stream without an
+    encoding, e.g. a StringIO, holds text)."""
+    encoding = getattr(raw, "encoding", None)
+    if not encoding:
+        return True
+    try:
+        return codecs.lookup(encoding).name.startswith("utf")
+    except LookupError:
+        return False
+
+
 class PrintableWriter:
     """A text stream writing ``printable(text)`` to ``raw``: ``run_command`` wraps stdout and stderr
     in one, so every print path shows the server's control characters instead of running them.
-    ``raw`` is for the CLI's own terminal drawing only (the upload progress bar's carriage return)."""
+    ``raw`` is for the CLI's own terminal drawing only (the upload progress bar's carriage return).
 
-    def __init__(self, raw: TextIO) -> None:
+    A character the stream's encoding cannot hold (``PYTHONIOENCODING=latin-1``, an ASCII locale) is
+    written as its backslash escape (``\\u4e2d``) instead of failing; ``ascii_json`` tells
+    ``dump_json`` to escape JSON text the same lossless way. A stream that cannot be written (None
+    when the shell closed it, a full disk, an I/O error) raises ``WriteFailed``; with ``quiet`` (stderr,
+    the last place to report anything) its failures are dropped instead."""
+
+    def __init__(self, raw: TextIO | None, name: str = "stdout", *, quiet: bool = False) -> None:
         self.raw = raw
+        self.name = name
+        self.quiet = quiet
+        self.ascii_json = not _unicode_encoding(raw)
+
+    def check(self) -> None:
+        """``WriteFailed`` now when the stream is closed (before a command starts work for nobody)."""
+        if self.raw is None or getattr(self.raw, "closed", False):
+            raise WriteFailed(self.name, "closed")
 
     def write(self, text: str) -> int:
-        self.raw.write(printable(text))
+        self._guard(self._write, printable(text))
         return len(text)
 
     def flush(self) -> None:
-        self.raw.flush()
+        if self.raw is not None:          # nothing was written to a closed stream (write raised)
+            self._guard(self.raw.flush)
 
     def isatty(self) -> bool:
-        return self.raw.isatty()
+        try:
+            return self.raw is not None and self.raw.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def _write(self, text: str) -> None:
+        self.check()
+        assert self.raw is not None
+        try:
+            self.raw.write(text)
+        except UnicodeEncodeError:        # nothing of ``text`` was written: the encoding failed first
+            encoding = getattr(self.raw, "encoding", None) or "ascii"
+            self.raw.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+    def _guard(self, op: Any, *args: Any) -> None:
+        try:
+            try:
+                op(*args)
+            except BrokenPipeError:
+                raise
+            except OSError as exc:
+                raise WriteFailed(self.name, exc.strerror or str(exc)) from exc
+            except ValueError as exc:     # "I/O operation on closed file"
+                raise WriteFailed(self.name, str(exc)) from exc
+        except (WriteFailed, BrokenPipeError):
+            if not self.quiet:
+                raise
 
 
 def make_client(cfg: ClientConfig, session_id: str | None = None) -> Client:
@@ -82,11 +150,6 @@ def make_client(cfg: ClientConfig, session_id: str | None = None) -> Client:
                   session_id=session_id, reconnect=False, backoff=Backoff(max_attempts=0),
                   request_timeout=cfg.request_timeout_s, connect_timeout=cfg.connect_timeout_s,
                   event_queue_size=cfg.event_queue_size)
-
-
-def _dump(doc: Any, out: TextIO) -> None:
-    out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
-    out.flush()
 
 
 def _arguments(call: ToolCall) -> str:
@@ -117,6 +180,8 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
     if text is None or not text.strip():
         err.write("nplt-client: USAGE: the message is empty (give its text, or - and the text on stdin)\n")
         return EXIT_USAGE
+    if isinstance(out, PrintableWriter):
+        out.check()       # a closed stdout (>&-): WRITE_FAILED before a turn generates for nobody
     async with make_client(cfg, session_id=args.session) as client:
         if args.session and client.session_id != args.session:
             await client.session_switch(args.session)  # NOT_FOUND when it is not the user's session
@@ -138,15 +203,17 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
         try:
             streamed = io.StringIO() if args.json else out   # --json: kept for a cut TURN_END
             end = await _follow_turn(client, turn_id, streamed, None if args.json else err)
-        except (asyncio.CancelledError, BrokenPipeError) as stop:   # Ctrl+C, or stdout's reader left
-            try:                                            # (`| head`): not generated for nobody
-                await asyncio.wait_for(client.chat_cancel(turn_id=turn_id), 2.0)
+        except (asyncio.CancelledError, BrokenPipeError, WriteFailed) as stop:
+            # Ctrl+C, SIGTERM/SIGHUP (client.main), stdout's reader left (`| head`) or stdout cannot
+            # be written: the turn is cancelled, so the answer is not generated for nobody
+            try:
+                await asyncio.wait_for(client.chat_cancel(turn_id=turn_id), CANCEL_WAIT_S)
             except (ClientError, asyncio.TimeoutError) as exc:
                 # it ended meanwhile (NO_ACTIVE_TURN), or the reply is still behind the answer's deltas
-                # (the request went out): only Ctrl+C says so; a closed pipe ends quietly
+                # (the request went out): said on stderr, except for a closed pipe, which ends quietly
                 ended = isinstance(exc, ClientError) and exc.code == ErrorCode.NO_ACTIVE_TURN
-                if not ended and isinstance(stop, asyncio.CancelledError):
-                    err.write(f"nplt-client: the turn could not be cancelled: {exc or 'no reply within 2 s'}\n")
+                if not ended and not isinstance(stop, BrokenPipeError):
+                    err.write(f"nplt-client: {cancel_failed(exc)}\n")
             raise
     if isinstance(end, TurnError):
         err.write(f"nplt-client: {end.code}: {end.message}\n")
@@ -172,16 +239,28 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
     return EXIT_OK
 
 
+def cancel_failed(exc: BaseException) -> str:
+    """What stderr says when a stopped ``ask`` could not cancel its turn (``exc``: the cancel's error,
+    or the timeout, whose own text is empty)."""
+    reason = str(exc) or f"no reply within {CANCEL_WAIT_S:g} s"
+    return f"the turn could not be cancelled ({reason}): the answer may still be generating on the server"
+
+
 async def _text_or_stdin(text: str) -> str | None:
     """``text``, or for ``-`` what stdin holds (trailing newlines dropped; None when blank). Text
-    that is not UTF-8 raises ``UsageError``."""
+    that is not UTF-8, or a stdin that is closed (``<&-``) or cannot be read, raises ``UsageError``."""
     if text != "-":
         return text
+    stdin = sys.stdin
+    if stdin is None or getattr(stdin, "closed", False):
+        raise UsageError("stdin is closed: give the text as an argument, or pipe it in for -")
     try:
-        text = (await asyncio.to_thread(sys.stdin.read)).rstrip("\n")
+        text = (await asyncio.to_thread(stdin.read)).rstrip("\n")
     except UnicodeDecodeError as exc:     # a stdin decoding strictly
         raise UsageError(f"stdin is not valid UTF-8 (byte 0x{exc.object[exc.start]:02x}): "
                          "the server takes UTF-8 text only") from None
+    except (OSError, ValueError) as exc:  # an I/O error, a stream closed meanwhile
+        raise UsageError(f"cannot read stdin: {getattr(exc, 'strerror', None) or exc}") from None
     _check_utf8(text, "stdin")            # a stdin keeping undecodable bytes as surrogate escapes
     return text if text.strip() else None
 
@@ -362,6 +441,9 @@ async def cmd_rename(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     """Give a session a new title (SESSION_RENAME)."""
     async with make_client(cfg) as client:
         reply = await client.session_rename(args.title, session_id=args.session_id)
+    if args.json:
+        _dump({"session": reply.session.encode()}, out)
+        return EXIT_OK
     out.write(f"renamed {reply.session.session_id}  {reply.session.title}\n")
     return EXIT_OK
 
@@ -371,6 +453,9 @@ async def cmd_clear(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, er
     async with make_client(cfg) as client:
         _need_session(client, args.session)
         reply = await client.session_clear(session_id=args.session, purge=args.purge)
+    if args.json:
+        _dump({"session_id": reply.session.session_id, "cleared": reply.cleared, "purged": args.purge}, out)
+        return EXIT_OK
     done = "cleared and purged" if args.purge else "cleared"
     out.write(f"{done} {counted(reply.cleared, 'message')} of {reply.session.session_id}\n")
     return EXIT_OK
@@ -423,6 +508,9 @@ async def cmd_delete(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     """Move a session to the trash (restore brings it back, purge removes it for good)."""
     async with make_client(cfg) as client:
         reply = await client.session_delete(args.session_id)
+    if args.json:
+        _dump({"session_id": reply.session_id}, out)
+        return EXIT_OK
     out.write(f"deleted {reply.session_id} (in the trash: nplt-client restore {reply.session_id})\n")
     return EXIT_OK
 
@@ -431,6 +519,9 @@ async def cmd_restore(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, 
     """Bring a deleted session back out of the trash."""
     async with make_client(cfg) as client:
         reply = await client.session_restore(args.session_id)
+    if args.json:
+        _dump({"session": reply.session.encode()}, out)
+        return EXIT_OK
     out.write(f"restored {reply.session.session_id}  {reply.session.title}\n")
     return EXIT_OK
 
@@ -439,6 +530,9 @@ async def cmd_purge(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, er
     """Remove a session for good (from the trash, or a live one)."""
     async with make_client(cfg) as client:
         reply = await client.session_purge(args.session_id)
+    if args.json:
+        _dump({"session_id": reply.session_id}, out)
+        return EXIT_OK
     out.write(f"purged {reply.session_id}\n")
     return EXIT_OK
 
@@ -448,7 +542,10 @@ async def cmd_memory(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     async with make_client(cfg) as client:
         if args.memory_command == "forget":
             reply = await client.memory_forget(args.item_id)
-            out.write(f"forgot {reply.item_id}\n")
+            if args.json:
+                _dump({"item_id": reply.item_id}, out)
+            else:
+                out.write(f"forgot {reply.item_id}\n")
             return EXIT_OK
         listing = await client.memory_list()
     if args.json:
@@ -511,10 +608,12 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("rename", help="give a session a new title")
     p.add_argument("session_id", metavar="ID")
     p.add_argument("title", metavar="TITLE", help="1..200 characters, one line")
+    p.add_argument("--json", action="store_true", help='print {"session": SessionInfo}')
     p = sub.add_parser("clear", help="hide every message of a session (--purge: remove them for good)")
     p.add_argument("--session", metavar="ID", help="session (default: the most recently updated)")
     p.add_argument("--purge", action="store_true",
                    help="also remove the hidden messages from the server's storage (cannot be undone)")
+    p.add_argument("--json", action="store_true", help='print {"session_id", "cleared", "purged"}')
     p = sub.add_parser("clients", help="admins: list the server's connections, or kill one")
     acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     a = acts.add_parser("list", help="every connection: id (* = this one), peer, user, state, age, idle, bytes")
@@ -524,10 +623,13 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     a.add_argument("--json", action="store_true")
     p = sub.add_parser("delete", help="move a session to the trash")
     p.add_argument("session_id", metavar="ID")
+    p.add_argument("--json", action="store_true", help='print {"session_id"}')
     p = sub.add_parser("restore", help="bring a deleted session back out of the trash")
     p.add_argument("session_id", metavar="ID")
+    p.add_argument("--json", action="store_true", help='print {"session": SessionInfo}')
     p = sub.add_parser("purge", help="remove a session for good (it cannot be restored)")
     p.add_argument("session_id", metavar="ID")
+    p.add_argument("--json", action="store_true", help='print {"session_id"}')
     add_kb_parser(sub)
     p = sub.add_parser("memory", help="list or forget what the assistant remembers about you")
     msub = p.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
@@ -535,6 +637,7 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     q.add_argument("--json", action="store_true")
     q = msub.add_parser("forget", help="delete one remembered item")
     q.add_argument("item_id", metavar="ID", help="the item's id (from 'memory list')")
+    q.add_argument("--json", action="store_true", help='print {"item_id"}')
 
 
 def _positive(text: str) -> int:
@@ -552,10 +655,16 @@ async def run_command(args: argparse.Namespace, cfg: ClientConfig, out: TextIO |
     """Run one subcommand, mapping every failure to its exit code and a stderr line. What it prints
     (mostly the server's text: answers, passages, titles, names, errors) goes through
     ``PrintableWriter``, so no control sequence in it reaches the terminal."""
-    out, err = PrintableWriter(out or sys.stdout), PrintableWriter(err or sys.stderr)
+    out = PrintableWriter(out or sys.stdout, "stdout")
+    err = PrintableWriter(err or sys.stderr, "stderr", quiet=True)
     try:
         check_text_arguments(args)
-        return await COMMANDS[args.command](args, cfg, out, err)
+        code = await COMMANDS[args.command](args, cfg, out, err)
+        out.flush()          # a full disk shows here, not in the interpreter's final flush
+        return code
+    except WriteFailed as exc:   # stdout closed, full, or failing: a running ask turn was cancelled first
+        err.write(f"nplt-client: WRITE_FAILED: {exc}\n")
+        return EXIT_USAGE
     except UsageError as exc:
         err.write(f"nplt-client: USAGE: {exc}\n")
         return EXIT_USAGE

@@ -4,11 +4,13 @@
 ``{"files": [{path, doc_id, name, md5, chunks, duplicate} | {path, error: {code, message}}]}``); a
 refused file is reported on stderr with its code and the exit status is non-zero. On a terminal,
 stderr shows a progress bar per file (bytes, then the server's stages). ``kb download DOC`` without
-``-o`` never replaces an existing file (FILE_EXISTS) unless ``--force``.
+``-o`` never replaces an existing file (FILE_EXISTS) unless ``--force``; a document name too long for
+a file name is shortened for the local file (``local_name``).
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import unicodedata
@@ -26,6 +28,15 @@ from client.wording import counted, printable, stamp
 DOC_FIELDS = ("doc_id", "name", "md5", "chunks", "duplicate")
 HIT_FIELDS = ("doc_id", "name", "text", "score", "location", "citation", "chunk_id")
 BAR = 24
+#: The longest file name, in bytes, that ``kb download`` gives the local file by default (the
+#: document's name in the current folder, or in an ``-o`` folder): what most file systems take (ext4,
+#: XFS, btrfs, ZFS: 255 bytes). A server name may be 255 characters, up to 765 UTF-8 bytes (or
+#: more), so a longer one is shortened (``local_name``).
+FILE_NAME_MAX_BYTES = 255
+#: The longest suffix a download adds to the local name: its sidecar ``NAME.part.json``.
+PART_SUFFIX = ".part.json"
+#: An "extension" longer than this many bytes is not kept apart when a name is shortened.
+EXTENSION_MAX_BYTES = 16
 
 
 def _client(cfg: ClientConfig, *, reconnect: bool = False) -> Client:
@@ -42,9 +53,45 @@ def _fields(obj: Any, fields: tuple[str, ...] | list[str]) -> dict[str, Any]:
     return {k: encoded[k] for k in fields}
 
 
-def _dump(doc: Any, out: TextIO) -> None:
-    out.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+def dump_json(doc: Any, out: TextIO) -> None:
+    """Print ``doc`` as one indented JSON document: non-ASCII text as written (UTF-8), or as ``\\uXXXX``
+    escapes when ``out``'s encoding cannot hold every character (``client.cli.PrintableWriter.ascii_json``,
+    e.g. ``PYTHONIOENCODING=latin-1``), so the document stays valid JSON and decodes to the same text."""
+    out.write(json.dumps(doc, ensure_ascii=bool(getattr(out, "ascii_json", False)), indent=2) + "\n")
     out.flush()
+
+
+_dump = dump_json
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def local_name(doc: Any) -> tuple[str, bool]:
+    """The file name ``kb download`` gives ``doc`` by default, and whether it was shortened: the
+    document's base name (never a path from the server; its id for an empty one); when that name and
+    the download's ``.part.json`` suffix do not fit ``FILE_NAME_MAX_BYTES``, its start (cut at a
+    character), then ``-DOC_ID`` and the extension: ``很长的名字…-0123456789abcdef01234567.md``, still unique and
+    the same on a run again (so a cut download resumes)."""
+    name = Path(doc.name).name or doc.doc_id
+    room = FILE_NAME_MAX_BYTES - len(PART_SUFFIX)
+    if _utf8_len(name) <= room:
+        return name, False
+    stem, ext = os.path.splitext(name)
+    if _utf8_len(ext) > EXTENSION_MAX_BYTES:
+        stem, ext = name, ""
+    tail = f"-{Path(doc.doc_id).name}{ext}"
+    head = stem.encode("utf-8", "surrogatepass")[:max(0, room - _utf8_len(tail))]
+    return head.decode("utf-8", "ignore").rstrip() + tail, True
+
+
+def _too_long(exc: OSError, given: bool) -> str:
+    """A hint for a name the file system refused as too long (``given``: named with ``-o``)."""
+    if exc.errno != errno.ENAMETOOLONG:
+        return ""
+    return " (the name is too long for this file system: " + ("choose a shorter one)" if given
+                                                               else "name the file with -o PATH)")
 
 
 def _bar(err: TextIO, name: str):
@@ -89,24 +136,52 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
         elif action == "delete":
             doc_id = (await _document(c, args.doc_id)).doc_id
             await c.request(MsgType.KB_DELETE, {"doc_id": doc_id})
-            out.write(f"deleted {doc_id}\n")
+            if args.json:
+                _dump({"doc_id": doc_id}, out)
+            else:
+                out.write(f"deleted {doc_id}\n")
         elif action == "download":
-            found = await _document(c, args.doc_id)
+            await _download(c, args, out, err)
+    return 0
+
+
+async def _download(c: Client, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
+    """``kb download DOC [-o FILE | -o DIR] [--force] [--json]``."""
+    found = await _document(c, args.doc_id)
+    name, shortened = local_name(found)
+    dest: str | Path = args.output or name
+    try:
+        if args.output:
             # -o as given (a trailing separator means a folder, which Path() would drop: kb.download checks it)
-            dest = os.path.expanduser(args.output) if args.output else Path(Path(found.name).name or found.doc_id)
-            if not args.output and not args.force and Path(dest).exists():
+            dest = os.path.expanduser(args.output)
+            if shortened and os.path.isdir(dest):      # a folder: the (shortened) name in it, as cp does
+                dest = Path(dest) / name
+                if dest.is_dir():
+                    raise ClientError(ClientCode.WRITE_FAILED, f"cannot write {dest}: it is a folder")
+        else:
+            dest = Path(name)
+            if not args.force and dest.exists():
                 raise ClientError(ClientCode.FILE_EXISTS, f"{dest} exists and is not replaced: name another "
                                   f"file with -o PATH, or replace it with --force")
-            try:
-                doc = await kbclient.download(c, found.doc_id, dest, progress=_bar(err, found.name),
-                                              replace_part=args.force)
-            except OSError as exc:
-                raise ClientError(ClientCode.WRITE_FAILED,
-                                  f"cannot write {dest}: {exc.strerror or exc}") from exc
-            if err.isatty():
-                err.write("\n")
-            out.write(f"{kbclient.target(dest, doc)}  {doc.size} bytes  md5 {doc.md5}\n")
-    return 0
+    except OSError as exc:          # a name the file system refuses (a smaller limit), a folder not readable
+        raise ClientError(ClientCode.WRITE_FAILED,
+                          f"cannot write {dest}: {exc.strerror or exc}{_too_long(exc, bool(args.output))}") from exc
+    if shortened and isinstance(dest, Path):
+        err.write(f"nplt-client: the document's name is too long for a file name ({_utf8_len(found.name)} "
+                  f"bytes): saving it as {dest} (-o PATH names another file)\n")
+    try:
+        doc = await kbclient.download(c, found.doc_id, dest, progress=_bar(err, found.name),
+                                      replace_part=args.force)
+    except OSError as exc:
+        raise ClientError(ClientCode.WRITE_FAILED,
+                          f"cannot write {dest}: {exc.strerror or exc}{_too_long(exc, bool(args.output))}") from exc
+    if err.isatty():
+        err.write("\n")
+    path = kbclient.target(dest, doc)
+    if args.json:
+        _dump({"path": str(path), "doc_id": doc.doc_id, "name": doc.name, "size": doc.size, "md5": doc.md5}, out)
+    else:
+        out.write(f"{path}  {doc.size} bytes  md5 {doc.md5}\n")
 
 
 def same_name(a: str, b: str) -> bool:
@@ -212,6 +287,7 @@ def add_kb_parser(sub: Any) -> None:
     q.add_argument("--json", action="store_true")
     q = kb.add_parser("delete", help="delete a document (its uploader or an admin)")
     q.add_argument("doc_id", metavar="DOC", help="the document's id or name (from 'kb list')")
+    q.add_argument("--json", action="store_true", help='print {"doc_id"}')
     q = kb.add_parser("download", help="download a document (resumes FILE.part)")
     q.add_argument("doc_id", metavar="DOC", help="the document's id or name (from 'kb list')")
     q.add_argument("-o", "--output", metavar="FILE",
@@ -219,4 +295,5 @@ def add_kb_parser(sub: Any) -> None:
                         "never replaced without --force)")
     q.add_argument("--force", action="store_true",
                    help="without -o: replace an existing file of the document's name")
+    q.add_argument("--json", action="store_true", help='print {"path", "doc_id", "name", "size", "md5"}')
 

@@ -6,9 +6,10 @@ import asyncio
 import logging
 import logging.handlers
 import os
+import signal
 import sys
 from importlib import metadata
-from typing import Sequence
+from typing import Any, Sequence
 
 from client import cli, paths
 from client.config import ClientConfig, ClientConfigError, add_arguments
@@ -24,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nplt-client",
         description="NPLT Assistant client: opens the TUI, or runs one subcommand for scripts.",
         epilog="Exit codes: 0 ok, 1 internal error, 2 usage/config error, 3 connection error, "
-               "4 authentication failed, 5 request rejected, 6 turn failed or cancelled, 130 interrupted.")
+               "4 authentication failed, 5 request rejected, 6 turn failed or cancelled, 130 interrupted "
+               "(Ctrl+C), 143 terminated (SIGTERM), 129 hung up (SIGHUP).")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     add_arguments(parser)
     cli.add_subcommands(parser)
@@ -61,6 +63,66 @@ def _on_terminal() -> bool:
         return False
 
 
+#: Signals that stop a subcommand the way Ctrl+C does (a running ``ask`` turn is cancelled on the
+#: server first), with their exit codes (128 + the signal's number, as a shell reports a kill)
+STOP_SIGNALS = {sig: code for sig, code in ((getattr(signal, "SIGTERM", None), cli.EXIT_TERMINATED),
+                                             (getattr(signal, "SIGHUP", None), cli.EXIT_HANGUP)) if sig is not None}
+
+
+class Terminated(Exception):
+    """A subcommand stopped by one of ``STOP_SIGNALS``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+async def run_stoppable(args: argparse.Namespace, cfg: ClientConfig) -> int:
+    """``cli.run_command``, cancelled by SIGTERM (``timeout``, ``kill``, systemd) or SIGHUP (the
+    terminal closed) as asyncio cancels it on Ctrl+C, so the same cleanup runs (``ask`` cancels its
+    turn, the connection is closed) before ``Terminated`` is raised. Outside the main thread (tests
+    calling ``main`` from a thread) no handler can be installed and the signals keep their default."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    received: list[int] = []
+
+    def stop(signum: int) -> None:
+        received.append(signum)
+        task.cancel()           # again on a second signal: it also cuts the cleanup short
+    installed: dict[int, Any] = {}     # signal -> the handler it had (put back: main() may run in-process)
+    for sig in STOP_SIGNALS:
+        previous = signal.getsignal(sig)
+        try:
+            loop.add_signal_handler(sig, stop, sig)
+        except (ValueError, RuntimeError, NotImplementedError):   # not the main thread, no such signal
+            continue
+        installed[sig] = previous
+    try:
+        code = await cli.run_command(args, cfg)
+    except asyncio.CancelledError:
+        if received:
+            raise Terminated(received[0]) from None
+        raise
+    finally:
+        for sig, previous in installed.items():
+            loop.remove_signal_handler(sig)
+            if previous is not None:
+                signal.signal(sig, previous)
+    if received:     # the cleanup ended otherwise (SIGHUP: the terminal gone, its last write failed)
+        raise Terminated(received[0])
+    return code
+
+
+def _say(text: str) -> None:
+    """A last line on stderr, when there is still a stderr to take it (not after SIGHUP closed the terminal)."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def _quiet_broken_pipe() -> int:
     """stdout's reader went away (``| head``): stop quietly. Later writes (the interpreter's final
     flush included) go to /dev/null instead of printing a BrokenPipeError traceback."""
@@ -89,12 +151,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         app.run()
         return app.return_code or cli.EXIT_OK
     try:
-        return asyncio.run(cli.run_command(args, cfg))
+        return asyncio.run(run_stoppable(args, cfg))
     except BrokenPipeError:
         return _quiet_broken_pipe()
     except KeyboardInterrupt:
-        sys.stderr.write("nplt-client: INTERRUPTED\n")
+        _say("nplt-client: INTERRUPTED\n")
         return cli.EXIT_INTERRUPTED
+    except Terminated as exc:
+        _say(f"nplt-client: TERMINATED: {exc}\n")
+        return STOP_SIGNALS.get(signal.Signals(exc.signum), 128 + exc.signum)
 
 
 if __name__ == "__main__":
