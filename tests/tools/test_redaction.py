@@ -208,3 +208,163 @@ def test_redaction_stays_fast_on_hostile_text(text):
     out = redact(body)
     assert time.perf_counter() - start < 1.0
     assert orjson.loads(out)["text"].startswith(text[:10])
+
+
+# Daemon config formats that came back in clear before (review s32): kind -> (line, secret, line as shown)
+DAEMON_FORMATS = {
+    "redis requirepass": ("requirepass Xq9s8PLm2wKz", "Xq9s8PLm2wKz", f"requirepass {MASK}"),
+    "redis masterauth": ("masterauth Xq9s8PLm2wKz", "Xq9s8PLm2wKz", f"masterauth {MASK}"),
+    "redis default example": ("requirepass foobared", "foobared", f"requirepass {MASK}"),
+    "keepalived auth_pass": ("        auth_pass Kp4ss123", "Kp4ss123", f"        auth_pass {MASK}"),
+    "nslcd bindpw": ("bindpw Xq9s8PLm2wKz", "Xq9s8PLm2wKz", f"bindpw {MASK}"),
+    "sssd authtok": ("ldap_default_authtok = Xq9s8PLm2wKz", "Xq9s8PLm2wKz", f"ldap_default_authtok = {MASK}"),
+    "haproxy stats auth": ("    stats auth admin:Xq9s8PLm2wKz", "Xq9s8PLm2wKz", f"    stats auth admin:{MASK}"),
+    "haproxy insecure-password": ("    user admin insecure-password Xq9s8PLm2wKz", "Xq9s8PLm2wKz",
+                                  f"    user admin insecure-password {MASK}"),
+    "bind secret": ('    secret "WnF4c2VjcmV0S2V5QmFzZTY0PQ==";', "WnF4c2VjcmV0S2V5QmFzZTY0PQ==",
+                    f'    secret "{MASK}";'),
+    "kickstart rootpw": ("rootpw --plaintext Xq9s8PLm2wKz", "Xq9s8PLm2wKz", f"rootpw --plaintext {MASK}"),
+    "wpa_supplicant psk": ('    psk="Xq9s8PLm2wKz"', "Xq9s8PLm2wKz", f'    psk="{MASK}"'),
+    "rails secret_key_base": ("  secret_key_base: 9f8e7d6c5b4a39281706", "9f8e7d6c5b4a39281706",
+                              f"  secret_key_base: {MASK}"),
+    "laravel APP_KEY": ("APP_KEY=base64:Xq9s8PLm2wKzXq9s8PLm2wKzXq9s8PLm2wKz=", "Xq9s8PLm2wKzXq9s8PLm2wKz",
+                        f"APP_KEY={MASK}"),
+    ".NET appSettings": ('<add key="DbPassword" value="Xq9s8PLm2wKz" />', "Xq9s8PLm2wKz",
+                         f'<add key="DbPassword" value="{MASK}" />'),
+    "java properties xml": ('<entry key="db.password">Xq9s8PLm2wKz</entry>', "Xq9s8PLm2wKz",
+                            f'<entry key="db.password">{MASK}</entry>'),
+    "slack webhook": ("url: https://hooks.slack.com/services/T0000000/B0000000/Xq9s8PLm2wKzXq9s8PLm",
+                      "Xq9s8PLm2wKzXq9s8PLm", f"url: https://hooks.slack.com/services/{MASK}"),
+    "discord webhook": ("https://discord.com/api/webhooks/123456789/AbCdEfGhIjKlMnOpQrSt_uv",
+                        "AbCdEfGhIjKlMnOpQrSt_uv", f"https://discord.com/api/webhooks/123456789/{MASK}"),
+    "space-separated env": ("SMTP_PASSWORD Xq9s8PLm2wKz", "Xq9s8PLm2wKz", f"SMTP_PASSWORD {MASK}"),
+    "apache SetEnv": ("SetEnv DB_PASSWORD Xq9s8PLm2wKz", "Xq9s8PLm2wKz", f"SetEnv DB_PASSWORD {MASK}"),
+    "directive with comment": ("requirepass Xq9s8PLm2wKz  # set by ops", "Xq9s8PLm2wKz",
+                               f"requirepass {MASK}  # set by ops"),
+    "pgpass": ("db.example.com:5432:appdb:appuser:Xq9s8PLm2wKz", "Xq9s8PLm2wKz",
+               f"db.example.com:5432:appdb:appuser:{MASK}"),
+    "pgpass wildcard port": ("localhost:*:*:postgres:Xq9s8PLm2wKz", "Xq9s8PLm2wKz",
+                             f"localhost:*:*:postgres:{MASK}"),
+    "postfix sasl_passwd": ("[smtp.example.com]:587 mailer@example.com:Xq9s8PLm2wKz", "Xq9s8PLm2wKz",
+                            f"[smtp.example.com]:587 mailer@example.com:{MASK}"),
+}
+
+# prose and look-alikes near the new shapes: left alone
+DAEMON_NOT_SECRETS = [
+    "password reset link sent", "reset your password now", "auth_pass is required by vrrp_instance",
+    "requirepass must be set in redis.conf", "SMTP_PASSWORD not set", "csrf_token refreshed",
+    "api_key missing", "access_token expired", "psql --no-password mydb", "stats auth enabled",
+    "keep the secret safe", "Jan 12 10:30:45 host sshd[1]: ok", "fe80::1:2:3:4", "00:11:22:33:44:55",
+    "root:x:0:0:root:/root:/bin/bash", "key: |", "sort_key: |", '<add key="PageSize" value="50" />',
+    "https://hooks.example.com/services/abc", "MYSQL_ROOT_PASSWORD_FILE /run/secrets/x", "password: |",
+]
+
+
+@pytest.mark.parametrize("kind", list(DAEMON_FORMATS))
+def test_daemon_config_formats_are_masked(kind):
+    line, secret, expected = DAEMON_FORMATS[kind]
+    assert redact(line) == expected
+    body = orjson.dumps({"text": "x\n" + line + "\ny"}).decode()
+    out = redact(body)
+    assert secret not in out and orjson.loads(out)["text"] == "x\n" + expected + "\ny"
+
+
+@pytest.mark.parametrize("text", DAEMON_NOT_SECRETS)
+def test_daemon_look_alikes_are_left_alone(text):
+    assert redact(text) == text
+    body = orjson.dumps({"text": "x\n" + text + "\ny"}).decode()
+    assert redact(body) == body
+
+
+YAML_FILE = """\
+db:
+  user: app
+  password: |
+    Xq9s8PLm2wKzMultiline
+
+    SecondLineOfIt99
+  host: db.local
+tls:
+  - name: web
+    private_key: >-
+      KeyLineOne
+      KeyLineTwo
+    sort_key: |
+      plain block text
+notes: |
+  nothing secret here
+"""
+YAML_SHOWN = f"""\
+db:
+  user: app
+  password: |
+    {MASK}
+
+    {MASK}
+  host: db.local
+tls:
+  - name: web
+    private_key: >-
+      {MASK}
+      {MASK}
+    sort_key: |
+      plain block text
+notes: |
+  nothing secret here
+"""
+
+
+def test_yaml_block_values_under_secret_keys_are_masked():
+    """``password: |`` holds its value on the lines after it, indented deeper: those lines are masked, in
+    the JSON text (redact) and line by line (the file tools); the lines after the block are not."""
+    assert orjson.loads(redact(orjson.dumps({"text": YAML_FILE}).decode()))["text"] == YAML_SHOWN
+    from server.tools.secrets import LineRedactor
+    assert LineRedactor().lines(YAML_FILE.split("\n")) == YAML_SHOWN.split("\n")
+    one_by_one = LineRedactor()        # fed in pieces, as search_files and read_file do: the state carries
+    assert [one_by_one.lines([line])[0] for line in YAML_FILE.split("\n")] == YAML_SHOWN.split("\n")
+
+
+@pytest.mark.parametrize("tool,args", [
+    ("read_file", {"path": "daemon.conf"}),
+    ("search_files", {"root": ".", "pattern": ".", "regex": True, "limit": 200}),
+    ("search_files", {"root": ".", "pattern": "Xq9s8|SecondLineOfIt|KeyLine|foobared|Kp4ss|W=|9f8e7d", "regex": True}),
+])
+async def test_daemon_formats_are_masked_in_file_tool_results(tmp_path, tool, args):
+    """The daemon formats and the YAML file planted in real files, read back through the tools (over the
+    redacted lines a search for the secret itself finds nothing)."""
+    lines = [line for line, _, _ in DAEMON_FORMATS.values()] + DAEMON_NOT_SECRETS
+    (tmp_path / "daemon.conf").write_text("\n".join(lines) + "\n")
+    (tmp_path / "app.yaml").write_text(YAML_FILE)
+    tools = ToolRegistry(ToolsConfig(file_roots=[str(tmp_path)]))
+    call = await tools.run(tool, args, CTX)
+    assert call.status == "success", call.result
+    data = orjson.loads(call.result)
+    shown_text = orjson.dumps(data.get("text") or data.get("matches")).decode()   # not the pattern echoed
+    for kind, (_, secret, _) in DAEMON_FORMATS.items():
+        assert secret not in shown_text, kind
+    for secret in ("Xq9s8PLm2wKzMultiline", "SecondLineOfIt99", "KeyLineOne", "KeyLineTwo"):
+        assert secret not in shown_text
+    if tool == "read_file":
+        assert data["text"].split("\n") == [e for _, _, e in DAEMON_FORMATS.values()] + DAEMON_NOT_SECRETS
+    elif args["pattern"] == ".":
+        shown = {(m["path"], m["line"]): m["text"] for m in data["matches"]}
+        yaml_shown = YAML_SHOWN.split("\n")
+        for (path, no), text in shown.items():
+            if path.endswith("app.yaml"):
+                assert text == yaml_shown[no - 1]
+        assert sum(path.endswith("daemon.conf") for path, _ in shown) == len(lines)
+    else:
+        assert data["matches"] == []
+
+
+@pytest.mark.parametrize("text", ["auth_pass " * 4000, "requirepass --x " * 3000, "rootpw" + " --x" * 5000,
+                                  'key="a_password" value="' * 2000, "h:1:d:u:" * 4000, "password: |\n " * 3000,
+                                  "[a]:1 " * 4000, "stats auth " * 3000, "a" + "_a" * 8000 + "_password x",
+                                  'secret "' * 3000, "--password\t" * 4000, "SMTP_PASSWORD " + "x" * 50000 + " y"])
+def test_daemon_shapes_stay_fast_on_hostile_text(text):
+    from server.tools.secrets import LineRedactor
+    body = orjson.dumps({"text": text}).decode()
+    start = time.perf_counter()
+    redact(body)
+    LineRedactor().lines(text.split("\n"))
+    assert time.perf_counter() - start < 1.0

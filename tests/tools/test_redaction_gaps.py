@@ -17,15 +17,15 @@ import time
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from protocol import MsgType
 from server.app import Server
 from server.tools import ToolContext, ToolRegistry, ToolsConfig
 from server.tools.search import BLOCK, MAX_LINE_BYTES
-from server.tools.secrets import (MASK, SECRET_SHAPES, LineRedactor, redact, redact_shapes, secret_values,
-                                  sensitive_variable)
+from server.tools.secrets import (_SECRET_KEY, _YAML_BLOCK_KEY, MASK, SECRET_SHAPES, LineRedactor, redact,
+                                  redact_shapes, secret_values, sensitive_variable)
 from testkit.server import V3Client, answer_text, make_config
 
 CTX = ToolContext("alice", "s_1")
@@ -260,6 +260,10 @@ def test_the_prefilter_finds_every_changed_shape(parts):
 
 @given(st.lists(st.lists(st.sampled_from(FRAGMENTS), max_size=6).map("".join), max_size=10))
 def test_all_lines_at_once_equal_one_by_one(lines):
+    # a secret key opening a YAML block value ("password: >") masks the lines after it: fed one by one
+    # they are not masked (like the lines of a PEM key); test_yaml_block_values_under_secret_keys_are_masked
+    assume(not any(_YAML_BLOCK_KEY.match(line) and _SECRET_KEY.search(_YAML_BLOCK_KEY.match(line).group(3))
+                   for line in lines))
     expected = [LineRedactor([QUOTED]).lines([line])[0] for line in lines]
     out: list[list[str]] = []
     worker = threading.Thread(target=lambda: out.append(LineRedactor([QUOTED]).lines(lines)), daemon=True)

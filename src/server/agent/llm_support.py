@@ -2,7 +2,8 @@
 clock, retry policy, error mapping (tool-call deltas are assembled in ``server.agent.tool_calls``).
 
 Error messages name the endpoint host and the HTTP status, never the API key (it and any run of
-``KEY_FRAGMENT_CHARS`` or more characters of it are scrubbed from anything the server echoes back).
+``KEY_FRAGMENT_CHARS`` or more characters of it, in any letter case, are scrubbed from anything the server
+echoes back).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import contextlib
 import email.utils
 import math
 import random
+import string
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
@@ -26,6 +28,12 @@ from server.memory.tokens import TokenCounter, message_tokens, truncate_to_token
 
 LLM_ERROR, LLM_TIMEOUT = ErrorCode.LLM_ERROR, ErrorCode.LLM_TIMEOUT
 KEY_FRAGMENT_CHARS = 8     # any run of this many characters of the API key is scrubbed from error texts
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)   # keeps every index
+# a 400/422 that complains of a field it does not know without naming it: maybe stream_options (the
+# error naming stream_options or include_usage is one too; any other 400 is not sent again)
+UNKNOWN_FIELD_WORDS = ("unrecognized", "unknown field", "unknown parameter", "unknown argument", "extra field",
+                       "extra input", "extra_forbidden", "unexpected field", "unexpected keyword",
+                       "additional properties")
 BUDGET_CUT_NOTE = "[... cut to fit the context budget: {n} more characters]"
 MAX_USAGE_TOKENS = 2 ** 53 - 1   # a usage count above this (or not a finite number >= 0) is not counted
 
@@ -298,14 +306,16 @@ def is_retryable(exc: BaseException) -> bool:
 
 def rejects_stream_options(exc: openai.APIStatusError) -> bool:
     """Whether a 400/422 answer to a request with ``stream_options`` may mean it is not supported: the
-    error names it (or ``include_usage``), or at least names no other cause (context length, tokens).
-    A context-length 400 is not sent again without it."""
+    error names it (or ``include_usage``), or complains of a field it does not know (``UNKNOWN_FIELD_WORDS``:
+    "Extra inputs are not permitted") and names no other cause (context length, tokens). Any other 400
+    ("This model does not support function calling", a context-length error) is not sent again."""
     if exc.status_code not in (400, 422):
         return False
     text = f"{_status_detail(exc)} {exc.body}".lower()
     if "stream_options" in text or "include_usage" in text:
         return True
-    return not any(word in text for word in ("context", "length", "too long", "token"))
+    return (any(word in text for word in UNKNOWN_FIELD_WORDS)
+            and not any(word in text for word in ("context", "length", "too long", "token")))
 
 
 def endpoint_host(base_url: str) -> str:
@@ -314,21 +324,20 @@ def endpoint_host(base_url: str) -> str:
 
 def scrub_key(text: str, secret: str | None) -> str:
     """``text`` with the key and every run of ``KEY_FRAGMENT_CHARS`` or more characters of it (a prefix
-    an endpoint echoes, say) replaced by ``***``."""
+    an endpoint echoes, say) replaced by ``***``, in any letter case (an endpoint may echo the key lower-
+    or upper-cased)."""
     if not secret or not text:
         return text
-    text = text.replace(secret, "***")
-    n = KEY_FRAGMENT_CHARS
-    if len(secret) <= n:
-        return text
-    grams = {secret[i:i + n] for i in range(len(secret) - n + 1)}
+    key, low = secret.translate(_ASCII_LOWER), text.translate(_ASCII_LOWER)   # same length, same indexes
+    n = min(KEY_FRAGMENT_CHARS, len(key))      # a key this short: only whole
+    grams = {key[i:i + n] for i in range(len(key) - n + 1)}
     out, i, last = [], 0, 0
-    while i <= len(text) - n:
-        if text[i:i + n] not in grams:
+    while i <= len(low) - n:
+        if low[i:i + n] not in grams:
             i += 1
             continue
         end = i + n                               # extend while it is still a part of the key
-        while end < len(text) and text[i:end + 1] in secret:
+        while end < len(low) and low[i:end + 1] in key:
             end += 1
         out += [text[last:i], "***"]
         i = last = end

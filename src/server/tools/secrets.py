@@ -12,15 +12,21 @@ refreshed"), ``Basic`` credentials (base64 of ``user:password``), the password o
 (``scheme://user:PASSWORD@host``, up to the last @ before the host), PEM private-key blocks and
 base64-encoded PEM blobs (kubeconfig's ``client-key-data``), password hashes (``$apr1$...``,
 ``$6$...``, ``$2y$...``, ``{SHA}...``: htpasswd, shadow), the value of ``password=``,
-``db_pass:``, ``passphrase:``, ``token: ``, ``api_key=``, ``secret=``, ``SECRET_KEY=``,
-``client-key-data:`` style assignments (JSON, YAML, INI, env, PHP/Ruby ``=>``) and XML elements
-(``<password>...</password>``), of a DSN's user info, of a credential-looking ``"auth": "..."``
-(docker's config.json, .npmrc), and of command-line passwords (``--password S3cret``,
-``--db-password S3cret``, ``mysql -pS3cret``, ``curl -u user:S3cret``, ``redis-cli -a S3cret``,
+``db_pass:``, ``passphrase:``, ``token: ``, ``api_key=``, ``secret=``, ``SECRET_KEY=``, ``APP_KEY=``,
+``secret_key_base:``, ``psk=``, ``ldap_default_authtok =``, ``client-key-data:`` style assignments (JSON,
+YAML, INI, env, PHP/Ruby ``=>``) and XML elements (``<password>...</password>``), of a DSN's user info, of a
+credential-looking ``"auth": "..."`` (docker's config.json, .npmrc), and of command-line passwords
+(``--password S3cret``, ``--db-password S3cret``, ``mysql -pS3cret``, ``curl -u user:S3cret``, ``redis-cli -a S3cret``,
 ``docker login -p``, ``ldapsearch -w``, ``smbclient -U user%S3cret``, ``openssl -k``,
 ``htpasswd -b``, ``rabbitmqctl add_user``, ``vault login``, netrc's ``login u password S3cret``)
-and SQL's ``WITH PASSWORD 'X'`` / ``IDENTIFIED BY 'X'``. An assigned value runs as its format delimits
-it: a quoted one to its closing quote (escaped quotes included), an unquoted one to whitespace (a tab
+and SQL's ``WITH PASSWORD 'X'`` / ``IDENTIFIED BY 'X'``; daemon directives, the value alone at the end of
+its line (redis ``requirepass X`` / ``masterauth X``, nslcd ``bindpw X``, kickstart ``rootpw --plaintext X``,
+BIND ``secret "X";``, and a config key ending with a secret word: keepalived ``auth_pass X``, ``SMTP_PASSWORD
+X``, HAProxy ``insecure-password X``), HAProxy's ``stats auth user:X``, a .pgpass line
+(``host:port:db:user:X``), postfix's ``[host]:port user:X``, key/value XML (``<add key="DbPassword"
+value="X"/>``, ``<entry key="db.password">X</entry>``), the lines of a YAML block value under a secret key
+(``password: |``), and the path of Slack and Discord webhook URLs. An assigned value runs as its format
+delimits it: a quoted one to its closing quote (escaped quotes included), an unquoted one to whitespace (a tab
 too). The result is JSON text, so a mask always covers whole escapes (``\\"``, ``\\t``) and never
 a quote of the JSON itself: the mask keeps the JSON valid.
 
@@ -33,7 +39,10 @@ when only its middle lines are read or matched. A fast RE2 prefilter, derived fr
 False positives are kept down by requiring an assignment (``name: value``) whose name *ends* with
 the secret word: ``max_tokens: 1024``, ``token_budget = 200``, ``bypass: true``, ``auth_mode``,
 "password policy: 12 chars" and "keyboard" stay as they are; so do code that reads a credential
-(``token = ns.token``, ``token: str,``, ``token=None``) and placeholders (``api_key=<set>``).
+(``token = ns.token``, ``token: str,``, ``token=None``) and placeholders (``api_key=<set>``). A directive
+needs a known name or a config key's (a secret word after ``_ . -``, not an option's: ``--no-password
+mydb`` stays), one word after it and nothing more on the line, and after a config key a word that does not
+read as a status: "password reset link sent", "auth_pass is required", "csrf_token refreshed" stay.
 """
 from __future__ import annotations
 
@@ -96,7 +105,8 @@ _NOT_LITERAL = (r"(?!(?:[A-Za-z_]\w*\.)+(?:\w*" + "(?:passw(?:or)?d|pass|passphr
 # a credential's name: it ends with one of these words (so max_tokens, token_count, auth_mode are not)
 _SECRET_NAME = (r"(?:passw(?:or)?d|(?:(?<![a-z])|(?<=\\[nrt]))pass|passphrase|secret|token|"
                 r"api[_-]?key|apikey|access[_-]?key|"
-                r"(?:private|secret|signing|encryption|master|client|session|auth|account)[_-]?key|"
+                r"(?:private|secret|signing|encryption|master|client|session|auth|account|app)[_-]?key|"
+                r"secret[_-]?key[_-]?base|authtok|(?:(?<![a-z])|(?<=\\[nrt]))psk|"
                 r"credentials?|(?:key|cert|certificate)[_-]data)")
 _CLI_FLAG = (r"(?:password|passwd|pass(?:in|out)?|passphrase|pwd|token|secret|api-?key|auth-token|"
              r"access-token|client-secret)")
@@ -129,6 +139,62 @@ def _basic(m: re.Match) -> str:
     except (ValueError, binascii.Error):
         return m.group(0)
     return m.group(1) + MASK if b":" in decoded else m.group(0)
+
+
+# Directives: NAME VALUE, the value alone at the end of its line (a ; or a " # comment" after it aside):
+# redis's requirepass / masterauth, nslcd's bindpw, kickstart's rootpw [--plaintext], BIND's secret "X";
+# and a config key whose name ends with a secret word after a letter or digit and a _ . or - (keepalived's
+# auth_pass, SMTP_PASSWORD, HAProxy's insecure-password), never an option's (--no-password mydb). Prose
+# is left alone: "password reset link sent" (a bare word, and more than one word after it), "--password X"
+# (an option: see the CLI shapes), "auth_pass is required" (more than one word after the name), "csrf_token
+# refreshed" (after a config key, a word that reads as a status: _STATUS_WORD).
+MAX_DIRECTIVE_PREFIX = 60     # characters of a directive's name before its secret word (SMTP_ in SMTP_PASSWORD)
+DIRECTIVE_WORDS = ("requirepass", "masterauth", "bindpw", "rootpw")
+QUOTED_DIRECTIVE_WORDS = DIRECTIVE_WORDS + ("secret",)     # secret "X"; (BIND): with a quoted value only
+
+
+# a config key whose name ends with a secret word after a _ . or - (SMTP_PASSWORD, auth_pass)
+_CONFIG_KEY = r"[A-Za-z0-9][\w.-]{0,%d}?[_.-]" % MAX_DIRECTIVE_PREFIX + _SECRET_NAME + r"(?![\w.-])"
+
+
+def _directive(words: Iterable[str]) -> str:
+    """A directive's name: one of ``words`` (then maybe options: rootpw --plaintext), or a config key."""
+    return (r"(?:(?<=\\[nrt])|(?<![\w.\\-]))(?:(?:" + "|".join(words) + r")(?![\w.-])(?:" + _S
+            + r"+--?[A-Za-z][\w-]*){0,4}|" + _CONFIG_KEY + r")")
+
+
+# an unquoted value after a config key (not a known directive) that reads as a status, not a password:
+# "csrf_token refreshed", "api_key missing" (a lower-case word ending in -ed or -ing, or one of these)
+_STATUS_WORD = (r"(?!(?-i:[a-z]+(?:ed|ing)|missing|invalid|required|unset|set|empty|none|ok|error|mismatch|"
+                r"ready|present|absent|unknown|pending|active|inactive|valid)(?![\w.-]))")
+
+
+# the end of a directive's line, after its value: a ; and a " # comment" may follow
+_DIRECTIVE_END = r"(?:" + _S + r"*;)?(?:" + _S + r"+#.*?)?" + _S + r"*(?:$|[\n\r]|\\[nr]|\")"
+# a key="...secret" attribute (.NET appSettings <add key="DbPassword" value="X"/>, <entry key="db.password">)
+_XML_KEY = r"key=\\?[\"'][^\"'\\<>\s]{0,100}?" + _SECRET_NAME + r"\\?[\"']"
+YAML_BLOCK_SCALAR = r"[|>][-+0-9]{0,2}"     # the indicator of a YAML block value (password: |)
+
+
+def _yaml_block(m: re.Match[str]) -> str:
+    """A YAML block value after a secret key (``password: |`` then its lines, in the JSON text: each line
+    after a \\n escape): each of its lines, those indented deeper than the key, masked."""
+    line_start = m.string.rfind("\\n", 0, m.start()) + 1
+    line_start = line_start + 1 if line_start else m.string.rfind('"', 0, m.start()) + 1
+    prefix = m.string[line_start:m.start()]
+    key_indent = len(prefix) - len(prefix.lstrip(" -"))
+    body, rest = m.group(2), ""
+    if "\\N" in body:     # matched by IGNORECASE, not a line break (text that is not JSON): the lines end there
+        body, rest = body[:body.index("\\N")], body[body.index("\\N"):]
+    lines = body.split("\\n")[1:]
+    for i, line in enumerate(lines):
+        indent = len(line) - len(line.lstrip(" "))
+        if indent <= key_indent:
+            if line.strip(" "):
+                break
+            continue        # a blank line inside the value
+        lines[i] = line[:indent] + MASK
+    return m.group(1) + "".join("\\n" + line for line in lines) + rest
 
 
 SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
@@ -178,6 +244,37 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
     # the secret word, as above); the value runs to the closing tag
     (re.compile(r"(" + _SECRET_NAME + r">)(?!\[REDACTED\]<)(?:[^<\s\"'\\]|\\[\\\"'/]){4,}(?=</)", re.I),
      r"\1" + MASK),
+    # directives (see _directive): requirepass S3cret, rootpw --plaintext S3cret, SMTP_PASSWORD S3cret,
+    # secret "S3cret"; (an unquoted value has no whitespace: it runs to the end of its line)
+    (re.compile(r"((?:(?<=\\[nrt])|(?<![\w.\\-]))(?:" + "|".join(DIRECTIVE_WORDS) + r")(?![\w.-])(?:" + _S
+                + r"+--?[A-Za-z][\w-]*){0,4}" + _S + r"+)(?!-|\[REDACTED\])" + _NOT_LITERAL + _UQ_VALUE
+                + r"{4,}?(?=" + _DIRECTIVE_END + r")", re.I), r"\1" + MASK),
+    (re.compile(r"((?:(?<=\\[nrt])|(?<![\w.\\-]))" + _CONFIG_KEY + _S + r"+)(?!-|\[REDACTED\])" + _NOT_LITERAL
+                + _STATUS_WORD + _UQ_VALUE + r"{4,}?(?=" + _DIRECTIVE_END + r")", re.I), r"\1" + MASK),
+    (re.compile(r"(" + _directive(QUOTED_DIRECTIVE_WORDS) + _S + r"+\\?\")(?!\[REDACTED\])" + _DQ_VALUE
+                + r"{4,}(?=\\?\"" + _DIRECTIVE_END + r")", re.I), r"\1" + MASK),
+    (re.compile(r"(" + _directive(QUOTED_DIRECTIVE_WORDS) + _S + r"+')(?!\[REDACTED\])" + _SQ_VALUE
+                + r"{4,}(?='" + _DIRECTIVE_END + r")", re.I), r"\1" + MASK),
+    # HAProxy: stats auth USER:PASSWORD
+    (re.compile(r"(" + _B + r"stats" + _S + r"+auth" + _S + r"+[^\s:\"'\\]+:)(?!\[REDACTED\])" + _V + r"{4,}",
+                re.I), r"\1" + MASK),
+    # .pgpass: HOST:PORT:DATABASE:USER:PASSWORD (PORT a number or *), a line's first field
+    (re.compile(r"((?:^|(?<=[\s\"])|(?<=\\[nrt]))[^\s:\"'\\]+:(?:\d{1,5}|\*):[^\s:\"'\\]+:[^\s:\"'\\]+:)"
+                r"(?!\[REDACTED\])(?:\\\\|[^\s:\"'\\]){4,}(?=[\s\"\\]|$)"), r"\1" + MASK),
+    # postfix's sasl_passwd: [HOST]:PORT USER:PASSWORD
+    (re.compile(r"((?:^|(?<=[\s\"])|(?<=\\[nrt]))\[[^\s\]\"'\\]+\](?::\d{1,5})?" + _S + r"+[^\s:\"'\\]+:)"
+                r"(?!\[REDACTED\])" + _V + r"{4,}"), r"\1" + MASK),
+    # key/value XML: <add key="DbPassword" value="S3cret" />, <entry key="db.password">S3cret</entry>
+    (re.compile(r"(" + _XML_KEY + _S + r"+value=\\?[\"'])(?!\[REDACTED\])(?:\\\\|[^\"'\\]){4,}", re.I),
+     r"\1" + MASK),
+    (re.compile(r"(" + _XML_KEY + _S + r"*>)(?!\[REDACTED\]<)(?:\\\\|[^<\"'\\]){4,}(?=</)", re.I), r"\1" + MASK),
+    # a YAML block value after a secret key: password: | (or >-, |2 ...) and the lines under it
+    (re.compile(r"(" + _SECRET_NAME + r"(?![\w])(?:\\?[\"'])?" + _S + r"*: +" + YAML_BLOCK_SCALAR
+                + r"(?: |\\t)*(?:\\r)?)((?:\\n(?: +(?:\\[^n]|[^\\\"\n])*)?)+)", re.I), _yaml_block),
+    # webhook URLs, whose path is the credential: Slack, Discord
+    (re.compile(r"(hooks\.slack\.com/(?:services|workflows|triggers)/)(?!\[REDACTED\])[A-Za-z0-9_/-]{8,}", re.I),
+     r"\1" + MASK),
+    (re.compile(r"(discord(?:app)?\.com/api/webhooks/\d+/)(?!\[REDACTED\])[A-Za-z0-9_-]{16,}", re.I), r"\1" + MASK),
     # pwd=... (MYSQL_PWD, ODBC's PWD=): not a path, so that a shell's PWD=/home/ops stays
     *_assignments(r"pwd(?![\w])", r"(?![/~])"),
     # SQL: CREATE|ALTER USER/ROLE ... WITH [ENCRYPTED] PASSWORD 'X', IDENTIFIED [WITH plugin] BY 'X' (a quoted
@@ -308,6 +405,12 @@ def redact(text: str, extra: Iterable[str] = ()) -> str:
 # -- line by line, as the file tools show a file -----------------------------------------------------
 
 _PEM_MARK = re.compile(r"-----(BEGIN|END) [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+# a line holding a key and a YAML block indicator (password: |): the value is on the lines after it, indented
+# deeper (``LineRedactor``); _YAML_HINT finds where there may be one among the lines fed (their JSON text)
+_YAML_BLOCK_KEY = re.compile(r"([ \t]*(?:-[ \t]+)?)([\"']?)([^\s:\"']+)\2[ \t]*:[ \t]+" + YAML_BLOCK_SCALAR
+                             + r"[ \t]*(?:#.*)?\r?$")
+_SECRET_KEY = re.compile(_SECRET_NAME + r"$", re.I)     # a key ending with a secret word (as assignments)
+_YAML_HINT = re.compile(rb":[ \t]+[|>]")
 SHAPES_FILTER = PatternFilter([pattern for pattern, _ in SECRET_SHAPES])
 SHAPES_PREFILTER = SHAPES_FILTER.any
 
@@ -320,7 +423,8 @@ def _shapes_in(text: str) -> frozenset[int]:
 class LineRedactor:
     """The lines of one text file as the tools show them: each line redacted on its own (as ``redact``
     does, known values then ``SECRET_SHAPES``), and every line of a PEM private-key block masked, from
-    its BEGIN line to its END line. The line count never changes.
+    its BEGIN line to its END line; and the lines of a YAML block value under a secret key (``password: |``
+    then the lines indented deeper than the key). The line count never changes.
 
     Feed the lines in file order (``changes``/``lines``, any number of calls). ``mid_file``: the
     first lines fed may be inside a key block whose BEGIN line was not read (the tail of a log); an END
@@ -332,10 +436,12 @@ class LineRedactor:
         self._needles = [v.encode("utf-8", "surrogatepass") for v in self._values]
         self.in_key = False
         self._unknown_start = mid_file
+        self._block_indent: int | None = None     # in a YAML block value: its key's indentation
 
     def restart(self) -> None:
         """The next lines are the start of another file."""
         self.in_key = self._unknown_start = False
+        self._block_indent = None
 
     def lines(self, lines: list[str]) -> list[str]:
         """``lines`` as shown."""
@@ -356,12 +462,17 @@ class LineRedactor:
             self._unknown_start = False
             self.in_key = self._starts_in_key(lines)
         out: dict[int, str] = {}
-        if self.in_key or b"PRIVATE KEY" in data:   # a key block: its state runs through every line
-            for i, line in enumerate(lines):
-                if self.in_key or i in candidates or "PRIVATE KEY" in line:
-                    shown = self._line(line)
-                    if shown != line:
-                        out[i] = shown
+        if (self.in_key or b"PRIVATE KEY" in data or self._block_indent is not None
+                or _YAML_HINT.search(data) is not None):   # a key block or a YAML block value: a state
+            for i, line in enumerate(lines):             # that runs through every line
+                shown = self._in_block(line)
+                if shown is None:
+                    shown = line
+                    if self.in_key or i in candidates or "PRIVATE KEY" in line:
+                        shown = self._line(line)
+                    self._block_starts(line)
+                if shown != line:
+                    out[i] = shown
             return out
         for i in sorted(candidates):
             shown = self._scrub(lines[i])
@@ -394,6 +505,26 @@ class LineRedactor:
             first, last = before - 1, before + data.count(b"\n", start, end - 1) - 1
             found.update(range(max(first, 0), min(last, count - 1) + 1))
         return found
+
+    def _in_block(self, line: str) -> str | None:
+        """``line`` as shown when it is part of a YAML block value (``None`` if not: the block ends there)."""
+        if self._block_indent is None:
+            return None
+        if not line.strip():
+            return line          # a blank line inside the value
+        indent = len(line) - len(line.lstrip(" "))
+        if indent > self._block_indent:
+            return line[:indent] + MASK
+        self._block_indent = None
+        return None
+
+    def _block_starts(self, line: str) -> None:
+        """When ``line`` is a secret key with a YAML block value (``password: |``), its lines follow."""
+        if self.in_key or ":" not in line:
+            return
+        m = _YAML_BLOCK_KEY.match(line)
+        if m and _SECRET_KEY.search(m.group(3)):
+            self._block_indent = len(m.group(1))
 
     @staticmethod
     def _starts_in_key(lines: list[str]) -> bool:

@@ -5,6 +5,7 @@ registry runs them with ``asyncio.to_thread``.
 """
 from __future__ import annotations
 
+import re
 import socket
 import time
 from datetime import datetime, timezone
@@ -16,6 +17,8 @@ from server.tools.config import ToolsConfig
 from server.tools.units import fmt_bytes, fmt_duration, pct
 
 METRICS = ("cpu", "memory", "disk", "network", "load", "uptime", "all")
+# Linux keeps a process's name (comm) to 15 characters; psutil completes a name that long from argv[0]
+KERNEL_COMM_CHARS = 15
 
 SYS_MONITOR_SCHEMA = {
     "type": "object",
@@ -135,12 +138,21 @@ def sys_monitor(cfg: ToolsConfig, metric: str) -> dict[str, Any]:
     return {"metric": metric, metric: collectors[metric]()}
 
 
+def process_name(p: psutil.Process) -> str:
+    """The name of ``p``, never its arguments. psutil completes a kernel name cut to
+    ``KERNEL_COMM_CHARS`` with the basename of argv[0], which a program sets as it likes, arguments
+    included (exec -a "dbbackup_runner_tool --pw S3cret"): the completion stops at the first whitespace."""
+    name = p.name()
+    return name[:KERNEL_COMM_CHARS] + re.match(r"\S*", name[KERNEL_COMM_CHARS:]).group(0)
+
+
 def _proc_info(p: psutil.Process) -> dict[str, Any] | None:
     try:
         with p.oneshot():
             mem = p.memory_info()
-            return {"pid": p.pid, "name": p.name(), "user": _username(p), "cpu_percent": p.cpu_percent(None),
-                    "rss_bytes": mem.rss, "memory_percent": pct(p.memory_percent())}
+            return {"pid": p.pid, "name": process_name(p), "user": _username(p),
+                    "cpu_percent": p.cpu_percent(None), "rss_bytes": mem.rss,
+                    "memory_percent": pct(p.memory_percent())}
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return None
 
@@ -159,7 +171,7 @@ def processes(cfg: ToolsConfig, sort_by: str, limit: int, name: str | None) -> d
     for p in psutil.process_iter():
         total += 1
         try:
-            if needle and needle not in p.name().lower():
+            if needle and needle not in process_name(p).lower():
                 continue
             p.cpu_percent(None)   # prime: the second call below measures the sampling interval
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
