@@ -11,7 +11,10 @@ connection drops it waits for the client's reconnect and begins again, and the s
 from what it kept. ``download`` writes to ``<dest>.part`` and resumes from its size when the sidecar
 ``<dest>.part.json`` names the same document (a ``.part`` of another document, or of unknown origin,
 is started over from 0), then checks the md5 of the whole file before renaming it to ``dest`` (an
-existing folder ``dest`` means the document's name in it, as for ``cp``).
+existing folder ``dest`` means the document's name in it, as for ``cp``). A ``dest`` that is not a
+regular file is written through, never renamed over (as ``curl -o`` does): a symlink's target gets
+the bytes (its ``.part`` next to the target), and a FIFO, a device or a file descriptor's alias
+(``/dev/stdout``, ``/dev/fd/N``) gets them streamed in order (no ``.part``; the md5 is checked at the end).
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ import itertools
 import json
 import logging
 import os
+import stat
+from os.path import abspath, dirname, join, normpath
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -35,6 +40,10 @@ from client.errors import ClientCode, ClientError
 BLOCK = 1 << 20                   # read from the file (in a worker thread) this much at a time
 RETRYABLE = frozenset({errors.CONNECTION_LOST, errors.NOT_CONNECTED})
 SEPARATORS = tuple(filter(None, (os.sep, os.altsep)))   # a destination ending in one means a folder
+#: paths that name another open file (a descriptor's alias): written through, never created or renamed over
+FD_ALIAS_DIRS = ("/proc/", "/dev/fd/")
+FD_ALIASES = frozenset({"/dev/stdout", "/dev/stderr", "/dev/stdin"})
+MAX_LINK_HOPS = 40                                # a longer symlink chain is a loop (as the kernel's ELOOP)
 Progress = Callable[[str, int, int], None]        # (stage, done, total)
 _handles = itertools.count(1)
 log = logging.getLogger("nplt.client")
@@ -157,8 +166,18 @@ async def download(client: Any, doc_id: str, dest: str | os.PathLike, *, progres
     CHECKSUM_MISMATCH if the bytes of a download from 0 do not hash to the document's md5 (the part
     file is removed). A local write failure (an OSError: a full disk, a folder that cannot be
     written) removes the part and its sidecar too, and is raised. Several downloads may run at once
-    on one client (``SharedTap``), into different files."""
+    on one client (``SharedTap``), into different files.
+
+    A ``dest`` that exists and is not a regular file is never replaced: a symlink is followed (the
+    bytes, and the ``.part``, go to its target, and the link stays); a FIFO, a character or block
+    device, or an alias of an open descriptor (``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N``)
+    gets the bytes written into it in order (``_stream``: no ``.part``, nothing resumed from an
+    earlier run), and their md5 is checked once all are written (CHECKSUM_MISMATCH then says the
+    bytes were already written)."""
     dest = await _destination(client, doc_id, dest)
+    dest, direct, fd = await asyncio.to_thread(_write_target, dest)
+    if direct:
+        return await _stream(client, doc_id, dest, fd, progress, retries, reconnect_timeout, timeout)
     part = dest.with_name(dest.name + ".part")
     try:
         resumed = await asyncio.to_thread(_claim_part, part, doc_id, replace_part)
@@ -205,6 +224,107 @@ async def _destination(client: Any, doc_id: str, raw: str | os.PathLike) -> Path
         if await asyncio.to_thread(dest.is_dir):
             raise ClientError(ClientCode.WRITE_FAILED, f"cannot write {dest}: it is a folder")
     return dest
+
+
+def _fd_alias(path: str) -> bool:
+    """Whether ``path`` (absolute, normalised) names an open descriptor rather than a file of its own."""
+    return path in FD_ALIASES or path.startswith(FD_ALIAS_DIRS)
+
+
+def _own_descriptor(path: str) -> int | None:
+    """The descriptor of this process that an alias names (``/dev/stdout``: 1, ``/dev/fd/N``,
+    ``/proc/self/fd/N``: N), or None."""
+    named = {"/dev/stdin": "0", "/dev/stdout": "1", "/dev/stderr": "2"}.get(path)
+    if named is None:
+        head, _, n = path.rpartition("/")
+        if head in ("/dev/fd", "/proc/self/fd", "/proc/thread-self/fd", f"/proc/{os.getpid()}/fd"):
+            named = n
+    return int(named) if named is not None and named.isdigit() and named.isascii() else None
+
+
+def _write_target(dest: Path) -> tuple[Path, bool, int | None]:
+    """(where the bytes go, whether they are streamed into it directly, this process's descriptor
+    it names) for ``dest`` (blocking: it looks at the file system). An existing ``dest`` that is not
+    a regular file (a FIFO, a device), or a descriptor's alias (``/dev/stdout``, or a symlink chain
+    through ``/proc/``), is written directly; a symlink to a regular file, or to nothing yet, is
+    resolved to its target, so the rename at the end replaces the target, not the link."""
+    start = hop = normpath(abspath(dest))
+    for _ in range(MAX_LINK_HOPS):
+        if _fd_alias(hop):
+            return dest, True, _own_descriptor(hop)
+        if not Path(hop).is_symlink():
+            break
+        hop = normpath(join(dirname(hop), Path(hop).readlink()))
+    else:
+        raise OSError(f"{dest}: too many levels of symbolic links")
+    try:
+        mode: int | None = dest.stat().st_mode                  # (follows symlinks)
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        return dest, True, None
+    if hop != start:                                       # a symlink: its target is the file
+        return dest.resolve(), False, None
+    return dest, False, None
+
+
+def streams_into(dest: str | Path) -> bool:
+    """Whether a download to ``dest`` is streamed into it (a FIFO, a device, ``/dev/stdout``...) rather
+    than written to a file of its own (blocking: it looks at the file system)."""
+    return _write_target(Path(dest))[1]
+
+
+def _open_stream(dest: Path, fd: int | None) -> Any:
+    """``dest`` opened for a streamed download (blocking). One of this process's descriptors
+    (``/dev/stdout``) is duplicated, so the bytes go where it points and at its offset: a shell's
+    ``> file`` gets them in order with whatever the program writes to it next (reopening the alias
+    would start at offset 0 and be overwritten). Anything else is opened to append (a FIFO waits for
+    its reader, as with ``curl -o``)."""
+    if fd is not None:
+        return open(os.dup(fd), "wb")
+    return open(dest, "ab")
+
+
+async def _stream(client: Any, doc_id: str, dest: Path, fd: int | None, progress: Progress | None, retries: int,
+                  reconnect_timeout: float, timeout: float) -> KbDocument:
+    """Write the document into ``dest`` (a FIFO, a device, a descriptor's alias) as it arrives, in
+    order, never renamed. A dropped connection continues from the bytes already written. The md5 is
+    checked at the end, after the fact."""
+    f = await asyncio.to_thread(_open_stream, dest, fd)
+    md5 = hashlib.md5(usedforsecurity=False)
+    written = [0]
+
+    def write(data: bytes) -> None:
+        f.write(data)
+        md5.update(data)
+        written[0] += len(data)
+
+    try:
+        doc = await _retrying(client, lambda: _download_once(client, doc_id, written[0], write, progress, timeout),
+                              retries, reconnect_timeout)
+        await asyncio.to_thread(f.close)           # (flushes: a FIFO whose reader left fails here)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(f.close)
+        raise
+    if md5.hexdigest() != doc.md5:
+        raise ClientError(ErrorCode.CHECKSUM_MISMATCH, f"the bytes written to {dest} hash to {md5.hexdigest()}, "
+                          f"not {doc.md5}: they were streamed into it and cannot be taken back")
+    return doc
+
+
+async def _retrying(client: Any, attempt: Callable[[], Any], retries: int, reconnect_timeout: float) -> Any:
+    """``await attempt()``, again after the client reconnects when the connection was lost (at most
+    ``retries`` times)."""
+    tries = 0
+    while True:
+        try:
+            return await attempt()
+        except ClientError as exc:
+            tries += 1
+            if exc.code not in RETRYABLE or tries > retries or not client.reconnect_enabled:
+                raise
+            await client.wait_connected(reconnect_timeout)
 
 
 def _sidecar(part: Path) -> Path:
@@ -259,16 +379,14 @@ async def _fetch(client: Any, doc_id: str, part: Path, progress: Progress | None
                  reconnect_timeout: float, timeout: float) -> KbDocument:
     """The document's bytes after those ``part`` holds, reconnecting (and resuming) after a drop;
     CHECKSUM_MISMATCH (``part`` and its sidecar removed) when the whole does not hash to its md5."""
-    attempt = 0
-    while True:
+    async def once() -> KbDocument:
+        f = await asyncio.to_thread(open, part, "ab")
         try:
-            doc = await _download_once(client, doc_id, part, progress, timeout)
-            break
-        except ClientError as exc:
-            attempt += 1
-            if exc.code not in RETRYABLE or attempt > retries or not client.reconnect_enabled:
-                raise
-            await client.wait_connected(reconnect_timeout)
+            return await _download_once(client, doc_id, f.tell(), f.write, progress, timeout)
+        finally:
+            await asyncio.to_thread(f.close)
+
+    doc = await _retrying(client, once, retries, reconnect_timeout)
     md5, _, _ = await asyncio.to_thread(file_digests, part)
     if md5 != doc.md5:
         await asyncio.to_thread(part.unlink)
@@ -278,9 +396,9 @@ async def _fetch(client: Any, doc_id: str, part: Path, progress: Progress | None
     return doc
 
 
-async def _download_once(client: Any, doc_id: str, part: Path, progress: Progress | None,
-                         timeout: float) -> KbDocument:
-    offset = part.stat().st_size if part.exists() else 0
+async def _download_once(client: Any, doc_id: str, offset: int, write: Callable[[bytes], Any],
+                         progress: Progress | None, timeout: float) -> KbDocument:
+    """The document's bytes from ``offset``, each block given to ``write`` (in a worker thread) in order."""
     handle = next(_handles) & 0xFFFFFFFF
     queue: asyncio.Queue[bytes | None] = asyncio.Queue()
     failure: list[str] = []
@@ -298,11 +416,12 @@ async def _download_once(client: Any, doc_id: str, part: Path, progress: Progres
         return True
 
     async def writer() -> None:
-        with open(part, "ab") as f:
-            while (data := await queue.get()) is not None:
-                await asyncio.to_thread(f.write, data)
-                if progress is not None:
-                    progress("receiving", f.tell(), -1)
+        done = offset
+        while (data := await queue.get()) is not None:
+            await asyncio.to_thread(write, data)
+            done += len(data)
+            if progress is not None:
+                progress("receiving", done, -1)
 
     task = asyncio.create_task(writer())
     try:

@@ -10,6 +10,7 @@ a file name is shortened for the local file (``local_name``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import errno
 import json
 import os
@@ -151,7 +152,9 @@ async def _download(c: Client, args: argparse.Namespace, out: TextIO, err: TextI
     name, shortened = local_name(found)
     dest: str | Path = args.output or name
     try:
-        if args.output:
+        if args.output == "-":         # stdout, as with curl -o -
+            dest = "/dev/stdout"
+        elif args.output:
             # -o as given (a trailing separator means a folder, which Path() would drop: kb.download checks it)
             dest = os.path.expanduser(args.output)
             if shortened and os.path.isdir(dest):      # a folder: the (shortened) name in it, as cp does
@@ -170,6 +173,7 @@ async def _download(c: Client, args: argparse.Namespace, out: TextIO, err: TextI
         err.write(f"nplt-client: the document's name is too long for a file name ({_utf8_len(found.name)} "
                   f"bytes): saving it as {dest} (-o PATH names another file)\n")
     try:
+        streamed = await asyncio.to_thread(kbclient.streams_into, dest)
         doc = await kbclient.download(c, found.doc_id, dest, progress=_bar(err, found.name),
                                       replace_part=args.force)
     except OSError as exc:
@@ -178,10 +182,11 @@ async def _download(c: Client, args: argparse.Namespace, out: TextIO, err: TextI
     if err.isatty():
         err.write("\n")
     path = kbclient.target(dest, doc)
+    summary = err if streamed else out       # (-o /dev/stdout: the document's bytes are on stdout)
     if args.json:
-        _dump({"path": str(path), "doc_id": doc.doc_id, "name": doc.name, "size": doc.size, "md5": doc.md5}, out)
+        _dump({"path": str(path), "doc_id": doc.doc_id, "name": doc.name, "size": doc.size, "md5": doc.md5}, summary)
     else:
-        out.write(f"{path}  {doc.size} bytes  md5 {doc.md5}\n")
+        summary.write(f"{path}  {doc.size} bytes  md5 {doc.md5}\n")
 
 
 def same_name(a: str, b: str) -> bool:
@@ -291,8 +296,9 @@ def add_kb_parser(sub: Any) -> None:
     q = kb.add_parser("download", help="download a document (resumes FILE.part)")
     q.add_argument("doc_id", metavar="DOC", help="the document's id or name (from 'kb list')")
     q.add_argument("-o", "--output", metavar="FILE",
-                   help="write to FILE, replacing it (default: the document's name in this directory, "
-                        "never replaced without --force)")
+                   help="write to FILE, replacing it; a FIFO, a device or a symlink's target is written "
+                        "through; '-' is stdout (default: the document's name in this directory, never "
+                        "replaced without --force)")
     q.add_argument("--force", action="store_true",
                    help="without -o: replace an existing file of the document's name")
     q.add_argument("--json", action="store_true", help='print {"path", "doc_id", "name", "size", "md5"}')

@@ -38,6 +38,7 @@ from server.errors import HandlerError
 from server.handlers.upload_ledger import Partial, UploadLedger
 from server.handlers.upload_sharing import UploadSharing
 from server.knowledge.config import KnowledgeConfig
+from server.knowledge.store import ensure_directory
 from server.wire import encode_reply
 
 log = logging.getLogger("nplt.knowledge")
@@ -85,6 +86,7 @@ class Upload:
     shared: int = 0                            # bytes from 0 in the shared copy (several nodes)
     unshared: list[memoryview] = field(default_factory=list)   # written, not shared yet
     share_failed: bool = False
+    failed: str | None = None                  # why the disk refused a write: the upload stops there
 
 
 def upload_id_of(user: str, collection: str, name: str, size: int, md5: str) -> str:
@@ -111,6 +113,7 @@ class UploadService:
 
     # -- lifecycle -----------------------------------------------------------------------------------
     async def start(self) -> None:
+        await asyncio.to_thread(ensure_directory, self.root)   # (a file there: said plainly, not as an errno)
         await asyncio.to_thread(self._sweep, frozenset())
         self._ledger.found(await asyncio.to_thread(self._scan))
 
@@ -325,6 +328,11 @@ class UploadService:
         if up is None:
             port.send_error(None, ErrorCode.INVALID_MESSAGE, f"no upload with handle {handle} on this connection")
             return
+        if up.failed is not None:               # nothing more is written: END answers STORAGE_ERROR
+            if not up.reported_error:
+                up.reported_error = True
+                port.send_error(None, ErrorCode.STORAGE_ERROR, self._failure(up))
+            return
         n = len(chunk)
         if offset != up.received or offset + n > up.size:
             if not up.reported_error:
@@ -358,11 +366,25 @@ class UploadService:
                     up.next_report = up.written + max(1, up.size // REPORT_STEPS)
                     self._progress(up, up.re, "receiving", up.written, up.size)
         except OSError as exc:
-            log.warning("upload %s: write failed: %s", up.upload_id, exc)
-            if up.port is not None:
-                up.port.send_error(None, ErrorCode.STORAGE_ERROR, f"upload {up.upload_id}: cannot store: {exc.strerror}")
+            up.failed = exc.strerror or str(exc)
+            up.buf, up.buffered = [], 0           # (what is still buffered is never written)
+            if up.paused and up.flow is not None:
+                up.paused = False
+                up.flow.resume_reading()
+            log.error("upload %s (%s of user %s): the disk refused a write after %d of %d bytes: %s",
+                      up.upload_id, up.name, up.user, up.written, up.size, up.failed)
+            if up.port is not None and not up.reported_error:
+                up.reported_error = True
+                up.port.send_error(None, ErrorCode.STORAGE_ERROR, self._failure(up))
         finally:
             up.writer = None
+
+    @staticmethod
+    def _failure(up: Upload) -> str:
+        """What an upload whose write failed answers (a data frame once, and its KB_UPLOAD_END)."""
+        return (f"upload {up.upload_id} ({up.name}): cannot store: the disk refused a write after {up.written} "
+                f"of {up.size} bytes ({up.failed}); nothing more is accepted: free space on the server "
+                "and upload again (it continues from the bytes kept)")
 
     @staticmethod
     def _write(up: Upload, f: Any, parts: list[memoryview]) -> None:
@@ -399,6 +421,9 @@ class UploadService:
             raise HandlerError(ErrorCode.NOT_FOUND, f"no upload {upload_id!r} in progress on this connection "
                                                     "(send KB_UPLOAD_BEGIN)")
         await self._flush(up)
+        if up.failed is not None:                # the bytes written so far stay for a resume
+            self._detach(up)
+            raise HandlerError(ErrorCode.STORAGE_ERROR, self._failure(up))
         if up.written != up.size:
             raise HandlerError(ErrorCode.INVALID_MESSAGE,
                                f"{up.written} of {up.size} bytes received; continue from offset {up.written}")
@@ -498,7 +523,10 @@ class UploadService:
     async def _close_file(self, writer: asyncio.Task | None, f: Any) -> None:
         if writer is not None:
             await asyncio.wait([writer])
-        await asyncio.to_thread(f.close)
+        try:
+            await asyncio.to_thread(f.close)
+        except OSError as exc:      # (its buffer's last bytes refused: a resume re-reads what is there)
+            log.warning("partial upload file %s: closing it failed: %s", getattr(f, "name", "?"), exc)
 
     async def _closed(self, upload_id: str) -> None:
         task = self._closing.pop(upload_id, None)

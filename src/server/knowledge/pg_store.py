@@ -25,7 +25,7 @@ from server.errors import HandlerError, not_found
 from server.knowledge.config import KnowledgeConfig
 from server.knowledge.models import DocumentInfo
 from server.knowledge.port import Catalog, Loaded, Staged, StagingArea
-from server.knowledge.store import FileDocumentStore, info_of
+from server.knowledge.store import FileDocumentStore, ensure_directory, info_of
 from storage.errors import StorageError
 from storage.pg.documents import BLOCK_BYTES, CHANNEL, Limits, PgDocuments, StoredDocument
 from storage.pg.link import PgLink
@@ -116,6 +116,7 @@ class PgDocumentStore:
         self._own: set[str] = set()            # documents this node is committing (and adds itself)
 
     async def open(self) -> None:
+        await asyncio.to_thread(ensure_directory, Path(self.tmp))   # (a file there: "... must be a directory")
         await asyncio.to_thread(self.staged.clear)
 
     async def load(self, each: Callable[[Loaded], None]) -> None:

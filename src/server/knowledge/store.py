@@ -4,6 +4,7 @@ Layout::
 
     <root>/tmp/<doc_id>/            being written (removed on start: an interrupted ingest)
     <root>/trash/<doc_id>/          being deleted (removed on start)
+    <root>/quarantine/<doc_id>[.N]/ a document found unreadable at start, moved aside (never removed)
     <root>/c/<collection key>/<doc_id>/
         original                    the uploaded bytes
         chunks.json                 [{"text", "location"}, ...]
@@ -14,6 +15,12 @@ Ingestion writes everything into ``tmp/<doc_id>`` (each file fsynced), then rena
 into its collection in one ``rename`` (atomic on POSIX) and fsyncs the parent. A SIGKILL before the
 rename leaves only ``tmp/`` debris, after it the whole document. Deletion renames into ``trash/``
 first, so a half-deleted document is never visible either.
+
+A document directory whose ``meta.json``, ``chunks.json`` or ``vectors.json`` cannot be read at
+start (damaged by hand or by the disk) is moved to ``quarantine/`` (logged as an ERROR naming where):
+it is not loaded, and it no longer sits under ``c/`` where nothing could delete it. A document whose
+``original`` is missing stays listed and searchable (its passages are intact); its download answers
+STORAGE_ERROR, and the start-up scan logs an ERROR for it.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -65,6 +73,33 @@ def write_json(path: Path, obj: Any) -> None:
     write_file(path, orjson.dumps(obj))
 
 
+#: a document file missing, or a folder where it should be: the document is damaged (quarantined)
+DAMAGED = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+_KINDS = ((stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "something else")
+
+
+def ensure_directory(path: Path) -> None:
+    """Create the directory ``path`` (and its parents) unless it exists. Something else where it, or
+    one of its parents, should be is an OSError saying so ("<path> must be a directory (found a
+    regular file)"), instead of the errno of the ``mkdir`` that trips over it (ENOTDIR, EEXIST)."""
+    for p in (*reversed(path.parents), path):
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            if os.path.islink(p):
+                raise NotADirectoryError(f"{p} must be a directory (found a symlink to nothing: "
+                                         f"{os.readlink(p)})") from None
+            break
+        if not stat.S_ISDIR(st.st_mode):
+            raise NotADirectoryError(f"{p} must be a directory (found {_kind(st.st_mode)})")
+    path.mkdir(parents=True, exist_ok=True)
+
+
 def info_of(meta: dict) -> DocumentInfo:
     """A DocumentInfo from stored metadata (KeyError / TypeError when a field is missing or wrong)."""
     return DocumentInfo(**{k: meta[k] for k in DocumentInfo.__dataclass_fields__ if k != "duplicate"})
@@ -81,12 +116,16 @@ class FileDocumentStore:
         self.tmp = self.staged.path
         self.trash = self.root / "trash"
         self.collections = self.root / "c"
+        self.quarantine = self.root / "quarantine"
 
     async def open(self) -> None:
         await asyncio.to_thread(self.open_sync)
 
     def open_sync(self) -> None:
-        """Create the layout and clear what a crash left behind."""
+        """Create the layout and clear what a crash left behind (a file where one of its directories
+        should be: an OSError naming it)."""
+        for path in (self.root, self.tmp, self.collections, self.trash):
+            ensure_directory(path)
         self.staged.clear()
         self.collections.mkdir(parents=True, exist_ok=True)
         clear_directory(self.trash)
@@ -119,6 +158,18 @@ class FileDocumentStore:
         """Every stored document: (directory, meta). One whose ``meta.json`` cannot be read is
         skipped (logged, and named in ``unreadable`` when given). A file where a collection or a
         document directory would be (a ``.DS_Store`` copied in) is no document: skipped, logged."""
+        for doc in self._document_dirs():
+            try:
+                meta = json.loads((doc / "meta.json").read_bytes())
+            except (OSError, ValueError) as exc:
+                log.warning("skipping unreadable document %s: %s", doc, exc)
+                if unreadable is not None:
+                    unreadable.append(f"{doc}: {exc}")
+                continue
+            yield doc, meta
+
+    def _document_dirs(self) -> Iterator[Path]:
+        """Every document directory under ``c/`` (files among them skipped, logged)."""
         for coll in sorted(self.collections.iterdir()):
             if not coll.is_dir():
                 log.info("skipping %s: a file among the collections, not a collection", coll)
@@ -127,14 +178,7 @@ class FileDocumentStore:
                 if not doc.is_dir():
                     log.info("skipping %s: a file among the documents, not a document", doc)
                     continue
-                try:
-                    meta = json.loads((doc / "meta.json").read_bytes())
-                except (OSError, ValueError) as exc:
-                    log.warning("skipping unreadable document %s: %s", doc, exc)
-                    if unreadable is not None:
-                        unreadable.append(f"{doc}: {exc}")
-                    continue
-                yield doc, meta
+                yield doc
 
     @staticmethod
     def chunks(doc: Path) -> list[dict]:
@@ -147,15 +191,59 @@ class FileDocumentStore:
         except FileNotFoundError:
             return None
 
+    def read_sync(self, doc: Path) -> Loaded:
+        """A stored document's (info, chunks, vectors); OSError, ValueError, KeyError or TypeError
+        when one of its files is missing or damaged (worker thread)."""
+        meta = json.loads((doc / "meta.json").read_bytes())
+        info, chunks, vectors = info_of(meta), self.chunks(doc), self.vectors(doc)
+        if not isinstance(chunks, list) or not all(
+                isinstance(c, dict) and isinstance(c.get("text"), str) and isinstance(c.get("location"), dict)
+                for c in chunks):
+            raise ValueError("chunks.json does not hold a list of {text, location} records")
+        if vectors is not None and not isinstance(vectors, list):
+            raise ValueError("vectors.json does not hold a list")
+        return info, chunks, vectors
+
+    def quarantine_sync(self, doc: Path, why: object) -> Path | None:
+        """Move an unreadable document directory out of ``c/`` into ``quarantine/`` (never over
+        another: ``<doc_id>.1``, ``.2``, ...), logged as an ERROR; where it went (None: it could not
+        be moved, logged too)."""
+        try:
+            ensure_directory(self.quarantine)
+            dest = self.quarantine / doc.name
+            n = 0
+            while os.path.lexists(dest):
+                n += 1
+                dest = self.quarantine / f"{doc.name}.{n}"
+            os.rename(doc, dest)
+            _fsync_dir(doc.parent)
+        except OSError as exc:
+            log.error("unreadable document %s (%s) is not loaded; it could not be moved to %s: %s",
+                      doc, why, self.quarantine, exc)
+            return None
+        log.error("unreadable document %s (%s) is not loaded: moved to %s (its original bytes, if any, are "
+                  "there; remove it, or repair it and move it back into %s)", doc, why, dest, doc.parent)
+        return dest
+
     # -- the port (server.knowledge.port.DocumentStore) ---------------------------------------------
     async def load(self, each: Callable[[Loaded], None]) -> None:
+        """Every stored document to ``each``. A document whose files cannot be read is moved to
+        ``quarantine/``; one whose ``original`` is missing is loaded, and logged as an ERROR (its
+        download answers STORAGE_ERROR)."""
         def run() -> None:
-            for path, meta in self.documents():
+            for path in self._document_dirs():
                 try:
-                    loaded = (info_of(meta), self.chunks(path), self.vectors(path))
-                except (KeyError, TypeError, ValueError, OSError) as exc:
-                    log.warning("skipping unreadable document %s: %s", path, exc)
+                    loaded = self.read_sync(path)
+                except (KeyError, TypeError, ValueError, *DAMAGED) as exc:
+                    self.quarantine_sync(path, exc)
                     continue
+                except OSError as exc:        # (permissions, an I/O error: maybe passing, so left in place)
+                    log.error("document %s cannot be read (%s): not loaded", path, exc)
+                    continue
+                if not (path / "original").is_file():
+                    log.error("document %s (%s): its stored bytes are missing (%s is not a file): it is listed "
+                              "and searchable, but cannot be downloaded", loaded[0].doc_id, loaded[0].name,
+                              path / "original")
                 each(loaded)
         await asyncio.to_thread(run)
 
@@ -191,11 +279,25 @@ class FileDocumentStore:
 
     async def open_original(self, info: DocumentInfo, offset: int) -> BinaryIO:
         def run() -> BinaryIO:
+            doc = self.path(info.collection, info.doc_id)
             try:
-                f = open(self.path(info.collection, info.doc_id) / "original", "rb")
+                f = open(doc / "original", "rb")
             except FileNotFoundError:
-                raise not_found("document") from None
-            f.seek(offset)
+                if not doc.is_dir():                 # deleted meanwhile
+                    raise not_found("document") from None
+                log.error("document %s (%s): its stored bytes are missing (%s)", info.doc_id, info.name,
+                          doc / "original")
+                raise HandlerError(ErrorCode.STORAGE_ERROR, f"the stored bytes of {info.name} ({info.doc_id}) "
+                                   "are missing on the server: ask its administrator") from None
+            except OSError as exc:
+                log.error("document %s (%s): cannot read its stored bytes: %s", info.doc_id, info.name, exc)
+                raise HandlerError(ErrorCode.STORAGE_ERROR, f"the stored bytes of {info.name} ({info.doc_id}) "
+                                   f"cannot be read on the server: {exc.strerror or exc}") from None
+            try:
+                f.seek(offset)
+            except BaseException:
+                f.close()
+                raise
             return f
         return await asyncio.to_thread(run)
 
