@@ -18,6 +18,10 @@ class KnowledgeConfig(Section):
     user_quota_bytes: int = Field(1024 * MIB, ge=0, le=1 << 44)  # all documents one user uploaded, every collection
     max_chunks_per_document: int = Field(50_000, ge=1, le=10_000_000)
     max_documents_per_collection: int = Field(10_000, ge=1, le=10_000_000)
+    # chunks in the whole index, every collection (QUOTA_EXCEEDED beyond): the in-memory index takes
+    # ~5.6 KB of RSS per chunk, so 1,000,000 chunks is ~5.6 GB; the per-user quota alone allows
+    # ~1.8 M chunks (~10 GB) to each user
+    max_total_chunks: int = Field(1_000_000, ge=1, le=1 << 40)
     chunk_target_chars: int = Field(600, ge=50, le=100_000)   # a chunk grows by whole paragraphs/sentences up to this
     chunk_overlap_chars: int = Field(100, ge=0, le=50_000)    # tail of the previous chunk of the same section repeated
     max_extracted_chars: int = Field(50_000_000, ge=1, le=1 << 33)   # text a parser may produce from one document

@@ -2,8 +2,10 @@
 
 BOM / UTF-8 first (a cut last character and a handful of invalid bytes tolerated), then Shift-JIS
 when it reads as Japanese, then GB18030 when it reads as Chinese, else charset-normalizer's guess
-(Latin-1's cp1252 preferred among equally clean guesses). Binary content (NUL bytes, control
-characters) is refused with UNSUPPORTED_MEDIA. docs/knowledge.md "Formats" gives the thresholds.
+(Latin-1's cp1252 preferred among equally clean guesses); UTF-16 without a BOM is recognised by its
+NUL bytes (every other byte 0). ANSI escape sequences (a coloured log's ``\x1b[32m``) are removed.
+Binary content (NUL bytes, control characters) is refused with UNSUPPORTED_MEDIA. docs/knowledge.md
+"Formats" gives the thresholds.
 """
 from __future__ import annotations
 
@@ -13,6 +15,11 @@ from protocol import ErrorCode
 from server.errors import HandlerError
 
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+#: ANSI escape sequences, as terminals and coloured logs write them: CSI ("\x1b[32m", "\x1b[0K") and
+#: OSC ("\x1b]0;title\x07", "\x1b]8;;url\x1b\\"), an OSC never across a line end (line numbers stay)
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)")
+UTF16_SAMPLE_BYTES = 4096     # bytes examined for the NUL pattern of UTF-16 without a BOM
+UTF16_NUL_RATIO = 4           # ... NUL bytes at one parity more than this many times those at the other
 
 
 def unsupported(message: str) -> HandlerError:
@@ -109,22 +116,50 @@ def _guess(data: bytes) -> str | None:
     return str(best)
 
 
+def _utf16_without_bom(data: bytes) -> str | None:
+    """"utf-16-le" or "utf-16-be" when ``data`` (no BOM) has UTF-16's NUL pattern: an even length and,
+    in the first ``UTF16_SAMPLE_BYTES``, NUL bytes on one side of the 2-byte units (the high byte of
+    an ASCII character: "a\\0b\\0" in UTF-16-LE, even a newline in Chinese text) more than
+    ``UTF16_NUL_RATIO`` times as often as on the other (the low byte of U+xx00, such as 一 U+4E00),
+    else None. Binary data that happens to match decodes to control characters and is refused by
+    the usual check."""
+    if len(data) < 2 or len(data) % 2:
+        return None
+    sample = data[:UTF16_SAMPLE_BYTES]
+    low_first, high_first = sample[0::2].count(0), sample[1::2].count(0)   # (LE: the low byte first)
+    if high_first > UTF16_NUL_RATIO * low_first:
+        return "utf-16-le"
+    if low_first > UTF16_NUL_RATIO * high_first:
+        return "utf-16-be"
+    return None
+
+
 def decode_text(data: bytes) -> str:
     """Bytes of a text file as str: BOM / UTF-8 first (a cut last character and a handful of invalid
-    bytes tolerated), then Shift-JIS when it reads as Japanese, then GB18030 when it reads as
-    Chinese, else the encoding charset-normalizer finds (Big5, UTF-16, Latin-1 preferred among
-    equals, ...). Binary content (NUL bytes, control characters) is refused."""
+    bytes tolerated), UTF-16 without a BOM by its NUL pattern, then Shift-JIS when it reads as
+    Japanese, then GB18030 when it reads as Chinese, else the encoding charset-normalizer finds
+    (Big5, UTF-16, Latin-1 preferred among equals, ...). ANSI escape sequences are removed; binary
+    content (NUL bytes, control characters) is refused."""
     utf16 = data.startswith((b"\xff\xfe", b"\xfe\xff"))
-    if b"\x00" in data[:65536] and not utf16:
+    bare16 = None if utf16 else _utf16_without_bom(data)
+    if bare16 is not None:
+        try:
+            text = data.decode(bare16)
+        except UnicodeDecodeError:              # (a lone surrogate: not text)
+            raise unsupported("binary content in a text file") from None
+    elif b"\x00" in data[:65536] and not utf16:
         raise unsupported("binary content in a text file")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        text = None if utf16 else (_as_utf8(data) or _as_shift_jis(data) or _as_gb18030(data))
-        if text is None:
-            text = _guess(data)
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            text = None if utf16 else (_as_utf8(data) or _as_shift_jis(data) or _as_gb18030(data))
             if text is None:
-                raise unsupported("cannot detect the text encoding (binary file?)") from None
+                text = _guess(data)
+                if text is None:
+                    raise unsupported("cannot detect the text encoding (binary file?)") from None
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
     sample = text[:65536]
     if sample and len(_CONTROL.findall(sample)) > len(sample) // 100 + 1:
         raise unsupported("binary content in a text file")

@@ -39,6 +39,9 @@ Progress = Callable[[str, int, int], None]       # (stage, done, total), called 
 STAGES = ("receiving", "parsing", "chunking", "indexing")
 READ_BLOCK = 1 << 20
 MAX_NAME_CHARS = 255
+#: chunks a search looks at, at most, to fill its top k with distinct passages when copies of the
+#: same text take places (``KnowledgeBase._distinct``); top k itself is at most 100
+SEARCH_MAX_DEPTH = 400
 _CHUNK_NO = re.compile(r"[0-9]{1,9}")
 
 
@@ -50,12 +53,68 @@ _CHUNK_NO = re.compile(r"[0-9]{1,9}")
 _HIDDEN = frozenset(("Cf", "Co", "Cs", "Zl", "Zp"))
 _JOINERS = "\u200c\u200d"          # zero-width non-joiner (Persian "گزارش‌ها"), joiner (Indic, emoji)
 
+#: Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt, Unicode 15; Python's
+#: unicodedata does not expose the property): characters a renderer draws as nothing. Many are Cf
+#: (refused by category); the others are marks and letters: the combining grapheme joiner U+034F,
+#: the Hangul fillers U+115F, U+1160, U+3164, U+FFA0, Khmer U+17B4/U+17B5, the Mongolian free
+#: variation selectors U+180B-U+180F, the variation selectors U+FE00-U+FE0F and U+E0100-U+E01EF,
+#: and code points reserved as ignorable ("run\u034fbook.md" showed as "runbook.md")
+_IGNORABLE = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+              (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+              (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+              (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF))
+#: characters that draw a blank but are no space (the Hangul fillers are ignorable too, above; the
+#: blank braille pattern U+2800), and the spaces other than U+0020, the no-break space U+00A0 and the
+#: ideographic space U+3000 (which show as the spaces they are): the en, em, thin, hair, narrow and
+#: math spaces U+2000-U+200A, U+202F, U+205F and U+1680 are narrow or odd enough to pass unseen
+#: ("run\u200abook.md" shows as "runbook.md")
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+_SPACES_KEPT = frozenset(" \u00a0\u3000")
+_TEXT_VS = "\ufe0e\ufe0f"           # text / emoji presentation selectors (VS15, VS16)
+_KEYCAP = "\u20e3"                  # "1\ufe0f\u20e3" is the keycap emoji 1️⃣
+
+
+def _ignorable(c: str) -> bool:
+    o = ord(c)
+    return any(lo <= o <= hi for lo, hi in _IGNORABLE)
+
+
+def _blank(c: str) -> bool:
+    """A character that draws nothing but space (see ``_BLANK``), not one of ``_SPACES_KEPT``."""
+    return c in _BLANK or (unicodedata.category(c) == "Zs" and c not in _SPACES_KEPT)
+
+
+def _selects(name: str, i: int) -> bool:
+    """Whether the variation selector at ``name[i]`` is writing: VS15 / VS16 right after an emoji or
+    symbol (So, Sk: "❤\ufe0f"), or in a keycap ("1\ufe0f\u20e3"); a Mongolian free variation selector
+    right after a Mongolian letter. Anywhere else it changes nothing that shows."""
+    c = name[i]
+    if i == 0:
+        return False
+    before = name[i - 1]
+    if c in _TEXT_VS:
+        if unicodedata.category(before) in ("So", "Sk") and not _blank(before):
+            return True
+        return (before in "0123456789#*") and name[i + 1:i + 2] == _KEYCAP
+    if c in "\u180b\u180c\u180d\u180f":
+        return "\u1820" <= before <= "\u18aa"
+    return False
+
+
+def _hidden(name: str, i: int) -> bool:
+    """Whether ``name[i]`` is invisible, a format character or a blank that poses as nothing."""
+    c = name[i]
+    if _joins(name, i) or _selects(name, i):
+        return False
+    return unicodedata.category(c) in _HIDDEN or _ignorable(c) or _blank(c)
+
 
 def _joinable(c: str) -> bool:
     """A character a joiner may stand next to: a letter, a mark (a virama, U+FE0F) or a symbol (an
     emoji; an emoji modifier is Sk)."""
     cat = unicodedata.category(c)
-    return cat[0] in "LM" or cat in ("So", "Sk")
+    return (cat[0] in "LM" or cat in ("So", "Sk")) and not _blank(c) and not (cat[0] == "M" and _ignorable(c)
+                                                                              and c not in _TEXT_VS)
 
 
 def _joins(name: str, i: int) -> bool:
@@ -69,8 +128,15 @@ def _joins(name: str, i: int) -> bool:
 
 
 #: what would let a name end or forge a citation "[name §location]" ("x] [runbook.md" or
-#: "runbook.md §Backup.txt" cite as if from runbook.md): brackets, and "§" after a space
+#: "runbook.md §Backup.txt" cite as if from runbook.md): brackets, and "§" after a space; looked for
+#: in the name's NFKC form (full-width "［" is "["), blanks counted as spaces
 _CITATION_FORGERY = re.compile(r"[\[\]]|\s§")
+
+
+def _as_displayed(name: str) -> str:
+    """``name`` as a reader may take it: NFKC (full-width brackets and spaces as ASCII ones), every
+    blank-drawing character a space."""
+    return "".join(" " if _blank(c) or c in _SPACES_KEPT else c for c in unicodedata.normalize("NFKC", name))
 
 
 def name_key(name: str) -> str:
@@ -81,17 +147,17 @@ def name_key(name: str) -> str:
 
 def clean_name(name: str) -> str:
     """The base name of an uploaded file, or INVALID_MESSAGE for a hostile one (NUL, control
-    characters anywhere; in the base name, invisible or format characters and line separators
-    (U+200C / U+200D only where ``_joins`` allows them), "[", "]" or " §" that would
-    make its citations ambiguous, a last part that is empty, '.' or '..', over MAX_NAME_CHARS). The
-    name is metadata only: never a path."""
+    characters anywhere; in the base name, invisible or format characters, Default_Ignorable code
+    points, blank-drawing characters and odd spaces, line separators (U+200C / U+200D only where
+    ``_joins`` allows them, variation selectors where ``_selects`` does), "[", "]" or " §" (also
+    full-width, or after a blank) that would make its citations ambiguous, a last part that is
+    empty, '.' or '..', over MAX_NAME_CHARS). The name is metadata only: never a path."""
     if not isinstance(name, str) or any(unicodedata.category(c) == "Cc" for c in name):
         raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds control characters: rename the file")
     base = PurePosixPath(name.replace("\\", "/")).name      # (the folders are dropped: only this is kept)
-    hidden = sorted({f"U+{ord(c):04X}" for i, c in enumerate(base)
-                     if unicodedata.category(c) in _HIDDEN and not _joins(base, i)})
+    hidden = sorted({f"U+{ord(c):04X}" for i, c in enumerate(base) if _hidden(base, i)})
     if hidden:
-        raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds invisible, format (such as "
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds invisible, blank, format (such as "
                            f"bidirectional control) or line separator characters ({', '.join(hidden[:8])}): "
                            "rename the file")
     base = base.strip()
@@ -100,9 +166,9 @@ def clean_name(name: str) -> str:
                            "empty, '.' or '..'")
     if len(base) > MAX_NAME_CHARS:
         raise HandlerError(ErrorCode.INVALID_MESSAGE, f"file name over {MAX_NAME_CHARS} characters")
-    if _CITATION_FORGERY.search(base):
-        raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds '[', ']' or ' §', which would make its "
-                           "citations [name §location] ambiguous: rename the file")
+    if _CITATION_FORGERY.search(_as_displayed(base)):
+        raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds '[', ']' or ' §' (or a full-width form), "
+                           "which would make its citations [name §location] ambiguous: rename the file")
     return base
 
 
@@ -125,12 +191,14 @@ class KnowledgeBase:
         self.index = ChunkIndex(config.bm25_k1, config.bm25_b, config.title_weight)
         self._docs: dict[str, DocumentInfo] = {}
         self._by_hash: dict[tuple[str, str], str] = {}       # (collection, sha256) -> doc_id
+        self._co_uploaders: dict[str, tuple[str, ...]] = {}  # group doc_id -> other members who uploaded it
         self.lock = threading.Lock()                         # index and the maps above
         self._pool = ThreadPoolExecutor(config.ingest_workers, thread_name_prefix="kb-ingest")
         self._user_ingests: dict[str, int] = {}                  # user -> ingests running or waiting
         self._user_slots: dict[str, asyncio.Semaphore] = {}      # user -> ingest threads they may hold
         self._slot_waiters: dict[str, list[asyncio.Future]] = {}  # user -> wait_for_ingest_slot callers
         self._stops: set[threading.Event] = set()                # the running ingests' cancel flags
+        self._committing: dict[str, int] = {}                    # doc_id -> chunks, of the commits in flight
         self._closing = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -176,6 +244,10 @@ class KnowledgeBase:
         if info.doc_id in self._docs:            # (loaded already: a shared store's notification came first)
             return
         self._docs[info.doc_id] = info
+        self._committing.pop(info.doc_id, None)      # (its chunks are in the index now)
+        co = tuple(getattr(info, "co_uploaders", ()) or ())   # (stored once the store keeps the field)
+        if co:
+            self._co_uploaders[info.doc_id] = co
         self._by_hash[(info.collection, info.sha256)] = info.doc_id
         self.index.add(info.doc_id, info.collection, chunks, terms, vectors)
 
@@ -186,6 +258,7 @@ class KnowledgeBase:
     def _drop(self, doc_id: str) -> None:
         with self.lock:
             info = self._docs.pop(doc_id, None)
+            self._co_uploaders.pop(doc_id, None)
             if info is None:
                 return
             if self._by_hash.get((info.collection, info.sha256)) == doc_id:
@@ -196,6 +269,13 @@ class KnowledgeBase:
     async def _on_change(self, op: str, doc_id: str) -> None:
         if op == "del":
             await asyncio.to_thread(self._drop, doc_id)
+        elif op == "upd":                    # (its uploaders changed on another node)
+            loaded = await self.store.fetch(doc_id)
+            if loaded is not None:
+                with self.lock:
+                    if doc_id in self._docs:
+                        self._docs[doc_id] = loaded[0]
+                        self._set_co_uploaders(doc_id, tuple(getattr(loaded[0], "co_uploaders", ()) or ()))
         elif doc_id not in self._docs:
             loaded = await self.store.fetch(doc_id)
             if loaded is not None:
@@ -270,15 +350,53 @@ class KnowledgeBase:
             # a cycle that only gc frees, keeping the stage's and the parser's frames (the file's bytes)
             del job
         if isinstance(staged, DocumentInfo):
-            return staged
+            return await self._co_upload(user, staged)
         try:
             vectors = await self._embed(staged, report)
-            return await self._commit(user, coll, name, staged, vectors, report)
+            stored = await self._commit(user, coll, name, staged, vectors, report)
         except BaseException:
             self.store.staged.discard(staged.path)
             raise
         finally:
             staged.terms.clear()                # (in the index now, or dropped: not held by the caller)
+        return await self._co_upload(user, stored) if stored.duplicate else stored
+
+    # -- group documents several members uploaded ---------------------------------------------------
+    def _set_co_uploaders(self, doc_id: str, co: tuple[str, ...]) -> None:
+        if co:
+            self._co_uploaders[doc_id] = co
+        else:
+            self._co_uploaders.pop(doc_id, None)
+
+    def _keeps_uploaders(self) -> bool:
+        """Whether co-uploaders can be kept: the store persists them (``set_uploaders``), or it is
+        not shared (then they are kept in this node's memory until it restarts)."""
+        return hasattr(self.store, "set_uploaders") or not self.store.shared
+
+    async def _save_uploaders(self, info: DocumentInfo, co: tuple[str, ...]) -> None:
+        saver = getattr(self.store, "set_uploaders", None)
+        if saver is not None:
+            await saver(info, co)
+
+    def co_uploaders(self, doc_id: str) -> tuple[str, ...]:
+        """The other members who uploaded the same bytes into a group document (in upload order)."""
+        return self._co_uploaders.get(doc_id, ())
+
+    async def _co_upload(self, user: str, dup: DocumentInfo) -> DocumentInfo:
+        """A duplicate upload: in a group collection, by a member other than its uploader, the member
+        is recorded as a co-uploader, so the uploader's delete later keeps the document for them
+        (``delete``) instead of removing what they were told was stored."""
+        if not dup.collection.startswith("group:") or dup.uploader == user or not self._keeps_uploaders():
+            return dup
+        with self.lock:
+            current = self._docs.get(dup.doc_id)
+            co = self._co_uploaders.get(dup.doc_id, ())
+            if current is None or user in co or current.uploader == user:
+                return dup
+            co = (*co, user)
+            self._set_co_uploaders(dup.doc_id, co)
+        await self._save_uploaders(current, co)
+        return dup
 
     def _shutting_down(self) -> HandlerError:
         return HandlerError(ErrorCode.SHUTTING_DOWN, "the knowledge base is closing")
@@ -386,6 +504,15 @@ class KnowledgeBase:
         if sum(1 for d in list(self._docs.values()) if d.collection == coll) >= cfg.max_documents_per_collection:
             raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"collection holds {cfg.max_documents_per_collection} documents")
 
+    def check_total_chunks(self, chunks: int) -> None:
+        """QUOTA_EXCEEDED when ``chunks`` more would take the index (with the documents being
+        committed) over ``max_total_chunks`` (server-wide). With ``lock`` held."""
+        limit = self.config.max_total_chunks
+        held = len(self.index) + sum(self._committing.values())
+        if held + chunks > limit:
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"the knowledge base holds {held} chunks; this document's "
+                               f"{chunks} would take it over the server's limit (max_total_chunks = {limit})")
+
     def _stage(self, user: str, coll: str, name: str, data: bytes | str | os.PathLike, md5: str | None,
                report: Progress, cancelled: Callable[[], bool]) -> Staged | DocumentInfo:
         """Worker thread: copy, hash, verify, parse, chunk and analyze into a staging directory.
@@ -459,6 +586,8 @@ class KnowledgeBase:
             if len(chunks) > self.config.max_chunks_per_document:
                 raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"document makes {len(chunks)} chunks "
                                    f"(limit {self.config.max_chunks_per_document})")
+            with self.lock:                          # (before the analysis: its terms are most of the memory)
+                self.check_total_chunks(len(chunks))
             report("chunking", n_blocks, n_blocks)
             records = [{"text": c.text, "location": c.location()} for c in chunks]
             headings = [c.heading for c in chunks]
@@ -505,7 +634,15 @@ class KnowledgeBase:
         """Keep the document in the store (which decides duplicates and quotas for good)."""
         info = DocumentInfo(staged.doc_id, name, staged.md5, staged.sha256, staged.size,
                             len(staged.chunks), coll, datetime.now(timezone.utc).isoformat(), user)
-        stored = await self.store.commit(staged, info, vectors, self)
+        with self.lock:               # checked again, the other commits in flight counted
+            if self.duplicate_of(coll, staged.sha256) is None:   # (else the store answers the duplicate)
+                self.check_total_chunks(len(staged.chunks))
+                self._committing[staged.doc_id] = len(staged.chunks)
+        try:
+            stored = await self.store.commit(staged, info, vectors, self)
+        finally:
+            with self.lock:
+                self._committing.pop(staged.doc_id, None)
         report("indexing", len(staged.chunks), len(staged.chunks))
         return stored
 
@@ -525,17 +662,56 @@ class KnowledgeBase:
     async def get(self, user: str, groups: Collection[str], doc_id: str) -> DocumentInfo:
         return self._visible(user, groups, doc_id)
 
-    async def delete(self, user: str, groups: Collection[str], doc_id: str, *, admin: bool = False) -> None:
+    async def delete(self, user: str, groups: Collection[str], doc_id: str, *,
+                     admin: bool = False) -> DocumentInfo | None:
         """Remove a document: its uploader, wherever it is (also in a group they have left, or one
         renamed or removed from the configuration: it counts toward their quota), or an admin who can
-        read it. FORBIDDEN for another reader; NOT_FOUND if unseen."""
+        read it. FORBIDDEN for another reader; NOT_FOUND if unseen. None when it is removed.
+
+        A group document other members uploaded too (the same bytes: ``co_uploaders``) is not removed
+        by its uploader's delete: it passes to the first co-uploader (their quota from then on), and
+        the document, with its new ``uploader``, is returned. A co-uploader's delete withdraws their
+        upload only (the document, unchanged, is returned). An admin's delete of a document that is
+        not theirs removes it for everyone."""
         info = self._docs.get(doc_id) if isinstance(doc_id, str) else None
+        if info is not None and info.uploader == user and self._co_uploaders.get(doc_id):
+            return await self._pass_on(info)
+        if info is not None and user in self._co_uploaders.get(doc_id, ()) and not admin:
+            self._visible(user, groups, doc_id)
+            return await self._withdraw(info, user)
         if info is None or info.uploader != user:
             info = self._visible(user, groups, doc_id)
             if not admin:
                 raise HandlerError(ErrorCode.FORBIDDEN, "only the uploader or an admin may delete a document")
         await self.store.remove(info)
         await asyncio.to_thread(self._drop, doc_id)
+        return None
+
+    async def _pass_on(self, info: DocumentInfo) -> DocumentInfo:
+        """The uploader's delete of a document other members uploaded too: it becomes the first
+        co-uploader's."""
+        with self.lock:
+            co = self._co_uploaders.get(info.doc_id, ())
+            heir, rest = co[0], co[1:]
+            kept = replace(info, uploader=heir)
+        saver = getattr(self.store, "set_uploaders", None)
+        if saver is not None:
+            await saver(kept, rest)
+        with self.lock:
+            if self._docs.get(info.doc_id) is info:
+                self._docs[info.doc_id] = kept
+                self._set_co_uploaders(info.doc_id, rest)
+        log.info("document %s (%s) of %s: %s deleted it; kept for %s, who uploaded the same bytes",
+                 info.doc_id, info.name, info.collection, info.uploader, heir)
+        return kept
+
+    async def _withdraw(self, info: DocumentInfo, user: str) -> DocumentInfo:
+        """A co-uploader's delete: they no longer keep the document; it stays its uploader's."""
+        with self.lock:
+            co = tuple(u for u in self._co_uploaders.get(info.doc_id, ()) if u != user)
+            self._set_co_uploaders(info.doc_id, co)
+        await self._save_uploaders(info, co)
+        return info
 
     async def search(self, user: str, groups: Collection[str], query: str, top_k: int = 5,
                      collection: str | None = None) -> list[Hit]:
@@ -554,8 +730,28 @@ class KnowledgeBase:
         def run() -> list[Hit]:
             with self.lock:
                 return [self._hit(key, score) for key, score in
-                        self.index.search(query, colls, top_k, qvec, visible=readable(user, groups))]
+                        self._distinct(query, colls, top_k, qvec, readable(user, groups))]
         return await asyncio.to_thread(run)
+
+    def _distinct(self, query: str, colls: list[str], top_k: int, qvec: list[float] | None,
+                  visible: list[str]) -> list[tuple[tuple[str, int], float]]:
+        """The best ``top_k`` chunks, one document per identical text: copies of a file under other
+        names (or in other readable collections) give the same passages, and only the best ranked
+        copy's is kept (a passage repeated within one document is not a copy: kept), the rest filled
+        from further down (searching deeper, up to ``SEARCH_MAX_DEPTH`` chunks). A
+        result without such copies is the index's top ``top_k`` unchanged. With ``lock`` held."""
+        depth = top_k
+        while True:
+            found = self.index.search(query, colls, depth, qvec, visible=visible)
+            kept: list[tuple[tuple[str, int], float]] = []
+            seen: dict[str, str] = {}            # text -> the document of the passage kept for it
+            for key, score in found:
+                text = self.index.chunks[key].text
+                if seen.setdefault(text, key[0]) == key[0]:     # (one document repeating itself: kept)
+                    kept.append((key, score))
+            if len(kept) >= top_k or len(found) < depth or depth >= SEARCH_MAX_DEPTH:
+                return kept[:top_k]
+            depth = min(depth * 4, SEARCH_MAX_DEPTH)
 
     def _hit(self, key: tuple[str, int], score: float) -> Hit:
         ch = self.index.chunks[key]
