@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_testlib import check_tool_pairing, rand_history, rand_text
-from server.memory.context import (TRUNCATION_NOTE, Excerpt, Parts, assemble, build_turns, group_turns,
-                                   recent_turns, sanitize)
+from server.memory.context import (NO_ANSWER, TRUNCATION_NOTE, WINDOW_CUT_NOTE, Excerpt, Parts, assemble,
+                                   build_turns, group_turns, has_answer, recent_turns, sanitize)
 from server.memory.tokens import ApproxTokenCounter
 from storage.models import ChatMessage, SummaryRecord, ToolCall
 
@@ -51,11 +51,17 @@ def assemble_and_check(rng: random.Random, history: list[ChatMessage], budget: i
     assert msgs[-1]["content"] == new or meta["message_truncated"]
     if meta["message_truncated"]:
         assert msgs[-1]["content"].endswith(TRUNCATION_NOTE.strip())
-    # whole oldest turns dropped: what is sent is exactly the newest turns_kept turns of the window
+    # whole oldest turns dropped: what is sent is the newest turns_kept turns of the window, a turn
+    # without an answer closed by the NO_ANSWER placeholder, tool results possibly cut (head + note)
     assert meta["turns_kept"] + meta["turns_dropped"] == len(window)
     kept = window[len(window) - meta["turns_kept"]:]
-    body = [m for t in kept for m in t.messages]
-    assert msgs[len(msgs) - 1 - len(body):-1] == body
+    body = [m for t in kept for m in (t.messages if has_answer(t.messages)
+                                      else [*t.messages, {"role": "assistant", "content": NO_ANSWER}])]
+    sent = msgs[len(msgs) - 1 - len(body):-1]
+    assert len(sent) == len(body)
+    cut = [(s, b) for s, b in zip(sent, body) if s != b]
+    assert all(b["role"] == "tool" and is_cut_of(s, b) for s, b in cut), cut
+    assert len(cut) == (meta.get("window_results_cut") or {}).get("count", 0)
     # lower-priority parts go first: a truncated summary or message means no turn or excerpt is left
     if meta["summary_trimmed"] or meta["message_truncated"]:
         assert meta["turns_kept"] == 0 and meta["recalled"] == []
@@ -68,6 +74,15 @@ def assemble_and_check(rng: random.Random, history: list[ChatMessage], budget: i
     if meta["summary_trimmed"] or meta["message_truncated"]:
         assert meta["memory_items"] == []
     return meta
+
+
+def is_cut_of(sent: dict, whole: dict) -> bool:
+    """``sent`` is the tool result ``whole`` cut to fit the budget: same keys and call id, a head of
+    its content, then the note with the number of characters cut."""
+    if sent.keys() != whole.keys() or sent["tool_call_id"] != whole["tool_call_id"]:
+        return False
+    head, _, note = sent["content"].rpartition("\n")
+    return whole["content"].startswith(head) and note == WINDOW_CUT_NOTE.format(n=len(whole["content"]) - len(head))
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -180,10 +180,11 @@ async def test_a_provider_500_is_stored_as_a_failed_answer(tmp_path):
         scripted.push(Reply.text("second answer"))
         r = await c.call(T.CHAT_TEXT, text="second question")
         await c.turn_events(r["turn_id"])
-        # the failed answer, with no content, is not sent to the model
+        # the failed answer, with no content, is sent as a placeholder: the roles keep alternating
         sent = scripted.requests[-1].body["messages"]
-        assert [(m["role"], m["content"]) for m in sent[1:]] == [("user", "first question"),
-                                                                 ("user", "second question")]
+        assert [(m["role"], m["content"]) for m in sent[1:]] == [
+            ("user", "first question"), ("assistant", "[no answer: the model endpoint failed]"),
+            ("user", "second question")]
         c2 = await V3Client.connect(addr)                     # after a reload: question, failure, question, answer
         page = await c2.call(T.HISTORY_REQUEST)
         assert [m["role"] for m in page["messages"]] == ["user", "assistant", "user", "assistant"]

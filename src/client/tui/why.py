@@ -1,6 +1,8 @@
 """The "why this answer" view: what reached the model for one answer, from the answer's stored
 context metadata (the server's turn pipeline trace: route, summary, recalled turns, long-term memory
-items, knowledge passages, what was dropped for the budget and why)."""
+items, knowledge passages, what was dropped or cut for the budget and why, the prompt's size and the
+largest request's against the budget, and notes when summaries failed or the request exceeded the
+model window)."""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -18,6 +20,10 @@ from client.wording import printable
 # a gloss; any other reason is shown as the server wrote it, e.g. "not up front (the agent searches
 # with search_knowledge)"
 SKIPPED = {"route": "none (the route asked for no knowledge)"}
+FLOORED_NOTE = "Note: the request exceeded the model window; raise context.max_input_tokens"
+FALLBACK_NOTE = "Note: summaries failed: old turns were dropped instead"
+# what the agent cut of the turn's own tool steps (``tool_exchange.cut[].what``) -> the line's head
+EXCHANGE_CUTS = {"tool results": "Tool results cut", "tool steps": "Tool steps left out of the last call"}
 
 
 def _ids(values: Any) -> str:
@@ -54,23 +60,60 @@ def why_lines(metadata: Mapping[str, Any], memory_texts: Mapping[str, str] | Non
     dropped = list((trace.get("recall") or {}).get("dropped") or [])
     dropped += [{"what": f"passage {d.get('citation')}", "count": 1, "why": d.get("why")}
                 for d in retrieve.get("dropped") or []]
+    exchange = ctx.get("tool_exchange") if isinstance(ctx.get("tool_exchange"), Mapping) else {}
+    cuts = _cut_lines(ctx, exchange)
     if dropped:
         out.append("Left out:")
         out += [_left_out(d) for d in dropped]
-    else:
+    elif not cuts:
         out.append("Left out: nothing")
+    out += cuts
     for flag, text in (("summary_trimmed", "the summary was shortened to fit"),
                        ("message_truncated", "your message was shortened to fit"),
                        ("system_truncated", "the system prompt was shortened to fit")):
         if ctx.get(flag):
             out.append(f"Note: {text}")
+    if isinstance(exchange.get("ended"), str):
+        out.append(f"Note: {exchange['ended']}")
+    if ctx.get("summary_fallback"):
+        out.append(FALLBACK_NOTE)
+    if ctx.get("budget_floored") or (trace.get("recall") or {}).get("budget_floored"):
+        out.append(FLOORED_NOTE)
     if ctx.get("prompt_tokens_estimate") is not None:
         out.append(f"Prompt: about {ctx['prompt_tokens_estimate']} of {ctx.get('budget_tokens')} tokens")
+    largest, requests = _count(exchange.get("prompt_tokens_max")), _count(exchange.get("follow_up_requests"))
+    if largest and requests:
+        budget = exchange.get("budget_tokens", ctx.get("budget_tokens"))
+        out.append(f"Largest request: about {largest} of {budget} tokens "
+                   f"({requests} follow-up request{'s' if requests != 1 else ''} with tool results)")
     gen = trace.get("generate") or {}
     if gen:
         calls = gen.get("tool_calls") or []
         out.append(f"Model: {gen.get('model')} · finish: {gen.get('finish_reason')} · tools: "
                    + (", ".join(calls) if calls else "none"))
+    return out
+
+
+def _count(value: Any) -> int:
+    """A count from the metadata; 0 for anything that is not a positive integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _cut_lines(ctx: Mapping[str, Any], exchange: Mapping[str, Any]) -> list[str]:
+    """What was cut rather than left out to fit the budget: the earlier turns' tool results (the
+    context builder's ``window_results_cut``), this turn's tool results and steps (the agent's
+    ``tool_exchange.cut``)."""
+    out: list[str] = []
+    window = ctx.get("window_results_cut")
+    if isinstance(window, Mapping) and _count(window.get("count")):
+        turns = _count(window.get("turns"))
+        where = f" in {turns} earlier turn{'s' if turns != 1 else ''}" if turns else ""
+        out.append(f"Earlier tool results cut: {window['count']}{where} (to fit the budget)")
+    cuts = exchange.get("cut")
+    for cut in cuts if isinstance(cuts, list) else ():
+        if isinstance(cut, Mapping) and _count(cut.get("count")):
+            head = EXCHANGE_CUTS.get(str(cut.get("what")), f"{cut.get('what')} cut".capitalize())
+            out.append(f"{head}: {cut['count']} (to fit the budget)")
     return out
 
 

@@ -5,14 +5,22 @@ expanded with ``server.agent.transcript.history_to_openai`` (an assistant messag
 ``tool_calls`` is always followed by its tool results). ``sanitize`` then guarantees the pairing on
 whatever comes out: a tool result without its call, or a call without its result, is never emitted.
 
-Over budget, the assembler gives up, in order: whole oldest turns, recalled excerpts (lowest rank
-first), long-term memory items (lowest rank first), the summary's tail, the new message's tail (with a note), and last the system prompt's tail.
+A turn that ended without an answer (the endpoint failed, the turn was cancelled or interrupted)
+is replayed with a short placeholder answer (``NO_ANSWER_TEXTS``), and a partial answer with
+``CUT_OFF_NOTE`` appended (``expand_message``), so user and assistant messages keep alternating
+(strict chat templates reject two user messages in a row) and the model knows the answer is
+missing or incomplete; ``assemble`` gives any window turn still without an answer ``NO_ANSWER``.
+
+Over budget, the assembler gives up, in order: the window turns' tool results (cut, oldest turn
+first, each keeping its call id, marked with ``WINDOW_CUT_NOTE``), whole oldest turns, recalled
+excerpts (lowest rank first), long-term memory items (lowest rank first), the summary's tail, the
+new message's tail (with a note), and last the system prompt's tail.
 The budget is what the window leaves for the messages: what every request carries besides them (the
 agent's tool schemas, ``reserve``) is taken off first, never below ``MIN_PROMPT_BUDGET``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from server.agent.base import BuiltContext
@@ -28,6 +36,16 @@ MEMORY_HEADER = ("What this user told you in earlier sessions (long-term memory;
                  "the current conversation wins):")
 RECALL_HEADER = ("Excerpts recalled from earlier in this conversation (older turns, for reference; "
                  "they may be outdated):")
+# the answer of a turn that ended early, as replayed in later prompts (``expand_message``)
+ENDED_EARLY = ("error", "cancelled", "interrupted")          # the finish reasons of a turn that ended early
+NO_ANSWER_TEXTS = {"error": "[no answer: the model endpoint failed]",       # LLM_ERROR, LLM_TIMEOUT
+                   "cancelled": "[no answer: the turn was cancelled]",
+                   "interrupted": "[no answer: the turn was interrupted]"}
+NO_ANSWER_FAILED = "[no answer: the turn failed]"            # any other error code (e.g. INTERNAL)
+NO_ANSWER = "[no answer]"                                    # a window turn with no stored answer at all
+CUT_OFF_NOTE = "\n[answer cut off]"                          # after the text of a partial answer
+# a window turn's tool result cut to fit the budget (the agent's own steps use the same wording)
+WINDOW_CUT_NOTE = "[... cut to fit the context budget: {n} more characters]"
 
 
 @dataclass(slots=True)
@@ -63,6 +81,52 @@ def in_prompt(m: ChatMessage) -> bool:
     (docs/server.md, "Regenerate and edit") and failed answers with nothing in them."""
     meta = m.metadata
     return not (meta.get("superseded") or (meta.get("error") and not m.content and not m.tool_calls))
+
+
+def ended_early(m: ChatMessage) -> bool:
+    """True for an assistant message stored by a turn that did not finish: failed, cancelled or
+    interrupted (its content, possibly empty, is what was streamed before)."""
+    meta = m.metadata
+    return m.role == "assistant" and (meta.get("finish_reason") in ENDED_EARLY or bool(meta.get("error"))
+                                      or bool(meta.get("interrupted")))
+
+
+def no_answer_text(m: ChatMessage) -> str:
+    """The placeholder that stands for the missing answer of ``m`` (a turn that ended early)."""
+    meta = m.metadata
+    if meta.get("error") or meta.get("finish_reason") == "error":
+        code = str(meta.get("error") or "")
+        return NO_ANSWER_TEXTS["error"] if not code or code.startswith("LLM_") else NO_ANSWER_FAILED
+    reason = "interrupted" if meta.get("interrupted") else meta.get("finish_reason")
+    return NO_ANSWER_TEXTS.get(str(reason), NO_ANSWER)
+
+
+def expand_message(m: ChatMessage) -> list[dict[str, Any]]:
+    """One stored message as prompt messages: ``history_to_openai`` then ``sanitize``; nothing for a
+    superseded message. The answer of a turn that ended early (``ended_early``) always ends in an
+    assistant text: its partial text with ``CUT_OFF_NOTE``, or the ``no_answer_text`` placeholder
+    (after its tool steps, if any)."""
+    if m.metadata.get("superseded"):
+        return []
+    if not ended_early(m):
+        return sanitize(history_to_openai([m])) if in_prompt(m) else []
+    out = sanitize(history_to_openai([m]))
+    last = out[-1] if out else None
+    if last is not None and last.get("role") == "assistant" and not last.get("tool_calls") and last.get("content"):
+        out[-1] = {**last, "content": last["content"] + CUT_OFF_NOTE}
+    else:
+        out.append({"role": "assistant", "content": no_answer_text(m)})
+    return out
+
+
+def has_answer(messages: list[dict[str, Any]]) -> bool:
+    """True unless ``messages`` (one turn) start with a user message and do not end with an assistant
+    text (the answer): such a turn would put two user messages in a row, or a tool result right
+    before the next question."""
+    if not messages or messages[0].get("role") != "user":
+        return True
+    last = messages[-1]
+    return last.get("role") == "assistant" and not last.get("tool_calls")
 
 
 def group_turns(messages: list[ChatMessage]) -> list[list[ChatMessage]]:
@@ -117,10 +181,11 @@ def sanitize(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def build_turns(messages: list[ChatMessage], counter: TokenCounter) -> list[Turn]:
-    """Stored messages -> prompt turns (empty ones skipped), token counts filled in."""
+    """Stored messages -> prompt turns (empty ones skipped), token counts filled in; each message is
+    expanded by ``expand_message``."""
     turns = []
     for group in group_turns(messages):
-        expanded = sanitize(history_to_openai([m for m in group if in_prompt(m)]))
+        expanded = sanitize([x for m in group for x in expand_message(m)])
         if expanded:
             turns.append(Turn(expanded, [m.id for m in group],
                               sum(message_tokens(counter, x) for x in expanded)))
@@ -226,6 +291,97 @@ def _shrink(counter: TokenCounter, text: str, excess: int, note: str) -> str:
     return truncate_to_tokens(counter, text, room) + note
 
 
+def _answered(turn: Turn, counter: TokenCounter) -> Turn:
+    """``turn`` itself, or a copy ending in the ``NO_ANSWER`` placeholder when it has no answer
+    (``has_answer``): e.g. an unanswered user message, or a turn expanded without ``expand_message``."""
+    if has_answer(turn.messages):
+        return turn
+    filler = {"role": "assistant", "content": NO_ANSWER}
+    return Turn([*turn.messages, filler], turn.ids, turn.tokens + message_tokens(counter, filler))
+
+
+def _cut_result(counter: TokenCounter, message: dict[str, Any], excess: int) -> tuple[dict[str, Any], int] | None:
+    """A tool result about ``excess`` tokens shorter (its head kept, ``WINDOW_CUT_NOTE`` appended, its
+    ``tool_call_id`` kept) and the change in tokens (negative); None when that would not make it shorter."""
+    content = message.get("content")
+    if not isinstance(content, str) or not content:
+        return None
+    tokens = message_tokens(counter, message)
+    empty = message_tokens(counter, {**message, "content": ""})
+    keep = tokens - empty - excess - counter.count(WINDOW_CUT_NOTE.format(n=len(content))) - 1
+    part = truncate_to_tokens(counter, content, keep) if keep > 0 else ""
+    note = WINDOW_CUT_NOTE.format(n=len(content) - len(part))
+    shorter = {**message, "content": f"{part}\n{note}" if part else note}
+    n = message_tokens(counter, shorter)
+    return (shorter, n - tokens) if n < tokens else None
+
+
+def _fully_cut_tokens(counter: TokenCounter, turn: Turn) -> int:
+    """The tokens of ``turn`` with every tool result cut down to its marker (where that is shorter)."""
+    n = turn.tokens
+    for m in turn.messages:
+        content = m.get("content")
+        if m.get("role") == "tool" and isinstance(content, str) and content:
+            gain = message_tokens(counter, m) - message_tokens(
+                counter, {**m, "content": WINDOW_CUT_NOTE.format(n=len(content))})
+            n -= max(0, gain)
+    return n
+
+
+class _ResultCutter:
+    """Cuts the window turns' tool results, one per call: oldest turn first, in order within a turn;
+    each result is cut once, by what the prompt is over the budget at that moment.
+
+    ``drop_first`` first drops the oldest turns that must go even with every result cut, so results
+    are cut only in the turns that stay (and the newest of them last)."""
+
+    def __init__(self, p: _Prompt) -> None:
+        self.p = p
+        self.turn = 0
+        self.pos = 0
+        self.cuts = [0] * len(p.turns)              # results cut per kept turn (dropped with its turn)
+
+    def drop_first(self, total: int, budget: int) -> int:
+        """Drop the fewest oldest turns without which the prompt (estimated at ``total``) fits once
+        the rest have every result cut; how many were dropped."""
+        turns = self.p.turns
+        least = [_fully_cut_tokens(self.p.counter, t) for t in turns]
+        need = total - sum(t.tokens for t in turns) + sum(least)
+        k = 0
+        while k < len(turns) and need > budget:
+            need -= least[k]
+            k += 1
+        del turns[:k], self.cuts[:k]
+        return k
+
+    def cut(self, excess: int) -> bool:
+        """Cut the next result that can be made shorter; False when none is left."""
+        turns = self.p.turns
+        while self.turn < len(turns):
+            t = turns[self.turn]
+            while self.pos < len(t.messages):
+                i = self.pos
+                self.pos += 1
+                if t.messages[i].get("role") != "tool":
+                    continue
+                got = _cut_result(self.p.counter, t.messages[i], excess)
+                if got is not None:
+                    messages = list(t.messages)
+                    messages[i] = got[0]
+                    turns[self.turn] = Turn(messages, t.ids, t.tokens + got[1])
+                    self.cuts[self.turn] += 1
+                    return True
+            self.turn += 1
+            self.pos = 0
+        return False
+
+    def drop_oldest(self) -> None:
+        """The oldest turn goes whole (only once no result can be cut: the cursor is past the end)."""
+        self.p.turns.pop(0)
+        self.cuts.pop(0)
+        self.turn = max(0, self.turn - 1)
+
+
 def message_budget(budget: int, reserve: int) -> tuple[int, bool]:
     """The tokens the messages may use when every request also carries ``reserve`` tokens besides
     them (the tool schemas), and whether that hit the floor: never below ``MIN_PROMPT_BUDGET`` (nor
@@ -245,11 +401,15 @@ def assemble(parts: Parts, counter: TokenCounter, budget: int,
     ``additive`` counter the estimate is exact, so the whole prompt is not counted again.
     """
     budget, floored = message_budget(budget, reserve)
+    parts = replace(parts, turns=[_answered(t, counter) for t in parts.turns])
     p = _Prompt(parts, counter, stable)
+    cutter = _ResultCutter(p)
     exact = bool(getattr(counter, "additive", False))
     dropped = recall_dropped = memory_dropped = 0
     flags = {"summary_trimmed": False, "message_truncated": False, "system_truncated": False}
     note_only = TRUNCATION_NOTE.strip()
+    if p.turns and (total := p.estimate()) > budget:  # turns that cannot stay however their results are cut
+        dropped = cutter.drop_first(total, budget)
     while True:
         total = p.estimate()
         if total <= budget:
@@ -258,8 +418,10 @@ def assemble(parts: Parts, counter: TokenCounter, budget: int,
             if total <= budget:
                 break
         excess = max(1, total - budget)
+        if cutter.cut(excess):                           # a window turn's tool result, before any turn
+            continue
         if p.turns:
-            p.turns.pop(0)
+            cutter.drop_oldest()
             dropped += 1
         elif p.excerpts:
             p.excerpts.pop()
@@ -294,6 +456,8 @@ def assemble(parts: Parts, counter: TokenCounter, budget: int,
         **flags,
         **parts.flags,
     }
+    if any(cutter.cuts):                                 # kept turns whose tool results were cut
+        meta["window_results_cut"] = {"count": sum(cutter.cuts), "turns": sum(1 for n in cutter.cuts if n)}
     if floored:                                          # the schemas leave less than MIN_PROMPT_BUDGET
         meta["budget_floored"] = True
     return BuiltContext(messages=msgs, metadata=meta)

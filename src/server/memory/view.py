@@ -23,10 +23,9 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
 
-from server.agent.transcript import history_to_openai
 from storage.models import ChatMessage, SessionRecord
 
-from server.memory.context import Turn, in_prompt, sanitize
+from server.memory.context import Turn, expand_message, sanitize
 from server.memory.tokens import TokenCounter, message_tokens
 
 
@@ -39,8 +38,8 @@ class Entry:
 
 
 def expand(m: ChatMessage, counter: TokenCounter) -> Entry:
-    """``m`` as prompt messages (exactly ``build_turns([m])``) with its token cost."""
-    expanded = sanitize(history_to_openai([m])) if in_prompt(m) else []
+    """``m`` as prompt messages (exactly ``build_turns([m])``: ``expand_message``) with its token cost."""
+    expanded = expand_message(m)
     return Entry(m, expanded, sum(message_tokens(counter, x) for x in expanded))
 
 
