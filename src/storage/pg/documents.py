@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 import orjson
 
-from .link import PgLink
+from .link import PgLink, progress
 from .notify import publish_in
 
 #: NOTIFY channel of knowledge-base changes: {"op": "add" | "del", "doc": doc_id}
@@ -107,15 +107,19 @@ class PgDocuments:
 
     async def _write_rows(self, con: asyncpg.Connection, doc_id: str, original: str | os.PathLike,
                           chunks: list[dict[str, Any]], vectors: list[list[float]] | None) -> None:
+        progress()        # (each of these statements may take long: the call's bound starts again)
         await con.copy_records_to_table("nplt_kb_blocks", records=_blocks(original, doc_id),
                                         columns=("doc_id", "seq", "data"))
+        progress()
         await con.copy_records_to_table(
             "nplt_kb_chunks", columns=("doc_id", "ordinal", "text", "location"),
             records=[(doc_id, i, _text(c["text"]), orjson.dumps(c["location"]).decode()) for i, c in enumerate(chunks)])
         if vectors:
+            progress()
             await con.executemany(
                 "INSERT INTO nplt_kb_vectors (doc_id, ordinal, embedding) VALUES ($1, $2, $3::float4[])",
                 [(doc_id, i, v) for i, v in enumerate(vectors)])
+        progress()        # (and the commit after them)
 
     async def delete(self, doc_id: str) -> bool:
         """Delete a document and its rows; False if it was not there."""

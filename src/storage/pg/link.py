@@ -7,12 +7,24 @@ time (at most 5 s), then fails with StorageUnavailable. A write whose connection
 statement was sent is NOT retried (PostgreSQL may or may not have committed it): it fails with
 StorageUnavailable and nothing is acknowledged. Reads are retried either way. The pool replaces
 broken connections by itself, so the store recovers when PostgreSQL is back.
+
+Client-side bound: ``statement_timeout`` is enforced by PostgreSQL itself, so a server that stops
+answering (frozen, overloaded past the point of scheduling the backend, or behind a network black
+hole) would leave a call waiting forever. Every call of ``run`` (and ``run_holding``, unless it
+waits for a lock by design) is therefore given ``pg_statement_timeout_ms`` + ``STATEMENT_TIMEOUT_MARGIN_S``
+(``PgLink.call_timeout``; no bound when ``pg_statement_timeout_ms`` is 0), in all for a call of short
+statements; a call of several long ones (a document's rows) starts it again before each with
+``progress()``. Past it the call's connection is terminated (never returned to the pool: a statement
+pending on it, or a transaction's ROLLBACK, fails at once) and the call fails with StorageUnavailable,
+not retried (a write then was not acknowledged; PostgreSQL may still commit it when it comes back, as
+for any connection lost after a statement was sent).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import asyncpg
@@ -28,6 +40,9 @@ from .schema import migrate
 log = logging.getLogger("storage")
 T = TypeVar("T")
 MAX_BACKOFF_S = 5.0
+#: Added to ``pg_statement_timeout_ms`` for the client-side bound of one call (``PgLink.call_timeout``):
+#: room for PostgreSQL's own statement timeout to arrive as an error first, when the server answers.
+STATEMENT_TIMEOUT_MARGIN_S = 5.0
 
 #: Errors meaning "no usable connection": worth a retry when nothing was sent yet.
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
@@ -57,6 +72,55 @@ class Unsent(Exception):
     """Wraps a connection error raised before any statement of the call was sent."""
 
 
+def call_timeout(config: StorageConfig) -> float | None:
+    """The client-side bound of one call: ``pg_statement_timeout_ms`` + ``STATEMENT_TIMEOUT_MARGIN_S``
+    (None, no bound, when ``pg_statement_timeout_ms`` is 0)."""
+    ms = config.pg_statement_timeout_ms
+    return ms / 1000 + STATEMENT_TIMEOUT_MARGIN_S if ms else None
+
+
+class Deadline:
+    """Terminates ``con`` if the call on it has not ended ``seconds`` after it started (None: never),
+    or after the last ``restart``: PostgreSQL does not answer, and its own statement_timeout cannot
+    say so. The pending statement then fails with a connection error at once, as does any later one
+    of the call (a transaction's ROLLBACK too); ``expired`` tells the caller why. ``cancel`` when the
+    call ends."""
+
+    __slots__ = ("con", "seconds", "expired", "_handle")
+
+    def __init__(self, con: asyncpg.Connection, seconds: float | None) -> None:
+        self.con = con
+        self.seconds = seconds
+        self.expired = False
+        self._handle: asyncio.TimerHandle | None = None
+        self.restart()
+
+    def restart(self) -> None:
+        if self.seconds is not None and not self.expired:
+            if self._handle is not None:
+                self._handle.cancel()
+            self._handle = asyncio.get_running_loop().call_later(self.seconds, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        _discard(self.con)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+
+
+_current: ContextVar[Deadline | None] = ContextVar("nplt_pg_call_deadline", default=None)
+
+
+def progress() -> None:
+    """In a ``PgLink.run`` work of several statements that may each take long (a document's rows, a
+    migrated session's messages): the call's client-side bound starts again, for the next statement."""
+    deadline = _current.get()
+    if deadline is not None:
+        deadline.restart()
+
+
 class PgLink:
     """An asyncpg pool with the retry policy and error mapping of the module docstring."""
 
@@ -65,6 +129,15 @@ class PgLink:
         self.pool: asyncpg.Pool | None = None
         self.leases: Leases | None = None     # the pool's connections, kept between calls
         self.closed = False
+        self.call_timeout = call_timeout(config)   # the client-side bound of a call (module docstring)
+
+    def no_answer(self, *, write: bool) -> StorageUnavailable:
+        """The error of a call that hit ``call_timeout`` (its connection was terminated)."""
+        cfg = self.config
+        return StorageUnavailable(
+            f"PostgreSQL did not answer within {self.call_timeout:g} s (pg_statement_timeout_ms "
+            f"{cfg.pg_statement_timeout_ms} ms + {STATEMENT_TIMEOUT_MARGIN_S:g} s); the connection was dropped"
+            + ("; the write was not acknowledged, retry later" if write else ""))
 
     def connect_args(self) -> dict[str, Any]:
         cfg = self.config
@@ -120,11 +193,15 @@ class PgLink:
             except CONNECTION_ERRORS as exc:
                 raise Unsent() from exc
             clean = False
+            deadline = Deadline(con, self.call_timeout)
+            token = _current.set(deadline)
             try:
                 result = await work(con)
                 clean = True
                 return result
             except BaseException as exc:
+                if deadline.expired and not isinstance(exc, asyncio.CancelledError):
+                    raise self.no_answer(write=write) from None     # (not retried: it was sent)
                 if not is_connection_error(exc):
                     # PostgreSQL's own error, or a value the driver refused before sending: the
                     # connection is fine (a cancelled call's is not: it goes back to the pool)
@@ -136,6 +213,8 @@ class PgLink:
                                              "it was not acknowledged, retry later") from None
                 raise Unsent() from exc
             finally:
+                deadline.cancel()
+                _current.reset(token)
                 await self._put_back(con, clean)
         return await self.retrying(once, "reach PostgreSQL")
 
@@ -159,7 +238,10 @@ class PgLink:
                 await con.fetchval("SELECT 1", timeout=timeout)
                 clean = True
                 return
-            except (asyncio.TimeoutError, asyncpg.QueryCanceledError):
+            except asyncio.TimeoutError:
+                _discard(con)      # (asyncpg's cancel request would wait for the server too)
+                raise StorageUnavailable(f"PostgreSQL did not answer within {timeout:g} s") from None
+            except asyncpg.QueryCanceledError:
                 raise StorageUnavailable(f"PostgreSQL did not answer within {timeout:g} s") from None
             except CONNECTION_ERRORS as err:
                 _discard(con)
@@ -168,9 +250,11 @@ class PgLink:
                 await self._put_back(con, clean)
         raise StorageUnavailable(f"PostgreSQL is unavailable ({_why(exc)})")
 
-    async def run_holding(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> asyncpg.Connection:
+    async def run_holding(self, work: Callable[[asyncpg.Connection], Awaitable[T]], *,
+                          bounded: bool = True) -> asyncpg.Connection:
         """Run ``work(connection)`` (idempotent: retried like a read) and keep the connection: the
-        caller releases it with ``release``. For state tied to a connection (advisory locks)."""
+        caller releases it with ``release``. For state tied to a connection (advisory locks).
+        ``bounded``: within ``call_timeout`` (False for a work that waits for a lock by design)."""
         async def once() -> asyncpg.Connection:
             if self.closed or self.pool is None:
                 raise StorageClosed("the history store is closed")
@@ -178,10 +262,14 @@ class PgLink:
                 con = await self._acquire()
             except CONNECTION_ERRORS as exc:
                 raise Unsent() from exc
+            deadline = Deadline(con, self.call_timeout if bounded else None)
             try:
                 await work(con)
                 return con
             except BaseException as exc:
+                if deadline.expired and not isinstance(exc, asyncio.CancelledError):
+                    await self._put_back(con, False)
+                    raise self.no_answer(write=False) from None
                 if is_connection_error(exc):
                     _discard(con)
                 await self._put_back(con, not is_connection_error(exc)
@@ -189,6 +277,8 @@ class PgLink:
                 if is_connection_error(exc):
                     raise Unsent() from exc
                 raise
+            finally:
+                deadline.cancel()
         return await self.retrying(once, "reach PostgreSQL")
 
     async def release(self, con: asyncpg.Connection) -> None:

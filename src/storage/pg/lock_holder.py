@@ -20,24 +20,55 @@ connections of their own (``adopt``). A session lock another node took meanwhile
 ``holds`` then says so, and ``was_retaken`` tells a lock that was taken back (another node may have
 taken it and let it go meanwhile). A claim waiting on a connection of its own whose connection
 breaks connects and queues again (``wait_lock``), under the retry policy.
+
+Bounds. The holder lines' statements are bounded client-side like the pool's calls
+(``PgLink.call_timeout``, asyncpg's ``command_timeout``): past it the line's connection is dropped and
+the claim or release fails with StorageUnavailable. Lock waits are not bounded (a turn may take
+minutes), but every ``WAIT_CHECK_S`` while some wait, the backends of the waiting connections
+(``wait_lock``, ``wait_node_gone``) are looked up through the pool: a wait whose backend is gone, or
+all of them when PostgreSQL does not answer that within the bound, has its connection dropped, and
+queues again under the retry policy (then StorageUnavailable), instead of waiting forever on a server
+that is frozen or cut off. A node opens at most ``max_waiters`` connections for contended session
+locks (``wait_lock``; waiting, or held by the turn they were granted to): past it a turn that would
+need one more is refused with ``LockWaitersFull`` (QUEUE_FULL), so that queued turns cannot use up
+PostgreSQL's ``max_connections``.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 from dataclasses import dataclass
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import NamedTuple, TypeVar
 
 import asyncpg
 
-from ..errors import NotFound, StorageError
+from protocol import ErrorCode
+
+from ..errors import NotFound, StorageClosed, StorageError
 from .link import CONNECTION_ERRORS, PgLink, Unsent, is_connection_error
 
 T = TypeVar("T")
 
 log = logging.getLogger("storage")
+
+#: The most connections a node opens for contended session locks (``wait_lock``: one per turn waiting
+#: for its session, kept by that turn once granted) when the storage config has no
+#: ``pg_max_lock_waiters``; past it a turn is refused QUEUE_FULL (``LockWaitersFull``). 16: a node then
+#: opens at most pg_pool_size + pg_lock_connections + 3 (listeners) + 16 + one per peer watched: 34 with
+#: the defaults and two nodes, 68 for both, within PostgreSQL's default max_connections (100).
+MAX_LOCK_WAITERS = 16
+#: Seconds between two checks of the connections waiting for a lock (module docstring, "Bounds").
+WAIT_CHECK_S = 10.0
+
+
+class LockWaitersFull(StorageError):
+    """This node already has ``max_waiters`` connections waiting for (or holding) contended session
+    locks: the turn is refused rather than opening one more PostgreSQL connection."""
+
+    code = ErrorCode.QUEUE_FULL
 
 
 def _settle(op: _Op, value: Claim | None) -> None:
@@ -118,7 +149,8 @@ class _Line:
 class LockHolder:
     """The connections holding the node lock and the uncontended session locks (see module doc)."""
 
-    def __init__(self, link: PgLink, node_key: int, application_name: str) -> None:
+    def __init__(self, link: PgLink, node_key: int, application_name: str, *,
+                 max_waiters: int | None = None) -> None:
         self.link = link
         self.node_key = node_key
         self.application_name = application_name
@@ -130,6 +162,13 @@ class LockHolder:
         self.retaken: set[int] = set()   # session keys taken back after their connection broke (``was_retaken``)
         self.statements = 0      # nplt_lock_ops statements sent (a figure for tests and benchmarks)
         self.node_locks = 0      # times the node lock was taken (again, after its connection broke)
+        self.max_waiters: int = (max_waiters if max_waiters is not None
+                                 else getattr(link.config, "pg_max_lock_waiters", MAX_LOCK_WAITERS))
+        self.wait_check_s = WAIT_CHECK_S
+        self._lock_cons: set[asyncpg.Connection] = set()   # wait_lock's connections (open: waiting or granted)
+        self._connecting = 0                               # ... and those being opened
+        self._waiting: dict[asyncpg.Connection, int] = {}  # connections in a lock wait -> backend pid
+        self._checker: asyncio.Task | None = None          # checks them (``_check_waits``)
 
     @property
     def held(self) -> set[int]:
@@ -144,6 +183,8 @@ class LockHolder:
         args["server_settings"] = {**args["server_settings"], "application_name": self.application_name}
         if wait:
             args["server_settings"]["statement_timeout"] = "0"      # a turn may take minutes
+        else:
+            args["command_timeout"] = self.link.call_timeout       # a line's statements: bounded
         return await asyncpg.connect(**args)
 
     async def open(self) -> None:
@@ -386,6 +427,8 @@ class LockHolder:
                 for op in [op for op in send if op.session_id is None]:
                     send.remove(op)
                     _settle(op, None)
+                if isinstance(exc, asyncio.TimeoutError):     # sent, no answer: not retried
+                    raise self.link.no_answer(write=False) from None
                 raise Unsent() from exc
         try:
             rows = await self.link.retrying(once, "take a session lock")
@@ -432,6 +475,8 @@ class LockHolder:
                     if not is_connection_error(exc):
                         raise
                     con.terminate()             # its locks are gone: the next call reconnects
+                    if isinstance(exc, asyncio.TimeoutError):     # sent, no answer: not retried
+                        raise self.link.no_answer(write=False) from None
                     raise Unsent() from exc
             got = await self.link.retrying(once, "take a session lock")
             if got[0]:
@@ -449,7 +494,9 @@ class LockHolder:
         taken back first, and another node's is given ``2 x pg_retry_backoff_ms`` once PostgreSQL
         lets this one in (a live node takes its locks back within one ``pg_retry_backoff_ms``,
         ``_keep_locks``; the nodes are assumed to share the setting), so a waiting turn does not
-        take the session from it."""
+        take the session from it.
+
+        LockWaitersFull (QUEUE_FULL) when this node has ``max_waiters`` such connections open already."""
         broke = False
         grace_s = 2 * self.link.config.pg_retry_backoff_ms / 1000
 
@@ -457,13 +504,22 @@ class LockHolder:
             nonlocal broke
             if broke:
                 await self._take_back_own(key)
-            con = await self._connect_waiter()
+            self.room_for_waiter()
+            self._connecting += 1
+            try:
+                con = await self._connect_waiter()
+            finally:
+                self._connecting -= 1
+            self._lock_cons.add(con)
+            con.add_termination_listener(lambda c: self._lock_cons.discard(c))
+            pid = con.get_server_pid()
             try:
                 if broke:
                     await asyncio.sleep(grace_s)
-                await con.execute("SELECT pg_advisory_lock($1)", key)
+                with self._watched(con, pid):
+                    await con.execute("SELECT pg_advisory_lock($1)", key)
             except BaseException as exc:
-                self._abandon(con)
+                self._abandon(con, pid)
                 if not is_connection_error(exc):
                     raise
                 broke = True
@@ -471,6 +527,60 @@ class LockHolder:
                 raise Unsent() from exc
             return con
         return await self.link.retrying(once, "wait for a session lock")
+
+    @property
+    def lock_waiters(self) -> int:
+        """Connections open (or being opened) for contended session locks (``wait_lock``)."""
+        for con in [con for con in self._lock_cons if con.is_closed()]:   # (listeners run a moment later)
+            self._lock_cons.discard(con)
+        return len(self._lock_cons) + self._connecting
+
+    def room_for_waiter(self) -> None:
+        """LockWaitersFull (QUEUE_FULL) if ``wait_lock`` would be refused now (``max_waiters`` reached)."""
+        if self.lock_waiters >= self.max_waiters:
+            raise LockWaitersFull(
+                f"this node already has {self.lock_waiters} turns waiting for or holding a busy session's "
+                f"lock, each on a PostgreSQL connection of its own (pg_max_lock_waiters = {self.max_waiters}): "
+                "try again when one has ended")
+
+    @contextlib.contextmanager
+    def _watched(self, con: asyncpg.Connection, pid: int) -> Iterator[None]:
+        """``con`` (backend ``pid``) is in a lock wait: checked every ``wait_check_s`` (``_check_waits``)."""
+        self._waiting[con] = pid
+        if self._checker is None or self._checker.done():
+            self._checker = asyncio.get_running_loop().create_task(self._check_waits(), name="pg-lock-waits")
+        try:
+            yield
+        finally:
+            self._waiting.pop(con, None)
+
+    async def _check_waits(self) -> None:
+        """While connections wait for a lock: every ``wait_check_s``, look their backends up through
+        the pool (bounded by ``PgLink.call_timeout``, under the retry policy) and drop the connections
+        whose backend is gone, or all of them when PostgreSQL cannot be reached or does not answer:
+        their waits then queue again under the retry policy (``wait_lock``) or fail (``wait_node_gone``),
+        rather than wait forever on a server that stopped answering."""
+        while self._waiting and not self.link.closed:
+            await asyncio.sleep(self.wait_check_s)
+            waiting = dict(self._waiting)
+            if not waiting:
+                continue
+            try:
+                rows = await self.link.run(lambda c: c.fetch(
+                    "SELECT pid FROM pg_stat_activity WHERE pid = ANY($1::int[])", sorted(set(waiting.values()))),
+                    write=False)
+                alive = {row["pid"] for row in rows}
+            except StorageClosed:
+                return
+            except StorageError as exc:          # unreachable, or no answer within the bound
+                log.warning("storage: cannot check the %d connections waiting for a lock (%s): dropping them",
+                            len(waiting), exc)
+                alive = set()
+            for con, pid in waiting.items():
+                if pid not in alive and self._waiting.get(con) == pid:
+                    log.warning("storage: the backend of a connection waiting for a lock (pid %s) is gone or "
+                                "PostgreSQL does not answer: dropping it", pid)
+                    con.terminate()
 
     async def _take_back_own(self, key: int) -> None:
         """If this node held ``key`` (a running turn's lock) on a connection that closed, take it back
@@ -484,11 +594,10 @@ class LockHolder:
                 if self._needs(line) and (key in line.held or key in line.doubt):
                     await self._restore(line)
 
-    def _abandon(self, con: asyncpg.Connection) -> None:
-        """Close a connection whose backend may still wait for a lock. A backend blocked on a lock
-        does not notice its client is gone (it would be granted the lock, in its turn, before it
-        noticed), so it is also ended from a pooled connection."""
-        pid = con.get_server_pid()
+    def _abandon(self, con: asyncpg.Connection, pid: int) -> None:
+        """Close a connection whose backend (``pid``) may still wait for a lock. A backend blocked on
+        a lock does not notice its client is gone (it would be granted the lock, in its turn, before
+        it noticed), so it is also ended from a pooled connection."""
         con.terminate()
 
         async def end_backend() -> None:
@@ -515,23 +624,25 @@ class LockHolder:
         reconnecting): a node without a connection is not taken for gone before ``grace_s`` after
         this call connected, so that a live node has the time to come back."""
         con = await self.link.retrying(self._connect_waiter, "watch a node")
+        pid = con.get_server_pid()
         loop = asyncio.get_running_loop()
         trusted = loop.time() + grace_s
         waited = False
         try:
-            while True:
-                await con.execute("SELECT pg_advisory_lock($1)", node_key)
-                if not await node_connected(con, node_key, application_name):
-                    if loop.time() >= trusted:
-                        break
-                    if not waited:
-                        log.info("storage: %s has no connection since this node's own connection broke: "
-                                 "it has %.1f s to reconnect", application_name, trusted - loop.time())
-                        waited = True
-                await con.execute("SELECT pg_advisory_unlock($1)", node_key)
-                await asyncio.sleep(retry_s)
+            with self._watched(con, pid):
+                while True:
+                    await con.execute("SELECT pg_advisory_lock($1)", node_key)
+                    if not await node_connected(con, node_key, application_name):
+                        if loop.time() >= trusted:
+                            break
+                        if not waited:
+                            log.info("storage: %s has no connection since this node's own connection broke: "
+                                     "it has %.1f s to reconnect", application_name, trusted - loop.time())
+                            waited = True
+                    await con.execute("SELECT pg_advisory_unlock($1)", node_key)
+                    await asyncio.sleep(retry_s)
         except BaseException:
-            self._abandon(con)
+            self._abandon(con, pid)
             raise
         con.terminate()
 
@@ -544,6 +655,13 @@ class LockHolder:
             except asyncio.CancelledError:
                 pass
             self._keeper = None
+        if self._checker is not None:
+            self._checker.cancel()
+            try:
+                await self._checker
+            except asyncio.CancelledError:
+                pass
+            self._checker = None
         if self._cleanups:
             await asyncio.wait(list(self._cleanups), timeout=self.link.config.pg_connect_timeout_s)
         self._adopted.clear()

@@ -34,7 +34,7 @@ async def session_lock(link: PgLink, session_id: str) -> AsyncIterator[int]:
         await con.execute("SELECT pg_advisory_lock($1)", key)
         return con
 
-    con = await link.run_holding(take)
+    con = await link.run_holding(take, bounded=False)      # (the wait is not bounded)
     try:
         yield con.get_server_pid()
     finally:

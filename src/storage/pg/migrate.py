@@ -20,6 +20,7 @@ from ..config import StorageConfig
 from ..errors import StorageError
 from ..models import ChatMessage
 from ..store import HistoryStore
+from .link import progress
 from .search_sql import search_text
 from .store import PREVIEW_CHARS, PgHistoryStore
 
@@ -80,6 +81,7 @@ async def _copy(pg: PgHistoryStore, sess: _Session) -> int | None:
             if done is None:
                 return None
             if rows:
+                progress()      # (a long session's messages: the call's bound starts again)
                 await con.copy_records_to_table("nplt_messages", records=rows,
                                                 columns=("session_id", "id", "body", "search_text"))
             return len(rows)

@@ -3,6 +3,11 @@
 Applied versions are recorded in ``nplt_schema_version``. The whole check-and-apply runs under a
 PostgreSQL advisory lock, so nodes starting at the same time apply each migration exactly once;
 each migration runs in its own transaction with its version row.
+
+A database already migrated past the newest migration this build ships (a newer release ran on it)
+is refused (``SchemaTooNew``; the node does not start): this build's statements may not fit that
+schema, so an older node is upgraded rather than run against it. There is no rolling-upgrade rule
+that lets nodes of two releases share a database.
 """
 from __future__ import annotations
 
@@ -10,6 +15,10 @@ import logging
 import re
 from dataclasses import dataclass
 from importlib import resources
+
+from protocol import ErrorCode
+
+from ..errors import StorageError
 
 log = logging.getLogger("storage")
 
@@ -20,6 +29,12 @@ VERSION_TABLE = """CREATE TABLE IF NOT EXISTS nplt_schema_version (
     version    integer PRIMARY KEY,
     name       text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now())"""
+
+
+class SchemaTooNew(StorageError):
+    """The database was migrated by a newer release than this build (see the module docstring)."""
+
+    code = ErrorCode.STORAGE_ERROR
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +58,23 @@ def migrations() -> list[Migration]:
 
 
 async def migrate(con) -> list[str]:
-    """Apply the pending migrations on asyncpg connection ``con``; returns the names applied."""
+    """Apply the pending migrations on asyncpg connection ``con``; returns the names applied.
+    Raises ``SchemaTooNew`` (nothing applied) if the database has a version newer than any shipped."""
     applied = []
     await con.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
     try:
         await con.execute(VERSION_TABLE)
-        done = {r["version"] for r in await con.fetch("SELECT version FROM nplt_schema_version")}
-        for m in migrations():
+        rows = await con.fetch("SELECT version, name FROM nplt_schema_version")
+        done = {r["version"] for r in rows}
+        shipped = migrations()
+        known = shipped[-1].version if shipped else 0
+        if rows and max(done) > known:
+            newest = max(rows, key=lambda r: r["version"])
+            raise SchemaTooNew(
+                f"the PostgreSQL database has schema version {newest['version']} ({newest['name']}), but this "
+                f"build knows schema versions up to {known}: a newer release migrated it; upgrade this node "
+                "to that release (or newer) before starting it on this database")
+        for m in shipped:
             if m.version in done:
                 continue
             async with con.transaction():
