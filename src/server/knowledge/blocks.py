@@ -11,6 +11,9 @@ class Block:
     page: int | None = None      # 1-based (pdf)
     line_start: int | None = None   # 1-based, inclusive (text formats)
     line_end: int | None = None
+    # a table row's block: the table's header row (a markdown table's header and delimiter lines),
+    # which the chunker puts at the start of every chunk that begins inside the table's rows
+    header: str | None = None
 
     @property
     def is_heading(self) -> bool:

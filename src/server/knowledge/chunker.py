@@ -3,7 +3,9 @@ chunks of about ``target`` characters; a paragraph too long for one chunk is cut
 a line too long for one chunk at sentence ends (。！？ and . ! ? followed by a space, ; and ；), a
 sentence too long at ``target`` characters, so a line that fits (a csv record, a config line) is
 never cut. Consecutive chunks of one section share ``overlap`` characters (whole trailing lines or
-sentences where they fit). Every chunk keeps its heading path, page and line range.
+sentences where they fit). Every chunk keeps its heading path, page and line range. A chunk that
+begins inside a table's rows (blocks with a ``header``) starts with the table's header row, counted in
+the target, so every quoted row says which column is which.
 """
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ from dataclasses import dataclass
 
 from server.knowledge.blocks import Block
 
+# a table's header row is repeated at the start of a chunk only when it (and its line end) takes at
+# most this share of the chunk target: a longer one would crowd out the rows it names
+TABLE_HEADER_MAX_SHARE = 0.5
 _SENTENCE_END = re.compile(r"(?<=[。！？!?…])\s*|(?<=[.;；])\s+|(?<=\n)")
 
 
@@ -118,6 +123,7 @@ class _Piece:
     page: int | None
     line_start: int | None
     line_end: int | None
+    header: str | None = None      # its table's header row (a table row's piece), repeated atop a chunk
 
     def cut(self, target: int) -> list[_Piece]:
         """Its lines (a line longer than ``target``: its sentences), each with its own line range
@@ -134,7 +140,8 @@ class _Piece:
                 line += t.count("\n", a, b)
                 pos = b
                 ls, le = first, line
-            out.append(_Piece(t[a:b], self.para, self.gap if prev is None else t[prev:a], self.page, ls, le))
+            out.append(_Piece(t[a:b], self.para, self.gap if prev is None else t[prev:a], self.page, ls, le,
+                              self.header))
             prev = b
         return out
 
@@ -147,7 +154,10 @@ def chunk_blocks(blocks: list[Block], target: int, overlap: int) -> list[Chunk]:
     """Chunks of at most ``target`` characters. A heading or a new page (pdf) closes the chunk, so a
     chunk comes from one page and one section; within a paragraph, the pieces of a chunk are joined by
     the text between them in the source (line ends kept), so a chunk of a text format is a verbatim run
-    of its lines ``line_start``..``line_end``."""
+    of its lines ``line_start``..``line_end``. A chunk whose first piece is a table row (a block with a
+    ``header``) begins with that header row and a line end, counted in ``target`` (not in the line
+    range: the lines cited are the rows'); a header over ``TABLE_HEADER_MAX_SHARE`` of the target is
+    not repeated."""
     out: list[Chunk] = []
     path: list[tuple[int, str]] = []
     cur: list[_Piece] = []         # pieces of the chunk being built (text already cut to fit)
@@ -157,6 +167,14 @@ def chunk_blocks(blocks: list[Block], target: int, overlap: int) -> list[Chunk]:
 
     def heading() -> tuple[str, ...]:
         return tuple(t for _, t in path)
+
+    def head(p: _Piece) -> int:
+        """Characters the header of a chunk beginning with ``p`` takes (its table's header row, a line end)."""
+        return 0 if p.header is None else len(p.header) + 1
+
+    def cost(p: _Piece) -> int:
+        """Characters ``p`` adds to the chunk being built: its joint, its text, the header it brings."""
+        return len(joint(p)) + len(p.text) + head(cur[0] if cur else p)
 
     def joint(p: _Piece) -> str:
         """What goes before ``p`` in the chunk: its source gap within a paragraph, else a line end."""
@@ -169,6 +187,8 @@ def chunk_blocks(blocks: list[Block], target: int, overlap: int) -> list[Chunk]:
         if len(cur) <= carried:
             return
         text = "".join(g + p.text for g, p in zip(glue, cur)).strip()
+        if text and cur[0].header is not None:
+            text = cur[0].header + "\n" + text             # a chunk begun inside a table: its header first
         if text:
             ls = le = None
             for p in cur:
@@ -202,7 +222,7 @@ def chunk_blocks(blocks: list[Block], target: int, overlap: int) -> list[Chunk]:
     def make_room(p: _Piece) -> None:
         """After emit(): drop repeated (carried) pieces that would push ``p`` past the target."""
         nonlocal cur, glue, size, carried
-        while carried and size + len(joint(p)) + len(p.text) > target:
+        while carried and size + cost(p) > target:
             cur, carried = cur[1:], carried - 1
             glue = [""] + glue[2:] if cur else []
             size = sum(len(x.text) for x in cur) + sum(map(len, glue))
@@ -223,17 +243,18 @@ def chunk_blocks(blocks: list[Block], target: int, overlap: int) -> list[Chunk]:
             continue
         if cur and b.page != cur[-1].page:
             restart()                                # a chunk never spans two pages
-        whole = _Piece(b.text, i, "", b.page, b.line_start, b.line_end)
-        if size + len(joint(whole)) + len(b.text) <= target:
+        header = b.header if b.header and len(b.header) + 1 <= target * TABLE_HEADER_MAX_SHARE else None
+        whole = _Piece(b.text, i, "", b.page, b.line_start, b.line_end, header)
+        if size + cost(whole) <= target:
             add(whole)
             continue
-        if len(b.text) <= target:
+        if len(b.text) + head(whole) <= target:
             emit()
             make_room(whole)
             add(whole)
             continue
-        for s in whole.cut(target):                  # a long paragraph: sentence by sentence
-            if cur and size + len(joint(s)) + len(s.text) > target:
+        for s in whole.cut(target - head(whole)):    # a long paragraph: sentence by sentence
+            if cur and size + cost(s) > target:
                 emit()
                 make_room(s)
             add(s)

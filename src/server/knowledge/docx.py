@@ -146,7 +146,8 @@ class _Styles(_XmlPart):
 class _Table:
     """A table being read (tables nest: a table in a cell is read inside the outer one)."""
 
-    __slots__ = ("depth", "row", "row_depth", "cell", "cell_depth", "offset", "span", "merged", "above", "below")
+    __slots__ = ("depth", "row", "row_depth", "cell", "cell_depth", "offset", "span", "merged", "above", "below",
+                 "header")
 
     def __init__(self, depth: int) -> None:
         self.depth = depth
@@ -157,6 +158,7 @@ class _Table:
         self.merged = False                   # the cell continues a vertical merge
         self.above: dict[int, str] = {}       # the row above: cell text by grid column
         self.below: dict[int, str] = {}
+        self.header: str | None = None        # its first row: the header the other rows' blocks carry
 
 
 class _Body(_XmlPart):
@@ -166,8 +168,9 @@ class _Body(_XmlPart):
     text (``w:del``, ``w:moveFrom``), hidden runs (``w:vanish``) nor the fallback copy of a drawing (``mc:Fallback``); the
     paragraphs of a text box join the paragraph that holds it. Tables give a block per row of the
     outermost table (each cell's paragraphs; a cell continuing a vertical merge repeats the merge's
-    text; a cell spanning columns is there once); a table in a cell gives its rows as lines of that
-    cell. The text is counted as it is read."""
+    text; a cell spanning columns is there once), the rows after the first carrying it as their
+    ``header`` (the chunker repeats it atop a chunk begun among them); a table in a cell gives its rows
+    as lines of that cell. The text is counted as it is read."""
 
     def __init__(self, counted: list[int], limit: int, styles: _Styles, budget: Budget) -> None:
         super().__init__(counted, limit)
@@ -276,7 +279,9 @@ class _Body(_XmlPart):
             row, t.row, t.row_depth, t.above = t.row, None, -1, t.below
             if any(row):
                 text = " | ".join(row)
-                self._place(text, depth, Block(text))
+                self._place(text, depth, Block(text, header=t.header))
+                if t.header is None:
+                    t.header = text
 
 
 def _number(value: str | None, default: int) -> int:

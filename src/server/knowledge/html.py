@@ -1,5 +1,6 @@
 """Reading an html file: the visible text of its block elements, ``h1``-``h6`` as headings, table rows
-as ``a | b | c`` lines (as docx tables), script/style/head dropped, parsed in one pass with the stdlib
+as ``a | b | c`` lines (as docx tables; the first row of a table is its header, carried by the other
+rows' blocks for the chunker to repeat), script/style/head dropped, parsed in one pass with the stdlib
 ``html.parser`` (HTML5's rules for comments and ``<![``), at most ``html_max_tags`` tags and other
 markup read, the text counted toward the parse's ``Budget`` (a nested table's text at every level
 it is copied into). Markup left open at the end of the file is dropped, never indexed."""
@@ -18,13 +19,14 @@ _COMMENT_END = re.compile(r"--!?>")          # where an html comment ends (HTML5
 
 class _HtmlTable:
     """A table being read: the cells of its open row, the parts of its open cell (its text, and the
-    row lines of a table nested in it), where the row began."""
-    __slots__ = ("row", "cell", "row_line")
+    row lines of a table nested in it), where the row began, its first row (taken for its header)."""
+    __slots__ = ("row", "cell", "row_line", "header")
 
     def __init__(self) -> None:
         self.row: list[str] | None = None
         self.cell: list[str] | None = None
         self.row_line = 0
+        self.header: str | None = None
 
 
 class _HtmlBlocks(HTMLParser):
@@ -91,8 +93,11 @@ class _HtmlBlocks(HTMLParser):
             self.budget.add(len(text))
             self.tables[-2].cell.append(text)
         else:
-            self.blocks.append(Block(text, 0, None, t.row_line, self.getpos()[0]))
+            # the rows after the first carry it as their header: a chunk begun among them starts with it
+            self.blocks.append(Block(text, 0, None, t.row_line, self.getpos()[0], t.header))
             self.start_line = self.getpos()[0]
+            if t.header is None:
+                t.header = text
 
     def _start_row(self, t: _HtmlTable) -> None:
         if len(self.tables) == 1 or self.tables[-2].cell is None:

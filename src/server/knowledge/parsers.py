@@ -43,6 +43,26 @@ csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_LIMIT))
 _SURROGATE = re.compile("[\ud800-\udfff]")     # a lone one (json loads a valid pair as one character)
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
+# a markdown table's delimiter row (``|---|:--:|``), below its header row
+_TABLE_DELIMITER = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
+# csv: the delimiters sniffed (the first in this order wins a tie), on the first lines of the file
+CSV_DELIMITERS = ",;\t|"
+CSV_SNIFF_LINES = 10
+CSV_SNIFF_CHARS = 1 << 16
+
+# Spaced-out CJK text (justified pdfs: pypdf extracts "恢 复 超 时 时 间"): the spaces between two
+# CJK characters are removed on a line where at least ``SPACED_CJK_MIN_SHARE`` of the pairs of
+# neighbouring CJK characters are space-separated, and which holds at least ``SPACED_CJK_MIN_PAIRS``
+# spaced pairs (a shorter line: when its whole page / paragraph is spaced-out by that rule), so the
+# analyzer's bigrams come back. Han, kana, CJK punctuation and fullwidth forms; not Hangul (Korean
+# separates its words with spaces), and tabs and ideographic spaces are kept.
+SPACED_CJK_MIN_SHARE = 0.8
+SPACED_CJK_MIN_PAIRS = 3
+_CJK_JOINED = ("\u3001-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff01-\uff9f"
+               "\uffe0-\uffe6\U00020000-\U0003134f")
+_CJK_SPACED = re.compile(rf"(?<=[{_CJK_JOINED}])[ \u00a0]+(?=[{_CJK_JOINED}])")
+_CJK_RUN = re.compile(rf"[{_CJK_JOINED}]+")
+_CJK_SPACED_ANY = re.compile(rf"[{_CJK_JOINED}][ \u00a0]+[{_CJK_JOINED}]")     # (a quicker search)
 
 
 def kind_of(name: str) -> str:
@@ -54,8 +74,40 @@ def kind_of(name: str) -> str:
     return kind
 
 
-def _paragraphs(lines: list[str], first_line: int = 1, page: int | None = None) -> list[Block]:
-    """Blank-line separated paragraphs of ``lines`` with their line ranges."""
+def _cjk_pairs(text: str) -> int:
+    """Pairs of neighbouring CJK characters in ``text``."""
+    return sum(len(run) - 1 for run in _CJK_RUN.findall(text))
+
+
+def join_spaced_cjk(text: str) -> str:
+    """``text`` with the spaces between two CJK characters removed on its spaced-out lines (see
+    ``SPACED_CJK_MIN_SHARE``): ``恢 复 超 时 时 间 为 45 分 钟`` -> ``恢复超时时间为45分钟`` (a space
+    next to a latin word or a digit stays: ``是 bk-09 。``). ``text`` is one unit (a pdf page, a
+    paragraph): a line with fewer than ``SPACED_CJK_MIN_PAIRS`` spaced pairs (``目 录``) is joined only
+    when the unit as a whole is spaced-out. A joined line loses its trailing spaces too; line ends
+    are kept, so line ranges stay right."""
+    if not _CJK_SPACED_ANY.search(text):
+        return text
+    lines = text.split("\n")
+    found: list[tuple[int, str, int, int]] = []      # a line with spaced pairs: index, joined, spaced, pairs
+    total_spaced = total_pairs = 0
+    for i, line in enumerate(lines):
+        joined, spaced = _CJK_SPACED.subn("", line)
+        pairs = _cjk_pairs(joined)           # its spaced pairs and its neighbours already joined
+        if spaced:
+            found.append((i, joined, spaced, pairs))
+        total_spaced, total_pairs = total_spaced + spaced, total_pairs + pairs
+    whole = total_spaced >= SPACED_CJK_MIN_PAIRS and total_spaced >= SPACED_CJK_MIN_SHARE * total_pairs
+    for i, joined, spaced, pairs in found:
+        if spaced >= SPACED_CJK_MIN_SHARE * pairs and (whole or spaced >= SPACED_CJK_MIN_PAIRS):
+            lines[i] = joined.rstrip(" \u00a0")         # (and the space after its last glyph)
+    return "\n".join(lines)
+
+
+def _paragraphs(lines: list[str], first_line: int = 1, page: int | None = None,
+                join_cjk: bool = False) -> list[Block]:
+    """Blank-line separated paragraphs of ``lines`` with their line ranges; ``join_cjk``: spaced-out
+    CJK lines joined (``join_spaced_cjk``, the paragraph as the unit)."""
     out: list[Block] = []
     start = None
     for i, line in enumerate(lines + [""]):
@@ -63,23 +115,77 @@ def _paragraphs(lines: list[str], first_line: int = 1, page: int | None = None) 
             if start is None:
                 start = i
         elif start is not None:
-            out.append(Block("\n".join(lines[start:i]).strip(), 0, page, first_line + start, first_line + i - 1))
+            text = "\n".join(lines[start:i]).strip()
+            out.append(Block(join_spaced_cjk(text) if join_cjk else text, 0, page,
+                             first_line + start, first_line + i - 1))
             start = None
     return out
 
 
-def _counted(lines: list[str], budget: Budget, first_line: int = 1, page: int | None = None) -> list[Block]:
-    out = _paragraphs(lines, first_line, page)
+def _counted(lines: list[str], budget: Budget, first_line: int = 1, page: int | None = None,
+             join_cjk: bool = False) -> list[Block]:
+    out = _paragraphs(lines, first_line, page, join_cjk)
     budget.add(sum(len(b.text) for b in out))
     return out
 
 
 def parse_text(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
-    return _counted(decode_text(data).split("\n"), budget)
+    return _counted(decode_text(data).split("\n"), budget, join_cjk=True)
+
+
+def _table_cells(line: str) -> int:
+    return len(line.strip().strip("|").split("|"))
+
+
+def _markdown_body(lines: list[str], budget: Budget, first_line: int) -> list[Block]:
+    """The blocks of a markdown section (``lines`` begin outside a fenced block): blank-line separated
+    paragraphs, spaced-out CJK joined outside fenced code; a table (a row of cells, a delimiter row
+    of as many, the rows up to a blank line or a line without ``|``) cut out of its paragraph: its
+    header and delimiter rows one block, then its rows one block carrying them as its ``header``, so
+    every chunk begun among the rows starts with the header (``chunker``)."""
+    code = [False] * len(lines)            # a fence line or a line inside fenced code
+    fence = None
+    for i, line in enumerate(lines):
+        m = _FENCE.match(line)
+        if m:
+            fence = None if fence == m.group(1) else (fence or m.group(1))
+        code[i] = bool(m) or fence is not None
+    out: list[Block] = []
+
+    def prose(a: int, b: int) -> None:
+        for block in _paragraphs(lines[a:b], first_line + a):
+            i, j = block.line_start - first_line, block.line_end - first_line      # type: ignore[operator]
+            if not any(code[i:j + 1]):
+                block.text = join_spaced_cjk(block.text)
+            budget.add(len(block.text))
+            out.append(block)
+
+    start = i = 0
+    while i + 1 < len(lines):
+        head, delim = lines[i], lines[i + 1]
+        if (code[i] or code[i + 1] or "|" not in head or "|" not in delim or delim.strip(" \t|:-")
+                or not _TABLE_DELIMITER.match(delim) or _table_cells(head) != _table_cells(delim)):
+            i += 1
+            continue
+        prose(start, i)
+        header = f"{head.strip()}\n{delim.strip()}"
+        out.append(Block(header, 0, None, first_line + i, first_line + i + 1))
+        budget.add(len(header))
+        i = rows = i + 2
+        while i < len(lines) and lines[i].strip() and "|" in lines[i] and not code[i]:
+            i += 1
+        if i > rows:
+            text = "\n".join(lines[rows:i]).strip()
+            out.append(Block(text, 0, None, first_line + rows, first_line + i - 1, header))
+            budget.add(len(text))
+        start = i
+    prose(start, len(lines))
+    return out
 
 
 def parse_markdown(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
-    """ATX headings (``#`` .. ``######``) and blank-line paragraphs; fenced code stays one block."""
+    """ATX headings (``#`` .. ``######``) and blank-line paragraphs; fenced code stays one block; a
+    table's rows are blocks of their own carrying its header row (``_markdown_body``)."""
     lines = decode_text(data).split("\n")
     out: list[Block] = []
     body_start, fence = 0, None
@@ -91,11 +197,11 @@ def parse_markdown(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Bl
         if fence is None:
             h = _HEADING.match(line)
             if h:
-                out.extend(_counted(lines[body_start:i], budget, body_start + 1))
+                out.extend(_markdown_body(lines[body_start:i], budget, body_start + 1))
                 out.append(Block(h.group(2), len(h.group(1)), None, i + 1, i + 1))
                 budget.add(len(h.group(2)))
                 body_start = i + 1
-    out.extend(_counted(lines[body_start:], budget, body_start + 1))
+    out.extend(_markdown_body(lines[body_start:], budget, body_start + 1))
     return out
 
 
@@ -132,6 +238,28 @@ class _CsvLines:
         return text[start:end]
 
 
+_CSV_QUOTED = re.compile(r'"(?:[^"]|"")*"')
+
+
+def sniff_delimiter(text: str) -> str:
+    """The delimiter of a csv text among ``CSV_DELIMITERS``: the one its first line (header) holds
+    and most of its first ``CSV_SNIFF_LINES`` non-blank lines hold as many times (quoted cells left
+    out), then the one the header holds most; a comma when the header holds none."""
+    sample = text[:CSV_SNIFF_CHARS].split("\n")
+    if len(sample) > 1 and len(text) > CSV_SNIFF_CHARS:
+        sample.pop()                              # (a line cut by the sample)
+    lines = [_CSV_QUOTED.sub("", line) for line in sample if line.strip()][:CSV_SNIFF_LINES]
+    best, best_score = ",", (0, 0)
+    for d in CSV_DELIMITERS:
+        counts = [line.count(d) for line in lines]
+        if not counts or not counts[0]:
+            continue
+        score = (sum(c == counts[0] for c in counts), counts[0])
+        if score > best_score:
+            best, best_score = d, score
+    return best
+
+
 def parse_csv(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     """Rows as ``column: value`` lines, a block per ``CSV_ROWS_PER_BLOCK`` rows, located by the lines
     of the file its records span (a quoted cell may hold line ends: a record is not a line). Blank
@@ -141,9 +269,10 @@ def parse_csv(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     as many line ends as its range has lines is line for line its source (no empty row or cell was
     dropped) and the chunker cites each row's own lines. Read a record at a time: each row's line is
     counted (its column names too) as it is made, and a record over ``csv_max_record_chars`` is
-    refused before it is split into cells."""
-    lines = _CsvLines(decode_text(data), cfg.csv_max_record_chars)
-    reader = csv.reader(lines)
+    refused before it is split into cells. The delimiter is sniffed among ``,;\\t|`` (``sniff_delimiter``)."""
+    text = decode_text(data)
+    lines = _CsvLines(text, cfg.csv_max_record_chars)
+    reader = csv.reader(lines, delimiter=sniff_delimiter(text))
     out: list[Block] = []
     header: list[str] | None = None
     names: list[str] = []
@@ -265,7 +394,8 @@ def parse_pdf(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     stream's decompressed size (``pdf_max_stream_bytes``), the page content interpreted in the
     whole document, a stream shared by N pages counted N times (``pdf_max_content_bytes``, checked
     before any page is extracted), each page's text (``pdf_max_page_chars``, stopped as it grows)
-    and the running total (``max_extracted_chars``); cancellation is checked at every operator."""
+    and the running total (``max_extracted_chars``); cancellation is checked at every operator. A
+    page's spaced-out CJK lines (justified text: one glyph at a time) are joined (``join_spaced_cjk``)."""
     from pypdf import PdfReader, apply_configuration
     from pypdf.errors import LimitReachedError, PyPdfError
     limit = cfg.pdf_max_stream_bytes
@@ -310,7 +440,8 @@ def parse_pdf(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
                     raise over_limit(budget.total + got[0], budget.limit) from None
                 if _SURROGATE.search(text):   # pypdf decodes with "surrogatepass": pairs joined, lone ones U+FFFD
                     text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-                out.extend(_counted(text.replace("\r\n", "\n").split("\n"), budget, 1, no))
+                text = join_spaced_cjk(text.replace("\r\n", "\n"))     # justified CJK: "恢 复 超 时"
+                out.extend(_counted(text.split("\n"), budget, 1, no))
     except HandlerError:
         raise
     except LimitReachedError as exc:
