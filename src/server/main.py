@@ -21,6 +21,7 @@ import getpass
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Callable
@@ -95,6 +96,20 @@ def _read_token() -> str:
         print("nplt-server hash-token: no stdin to read the token from", file=sys.stderr, flush=True)
         return ""
     return sys.stdin.readline().rstrip("\r\n")
+
+
+def start_error(exc: OSError, cfg: ServerConfig) -> str:
+    """What an OSError that stopped the start means, in the operator's terms: a host name that does
+    not resolve names the setting; a regular file where a directory belongs says so (instead of
+    "[Errno 17] File exists")."""
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host {cfg.server.host!r} (server.host, --host): {exc.strerror or exc}"
+    name = exc.filename if isinstance(exc.filename, str) else None
+    if isinstance(exc, (FileExistsError, NotADirectoryError)) and name:
+        for p in (Path(name), *Path(name).parents):
+            if p.exists() and not p.is_dir():
+                return f"{p} must be a directory (found a file)"
+    return str(exc)
 
 
 def open_log_file(cfg: ServerConfig, earlier: StartupRecords | None = None) -> LogFile | None:
@@ -202,8 +217,9 @@ def _run(cfg: ServerConfig, port_file: str | None, locked: Callable[[], None] | 
         log.error("configuration error: %s", exc)
         return 2
     except OSError as exc:
-        print(f"nplt-server: cannot start: {exc}", file=sys.stderr)
-        log.error("cannot start: %s", exc)
+        why = start_error(exc, cfg)
+        print(f"nplt-server: cannot start: {why}", file=sys.stderr)
+        log.error("cannot start: %s", why)
         return 1
     except Exception as exc:  # e.g. StorageLocked: another server uses the data directory
         print(f"nplt-server: cannot start: {type(exc).__name__}: {exc}", file=sys.stderr)
