@@ -380,6 +380,9 @@ async def cmd_sessions(args: argparse.Namespace, cfg: ClientConfig, out: TextIO,
     for s in sessions:
         out.write(f"{s.session_id}  {stamp(s.updated_at)}  {counted(s.message_count, 'message'):>14}  "
                   f"{s.title}\n")
+    if not sessions:      # (stdout stays empty for scripts; a person learns why)
+        err.write("nplt-client: the trash is empty\n" if args.deleted
+                  else "nplt-client: no sessions yet (nplt-client ask starts one)\n")
     return EXIT_OK
 
 
@@ -559,6 +562,8 @@ async def cmd_memory(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     for i in listing.items:
         out.write(f"{i.id}  {i.kind:<10}  {stamp(i.created_at)}  "
                   f"session {i.session_id}  {i.text}\n")
+    if listing.enabled and not listing.items:
+        err.write("nplt-client: nothing remembered yet\n")
     return EXIT_OK
 
 

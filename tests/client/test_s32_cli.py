@@ -293,3 +293,17 @@ def test_memory_forget_json(tmp_path: Path, capsys: pytest.CaptureFixture) -> No
         [item] = st.run(um.list("local"))
         code, out, err = run(st, capsys, "memory", "forget", item.id, "--json")
         assert code == 0 and json.loads(out) == {"item_id": item.id}, err
+
+
+def test_empty_listings_say_so_on_stderr_and_keep_stdout_empty(st: ServerThread, capsys) -> None:
+    """``sessions``, ``sessions --deleted`` and ``memory list`` with nothing to list print nothing on
+    stdout (scripts) and say why on stderr (before: nothing at all)."""
+    assert run(st, capsys, "sessions") == (0, "", "nplt-client: no sessions yet (nplt-client ask starts one)\n")
+    assert run(st, capsys, "sessions", "--deleted") == (0, "", "nplt-client: the trash is empty\n")
+    code, out, _ = run(st, capsys, "sessions", "--json")
+    assert code == 0 and json.loads(out) == {"sessions": []}
+
+
+def test_an_empty_long_term_memory_says_so_on_stderr(tmp_path: Path, capsys) -> None:
+    with ServerThread(tmp_path / "srv", memory="auto") as srv:
+        assert run(srv, capsys, "memory", "list") == (0, "", "nplt-client: nothing remembered yet\n")
