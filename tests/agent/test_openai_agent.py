@@ -36,7 +36,7 @@ async def test_text_deltas_relayed_in_order_with_usage(llm, make_agent, sink, re
     assert sent.body["model"] == "scripted-model"
     assert sent.body["stream"] is True and sent.body["stream_options"] == {"include_usage": True}
     assert sent.body["tool_choice"] == "auto"
-    assert [t["function"]["name"] for t in sent.body["tools"]] == registry.names
+    assert [t["function"]["name"] for t in sent.body["tools"]] == [n for n in registry.names if n not in registry.disabled]
     assert sent.headers["authorization"] == f"Bearer {API_KEY}"
 
 

@@ -65,6 +65,7 @@ async def test_every_request_of_a_long_session_fits_the_window_with_its_tool_sch
             "llm": {"base_url": llm.base_url, "api_key": "sk-test", "model": llm.model, "retries": 0},
             "agent": {"max_iterations": 2},
             "summarization": {"enabled": False},
+            "tools": {"file_roots": [str(tmp_path)], "log_roots": [str(tmp_path)]},   # every tool offered
             "context": {"max_input_tokens": WINDOW, "reserve_output_tokens": RESERVE_OUT}})
         srv = Server(cfg)
         addr = await srv.start()

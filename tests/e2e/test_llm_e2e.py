@@ -16,8 +16,8 @@ from testkit.scripted_llm import Reply, ToolCallSpec
 from testkit.server import ReplyError, V3Client
 
 TEXT_TURN = ["TURN_START", "STATUS:thinking", "STATUS:generating", "ANSWER_DELTA", "TURN_END"]
-TOOL_NAMES = {"sys_monitor", "processes", "network_check", "read_log", "list_dir", "read_file", "search_files",
-              "history_search", "clock", "offer_download", "user_memory"}
+# no tools.log_roots / file_roots: read_log and the file tools are not offered
+TOOL_NAMES = {"sys_monitor", "processes", "network_check", "history_search", "clock", "offer_download", "user_memory"}
 
 
 def deltas(events: list) -> list[str]:

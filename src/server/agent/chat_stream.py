@@ -9,7 +9,8 @@ body here: bytes are split into SSE events and each ``data:`` payload is decoded
 Errors are mapped like the SDK's own stream: a read timeout (the per-read timeout, i.e. a stalled
 stream) becomes ``StreamStalled`` (an ``openai.APITimeoutError``), a broken connection ``StreamInterrupted`` (an
 ``openai.APIConnectionError``), an ``{"error": ...}`` event ``openai.APIError`` with the server's
-message. Faults the SDK would let pass are errors too: a body that ends before ``[DONE]``
+message. Faults the SDK would let pass are errors too: an event over ``[llm] max_event_bytes``
+``EventTooLarge`` (a ``MalformedStream``, raised before the excess is buffered), a body that ends before ``[DONE]``
 raises ``StreamEnded`` (a ``StreamInterrupted``; the reader accepts it only when a finish_reason
 came), a 200 response of another declared type than ``text/event-stream`` (an HTML portal page,
 say) ``UnexpectedContentType``, and an event whose data is not JSON ``MalformedStream``. An event
@@ -34,6 +35,7 @@ except ImportError:                  # pragma: no cover - openai releases built 
 DONE = b"[DONE]"
 DRAIN_AFTER_DONE_S = 0.1   # after [DONE], wait this long at most for the body's end (keeps the connection reusable)
 WRONG_BODY_PEEK = 2048     # bytes of a non-SSE body read to find an error message in it
+MAX_EVENT_BYTES = 8 * 1024 * 1024   # default bound on one SSE event ([llm] max_event_bytes)
 _TRANSPORT_ERRORS = (_http.RequestError, ssl.SSLError)
 
 
@@ -62,38 +64,91 @@ class MalformedStream(openai.APIError):
     """An SSE event whose data is neither JSON nor ``[DONE]``."""
 
 
+class EventTooLarge(MalformedStream):
+    """An SSE event (or a line of one) longer than ``[llm] max_event_bytes``: the step fails."""
+
+
+class _Oversize(Exception):
+    """Raised by ``SSEDecoder`` (which has no request at hand); ``iter_chunks`` turns it into EventTooLarge."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(size, limit)
+        self.size, self.limit = size, limit
+
+
 class SSEDecoder:
     """Incremental Server-Sent Events decoder: bytes in, one ``data`` payload (bytes) per event out.
 
     Lines end with LF, CRLF or CR; several ``data:`` lines of one event are joined with LF; comments
     and the ``event``/``id``/``retry`` fields are ignored (chat completion streams do not use them).
+    Linear in the bytes fed: each read is scanned for line ends once, and the pieces of an incomplete
+    line are kept in a list and joined once, when its end comes (joining the held part to every read
+    made a 16 MB line take 11 s, blocking the event loop). ``max_event_bytes`` bounds what is held for
+    one event: its ``data:`` lines and a line not yet ended, as received (``data:`` included, line ends
+    not); more raises ``_Oversize`` before it is buffered.
     """
 
-    __slots__ = ("_rest", "_data")
+    __slots__ = ("_parts", "_held", "_cr", "_data", "_data_size", "max_event_bytes")
 
-    def __init__(self) -> None:
-        self._rest = b""                 # an incomplete last line
+    def __init__(self, max_event_bytes: int | None = None) -> None:
+        self._parts: list[bytes] = []    # the pieces of an incomplete last line
+        self._held = 0                   # their total length
+        self._cr = False                 # the last read ended with CR: a LF opening the next one ends nothing
         self._data: list[bytes] = []     # data lines of the event being read
+        self._data_size = 0              # their total length
+        self.max_event_bytes = max_event_bytes
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for the event being read (its data lines and an incomplete line)."""
+        return self._held + self._data_size
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The payloads of the events completed by ``chunk``."""
-        buf = self._rest + chunk if self._rest else chunk
-        held = b""
-        if b"\r" in buf:
-            if buf.endswith(b"\r"):      # maybe the first half of a CRLF split across reads
-                buf, held = buf[:-1], b"\r"
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = buf.split(b"\n")
-        self._rest = lines.pop() + held
-        return self._lines(lines)
+        if self._cr and chunk[:1] == b"\n":         # the second half of a CRLF split across reads
+            chunk, self._cr = chunk[1:], False
+        if not chunk:
+            return []
+        self._cr = False
+        if b"\r" in chunk:
+            self._cr = chunk[-1:] == b"\r"              # a last CR ends its line now (as a lone CR would)
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        end = chunk.find(b"\n")
+        if end < 0:                                    # no line end: hold the piece, unjoined
+            self._hold(chunk)
+            return []
+        first = chunk[:end]
+        if self._parts:
+            self._check(len(first))
+            self._parts.append(first)
+            first = b"".join(self._parts)
+            self._parts, self._held = [], 0
+        lines = chunk[end + 1:].split(b"\n")
+        rest = lines.pop()
+        lines.insert(0, first)
+        out = self._lines(lines)
+        if rest:
+            self._hold(rest)
+        return out
+
+    def _hold(self, piece: bytes) -> None:
+        self._check(len(piece))
+        self._parts.append(piece)
+        self._held += len(piece)
+
+    def _check(self, more: int) -> None:
+        limit = self.max_event_bytes
+        if limit is not None and self._held + self._data_size + more > limit:
+            raise _Oversize(self._held + self._data_size + more, limit)
 
     def flush(self) -> list[bytes]:
         """At the end of the body: the last line and event even without their terminators."""
-        rest, self._rest = self._rest.rstrip(b"\r"), b""
+        rest = b"".join(self._parts)
+        self._parts, self._held, self._cr = [], 0, False
         out = self._lines([rest] if rest else [])
         if self._data:
             out.append(b"\n".join(self._data))
-            self._data = []
+            self._data, self._data_size = [], 0
         return out
 
     def _lines(self, lines: list[bytes]) -> list[bytes]:
@@ -104,7 +159,10 @@ class SSEDecoder:
                 if data:
                     out.append(data[0] if len(data) == 1 else b"\n".join(data))
                     data.clear()
+                    self._data_size = 0
             elif line.startswith(b"data:"):
+                self._check(len(line))
+                self._data_size += len(line)
                 value = line[5:]
                 data.append(value[1:] if value[:1] == b" " else value)
         return out
@@ -159,14 +217,15 @@ def _beyond_orjson(payload: bytes) -> dict[str, Any] | None:
     return chunk
 
 
-async def iter_chunks(response: Any) -> AsyncIterator[list[dict[str, Any]]]:
+async def iter_chunks(response: Any, max_event_bytes: int = MAX_EVENT_BYTES) -> AsyncIterator[list[dict[str, Any]]]:
     """The chunks of a streamed completion, one list per network read, up to ``[DONE]``.
 
     ``response`` is the ``AsyncAPIResponse`` of ``with_streaming_response``; the caller closes it.
-    Raises ``StreamEnded`` after the last chunk when the body ended without ``[DONE]``.
+    Raises ``StreamEnded`` after the last chunk when the body ended without ``[DONE]``, and
+    ``EventTooLarge`` as soon as one event holds more than ``max_event_bytes`` (``[llm] max_event_bytes``).
     """
     request = response.http_request
-    decoder = SSEDecoder()
+    decoder = SSEDecoder(max_event_bytes)
     body = response.iter_bytes()
     done = False
     try:
@@ -185,6 +244,9 @@ async def iter_chunks(response: Any) -> AsyncIterator[list[dict[str, Any]]]:
                 batch, done = _decode(decoder.flush(), request)
                 if batch:
                     yield batch
+        except _Oversize as e:
+            raise EventTooLarge(f"an event is over {e.limit} bytes ([llm] max_event_bytes); the stream was "
+                                f"stopped after {e.size} bytes of it", request, body=None) from None
         except _http.TimeoutException as e:
             raise StreamStalled(request=request) from e
         except _TRANSPORT_ERRORS as e:

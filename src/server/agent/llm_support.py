@@ -22,7 +22,7 @@ import openai
 
 from protocol import ErrorCode
 from server.agent.base import AgentError, BuiltContext
-from server.agent.chat_stream import (MalformedStream, StreamEnded, StreamInterrupted, StreamStalled,
+from server.agent.chat_stream import (EventTooLarge, MalformedStream, StreamEnded, StreamInterrupted, StreamStalled,
                                      UnexpectedContentType)
 from server.memory.tokens import TokenCounter, message_tokens, truncate_to_tokens
 
@@ -387,6 +387,8 @@ def _to_agent_error(exc: BaseException, base_url: str, timeout_s: float, secret:
     if isinstance(exc, UnexpectedContentType):
         return AgentError(LLM_ERROR, f"the model endpoint {host} answered {_scrub(exc.message, secret)}"
                                        " (is base_url the API, not a web page or proxy?)")
+    if isinstance(exc, EventTooLarge):
+        return AgentError(LLM_ERROR, f"the model endpoint {host} sent {_scrub(exc.message, secret)}")
     if isinstance(exc, MalformedStream):
         return AgentError(LLM_ERROR, f"the model endpoint {host} sent a malformed stream: "
                                        f"{_scrub(exc.message, secret)}")

@@ -162,6 +162,7 @@ class OpenAIAgent:
         model = req.model or self.default_model
         prompt = TurnPrompt(req.context, self.counter)
         tools = await self.registry.schemas_for(req.user_id)
+        offered = [t["function"]["name"] for t in tools]     # the only tools this turn's calls may run
         ctx = ToolContext(req.user_id, req.session_id)
         turn, usage, calls = _TurnText(), Usage(), []
         finish, steps, last = "stop", 0, None
@@ -180,7 +181,7 @@ class OpenAIAgent:
             if not res.calls:
                 finish = "length" if res.finish_reason == "length" else "stop"
                 break
-            done = await run_tool_step(self.registry, sink, await self._call_requests(res.calls, req.user_id),
+            done = await run_tool_step(self.registry, sink, self._call_requests(res.calls, offered),
                                        ctx, step, self.cfg.tool_timeout_s)
             calls.extend(done)
             # counting up to max_calls_per_step results of max_result_chars (~10 ms): off the loop
@@ -227,19 +228,22 @@ class OpenAIAgent:
         raise AgentError(LLM_ERROR, f"the model endpoint {host} sent an empty answer: no text and no tool call "
                                     f"(finish_reason {reason})")
 
-    async def _call_requests(self, calls: list[AssembledCall], user_id: str) -> list[CallRequest]:
-        """The step's calls to run; one whose name was over ``max_tool_name_chars`` (cut to it by the
-        assembler) is refused as an unknown tool, never looked up, and the turn goes on."""
+    def _call_requests(self, calls: list[AssembledCall], offered: list[str]) -> list[CallRequest]:
+        """The step's calls to run: only tools of ``offered`` (the ``tools`` the requests of this turn
+        carry). Any other name is refused as an unknown tool, with the error the registry gives a name it
+        does not know, and is never looked up: a tool registered but not offered (search_knowledge for
+        a user without documents, read_log without log roots) does not run. A name over
+        ``max_tool_name_chars`` (cut to it by the assembler) says so. The turn goes on."""
         limit = self.llm.max_tool_name_chars
-        offered: str | None = None
+        allowed = set(offered)
         out = []
         for c in calls:
             error = None
             if c.name_chars > limit:
-                if offered is None:
-                    offered = ", ".join(await self.registry.offered(user_id))
                 error = (f"unknown tool: the name sent is {c.name_chars} characters long, over the {limit} a tool "
-                         f"name may have (available: {offered})")
+                         f"name may have (available: {', '.join(offered)})")
+            elif c.name not in allowed:
+                error = self.registry.unknown_tool(c.name, offered)
             out.append(CallRequest(c.id, c.name, c.arguments, error))
         return out
 
@@ -321,7 +325,7 @@ class OpenAIAgent:
 
     async def _read(self, response: Any, sink: TurnSink, turn: _TurnText, result: StepResult,
                     assembler: ToolCallAssembler, step_text: list[str], clock: StepClock) -> None:
-        async with contextlib.aclosing(iter_chunks(response)) as batches:
+        async with contextlib.aclosing(iter_chunks(response, self.llm.max_event_bytes)) as batches:
             async for batch in batches:
                 progress = False
                 for chunk in batch:

@@ -83,6 +83,7 @@ DESCRIPTIONS = {
 }
 
 SNIPPET_CHARS = 300
+FILE_TOOLS = ("list_dir", "read_file", "search_files")   # the tools of tools.file_roots
 OFF_LOOP_REDACT_CHARS = 32 * 1024
 
 
@@ -281,9 +282,23 @@ class ToolRegistry:
         return [{"type": "function", "function": {"name": t.name, "description": DESCRIPTIONS[t.name],
                                                   "parameters": t.schema}} for t in self._tools.values()]
 
+    @property
+    def disabled(self) -> frozenset[str]:
+        """The registered tools the configuration turns off, never offered to a model: read_log without
+        ``tools.log_roots``, list_dir, read_file and search_files without ``tools.file_roots`` (they
+        only answer "disabled"; the offline agent still runs them to say so)."""
+        off = set()
+        if not self.config.log_roots:
+            off.add("read_log")
+        if not self.config.file_roots:
+            off.update(FILE_TOOLS)
+        return frozenset(off)
+
     async def schemas_for(self, user_id: str) -> list[dict[str, Any]]:
-        """``schemas()`` for one user: ``search_knowledge`` only when the user can see a document."""
-        tools = self.schemas()
+        """``schemas()`` for one user: without the ``disabled`` tools, and ``search_knowledge`` only
+        when the user can see a document."""
+        off = self.disabled
+        tools = [t for t in self.schemas() if t["function"]["name"] not in off]
         if self.knowledge is not None and not await self.knowledge.has_documents(user_id):
             tools = [t for t in tools if t["function"]["name"] != "search_knowledge"]
         return tools
@@ -295,7 +310,14 @@ class ToolRegistry:
             return [t["function"]["name"] for t in await self.schemas_for(user_id)]
         except Exception as e:
             log.warning("could not tell which tools are offered: %s", type(e).__name__)
-            return [n for n in self._tools if n != "search_knowledge"]
+            off = self.disabled
+            return [n for n in self._tools if n != "search_knowledge" and n not in off]
+
+    @staticmethod
+    def unknown_tool(name: str, offered: Iterable[str]) -> str:
+        """The error of a call to a tool that is not offered (not registered, or not offered to this
+        user in this turn): it names only the ``offered`` tools."""
+        return f"unknown tool '{name}' (available: {', '.join(offered)})"
 
     def pending(self, name: str, arguments: str | dict | None, call_id: str | None = None,
                 step: int = 0) -> ToolCall:
@@ -312,8 +334,7 @@ class ToolRegistry:
         tool = self._tools.get(name)
         try:
             if tool is None:   # name only what this user is offered (schemas_for)
-                offered = ", ".join(await self.offered(ctx.user_id))
-                raise ArgumentError(f"unknown tool '{name}' (available: {offered})")
+                raise ArgumentError(self.unknown_tool(name, await self.offered(ctx.user_id)))
             args = validate(tool.schema, parse_arguments(arguments))
             call.arguments = args
             limit = tool.timeout_s if timeout is None else min(tool.timeout_s, timeout)
