@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 from pathlib import Path
 
 import orjson
@@ -60,11 +61,13 @@ def swap_after_check(monkeypatch):
     """Each PathPolicy.resolve returns the checked path, then swaps ``state["folder"]`` for a symlink."""
     state: dict[str, Path] = {}
     resolve = PathPolicy.resolve
+    once = threading.Lock()     # a turn's tool calls run at once, in threads: one of them swaps
 
     def checked_then_swapped(self, path, *args, **kw):
         real = resolve(self, path, *args, **kw)
-        if "folder" in state and not state["folder"].is_symlink():
-            swap(state["folder"], state["target"])
+        with once:
+            if "folder" in state and not state["folder"].is_symlink():
+                swap(state["folder"], state["target"])
         return real
 
     monkeypatch.setattr(PathPolicy, "resolve", checked_then_swapped)
