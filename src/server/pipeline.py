@@ -21,7 +21,10 @@ passage citations -- never their text, so a later clear or forget leaves no copy
   citations, ``via: "search_knowledge tool"``). A
   ``search(user_id, query) -> list[Passage]`` can be given, and its passages are put in the prompt
   as quoted documents within ``retrieve_budget`` tokens (the rest recorded as dropped).
-* ``generate``: the agent's ``run_turn`` (the runner runs it as the cancellable task).
+* ``generate``: the agent's ``run_turn`` (the runner runs it as the cancellable task). A turn
+  cancelled or failed while it ran still records it when persisted (``record_unfinished``: the
+  model, the tool calls made so far, ``finish_reason`` ``cancelled`` or ``error``, and the agent's
+  route if it had decided one).
 * ``persist``: takes the turn's ``Answer`` (content, tool calls, finish reason, metadata), records
   what is stored (answer size, tool calls, finish reason, what runs after it) and stores it with the
   ``save`` function it was built with (the runner's: ``state.stored`` is the stored message or the
@@ -71,6 +74,7 @@ class TurnState:
     context: BuiltContext | None = None
     passages: list[Passage] = field(default_factory=list)
     result: TurnResult | None = None
+    generating: bool = False             # generate started: the agent ran (so far) for this turn
     answer: Answer | None = None
     stored: Any = None
     trace: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -165,6 +169,7 @@ async def generate(state: TurnState, agent: Any, sink: Any) -> TurnResult:
     assert state.context is not None, "recall must run before generate"
     req = TurnRequest(session_id=state.session_id, user_id=state.user_id, model=state.model,
                       turn_id=state.turn_id, user_message=state.user_message, context=state.context)
+    state.generating = True
     result = await agent.run_turn(req, sink)
     state.result = result
     state.record("generate", model=state.model, finish_reason=result.finish_reason,
@@ -177,29 +182,65 @@ def adopt_agent_decisions(state: TurnState, result: TurnResult) -> None:
     """The knowledge branch decides inside the agent: the offline agent's route rule or the model's
     choice to call ``search_knowledge`` (``context.metadata["route"]``), and the passages it quoted
     (``result.metadata["citations"]``). They replace the default route and retrieve records."""
+    _adopt(state, result.tool_calls, result.metadata)
+
+
+def _adopt(state: TurnState, calls: list[Any], metadata: dict[str, Any]) -> bool:
+    """``adopt_agent_decisions`` over the tool calls made and the answer's metadata; whether the
+    agent had recorded its route."""
     assert state.context is not None
     route = state.context.metadata.get("route")
-    if isinstance(route, dict) and route.get("route"):
+    decided = isinstance(route, dict) and bool(route.get("route"))
+    if decided:
         state.route = str(route["route"])
         state.record("route", decision=route.get("route"), method=route.get("method"), reason=route.get("reason"),
                      decided_by="agent")
-    searches = sum(1 for c in result.tool_calls if c.tool_name == "search_knowledge")
-    cited = [c.get("citation") for c in result.metadata.get("citations") or () if isinstance(c, dict)]
+    searches = sum(1 for c in calls if c.tool_name == "search_knowledge")
+    cited = [c.get("citation") for c in metadata.get("citations") or () if isinstance(c, dict)]
     if searches or cited:
         state.record("retrieve", passages=[c for c in cited if c], via="search_knowledge tool", searches=searches)
+    return decided
+
+
+def record_unfinished(state: TurnState, answer: Answer) -> None:
+    """A turn cancelled or failed while the agent ran (``generate`` started, never returned): what
+    ran is still recorded, as for a finished turn -- ``generate`` with the model, the tool calls made
+    so far and the answer's finish reason (``cancelled``, ``error``) -- and the agent's route when
+    it had decided one (the offline agent decides first; the model's call of ``search_knowledge``
+    is its choice of the knowledge route). A route the agent had not decided keeps the pipeline's
+    record, its reason saying so."""
+    assert state.context is not None
+    calls = list(answer.tool_calls)
+    state.record("generate", model=state.model, finish_reason=answer.finish_reason,
+                 tool_calls=[c.tool_name for c in calls])
+    if _adopt(state, calls, answer.metadata):
+        return
+    ended = "cancelled" if answer.finish_reason == "cancelled" else "ended by an error"
+    if any(c.tool_name == "search_knowledge" for c in calls):
+        state.route = "knowledge"
+        state.record("route", decision="knowledge", method="model_tool_call",
+                     reason=f"the model called search_knowledge (the turn was {ended} before it answered)",
+                     decided_by="agent")
+    elif "route" in state.trace:
+        before = state.trace["route"].get("reason")
+        note = f"the agent had not chosen a route when the turn was {ended}"
+        state.trace["route"]["reason"] = f"{before}; {note}" if before else note
 
 
 def persist_step(save: Save) -> Step:
     """The persist step: records ``state.answer`` (size, tool calls, finish reason, what runs after
     the turn) in the trace -- before storing, so the stored metadata holds it -- then stores it with
     ``save(state)``, whose result becomes ``state.stored``. Nothing is recorded when the pipeline
-    did not prepare a context (a turn cancelled or failed before it)."""
+    did not prepare a context (a turn cancelled or failed before it); a turn cancelled or failed
+    while the agent ran gets its ``generate`` record first (``record_unfinished``)."""
     async def persist(state: TurnState) -> None:
         answer = state.answer
         if answer is None:
             raise RuntimeError("persist needs the turn's answer (state.answer)")
         ctx = state.context
         if ctx is not None and ctx.metadata.get("pipeline") is state.trace:
+            if state.generating and "generate" not in state.trace:   # cancelled or failed in the agent
+                record_unfinished(state, answer)
             state.record("persist", answer_chars=len(answer.content), tool_calls=len(answer.tool_calls),
                          finish_reason=answer.finish_reason, after=list(AFTER_TURN))
         state.stored = await save(state)

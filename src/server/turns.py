@@ -4,8 +4,10 @@ A chat send enqueues a Turn; the session's worker runs it: TURN_START, then what
 reports through the TurnSink (status, tool calls, deltas), then the assistant message is stored and
 TURN_END sent. The user message is stored durably before the chat reply when the session is idle; a
 turn queued behind another stores it when it starts, so history always reads question, answer,
-question, answer (and each turn's context holds the answers before it). A queued turn that is
-cancelled is withdrawn: nothing is stored and it ends with TURN_END ``message: null``.
+question, answer (and each turn's context holds the answers before it). A turn's model, like its
+system prompt, is the session's when it starts: a MODEL_SWITCH while it waits in the queue applies
+to it. A queued turn that is cancelled is withdrawn: nothing is stored and it ends with TURN_END
+``message: null``.
 AgentError -> TURN_ERROR (what was streamed is saved with ``partial: true``); cancel of the running
 turn -> partial saved, TURN_END ``finish_reason: "cancelled"``. A turn does not belong to a connection: a client that goes away does not stop it, and a client that comes back can
 reattach (``Turn.state()`` is the TurnState of docs/protocol.md).
@@ -173,7 +175,7 @@ class TurnRunner:
                             raise HandlerError(ErrorCode.QUEUE_FULL, f"session {session_id} has a turn running "
                                                "on another node: wait for it to end first")
                         lane.holds[turn] = hold
-                turn.model = self.sessions.model_named(model)
+                turn.model = self.sessions.model_named(model)   # a queued turn's is read again as it starts
                 if prepare is not None or not ahead:
                     try:
                         if prepare is not None:
@@ -382,6 +384,7 @@ class TurnRunner:
                 sink.publish(TurnError(turn.session_id, turn.turn_id, err.code,
                                        f"the message could not be stored: {err.message}"))
                 return
+            await self._resolve_model(turn)   # a MODEL_SWITCH while it waited applies to it
         sink.publish(TurnStart(turn.session_id, turn.turn_id, message_obj(turn.user_message), turn.model))
         self.sessions.publish_updated_soon(turn.session_id, self.spawn)  # session lists show it running
         log.debug("turn %s started in %s", turn.turn_id, turn.session_id)
@@ -414,6 +417,18 @@ class TurnRunner:
                 await self._end_cancelled(turn, sink, ctx, state)
             else:
                 await self._end_ok(turn, sink, ctx, result, state)
+
+    async def _resolve_model(self, turn: Turn) -> None:
+        """The session's model as the turn starts (a queued turn's was read when it was enqueued; a
+        ``MODEL_SWITCH`` meanwhile applies to it, as a ``SESSION_PROMPT`` does). When the session
+        cannot be read, the model read at enqueue stays."""
+        try:
+            rec = await self.store.get(turn.session_id)
+        except Exception as exc:
+            log.warning("turn %s: session not read at start (%s); model %s kept", turn.turn_id,
+                        type(exc).__name__, turn.model)
+            return
+        turn.model = self.sessions.model_of(rec)
 
     async def _store_assistant(self, turn: Turn, content: str, calls: list[ToolCall],
                                metadata: dict[str, Any]) -> ChatMessage | HandlerError:

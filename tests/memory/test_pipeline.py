@@ -157,7 +157,8 @@ async def test_the_trace_names_a_session_system_prompt_and_a_failed_answer_keeps
         page = await c.call(T.HISTORY_REQUEST)
         failed = page["messages"][-1]["metadata"]
         assert failed["finish_reason"] == "error"
-        assert list(failed["context"]["pipeline"]) == ["route", "recall", "retrieve", "persist"]
+        assert list(failed["context"]["pipeline"]) == ["route", "recall", "retrieve", "generate", "persist"]
+        assert failed["context"]["pipeline"]["generate"]["finish_reason"] == "error"   # the agent ran, and failed
         assert failed["context"]["pipeline"]["persist"]["finish_reason"] == "error"
         await c.close()
 

@@ -14,8 +14,9 @@ facts. Words that only lead into a sentence ("Actually,", "Correction:", "FYI", 
 db-prod-43" is kept as "The prod DB host is db-prod-43" and replaces "... is db-prod-42", as do "The
 prod DB host changed to db-prod-43" and "Our prod DB host is db-prod-43" (the user's possessives
 are not part of a subject either; "生产数据库改成上海了" replaces "我们的生产数据库在杭州"). With a
-summary model configured, ``distill_with_model`` asks it for the same kind of list as JSON and
-falls back to the rules when the answer is not usable (its items are refused on secrets too).
+summary model configured, ``distill_by_model`` asks it for the same kind of list as JSON and
+falls back to the rules when the answer is not usable (its items are refused on secrets too); it
+says which path gave the items (``SOURCE_MODEL`` or ``SOURCE_RULES``, an item's ``source``).
 
 A sentence that takes something back is never kept either (``takes_back``): a request to forget
 ("Please forget that my home address is ...", "Don't remember that ...", "别记住…", "忘掉…") and a
@@ -173,11 +174,23 @@ DISTILL_PROMPT = (
 
 
 #: the words that only ask to keep what follows: dropped from the kept item when what follows is a
-#: fact or preference by itself ("Remember that the staging server is stage-7" keeps "The staging
-#: server is stage-7"; "Remember to check the disk" is kept whole)
-_LEAD_IN = re.compile(r"^\s*(?:(?:please|pls)\s+)?(?:remember|don't forget|do not forget|note|keep in mind|"
-                      r"for future reference)\b(?:\s+that\b)?[\s,:：-]*|^\s*(?:请)?(?:记住|记一下|请记)[，,:：\s]*",
+#: statement (``_kept_statement``: "Remember that the staging server is stage-7" keeps "The staging
+#: server is stage-7", "remember that bob's printer is on floor 3" keeps "Bob's printer is on floor
+#: 3", "请记住：鲍勃的打印机在三楼" keeps "鲍勃的打印机在三楼"; "Remember to check the disk" and
+#: "记住检查磁盘" are requests, kept whole)
+_LEAD_IN = re.compile(r"^\s*(?:(?:please|pls)\s+)?(?:remember|don['’]t forget|do not forget|note|keep in mind|"
+                      r"for future reference)\b(?P<that>\s+that\b)?[\s,:：-]*|"
+                      r"^\s*(?:请|麻烦你?|你)?(?:帮我|给我)?(?:记住|记一下|记下来|记下|请记)[，,:：\s]*",
                       re.IGNORECASE)
+#: what follows a request to keep something is a statement (not a request: "to check the disk",
+#: "检查磁盘") when it opens with a subject of at most ``_KEPT_SUBJECT_WORDS`` words and a verb
+#: ("bob's printer is ...", "the build machine has ...") or a pronoun ("I live in Berlin", "我女儿今年五岁"),
+#: or in Chinese is "<subject>是/在<value>" ("鲍勃的打印机在三楼")
+_KEPT_SUBJECT_WORDS = 5
+_EN_STATES = re.compile(r"^(?!to\b|not\s+to\b)(?:(?:[\w'’./-]+\s+){1,%d}(?:is|are|was|were|isn['’]t|aren['’]t|"
+                        r"wasn['’]t|weren['’]t|has|have|had|will|won['’]t)\b|(?:I|we|he|she|they)\s+\w)"
+                        % _KEPT_SUBJECT_WORDS, re.IGNORECASE)
+_ZH_STATES = re.compile(r"^(?:我们|咱们|他们|她们|我|他|她)\S")
 
 
 #: the words a sentence may open with that only lead into what it says: dropped from the kept item
@@ -379,6 +392,23 @@ _ZH_DOING = re.compile(r"(?:重启|运行|跑|处理|迁移|升级|更新|维护
                        r"排查|修复|恢复|测试|工作|忙)")
 
 
+def _kept_statement(sentence: str) -> str | None:
+    """What a request to keep something ("remember that", "note:", "keep in mind that", "记住",
+    "请记住：", "帮我记一下") opening ``sentence`` leads into, when that is a statement (after "that",
+    always; else ``_EN_STATES``, ``_ZH_STATES``, "<subject>是/在<value>"); None for no such request
+    or a request to do something ("Remember to check the disk", "记住检查磁盘")."""
+    m = _LEAD_IN.match(sentence)
+    if m is None:
+        return None
+    rest = sentence[m.end():]
+    if not _WORD.search(rest):
+        return None
+    if (m.group("that") and not re.match(r"(?:not\s+)?to\b", rest, re.IGNORECASE)) or _EN_STATES.match(rest) \
+            or _ZH_STATES.match(rest) or _ZH_SUBJECT_VALUE.match(rest) or _ZH_KEPT.match(rest):
+        return rest
+    return None
+
+
 def _zh_system_statement(sentence: str) -> bool:
     """A plain "<system thing>是/在<value>" ("生产数据库在杭州", "预发服务器是 stage-7.internal",
     "生产数据库的端口是5432"; not "服务器在重启")."""
@@ -529,13 +559,15 @@ def retracts(taken: tuple[str, str]) -> Callable[[str, str], bool]:
 def _plain(sentence: str) -> str:
     """The sentence without the words that only lead into it: discourse markers ("Actually,",
     "FYI", "更正：") and the words that ask to keep it ("remember that", "记住"), these only when what
-    follows is a fact or preference by itself ("Remember to check the disk" is kept whole)."""
+    follows is a fact or preference by itself or a statement (``_kept_statement``: "remember that
+    bob's printer is on floor 3" is "Bob's printer is on floor 3"; "Remember to check the disk" is
+    kept whole)."""
     text = sentence
     for _ in range(MAX_LEAD_INS):
         rest = _MARKER.sub("", text, count=1)
         if rest == text:
             rest = _LEAD_IN.sub("", text, count=1)
-            if rest != text and classify(rest) is None and not _ZH_KEPT.match(rest):
+            if rest != text and _kept_statement(text) is None and classify(rest) is None:
                 rest = text
         if rest == text or not rest.strip():
             break
@@ -562,8 +594,8 @@ def classify(sentence: str) -> str | None:
         return "preference"
     if _CONDITIONAL.match(s) or any(p.search(s) for p in _NOT_STATED):
         return None
-    if is_fact(s) or _SYSTEM_FACT.search(s) or _zh_system_statement(s):
-        return "fact"
+    if is_fact(s) or _SYSTEM_FACT.search(s) or _zh_system_statement(s) or _kept_statement(s) is not None:
+        return "fact"                           # (what the user asked to keep is a fact: "keep in mind that ...")
     changed = _change(s)            # "The prod DB host changed to db-prod-43": a fact when "... is ..." is one
     if changed is not None and changed[0] is not None and \
             (is_fact(changed[1]) or _SYSTEM_FACT.search(changed[1]) or _ZH_SYSTEM.search(changed[1])):
@@ -610,14 +642,29 @@ def parse_model_answer(answer: str) -> list[tuple[str, str]] | None:
     return out
 
 
-async def distill_with_model(agent: Any, model: str | None, text: str) -> list[tuple[str, str]]:
-    """Ask the summary model; the rules' answer when it fails or answers something unusable."""
+#: ``distill_by_model``'s second value: which path produced the items (``MemoryItem.source``)
+SOURCE_MODEL = "model"
+SOURCE_RULES = "rules"
+
+
+async def distill_by_model(agent: Any, model: str | None, text: str) -> tuple[list[tuple[str, str]], str]:
+    """Ask the summary model: (its items, ``SOURCE_MODEL``); (the rules' items, ``SOURCE_RULES``)
+    when it fails or answers something unusable, so an item says which path learned it."""
     try:
         answer = await agent.complete([{"role": "system", "content": DISTILL_PROMPT},
                                        {"role": "user", "content": text}], model)
     except Exception as exc:   # the provider failed (AgentError) or the agent has a bug: the rules still work
         log.warning("memory: distilling with the model failed (%s: %s); the rules are used instead",
                     type(exc).__name__, exc)
-        return distill_rules(text)
+        return distill_rules(text), SOURCE_RULES
     parsed = parse_model_answer(answer or "")
-    return distill_rules(text) if parsed is None else parsed
+    if parsed is None:
+        log.info("memory: the model's distillation was not a JSON list of items; the rules are used instead")
+        return distill_rules(text), SOURCE_RULES
+    return parsed, SOURCE_MODEL
+
+
+async def distill_with_model(agent: Any, model: str | None, text: str) -> list[tuple[str, str]]:
+    """``distill_by_model``'s items alone (the model's, or the rules' when it fails or answers
+    something unusable)."""
+    return (await distill_by_model(agent, model, text))[0]

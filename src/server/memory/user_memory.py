@@ -27,7 +27,7 @@ from server.memory.analyze import analyze
 from server.memory.bm25 import BM25Index
 from server.memory.config import UserMemoryConfig
 from server.memory.context import Excerpt
-from server.memory.distill import distill_rules, distill_with_model, retracts, subject_key, takes_back
+from server.memory.distill import SOURCE_RULES, distill_by_model, distill_rules, retracts, subject_key, takes_back
 from server.memory.recall import format_time
 from server.memory.tokens import TokenCounter, truncate_to_tokens
 from server.memory.user_store import MemoryItem, Retraction, UserMemoryStore, new_item_id
@@ -97,10 +97,11 @@ class UserMemory:
         for m in messages:
             if m.role != "user" or not m.content.strip():
                 continue
+            source = SOURCE_RULES                # (the model's path says which one gave the items)
             if self.uses_model:
                 taken = takes_back(m.content) if len(m.content) <= INLINE_DISTILL_CHARS else \
                     await asyncio.to_thread(takes_back, m.content)
-                found = await distill_with_model(self.agent, self.model, m.content)
+                found, source = await distill_by_model(self.agent, self.model, m.content)
                 # (what the message asks to forget, or says no longer holds, is not the model's to keep)
                 named = [retracts(t) for t in taken]
                 found = [(kind, text) for kind, text in found
@@ -109,7 +110,6 @@ class UserMemory:
                 found, taken = await asyncio.to_thread(_distill, m.content)
             else:
                 found, taken = _distill(m.content)
-            source = "model" if self.uses_model else "rules"
             when = m.timestamp or datetime.now(timezone.utc).isoformat()
             items.extend(retraction(session_id, m.id, t) for t in taken)       # (before what it states anew)
             items.extend(MemoryItem(new_item_id(), kind, text, session_id, m.id, when, source)
