@@ -96,3 +96,19 @@ async def test_the_models_items_are_labelled_model():
     # the items-only form is unchanged
     agent = ScriptedSummarizer(["not json at all"])
     assert await distill_with_model(agent, "small", "Our backup host is bk-3.") == [("fact", "Our backup host is bk-3.")]
+
+
+@pytest.mark.parametrize("text,kept", [
+    ("remember my dentist is Dr. Wu", "My dentist is Dr. Wu"),
+    ("remember that our landlord is Mrs. Chen", "Our landlord is Mrs. Chen"),
+    ("Our office is on Baker St. 221", "Our office is on Baker St. 221"),
+])
+def test_a_title_before_a_name_does_not_end_the_sentence(text, kept):
+    """(The sentence splitter cut "Dr. Wu" at "Dr.", keeping "My dentist is Dr.")"""
+    assert (("fact", kept) in distill_rules(text)), distill_rules(text)
+
+
+def test_sentences_still_end_at_a_full_stop():
+    from server.memory.extractive import sentences
+    assert sentences("The host is db-1. Dr. Wu is my dentist. I said no. Done.") == [
+        "The host is db-1.", "Dr. Wu is my dentist.", "I said no.", "Done."]

@@ -37,7 +37,10 @@ _FACT_PATTERNS = [re.compile(p, re.IGNORECASE) for p in (
     r"\b(?:remember|don't forget|do not forget|note that|call me|for future reference)\b",
     r"(?:我叫|我的.{0,20}?是|我们的.{0,20}?(?:是|在|用)|记住|请记|我是|我喜欢|我更喜欢|我偏好|我习惯|我们用|我们使用|我住在|我在.{0,10}工作)",
 )]
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])\s*|\n+")
+# a title or a short form before its name is no sentence end ("my dentist is Dr. Wu", "e.g. nginx")
+ABBREVIATIONS = ("Dr", "Mr", "Mrs", "Ms", "Prof", "St", "Mt", "Jr", "Sr", "vs", "e.g", "i.e", "approx")
+_NOT_AN_END = "".join(rf"(?<!\b{re.escape(a)}\.)" for a in ABBREVIATIONS)
+_SENTENCE_SPLIT = re.compile(rf"(?<=[.!?;]){_NOT_AN_END}\s+|(?<=[。！？；])\s*|\n+")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*")
 _CJK_WORD = re.compile(r"[\u4e00-\u9fff]{2,}")
 
