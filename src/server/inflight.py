@@ -20,7 +20,7 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from storage.fsio import NotRegularFile, open_regular, read_bytes
+from storage.fsio import NotRegularFile, open_regular, quarantine, read_bytes
 
 log = logging.getLogger("nplt.turns")
 
@@ -34,15 +34,28 @@ def read_marker(path: str) -> list[str]:
         data = read_bytes(path)
     except FileNotFoundError:
         return []
-    except NotRegularFile as exc:          # never read or written through a link: dropped, started anew
-        log.error("%s %s: removed (the marker is started anew)", path, exc.strerror)
-        os.unlink(path)
+    except NotRegularFile as exc:          # never read or written through a link: set aside, started anew
+        _set_aside(path, exc.strerror)
         return []
     state: dict[str, bool] = {}
     for line in data.split(b"\n"):   # a torn last line (no newline) still names its session
         if len(line) > 1 and line[:1] in (b"+", b"-"):
             state[line[1:].decode("ascii", "replace")] = line[:1] == b"+"
     return [sid for sid, running in state.items() if running]
+
+
+def _set_aside(path: str, what: str) -> None:
+    """``path`` is a symbolic link or not a regular file (a directory, a FIFO, ...): an empty directory
+    is removed, anything else moved to ``quarantine/`` beside it (a link as the link itself, its
+    target never touched; the ERROR line is ``fsio.quarantine``'s), never deleted."""
+    try:
+        os.rmdir(path)                     # (only an empty directory, never through a link)
+    except OSError:
+        pass
+    else:
+        log.error("%s %s (an empty directory): removed, the marker is started anew", path, what)
+        return
+    quarantine(os.path.dirname(path) or ".", path, reason=f"the turn marker {what}; it is started anew")
 
 
 class NoMarker:

@@ -3,8 +3,9 @@
 
 One file per user (``<root>/<sha256(user)[:32]>.json``, the user id never becomes a path), written
 atomically (temp file, fsync, rename, directory fsync), so a crash leaves the old or the new
-document, never a torn one. A file that cannot be parsed is moved aside (``.corrupt``) and the user
-starts empty. All file work runs in a worker thread; the store's lock per user orders the
+document, never a torn one. A file that cannot be parsed is moved aside (``set_aside``:
+``<name>.corrupt.<UTC timestamp>[.<n>]``, never overwriting an earlier one) and the user starts
+empty. All file work runs in a worker thread; the store's lock per user orders the
 read-modify-writes (the data directory belongs to one process: storage's lock).
 """
 from __future__ import annotations
@@ -14,16 +15,36 @@ import hashlib
 import json
 import logging
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from storage.fsio import NotRegularFile, atomic_write, read_bytes
+from storage.fsio import NotRegularFile, atomic_write, fsync_dir, read_bytes
 
 from server.memory.user_store import DocUserMemoryStore, UserDoc
 
 log = logging.getLogger("nplt.memory")
 
 T = TypeVar("T")
+
+#: what ``set_aside`` puts between a file's name and the time it was set aside
+CORRUPT_SUFFIX = ".corrupt"
+
+
+def set_aside(path: str) -> str:
+    """Move the unreadable file ``path`` (a symbolic link as the link itself: its target is never
+    touched) to ``<path>.corrupt.<UTC timestamp>[.<n>]`` beside it, never over an existing name
+    (as the history store's ``quarantine/``), and return that name. One process owns the directory
+    (storage's lock) and the store's lock per user orders the reads of one file, so nothing else
+    takes the name between the check and the rename."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    base = f"{path}{CORRUPT_SUFFIX}.{stamp}"
+    dest, n = base, 1
+    while os.path.lexists(dest):
+        dest, n = f"{base}.{n}", n + 1
+    os.replace(path, dest)
+    fsync_dir(os.path.dirname(path) or ".")
+    return dest
 
 
 class UserFiles:
@@ -44,8 +65,8 @@ class UserFiles:
         except FileNotFoundError:
             return UserDoc()
         except (NotRegularFile, ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.warning("user memory file %s unreadable (%s): moved aside, starting empty", path, exc)
-            os.replace(path, str(path) + ".corrupt")
+            dest = set_aside(str(path))
+            log.warning("user memory file %s unreadable (%s): moved to %s, starting empty", path, exc, dest)
             return UserDoc()
 
     def _write(self, user_id: str, doc: UserDoc) -> None:
