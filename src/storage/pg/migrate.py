@@ -4,7 +4,9 @@
 Every session is copied whole (deleted sessions, cleared messages, summaries, ids and timestamps
 included), one transaction per session, then the counts are compared: sessions, stored messages
 and visible messages per session. The JSON store is opened normally, so its lock keeps a running
-server off the directory while it is read, and it is never changed. Sessions already in PostgreSQL
+server off the directory while it is read; opening brings its files up to date as a server start
+does (WAL replayed, journals compacted, index.json rewritten, damaged files quarantined), and the
+copy itself writes nothing there. Sessions already in PostgreSQL
 are left alone (the command can be run again after an interruption) but are still verified.
 """
 from __future__ import annotations
