@@ -39,7 +39,7 @@ CONTEXT = {"turns_kept": 1, "turns_dropped": 0, "prompt_tokens_estimate": 4100, 
 def test_cut_tool_results_the_largest_request_and_the_notes_are_shown():
     lines = why_lines({"context": CONTEXT})
     assert "Left out: nothing" not in lines
-    i = lines.index("Earlier tool results cut: 6 in 1 earlier turn (to fit the budget)")
+    i = lines.index("Earlier tool results cut: 6 in 1 earlier turn (to fit the budget or their share of it)")
     assert lines[i + 1:i + 3] == ["Tool results cut: 3 (to fit the budget)",
                                   "Tool steps left out of the last call: 1 (to fit the budget)"]
     assert "Note: the tool results no longer fit the prompt budget: answered without more tools" in lines
@@ -55,7 +55,7 @@ def test_cuts_follow_what_was_left_out_and_nothing_cut_still_says_nothing():
     lines = why_lines({"context": ctx})
     i = lines.index("Left out:")
     assert lines[i + 1] == "  2 turns: over the prompt budget"
-    assert lines[i + 2] == "Earlier tool results cut: 6 in 1 earlier turn (to fit the budget)"
+    assert lines[i + 2] == "Earlier tool results cut: 6 in 1 earlier turn (to fit the budget or their share of it)"
     plain = why_lines({"context": {"turns_kept": 2, "prompt_tokens_estimate": 10, "budget_tokens": 100,
                                    "summary_fallback": False,
                                    "tool_exchange": {"follow_up_requests": 0, "prompt_tokens_max": 0, "cut": []}}})
@@ -70,7 +70,7 @@ def test_odd_metadata_does_not_break_the_view():
         lines = why_lines({"context": {"turns_kept": 1, "tool_exchange": exchange, "window_results_cut": 7}})
         assert "Left out: nothing" in lines and not any(x.startswith(("Tool", "Largest", "Earlier")) for x in lines)
     lines = why_lines({"context": {"window_results_cut": {"count": 2}}})
-    assert "Earlier tool results cut: 2 (to fit the budget)" in lines
+    assert "Earlier tool results cut: 2 (to fit the budget or their share of it)" in lines
 
 
 class _Chat(ScriptedLLM):
@@ -123,7 +123,7 @@ async def test_the_view_of_real_answers_names_the_cut_tool_results(tmp_path):
     lines = why_lines(second["message"]["metadata"])
     assert second["context"]["turns_dropped"] == 0 and "Left out: nothing" not in lines
     turns = "1 earlier turn"
-    assert f"Earlier tool results cut: {window['count']} in {turns} (to fit the budget)" in lines
+    assert f"Earlier tool results cut: {window['count']} in {turns} (to fit the budget or their share of it)" in lines
 
 
 async def test_a_floored_budget_is_named_in_the_view_of_a_real_answer(tmp_path):
@@ -156,6 +156,6 @@ async def test_the_why_view_shows_the_cuts_and_notes() -> None:
         await wait_until(lambda: shown(app, WhyScreen), pilot=pilot, what="the why view")
         body = str(app.screen.query_one("#why-body", Static).render())
         assert "Tool results cut: 3 (to fit the budget)" in body and "Left out: nothing" not in body
-        assert "Earlier tool results cut: 6 in 1 earlier turn (to fit the budget)" in body
+        assert "Earlier tool results cut: 6 in 1 earlier turn (to fit the budget or their share of it)" in body
         assert FLOORED_NOTE in body and FALLBACK_NOTE in body
         assert "Largest request: about 5890 of 5976 tokens (2 follow-up requests with tool results)" in body

@@ -1,5 +1,6 @@
 """Prompt assembly over thousands of generated histories: tool calls never orphaned, budget kept,
-raw history untouched, whole oldest turns dropped first."""
+raw history untouched, the window's tool results within their share of the budget (cut no further
+than the share or the budget asks), whole oldest turns dropped first."""
 from __future__ import annotations
 
 import os
@@ -13,6 +14,7 @@ from server.memory.context import (NO_ANSWER, TRUNCATION_NOTE, WINDOW_CUT_NOTE, 
                                    build_turns, group_turns, has_answer, recent_turns, sanitize)
 from server.memory.tokens import ApproxTokenCounter
 from storage.models import ChatMessage, SummaryRecord, ToolCall
+from test_s32_context import check_share
 
 COUNTER = ApproxTokenCounter()
 SWEEP = 8000 if os.environ.get("NPLT_FUZZ") else 1000
@@ -62,6 +64,8 @@ def assemble_and_check(rng: random.Random, history: list[ChatMessage], budget: i
     cut = [(s, b) for s, b in zip(sent, body) if s != b]
     assert all(b["role"] == "tool" and is_cut_of(s, b) for s, b in cut), cut
     assert len(cut) == (meta.get("window_results_cut") or {}).get("count", 0)
+    # results beyond WINDOW_RESULTS_SHARE of the budget are cut (oldest first); then only as far as needed
+    check_share(msgs, budget, meta)
     # lower-priority parts go first: a truncated summary or message means no turn or excerpt is left
     if meta["summary_trimmed"] or meta["message_truncated"]:
         assert meta["turns_kept"] == 0 and meta["recalled"] == []
@@ -95,13 +99,14 @@ def test_property_prompt_invariants(seed, n_items, budget, recent):
 def test_property_thousands_of_random_histories():
     """A seeded sweep (deterministic) on top of the Hypothesis search above; longer under NPLT_FUZZ."""
     rng = random.Random(20261122)
-    dropped = truncated = 0
+    dropped = truncated = results_cut = 0
     for _ in range(SWEEP):
         history = rand_history(rng, rng.randint(0, 40))
         meta = assemble_and_check(rng, history, rng.choice((256, 400, 800, 2000, 8000)), rng.randint(0, 6))
         dropped += meta["turns_dropped"] > 0
         truncated += meta["message_truncated"]
-    assert dropped > 100 and truncated > 10        # the sweep really exercised the reductions
+        results_cut += bool(meta.get("window_results_cut"))
+    assert dropped > 100 and truncated > 10 and results_cut > 5    # the sweep really exercised the reductions
 
 
 def test_sanitize_drops_orphans_and_unanswered_calls():

@@ -4,9 +4,10 @@
   is replayed with a short placeholder answer, a partial answer with "[answer cut off]": later
   requests never carry two user messages in a row (strict chat templates reject them with 400
   "Conversation roles must alternate", and every later turn of the session failed).
-* Over budget, the window turns' tool results are cut (call ids and pairs kept, marked) before a
-  whole turn is dropped: the follow-up to a turn with large tool results still has that turn's
-  question and answer.
+* The window turns' tool results beyond their share of the budget (``WINDOW_RESULTS_SHARE``) are
+  cut, oldest first, even when the prompt would fit; then, over budget, they are cut (call ids and
+  pairs kept, marked) only as far as needed, before a whole turn is dropped: the follow-up to a
+  turn with large tool results still has that turn's question and answer, and room for its own.
 
 The server tests run a real ``Server`` against the scripted endpoint over loopback and assert what
 was sent on the wire.
@@ -22,8 +23,9 @@ from typing import Any
 from memory_testlib import check_tool_pairing, rand_history, rand_text
 from protocol import MsgType as T
 from server.app import Server
-from server.memory.context import (CUT_OFF_NOTE, NO_ANSWER, NO_ANSWER_FAILED, NO_ANSWER_TEXTS, Parts, assemble,
-                                   build_turns, expand_message, has_answer, recent_turns)
+from server.memory.context import (CUT_OFF_NOTE, NO_ANSWER, NO_ANSWER_FAILED, NO_ANSWER_TEXTS, WINDOW_CUT_NOTE,
+                                   WINDOW_RESULTS_SHARE, Parts, assemble, build_turns, expand_message, has_answer,
+                                   recent_turns)
 from server.memory.tokens import ApproxTokenCounter
 from storage.models import ChatMessage, ToolCall
 from testkit.scripted_llm import Recorded, Reply, ScriptedLLM, ToolCallSpec
@@ -32,6 +34,7 @@ from testkit.server import V3Client, make_config
 COUNTER = ApproxTokenCounter()
 SYSTEM = "You are NPLT Assistant, a remote operations assistant."
 CUT_RE = re.compile(r"(?s)(?:(.*)\n)?\[\.\.\. cut to fit the context budget: (\d+) more characters\]")
+CUT_SLACK = 3      # a cut takes what is asked and at most this many tokens more (the marker's estimate)
 
 
 class _Chat(ScriptedLLM):
@@ -211,47 +214,109 @@ def _prompt_tokens(turns: list[Any], new: str = "and now?", cut: bool = False) -
     return COUNTER.count_messages([{"role": "system", "content": SYSTEM}, *body, {"role": "user", "content": new}])
 
 
-def test_tool_results_are_cut_oldest_turn_first_before_any_turn_is_dropped():
-    history = _tool_turn(1, 3, 400) + _tool_turn(3, 3, 400)
-    turns = build_turns(history, COUNTER)
-    full = _prompt_tokens(turns)
-    result = COUNTER.count_message(turns[0].messages[2])
+def _results(messages: list[dict[str, Any]]) -> int:
+    """The tokens of the tool results among ``messages``."""
+    return sum(COUNTER.count_message(m) for m in messages if m["role"] == "tool")
 
-    ctx = assemble(Parts(SYSTEM, "and now?", turns=turns), COUNTER, full - result)   # about one result over
+
+def check_share(msgs: list[dict[str, Any]], budget: int, meta: dict[str, Any]) -> None:
+    """The rule for the window turns' results: beyond their share of the budget they are cut (unless
+    every one is down to its marker or cannot be made shorter); a cut goes no further than the share
+    or the budget asks (give or take ``CUT_SLACK``)."""
+    cap, held = int(budget * WINDOW_RESULTS_SHARE), _results(msgs)
+    if held > cap:                          # nothing left to cut: each result is a marker or shorter
+        for m in (m for m in msgs if m["role"] == "tool"):
+            got = CUT_RE.fullmatch(m["content"] or "")
+            marker = {**m, "content": WINDOW_CUT_NOTE.format(n=len(m["content"] or ""))}
+            assert (got is not None and got.group(1) is None) or \
+                COUNTER.count_message(marker) >= COUNTER.count_message(m), (held, cap, m)
+    if meta.get("window_results_cut"):
+        assert min(cap - held, budget - COUNTER.count_messages(msgs)) <= CUT_SLACK, (held, cap, budget)
+
+
+def _states(msgs: list[dict[str, Any]], whole: list[dict[str, Any]]) -> list[str]:
+    """Per tool result (in order): "whole", "head" (cut, its head kept) or "marker" (cut to the marker)."""
+    sent = [m for m in msgs if m["role"] == "tool"]
+    full = [m for m in whole if m["role"] == "tool"]
+    assert len(sent) == len(full)
+    return ["whole" if s == w else "marker" if CUT_RE.fullmatch(s["content"]).group(1) is None else "head"
+            for s, w in zip(sent, full)]
+
+
+def test_tool_results_beyond_their_share_are_cut_oldest_turn_first_even_when_the_prompt_fits():
+    history = _tool_turn(1, 3, 400, words=200) + _tool_turn(3, 3, 400, words=200)
+    turns = build_turns(history, COUNTER)
+    whole = [m for t in turns for m in t.messages]
+    full, results = _prompt_tokens(turns), _results(whole)
+    rest = full - results                                               # what is not a tool result
+
+    budget = full + 10                                                  # it would all fit
+    cap = int(budget * WINDOW_RESULTS_SHARE)
+    ctx = assemble(Parts(SYSTEM, "and now?", turns=turns), COUNTER, budget)
     meta, msgs = ctx.metadata, ctx.messages
     assert meta["turns_dropped"] == 0 and meta["turns_kept"] == 2
-    assert meta["prompt_tokens_estimate"] == COUNTER.count_messages(msgs) <= full - result
-    assert check_window_body(msgs, turns, meta) == 2
-    assert meta["window_results_cut"] == {"count": 2, "turns": 1}
-    # the oldest turn's first result went whole (to the marker), its second was cut just enough
-    assert CUT_RE.fullmatch(msgs[3]["content"]).group(1) is None
-    assert CUT_RE.fullmatch(msgs[4]["content"]).group(1)
-    assert msgs[5:-1] == [m for t in turns for m in t.messages][4:]   # the rest untouched, newest turn whole
+    assert meta["prompt_tokens_estimate"] == COUNTER.count_messages(msgs) <= budget
+    cut = check_window_body(msgs, turns, meta)
+    assert cap - CUT_SLACK <= _results(msgs) <= cap                     # cut to the share, no further
+    # oldest first: results down to the marker, then one with its head kept, the rest whole
+    assert _states(msgs, whole) == ["marker"] * (cut - 1) + ["head"] + ["whole"] * (6 - cut)
+    assert meta["window_results_cut"] == {"count": cut, "turns": 1 if cut <= 3 else 2}
+    assert msgs[-1 - len(turns[1].messages):-1] == turns[1].messages     # here: the newest turn whole
     assert turns == build_turns(history, COUNTER)                       # the window turns given are not changed
 
+    # over budget even with the results at their share: then cut further, only as far as needed (the
+    # result cut partly for the share is cut further before the next one is touched)
+    budget = 2 * rest - 200
+    assert budget - rest < int(budget * WINDOW_RESULTS_SHARE) and _prompt_tokens(turns, cut=True) < budget
+    ctx = assemble(Parts(SYSTEM, "and now?", turns=turns), COUNTER, budget)
+    meta, msgs = ctx.metadata, ctx.messages
+    assert meta["turns_dropped"] == 0 and check_window_body(msgs, turns, meta) == meta["window_results_cut"]["count"]
+    assert budget - CUT_SLACK <= COUNTER.count_messages(msgs) <= budget
+    states = _states(msgs, whole)
+    cut = 6 - states.count("whole")
+    assert states[:cut - 1] == ["marker"] * (cut - 1) and states[cut:] == ["whole"] * (6 - cut)
+
     # the newest turn's results go last
-    results = sum(COUNTER.count_message(m) for t in turns for m in t.messages if m["role"] == "tool")
-    ctx = assemble(Parts(SYSTEM, "and now?", turns=turns), COUNTER, full - results + 200)
+    ctx = assemble(Parts(SYSTEM, "and now?", turns=turns), COUNTER, rest + 200)
     assert ctx.metadata["turns_dropped"] == 0 and check_window_body(ctx.messages, turns, ctx.metadata) == 6
     assert ctx.metadata["window_results_cut"] == {"count": 6, "turns": 2}
 
     # a whole turn goes only when the prompt cannot fit even with every result cut; then the
-    # results of the turns that stay are cut (as little as needed), not those of the dropped one
+    # results of the turns that stay are cut (to their share, then as far as needed), not those of
+    # the dropped one
     least = _prompt_tokens(turns, cut=True)
     ctx = assemble(Parts(SYSTEM, "and now?", turns=turns), COUNTER, least - 1)
     assert (ctx.metadata["turns_dropped"], ctx.metadata["turns_kept"]) == (1, 1)
     assert check_window_body(ctx.messages, turns, ctx.metadata) == 3
     assert ctx.metadata["window_results_cut"] == {"count": 3, "turns": 1}
+    check_share(ctx.messages, least - 1, ctx.metadata)
     check_tool_pairing(ctx.messages)
 
 
 def test_a_turn_that_must_go_anyway_goes_before_the_results_of_the_next_are_cut():
-    history = _tool_turn(1, 1, 5, words=3000) + _tool_turn(3, 3, 400)    # a long answer, then long results
+    # the newer turn's results are within their share: they stay whole
+    history = _tool_turn(1, 1, 5, words=3000) + _tool_turn(3, 3, 400, words=2000)   # long answers, long results
     turns = build_turns(history, COUNTER)
-    ctx = assemble(Parts(SYSTEM, "and now?", turns=turns), COUNTER, _prompt_tokens(turns[1:]) + 10)
+    budget = _prompt_tokens(turns[1:]) + 10
+    assert _results(turns[1].messages) <= int(budget * WINDOW_RESULTS_SHARE)
+    ctx = assemble(Parts(SYSTEM, "and now?", turns=turns), COUNTER, budget)
     assert (ctx.metadata["turns_dropped"], ctx.metadata["turns_kept"]) == (1, 1)
     assert "window_results_cut" not in ctx.metadata
     assert ctx.messages[1:-1] == turns[1].messages                      # the newer turn whole
+
+    # beyond their share: the older turn still goes whole first, the newer one's results are cut to
+    # their share only (the prompt fits then), its question, call and answer whole
+    history = _tool_turn(1, 1, 5, words=3000) + _tool_turn(3, 3, 400)
+    turns = build_turns(history, COUNTER)
+    budget = _prompt_tokens(turns[1:]) + 10
+    cap = int(budget * WINDOW_RESULTS_SHARE)
+    ctx = assemble(Parts(SYSTEM, "and now?", turns=turns), COUNTER, budget)
+    meta, msgs = ctx.metadata, ctx.messages
+    assert (meta["turns_dropped"], meta["turns_kept"]) == (1, 1)
+    cut = check_window_body(msgs, turns, meta)
+    assert meta["window_results_cut"] == {"count": cut, "turns": 1} and cut > 0
+    assert cap - CUT_SLACK <= _results(msgs) <= cap
+    assert [m for m in msgs[1:-1] if m["role"] != "tool"] == [m for m in turns[1].messages if m["role"] != "tool"]
 
 
 def test_random_histories_with_large_results_keep_every_invariant():
@@ -275,6 +340,7 @@ def test_random_histories_with_large_results_keep_every_invariant():
         assert COUNTER.count_messages(ctx.messages) == meta["prompt_tokens_estimate"] <= budget
         check_tool_pairing(ctx.messages)
         cuts += check_window_body(ctx.messages, window, meta)
+        check_share(ctx.messages, budget, meta)     # beyond their share cut, then only as far as needed
         if meta["turns_dropped"] and not meta["message_truncated"]:   # the fewest turns dropped
             keep = [t if has_answer(t.messages) else type(t)([*t.messages, {"role": "assistant", "content": NO_ANSWER}],
                                                               t.ids, 0)
@@ -320,3 +386,4 @@ async def test_the_follow_up_to_a_turn_with_large_tool_results_keeps_that_turn(t
     assert cut and all(_is_cut_of(m, {**m, "content": whole[m["tool_call_id"]]}) for m in cut)
     assert ctx["window_results_cut"] == {"count": len(cut), "turns": 1}
     assert COUNTER.count_messages(sent) <= ctx["budget_tokens"]
+    check_share(sent, ctx["budget_tokens"], ctx)          # the results hold at most their share

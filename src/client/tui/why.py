@@ -108,7 +108,7 @@ def _cut_lines(ctx: Mapping[str, Any], exchange: Mapping[str, Any]) -> list[str]
     if isinstance(window, Mapping) and _count(window.get("count")):
         turns = _count(window.get("turns"))
         where = f" in {turns} earlier turn{'s' if turns != 1 else ''}" if turns else ""
-        out.append(f"Earlier tool results cut: {window['count']}{where} (to fit the budget)")
+        out.append(f"Earlier tool results cut: {window['count']}{where} (to fit the budget or their share of it)")
     cuts = exchange.get("cut")
     for cut in cuts if isinstance(cuts, list) else ():
         if isinstance(cut, Mapping) and _count(cut.get("count")):

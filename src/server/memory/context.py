@@ -11,6 +11,9 @@ is replayed with a short placeholder answer (``NO_ANSWER_TEXTS``), and a partial
 (strict chat templates reject two user messages in a row) and the model knows the answer is
 missing or incomplete; ``assemble`` gives any window turn still without an answer ``NO_ANSWER``.
 
+The window turns' tool results together hold at most ``WINDOW_RESULTS_SHARE`` of the message budget
+(beyond it they are cut, oldest first, even when the prompt would fit), so that a follow-up turn that
+calls tools has room for its own results.
 Over budget, the assembler gives up, in order: the window turns' tool results (cut, oldest turn
 first, each keeping its call id, marked with ``WINDOW_CUT_NOTE``), whole oldest turns, recalled
 excerpts (lowest rank first), long-term memory items (lowest rank first), the summary's tail, the
@@ -46,6 +49,10 @@ NO_ANSWER = "[no answer]"                                    # a window turn wit
 CUT_OFF_NOTE = "\n[answer cut off]"                          # after the text of a partial answer
 # a window turn's tool result cut to fit the budget (the agent's own steps use the same wording)
 WINDOW_CUT_NOTE = "[... cut to fit the context budget: {n} more characters]"
+# the share of the message budget the window turns' tool results may hold together: beyond it they
+# are cut (oldest first) even when the prompt would fit, so a follow-up that calls tools has room
+# for its own results (the agent fits them into what the prompt leaves, docs/agent.md)
+WINDOW_RESULTS_SHARE = 0.5
 
 
 @dataclass(slots=True)
@@ -328,9 +335,15 @@ def _fully_cut_tokens(counter: TokenCounter, turn: Turn) -> int:
     return n
 
 
+def _results_tokens(counter: TokenCounter, turns: list[Turn]) -> int:
+    """The tokens of the tool results in ``turns``."""
+    return sum(message_tokens(counter, m) for t in turns for m in t.messages if m.get("role") == "tool")
+
+
 class _ResultCutter:
-    """Cuts the window turns' tool results, one per call: oldest turn first, in order within a turn;
-    each result is cut once, by what the prompt is over the budget at that moment.
+    """Cuts the window turns' tool results, one cut per call: oldest turn first, in order within a
+    turn; each cut takes what the results are over their share (``WINDOW_RESULTS_SHARE``) or the
+    prompt is over the budget at that moment, and a result is cut as far as it goes before the next.
 
     ``drop_first`` first drops the oldest turns that must go even with every result cut, so results
     are cut only in the turns that stay (and the newest of them last)."""
@@ -340,6 +353,8 @@ class _ResultCutter:
         self.turn = 0
         self.pos = 0
         self.cuts = [0] * len(p.turns)              # results cut per kept turn (dropped with its turn)
+        self.partial: tuple[dict[str, Any], int] | None = None   # the result under the cursor, cut partly:
+        #                                                          (its whole message, the tokens it gave up)
 
     def drop_first(self, total: int, budget: int) -> int:
         """Drop the fewest oldest turns without which the prompt (estimated at ``total``) fits once
@@ -355,22 +370,33 @@ class _ResultCutter:
         return k
 
     def cut(self, excess: int) -> bool:
-        """Cut the next result that can be made shorter; False when none is left."""
+        """Cut the result at the cursor, or the next one that can be made shorter, by about ``excess``
+        tokens; False when none is left. A result cut only partly (its head kept) stays under the
+        cursor: a later call cuts it further, from its whole content, before the next is touched (the
+        share's cut, then the budget's, may both fall on it)."""
         turns = self.p.turns
+        counter = self.p.counter
         while self.turn < len(turns):
             t = turns[self.turn]
             while self.pos < len(t.messages):
                 i = self.pos
-                self.pos += 1
-                if t.messages[i].get("role") != "tool":
-                    continue
-                got = _cut_result(self.p.counter, t.messages[i], excess)
-                if got is not None:
-                    messages = list(t.messages)
-                    messages[i] = got[0]
-                    turns[self.turn] = Turn(messages, t.ids, t.tokens + got[1])
-                    self.cuts[self.turn] += 1
-                    return True
+                m = t.messages[i]
+                if m.get("role") == "tool":
+                    whole, gone = self.partial if self.partial is not None else (m, 0)
+                    got = _cut_result(counter, whole, excess + gone)
+                    if got is not None and got[1] < -gone:          # shorter than it is now
+                        messages = list(t.messages)
+                        messages[i] = got[0]
+                        turns[self.turn] = Turn(messages, t.ids, t.tokens + got[1] + gone)
+                        if self.partial is None:
+                            self.cuts[self.turn] += 1
+                        if got[0]["content"] == WINDOW_CUT_NOTE.format(n=len(whole["content"])):
+                            self.pos, self.partial = i + 1, None    # down to its marker: done
+                        else:
+                            self.partial = (whole, -got[1])
+                        return True
+                self.pos = i + 1
+                self.partial = None
             self.turn += 1
             self.pos = 0
         return False
@@ -410,6 +436,13 @@ def assemble(parts: Parts, counter: TokenCounter, budget: int,
     note_only = TRUNCATION_NOTE.strip()
     if p.turns and (total := p.estimate()) > budget:  # turns that cannot stay however their results are cut
         dropped = cutter.drop_first(total, budget)
+    cap = int(budget * WINDOW_RESULTS_SHARE)            # the window's results beyond their share go first
+    held = _results_tokens(counter, p.turns)            # counted once; each cut's change is in Turn.tokens
+    while held > cap:
+        before = sum(t.tokens for t in p.turns)
+        if not cutter.cut(held - cap):
+            break
+        held -= before - sum(t.tokens for t in p.turns)
     while True:
         total = p.estimate()
         if total <= budget:
