@@ -100,6 +100,9 @@ class LimitsConfig(Section):
     max_total_input_buffer: int = Field(256 << 20, ge=1 << 20, le=1 << 40)
     message_timeout_s: float = Field(60.0, ge=0.05, le=86_400.0)
     max_clients_per_ip: int = Field(64, ge=0, le=1_000_000)
+    # HISTORY_EXPORTs built at once, server-wide (each may hold up to max_message_size while it is
+    # built); more wait their turn (server.handlers.history.ExportSlots)
+    max_concurrent_exports: int = Field(2, ge=1, le=64)
     # with an admin user: a connection arriving when every slot, the admin's included, is taken is kept
     # on standby (counted against max_clients_per_ip only) this long to show an admin's HELLO, which then
     # takes the place of the oldest connection still in its handshake (server.app.Server.make_room);

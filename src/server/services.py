@@ -60,6 +60,7 @@ class Services:
     input_budget: InputBudget = field(default_factory=InputBudget)  # max_total_input_buffer
     cluster: Any = None        # server.cluster.Cluster when storage is PostgreSQL, else None
     version: str = VERSION
+    exports: Any = None        # server.handlers.history.ExportSlots (max_concurrent_exports), made on first use
 
     @property
     def limits(self) -> LimitsConfig:

@@ -140,8 +140,9 @@ class AsyncHistoryStore:
                      limit: int = 20) -> list[SearchHit]:
         return await self._run(self.sync.search, user_id, query, session_id=session_id, limit=limit)
 
-    async def export(self, session_id: str, fmt: str, model: str | None = None) -> str:
-        return await self._run(self.sync.export, session_id, fmt, model)
+    async def export(self, session_id: str, fmt: str, model: str | None = None, *,
+                     max_bytes: int | None = None) -> str:
+        return await self._run(self.sync.export, session_id, fmt, model, max_bytes=max_bytes)
 
     async def add_summary(self, session_id: str, summary: SummaryRecord) -> SessionRecord:
         return await self._run(self.sync.add_summary, session_id, summary)

@@ -440,15 +440,21 @@ class HistoryStore:
         score first, newest first among ties. Sessions not loaded are read and dropped again."""
         return self.searcher.search(user_id, query, session_id=session_id, limit=limit)
 
-    def export(self, session_id: str, fmt: str, model: str | None = None) -> str:
+    def export(self, session_id: str, fmt: str, model: str | None = None, *,
+               max_bytes: int | None = None) -> str:
         """The session's visible messages as ``"json"`` or ``"markdown"`` (``model``: the model the
-        header names instead of the stored one, see ``storage.export.export``)."""
+        header names instead of the stored one; ``max_bytes``: ExportTooLarge as soon as the part
+        built is over it, see ``storage.export.export``).
+
+        Only the list of stored dicts is taken under the session's lock (a change replaces a dict,
+        never edits it); they are converted one by one while the export is built, so an export
+        refused for its size converts only the messages before that point."""
         if fmt not in FORMATS:
             raise InvalidArgument(f"export format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
         with self.cache.locked(session_id) as s:
             record = _copy(s.state.record)
-            msgs = [to_message(d) for d in s.state.after(0)]
-        return export(record, msgs, fmt, model)
+            dicts = s.state.after(0)            # (a new list: a later append or purge leaves it as is)
+        return export(record, map(to_message, dicts), fmt, model, max_bytes=max_bytes, total=len(dicts))
 
     # -- commits ---------------------------------------------------------------------------
     def _commit(self, sess: LoadedSession, op: str, fields: dict[str, Any], *,

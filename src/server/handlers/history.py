@@ -1,13 +1,21 @@
 """History requests (docs/protocol.md §5.3): page, search, export."""
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+import orjson
+
+from protocol import ErrorCode
 from protocol.messages import (DEFAULT_PAGE_LIMIT, DEFAULT_SEARCH_LIMIT, HistoryExport, HistoryPage,
                                HistorySearch)
 from protocol.objects import EncodedObject
 from protocol.replies import HistoryExportReply, HistoryPageReply, HistorySearchReply
 from server.context import RequestContext
+from server.errors import HandlerError
 from server.handlers.common import check_limit, fewer_hits, target_session
-from server.wire import hit_obj
+from server.wire import encode_reply, hit_obj
+from storage.export import ExportTooLarge
 from storage.models import EncodedPage
 
 
@@ -75,8 +83,81 @@ async def history_search(ctx: RequestContext, req: HistorySearch) -> HistorySear
 
 
 async def history_export(ctx: RequestContext, req: HistoryExport) -> HistoryExportReply:
+    """The whole session as one reply. It is built in a worker thread, at most
+    ``max_concurrent_exports`` at once server-wide (``ExportSlots``), and refused with
+    MESSAGE_TOO_LARGE as soon as the part built is over ``max_message_size``: a session too large to
+    send costs about ``max_message_size`` of work and memory, not its whole size."""
     rec = await target_session(ctx, req.session_id)
     # the header names the model SESSION_INFO shows (a session on the default model stores none)
     model = ctx.services.sessions.model_of(rec)
-    content = await ctx.services.store.export(rec.session_id, req.format, model)
-    return HistoryExportReply(rec.session_id, req.format, content)
+    limit = ctx.limits.max_message_size
+    # what the reply takes besides the text (the text's quotes included): the rest is the text's room
+    overhead = len(orjson.dumps(encode_reply(req.id, HistoryExportReply(rec.session_id, req.format, ""))))
+    slots = export_slots(ctx.services)
+    await slots.acquire()
+    if getattr(ctx.port, "closed", False):      # the client left while this export waited: not built
+        slots.release()
+        raise HandlerError(ErrorCode.CONNECTION_CLOSED, "the connection closed before the export was built")
+    build = asyncio.ensure_future(ctx.services.store.export(rec.session_id, req.format, model,
+                                                            max_bytes=limit - overhead))
+    # the slot is the build's, not the request's: a request cancelled (its client gone) leaves its
+    # build running in a worker thread, which keeps the slot until it ends
+    build.add_done_callback(slots.finished)
+    try:
+        content = await asyncio.shield(build)
+    except ExportTooLarge as exc:
+        refused = _too_large(rec.session_id, exc, overhead, limit)
+    else:
+        return HistoryExportReply(rec.session_id, req.format, content)
+    raise HandlerError(ErrorCode.MESSAGE_TOO_LARGE, refused)     # (outside the except: no chained error kept)
+
+
+def _too_large(session_id: str, exc: ExportTooLarge, overhead: int, limit: int) -> str:
+    of = f" of {exc.total}" if exc.total is not None else ""
+    return (f"the {exc.fmt} export of session {session_id} is over max_message_size ({limit} bytes): "
+            f"{exc.size + overhead} bytes so far, after {exc.done}{of} messages, so it was not built "
+            "further. A session this large cannot be exported in one reply (there is no partial export): "
+            "read it page by page (HISTORY_REQUEST; 'history --before' in the CLI), or ask the operator "
+            "to raise [limits] max_message_size")
+
+
+class ExportSlots:
+    """At most ``limit`` exports built at once, server-wide (``[limits] max_concurrent_exports``):
+    each holds up to ``max_message_size`` while it is built and keeps a worker busy, so many at once
+    would multiply that and starve other requests. More wait their turn (first come, first served);
+    a waiting request counts against its connection's ``max_pending_requests`` like any other."""
+
+    __slots__ = ("limit", "building", "waiting", "_sem")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.building = 0            # exports being built now (their requests may be gone)
+        self.waiting = 0             # exports waiting for a slot
+        self._sem = asyncio.Semaphore(limit)
+
+    async def acquire(self) -> None:
+        """Wait for a slot (a cancelled wait takes none); ``finished`` gives it back."""
+        self.waiting += 1
+        try:
+            await self._sem.acquire()
+        finally:
+            self.waiting -= 1
+        self.building += 1
+
+    def release(self) -> None:
+        self.building -= 1
+        self._sem.release()
+
+    def finished(self, build: asyncio.Future) -> None:
+        """The done callback of a build: its slot is free again (its outcome was the request's to
+        read; one whose request is gone is read here, so it is not reported as never retrieved)."""
+        self.release()
+        if not build.cancelled():
+            build.exception()
+
+
+def export_slots(services: Any) -> ExportSlots:
+    """The server's ExportSlots (``Services.exports``, made on first use)."""
+    if services.exports is None:
+        services.exports = ExportSlots(services.limits.max_concurrent_exports)
+    return services.exports

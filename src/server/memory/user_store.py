@@ -32,8 +32,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Iterable, Protocol, TypeVar
+from typing import Any, AsyncIterator, Callable, Iterable, Protocol, TypeVar
 
 from storage import StorageUnavailable
 
@@ -267,6 +268,16 @@ class DocBackend(Protocol):
     async def close(self) -> None: ...
 
 
+class _UserLock:
+    """One user's lock and how many operations hold or await it (``DocUserMemoryStore._lock``)."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
 class DocUserMemoryStore:
     """``UserMemoryStore`` over a ``DocBackend``: each operation reads the user's document (cached,
     LRU), changes a copy and saves it; a save that finds the document changed by another process
@@ -282,7 +293,7 @@ class DocUserMemoryStore:
         self.max_items = max_items
         self.max_cached = max_cached                 # users whose documents stay in memory (LRU)
         self._cache: dict[str, tuple[UserDoc, Any]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, _UserLock] = {}       # users with an operation holding or awaiting their lock
         self._marked: dict[tuple[str, str], int] = {}   # (user, session) -> marks of this process not ended
         backend.on_change = self._changed_elsewhere
 
@@ -292,8 +303,22 @@ class DocUserMemoryStore:
         else:
             self._cache.pop(user_id, None)
 
-    def _lock(self, user_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(user_id, asyncio.Lock())
+    @asynccontextmanager
+    async def _lock(self, user_id: str) -> AsyncIterator[None]:
+        """Hold the user's lock. It exists only while someone holds or waits for it: the last one
+        out drops it, so the dictionary holds the users with an operation under way, not every user
+        ever seen (one Lock each, never freed, before)."""
+        entry = self._locks.get(user_id)
+        if entry is None:
+            entry = self._locks[user_id] = _UserLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if not entry.users and self._locks.get(user_id) is entry:
+                del self._locks[user_id]
 
     async def _load(self, user_id: str) -> tuple[UserDoc, Any]:
         got = self._cache.pop(user_id, None)

@@ -8,6 +8,7 @@ restore, rename / model / summary do not change ``updated_at``.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -19,7 +20,7 @@ import orjson
 
 from ..config import StorageConfig
 from ..errors import InvalidArgument, MessageTooLarge, NotFound
-from ..export import FORMATS, export
+from ..export import FORMATS, ExportTooLarge, export
 from ..ids import new_session_id, validate_session_id
 from ..index import parse_cursor
 from ..models import (DEFAULT_TITLE, ChatMessage, EncodedPage, Page, SearchHit, SessionRecord, SummaryRecord,
@@ -512,10 +513,27 @@ class PgHistoryStore:
                           snippet(d.get("content", ""), pos), str(d.get("timestamp", "")), key[0])
                 for key, _, r, d, pos in scored[:limit]]
 
-    async def export(self, session_id: str, fmt: str, model: str | None = None) -> str:
+    async def export(self, session_id: str, fmt: str, model: str | None = None, *,
+                     max_bytes: int | None = None) -> str:
         """The session's visible messages as ``"json"`` or ``"markdown"`` (``model``: the model the
-        header names instead of the stored one, see ``storage.export.export``)."""
+        header names instead of the stored one; ``max_bytes``: ExportTooLarge as soon as the part
+        built is over it, see ``storage.export.export``). One round trip, one snapshot (the query of
+        ``record_and_messages``); the bodies are decoded one by one while the export is built, in a
+        worker thread (not on the event loop), so one refused for its size decodes only those before."""
         if fmt not in FORMATS:
             raise InvalidArgument(f"export format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
-        record, msgs = await self.record_and_messages(session_id, 0)   # one round trip, one snapshot
-        return export(record, msgs, fmt, model)
+        validate_session_id(session_id)
+        rows = await self._read(lambda con: con.fetch(
+            f"SELECT {_REC_S}, m.id, m.body FROM nplt_sessions s LEFT JOIN LATERAL "
+            "(SELECT id, body FROM nplt_messages WHERE session_id = s.session_id "
+            "AND id > s.cleared_through ORDER BY id) m ON true WHERE s.session_id = $1", session_id))
+        if not rows:
+            raise NotFound(f"session {session_id} not found")
+        record, read = _record(rows[0]), _rows(rows)
+        rows.clear()
+        try:
+            return await asyncio.to_thread(export, record, (message_of(*r) for r in read), fmt, model,
+                                           max_bytes=max_bytes, total=len(read))
+        except ExportTooLarge:
+            read.clear()       # (the error's traceback holds this frame: not the whole session with it)
+            raise
