@@ -136,9 +136,12 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
                 out.write(f"{h.score:.3f}  {h.citation}  ({h.chunk_id})\n  {h.text[:300]}\n\n")
         elif action == "delete":
             doc_id = (await _document(c, args.doc_id)).doc_id
-            await c.request(MsgType.KB_DELETE, {"doc_id": doc_id})
+            reply = await c.request(MsgType.KB_DELETE, {"doc_id": doc_id})
+            kept_for = getattr(reply, "kept_for", None)     # (a group document another member uploaded too)
             if args.json:
-                _dump({"doc_id": doc_id}, out)
+                _dump({"doc_id": doc_id, **({"kept_for": kept_for} if kept_for is not None else {})}, out)
+            elif kept_for is not None:
+                out.write(f"deleted {doc_id} for you; kept for {kept_for}, who uploaded the same bytes\n")
             else:
                 out.write(f"deleted {doc_id}\n")
         elif action == "download":

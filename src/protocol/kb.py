@@ -280,14 +280,21 @@ class KbListReply(KbReply):
 
 @dataclass(frozen=True, slots=True)
 class KbDeleteReply(KbReply):
+    """``kept_for``: the group member the document stays with (another member who uploaded the same
+    bytes, docs/knowledge.md "Duplicates"): the caller's upload is withdrawn, the document is not
+    removed. Absent when it is removed."""
     doc_id: str
+    kept_for: str | None = None
 
     @classmethod
     def read(cls, f: Fields) -> KbDeleteReply:
-        return cls(f.text("doc_id"), **_kw(f))
+        return cls(f.text("doc_id"), f.text("kept_for", optional=True), **_kw(f))
 
     def encode(self) -> dict[str, Any]:
-        return self._finish({"re": self.re, "doc_id": self.doc_id, "deleted": True})
+        out = {"re": self.re, "doc_id": self.doc_id, "deleted": True}
+        if self.kept_for is not None:
+            out["kept_for"] = self.kept_for
+        return self._finish(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,10 +155,12 @@ async def test_two_nodes_see_each_others_documents_and_deletes(pg_url, tmp_path)
         assert await download(b, "carol", info.doc_id, 5, ["red"]) == RUNBOOK[5:]
         dup = await b.ingest("carol", ["red"], "red", "again.md", RUNBOOK)
         assert dup.duplicate and dup.doc_id == info.doc_id
-        with pytest.raises(HandlerError) as forbidden:    # only the uploader (or an admin) deletes
-            await b.delete("carol", ["red"], info.doc_id)
+        with pytest.raises(HandlerError) as forbidden:    # only an uploader (or an admin) deletes
+            await b.delete("dave", ["red"], info.doc_id)
         assert forbidden.value.code == ErrorCode.FORBIDDEN
-        await a.delete("alice", ["red"], info.doc_id)
+        kept = await b.delete("carol", ["red"], info.doc_id)   # carol's duplicate upload withdrawn
+        assert kept is not None and kept.uploader == "alice"
+        assert await a.delete("alice", ["red"], info.doc_id) is None
 
         async def gone_on_b() -> bool:
             return await b.list("carol", ["red"]) == [] and await b.search("carol", ["red"], "replica", 3) == []

@@ -120,8 +120,8 @@ def _parse_cursor(cursor: str) -> tuple[str, str]:
 
 async def kb_delete(ctx: RequestContext, req: KbDelete) -> KbDeleteReply:
     user, groups = principal(ctx)
-    await _kb(ctx).delete(user, groups, req.doc_id, admin=ctx.services.auth.is_admin(user))
-    return KbDeleteReply(req.doc_id)
+    kept = await _kb(ctx).delete(user, groups, req.doc_id, admin=ctx.services.auth.is_admin(user))
+    return KbDeleteReply(req.doc_id, kept.uploader if kept is not None else None)
 
 
 async def kb_search(ctx: RequestContext, req: KbSearch) -> KbSearchReply:

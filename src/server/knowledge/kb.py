@@ -31,7 +31,7 @@ from server.knowledge.models import DocumentInfo, Hit
 from server.knowledge.budget import Cancelled
 from server.knowledge.parsers import kind_of, parse
 from server.knowledge.port import DocumentStore, Loaded, Staged
-from server.knowledge.store import FileDocumentStore, write_json
+from server.knowledge.store import FileDocumentStore, UploadersChange, write_json
 
 log = logging.getLogger("nplt.knowledge")
 
@@ -191,8 +191,8 @@ class KnowledgeBase:
         self.index = ChunkIndex(config.bm25_k1, config.bm25_b, config.title_weight)
         self._docs: dict[str, DocumentInfo] = {}
         self._by_hash: dict[tuple[str, str], str] = {}       # (collection, sha256) -> doc_id
-        self._co_uploaders: dict[str, tuple[str, ...]] = {}  # group doc_id -> other members who uploaded it
         self.lock = threading.Lock()                         # index and the maps above
+        self._uploaders_lock = asyncio.Lock()                # one change of uploaders at a time (_change_uploaders)
         self._pool = ThreadPoolExecutor(config.ingest_workers, thread_name_prefix="kb-ingest")
         self._user_ingests: dict[str, int] = {}                  # user -> ingests running or waiting
         self._user_slots: dict[str, asyncio.Semaphore] = {}      # user -> ingest threads they may hold
@@ -245,9 +245,6 @@ class KnowledgeBase:
             return
         self._docs[info.doc_id] = info
         self._committing.pop(info.doc_id, None)      # (its chunks are in the index now)
-        co = tuple(getattr(info, "co_uploaders", ()) or ())   # (stored once the store keeps the field)
-        if co:
-            self._co_uploaders[info.doc_id] = co
         self._by_hash[(info.collection, info.sha256)] = info.doc_id
         self.index.add(info.doc_id, info.collection, chunks, terms, vectors)
 
@@ -258,7 +255,6 @@ class KnowledgeBase:
     def _drop(self, doc_id: str) -> None:
         with self.lock:
             info = self._docs.pop(doc_id, None)
-            self._co_uploaders.pop(doc_id, None)
             if info is None:
                 return
             if self._by_hash.get((info.collection, info.sha256)) == doc_id:
@@ -269,13 +265,8 @@ class KnowledgeBase:
     async def _on_change(self, op: str, doc_id: str) -> None:
         if op == "del":
             await asyncio.to_thread(self._drop, doc_id)
-        elif op == "upd":                    # (its uploaders changed on another node)
-            loaded = await self.store.fetch(doc_id)
-            if loaded is not None:
-                with self.lock:
-                    if doc_id in self._docs:
-                        self._docs[doc_id] = loaded[0]
-                        self._set_co_uploaders(doc_id, tuple(getattr(loaded[0], "co_uploaders", ()) or ()))
+        elif op == "upd":                    # (its uploader or co-uploaders changed, on any node)
+            await self._reload_uploaders([doc_id])
         elif doc_id not in self._docs:
             loaded = await self.store.fetch(doc_id)
             if loaded is not None:
@@ -288,6 +279,19 @@ class KnowledgeBase:
             await asyncio.to_thread(self._drop, doc_id)
         for doc_id in sorted(ids - set(self._docs)):
             await self._on_change("add", doc_id)
+        await self._reload_uploaders(None)      # ("upd" notifications missed too)
+
+    async def _reload_uploaders(self, doc_ids: list[str] | None) -> None:
+        """Read the uploaders of ``doc_ids`` (None: every document) from a shared store into the
+        catalog; under ``_uploaders_lock``, so a read never lands after this node's own newer change."""
+        reader = getattr(self.store, "uploaders", None)
+        if reader is None:
+            return
+        async with self._uploaders_lock:
+            found = await reader(doc_ids)
+            with self.lock:
+                for doc_id, (uploader, co) in found.items():
+                    self._set_uploaders(doc_id, uploader, co)
 
     # -- access ------------------------------------------------------------------------------------
     def _visible(self, user: str, groups: Collection[str], doc_id: str) -> DocumentInfo:
@@ -362,40 +366,53 @@ class KnowledgeBase:
         return await self._co_upload(user, stored) if stored.duplicate else stored
 
     # -- group documents several members uploaded ---------------------------------------------------
-    def _set_co_uploaders(self, doc_id: str, co: tuple[str, ...]) -> None:
-        if co:
-            self._co_uploaders[doc_id] = co
-        else:
-            self._co_uploaders.pop(doc_id, None)
-
-    def _keeps_uploaders(self) -> bool:
-        """Whether co-uploaders can be kept: the store persists them (``set_uploaders``), or it is
-        not shared (then they are kept in this node's memory until it restarts)."""
-        return hasattr(self.store, "set_uploaders") or not self.store.shared
-
-    async def _save_uploaders(self, info: DocumentInfo, co: tuple[str, ...]) -> None:
-        saver = getattr(self.store, "set_uploaders", None)
-        if saver is not None:
-            await saver(info, co)
+    def _set_uploaders(self, doc_id: str, uploader: str, co: tuple[str, ...]) -> None:
+        """The catalog's record of a document's uploaders. With ``lock`` held."""
+        info = self._docs.get(doc_id)
+        if info is not None and (info.uploader, info.co_uploaders) != (uploader, tuple(co)):
+            self._docs[doc_id] = replace(info, uploader=uploader, co_uploaders=tuple(co))
 
     def co_uploaders(self, doc_id: str) -> tuple[str, ...]:
         """The other members who uploaded the same bytes into a group document (in upload order)."""
-        return self._co_uploaders.get(doc_id, ())
+        info = self._docs.get(doc_id)
+        return info.co_uploaders if info is not None else ()
+
+    async def _change_uploaders(self, doc_id: str, change: UploadersChange,
+                                seen: DocumentInfo | None = None) -> DocumentInfo | None:
+        """Apply ``change`` to a document's uploaders in the store (``update_uploaders``: on
+        PostgreSQL under the row's lock, so other nodes' changes are kept) and in the catalog; the
+        document as it is now (None: gone). ``seen``: the document as the store answered it, for
+        one a shared store holds that this node has not loaded yet. A store without
+        ``update_uploaders`` keeps nothing: the change is made in this node's memory if the store is
+        not shared, not at all if it is."""
+        async with self._uploaders_lock:
+            info = self._docs.get(doc_id) or (seen if self.store.shared else None)
+            if info is None:
+                return None
+            updater = getattr(self.store, "update_uploaders", None)
+            if updater is not None:
+                now = await updater(info, change)
+            elif self.store.shared:
+                return info
+            else:
+                new = change(info.uploader, info.co_uploaders)
+                now = info if new is None else replace(info, uploader=new[0], co_uploaders=tuple(new[1]))
+            with self.lock:
+                if now is not None:
+                    self._set_uploaders(doc_id, now.uploader, now.co_uploaders)
+                    now = self._docs.get(doc_id, now)
+            return now
 
     async def _co_upload(self, user: str, dup: DocumentInfo) -> DocumentInfo:
         """A duplicate upload: in a group collection, by a member other than its uploader, the member
-        is recorded as a co-uploader, so the uploader's delete later keeps the document for them
-        (``delete``) instead of removing what they were told was stored."""
-        if not dup.collection.startswith("group:") or dup.uploader == user or not self._keeps_uploaders():
+        is recorded as a co-uploader (kept by the store), so the uploader's delete later keeps the
+        document for them (``delete``) instead of removing what they were told was stored."""
+        if not dup.collection.startswith("group:") or dup.uploader == user:
             return dup
-        with self.lock:
-            current = self._docs.get(dup.doc_id)
-            co = self._co_uploaders.get(dup.doc_id, ())
-            if current is None or user in co or current.uploader == user:
-                return dup
-            co = (*co, user)
-            self._set_co_uploaders(dup.doc_id, co)
-        await self._save_uploaders(current, co)
+
+        def join(uploader: str, co: tuple[str, ...]) -> tuple[str, tuple[str, ...]] | None:
+            return None if user == uploader or user in co else (uploader, (*co, user))
+        await self._change_uploaders(dup.doc_id, join, seen=dup)
         return dup
 
     def _shutting_down(self) -> HandlerError:
@@ -674,11 +691,15 @@ class KnowledgeBase:
         upload only (the document, unchanged, is returned). An admin's delete of a document that is
         not theirs removes it for everyone."""
         info = self._docs.get(doc_id) if isinstance(doc_id, str) else None
-        if info is not None and info.uploader == user and self._co_uploaders.get(doc_id):
-            return await self._pass_on(info)
-        if info is not None and user in self._co_uploaders.get(doc_id, ()) and not admin:
-            self._visible(user, groups, doc_id)
-            return await self._withdraw(info, user)
+        if info is not None and info.collection.startswith("group:") and (
+                (info.uploader == user and (info.co_uploaders or self.store.shared))
+                or (user in info.co_uploaders and not admin)):
+            if info.uploader != user:
+                self._visible(user, groups, doc_id)
+            kept = await self._give_up(info, user)
+            if kept is not None:
+                return kept
+            info = self._docs.get(doc_id)     # (they hold it alone, as the store says: removed below)
         if info is None or info.uploader != user:
             info = self._visible(user, groups, doc_id)
             if not admin:
@@ -687,31 +708,24 @@ class KnowledgeBase:
         await asyncio.to_thread(self._drop, doc_id)
         return None
 
-    async def _pass_on(self, info: DocumentInfo) -> DocumentInfo:
-        """The uploader's delete of a document other members uploaded too: it becomes the first
-        co-uploader's."""
-        with self.lock:
-            co = self._co_uploaders.get(info.doc_id, ())
-            heir, rest = co[0], co[1:]
-            kept = replace(info, uploader=heir)
-        saver = getattr(self.store, "set_uploaders", None)
-        if saver is not None:
-            await saver(kept, rest)
-        with self.lock:
-            if self._docs.get(info.doc_id) is info:
-                self._docs[info.doc_id] = kept
-                self._set_co_uploaders(info.doc_id, rest)
-        log.info("document %s (%s) of %s: %s deleted it; kept for %s, who uploaded the same bytes",
-                 info.doc_id, info.name, info.collection, info.uploader, heir)
-        return kept
-
-    async def _withdraw(self, info: DocumentInfo, user: str) -> DocumentInfo:
-        """A co-uploader's delete: they no longer keep the document; it stays its uploader's."""
-        with self.lock:
-            co = tuple(u for u in self._co_uploaders.get(info.doc_id, ()) if u != user)
-            self._set_co_uploaders(info.doc_id, co)
-        await self._save_uploaders(info, co)
-        return info
+    async def _give_up(self, info: DocumentInfo, user: str) -> DocumentInfo | None:
+        """``user`` gives up a group document others uploaded too: its uploader's delete passes it
+        to the first co-uploader, a co-uploader's delete withdraws their upload. The
+        document kept for the others, or None when nobody else holds it (as the store says: on
+        PostgreSQL another node may have changed them) and it is to be removed."""
+        def leave(uploader: str, co: tuple[str, ...]) -> tuple[str, tuple[str, ...]] | None:
+            if uploader == user:
+                return (co[0], co[1:]) if co else None
+            return (uploader, tuple(u for u in co if u != user)) if user in co else None
+        now = await self._change_uploaders(info.doc_id, leave)
+        if now is None or (now.uploader == user and not now.co_uploaders):
+            return None
+        if now.uploader == user or user in now.co_uploaders:    # (a store that keeps nothing)
+            return None
+        if info.uploader == user:
+            log.info("document %s (%s) of %s: %s deleted it; kept for %s, who uploaded the same bytes",
+                     info.doc_id, info.name, info.collection, user, now.uploader)
+        return now
 
     async def search(self, user: str, groups: Collection[str], query: str, top_k: int = 5,
                      collection: str | None = None) -> list[Hit]:

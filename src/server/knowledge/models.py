@@ -17,6 +17,9 @@ class DocumentInfo:
     collection: str
     uploaded_at: str
     uploader: str
+    #: in a group collection, the other members who uploaded the same bytes, in upload order: the
+    #: uploader's delete passes the document to the first of them (docs/knowledge.md "Duplicates")
+    co_uploaders: tuple[str, ...] = ()
     duplicate: bool = False
 
     def to_dict(self) -> dict:

@@ -3,7 +3,8 @@
 PostgreSQL holds the truth: documents, chunks, original bytes (1 MiB blocks), vectors and the
 trigram index on chunk text (``storage.pg.documents``). Each node derives its catalog and BM25
 index from those rows and keeps them current through LISTEN/NOTIFY: every committed insert or
-delete notifies ``nplt_kb`` with the document id, the listener reads the rows. A document is staged
+delete notifies ``nplt_kb`` with the document id, the listener reads the rows (and a change of a
+group document's uploader or co-uploaders, "upd": the node re-reads them). A document is staged
 (copied, hashed, parsed) in a local directory, then written in one transaction: a node killed
 mid-ingest leaves nothing in PostgreSQL, and only scratch files that the next start clears.
 
@@ -25,7 +26,7 @@ from server.errors import HandlerError, not_found
 from server.knowledge.config import KnowledgeConfig
 from server.knowledge.models import DocumentInfo
 from server.knowledge.port import Catalog, Loaded, Staged, StagingArea
-from server.knowledge.store import FileDocumentStore, ensure_directory, info_of
+from server.knowledge.store import FileDocumentStore, UploadersChange, ensure_directory, info_of
 from storage.errors import StorageError
 from storage.pg.documents import BLOCK_BYTES, CHANNEL, Limits, PgDocuments, StoredDocument
 from storage.pg.link import PgLink
@@ -172,6 +173,28 @@ class PgDocumentStore:
         reader = PgBlockReader(self.rows, asyncio.get_running_loop(), info.doc_id, info.size, offset)
         return reader  # type: ignore[return-value]
 
+    async def set_uploaders(self, info: DocumentInfo, co: tuple[str, ...]) -> bool:
+        """Keep ``info.uploader`` and the co-uploaders ``co`` (announced to the other nodes); False
+        if the document is gone."""
+        try:
+            return await self.rows.set_uploaders(info.doc_id, info.uploader, co)
+        except StorageError as exc:
+            raise _storage_error(exc) from None
+
+    async def update_uploaders(self, info: DocumentInfo, change: UploadersChange) -> DocumentInfo | None:
+        """Apply ``change`` to the uploaders as PostgreSQL holds them, under the row's lock (so the
+        changes of several nodes never overwrite one another); the document as it is now, None if
+        it is gone."""
+        try:
+            row = await self.rows.update_uploaders(info.doc_id, change)
+        except StorageError as exc:
+            raise _storage_error(exc) from None
+        return None if row is None else info_of(row)
+
+    async def uploaders(self, doc_ids: list[str] | None = None) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """doc_id -> (uploader, co_uploaders), as stored now (every document when ``doc_ids`` is None)."""
+        return await self.rows.uploaders(doc_ids)
+
     async def fetch(self, doc_id: str) -> Loaded | None:
         found = await self.rows.read([doc_id])
         return _loaded(found[0]) if found else None
@@ -183,7 +206,7 @@ class PgDocumentStore:
                     on_gap: Callable[[], Awaitable[None]]) -> None:
         async def event(_channel: str, payload: dict[str, Any]) -> None:
             op, doc = payload.get("op"), payload.get("doc")
-            if op not in ("add", "del") or not isinstance(doc, str):
+            if op not in ("add", "del", "upd") or not isinstance(doc, str):
                 return
             if op == "add" and doc in self._own:
                 return                         # this node's own commit adds it (no second read)

@@ -9,7 +9,9 @@ Layout::
         original                    the uploaded bytes
         chunks.json                 [{"text", "location"}, ...]
         vectors.json                (with embeddings) one vector per chunk
-        meta.json                   the DocumentInfo fields, written last
+        meta.json                   the DocumentInfo fields, written last (rewritten, through
+                                    meta.json.tmp and a rename, when a group document's
+                                    uploader or co-uploaders change)
 
 Ingestion writes everything into ``tmp/<doc_id>`` (each file fsynced), then renames the directory
 into its collection in one ``rename`` (atomic on POSIX) and fsyncs the parent. A SIGKILL before the
@@ -101,8 +103,21 @@ def ensure_directory(path: Path) -> None:
 
 
 def info_of(meta: dict) -> DocumentInfo:
-    """A DocumentInfo from stored metadata (KeyError / TypeError when a field is missing or wrong)."""
-    return DocumentInfo(**{k: meta[k] for k in DocumentInfo.__dataclass_fields__ if k != "duplicate"})
+    """A DocumentInfo from stored metadata (TypeError when a field is missing or wrong). A field
+    with a default that the metadata lacks (``co_uploaders``: a meta.json written before it, a row
+    read without it) takes its default; a list is read as the tuple it was."""
+    fields = {k: meta[k] for k in DocumentInfo.__dataclass_fields__ if k != "duplicate" and k in meta}
+    if "co_uploaders" in fields:
+        co = fields["co_uploaders"]
+        if not isinstance(co, (list, tuple)) or not all(isinstance(u, str) for u in co):
+            raise TypeError(f"co_uploaders: expected a list of user ids, got {co!r}")
+        fields["co_uploaders"] = tuple(co)
+    return DocumentInfo(**fields)
+
+
+#: a change of a document's uploaders: given the stored (uploader, co_uploaders), the new pair, or
+#: None to leave them as they are (``update_uploaders``; a pure function: a store may call it again)
+UploadersChange = Callable[[str, tuple[str, ...]], "tuple[str, tuple[str, ...]] | None"]
 
 
 class FileDocumentStore:
@@ -143,6 +158,26 @@ class FileDocumentStore:
 
     def path(self, collection: str, doc_id: str) -> Path:
         return self.collections / collection_key(collection) / doc_id
+
+    def set_uploaders_sync(self, collection: str, doc_id: str, uploader: str, co: tuple[str, ...]) -> bool:
+        """Rewrite the document's ``meta.json`` with ``uploader`` and ``co_uploaders`` = ``co``,
+        atomically (``meta.json.tmp`` written and fsynced, renamed over it, the directory fsynced): a
+        crash leaves the old or the new file, never a torn one. False when the document is gone."""
+        doc = self.path(collection, doc_id)
+        try:
+            meta = json.loads((doc / "meta.json").read_bytes())
+        except FileNotFoundError:
+            return False                          # deleted meanwhile
+        meta["uploader"] = uploader
+        meta["co_uploaders"] = list(co)
+        tmp = doc / "meta.json.tmp"
+        try:
+            write_json(tmp, meta)
+            os.rename(tmp, doc / "meta.json")
+        except FileNotFoundError:                 # deleted while it was written (into trash/: removed there)
+            return False
+        _fsync_dir(doc)
+        return True
 
     def remove_sync(self, collection: str, doc_id: str) -> None:
         src = self.path(collection, doc_id)
@@ -300,6 +335,25 @@ class FileDocumentStore:
                 raise
             return f
         return await asyncio.to_thread(run)
+
+    async def set_uploaders(self, info: DocumentInfo, co: tuple[str, ...]) -> bool:
+        """Keep ``info.uploader`` and the co-uploaders ``co`` of a group document in its
+        ``meta.json`` (atomically); False if it is gone. STORAGE_ERROR when the disk refuses."""
+        try:
+            return await asyncio.to_thread(self.set_uploaders_sync, info.collection, info.doc_id,
+                                           info.uploader, tuple(co))
+        except OSError as exc:
+            raise HandlerError(ErrorCode.STORAGE_ERROR,
+                               f"cannot record the document's uploaders: {exc.strerror or exc}") from None
+
+    async def update_uploaders(self, info: DocumentInfo, change: UploadersChange) -> DocumentInfo | None:
+        """Apply ``change`` to the uploaders of ``info`` (this node's catalog is the truth here: the
+        caller serializes the changes) and keep the result; the document as it is now, None if gone."""
+        new = change(info.uploader, info.co_uploaders)
+        if new is None:
+            return info
+        kept = replace(info, uploader=new[0], co_uploaders=tuple(new[1]))
+        return kept if await self.set_uploaders(kept, kept.co_uploaders) else None
 
     async def fetch(self, doc_id: str) -> Loaded | None:
         return None                # nothing changes under this node: never asked

@@ -7,12 +7,16 @@ advisory locks (its uploader's, for the quota; its collection's, for the documen
 dedupe check), so concurrent uploads on any number of nodes agree on quotas and duplicates; the
 UNIQUE (collection, sha256) constraint backs the dedupe. The change is announced on ``CHANNEL``
 inside the same transaction (only committed documents are ever announced).
+
+``update_uploaders`` changes a group document's ``uploader`` and ``co_uploaders`` (migration
+``0013_kb_co_uploaders.sql``) as a read-modify-write under the row's lock, announced as "upd": two
+nodes recording co-uploaders, or passing the document on, at the same time both take effect.
 """
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +26,12 @@ import orjson
 from .link import PgLink, progress
 from .notify import publish_in
 
-#: NOTIFY channel of knowledge-base changes: {"op": "add" | "del", "doc": doc_id}
+#: NOTIFY channel of knowledge-base changes: {"op": "add" | "del" | "upd", "doc": doc_id} ("upd": its
+#: uploader or co-uploaders changed)
 CHANNEL = "nplt_kb"
 BLOCK_BYTES = 1 << 20            # the original bytes are stored in blocks of this size
 LOAD_BATCH = 200                 # documents read per round trip when loading everything
-DOC_COLUMNS = "doc_id, name, md5, sha256, size, chunks, collection, uploaded_at, uploader"
+DOC_COLUMNS = "doc_id, name, md5, sha256, size, chunks, collection, uploaded_at, uploader, co_uploaders"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +42,7 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class StoredDocument:
-    meta: dict[str, Any]                      # DOC_COLUMNS by name
+    meta: dict[str, Any]                      # DOC_COLUMNS by name (co_uploaders: a list)
     chunks: list[dict[str, Any]]              # {"text", "location"} in order
     vectors: list[list[float]] | None
 
@@ -92,10 +97,10 @@ class PgDocuments:
                     return "quota", f"collection holds {limits.max_documents} documents"
                 added = await con.fetchval(
                     "INSERT INTO nplt_kb_documents (doc_id, name, md5, sha256, size, chunks, collection, uploaded_at, "
-                    "uploader) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+                    "uploader, co_uploaders) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
                     "ON CONFLICT (collection, sha256) DO NOTHING RETURNING 1",
                     meta["doc_id"], meta["name"], meta["md5"], meta["sha256"], meta["size"], meta["chunks"],
-                    meta["collection"], meta["uploaded_at"], meta["uploader"])
+                    meta["collection"], meta["uploaded_at"], meta["uploader"], list(meta.get("co_uploaders") or ()))
                 if added is None:          # (the collection lock makes this unreachable; the constraint decides)
                     row = await con.fetchrow(f"SELECT {DOC_COLUMNS} FROM nplt_kb_documents WHERE collection = $1 "
                                              "AND sha256 = $2", meta["collection"], meta["sha256"])
@@ -130,6 +135,52 @@ class PgDocuments:
                     await publish_in(con, CHANNEL, {"op": "del", "doc": doc_id})
                 return gone is not None
         return await self.link.run(work, write=True)
+
+    async def update_uploaders(self, doc_id: str, change: Callable[[str, tuple[str, ...]], Any]) -> dict[str, Any] | None:
+        """Change a document's ``uploader`` and ``co_uploaders``: ``change(uploader, co_uploaders)``
+        (pure, called with the row locked: ``SELECT ... FOR UPDATE``) gives the new pair, or None to
+        leave them; a change is written and announced ({"op": "upd"}) in one transaction. The row
+        as it is afterwards (DOC_COLUMNS), None if the document is gone."""
+        async def work(con: asyncpg.Connection) -> dict[str, Any] | None:
+            async with con.transaction():
+                row = await con.fetchrow(f"SELECT {DOC_COLUMNS} FROM nplt_kb_documents WHERE doc_id = $1 FOR UPDATE",
+                                         doc_id)
+                if row is None:
+                    return None
+                meta = dict(row)
+                new = change(meta["uploader"], tuple(meta["co_uploaders"]))
+                if new is None or (new[0], tuple(new[1])) == (meta["uploader"], tuple(meta["co_uploaders"])):
+                    return meta
+                await self._set_uploaders(con, doc_id, new[0], new[1])
+                meta["uploader"], meta["co_uploaders"] = new[0], list(new[1])
+                return meta
+        return await self.link.run(work, write=True)
+
+    async def set_uploaders(self, doc_id: str, uploader: str, co: Iterable[str]) -> bool:
+        """Set a document's ``uploader`` and ``co_uploaders`` (announced as "upd"); False if it is gone."""
+        async def work(con: asyncpg.Connection) -> bool:
+            async with con.transaction():
+                return await self._set_uploaders(con, doc_id, uploader, co)
+        return await self.link.run(work, write=True)
+
+    @staticmethod
+    async def _set_uploaders(con: asyncpg.Connection, doc_id: str, uploader: str, co: Iterable[str]) -> bool:
+        done = await con.fetchval("UPDATE nplt_kb_documents SET uploader = $2, co_uploaders = $3 WHERE doc_id = $1 "
+                                  "RETURNING 1", doc_id, uploader, list(co))
+        if done is not None:
+            await publish_in(con, CHANNEL, {"op": "upd", "doc": doc_id})
+        return done is not None
+
+    async def uploaders(self, doc_ids: Iterable[str] | None = None) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """doc_id -> (uploader, co_uploaders) of the given documents (every one when None)."""
+        if doc_ids is None:
+            rows = await self.link.run(lambda con: con.fetch(
+                "SELECT doc_id, uploader, co_uploaders FROM nplt_kb_documents"), write=False)
+        else:
+            ids = list(doc_ids)
+            rows = await self.link.run(lambda con: con.fetch(
+                "SELECT doc_id, uploader, co_uploaders FROM nplt_kb_documents WHERE doc_id = ANY($1)", ids), write=False)
+        return {r["doc_id"]: (r["uploader"], tuple(r["co_uploaders"])) for r in rows}
 
     async def doc_ids(self) -> set[str]:
         return {r["doc_id"] for r in await self.link.run(
