@@ -149,7 +149,7 @@ def make_client(cfg: ClientConfig, session_id: str | None = None) -> Client:
     return Client(cfg.host, cfg.port, token=cfg.token, tls=cfg.tls.context(), client_name="nplt-cli/0.1",
                   session_id=session_id, reconnect=False, backoff=Backoff(max_attempts=0),
                   request_timeout=cfg.request_timeout_s, connect_timeout=cfg.connect_timeout_s,
-                  event_queue_size=cfg.event_queue_size)
+                  event_queue_size=cfg.event_queue_size, liveness_timeout=cfg.liveness_timeout_s)
 
 
 def _arguments(call: ToolCall) -> str:

@@ -57,6 +57,11 @@ class ClientConfig(Settings):
     page_size: int = Field(50, ge=1, le=1000)   # messages per history page (server caps at max_page_size)
     request_timeout_s: float = Field(30.0, ge=0.1, le=3600)
     connect_timeout_s: float = Field(10.0, ge=0.1, le=600)
+    # seconds without any byte from the server before the client PINGs it; no answer within
+    # min(this, 10 s) more and the connection is taken as lost (reconnect; the CLI exits 3).
+    # None: twice the server's ping_interval_s from the HELLO limits, at least 5 s, else 120 s
+    # (client.link: LIVENESS_DEFAULT_S, LIVENESS_MIN_S, LIVENESS_PONG_S)
+    liveness_timeout_s: float | None = Field(None, ge=0.1, le=86_400)
     reconnect_initial_s: float = Field(0.25, ge=0.01, le=600)
     reconnect_max_s: float = Field(10.0, ge=0.01, le=3600)
     event_queue_size: int = Field(1000, ge=16, le=1_000_000)
@@ -111,7 +116,8 @@ class ClientConfig(Settings):
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, typ in (("HOST", str), ("TOKEN", str), ("THEME", str), ("PORT", int), ("PAGE_SIZE", int),
-                     ("REQUEST_TIMEOUT_S", float), ("TLS", bool), ("TLS_INSECURE", bool), ("TLS_CA_FILE", str)):
+                     ("REQUEST_TIMEOUT_S", float), ("LIVENESS_TIMEOUT_S", float),
+                     ("TLS", bool), ("TLS_INSECURE", bool), ("TLS_CA_FILE", str)):
         var = ENV_PREFIX + key
         if var in env:
             try:

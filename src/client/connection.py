@@ -35,7 +35,7 @@ def _body(**fields: Any) -> dict[str, Any]:
 class Client:
     """An NPLT v3 client (see the module docstring). The keyword arguments configure its ``link``
     (``Link``: ``token``, ``tls``, ``client_name``, ``session_id``, ``reconnect``, ``backoff``,
-    ``request_timeout``, ``connect_timeout``, ``event_queue_size``, ``max_message_size``)."""
+    ``request_timeout``, ``connect_timeout``, ``event_queue_size``, ``max_message_size``, ``liveness_timeout``)."""
 
     def __init__(self, host: str, port: int, **link_options: Any) -> None:
         self.link = Link(host, port, **link_options)

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator
 from protocol import ErrorCode, MsgType
 from protocol.binary import decode_data
 from protocol.kb import KbDocument, KbProgress
+from protocol.replies import ErrorReply
 
 from client import errors
 from client.errors import ClientCode, ClientError
@@ -106,7 +107,9 @@ async def upload(client: Any, path: str | os.PathLike, *, collection: str | None
                  progress: Progress | None = None, retries: int = 5, reconnect_timeout: float = 30.0,
                  end_timeout: float = 600.0, name: str | None = None) -> KbDocument:
     """Upload one file; returns the stored document (``duplicate`` when the bytes were already there).
-    Server refusals raise ClientError with the server's code (UNSUPPORTED_MEDIA, QUOTA_EXCEEDED, ...)."""
+    Server refusals raise ClientError with the server's code (UNSUPPORTED_MEDIA, QUOTA_EXCEEDED, ...).
+    When the server refuses the bytes while they are sent (STORAGE_ERROR: its disk is full), the
+    rest is not sent: END is sent at once and raises that STORAGE_ERROR with its cause."""
     path = Path(path)
     md5, sha, size = await asyncio.to_thread(file_digests, path)
     body: dict[str, Any] = {"name": name or path.name, "size": size, "md5": md5, "sha256": sha}
@@ -138,10 +141,20 @@ async def _upload_once(client: Any, path: Path, body: dict[str, Any], progress: 
                 log.exception("kb upload progress callback failed")
         return True
 
-    with _tapped(client, MsgType.KB_PROGRESS, on_progress):
+    refused: list[ErrorReply] = []
+
+    def on_error(err: ErrorReply) -> bool:
+        """The server's refusal of this upload's bytes (a full disk, say: ERROR with ``re`` null,
+        ``upload <id> (...): cannot store ...``): stop sending them, END answers the cause."""
+        if err.code != ErrorCode.STORAGE_ERROR or f"upload {upload_id} " not in err.message:
+            return False
+        refused.append(err)
+        return True
+
+    with _tapped(client, MsgType.KB_PROGRESS, on_progress), _tapped(client, MsgType.ERROR, on_error):
         with open(path, "rb") as f:
             await asyncio.to_thread(f.seek, offset)
-            while offset < body["size"]:
+            while offset < body["size"] and not refused:
                 block = await asyncio.to_thread(f.read, min(BLOCK - BLOCK % step, body["size"] - offset))
                 if not block:
                     raise ClientError(ClientCode.FILE_CHANGED, "the file shrank while it was uploaded")

@@ -45,7 +45,7 @@ def _client(cfg: ClientConfig, *, reconnect: bool = False) -> Client:
     return Client(cfg.host, cfg.port, token=cfg.token, tls=cfg.tls.context(), client_name="nplt-cli/0.1",
                   reconnect=reconnect, backoff=Backoff(max_attempts=5 if reconnect else 0),
                   request_timeout=cfg.request_timeout_s, connect_timeout=cfg.connect_timeout_s,
-                  event_queue_size=cfg.event_queue_size)
+                  event_queue_size=cfg.event_queue_size, liveness_timeout=cfg.liveness_timeout_s)
 
 
 def _fields(obj: Any, fields: tuple[str, ...] | list[str]) -> dict[str, Any]:

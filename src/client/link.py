@@ -8,6 +8,15 @@ HELLO, reconnects with exponential backoff, re-sending HELLO with the current se
 (``session_id``, which ``track_session`` follows). State
 changes are reported as ``Connected`` / ``Reconnecting`` / ``Disconnected`` events.
 
+Liveness: a frozen server or a dead network path (no FIN, no RST) would otherwise leave the link
+"connected" forever, since ``request_timeout`` bounds requests only. While connected, a watchdog
+(``_watch``) notes when a byte last arrived; after ``liveness_timeout`` seconds without any (default:
+twice the server's ``ping_interval_s`` from the HELLO limits, at least ``LIVENESS_MIN_S``; the server
+PINGs a silent connection every ``ping_interval_s``, so a healthy one is never that quiet) it sends
+PING, and when still nothing arrives within ``min(liveness_timeout, LIVENESS_PONG_S)`` the connection
+is aborted and handled as lost (pending requests fail with CONNECTION_LOST, then the reconnect or
+``Disconnected``, as for a closed socket).
+
 Replies and events are decoded into the typed classes of ``protocol.replies`` and
 ``protocol.server_events``. A reply that does not validate fails its request with
 ``ClientError(INVALID_MESSAGE)``; an event that does not validate is delivered as ``InvalidFrame``.
@@ -47,6 +56,14 @@ CLOSED_IN_HANDSHAKE = (f"{NOT_TLS}, or it refused the connection before the hand
 # OpenSSL's reasons for a handshake answered by bytes that are not TLS (a plain-TCP server)
 NOT_TLS_REASONS = frozenset({"WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE",
                              "UNKNOWN_PROTOCOL", "HTTP_REQUEST"})
+#: liveness (module docstring): without a ``liveness_timeout`` given, the silence allowed is twice the
+#: server's ``ping_interval_s`` (HELLO ``limits``), never less than LIVENESS_MIN_S (a server pinging
+#: every 50 ms must not get its clients dropped by one slow PONG), or LIVENESS_DEFAULT_S when the
+#: server does not say
+LIVENESS_DEFAULT_S = 120.0
+LIVENESS_MIN_S = 5.0
+#: after the client's PING, how long it waits for any byte at most (capped by the liveness timeout)
+LIVENESS_PONG_S = 10.0
 
 
 @dataclass(slots=True)
@@ -106,13 +123,16 @@ class Link:
     def __init__(self, host: str, port: int, *, token: str | None = None, tls: ssl.SSLContext | None = None,
                  client_name: str = DEFAULT_CLIENT_NAME, session_id: str | None = None, reconnect: bool = True,
                  backoff: Backoff | None = None, request_timeout: float = 30.0, connect_timeout: float = 10.0,
-                 event_queue_size: int = 1000, max_message_size: int = 8 << 20) -> None:
+                 event_queue_size: int = 1000, max_message_size: int = 8 << 20,
+                 liveness_timeout: float | None = None) -> None:
         self.host, self.port = host, port
         self.token, self.tls, self.client_name = token, tls, client_name
         self.reconnect_enabled = reconnect
         self.backoff = backoff or Backoff()
         self.request_timeout, self.connect_timeout = request_timeout, connect_timeout
         self.max_message_size = max_message_size
+        #: seconds without a byte from the server before the link PINGs it (None: from the HELLO limits)
+        self.liveness_timeout = liveness_timeout
         self.session_id = session_id          # the session HELLO attaches to (a reconnect too)
         self.hello: HelloReply | None = None
         self.state = "disconnected"
@@ -123,19 +143,36 @@ class Link:
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._reconnect_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._last_rx = 0.0                    # loop time a byte last arrived on the current connection
+        self._dispatching = False              # the reader is handing on what it read (not reading)
+        self.liveness_pings = 0                #: PINGs the liveness watchdog sent (all connections)
         self._closing = False
         self._ever_connected = False
         self._hello_id: int | None = None
         self._connected = asyncio.Event()      # set while connected (wait_connected)
         #: message type -> callback taking the message instead of the event queue: the raw payload of a
-        #: binary data frame, the typed event (``KbProgress`` of a running upload) otherwise; the
-        #: callback returns False to leave an event to the queue
+        #: binary data frame, the ``ErrorReply`` of an ERROR that answers no request (MsgType.ERROR: an
+        #: upload's refused bytes), the typed event (``KbProgress`` of a running upload) otherwise; the
+        #: callback returns False to leave an event (or ERROR) to the queue
         self.taps: dict[int, Any] = {}
 
     # -- public surface -------------------------------------------------------------------------------
     @property
     def connected(self) -> bool:
         return self.state == "connected"
+
+    @property
+    def liveness(self) -> float:
+        """The silence (seconds without a byte from the server) after which the link PINGs the server:
+        ``liveness_timeout``, else twice the server's ``ping_interval_s`` (at least ``LIVENESS_MIN_S``),
+        else ``LIVENESS_DEFAULT_S``."""
+        if self.liveness_timeout is not None:
+            return self.liveness_timeout
+        ping = self.hello.limits.get("ping_interval_s") if self.hello is not None else None
+        if isinstance(ping, (int, float)) and not isinstance(ping, bool) and ping > 0:
+            return max(LIVENESS_MIN_S, 2.0 * float(ping))
+        return LIVENESS_DEFAULT_S
 
     def track_session(self, session: SessionInfo | None) -> None:
         """Follow the session a reply names (HELLO, a session switch): a reconnect re-attaches to it.
@@ -262,6 +299,7 @@ class Link:
             raise ClientError(errors.CONNECTION_FAILED, f"cannot connect to {where}: {_why(exc)}") from exc
         self._conn = Connection(Role.CLIENT, max_message_size=self.max_message_size)
         self._writer = writer
+        self._last_rx = asyncio.get_running_loop().time()
         self._reader_task = asyncio.create_task(self._read_loop(reader, self._conn), name="nplt-client-reader")
         body: dict[str, Any] = {"proto": 3, "client": self.client_name}
         if self.token is not None:
@@ -289,12 +327,61 @@ class Link:
         self.state = "connected"
         self._connected.set()
         self._ever_connected = True
+        self._stop_watch()
+        if self._conn is not None:
+            self._watch_task = asyncio.create_task(self._watch(self._conn), name="nplt-client-liveness")
         await self._queue.put(Connected(hello, reconnected))
+
+    def _stop_watch(self) -> None:
+        task, self._watch_task = self._watch_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _watch(self, conn: Connection) -> None:
+        """The liveness watchdog of connection ``conn`` (module docstring): PING the server after
+        ``liveness`` seconds without a byte from it; abort the connection when still nothing comes."""
+        loop = asyncio.get_running_loop()
+        while self._conn is conn and not self._closing:
+            limit = self.liveness
+            quiet = 0.0 if self._dispatching else loop.time() - self._last_rx
+            if quiet < limit:
+                await asyncio.sleep(limit - quiet)    # (a timer: woken to look again, not to synchronise)
+                continue
+            bound = min(limit, LIVENESS_PONG_S)
+            self.liveness_pings += 1
+            try:
+                await asyncio.wait_for(self._request(MsgType.PING, {}, bound), bound)
+                continue
+            except (ClientError, asyncio.TimeoutError) as exc:
+                if self._conn is not conn or self._closing:
+                    return                               # lost or closed meanwhile: handled there
+                if not (isinstance(exc, asyncio.TimeoutError) or exc.code == errors.TIMEOUT):
+                    log.debug("liveness PING not sent: %s", exc)
+                    return                               # the connection is going away: the reader sees it
+            silent = 0.0 if self._dispatching else loop.time() - self._last_rx
+            if silent < limit:
+                continue                                 # bytes came meanwhile (a PONG behind a big frame)
+            log.warning("no byte from %s:%d for %.1f s, nor an answer to PING: the connection is taken as lost",
+                        self.host, self.port, silent)
+            self._abort(f"no answer from the server for {silent:.0f} s (liveness_timeout_s {limit:g})")
+            return
+
+    def _abort(self, reason: str) -> None:
+        """Drop the current connection at once (``transport.abort``: the unsent bytes are discarded, a
+        frozen peer would never take them) and handle it as lost for ``reason``."""
+        reader, writer = self._reader_task, self._writer
+        if writer is not None:
+            writer.transport.abort()
+        self._connection_lost(reason)
+        if reader is not None and reader is not asyncio.current_task():
+            reader.cancel()
 
     async def _teardown(self) -> None:
         """Close the socket and stop the reader of the current connection (no reconnect)."""
-        task, writer = self._reader_task, self._writer
-        self._reader_task, self._writer, self._conn = None, None, None
+        task, writer, watch = self._reader_task, self._writer, self._watch_task
+        self._reader_task, self._writer, self._conn, self._watch_task = None, None, None, None
+        if watch is not None and watch is not asyncio.current_task():
+            await _cancel_and_wait(watch)
         if writer is not None:
             writer.close()
         if task is not None and task is not asyncio.current_task():
@@ -309,6 +396,7 @@ class Link:
         """Called by the reader when the socket ends: fail pending requests, maybe start reconnecting."""
         self._reader_task = None
         writer, self._writer, self._conn = self._writer, None, None
+        self._stop_watch()
         if writer is not None:
             writer.close()
         was_connected = self.state == "connected"
@@ -409,6 +497,8 @@ class Link:
                     break
                 if not data:
                     break
+                if self._conn is conn:
+                    self._last_rx = asyncio.get_running_loop().time()
                 if not heard:
                     heard = True
                     if self.tls is None and _tls_record(data) and self._fail_hello(ClientError(
@@ -422,8 +512,14 @@ class Link:
                         await self._dispatch(item)
                     reason = f"protocol error {exc.code}: {exc.message}"
                     break
-                for item in items:
-                    await self._dispatch(item)
+                self._dispatching = True     # (waits while the event queue is full: our stall, not the server's)
+                try:
+                    for item in items:
+                        await self._dispatch(item)
+                finally:
+                    self._dispatching = False
+                    if self._conn is conn:
+                        self._last_rx = asyncio.get_running_loop().time()
         finally:
             if not heard and self.tls is None and not self._closing:
                 self._fail_hello(_Dropped(f"{self.host}:{self.port} closed the connection without answering "
@@ -499,9 +595,14 @@ class Link:
         if pending is None or pending[1].done():
             if mtype == MsgType.ERROR:
                 try:
-                    await self._queue.put(ServerError(ErrorReply.decode(body)))
+                    err = ErrorReply.decode(body)
                 except ProtocolError as exc:
                     await self._queue.put(InvalidFrame(exc.code, f"ERROR: {exc.message}"))
+                    return
+                tap = self.taps.get(MsgType.ERROR)    # (an upload taking the refusal of its bytes)
+                if tap is not None and tap(err) is not False:
+                    return
+                await self._queue.put(ServerError(err))
             else:
                 log.debug("%s for no pending request (re=%r), ignored", mtype.name, re)
             return

@@ -45,9 +45,9 @@ def log_to_file() -> None:
     """The TUI owns the terminal: its log goes to a rotating file in the user's log folder."""
     path = paths.log_file()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_BYTES, backupCount=LOG_FILES,
-                                                       encoding="utf-8")
+        paths.private_dir(path.parent)
+        handler = paths.PrivateRotatingFileHandler(path, maxBytes=LOG_BYTES, backupCount=LOG_FILES,
+                                                   encoding="utf-8")
     except OSError as exc:
         sys.stderr.write(f"nplt-client: cannot open the log file {path}: {exc}\n")
         return

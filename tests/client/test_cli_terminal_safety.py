@@ -29,9 +29,18 @@ ATTACK = ("The backup rotation keeps seven copies. \x1b]0;PWNED-TITLE\x07\x1b[8m
           "\x1b]52;c;ZWNobyBwd25lZA==\x07 \x9b31mred\x9b0m done")
 SHOWN = ("The backup rotation keeps seven copies. \\u001b]0;PWNED-TITLE\\u0007\\u001b[8mhidden text\\u001b[0m "
          "\\u001b]52;c;ZWNobyBwd25lZA==\\u0007 \\u009b31mred\\u009b0m done")
+# What a document still carries to the client: the server drops ANSI CSI and OSC sequences at upload
+# (docs/knowledge.md, Formats: a coloured log), so the document holds other escapes: a terminal reset
+# (ESC c), a device control string (ESC P ... ESC \\), save/restore cursor (ESC 7 / ESC 8), BEL and an
+# 8-bit CSI (U+009B), which the CLI must show, not run.
+DOC_ATTACK = ("The backup rotation keeps seven copies. \x1bc\x1bP+q544e\x1b\\ \x1b7hidden text\x1b8\x07 "
+              "\x9b31mred\x9b0m done")
+DOC_SHOWN = printable(DOC_ATTACK)
 # first (`kb search` prints a passage's first 300 characters), then long enough that its few control
-# characters do not make the server take it for a binary file
-DOCUMENT = ATTACK + "\n\n" + "Rotation policy for the nightly backups of the billing database cluster. " * 20 + "\n"
+# characters do not make the server take it for a binary file; the OSC title and clipboard writes of
+# ATTACK are dropped at upload (never indexed, never shown)
+DOCUMENT = DOC_ATTACK + " " + ATTACK[ATTACK.index("\x1b]0;"):ATTACK.index(" \x9b")] + "\n\n" + \
+    "Rotation policy for the nightly backups of the billing database cluster. " * 20 + "\n"
 QUESTION = "how many copies does the backup rotation keep according to the docs?"
 
 
@@ -99,19 +108,20 @@ async def test_ask_kb_search_history_and_search_show_a_documents_escape_sequence
         assert code == 0, err
         assert_safe(out)
         assert_safe(err)
-        assert SHOWN in out                               # the offline agent quotes the passage, visibly
+        assert DOC_SHOWN in out                           # the offline agent quotes the passage, visibly
+        assert "PWNED-TITLE" not in out and "ZWNob" not in out    # OSC sequences were dropped at upload
         code, out, err = await run(addr, "alice", "kb", "search", "backup rotation copies", "--limit", "3")
         assert code == 0, err
         assert_safe(out)
-        assert "\\u001b]0;PWNED-TITLE\\u0007" in out
+        assert printable("\x1bc\x1bP+q544e\x1b\\") in out
         code, out, err = await run(addr, "alice", "history")
         assert code == 0, err
         assert_safe(out)
-        assert SHOWN in out
-        code, out, err = await run(addr, "alice", "search", "PWNED-TITLE")
+        assert DOC_SHOWN in out
+        code, out, err = await run(addr, "alice", "search", "q544e")
         assert code == 0, err
         assert_safe(out)
-        assert "\\u001b]0;PWNED-TITLE" in out
+        assert "\\u001bP+q544e" in out
 
 
 async def test_json_output_escapes_c1_controls_and_decodes_to_the_same_text(tmp_path: Path) -> None:
@@ -121,11 +131,11 @@ async def test_json_output_escapes_c1_controls_and_decodes_to_the_same_text(tmp_
         assert code == 0, err
         assert_safe(out)
         assert "\\u009b31m" in out
-        assert ATTACK in json.loads(out)["message"]["content"]       # the same text, decoded
+        assert DOC_ATTACK in json.loads(out)["message"]["content"]   # the same text, decoded
         code, out, err = await run(addr, "alice", "kb", "search", "backup rotation copies", "--json")
         assert code == 0, err
         assert_safe(out)
-        assert any(ATTACK in hit["text"] for hit in json.loads(out)["hits"])
+        assert any(DOC_ATTACK in hit["text"] for hit in json.loads(out)["hits"])
 
 
 async def test_the_real_process_writes_no_control_byte(tmp_path: Path) -> None:
@@ -139,4 +149,4 @@ async def test_the_real_process_writes_no_control_byte(tmp_path: Path) -> None:
         assert proc.returncode == 0, err
         for raw in (b"\x1b", b"\x07", "\x9b".encode()):
             assert raw not in out and raw not in err
-        assert SHOWN.encode() in out
+        assert DOC_SHOWN.encode() in out

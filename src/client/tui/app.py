@@ -72,7 +72,7 @@ class NpltApp(App[None]):
             client_name="nplt-tui/0.1", reconnect=True,
             backoff=Backoff(initial=self.config.reconnect_initial_s, maximum=self.config.reconnect_max_s),
             request_timeout=self.config.request_timeout_s, connect_timeout=self.config.connect_timeout_s,
-            event_queue_size=self.config.event_queue_size)
+            event_queue_size=self.config.event_queue_size, liveness_timeout=self.config.liveness_timeout_s)
         self.controller = Controller(self, self.client, self.config)
 
     def compose(self) -> ComposeResult:

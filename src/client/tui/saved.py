@@ -1,8 +1,10 @@
 """What the TUI remembers between runs: the theme picked in the palette and the input history.
 
 One small JSON file (``client.paths.state_file()``), written atomically (a temporary file renamed
-over it). A missing file is a first run; an unreadable or malformed one is logged and ignored (the
-TUI starts with nothing remembered and overwrites it on the next change). Callers run ``load`` and
+over it), private: the inputs may hold passwords, so the file is 0600 and its folder 0700
+(``client.paths.open_private``, ``private_dir``). A missing file is a first run; an unreadable or
+malformed one is logged and ignored (the TUI starts with nothing remembered and overwrites it on the
+next change). Callers run ``load`` and
 ``update`` off the event loop.
 
 Several TUIs may run at once (two terminals), each with the file loaded at its start. So a TUI never
@@ -20,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
+
+from client import paths
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +46,9 @@ def merged_history(older: Sequence[str], newer: Sequence[str]) -> list[str]:
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """An exclusive lock between the TUIs saving to ``path`` (a ``.lock`` file beside it; blocking)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
+    paths.private_dir(path.parent)
+    with open(paths.open_private(path.with_name(path.name + ".lock"), os.O_WRONLY | os.O_CREAT | os.O_APPEND),
+              "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -75,10 +80,11 @@ class SavedState:
 
     def save(self, path: Path) -> None:
         """Write this state as the whole file (atomically; ``update`` is what a running TUI uses)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        paths.private_dir(path.parent)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"theme": self.theme, "history": self.history[-MAX_HISTORY:]},
-                                  ensure_ascii=False), encoding="utf-8")
+        text = json.dumps({"theme": self.theme, "history": self.history[-MAX_HISTORY:]}, ensure_ascii=False)
+        with open(paths.open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as f:
+            f.write(text)
         os.replace(tmp, path)
 
     @classmethod
