@@ -170,13 +170,11 @@ class BearerGuard(LoginGuard):
         self.limit = config.max_failed_logins
 
 
-def bearer_guard(server: Any, auth: AuthConfig) -> LoginGuard:
-    """The NPLT port's ``LoginGuard`` when it counts failures (users configured), so that guesses on
-    either port count towards one back-off per address; else a ``BearerGuard`` of the same settings."""
-    services = getattr(server, "services", None)
-    guard = getattr(getattr(services, "auth", None), "guard", None)
-    if isinstance(guard, LoginGuard) and guard.limit:
-        return guard
+def bearer_guard(auth: AuthConfig) -> LoginGuard:
+    """A ``BearerGuard`` of the ``[auth]`` settings, the endpoint's own: never the NPLT port's, so a
+    scraper with a stale token (or guesses through a local proxy) slows /metrics from its address,
+    not every local user's login. (Users' login tokens are taken only from loopback clients, so
+    guessing them from the network through /metrics is not possible at all.)"""
     return BearerGuard(auth)
 
 
@@ -413,7 +411,7 @@ async def start_http(server: Any) -> HttpEndpoint | None:
     local_tokens = [bytes.fromhex(u.token_sha256) for u in cfg.auth.users]   # loopback clients only
     readiness = Readiness({"storage": storage_check(server.store, cfg.storage.root)}, http.readiness_timeout_s)
     endpoint = HttpEndpoint(http, server, server.metrics, readiness, tokens, local_tokens,
-                            bearer_guard(server, cfg.auth))
+                            bearer_guard(cfg.auth))
     await endpoint.start()
     if not is_loopback(http.address[0]):
         log.warning("HTTP health and metrics on %s:%d is plain HTTP (no TLS) beyond loopback: the /metrics "

@@ -106,11 +106,21 @@ async def test_wrong_bearer_tokens_are_logged_throttled_and_slowed_down(tmp_path
         assert ep.failed_log.total == 4
 
 
-async def test_metrics_guesses_count_towards_the_nplt_ports_back_off(tmp_path):
-    sections = {"http": {"listen": "127.0.0.1:0", "token_sha256": hash_token(SCRAPER)}}
-    async with running_server(tmp_path, sections=sections, users=[("alice", ALICE)]) as (srv, _):
-        guard = srv.services.auth.guard
-        assert srv.http.guard is guard
-        for i in range(2):
+async def test_metrics_guesses_never_slow_the_nplt_logins_of_the_same_address(tmp_path):
+    """A local scraper with a stale token (or guesses through a local TLS proxy) puts /metrics from that
+    address in back-off, not the NPLT port: every local user's login stays immediate."""
+    from testkit.server import V3Client
+    delay = 1.0
+    sections = {"http": {"listen": "127.0.0.1:0", "token_sha256": hash_token(SCRAPER)},
+                "auth": {"max_failed_logins": 3, "failed_login_delay_s": delay, "login_backoff_s": 60,
+                         "users": [{"user_id": "alice", "token_sha256": hash_token(ALICE)}]}}
+    async with running_server(tmp_path, sections=sections) as (srv, addr):
+        assert isinstance(srv.http.guard, httpd.BearerGuard) and srv.http.guard is not srv.services.auth.guard
+        for i in range(5):
             assert (await get(srv.http.port, token=f"guess-{i}"))[0] == 401
-        assert guard.failures("127.0.0.1") == 2
+        assert srv.http.guard.retry_after("127.0.0.1") > 0                  # /metrics is in back-off
+        assert srv.services.auth.guard.failures("127.0.0.1") == 0           # the NPLT port is not
+        started = time.monotonic()
+        c = await V3Client.connect(addr, token=ALICE)
+        assert time.monotonic() - started < delay * 0.9
+        await c.close()
