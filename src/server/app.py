@@ -26,6 +26,7 @@ from protocol import ErrorCode
 from protocol.server_events import SESSION_EVENT_KINDS, Notice
 from server.config import ServerConfig, check_bind_policy, is_loopback
 from server.config_base import ConfigError
+from server.memory.config import MIN_PROMPT_BUDGET
 from server.conn_limits import FULL, STOPPING, AdminSlot, count_from, peer_ip, regular_clients
 from server.connection import ServerConnection
 from server.services import VERSION, Counters, Services, build_services
@@ -93,6 +94,24 @@ class _Handshake:
         if self.sock is not None:  # (its task had not started)
             self.sock.close()
             self.sock = None
+
+
+def warn_tool_schema_budget(agent: Any, cfg: ServerConfig) -> None:
+    """One start-up warning when the schemas of the tools a model may be offered leave less than
+    ``MIN_PROMPT_BUDGET`` of the context budget: every prompt is then squeezed into that floor and
+    requests exceed the model's window (each turn would say ``budget_floored``; before, only the turns
+    said so, and the log said nothing)."""
+    registry, count = getattr(agent, "registry", None), getattr(agent, "count_schemas", None)
+    if registry is None or count is None:
+        return                              # (the offline agent sends no schemas)
+    disabled = getattr(registry, "disabled", frozenset())
+    tokens = count([s for s in registry.schemas() if s["function"]["name"] not in disabled])
+    budget = cfg.memory.context.budget
+    if budget - tokens < MIN_PROMPT_BUDGET:
+        log.warning("the tool schemas take about %d of the %d tokens context.max_input_tokens - "
+                    "context.reserve_output_tokens leaves for a prompt: prompts are squeezed into %d tokens and "
+                    "requests exceed the model's window; raise context.max_input_tokens", tokens, budget,
+                    MIN_PROMPT_BUDGET)
 
 
 class Server:
@@ -326,6 +345,7 @@ class Server:
                  svc.agent.name, "single user" if cfg.single_user else f"{len(cfg.auth.users)} users")
         if self._agent_arg is None:
             log.log(*cfg.llm.startup_note())
+        warn_tool_schema_budget(svc.agent, cfg)
         if ssl_ctx is None and not is_loopback(cfg.server.host):
             log.warning("listening on %s without TLS: %s cross the network in clear; set tls_cert and tls_key "
                         "(or use an SSH tunnel)", cfg.server.host,

@@ -28,7 +28,7 @@ from server.config import ServerConfig
 from server.agent.config import AgentConfig
 from server.agent.openai_agent import OpenAIAgent
 from server.tools import ToolContext, ToolRegistry, ToolsConfig
-from testkit.scripted_llm import Reply, ToolCallSpec
+from testkit.scripted_llm import Reply, ScriptedLLM, ToolCallSpec
 
 from .conftest import llm_config, make_request
 from .test_chat_stream import HEAD, RawServer, Script, http_chunk
@@ -199,3 +199,28 @@ async def test_a_provider_without_its_key_starts_offline_with_a_warning(tmp_path
     for where in ("NPLT_LLM_API_KEY", "[llm] api_key", "OPENAI_API_KEY"):
         assert where in warnings[0]
     assert "sk-wrong" not in caplog.text
+
+
+async def test_tool_schemas_that_fill_the_context_budget_are_warned_about_at_start(tmp_path, caplog):
+    """context.max_input_tokens - reserve_output_tokens that the tool schemas (about 1,500 tokens for the
+    default tools) leave under MIN_PROMPT_BUDGET: one start-up warning, naming the setting to raise."""
+    import logging as _logging
+    from server.app import Server
+    from testkit.server import make_config
+    async with ScriptedLLM(model="m") as llm:
+        for window, warned in ((1600, True), (16000, False)):
+            cfg = make_config(tmp_path / str(window), sections={
+                "llm": {"base_url": llm.base_url, "api_key": "sk-test", "model": "m", "retries": 0},
+                "summarization": {"enabled": False},
+                "context": {"max_input_tokens": window, "reserve_output_tokens": 256}})
+            caplog.clear()
+            srv = Server(cfg)
+            with caplog.at_level(_logging.WARNING, logger="nplt.server"):
+                await srv.start()
+            try:
+                said = [r.getMessage() for r in caplog.records if "tool schemas take about" in r.getMessage()]
+                assert len(said) == (1 if warned else 0), said
+                if warned:
+                    assert "raise context.max_input_tokens" in said[0]
+            finally:
+                await srv.stop()
