@@ -20,6 +20,13 @@ cluster component at all), started and closed by ``server.app.Server``. It owns:
   come back (a live node takes back its liveness lock and its running turns' session locks as soon as
   PostgreSQL lets it in: ``LockHolder``). A turn whose session lock another node took meanwhile is
   told so (``ClusterTurnLock.still_held``) and must not store its answer after that node's.
+- lost TURN_ENDs: when the relay reports that events may have been lost (its listener reconnected, or
+  another node could not send some), every other node's turn this node believes running
+  (``remote_turns``) is checked against PostgreSQL (``recheck_remote_turns``): one whose answer is
+  stored is over (its end is published here, from the stored answer); one without an answer whose
+  node is connected but does not hold the session's lock is over too if that is still so after
+  ``reconnect_grace_ms`` (it ended without storing one); otherwise it still runs, or its node is
+  dead and the watch closes it.
 """
 from __future__ import annotations
 
@@ -30,17 +37,18 @@ from typing import Any
 
 import asyncpg
 
-from protocol.server_events import TurnEnd
+from protocol.server_events import TurnEnd, TurnError
 from server.agent.interrupted import interrupted_message
 from server.cluster_cancel import RemoteCancel
 from server.cluster_config import ClusterConfig
 from server.cluster_relay import NODE_APP_PREFIX, Relay
 from server.cluster_state import RemoteTurnState
 from server.hub import Hub
+from server.errors import error_code
 from server.wire import message_obj
 from storage.errors import InvalidSessionId, NotFound, StorageClosed
 from storage.models import now_iso
-from storage.pg.lock_holder import Claim, LockHolder, key_of
+from storage.pg.lock_holder import Claim, LockHolder, key_of, node_connected
 from storage.pg.store import message_of
 
 log = logging.getLogger("nplt.cluster")
@@ -48,6 +56,13 @@ log = logging.getLogger("nplt.cluster")
 
 
 _UNREAD: Any = object()      # repair(): the last message is not known yet
+
+#: Whether a connection of a node (by application_name, $3) holds the advisory lock whose key's
+#: halves are $1, $2 (pg_locks' classid, objid): the lock of a turn that node still runs.
+LOCK_HELD_BY_SQL = """
+SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+               WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                 AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND a.application_name = $3)"""
 
 
 class Cluster:
@@ -62,7 +77,8 @@ class Cluster:
         self.holder = LockHolder(store.link, key_of("node", self.node_id), NODE_APP_PREFIX + self.node_id)
         self.relay = Relay(self.node_id, store.link, store, hub, batch_ms=cfg.delta_batch_ms,
                            on_start=self._remote_start, on_end=self._remote_end,
-                           on_control=self._on_control, on_deleted=self._on_deleted)
+                           on_control=self._on_control, on_deleted=self._on_deleted,
+                           on_gap=self._on_gap)
         self.remote_cancel = RemoteCancel(self, cfg.remote_cancel_wait_ms)
         self.remote_state = RemoteTurnState(self, cfg.remote_state_wait_ms)
         self.turn_lock = ClusterTurnLock(self)
@@ -88,6 +104,11 @@ class Cluster:
             task.cancel()
         await asyncio.gather(*self._watchers.values(), *self._tasks, return_exceptions=True)
         await self.holder.close()
+
+    def _on_gap(self, node: str | None) -> None:
+        """Events of ``node`` (None: of any node) may have been lost here (``Relay``): check the turns."""
+        if self.remote_turns:
+            self._spawn(self.recheck_remote_turns(node))
 
     def _on_deleted(self, user_id: str, session_id: str) -> None:
         self.remote_cancel.on_deleted(user_id, session_id)
@@ -142,6 +163,79 @@ class Cluster:
         deadline = loop.time() + self.config.remote_end_wait_ms / 1000
         await self.relay.sync(self.config.remote_end_wait_ms / 1000)
         await self.wait_remote_end(session_id, max(0.0, deadline - loop.time()))
+
+    async def recheck_remote_turns(self, node: str | None = None) -> int:
+        """After events may have been lost (``_on_gap``): drop, from ``remote_turns``, the turns of
+        ``node`` (None: of every node) that are over according to PostgreSQL, so that their sessions
+        stop looking running here (SESSION_INFO, a SESSION_SWITCH's wait for the turn's state, a
+        CHAT_CANCEL, a delete or clear, a turn's wait for their end), and end them for this node's
+        clients (from the stored answer). A turn is over once a message after its user message is
+        stored (its answer, or a later turn's). Checked ``2 x pg_retry_backoff_ms`` after the call: a
+        node takes back the locks of its running turns within one ``pg_retry_backoff_ms`` of
+        PostgreSQL letting it in (``LockHolder``; the nodes are assumed to share the setting). A turn
+        with nothing stored after it whose node is connected but does not hold the session's lock
+        (it ended without storing its answer, or its node is slow to take the lock back) is checked
+        again after ``reconnect_grace_ms`` and dropped if that is still so; while its node holds the
+        lock it runs, and a node with no connection is left to the dead-node watch. Returns how many
+        were dropped."""
+        await asyncio.sleep(2 * self.store.link.config.pg_retry_backoff_ms / 1000)
+        dropped, unheld = await self._recheck(node, set(), final=False)
+        if unheld:
+            await asyncio.sleep(self.reconnect_grace_s)
+            more, _ = await self._recheck(node, unheld, final=True)
+            dropped += more
+        return dropped
+
+    async def _recheck(self, node: str | None, only: set[str], *, final: bool) -> tuple[int, set[str]]:
+        """One pass of ``recheck_remote_turns`` (over the sessions ``only``, if any): (turns dropped,
+        sessions whose turn looks over without an answer, dropped only when ``final``)."""
+        dropped = 0
+        unheld: set[str] = set()
+        for session_id, entry in list(self.remote_turns.items()):
+            if (node is not None and entry[0] != node) or (only and session_id not in only):
+                continue
+            try:
+                state, stored = await self._remote_turn_state(session_id, entry)
+            except StorageClosed:
+                break
+            except Exception as exc:        # PostgreSQL unreachable again: its next reconnect checks again
+                log.warning("cluster: cannot check the turn of %s on node %s (%s)", session_id, entry[0], exc)
+                continue
+            if state == "unheld" and not final:
+                unheld.add(session_id)
+                continue
+            if state == "running" or self.remote_turns.get(session_id) != entry:
+                continue
+            dropped += 1
+            log.info("cluster: turn %s of %s on node %s is over, its end was lost here", entry[1], session_id, entry[0])
+            self._forget_remote(session_id)
+            if stored is not None:
+                self.relay.closed_here(entry[1])       # (its own end, if it comes after all, is not shown)
+                self.hub.publish_turn(session_id, _end_of(session_id, entry[1], stored))
+            self._spawn(self.sessions.publish_updated(session_id))
+        return dropped, unheld
+
+    async def _remote_turn_state(self, session_id: str, entry: tuple[str, str, int]) -> tuple[str, Any]:
+        """Whether the turn ``entry`` of another node in ``session_id`` is ``"over"`` (a message after
+        its user message is stored, or the session is gone), ``"running"`` (its node holds the
+        session's lock, or has no connection: dead or reconnecting, the watch decides) or
+        ``"unheld"`` (its node is connected and does not hold the lock); and its stored answer, if any."""
+        node, _turn_id, user_message_id = entry
+        try:
+            after = await self.store.messages(session_id, after_id=user_message_id)
+        except (NotFound, InvalidSessionId):
+            return "over", None
+        stored = next((m for m in after if not m.metadata.get("superseded")), None)
+        if stored is not None:          # its answer, or (it ended without one) a later turn's message
+            return "over", stored if stored.role == "assistant" else None
+        key = key_of("session", session_id)
+        app = NODE_APP_PREFIX + node
+
+        async def check(con: asyncpg.Connection) -> bool:
+            if await con.fetchval(LOCK_HELD_BY_SQL, (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF, app):
+                return False
+            return await node_connected(con, key_of("node", node), app)
+        return ("unheld" if await self.store.link.run(check, write=False) else "running"), None
 
     async def _watch(self, node: str) -> None:
         """Until ``node`` is gone and every turn it left running here is closed (module doc): its
@@ -225,6 +319,17 @@ class Cluster:
             self.relay.closed_here(entry[1])       # (what its node still sends of it is not shown here)
             self.hub.publish_turn(session_id, TurnEnd(session_id, entry[1], message_obj(msg), {}, "interrupted", {}))
         self._spawn(self.sessions.publish_updated(session_id))
+
+
+def _end_of(session_id: str, turn_id: str, answer: Any) -> TurnEnd | TurnError:
+    """The end of another node's turn whose own end was lost here, from its stored answer: TURN_ERROR
+    for a failed turn (its stored partial answer), else TURN_END."""
+    meta = answer.metadata
+    if meta.get("finish_reason") == "error":
+        return TurnError(session_id, turn_id, error_code(str(meta.get("error") or "INTERNAL")),
+                         str(meta.get("error_message") or ""), message_obj(answer))
+    return TurnEnd(session_id, turn_id, message_obj(answer), meta.get("usage") or {},
+                   str(meta.get("finish_reason") or "stop"), meta.get("context") or {})
 
 
 _background: set[asyncio.Task] = set()      # releases of withdrawn claims in progress
@@ -435,7 +540,11 @@ class ClusterTurnLock:
         return session_id in self.cluster.remote_turns
 
     def request(self, session_id: str) -> Hold:
-        """Queue for the session's lock now (arrival order); ``Hold.wait`` until it is granted."""
+        """Queue for the session's lock now (arrival order); ``Hold.wait`` until it is granted.
+        LockWaitersFull (QUEUE_FULL) at once, nothing queued, when this node has
+        ``pg_max_lock_waiters`` connections for contended locks already: the CHAT_SEND (or
+        regenerate, edit, delete, clear) that asked is refused, rather than a turn failing later."""
+        self.holder.room_for_waiter()
         claims = self.claims.get(session_id)
         if claims is None:
             claims = self.claims[session_id] = Claims(self.claims, session_id)

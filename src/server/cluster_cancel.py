@@ -9,16 +9,22 @@ or clear of a session, reach the node that runs (or queues) its turn, through th
   or clear. Besides this node's runner, it asks every node to cancel the session's running turn and
   withdraw its queued ones (``whole``), then waits (at most the runner's settle timeout) until the
   running turn's TURN_END has arrived here, so its partial answer is stored before the delete or
-  clear, as on one node.
+  clear, as on one node. If it has not arrived by then (that node is frozen, or the notification
+  late), ``quiet`` runs the delete or clear holding the session's lock, which that turn holds until
+  its answer is stored: waited for at most ``ending_turn_wait_ms``, else the delete or clear is
+  refused QUEUE_FULL, so that no answer lands in a session after it was cleared.
 - a session deleted on another node: this node's clients attached to it are moved to the user's
   newest session (``SessionService.move_attached``), as the deleting node does with its own.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
+from protocol import ErrorCode
 from server.cluster_requests import ControlRequests
 from server.errors import HandlerError
 
@@ -112,3 +118,25 @@ class TurnControlAcrossNodes:
     async def settle(self, session_id: str, timeout: float = 10.0) -> None:
         await self.runner.settle(session_id, timeout)
         await self.cluster.wait_remote_end(session_id, timeout)
+
+    @contextlib.asynccontextmanager
+    async def quiet(self, session_id: str, action: str = "change") -> AsyncIterator[None]:
+        """After ``settle``: while the body (a delete or clear) runs, no turn of any node can store
+        into the session. Nothing to do when no turn of the session is known to be left, here or on
+        another node (the common case: its TURN_END arrived, so its answer is stored). Otherwise the
+        session's lock is taken, which that turn holds until its answer is stored (at most
+        ``ending_turn_wait_ms``: ``try_hold``; a dead node's turn is closed as interrupted first), and
+        held until the body is done; if it cannot be had, HandlerError QUEUE_FULL and nothing is done."""
+        if session_id not in self.cluster.remote_turns and not self.runner.is_running(session_id):
+            yield
+            return
+        hold = await self.cluster.turn_lock.try_hold(session_id)
+        if hold is None:
+            where = self.cluster.remote_turns.get(session_id)
+            log.warning("cluster: the turn of %s (%s) did not stop: %s refused", session_id,
+                        "this node" if where is None else f"node {where[0]}", action)
+            raise HandlerError(ErrorCode.QUEUE_FULL, f"a turn of session {session_id} did not stop; try again")
+        try:
+            yield
+        finally:
+            await hold.release()

@@ -27,6 +27,14 @@ connections' ``application_name``, ``nplt-node:<id>``), says hello to them and w
 also known as a peer from any notification it sends, and forgotten when it says goodbye at close or
 its death is seen (``Cluster``).
 
+Lost events. A notification sent while a node's listener was reconnecting is lost for that node, and
+a batch this node could not send (PostgreSQL unreachable past the retry policy) is lost for all: so
+``on_gap(node)`` is called after this node's listener reconnected (``node`` None: anything may have
+been missed), and, on the other nodes, with this node's id once it can send again after a batch was
+lost (a ``"k"`` control item, tried every ``LOST_RESEND_S`` until it goes out). ``Cluster`` then checks
+the other nodes' turns it believes running against PostgreSQL (a turn whose TURN_END was lost would
+otherwise look running forever).
+
 Control items (``control``): requests between nodes that are not hub events (``server.cluster_cancel``:
 cancel a turn, the answer to that). They travel in the same queue, so in order with the events, and
 are handed to ``on_control(node, item)`` on the other nodes. A SESSION_EVENT ``deleted`` from another
@@ -59,9 +67,10 @@ MAX_DELTA_CHARS = 2000           # coalesced delta text per item (3 bytes a char
 SPILL_CLEANUP_S = 60.0           # spilled rows older than storage.pg.relay.SPILL_KEEP_S are deleted this often
 FORGET_SPILLED_KINDS = ("deleted", "cleared", "purged")   # SESSION_EVENTs after which a session's rows go
 CLOSED_TURNS_KEPT = 1000          # turns closed here as interrupted whose late events are dropped (``closed_here``)
-CONTROL_KINDS = ("c", "r", "g", "v", "h", "a", "b")   # cancel request, its answer (server.cluster_cancel);
+CONTROL_KINDS = ("c", "r", "g", "v", "h", "a", "b", "k")   # cancel request, its answer (server.cluster_cancel);
                                             # turn state request, its answer (server.cluster_state);
-                                            # hello, its answer, goodbye (peers)
+                                            # hello, its answer, goodbye (peers); events of mine were lost
+LOST_RESEND_S = 1.0              # after a batch could not be sent, the "k" item is tried this often until it goes out
 NODE_APP_PREFIX = "nplt-node:"              # application_name of a node's lock connections
 SYNC_CHANNEL_PREFIX = "nplt_sync_"          # + node id: the channel of a node's barriers (``Relay.sync``)
 
@@ -72,7 +81,8 @@ class Relay:
     def __init__(self, node_id: str, link: PgLink, store: Any, hub: Hub, *, batch_ms: float,
                  on_start: Callable[[str, str, str, int], None], on_end: Callable[[str, str], None],
                  on_control: Callable[[str, list[Any]], None] | None = None,
-                 on_deleted: Callable[[str, str], None] | None = None) -> None:
+                 on_deleted: Callable[[str, str], None] | None = None,
+                 on_gap: Callable[[str | None], None] | None = None) -> None:
         self.node_id = node_id
         self.link = link
         self.store = store
@@ -82,6 +92,9 @@ class Relay:
         self.on_end = on_end
         self.on_control = on_control
         self.on_deleted = on_deleted
+        self.on_gap = on_gap
+        self.lost = False                 # a batch could not be sent: the peers are told ("k") when one can
+        self.resend_s = LOST_RESEND_S
         self.peers: set[str] = set()      # other nodes listening: events are sent only if there is one
         self._unanswered: set[str] = set()  # peers whose answer to this node's hello is awaited
         self._answered = asyncio.Event()
@@ -104,7 +117,7 @@ class Relay:
         self._next_barrier: asyncio.Future[None] | None = None   # the waiters of the barrier not sent yet
         self._barrier_task: asyncio.Task | None = None
         self.barriers = 0                 # barriers sent, the last one's token (one serves every caller waiting)
-        self.listener = Listener(link, [CHANNEL, self.sync_channel], self._on_notification)
+        self.listener = Listener(link, [CHANNEL, self.sync_channel], self._on_notification, self._listener_gap)
 
     async def start(self, hello_wait_s: float = 1.0) -> None:
         await self.listener.start()
@@ -151,11 +164,20 @@ class Relay:
         async with self._sending:
             items, self._queue = self._queue, []
             self._open_delta.clear()
+            queued = len(items)
+            if self.lost:
+                if self.peers:
+                    items.append(["k"])   # after what goes out with it: the peers check what they missed
+                else:
+                    self.lost = False     # (nobody to tell)
             if items:
                 try:
                     await self._send(items)
+                    self.lost = False
                 except Exception as exc:
-                    log.warning("cluster: %d events not sent to the other nodes (%s)", len(items), exc)
+                    self.lost = True      # (the send loop tries again every resend_s)
+                    if queued:
+                        log.warning("cluster: %d events not sent to the other nodes (%s)", queued, exc)
 
     async def sync(self, timeout_s: float) -> bool:
         """Until every notification committed before this call has been handled here (at most
@@ -261,7 +283,14 @@ class Relay:
 
     async def _send_loop(self) -> None:
         while True:
-            await self._wake.wait()
+            if self.lost:                 # a batch was lost: tell the peers as soon as a send goes out
+                try:
+                    async with asyncio.timeout(self.resend_s):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+            else:
+                await self._wake.wait()
             if self.batch_s:
                 await asyncio.sleep(self.batch_s)         # the batching interval (deltas coalesce)
             self._wake.clear()
@@ -320,6 +349,12 @@ class Relay:
         return f'{{"n":{self._prefix},"q":{self._seq},"e":[{b",".join(batch).decode()}]}}'
 
     # -- in -------------------------------------------------------------------------------------------
+    def _listener_gap(self) -> None:
+        """The listener reconnected: what other nodes sent meanwhile is lost for this node."""
+        log.info("cluster: the event listener reconnected; notifications sent meanwhile are lost here")
+        if self.on_gap is not None:
+            self.on_gap(None)
+
     async def _on_notification(self, channel: str, payload: Any) -> None:
         if channel == self.sync_channel:    # a barrier of this node's (``sync``): all before it is handled
             if type(payload) is int:        # (an earlier one still awaited was lost: this one covers it)
@@ -359,7 +394,7 @@ class Relay:
             item = orjson.loads(body)
             kind = item[0]
         hub = self.hub
-        if kind in ("h", "a", "b"):
+        if kind in ("h", "a", "b", "k"):
             self._peer_item(node, item)
             return
         if kind in CONTROL_KINDS:
@@ -407,6 +442,10 @@ class Relay:
                 self._answered.set()
         elif item[0] == "b":
             self.forget_peer(node)
+        elif item[0] == "k":                     # events of that node's were lost for every node
+            log.info("cluster: node %s could not send some events", node)
+            if self.on_gap is not None:
+                self.on_gap(node)
 
     def forget_peer(self, node: str) -> None:
         """``node`` left (goodbye, or its death was seen): no more events for it."""

@@ -5,7 +5,9 @@ one all give the same ``NOT_FOUND``, so ids never leak. SessionInfo bodies are b
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any, Callable, Protocol
 
 from protocol import ErrorCode
@@ -22,6 +24,12 @@ from storage.store import DEFAULT_TITLE
 log = logging.getLogger(__name__)
 
 EMPTY_SCAN = 50           # newest sessions looked at for an empty one to reuse
+#: A delete or clear waits at most this long (seconds) for the session's cancelled turns to end, on
+#: this node and, in a cluster, on the others (their TURN_END), so their partial answers are stored
+#: before it. In a cluster a turn of another node that has not ended by then must let go of the
+#: session's lock within ``[cluster] ending_turn_wait_ms`` or the delete or clear is refused
+#: QUEUE_FULL (``TurnControl.quiet``).
+TURN_STOP_WAIT_S = 10.0
 
 
 def auto_title(text: str) -> str:
@@ -45,6 +53,9 @@ class TurnControl(Protocol):
     def is_running(self, session_id: str) -> bool: ...
     def cancel_session(self, session_id: str, reason: str = ..., *, withdraw: bool = ...) -> None: ...
     async def settle(self, session_id: str, timeout: float = ...) -> None: ...
+    # optional (a cluster: server.cluster_cancel.TurnControlAcrossNodes): an async context manager
+    # inside which no turn of any node can store into the session, or HandlerError if none can be had
+    # quiet(session_id, action) -> AsyncContextManager[None]
 
 
 class SessionService:
@@ -207,17 +218,14 @@ class SessionService:
         every subscriber attached to it moves to the user's newest remaining session (or a new one)
         and is told (``session_moved``), except ``requester``, which gets its own reply."""
         rec = await self.owned(user_id, session_id)
-        runner = self.turns
-        if runner is not None and runner.is_running(rec.session_id):
-            runner.cancel_session(rec.session_id, reason="deleted")
-            # the cancelled turn's TURN_END reaches the attached subscribers before they are moved
-            await runner.settle(rec.session_id)
-        await self.begin_forget(rec.session_id, rec.user_id)
-        try:
-            deleted = await self.store.delete(rec.session_id)
-        finally:
-            self.forget(rec.session_id, rec.user_id)
-        await self.publish_event("deleted", deleted)
+        # (the cancelled turn's TURN_END reaches the attached subscribers before they are moved)
+        async with self.turns_stopped(rec.session_id, "deleted"):
+            await self.begin_forget(rec.session_id, rec.user_id)
+            try:
+                deleted = await self.store.delete(rec.session_id)
+            finally:
+                self.forget(rec.session_id, rec.user_id)
+            await self.publish_event("deleted", deleted)
         await self.move_attached(rec.user_id, rec.session_id, requester)
         return deleted
 
@@ -249,18 +257,34 @@ class SessionService:
         ``purge`` the hidden messages are removed for good); a running turn is cancelled and
         queued ones withdrawn first, so no answer lands in the cleared session without its question."""
         session_id, user_id = rec.session_id, rec.user_id
+        async with self.turns_stopped(session_id, "cleared"):
+            await self.begin_forget(session_id, user_id)
+            try:
+                cleared = await self.store.clear(session_id, purge=purge)
+            finally:            # what the session taught is forgotten even if the clear failed
+                self.forget(session_id, user_id)
+            rec = await self.store.get(session_id)
+            await self.publish_event("cleared", rec)
+        return rec, cleared
+
+    @contextlib.asynccontextmanager
+    async def turns_stopped(self, session_id: str, reason: str) -> AsyncIterator[None]:
+        """Around a delete or clear: the session's running turn is cancelled (``reason``) and its
+        queued ones withdrawn, on every node, and their end awaited (at most ``TURN_STOP_WAIT_S``), so
+        their partial answers are stored before it. In a cluster, if a turn of another node has not
+        ended by then (its node frozen, or its TURN_END late), the body runs holding the session's
+        lock, which that turn holds until it has stored its answer, so no answer lands after the
+        delete or clear; QUEUE_FULL if the lock cannot be had (``TurnControl.quiet``)."""
         runner = self.turns
         if runner is not None and runner.is_running(session_id):
-            runner.cancel_session(session_id, reason="cleared")
-            await runner.settle(session_id)
-        await self.begin_forget(session_id, user_id)
-        try:
-            cleared = await self.store.clear(session_id, purge=purge)
-        finally:            # what the session taught is forgotten even if the clear failed
-            self.forget(session_id, user_id)
-        rec = await self.store.get(session_id)
-        await self.publish_event("cleared", rec)
-        return rec, cleared
+            runner.cancel_session(session_id, reason=reason)
+            await runner.settle(session_id, TURN_STOP_WAIT_S)
+        quiet = getattr(runner, "quiet", None)
+        if quiet is None:
+            yield
+        else:
+            async with quiet(session_id, reason):
+                yield
 
     async def begin_forget(self, session_id: str, user_id: str) -> None:
         """Before a clear, delete or purge: the long-term memory notes durably that what it learned

@@ -32,6 +32,7 @@ class StorageConfig(Settings):
     url: str | None = None            # postgresql://... selects the PostgreSQL backend (root is then unused)
     pg_pool_size: int = Field(10, ge=1, le=1000)        # PostgreSQL connections per node (the pool's maximum)
     pg_lock_connections: int = Field(4, ge=1, le=64)    # connections per node holding its session locks (cluster)
+    pg_max_lock_waiters: int = Field(16, ge=1, le=10_000)   # connections per node for turns waiting for (or holding) a contended session lock; past it QUEUE_FULL
     pg_append_batch: int = Field(64, ge=1, le=10_000)   # appends sent together at most (group commit; 1 = one statement each)
     pg_statement_timeout_ms: int = Field(30_000, ge=0, le=86_400_000)   # statement_timeout per connection (0 = none)
     pg_connect_timeout_s: float = Field(5.0, ge=0.1, le=600)   # one connection attempt gives up after this long
