@@ -41,7 +41,7 @@ log = logging.getLogger("nplt.turns")
 
 
 class TurnLock(Protocol):
-    """One turn per session across server nodes (``server.cluster.ClusterTurnLock``; None on JSON)."""
+    """One turn per session across server nodes (``server.cluster_lock.ClusterTurnLock``; None on JSON)."""
 
     # a Hold if the session is free now (or within a moment: another node's turn ending), else None
     async def try_hold(self, session_id: str) -> Any: ...

@@ -64,8 +64,8 @@ def swap_after_check(monkeypatch):
     once = threading.Lock()     # a turn's tool calls run at once, in threads: one of them swaps
 
     def checked_then_swapped(self, path, *args, **kw):
-        real = resolve(self, path, *args, **kw)
-        with once:
+        with once:      # (a check never sees the swap half done: the folder moved aside, no link yet)
+            real = resolve(self, path, *args, **kw)
             if "folder" in state and not state["folder"].is_symlink():
                 swap(state["folder"], state["target"])
         return real
