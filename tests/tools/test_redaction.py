@@ -247,6 +247,17 @@ DAEMON_FORMATS = {
                              f"localhost:*:*:postgres:{MASK}"),
     "postfix sasl_passwd": ("[smtp.example.com]:587 mailer@example.com:Xq9s8PLm2wKz", "Xq9s8PLm2wKz",
                             f"[smtp.example.com]:587 mailer@example.com:{MASK}"),
+    # review s32 (false positives fixed): the true positives next to them stay masked
+    "postfix IP relay, plain login": ("[10.0.0.5]:587 relayuser:Xq9s8PLm2wKz", "Xq9s8PLm2wKz",
+                                      f"[10.0.0.5]:587 relayuser:{MASK}"),
+    "pgpass all wildcards": ("*:*:*:*:Xq9s8PLm2wKz", "Xq9s8PLm2wKz", f"*:*:*:*:{MASK}"),
+    "config key in a YAML list": ("  - auth_pass Kp4ss123", "Kp4ss123", f"  - auth_pass {MASK}"),
+    "nginx fastcgi_param": ("fastcgi_param DB_PASSWORD Xq9s8PLm2wKz;", "Xq9s8PLm2wKz",
+                            f"fastcgi_param DB_PASSWORD {MASK};"),
+    "redis CONFIG SET": ("redis-cli CONFIG SET masterauth Xq9s8PLm2wKz", "Xq9s8PLm2wKz",
+                         f"redis-cli CONFIG SET masterauth {MASK}"),
+    "config key with a plain-looking password": ("SMTP_PASSWORD Xq9s8PLm2wKz_locked", "Xq9s8PLm2wKz_locked",
+                                                 f"SMTP_PASSWORD {MASK}"),
 }
 
 # prose and look-alikes near the new shapes: left alone
@@ -257,6 +268,17 @@ DAEMON_NOT_SECRETS = [
     "keep the secret safe", "Jan 12 10:30:45 host sshd[1]: ok", "fe80::1:2:3:4", "00:11:22:33:44:55",
     "root:x:0:0:root:/root:/bin/bash", "key: |", "sort_key: |", '<add key="PageSize" value="50" />',
     "https://hooks.example.com/services/abc", "MYSQL_ROOT_PASSWORD_FILE /run/secrets/x", "password: |",
+    # review s32: log and tool text the new shapes masked (a config key's shape not first on its line, a
+    # status after a known directive, .pgpass and sasl_passwd look-alikes)
+    "user alice requested reset_password alice", "invalidated session_token cache",
+    "2026-11-27 10:00:01 INFO api: user alice requested reset_password alice",
+    "redis: masterauth configured", "masterauth configured", "rootpw locked", "rootpw Locked",
+    "requirepass disabled", "grpc_auth_token Bearer", "SMTP_PASSWORD none", "api_token enabled",
+    "vrrp auth_pass Vr4pw999", "app.py:42:10:warning:unused-variable", "src/app.py:42:10:W0612:unused",
+    "app.py:42:10:W0612:unusedvar", "10:22:33:444:INFO", "db01:5432:orders:reporter:ERROR",
+    "[mail.example.com]:587 relay:deferred", "[mail.example.com]:587 notify:queued",
+    "[2024-11-27]:00 job:finished", "2001:4860:4860:0:8888 up", "2001:4860:4860:0:8888", "fe80:1:2:3:abcd",
+    "time=12:30:45 pid:4:x:y:zzzz", "Error: rsync:873:backup:user:denied", "backup:22:srv:root:done",
 ]
 
 

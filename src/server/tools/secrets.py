@@ -21,9 +21,10 @@ credential-looking ``"auth": "..."`` (docker's config.json, .npmrc), and of comm
 ``htpasswd -b``, ``rabbitmqctl add_user``, ``vault login``, netrc's ``login u password S3cret``)
 and SQL's ``WITH PASSWORD 'X'`` / ``IDENTIFIED BY 'X'``; daemon directives, the value alone at the end of
 its line (redis ``requirepass X`` / ``masterauth X``, nslcd ``bindpw X``, kickstart ``rootpw --plaintext X``,
-BIND ``secret "X";``, and a config key ending with a secret word: keepalived ``auth_pass X``, ``SMTP_PASSWORD
-X``, HAProxy ``insecure-password X``), HAProxy's ``stats auth user:X``, a .pgpass line
-(``host:port:db:user:X``), postfix's ``[host]:port user:X``, key/value XML (``<add key="DbPassword"
+HAProxy ``insecure-password X``, BIND ``secret "X";``, and a config key ending with a secret word first on
+its line: keepalived ``auth_pass X``, ``SMTP_PASSWORD X``, ``SetEnv DB_PASSWORD X``), HAProxy's ``stats auth
+user:X``, a .pgpass row (``host:port:db:user:X``, the whole row), postfix's sasl_passwd row (``[host]:port
+user:X``), key/value XML (``<add key="DbPassword"
 value="X"/>``, ``<entry key="db.password">X</entry>``), the lines of a YAML block value under a secret key
 (``password: |``), and the path of Slack and Discord webhook URLs. An assigned value runs as its format
 delimits it: a quoted one to its closing quote (escaped quotes included), an unquoted one to whitespace (a tab
@@ -41,8 +42,14 @@ the secret word: ``max_tokens: 1024``, ``token_budget = 200``, ``bypass: true``,
 "password policy: 12 chars" and "keyboard" stay as they are; so do code that reads a credential
 (``token = ns.token``, ``token: str,``, ``token=None``) and placeholders (``api_key=<set>``). A directive
 needs a known name or a config key's (a secret word after ``_ . -``, not an option's: ``--no-password
-mydb`` stays), one word after it and nothing more on the line, and after a config key a word that does not
-read as a status: "password reset link sent", "auth_pass is required", "csrf_token refreshed" stay.
+mydb`` stays), one word after it and nothing more on the line, a config key first on its line (a log line's
+"user alice requested reset_password alice" stays), and a value that does not read as a status or a plain
+value (``STATUS_WORDS``, ``PLAIN_VALUES``; after a config key also a lower-case word ending in -ed or -ing):
+"password reset link sent", "auth_pass is required", "csrf_token refreshed", "masterauth configured",
+"rootpw locked", "grpc_auth_token Bearer" stay. A .pgpass row needs a host (not a file name, a number or a
+time: "app.py:42:10:warning:unused-variable", "10:22:33:444:INFO" stay), no log level among its fields and
+not to be part of an IPv6 address; a sasl_passwd row a host name or IP address, a login, and a password that
+is not a status ("[mail.example.com]:587 relay:deferred" stays).
 """
 from __future__ import annotations
 
@@ -142,31 +149,62 @@ def _basic(m: re.Match) -> str:
 
 
 # Directives: NAME VALUE, the value alone at the end of its line (a ; or a " # comment" after it aside):
-# redis's requirepass / masterauth, nslcd's bindpw, kickstart's rootpw [--plaintext], BIND's secret "X";
-# and a config key whose name ends with a secret word after a letter or digit and a _ . or - (keepalived's
-# auth_pass, SMTP_PASSWORD, HAProxy's insecure-password), never an option's (--no-password mydb). Prose
-# is left alone: "password reset link sent" (a bare word, and more than one word after it), "--password X"
-# (an option: see the CLI shapes), "auth_pass is required" (more than one word after the name), "csrf_token
-# refreshed" (after a config key, a word that reads as a status: _STATUS_WORD).
+# redis's requirepass / masterauth, nslcd's bindpw, kickstart's rootpw [--plaintext], HAProxy's
+# insecure-password, BIND's secret "X"; (anywhere on a line: redis's CONFIG SET requirepass X), and a config
+# key whose name ends with a secret word after a letter or digit and a _ . or - (keepalived's auth_pass,
+# SMTP_PASSWORD) on a config line: first on its line (after indentation, a YAML list's "- " or one of
+# CONFIG_KEY_PREFIXES: SetEnv DB_PASSWORD X), never an option's (--no-password mydb). Prose and log lines are
+# left alone: "password reset link sent" (a bare word, and more than one word after it), "--password X" (an
+# option: see the CLI shapes), "auth_pass is required" (more than one word after the name), "user alice
+# requested reset_password alice" (the key is not first on its line), "csrf_token refreshed" (a word that
+# reads as a status, _STATUS_WORD), "masterauth configured", "rootpw locked", "grpc_auth_token Bearer" (a
+# status or a plain value, STATUS_WORDS and PLAIN_VALUES, after a known name too).
 MAX_DIRECTIVE_PREFIX = 60     # characters of a directive's name before its secret word (SMTP_ in SMTP_PASSWORD)
-DIRECTIVE_WORDS = ("requirepass", "masterauth", "bindpw", "rootpw")
+DIRECTIVE_WORDS = ("requirepass", "masterauth", "bindpw", "rootpw", "insecure-password")
 QUOTED_DIRECTIVE_WORDS = DIRECTIVE_WORDS + ("secret",)     # secret "X"; (BIND): with a quoted value only
+# words that may come before a config key first on its line: Apache's SetEnv, csh's setenv, export, nginx's
+# fastcgi_param (matched whatever their case)
+CONFIG_KEY_PREFIXES = ("setenv", "export", "fastcgi_param")
+# values that read as a status, not a password, after a directive, a config key, in a .pgpass or postfix line
+# (matched whatever their case): "masterauth configured", "rootpw locked", "csrf_token refreshed"
+STATUS_WORDS = ("missing", "invalid", "required", "unset", "set", "empty", "none", "ok", "error", "mismatch",
+                "ready", "present", "absent", "unknown", "pending", "active", "inactive", "valid", "configured",
+                "locked", "unlocked", "enabled", "disabled", "changed", "updated", "expired", "rotated", "reset",
+                "denied", "failed", "accepted", "rejected", "cleared", "removed", "ignored", "loaded", "saved",
+                "stored", "applied", "deferred", "queued", "sent", "done")
+# values that are no secret after a directive or a config key: switches, literals, an auth scheme alone
+# ("grpc_auth_token Bearer"), a wildcard
+PLAIN_VALUES = ("yes", "no", "true", "false", "on", "off", "null", "nil", "bearer", "basic", "token", "*")
+_WORD_END = r"(?![\w.-])"
+_PLAIN_OR_STATUS = r"(?:" + "|".join(re.escape(w) for w in STATUS_WORDS + PLAIN_VALUES) + r")" + _WORD_END
+# the guard of a known directive's value (requirepass foobared is a password: no -ed rule there)
+_NOT_STATUS = r"(?!" + _PLAIN_OR_STATUS + r")"
+# the guard of a config key's value: also any lower-case word ending in -ed or -ing ("api_key missing",
+# "session_token caching")
+_STATUS_WORD = r"(?!(?-i:[a-z]+(?:ed|ing))" + _WORD_END + r"|" + _PLAIN_OR_STATUS + r")"
+_STATUS_VALUE = re.compile(r"(?-i:[a-z]+(?:ed|ing))|(?:" + "|".join(re.escape(w) for w in STATUS_WORDS + PLAIN_VALUES)
+                           + r")", re.I)    # the same, for a whole value in Python (fullmatch)
+_KNOWN_STATUS_VALUE = re.compile("|".join(re.escape(w) for w in STATUS_WORDS + PLAIN_VALUES), re.I)
 
+# The start of a row (a line of the text): the start of the text, after a line break (in the JSON text the
+# \n or \r escape), or after the quote that opens a JSON string (a closing one is never followed by a word)
+_ROW_START = r"(?:^|(?<=[\n\r])|(?<=\\[nr])|(?<=(?<!\\)\"))"
+# the end of a row: the end of the text, a line break, the closing quote of a JSON string
+_ROW_END = r"(?:$|[\n\r]|\\[nr]|\")"
 
 # a config key whose name ends with a secret word after a _ . or - (SMTP_PASSWORD, auth_pass)
 _CONFIG_KEY = r"[A-Za-z0-9][\w.-]{0,%d}?[_.-]" % MAX_DIRECTIVE_PREFIX + _SECRET_NAME + r"(?![\w.-])"
+# the same first on its line: after indentation, a YAML list's dash or a CONFIG_KEY_PREFIXES word
+_CONFIG_LINE_KEY = (_ROW_START + _S + r"*(?:-" + _S + r"+)?(?:(?:" + "|".join(CONFIG_KEY_PREFIXES) + r")" + _S
+                    + r"+)?" + _CONFIG_KEY)
+# a known directive word, anywhere (a word of its own), then maybe options (rootpw --plaintext)
+_KNOWN_DIRECTIVE = (r"(?:(?<=\\[nrt])|(?<![\w.\\-]))(?:%s)(?![\w.-])(?:" + _S + r"+--?[A-Za-z][\w-]*){0,4}")
 
 
 def _directive(words: Iterable[str]) -> str:
-    """A directive's name: one of ``words`` (then maybe options: rootpw --plaintext), or a config key."""
-    return (r"(?:(?<=\\[nrt])|(?<![\w.\\-]))(?:(?:" + "|".join(words) + r")(?![\w.-])(?:" + _S
-            + r"+--?[A-Za-z][\w-]*){0,4}|" + _CONFIG_KEY + r")")
-
-
-# an unquoted value after a config key (not a known directive) that reads as a status, not a password:
-# "csrf_token refreshed", "api_key missing" (a lower-case word ending in -ed or -ing, or one of these)
-_STATUS_WORD = (r"(?!(?-i:[a-z]+(?:ed|ing)|missing|invalid|required|unset|set|empty|none|ok|error|mismatch|"
-                r"ready|present|absent|unknown|pending|active|inactive|valid)(?![\w.-]))")
+    """A directive's name: one of ``words`` (then maybe options: rootpw --plaintext), or a config key first
+    on its line."""
+    return r"(?:" + _KNOWN_DIRECTIVE % "|".join(words) + r"|" + _CONFIG_LINE_KEY + r")"
 
 
 # the end of a directive's line, after its value: a ; and a " # comment" may follow
@@ -195,6 +233,57 @@ def _yaml_block(m: re.Match[str]) -> str:
             continue        # a blank line inside the value
         lines[i] = line[:indent] + MASK
     return m.group(1) + "".join("\\n" + line for line in lines) + rest
+
+
+# .pgpass rows: without the file's name (the tools refuse to read a .pgpass: this is a copy of its lines)
+# a row host:port:db:user:password is masked only when it reads as one: the host a host name, an IP address
+# or *, not a file name (app.py:42:10:warning:unused-variable, compilers' and linters' output), not a
+# number (10:22:33:444:INFO, a time), no field a log level, the password not a status word, the row not part
+# of an IPv6 address (2001:4860:4860:0:8888, fe80:1:2:3:abcd: every field 1 to 4 hex digits)
+_IPV6_GROUP = re.compile(r"[0-9A-Fa-f]{1,4}")     # every field one: part of an IPv6 address (fe80:1:2:3:abcd)
+_PGPASS_HOST = re.compile(r"\*|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
+# file name endings that make a first field NAME.EXT a file, not a host (source, log and config files; a host
+# with more dots, db.example.pl, stays a host)
+FILE_NAME_SUFFIXES = (".py", ".pyi", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".rb", ".go", ".java", ".kt",
+                      ".scala", ".c", ".h", ".cc", ".cpp", ".hpp", ".cs", ".rs", ".php", ".pl", ".pm", ".sh", ".lua",
+                      ".swift", ".vue", ".log", ".txt", ".conf", ".cfg", ".ini", ".yml", ".yaml", ".json", ".toml",
+                      ".xml", ".html", ".css", ".sql", ".md")
+LOG_LEVELS = frozenset({"trace", "debug", "info", "notice", "warn", "warning", "error", "err", "crit", "critical",
+                        "alert", "emerg", "fatal", "severe", "fine", "finer", "finest", "verbose"})
+
+
+def _pgpass(m: re.Match[str]) -> str:
+    """A .pgpass row (``HOST:PORT:DB:USER:PASSWORD``) with its password masked, when it reads as one."""
+    host, _, _, _, password = fields = m.groups()
+    if (not _PGPASS_HOST.fullmatch(host) or host.isdigit()
+            or (host.count(".") == 1 and host.lower().endswith(FILE_NAME_SUFFIXES))
+            or any(field.lower() in LOG_LEVELS for field in fields) or _KNOWN_STATUS_VALUE.fullmatch(password)
+            or all(_IPV6_GROUP.fullmatch(field) for field in fields)):
+        return m.group(0)
+    return m.group(0)[:m.start(5) - m.start()] + MASK
+
+
+# postfix's sasl_passwd rows, without the file's name: [HOST]:PORT USER:PASSWORD is masked when HOST is a
+# host name (with a letter, not a log level: [WARN] worker:X) or an IP address ([2024-11-27]:00 is a date), USER
+# a login (user or user@domain) and the password not a status word ([mail.example.com]:587
+# relay:deferred is a mail log)
+_LOGIN = re.compile(r"[\w.%+-]+(?:@[\w.-]+)?")
+_HOST_NAME = re.compile(r"(?=[\w.-]*[A-Za-z])[A-Za-z0-9](?:[\w.-]*[A-Za-z0-9])?")
+
+
+def _sasl_passwd(m: re.Match[str]) -> str:
+    """A sasl_passwd row with its password masked, when it reads as one."""
+    host, user, password = m.group(2), m.group(3), m.group(4)
+    if host.lower() in LOG_LEVELS:
+        return m.group(0)
+    if not _HOST_NAME.fullmatch(host):
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            return m.group(0)
+    if not _LOGIN.fullmatch(user) or _STATUS_VALUE.fullmatch(password):
+        return m.group(0)
+    return m.group(1) + MASK
 
 
 SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
@@ -246,10 +335,9 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
      r"\1" + MASK),
     # directives (see _directive): requirepass S3cret, rootpw --plaintext S3cret, SMTP_PASSWORD S3cret,
     # secret "S3cret"; (an unquoted value has no whitespace: it runs to the end of its line)
-    (re.compile(r"((?:(?<=\\[nrt])|(?<![\w.\\-]))(?:" + "|".join(DIRECTIVE_WORDS) + r")(?![\w.-])(?:" + _S
-                + r"+--?[A-Za-z][\w-]*){0,4}" + _S + r"+)(?!-|\[REDACTED\])" + _NOT_LITERAL + _UQ_VALUE
-                + r"{4,}?(?=" + _DIRECTIVE_END + r")", re.I), r"\1" + MASK),
-    (re.compile(r"((?:(?<=\\[nrt])|(?<![\w.\\-]))" + _CONFIG_KEY + _S + r"+)(?!-|\[REDACTED\])" + _NOT_LITERAL
+    (re.compile(r"(" + _KNOWN_DIRECTIVE % "|".join(DIRECTIVE_WORDS) + _S + r"+)(?!-|\[REDACTED\])" + _NOT_LITERAL
+                + _NOT_STATUS + _UQ_VALUE + r"{4,}?(?=" + _DIRECTIVE_END + r")", re.I), r"\1" + MASK),
+    (re.compile(r"(" + _CONFIG_LINE_KEY + _S + r"+)(?!-|\[REDACTED\])" + _NOT_LITERAL
                 + _STATUS_WORD + _UQ_VALUE + r"{4,}?(?=" + _DIRECTIVE_END + r")", re.I), r"\1" + MASK),
     (re.compile(r"(" + _directive(QUOTED_DIRECTIVE_WORDS) + _S + r"+\\?\")(?!\[REDACTED\])" + _DQ_VALUE
                 + r"{4,}(?=\\?\"" + _DIRECTIVE_END + r")", re.I), r"\1" + MASK),
@@ -258,12 +346,12 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
     # HAProxy: stats auth USER:PASSWORD
     (re.compile(r"(" + _B + r"stats" + _S + r"+auth" + _S + r"+[^\s:\"'\\]+:)(?!\[REDACTED\])" + _V + r"{4,}",
                 re.I), r"\1" + MASK),
-    # .pgpass: HOST:PORT:DATABASE:USER:PASSWORD (PORT a number or *), a line's first field
-    (re.compile(r"((?:^|(?<=[\s\"])|(?<=\\[nrt]))[^\s:\"'\\]+:(?:\d{1,5}|\*):[^\s:\"'\\]+:[^\s:\"'\\]+:)"
-                r"(?!\[REDACTED\])(?:\\\\|[^\s:\"'\\]){4,}(?=[\s\"\\]|$)"), r"\1" + MASK),
-    # postfix's sasl_passwd: [HOST]:PORT USER:PASSWORD
-    (re.compile(r"((?:^|(?<=[\s\"])|(?<=\\[nrt]))\[[^\s\]\"'\\]+\](?::\d{1,5})?" + _S + r"+[^\s:\"'\\]+:)"
-                r"(?!\[REDACTED\])" + _V + r"{4,}"), r"\1" + MASK),
+    # .pgpass: HOST:PORT:DATABASE:USER:PASSWORD (PORT a number or *), the whole row; postfix's sasl_passwd:
+    # [HOST]:PORT USER:PASSWORD, the whole row (see _pgpass and _sasl_passwd: which such rows are masked)
+    (re.compile(_ROW_START + r"([^\s:\"'\\]+):(\d{1,5}|\*):([^\s:\"'\\]+):([^\s:\"'\\]+):(?!\[REDACTED\])"
+                r"((?:\\\\|[^\s:\"'\\]){4,})(?=" + _ROW_END + r")"), _pgpass),
+    (re.compile(_ROW_START + r"(" + _S + r"*\[([^\s\]\"'\\]+)\](?::\d{1,5})?" + _S + r"+([^\s:\"'\\]+):)"
+                r"(?!\[REDACTED\])((?:\\\\|\\\"|[^\s\"\\]){4,})(?=" + _S + r"*" + _ROW_END + r")"), _sasl_passwd),
     # key/value XML: <add key="DbPassword" value="S3cret" />, <entry key="db.password">S3cret</entry>
     (re.compile(r"(" + _XML_KEY + _S + r"+value=\\?[\"'])(?!\[REDACTED\])(?:\\\\|[^\"'\\]){4,}", re.I),
      r"\1" + MASK),
