@@ -48,7 +48,8 @@ from server.auth import LOCAL_USER
 from server.config import ServerConfig
 from server.errors import HandlerError, failure_of
 from server.knowledge.access import resolve
-from server.knowledge.kb import KnowledgeBase, clean_name, name_key
+from server.knowledge.kb import KnowledgeBase
+from server.knowledge.names import clean_name, name_key
 from server.knowledge.parsers import kind_of
 from server.services import Services
 

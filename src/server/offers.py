@@ -29,7 +29,7 @@ from protocol import ErrorCode
 from protocol.server_events import DownloadOfferV3
 from server.errors import HandlerError
 from server.knowledge.access import readable
-from server.knowledge.kb import name_key
+from server.knowledge.names import name_key
 from server.hub import Hub, Outgoing
 from server.udp_transfer import UdpTransfer
 from server.v3_port import V3Port

@@ -13,7 +13,7 @@ import pytest
 from kb_wire.kbwire import connect, kb_server, md5
 from protocol import MsgType
 from server.errors import HandlerError
-from server.knowledge.kb import clean_name
+from server.knowledge.names import clean_name
 from testkit.server import ReplyError
 
 HIDDEN = [

@@ -16,7 +16,7 @@ from server.errors import HandlerError
 from server.knowledge import KnowledgeBase, KnowledgeConfig
 from server.knowledge import parsers
 from server.knowledge.budget import Cancelled
-from server.knowledge.kb import clean_name
+from server.knowledge.names import clean_name
 from server.knowledge.parsers import parse
 from testkit.server import ReplyError
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from server.errors import HandlerError
-from server.knowledge.kb import clean_name
+from server.knowledge.names import clean_name
 
 REFUSED = [
     ("run\u034fbook.md", "U+034F"),             # combining grapheme joiner

@@ -17,7 +17,7 @@ from server.errors import HandlerError
 from server.fit import fit_items
 from server.handlers.common import check_limit, fewer_hits
 from server.knowledge.access import resolve
-from server.knowledge.kb import clean_name
+from server.knowledge.names import clean_name
 from server.knowledge.models import DocumentInfo, Hit
 from server.knowledge.parsers import kind_of
 from server.wire import encode_reply
