@@ -14,10 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import resource
 import signal
 import stat
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -255,33 +253,9 @@ FSIZE_LIMIT = 65_536                 # bytes one file of the server may hold (RL
 UPLOAD_SIZE = 48 << 20               # far more than the socket buffers hold: sending it all takes a while
 
 
-def _small_files() -> None:
-    """In the server process before exec: no file over FSIZE_LIMIT bytes, and a write past it is
-    EFBIG rather than the default SIGXFSZ that would kill the process."""
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_LIMIT, FSIZE_LIMIT))
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-
-
 async def _start_limited(data_dir: Path) -> ServerProcess:
     """A real server process whose disk refuses any file over FSIZE_LIMIT bytes."""
-    port_file = data_dir.parent / f"{data_dir.name}.port"
-    log_path = data_dir.parent / f"{data_dir.name}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NPLT_") and k != "OPENAI_API_KEY"}
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "server.main", "--port", "0", "--port-file", str(port_file),
-             "--data-dir", str(data_dir), "--log-format", "json"],
-            env=env, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=_small_files)
-    deadline = time.monotonic() + START_DEADLINE_S
-    while not (port_file.exists() and port_file.read_text().strip()):
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            raise AssertionError("server did not write its port file")
-        await asyncio.sleep(0.02)  # polling a file another process writes, with a deadline
-    return ServerProcess(proc, int(port_file.read_text()), log_path)
+    return await ServerProcess.start(data_dir, file_size_limit=FSIZE_LIMIT)
 
 
 async def test_an_upload_the_disk_refuses_stops_sending(tmp_path):

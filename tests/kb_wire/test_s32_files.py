@@ -15,11 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import resource
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -42,32 +39,9 @@ def _server_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("NPLT_") and k != "OPENAI_API_KEY"}
 
 
-def _small_files() -> None:
-    """In the server process before exec: no file over FSIZE_LIMIT bytes, and a write past it is
-    EFBIG rather than the default SIGXFSZ that would kill the process."""
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_LIMIT, FSIZE_LIMIT))
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-
-
 async def start_limited(data_dir: Path) -> ServerProcess:
-    """``ServerProcess.start`` with the file size limit (a disk that refuses the upload's bytes)."""
-    port_file = data_dir.parent / f"{data_dir.name}.port"
-    log_path = data_dir.parent / f"{data_dir.name}.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "server.main", "--port", "0", "--port-file", str(port_file),
-             "--data-dir", str(data_dir), "--log-format", "json"],
-            env=_server_env(), stdout=subprocess.DEVNULL, stderr=log, preexec_fn=_small_files)
-    deadline = time.monotonic() + START_DEADLINE_S
-    while not (port_file.exists() and port_file.read_text().strip()):
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            raise AssertionError("server did not write its port file")
-        await asyncio.sleep(0.02)  # polling a file another process writes, with a deadline
-    return ServerProcess(proc, int(port_file.read_text()), log_path)
+    """A real server process whose disk refuses any file over FSIZE_LIMIT bytes."""
+    return await ServerProcess.start(data_dir, file_size_limit=FSIZE_LIMIT)
 
 
 async def test_an_upload_the_disk_refuses_is_storage_error(tmp_path):

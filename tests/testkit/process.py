@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 START_DEADLINE_S = 30.0
@@ -35,13 +37,23 @@ def kill_at_point(script: Path, *args: str, point: str) -> None:
             stream.close()                                # type: ignore[union-attr]
 
 
+def _limit_file_size(limit: int) -> None:
+    """In the server process before exec: no file over ``limit`` bytes, and a write past it is EFBIG
+    rather than the default SIGXFSZ that would kill the process."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
 class ServerProcess:
     def __init__(self, proc: subprocess.Popen, port: int, log_path: Path) -> None:
         self.proc, self.port, self.log_path = proc, port, log_path
 
     @classmethod
     async def start(cls, data_dir: Path, *args: str, env: dict[str, str] | None = None,
-                    log_path: Path | None = None) -> ServerProcess:
+                    log_path: Path | None = None, file_size_limit: int | None = None) -> ServerProcess:
+        """``nplt-server`` as a real process on an OS-chosen port. ``file_size_limit``: no file it writes
+        may grow past this many bytes (RLIMIT_FSIZE; a write past it is EFBIG, not SIGXFSZ): a disk
+        that refuses a write."""
         data_dir = Path(data_dir)
         port_file = data_dir.parent / f"{data_dir.name}.port"
         port_file.unlink(missing_ok=True)
@@ -51,7 +63,8 @@ class ServerProcess:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "server.main", "--port", "0", "--port-file", str(port_file),
                  "--data-dir", str(data_dir), "--log-format", "json", *args],
-                env={**clean, **(env or {})}, stdout=subprocess.DEVNULL, stderr=log)
+                env={**clean, **(env or {})}, stdout=subprocess.DEVNULL, stderr=log,
+                preexec_fn=None if file_size_limit is None else partial(_limit_file_size, file_size_limit))
         deadline = time.monotonic() + START_DEADLINE_S
         while not (port_file.exists() and port_file.read_text().strip()):
             if proc.poll() is not None:
