@@ -97,21 +97,27 @@ class _Handshake:
 
 
 def warn_tool_schema_budget(agent: Any, cfg: ServerConfig) -> None:
-    """One start-up warning when the schemas of the tools a model may be offered leave less than
+    """One start-up warning when the schemas of the tools a model is offered leave less than
     ``MIN_PROMPT_BUDGET`` of the context budget: every prompt is then squeezed into that floor and
-    requests exceed the model's window (each turn would say ``budget_floored``; before, only the turns
-    said so, and the log said nothing)."""
+    requests exceed the model's window (each turn says ``budget_floored``; before, only the turns said
+    so). ``search_knowledge`` is offered only to a user who can see a document, so it is counted apart:
+    the warning says whether every request is affected or only those of users with documents."""
     registry, count = getattr(agent, "registry", None), getattr(agent, "count_schemas", None)
     if registry is None or count is None:
         return                              # (the offline agent sends no schemas)
     disabled = getattr(registry, "disabled", frozenset())
-    tokens = count([s for s in registry.schemas() if s["function"]["name"] not in disabled])
+    offered = [s for s in registry.schemas() if s["function"]["name"] not in disabled]
+    always = count([s for s in offered if s["function"]["name"] != "search_knowledge"])
+    most = count(offered)
     budget = cfg.memory.context.budget
-    if budget - tokens < MIN_PROMPT_BUDGET:
-        log.warning("the tool schemas take about %d of the %d tokens context.max_input_tokens - "
-                    "context.reserve_output_tokens leaves for a prompt: prompts are squeezed into %d tokens and "
-                    "requests exceed the model's window; raise context.max_input_tokens", tokens, budget,
-                    MIN_PROMPT_BUDGET)
+    if budget - most >= MIN_PROMPT_BUDGET:
+        return
+    who = "every request" if budget - always < MIN_PROMPT_BUDGET else \
+        "the requests of users who can see a document (search_knowledge is offered to them)"
+    log.warning("the tool schemas take about %d (%d with search_knowledge) of the %d tokens "
+                "context.max_input_tokens - context.reserve_output_tokens leaves for a prompt: for %s the "
+                "prompt is squeezed into %d tokens and the request exceeds the model's window; raise "
+                "context.max_input_tokens", always, most, budget, who, MIN_PROMPT_BUDGET)
 
 
 class Server:

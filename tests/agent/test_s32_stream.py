@@ -202,25 +202,43 @@ async def test_a_provider_without_its_key_starts_offline_with_a_warning(tmp_path
 
 
 async def test_tool_schemas_that_fill_the_context_budget_are_warned_about_at_start(tmp_path, caplog):
-    """context.max_input_tokens - reserve_output_tokens that the tool schemas (about 1,500 tokens for the
-    default tools) leave under MIN_PROMPT_BUDGET: one start-up warning, naming the setting to raise."""
+    """context.max_input_tokens - reserve_output_tokens that the tool schemas leave under MIN_PROMPT_BUDGET:
+    one start-up warning naming the setting to raise, and whether every request is squeezed or only
+    those of users with documents (search_knowledge is offered only to them)."""
     import logging as _logging
     from server.app import Server
+    from server.memory.config import MIN_PROMPT_BUDGET
     from testkit.server import make_config
+
+    def config(window: int, where: str):
+        return make_config(tmp_path / where, sections={
+            "llm": {"base_url": llm.base_url, "api_key": "sk-test", "model": "m", "retries": 0},
+            "summarization": {"enabled": False},
+            "context": {"max_input_tokens": window, "reserve_output_tokens": 256}})
+
     async with ScriptedLLM(model="m") as llm:
-        for window, warned in ((1600, True), (16000, False)):
-            cfg = make_config(tmp_path / str(window), sections={
-                "llm": {"base_url": llm.base_url, "api_key": "sk-test", "model": "m", "retries": 0},
-                "summarization": {"enabled": False},
-                "context": {"max_input_tokens": window, "reserve_output_tokens": 256}})
+        probe = Server(config(16000, "probe"))
+        await probe.start()
+        try:
+            agent = probe.services.agent
+            offered = [t for t in agent.registry.schemas() if t["function"]["name"] not in agent.registry.disabled]
+            always = agent.count_schemas([t for t in offered if t["function"]["name"] != "search_knowledge"])
+            most = agent.count_schemas(offered)
+        finally:
+            await probe.stop()
+        assert most > always
+        cases = ((always + 256 + MIN_PROMPT_BUDGET - 10, "for every request"),
+                 (most + 256 + MIN_PROMPT_BUDGET - 10, "users who can see a document"),
+                 (most + 256 + MIN_PROMPT_BUDGET + 10, None))
+        for window, said_who in cases:
             caplog.clear()
-            srv = Server(cfg)
+            srv = Server(config(window, str(window)))
             with caplog.at_level(_logging.WARNING, logger="nplt.server"):
                 await srv.start()
             try:
                 said = [r.getMessage() for r in caplog.records if "tool schemas take about" in r.getMessage()]
-                assert len(said) == (1 if warned else 0), said
-                if warned:
-                    assert "raise context.max_input_tokens" in said[0]
+                assert len(said) == (0 if said_who is None else 1), (window, said)
+                if said_who is not None:
+                    assert "raise context.max_input_tokens" in said[0] and said_who in said[0], said[0]
             finally:
                 await srv.stop()
