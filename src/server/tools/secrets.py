@@ -22,11 +22,13 @@ credential-looking ``"auth": "..."`` (docker's config.json, .npmrc), and of comm
 and SQL's ``WITH PASSWORD 'X'`` / ``IDENTIFIED BY 'X'``; daemon directives, the value alone at the end of
 its line (redis ``requirepass X`` / ``masterauth X``, nslcd ``bindpw X``, kickstart ``rootpw --plaintext X``,
 HAProxy ``insecure-password X``, BIND ``secret "X";``, and a config key ending with a secret word first on
-its line: keepalived ``auth_pass X``, ``SMTP_PASSWORD X``, ``SetEnv DB_PASSWORD X``), HAProxy's ``stats auth
-user:X``, a .pgpass row (``host:port:db:user:X``, the whole row), postfix's sasl_passwd row (``[host]:port
-user:X``), key/value XML (``<add key="DbPassword"
-value="X"/>``, ``<entry key="db.password">X</entry>``), the lines of a YAML block value under a secret key
-(``password: |``), and the path of Slack and Discord webhook URLs. An assigned value runs as its format
+its line: keepalived ``auth_pass X``, ``SMTP_PASSWORD X``, ``SetEnv DB_PASSWORD X``, ``ENV DB_PASSWORD X``,
+commented out ``# DB_PASSWORD X`` / ``;auth_pass X`` / ``//X_PASSWORD X`` / ``!auth_pass X`` / ``-- X``, after a
+one-word label ``vrrp: auth_pass X`` or a shell's ``&& DB_PASSWORD X``), HAProxy's ``stats auth user:X``, a
+.pgpass row (``host:port:db:user:X``, the whole row, maybe indented, quoted as ``line N:``, with trailing
+blanks or a `` # comment``), postfix's sasl_passwd row (``[host]:port user:X``, the same), key/value XML (``<add
+key="DbPassword" value="X"/>``, ``<entry key="db.password">X</entry>``), the lines of a YAML block value under a
+secret key (``password: |``), and the path of Slack and Discord webhook URLs. An assigned value runs as its format
 delimits it: a quoted one to its closing quote (escaped quotes included), an unquoted one to whitespace (a tab
 too). The result is JSON text, so a mask always covers whole escapes (``\\"``, ``\\t``) and never
 a quote of the JSON itself: the mask keeps the JSON valid.
@@ -42,14 +44,16 @@ the secret word: ``max_tokens: 1024``, ``token_budget = 200``, ``bypass: true``,
 "password policy: 12 chars" and "keyboard" stay as they are; so do code that reads a credential
 (``token = ns.token``, ``token: str,``, ``token=None``) and placeholders (``api_key=<set>``). A directive
 needs a known name or a config key's (a secret word after ``_ . -``, not an option's: ``--no-password
-mydb`` stays), one word after it and nothing more on the line, a config key first on its line (a log line's
-"user alice requested reset_password alice" stays), and a value that does not read as a status or a plain
-value (``STATUS_WORDS``, ``PLAIN_VALUES``; after a config key also a lower-case word ending in -ed or -ing):
-"password reset link sent", "auth_pass is required", "csrf_token refreshed", "masterauth configured",
-"rootpw locked", "grpc_auth_token Bearer" stay. A .pgpass row needs a host (not a file name, a number or a
-time: "app.py:42:10:warning:unused-variable", "10:22:33:444:INFO" stay), no log level among its fields and
-not to be part of an IPv6 address; a sasl_passwd row a host name or IP address, a login, and a password that
-is not a status ("[mail.example.com]:587 relay:deferred" stays).
+mydb`` stays), one word after it and nothing more on the line, a config key on a config line (first on its
+line, or after a prefix, comment leader, label or && allowed above: a log line's "user alice requested
+reset_password alice", "INFO: SMTP_PASSWORD X", "10:00:01: auth_pass X" stay), and a value that does not read
+as a status: after a config key not a status or a plain value (``STATUS_WORDS``, ``PLAIN_VALUES``, a lower-case
+word ending in -ed or -ing: "auth_pass is required", "csrf_token refreshed", "grpc_auth_token Bearer" stay),
+after a known directive not one of its status phrasings (``DIRECTIVE_STATUS_WORDS``: "masterauth configured",
+"rootpw locked" stay, "requirepass Bearer", "bindpw changed" are masked). A .pgpass row needs a host (not a
+file name, a number or a time: "app.py:42:10:warning:unused-variable", "10:22:33:444:INFO" stay), no log level
+among its fields and not to be part of an IPv6 address; a sasl_passwd row a host name or IP address, a login,
+and a password that is not a status ("[mail.example.com]:587 relay:deferred" stays).
 """
 from __future__ import annotations
 
@@ -152,33 +156,58 @@ def _basic(m: re.Match) -> str:
 # redis's requirepass / masterauth, nslcd's bindpw, kickstart's rootpw [--plaintext], HAProxy's
 # insecure-password, BIND's secret "X"; (anywhere on a line: redis's CONFIG SET requirepass X), and a config
 # key whose name ends with a secret word after a letter or digit and a _ . or - (keepalived's auth_pass,
-# SMTP_PASSWORD) on a config line: first on its line (after indentation, a YAML list's "- " or one of
-# CONFIG_KEY_PREFIXES: SetEnv DB_PASSWORD X), never an option's (--no-password mydb). Prose and log lines are
-# left alone: "password reset link sent" (a bare word, and more than one word after it), "--password X" (an
-# option: see the CLI shapes), "auth_pass is required" (more than one word after the name), "user alice
-# requested reset_password alice" (the key is not first on its line), "csrf_token refreshed" (a word that
-# reads as a status, _STATUS_WORD), "masterauth configured", "rootpw locked", "grpc_auth_token Bearer" (a
-# status or a plain value, STATUS_WORDS and PLAIN_VALUES, after a known name too).
+# SMTP_PASSWORD) on a config line (``_CONFIG_LINE_START``): first on its line, after indentation, a YAML
+# list's "- ", one of CONFIG_KEY_PREFIXES (SetEnv DB_PASSWORD X, Dockerfile's ENV / ARG), a comment leader
+# (COMMENT_LEADERS: a commented-out config line is still one, "# DB_PASSWORD X", ";auth_pass X"), a label of
+# one word and a colon ("vrrp: auth_pass X", grep's "conf.d/k.conf:12:"), or after a shell's && or || ("RUN
+# make && DB_PASSWORD X"); never an option's (--no-password mydb). Prose and log lines are left alone:
+# "password reset link sent" (a bare word, and more than one word after it), "--password X" (an option: see
+# the CLI shapes), "auth_pass is required" (more than one word after the name), "user alice requested
+# reset_password alice" and "vrrp auth_pass X" (a word, or two or more, before the key that is no prefix or
+# label), "INFO: SMTP_PASSWORD X", "10:00:01: auth_pass X" (a log level or a time as the label),
+# "csrf_token refreshed" (a word that reads as a status, _STATUS_WORD), "grpc_auth_token Bearer" (a status or
+# a plain value after a config key, STATUS_WORDS and PLAIN_VALUES), "masterauth configured", "rootpw locked"
+# (after a known directive only the status phrasings of DIRECTIVE_STATUS_WORDS: "requirepass Bearer",
+# "bindpw changed" are passwords).
 MAX_DIRECTIVE_PREFIX = 60     # characters of a directive's name before its secret word (SMTP_ in SMTP_PASSWORD)
 DIRECTIVE_WORDS = ("requirepass", "masterauth", "bindpw", "rootpw", "insecure-password")
 QUOTED_DIRECTIVE_WORDS = DIRECTIVE_WORDS + ("secret",)     # secret "X"; (BIND): with a quoted value only
 # words that may come before a config key first on its line: Apache's SetEnv, csh's setenv, export, nginx's
-# fastcgi_param (matched whatever their case)
-CONFIG_KEY_PREFIXES = ("setenv", "export", "fastcgi_param")
-# values that read as a status, not a password, after a directive, a config key, in a .pgpass or postfix line
-# (matched whatever their case): "masterauth configured", "rootpw locked", "csrf_token refreshed"
+# fastcgi_param, Dockerfile's ENV and ARG (matched whatever their case)
+CONFIG_KEY_PREFIXES = ("setenv", "export", "fastcgi_param", "env", "arg")
+# comment leaders a commented-out config line may start with (a space after them or not: "#auth_pass X",
+# "; smtp_password X", "//SMTP_PASSWORD X", "!auth_pass X"), up to MAX_COMMENT_LEADERS of them ("## X")
+COMMENT_LEADERS = ("#", ";", "//", "!")
+# comment leaders that need a space after them: "-- DB_PASSWORD X" (SQL, Lua) is a comment, "--no-password
+# mydb" first on a line is an option
+SPACED_COMMENT_LEADERS = ("--",)
+MAX_COMMENT_LEADERS = 4
+# a label before a config key ("vrrp: auth_pass X", grep -n's "conf.d/keepalived.conf:12:"): one word of up to
+# MAX_CONFIG_LABEL characters, maybe a :LINE number, then a colon and a space; not a log level (LOG_LEVELS:
+# "INFO: SMTP_PASSWORD X"), not a date, time, version or address ("10:00:01:", "2026-11-27:")
+MAX_CONFIG_LABEL = 80
+# values that read as a status, not a password, after a config key, in a .pgpass or postfix line (matched
+# whatever their case): "csrf_token refreshed", "[mail.example.com]:587 relay:deferred"
 STATUS_WORDS = ("missing", "invalid", "required", "unset", "set", "empty", "none", "ok", "error", "mismatch",
                 "ready", "present", "absent", "unknown", "pending", "active", "inactive", "valid", "configured",
                 "locked", "unlocked", "enabled", "disabled", "changed", "updated", "expired", "rotated", "reset",
                 "denied", "failed", "accepted", "rejected", "cleared", "removed", "ignored", "loaded", "saved",
                 "stored", "applied", "deferred", "queued", "sent", "done")
-# values that are no secret after a directive or a config key: switches, literals, an auth scheme alone
+# the only values that read as a status after a known directive (the phrasings daemons log: "masterauth
+# configured", "rootpw locked"), any case; any other word is its password ("requirepass Bearer", "masterauth
+# Token", "bindpw changed")
+DIRECTIVE_STATUS_WORDS = ("configured", "locked", "unlocked", "disabled", "enabled", "required", "not set")
+# values that are no secret after a config key: switches, literals, an auth scheme alone
 # ("grpc_auth_token Bearer"), a wildcard
 PLAIN_VALUES = ("yes", "no", "true", "false", "on", "off", "null", "nil", "bearer", "basic", "token", "*")
+LOG_LEVELS = frozenset({"trace", "debug", "info", "notice", "warn", "warning", "error", "err", "crit", "critical",
+                        "alert", "emerg", "fatal", "severe", "fine", "finer", "finest", "verbose"})
 _WORD_END = r"(?![\w.-])"
 _PLAIN_OR_STATUS = r"(?:" + "|".join(re.escape(w) for w in STATUS_WORDS + PLAIN_VALUES) + r")" + _WORD_END
-# the guard of a known directive's value (requirepass foobared is a password: no -ed rule there)
-_NOT_STATUS = r"(?!" + _PLAIN_OR_STATUS + r")"
+# the guard of a known directive's value: not one of DIRECTIVE_STATUS_WORDS (requirepass foobared is a
+# password: no -ed rule there)
+_NOT_STATUS = (r"(?!(?:" + "|".join((_S + "+").join(re.escape(part) for part in w.split())
+                                    for w in DIRECTIVE_STATUS_WORDS) + r")" + _WORD_END + r")")
 # the guard of a config key's value: also any lower-case word ending in -ed or -ing ("api_key missing",
 # "session_token caching")
 _STATUS_WORD = r"(?!(?-i:[a-z]+(?:ed|ing))" + _WORD_END + r"|" + _PLAIN_OR_STATUS + r")"
@@ -191,19 +220,33 @@ _KNOWN_STATUS_VALUE = re.compile("|".join(re.escape(w) for w in STATUS_WORDS + P
 _ROW_START = r"(?:^|(?<=[\n\r])|(?<=\\[nr])|(?<=(?<!\\)\"))"
 # the end of a row: the end of the text, a line break, the closing quote of a JSON string
 _ROW_END = r"(?:$|[\n\r]|\\[nr]|\")"
+# a row's "line N: " prefix (a line quoted by its number: "line 3: db.example.com:5432:...")
+_ROW_LINE_LABEL = r"(?:line" + _S + r"+\d{1,7}:" + _S + r"+)?"
+# what may end a row after its last field: whitespace, and a " # comment" (after whitespace: a # right after
+# a value is part of it); the comment runs to the end of the row, never over a line break or the JSON string's
+# closing quote
+_ROW_TAIL = r"(?:" + _S + r"+#(?:\\[^nr]|[^\\\"\n\r])*|" + _S + r"*)" + _ROW_END
 
 # a config key whose name ends with a secret word after a _ . or - (SMTP_PASSWORD, auth_pass)
 _CONFIG_KEY = r"[A-Za-z0-9][\w.-]{0,%d}?[_.-]" % MAX_DIRECTIVE_PREFIX + _SECRET_NAME + r"(?![\w.-])"
-# the same first on its line: after indentation, a YAML list's dash or a CONFIG_KEY_PREFIXES word
-_CONFIG_LINE_KEY = (_ROW_START + _S + r"*(?:-" + _S + r"+)?(?:(?:" + "|".join(CONFIG_KEY_PREFIXES) + r")" + _S
+_COMMENT = (r"(?:(?:" + "|".join(re.escape(c) for c in COMMENT_LEADERS) + r"){1,%d}" % MAX_COMMENT_LEADERS + _S
+            + r"*|(?:" + "|".join(re.escape(c) for c in SPACED_COMMENT_LEADERS) + r")" + _S + r"+)")
+_CONFIG_LABEL = (r"(?!(?:" + "|".join(sorted(LOG_LEVELS)) + r")" + _S + r"*:)(?!\d+[-/:.]\d)[\w./@-]{1,%d}"
+                 % MAX_CONFIG_LABEL + r"(?::\d{1,7})?:" + _S + r"+")
+# where a config line's key may stand: first on its line (after indentation, a label, a comment leader), or
+# after a shell's && or ||
+_CONFIG_LINE_START = (r"(?:" + _ROW_START + _S + r"*(?:" + _CONFIG_LABEL + r")?(?:" + _COMMENT + r")?|(?<=&&|\|\|)"
+                      + _S + r"+)")
+# the key there: maybe after a YAML list's dash and a CONFIG_KEY_PREFIXES word
+_CONFIG_LINE_KEY = (_CONFIG_LINE_START + r"(?:-" + _S + r"+)?(?:(?:" + "|".join(CONFIG_KEY_PREFIXES) + r")" + _S
                     + r"+)?" + _CONFIG_KEY)
 # a known directive word, anywhere (a word of its own), then maybe options (rootpw --plaintext)
 _KNOWN_DIRECTIVE = (r"(?:(?<=\\[nrt])|(?<![\w.\\-]))(?:%s)(?![\w.-])(?:" + _S + r"+--?[A-Za-z][\w-]*){0,4}")
 
 
 def _directive(words: Iterable[str]) -> str:
-    """A directive's name: one of ``words`` (then maybe options: rootpw --plaintext), or a config key first
-    on its line."""
+    """A directive's name: one of ``words`` (then maybe options: rootpw --plaintext), or a config key on a
+    config line (``_CONFIG_LINE_KEY``)."""
     return r"(?:" + _KNOWN_DIRECTIVE % "|".join(words) + r"|" + _CONFIG_LINE_KEY + r")"
 
 
@@ -248,8 +291,6 @@ FILE_NAME_SUFFIXES = (".py", ".pyi", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx
                       ".scala", ".c", ".h", ".cc", ".cpp", ".hpp", ".cs", ".rs", ".php", ".pl", ".pm", ".sh", ".lua",
                       ".swift", ".vue", ".log", ".txt", ".conf", ".cfg", ".ini", ".yml", ".yaml", ".json", ".toml",
                       ".xml", ".html", ".css", ".sql", ".md")
-LOG_LEVELS = frozenset({"trace", "debug", "info", "notice", "warn", "warning", "error", "err", "crit", "critical",
-                        "alert", "emerg", "fatal", "severe", "fine", "finer", "finest", "verbose"})
 
 
 def _pgpass(m: re.Match[str]) -> str:
@@ -347,11 +388,13 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
     (re.compile(r"(" + _B + r"stats" + _S + r"+auth" + _S + r"+[^\s:\"'\\]+:)(?!\[REDACTED\])" + _V + r"{4,}",
                 re.I), r"\1" + MASK),
     # .pgpass: HOST:PORT:DATABASE:USER:PASSWORD (PORT a number or *), the whole row; postfix's sasl_passwd:
-    # [HOST]:PORT USER:PASSWORD, the whole row (see _pgpass and _sasl_passwd: which such rows are masked)
-    (re.compile(_ROW_START + r"([^\s:\"'\\]+):(\d{1,5}|\*):([^\s:\"'\\]+):([^\s:\"'\\]+):(?!\[REDACTED\])"
-                r"((?:\\\\|[^\s:\"'\\]){4,})(?=" + _ROW_END + r")"), _pgpass),
-    (re.compile(_ROW_START + r"(" + _S + r"*\[([^\s\]\"'\\]+)\](?::\d{1,5})?" + _S + r"+([^\s:\"'\\]+):)"
-                r"(?!\[REDACTED\])((?:\\\\|\\\"|[^\s\"\\]){4,})(?=" + _S + r"*" + _ROW_END + r")"), _sasl_passwd),
+    # [HOST]:PORT USER:PASSWORD, the whole row (see _pgpass and _sasl_passwd: which such rows are masked); the
+    # row maybe indented or quoted as "line N: ", maybe followed by whitespace and a " # comment" (_ROW_TAIL)
+    (re.compile(_ROW_START + _S + r"*" + _ROW_LINE_LABEL + r"([^\s:\"'\\]+):(\d{1,5}|\*):([^\s:\"'\\]+):"
+                r"([^\s:\"'\\]+):(?!\[REDACTED\])((?:\\\\|[^\s:\"'\\]){4,})(?=" + _ROW_TAIL + r")"), _pgpass),
+    (re.compile(_ROW_START + r"(" + _S + r"*" + _ROW_LINE_LABEL + r"\[([^\s\]\"'\\]+)\](?::\d{1,5})?" + _S
+                + r"+([^\s:\"'\\]+):)(?!\[REDACTED\])((?:\\\\|\\\"|[^\s\"\\]){4,})(?=" + _ROW_TAIL + r")"),
+     _sasl_passwd),
     # key/value XML: <add key="DbPassword" value="S3cret" />, <entry key="db.password">S3cret</entry>
     (re.compile(r"(" + _XML_KEY + _S + r"+value=\\?[\"'])(?!\[REDACTED\])(?:\\\\|[^\"'\\]){4,}", re.I),
      r"\1" + MASK),
