@@ -27,7 +27,7 @@ from textual.app import App
 from textual.css.query import NoMatches
 
 from protocol import ErrorCode, MsgType
-from protocol.kb import KbDocument, KbHit
+from protocol.kb import KbDeleteReply, KbDocument, KbHit
 from protocol.objects import AgentInfo, ChatMessage, ModelInfo, SearchHit, SessionInfo, TurnState
 from protocol.replies import ChatSendReply
 from protocol.server_events import AnswerDelta, Notice, SessionEvent, TurnEvent
@@ -386,8 +386,12 @@ class Controller:
             await asyncio.to_thread(dest.parent.mkdir, parents=True, exist_ok=True)
             return await kbclient.download(client, doc.doc_id, dest)
 
-        async def delete(doc_id: str) -> object:
-            return await client.request(MsgType.KB_DELETE, {"doc_id": doc_id})
+        async def delete(doc_id: str) -> KbDeleteReply:
+            """The server's reply, handed to the panel: its ``kept_for`` says the document was not
+            removed but stays with another group member who uploaded the same bytes."""
+            reply = await client.request(MsgType.KB_DELETE, {"doc_id": doc_id})
+            assert isinstance(reply, KbDeleteReply), f"KB_DELETE answered by {type(reply).__name__}"
+            return reply
         return KnowledgeOps(listing, self.uploads.upload, download, delete, folder, self.uploads)
 
     async def passage(self, chunk_id: str) -> KbHit:

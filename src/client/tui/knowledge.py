@@ -1,7 +1,9 @@
 """The Knowledge panel: the documents the user can see (name, size, chunks, collection, uploaded at)
 with upload (a path input that completes file names, a progress bar per file: bytes, then the
 server's stages; each cancellable), download (asks before replacing a file; one download at a time:
-a second one waits for the one before it) and delete (asks first).
+a second one waits for the one before it) and delete (asks first; in a group, a document another
+member uploaded too is not removed but stays theirs, only the caller's upload withdrawn: the notice
+says so, from the reply's ``kept_for``).
 
 Downloads belong to the panel: closing it stops the running and waiting ones, each notified (the
 part file stays: ``d`` on the document later resumes it).
@@ -28,7 +30,7 @@ from textual.suggester import Suggester
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
 from textual.worker import Worker
 
-from protocol.kb import KbDocument
+from protocol.kb import KbDeleteReply, KbDocument
 
 from client.tui.modals import ConfirmModal
 from client.wording import counted, minute, printable
@@ -41,6 +43,7 @@ WAITING = "waiting for the upload before it"
 DOWNLOAD_WAITING = "waits for the download before it"
 DOWNLOAD_STOPPED = "stopped: press d on it in the knowledge panel to resume"
 SENDING_STAGES = frozenset({"hashing", WAITING, "receiving"})   # before the server has every byte
+GROUP_PREFIX = "group:"   # a group's collection (docs/knowledge.md "Collections and isolation")
 
 
 @dataclass(eq=False)
@@ -144,9 +147,28 @@ class KnowledgeOps:
     list: Callable[[], Awaitable[Sequence[KbDocument]]]
     upload: UploadFn
     download: Callable[[KbDocument, Path], Awaitable[KbDocument]]
-    delete: Callable[[str], Awaitable[object]]
+    delete: Callable[[str], Awaitable[KbDeleteReply | None]]   # the reply: its ``kept_for`` is read
     folder: Path                                # where downloads go
     uploads: Uploads | None = None
+
+
+def delete_question(doc: KbDocument) -> str:
+    """The delete confirmation. In a group, one uploader's delete does not remove a document that
+    other members uploaded too (the same bytes): it stays theirs (docs/protocol.md §5.8, KB_DELETE)."""
+    question = f"Delete document “{doc.name}” from the knowledge base? Its passages are no longer found or cited"
+    if doc.collection.startswith(GROUP_PREFIX):
+        return (f"{question}, unless another member of {doc.collection} uploaded the same bytes: then it stays "
+                "theirs, and only your upload is withdrawn.")
+    return question + "."
+
+
+def deleted_text(doc: KbDocument, reply: object) -> str:
+    """What a delete did, from the server's reply: removed, or (``kept_for``) kept for the group
+    member who uploaded the same bytes, the caller's upload withdrawn."""
+    kept_for = getattr(reply, "kept_for", None)   # (older servers, and a removed document: none)
+    if kept_for:
+        return f"Withdrew your upload of “{doc.name}”; kept for {kept_for}, who uploaded the same bytes"
+    return f"Deleted “{doc.name}”"
 
 
 def human_size(n: int) -> str:
@@ -435,17 +457,18 @@ class KnowledgeScreen(ModalScreen[None]):
         def done(ok: bool | None) -> None:
             if ok:
                 self._delete(doc)
-        self.app.push_screen(ConfirmModal(f"Delete document “{doc.name}” from the knowledge base? Its passages "
-                                          "are no longer found or cited.", "Delete"), done)
+        self.app.push_screen(ConfirmModal(delete_question(doc), "Delete"), done)
 
     @work(group="kb-delete")
     async def _delete(self, doc: KbDocument) -> None:
+        """Delete, say what the server did (removed, or kept for a co-uploader: then the refreshed
+        list still shows it, now theirs) and refresh the list."""
         try:
-            await self.ops.delete(doc.doc_id)
+            reply = await self.ops.delete(doc.doc_id)
         except Exception as exc:  # noqa: BLE001 - shown to the user
             self.notify(f"Delete failed: {exc}", severity="error")
             return
-        self.notify(f"Deleted “{doc.name}”")
+        self.notify(deleted_text(doc, reply))
         self.refresh_list()
 
     @on(Button.Pressed)
