@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import itertools
 import json
@@ -45,6 +46,8 @@ SEPARATORS = tuple(filter(None, (os.sep, os.altsep)))   # a destination ending i
 FD_ALIAS_DIRS = ("/proc/", "/dev/fd/")
 FD_ALIASES = frozenset({"/dev/stdout", "/dev/stderr", "/dev/stdin"})
 MAX_LINK_HOPS = 40                                # a longer symlink chain is a loop (as the kernel's ELOOP)
+#: how often a download into a FIFO that has no reader yet looks for one (``_open_stream``)
+FIFO_READER_POLL_S = 0.05
 Progress = Callable[[str, int, int], None]        # (stage, done, total)
 _handles = itertools.count(1)
 log = logging.getLogger("nplt.client")
@@ -287,15 +290,45 @@ def streams_into(dest: str | Path) -> bool:
     return _write_target(Path(dest))[1]
 
 
-def _open_stream(dest: Path, fd: int | None) -> Any:
-    """``dest`` opened for a streamed download (blocking). One of this process's descriptors
-    (``/dev/stdout``) is duplicated, so the bytes go where it points and at its offset: a shell's
-    ``> file`` gets them in order with whatever the program writes to it next (reopening the alias
-    would start at offset 0 and be overwritten). Anything else is opened to append (a FIFO waits for
-    its reader, as with ``curl -o``)."""
+def own_descriptor(dest: str | Path) -> int | None:
+    """The descriptor of this process that a download to ``dest`` is written into (``/dev/stdout``:
+    1; ``/dev/fd/N``, ``/proc/self/fd/N``, or a symlink to one: N), or None (blocking: it looks at the
+    file system)."""
+    return _write_target(Path(dest))[2]
+
+
+def _try_open_stream(dest: Path, fd: int | None) -> Any:
+    """``dest`` opened for a streamed download, or None for a FIFO that has no reader yet (blocking,
+    briefly). One of this process's descriptors (``/dev/stdout``) is duplicated, so the bytes go
+    where it points and at its offset: a shell's ``> file`` gets them in order with whatever the
+    program writes to it next (reopening the alias would start at offset 0 and be overwritten).
+    Anything else is opened to append, without blocking: opening a FIFO waits for its reader, and a
+    worker thread blocked in that open could not be cancelled (Ctrl+C, SIGTERM, ``timeout`` would
+    not stop the download), so ``_open_stream`` asks again until the reader comes (ENXIO until
+    then). The descriptor is made blocking again for the writes."""
     if fd is not None:
         return open(os.dup(fd), "wb")
-    return open(dest, "ab")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        raw = os.open(dest, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO and stat.S_ISFIFO(os.stat(dest).st_mode):
+            return None                                    # (another ENXIO, a socket's alias say, is raised)
+        raise
+    try:
+        os.set_blocking(raw, True)
+        return open(raw, "wb")
+    except BaseException:
+        os.close(raw)
+        raise
+
+
+async def _open_stream(dest: Path, fd: int | None) -> Any:
+    """``_try_open_stream``, asked every ``FIFO_READER_POLL_S`` until a FIFO's reader comes (as
+    ``curl -o FIFO`` waits for it), cancellable meanwhile."""
+    while (f := await asyncio.to_thread(_try_open_stream, dest, fd)) is None:
+        await asyncio.sleep(FIFO_READER_POLL_S)
+    return f
 
 
 async def _stream(client: Any, doc_id: str, dest: Path, fd: int | None, progress: Progress | None, retries: int,
@@ -303,7 +336,7 @@ async def _stream(client: Any, doc_id: str, dest: Path, fd: int | None, progress
     """Write the document into ``dest`` (a FIFO, a device, a descriptor's alias) as it arrives, in
     order, never renamed. A dropped connection continues from the bytes already written. The md5 is
     checked at the end, after the fact."""
-    f = await asyncio.to_thread(_open_stream, dest, fd)
+    f = await _open_stream(dest, fd)
     md5 = hashlib.md5(usedforsecurity=False)
     written = [0]
 
@@ -316,14 +349,24 @@ async def _stream(client: Any, doc_id: str, dest: Path, fd: int | None, progress
         doc = await _retrying(client, lambda: _download_once(client, doc_id, written[0], write, progress, timeout),
                               retries, reconnect_timeout)
         await asyncio.to_thread(f.close)           # (flushes: a FIFO whose reader left fails here)
+    except asyncio.CancelledError:
+        # not waited for: a write into a reader that stopped reading blocks the close too (the file's
+        # lock), and a cancelled download (Ctrl+C, SIGTERM) must not wait for that reader
+        asyncio.get_running_loop().run_in_executor(None, _close_quietly, f)
+        raise
     except BaseException:
-        with contextlib.suppress(OSError):
-            await asyncio.to_thread(f.close)
+        await asyncio.to_thread(_close_quietly, f)
         raise
     if md5.hexdigest() != doc.md5:
         raise ClientError(ErrorCode.CHECKSUM_MISMATCH, f"the bytes written to {dest} hash to {md5.hexdigest()}, "
                           f"not {doc.md5}: they were streamed into it and cannot be taken back")
     return doc
+
+
+def _close_quietly(f: Any) -> None:
+    """Close ``f``, ignoring a failing flush (blocking: run it in a thread)."""
+    with contextlib.suppress(OSError, ValueError):
+        f.close()
 
 
 async def _retrying(client: Any, attempt: Callable[[], Any], retries: int, reconnect_timeout: float) -> Any:
@@ -441,9 +484,17 @@ async def _download_once(client: Any, doc_id: str, offset: int, write: Callable[
         with _tapped(client, MsgType.KB_DOWNLOAD_DATA, on_data):
             reply = await client.request(MsgType.KB_DOWNLOAD, {"doc_id": doc_id, "handle": handle, "offset": offset},
                                          timeout=timeout)
-    finally:
+    except asyncio.CancelledError:
+        # the rest is not written, and a write blocked on a reader that stopped reading is not waited for
+        task.cancel()
+        await asyncio.wait([task])
+        raise
+    except BaseException:
         queue.put_nowait(None)
-        await task
+        await task            # (a writer that failed: its error)
+        raise
+    queue.put_nowait(None)
+    await task
     if failure:
         raise ClientError(ErrorCode.INVALID_MESSAGE, failure[0])
     return reply.document

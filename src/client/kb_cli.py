@@ -14,6 +14,7 @@ import asyncio
 import errno
 import json
 import os
+import sys
 import unicodedata
 from pathlib import Path
 from typing import Any, Callable, TextIO
@@ -38,6 +39,9 @@ FILE_NAME_MAX_BYTES = 255
 PART_SUFFIX = ".part.json"
 #: An "extension" longer than this many bytes is not kept apart when a name is shortened.
 EXTENSION_MAX_BYTES = 16
+#: This process's standard descriptors, which ``kb download`` writes into only when they were open
+#: at start (``_check_standard_stream``)
+STANDARD_STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}
 
 
 def _client(cfg: ClientConfig, *, reconnect: bool = False) -> Client:
@@ -177,9 +181,18 @@ async def _download(c: Client, args: argparse.Namespace, out: TextIO, err: TextI
                   f"bytes): saving it as {dest} (-o PATH names another file)\n")
     try:
         streamed = await asyncio.to_thread(kbclient.streams_into, dest)
+        descriptor = await asyncio.to_thread(kbclient.own_descriptor, dest)
+    except OSError as exc:
+        raise ClientError(ClientCode.WRITE_FAILED,
+                          f"cannot write {dest}: {exc.strerror or exc}{_too_long(exc, bool(args.output))}") from exc
+    if descriptor in STANDARD_STREAMS:
+        _check_standard_stream(descriptor, out)   # before any byte is fetched
+    try:
         doc = await kbclient.download(c, found.doc_id, dest, progress=_bar(err, found.name),
                                       replace_part=args.force)
     except OSError as exc:
+        if descriptor == 1 and isinstance(exc, BrokenPipeError):
+            raise          # stdout's reader went away (| head): client.main stops quietly, exit 0
         raise ClientError(ClientCode.WRITE_FAILED,
                           f"cannot write {dest}: {exc.strerror or exc}{_too_long(exc, bool(args.output))}") from exc
     if err.isatty():
@@ -190,6 +203,26 @@ async def _download(c: Client, args: argparse.Namespace, out: TextIO, err: TextI
         _dump({"path": str(path), "doc_id": doc.doc_id, "name": doc.name, "size": doc.size, "md5": doc.md5}, summary)
     else:
         summary.write(f"{path}  {doc.size} bytes  md5 {doc.md5}\n")
+
+
+def _check_standard_stream(fd: int, out: TextIO) -> None:
+    """WRITE_FAILED (``stdout: closed``) unless standard stream ``fd`` (0, 1, 2), which a download
+    is to be written into (``-o -``, ``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``), was open
+    when the process started and still is. A stream the shell closed (``>&-``) leaves its number free,
+    and the event loop's own descriptors take it (its epoll, its self-pipe socket): the document would
+    be written into them, even "successfully". For stdout, ``out`` (``client.cli.PrintableWriter``)
+    says the same first."""
+    name = STANDARD_STREAMS[fd]
+    check = getattr(out, "check", None) if fd == 1 else None
+    if check is not None:
+        check()
+    stream = getattr(sys, f"__{name}__", None)     # None when the descriptor was not open at start
+    try:
+        if stream is None or stream.closed or stream.fileno() != fd:
+            raise ValueError
+        os.fstat(fd)
+    except (OSError, ValueError):
+        raise ClientError(ClientCode.WRITE_FAILED, f"{name}: closed") from None
 
 
 def same_name(a: str, b: str) -> bool:

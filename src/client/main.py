@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 from importlib import metadata
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from client import cli, paths
 from client.config import ClientConfig, ClientConfigError, add_arguments
@@ -67,6 +67,13 @@ def _on_terminal() -> bool:
 #: server first), with their exit codes (128 + the signal's number, as a shell reports a kill)
 STOP_SIGNALS = {sig: code for sig, code in ((getattr(signal, "SIGTERM", None), cli.EXIT_TERMINATED),
                                              (getattr(signal, "SIGHUP", None), cli.EXIT_HANGUP)) if sig is not None}
+#: After a stop signal the cleanup (``ask`` cancelling its turn, at most ``cli.CANCEL_WAIT_S``, then
+#: closing the connection) has this long; when something keeps it from ending (the main thread
+#: blocked writing into a stdout nobody reads), the process ends anyway, with the signal's exit code.
+STOP_DEADLINE_S = cli.CANCEL_WAIT_S + 3.0
+#: How long the last flush of stdout may block when a stopped command ends the process (a stdout
+#: nobody reads); what is still unwritten then is dropped.
+EXIT_FLUSH_S = 1.0
 
 
 class Terminated(Exception):
@@ -76,28 +83,37 @@ class Terminated(Exception):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
+    @property
+    def code(self) -> int:
+        return STOP_SIGNALS.get(signal.Signals(self.signum), 128 + self.signum)
+
 
 async def run_stoppable(args: argparse.Namespace, cfg: ClientConfig) -> int:
     """``cli.run_command``, cancelled by SIGTERM (``timeout``, ``kill``, systemd) or SIGHUP (the
     terminal closed) as asyncio cancels it on Ctrl+C, so the same cleanup runs (``ask`` cancels its
-    turn, the connection is closed) before ``Terminated`` is raised. Outside the main thread (tests
-    calling ``main`` from a thread) no handler can be installed and the signals keep their default."""
+    turn, the connection is closed) before ``Terminated`` is raised (``main`` then ends the process
+    without waiting for worker threads). The handler is a Python signal handler, as
+    ``asyncio.Runner``'s for SIGINT: it runs in the main thread even while that thread is blocked in
+    a write (a stdout nobody reads), which a callback of the blocked event loop would not, and arms
+    ``STOP_DEADLINE_S``. Outside the main thread (tests calling ``main`` from a thread) no handler
+    can be installed and the signals keep their default."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
     received: list[int] = []
 
-    def stop(signum: int) -> None:
+    def on_signal(signum: int, _frame: Any) -> None:
         received.append(signum)
-        task.cancel()           # again on a second signal: it also cuts the cleanup short
+        if len(received) == 1:
+            line = f"nplt-client: TERMINATED: {signal.Signals(signum).name}\n"
+            _end_after(STOP_DEADLINE_S, Terminated(signum).code, line)
+        loop.call_soon_threadsafe(task.cancel)   # again on a second signal: it also cuts the cleanup short
     installed: dict[int, Any] = {}     # signal -> the handler it had (put back: main() may run in-process)
     for sig in STOP_SIGNALS:
-        previous = signal.getsignal(sig)
         try:
-            loop.add_signal_handler(sig, stop, sig)
-        except (ValueError, RuntimeError, NotImplementedError):   # not the main thread, no such signal
+            installed[sig] = signal.signal(sig, on_signal)
+        except (ValueError, OSError):   # not the main thread
             continue
-        installed[sig] = previous
     try:
         code = await cli.run_command(args, cfg)
     except asyncio.CancelledError:
@@ -106,12 +122,45 @@ async def run_stoppable(args: argparse.Namespace, cfg: ClientConfig) -> int:
         raise
     finally:
         for sig, previous in installed.items():
-            loop.remove_signal_handler(sig)
-            if previous is not None:
-                signal.signal(sig, previous)
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
     if received:     # the cleanup ended otherwise (SIGHUP: the terminal gone, its last write failed)
         raise Terminated(received[0])
     return code
+
+
+def _end_after(seconds: float, code: int, line: str) -> None:
+    """In ``seconds``, end the process with ``code`` whatever it is doing, after writing ``line`` to
+    stderr's descriptor (SIGALRM: its handler runs in the main thread even when that thread is
+    blocked in a write). Where there is no ``setitimer`` (Windows), nothing is armed."""
+    def overdue(_signum: int, _frame: Any) -> None:
+        try:
+            os.write(2, line.encode("utf-8", "replace"))   # (not sys.stderr: its lock may be held)
+        except OSError:
+            pass
+        os._exit(code)
+    if not hasattr(signal, "setitimer"):
+        return
+    try:
+        signal.signal(signal.SIGALRM, overdue)
+    except ValueError:      # not the main thread
+        return
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
+def _end_now(code: int, line: str) -> NoReturn:
+    """End the process with ``code`` once a stopped command's cleanup is done: stdout flushed (at
+    most ``EXIT_FLUSH_S``), ``line`` on stderr, then ``os._exit``. Not the interpreter's normal exit:
+    it, like ``asyncio.Runner.close``, waits for the worker threads, and a blocking call running in
+    one cannot be cancelled (reading a stdin nobody closes for ``ask -``, writing into a FIFO nobody
+    reads), so a stop signal would leave the process running."""
+    _end_after(EXIT_FLUSH_S, code, line)
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    _say(line)
+    os._exit(code)
 
 
 def _say(text: str) -> None:
@@ -150,16 +199,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         app = NpltApp(cfg)
         app.run()
         return app.return_code or cli.EXIT_OK
+    # not asyncio.run: its close waits for the worker threads, which a stopped command does not (_end_now)
+    runner = asyncio.Runner()
+    stopped: tuple[int, str] | None = None
     try:
-        return asyncio.run(run_stoppable(args, cfg))
+        return runner.run(run_stoppable(args, cfg))
     except BrokenPipeError:
         return _quiet_broken_pipe()
     except KeyboardInterrupt:
-        _say("nplt-client: INTERRUPTED\n")
-        return cli.EXIT_INTERRUPTED
+        stopped = (cli.EXIT_INTERRUPTED, "nplt-client: INTERRUPTED\n")
     except Terminated as exc:
-        _say(f"nplt-client: TERMINATED: {exc}\n")
-        return STOP_SIGNALS.get(signal.Signals(exc.signum), 128 + exc.signum)
+        stopped = (exc.code, f"nplt-client: TERMINATED: {exc}\n")
+    finally:
+        if stopped is None:
+            runner.close()
+    assert stopped is not None
+    _end_now(*stopped)
 
 
 if __name__ == "__main__":
