@@ -286,11 +286,7 @@ def test_memory_forget_json(tmp_path: Path, capsys: pytest.CaptureFixture) -> No
         code, _, err = run(st, capsys, "ask", "The prod DB host is db-prod-42.")
         assert code == 0, err
         um = st.srv.services.memory.user_memory
-        deadline = time.monotonic() + DEADLINE     # learning runs in the background after the turn
-        while not st.run(um.list("local")):
-            assert time.monotonic() < deadline, "nothing learned"
-            st.run(st.srv.services.memory.wait_idle())
-        [item] = st.run(um.list("local"))
+        [item] = st.run(um.list("local"))          # learned before the turn ended (TurnRunner: learn_now)
         code, out, err = run(st, capsys, "memory", "forget", item.id, "--json")
         assert code == 0 and json.loads(out) == {"item_id": item.id}, err
 

@@ -164,23 +164,24 @@ async def test_ask_exits_3_when_the_server_freezes_mid_answer(tmp_path):
 
 
 async def test_the_tui_shows_reconnecting_when_the_server_freezes(tmp_path):
-    """The TUI as built by the app (default liveness: from the server's ping_interval_s, here 1 s,
-    so LIVENESS_MIN_S): "reconnecting" once the frozen server misses its PING, "connected" again
-    after it resumes (before: "connected" for as long as it stayed frozen)."""
+    """The TUI as built by the app, with its config's liveness_timeout_s (the default derived from the
+    server's ping_interval_s is covered by the CLI test and test_the_liveness_timeout_default_and_setting):
+    "reconnecting" once the frozen server misses its PING, "connected" again after it resumes
+    (before: "connected" for as long as it stayed frozen)."""
     from client.tui.app import NpltApp
     from client.tui.status import StatusLine
 
     server = await ServerProcess.start(tmp_path / "data", "--ping-interval-s", "1")
     try:
         app = NpltApp(ClientConfig(host="127.0.0.1", port=server.port, reconnect_initial_s=0.05,
-                                   reconnect_max_s=0.5, connect_timeout_s=1.0),
+                                   reconnect_max_s=0.5, connect_timeout_s=1.0, liveness_timeout_s=0.5),
                       state_path=tmp_path / "tui.json")
         async with app.run_test(size=(100, 30)) as pilot:
             status = app.query_one(StatusLine)
             await wait_until(lambda: status.connection == "connected", pilot=pilot, what="connected")
             with Frozen(server):
                 await wait_until(lambda: status.connection == "reconnecting", pilot=pilot,
-                                 timeout=LOST_DEADLINE + 2 * LIVENESS_MIN_S, what="reconnecting")
+                                 timeout=LOST_DEADLINE, what="reconnecting")
             await wait_until(lambda: status.connection == "connected", pilot=pilot, timeout=LOST_DEADLINE,
                              what="connected again")
     finally:
