@@ -159,16 +159,16 @@ async def test_lock_lines_and_lock_waits_do_not_hang_on_a_frozen_postgres(own_se
 async def test_the_bound_is_per_call_unless_the_work_says_progress(pg_url, monkeypatch):
     """A call of short statements gets the bound in all; a work of several long statements (a
     document's rows) starts it again before each with ``progress()``."""
-    monkeypatch.setattr(pg_link, "STATEMENT_TIMEOUT_MARGIN_S", 0.5)
-    store = await open_store(StorageConfig(url=pg_url, pg_statement_timeout_ms=2000))
+    monkeypatch.setattr(pg_link, "STATEMENT_TIMEOUT_MARGIN_S", 0.3)
+    store = await open_store(StorageConfig(url=pg_url, pg_statement_timeout_ms=1200))
     try:
-        assert store.link.call_timeout == 2.5
+        assert store.link.call_timeout == pytest.approx(1.5)
 
         async def two_long(con, *, say_progress: bool):
             for _ in range(2):
                 if say_progress:
                     pg_link.progress()
-                await con.execute("SELECT pg_sleep(1.5)")      # each within the statement timeout
+                await con.execute("SELECT pg_sleep(0.8)")      # each within the statement timeout (1.2 s), two not within 1.5 s
             return "done"
         assert await store.link.run(lambda con: two_long(con, say_progress=True), write=False) == "done"
         with pytest.raises(StorageUnavailable, match="did not answer"):
