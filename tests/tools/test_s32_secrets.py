@@ -28,7 +28,7 @@ def disguised_child(tmp_path):
         # Popen may return (vfork) before the exec has set up the new argv: wait until it shows
         proc, deadline = psutil.Process(child.pid), time.monotonic() + 10
         while not proc.cmdline() and time.monotonic() < deadline:
-            time.sleep(0.01)
+            time.sleep(0.01)       # poll interval of a condition with a deadline, not a synchronisation
         assert proc.cmdline()[0] == f"dbbackup_runner_tool --pw {SECRET}"
         yield child
     finally:
