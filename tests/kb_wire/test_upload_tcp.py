@@ -4,6 +4,7 @@ one repeated word), each with a stable code and nothing kept."""
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 
@@ -72,10 +73,10 @@ async def test_refused_at_begin_before_any_byte(tmp_path, name, data, code, mess
 
 @pytest.mark.parametrize("name, data, code", [
     ("binary.txt", bytes(range(256)) * 8, "UNSUPPORTED_MEDIA"),
-    ("broken.pdf", b"%PDF-1.4\n" + os.urandom(400), "UNSUPPORTED_MEDIA"),
-    ("broken.docx", b"PK\x03\x04" + os.urandom(400), "UNSUPPORTED_MEDIA"),
+    ("broken.pdf", b"%PDF-1.4\n" + random.Random(1).randbytes(400), "UNSUPPORTED_MEDIA"),
+    ("broken.docx", b"PK\x03\x04" + random.Random(2).randbytes(400), "UNSUPPORTED_MEDIA"),
     ("truncated.pdf", make_pdf(["page one text"])[:120], "UNSUPPORTED_MEDIA"),
-])
+], ids=lambda v: v if isinstance(v, str) else "data")   # the same ids in every pytest-xdist worker
 async def test_refused_after_the_bytes_keeps_nothing(tmp_path, name, data, code):
     async with kb_server(tmp_path) as (srv, addr):
         c = await connect(addr, "alice")
