@@ -19,7 +19,7 @@ from fake_client import FakeClient, stamp
 from protocol import MsgType as T
 from protocol.objects import ChatMessage
 from server.app import Server
-from testkit.scripted_llm import Recorded, Reply, ScriptedLLM, ToolCallSpec
+from testkit.scripted_llm import Reply, StreamedOnlyLLM, ToolCallSpec
 from testkit.server import V3Client, make_config
 
 EXCHANGE = {"follow_up_requests": 2, "prompt_tokens_max": 5890, "budget_tokens": 5976,
@@ -73,15 +73,6 @@ def test_odd_metadata_does_not_break_the_view():
     assert "Earlier tool results cut: 2 (to fit the budget or their share of it)" in lines
 
 
-class _Chat(ScriptedLLM):
-    """Streamed requests (the turns) take the script; anything else is answered without it."""
-
-    async def _respond(self, req: Recorded, writer: Any) -> bool:
-        if not req.body.get("stream"):
-            self.requests.remove(req)
-            self._queue.appendleft(Reply.text("A summary."))
-        return await super()._respond(req, writer)
-
 
 async def _turn(c: V3Client, text: str) -> dict[str, Any]:
     reply = await c.call(T.CHAT_TEXT, text=text)
@@ -96,7 +87,7 @@ async def test_the_view_of_real_answers_names_the_cut_tool_results(tmp_path):
     big = files / "big.log"
     big.write_text("".join(f"{i:04d} worker{i} handled request{i} in {i % 97} ms status ok\n" for i in range(400)))
     args = json.dumps({"path": str(big)})
-    async with _Chat() as llm:
+    async with StreamedOnlyLLM() as llm:
         cfg = make_config(tmp_path, sections={
             "llm": {"base_url": llm.base_url, "api_key": "sk-test", "model": llm.model, "retries": 0},
             "summarization": {"enabled": False},
@@ -127,7 +118,7 @@ async def test_the_view_of_real_answers_names_the_cut_tool_results(tmp_path):
 
 
 async def test_a_floored_budget_is_named_in_the_view_of_a_real_answer(tmp_path):
-    async with _Chat() as llm:
+    async with StreamedOnlyLLM() as llm:
         cfg = make_config(tmp_path, sections={
             "llm": {"base_url": llm.base_url, "api_key": "sk-test", "model": llm.model, "retries": 0},
             "summarization": {"enabled": False},

@@ -28,7 +28,7 @@ from server.memory.context import (CUT_OFF_NOTE, NO_ANSWER, NO_ANSWER_FAILED, NO
                                    recent_turns)
 from server.memory.tokens import ApproxTokenCounter
 from storage.models import ChatMessage, ToolCall
-from testkit.scripted_llm import Recorded, Reply, ScriptedLLM, ToolCallSpec
+from testkit.scripted_llm import Reply, ScriptedLLM, StreamedOnlyLLM, ToolCallSpec
 from testkit.server import V3Client, make_config
 
 COUNTER = ApproxTokenCounter()
@@ -36,15 +36,6 @@ SYSTEM = "You are NPLT Assistant, a remote operations assistant."
 CUT_RE = re.compile(r"(?s)(?:(.*)\n)?\[\.\.\. cut to fit the context budget: (\d+) more characters\]")
 CUT_SLACK = 3      # a cut takes what is asked and at most this many tokens more (the marker's estimate)
 
-
-class _Chat(ScriptedLLM):
-    """Streamed requests (the turns) take the script; anything else is answered without it."""
-
-    async def _respond(self, req: Recorded, writer: Any) -> bool:
-        if not req.body.get("stream"):
-            self.requests.remove(req)
-            self._queue.appendleft(Reply.text("A summary."))
-        return await super()._respond(req, writer)
 
 
 def _config(tmp_path: Path, llm: ScriptedLLM, **sections: Any) -> Any:
@@ -153,7 +144,7 @@ def test_random_histories_never_send_two_user_messages_in_a_row():
 
 
 async def test_after_failed_turns_the_endpoint_gets_alternating_roles(tmp_path):
-    async with _Chat() as llm:
+    async with StreamedOnlyLLM() as llm:
         srv = Server(_config(tmp_path, llm))
         addr = await srv.start()
         try:
@@ -357,7 +348,7 @@ async def test_the_follow_up_to_a_turn_with_large_tool_results_keeps_that_turn(t
     big.write_text("".join(f"{i:05d} worker{i} handled request{i} in {i % 97} ms status ok\n" for i in range(3000)))
     calls = [ToolCallSpec(f"r{i}", "read_file", json.dumps({"path": str(big), "offset": 1 + 300 * i, "lines": 500}))
              for i in range(6)]
-    async with _Chat() as llm:
+    async with StreamedOnlyLLM() as llm:
         srv = Server(_config(tmp_path, llm, tools={"file_roots": [str(files)]}))   # the default window
         addr = await srv.start()
         try:

@@ -18,23 +18,14 @@ from server.agent.base import BuiltContext
 from server.app import Server
 from server.pipeline import Answer, TurnState, persist_step
 from storage.models import ChatMessage, ToolCall
-from testkit.scripted_llm import Recorded, Reply, ScriptedLLM, ToolCallSpec
+from testkit.scripted_llm import Reply, StreamedOnlyLLM, ToolCallSpec
 from testkit.server import V3Client, make_config
 
-
-class _Chat(ScriptedLLM):
-    """Streamed requests (the turns) take the script; anything else (a title) is answered without it."""
-
-    async def _respond(self, req: Recorded, writer: Any) -> bool:
-        if not req.body.get("stream"):
-            self.requests.remove(req)
-            self._queue.appendleft(Reply.text("A title."))
-        return await super()._respond(req, writer)
 
 
 @asynccontextmanager
 async def scripted_server(tmp_path: Path):
-    async with _Chat(model="scripted-a") as llm:
+    async with StreamedOnlyLLM(model="scripted-a", side_text="A title.") as llm:
         cfg = make_config(tmp_path, sections={
             "llm": {"base_url": llm.base_url, "api_key": "sk-test-0123456789", "model": "scripted-a",
                     "models": ["scripted-b"], "models_from_endpoint": False, "request_timeout_s": 5.0,

@@ -304,3 +304,18 @@ class ScriptedLLM:
         return {"id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()),
                 "model": self.model, "usage": reply.usage,
                 "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}]}
+
+
+class StreamedOnlyLLM(ScriptedLLM):
+    """A scripted server whose script is for the streamed requests (the turns) only: anything else
+    (a title, a summary) is answered ``side_text`` without taking a reply or being recorded."""
+
+    def __init__(self, model: str = "scripted-model", side_text: str = "A summary.") -> None:
+        super().__init__(model)
+        self.side_text = side_text
+
+    async def _respond(self, req: Recorded, writer: asyncio.StreamWriter) -> bool:
+        if not req.body.get("stream"):
+            self.requests.remove(req)
+            self._queue.appendleft(Reply.text(self.side_text))
+        return await super()._respond(req, writer)
