@@ -28,13 +28,14 @@ server: $(VENV)/.installed
 	$(VENV)/bin/nplt-server --host $(HOST) $(if $(filter-out 0,$(PORT)),--port $(PORT))
 
 ## test: the whole suite; src/protocol's branch coverage is measured by its own tests (tracing every
-##       other test too cost ~50 % more CPU for the same protocol report); the rest runs in one
-##       pytest-xdist worker per core (at most TEST_WORKERS, 4 by default): one worker left a core idle
-##       (most tests wait on servers, subprocesses and sockets), two halved the time on 2 cores
-TEST_WORKERS ?= 4
+##       other test too cost ~50 % more CPU for the same protocol report); the rest runs in
+##       TEST_WORKERS pytest-xdist workers, by default one per CPU this process may use (nproc), at
+##       most 4: one worker left a core idle (most tests wait on servers, subprocesses and sockets),
+##       two halved the time on 2 cores
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest --cov --cov-branch --cov-report=term-missing:skip-covered tests/protocol; \
-	  first=$$?; $(PY) -m pytest -n auto --maxprocesses $(TEST_WORKERS) --dist worksteal --ignore=tests/protocol; rest=$$?; \
+	  first=$$?; $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --ignore=tests/protocol; rest=$$?; \
 	  [ $$first -eq 0 ] && [ $$rest -eq 0 ]
 
 ## bench: every benchmark script, printing figures (LOCOMO=path to LoCoMo json for the recall bench,
