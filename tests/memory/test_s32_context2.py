@@ -20,9 +20,9 @@ from server.app import Server
 from server.memory.context import WINDOW_RESULTS_SHARE, Parts, assemble, build_turns, recent_turns
 from server.memory.tokens import ApproxTokenCounter
 from storage.models import ChatMessage
-from test_s32_context import (CUT_SLACK, SYSTEM, _Chat, _config, _results, _tool_turn, _turn, check_share,
+from test_s32_context import (CUT_SLACK, SYSTEM, _config, _results, _tool_turn, _turn, check_share,
                               check_window_body)
-from testkit.scripted_llm import Reply, ToolCallSpec
+from testkit.scripted_llm import Reply, StreamedOnlyLLM, ToolCallSpec
 from testkit.server import V3Client
 
 COUNTER = ApproxTokenCounter()
@@ -97,7 +97,7 @@ async def test_a_follow_up_that_calls_a_tool_has_room_for_its_result(tmp_path):
     calls = [ToolCallSpec(f"r{i}", "read_file", json.dumps({"path": str(big), "offset": 1 + 300 * i, "lines": 500}))
              for i in range(6)]
     again = ToolCallSpec("again", "read_file", json.dumps({"path": str(big), "offset": 2901, "lines": 60}))
-    async with _Chat() as llm:
+    async with StreamedOnlyLLM() as llm:
         srv = Server(_config(tmp_path, llm, tools={"file_roots": [str(files)]}))   # the default window
         addr = await srv.start()
         try:
