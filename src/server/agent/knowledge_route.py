@@ -12,8 +12,10 @@ Rule (offline agent), first match wins:
    system request nor the machine the reading is taken on, "web-01", "the web server", 生产环境, "right
    now", ``intents.without_request``; of a long message only ``intents.parsed_part``, as ``parse``) as
    ``strong_match`` (4) requires -> knowledge (``strong_match``): "what time does the nightly backup
-   run?", "磁盘使用率超过多少会触发告警", "CPU 告警阈值是多少"; "现在几点", "how much memory is free", "is
-   port 22 open on web-01?", "生产环境的CPU使用率是多少？" leave nothing and keep their tool.
+   run?", "磁盘使用率超过多少会触发告警", "CPU 告警阈值是多少", "缓存的过期时间是多少秒？"; "现在几点", "how
+   much memory is free", "is port 22 open on web-01?", "生产环境的CPU使用率是多少？" leave nothing and keep
+   their tool. Such a question that is a follow-up (3) of a documents answer and leaves a word beyond
+   the request ("那过期时间呢？", not "那现在几点？") is one before the tool.
    ``statement``: the message only states facts or preferences to keep, or takes them back
    (``distill.takes_back``), as the user memory's rules read them ("remember that the staging host
    is stage-7", "以后用中文回答", "forget my home address"; no question) -> general.
@@ -22,35 +24,53 @@ Rule (offline agent), first match wins:
    most 8 words, or 16 CJK characters), is no thanks or greeting, is not answered by what the user
    told the assistant (their long-term memory), and refers back ("and its port?", "那它的端口呢";
    ``REFERS_BACK``) or shares a search term with the passages the previous answer quoted -> knowledge;
-   the retrieval query is the previous question (the last one with a term of its own) plus this one
-   ("and its default?" finds the passage about the timeout), and only the passages holding one of this
+   the retrieval query is the previous question (the last one with a term of its own), the section the
+   previous answer quoted first (``topic``: the last heading of its first citation, so "and the
+   maintenance window?" after "and on staging?" -> "what about its port?" still searches staging's)
+   plus this one ("and its default?" finds the passage about the timeout), and only the passages holding one of this
    message's own key terms are quoted ("and its port?" quotes the port, not again the passage the
    previous answer quoted; a message with no key term of its own, "tell me more", "and how do I fix
    it?", goes by the previous question's).
 4. ``strong_match``: the best passage for the message holds at least 60% of the message's distinct
    terms (``match_terms``: English words, Chinese characters and character pairs, without the words
-   that only ask, ``ASKED``: "how many", 多少, 什么, 意思, "fix"), among them at least 2 words (of
-   Chinese, character pairs) -> knowledge.
+   that only ask, ``ASKED``: "how many", 多少, 什么, 意思, "fix", "value"), among them at least 2 words
+   (``_is_word``; of Chinese, character pairs without a function character: 缓存, 过期, not 的过), and
+   what the message is about: every name it names (``names``: SLA, API, Kafka, db-prod-01, any ASCII
+   word of a Chinese message) or, naming none, one of its rarest terms (``rarest_terms``: the fewest
+   passages of the user's documents hold it; not the kind of answer asked for, "which hosts") ->
+   knowledge. A question whose best passage holds every name it names is one too, without the share
+   ("What is the port of Redis?" over Chinese documents). ``missing_term``: a question (not answered
+   by the user memory) whose best passage holds the share but not what it is about, or that names
+   something no best passage holds -> knowledge, and the answer says what the documents have nothing
+   about ("What is the SLA of the payments API?" -> I found nothing about “SLA” in your documents.).
 5. otherwise general (``default``; ``no_documents`` when the user can see no document).
 
 A knowledge answer quotes only passages that hold at least one key term of the question
-(``key_terms``: no stopword, no word naming the documents, no word that only asks); when none does,
-it says the documents have nothing about it. A passage text is quoted once (a file uploaded twice);
-passages of different documents under one citation (an edited file uploaded again under its name)
-are quoted the most recently uploaded first, each citation followed by its document's upload time.
+(``key_terms``: no stopword, no word naming the documents, no word that only asks) and what it is
+about (as in 4: every name, else one of the rarest terms, ``Focus.rarest``); when none holds a key
+term it says the documents have nothing about it, when some do but none what it is about, that
+they have nothing about that ("nothing about “deployments”", 知识库里没有找到关于“Kafka”的内容。). A
+passage text is quoted once (a file uploaded twice); passages of one file uploaded several times
+(one citation in one collection: a personal vpn.md and a group's vpn.md are two files) are quoted
+the most recently uploaded first, each citation followed by its document's upload time; a group's
+passage names its group ("(group ops)", "（群组 ops）").
 
 Every turn records ``{"route", "method", "reason", "query"?}`` in its context metadata (``route``).
-The LLM agent decides by calling ``search_knowledge`` or not; ``record_model_route`` records that.
+The LLM agent decides by calling ``search_knowledge`` or not; ``record_model_route`` records that and
+checks the citations its answer writes against the passages of the turn (``unverified_citations``).
 Passages are quoted (Markdown block quotes with their citation), never followed.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from server.agent.intents import COMMAND, parsed_part, without_request
+from server.knowledge.access import readable
+from server.knowledge.rerank import identifiers
 from server.memory.analyze import CJK_STOP_CHARS, analyze
 from server.memory.distill import MAX_ITEMS_PER_MESSAGE, distill_rules, takes_back
 from server.memory.extractive import sentences
@@ -80,6 +100,7 @@ ASKING_TERMS = frozenset(analyze("tell say said explain describe know mention pl
 #: do about it (fix, 解决): a passage about the subject answers them without holding them (``key_terms``)
 ASKED = re.compile(
     r"\bhow\s+(?:much|many|long|often|far|big|large|soon|old)\b|\bwhat\s+kind\s+of\b|"
+    r"\b(?:values?|amount|exact(?:ly)?|(?:the\s+)?number\s+of)\b|"
     r"\b(?:fix(?:es|ed|ing)?|solve[sd]?|solving|resolve[sd]?|resolving|repair(?:s|ed|ing)?|handl(?:e|es|ed|ing)|"
     r"troubleshoot(?:s|ed|ing)?|remed(?:y|ies)|mitigat(?:e|es|ed|ing)|work\s*around|deal)\b|"
     r"多长时间|多少时间|多久|多少|多长|多大|多高|多远|多快|几点钟?|几个|几次|几天|什么时候|什么|啥|怎么样|怎么办|"
@@ -104,6 +125,28 @@ COURTESY = re.compile(
     r"明白|了解|知道了|懂了|你好|您好|再见|拜拜|辛苦了|没事了|没问题|不错|很好|太好了)"
     r"(?:你|您|啦|了|哈|呀|啊|哦|喔)*[\s,.!~，。！、]*)+", re.IGNORECASE | re.ASCII)
 CITATION = re.compile(r"\[[^\[\]\n]+ §[^\[\]\n]+\]")
+#: the characters of ``CJK_STOP_CHARS`` (which serves recall) that begin or end content words too: 过期,
+#: 有效, 到期, 对象, 因为, 存在, 从库, 还原, 就绪, 个人 (``_is_word``)
+CONTENT_STOP_CHARS = frozenset("过有到对为在从还就个")
+FUNCTION_CHARS = CJK_STOP_CHARS - CONTENT_STOP_CHARS
+#: CJK character pairs without a ``FUNCTION_CHARS`` character that are still function words (``_is_word``)
+FUNCTION_PAIRS = frozenset({"因为", "所以", "如果", "但是", "还是", "或者", "以及", "就是", "可以", "已经", "一下", "一个",
+                            "这样", "那样", "怎样", "然后", "而且", "并且", "为了", "对于", "关于", "还有", "没有", "不是",
+                            "有点", "一些", "这里", "那里", "哪里", "目前", "现在"})
+#: a question (the ``missing_term`` route answers only questions): a question mark, a question word
+QUESTION = re.compile(
+    r"[?？]|^\W*(?:what|what's|which|who|whom|whose|when|where|why|how|is|are|was|were|do|does|did|can|could|"
+    r"should|will|would|has|have)\b|吗|呢|什么|多少|哪|几|如何|怎么|是否|是不是|有没有", re.IGNORECASE)
+_ASCII_WORD = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:/-]*[A-Za-z0-9])?")
+_SENTENCE_END = frozenset(".!?。！？;；")
+#: words that stand for what was said before ("and the weekly one?"): never what a follow-up is about
+REFERRING_TERMS = frozenset(analyze("one ones thing things stuff part parts kind kinds"))
+#: the word a question asks for ("which hosts ...", "what port ...", "how many days ..."): the kind of answer
+#: wanted, which the passage answering may not name ("The proxy pool is proxy-a, proxy-b ..."): never
+#: what the question is about (``focus_of``)
+ANSWER_KIND = re.compile(r"\b(?:which|what|whose|how\s+many)\s+([a-z][a-z-]*)", re.IGNORECASE | re.ASCII)
+_LEADING_PUNCT = re.compile(r"^[\s,.;:!?，。；：！？、]+")
+_LOCATION_TAIL = re.compile(r"(?:, (?:p\. \d+|lines? [\d-]+))+$")
 FOLLOW_UP_MAX_WORDS = 8
 FOLLOW_UP_MAX_CJK = 16
 STRONG_SHARE = 0.6
@@ -114,13 +157,21 @@ _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 ANSWER_HEAD_EN, ANSWER_HEAD_ZH = "From your documents:", "知识库中的相关内容："
 
 
+class Focus(str):
+    """The text whose key terms a quoted passage must hold (the question, or a follow-up's own words),
+    with ``rarest``: those of its terms the user's documents hold the fewest times (``rarest_terms``),
+    one of which a quoted passage must hold when the text names nothing (``names``). A plain str
+    works as a focus too (no rarest term known)."""
+    rarest: frozenset[str] = frozenset()
+
+
 @dataclass(slots=True)
 class Route:
     route: str             # "knowledge" | "general"
-    method: str            # keyword | intent | follow_up | strong_match | default | no_documents | model...
+    method: str            # keyword | intent | follow_up | strong_match | missing_term | default | no_documents | model...
     reason: str
     query: str = ""
-    focus: str = ""        # the text whose search terms a quoted passage must hold (follow_up: the new message)
+    focus: str = ""        # the text whose search terms a quoted passage must hold (follow_up: the new message): a Focus
 
     def record(self) -> dict[str, Any]:
         out = {"route": self.route, "method": self.method, "reason": self.reason}
@@ -164,6 +215,11 @@ def search_query(text: str) -> str:
     return " ".join(ROUTING.sub(" ", text).split())
 
 
+def _query(text: str) -> str:
+    """``search_query(text)`` without the punctuation left in front ("根据知识库，Kafka ..." -> "Kafka ...")."""
+    return _LEADING_PUNCT.sub("", search_query(text))
+
+
 def search_terms(text: str) -> set[str]:
     """The search terms a passage must share with ``text`` to be about it: the analyzed terms of
     ``search_query(text)`` without those naming the documents or only asking ("tell", "explain");
@@ -192,8 +248,114 @@ def _terms(text: str) -> set[str]:
 
 
 def _is_word(term: str) -> bool:
-    """A term that says something on its own: a word, or a CJK character pair with no function character."""
-    return not _CJK.match(term) or (len(term) == 2 and not CJK_STOP_CHARS.intersection(term))
+    """A term that says something on its own: a word, or a CJK character pair that is no function pair:
+    none of its characters only a function character (``FUNCTION_CHARS``: 的, 是, 吗, 它 ...), not both
+    of them stop characters (``CJK_STOP_CHARS``: 那过, 在从), not one of ``FUNCTION_PAIRS`` (因为, 可以).
+    ``CJK_STOP_CHARS`` serves recall and holds characters of content words too (``CONTENT_STOP_CHARS``:
+    过期, 有效, 到期, 存在): a pair with one of them is a word ("缓存的过期时间" has 缓存 and 过期)."""
+    if not _CJK.match(term):
+        return True
+    return (len(term) == 2 and not FUNCTION_CHARS.intersection(term) and not CJK_STOP_CHARS.issuperset(term)
+            and term not in FUNCTION_PAIRS)
+
+
+def _is_rare_candidate(term: str) -> bool:
+    """A term whose rarity in the documents says what a question is about (``rarest_terms``): an
+    English word or a number of more than one character, or a CJK pair without any function character
+    (a pair across two words, 存的, is rare without meaning anything)."""
+    if _CJK.match(term):
+        return len(term) == 2 and not CJK_STOP_CHARS.intersection(term)
+    return len(term) > 1
+
+
+def names(text: str) -> dict[str, str]:
+    """{term: word as written} of the names and identifiers ``text`` asks about (words that say
+    "ask" or "look in the documents" left out): identifiers (``rerank.identifiers``: db-prod-01,
+    ERR-4031), acronyms (SLA, API), words holding a digit (E1024) or an inner capital (pgBackRest),
+    capitalized words not starting a sentence (Redis, Kafka), and every ASCII word of a Chinese text
+    (根据知识库，Kafka 集群的密码是什么？ -> Kafka). A passage quoted for such a question holds them all."""
+    text = ASKED.sub(" ", search_query(text))
+    chinese = _CJK.search(text) is not None
+    out: dict[str, str] = {}
+    for ident in identifiers(text):
+        for term in _terms(ident):
+            out.setdefault(term, ident)
+    for m in _ASCII_WORD.finditer(text):
+        word = m.group()
+        letters = sum(c.isalpha() for c in word)
+        if not letters or len(word) < 2:
+            continue
+        if not (chinese or (word.isupper() and letters > 1) or any(c.isdigit() for c in word)
+                or any(c.isupper() for c in word[1:])
+                or (word[0].isupper() and not _starts_sentence(text, m.start()))):
+            continue
+        for term in _terms(word):
+            out.setdefault(term, word)
+    return out
+
+
+def _starts_sentence(text: str, at: int) -> bool:
+    """The word at ``at`` begins ``text`` or a sentence of it (only punctuation and spaces since a
+    sentence end): its capital says nothing."""
+    i = at - 1
+    while i >= 0 and not text[i].isalnum():
+        if text[i] in _SENTENCE_END:
+            return True
+        i -= 1
+    return i < 0
+
+
+async def doc_freqs(source: Any, user_id: str, terms: Iterable[str]) -> dict[str, int] | None:
+    """{term: how many passages of the documents ``user_id`` can read hold it} (the statistics the
+    search weighs terms with: their collections only), or None when ``source`` cannot tell."""
+    terms = sorted(set(terms))
+    kb = getattr(source, "kb", None)
+    index, groups_of = getattr(kb, "index", None), getattr(source, "groups_of", None)
+    if not terms or index is None or groups_of is None:
+        return None
+    collections = readable(user_id, groups_of(user_id))
+
+    def count() -> dict[str, int]:
+        with kb.lock:
+            stats = index.stats(collections)
+            return {t: stats.df(t) for t in terms}
+    return await asyncio.to_thread(count)
+
+
+async def rarest_terms(source: Any, user_id: str, terms: Iterable[str]) -> frozenset[str]:
+    """Of ``terms`` (``_is_rare_candidate``), those the user's documents hold in the fewest passages
+    (by document frequency, ``doc_freqs``: "sla" in no passage, "deploy" in none, "kafka"); a CJK pair
+    in no passage is left out (a pair across two words, 夜间备份 -> 间备, says nothing missing)."""
+    df = await doc_freqs(source, user_id, [t for t in terms if _is_rare_candidate(t)])
+    known = {t: n for t, n in (df or {}).items() if n or not _CJK.match(t)}
+    if not known:
+        return frozenset()
+    low = min(known.values())
+    return frozenset(t for t, n in known.items() if n == low)
+
+
+async def focus_of(source: Any, user_id: str, text: str, terms: Iterable[str] | None = None) -> Focus:
+    """``text`` as a ``Focus``: its rarest term(s) among ``terms`` (default: its ``key_terms``), not
+    counting the kind of answer it asks for (``ANSWER_KIND``: "which hosts", "what port")."""
+    focus = Focus(text)
+    kind = {t for m in ANSWER_KIND.finditer(text) for t in _terms(m.group(1))} | REFERRING_TERMS
+    focus.rarest = await rarest_terms(source, user_id, set(key_terms(text) if terms is None else terms) - kind)
+    return focus
+
+
+def _words_for(text: str, terms: Iterable[str]) -> list[str]:
+    """How ``text`` writes ``terms``: the word (or CJK pair) each comes from, in the text's order."""
+    wanted, out = set(terms), []
+    for m in re.finditer(rf"{_ASCII_WORD.pattern}|[\u3400-\u9fff\uf900-\ufaff]+", text):
+        word = m.group()
+        found = [t for t in (_terms(word) if not _CJK.match(word) else
+                             [word[i:i + 2] for i in range(len(word) - 1)]) if t in wanted]
+        for t in found:
+            wanted.discard(t)
+            shown = word if not _CJK.match(word) else t
+            if shown not in out:
+                out.append(shown)
+    return out + sorted(wanted)
 
 
 def statement_items(text: str) -> list[tuple[str, str]]:
@@ -232,40 +394,93 @@ async def decide(text: str, messages: list[dict[str, Any]], source: Any, user_id
         return Route("general", "no_documents", "the user can see no document")
     m = KEYWORDS.search(text)
     if m:
-        return Route("knowledge", "keyword", f"the message mentions {m.group(0)!r}", search_query(text) or text, text)
+        return Route("knowledge", "keyword", f"the message mentions {m.group(0)!r}", _query(text) or text,
+                     await focus_of(source, user_id, text))
     if tool_intents:
         if OUTRANKED.issuperset(tool_intents) and not COMMAND.match(text):
-            route = await _strong_match(source, user_id, text, match_terms(parsed_part(text), request=True),
+            asked = match_terms(parsed_part(text), request=True)
+            if any(map(_is_word, asked)):          # "那过期时间呢？" after a documents answer: no clock reading
+                route = await _follow_up(source, user_id, text, messages, remembered, asked)
+                if route is not None:
+                    return route
+            route = await _strong_match(source, user_id, text, asked,
                                         f" the system request ({', '.join(tool_intents)}) leaves")
             if route is not None:
                 return route
         return Route("general", "intent", f"a system request: {', '.join(tool_intents)}")
     if stated:
         return Route("general", "statement", "the message states facts or preferences to keep, asks nothing")
-    prev_answer = _previous(messages, "assistant")
-    prev_question = _asked_about(messages)
-    if prev_answer and prev_answer.startswith((ANSWER_HEAD_EN, ANSWER_HEAD_ZH)) and CITATION.search(prev_answer) \
-            and prev_question and is_follow_up(text) and not remembered and _refers_to(text, prev_answer):
-        query = search_query(f"{prev_question} {text}")
-        return Route("knowledge", "follow_up", "a short follow-up to an answer from the documents", query,
-                     text if key_terms(text) else query)
-    route = await _strong_match(source, user_id, text, match_terms(text), " of the message")
+    route = await _follow_up(source, user_id, text, messages, remembered)
+    if route is not None:
+        return route
+    route = await _strong_match(source, user_id, text, match_terms(text), " of the message",
+                                named=names(text), question=not remembered and QUESTION.search(text) is not None)
     return route or Route("general", "default", "no document mention and no strong match")
 
 
-async def _strong_match(source: Any, user_id: str, text: str, terms: set[str], of: str) -> Route | None:
+def topic(answer: str) -> str:
+    """The section the documents answer ``answer`` quoted first: the last heading of its first citation
+    ("[runbook.md §Runbook > Environments > Staging, lines 26-27]" -> "Staging"); "" without one."""
+    m = CITATION.search(answer)
+    if not m:
+        return ""
+    location = _LOCATION_TAIL.sub("", m.group(0)[1:-1].split(" §", 1)[1])
+    return "" if location == "start" or re.fullmatch(r"(?:p\. \d+|lines? [\d-]+)", location) else \
+        location.split(" > ")[-1]
+
+
+async def _follow_up(source: Any, user_id: str, text: str, messages: list[dict[str, Any]], remembered: bool,
+                     asked: set[str] | None = None) -> Route | None:
+    """The ``follow_up`` route when ``text`` follows up the previous documents answer, else None. The
+    query: the previous question, the section the previous answer quoted first (``topic``: "and the
+    maintenance window?" after an answer about staging searches staging's) and ``text``. ``asked``:
+    of a system request, its terms beyond the request (the focus's rarest term is one of them)."""
+    prev_answer = _previous(messages, "assistant")
+    prev_question = _asked_about(messages)
+    if not (prev_answer and prev_answer.startswith((ANSWER_HEAD_EN, ANSWER_HEAD_ZH)) and CITATION.search(prev_answer)
+            and prev_question and is_follow_up(text) and not remembered and _refers_to(text, prev_answer)):
+        return None
+    section = topic(prev_answer)
+    query = _query(f"{prev_question} {section} {text}")
+    own = key_terms(text)
+    focus = await focus_of(source, user_id, text if own else query,
+                           (own & asked if asked is not None else own) or None)
+    return Route("knowledge", "follow_up", "a short follow-up to an answer from the documents"
+                 + (f" (about {section!r})" if section else ""), query, focus)
+
+
+async def _strong_match(source: Any, user_id: str, text: str, terms: set[str], of: str, *,
+                        named: dict[str, str] | None = None, question: bool = False) -> Route | None:
     """The ``strong_match`` route when the best passage for ``text`` holds at least ``STRONG_SHARE`` of
     the ``match_terms`` ``terms``, among them at least ``STRONG_MIN_TERMS`` words (``_is_word``: of
-    Chinese, character pairs); else None."""
-    if sum(map(_is_word, terms)) < STRONG_MIN_TERMS:
+    Chinese, character pairs), and what the message is about: every one of the ``named`` names
+    (``names``), or without any, one of the rarest of ``terms`` (``rarest_terms``). A best passage
+    holding every name routes there without the share ("What is the port of Redis?" over Chinese
+    documents), when it is a ``question`` (not answered by the user memory); such a question whose best
+    passage holds its share but not what it is about, or that names something, gets the
+    ``missing_term`` route: the answer says the documents have nothing about it. Else None."""
+    named = named or {}
+    if sum(map(_is_word, terms)) < STRONG_MIN_TERMS and not named:
         return None
     hits = await source.search(user_id, text, 1)
+    focus = await focus_of(source, user_id, text, terms)
     if not hits:
-        return None
-    held = terms & set(analyze(hits[0].text + " " + " ".join(hits[0].location.get("heading", []))))
-    if sum(map(_is_word, held)) >= STRONG_MIN_TERMS and len(held) >= STRONG_SHARE * len(terms):
-        return Route("knowledge", "strong_match",
-                     f"{hits[0].citation} holds {len(held)} of the {len(terms)} search terms{of}", text, text)
+        return Route("knowledge", "missing_term", f"no passage holds {', '.join(named.values())}", _query(text),
+                     focus) if named and question else None
+    best = hits[0]
+    holds = set(analyze(best.text + " " + " ".join(best.location.get("heading", []))))
+    held = terms & holds
+    shared = sum(map(_is_word, held)) >= STRONG_MIN_TERMS and len(held) >= STRONG_SHARE * len(terms)
+    absent = [w for t, w in named.items() if t not in holds] if named else \
+        _words_for(text, focus.rarest - holds) if focus.rarest and not focus.rarest & holds else []
+    if not absent and (shared or (named and question)):
+        why = f"holds {len(held)} of the {len(terms)} search terms{of}" if shared else \
+            f"holds {', '.join(dict.fromkeys(named.values()))}, named in the message"
+        return Route("knowledge", "strong_match", f"{best.citation} {why}", text, focus)
+    if question and (shared or named):
+        return Route("knowledge", "missing_term",
+                     f"{best.citation} holds {len(held)} of the {len(terms)} search terms{of}, not "
+                     f"{', '.join(repr(w) for w in absent)}", _query(text), focus)
     return None
 
 
@@ -281,20 +496,35 @@ def passages_of(call: Any) -> list[dict[str, Any]]:
 
 
 def cite(p: dict[str, Any]) -> dict[str, Any]:
-    return {k: p.get(k) for k in ("citation", "doc_id", "name", "chunk_id", "location")}
+    out = {k: p.get(k) for k in ("citation", "doc_id", "name", "chunk_id", "location")}
+    if p.get("collection"):
+        out["collection"] = p["collection"]
+    return out
+
+
+def _document(p: dict[str, Any]) -> tuple[Any, Any]:
+    """What names one file: its collection (``personal``, ``group:<name>``; a passage without one is
+    taken to be of the same collection as any other) and citation. A personal vpn.md and the group's
+    vpn.md are two files, never two versions of one."""
+    return p.get("collection"), p.get("citation")
+
+
+def _group(p: dict[str, Any]) -> str | None:
+    coll = p.get("collection")
+    return coll[len("group:"):] if isinstance(coll, str) and coll.startswith("group:") else None
 
 
 def upload_times(call: Any) -> dict[str, str]:
     """{doc_id: uploaded_at} of the documents whose passages in ``call`` share a citation with a passage
-    of another document (an edited file uploaded again under its name); {} when none do. The times
-    are the passages' own (``search_knowledge`` gives each its document's upload time)."""
-    by_citation: dict[Any, set[Any]] = {}
+    of another document of the same collection (an edited file uploaded again under its name); {} when
+    none do. The times are the passages' own (``search_knowledge`` gives each its document's upload time)."""
+    by_document: dict[Any, set[Any]] = {}
     times: dict[str, str] = {}
     for p in passages_of(call):
-        by_citation.setdefault(p.get("citation"), set()).add(p.get("doc_id"))
+        by_document.setdefault(_document(p), set()).add(p.get("doc_id"))
         if isinstance(p.get("uploaded_at"), str):
             times[p["doc_id"]] = p["uploaded_at"]
-    clashing = {d for ids in by_citation.values() if len(ids) > 1 for d in ids}
+    clashing = {d for ids in by_document.values() if len(ids) > 1 for d in ids}
     return {d: t for d, t in times.items() if d in clashing}
 
 
@@ -311,37 +541,56 @@ def _distinct(found: list[dict[str, Any]], uploaded: dict[str, str]) -> list[dic
 
 
 def _newest_first(quoted: list[dict[str, Any]], uploaded: dict[str, str]) -> list[dict[str, Any]]:
-    """``quoted`` with the passages that share a citation (different documents under one name) next to
-    each other where the first of them was, the most recently uploaded first."""
-    by_citation: dict[Any, list[dict[str, Any]]] = {}
+    """``quoted`` with the passages of one file uploaded several times (one citation in one collection,
+    ``_document``) next to each other where the first of them was, the most recently uploaded first."""
+    by_document: dict[Any, list[dict[str, Any]]] = {}
     for p in quoted:
-        by_citation.setdefault(p.get("citation"), []).append(p)
-    return [p for same in by_citation.values()
+        by_document.setdefault(_document(p), []).append(p)
+    return [p for same in by_document.values()
             for p in sorted(same, key=lambda p: uploaded.get(p.get("doc_id"), ""), reverse=True)]
 
 
 def _source_line(p: dict[str, Any], uploaded: dict[str, str], newest: bool, zh: bool) -> str:
-    """"— [name §location]", and for a citation that several quoted documents share, the upload time
-    of this one ("uploaded 2026-11-27 13:09:41 UTC, the newest")."""
+    """"— [name §location]", with the group of a group's document ("group ops") and, for a file of which
+    several uploads are quoted, the upload time of this one ("uploaded 2026-11-27 13:09:41 UTC, the
+    newest")."""
     line = f"— {p.get('citation', '')}"
-    when = uploaded.get(p.get("doc_id"))
+    parts, group, when = [], _group(p), uploaded.get(p.get("doc_id"))
+    if group:
+        parts.append(f"群组 {group}" if zh else f"group {group}")
     if when:
         at = f"{when[:19].replace('T', ' ')} UTC"
-        if zh:
-            line += f"（上传于 {at}{'，最新' if newest else ''}）"
-        else:
-            line += f" (uploaded {at}{', the newest' if newest else ''})"
+        parts.append((f"上传于 {at}" if zh else f"uploaded {at}") + (("，最新" if zh else ", the newest") if newest else ""))
+    if parts:
+        line += f"（{'，'.join(parts)}）" if zh else f" ({', '.join(parts)})"
     return line
+
+
+def _nothing(zh: bool, words: list[str] | None = None) -> str:
+    """The documents have nothing about it (about ``words``, when some of what was asked is there)."""
+    if not words:
+        return "知识库里没有找到相关内容。" if zh else "I found nothing about that in your documents."
+    if zh:
+        return f"知识库里没有找到关于{'、'.join(f'“{w}”' for w in words)}的内容。"
+    shown = [f"“{w}”" for w in words]
+    return f"I found nothing about {', '.join(shown[:-1]) + ' or ' if len(shown) > 1 else ''}{shown[-1]} in your documents."
+
+
+def _holds(p: dict[str, Any]) -> set[str]:
+    return set(analyze(str(p.get("text", "")) + " " + str(p.get("citation", ""))))
 
 
 def answer(call: Any, zh: bool, focus: str, uploaded: dict[str, str] | None = None) -> tuple[str, list[dict[str, Any]]]:
     """The offline answer quoting the best passages, and the citations it carries. Only the passages
-    holding one of ``focus``'s ``key_terms`` (the question's, or a follow-up's own) are quoted: "and its
-    port?" quotes the passage about the port, not the one the previous answer quoted again, and a
-    passage that merely says "this page documents ..." is not quoted for a question the documents do
-    not answer. None holding one: the documents have nothing about it. A text is quoted once; passages
-    of different documents under one citation (``uploaded``: their upload times, ``upload_times``) are
-    quoted the newest first, each with its upload time."""
+    holding one of ``focus``'s ``key_terms`` (the question's, or a follow-up's own) and what it is
+    about are quoted: every name it names (``names``: SLA, Kafka, db-prod-01) or, naming none, one of
+    its rarest terms (``Focus.rarest``). "and its port?" quotes the passage about the port, not the one
+    the previous answer quoted again, and a passage that merely says "this page documents ..." or
+    shares "payments" with "What is the SLA of the payments API?" is not quoted. None holding a key
+    term: the documents have nothing about it; some, but none what it is about: nothing about that
+    ("I found nothing about “SLA” in your documents."). A text is quoted once; passages of one file
+    uploaded several times (``uploaded``: their upload times, ``upload_times``) are quoted the newest
+    first, each with its upload time; a group's passage names its group."""
     uploaded = uploaded or {}
     found = passages_of(call)
     if not found and call.status != "success":
@@ -349,15 +598,24 @@ def answer(call: Any, zh: bool, focus: str, uploaded: dict[str, str] | None = No
     terms = key_terms(focus)
     if not terms:
         return ("请告诉我要在知识库里查找什么。" if zh else "Tell me what to look for in your documents."), []
-    found = [p for p in found if covered(terms, str(p.get("text", "")) + " " + str(p.get("citation", "")))]
+    found = [p for p in found if terms & _holds(p)]
     if not found:
-        return ("知识库里没有找到相关内容。" if zh else "I found nothing about that in your documents."), []
-    found = _distinct(found, uploaded)
+        return _nothing(zh), []
+    named, rarest = names(focus), set(getattr(focus, "rarest", ()))
+    if named:
+        about = [p for p in found if set(named) <= _holds(p)]
+    else:
+        about = [p for p in found if rarest & _holds(p)] if rarest else found
+    if not about:
+        seen = set().union(*map(_holds, found))
+        missing = [named[t] for t in named if t not in seen] if named else _words_for(focus, rarest - seen)
+        return _nothing(zh, missing or _words_for(focus, set(named) or rarest)), []
+    found = _distinct(about, uploaded)
     best = found[0].get("score") or 0
     quoted = [p for p in found[:QUOTE_TOP] if (p.get("score") or 0) >= 0.5 * best] or found[:1]
-    citations = [p.get("citation") for p in quoted]
+    documents = [_document(p) for p in quoted]
     dated = {p["doc_id"]: uploaded[p["doc_id"]] for p in quoted
-             if citations.count(p.get("citation")) > 1 and p.get("doc_id") in uploaded}
+             if documents.count(_document(p)) > 1 and p.get("doc_id") in uploaded}
     quoted = _newest_first(quoted, dated)
     parts = [ANSWER_HEAD_ZH if zh else ANSWER_HEAD_EN]
     for n, p in enumerate(quoted):
@@ -365,19 +623,42 @@ def answer(call: Any, zh: bool, focus: str, uploaded: dict[str, str] | None = No
         if len(text) > QUOTE_CHARS:
             text = text[:QUOTE_CHARS] + "…"
         block = "\n".join("> " + line if line.strip() else ">" for line in text.splitlines())
-        newest = n == 0 or quoted[n - 1].get("citation") != p.get("citation")
+        newest = n == 0 or _document(quoted[n - 1]) != _document(p)
         parts.append(f"{block}\n\n{_source_line(p, dated, newest, zh)}")
     return "\n\n".join(parts), [cite(p) for p in quoted]
 
 
+def _cited(written: str, citation: Any) -> bool:
+    """The citation ``written`` in an answer names the passage cited ``citation``: the same, or the
+    same file and the start of its location ("[runbook.md §Backup]" for "[runbook.md §Backup, line 5]")."""
+    if not isinstance(citation, str):
+        return False
+    if written == citation:
+        return True
+    w_name, _, w_loc = written[1:-1].partition(" §")
+    name, _, loc = citation[1:-1].partition(" §")
+    return w_name.strip() == name and bool(w_loc.strip()) and loc.startswith(w_loc.strip())
+
+
 def record_model_route(context: dict[str, Any], metadata: dict[str, Any], calls: list[Any], content: str) -> None:
-    """The LLM agent's route (did it search the documents?) and the citations its answer uses."""
+    """The LLM agent's route (did it search the documents?) and the citations its answer makes:
+    ``metadata["citations"]``: the passages of this turn's searches that the answer cites (none cited:
+    none stored, whatever was retrieved: the tool calls keep that); ``metadata["unverified_citations"]``:
+    the ``[name §location]`` citations it writes that no passage of this turn has (a made-up
+    "[vendor-secrets.pdf §p. 4]"), also noted in the route's reason and ``unverified_citations``."""
     found = [p for c in calls for p in passages_of(c)]
     if any(c.tool_name == "search_knowledge" for c in calls):
-        context["route"] = Route("knowledge", "model_tool_call", "the model called search_knowledge").record()
+        route = Route("knowledge", "model_tool_call", "the model called search_knowledge").record()
     else:
-        context["route"] = Route("general", "model", "the model answered without searching the documents").record()
-    if found:
-        used = [p for p in found if p.get("citation") and p["citation"] in content] or found
+        route = Route("general", "model", "the model answered without searching the documents").record()
+    written = list(dict.fromkeys(CITATION.findall(content)))
+    used = [p for p in found if any(_cited(w, p.get("citation")) for w in written)]
+    unverified = [w for w in written if not any(_cited(w, p.get("citation")) for p in found)]
+    if used:
         seen: set[Any] = set()
         metadata["citations"] = [cite(p) for p in used if not (p.get("chunk_id") in seen or seen.add(p.get("chunk_id")))]
+    if unverified:
+        metadata["unverified_citations"] = unverified
+        route["unverified_citations"] = unverified
+        route["reason"] += f"; the answer cites {' '.join(unverified)}, which no passage found in this turn has"
+    context["route"] = route

@@ -15,8 +15,11 @@ name most. For each candidate the score becomes
   weight of all query terms;
 - proximity: the largest weight of distinct query terms inside one window of ``len(query) +
   WINDOW_SLACK`` characters of the chunk's text, counting only terms that are not in the chunk's
-  heading path (the section's topic is already credited to every chunk of the section), over the
-  weight of all query terms;
+  heading path (the section's topic is already credited to every chunk of the section), plus the
+  weight of the query terms in the chunk's own (most specific) heading, which names what the text
+  is about as closely as a term beside the others would ("When is the maintenance window on
+  production?": the section "Production" holding "Maintenance window: Sunday ..." is as close as
+  the section "Staging" that mentions production in passing), over the weight of all query terms;
 - exact: the weight of the query's identifiers (an ASCII token holding a digit and an inner ``.``,
   ``-``, ``_``, ``:`` or ``/``: ``db-01``, ``10.2.10.30``, ``ERR-4031``, ``v1.2.3``, ``2026-10-01``)
   that stand whole in the chunk's text or heading path (not inside a longer identifier:
@@ -168,7 +171,8 @@ def rerank(query: str, candidates: Iterable[tuple[Hashable, float]], passage: Pa
         hits = matches(text, weight.keys())
         coverage = sum(weight[t] for t in {t for _, t in hits} | in_heading) / total
         topical = [(p, t) for p, t in hits if t not in in_heading]
-        proximity = _best_window(topical, weight, width) / total
+        own = _heading_terms(heading[-1]) & weight.keys() if heading else frozenset()
+        proximity = (_best_window(topical, weight, width) + sum(weight[t] for t in own)) / total
         score = bm25 / best_bm25 + COVERAGE_WEIGHT * coverage + PROXIMITY_WEIGHT * proximity
         if idents:
             body, path = _normalized(text), normalize(" / ".join(heading))
