@@ -25,12 +25,15 @@ from protocol import ErrorCode
 from protocol.objects import SessionInfo, ToolCall
 from protocol.server_events import AnswerDelta, ToolCallEvent, TurnEnd, TurnError, TurnEvent
 
-from client import errors
+from client import errors, files
+from client import kb as kbclient
 from client.config import ClientConfig
 from client.connection import Backoff, Client
-from client.errors import ClientError
+from client.errors import ClientCode, ClientError
 from client.events import Disconnected, ServerError
-from client.kb_cli import add_kb_parser, cmd_kb, dump_json as _dump
+from client.kb_cli import STANDARD_STREAMS, add_kb_parser, cmd_kb, dump_json as _dump
+from client.kb_cli import _check_standard_stream as check_standard_stream
+from client.turn_errors import error_line
 from client.wording import counted, printable, stamp
 
 EXIT_OK = 0
@@ -419,14 +422,21 @@ async def cmd_history(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, 
         for call in m.tool_calls:
             out.write(f"  tool {call.tool_name} {_arguments(call)} -> "
                       f"{call.status} ({call.duration:.3f}s)\n")
-        out.write((m.content or ("(no answer)" if m.role == "assistant" else "")) + "\n\n")
+        failed = error_line(m.metadata) if m.role == "assistant" else None
+        if failed is None:
+            out.write((m.content or ("(no answer)" if m.role == "assistant" else "")) + "\n\n")
+        else:   # what was streamed (if anything), then the error line the TUI shows
+            out.write((m.content + "\n" if m.content else "") + failed + "\n\n")
     if page.has_more:
         out.write(f"(older messages: --before {page.next_before})\n")
     return EXIT_OK
 
 
 async def cmd_search(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
-    """Search the user's messages (HISTORY_SEARCH): every session, or --session ID."""
+    """Search the user's messages (HISTORY_SEARCH): every session, or --session ID. A blank query is
+    a usage error here, as a blank ``ask`` is (the server would refuse it)."""
+    if not args.query.strip():
+        raise UsageError("the query is empty: give the words to look for")
     async with make_client(cfg) as client:
         hits = (await client.search(args.query, session_id=args.session, limit=args.limit)).hits
     if args.json:
@@ -465,21 +475,41 @@ async def cmd_clear(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, er
 
 
 async def cmd_export(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
-    """Export a session as Markdown or JSON to --output (replaced when it exists) or stdout."""
+    """Export a session as Markdown or JSON to --output or stdout (``-o -``). ``--output`` is written
+    atomically (``client.files``: a temporary file beside it, renamed over it), or through in place
+    for a FIFO or a device; a folder means ``nplt-<session>.<ext>`` in it, and a path ending in a
+    separator that is no folder is WRITE_FAILED, before the export is asked for."""
+    output = None if args.output in (None, "-") else os.path.expanduser(args.output)
     async with make_client(cfg) as client:
         _need_session(client, args.session)
+        dest = None
+        if output is not None:
+            dest = await _export_destination(output, args.output, files.export_name(
+                args.session or client.session_id or "", args.format), out)
         reply = await client.export(args.format, session_id=args.session)
     content = reply.content
-    if args.output:
-        try:
-            await asyncio.to_thread(Path(args.output).expanduser().write_text, content, encoding="utf-8")
-        except OSError as exc:
-            err.write(f"nplt-client: WRITE_FAILED: cannot write {args.output}: {exc.strerror or exc}\n")
-            return EXIT_USAGE
+    if dest is None:
+        out.write(content if content.endswith("\n") else content + "\n")
+        out.flush()
         return EXIT_OK
-    out.write(content if content.endswith("\n") else content + "\n")
-    out.flush()
+    try:
+        await files.write_export(dest, content.encode("utf-8"))
+    except OSError as exc:
+        raise ClientError(ClientCode.WRITE_FAILED, f"cannot write {args.output}: {exc.strerror or exc}") from exc
     return EXIT_OK
+
+
+async def _export_destination(path: str, given: str, name: str, out: TextIO) -> Path:
+    """The file an export to ``path`` (``given``: as typed) is written to (``files.export_target``);
+    one of this process's standard streams (``/dev/stdout``) must be open."""
+    try:
+        dest = await asyncio.to_thread(files.export_target, path, name)
+        descriptor = await asyncio.to_thread(kbclient.own_descriptor, dest)
+    except OSError as exc:
+        raise ClientError(ClientCode.WRITE_FAILED, f"cannot write {given}: {exc.strerror or exc}") from exc
+    if descriptor in STANDARD_STREAMS:
+        check_standard_stream(descriptor, out)
+    return dest
 
 
 async def cmd_clients(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
@@ -592,13 +622,13 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--clear", action="store_true", help="reset to the server's system prompt")
     p.add_argument("--json", action="store_true", help='print {"session_id", "system_prompt"}')
     p = sub.add_parser("sessions", help="list sessions, newest first")
-    p.add_argument("--limit", type=_positive, default=0, help="at most N sessions (default: all)")
+    p.add_argument("--limit", type=_positive, default=0, metavar="N", help="at most N sessions (default: all)")
     p.add_argument("--page-size", type=_positive, default=100, help=argparse.SUPPRESS)
     p.add_argument("--deleted", action="store_true", help="list the trash (deleted sessions) instead")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("history", help="print one page of a session's messages")
     p.add_argument("--session", metavar="ID", help="session (default: the most recently updated)")
-    p.add_argument("--before", type=int, metavar="CURSOR", help="message id cursor (next_before of a page)")
+    p.add_argument("--before", type=_positive, metavar="CURSOR", help="message id cursor (next_before of a page)")
     p.add_argument("--limit", type=_positive, metavar="N", help="page size (server default 50)")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("search", help="search your messages in every session (or one)")
@@ -609,7 +639,9 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("export", help="export a session as Markdown or JSON")
     p.add_argument("--session", metavar="ID", help="session (default: the most recently updated)")
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")
-    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE (replaced when it exists) instead of stdout")
+    p.add_argument("--output", "-o", metavar="FILE",
+                   help="write to FILE (replaced atomically when it exists; a FIFO or a device is written "
+                        "through; a folder gets nplt-SESSION.md|json; '-' is stdout) instead of stdout")
     p = sub.add_parser("rename", help="give a session a new title")
     p.add_argument("session_id", metavar="ID")
     p.add_argument("title", metavar="TITLE", help="1..200 characters, one line")

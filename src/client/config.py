@@ -7,11 +7,12 @@ Precedence: flags > environment > file > defaults. The file is ``--config PATH``
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import ssl
 import tomllib
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, get_args
 
 from pydantic import Field, field_validator
 
@@ -51,7 +52,7 @@ class TlsConfig(Settings):
 class ClientConfig(Settings):
     """The client's settings, each with its default and range (docs/client.md "Configuration")."""
     host: str = "127.0.0.1"
-    port: int = Field(9999, ge=0, le=65535)
+    port: int = Field(9999, ge=1, le=65535)
     token: str | None = Field(None, repr=False)   # a secret: never in a repr
     theme: str = "textual-dark"
     page_size: int = Field(50, ge=1, le=1000)   # messages per history page (server caps at max_page_size)
@@ -113,21 +114,61 @@ class ClientConfig(Settings):
         return ClientConfig.from_dict(data, where=where)
 
 
+#: settings that have no environment variable (a table: set in the config file)
+ENV_EXCLUDED = frozenset({"keymap"})
+#: ``[tls] enabled`` is ``NPLT_CLIENT_TLS`` (not ``..._TLS_ENABLED``)
+ENV_RENAMED = {("tls", "enabled"): "TLS"}
+#: variables of the prefix that name no setting but are read (the config file's path)
+ENV_OTHER = frozenset({ENV_PREFIX + "CONFIG"})
+
+
+def _env_type(annotation: Any) -> type:
+    """The scalar type an environment variable's text is parsed as (``float | None``: float)."""
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    return args[0] if args and isinstance(args[0], type) else annotation
+
+
+def env_variables() -> dict[str, tuple[tuple[str, ...], type]]:
+    """``NPLT_CLIENT_*`` variable -> (the setting's key path, its type), for every setting of
+    ``ClientConfig`` and its ``[tls]`` table: the field name in upper case (``[tls]`` ones as
+    ``TLS_<NAME>``, ``enabled`` as ``TLS``). ``keymap`` has none (``ENV_EXCLUDED``)."""
+    out: dict[str, tuple[tuple[str, ...], type]] = {}
+    for name, f in ClientConfig.model_fields.items():
+        if name in ENV_EXCLUDED:
+            continue
+        if name == "tls":
+            for sub, g in TlsConfig.model_fields.items():
+                key = ENV_RENAMED.get((name, sub), f"TLS_{sub.upper()}")
+                out[ENV_PREFIX + key] = ((name, sub), _env_type(g.annotation))
+        else:
+            out[ENV_PREFIX + name.upper()] = ((name,), _env_type(f.annotation))
+    return out
+
+
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """The settings given as ``NPLT_CLIENT_*`` variables (``env_variables``); a variable of the
+    prefix that names no setting is a ClientConfigError naming it (a misspelt one would otherwise be
+    silently ignored)."""
+    known = env_variables()
     out: dict[str, Any] = {}
-    for key, typ in (("HOST", str), ("TOKEN", str), ("THEME", str), ("PORT", int), ("PAGE_SIZE", int),
-                     ("REQUEST_TIMEOUT_S", float), ("LIVENESS_TIMEOUT_S", float),
-                     ("TLS", bool), ("TLS_INSECURE", bool), ("TLS_CA_FILE", str)):
-        var = ENV_PREFIX + key
-        if var in env:
-            try:
-                value = parse_env(env[var], typ)
-            except Invalid as exc:
-                raise ClientConfigError(var, exc.message) from None
-            if key.startswith("TLS"):
-                out.setdefault("tls", {})[{"TLS": "enabled", "TLS_INSECURE": "insecure"}.get(key, "ca_file")] = value
-            else:
-                out[key.lower()] = value
+    for var in sorted(env):
+        if not var.startswith(ENV_PREFIX) or var in ENV_OTHER:
+            continue
+        if var not in known:
+            names = {v.removeprefix(ENV_PREFIX): v for v in [*known, *ENV_OTHER]}
+            close = [names[n] for n in difflib.get_close_matches(var.removeprefix(ENV_PREFIX), names, n=1)]
+            hint = (": the keymap is set in the config file's [keymap] table" if var == ENV_PREFIX + "KEYMAP"
+                    else f": did you mean {close[0]}?" if close else " (docs/client.md, Configuration)")
+            raise ClientConfigError(var, f"unknown variable, no client setting has this name{hint}")
+        path, typ = known[var]
+        try:
+            value = parse_env(env[var], typ)
+        except Invalid as exc:
+            raise ClientConfigError(var, exc.message) from None
+        here = out
+        for key in path[:-1]:
+            here = here.setdefault(key, {})
+        here[path[-1]] = value
     return out
 
 

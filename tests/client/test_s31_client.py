@@ -38,7 +38,6 @@ from protocol.kb import KbDocument
 from protocol.objects import SessionInfo
 from protocol.replies import ChatSendReply, SessionDeleteReply
 from protocol.server_events import SessionEvent
-from testkit.echo_agent import EchoAgent
 from tui_script import answer, contents, notes, scripted_app, user
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -240,26 +239,6 @@ async def test_an_edit_the_server_refuses_comes_back_into_the_input_and_recall()
         await wait_until(lambda: sum("QUEUE_FULL" in str(e.render()) for e in chat(app).query(".error")) == 2,
                          pilot=pilot, what="its error")
         assert box.text == "a draft"
-
-
-async def test_an_edit_refused_while_an_answer_streams_comes_back_end_to_end(tmp_path: Path) -> None:
-    echo = EchoAgent()
-    async with v3_server(tmp_path, agent=echo) as (_, addr):
-        async with open_app(addr) as (app, pilot):
-            try:
-                await type_and_send(pilot, "!block first question")
-                await echo.wait_blocked()
-                await wait_until(lambda: bool(chat(app).live) and any(
-                    v.role == "user" and v.message_id is not None for v in chat(app).messages()),
-                    pilot=pilot, what="the answer streaming")
-                await _edit(app, pilot, "edited question")
-                box = app.query_one(ChatInput)
-                await wait_until(lambda: box.text == "edited question", pilot=pilot,
-                                 what="the refused edit given back")
-                assert "edited question" in box.recall
-                assert any("QUEUE_FULL" in str(e.render()) for e in chat(app).query(".error"))
-            finally:
-                echo.release()
 
 
 # -- 4. kb download -o DIR ------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from textual.widgets import Footer, Header
 
 from protocol.objects import SearchHit
 
-from client import paths
+from client import files, paths
 from client.config import ClientConfig
 from client.connection import Backoff, Client
 from client.errors import ClientCode, ClientError
@@ -287,10 +287,24 @@ class NpltApp(App[None]):
         self.controller.spawn(show(), "passage")
 
     def action_regenerate(self) -> None:
-        if self.controller.session_id:
+        if self.controller.session_id and not self._redo_refused():
             self.controller.spawn(self.controller.regenerate(), "redo")
 
+    def _redo_refused(self, text: str | None = None) -> bool:
+        """A regenerate or edit while an answer of this session runs is refused here, with a
+        notification (the server would answer QUEUE_FULL); ``text``, an edited message, goes back
+        into the input, as a refused edit does."""
+        problem = self.controller.redo_refused()
+        if problem is None:
+            return False
+        if text is not None:
+            self.query_one(ChatInput).give_back(text)
+        self.notify(problem, title="Not sent", severity="warning", timeout=6)
+        return True
+
     def action_edit_message(self) -> None:
+        if self._redo_refused():
+            return
         view = self._user_message_to_edit()
         if view is None or view.message_id is None:
             self.notify("No sent message to edit", severity="warning")
@@ -300,7 +314,8 @@ class NpltApp(App[None]):
         def done(text: str | None) -> None:
             if text:
                 self._remember_sent(text)   # recalled with Up, and given back into the input if refused
-                self.controller.spawn(self.controller.edit(mid, text), "redo")
+                if not self._redo_refused(text):   # an answer started while the dialog was open
+                    self.controller.spawn(self.controller.edit(mid, text), "redo")
         self.push_screen(TextEditModal(
             "Edit and resend", view.content, ok_label="Send", max_chars=self.controller.max_text_chars,
             note="The message is sent again with this text; it and everything after it are superseded "
@@ -326,28 +341,34 @@ class NpltApp(App[None]):
         self.push_screen(ExportModal(f"nplt-{sid}", paths.export_dir()), done)
 
     async def export_unless_kept(self, session_id: str, fmt: str, path: str) -> None:
-        """Export, after asking before an existing file is replaced (No keeps it and exports nothing)."""
-        if not await asyncio.to_thread(Path(path).exists):
-            await self.export(session_id, fmt, path)
+        """Export, after asking before an existing file is replaced (No keeps it and exports nothing).
+        ``path`` follows the rules of ``kb download -o`` (``client.files.export_target``): a folder
+        means ``nplt-<session>.<ext>`` in it (no question unless that file exists), a path ending in
+        a separator that is no folder is refused; a FIFO or a device is written through, unasked."""
+        try:
+            target = await asyncio.to_thread(files.export_target, path, files.export_name(session_id, fmt))
+        except OSError as exc:
+            raise ClientError(ClientCode.WRITE_FAILED, f"cannot write {path}: {exc.strerror or exc}") from exc
+        if not await asyncio.to_thread(files.replaces_a_file, target):
+            await self.export(session_id, fmt, target)
             return
 
         def done(ok: bool | None) -> None:
             if ok:
-                self.controller.spawn(self.export(session_id, fmt, path), "export")
-        self.push_screen(ConfirmModal(f"{path} already exists.\n\nReplace it with this export?", "Replace"), done)
+                self.controller.spawn(self.export(session_id, fmt, target), "export")
+        self.push_screen(ConfirmModal(f"{target} already exists.\n\nReplace it with this export?", "Replace"), done)
 
-    async def export(self, session_id: str, fmt: str, path: str) -> None:
+    async def export(self, session_id: str, fmt: str, target: Path) -> None:
+        """Write the export to ``target`` (``client.files.write_export``: atomically, so a failed write
+        leaves an existing file as it was); a missing folder above it is created (the default export
+        folder may not exist yet)."""
         reply = await self.client.export(fmt, session_id=session_id)
-
-        def write() -> None:
-            target = Path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)   # the default folder may not exist yet
-            target.write_text(reply.content, encoding="utf-8")
         try:
-            await asyncio.to_thread(write)
+            await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
+            await files.write_export(target, reply.content.encode("utf-8"))
         except OSError as exc:
-            raise ClientError(ClientCode.WRITE_FAILED, f"cannot write {path}: {exc.strerror or exc}") from exc
-        self.notify(f"Exported to {path}")
+            raise ClientError(ClientCode.WRITE_FAILED, f"cannot write {target}: {exc.strerror or exc}") from exc
+        self.notify(f"Exported to {target}")
 
     def _message_for_copy(self, need_code: bool = False) -> MessageView | None:
         node = self.focused

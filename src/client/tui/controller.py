@@ -57,6 +57,8 @@ ACTIONS = {"rename": "Rename", "session": "Session", "older": "Loading older mes
 # the session to show and its running turn; no session (None): the connection has none (§5.1, §5.2)
 Fetch = Callable[[], Awaitable[tuple[SessionInfo | None, TurnState | None]]]
 QUOTE_CHARS = 40   # how much of a message a notification about it quotes
+# a regenerate or an edit asked for while an answer of the session runs: refused here, not sent
+REDO_WHILE_LIVE = "An answer is running: Esc cancels it first"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +136,13 @@ class Controller:
         self.app.run_worker(guarded(), name=name, group=name, exit_on_error=False)
 
     async def report(self, exc: ClientError) -> None:
+        """A conversation operation failed: notified, and shown inline in the chat, except for a
+        request the server refused (an ERROR reply: QUEUE_FULL, ...) while an answer is running in
+        this session: its line would be mounted under the live answer and stay there after the
+        answer ends well, so the notification alone says it."""
         self.app.notify(f"{exc.code}: {exc.message}", severity="error", timeout=6)
+        if isinstance(exc.code, ErrorCode) and self.state.live_turn is not None:
+            return
         try:
             await self.chat.add_error(f"Error {exc.code}: {exc.message}")
         except NoMatches:  # the app is shutting down: the notification is all that can be shown
@@ -227,9 +235,11 @@ class Controller:
             case Reconnecting(attempt=attempt):
                 self.status.set_connection("reconnecting", f"attempt {attempt}")
                 self.status.set_turn(None)
+                self.sidebar.clear_running()   # unknown until the reconnect lists the sessions again
             case Disconnected(code=code, error=error):
                 self.status.set_connection("disconnected", code)
                 self.status.set_turn(None)
+                self.sidebar.clear_running()
                 await self.chat.add_error(f"Disconnected: {error}")
 
     async def after_connect(self, session: SessionInfo | None, running: TurnState | None) -> None:
@@ -591,6 +601,13 @@ class Controller:
             reply = await self.client.session_switch(sent.session_id)
             return reply.session, reply.running_turn
         await self.load_session(fetch, focus=True)    # adds the new session to the sidebar too
+
+    def redo_refused(self) -> str | None:
+        """Why a regenerate or an edit-and-resend is not sent now (None: it may be): an answer is
+        running in this session, which the server would refuse (QUEUE_FULL) anyway."""
+        if self.state.live_turn is not None:
+            return REDO_WHILE_LIVE
+        return None
 
     async def regenerate(self) -> None:
         """Answer the last user message again; the chat reloads without the superseded answer."""

@@ -32,6 +32,7 @@ from textual.worker import Worker
 
 from protocol.kb import KbDeleteReply, KbDocument
 
+from client.kb_cli import local_name
 from client.tui.modals import ConfirmModal
 from client.wording import counted, minute, printable
 
@@ -44,6 +45,9 @@ DOWNLOAD_WAITING = "waits for the download before it"
 DOWNLOAD_STOPPED = "stopped: press d on it in the knowledge panel to resume"
 SENDING_STAGES = frozenset({"hashing", WAITING, "receiving"})   # before the server has every byte
 GROUP_PREFIX = "group:"   # a group's collection (docs/knowledge.md "Collections and isolation")
+#: the widest a document's name is shown in the panel's table (terminal cells; longer names are cut
+#: with "…"): a name of hundreds of characters would otherwise push the other columns out of view
+NAME_MAX_CELLS = 40
 
 
 @dataclass(eq=False)
@@ -169,6 +173,14 @@ def deleted_text(doc: KbDocument, reply: object) -> str:
     if kept_for:
         return f"Withdrew your upload of “{doc.name}”; kept for {kept_for}, who uploaded the same bytes"
     return f"Deleted “{doc.name}”"
+
+
+def name_cell(name: str) -> Text:
+    """A document's name in the table: printable, one line, at most ``NAME_MAX_CELLS`` cells (cut
+    with an ellipsis), so that a long name leaves room for the other columns."""
+    text = Text(printable(name))
+    text.truncate(NAME_MAX_CELLS, overflow="ellipsis")
+    return text
 
 
 def human_size(n: int) -> str:
@@ -341,7 +353,7 @@ class KnowledgeScreen(ModalScreen[None]):
         table = self.query_one("#kb-table", DataTable)
         table.clear()
         for doc in self.documents:
-            table.add_row(Text(printable(doc.name)), human_size(doc.size), str(doc.chunks), Text(printable(doc.collection)),
+            table.add_row(name_cell(doc.name), human_size(doc.size), str(doc.chunks), Text(printable(doc.collection)),
                           minute(doc.uploaded_at), key=doc.doc_id)
         n = len(self.documents)
         info.update("No documents yet: upload one (U)" if not n else counted(n, "document"))
@@ -405,7 +417,7 @@ class KnowledgeScreen(ModalScreen[None]):
         doc = self.selected
         if doc is None:
             return
-        dest = self.ops.folder / (Path(doc.name).name or doc.doc_id)   # never a path from the server
+        dest = self.ops.folder / local_name(doc)[0]   # never a path from the server; shortened when too long
         if dest in self.downloading:
             self.notify(f"Already downloading to {dest}", severity="warning")
             return
@@ -447,7 +459,12 @@ class KnowledgeScreen(ModalScreen[None]):
             return
         finally:
             self.downloading.discard(dest)
-        self.notify(f"Downloaded to {dest}")
+        if local_name(doc)[1]:
+            self.notify(f"Downloaded to {dest}: the document's name is too long for a file name "
+                        f"({len(doc.name.encode())} bytes), so the file has its start, -{doc.doc_id} and "
+                        "its extension", timeout=10)
+        else:
+            self.notify(f"Downloaded to {dest}")
 
     def action_delete(self) -> None:
         doc = self.selected

@@ -1,6 +1,7 @@
 """Modal screens: rename, confirm, search, export, help."""
 from __future__ import annotations
 
+import os
 import unicodedata
 from pathlib import Path
 from typing import Awaitable, Callable, Sequence
@@ -17,6 +18,7 @@ from textual.widgets.option_list import Option
 from protocol.messages import MAX_TITLE_CHARS
 from protocol.objects import SearchHit
 
+from client.files import SEPARATORS
 from client.wording import counted, printable
 
 MAX_TITLE = MAX_TITLE_CHARS   # the server's limit on a session title (protocol.messages)
@@ -195,17 +197,28 @@ class ExportModal(ModalScreen[tuple[str, str] | None]):
         self._save("json" if event.button.id == "export-json" else "markdown")
 
     def _save(self, fmt: str) -> None:
-        path = self.query_one("#export-path", Input).value.strip()
+        """Return (format, path): ``~`` expanded, a ``.md``/``.json`` suffix following the format. A
+        trailing separator is kept (it names a folder: ``client.files.export_target``; ``Path()``
+        would drop it and the export would become a file of the folder's name)."""
+        path = os.path.expanduser(self.query_one("#export-path", Input).value.strip())
         if not path:
             return
-        p = Path(path).expanduser()
-        if p.suffix in (".md", ".json"):
-            p = p.with_suffix(".json" if fmt == "json" else ".md")
-        self.dismiss((fmt, str(p)))
+        if not path.endswith(SEPARATORS):
+            p = Path(path)
+            if p.suffix in (".md", ".json"):
+                path = str(p.with_suffix(".json" if fmt == "json" else ".md"))
+        self.dismiss((fmt, path))
+
+
+#: the narrowest help screen (columns) that shows the bindings as a table: narrower, the table's
+#: Key column was squeezed to "K…" (keys unreadable) while the binding ids kept their width, so
+#: the bindings are a list instead, keys first
+HELP_TABLE_MIN_WIDTH = 60
 
 
 class HelpScreen(ModalScreen[None]):
-    """Key bindings with their ids (remappable in the config keymap) and short usage notes."""
+    """Key bindings with their ids (remappable in the config keymap) and short usage notes: a table,
+    or on a screen narrower than ``HELP_TABLE_MIN_WIDTH`` a list (``- keys: action · id``)."""
 
     BINDINGS = [Binding("escape,f1,q,question_mark", "dismiss(None)", "Close", show=False)]
 
@@ -214,14 +227,28 @@ class HelpScreen(ModalScreen[None]):
         self.rows = rows
 
     def compose(self) -> ComposeResult:
-        lines = ["# Help", "", "| Key | Action | Binding id |", "|---|---|---|"]
-        lines += [f"| {self.key_display(keys)} | {desc} | `{bid}` |" for bid, keys, desc in self.rows]
-        lines += ["", "Enter sends, Shift+Enter (or Ctrl+J) inserts a newline, Up/Down on the first/last line "
-                      "recall earlier inputs. Scroll to the top of the chat to load older messages.",
-                  "Remap keys in the `[keymap]` table of the client config file (binding id = \"keys\").",
-                  "", "Press Esc to close."]
+        notes = ["", "Enter sends, Shift+Enter (or Ctrl+J) inserts a newline, Up/Down on the first/last line "
+                     "recall earlier inputs. Scroll to the top of the chat to load older messages.",
+                 "Remap keys in the `[keymap]` table of the client config file (binding id = \"keys\").",
+                 "", "Press Esc to close."]
+        table = ["# Help", "", "| Key | Action | Binding id |", "|---|---|---|"]
+        table += [f"| {self.key_display(keys)} | {desc} | `{bid}` |" for bid, keys, desc in self.rows]
+        listed = ["# Help", ""] + [f"- {self.key_display(keys)}: {desc} · `{bid}`" for bid, keys, desc in self.rows]
         with VerticalScroll(classes="dialog help"):
-            yield Markdown("\n".join(lines), id="help-text")
+            yield Markdown("\n".join(table + notes), id="help-text")
+            yield Markdown("\n".join(listed + notes), id="help-list")
+
+    def on_mount(self) -> None:
+        self._fit(self.size.width)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.width)
+
+    def _fit(self, width: int) -> None:
+        """The table where it fits, else the list."""
+        narrow = width < HELP_TABLE_MIN_WIDTH
+        self.query_one("#help-text", Markdown).display = not narrow
+        self.query_one("#help-list", Markdown).display = narrow
 
     def key_display(self, keys: str) -> str:
         """Comma-separated binding keys as the footer shows them (``f1,question_mark``: ``f1, ?``), as

@@ -2,7 +2,8 @@
 
 One small JSON file (``client.paths.state_file()``), written atomically (a temporary file renamed
 over it), private: the inputs may hold passwords, so the file is 0600 and its folder 0700
-(``client.paths.open_private``, ``private_dir``). A missing file is a first run; an unreadable or
+(``client.paths.open_private``, ``private_dir``). Only inputs of at most ``MAX_SAVED_INPUT_CHARS``
+characters are saved (a longer one is recalled in the running TUI only). A missing file is a first run; an unreadable or
 malformed one is logged and ignored (the TUI starts with nothing remembered and overwrites it on the
 next change). Callers run ``load`` and
 ``update`` off the event loop.
@@ -28,14 +29,24 @@ from client import paths
 log = logging.getLogger(__name__)
 
 MAX_HISTORY = 200   # inputs kept for Up/Down recall (the same bound as the input's own list)
+#: the longest input (characters) saved for recall after a restart; a longer one (a pasted log, a
+#: whole file) is recalled in the running TUI only, not saved: the file is rewritten on every send,
+#: and 200 such inputs made it megabytes (up to ~19 MB). Inputs over it in an older file are dropped.
+MAX_SAVED_INPUT_CHARS = 4000
+
+
+def savable(text: str) -> bool:
+    """Whether an input is kept in the state file (at most ``MAX_SAVED_INPUT_CHARS`` characters)."""
+    return len(text) <= MAX_SAVED_INPUT_CHARS
 
 
 def merged_history(older: Sequence[str], newer: Sequence[str]) -> list[str]:
-    """``older`` then ``newer``, each input once at its latest place, the newest ``MAX_HISTORY``."""
+    """``older`` then ``newer``, each input once at its latest place, the newest ``MAX_HISTORY``
+    (an input longer than ``MAX_SAVED_INPUT_CHARS`` is left out)."""
     seen: set[str] = set()
     out: list[str] = []
     for text in reversed([*older, *newer]):
-        if text not in seen:
+        if text not in seen and savable(text):
             seen.add(text)
             out.append(text)
             if len(out) == MAX_HISTORY:
@@ -76,13 +87,15 @@ class SavedState:
         theme = data.get("theme")
         history = data.get("history")
         return cls(theme if isinstance(theme, str) and theme else None,
-                   [h for h in history if isinstance(h, str)][-MAX_HISTORY:] if isinstance(history, list) else [])
+                   [h for h in history if isinstance(h, str) and savable(h)][-MAX_HISTORY:]
+                   if isinstance(history, list) else [])
 
     def save(self, path: Path) -> None:
         """Write this state as the whole file (atomically; ``update`` is what a running TUI uses)."""
         paths.private_dir(path.parent)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        text = json.dumps({"theme": self.theme, "history": self.history[-MAX_HISTORY:]}, ensure_ascii=False)
+        history = [h for h in self.history if savable(h)][-MAX_HISTORY:]
+        text = json.dumps({"theme": self.theme, "history": history}, ensure_ascii=False)
         with open(paths.open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)

@@ -1,6 +1,7 @@
 """The sessions sidebar: title, message count and last update of each session, newest first, live-updated."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable
 
 from rich.text import Text
@@ -84,6 +85,13 @@ class Sidebar(Vertical):
 
     def remove(self, session_id: str) -> None:
         if self.sessions.pop(session_id, None) is not None:
+            self._refresh_options()
+
+    def clear_running(self) -> None:
+        """The connection is lost: no session is known to run a turn any more (a killed server ran
+        none after all), so their ⟳ marks go; the reconnect's listing shows the ones that still run."""
+        if any(s.running for s in self.sessions.values()):
+            self.sessions = {sid: replace(s, running=False) if s.running else s for sid, s in self.sessions.items()}
             self._refresh_options()
 
     def set_current(self, session_id: str | None) -> None:
