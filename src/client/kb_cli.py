@@ -28,7 +28,7 @@ from client.errors import ClientCode, ClientError
 from client.wording import counted, printable, stamp
 
 DOC_FIELDS = ("doc_id", "name", "md5", "chunks", "duplicate")
-HIT_FIELDS = ("doc_id", "name", "text", "score", "location", "citation", "chunk_id")
+HIT_FIELDS = ("doc_id", "name", "text", "score", "location", "citation", "chunk_id", "collection")
 BAR = 24
 #: The longest file name, in bytes, that ``kb download`` gives the local file by default (the
 #: document's name in the current folder, or in an ``-o`` folder): what most file systems take (ext4,
@@ -137,7 +137,7 @@ async def cmd_kb(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: 
             if args.json:
                 _dump({"hits": [_fields(h, HIT_FIELDS) for h in hits]}, out)
             for h in [] if args.json else hits:
-                out.write(f"{h.score:.3f}  {h.citation}  ({h.chunk_id})\n  {h.text[:300]}\n\n")
+                out.write(f"{h.score:.3f}  {h.citation}  {h.collection}  ({h.chunk_id})\n  {h.text[:300]}\n\n")
         elif action == "delete":
             doc_id = (await _document(c, args.doc_id)).doc_id
             reply = await c.request(MsgType.KB_DELETE, {"doc_id": doc_id})

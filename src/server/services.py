@@ -18,6 +18,8 @@ from server.conn_limits import InputBudget
 from server.hub import Hub
 from server.knowledge import KnowledgeBase
 from server.tools.knowledge import KnowledgeSource
+from server.agent.transcript import readable_history
+from server.pipeline import TurnPipeline, recall_step
 from server.metrics import Metrics
 from server.recovery import marker_for
 from server.offers import OfferService
@@ -96,9 +98,11 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     knowledge = KnowledgeBase(config.knowledge, data / "knowledge", store=knowledge_store(config, store))
     udp = UdpTransfer(config.transfer)
     offers = OfferService(knowledge, hub, udp, groups_of=auth.groups_of)
-    agent, memory = build_runtime(config, store, notify, agent, memory,
-                                  knowledge=KnowledgeSource(knowledge, auth.groups_of),
+    source = KnowledgeSource(knowledge, auth.groups_of)
+    agent, memory = build_runtime(config, store, notify, agent, memory, knowledge=source,
                                   offers=offers.offer_in_session)
+    pipeline = TurnPipeline.default(memory)        # replayed passages of documents no longer readable: stubbed
+    pipeline.replace("recall", readable_history(recall_step(memory), source))
     sessions = SessionService(store, hub, agent, memory)
     metrics = Metrics()
     cluster = None
@@ -108,7 +112,7 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     runner = TurnRunner(store=store, sessions=sessions, hub=hub, agent=agent, memory=memory,
                         limits=config.limits, max_message_bytes=config.storage.max_message_bytes, metrics=metrics,
                         lock=cluster.turn_lock if cluster is not None else None,
-                        inflight=marker_for(store))
+                        inflight=marker_for(store), pipeline=pipeline)
     sessions.turns = runner
     if cluster is not None:                        # delete / clear stop the turns of every node
         from server.cluster_cancel import TurnControlAcrossNodes

@@ -60,6 +60,9 @@ def test_kb_commands(srv: ServerThread, capsys: pytest.CaptureFixture, tmp_path:
     hits = json.loads(out)["hits"]
     assert code == 0 and hits[0]["doc_id"] == doc["doc_id"] and "9100" in hits[0]["text"]
     assert {"doc_id", "name", "text", "score", "location"} <= set(hits[0])
+    assert hits[0]["collection"] == listed["collection"]                # which base the passage is in
+    code, out, _ = run(srv, capsys, "kb", "search", "exporter port", "--limit", "3")
+    assert code == 0 and f"{hits[0]['citation']}  {listed['collection']}  ({hits[0]['chunk_id']})" in out
     target = tmp_path / "down" / "n.md"
     target.parent.mkdir()
     code, out, err = run(srv, capsys, "kb", "download", doc["doc_id"], "-o", str(target))

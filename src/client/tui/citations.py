@@ -1,5 +1,7 @@
 """Citations under an answer (metadata ``citations``, docs/knowledge.md): one item per cited passage;
-opening one shows the passage (KB_PASSAGE)."""
+opening one shows the passage (KB_PASSAGE). Citations the answer writes that match no passage it was
+given (metadata ``unverified_citations``: the citation strings) are shown after them, marked
+``UNVERIFIED_LABEL``, never as sources."""
 from __future__ import annotations
 
 from typing import Any
@@ -17,10 +19,35 @@ from protocol.kb import KbHit
 
 from client.wording import printable
 
+#: what the citations an answer writes without a matching passage are shown under
+UNVERIFIED_LABEL = "not found in your documents:"
+
 
 def citations_of(metadata: dict[str, Any]) -> list[dict[str, Any]]:
     """The answer's citations that name a passage (a chunk id)."""
     return [c for c in metadata.get("citations") or () if isinstance(c, dict) and c.get("chunk_id")]
+
+
+def unverified_of(metadata: dict[str, Any]) -> list[str]:
+    """The citations the answer writes that match no passage it was given (``unverified_citations``:
+    strings such as ``[vendor.pdf §p. 4]``), each once, in order."""
+    raw = metadata.get("unverified_citations")
+    out: list[str] = []
+    for c in raw if isinstance(raw, (list, tuple)) else ():
+        text = c.get("citation") if isinstance(c, dict) else c     # (a server that sends objects)
+        if isinstance(text, str) and text.strip() and text not in out:
+            out.append(text)
+    return out
+
+
+def has_sources(metadata: dict[str, Any]) -> bool:
+    """Whether the answer shows a ``CitationList``: it cites passages, or cites what matches none."""
+    return bool(citations_of(metadata) or unverified_of(metadata))
+
+
+def unverified_text(citations: list[str]) -> str:
+    """``not found in your documents: [x §y] [z]`` (made printable)."""
+    return printable(" ".join([UNVERIFIED_LABEL, *citations]))
 
 
 def location_text(location: dict[str, Any] | None) -> str:
@@ -45,24 +72,40 @@ def location_text(location: dict[str, Any] | None) -> str:
 
 
 class CitationList(HorizontalGroup):
-    """The sources of an answer as small buttons; pressing one asks the app to open the passage."""
+    """The sources of an answer as small buttons; pressing one asks the app to open the passage.
+    Citations that match no passage (``unverified``) follow as plain text under ``UNVERIFIED_LABEL``:
+    nothing to open, and never shown as a source."""
 
     DEFAULT_CLASSES = "citations"
+    DEFAULT_CSS = """
+    CitationList .citations-unverified {
+        color: $text-warning;
+    }
+    """
 
     class Open(Message):
         def __init__(self, chunk_id: str, label: str) -> None:
             super().__init__()
             self.chunk_id, self.label = chunk_id, label
 
-    def __init__(self, citations: list[dict[str, Any]]) -> None:
+    def __init__(self, citations: list[dict[str, Any]], unverified: list[str] | None = None) -> None:
         super().__init__()
         self.citations = citations
+        self.unverified = list(unverified or ())
+
+    @classmethod
+    def of(cls, metadata: dict[str, Any]) -> CitationList:
+        """The list for an answer's metadata (show it when ``has_sources``)."""
+        return cls(citations_of(metadata), unverified_of(metadata))
 
     def compose(self) -> ComposeResult:
-        yield Label("Sources:", classes="citations-label")
+        if self.citations:
+            yield Label("Sources:", classes="citations-label")
         for i, cite in enumerate(self.citations):
             label = str(cite.get("citation") or cite.get("name") or cite["chunk_id"])
             yield Button(Text(printable(label)), compact=True, classes="citation", name=str(i))   # (Text: no markup)
+        if self.unverified:
+            yield Label(Text(unverified_text(self.unverified)), classes="citations-unverified")
 
     @on(Button.Pressed, ".citation")
     def _open(self, event: Button.Pressed) -> None:

@@ -30,10 +30,11 @@ from textual.widgets.markdown import MarkdownStream
 
 from protocol.objects import ChatMessage, ToolCall
 
-from client.tui.citations import CitationList, citations_of
+from client.tui.citations import CitationList, has_sources
 from client.tui.state import NOT_SAVED
 from client.tui.toolcall import ToolCallItem
 from client.wording import clock, counted, printable
+from client.turn_errors import error_line
 
 ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 SEGMENT_CHARS = 1200   # live Markdown text kept before freezing completed paragraphs into a Static
@@ -101,14 +102,7 @@ def not_saved_note(meta: dict) -> str | None:
 
 def error_text(meta: dict) -> str | None:
     """The error line of a failed turn's stored answer (metadata ``error``, ``error_message``, ``attempts``)."""
-    code = meta.get("error")
-    if not code:
-        return None
-    text = f"Error {code}: {meta.get('error_message') or 'the answer failed'}"
-    attempts = meta.get("attempts")
-    if isinstance(attempts, int) and attempts > 1:
-        text += f" (after {attempts} attempts)"
-    return text
+    return error_line(meta)          # the attempts said once, as nplt-client history does
 
 
 def marks(message: ChatMessage) -> list[Static]:
@@ -218,8 +212,8 @@ class MessageView(Vertical, can_focus=True):
         yield self.body
         if self.turn_id is None:
             yield from marks(self.message)
-            if citations_of(self.message.metadata):
-                yield CitationList(citations_of(self.message.metadata))
+            if has_sources(self.message.metadata):
+                yield CitationList.of(self.message.metadata)
         if error_text(self.message.metadata):
             self.add_class("-error")
 
@@ -301,8 +295,8 @@ class MessageView(Vertical, can_focus=True):
         self.border_title = self._header_text()
         await self.remove_children(".mark, CitationList")
         shown: list[Widget] = list(marks(message))
-        if citations_of(message.metadata):
-            shown.append(CitationList(citations_of(message.metadata)))
+        if has_sources(message.metadata):
+            shown.append(CitationList.of(message.metadata))
         if shown:
             await self.mount_all(shown)
         if error_text(message.metadata):

@@ -13,6 +13,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
+from client.tui.citations import UNVERIFIED_LABEL, unverified_of
 from client.wording import printable
 
 
@@ -57,6 +58,12 @@ def why_lines(metadata: Mapping[str, Any], memory_texts: Mapping[str, str] | Non
     retrieve = trace.get("retrieve") or {}
     passages, skipped = retrieve.get("passages") or [], retrieve.get("skipped")
     out.append("Knowledge passages: " + (SKIPPED.get(skipped, skipped) if skipped and not passages else _ids(passages)))
+    unverified = unverified_of(metadata)
+    if unverified:                       # cited by the answer, matching no passage it was given
+        out.append(f"Citations {UNVERIFIED_LABEL} " + " ".join(unverified))
+    unreadable = _count(recall.get("unreadable_passages"))
+    if unreadable:                       # replayed passages of documents deleted (or no longer readable)
+        out.append(f"Earlier passages of documents deleted or no longer readable: {unreadable} (left out)")
     dropped = list((trace.get("recall") or {}).get("dropped") or [])
     dropped += [{"what": f"passage {d.get('citation')}", "count": 1, "why": d.get("why")}
                 for d in retrieve.get("dropped") or []]
