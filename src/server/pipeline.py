@@ -26,7 +26,10 @@ passage citations -- never their text, so a later clear or forget leaves no copy
   model, the tool calls made so far, ``finish_reason`` ``cancelled`` or ``error``, and the agent's
   route if it had decided one).
 * ``persist``: takes the turn's ``Answer`` (content, tool calls, finish reason, metadata), records
-  what is stored (answer size, tool calls, finish reason, what runs after it) and stores it with the
+  what is stored (answer size, tool calls, finish reason, what runs after it: ``after``, the work
+  the memory layer's ``after_turn`` really schedules, ``after_turn_work``, set by ``recall`` (every
+  kind, ``AFTER_TURN``, when no recall step said); none for a turn that failed, whose runner
+  schedules none) and stores it with the
   ``save`` function it was built with (the runner's: ``state.stored`` is the stored message or the
   error); the runner then schedules the memory layer's after-turn work (index, summary, long-term
   memory).
@@ -78,6 +81,7 @@ class TurnState:
     answer: Answer | None = None
     stored: Any = None
     trace: dict[str, dict[str, Any]] = field(default_factory=dict)
+    after: list[str] | None = None       # what the memory layer schedules after the turn (set by recall; None: not known)
 
     def record(self, step: str, **data: Any) -> None:
         self.trace[step] = data
@@ -86,7 +90,25 @@ class TurnState:
 Step = Callable[[TurnState], Awaitable[None]]
 Search = Callable[[str, str], Awaitable[list[Passage]]]
 Save = Callable[[TurnState], Awaitable[Any]]
+#: the kinds of work a memory layer's ``after_turn`` may schedule, in order (``after_turn_work``
+#: says which of them a given memory layer schedules: what is turned off is not listed)
 AFTER_TURN = ["recall index", "summary check", "long-term memory"]
+
+
+def after_turn_work(memory: Any) -> list[str]:
+    """What ``memory.after_turn`` schedules after a stored answer, as the trace's ``persist.after``
+    names it: "recall index" with ``recall.enabled``, "summary check" with
+    ``summarization.enabled``, "long-term memory" with a long-term user memory
+    (``user_memory.enabled``); nothing for a memory layer without that configuration
+    (``BasicMemory``, whose ``after_turn`` does nothing). (Before, all three were always listed,
+    also when turned off.)"""
+    config = getattr(memory, "config", None)
+    if config is None:
+        return []
+    on = (getattr(getattr(config, "recall", None), "enabled", False),
+          getattr(getattr(config, "summarization", None), "enabled", False),
+          getattr(memory, "user_memory", None) is not None)
+    return [name for name, yes in zip(AFTER_TURN, on) if yes]
 
 
 async def route(state: TurnState) -> None:
@@ -98,6 +120,7 @@ async def route(state: TurnState) -> None:
 def recall_step(memory: Any) -> Step:
     """The recall step over a memory layer (``build_context``)."""
     async def recall(state: TurnState) -> None:
+        state.after = after_turn_work(memory)
         ctx = await memory.build_context(state.session_id, state.user_id, state.user_message, state.model,
                                          reserve_tokens=state.tool_schema_tokens)
         state.context = ctx
@@ -241,8 +264,9 @@ def persist_step(save: Save) -> Step:
         if ctx is not None and ctx.metadata.get("pipeline") is state.trace:
             if state.generating and "generate" not in state.trace:   # cancelled or failed in the agent
                 record_unfinished(state, answer)
+            after = [] if answer.finish_reason == "error" else list(AFTER_TURN if state.after is None else state.after)
             state.record("persist", answer_chars=len(answer.content), tool_calls=len(answer.tool_calls),
-                         finish_reason=answer.finish_reason, after=list(AFTER_TURN))
+                         finish_reason=answer.finish_reason, after=after)
         state.stored = await save(state)
     return persist
 

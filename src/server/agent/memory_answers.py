@@ -5,7 +5,9 @@ context when it is relevant (``server.memory.context.MEMORY_HEADER``, one line p
 session and time). An online model reads it; the offline agent, which has no model, answers a
 question from it when one of those items holds most of the question's search terms (as the
 knowledge route's ``strong_match`` does for passages, ``coverage``): "what is the staging server?" after "remember
-that the staging server is stage-7.internal" in another session. The items are quoted with their
+that the staging server is stage-7.internal" in another session; or when the item states the value
+the question asks, in either language (``distill.asked_subject``: "生产数据库的主机是什么？" is
+answered by "The prod DB host is db-prod-43 now."). The items are quoted with their
 session and time (said in Chinese for a Chinese question: ``（会话 s_…，<time>）``), never followed.
 The facts the user stated earlier in the current conversation (its window: the memory block leaves
 the current session's items out) count the same way, newest first, marked as from this conversation.
@@ -13,8 +15,8 @@ What a later message takes back ("Please forget that my home address is ...", "T
 db-1 anymore": ``distill.takes_back`` and ``retracts``) is not quoted, as the user memory drops it;
 nor is an item of the memory block that the message being answered takes back.
 
-Of several statements about the same thing (``distill.subject_key``: "the DB host is db-1", later
-"... is db-2 now") only the newest is quoted: in this conversation, the latest; between this
+Of several statements about the same thing (``distill.same_subject``, in either language: "the DB
+host is db-1", later "... is db-2 now") only the newest is quoted: in this conversation, the latest; between this
 conversation and the memory block, the block's (the user memory keeps the newest statement of every
 session, and leaves out only this session's, which the window holds).
 """
@@ -26,7 +28,7 @@ from typing import Any, Callable
 from server.agent.knowledge_route import covered
 from server.memory.analyze import analyze
 from server.memory.context import MEMORY_HEADER
-from server.memory.distill import distill_rules, retracts, subject_key, takes_back
+from server.memory.distill import asked_subject, distill_rules, retracts, same_subject, takes_back
 from server.memory.recall import format_time
 from server.memory.user_memory import INLINE_DISTILL_CHARS
 
@@ -79,14 +81,19 @@ def _zh(line: str) -> str:
 
 
 def _subject(item: str) -> str | None:
-    """What a quoted statement is about (``distill.subject_key``; its kind is not quoted)."""
-    return subject_key("preference", item) or subject_key("fact", item)
+    """What a quoted statement is about, in either language (``distill.same_subject``; its kind is
+    not quoted)."""
+    return same_subject("preference", item) or same_subject("fact", item)
 
 
-def _answers(terms: set[str], item: str) -> bool:
-    """``item`` holds enough of the question's search ``terms``."""
+def _answers(terms: set[str], item: str, asked: str | None = None) -> bool:
+    """``item`` holds enough of the question's search ``terms``, or states the value of what the
+    question asks (``asked``: ``distill.asked_subject``, in either language: "生产数据库的主机是什么？"
+    is answered by "The prod DB host is db-prod-43 now.")."""
     found, total = covered(terms, item), len(terms)
-    return bool(total) and found >= min(MIN_TERMS, total) and found >= MIN_SHARE * total
+    if total and found >= min(MIN_TERMS, total) and found >= MIN_SHARE * total:
+        return True
+    return asked is not None and _subject(item) == asked
 
 
 def answer(text: str, messages: list[dict[str, Any]], zh: bool) -> str | None:
@@ -94,6 +101,7 @@ def answer(text: str, messages: list[dict[str, Any]], zh: bool) -> str | None:
     terms = set(analyze(text))                   # (the question analyzed once, not once an item)
     if not terms:
         return None
+    asked = asked_subject(text)
     here = "（本次对话中）" if zh else " (earlier in this conversation)"
     gone = [retracts(back) for back in takes_back(text)]        # (this message takes them back: not quoted)
     block = [(line, _text(line)) for line in remembered(messages)]   # (line, its text)
@@ -102,11 +110,11 @@ def answer(text: str, messages: list[dict[str, Any]], zh: bool) -> str | None:
     hits = []
     for item in stated(messages):                # newest first: an older statement of a subject is left out
         key = _subject(item)
-        if key not in seen and _answers(terms, item):
+        if key not in seen and _answers(terms, item, asked):
             hits.append(item + here)
         if key is not None:
             seen.add(key)
-    hits += [_zh(line) if zh else line for line, text in block if _answers(terms, text)]
+    hits += [_zh(line) if zh else line for line, text in block if _answers(terms, text, asked)]
     if not hits:
         return None
     head = "根据你之前告诉我的：" if zh else "From what you told me earlier:"

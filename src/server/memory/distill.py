@@ -25,6 +25,7 @@ longer …", "数据库不在杭州了"); ``retracts`` says which stored items s
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -348,6 +349,56 @@ _FOLDED: dict[str, str] = {}
 for _informal, _formal in SYNONYMS.items():
     _FOLDED[_informal] = _FOLDED.setdefault(_formal, _informal)
 
+#: the ops nouns a subject is folded through, English and Chinese (``same_subject``): one concept
+#: (the key) per group of words, so "生产数据库的主机是db-prod-42" and "The prod DB host is db-prod-43
+#: now" are about one thing ("fact:prod db host") and the newer replaces the older, in either order.
+#: A Chinese subject is folded only when every part of it is one of these words or a Latin word
+#: ("Redis地址" is "redis address"; "我的常用编辑器" keeps its own key); a Chinese 在 ("is at") keeps
+#: its subject apart from 是 ("is"), as before. Also used to look for an item in the other language
+#: (``other_language``).
+BILINGUAL_SUBJECT_WORDS: dict[str, tuple[str, ...]] = {
+    "prod": ("prod", "production", "生产", "线上"),
+    "staging": ("staging", "预发", "预发布", "预生产"),
+    "test": ("test", "testing", "测试"),
+    "dev": ("dev", "development", "开发"),
+    "environment": ("environment", "env", "环境"),
+    "db": ("db", "database", "数据库"),
+    "host": ("host", "hostname", "主机", "主机名"),
+    "server": ("server", "服务器"),
+    "port": ("port", "端口", "端口号"),
+    "password": ("password", "passwd", "密码"),
+    "address": ("address", "addr", "地址"),
+    "user": ("user", "username", "用户名", "用户"),
+    "account": ("account", "账号", "帐号", "账户"),
+    "version": ("version", "版本", "版本号"),
+    "directory": ("directory", "dir", "folder", "目录", "文件夹"),
+    "path": ("path", "路径"),
+    "domain": ("domain", "域名"),
+    "cluster": ("cluster", "集群"),
+    "node": ("node", "节点"),
+    "instance": ("instance", "实例"),
+    "gateway": ("gateway", "网关"),
+    "cache": ("cache", "缓存"),
+    "queue": ("queue", "队列"),
+    "branch": ("branch", "分支"),
+    "repo": ("repo", "repository", "仓库"),
+    "region": ("region", "区域", "地域"),
+    "timezone": ("timezone", "时区"),
+    "email": ("email", "邮箱"),
+    "backup": ("backup", "备份"),
+    "bucket": ("bucket", "存储桶"),
+    "namespace": ("namespace", "命名空间"),
+    "name": ("name", "名字", "姓名", "名称"),
+}
+_CONCEPT_OF = {word: concept for concept, words in BILINGUAL_SUBJECT_WORDS.items() for word in words}
+_ZH_SUBJECT_WORDS = sorted((w for w in _CONCEPT_OF if not w.isascii()), key=len, reverse=True)
+_LATIN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _fold_word(word: str) -> str:
+    word = _FOLDED.get(word, word)
+    return _CONCEPT_OF.get(word, word)
+
 
 def _en_key(subject: str) -> str | None:
     subject = _LEADING_ARTICLE.sub("", subject.casefold())
@@ -356,12 +407,90 @@ def _en_key(subject: str) -> str | None:
     return "fact:" + " ".join(_FOLDED.get(word, word) for word in subject.split())
 
 
+def _zh_concepts(subject: str) -> str | None:
+    """A Chinese subject as its concepts ("生产数据库主机" -> "prod db host"), when every part of it is
+    a word of ``BILINGUAL_SUBJECT_WORDS`` or a Latin word; else None."""
+    out: list[str] = []
+    i = 0
+    while i < len(subject):
+        latin = _LATIN_WORD.match(subject, i)
+        if latin is not None:
+            out.append(_fold_word(latin.group().casefold()))
+            i = latin.end()
+            continue
+        word = next((w for w in _ZH_SUBJECT_WORDS if subject.startswith(w, i)), None)
+        if word is None:
+            return None
+        out.append(_CONCEPT_OF[word])
+        i += len(word)
+    return " ".join(out) if out else None
+
+
 def _zh_key(subject: str, verb: str) -> str | None:
     subject = _ZH_NOW.sub("", subject)
     if not subject or subject in _ZH_PRONOUNS:
         return None
     subject = _ZH_POSSESSIVE.sub("", subject).replace("的", "")      # ("生产数据库的地址" is "生产数据库地址")
     return f"fact:{subject}{verb}" if subject else None
+
+
+def _bilingual(key: str | None) -> str | None:
+    """A ``subject_key`` folded through ``BILINGUAL_SUBJECT_WORDS``: "fact:生产数据库主机是" and
+    "fact:prod db host" are both "fact:prod db host"; "fact:生产数据库在" is "fact:prod db 在" (是 is
+    "is"; 在, "is at", stays apart); "fact:MySQL是" is "fact:mysql", as "MySQL is 8.0" is; a Chinese
+    subject with a word outside the table keeps its key."""
+    if key is None or not key.startswith("fact:"):
+        return key
+    subject = key[len("fact:"):]
+    if subject[-1:] in ("是", "在") and subject[:-1]:              # (a Chinese key: ``_zh_key``)
+        concepts = _zh_concepts(subject[:-1])
+        if concepts is None:
+            return key
+        return f"fact:{concepts}" if subject[-1] == "是" else f"fact:{concepts} {subject[-1]}"
+    return "fact:" + " ".join(_CONCEPT_OF.get(word, word) for word in subject.split())
+
+
+def same_subject(kind: str, text: str) -> str | None:
+    """What a statement is about across English and Chinese: its ``subject_key`` with the ops nouns
+    of ``BILINGUAL_SUBJECT_WORDS`` folded to one concept each, so "The prod DB host is db-prod-43
+    now." replaces "生产数据库的主机是db-prod-42。" (and the other way round). The key corrections,
+    the offline agent's newest statement and requests to forget a subject compare by."""
+    return _bilingual(subject_key(kind, text))
+
+
+#: a question for the value of a subject: "What is the prod DB host?", "What's our staging server?",
+#: "Where is the prod DB?" (about where it is: 在), "生产数据库的主机是什么？", "端口是多少？",
+#: "生产数据库在哪里？" (``asked_subject``)
+_EN_ASKED = re.compile(r"^\s*(?P<wh>what|which|where)(?:['’]s|\s+is|\s+are)\s+(?P<subject>\w[\w .'/-]{0,60}?)"
+                       r"(?:\s+(?:now|currently|these days))?\s*[?？]?\s*$", re.IGNORECASE)
+_ZH_ASKED = re.compile(r"^\s*(?:请问)?(?P<subject>[^，,。；;？?\s]{1,24}?)(?:现在|目前)?"
+                       r"(?:(?P<is>是)(?:什么|多少|哪个|哪台|哪一个|啥)|(?P<at>在)(?:哪里|哪儿|哪|什么地方))(?:呢|啊)?\s*[？?。]?\s*$")
+
+
+def asked_subject(text: str) -> str | None:
+    """What a question asks the value of, as ``same_subject`` keys it (so an item in either language
+    answers it): "生产数据库的主机是什么？" and "What is the prod DB host?" both ask "fact:prod db host";
+    None for any other message."""
+    m = _EN_ASKED.match(text)
+    if m is not None:
+        key = _bilingual(_en_key(m.group("subject")))
+        return key + " 在" if key is not None and m.group("wh").casefold() == "where" else key
+    m = _ZH_ASKED.match(text)
+    if m is not None:
+        return _bilingual(_zh_key(m.group("subject"), "是" if m.group("is") else "在"))
+    return None
+
+
+def other_language(text: str) -> str:
+    """The ops nouns of ``text`` (``BILINGUAL_SUBJECT_WORDS``) in the other language, as words to
+    search with: "生产数据库的主机是什么？" -> "prod db host", "What is the prod DB host?" -> "生产 数据库 主机"
+    (an item stated in one language found by a question in the other); "" when there are none."""
+    folded = text.casefold()
+    found = sorted((folded.find(w), w) for w in _ZH_SUBJECT_WORDS if w in folded)
+    english = list(dict.fromkeys(_CONCEPT_OF[w] for _, w in found))
+    named = dict.fromkeys(c for w in _LATIN_WORD.findall(folded) if (c := _CONCEPT_OF.get(_FOLDED.get(w, w))))
+    chinese = [next(w for w in BILINGUAL_SUBJECT_WORDS[c] if not w.isascii()) for c in named]
+    return " ".join(english + chinese)
 
 
 def _change(text: str) -> tuple[str | None, str, str] | None:
@@ -535,23 +664,25 @@ def retracts(taken: tuple[str, str]) -> Callable[[str, str], bool]:
         else:                                       # (a subject with a Chinese word in it: "Redis地址")
             keys = {_zh_key(mine, verb) for verb in ("是", "在")} - {None}         # type: ignore[assignment]
             verb, before = r"\s*(?:是|在|为)", r"[^\s，,。；;：:]{1,12}?"
-        keys = {k.casefold() for k in keys} | ({"fact:call me"} if keys and mine in _CALLED else set())
+        keys = {_bilingual(k).casefold() for k in keys} | ({"fact:call me"} if keys and mine in _CALLED else set())
         subject = re.compile(re.escape(mine) + verb) if keys else None
         owned = re.compile(before + re.escape(mine) + verb) if keys and _OWN.match(what) else None
+
+    said_about = None if said is None else _bilingual(said[0])      # (either language: same_subject)
 
     def named(kind: str, text: str) -> bool:
         if _same_text(text) == mine:
             return True
         about = _about(kind, text)
         if said is not None:
-            return about is not None and said[0] == about[0] and said[1] is not None and about[1] is not None \
+            return about is not None and said_about == _bilingual(about[0]) and said[1] is not None and about[1] is not None \
                 and said[1].casefold().rstrip(".。!！") == about[1].casefold().rstrip(".。!！")
         if language is not None:
             return about is not None and about[0] == language and bool(_answer_languages(text) & languages)
         if subject is None:
             return False
         same = _same_text(text)
-        return subject.match(same) is not None or (about is not None and about[0].casefold() in keys) or \
+        return subject.match(same) is not None or (about is not None and _bilingual(about[0]).casefold() in keys) or \
             (owned is not None and owned.match(same) is not None and _OWN.match(_plain(text)) is not None)
     return named
 
@@ -647,12 +778,46 @@ SOURCE_MODEL = "model"
 SOURCE_RULES = "rules"
 
 
+def _unstated(sentence: str) -> bool:
+    """A sentence the user does not state as true, by the rules' tests (``classify``): a question or
+    a request to be told, or -- unless it asks for a lasting way of answering -- a conditional or
+    hypothesis, a hedge, a request to check something or what someone else said."""
+    plain = _plain(sentence)
+    if _taken_back(plain) is not None:           # (kept: the learning drops what it takes back)
+        return False
+    if any(p.search(_ZH_INDEFINITE.sub("", plain)) for p in _QUESTION):
+        return True
+    if any(p.search(plain) for p in _PREFERENCE):
+        return False
+    return bool(_CONDITIONAL.match(plain) or any(p.search(plain) for p in _NOT_STATED))
+
+
+def model_source(text: str) -> str:
+    """What of a user message the summary model is asked to distill: its sentences without those the
+    user does not state as true (``_unstated``: "Is the staging host stage-9?", "If my DB host is
+    db-9, ...", "I think the port is 5433", "Bob said the VPN gateway is vpn-x"), which the model
+    would otherwise restate as facts; "" when none is left. A sentence over ``MAX_STATEMENT_CHARS``
+    is not classified and is kept."""
+    kept = [s for s in sentences(text) if len(s) > MAX_STATEMENT_CHARS or not _unstated(s)]
+    return "\n".join(kept)
+
+
+#: a longer message is filtered for the model (``model_source``) in a worker thread, off the loop
+INLINE_FILTER_CHARS = 4000
+
+
 async def distill_by_model(agent: Any, model: str | None, text: str) -> tuple[list[tuple[str, str]], str]:
-    """Ask the summary model: (its items, ``SOURCE_MODEL``); (the rules' items, ``SOURCE_RULES``)
-    when it fails or answers something unusable, so an item says which path learned it."""
+    """Ask the summary model about what the message states (``model_source``): (its items,
+    ``SOURCE_MODEL``); (the rules' items, ``SOURCE_RULES``) when it fails or answers something
+    unusable, so an item says which path learned it. A message that states nothing (only questions,
+    hypotheses, hedges, hearsay) is not sent: ([], ``SOURCE_RULES``)."""
+    source = model_source(text) if len(text) <= INLINE_FILTER_CHARS else \
+        await asyncio.to_thread(model_source, text)
+    if not source.strip():
+        return [], SOURCE_RULES
     try:
         answer = await agent.complete([{"role": "system", "content": DISTILL_PROMPT},
-                                       {"role": "user", "content": text}], model)
+                                       {"role": "user", "content": source}], model)
     except Exception as exc:   # the provider failed (AgentError) or the agent has a bug: the rules still work
         log.warning("memory: distilling with the model failed (%s: %s); the rules are used instead",
                     type(exc).__name__, exc)

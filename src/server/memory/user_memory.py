@@ -4,12 +4,14 @@ into the prompts of their *other* sessions when relevant (no tool call needed).
 ``learn`` distills the user messages of a finished turn (rules, or the summary model when one is
 configured) into the user's ``UserMemoryStore``; ``choose`` picks what the next prompt gets:
 every preference ("answer in Chinese") and the facts that share terms with the new message
-(BM25 over the user's items, the recall engine), best first, within ``user_memory.token_budget``.
+(BM25 over the user's items, the recall engine; the message's ops nouns count in the other language
+too, ``distill.other_language``: "生产数据库的主机是什么？" finds "The prod DB host is db-prod-43"),
+best first, within ``user_memory.token_budget``.
 Items from the current session are left out: that session's own history (window, summary,
 recall) carries them. A newer statement about the same thing replaces the older one ("the DB host
-is db-2" after "... is db-1"; ``distill.subject_key``), and a sentence that takes something back
-("Please forget that ...", "... is not db-1 anymore": ``distill.takes_back``) removes the items it
-names, of this user only, and is never kept itself. ``forget_messages`` takes back what was learned
+is db-2" after "... is db-1"; ``distill.same_subject``, in English or Chinese), and a sentence
+that takes something back ("Please forget that ...", "... is not db-1 anymore":
+``distill.takes_back``) removes the items it names, of this user only, and is never kept itself. ``forget_messages`` takes back what was learned
 from messages an edit supersedes, ``forget_session`` what was learned from a cleared or purged
 session (``mark_forgetting`` first, so a crash in between cannot bring it back): an item another
 session still states stays, and an item a withdrawn correction had replaced comes back
@@ -27,7 +29,8 @@ from server.memory.analyze import analyze
 from server.memory.bm25 import BM25Index
 from server.memory.config import UserMemoryConfig
 from server.memory.context import Excerpt
-from server.memory.distill import SOURCE_RULES, distill_by_model, distill_rules, retracts, subject_key, takes_back
+from server.memory.distill import (SOURCE_RULES, distill_by_model, distill_rules, other_language, retracts, same_subject,
+                                   takes_back)
 from server.memory.recall import format_time
 from server.memory.tokens import TokenCounter, truncate_to_tokens
 from server.memory.user_store import MemoryItem, Retraction, UserMemoryStore, new_item_id
@@ -45,8 +48,9 @@ def item_line(item: MemoryItem, title: str | None = None) -> str:
 
 
 def item_subject(item: MemoryItem) -> str | None:
-    """What an item is about, when a newer item about it replaces it (``distill.subject_key``)."""
-    return subject_key(item.kind, item.text)
+    """What an item is about, when a newer item about it replaces it, in either language
+    (``distill.same_subject``: "The prod DB host is db-prod-43 now." replaces "生产数据库的主机是db-prod-42。")."""
+    return same_subject(item.kind, item.text)
 
 
 def retraction(session_id: str, message_id: int, taken: tuple[str, str]) -> Retraction:
@@ -146,7 +150,7 @@ class UserMemory:
             return [], []
         by_id = {i.id: i for i in items}
         chosen = [i for i in reversed(items) if i.kind == "preference"]      # newest first
-        terms = analyze(query)
+        terms = analyze(query) + analyze(other_language(query))   # (its ops nouns in the other language too)
         if terms:
             for item_id, _ in self._index(user_id, items).search(terms, len(items)):   # all: past k is recorded
                 item = by_id[item_id]
@@ -220,10 +224,12 @@ class UserMemory:
         """Leave the session's items out of prompts until ``forget_session`` has removed them."""
         self._hidden[session_id] = self._hidden.get(session_id, 0) + 1
 
-    async def forget_session(self, user_id: str, session_id: str) -> int:
-        """Remove everything learned from ``session_id`` (after ``hide_session``, if it was called)."""
+    async def forget_session(self, user_id: str, session_id: str, upto: int | None = None) -> int:
+        """Remove everything learned from ``session_id`` (after ``hide_session``, if it was called);
+        ``upto``: the highest message id the clear took back (``UserMemoryStore.forget_session``: a
+        learning of a message at or below it that ends later adds nothing, on any node)."""
         try:
-            n = await self.store.forget_session(user_id, session_id)
+            n = await self.store.forget_session(user_id, session_id, upto)
         finally:
             self.unhide_session(session_id)
         if n:

@@ -23,9 +23,14 @@ Besides the items, a user's document keeps what makes forgetting durable (docs/m
   left. Forgetting an item (``forget``, a request to forget) drops what it replaced for good;
 * ``pending``: sessions being forgotten (a clear, delete or purge marks them *before* the history
   changes); a document loaded with pending sessions drops their statements at once, so a crash
-  between the clear and the removal cannot bring them back.
+  between the clear and the removal cannot bring them back;
+* ``floors``: per session, the highest message id a clear, delete or purge took back ("cleared up
+  to message N", ``ALL_MESSAGES`` for a purged session), written by ``forget_session`` and kept: an
+  item of that session from a message at or below it is never added, on any node, so a learning
+  that was still distilling a cleared message (another node's summary model, slower than the clear)
+  cannot bring it back after the pending mark has ended.
 
-The four lists are bounded by ``max_items`` entries each (the oldest go first).
+The five lists are bounded by ``max_items`` entries each (the oldest go first).
 """
 from __future__ import annotations
 
@@ -43,6 +48,9 @@ MAX_SAVE_TRIES = 20      # a locked update redone this many times (first documen
 #: statements (session, message) one item names at most (the newest are kept): the same fact said in
 #: more sessions than this goes when the newest of them are cleared
 MAX_ITEM_STATEMENTS = 16
+
+#: the floor of a session that is gone for good (purged): every message of it is taken back
+ALL_MESSAGES = 2 ** 62
 
 Statement = tuple[str, int, str]          # (session id, message id, when)
 ReplacedBy = tuple[str, str, int]         # (item id or "" for a statement alone, session id, message id)
@@ -139,24 +147,32 @@ class UserMemoryStore(Protocol):
     async def forget(self, user_id: str, item_id: str) -> bool: ...
     async def forget_messages(self, user_id: str, session_id: str, message_ids: Iterable[int]) -> int: ...
     async def mark_forgetting(self, user_id: str, session_id: str) -> None: ...
-    async def forget_session(self, user_id: str, session_id: str) -> int: ...
+    async def forget_session(self, user_id: str, session_id: str, upto: int | None = None) -> int: ...
     async def close(self) -> None: ...
 
 
 @dataclass(slots=True)
 class UserDoc:
     """One user's file: items, per-session learned positions, tombstones, sessions being forgotten,
-    replaced items (with what replaced them)."""
+    replaced items (with what replaced them), per-session floors of what a clear took back."""
     items: list[MemoryItem] = field(default_factory=list)
     learned: dict[str, int] = field(default_factory=dict)
     forgotten: list[tuple[str, int, str]] = field(default_factory=list)
     pending: list[str] = field(default_factory=list)
     replaced: list[tuple[MemoryItem, ReplacedBy]] = field(default_factory=list)
+    floors: dict[str, int] = field(default_factory=dict)
 
     def to_json(self, user_id: str) -> dict:
-        return {"user_id": user_id, "items": [i.to_dict() for i in self.items], "learned": self.learned,
-                "forgotten": [list(t) for t in self.forgotten], "pending": self.pending,
-                "replaced": [{"item": i.to_dict(), "by": list(by)} for i, by in self.replaced]}
+        out = {"user_id": user_id, "items": [i.to_dict() for i in self.items], "learned": self.learned,
+               "forgotten": [list(t) for t in self.forgotten], "pending": self.pending,
+               "replaced": [{"item": i.to_dict(), "by": list(by)} for i, by in self.replaced]}
+        if self.floors:                       # (absent: a document an older server reads as before)
+            out["floors"] = self.floors
+        return out
+
+    def cleared(self, session_id: str, message_id: int) -> bool:
+        """The message is at or below its session's floor: a clear, delete or purge took it back."""
+        return message_id <= self.floors.get(session_id, 0)
 
     @classmethod
     def from_json(cls, doc: dict) -> UserDoc:
@@ -166,7 +182,8 @@ class UserDoc:
         items = [MemoryItem.from_dict(x) for x in doc["items"]]
         replaced = [(MemoryItem.from_dict(r["item"]), (str(r["by"][0]), str(r["by"][1]), int(r["by"][2])))
                     for r in doc.get("replaced") or ()]
-        loaded = cls(items, learned, forgotten, pending, replaced)
+        floors = {str(k): int(v) for k, v in (doc.get("floors") or {}).items()}
+        loaded = cls(items, learned, forgotten, pending, replaced, floors)
         if not pending:
             return loaded
         left = set(pending)
@@ -175,7 +192,7 @@ class UserDoc:
 
     def copy(self) -> UserDoc:
         return UserDoc(list(self.items), dict(self.learned), list(self.forgotten), list(self.pending),
-                       list(self.replaced))
+                       list(self.replaced), dict(self.floors))
 
     @classmethod
     def read(cls, doc: Any, user_id: str | None = None) -> tuple[str, UserDoc]:
@@ -235,7 +252,17 @@ def take_back(doc: UserDoc, gone: Callable[[str, int], bool]) -> tuple[UserDoc, 
         return None
     dead = {t for item in back for t in tombstones(item)}
     forgotten = [t for t in doc.forgotten if t not in dead]
-    return UserDoc(items, dict(doc.learned), forgotten, list(doc.pending), replaced), len(went)
+    return UserDoc(items, dict(doc.learned), forgotten, list(doc.pending), replaced, dict(doc.floors)), len(went)
+
+
+def _known_upto(doc: UserDoc, session_id: str) -> int:
+    """The highest message id of ``session_id`` the document knows: its learned position, its
+    statements (items and replaced items), its tombstones."""
+    ids = [doc.learned.get(session_id, 0)]
+    ids += [m for item in doc.items for s, m, _ in item.statements() if s == session_id]
+    ids += [m for item, _ in doc.replaced for s, m, _ in item.statements() if s == session_id]
+    ids += [m for s, m, _ in doc.forgotten if s == session_id]
+    return max(ids)
 
 
 def _without_replaced_by(replaced: list[tuple[MemoryItem, ReplacedBy]], ids: set[str]
@@ -258,7 +285,12 @@ class DocBackend(Protocol):
     document or None for no write, result)) to the stored document with no other write between its
     read and its write, and returns (the document now stored, its version, result); None only when
     another process created the user's first document meanwhile. ``on_change``: set by the store,
-    called with a user id (or None: every user) when another process changed that user's document."""
+    called with a user id (or None: every user) when another process changed that user's document.
+
+    A backend that can read the history may also have ``cleared_upto(session_id)`` (an awaitable
+    int): the highest message id a clear, delete or purge of the session took back, as the history
+    says it (``ALL_MESSAGES`` for a session that is gone); ``forget_session`` records it as the
+    session's floor (``PgUserDocs``: the session's row on the same database)."""
     on_change: Callable[[str | None], None] | None
 
     async def load(self, user_id: str) -> tuple[UserDoc, Any]: ...
@@ -370,6 +402,8 @@ class DocUserMemoryStore:
         doc.replaced = doc.replaced[-n:]
         while len(doc.learned) > n:
             doc.learned.pop(next(iter(doc.learned)))
+        while len(doc.floors) > n:
+            doc.floors.pop(next(iter(doc.floors)))
         return doc
 
     async def _update(self, user_id: str, change: Callable[[UserDoc], tuple[UserDoc | None, T]]) -> T:
@@ -405,15 +439,19 @@ class DocUserMemoryStore:
             return list((await self._load(user_id))[0].items)
 
     async def learned(self, user_id: str, session_id: str) -> int:
-        """The highest message id of ``session_id`` distilled so far (0: none)."""
+        """The highest message id of ``session_id`` distilled so far, or taken back by a clear, delete
+        or purge (its floor), when that is higher (0: none): a learning skips those messages."""
         async with self._lock(user_id):
-            return (await self._load(user_id))[0].learned.get(session_id, 0)
+            doc = (await self._load(user_id))[0]
+            return max(doc.learned.get(session_id, 0), doc.floors.get(session_id, 0))
 
     async def add(self, user_id: str, items: Iterable[MemoryItem | Retraction],
                   learned: tuple[str, int] | None = None,
                   key: Callable[[MemoryItem], str | None] | None = None) -> list[MemoryItem]:
         """Store the items whose text is new (case and spacing ignored), not forgotten from the same
-        message and not of a session being forgotten (``pending``); returns those added. An item
+        message, not of a session being forgotten (``pending``) and not of a message a clear, delete or
+        purge took back (at or below its session's floor: checked on the document this write
+        replaces, so on every node); returns those added. An item
         whose text is known adds its statement (session, message) to the known item. A
         ``Retraction`` among them (in message order) removes the items it matches. ``learned`` =
         (session id, message id): that session's messages up to that id are distilled, recorded in
@@ -439,7 +477,8 @@ class DocUserMemoryStore:
             new: set[str] = set()
             changed = False
             for entry in entries:
-                if entry.session_id in forgetting or (entry.session_id, entry.message_id, WHOLE_MESSAGE) in dead:
+                if entry.session_id in forgetting or (entry.session_id, entry.message_id, WHOLE_MESSAGE) in dead \
+                        or doc.cleared(entry.session_id, entry.message_id):
                     continue
                 if isinstance(entry, Retraction):
                     gone = [i for i in live if entry.matches(i)]
@@ -483,7 +522,8 @@ class DocUserMemoryStore:
                 sid, upto = learned
                 marks.pop(sid, None)
                 marks[sid] = max(upto, doc.learned.get(sid, 0))     # most recent last
-            return UserDoc(live[-self.max_items:], marks, doc.forgotten + tombs, list(doc.pending), replaced), added
+            return UserDoc(live[-self.max_items:], marks, doc.forgotten + tombs, list(doc.pending), replaced,
+                           dict(doc.floors)), added
         return await self._update(user_id, change)
 
     async def forget(self, user_id: str, item_id: str) -> bool:
@@ -533,23 +573,34 @@ class DocUserMemoryStore:
             return new, None
         await self._update(user_id, change)
 
-    async def forget_session(self, user_id: str, session_id: str) -> int:
+    async def forget_session(self, user_id: str, session_id: str, upto: int | None = None) -> int:
         """Take back every statement of ``session_id`` (clear, delete, purge: ``take_back``); returns
         how many items went. Its learned position stays: a restore of the cleared messages does not
-        teach them again."""
+        teach them again. The session's floor rises to ``upto`` (the highest message id the clear
+        took back; None: what the backend's ``cleared_upto`` reads from the history, else the highest
+        message id of the session the document knows), so a learning of a cleared message that ends
+        later, on any node, adds nothing (``add``)."""
         key = (user_id, session_id)
         async with self._lock(user_id):
             marks = self._marked.pop(key, 0) - 1
             if marks > 0:                    # another clear of the session is still under way
                 self._marked[key] = marks
+        if upto is None:
+            from_history = getattr(self.backend, "cleared_upto", None)
+            if from_history is not None:
+                upto = await from_history(session_id)
 
         def change(doc: UserDoc) -> tuple[UserDoc | None, int]:
             pending = doc.pending if marks > 0 else [s for s in doc.pending if s != session_id]
+            floor = max(upto if upto is not None else _known_upto(doc, session_id), doc.floors.get(session_id, 0))
             taken = take_back(doc, lambda s, m: s == session_id)
-            if taken is None and pending == doc.pending:
+            if taken is None and pending == doc.pending and floor == doc.floors.get(session_id, 0):
                 return None, 0
             new, n = taken if taken is not None else (doc.copy(), 0)
             new.pending = list(pending)
+            if floor:
+                new.floors.pop(session_id, None)
+                new.floors[session_id] = floor           # most recent last
             return new, n
         return await self._update(user_id, change)
 

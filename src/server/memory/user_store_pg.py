@@ -8,8 +8,10 @@ another node is done again in one transaction holding the row (``update``), whic
 write notifies the other nodes in the same statement (channel ``nplt_user_memory``, payload: the
 user id and the writing process), whose caches drop that user.
 Their listener starts before their first read; after it reconnects (notifications may have been
-missed) they drop every cached user. ``copy_user_files`` brings JSON user memory files over
-(``nplt-server migrate-json-to-pg``).
+missed) they drop every cached user. ``cleared_upto`` reads how far a clear, delete or purge of a
+session took its messages back from the session's row (the history is on the same database), the
+floor ``DocUserMemoryStore.forget_session`` records. ``copy_user_files`` brings JSON user memory
+files over (``nplt-server migrate-json-to-pg``).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from typing import Any, Callable, TypeVar
 
 import orjson
 
-from server.memory.user_store import UserDoc
+from server.memory.user_store import ALL_MESSAGES, UserDoc
 from storage.pg.notify import Listener, encode_payload
 
 log = logging.getLogger("nplt.memory")
@@ -91,6 +93,15 @@ class PgUserDocs:
                     return None
                 return new, (version or 0) + 1, result
         return await self.link.run(work, write=True)
+
+    async def cleared_upto(self, session_id: str) -> int:
+        """The highest message id of ``session_id`` a clear, delete or purge that has changed the
+        history took back: every message stored so far (``next_id - 1``: a clear hides them all, a
+        delete or a failed clear forgets them all the same); ``ALL_MESSAGES`` when the session is
+        gone (purged)."""
+        got = await self.link.run(lambda con: con.fetchval(
+            "SELECT next_id - 1 FROM nplt_sessions WHERE session_id = $1", session_id), write=False)
+        return ALL_MESSAGES if got is None else int(got)
 
     def _write(self, user_id: str, doc: UserDoc, version: Any) -> tuple[str, tuple]:
         """The statement that stores ``doc`` if the row is still at ``version`` (None: no row) and
