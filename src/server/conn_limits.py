@@ -9,7 +9,8 @@
   past 15/16 of the cap, so that reads in flight and allocator overhead mostly stay within it:
   with 40 or more connections sending at once RSS passes it by a few MiB, ~0.25 MiB a connection.)
 - ``max_clients_per_ip``: connections from one address beyond it are refused with
-  TOO_MANY_CONNECTIONS (v3 clients; a v2 client sees the close).
+  TOO_MANY_CONNECTIONS (v3 clients; a v2 client, or a silent one, which the server would serve as
+  v2, reads one CHAT_TEXT saying why before the close, as for ``max_clients``: ``refusal_frame``).
 - The admin slot: when a configured user is marked ``admin``, one connection beyond
   ``max_clients`` is accepted, and it may only stay by saying HELLO as an admin. A connection that
   arrives when that slot is taken too is kept on standby (``AdminSlot``: not counted against
@@ -24,11 +25,12 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import socket
 from typing import Any, Callable, Iterable
 
 import orjson
 
-from protocol import ErrorCode, MsgType, encode_frame
+from protocol import ErrorCode, MsgType, encode_frame, looks_like_tls
 from protocol.messages import request_id
 
 
@@ -45,6 +47,8 @@ TRIM_MIN_BYTES = 1 << 20     # given back at once: worth asking the allocator to
 TRIM_DELAY_S = 0.2           # (and at most one trim per this interval, in a worker thread)
 FULL = "max_clients reached"     # refusal reasons (``Server.refuse_reason``)
 STOPPING = "shutting down"
+PEEK_BYTES = 5               # bytes of a TLS port's first read looked at (a frame header, a TLS record's)
+DRAIN_BYTES = 1 << 16        # at most this much of a non-TLS client's input is read before its reply
 HEADROOM = 16                # messages are refused past (15/16) of the cap: headroom for reads in flight
                              # and the allocator (bench/abandoned_fragments.py measures what passes it)
 
@@ -126,14 +130,40 @@ def regular_clients(connections: Iterable[Any]) -> int:
     return sum(1 for c in connections if not c.admin)
 
 
-def refusal_frame(first: bytes, code: ErrorCode, message: str) -> bytes:
-    """ERROR ``code`` (fatal) for a client refused on its first read ``first``; b"" unless it is v3.
+def full_text(max_clients: int, admin_slot: bool = False) -> str:
+    """What a v2 client refused over ``max_clients`` reads (one CHAT_TEXT, then the close)."""
+    beyond = "; the one slot beyond is reserved for an admin" if admin_slot else ""
+    return f"Server is full ({max_clients} clients{beyond}); try again later."
 
-    A v3 client starts with HELLO (type code 0x20): it gets the error, with the HELLO's id when the
-    whole frame is in ``first``. Anything else is a v2 client, which only sees the close.
+
+def per_ip_text(ip: str, per_ip: int) -> str:
+    """What a v2 client refused over ``max_clients_per_ip`` reads."""
+    return f"Too many connections from {ip} (max_clients_per_ip = {per_ip}); try again later."
+
+
+REQUIRES_TLS = ("This server requires TLS: connect with an NPLT v3 client and TLS (this client cannot); "
+                "the connection is closed.")
+
+
+def v2_text_frame(text: str) -> bytes:
+    """One v2 CHAT_TEXT frame (seq 0: the first frame the server sends) carrying ``text``."""
+    return encode_frame(MsgType.CHAT_TEXT, 0, text.encode())
+
+
+def refusal_frame(first: bytes, code: ErrorCode, message: str, v2_text: str = "") -> bytes:
+    """What a client refused on its first read ``first`` (b"": it sent nothing within the grace
+    period) is sent before the close.
+
+    A v3 client starts with HELLO (type code 0x20): it gets ERROR ``code`` (fatal), with the HELLO's id
+    when the whole frame is in ``first``. The first bytes of a TLS handshake (a TLS client on a
+    plain-TCP port) get nothing. Anything else, silence included, is what the server serves as a v2
+    client: it gets ``v2_text`` in one CHAT_TEXT, as a v2 client refused for authentication does
+    (nothing when ``v2_text`` is empty).
     """
     if not first or first[0] != MsgType.HELLO:
-        return b""
+        if looks_like_tls(first) or not v2_text:
+            return b""
+        return v2_text_frame(v2_text)
     re = None
     if len(first) >= 5:
         end = 5 + int.from_bytes(first[3:5], "big")
@@ -144,3 +174,56 @@ def refusal_frame(first: bytes, code: ErrorCode, message: str) -> bytes:
                 re = None   # a HELLO we cannot read still gets the error, without an id
     payload = orjson.dumps({"re": re, "code": code, "message": message, "fatal": True})
     return encode_frame(MsgType.ERROR, 0, payload)
+
+
+async def plain_on_tls_reply(sock: socket.socket, timeout: float) -> bytes | None:
+    """On a TLS port, before the TLS handshake: the reply for a client that is not speaking TLS.
+
+    Waits (at most ``timeout`` s) until ``sock`` (accepted, non-blocking) is readable and peeks at
+    its first bytes (``MSG_PEEK``: they stay for the TLS handshake). None when they start a TLS
+    record (0x16 0x03 ..), when nothing came in time (a silent client may be a TLS client that is
+    slow to send its ClientHello: plain bytes would break its handshake, so it is not answered),
+    when the peer closed, and for a v3 client (first byte HELLO: its TLS handshake fails and it sees
+    the close, as before): then the TLS handshake goes on. Otherwise, bytes that no TLS client
+    sends, one v2 CHAT_TEXT saying the server requires TLS (``REQUIRES_TLS``): to be sent in plain
+    TCP before the socket is closed, with no TLS handshake."""
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    fd = sock.fileno()
+    loop.add_reader(fd, lambda: None if ready.done() else ready.set_result(None))
+    try:
+        await asyncio.wait_for(ready, timeout)
+    except asyncio.TimeoutError:
+        return None
+    finally:
+        loop.remove_reader(fd)
+    try:
+        first = sock.recv(PEEK_BYTES, socket.MSG_PEEK)
+    except (BlockingIOError, InterruptedError, ConnectionError, OSError):
+        return None
+    if not first or first[0] == MsgType.HELLO or looks_like_tls(first) or (first[0] == 0x16 and len(first) < 3):
+        return None
+    return v2_text_frame(REQUIRES_TLS)
+
+
+def reply_plain_and_close(sock: socket.socket, reply: bytes) -> None:
+    """Send ``reply`` (``plain_on_tls_reply``'s, a few hundred bytes: it fits the empty send buffer of
+    a new socket) in plain TCP and close ``sock``. What the client sent is read first (at most
+    ``DRAIN_BYTES``): a socket closed with unread input is reset, and the reset can discard the reply
+    before the client reads it; the write side is then shut (FIN) before the close."""
+    try:
+        drained = 0
+        while drained < DRAIN_BYTES:
+            got = sock.recv(65536)
+            if not got:
+                break
+            drained += len(got)
+    except (BlockingIOError, InterruptedError, OSError):
+        pass
+    try:
+        sock.send(reply)
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    finally:
+        sock.close()

@@ -54,7 +54,8 @@ from protocol.replies import ErrorReply
 from server import conn_state
 from server.conn_state import ConnState
 from server.conn_input import InputWatch
-from server.conn_limits import FULL, AdminSlot, count_from, peer_ip, refusal_frame, regular_clients
+from server.conn_limits import (FULL, STOPPING, AdminSlot, count_from, full_text, peer_ip, per_ip_text, refusal_frame,
+                                regular_clients)
 from server.context import RequestContext
 from server.errors import HandlerError
 from server.handlers.dispatch import Dispatcher, run_handler
@@ -126,7 +127,7 @@ class ServerConnection(asyncio.Protocol):
         self._refuse_reason = refuse_reason
         self._admin_slot = admin_slot
         self._standby = False         # arrived with every slot taken: uncounted until an admin's HELLO
-        self._refusal = (ErrorCode.SERVER_FULL, "")  # what a REFUSED connection is told
+        self._refusal = (ErrorCode.SERVER_FULL, "", "")  # what a REFUSED connection is told (v3, v2)
         self._hello: asyncio.Task | None = None     # the HELLO being answered
         self._early: list[Message] = []              # requests pipelined behind it
         self._rx_backlog: bytes | None = None        # a read over RX_SLICE_BYTES, fed from _rx_off on
@@ -220,14 +221,16 @@ class ServerConnection(asyncio.Protocol):
         slot = self._admin_slot
         standby = reason == FULL and slot is not None
         if reason is not None:
-            self._refusal = (ErrorCode.SERVER_FULL, f"the server is full ({self.limits.max_clients} clients)")
+            self._refusal = (ErrorCode.SERVER_FULL, f"the server is full ({self.limits.max_clients} clients)",
+                             full_text(self.limits.max_clients) if reason != STOPPING else "Server is shutting down.")
         if reason is None or standby:
             per_ip = self.limits.max_clients_per_ip
             if per_ip and count_from(svc.connections, self.ip) + (
                     count_from(slot.waiting, self.ip) if slot is not None else 0) >= per_ip:
                 reason, standby = "max_clients_per_ip reached", False
                 self._refusal = (ErrorCode.TOO_MANY_CONNECTIONS,
-                                 f"too many connections from {self.ip} (max_clients_per_ip = {per_ip})")
+                                 f"too many connections from {self.ip} (max_clients_per_ip = {per_ip})",
+                                 per_ip_text(self.ip, per_ip))
         if standby:   # only an admin's HELLO, within standby_timeout_s, gets it a slot
             self._standby = True
             slot.waiting.add(self)   # type: ignore[union-attr]
@@ -240,7 +243,7 @@ class ServerConnection(asyncio.Protocol):
         if reason is not None:
             self._set(_REFUSED)
             svc.counters.refusals.note(self.conn_id, self.peer, reason)
-            self._grace = self.loop.call_later(grace, self.close)
+            self._grace = self.loop.call_later(grace, self._on_grace)   # silent: refused as a v2 client
             return
         svc.connections.add(self)
         log.debug("connection %s from %s", self.conn_id, self.peer)
@@ -630,11 +633,20 @@ class ServerConnection(asyncio.Protocol):
             self.fatal(ErrorCode.SHUTTING_DOWN, "the server is stopping")
 
     def _refuse(self, data: bytes) -> None:
-        """Over max_clients (SERVER_FULL) or max_clients_per_ip (TOO_MANY_CONNECTIONS): a v3 client
-        (first byte HELLO) gets the ERROR; a v2 client sees a close."""
+        """Over max_clients (SERVER_FULL) or max_clients_per_ip (TOO_MANY_CONNECTIONS), on the first
+        read ``data`` (b"": nothing came within the grace period): a v3 client (first byte HELLO) gets
+        the ERROR; a v2 client, or a silent one, one CHAT_TEXT saying why (``refusal_frame``); the
+        first bytes of a TLS handshake, only the close."""
         frame = refusal_frame(data, *self._refusal)
         if frame:
             self.output.out.append(frame)
+        self.close()
+
+    def _refuse_v2(self, text: str) -> None:
+        """A connection already served as v2 refused before its welcome (the admin slot is not for
+        v2): one CHAT_TEXT saying why, then the close."""
+        if not self.codec.closed:
+            self.output.out.append(self.codec.send(MsgType.CHAT_TEXT, text.encode()))
         self.close()
 
     # -- timers --------------------------------------------------------------------------------------
@@ -655,6 +667,9 @@ class ServerConnection(asyncio.Protocol):
 
     def _grace_over(self) -> None:
         self._grace = None
+        if self.state is _REFUSED:   # refused and silent (as a v2 client is): told why, then closed
+            self._refuse(b"")
+            return
         if self.state is not _GRACE:
             return
         self.codec.set_legacy()
@@ -670,7 +685,7 @@ class ServerConnection(asyncio.Protocol):
         self._cancel_grace()  # (the handshake timer runs on until a first message)
         if self._standby or self._over_regular_slots():
             self.services.counters.refusals.note(self.conn_id, self.peer, "max_clients reached (admin slot)")
-            self.close()
+            self._refuse_v2(full_text(self.limits.max_clients, admin_slot=True))
             return
         self._set(_LEGACY)
         self.legacy = LegacyV2(self, self.services)

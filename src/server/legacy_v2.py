@@ -6,7 +6,11 @@ split). A turn streams AGENT_THOUGHT status JSON, the answer as CHAT_TEXT chunks
 boundaries), then an empty CHAT_TEXT, the end marker. Nothing is ever written between a turn's
 TURN_START and its end marker but that turn's own frames: after submitting a chat, the request
 worker waits until the turn has ended (anything the client sends meanwhile is answered after the end
-marker, in order), and notices (``session_moved``) go through the same queue. Nothing but v2 type
+marker, in order; HEARTBEAT too, since its reply is a CHAT_TEXT that would read as answer text), and
+notices (``session_moved``) go through the same queue. A chat queued behind other turns of the
+session (a v3 client's) opens its answer at once: ``stream_start`` and a ``thinking`` status
+"queued behind N turn(s)"; its TURN_START then sends no second ``stream_start``. ``HISTORY_REQUEST``
+pages leave out superseded messages as default v3 pages do (``handlers.history.visible_page``). Nothing but v2 type
 codes is ever sent: requests that cannot be served are answered in text or ignored. A v2 connection
 sees the events of the turns it started itself (not those of v3 clients on the same session), and
 has no token, so a server with users configured refuses v2 connections with an explanation.
@@ -31,6 +35,7 @@ from server import legacy_v2_sessions as sessions
 from server.auth import LOCAL_USER
 from server.config import LimitsConfig
 from server.errors import HandlerError, failure_of
+from server.handlers.history import visible_page
 from protocol.server_events import (AnswerDelta, ServerEvent, ToolCallEvent, ToolResultEvent, TurnEnd, TurnError,
                                     TurnStart, TurnStatus)
 from server.hub import Outgoing
@@ -305,7 +310,14 @@ class LegacyV2:
                 self._chat_error(f"{note} Your message was not sent; send it again.")
                 return
             done = self._turn_done = asyncio.Event()
-            await self.services.runner.submit(self, LOCAL_USER, rec.session_id, text)
+            _turn, ahead = await self.services.runner.submit(self, LOCAL_USER, rec.session_id, text)
+            if ahead and not self.host.closing:
+                # Queued behind other turns of the session (a v3 client's): the answer opens now, so the
+                # client knows its message was taken and waits (nothing was awaited since the submit:
+                # the turn cannot have started). Its TURN_START then opens nothing more.
+                self.streaming = True
+                self.thought("stream_start", "")
+                self.thought("thinking", f"queued behind {ahead} turn{'' if ahead == 1 else 's'}")
         except Exception as exc:
             self._turn_done = None
             err = failure_of(exc)
@@ -326,7 +338,8 @@ class LegacyV2:
             rec, note = await self.current()
             if note:
                 raise HistoryRequestError(ErrorCode.NOT_FOUND, f"{note} Send the request again for its history.")
-            page = await self.services.store.page(rec.session_id, before=before, limit=limit)
+            # as a default v3 page: superseded messages left out, stretches of them paged past
+            page = await visible_page(self.services.store, rec.session_id, before, limit)
         except HistoryRequestError as exc:
             self.reply(error_document(exc.code, exc.message))
             return
@@ -349,8 +362,9 @@ class LegacyV2:
                 self.streamed.add(turn_id)
                 self._write_text(text)
             case TurnStart():
-                self.streaming = True
-                self.thought("stream_start", "")
+                if not self.streaming:     # (already open for a queued turn: ``chat``)
+                    self.streaming = True
+                    self.thought("stream_start", "")
             case TurnStatus(status=status, detail=detail):
                 self.thought(status, detail or "")
             case ToolCallEvent(call=call):

@@ -10,14 +10,24 @@ as with v3) or ``文件保存失败: <reason>``. A file that has arrived whole
 is not refused because the user's ingests are all in progress (``max_ingests_per_user``): the
 connection's request worker waits for one to end (given up if the connection closes). A refusal
 known from the metadata alone (bad JSON, hostile name, unsupported type, over ``[knowledge]
-max_upload_bytes``, ``user_quota_bytes`` or ``max_documents_per_collection``) is answered at once and
-the announced bytes that follow are swallowed silently. An upload with no
+max_upload_bytes``, ``user_quota_bytes`` or ``max_documents_per_collection``, the upload limits below)
+is answered at once and the announced bytes that follow are swallowed silently. From its metadata to
+its end (stored, refused, timed out, its connection closed, replaced by new metadata) an upload is
+held in the upload ledger of the v3 uploads (``handlers.upload_ledger``, ``_hold``) by its declared
+size: it counts toward user ``local``'s ``max_uploads_per_user`` and ``user_quota_bytes`` and the
+server's ``max_uploads``, for v2 and v3 uploads alike, and one that does not fit is refused at its
+metadata. The upload is complete when ``size`` bytes have arrived: bytes past them (a file that
+grew while it was sent) are dropped, in the same frame or after it, until the next
+``FILE_METADATA``, so the client still gets one reply per upload. An upload with no
 ``FILE_DATA`` for ``v2_upload_timeout_s`` is abandoned (its file removed; the client is told unless
 it is closing). An upload whose connection closes before its last byte is discarded at once
 (``connection_closed``: timer cancelled, file closed and removed, buffer freed): a v2 upload belongs
 to its connection and cannot be resumed by another, so nothing of it is kept, and nothing of it
 keeps the connection alive.
-A ``FILE_DATA`` with no upload open is answered once in text until the next ``FILE_METADATA``.
+A ``FILE_DATA`` before any ``FILE_METADATA`` on the connection is answered once in text (once per
+connection); after an upload, one with no upload open is that upload's excess: swallowed silently.
+Names quoted in replies (``_shown``) are escaped (Python's repr) when they hold characters that do
+not print (a tab, a zero-width space), as v3 errors quote client input.
 
 ``CLIENT_UDP_PORT`` JSON ``{"udp_port"}`` registers the connection with the offer service: downloads the
 assistant offers go to (the TCP peer's address, that port). It is never answered (the deployed clients
@@ -61,6 +71,7 @@ OK = "文件上传成功: {name} (ID: {doc_id})"
 DUPLICATE = OK + '; the same content is already stored as "{stored}": download it by that name or its ID'
 FAILED = "文件保存失败: {reason}"
 ORPHAN_DATA = "FILE_DATA without FILE_METADATA: send the file's metadata (filename, size) first"
+SHOWN_CHARS = 64          # a file name quoted in a reply is cut to this many characters
 
 
 class _Host(Protocol):
@@ -96,11 +107,13 @@ async def clear_incoming(config: ServerConfig) -> None:
 class _Upload:
     """One v2 upload in progress: where its bytes go and how many are still to come."""
 
-    def __init__(self, name: str, size: int, path: Path | None, f: BinaryIO | None) -> None:
+    def __init__(self, name: str, size: int, path: Path | None, f: BinaryIO | None,
+                 release: Callable[[], None] | None = None) -> None:
         self.name = name
         self.size = size
         self.path = path              # None: refused at the metadata, the bytes are swallowed
         self.file = f
+        self.release = release        # gives back its place in the upload ledger (``_hold``), once
         self.received = 0
         self.buffer = bytearray()
         self.last = time.monotonic()
@@ -113,7 +126,14 @@ class _Upload:
                 data, self.buffer = bytes(self.buffer), bytearray()
                 await asyncio.to_thread(self.file.write, data)
 
+    def unhold(self) -> None:
+        """It no longer counts toward the upload limits (it ended, one way or another)."""
+        release, self.release = self.release, None
+        if release is not None:
+            release()
+
     async def discard(self) -> None:
+        self.unhold()
         if self.timer is not None:
             self.timer.cancel()       # (a cancelled handle drops its callback: the closure goes now)
             self.timer = None
@@ -147,6 +167,7 @@ class V2Files:
         self._v2 = weakref.ref(v2)
         self.udp_port: int | None = None
         self.upload: _Upload | None = None
+        self.uploaded = False         # a FILE_METADATA came: FILE_DATA with no upload open is its excess
         self.orphan_reported = False
         self._on_close: list[Callable[[], None]] = []      # (when_closed; run by ``connection_closed``)
 
@@ -249,7 +270,7 @@ def _metadata(body: bytes) -> tuple[str, int]:
 
 async def file_metadata(v2: V2FileAdapter, ev: Message) -> None:
     state = files_of(v2)
-    state.orphan_reported = False
+    state.uploaded = True
     if state.upload is not None:   # a new upload replaces one that never finished
         old, state.upload = state.upload, None
         answered = old.path is None        # refused at its metadata: answered then
@@ -270,7 +291,13 @@ async def file_metadata(v2: V2FileAdapter, ev: Message) -> None:
         if size > limit:
             raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"{size} bytes is over the upload limit ({limit} bytes)")
         kb.check_quota(LOCAL_USER, resolve(LOCAL_USER, (), None), size)   # (the user's quota, the collection's size)
-        path, f = await asyncio.to_thread(_create, incoming_dir(v2.services.config))
+        release = _hold(v2.services, size)       # (with the uploads in progress, v3's included)
+        try:
+            path, f = await asyncio.to_thread(_create, incoming_dir(v2.services.config))
+        except BaseException:
+            if release is not None:
+                release()
+            raise
     except Exception as exc:
         err = failure_of(exc)
         if err is None:
@@ -279,7 +306,7 @@ async def file_metadata(v2: V2FileAdapter, ev: Message) -> None:
         v2.reply(FAILED.format(reason=f"{_shown(name)}: {err.message}"))
         upload = _Upload(name, size, None, None)   # swallow the bytes announced
     else:
-        upload = _Upload(name, size, path, f)
+        upload = _Upload(name, size, path, f, release)
     if size == 0:                      # nothing to wait for
         if upload.path is not None:
             await _finish(v2, state, upload)
@@ -295,19 +322,21 @@ async def file_data(v2: V2FileAdapter, ev: Message) -> None:
     state = files_of(v2)
     upload = state.upload
     if upload is None:
-        if not state.orphan_reported:
+        # After an upload (ended: stored, refused, timed out) the client may send more than its
+        # ``size`` (a file that grew while it was sent): those bytes are the excess of the upload
+        # already answered, swallowed without a reply so the client stays in step (one reply per
+        # upload). Only FILE_DATA before any FILE_METADATA is answered, once per connection.
+        if not state.uploaded and not state.orphan_reported:
             state.orphan_reported = True
             v2.reply(FAILED.format(reason=ORPHAN_DATA))
         return
     data = ev.body
     upload.last = time.monotonic()
-    if upload.received + len(data) > upload.size:
-        state.upload = None
-        answered = upload.path is None    # refused at its metadata: answered then
-        await upload.discard()
-        if not answered:
-            v2.reply(FAILED.format(reason=f"{_shown(upload.name)}: more bytes than the {upload.size} announced"))
-        return
+    room = upload.size - upload.received
+    if len(data) > room:     # the file grew after its metadata: its first ``size`` bytes are the upload
+        log.info("v2 connection %s: %s: %d bytes past the %d announced are dropped", v2.host.conn_id,
+                 upload.name, len(data) - room, upload.size)
+        data = data[:room]
     upload.received += len(data)
     if upload.path is None:             # refused at the metadata: swallow
         if upload.received == upload.size:
@@ -403,12 +432,31 @@ _CLEANUPS: set[asyncio.Task] = set()
 
 
 def _discard_soon(upload: _Upload) -> None:
-    """Discard ``upload`` in a task of its own (from a callback: the timer, ``connection_lost``)."""
+    """Discard ``upload`` in a task of its own (from a callback: the timer, ``connection_lost``); it
+    stops counting toward the upload limits at once."""
+    upload.unhold()
     task = asyncio.get_running_loop().create_task(upload.discard())
     _CLEANUPS.add(task)
     task.add_done_callback(_CLEANUPS.discard)
 
 
 def _shown(name: Any) -> str:
+    """A file name as a reply quotes it: cut to ``SHOWN_CHARS``; one that holds characters that do
+    not print (a tab, a zero-width space, a bidirectional control: what the metadata check refuses)
+    in Python's repr, as v3 errors quote client input, so they show escaped instead of passing unseen."""
     text = str(name)
-    return text if len(text) <= 64 else text[:63] + "…"
+    text = text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 1] + "…"
+    return text if text.isprintable() else repr(text)
+
+
+def _hold(services: Services, size: int) -> Callable[[], None] | None:
+    """Count a new v2 upload of ``size`` declared bytes in the upload ledger of the v3 uploads
+    (``handlers.upload_ledger``), as a v3 BEGIN does: toward user ``local``'s ``max_uploads_per_user``
+    and ``user_quota_bytes`` (its documents, and every upload in progress, v2 or v3, by declared size;
+    its least recently touched detached v3 uploads are dropped to make room, as for a BEGIN) and the
+    server's ``max_uploads``. QUOTA_EXCEEDED / SERVER_BUSY when it does not fit; else the function
+    that releases it (``_Upload.unhold``, on every end). None without an upload service."""
+    uploads = services.uploads
+    if uploads is None:
+        return None
+    return uploads.hold(f"v2-{secrets.token_hex(12)}", LOCAL_USER, size, services.knowledge.usage(LOCAL_USER))

@@ -40,7 +40,10 @@ def _ref(ev: Message, key: str) -> str:
         return text
     if isinstance(value, dict):
         value = value.get(key, "")
-    return value.strip() if isinstance(value, str) else str(value)
+    if isinstance(value, str):
+        return value.strip()
+    # a number names a session prefix or a model as its text; null, true, a list or an object names nothing
+    return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
 
 
 def clip(text: str, n: int) -> str:
@@ -127,6 +130,10 @@ async def model_switch(v2: V2Adapter, ev: Message) -> None:
     svc = v2.services
     name = _ref(ev, "model")
     offered = svc.agent.models()
+    if not name:
+        v2.reply(f"MODEL_SWITCH needs a model name (JSON {{\"model\": \"<name>\"}} or the bare name). "
+                 f"Available: {', '.join(offered)}")
+        return
     if name not in offered:
         v2.reply(f"Unknown model {clip(name, ECHO_CHARS)!r}. Available: {', '.join(offered)}")
         return

@@ -39,6 +39,23 @@ log = logging.getLogger("nplt.offers")
 MAX_NAMES_LISTED = 10
 
 
+ECHO_CHARS = 64           # a name quoted back from the request is cut to this many characters
+
+
+def quoted(text: str, n: int = ECHO_CHARS) -> str:
+    """``text`` (client input: a document name asked for) as a refusal quotes it: cut to ``n``
+    characters and in Python's repr, as v3 errors quote input, so tabs, zero-width and other
+    invisible characters show escaped ("'a\\u200b.txt'") instead of passing unseen."""
+    return repr(text if len(text) <= n else text[:n] + "…")
+
+
+def candidate(d: Any) -> str:
+    """One of several documents sharing a name, as the refusal lists it: its id, collection, size,
+    upload time to the second and the first 8 hex digits of its MD5 (what tells two copies apart)."""
+    return (f"{d.doc_id} ({d.collection}, {d.size} bytes, uploaded {d.uploaded_at[:19].replace('T', ' ')}, "
+            f"MD5 {d.md5[:8]})")
+
+
 class V2OfferTarget(Protocol):
     """A v2 connection that can receive UDP downloads (server.legacy_v2_files)."""
 
@@ -104,10 +121,9 @@ class OfferService:
                       lambda d, key: d.doc_id == ref):
             found = [d for d, key in docs if match(d, key)]
             if len({d.md5 for d in found}) > 1:   # two different documents of that name: the user picks
-                ids = "; ".join(f"{d.doc_id} ({d.collection}, {d.uploaded_at[:16].replace('T', ' ')})"
-                                for d in found[:MAX_NAMES_LISTED])
+                ids = "; ".join(candidate(d) for d in found[:MAX_NAMES_LISTED])
                 raise HandlerError(ErrorCode.NOT_FOUND, f"{len(found)} different documents are named "
-                                   f"'{ref[:64]}': ask for one by its id: {ids}")
+                                   f"{quoted(ref)}: ask for one by its id: {ids}")
             if found:
                 return found[0]            # (one document, or copies of the same bytes)
         part = [(d, key) for d, key in docs if ref and ref.lower() in key.lower()]
@@ -115,9 +131,9 @@ class OfferService:
             return part[0][0]
         if part:
             names = ", ".join(sorted({d.name for d, _ in part})[:MAX_NAMES_LISTED])
-            raise HandlerError(ErrorCode.NOT_FOUND, f"'{ref[:64]}' matches several documents: {names}")
+            raise HandlerError(ErrorCode.NOT_FOUND, f"{quoted(ref)} matches several documents: {names}")
         names = ", ".join(d.name for d, _ in docs[:MAX_NAMES_LISTED]) or "none"
-        raise HandlerError(ErrorCode.NOT_FOUND, f"no document named '{ref[:64]}' (documents: {names})")
+        raise HandlerError(ErrorCode.NOT_FOUND, f"no document named {quoted(ref)} (documents: {names})")
 
     # -- offering ------------------------------------------------------------------------------------
     async def offer(self, user: str, doc_id: str, subscriber: Any, groups: Collection[str] = ()) -> OfferResult:

@@ -49,7 +49,7 @@ def _reset(v2) -> None:
 
 async def test_uploads_of_clients_that_leave_are_discarded_at_once(tmp_path: Path) -> None:
     async with files_server(tmp_path, transfer={"v2_upload_timeout_s": 600.0},   # far beyond the test
-                            knowledge={"max_upload_bytes": 2 * ANNOUNCED}) as (srv, addr):
+                            knowledge={"max_upload_bytes": 2 * ANNOUNCED, "max_uploads_per_user": CLIENTS}) as (srv, addr):
         # warm-up: one complete upload, so what the server opens lazily is in the baseline
         v2 = await connect(addr, udp_port=40000, early=True)
         send_file(v2, "warm.txt", b"warm-up document\n")

@@ -24,9 +24,10 @@ async def test_connections_from_one_address_over_max_clients_per_ip_are_refused(
         assert msg.type == T.ERROR and msg.body["code"] == "TOO_MANY_CONNECTIONS" and msg.body["fatal"] is True
         assert "max_clients_per_ip" in msg.body["message"] and msg.body["re"] is not None
         await extra.wait_closed()
-        reader, writer = await asyncio.open_connection(*addr)   # v2: just the close
+        reader, writer = await asyncio.open_connection(*addr)   # v2: one CHAT_TEXT saying why, then the close
         writer.write(encode_frame(CHAT_TEXT, 0, b"hello"))
-        assert await asyncio.wait_for(reader.read(), 5) == b""
+        assert await asyncio.wait_for(reader.read(), 5) == encode_frame(
+            CHAT_TEXT, 0, b"Too many connections from 127.0.0.1 (max_clients_per_ip = 2); try again later.")
         writer.close()
         assert (await a.call(T.STATS))["refused_total"] == 2
         await b.close()

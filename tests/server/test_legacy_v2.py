@@ -111,6 +111,8 @@ async def test_sessions_clear_models_and_unsupported_requests(tmp_path):
         assert await v2.recv_text() == f"Cleared 2 messages from session {second}."
         v2.send(MODEL_SWITCH, "gpt-99")
         assert (await v2.recv_text()).startswith("Unknown model 'gpt-99'")
+        v2.send(MODEL_SWITCH, json.dumps({"model": None}))      # names nothing (before: "Unknown model 'None'")
+        assert (await v2.recv_text()).startswith("MODEL_SWITCH needs a model name")
         v2.send(MODEL_SWITCH, json.dumps({"model": "echo-large"}))
         assert await v2.recv_text() == f"Model switched to echo-large for session {second}."
         v2.send(SESSION_DELETE, json.dumps({"session_id": second}))

@@ -21,14 +21,15 @@ async def test_max_clients(tmp_path):
         msg = await extra.request(T.HELLO, proto=3, client="third")
         assert msg.type == T.ERROR and msg.body["code"] == "SERVER_FULL" and msg.body["fatal"] is True
         await extra.wait_closed()
-        # a v2 client just sees the connection close, without any frame it does not know
+        # a v2 client (or a silent one) reads why in one CHAT_TEXT, then the close: no frame it does not know
+        full = encode_frame(CHAT_TEXT, 0, b"Server is full (2 clients); try again later.")
         reader, writer = await asyncio.open_connection(*addr)
         writer.write(encode_frame(CHAT_TEXT, 0, b"hello"))
-        assert await asyncio.wait_for(reader.read(), 5) == b""
+        assert await asyncio.wait_for(reader.read(), 5) == full
         writer.close()
         # as does a silent one, after the grace period
         reader, writer = await asyncio.open_connection(*addr)
-        assert await asyncio.wait_for(reader.read(), 5) == b""
+        assert await asyncio.wait_for(reader.read(), 5) == full
         writer.close()
         assert (await a.call(T.STATS))["clients"] == 2
         await b.close()

@@ -16,6 +16,7 @@ SESSION_LIST, SESSION_SWITCH, SESSION_NEW, SESSION_DELETE, CLIENT_UDP_PORT = 0x1
 FILE_METADATA = 0x0E
 V2_CODES = {0x01, 0x0A, 0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x14, 0x15, 0x16, 0x17, 0x18}
 DEADLINE = 10.0
+UDP_PORT = 40000          # the UDP port ``connect`` announces by default (nothing listens there)
 
 
 def welcome_session(welcome: str) -> str:
@@ -32,12 +33,14 @@ class V2Client:
         self.seq_errors = 0
 
     @classmethod
-    async def connect(cls, addr: tuple[str, int], *, send_udp_port: bool = True) -> tuple[V2Client, str]:
-        """Connect, optionally register a UDP port as the original client does, read the welcome."""
+    async def connect(cls, addr: tuple[str, int], *, send_udp_port: bool = True,
+                      udp_port: int = UDP_PORT) -> tuple[V2Client, str]:
+        """Connect, optionally register a UDP port as the original client does (``CLIENT_UDP_PORT``
+        JSON ``{"udp_port": N}``, the spec's form, as its first message), read the welcome."""
         reader, writer = await asyncio.open_connection(*addr)
         client = cls(reader, writer)
         if send_udp_port:
-            client.send(CLIENT_UDP_PORT, struct.pack(">H", 40000))
+            client.send(CLIENT_UDP_PORT, json.dumps({"udp_port": udp_port}))
         welcome = await client.recv_text()
         return client, welcome
 

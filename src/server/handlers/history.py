@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from dataclasses import replace
+from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 import orjson
 
@@ -16,7 +17,15 @@ from server.errors import HandlerError
 from server.handlers.common import check_limit, fewer_hits, target_session
 from server.wire import encode_reply, hit_obj
 from storage.export import ExportTooLarge
-from storage.models import EncodedPage
+from storage.models import EncodedPage, Page
+
+
+class _Paged(Protocol):
+    has_more: bool
+    next_before: int | None
+
+
+P = TypeVar("P", bound=_Paged)
 
 
 #: pages of only superseded messages skipped to reach a visible one (then an empty page, has_more true)
@@ -28,13 +37,40 @@ async def history_page(ctx: RequestContext, req: HistoryPage) -> HistoryPageRepl
     rec = await target_session(ctx, req.session_id)
     # Each message comes as its JSON bytes, encoded once per stored message and cached by the
     # store: the reply splices them (no ChatMessage objects, no re-encoding per page).
-    before = req.before
+    store = ctx.services.store
+    page = await skip_superseded(lambda before: store.page_encoded(rec.session_id, before=before, limit=limit),
+                                 req.before, lambda page: bool(_visible(req, page)))
+    return _page_reply(rec.session_id, req, page)
+
+
+async def skip_superseded(fetch: Callable[[int | None], Awaitable[P]], before: int | None,
+                          visible: Callable[[P], bool]) -> P:
+    """The page ``fetch(before)`` gives, or, when it holds no ``visible`` message (superseded ones
+    only) and more are left, the next older one, and so on: at most ``MAX_PAGES_SKIPPED`` pages are
+    paged past (then that last page is returned, empty of visible messages, ``has_more`` true).
+    Shared by v3 pages and v2 ``HISTORY_REQUEST`` (``server.legacy_v2``)."""
     for _ in range(MAX_PAGES_SKIPPED + 1):
-        page = await ctx.services.store.page_encoded(rec.session_id, before=before, limit=limit)
-        if _visible(req, page) or not page.has_more:
+        page = await fetch(before)
+        if visible(page) or not page.has_more:
             break
         before = page.next_before       # a page of superseded messages only: the next one is asked
-    return _page_reply(rec.session_id, req, page)
+    return page
+
+
+async def visible_page(store: Any, session_id: str, before: int | None, limit: int) -> Page:
+    """A history page of ChatMessages as a default v3 page holds them: messages superseded by a
+    regenerate or an edit left out, stretches of them paged past (``skip_superseded``);
+    ``has_more``, ``next_before`` and ``total`` still count every message."""
+    page: Page = await skip_superseded(lambda b: store.page(session_id, before=b, limit=limit), before,
+                                       lambda p: any(not is_superseded(m) for m in p.messages))
+    if any(is_superseded(m) for m in page.messages):
+        page = replace(page, messages=[m for m in page.messages if not is_superseded(m)])
+    return page
+
+
+def is_superseded(m: Any) -> bool:
+    """Whether a stored message was replaced by a regenerate or an edit (``metadata.superseded``)."""
+    return bool((m.metadata or {}).get("superseded"))
 
 
 def history_page_now(ctx: RequestContext, req: HistoryPage) -> HistoryPageReply | None:

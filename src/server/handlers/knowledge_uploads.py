@@ -183,6 +183,23 @@ class UploadService:
         """Uploads attached to a connection (``max_uploads`` counts these)."""
         return sum(1 for u in self._active.values() if user is None or u.user == user)
 
+    def hold(self, uid: str, user: str, size: int, usage: int) -> Callable[[], None]:
+        """Count an upload that is not this service's (a v2 upload, ``server.legacy_v2_files``) of
+        ``size`` declared bytes, as a BEGIN counts its own: toward ``user``'s ``max_uploads_per_user``
+        and ``user_quota_bytes`` (``usage``: their stored documents' bytes; the least recently touched
+        detached partial uploads are dropped to make room) and the server's ``max_uploads``.
+        QUOTA_EXCEEDED / SERVER_BUSY when it does not fit; else the function that releases it."""
+        cfg = self.config
+        victims = self._ledger.make_room(user, uid, size, usage, self._in_use(),
+                                         cfg.max_uploads_per_user, cfg.user_quota_bytes)
+        if self.in_progress() + self._ledger.held() >= cfg.max_uploads:
+            raise HandlerError(ErrorCode.SERVER_BUSY, f"{cfg.max_uploads} uploads in progress on the server "
+                                                      "(max_uploads); retry later")
+        self._ledger.hold(uid, user, size)
+        for victim in victims:
+            self._drop(victim)
+        return lambda: self._ledger.release(uid)
+
     def reserved(self, user: str) -> tuple[int, int]:
         """(count, declared bytes) of ``user``'s partial uploads, attached or not."""
         return self._ledger.reserved(user)
@@ -230,7 +247,7 @@ class UploadService:
         cfg = self.config
         victims = self._ledger.make_room(user, uid, size, usage() if usage is not None else 0, self._in_use(),
                                          cfg.max_uploads_per_user, cfg.user_quota_bytes)
-        if self.in_progress() >= cfg.max_uploads:
+        if self.in_progress() + self._ledger.held() >= cfg.max_uploads:     # v2 uploads count too
             raise HandlerError(ErrorCode.SERVER_BUSY, f"{cfg.max_uploads} uploads in progress on the server "
                                                       "(max_uploads); retry later")
         up = Upload(uid, user, collection, name, size, md5.lower(), sha256, self.root / f"{uid}.part",

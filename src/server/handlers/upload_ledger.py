@@ -6,6 +6,13 @@ or being stored after END — counts toward its user's ``max_uploads_per_user`` 
 size, toward their ``user_quota_bytes``. To fit a new BEGIN, the user's least recently touched
 detached partials are chosen to be dropped; the ones in use (attached or being stored) never are.
 
+A v2 upload (``server.legacy_v2_files``: FILE_METADATA to its last FILE_DATA) is recorded here too,
+*held* (``hold``): by its declared size from its metadata until it ends (stored, refused, timed out,
+its connection closed, replaced by new metadata; ``release``). It counts like an attached v3 upload:
+toward its user's ``max_uploads_per_user`` and ``user_quota_bytes``, and toward the server's
+``max_uploads`` (``held``); it is never chosen to be dropped, since it lives only as long as its
+connection, and it has no file in the partial-upload directory (so ``forget`` never drops it either).
+
 Pure bookkeeping: no file, no task. ``knowledge_uploads.UploadService`` owns one, tells it what it
 finds on disk and what happens to each upload, and passes the ids in use where they matter.
 """
@@ -26,6 +33,7 @@ class Partial:
     size: int                                  # declared: reserved against the quota at BEGIN
     at: float                                  # last touched (the oldest detached one is dropped first)
     seq: int = 0                               # (ties)
+    held: bool = False                         # a v2 upload on a live connection (``hold``): never dropped
 
 
 class UploadLedger:
@@ -60,6 +68,16 @@ class UploadLedger:
         else:
             self._partials.pop(uid, None)
 
+    def hold(self, uid: str, user: str, size: int) -> None:
+        """A v2 upload ``uid`` of ``size`` declared bytes counts from now on, until ``release``."""
+        self._seq += 1
+        self._partials[uid] = Partial(user, size, self._clock(), self._seq, held=True)
+
+    def held(self, user: str | None = None) -> int:
+        """How many v2 uploads (of ``user``, or of everyone) are held: they count toward ``max_uploads``
+        like the v3 uploads attached to a connection."""
+        return sum(1 for p in self._partials.values() if p.held and (user is None or p.user == user))
+
     def touch(self, uid: str) -> None:
         """``uid`` was detached: it is now the most recently touched (the last one dropped)."""
         p = self._partials.get(uid)
@@ -74,18 +92,20 @@ class UploadLedger:
     def forget(self, uids: Iterable[str], in_use: Collection[str]) -> None:
         """Partial uploads whose files expired no longer count, unless in use."""
         for uid in uids:
-            if uid not in in_use:
-                self._partials.pop(uid, None)
+            p = self._partials.get(uid)
+            if uid not in in_use and p is not None and not p.held:
+                del self._partials[uid]
 
     def make_room(self, user: str, uid: str, size: int, used: int, in_use: Collection[str],
                   max_uploads_per_user: int, user_quota_bytes: int) -> list[str]:
         """The detached partial uploads of ``user`` to drop (least recently touched first; never one
-        ``in_use``) so that ``uid`` of ``size`` bytes fits ``max_uploads_per_user`` and
+        ``in_use``, never a held v2 upload) so that ``uid`` of ``size`` bytes fits ``max_uploads_per_user`` and
         ``user_quota_bytes`` next to ``used`` bytes of documents; QUOTA_EXCEEDED (nothing chosen) when
         even dropping all of them is not enough. The ledger is not changed (see ``release``)."""
         mine = {u: p for u, p in self._partials.items() if p.user == user and u != uid}
         count, nbytes = len(mine), sum(p.size for p in mine.values())
-        droppable = sorted((u for u in mine if u not in in_use), key=lambda u: (mine[u].at, mine[u].seq))
+        droppable = sorted((u for u in mine if u not in in_use and not mine[u].held),
+                           key=lambda u: (mine[u].at, mine[u].seq))
         victims: list[str] = []
 
         def fits() -> bool:
@@ -100,7 +120,7 @@ class UploadLedger:
             raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
                                f"{count} uploads already in progress (max_uploads_per_user = "
                                f"{max_uploads_per_user}), on live connections or being stored; end one "
-                               "(KB_UPLOAD_END) or close its connection, then retry")
+                               "(KB_UPLOAD_END, or a v2 upload's last FILE_DATA) or close its connection, then retry")
         if used + nbytes + size > user_quota_bytes:
             raise HandlerError(ErrorCode.QUOTA_EXCEEDED,
                                f"quota of {user_quota_bytes} bytes would be exceeded ({used} used by documents, "
