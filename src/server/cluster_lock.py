@@ -207,7 +207,10 @@ class ClusterTurnLock:
         its connection broke: StorageUnavailable while PostgreSQL cannot be reached) and, if it had to
         be taken back, nothing was stored after that message meanwhile (another node closing the
         turn as interrupted, or running one of its own). No round trip while the lock's connection
-        stayed up (the common case)."""
+        stayed up (the common case): so a node that stalled (SIGSTOP, a GC pause) while PostgreSQL
+        dropped that connection, and has not processed the closed socket yet, is told True. The
+        answer's append is fenced for that (``TurnRunner._store_assistant``: ``fence``, checked by
+        PostgreSQL in the append's statement), so this is only the early, cheap half of the check."""
         key = key_of("session", session_id)
         if not await self.holder.holds(key):
             return False

@@ -433,16 +433,27 @@ class TurnRunner:
     async def _store_assistant(self, turn: Turn, content: str, calls: list[ToolCall],
                                metadata: dict[str, Any]) -> ChatMessage | HandlerError:
         """The stored answer (cut to fit max_message_bytes), or why it could not be stored: NOT_FOUND only when the session is
-        really gone (deleted during the turn), STORAGE_ERROR for an I/O failure (a full disk)."""
+        really gone (deleted during the turn), STORAGE_ERROR for an I/O failure (a full disk).
+
+        In a cluster the answer is stored only while the turn still has the session: its lock is
+        held (``still_held``, no round trip while the lock's connection looks up), and, checked by
+        the append itself (``fence``: the turn's user message id), the session was not deleted or
+        cleared, and nothing but superseded messages stored after that message, since. A node that
+        stalled while PostgreSQL dropped its connections has not noticed yet that its lock went
+        and another node took the session over; the fence still refuses its answer
+        (STORAGE_UNAVAILABLE, ``storage.pg.appends.SessionMoved``: nothing stored)."""
         fitted = fit_assistant_message(content, calls, metadata, self.max_message_bytes)
+        fenced: dict[str, int] = {}         # (cluster only: the JSON store's turns need no fence)
         try:
-            if self.lock is not None and turn.user_message is not None \
-                    and not await self.lock.still_held(turn.session_id, turn.user_message.id):
-                log.warning("turn %s: answer not stored: another node took the session over", turn.turn_id)
-                return HandlerError(ErrorCode.STORAGE_UNAVAILABLE, "the answer was not stored: the connection to "
-                                    "the database broke and another node took the session over meanwhile")
+            if self.lock is not None and turn.user_message is not None:
+                if not await self.lock.still_held(turn.session_id, turn.user_message.id):
+                    log.warning("turn %s: answer not stored: another node took the session over", turn.turn_id)
+                    return HandlerError(ErrorCode.STORAGE_UNAVAILABLE, "the answer was not stored: the connection "
+                                        "to the database broke and another node took the session over meanwhile")
+                fenced["fence"] = turn.user_message.id
             return await self.metrics.timed_append(self.store.append(
-                turn.session_id, "assistant", fitted.content, tool_calls=fitted.tool_calls, metadata=fitted.metadata))
+                turn.session_id, "assistant", fitted.content, tool_calls=fitted.tool_calls, metadata=fitted.metadata,
+                **fenced))
         except (NotFound, InvalidSessionId):
             log.info("turn %s: answer not stored: the session is gone", turn.turn_id)
             return HandlerError(ErrorCode.NOT_FOUND, "the session is gone")

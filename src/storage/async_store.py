@@ -100,7 +100,11 @@ class AsyncHistoryStore:
         return await self._run(self.sync.set_system_prompt, session_id, prompt)
 
     async def append(self, session_id: str, role: str, content: str, *, tool_calls: Iterable[ToolCall | dict] = (),
-                     metadata: dict[str, Any] | None = None, timestamp: str | None = None) -> ChatMessage:
+                     metadata: dict[str, Any] | None = None, timestamp: str | None = None,
+                     fence: int | None = None) -> ChatMessage:
+        """``fence`` (the port's: store only if the session is as the answering turn left it) is
+        ignored: one node, whose turns of a session run one at a time and which stops a session's
+        turn before it clears or deletes the session."""
         calls = list(tool_calls)
         queued = self.sync.append_loaded(session_id, role, content, tool_calls=calls,
                                          metadata=metadata, timestamp=timestamp)   # loaded and idle: no thread hop

@@ -45,8 +45,14 @@ class StoragePort(Protocol):
 
     async def clear(self, session_id: str, *, purge: bool = False) -> int: ...
 
+    # ``fence``: the id of the user message the appended answer belongs to. PostgreSQL stores it only
+    # if the session is still as that turn left it (not deleted or cleared since, no message stored
+    # after ``fence`` but superseded ones), checked in the same statement, else raises a StorageError
+    # with code STORAGE_UNAVAILABLE (``storage.pg.appends.SessionMoved``), nothing stored. The JSON
+    # backend (one node: its turns of a session run one at a time in this process) ignores it.
     async def append(self, session_id: str, role: str, content: str, *, tool_calls: Iterable[ToolCall | dict] = (),
-                     metadata: dict[str, Any] | None = None, timestamp: str | None = None) -> ChatMessage: ...
+                     metadata: dict[str, Any] | None = None, timestamp: str | None = None,
+                     fence: int | None = None) -> ChatMessage: ...
 
     async def update(self, session_id: str, message: ChatMessage) -> ChatMessage: ...
 

@@ -13,7 +13,7 @@ from protocol.kb import (KbDelete, KbDeleteReply, KbDocument, KbDocumentReply, K
                          KbList, KbListReply, KbPassage, KbPassageReply, KbSearch, KbSearchReply, KbUploadBegin,
                          KbUploadEnd, KbUploadReply)
 from server.context import RequestContext
-from server.errors import HandlerError
+from server.errors import HandlerError, failure_of
 from server.fit import fit_items
 from server.handlers.common import check_limit, fewer_hits
 from server.knowledge.access import resolve
@@ -65,7 +65,16 @@ async def upload_begin(ctx: RequestContext, req: KbUploadBegin) -> KbUploadReply
                                             usage=lambda: kb.usage(user))
 
 
+#: Error codes of a KB_UPLOAD_END's ingest that do not say anything about the upload itself (the
+#: database unreachable, the server stopping): the received upload is kept for a resume (KB_UPLOAD_BEGIN
+#: again answers offset = size, and KB_UPLOAD_END stores it), as when END's connection closes while it
+#: waits. Any other failure is a refusal of the file (unsupported, over a quota, ...): it is removed.
+KEEP_UPLOAD_ON = frozenset({ErrorCode.STORAGE_UNAVAILABLE, ErrorCode.SHUTTING_DOWN})
+
+
 async def upload_end(ctx: RequestContext, req: KbUploadEnd) -> KbDocumentReply:
+    """Store a complete upload. Stored or refused, its partial files are removed; when the ingest
+    fails for a passing reason (``KEEP_UPLOAD_ON``), the upload is kept for a resume instead."""
     kb = _kb(ctx)
     uploads = ctx.services.uploads
     up = await uploads.finish(ctx.port, req.upload_id, kb.wait_for_ingest_slot)   # (waits for an ingest slot)
@@ -73,8 +82,14 @@ async def upload_end(ctx: RequestContext, req: KbUploadEnd) -> KbDocumentReply:
     try:
         info = await kb.ingest(user, groups, up.collection, up.name, up.part, md5=up.md5,
                                progress=uploads.progress(up, req.id))
-    finally:
-        await uploads.remove(up)
+    except BaseException as exc:
+        err = failure_of(exc) if isinstance(exc, Exception) else None
+        if err is not None and err.code in KEEP_UPLOAD_ON:
+            uploads.keep(up)            # detached, counted, resumable
+        else:
+            await uploads.remove(up)
+        raise
+    await uploads.remove(up)
     return KbDocumentReply(doc_obj(info))
 
 

@@ -459,10 +459,10 @@ class UploadService:
             try:
                 ready = await self._wait_for_slot(port, up, slot)
             except BaseException:
-                self._keep(up)
+                self.keep(up)
                 raise
             if not ready:
-                self._keep(up)
+                self.keep(up)
                 raise HandlerError(ErrorCode.CONNECTION_CLOSED, f"upload {upload_id}: the connection closed while "
                                    "it waited to be stored; it is kept (KB_UPLOAD_BEGIN resumes it at its end)")
         return up
@@ -481,10 +481,10 @@ class UploadService:
             if not waiting and self._leaving.get(port) is waiting:
                 del self._leaving[port]
 
-    def _keep(self, up: Upload) -> None:
+    def keep(self, up: Upload) -> None:
         """An END that did not store its upload: the partial upload stays, detached (it counts toward its
         user's limits until resumed, dropped to make room or expired), and a BEGIN waiting for it goes on."""
-        log.info("upload %s: not stored (its END gave up); kept for a resume", up.upload_id)
+        log.info("upload %s: not stored (its END gave up or failed for a passing reason); kept for a resume", up.upload_id)
         self._ledger.touch(up.upload_id)
         up.port = None
         if self.sharing is not None:           # the rest, for a resume through another node

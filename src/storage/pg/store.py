@@ -365,8 +365,14 @@ class PgHistoryStore:
 
     async def append(self, session_id: str, role: str, content: str, *, tool_calls: Iterable[ToolCall | dict] = (),
                      metadata: dict[str, Any] | None = None, timestamp: str | None = None,
-                     read_after: int | None = None) -> ChatMessage:
+                     read_after: int | None = None, fence: int | None = None) -> ChatMessage:
         """Store one message with the next id; returns once it is committed.
+
+        ``fence`` (a turn's answer: the id of the user message it answers): the message is stored
+        only if the session is still as that turn left it, checked in the same statement: not
+        deleted, not cleared, and no message stored after ``fence`` but superseded ones (a
+        regenerate's). Otherwise ``appends.SessionMoved`` (STORAGE_UNAVAILABLE), nothing stored: another
+        node took the session over (``appends`` module doc).
 
         ``read_after``: the same statement also reads what ``record_and_messages(session_id,
         read_after)`` would return right after it (the memory layer's read at the start of a turn,
@@ -377,10 +383,13 @@ class PgHistoryStore:
         validate_session_id(session_id)
         if read_after is not None:
             checks.check_int("read_after", read_after)
+        if fence is not None:
+            checks.check_int("fence", fence)
         msg = ChatMessage(0, role, content, timestamp or now_iso(), calls, dict(metadata or {}))
         body, text = self._encode(msg)
         rows = await self.appends.append(session_id, now_iso(), content[:PREVIEW_CHARS].encode(), body, text,
-                                         None if read_after is None else _bigint(read_after))
+                                         None if read_after is None else _bigint(read_after),
+                                         None if fence is None else _bigint(fence))
         row = rows[0] if rows else None
         if row is None:
             raise NotFound(f"session {session_id} not found")
