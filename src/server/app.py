@@ -20,14 +20,15 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from protocol import ErrorCode
 from protocol.server_events import SESSION_EVENT_KINDS, Notice
 from server.config import ServerConfig, check_bind_policy, is_loopback
 from server.config_base import ConfigError
 from server.memory.config import MIN_PROMPT_BUDGET
-from server.conn_limits import FULL, STOPPING, AdminSlot, count_from, peer_ip, regular_clients
+from server.conn_limits import (FULL, STOPPING, AdminSlot, count_from, peer_ip, plain_on_tls_reply, regular_clients,
+                                 reply_plain_and_close)
 from server.connection import ServerConnection
 from server.services import VERSION, Counters, Services, build_services
 from server.httpd import start_http, stop_http
@@ -37,6 +38,10 @@ from storage import AsyncHistoryStore, HistoryStore, open_store
 
 log = logging.getLogger("nplt.server")
 ACCEPT_RETRY_S = 1.0    # after a failed accept (out of file descriptors, ...), as asyncio's own accept loop
+#: ``start`` waits this long (seconds) for the knowledge base to load its stored documents once the
+#: server listens; a longer load goes on in the background (knowledge requests answer SERVER_BUSY
+#: "still loading" until it ends; PING, chat and everything else are served meanwhile)
+KNOWLEDGE_LOAD_WAIT_S = 5.0
 
 
 def _peer(addr: Any) -> str:
@@ -147,6 +152,7 @@ class Server:
         self._tls_sockets: list[socket.socket] = []     # the listening sockets of TLS (accepted by _accept_tls)
         self._accepting: list[asyncio.Task] = []
         self._handshakes: set[_Handshake] = set()       # TLS connections before the end of their handshake
+        self.knowledge_loaded: asyncio.Task | None = None   # the knowledge base's load (``start``)
         # with an admin user: connections on standby for the admin slot (server.conn_limits)
         self._admin_slot = AdminSlot(self.make_room) if config.auth.reserved_slots else None
 
@@ -276,9 +282,19 @@ class Server:
             conn.started = hs.started   # from the TCP accept: a standby's deadline includes its TLS handshake
             return conn
 
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.get_running_loop().connect_accepted_socket(
-                connection, sock, ssl=self._ssl, ssl_handshake_timeout=timeout)
+            try:
+                reply = await plain_on_tls_reply(sock, timeout)   # bytes no TLS client sends: told in plain text
+            except BaseException:
+                sock.close()
+                raise
+            if reply is not None:
+                self._svc().auth.guard.log_closed(conn_id, peer, "no TLS record on the TLS port; told so in plain text")
+                reply_plain_and_close(sock, reply)
+                return
+            await loop.connect_accepted_socket(connection, sock, ssl=self._ssl,
+                                               ssl_handshake_timeout=max(timeout - (loop.time() - hs.started), 0.01))
         except Exception as exc:   # the socket is closed by connect_accepted_socket
             if isinstance(exc, ConnectionAbortedError):   # (anyone can cause it: logged without flooding)
                 self._svc().auth.guard.log_closed(conn_id, peer, f"no TLS handshake within {timeout:g} s; closed")
@@ -305,8 +321,11 @@ class Server:
             self._forget(hs)
             hs.drop()
 
-    async def start(self) -> tuple[str, int]:
-        """Open everything and listen; returns the bound (host, port)."""
+    async def start(self, before_listening: Callable[[], None] | None = None) -> tuple[str, int]:
+        """Open everything and listen; returns the bound (host, port). ``before_listening`` is called
+        just before the listener opens (``main``: the garbage collector's tuning). The knowledge
+        base's documents are loaded once the server listens (``knowledge_loaded``: that task), waited
+        for ``KNOWLEDGE_LOAD_WAIT_S`` at most here."""
         cfg = self.config
         check_bind_policy(cfg)
         tls = cfg.server.tls_cert is not None      # (both or neither, never empty: ServerSection)
@@ -322,7 +341,7 @@ class Server:
                                              memory=self._memory_arg, counters=self.counters)
         try:
             await close_interrupted_turns(store, svc.runner.inflight, svc.sessions.model_of)
-            await svc.knowledge.start()
+            await svc.knowledge.open()      # (its documents are loaded once the server listens)
             await svc.uploads.start()
             await clear_incoming(cfg)
             if cfg.single_user:   # UDP downloads serve v2 clients only, which are refused when users are configured
@@ -330,6 +349,8 @@ class Server:
             if svc.cluster is not None:
                 await svc.cluster.start()   # before listening: every turn is relayed and locked
             backlog = min(4096, max(128, cfg.limits.max_clients))
+            if before_listening is not None:
+                before_listening()
             if ssl_ctx is None:
                 self._listener = await loop.create_server(self._new_connection, cfg.server.host, cfg.server.port,
                                                           backlog=backlog)
@@ -347,6 +368,7 @@ class Server:
         sock = (self._listener.sockets[0] if self._listener is not None else self._tls_sockets[0]).getsockname()
         self.host, self.port = sock[0], sock[1]
         self.counters.started_monotonic = time.monotonic()
+        loading = self.knowledge_loaded = svc.knowledge.load_in_background()
         log.info("listening on %s:%d (%s, agent %s, %s)", self.host, self.port, "TLS" if ssl_ctx else "TCP",
                  svc.agent.name, "single user" if cfg.single_user else f"{len(cfg.auth.users)} users")
         if self._agent_arg is None:
@@ -360,9 +382,13 @@ class Server:
             log.info("no UDP downloads: v2 clients are refused when users are configured")
         try:
             self.http = await start_http(self)
+            # a small knowledge base is ready when start returns; a large one goes on loading (logged)
+            await asyncio.wait((loading,), timeout=KNOWLEDGE_LOAD_WAIT_S)
         except BaseException:
             await self.stop()
             raise
+        if not loading.done():
+            log.info("knowledge base still loading: knowledge requests answer SERVER_BUSY until it is done")
         return self.host, self.port
 
     def notify(self, kind: str, session_id: str, payload: Any = None) -> asyncio.Future:

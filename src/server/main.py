@@ -54,7 +54,8 @@ def _loop_factory():
 
 
 def tune_gc(gen0_threshold: int) -> None:
-    """The process's garbage collector, once the server has started. Everything loaded so far
+    """The process's garbage collector, once the server is built, just before it listens (its full
+    collection takes ~1 s of a large process: no client waits on it then). Everything loaded so far
     (modules, config, the SDKs) lives as long as the process: it is kept out of the collector's full
     passes (~80k objects, ~20 ms of event-loop time each). And the young generation is collected
     every ``gen0_threshold`` allocations instead of Python's 700: a turn allocates thousands of
@@ -64,6 +65,14 @@ def tune_gc(gen0_threshold: int) -> None:
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(gen0_threshold, gen1, gen2)
+
+
+def freeze_young() -> None:
+    """Once the knowledge base has loaded (after ``tune_gc``: the server listens meanwhile): its
+    index's objects are kept out of the collector's full passes too, as what ``tune_gc`` froze. Only
+    the young generations are collected first (the full pass is what a client would wait on)."""
+    gc.collect(1)
+    gc.freeze()
 
 
 def hash_token_main(argv: list[str]) -> int:
@@ -148,8 +157,9 @@ async def serve(cfg: ServerConfig, port_file: str | None = None, stop: asyncio.E
         if locked is not None:
             locked()
         server = Server(cfg, store=store)
-        host, port = await server.start()
-        tune_gc(cfg.server.gc_gen0_threshold)
+        host, port = await server.start(before_listening=lambda: tune_gc(cfg.server.gc_gen0_threshold))
+        if server.knowledge_loaded is not None:    # its index lives as long as the process, too
+            server.knowledge_loaded.add_done_callback(lambda _t: freeze_young())
         try:
             if port_file:
                 tmp = Path(port_file + ".tmp")

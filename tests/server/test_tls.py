@@ -30,11 +30,22 @@ async def test_tls_round_trip(tmp_path):
         r = await c.call(MsgType.CHAT_TEXT, text="over tls")
         assert (await c.turn_events(r["turn_id"]))[-1].body["message"]["content"] == "echo: over tls"
         await c.close()
-        # a plain-TCP client gets nothing useful: the server expects a TLS handshake
+        # a plain-TCP v3 client gets nothing useful: the server expects a TLS handshake
         reader, writer = await asyncio.open_connection(host, port)
         writer.write(b"\x20\x00\x00\x00\x02{}")
         assert b"nplt" not in await asyncio.wait_for(reader.read(), 10)
         writer.close()
+        # a v2 client (bytes no TLS client sends) reads why in plain TCP, one CHAT_TEXT, then the close
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(b"\x01\x00\x00\x00\x05hello")
+        got = await asyncio.wait_for(reader.read(), 10)
+        assert got[:1] == b"\x01" and b"This server requires TLS" in got
+        writer.close()
+        # and TLS still works after it
+        reader, writer = await asyncio.open_connection(host, port, ssl=ctx, server_hostname="localhost")
+        c = V3Client(reader, writer)
+        assert (await c.call(MsgType.HELLO, proto=3, client="tls"))["user"] == "local"
+        await c.close()
     finally:
         await srv.stop()
 

@@ -30,8 +30,15 @@ def _list_dir(d: dict[str, Any], zh: bool) -> str:
     flt = _j(zh, f" ({d['pattern']})", f"（{d['pattern']}）") if d.get("pattern") else ""
     if not entries:
         return _j(zh, f"{d['path']}{flt} has no entries to show.", f"{d['path']}{flt} 下没有可显示的条目。")
-    head = _j(zh, f"{d['path']}{flt}: {d['returned']} of {d['matched']} entries:",
-              f"{d['path']}{flt} 下共 {d['matched']} 项，显示 {d['returned']} 项：")
+    if d.get("scan_limit"):      # a directory larger than tools.max_dir_scan: only its first entries examined
+        head = _j(zh, f"{d['path']}{flt}: at least {d['matched']} entries; only the first {d['scan_limit']} of the "
+                      f"directory were examined (in directory order, tools.max_dir_scan), and these "
+                      f"{d['returned']} are the first by name among them:",
+                  f"{d['path']}{flt} 下至少有 {d['matched']} 项；只检查了按目录顺序的前 {d['scan_limit']} 项"
+                  f"（tools.max_dir_scan），以下 {d['returned']} 项是其中按名称排在最前的：")
+    else:
+        head = _j(zh, f"{d['path']}{flt}: {d['returned']} of {d['matched']} entries:",
+                  f"{d['path']}{flt} 下共 {d['matched']} 项，显示 {d['returned']} 项：")
     lines = [head]
     for e in entries:
         en, cn = _KINDS.get(e["type"], (e["type"], e["type"]))
@@ -42,7 +49,7 @@ def _list_dir(d: dict[str, Any], zh: bool) -> str:
         lines.append(_j(zh, f"- {name}  ({', '.join(about)})", f"- {name}（{'，'.join(about)}）"))
     if d.get("hidden"):
         lines.append(_j(zh, f"({d['hidden']} secret-looking entries hidden.)", f"（已隐藏 {d['hidden']} 个疑似含密钥的条目。）"))
-    if d["truncated"]:
+    if d["truncated"] and not d.get("scan_limit"):
         lines.append(_j(zh, "(The list is cut; narrow it with a pattern.)", "（列表已截断，可用通配符缩小范围。）"))
     return "\n".join(lines)
 
@@ -52,9 +59,19 @@ def _read_file(d: dict[str, Any], zh: bool) -> str:
     head = _j(zh, f"{d['path']} ({d['size']}, modified {when(d['modified'])}), lines {first}-{first + n - 1}:",
               f"{d['path']}（大小 {d['size']}，修改于 {when(d['modified'])}），第 {first}-{first + n - 1} 行：")
     if not n:
-        return _j(zh, f"{d['path']} is empty.", f"{d['path']} 是空文件。") if first == 1 else \
-            head + ("\n" + _byte_cap(d, zh) if d.get("read_limit") else "")
+        if first == 1 and (d.get("bytes") == 0 or ("bytes" not in d and d.get("size") == "0 B")):
+            return _j(zh, f"{d['path']} is empty.", f"{d['path']} 是空文件。")
+        if first == 1:               # (not empty: nothing of it could be shown)
+            return _j(zh, f"{d['path']} ({d['size']}, modified {when(d['modified'])}): no complete line within the "
+                          "read limit.", f"{d['path']}（大小 {d['size']}，修改于 {when(d['modified'])}）：读取上限内没有完整的行。") \
+                + ("\n" + _byte_cap(d, zh) if d.get("read_limit") else "")
+        return head + ("\n" + _byte_cap(d, zh) if d.get("read_limit") else "")
     out = f"{head}\n```\n{d['text']}\n```"
+    if d.get("cut_line"):
+        out += _j(zh, f"\n(Line {d['cut_line']} is longer than the read limit ({d.get('read_limit', '')}, "
+                      "tools.max_file_bytes): only its start is shown, cut where the text ends with [… line cut].)",
+                  f"\n（第 {d['cut_line']} 行超过读取上限（{d.get('read_limit', '')}，tools.max_file_bytes）："
+                  "只显示了它的开头，在 [… line cut] 处截断。）")
     if d.get("next_offset"):
         out += _j(zh, f"\n(More from line {d['next_offset']}.)", f"\n（后续内容从第 {d['next_offset']} 行开始。）")
     if d.get("read_limit"):

@@ -111,6 +111,8 @@ class BM25Index:
         self._reclaim(touched)
         if items:
             seg = Segment.build(items)
+            while items:       # the bags one by one: freed at once they hold the GIL for long (a worker
+                items.pop()    # thread's commit of a large document stalled the event loop ~0.1 s)
             self._stats.add_segment(seg)
             self._segments.append(seg)
             self._tier()

@@ -17,6 +17,7 @@ descriptor only: list_dir lists ``os.scandir(fd)``, read_file reads with ``pread
 from __future__ import annotations
 
 import fnmatch
+import heapq
 import os
 import stat
 from datetime import datetime
@@ -58,6 +59,8 @@ READ_FILE_SCHEMA = {
 
 BLOCK = 64 * 1024
 RESULT_MARGIN = 1024      # room left in max_result_chars for the fields around the text
+CUT_MARK = " [… line cut]"   # ends read_file's text when its line is longer than max_file_bytes (``cut_line``)
+CUT_REDACT_MARGIN = 4096     # characters past what is shown of a cut line that are redacted with it
 _PURPOSE = "read_file reads regular text files only"
 
 
@@ -117,10 +120,16 @@ def list_dir(cfg: ToolsConfig, path: str, pattern: str | None, limit: int,
 
 def _list(cfg: ToolsConfig, fd: int, real: str, path: str, pattern: str | None, limit: int,
           guard: Guard) -> dict[str, Any]:
-    """list_dir on the open directory ``fd`` (at ``real``, checked): entries and their lstat by the fd."""
+    """list_dir on the open directory ``fd`` (at ``real``, checked): entries and their lstat by the fd.
+
+    Up to ``max_dir_scan`` entries are examined (in directory order: the order the disk gives); the
+    first ``limit`` by name of those matching are kept in a bounded heap (memory of ``limit`` entries,
+    whatever the directory's size) and shown sorted by name. A directory with more entries than
+    ``max_dir_scan`` is said to be so (``scan_limit``, ``examined``, ``scan_note``): its ``matched`` is
+    then a lower bound, and the names shown are the first by name among the entries examined only."""
     limit = min(limit, cfg.max_list_entries)
-    names: list[os.DirEntry[str]] = []
-    scanned = hidden = 0
+    smallest: list[tuple[str, os.DirEntry[str]]] = []    # a max-heap by name (inverted): the ``limit`` first
+    matched = scanned = hidden = 0
     complete = True
     try:
         with os.scandir(fd) as it:
@@ -135,33 +144,68 @@ def _list(cfg: ToolsConfig, fd: int, real: str, path: str, pattern: str | None, 
                     hidden += 1
                     continue
                 if pattern is None or fnmatch.fnmatch(e.name, pattern):
-                    names.append(e)
+                    matched += 1
+                    if len(smallest) < limit:
+                        heapq.heappush(smallest, (_Desc(e.name), e))
+                    elif e.name < smallest[0][0].name:
+                        heapq.heapreplace(smallest, (_Desc(e.name), e))
     except PermissionError:
         raise ToolFailure(f"permission denied listing '{path}'") from None
     except OSError as e:
         raise ToolFailure(f"cannot list '{path}': {e.strerror or type(e).__name__}") from None
-    names.sort(key=lambda e: e.name)
+    names = sorted((e for _, e in smallest), key=lambda e: e.name)
     entries: list[dict[str, Any]] = []
     budget = cfg.max_result_chars - RESULT_MARGIN
-    for e in names[:limit]:
+    for e in names:
         item = _entry(e)
         budget -= len(to_json(item)) + 1
         if budget < 0:
             break
         entries.append(item)
-    out: dict[str, Any] = {"path": real, "entries": entries, "returned": len(entries), "matched": len(names),
-                           "truncated": len(entries) < len(names) or not complete, "note": FILE_NOTE}
+    out: dict[str, Any] = {"path": real, "entries": entries, "returned": len(entries), "matched": matched,
+                           "truncated": len(entries) < matched or not complete, "note": FILE_NOTE}
     if pattern is not None:
         out["pattern"] = pattern
     if hidden:
         out["hidden"] = hidden   # secret-looking names, never listed
     if not complete:
         out["scan_limit"] = cfg.max_dir_scan
+        out["examined"] = scanned
+        out["scan_note"] = (f"The directory has more than {cfg.max_dir_scan} entries: only the first {scanned} "
+                            "(in directory order, not by name) were examined (tools.max_dir_scan). 'matched' "
+                            "counts those only (the directory holds at least that many), and the entries shown "
+                            "are the first by name among them, not necessarily the directory's first names.")
     return out
+
+
+class _Desc:
+    """A name that orders backwards: ``heapq``'s min-heap of them keeps the largest name on top (the
+    one to drop when a smaller name comes)."""
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.name > other.name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Desc) and self.name == other.name
 
 
 def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
+
+
+def _decode_cut(data: bytes) -> str:
+    """``_decode`` of bytes cut at an arbitrary place: a character cut at the end is left out (not
+    shown as U+FFFD)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start >= len(data) - 3 and e.reason == "unexpected end of data":
+            return _decode(data[:e.start])
+        return _decode(data)
 
 
 def read_file(cfg: ToolsConfig, path: str, offset: int, lines: int,
@@ -178,6 +222,7 @@ def read_file(cfg: ToolsConfig, path: str, offset: int, lines: int,
         lines = min(lines, cfg.max_read_lines)
         budget = cfg.max_result_chars - RESULT_MARGIN
         line_no, pos, rest = 1, 0, b""
+        cut_line = None         # the number of a line shown cut at the byte cap
         out: list[str] = []
         used = 0
         stopped = None          # why the answer ends before the end of the file
@@ -204,7 +249,15 @@ def read_file(cfg: ToolsConfig, path: str, offset: int, lines: int,
                 line_no += 1
             if stopped:
                 break
-        if not stopped and rest and line_no >= offset:
+        if stopped == "byte_cap" and rest and line_no >= offset and not out:
+            # a line longer than what is left of the byte cap (a minified JSON file's only line): its
+            # start, cut and said to be (``cut_line``), instead of nothing and a file that looks empty
+            # (only what can be shown is redacted, with a margin: a secret cut at the margin starts after
+            # the text shown; redacting a whole 1 MiB line took ~2 s)
+            text = redactor.lines([_decode_cut(rest[:(budget + CUT_REDACT_MARGIN) * 4])])[0]
+            out.append(text[:budget])
+            cut_line = line_no
+        elif not stopped and rest and line_no >= offset:
             text = redactor.lines([_decode(rest)])[0]
             if len(out) >= lines:
                 stopped = "lines"
@@ -217,13 +270,18 @@ def read_file(cfg: ToolsConfig, path: str, offset: int, lines: int,
         os.close(fd)
     if offset > 1 and not out and stopped is None:
         raise ToolFailure(f"'{path}' has {line_no - 1} lines; offset {offset} is past the end")
-    result: dict[str, Any] = {"path": real, "size": fmt_bytes(st.st_size), "modified": iso_mtime(st.st_mtime),
-                              "offset": offset, "lines_returned": len(out), "text": "\n".join(out),
-                              "truncated": stopped is not None, "note": FILE_NOTE}
+    result: dict[str, Any] = {"path": real, "size": fmt_bytes(st.st_size), "bytes": st.st_size,
+                              "modified": iso_mtime(st.st_mtime), "offset": offset, "lines_returned": len(out),
+                              "text": "\n".join(out), "truncated": stopped is not None, "note": FILE_NOTE}
     if stopped in ("lines", "size"):
         result["next_offset"] = offset + len(out)
     if stopped == "byte_cap":
         result["read_limit"] = fmt_bytes(cfg.max_file_bytes)
         result["note"] = (f"{FILE_NOTE} Only the first {fmt_bytes(cfg.max_file_bytes)} of the file are read "
                           "(tools.max_file_bytes); use search_files or read_log for the rest.")
+    if cut_line is not None:
+        result["cut_line"] = cut_line
+        result["text"] += CUT_MARK
+        result["note"] += (f" Line {cut_line} is longer than the read limit ({fmt_bytes(cfg.max_file_bytes)}, "
+                           f"tools.max_file_bytes): only its start is shown, cut where '{CUT_MARK.strip()}' stands.")
     return result

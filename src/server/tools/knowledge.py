@@ -57,7 +57,12 @@ class KnowledgeSource:
         self.groups_of = groups_of
 
     async def has_documents(self, user_id: str) -> bool:
-        """Whether the user can see at least one document (the LLM agent gets the tool only then)."""
+        """Whether the user can see at least one document (the LLM agent gets the tool only then).
+        While the knowledge base still loads after a start, yes (its search then says it is loading;
+        asking ``list`` would fail the whole turn with SERVER_BUSY); after a failed load, no."""
+        state = getattr(self.kb, "load_state", "ready")
+        if state in ("loading", "failed"):
+            return state == "loading"
         return bool(await self.kb.list(user_id, self.groups_of(user_id)))
 
     async def search(self, user_id: str, query: str, top_k: int = 5, collection: str | None = None) -> list[Any]:
@@ -76,7 +81,10 @@ class KnowledgeSource:
 
     async def readable_doc_ids(self, user_id: str, doc_ids: set[str]) -> set[str]:
         """Those of ``doc_ids`` the user can read now (a document deleted since, or of a group they
-        are no longer in, is left out): one lookup in the knowledge base's document table each."""
+        are no longer in, is left out): one lookup in the knowledge base's document table each. While
+        the knowledge base still loads after a start, all of them (nothing is known to be gone yet)."""
+        if getattr(self.kb, "load_state", "ready") == "loading":
+            return set(doc_ids)
         return set(await self.upload_times(user_id, doc_ids))
 
 
