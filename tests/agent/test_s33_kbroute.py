@@ -20,7 +20,7 @@ import orjson
 
 from kb_wire.kbwire import chat, connect, raw_upload, wired_server
 from protocol import MsgType
-from server.agent import knowledge_route
+from server.agent import knowledge_answer, knowledge_route
 from server.knowledge.rerank import rerank
 from testkit.scripted_llm import Reply, ScriptedLLM, ToolCallSpec
 
@@ -99,10 +99,10 @@ async def test_a_made_up_citation_is_unverified_and_an_answer_citing_nothing_sto
 
 def test_a_written_citation_matches_its_passage_or_the_start_of_its_location():
     passage = "[runbook.md §Ops > Restore, lines 12-14]"
-    assert knowledge_route._cited(passage, passage)
-    assert knowledge_route._cited("[runbook.md §Ops > Restore]", passage)
-    assert not knowledge_route._cited("[runbook.md §Ops > Backup]", passage)
-    assert not knowledge_route._cited("[other.md §Ops > Restore]", passage)
+    assert knowledge_answer._cited(passage, passage)
+    assert knowledge_answer._cited("[runbook.md §Ops > Restore]", passage)
+    assert not knowledge_answer._cited("[runbook.md §Ops > Backup]", passage)
+    assert not knowledge_answer._cited("[other.md §Ops > Restore]", passage)
 
 
 # -- 2. the rarest term or a name must be in a quoted passage -----------------------------------------
@@ -204,7 +204,7 @@ def test_only_passages_of_one_collection_are_versions_of_a_file():
         {**passage, "doc_id": "a", "collection": "personal", "uploaded_at": "2026-11-27T10:00:00Z"},
         {**passage, "doc_id": "b", "collection": "group:red", "uploaded_at": "2026-11-27T09:00:00Z"},
         {**passage, "doc_id": "c", "collection": "group:red", "uploaded_at": "2026-11-27T11:00:00Z"}]}).decode()
-    assert knowledge_route.upload_times(call) == {"b": "2026-11-27T09:00:00Z", "c": "2026-11-27T11:00:00Z"}
+    assert knowledge_answer.upload_times(call) == {"b": "2026-11-27T09:00:00Z", "c": "2026-11-27T11:00:00Z"}
 
 
 # -- 5. a section named by its heading ----------------------------------------------------------------

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import Any
 
-from server.agent import answers, intents, knowledge_route, memory_answers
+from server.agent import answers, intents, knowledge_answer, knowledge_route, memory_answers
 from server.agent.base import TurnRequest, TurnResult, TurnSink
 from server.agent.config import AgentConfig
 from server.agent.toolexec import CallRequest, run_tool_step
@@ -69,7 +69,7 @@ class OfflineAgent:
             tool_intents = []       # a request to forget asks no tool ("Forget what I said about the DB host")
         elif tool_intents:
             noted = []
-        recalled = None if tool_intents or noted else memory_answers.answer(text, req.context.messages, zh)
+        recalled = None if tool_intents or noted else await memory_answers.answer_async(text, req.context.messages, zh)
         source = getattr(self.registry, "knowledge", None)
         route = await knowledge_route.decide(text, req.context.messages, source, req.user_id,
                                              [i.name for i in tool_intents], stated=bool(noted),
@@ -80,8 +80,8 @@ class OfflineAgent:
             calls = await run_tool_step(self.registry, sink, [CallRequest(None, "search_knowledge",
                                                                           {"query": route.query[:500], "top_k": 5})],
                                         ToolContext(req.user_id, req.session_id), step=0, timeout=self.cfg.tool_timeout_s)
-            uploaded = knowledge_route.upload_times(calls[0])
-            answer, citations = knowledge_route.answer(calls[0], zh, route.focus, uploaded)
+            uploaded = knowledge_answer.upload_times(calls[0])
+            answer, citations = knowledge_answer.answer(calls[0], zh, route.focus, uploaded)
             found = [intents.Intent("knowledge", 1.0, "search_knowledge")]
         elif tool_intents:
             requests = [CallRequest(None, i.tool, i.arguments) for i in tool_intents if i.tool]

@@ -48,7 +48,7 @@ from server.agent.llm_support import (LLM_ERROR, RetryPolicy, StepClock, TurnPro
 from server.agent.tool_calls import AssembledCall, ToolCallAssembler
 from server.agent.model_catalog import ModelCatalog, ids_of
 from server.agent.toolexec import CallRequest, run_tool_step
-from server.agent.knowledge_route import record_model_route
+from server.agent.knowledge_answer import record_model_route
 from server.memory.tokens import ApproxTokenCounter, TokenCounter
 from server.tools import ToolContext, ToolRegistry
 

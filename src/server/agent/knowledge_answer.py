@@ -1,0 +1,207 @@
+"""What a knowledge route answers: the offline agent's documents answer, and the citations an answer makes.
+
+A knowledge answer quotes only passages that hold at least one key term of the question
+(``key_terms``: no stopword, no word naming the documents, no word that only asks) and what it is
+about (as in ``knowledge_route``'s rule 4: every name, else one of the rarest terms, ``Focus.rarest``); when none holds a key
+term it says the documents have nothing about it, when some do but none what it is about, that
+they have nothing about that ("nothing about “deployments”", 知识库里没有找到关于“Kafka”的内容。). A
+passage text is quoted once (a file uploaded twice); passages of one file uploaded several times
+(one citation in one collection: a personal vpn.md and a group's vpn.md are two files) are quoted
+the most recently uploaded first, each citation followed by its document's upload time; a group's
+passage names its group ("(group ops)", "（群组 ops）").
+
+The LLM agent decides by calling ``search_knowledge`` or not; ``record_model_route`` records that and
+checks the citations its answer writes against the passages of the turn (``unverified_citations``).
+Passages are quoted (Markdown block quotes with their citation), never followed.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from server.agent.knowledge_route import (ANSWER_HEAD_EN, ANSWER_HEAD_ZH, CITATION, Route, key_terms, names,
+                                          words_for)
+from server.memory.analyze import analyze
+
+QUOTE_TOP = 3
+QUOTE_CHARS = 600
+
+
+def passages_of(call: Any) -> list[dict[str, Any]]:
+    """The passages of a successful search_knowledge ToolCall."""
+    if call.tool_name != "search_knowledge" or call.status != "success":
+        return []
+    try:
+        doc = json.loads(call.result)
+    except ValueError:
+        return []
+    return [p for p in doc.get("passages", []) if isinstance(p, dict)] if isinstance(doc, dict) else []
+
+
+def cite(p: dict[str, Any]) -> dict[str, Any]:
+    out = {k: p.get(k) for k in ("citation", "doc_id", "name", "chunk_id", "location")}
+    if p.get("collection"):
+        out["collection"] = p["collection"]
+    return out
+
+
+def _document(p: dict[str, Any]) -> tuple[Any, Any]:
+    """What names one file: its collection (``personal``, ``group:<name>``; a passage without one is
+    taken to be of the same collection as any other) and citation. A personal vpn.md and the group's
+    vpn.md are two files, never two versions of one."""
+    return p.get("collection"), p.get("citation")
+
+
+def _group(p: dict[str, Any]) -> str | None:
+    coll = p.get("collection")
+    return coll[len("group:"):] if isinstance(coll, str) and coll.startswith("group:") else None
+
+
+def upload_times(call: Any) -> dict[str, str]:
+    """{doc_id: uploaded_at} of the documents whose passages in ``call`` share a citation with a passage
+    of another document of the same collection (an edited file uploaded again under its name); {} when
+    none do. The times are the passages' own (``search_knowledge`` gives each its document's upload time)."""
+    by_document: dict[Any, set[Any]] = {}
+    times: dict[str, str] = {}
+    for p in passages_of(call):
+        by_document.setdefault(_document(p), set()).add(p.get("doc_id"))
+        if isinstance(p.get("uploaded_at"), str):
+            times[p["doc_id"]] = p["uploaded_at"]
+    clashing = {d for ids in by_document.values() if len(ids) > 1 for d in ids}
+    return {d: t for d, t in times.items() if d in clashing}
+
+
+def _distinct(found: list[dict[str, Any]], uploaded: dict[str, str]) -> list[dict[str, Any]]:
+    """``found`` with each passage text once (the same section of a file uploaded twice, or of two
+    copies): in the place of its best-scored copy, from the most recently uploaded document holding it."""
+    best: dict[str, dict[str, Any]] = {}
+    for p in found:
+        text = " ".join(str(p.get("text", "")).split())
+        kept = best.setdefault(text, p)
+        if uploaded.get(p.get("doc_id"), "") > uploaded.get(kept.get("doc_id"), ""):
+            best[text] = {**p, "score": kept.get("score")}
+    return list(best.values())
+
+
+def _newest_first(quoted: list[dict[str, Any]], uploaded: dict[str, str]) -> list[dict[str, Any]]:
+    """``quoted`` with the passages of one file uploaded several times (one citation in one collection,
+    ``_document``) next to each other where the first of them was, the most recently uploaded first."""
+    by_document: dict[Any, list[dict[str, Any]]] = {}
+    for p in quoted:
+        by_document.setdefault(_document(p), []).append(p)
+    return [p for same in by_document.values()
+            for p in sorted(same, key=lambda p: uploaded.get(p.get("doc_id"), ""), reverse=True)]
+
+
+def _source_line(p: dict[str, Any], uploaded: dict[str, str], newest: bool, zh: bool) -> str:
+    """"— [name §location]", with the group of a group's document ("group ops") and, for a file of which
+    several uploads are quoted, the upload time of this one ("uploaded 2026-11-27 13:09:41 UTC, the
+    newest")."""
+    line = f"— {p.get('citation', '')}"
+    parts, group, when = [], _group(p), uploaded.get(p.get("doc_id"))
+    if group:
+        parts.append(f"群组 {group}" if zh else f"group {group}")
+    if when:
+        at = f"{when[:19].replace('T', ' ')} UTC"
+        parts.append((f"上传于 {at}" if zh else f"uploaded {at}") + (("，最新" if zh else ", the newest") if newest else ""))
+    if parts:
+        line += f"（{'，'.join(parts)}）" if zh else f" ({', '.join(parts)})"
+    return line
+
+
+def _nothing(zh: bool, words: list[str] | None = None) -> str:
+    """The documents have nothing about it (about ``words``, when some of what was asked is there)."""
+    if not words:
+        return "知识库里没有找到相关内容。" if zh else "I found nothing about that in your documents."
+    if zh:
+        return f"知识库里没有找到关于{'、'.join(f'“{w}”' for w in words)}的内容。"
+    shown = [f"“{w}”" for w in words]
+    return f"I found nothing about {', '.join(shown[:-1]) + ' or ' if len(shown) > 1 else ''}{shown[-1]} in your documents."
+
+
+def _holds(p: dict[str, Any]) -> set[str]:
+    return set(analyze(str(p.get("text", "")) + " " + str(p.get("citation", ""))))
+
+
+def answer(call: Any, zh: bool, focus: str, uploaded: dict[str, str] | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """The offline answer quoting the best passages, and the citations it carries. Only the passages
+    holding one of ``focus``'s ``key_terms`` (the question's, or a follow-up's own) and what it is
+    about are quoted: every name it names (``names``: SLA, Kafka, db-prod-01) or, naming none, one of
+    its rarest terms (``Focus.rarest``). "and its port?" quotes the passage about the port, not the one
+    the previous answer quoted again, and a passage that merely says "this page documents ..." or
+    shares "payments" with "What is the SLA of the payments API?" is not quoted. None holding a key
+    term: the documents have nothing about it; some, but none what it is about: nothing about that
+    ("I found nothing about “SLA” in your documents."). A text is quoted once; passages of one file
+    uploaded several times (``uploaded``: their upload times, ``upload_times``) are quoted the newest
+    first, each with its upload time; a group's passage names its group."""
+    uploaded = uploaded or {}
+    found = passages_of(call)
+    if not found and call.status != "success":
+        return ("知识库检索失败。" if zh else "The document search failed."), []
+    terms = key_terms(focus)
+    if not terms:
+        return ("请告诉我要在知识库里查找什么。" if zh else "Tell me what to look for in your documents."), []
+    found = [p for p in found if terms & _holds(p)]
+    if not found:
+        return _nothing(zh), []
+    named, rarest = names(focus), set(getattr(focus, "rarest", ()))
+    if named:
+        about = [p for p in found if set(named) <= _holds(p)]
+    else:
+        about = [p for p in found if rarest & _holds(p)] if rarest else found
+    if not about:
+        seen = set().union(*map(_holds, found))
+        missing = [named[t] for t in named if t not in seen] if named else words_for(focus, rarest - seen)
+        return _nothing(zh, missing or words_for(focus, set(named) or rarest)), []
+    found = _distinct(about, uploaded)
+    best = found[0].get("score") or 0
+    quoted = [p for p in found[:QUOTE_TOP] if (p.get("score") or 0) >= 0.5 * best] or found[:1]
+    documents = [_document(p) for p in quoted]
+    dated = {p["doc_id"]: uploaded[p["doc_id"]] for p in quoted
+             if documents.count(_document(p)) > 1 and p.get("doc_id") in uploaded}
+    quoted = _newest_first(quoted, dated)
+    parts = [ANSWER_HEAD_ZH if zh else ANSWER_HEAD_EN]
+    for n, p in enumerate(quoted):
+        text = str(p.get("text", ""))
+        if len(text) > QUOTE_CHARS:
+            text = text[:QUOTE_CHARS] + "…"
+        block = "\n".join("> " + line if line.strip() else ">" for line in text.splitlines())
+        newest = n == 0 or _document(quoted[n - 1]) != _document(p)
+        parts.append(f"{block}\n\n{_source_line(p, dated, newest, zh)}")
+    return "\n\n".join(parts), [cite(p) for p in quoted]
+
+
+def _cited(written: str, citation: Any) -> bool:
+    """The citation ``written`` in an answer names the passage cited ``citation``: the same, or the
+    same file and the start of its location ("[runbook.md §Backup]" for "[runbook.md §Backup, line 5]")."""
+    if not isinstance(citation, str):
+        return False
+    if written == citation:
+        return True
+    w_name, _, w_loc = written[1:-1].partition(" §")
+    name, _, loc = citation[1:-1].partition(" §")
+    return w_name.strip() == name and bool(w_loc.strip()) and loc.startswith(w_loc.strip())
+
+
+def record_model_route(context: dict[str, Any], metadata: dict[str, Any], calls: list[Any], content: str) -> None:
+    """The LLM agent's route (did it search the documents?) and the citations its answer makes:
+    ``metadata["citations"]``: the passages of this turn's searches that the answer cites (none cited:
+    none stored, whatever was retrieved: the tool calls keep that); ``metadata["unverified_citations"]``:
+    the ``[name §location]`` citations it writes that no passage of this turn has (a made-up
+    "[vendor-secrets.pdf §p. 4]"), also noted in the route's reason and ``unverified_citations``."""
+    found = [p for c in calls for p in passages_of(c)]
+    if any(c.tool_name == "search_knowledge" for c in calls):
+        route = Route("knowledge", "model_tool_call", "the model called search_knowledge").record()
+    else:
+        route = Route("general", "model", "the model answered without searching the documents").record()
+    written = list(dict.fromkeys(CITATION.findall(content)))
+    used = [p for p in found if any(_cited(w, p.get("citation")) for w in written)]
+    unverified = [w for w in written if not any(_cited(w, p.get("citation")) for p in found)]
+    if used:
+        seen: set[Any] = set()
+        metadata["citations"] = [cite(p) for p in used if not (p.get("chunk_id") in seen or seen.add(p.get("chunk_id")))]
+    if unverified:
+        metadata["unverified_citations"] = unverified
+        route["unverified_citations"] = unverified
+        route["reason"] += f"; the answer cites {' '.join(unverified)}, which no passage found in this turn has"
+    context["route"] = route
