@@ -108,6 +108,12 @@ class LimitsConfig(Section):
     # takes the place of the oldest connection still in its handshake (server.app.Server.make_room);
     # anything else is refused (SERVER_FULL)
     standby_timeout_s: float = Field(1.0, ge=0.05, le=60.0)
+    # output not yet taken by the clients (queued, or in the transports' buffers), all connections
+    # together: past it a HISTORY_EXPORT is refused SERVER_BUSY (server.handlers.history)
+    max_total_output_buffer: int = Field(256 << 20, ge=1 << 20, le=1 << 40)
+    # sessions one user may have, those in the trash included (until purged): SESSION_NEW and a
+    # CHAT_TEXT that would create one beyond it are refused QUOTA_EXCEEDED (server.sessions)
+    max_sessions_per_user: int = Field(10_000, ge=1, le=10_000_000)
 
     @model_validator(mode="after")
     def _ping_before_idle(self) -> LimitsConfig:

@@ -2,7 +2,7 @@
 
 Instruments fed by one-line hooks in the server: ``timed_turn`` (turn latency), ``timed_append``
 (storage append latency), ``provider_error`` (agent/provider errors that ended a turn, by code).
-Gauges of the server's state (connections, turns running and queued, refused connections) are read
+Gauges of the server's state (connections, turns running and queued, refused connections, unsent output) are read
 at scrape time on the event loop (``snapshot``); the process RSS is read by the collector while the
 exposition is generated in a worker thread. ``LoopLagSampler`` measures how late the event loop
 wakes a sleeping task (sampled every ``interval_s``).
@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from server.output import total_unsent
+
 T = TypeVar("T")
 
 TURN_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -31,7 +33,8 @@ def server_state(server: Any) -> dict[str, float]:
     return {"connections": len(server.connections), "turns_running": runner.turns_running,
             "turns_queued": sum(len(lane.waiting) for lane in runner.lanes.values()),
             "turns_total": runner.turns_total, "refused_total": server.refusals.total,
-            "slow_consumers_total": server.slow_consumers}
+            "slow_consumers_total": server.slow_consumers,
+            "output_unsent_bytes": total_unsent(server.connections)}
 
 
 class _StateCollector(Collector):
@@ -43,7 +46,9 @@ class _StateCollector(Collector):
         s = self.metrics.state
         gauges = (("nplt_connections", "Open client connections (NPLT v2 and v3).", "connections"),
                   ("nplt_turns_running", "Turns being answered now.", "turns_running"),
-                  ("nplt_turns_queued", "Turns waiting behind a running turn of their session.", "turns_queued"))
+                  ("nplt_turns_queued", "Turns waiting behind a running turn of their session.", "turns_queued"),
+                  ("nplt_output_unsent_bytes", "Output not yet taken by the clients, all connections together "
+                   "(counted against max_total_output_buffer).", "output_unsent_bytes"))
         for name, doc, key in gauges:
             yield GaugeMetricFamily(name, doc, value=s.get(key, 0))
         counters = (("nplt_turns", "Turns finished since start.", "turns_total"),

@@ -103,7 +103,7 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
                                   offers=offers.offer_in_session)
     pipeline = TurnPipeline.default(memory)        # replayed passages of documents no longer readable: stubbed
     pipeline.replace("recall", readable_history(recall_step(memory), source))
-    sessions = SessionService(store, hub, agent, memory)
+    sessions = SessionService(store, hub, agent, memory, limits=config.limits)
     metrics = Metrics()
     cluster = None
     if getattr(store, "link", None) is not None:   # PostgreSQL: other nodes may share the database

@@ -73,6 +73,11 @@ class V3Port:
                 return
             self.output.write(frame)
 
+    def when_drained(self, callback: Any) -> None:
+        """``callback()`` once the next reply (queued right after this call) has left the server, or
+        the connection is gone (``OutputBuffer.when_drained``)."""
+        self.output.when_drained(callback)
+
     async def writable(self) -> None:
         """Wait while the client does not read (the transport is over its high-water mark)."""
         await self.output.wait_writable()

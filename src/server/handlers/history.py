@@ -15,6 +15,7 @@ from protocol.replies import HistoryExportReply, HistoryPageReply, HistorySearch
 from server.context import RequestContext
 from server.errors import HandlerError
 from server.handlers.common import check_limit, fewer_hits, target_session
+from server.output import total_unsent
 from server.wire import encode_reply, hit_obj
 from storage.export import ExportTooLarge
 from storage.models import EncodedPage, Page
@@ -122,7 +123,11 @@ async def history_export(ctx: RequestContext, req: HistoryExport) -> HistoryExpo
     """The whole session as one reply. It is built in a worker thread, at most
     ``max_concurrent_exports`` at once server-wide (``ExportSlots``), and refused with
     MESSAGE_TOO_LARGE as soon as the part built is over ``max_message_size``: a session too large to
-    send costs about ``max_message_size`` of work and memory, not its whole size."""
+    send costs about ``max_message_size`` of work and memory, not its whole size. A slot is held
+    until the reply has left the server (or its connection is gone), not only while it is built:
+    clients that do not read cannot make the server hold more than ``max_concurrent_exports``
+    replies. Refused SERVER_BUSY while the unsent output of all connections is over
+    ``max_total_output_buffer``."""
     rec = await target_session(ctx, req.session_id)
     # the header names the model SESSION_INFO shows (a session on the default model stores none)
     model = ctx.services.sessions.model_of(rec)
@@ -130,22 +135,62 @@ async def history_export(ctx: RequestContext, req: HistoryExport) -> HistoryExpo
     # what the reply takes besides the text (the text's quotes included): the rest is the text's room
     overhead = len(orjson.dumps(encode_reply(req.id, HistoryExportReply(rec.session_id, req.format, ""))))
     slots = export_slots(ctx.services)
+    _check_output_room(ctx)
     await slots.acquire()
     if getattr(ctx.port, "closed", False):      # the client left while this export waited: not built
         slots.release()
         raise HandlerError(ErrorCode.CONNECTION_CLOSED, "the connection closed before the export was built")
+    try:
+        _check_output_room(ctx)                 # (it may have waited long for its slot)
+    except HandlerError:
+        slots.release()
+        raise
     build = asyncio.ensure_future(ctx.services.store.export(rec.session_id, req.format, model,
                                                             max_bytes=limit - overhead))
-    # the slot is the build's, not the request's: a request cancelled (its client gone) leaves its
-    # build running in a worker thread, which keeps the slot until it ends
-    build.add_done_callback(slots.finished)
+    build.add_done_callback(_retrieved)
     try:
         content = await asyncio.shield(build)
+    except asyncio.CancelledError:
+        # the request is gone (its client left): the build runs on in its worker thread and keeps
+        # the slot until it ends
+        if build.done():
+            slots.release()
+        else:
+            build.add_done_callback(lambda _b: slots.release())
+        raise
     except ExportTooLarge as exc:
+        slots.release()
         refused = _too_large(rec.session_id, exc, overhead, limit)
+    except BaseException:
+        slots.release()
+        raise
     else:
+        # the slot is given back once the reply, queued right after this returns, has left
+        when_drained = getattr(ctx.port, "when_drained", None)
+        if when_drained is None:
+            slots.release()
+        else:
+            when_drained(slots.release)
         return HistoryExportReply(rec.session_id, req.format, content)
     raise HandlerError(ErrorCode.MESSAGE_TOO_LARGE, refused)     # (outside the except: no chained error kept)
+
+
+def _check_output_room(ctx: RequestContext) -> None:
+    """SERVER_BUSY while the output not yet taken by the clients (all connections) is over
+    ``max_total_output_buffer``: an export adds up to ``max_message_size`` to it."""
+    cap = ctx.limits.max_total_output_buffer
+    unsent = total_unsent(ctx.services.connections)
+    if unsent > cap:
+        raise HandlerError(ErrorCode.SERVER_BUSY,
+                           f"the server holds {unsent} bytes of output its clients have not read yet, over "
+                           f"max_total_output_buffer ({cap} bytes): export not built; try again later")
+
+
+def _retrieved(build: asyncio.Future) -> None:
+    """A build's outcome is read here too, so one whose request is gone is not reported as never
+    retrieved."""
+    if not build.cancelled():
+        build.exception()
 
 
 def _too_large(session_id: str, exc: ExportTooLarge, overhead: int, limit: int) -> str:
@@ -158,21 +203,22 @@ def _too_large(session_id: str, exc: ExportTooLarge, overhead: int, limit: int) 
 
 
 class ExportSlots:
-    """At most ``limit`` exports built at once, server-wide (``[limits] max_concurrent_exports``):
-    each holds up to ``max_message_size`` while it is built and keeps a worker busy, so many at once
-    would multiply that and starve other requests. More wait their turn (first come, first served);
-    a waiting request counts against its connection's ``max_pending_requests`` like any other."""
+    """At most ``limit`` exports built or being sent at once, server-wide (``[limits]
+    max_concurrent_exports``): each holds up to ``max_message_size`` while it is built and until its
+    reply has left the server, and keeps a worker busy while it is built, so many at once would
+    multiply that and starve other requests. More wait their turn (first come, first served); a
+    waiting request counts against its connection's ``max_pending_requests`` like any other."""
 
     __slots__ = ("limit", "building", "waiting", "_sem")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.building = 0            # exports being built now (their requests may be gone)
+        self.building = 0            # slots taken: exports being built, or their replies being sent
         self.waiting = 0             # exports waiting for a slot
         self._sem = asyncio.Semaphore(limit)
 
     async def acquire(self) -> None:
-        """Wait for a slot (a cancelled wait takes none); ``finished`` gives it back."""
+        """Wait for a slot (a cancelled wait takes none); ``release`` gives it back."""
         self.waiting += 1
         try:
             await self._sem.acquire()
@@ -183,13 +229,6 @@ class ExportSlots:
     def release(self) -> None:
         self.building -= 1
         self._sem.release()
-
-    def finished(self, build: asyncio.Future) -> None:
-        """The done callback of a build: its slot is free again (its outcome was the request's to
-        read; one whose request is gone is read here, so it is not reported as never retrieved)."""
-        self.release()
-        if not build.cancelled():
-            build.exception()
 
 
 def export_slots(services: Any) -> ExportSlots:
