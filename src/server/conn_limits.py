@@ -11,6 +11,13 @@
 - ``max_clients_per_ip``: connections from one address beyond it are refused with
   TOO_MANY_CONNECTIONS (v3 clients; a v2 client, or a silent one, which the server would serve as
   v2, reads one CHAT_TEXT saying why before the close, as for ``max_clients``: ``refusal_frame``).
+  With an admin user, a connection from an address at its limit is kept on standby until its first
+  read (at most ``legacy_grace_ms``, as a refused connection is), for an admin's HELLO only: a first
+  read that is not a whole HELLO is refused at once; a HELLO is checked (``IP_STANDBY`` at a time per
+  address), and an admin's gets in while fewer than ``max_clients_per_ip + IP_ADMIN_EXTRA``
+  connections come from its address, else closes that address's oldest connection still in its
+  handshake. So sockets that never finish their HELLO, on the admin's own address (an SSH tunnel's
+  127.0.0.1), cannot keep the admin out, however many and however often they reconnect.
 - The admin slot: when a configured user is marked ``admin``, one connection beyond
   ``max_clients`` is accepted, and it may only stay by saying HELLO as an admin. A connection that
   arrives when that slot is taken too is kept on standby (``AdminSlot``: not counted against
@@ -51,24 +58,36 @@ PEEK_BYTES = 5               # bytes of a TLS port's first read looked at (a fra
 DRAIN_BYTES = 1 << 16        # at most this much of a non-TLS client's input is read before its reply
 HEADROOM = 16                # messages are refused past (15/16) of the cap: headroom for reads in flight
                              # and the allocator (bench/abandoned_fragments.py measures what passes it)
+#: With an admin user: HELLOs checked at once per address beyond ``max_clients_per_ip`` (on standby,
+#: for an admin's; a failed login held in back-off keeps its place: guesses stay bounded per address).
+IP_STANDBY = 4
+#: With an admin user: how many connections from one address an admin's HELLO may make the address
+#: reach without closing one of its connections still in their handshake (``max_clients_per_ip`` +).
+IP_ADMIN_EXTRA = 1
+#: A connection that closes with at least this much output unsent (its largest backlog: the transport's
+#: buffer plus what was held behind it) asks for a ``malloc_trim``, as released input does.
+TRIM_OUTPUT_BYTES = TRIM_MIN_BYTES
 
 
 class InputBudget:
     """Partial input held by every connection of the server, in bytes (``total``), the most it
     reached (``peak``), and how many messages were refused for it (``refused``).
 
-    Bytes given back in bulk (a connection closing with a large message half received) are followed
-    by a ``malloc_trim`` in a worker thread: glibc keeps freed 64 KiB blocks in the heap, so without
-    it RSS would stay at its peak after the memory is free.
+    Bytes given back in bulk (a connection closing with a large message half received, or with a
+    large output backlog unsent: ``trim_soon``) are followed by a ``malloc_trim`` in a worker thread:
+    glibc keeps freed 64 KiB blocks in the heap, so without it RSS would stay at its peak after the
+    memory is free. ``trim_requests`` counts the requests, ``trims`` the trims run (at most one per
+    ``TRIM_DELAY_S``).
     """
 
-    __slots__ = ("total", "peak", "refused", "trims", "_trim")
+    __slots__ = ("total", "peak", "refused", "trims", "trim_requests", "_trim")
 
     def __init__(self) -> None:
         self.total = 0
         self.peak = 0
         self.refused = 0
         self.trims = 0
+        self.trim_requests = 0
         self._trim: asyncio.TimerHandle | asyncio.Future | None = None
 
     @staticmethod
@@ -85,7 +104,14 @@ class InputBudget:
     def give_back(self, n: int) -> None:
         """``n`` bytes were released (the caller holds the event loop)."""
         self.add(-n)
-        if n >= TRIM_MIN_BYTES and self._trim is None and _malloc_trim is not None:
+        if n >= TRIM_MIN_BYTES:
+            self.trim_soon()
+
+    def trim_soon(self) -> None:
+        """Memory was freed in bulk (the caller holds the event loop): a ``malloc_trim`` in a worker
+        thread ``TRIM_DELAY_S`` from now, unless one is already due or running."""
+        self.trim_requests += 1
+        if self._trim is None and _malloc_trim is not None:
             self._trim = asyncio.get_running_loop().call_later(TRIM_DELAY_S, self._start_trim)
 
     def _start_trim(self) -> None:

@@ -27,7 +27,17 @@ every slot is taken is not refused at once but kept on *standby* (counted agains
 ``max_clients_per_ip`` only) for ``standby_timeout_s``: a v3 client's HELLO is read, and an admin's
 takes the place of the oldest connection still in its handshake (``AdminSlot.make_room``, the
 server's); anything else is refused. So an anonymous socket that never finishes its HELLO cannot
-keep the operator out, however often it reconnects.
+keep the operator out, however often it reconnects. Likewise for ``max_clients_per_ip``: a connection
+from an address at its limit is kept on standby until its first read (``legacy_grace_ms`` at most,
+as a refused one is), which must bring a whole HELLO (else it is refused at once); that HELLO is
+checked (``IP_STANDBY`` at a time per address), and an admin's gets in, closing that address's oldest
+connection still in its handshake when the address already has ``max_clients_per_ip +
+IP_ADMIN_EXTRA`` (``_room_from_ip``). Sockets that never finish their HELLO hold no place an admin
+needs, however many and however often they reconnect.
+
+A connection that closes having held a large output backlog (``TRIM_OUTPUT_BYTES``: a client that
+pipelined exports and never read them) asks for a ``malloc_trim`` (``InputBudget.trim_soon``), so
+the memory its replies took is given back to the system once it is gone.
 
 One read can bring 256 KiB: thousands of pipelined requests. Received bytes are fed to the codec
 under the server-wide per-iteration budget of ``server.rx_budget`` (``RX_SLICE_BYTES`` per turn,
@@ -54,14 +64,14 @@ from protocol.replies import ErrorReply
 from server import conn_state
 from server.conn_state import ConnState
 from server.conn_input import InputWatch
-from server.conn_limits import (FULL, STOPPING, AdminSlot, count_from, full_text, peer_ip, per_ip_text, refusal_frame,
-                                regular_clients)
+from server.conn_limits import (FULL, IP_ADMIN_EXTRA, IP_STANDBY, STOPPING, TRIM_OUTPUT_BYTES, AdminSlot, count_from,
+                                full_text, peer_ip, per_ip_text, refusal_frame, regular_clients)
 from server.context import RequestContext
 from server.errors import HandlerError
 from server.handlers.dispatch import Dispatcher, run_handler
 from server.handlers.hello import authenticate, handle_hello, parse_hello
 from server.legacy_v2 import LegacyV2
-from server.output import OutputBuffer
+from server.output import OutputBuffer, backlog_of
 from server.request_queue import RequestQueue
 from server.rx_budget import RX_SLICE_BYTES, SMALL_READ_BYTES
 from server.services import Services
@@ -74,6 +84,7 @@ log = logging.getLogger("nplt.conn")
 
 _PING, _PONG, _HELLO, _ERROR = int(MsgType.PING), int(MsgType.PONG), int(MsgType.HELLO), int(MsgType.ERROR)
 _CHAT_TEXT = int(MsgType.CHAT_TEXT)
+_STANDBY_REFUSALS = (ErrorCode.SERVER_FULL, ErrorCode.TOO_MANY_CONNECTIONS)   # (what _join raises, but AUTH_FAILED)
 _UPLOAD_DATA = int(MsgType.KB_UPLOAD_DATA)
 _GRACE, _HANDSHAKING, _READY, _LEGACY, _REFUSED, _CLOSING, _CLOSED = ConnState
 _dumps = orjson.dumps
@@ -95,7 +106,7 @@ class ServerConnection(asyncio.Protocol):
                  "output", "port", "ctx", "dispatcher", "requests", "legacy", "_refuse_reason", "_refusal",
                  "_hello", "_early", "_rx_backlog", "_rx_off", "_eof", "_eof_error", "_tls", "_grace",
                  "_handshake", "_idle", "last_rx", "_ping_sent", "_pings", "_admin_slot", "_standby",
-                 "__weakref__")
+                 "_standby_ip", "_out_peak", "__weakref__")
 
     def __init__(self, services: Services, conn_id: int, refuse_reason: Callable[[], str | None],
                  admin_slot: AdminSlot | None = None) -> None:
@@ -127,6 +138,8 @@ class ServerConnection(asyncio.Protocol):
         self._refuse_reason = refuse_reason
         self._admin_slot = admin_slot
         self._standby = False         # arrived with every slot taken: uncounted until an admin's HELLO
+        self._standby_ip = False      # ... or with its address at max_clients_per_ip (IP_STANDBY)
+        self._out_peak = 0            # the largest output backlog seen (TRIM_OUTPUT_BYTES)
         self._refusal = (ErrorCode.SERVER_FULL, "", "")  # what a REFUSED connection is told (v3, v2)
         self._hello: asyncio.Task | None = None     # the HELLO being answered
         self._early: list[Message] = []              # requests pipelined behind it
@@ -227,14 +240,18 @@ class ServerConnection(asyncio.Protocol):
             per_ip = self.limits.max_clients_per_ip
             if per_ip and count_from(svc.connections, self.ip) + (
                     count_from(slot.waiting, self.ip) if slot is not None else 0) >= per_ip:
-                reason, standby = "max_clients_per_ip reached", False
                 self._refusal = (ErrorCode.TOO_MANY_CONNECTIONS,
                                  f"too many connections from {self.ip} (max_clients_per_ip = {per_ip})",
                                  per_ip_text(self.ip, per_ip))
+                if slot is not None:   # its first read may be an admin's HELLO (_on_v3, _receive)
+                    standby = self._standby_ip = True
+                else:
+                    reason, standby = "max_clients_per_ip reached", False
         if standby:   # only an admin's HELLO, within standby_timeout_s, gets it a slot
             self._standby = True
             slot.waiting.add(self)   # type: ignore[union-attr]
-            log.debug("connection %s from %s on standby (every slot taken)", self.conn_id, self.peer)
+            log.debug("connection %s from %s on standby (%s)", self.conn_id, self.peer,
+                      "max_clients_per_ip reached" if self._standby_ip else "every slot taken")
             self._grace = self.loop.call_later(grace, self._on_grace)
             # (from the accept: with TLS, ``started`` is the TCP accept's, the handshake included)
             self._handshake = self.loop.call_at(self.started + self.limits.standby_s,
@@ -249,6 +266,14 @@ class ServerConnection(asyncio.Protocol):
         log.debug("connection %s from %s", self.conn_id, self.peer)
         self._grace = self.loop.call_later(grace, self._on_grace)
         self._handshake = self.loop.call_later(self.limits.handshake_timeout_s, self._on_handshake_timeout)
+
+    def _ip_place(self) -> bool:
+        """A HELLO on standby over ``max_clients_per_ip`` may be checked: fewer than ``IP_STANDBY``
+        of its address's are being checked (or held: a failed login answered late, in back-off)."""
+        slot = self._admin_slot
+        return slot is not None and sum(
+            1 for w in slot.waiting if type(w) is ServerConnection and w._standby_ip and w.ip == self.ip
+            and w._hello is not None and not w.closing) < IP_STANDBY
 
     def data_received(self, data: bytes) -> None:
         if len(data) <= SMALL_READ_BYTES and self._rx_backlog is None:  # handled at once, outside the budget
@@ -372,6 +397,11 @@ class ServerConnection(asyncio.Protocol):
                 inp.after_read(completed)
             if events:
                 self._handle(events)
+            if self._standby_ip and self._hello is None and not self.closing:
+                # over max_clients_per_ip, its first read brought no whole HELLO: refused now, so
+                # that sockets that never finish theirs hold nothing (an admin's comes in one read)
+                self.services.counters.refusals.note(self.conn_id, self.peer, "max_clients_per_ip reached")
+                self.fatal(*self._refusal[:2])
         finally:
             output.end_rx(hot)
 
@@ -402,11 +432,14 @@ class ServerConnection(asyncio.Protocol):
         for timer in (self._grace, self._handshake, self._idle):
             if timer is not None:
                 timer.cancel()
+        self._note_backlog()
         self.output.stop()
         self.output.discard()
         self.requests.drop()
         self.codec.close()        # partial input is given back now, not when a gc cycle finds us
         self.input.release()
+        if self._out_peak >= TRIM_OUTPUT_BYTES:   # the memory its replies took goes back to the system
+            self.services.input_budget.trim_soon()
         self._early.clear()
         svc = self.services
         svc.connections.discard(self)
@@ -420,6 +453,7 @@ class ServerConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.output.paused = True
+        self._note_backlog()
         if not self.closing:
             self.pause_reading()
 
@@ -455,6 +489,10 @@ class ServerConnection(asyncio.Protocol):
                 else:
                     self._early.append(ev)
             elif t == _HELLO:
+                if self._standby_ip and not self._ip_place():
+                    self.services.counters.refusals.note(self.conn_id, self.peer, "max_clients_per_ip reached")
+                    self.fatal(*self._refusal[:2], request_id(ev.body))
+                    return
                 self._hello = self.loop.create_task(self._run_hello(ev))
             else:
                 self.fatal(ErrorCode.HANDSHAKE_REQUIRED, "the first request must be a valid HELLO",
@@ -469,6 +507,7 @@ class ServerConnection(asyncio.Protocol):
         rid = request_id(ev.body)
         if self.closing:   # (closed before this task ran: timed out, displaced for an admin)
             return
+        joining = self._standby
         try:
             req = parse_hello(ev.body)
             if self._standby:
@@ -476,10 +515,19 @@ class ServerConnection(asyncio.Protocol):
         except HandlerError as exc:
             reply, err = None, exc
         else:
+            joining = False
             reply, err = await run_handler(handle_hello, self.ctx, req)
         if err is not None:
             if err.code == ErrorCode.AUTH_FAILED:
                 self._login_failed(err.message, rid)
+                return
+            guard = self.services.auth.guard
+            if joining and err.code in _STANDBY_REFUSALS and guard.retry_after(self.ip):
+                # refused on standby with a right token: from an address in back-off, after the same
+                # delay as a wrong one (a guess answered at once would be a guess that was right)
+                if self._handshake is not None:
+                    self._handshake.cancel()
+                self._handshake = self.loop.call_later(guard.delay_s, self.fatal, err.code, err.message, rid)
                 return
             self._hello = None
             if err.code == ErrorCode.INTERNAL:
@@ -540,22 +588,41 @@ class ServerConnection(asyncio.Protocol):
         HandlerError for anything else (AUTH_FAILED, SERVER_FULL, TOO_MANY_CONNECTIONS)."""
         svc = self.services
         user = authenticate(svc, req.token)
+        slot = self._admin_slot
+        admin = slot is not None and svc.auth.is_admin(user)
         per_ip = self.limits.max_clients_per_ip
-        if per_ip and count_from(svc.connections, self.ip) >= per_ip:
+        live = [c for c in svc.connections if c.ip == self.ip and not c.closing]
+        if per_ip and (len(live) >= per_ip or (self._standby_ip and not admin)) and \
+                not (admin and self._room_from_ip(live, per_ip)):
             svc.counters.refusals.note(self.conn_id, self.peer, "max_clients_per_ip reached")
             raise HandlerError(ErrorCode.TOO_MANY_CONNECTIONS,
                                f"too many connections from {self.ip} (max_clients_per_ip = {per_ip})")
-        slot = self._admin_slot
-        if slot is None or not svc.auth.is_admin(user) or not slot.make_room(self):
+        if not admin or not slot.make_room(self):   # type: ignore[union-attr]
             svc.counters.refusals.note(self.conn_id, self.peer, "max_clients reached (admin slot)")
             raise HandlerError(ErrorCode.SERVER_FULL, self.full_message())
-        self._standby = False
+        self._standby = self._standby_ip = False
         slot.waiting.discard(self)
         svc.connections.add(self)
         if self._handshake is not None:   # the standby deadline becomes the usual HELLO deadline
             self._handshake.cancel()
         self._handshake = self.loop.call_at(self.started + self.limits.handshake_timeout_s,
                                             self._on_handshake_timeout)
+
+    def _room_from_ip(self, live: list[ServerConnection], per_ip: int) -> bool:
+        """Whether an admin's HELLO on standby may add a connection from its address, which has ``live``
+        (``max_clients_per_ip`` or more): yes while fewer than ``per_ip + IP_ADMIN_EXTRA``, else by
+        closing the address's oldest connection still in its handshake (TOO_MANY_CONNECTIONS)."""
+        if len(live) < per_ip + IP_ADMIN_EXTRA:
+            return True
+        waiting = [c for c in live if c.in_handshake]
+        if not waiting:
+            return False
+        victim = min(waiting, key=lambda c: c.started)
+        self.services.counters.refusals.note(victim.conn_id, victim.peer, "closed in its handshake to let an "
+                                                                          "admin in (max_clients_per_ip)")
+        victim.fatal(ErrorCode.TOO_MANY_CONNECTIONS, f"too many connections from {self.ip} (max_clients_per_ip = "
+                                                     f"{per_ip}); closed in its handshake to let an admin in")
+        return True
 
     def full_message(self, taken: bool = False) -> str:
         """SERVER_FULL's message when the one slot beyond max_clients is an admin's (``taken``: this
@@ -576,6 +643,7 @@ class ServerConnection(asyncio.Protocol):
 
     def requests_done(self) -> None:
         """A request was answered: after the client's EOF, close once everything is answered."""
+        self._note_backlog()
         if self._eof and not self.closing and self.legacy is None and self._hello is None \
                 and not self._early and not self.dispatcher.pending and self.requests.idle:
             self._close_after_eof()
@@ -613,13 +681,25 @@ class ServerConnection(asyncio.Protocol):
             return
         self._set(_CLOSING)
         self.output.stop()
+        self._note_backlog()
         self.requests.drop()
         if self.transport is not None:
             self.transport.close()
 
+    def _note_backlog(self) -> None:
+        """Keep the largest output backlog seen (``_out_peak``): the transport's buffer is gone by
+        ``connection_lost``, so it is read while the connection lives (here, at ``pause_writing``,
+        after each request, at a close or a drop)."""
+        n = self.output.size + backlog_of(self.transport)
+        if n > self._out_peak:
+            self._out_peak = n
+
     def _on_slow(self) -> None:
         """The output buffer dropped the client (it aborts the transport itself)."""
         self.services.counters.slow_consumers += 1
+        n = backlog_of(self.transport)   # (what was held here is discarded already)
+        if n > self._out_peak:
+            self._out_peak = n
         if not self.closing:
             self._set(_CLOSING)
         self.requests.drop()
@@ -683,6 +763,10 @@ class ServerConnection(asyncio.Protocol):
 
     def _start_legacy(self) -> None:
         self._cancel_grace()  # (the handshake timer runs on until a first message)
+        if self._standby_ip:
+            self.services.counters.refusals.note(self.conn_id, self.peer, "max_clients_per_ip reached")
+            self._refuse_v2(self._refusal[2])
+            return
         if self._standby or self._over_regular_slots():
             self.services.counters.refusals.note(self.conn_id, self.peer, "max_clients reached (admin slot)")
             self._refuse_v2(full_text(self.limits.max_clients, admin_slot=True))
@@ -704,7 +788,10 @@ class ServerConnection(asyncio.Protocol):
             self.services.auth.guard.log_closed(self.conn_id, self.peer, "no message within "
                                                 f"{self.limits.handshake_timeout_s:g} s; closed")
             self.close()
-        elif self._standby:   # no admin's HELLO in time
+        elif self._standby_ip:   # no admin's HELLO in time
+            self.services.counters.refusals.note(self.conn_id, self.peer, "max_clients_per_ip reached")
+            self.fatal(*self._refusal[:2])
+        elif self._standby:
             self.services.counters.refusals.note(self.conn_id, self.peer, "max_clients reached (admin slot)")
             self.fatal(ErrorCode.SERVER_FULL, self.full_message())
         elif self.state is not _READY:

@@ -161,8 +161,8 @@ async def test_standby_connections_count_against_max_clients_per_ip(tmp_path):
         alice = await V3Client.connect(addr, token="t-alice")
         held = [await squat(addr) for _ in range(2)]             # the admin slot, then one on standby
         await poll(lambda: len(srv.connections) == 2 and len(srv._admin_slot.waiting) == 1, what="both held")
-        extra = await V3Client.connect(addr, hello=False)         # a fourth from this address: refused at once
-        msg = await extra.request(T.HELLO, proto=3, client="x", token="t-ops")
+        extra = await V3Client.connect(addr, hello=False)         # a fourth from this address: only for an admin
+        msg = await extra.request(T.HELLO, proto=3, client="x", token="t-alice")
         assert msg.type == T.ERROR and msg.body["code"] == "TOO_MANY_CONNECTIONS"
         await extra.wait_closed()
         ops = await connect_from(addr, OTHER_ADDRESS, token="t-ops")   # from another address: standby, then in
