@@ -11,16 +11,20 @@ the most recently uploaded first, each citation followed by its document's uploa
 passage names its group ("(group ops)", "（群组 ops）").
 
 The LLM agent decides by calling ``search_knowledge`` or not; ``record_model_route`` records that and
-checks the citations its answer writes against the passages of the turn (``unverified_citations``).
+checks the citations its answer writes against the passages it was given: this turn's searches' and
+those of earlier searches its prompt carried (``unverified_citations``).
 Passages are quoted (Markdown block quotes with their citation), never followed.
 """
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+import unicodedata
+from typing import Any, Iterable
 
 from server.agent.knowledge_route import (ANSWER_HEAD_EN, ANSWER_HEAD_ZH, CITATION, Route, key_terms, names,
                                           words_for)
+from server.agent.transcript import SEARCH_KNOWLEDGE, UNREADABLE_TEXT
 from server.memory.analyze import analyze
 
 QUOTE_TOP = 3
@@ -171,37 +175,156 @@ def answer(call: Any, zh: bool, focus: str, uploaded: dict[str, str] | None = No
     return "\n\n".join(parts), [cite(p) for p in quoted]
 
 
-def _cited(written: str, citation: Any) -> bool:
-    """The citation ``written`` in an answer names the passage cited ``citation``: the same, or the
-    same file and the start of its location ("[runbook.md §Backup]" for "[runbook.md §Backup, line 5]")."""
-    if not isinstance(citation, str):
-        return False
-    if written == citation:
+#: the page or line part at the end of a written location (", p. 4", ", line 7", ", lines 7-9"; a
+#: dash or en dash between the lines; ``_location``)
+_WRITTEN_TAIL = re.compile(r"(?:^|,)\s*(?:p\.\s*(\d+)|lines?\s+(\d+)(?:\s*[-\u2013]\s*(\d+))?)\s*$", re.IGNORECASE)
+#: what separates the headings of a location ("Ops > Restore")
+_HEADING_SEP = re.compile(r"\s+>\s+")
+
+
+def _plain(text: str) -> str:
+    """``text`` as compared: NFC, spaces collapsed."""
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def _location(loc: str) -> tuple[list[str], int | None, tuple[int, int] | None] | None:
+    """(headings, page, (first, last) line) of a location as a citation writes it ("Ops > Restore, p. 3,
+    lines 10-24"; ``chunker.format_location``): the page and lines peeled off its end, the rest split at
+    " > "; None when it writes a page or the lines twice, or a range that runs backwards."""
+    page: int | None = None
+    lines: tuple[int, int] | None = None
+    loc = loc.strip()
+    while loc and (m := _WRITTEN_TAIL.search(loc)):
+        if m.group(1) is not None:
+            if page is not None:
+                return None
+            page = int(m.group(1))
+        else:
+            if lines is not None:
+                return None
+            first = int(m.group(2))
+            lines = (first, int(m.group(3)) if m.group(3) is not None else first)
+            if lines[0] > lines[1]:
+                return None
+        loc = loc[:m.start()].rstrip()
+    headings = [h for h in _HEADING_SEP.split(loc) if h] if loc else []
+    return headings, page, lines
+
+
+def _passage_location(passage: Any) -> tuple[str, list[str], int | None, tuple[int, int] | None] | None:
+    """(name, headings, page, lines) of a passage: of its ``name`` and ``location`` record
+    (``search_knowledge``'s) when it has them, else of its citation string (a passage given as one)."""
+    if isinstance(passage, dict):
+        name, loc = passage.get("name"), passage.get("location")
+        if isinstance(name, str) and isinstance(loc, dict):
+            heading, page, lines = loc.get("heading") or [], loc.get("page"), loc.get("lines")
+            if (isinstance(heading, list) and all(isinstance(h, str) for h in heading)
+                    and (page is None or type(page) is int)
+                    and (not lines or (isinstance(lines, list) and len(lines) == 2
+                                       and all(type(x) is int for x in lines)))):
+                return name, list(heading), page, (lines[0], lines[1]) if lines else None
+        passage = passage.get("citation")
+    if not isinstance(passage, str) or not passage.startswith("[") or not passage.endswith("]"):
+        return None
+    name, sep, loc = passage[1:-1].partition(" §")
+    parsed = _location(loc) if sep else None
+    return (name, *parsed) if parsed is not None else None
+
+
+def _cited(written: str, passage: Any) -> bool:
+    """The citation ``written`` in an answer names ``passage`` (a ``search_knowledge`` passage, or its
+    citation string "[name §location]"): the same citation, or the same file (its name as written,
+    case and all: "Runbook.md" and "runbook.md" are two documents) and a location inside the passage's:
+    its headings those of the passage from the top ("Ops", "Ops > Restore") or from the last one up
+    ("Restore"; whole headings, compared ignoring case and spacing), its page the passage's, its line or
+    lines inside the passage's ("line 13" or "lines 12-13" for "lines 12-14"), and at least one of them
+    written. A different file, a heading not in the path, another page or a line outside the range is
+    another passage."""
+    citation = passage.get("citation") if isinstance(passage, dict) else passage
+    if isinstance(citation, str) and written == citation:
         return True
-    w_name, _, w_loc = written[1:-1].partition(" §")
-    name, _, loc = citation[1:-1].partition(" §")
-    return w_name.strip() == name and bool(w_loc.strip()) and loc.startswith(w_loc.strip())
+    of = _passage_location(passage)
+    w_name, sep, w_loc = written[1:-1].partition(" §")
+    if of is None or not sep or _plain(w_name) != _plain(of[0]):
+        return False
+    mine = _location(w_loc)
+    if mine is None:
+        return False
+    (w_heads, w_page, w_lines), (_, heads, page, lines) = mine, of
+    if not (w_heads or w_page is not None or w_lines):
+        return False
+    w_heads, heads = [_plain(h).casefold() for h in w_heads], [_plain(h).casefold() for h in heads]
+    n = len(w_heads)
+    if n and (n > len(heads) or (w_heads != heads[:n] and w_heads != heads[-n:])):
+        return False
+    if w_page is not None and w_page != page:
+        return False
+    return not w_lines or (lines is not None and lines[0] <= w_lines[0] and w_lines[1] <= lines[1])
 
 
-def record_model_route(context: dict[str, Any], metadata: dict[str, Any], calls: list[Any], content: str) -> None:
-    """The LLM agent's route (did it search the documents?) and the citations its answer makes:
-    ``metadata["citations"]``: the passages of this turn's searches that the answer cites (none cited:
-    none stored, whatever was retrieved: the tool calls keep that); ``metadata["unverified_citations"]``:
-    the ``[name §location]`` citations it writes that no passage of this turn has (a made-up
-    "[vendor-secrets.pdf §p. 4]"), also noted in the route's reason and ``unverified_citations``."""
-    found = [p for c in calls for p in passages_of(c)]
+def carried_passages(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The passages of the ``search_knowledge`` results a prompt carries (earlier turns' searches, as
+    ``transcript.history_to_openai`` replays them): each ``tool`` message answering a search_knowledge
+    call of the assistant message before it, whole (a result cut to fit the window is no longer JSON and
+    counts for nothing). Stubs of documents the user can no longer read (``UNREADABLE_TEXT``,
+    ``transcript.readable_history``) are left out."""
+    out: list[dict[str, Any]] = []
+    names: dict[Any, Any] = {}
+    for m in messages:
+        role = m.get("role") if isinstance(m, dict) else None
+        if role == "assistant" and m.get("tool_calls"):
+            names = {c.get("id"): (c.get("function") or {}).get("name")
+                     for c in m["tool_calls"] if isinstance(c, dict)}
+            continue
+        if role != "tool":
+            names = {}
+            continue
+        content = m.get("content")
+        if names.get(m.get("tool_call_id")) != SEARCH_KNOWLEDGE or not isinstance(content, str):
+            continue
+        try:
+            doc = json.loads(content)
+        except ValueError:
+            continue
+        passages = doc.get("passages") if isinstance(doc, dict) else None
+        if isinstance(passages, list):
+            out.extend(p for p in passages if isinstance(p, dict) and isinstance(p.get("citation"), str)
+                       and p.get("text") != UNREADABLE_TEXT)
+    return out
+
+
+def _key(p: dict[str, Any]) -> Any:
+    """What one passage is (its chunk id; without one, its document and citation)."""
+    chunk = p.get("chunk_id")
+    return ("chunk", chunk) if chunk is not None else (p.get("doc_id"), p.get("collection"), p.get("citation"))
+
+
+def record_model_route(context: dict[str, Any], metadata: dict[str, Any], calls: list[Any], content: str,
+                       carried: Iterable[dict[str, Any]] = ()) -> None:
+    """The LLM agent's route (did it search the documents?) and the citations its answer makes,
+    checked (``_cited``) against the passages the model was given: those of this turn's searches
+    (``calls``) and those of earlier searches its prompt carried (``carried``: the built context's
+    messages; ``carried_passages``). ``metadata["citations"]``: the passages the answer cites, whichever
+    turn found them (none cited: none stored, whatever was retrieved: the tool calls keep that);
+    ``metadata["unverified_citations"]``: the ``[name §location]`` citations it writes that none of
+    those passages has (a made-up "[vendor-secrets.pdf §p. 4]", or one of a document deleted since: its
+    replayed passages are stubs), also noted in the route's reason and ``unverified_citations``."""
     if any(c.tool_name == "search_knowledge" for c in calls):
         route = Route("knowledge", "model_tool_call", "the model called search_knowledge").record()
     else:
         route = Route("general", "model", "the model answered without searching the documents").record()
     written = list(dict.fromkeys(CITATION.findall(content)))
-    used = [p for p in found if any(_cited(w, p.get("citation")) for w in written)]
-    unverified = [w for w in written if not any(_cited(w, p.get("citation")) for p in found)]
-    if used:
+    if written:
         seen: set[Any] = set()
-        metadata["citations"] = [cite(p) for p in used if not (p.get("chunk_id") in seen or seen.add(p.get("chunk_id")))]
-    if unverified:
-        metadata["unverified_citations"] = unverified
-        route["unverified_citations"] = unverified
-        route["reason"] += f"; the answer cites {' '.join(unverified)}, which no passage found in this turn has"
+        given = [p for p in [*(p for c in calls for p in passages_of(c)), *carried_passages(carried)]
+                 if not (_key(p) in seen or seen.add(_key(p)))]     # this turn's copy of a passage first
+        used = [p for p in given if any(_cited(w, p) for w in written)]
+        unverified = [w for w in written if not any(_cited(w, p) for p in given)]
+        if used:
+            metadata["citations"] = [cite(p) for p in used]
+        if unverified:
+            metadata["unverified_citations"] = unverified
+            route["unverified_citations"] = unverified
+            route["reason"] += (f"; the answer cites {' '.join(unverified)}, which no passage of this turn's "
+                                "searches or of the earlier ones its prompt carried has")
     context["route"] = route

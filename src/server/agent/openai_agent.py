@@ -202,7 +202,7 @@ class OpenAIAgent:
         call_steps = {c.step for c in calls}
         if any(step in call_steps for step, _, _ in turn.spans):   # text said before tool calls: where it was said
             metadata["step_text"] = turn.spans
-        record_model_route(req.context.metadata, metadata, calls, turn.text())
+        record_model_route(req.context.metadata, metadata, calls, turn.text(), req.context.messages)
         return TurnResult(content=turn.text(), tool_calls=calls, usage=usage.to_dict(), finish_reason=finish,
                           metadata=metadata)
 
