@@ -18,6 +18,7 @@ T = TypeVar("T")
 RequestId = Union[int, str]
 
 MAX_ID_CHARS = 64   # request "id" strings (docs/protocol.md §3)
+MAX_INT_ID = (1 << 64) - 1   # request "id" integers are below 2^64 (docs/protocol.md §3)
 _MISSING: Any = object()
 
 
@@ -32,10 +33,29 @@ def invalid(field: str, problem: str) -> ProtocolError:
 
 
 def valid_request_id(value: Any) -> bool:
-    """A request id: a non-negative integer or a string of 1..MAX_ID_CHARS characters."""
+    """A request id: an integer in 0..MAX_INT_ID or a string of 1..MAX_ID_CHARS characters."""
     if isinstance(value, str):
         return 1 <= len(value) <= MAX_ID_CHARS
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT_ID
+
+
+def show_id(value: Any) -> str:
+    """An invalid id as an error message quotes it. A JSON integer over 2^64-1 is read as a float
+    (orjson: 18446744073709551616 becomes 1.8446744073709552e+19), which is not what was sent: it is
+    named "a number over 2^64-1" instead (and one below -2^63 "a negative number")."""
+    if type(value) is float and value >= MAX_INT_ID or type(value) is int and value > MAX_INT_ID:
+        return "a number over 2^64-1"
+    if type(value) is float and value <= -(1 << 63):
+        return "a negative number"
+    return _show(value)
+
+
+def id_problem(value: Any, field: str = "id", *, null: bool = False) -> ProtocolError:
+    """The INVALID_MESSAGE error for a request id (``field`` "id", or "re", where ``null`` is allowed)
+    that is not one (``valid_request_id``)."""
+    expected = "null, a non-negative integer" if null else "a non-negative integer"
+    return invalid(field, f"expected {expected} or a string of 1..{MAX_ID_CHARS} characters, "
+                          f"got {show_id(value)}")
 
 
 def _is_int(value: Any) -> bool:
@@ -147,8 +167,7 @@ class Fields:
         if value is None:
             return None
         if not valid_request_id(value):
-            raise self._fail("re", f"null, a non-negative integer or a string of 1..{MAX_ID_CHARS} "
-                                   "characters", value)
+            raise id_problem(value, self.name("re"), null=True)
         return value
 
     def code(self, key: str = "code") -> ErrorCode:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .codes import MsgType
-from .fields import Addressed, Fields, RequestId, Wire, addressed, invalid, valid_request_id
+from .fields import Addressed, Fields, RequestId, Wire, addressed, id_problem, invalid, valid_request_id
 
 MAX_FILE_NAME_CHARS = 1024      # the server keeps at most 255 characters of a base name
 MAX_KB_QUERY_CHARS = 1000
@@ -29,7 +29,7 @@ def _id(f: Fields) -> RequestId:
     if "id" not in f.body:
         raise invalid("id", "missing (every request carries an id)")
     if not valid_request_id(value):
-        raise invalid("id", f"expected a non-negative integer or a string of 1..64 characters, got {value!r}"[:120])
+        raise id_problem(value)
     return value
 
 

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv6Address, ip_address
 from typing import Any, Union
 
 from .codes import ErrorCode, MsgType, type_name
 from .errors import ProtocolError
 from .events import InvalidMessage, Message
-from .fields import _MISSING, MAX_ID_CHARS, _show, invalid, valid_request_id
+from .fields import _MISSING, _show, id_problem, invalid, valid_request_id
+from .fields import MAX_ID_CHARS as _MAX_ID_CHARS
 from .kb import KB_REQUEST_TYPES
 
 RequestId = Union[int, str]
+MAX_ID_CHARS = _MAX_ID_CHARS   # (defined in protocol.fields; kept here for importers)
 
 MAX_TITLE_CHARS = 200        # session titles
 MAX_NAME_CHARS = 200         # client and model names
@@ -49,8 +52,7 @@ def _id(body: dict[str, Any]) -> RequestId:
     if value is _MISSING:
         raise invalid("id", "missing (every request carries an id)")
     if not valid_request_id(value):
-        raise _fail("id", f"a non-negative integer or a string of 1..{MAX_ID_CHARS} characters",
-                    value)
+        raise id_problem(value)
     return value
 
 
@@ -471,7 +473,42 @@ class ClientKill:
                   _str(body, "peer", MAX_REF_CHARS))
         if req.client_id is None and req.user is None and req.peer is None:
             raise invalid("client_id", "missing (give client_id, user or peer)")
+        if req.peer is not None and not peer_forms(req.peer):
+            raise _fail("peer", '"ip:port", "[ipv6]:port" or an ip address', req.peer)
         return req
+
+
+Address = Union[IPv4Address, IPv6Address]
+
+
+def _address(text: str) -> Address | None:
+    """``text`` as an IP address (an IPv6 one in brackets or not; an IPv4-mapped IPv6 address as
+    its IPv4 address, as a dual-stack socket names an IPv4 peer), or None."""
+    bracketed = text.startswith("[") and text.endswith("]")
+    try:
+        ip = ip_address(text[1:-1] if bracketed else text)
+    except ValueError:
+        return None
+    if not isinstance(ip, IPv6Address):
+        return None if bracketed else ip        # brackets hold an IPv6 address only
+    return ip.ipv4_mapped or ip
+
+
+def peer_forms(peer: str) -> tuple[tuple[Address, int | None], ...]:
+    """What a CLIENT_KILL ``peer`` (§5.9) may mean, as (address, port or None for every port): "ip",
+    "[ipv6]" (every port), "ipv4:port", "[ipv6]:port", and "ipv6:port" as a peer without brackets
+    is shown. "::1:5000" is both the address ::1:5000 and ::1 port 5000: both forms are returned.
+    Empty for anything else (not an address: INVALID_MESSAGE)."""
+    forms: list[tuple[Address, int | None]] = []
+    whole = _address(peer)
+    if whole is not None:
+        forms.append((whole, None))
+    host, sep, port = peer.rpartition(":")
+    if sep and port.isascii() and port.isdigit() and int(port) <= 0xFFFF:
+        ip = _address(host)
+        if ip is not None:
+            forms.append((ip, int(port)))
+    return tuple(forms)
 
 
 @dataclass(frozen=True, slots=True)

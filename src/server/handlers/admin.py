@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from protocol import ErrorCode
-from protocol.messages import ClientKill, ClientList
+from protocol.messages import Address, ClientKill, ClientList, peer_forms
 from protocol.objects import ClientInfo
 from protocol.replies import ClientKillReply, ClientListReply
 from server.context import RequestContext
@@ -51,20 +51,36 @@ async def client_list(ctx: RequestContext, req: ClientList) -> ClientListReply:
     return reply if n == len(reply.clients) else replace(reply, clients=reply.clients[:n], truncated=True)
 
 
-def _matches(info: ClientInfo, req: ClientKill) -> bool:
+def _address_of(peer: str) -> tuple[Address, int] | None:
+    """A connection's own peer ("ip:port", an IPv6 address with or without brackets) as (address,
+    port); None when it has no IP address (not connected yet: "?")."""
+    return next(((ip, port) for ip, port in reversed(peer_forms(peer)) if port is not None), None)
+
+
+def _peer_matches(info: ClientInfo, forms: tuple[tuple[Address, int | None], ...]) -> bool:
+    """Whether the connection's peer is one ``peer_forms`` of the CLIENT_KILL ``peer`` names: the
+    same address (compared as addresses: "::1", "[::1]" and "0:0::1" are one; an IPv4-mapped IPv6
+    peer is its IPv4 address) and, when a port was given, the same port."""
+    own = _address_of(info.peer)
+    return own is not None and any(ip == own[0] and port in (None, own[1]) for ip, port in forms)
+
+
+def _matches(info: ClientInfo, req: ClientKill, forms: tuple[tuple[Address, int | None], ...]) -> bool:
     if req.client_id is not None and info.id != req.client_id:
         return False
     if req.user is not None and info.user != req.user:
         return False
-    if req.peer is not None and req.peer not in (info.peer, info.peer.rpartition(":")[0]):
+    if req.peer is not None and not _peer_matches(info, forms):
         return False
     return True
 
 
 async def client_kill(ctx: RequestContext, req: ClientKill) -> ClientKillReply:
-    """Close every other connection matching all the filters given (id, user, peer "ip:port" or "ip")."""
+    """Close every other connection matching all the filters given (id, user, peer "ip:port",
+    "[ipv6]:port" or "ip"; a peer of another form was refused INVALID_MESSAGE by ``ClientKill``)."""
     _require_admin(ctx)
-    hits = [c for c in _clients(ctx) if c.port is not ctx.port and _matches(c.info(False), req)]
+    forms = peer_forms(req.peer) if req.peer is not None else ()     # (checked non-empty by ClientKill)
+    hits = [c for c in _clients(ctx) if c.port is not ctx.port and _matches(c.info(False), req, forms)]
     if not hits:
         asked = ", ".join(f"{k} {v!r}" for k, v in (("client_id", req.client_id), ("user", req.user),
                                                     ("peer", req.peer)) if v is not None)

@@ -63,5 +63,9 @@ async def handle_hello(ctx: RequestContext, req: Hello) -> HelloReply:
     if rec is not None:
         ctx.attach(rec.session_id)
         info, running = svc.sessions.info(rec, summary=True), await running_turn(ctx, rec.session_id)
+    # what this user may use beyond the fixed list: the knowledge base, long-term memory, admin requests
+    caps = CAPABILITIES + tuple(c for c, on in (
+        ("kb", svc.knowledge is not None), ("memory", getattr(svc.memory, "user_memory", None) is not None),
+        ("admin", svc.auth.is_admin(user))) if on)
     return HelloReply(f"nplt-assistant/{svc.version}", PROTO, user, info, restored, running,
-                      svc.config.limits.public(), CAPABILITIES, agent_info(ctx))
+                      svc.config.limits.public(), caps, agent_info(ctx))

@@ -103,6 +103,6 @@ async def session_prompt(ctx: RequestContext, req: SessionPrompt) -> SessionProm
     """Read (no ``system_prompt``), set, or reset ("") the session's own system prompt."""
     sessions = ctx.services.sessions
     rec = await target_session(ctx, req.session_id)
-    if req.system_prompt is not None:
-        rec = await sessions.set_system_prompt(rec.session_id, req.system_prompt)
+    if req.system_prompt is not None and (req.system_prompt or None) != rec.system_prompt:
+        rec = await sessions.set_system_prompt(rec.session_id, req.system_prompt)   # (an unchanged prompt: no event)
     return SessionPromptReply(sessions.info(rec, summary=True), rec.system_prompt)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from pathlib import PurePosixPath
 
 from protocol import ErrorCode
 from server.errors import HandlerError
@@ -119,6 +118,12 @@ def name_key(name: str) -> str:
     return unicodedata.normalize("NFC", name)
 
 
+def last_part(name: str) -> str:
+    """The part of ``name`` after its last "/" or "\\" (the whole name without one), unnormalised:
+    empty for "dir/" or "x.md//", "." for "a/."."""
+    return name.replace("\\", "/").rsplit("/", 1)[-1]
+
+
 def clean_name(name: str) -> str:
     """The base name of an uploaded file, or INVALID_MESSAGE for a hostile one (NUL, control
     characters anywhere; in the base name, invisible or format characters, Default_Ignorable code
@@ -128,7 +133,9 @@ def clean_name(name: str) -> str:
     empty, '.' or '..', over MAX_NAME_CHARS). The name is metadata only: never a path."""
     if not isinstance(name, str) or any(unicodedata.category(c) == "Cc" for c in name):
         raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds control characters: rename the file")
-    base = PurePosixPath(name.replace("\\", "/")).name      # (the folders are dropped: only this is kept)
+    # the last part as sent, not normalised: PurePosixPath("x.md/").name is "x.md" and
+    # PurePosixPath("a/.").name is "a", so "x.md/", "dir/" or "a/." passed as another name
+    base = last_part(name)      # (the folders are dropped: only this is kept)
     hidden = sorted({f"U+{ord(c):04X}" for i, c in enumerate(base) if _hidden(base, i)})
     if hidden:
         raise HandlerError(ErrorCode.INVALID_MESSAGE, "file name holds invisible, blank, format (such as "
