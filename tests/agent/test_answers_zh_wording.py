@@ -111,7 +111,7 @@ async def test_uptime_says_its_duration_and_boot_time_in_chinese(registry):
      f"{{root}} 下共 2 项，显示 2 项：\n- app.log（40 B，{SHOWN}）\n- nginx/（目录，{SHOWN}）",
      f"{{root}}: 2 of 2 entries:\n- app.log  (40 B, {SHOWN})\n- nginx/  (dir, {SHOWN})"),
     ("read_file", {"path": "app.log", "offset": 99},
-     "工具 read_file 无法完成：“app.log”只有 2 行，第 99 行已超出文件末尾",
+     "读取文件失败：“app.log”只有 2 行，第 99 行已超出文件末尾。",
      "The read_file tool could not answer: 'app.log' has 2 lines; offset 99 is past the end"),
 ])
 async def test_file_answers_say_times_in_one_readable_form_and_errors_in_chinese(registry, tree, tool, args, zh, en):
@@ -189,7 +189,7 @@ def test_every_connect_result_is_said_in_chinese_or_quoted_as_the_original():
 ])
 def test_tool_errors_in_chinese(error, zh):
     call = result("network_check", {"error": error}, status="error")
-    assert answers.render(call, zh=True) == f"工具 network_check 无法完成：{zh}"
+    assert answers.render(call, zh=True) == f"检查端口失败：{zh}。"
     assert answers.render(call, zh=False) == f"The network_check tool could not answer: {error}"
 
 

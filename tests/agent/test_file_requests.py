@@ -102,7 +102,7 @@ async def test_refusals_are_answered_and_the_turn_goes_on(agent):
     assert result.tool_calls[0].status == "error" and "pseudo filesystem" in answer
     assert result.finish_reason == "stop"
     answer, _, _ = await ask(agent, "查看 .env 的内容")
-    assert "无法完成" in answer and "密钥" in answer and "KEY=1" not in answer
+    assert "读取文件失败" in answer and "密钥" in answer and "KEY=1" not in answer
 
 
 async def test_cut_reads_and_searches_are_explained_in_the_question_language(tmp_path):

@@ -78,10 +78,11 @@ async def test_a_log_under_a_root_is_read_by_its_relative_path(agent, tmp_path):
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("查看 nginx/missing.log 最后 2 行日志", "工具 read_log 无法完成：找不到日志文件：“nginx/missing.log”"),
-    ("查看 /etc/passwd 最后 2 行日志", "工具 read_log 无法完成：路径“/etc/passwd”不在允许的日志目录内"),
-    ("检查 example.com:443 端口", "工具 network_check 无法完成：不允许连接主机“example.com”：network_check 只能连接"
-                              "服务器 tools.allowed_hosts 中列出的主机（默认仅本机）"),
+    ("查看 nginx/missing.log 最后 2 行日志", "读取日志失败：找不到日志文件：“nginx/missing.log”。"
+     "\n（相对路径在服务器的每个日志目录（[tools] log_roots）下查找；请给出日志文件的路径，例如 nginx/error.log，或绝对路径。）"),
+    ("查看 /etc/passwd 最后 2 行日志", "读取日志失败：路径“/etc/passwd”不在允许的日志目录内。"),
+    ("检查 example.com:443 端口", "检查端口失败：不允许连接主机“example.com”：network_check 只能连接"
+                              "服务器 tools.allowed_hosts 中列出的主机（默认仅本机）。"),
 ])
 async def test_a_chinese_question_gets_its_tool_error_in_chinese(agent, text, expected):
     result = await ask(agent, text)
@@ -90,13 +91,14 @@ async def test_a_chinese_question_gets_its_tool_error_in_chinese(agent, text, ex
 
 async def test_an_english_question_keeps_the_tools_own_error(agent):
     result = await ask(agent, "tail nginx/missing.log")
-    assert result.content == "The read_log tool could not answer: no such log file: 'nginx/missing.log'"
+    assert result.content.startswith("The read_log tool could not answer: no such log file: 'nginx/missing.log'\n"
+                                     "(A relative path is looked for under each log directory")
 
 
 async def test_an_unknown_tool_error_is_marked_as_the_original_in_chinese():
     bare = OfflineAgent(AgentConfig(), ToolRegistry(ToolsConfig()))     # no log roots at all
     result = await ask(bare, "查看 app.log 最后 2 行日志")
-    assert result.content == "工具 read_log 无法完成：read_log 未启用：服务器没有配置日志目录（tools.log_roots）"
+    assert result.content == "读取日志失败：read_log 未启用：服务器没有配置日志目录（tools.log_roots）。"
     from server.agent.answers import error_zh
     assert error_zh("something new went wrong") == "原始错误信息：something new went wrong"
 

@@ -21,31 +21,46 @@ import re
 
 import orjson
 
-from server.agent import downloads, file_answers
+from server.agent import downloads, file_answers, intents
 from server.agent.file_answers import when
 from server.memory.distill import mentions_secret
 from server.memory.recall import QueryMatch
 from server.tools.units import fmt_duration
 from storage.models import ToolCall
 
+# Every capability is listed with the condition it needs (help_text is not told what this user has):
+# the file tools need [tools] file_roots, the log tail [tools] log_roots, documents an upload, what I
+# remember long-term memory on the server.
 HELP_EN = (
     "I'm the offline assistant: no language model is configured, so I understand a fixed set of requests "
-    "and answer from live tool results. I can report:\n"
+    "and answer from live tool results. My tools only read: I never change anything on the machine. I can report:\n"
     "- CPU usage (\"CPU usage\"), memory (\"how much memory is free\"), disks (\"show disk usage\"),\n"
     "- network interfaces and traffic, load average, uptime, or everything at once (\"system status\"),\n"
     "- top processes (\"top processes by memory\", \"top 5 processes named python\"),\n"
     "- whether a port answers (\"check port 22 on localhost\"; only hosts allowed by the server),\n"
-    "- the end of a log file (\"tail /var/log/syslog\"; only configured log directories),\n"
-    "- your earlier conversations (\"what did I ask about <topic> earlier\"), and the time.\n"
+    "- the end of a log file (\"tail /var/log/syslog\"; once the server sets [tools] log_roots),\n"
+    "- files: list a directory, show a file, search files (\"ls <dir>\", \"cat <file>\", "
+    "\"grep <text> in <file>\"; once the server sets [tools] file_roots),\n"
+    "- your uploaded documents (\"according to my documents, ...\"; once you upload some: `nplt-client kb upload`), "
+    "and a download of one (\"download <name>\"),\n"
+    "- what you tell me to remember or forget (\"remember that ...\", \"forget ...\", \"what do you remember about "
+    "me?\"; when long-term memory is on),\n"
+    "- your earlier conversations (\"what did I ask about <topic> earlier\", \"what did we talk about yesterday\"), "
+    "and the time.\n"
 )
 HELP_ZH = (
-    "我是离线助手：服务器没有配置大语言模型，所以我只理解一组固定的请求，并用实时工具结果回答。我可以查看：\n"
+    "我是离线助手：服务器没有配置大语言模型，所以我只理解一组固定的请求，并用实时工具结果回答。"
+    "我的工具都是只读的，不会修改机器上的任何东西。我可以查看：\n"
     "- CPU 使用率（“查看CPU使用率”）、内存（“内存还剩多少”）、磁盘（“磁盘空间”），\n"
     "- 网卡与流量、系统负载、运行时间，或一次查看全部（“系统状态”），\n"
     "- 占用最多的进程（“占用内存最多的进程”、“前5个python进程”），\n"
     "- 端口是否可连通（“检查 127.0.0.1:22 端口”，仅限服务器允许的主机），\n"
-    "- 日志文件末尾（“查看 /var/log/syslog 日志”，仅限配置的日志目录），\n"
-    "- 你之前的对话（“我之前问过<主题>什么”），以及当前时间。\n"
+    "- 日志文件末尾（“查看 /var/log/syslog 日志”，需服务器配置 [tools] log_roots），\n"
+    "- 文件：列出目录、查看文件、搜索文件（“列出 <目录> 目录下的文件”、“查看 <文件> 的内容”、"
+    "“在 <文件> 中搜索 <文字>”，需服务器配置 [tools] file_roots），\n"
+    "- 你上传的文档（“根据知识库，……”，需先上传文档：`nplt-client kb upload`），以及下载文档（“下载 <文件名>”），\n"
+    "- 记住或忘记你告诉我的事（“记住……”、“忘掉……”、“你记得我什么”，需服务器开启长期记忆），\n"
+    "- 你之前的对话（“我之前问过<主题>什么”、“昨天我们聊过什么”），以及当前时间。\n"
 )
 LLM_HINT_EN = ("To chat freely, configure a language model and restart the server, e.g. "
                "`NPLT_LLM_PROVIDER=deepseek NPLT_LLM_API_KEY=sk-...`, or `NPLT_LLM_BASE_URL=http://127.0.0.1:11434/v1` "
@@ -65,6 +80,45 @@ def not_understood(zh: bool) -> str:
         return "抱歉，离线助手无法理解这个请求。输入“帮助”查看我能做什么。\n\n" + LLM_HINT_ZH
     return ("Sorry, the offline assistant cannot handle that request. Say \"help\" to see what I can do.\n\n"
             + LLM_HINT_EN)
+
+
+def refusal(zh: bool) -> str:
+    """The reply to a request to act on the machine (``intents`` "refuse": kill, delete, restart, run, ...)."""
+    return _j(zh, "I can't do that: the offline assistant's tools are read-only, so I never kill processes, delete "
+                  "or change files, restart or stop services, or run commands. I can show and check instead: "
+                  "processes, logs, files, disk and memory, whether a port answers.",
+              "无法执行这个操作：离线助手的工具都是只读的，不会结束进程、删除或修改文件、重启或停止服务，也不会执行命令。"
+              "我可以帮你查看和检查：进程、日志、文件、磁盘与内存、端口是否可连通。")
+
+
+def log_path_needed(zh: bool) -> str:
+    """The reply to a log asked for without saying which (``intents`` "log_path": "看下错误日志")."""
+    return _j(zh, "Which log file? Give its path, absolute or relative to a log directory of the server "
+                  "([tools] log_roots), e.g. \"tail nginx/error.log\".",
+              "请告诉我是哪个日志文件：给出它的路径（绝对路径，或相对于服务器日志目录 [tools] log_roots 的路径），"
+              "例如“查看 nginx/error.log 最后 20 行”。")
+
+
+#: what an answer adds to a tool's result for what the question asked beyond it (``intents.Intent.note``)
+NOTES = {"io_not_measured": ("Disk I/O (throughput, IOPS) is not measured by the offline tools; disk space is:",
+                             "离线工具不测量磁盘 IO（读写速度、IOPS），以下是磁盘空间：")}
+
+
+def with_notes(answer: str, found: list[Any], zh: bool) -> str:
+    """``answer`` after the notes of the intents ``found`` (``NOTES``), each on its own line before it."""
+    notes = [_j(zh, *NOTES[i.note]) for i in found if getattr(i, "note", None) in NOTES]
+    return "\n".join([*dict.fromkeys(notes), answer]) if notes else answer
+
+
+def without_tool(found: list[Any], zh: bool) -> str:
+    """The reply to recognized intents that call no tool: a refusal to act, a log asked for by no path,
+    else the help text."""
+    names = {i.name for i in found}
+    if "refuse" in names:
+        return refusal(zh)
+    if "log_path" in names:
+        return log_path_needed(zh)
+    return help_text(zh)
 
 
 def courtesy(zh: bool) -> str:
@@ -104,6 +158,10 @@ def noted(items: list[tuple[str, str]], zh: bool, kept: bool = True,
         else:
             head = "好的，记下了：" if zh else "Noted:"
         parts.append("\n".join([head, *(f"- {item}" for item in said)]))
+        if any(_LANGUAGE_ASKED.search(item) and _asks_other_language(item, zh) for item in said):
+            parts[-1] += _j(zh, "\n(The offline assistant answers in the language of the question; a configured "
+                                "language model follows this preference.)",
+                            "\n（离线助手按提问的语言回答；配置大语言模型后会按这个偏好回答。）")
     if asked and not kept and not said:
         parts.append(_j(zh, "Long-term memory is turned off on this server; nothing was kept.",
                         "这台服务器关闭了长期记忆，没有保存任何内容。"))
@@ -113,6 +171,21 @@ def noted(items: list[tuple[str, str]], zh: bool, kept: bool = True,
     elif asked:
         parts.append(_forgotten(forgotten or [], zh))
     return "\n\n".join(parts)
+
+
+#: a preference about the language of the answers ("以后用英文回答", "always answer in Chinese"): the offline
+#: agent cannot follow it (it answers in the language of each question), and the acknowledgement says so
+_LANGUAGE_ASKED = re.compile(r"(?:英文|英语|中文|汉语|普通话|\b(?:english|chinese|mandarin)\b).*(?:回答|回复|答复|作答|\b(?:answers?|"
+                             r"repl(?:y|ies)|respon(?:d|ses?))\b)|(?:回答|回复|答复|\b(?:answer|reply|respond)\b).*"
+                             r"(?:英文|英语|中文|汉语|\b(?:english|chinese)\b)", re.IGNORECASE)
+
+
+def _asks_other_language(item: str, zh: bool) -> bool:
+    """Whether a language preference asks for a language other than the question's ("以后用英文回答" asked in
+    Chinese): the offline agent answers each question in its own language, so it cannot follow it."""
+    english = re.search(r"英文|英语|\benglish\b", item, re.IGNORECASE) is not None
+    chinese = re.search(r"中文|汉语|普通话|\b(?:chinese|mandarin)\b", item, re.IGNORECASE) is not None
+    return english if zh else chinese
 
 
 def _forgotten(forgotten: list[tuple[str, list[str]]], zh: bool) -> str:
@@ -173,17 +246,33 @@ def _memory(d: dict[str, Any], zh: bool) -> str:
     return f"Memory: {d['used']} used of {d['total']} ({d['percent']}%), {d['available']} available. {swap}"
 
 
+#: a filesystem this full (percent used) is "nearly full" in the disk answer and its verdict
+DISK_FULL_PERCENT = 90
+#: a 1-minute load average above this per logical core is "high" in the load answer's verdict
+LOAD_HIGH_PER_CORE = 1.0
+
+
 def _disk(d: dict[str, Any], zh: bool) -> str:
     fss = d["filesystems"]
     if not fss:
         return _j(zh, "No mounted filesystems were found.", "没有找到已挂载的文件系统。")
+    full = [fs for fs in fss if fs["percent"] >= DISK_FULL_PERCENT]
+    fullest = max(fss, key=lambda fs: fs["percent"])
+    if full:
+        names = _j(zh, ", ", "、").join(f"{fs['mount']} ({fs['percent']}%)" if not zh else f"{fs['mount']}（{fs['percent']}%）"
+                                       for fs in full)
+        verdict = _j(zh, f"Nearly full: {names}.", f"快满了：{names}。")
+    else:
+        verdict = _j(zh, f"No filesystem is nearly full (the fullest, {fullest['mount']}, is at {fullest['percent']}%).",
+                     f"没有快满的文件系统（最满的 {fullest['mount']} 已用 {fullest['percent']}%）。")
     lines = [_j(zh, "Disk usage:", "磁盘使用情况：")]
     for fs in fss:
-        warn = _j(zh, " ⚠ nearly full", " ⚠ 接近满") if fs["percent"] >= 90 else ""
+        warn = _j(zh, " ⚠ nearly full", " ⚠ 接近满") if fs["percent"] >= DISK_FULL_PERCENT else ""
         lines.append(_j(zh, f"- {fs['mount']} ({fs['fstype']}, {fs['device']}): {fs['used']} used of {fs['total']} "
                             f"({fs['percent']}%), {fs['free']} free{warn}",
                         f"- {fs['mount']}（{fs['fstype']}，{fs['device']}）：已用 {fs['used']} / 共 {fs['total']}"
                         f"（{fs['percent']}%），剩余 {fs['free']}{warn}"))
+    lines.append(verdict)
     return "\n".join(lines)
 
 
@@ -192,22 +281,26 @@ def _network(d: dict[str, Any], zh: bool) -> str:
     lines = [_j(zh, f"Network since boot: sent {io['sent']}, received {io['received']} "
                     f"(errors in/out {io['errors_in']}/{io['errors_out']}, drops in/out {io['drops_in']}/{io['drops_out']}).",
                 f"开机以来网络流量：发送 {io['sent']}，接收 {io['received']}"
-                f"（错误 入/出 {io['errors_in']}/{io['errors_out']}，丢包 入/出 {io['drops_in']}/{io['drops_out']}）。")]
+                f"（入站/出站错误 {io['errors_in']}/{io['errors_out']}，丢包 {io['drops_in']}/{io['drops_out']}）。")]
     lines.append(_j(zh, "Interfaces:", "网络接口："))
     for nic in d["interfaces"]:
         addrs = ", ".join(a["address"] for a in nic["addresses"]) or _j(zh, "no address", "无地址")
         state = _j(zh, "up" if nic["up"] else "down", "启用" if nic["up"] else "未启用")
         traffic = _j(zh, f"; sent {nic['sent']}, received {nic['received']}", f"；发送 {nic['sent']}，接收 {nic['received']}") \
             if "sent" in nic else ""
-        lines.append(f"- {nic['name']} ({state}): {addrs}{traffic}")
+        lines.append(_j(zh, f"- {nic['name']} ({state}): {addrs}{traffic}", f"- {nic['name']}（{state}）：{addrs}{traffic}"))
     return "\n".join(lines)
 
 
 def _load(d: dict[str, Any], zh: bool) -> str:
+    per_core = round(float(d["load_1m"]) / max(int(d["cores_logical"] or 1), 1), 2)
+    high = per_core > LOAD_HIGH_PER_CORE
+    verdict = _j(zh, f" {'High' if high else 'Normal'}: {per_core} per core (1 min).",
+                 f"{'偏高' if high else '正常'}：每核 {per_core}（1 分钟）。")
     return _j(zh, f"Load average: {d['load_1m']} (1 min), {d['load_5m']} (5 min), {d['load_15m']} (15 min) "
                   f"on {d['cores_logical']} logical cores.",
               f"系统负载：{d['load_1m']}（1 分钟）、{d['load_5m']}（5 分钟）、{d['load_15m']}（15 分钟），"
-              f"共 {d['cores_logical']} 个逻辑核心。")
+              f"共 {d['cores_logical']} 个逻辑核心。") + verdict
 
 
 def duration_zh(seconds: float) -> str:
@@ -240,8 +333,9 @@ def _processes(d: dict[str, Any], zh: bool) -> str:
     if not procs:
         return _j(zh, f"No running process matches '{flt}'." if flt else "No processes could be read.",
                   f"没有名称包含“{flt}”的进程。" if flt else "无法读取进程信息。")
+    counted = f"共 {d['total_processes']} 个，匹配 {d['matched']} 个" if flt else f"共 {d['total_processes']} 个"
     head = _j(zh, f"Top {len(procs)} processes by {by} ({d['matched']} matched of {d['total_processes']}):",
-              f"按{by}排序的前 {len(procs)} 个进程（共 {d['total_processes']} 个，匹配 {d['matched']} 个）：")
+              f"按{' CPU ' if d['sort_by'] == 'cpu' else by}排序的前 {len(procs)} 个进程（{counted}）：")
     lines = [head]
     for i, p in enumerate(procs, 1):
         user = p["user"] or "?"
@@ -291,10 +385,49 @@ def _about(match: QueryMatch, q: str, h: dict[str, Any]) -> bool:
     return q.strip().casefold() in text.casefold() or match.text_matches(text, h.get("timestamp") or h.get("time"))
 
 
+def _hit_time(h: dict[str, Any]) -> str:
+    return str(h.get("timestamp") or h.get("time") or "")
+
+
+def _history_days(d: dict[str, Any], topic: str, days: str, zh: bool) -> str:
+    """A history question about days ("昨天我问过 redis 的什么问题", "三天前问过什么") or the recent turns
+    (``intents.RECENT_QUERY``): the hits of those days only (the search also finds the topic on other
+    days), newest first; when none falls on them, that is said, and the topic's hits of other days follow."""
+    now = datetime.now(timezone.utc)
+    on_days = QueryMatch(days, now)            # (no words given: only the day counts)
+    recent = d["query"] == intents.RECENT_QUERY
+    said = _j(zh, "in the last 7 days" if recent else days, "最近 7 天" if recent else days)
+    newest = sorted(d["hits"], key=_hit_time, reverse=True)
+    dated = [h for h in newest if on_days.matches((), _hit_time(h) or None)]
+    if not topic:
+        if not dated:
+            return _j(zh, f"I found no earlier messages {said}.", f"{said}没有找到之前的对话。")
+        head = _j(zh, f"Your earlier messages {said} ({len(dated)}, newest first):",
+                  f"{said}的对话（{len(dated)} 条，最新的在前）：")
+        return "\n".join([head, *(_history_line(h, zh) for h in dated)])
+    match = QueryMatch(topic, now)
+    about = [h for h in dated if _about(match, topic, h)]
+    if about:
+        head = _j(zh, f"Found {len(about)} message(s) about '{topic}' {said}:",
+                  f"{said}找到 {len(about)} 条与“{topic}”相关的历史消息：")
+        return "\n".join([head, *(_history_line(h, zh) for h in about)])
+    lines = [_j(zh, f"Nothing about '{topic}' {said} in your earlier conversations.",
+                f"{said}的对话中没有找到与“{topic}”相关的内容。")]
+    other = [h for h in newest if h not in dated and _about(match, topic, h)]
+    if other:
+        lines.append(_j(zh, f"Other days' messages about '{topic}':", f"其他日期提到“{topic}”的消息："))
+        lines += [_history_line(h, zh) for h in other]
+    return "\n".join(lines)
+
+
 def _history(d: dict[str, Any], zh: bool) -> str:
     """The hits whose own text is about the query are "about" it; the others (found by the words of
-    the turns around them) are listed apart, as related messages."""
+    the turns around them) are listed apart, as related messages. A query naming days ("redis 昨天")
+    keeps to those days (``_history_days``)."""
     hits, q = d["hits"], d["query"]
+    topic, days = intents.split_days(q) if q != intents.RECENT_QUERY else ("", q)
+    if days:
+        return _history_days(d, topic, days, zh)
     if not hits:
         return _j(zh, f"I found nothing about '{q}' in your earlier conversations.",
                   f"在你之前的对话中没有找到与“{q}”相关的内容。")
@@ -322,9 +455,11 @@ _WEEKDAYS_ZH = {"Monday": "星期一", "Tuesday": "星期二", "Wednesday": "星
 def _clock(d: dict[str, Any], zh: bool) -> str:
     local = d["local"].replace("T", " ")[:19]
     utc = d["utc"][11:19]
+    weekday = _WEEKDAYS_ZH.get(d["weekday"], d["weekday"])
+    if zh and d["utc_offset"] == "+00:00":          # the zone is UTC (or at UTC's offset): UTC said once
+        return f"现在是 {local} UTC（{weekday}）。"
     return _j(zh, f"It is {local} ({d['timezone']}, UTC{d['utc_offset']}), {d['weekday']}; UTC time {utc}.",
-              f"现在是 {local}（{d['timezone']}，UTC{d['utc_offset']}，{_WEEKDAYS_ZH.get(d['weekday'], d['weekday'])}），"
-              f"UTC 时间 {utc}。")
+              f"现在是 {local}（{d['timezone']}，UTC{d['utc_offset']}，{weekday}），UTC 时间 {utc}。")
 
 
 def _user_memory(d: dict[str, Any], zh: bool) -> str:
@@ -376,6 +511,8 @@ _ERRORS_ZH: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [(re.
      lambda m: f"路径“{m['p']}”不在允许的{_what(m)}内"),
     (r"path '(?P<p>.*)' resolves outside the allowed (?P<what>.+)",
      lambda m: f"路径“{m['p']}”实际指向允许的{_what(m)}之外"),
+    (r"(?P<kind>no such (?:file or directory|file|log file)): '(?P<p>.*)' \(looked for under (?P<roots>.*)\)",
+     lambda m: f"{_MISSING_ZH[m['kind']]}：“{m['p']}”（查找了：{m['roots']}）"),     # (a miss naming the roots searched)
     (r"(?P<kind>no such (?:file or directory|file|log file)): '(?P<p>.*)'",
      lambda m: f"{_MISSING_ZH[m['kind']]}：“{m['p']}”"),
     (r"(?P<tool>\w+) is disabled: no (?P<what>.+?) are configured on the server \((?P<key>[\w.]+)\)",
@@ -430,6 +567,41 @@ RENDERERS: dict[str, Callable[[dict[str, Any], bool], str]] = {
     **file_answers.RENDERERS}
 
 
+#: what each tool does, said in a failure ("读取文件失败：…。"): the tool's internal name is not shown
+_DOING_ZH = {"read_file": "读取文件", "read_log": "读取日志", "list_dir": "列出目录", "search_files": "搜索文件",
+             "network_check": "检查端口", "sys_monitor": "读取系统信息", "processes": "读取进程列表",
+             "history_search": "搜索历史对话", "clock": "读取时间", "offer_download": "准备下载",
+             "user_memory": "读取记忆", "search_knowledge": "搜索知识库"}
+_PORT_RANGE = re.compile(r"argument 'port': expected an integer in 1\.\.65535, got (?P<p>-?\d+)")
+
+
+def _doing_zh(tool: str) -> str:
+    return _DOING_ZH.get(tool, f"工具 {tool} ")
+
+
+def _sentence(text: str) -> str:
+    """``text`` ending as a Chinese sentence does (with "。" unless it ends with one already)."""
+    return text if text.endswith(("。", "！", "？", "…")) else text + "。"
+
+
+def _miss_hint(tool: str, err: str, zh: bool) -> str:
+    """What to do about a file not found by a relative path: where such a path is looked for."""
+    if not re.fullmatch(r"no such (?:file or directory|file|log file): '[^/'][^']*'", err):   # (roots named: no hint)
+        return ""
+    if tool == "read_log":
+        return _j(zh, "\n(A relative path is looked for under each log directory of the server, [tools] log_roots; "
+                      "give the log's path, e.g. nginx/error.log, or an absolute one.)",
+                  "\n（相对路径在服务器的每个日志目录（[tools] log_roots）下查找；请给出日志文件的路径，例如 nginx/error.log，"
+                  "或绝对路径。）")
+    if tool in ("search_files", "read_file", "list_dir"):
+        return _j(zh, "\n(A relative path is looked for under each file directory of the server, [tools] file_roots, "
+                      "not in subdirectories; give the path from there, e.g. logs/app.log, or an absolute one. A log is "
+                      "also shown by \"tail <name>\", looked for under [tools] log_roots.)",
+                  "\n（相对路径在服务器的每个文件目录（[tools] file_roots）下查找，不查找子目录；请给出从那里开始的路径，"
+                  "例如 logs/app.log，或绝对路径。日志文件也可以用“查看 <文件名> 日志”，在 [tools] log_roots 下查找。）")
+    return ""
+
+
 def render(call: ToolCall, zh: bool) -> str:
     """One paragraph for one finished tool call."""
     try:
@@ -438,11 +610,17 @@ def render(call: ToolCall, zh: bool) -> str:
         data = {"error": call.result}
     if call.status != "success" or "error" in data:
         err = str(data.get("error", call.status))
+        if _PORT_RANGE.fullmatch(err):         # network_check given a port out of range ("检查 localhost:70000 端口")
+            return _j(zh, f"The port must be between 1 and 65535 (got {_PORT_RANGE.fullmatch(err)['p']}).",
+                      f"端口必须在 1–65535 之间（收到的是 {_PORT_RANGE.fullmatch(err)['p']}）。")
+        hint = _miss_hint(call.tool_name, err, zh)
         if call.status == "timeout":
-            return _j(zh, f"The {call.tool_name} tool timed out: {err}", f"工具 {call.tool_name} 超时：{error_zh(err)}")
-        return _j(zh, f"The {call.tool_name} tool could not answer: {err}", f"工具 {call.tool_name} 无法完成：{error_zh(err)}")
+            return _j(zh, f"The {call.tool_name} tool timed out: {err}",
+                      _sentence(f"{_doing_zh(call.tool_name)}超时：{error_zh(err)}"))
+        return _j(zh, f"The {call.tool_name} tool could not answer: {err}",
+                  _sentence(f"{_doing_zh(call.tool_name)}失败：{error_zh(err)}")) + hint
     if data.get("truncated") and "partial" in data:
-        return _j(zh, f"The {call.tool_name} result was too large to show.", f"工具 {call.tool_name} 的结果过大，无法显示。")
+        return _j(zh, f"The {call.tool_name} result was too large to show.", f"{_doing_zh(call.tool_name)}的结果过大，无法显示。")
     try:
         return RENDERERS[call.tool_name](data, zh)
     except (KeyError, TypeError, ValueError):

@@ -100,8 +100,13 @@ def _search_files(d: dict[str, Any], zh: bool) -> str:
     if not matches:
         return _j(zh, f"No line matching '{d['pattern']}' in {d['root']} ({d['files_searched']} files searched).",
                   f"在 {d['root']} 中没有找到匹配“{d['pattern']}”的行（搜索了 {d['files_searched']} 个文件）。")
-    head = _j(zh, f"{len(matches)} line(s) matching '{d['pattern']}' in {d['root']}:",
-              f"在 {d['root']} 中找到 {len(matches)} 行匹配“{d['pattern']}”：")
+    n = len(matches)                  # a count asked ("access.log 里有几个 502") is this number
+    if d.get("stopped") == "limit":   # more lines match than were returned: the count is a lower bound
+        head = _j(zh, f"At least {n} lines match '{d['pattern']}' in {d['root']} (the first {n} are shown):",
+                  f"在 {d['root']} 中至少有 {n} 行匹配“{d['pattern']}”（显示前 {n} 行）：")
+    else:
+        head = _j(zh, f"{n} line(s) matching '{d['pattern']}' in {d['root']}:",
+                  f"在 {d['root']} 中找到 {n} 行匹配“{d['pattern']}”：")
     body = "\n".join(f"{m['path']}:{m['line']}: {m['text']}" for m in matches)
     out = f"{head}\n```\n{body}\n```"
     if d.get("stopped"):

@@ -34,16 +34,58 @@ _GREP_EN = [
     re.compile(rf"\b(?:search|look|find|grep)\s+(?:for\s+)?{_QUOTED}?(.+?){_QUOTED}?\s+(?:in|inside|within|under)\s+"
                rf"({TARGET}){_CASE_TAIL}\s*[?.!]*\s*$", re.I),
 ]
+#: a count asked of a file ("access.log 里有几个 502", "app.log 中有多少行 ERROR"): grepped, the answer says how many
+_HOW_MANY = r"有几个|有几条|有几行|有几次|有多少(?:个|条|行|次)?"
+#: what a Chinese grep calls the lines it wants ("包含 timeout 的行"), not part of the pattern
+_LINE_WORD = r"(?:的(?:行|记录|日志|内容))"
 _GREP_ZH = [
     re.compile(rf"在\s*({TARGET})\s*(?:文件|目录)?\s*(?:中|里|里面|内|下)?\s*(?:搜索|查找|搜|找|grep)(?:一下)?\s*"
                rf"{_QUOTED}?(.+?){_QUOTED}?\s*[？?。！!]*\s*$"),
-    re.compile(rf"(?:搜索|查找|grep)\s*({TARGET})\s*(?:文件|目录)?\s*(?:中|里|里面|内)\s*(?:的)?\s*{_QUOTED}?(.+?)"
-               rf"{_QUOTED}?\s*[？?。！!]*\s*$"),
-    re.compile(rf"({TARGET})\s*(?:文件|目录)?\s*(?:中|里|里面)\s*(?:有没有|是否有|包含)\s*{_QUOTED}?(.+?){_QUOTED}?\s*"
-               rf"[？?。！!吗]*\s*$"),
+    re.compile(rf"(?:搜索|查找|grep)\s*({TARGET})\s*(?:文件|目录)?\s*(?:中|里|里面|内|下)\s*(?:的)?\s*"
+               rf"(?:包含|含有)?\s*{_QUOTED}?(.+?){_QUOTED}?\s*{_LINE_WORD}?\s*[？?。！!]*\s*$"),
+    re.compile(rf"({TARGET})\s*(?:文件|目录)?\s*(?:中|里|里面|下)\s*(?:有没有|是否有|包含|{_HOW_MANY})\s*"
+               rf"{_QUOTED}?(.+?){_QUOTED}?\s*{_LINE_WORD}?\s*[？?。！!吗]*\s*$"),
 ]
-_ZH_GREP_WORDS = re.compile(r"搜|找|grep|有没有|是否有|包含")
+_ZH_GREP_WORDS = re.compile(rf"搜|找|grep|有没有|是否有|包含|{_HOW_MANY}")
 MAX_REQUEST_CHARS = 500      # longer messages are not file requests (and keep the regexes cheap)
+
+# Chinese numerals said as counts and positions ("前三", "最后二十行", "第五行", "两个进程", "一百行"):
+# written in digits before the patterns look for numbers (``arabic_numbers``)
+_ZH_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_ZH_NUM = "[零〇一二两三四五六七八九十百]+"
+_ZH_COUNT = re.compile(rf"(?<=前)\s*({_ZH_NUM})|(?<=最后)\s*({_ZH_NUM})|(?<=最近)\s*({_ZH_NUM})|(?<=第)\s*({_ZH_NUM})|"
+                       rf"(?<=\btop)\s*({_ZH_NUM})|(?<=[到至~-])\s*({_ZH_NUM})(?=\s*行)|"
+                       rf"(?<![零〇一二两三四五六七八九十百])({_ZH_NUM})(?=\s*(?:个|行|条))", re.IGNORECASE)
+
+
+def zh_number(text: str) -> int | None:
+    """一..九, 两, 十, 百 (and 零) as a number: "二十" -> 20, "三十五" -> 35, "一百零五" -> 105, "十二" -> 12;
+    None for what is no number ("一二")."""
+    total, digit = 0, None
+    for ch in text:
+        if ch in _ZH_DIGITS:
+            if digit:                       # two digits in a row ("一二"): not a number said this way
+                return None
+            digit = _ZH_DIGITS[ch]
+        elif ch in "十百":
+            total += (digit if digit is not None else 1) * (10 if ch == "十" else 100)
+            digit = None
+        else:
+            return None
+    return total + (digit or 0)
+
+
+def arabic_numbers(text: str) -> str:
+    """``text`` with the Chinese numerals of counts and positions in digits: "内存占用前三的进程" ->
+    "内存占用前3的进程", "最后二十行" -> "最后20行", "第五到第十行" -> "第5到第10行". A lone "一" before 个/条
+    stays ("有没有一个 python 进程": an article, no count); "一下", "一些", "统一" are not touched."""
+    def digits(m: re.Match[str]) -> str:
+        said = next(g for g in m.groups() if g is not None)
+        if m.group(7) is not None and said == "一":
+            return m.group(0)
+        n = zh_number(said)
+        return m.group(0) if n is None else m.group(0).replace(said, str(n), 1)
+    return _ZH_COUNT.sub(digits, text) if re.search(_ZH_NUM, text) else text
 _IGNORE_CASE = re.compile(r"\b(?:ignore[- ]case|case[- ]insensitive)\b|忽略大小写|不区分大小写", re.IGNORECASE)
 
 
@@ -122,6 +164,7 @@ def parse_file_request(text: str) -> tuple[str, dict[str, Any]] | None:
     """(tool, arguments) for a file request, or None."""
     if len(text) > MAX_REQUEST_CHARS:
         return None
+    text = arabic_numbers(text)
     grep = _grep(text)
     if grep is not None:
         return "search_files", grep

@@ -12,23 +12,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from server.agent.downloads import parse_download_request
-from server.agent.file_intents import parse_file_request, paths_in
+from server.agent.file_intents import arabic_numbers, parse_file_request, paths_in
+from server.memory.when import _EN as _DATE_EN, _ZH as _DATE_ZH   # the relative days the recall index resolves
 
 THRESHOLD = 1.0
 MAX_PARSE_CHARS = 2_000      # a longer message (a pasted log) is parsed by its first and last 1,000 characters
 CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+#: Chinese punctuation (、。「」【】…, the full-width forms ？！，：；（）): a message of it alone ("？") is Chinese
+CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65]")
+_LETTERS = re.compile(r"[A-Za-z]")
 
 
 def is_chinese(text: str) -> bool:
-    return CJK.search(text) is not None
+    """A Chinese character, or Chinese punctuation in a message without Latin letters ("？", "。。。";
+    "CPU？" stays English)."""
+    return CJK.search(text) is not None or (CJK_PUNCT.search(text) is not None and _LETTERS.search(text) is None)
 
 
 @dataclass(slots=True)
 class Intent:
     name: str                      # cpu, memory, disk, network, load, uptime, overview, processes,
-    score: float                   # network_check, read_log, list_dir, read_file, search_files, history, clock, help
-    tool: str | None = None
+    score: float                   # network_check, read_log, list_dir, read_file, search_files, history, clock, help,
+    tool: str | None = None        # refuse (a request to act), log_path (a log named by no path)
     arguments: dict[str, Any] = field(default_factory=dict)
+    note: str | None = None        # what the answer adds to the tool's result (``answers.NOTES``: "io_not_measured")
 
 
 def _p(pattern: str) -> re.Pattern[str]:
@@ -46,13 +53,13 @@ RULES: list[tuple[str, list[tuple[re.Pattern[str], float]]]] = [
     ("disk", [(_p(r"\b(disks?|storage|filesystems?|partitions?|df)\b|disk\s+space"), 1.0),
               (_p(r"磁盘|硬盘|存储|分区|文件系统"), 1.0), (_p(r"空间"), 0.5)]),
     ("network", [(_p(r"\b(network|interfaces?|nics?|bandwidth|traffic|ip\s+address(es)?)\b"), 1.0),
-                 (_p(r"网络|网卡|接口|流量|ip\s*地址"), 1.0)]),
+                 (_p(r"网络|网卡|接口|流量|带宽|ip\s*地址"), 1.0)]),
     ("load", [(_p(r"\bload(\s+average)?\b|\bloadavg\b"), 1.0), (_p(r"负载"), 1.0)]),
     ("uptime", [(_p(r"\buptime\b|\bboot(ed)?\b|how long .*\b(up|running)\b"), 1.0),
-                (_p(r"运行时间|开机|启动时间|运行了多久|运行多久"), 1.0)]),
+                (_p(r"运行时间|开机|启动时间|运行了多久|运行多久|上次重启|重启时间|什么时候重启"), 1.0)]),
     ("overview", [(_p(r"\b(system|server|machine|host)\b.*\b(status|health|overview|doing)\b|"
                       r"\bhow is (the )?(system|server|machine)\b|\bstatus\b"), 1.0),
-                  (_p(r"系统状态|服务器状态|系统概况|系统情况|服务器怎么样|系统怎么样|机器怎么样|健康"), 1.0)]),
+                  (_p(r"系统状态|服务器状态|系统概况|系统情况|服务器怎么样|系统怎么样|机器怎么样|健康(?!检查|检测|探测|探针)"), 1.0)]),
     ("processes", [(_p(r"\bprocess(es)?\b|\bps\b|\btasks?\b"), 1.0),
                    (_p(r"\b(top|most|heaviest|hungriest)\b.*\b(using|consuming|by)\b"), 0.5),
                    (_p(r"进程|程序.*(最多|最高)|占用.*最(多|高)|最.*占用"), 1.0)]),
@@ -65,8 +72,10 @@ RULES: list[tuple[str, list[tuple[re.Pattern[str], float]]]] = [
     ("clock", [(_p(r"\bwhat time\b|\b(current )?time is it\b|\bdate\b|\bwhat day\b|\btoday\b|\bclock\b|"
                    r"(?<!much )(?<!long )\btime\b(?!\s*out)"), 1.0),      # ("how much time": a duration)
                (_p(r"几点|(?<!运行)(?<!启动)(?<!长)(?<!多少)时间|日期|几号|星期几|周几|今天"), 1.0)]),   # (多长时间: a duration)
-    ("help", [(_p(r"^\s*(hi|hello|hey|help|\?)\s*[!.?]*\s*$|\bwhat can you do\b|\bhelp\b|\bcapabilit"), 1.0),
-              (_p(r"^\s*(你好|您好|嗨|帮助)\s*[!！。?？]*\s*$|你能做什么|能做什么|有什么功能|怎么用|帮助"), 1.0)]),
+    ("help", [(_p(r"^\s*(hi|hello|hey|help|\?|good\s+(?:morning|afternoon|evening)|are\s+you\s+there|who\s+are\s+you)"
+                  r"\s*[!.?]*\s*$|\bwhat can you do\b|\bhelp\b|\bcapabilit|\bwho are you\b"), 1.0),
+              (_p(r"^\s*(你好|您好|嗨|帮助|在吗|在不在|在么|早上好|早安|上午好|中午好|下午好|晚上好|嗯+|[?？]+)\s*"
+                  r"[!！。?？~～，,]*\s*$|你能做什么|能做什么|有什么功能|怎么用|帮助|你是谁|你是什么"), 1.0)]),
 ]
 
 #: "what do you remember about me": the user's long-term memory (user_memory)
@@ -79,6 +88,8 @@ _HOST_PORT = re.compile(r"(\[[0-9a-fA-F:]+\]|\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w
 _PORT_WORD = re.compile(r"(?:\bport\b|端口)\s*(?:号|number)?\s*[:：]?\s*(\d{1,5})\b|(\d{1,5})\s*(?:号)?\s*端口", _FLAGS)
 _HOST_WORD = re.compile(r"(?:\bon\b|\bat\b|\bof\b|\bto\b|主机|在)\s*(\[[0-9a-fA-F:]+\]|\d{1,3}(?:\.\d{1,3}){3}|"
                         r"[A-Za-z][\w.-]*)", _FLAGS)
+#: a message that is only host:port ("127.0.0.1:6379", "localhost:8080?"): check it
+_ONLY_TARGET = re.compile(r"\s*(?:\[[0-9a-fA-F:]+\]|\d{1,3}(?:\.\d{1,3}){3}|localhost)\s*:\s*\d{1,5}\s*[?？]?\s*", _FLAGS)
 _BARE_HOST = re.compile(r"(\d{1,3}(?:\.\d{1,3}){3}|\blocalhost\b|::1)", _FLAGS)
 _LINES = re.compile(r"(\d{1,5})\s*(?:lines?|行)", _FLAGS)
 _TOPN = re.compile(r"\btop\s+(\d{1,3})\b|前\s*(\d{1,3})|(\d{1,3})\s*个\s*(?:\S{0,8}?)\s*(?:进程|程序)", _FLAGS)
@@ -88,6 +99,11 @@ _NOT_NAMES = {"top", "the", "all", "running", "which", "what", "heaviest", "bigg
               "show", "any", "my", "some", "of", "by", "most", "hungry", "ram", "mem", "rss"}
 _BY_MEMORY = re.compile(r"\b(memory|ram|mem|rss)\b|内存", _FLAGS)
 _LOG_WORDS = re.compile(r"\b(tail|log|logs|syslog)\b|日志", _FLAGS)
+#: a log asked to be shown without saying which ("看下错误日志", "show me the error log"): ask for its path
+_LOG_ASKED = re.compile(r"^\s*(?:(?:please|can\s+you|could\s+you)\s+)?(?:show|tail|view|open|read|check)\b.*\blogs?\b|"
+                        r"(?:查看|看下|看一下|看看|显示|打开|读取|帮我看).*日志", _FLAGS)
+#: disk input/output asked: sys_monitor measures space only, and the answer says so
+_DISK_IO = re.compile(r"\bi/?o\b|\biops\b|\bthroughput\b|读写|吞吐", _FLAGS)
 _CHECK_WORDS = re.compile(r"\b(check|port|reachable|connect|open|listening|ping)\b|端口|连通|连接|检查|检测|能否", _FLAGS)
 #: what makes "port N" a request to check it rather than a statement of a setting ("Redis port: 6380"):
 #: a check word other than "port", or a question
@@ -118,12 +134,24 @@ _TOPIC_EN = [
                r"in the past|ago)\b.*)?[?.!]*\s*$", _FLAGS),
     re.compile(r"\bsearch\s+(?:my\s+)?(?:history|conversations?|chats?)\s+(?:for\s+)?(.+?)[?.!]*\s*$", _FLAGS),
 ]
+#: a history question that names no topic ("what did we talk about?", "what did I ask earlier?"): the recent turns
+_NO_TOPIC_EN = re.compile(r"^\s*what\s+(?:did|have|had)\s+(?:i|we)\s+(?:\w+\s+)?(?:ask(?:ed)?|say|said|mention(?:ed)?|"
+                          r"talk(?:ed)?|discuss(?:ed)?|chat(?:ted)?)(?:\s+about)?(?:\s+(?:earlier|before|previously|"
+                          r"last\s+time|just\s+now|so\s+far|recently))?\s*[?.!]*\s*$", _FLAGS)
+# (.*?) may be empty: "我们之前聊过什么" asks no topic (the lazy (.+?) took 什 of 什么); 了 after the verb
+# ("我刚才问了什么") is no topic either
 _TOPIC_ZH = [
-    re.compile(r"(?:问过|聊过|说过|提到过?|讨论过|问|聊|说|提|讨论)(?:过)?(?:关于)?\s*(.+?)\s*"
-               r"(?:的|什么|啥|哪些|吗|么|嘛|呢|事情?|问题|相关|内容|东西)*\s*[？?。！!]*\s*$"),
+    re.compile(r"(?:问过|聊过|说过|提到过?|讨论过|问|聊|说|提|讨论)(?:过|了)?(?:关于)?\s*(.*?)\s*"
+               r"(?:的|什么|啥|哪些|吗|么|嘛|呢|事情?|问题|相关|内容|东西|了)*\s*[？?。！!]*\s*$"),
     re.compile(r"搜索(?:一下)?(?:历史|记录|对话|聊天记录)*\s*(?:中|里)?(?:的|关于)?\s*(.+?)\s*[？?。！!]*\s*$"),
 ]
 _TOPIC_STOP = re.compile(r"^(?:i|me|you|it|that|this|什么|啥|了)$", _FLAGS)
+#: the query of a history question that names neither a topic nor a day: the turns of the last 7 days
+#: (each a relative day the recall index resolves, ``server.memory.when``; the answer lists them newest first)
+RECENT_QUERY = "today yesterday 2 days ago 3 days ago 4 days ago 5 days ago 6 days ago"
+#: hits asked of history_search for a question about a day or the recent turns (its schema allows 1..20)
+HISTORY_DAY_LIMIT = 10
+_JUST_NOW = re.compile(r"刚才|刚刚|\bjust now\b|\ba moment ago\b", _FLAGS)
 
 
 def _score(text: str) -> dict[str, float]:
@@ -136,16 +164,58 @@ def _score(text: str) -> dict[str, float]:
 
 
 def history_topic(text: str) -> str | None:
-    """The subject of a history question ("what did I ask about nginx earlier" -> "nginx")."""
+    """The subject of a history question ("what did I ask about nginx earlier" -> "nginx"); None when
+    it names none (also for "我们之前聊过什么": see ``history_arguments``)."""
+    return _topic(split_days(text)[0]) or None
+
+
+def split_days(text: str) -> tuple[str, str]:
+    """(``text`` without its relative days, the days as said): "昨天我问过 redis 的什么问题" ->
+    ("我问过 redis 的什么问题", "昨天"); "what did I ask about redis 3 days ago" -> ("what did I ask about
+    redis", "3 days ago"). The days are those ``server.memory.when`` resolves (yesterday, last Tuesday,
+    3 days ago, 昨天, 前天, 上周二, 三天前, 上周)."""
+    said = [m.group(0) for pat in (_DATE_EN, _DATE_ZH) for m in pat.finditer(text)]
+    for pat in (_DATE_EN, _DATE_ZH):
+        text = pat.sub(" ", text)
+    return re.sub(r"\s+", " ", text).strip(), " ".join(said)
+
+
+def _topic(text: str) -> str | None:
+    """The topic of a history question without its days: a topic, "" for a question that names none
+    ("我们之前聊过什么", "what did we talk about?"), None when the question is not understood."""
+    if _NO_TOPIC_EN.search(text):
+        return ""
+    asked = False
     for pat in (_TOPIC_ZH if is_chinese(text) else _TOPIC_EN) + (_TOPIC_EN if is_chinese(text) else []):
         m = pat.search(text)
         if m:
+            asked = True
             topic = m.group(1).strip(" \"'“”‘’,，。?？")
-            topic = re.sub(r"^(?:过|关于|about)\s*", "", topic, flags=re.IGNORECASE).strip()
+            topic = re.sub(r"^(?:过|了|关于|about)\s*", "", topic, flags=re.IGNORECASE).strip()
             topic = re.sub(r"^(?:the|a|an|my|our)\s+", "", topic, flags=re.IGNORECASE)   # "the CPU" -> "CPU"
             if topic and not _TOPIC_STOP.match(topic):
                 return topic[:200]
-    return None
+            if topic:
+                return None         # "what did I ask about it": which "it" is not known
+    return "" if asked and is_chinese(text) else None
+
+
+def history_arguments(text: str) -> dict[str, Any] | None:
+    """history_search's arguments for a history question, or None. The days it names ("昨天",
+    "last Tuesday") stay out of the topic and are added to the query as said: the recall index turns
+    them into those days' date terms (``recall.query_terms``) and the answer keeps to the turns of those
+    days (``answers._history``). No topic: the turns of the days named, else of the last 7 days
+    (``RECENT_QUERY``); "刚才" / "just now": this conversation's only."""
+    rest, days = split_days(text)
+    topic = _topic(rest)
+    if topic is None:
+        return None
+    if topic:
+        return {"query": f"{topic} {days}"[:200], "limit": HISTORY_DAY_LIMIT} if days else {"query": topic}
+    args: dict[str, Any] = {"query": days or RECENT_QUERY, "limit": HISTORY_DAY_LIMIT}
+    if _JUST_NOW.search(text) and not days:
+        args["current_session_only"] = True
+    return args
 
 
 def _network_target(text: str) -> tuple[str, int] | None:
@@ -176,8 +246,17 @@ def _process_args(text: str) -> dict[str, Any]:
     return args
 
 
+#: a service's log named without a path ("nginx 的 error log", "看下 nginx 的错误日志"): its usual place
+#: under a log root, <name>/error.log or <name>/access.log
+_NAMED_LOG = re.compile(r"\b([A-Za-z][\w.-]*)\s*(?:的)?\s*(?:(error|access)[\s_-]*logs?\b|(错误|访问)日志)", _FLAGS)
+_LOG_KIND = {"错误": "error", "访问": "access"}
+
+
 def _log_args(text: str) -> dict[str, Any] | None:
     paths = [p for p in paths_in(text) if p != "/"]   # absolute, relative to a log root, or a file name
+    named = _NAMED_LOG.search(text)
+    if not paths and named and named.group(1).lower() not in _NOT_NAMES | {"the", "an", "a", "my"}:
+        paths = [f"{named.group(1)}/{(named.group(2) or _LOG_KIND[named.group(3)]).lower()}.log"]
     if not paths:
         return None
     args: dict[str, Any] = {"path": paths[0]}
@@ -213,17 +292,35 @@ def parsed_part(text: str) -> str:
     return f"{text[:half]}\n{text[-half:]}"
 
 
+#: a request to act on the machine (kill, delete, restart, run, stop, ...): the tools are read-only, so it is
+#: refused (``answers.refusal``) before any tool intent. Only an imperative counts: the verb first (after
+#: "please" / "帮我" / "请"), or 把 <something> <verb> ("帮我把 pid 5708 的进程杀掉"), or a shell command;
+#: "why did nginx stop?", "停止的进程有哪些", "show stopped containers", "run time of the backup",
+#: "nginx 重启过吗" are questions about the machine, not requests to act.
+_ACT_EN = _p(r"^\s*(?:(?:please|pls|kindly|can\s+you|could\s+you|would\s+you|will\s+you|go\s+ahead\s+and|i\s+want\s+you\s+to|"
+             r"i\s+need\s+you\s+to)\s+)*(?:kill|pkill|killall|terminate|delete|remove|rm|erase|wipe|purge|restart|reboot|"
+             r"shut\s*down|power\s+off|stop|start|execute|exec|run(?!\s*-?\s*times?\b)|install|uninstall|upgrade|"
+             r"chmod|chown|mv|move|rename|truncate|format|edit|modify|overwrite|write\s+to|systemctl|service|sudo)\b"
+             r"(?!\s*(?:count|time|times|reason|history|log|logs|status)\b)")
+_ACT_ZH = _p(r"^\s*(?:请|麻烦你?|帮我|帮忙|给我|你|能不能|能否|可以|可不可以|马上|立刻|现在)*\s*"
+             r"(?:杀掉|杀死|杀|干掉|删除|删掉|删|移除|清空|清理|重启|重新启动|执行|运行|停止|停掉|关闭|关掉|关机|结束|终止|"
+             r"卸载|安装|修改|改写|覆盖|格式化|启动)(?!的|过|了|时间|次数|原因|记录|日志|状态|情况|多久)|"
+             r"把.{1,60}?(?:杀掉|杀死|干掉|删除|删掉|删了|移除|清空|重启|停止|停掉|关闭|关掉|结束掉?|终止|卸载|执行|运行)")
+
+
 def parse(text: str) -> list[Intent]:
     """Recognized intents in a stable order; an empty list means "not understood". Only the
     ``parsed_part`` of a long message is looked at."""
-    text = parsed_part(text.strip())
+    text = arabic_numbers(parsed_part(text.strip()))      # "前三", "最后二十行": counts in digits
     if not text:
         return []
+    if _ACT_EN.search(text) or _ACT_ZH.search(text):
+        return [Intent("refuse", 3.0)]
     scores = _score(text)
     if scores.get("history", 0) >= THRESHOLD:
-        topic = history_topic(text)
-        if topic:
-            return [Intent("history", scores["history"], "history_search", {"query": topic})]
+        args = history_arguments(text)
+        if args:
+            return [Intent("history", scores["history"], "history_search", args)]
     if _REMEMBERED.search(text):
         return [Intent("remembered", 2.0, "user_memory", {})]
     download = parse_download_request(text)   # "下载 <name>", "download <name>", "send me <name>"
@@ -236,9 +333,11 @@ def parse(text: str) -> list[Intent]:
         args = _log_args(text)
         if args:
             return [Intent("read_log", 2.0, "read_log", args)]
-    if _CHECK_WORDS.search(text) and _CHECK_ASKED.search(text):
+        if _LOG_ASKED.search(text):
+            return [Intent("log_path", 2.0)]          # which log: the answer asks for its path
+    if _CHECK_WORDS.search(text) and _CHECK_ASKED.search(text) or _ONLY_TARGET.fullmatch(text):
         target = _network_target(text)
-        if target and 1 <= target[1] <= 65535:
+        if target:         # a port out of 1..65535 too: the tool's answer says the range
             return [Intent("network_check", 2.0, "network_check", {"host": target[0], "port": target[1]})]
     out: list[Intent] = []
     if scores.get("processes", 0) >= THRESHOLD:
@@ -248,7 +347,8 @@ def parse(text: str) -> list[Intent]:
     for name in ("overview", "cpu", "memory", "disk", "network", "load", "uptime"):
         if scores.get(name, 0) >= THRESHOLD:
             metric = "all" if name == "overview" else name
-            out.append(Intent(name, scores[name], "sys_monitor", {"metric": metric}))
+            note = "io_not_measured" if name == "disk" and _DISK_IO.search(text) else None
+            out.append(Intent(name, scores[name], "sys_monitor", {"metric": metric}, note))
     if out and any(i.name == "overview" for i in out):
         out = [i for i in out if i.name in ("overview", "processes")]
     if scores.get("clock", 0) >= THRESHOLD:

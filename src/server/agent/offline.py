@@ -64,16 +64,21 @@ class OfflineAgent:
         asked_memory = memory_off and any(i.tool == "user_memory" for i in found)
         found = [i for i in found if not i.tool or i.tool in known]
         tool_intents = [i for i in found if i.tool]
-        noted = knowledge_route.statement_items(text)
+        canned_first = [i for i in found if i.name in ("refuse", "log_path")]   # before memory and documents
+        noted = [] if canned_first else knowledge_route.statement_items(text)
         if any(kind == "forget" for kind, _ in noted):
             tool_intents = []       # a request to forget asks no tool ("Forget what I said about the DB host")
         elif tool_intents:
             noted = []
-        recalled = None if tool_intents or noted else await memory_answers.answer_async(text, req.context.messages, zh)
+        recalled = None if tool_intents or noted or canned_first else \
+            await memory_answers.answer_async(text, req.context.messages, zh)
         source = getattr(self.registry, "knowledge", None)
-        route = await knowledge_route.decide(text, req.context.messages, source, req.user_id,
-                                             [i.name for i in tool_intents], stated=bool(noted),
-                                             remembered=recalled is not None)
+        if canned_first:           # a request to act (the tools are read-only), a log asked for by no path
+            route = knowledge_route.Route("general", "intent", f"{canned_first[0].name}: answered without a tool")
+        else:
+            route = await knowledge_route.decide(text, req.context.messages, source, req.user_id,
+                                                 [i.name for i in tool_intents], stated=bool(noted),
+                                                 remembered=recalled is not None)
         req.context.metadata["route"] = route.record()
         citations: list[dict[str, Any]] = []
         if route.route == "knowledge":
@@ -87,7 +92,7 @@ class OfflineAgent:
             requests = [CallRequest(None, i.tool, i.arguments) for i in tool_intents if i.tool]
             calls = await run_tool_step(self.registry, sink, requests, ToolContext(req.user_id, req.session_id),
                                         step=0, timeout=self.cfg.tool_timeout_s)
-            answer = "\n\n".join(answers.render(c, zh) for c in calls)
+            answer = answers.with_notes("\n\n".join(answers.render(c, zh) for c in calls), tool_intents, zh)
         elif noted:                # what the user memory keeps or forgets; without it, nothing is kept beyond this session
             forgotten = None if memory_off else await self._forgotten(req.user_id, noted)
             answer = answers.noted(noted, zh, kept=not memory_off, forgotten=forgotten)
@@ -101,8 +106,8 @@ class OfflineAgent:
         elif asked_memory:        # "what do you remember about me?" with long-term memory off
             answer = answers.memory_off(zh)
             found = [intents.Intent("remembered", 1.0)]
-        elif found:   # help
-            answer = answers.help_text(zh)
+        elif found:   # help, a refusal to act, a log asked for by no path
+            answer = answers.without_tool(found, zh)
         elif knowledge_route.COURTESY.fullmatch(text.strip()):
             answer = answers.courtesy(zh)                            # thanks, "got it": not a failure
         else:
