@@ -13,7 +13,7 @@ from typing import Any
 
 from server.agent.downloads import parse_download_request
 from server.agent.file_intents import arabic_numbers, parse_file_request, paths_in
-from server.memory.when import _EN as _DATE_EN, _ZH as _DATE_ZH   # the relative days the recall index resolves
+from server.memory.when import DAY_WORDS_EN as _DATE_EN, DAY_WORDS_ZH as _DATE_ZH   # days the recall index resolves
 
 THRESHOLD = 1.0
 MAX_PARSE_CHARS = 2_000      # a longer message (a pasted log) is parsed by its first and last 1,000 characters

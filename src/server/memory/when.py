@@ -13,10 +13,11 @@ ZH_WEEKDAYS = "一二三四五六日"
 ZH_NUMBERS = {"一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
 MAX_DAYS_AGO = 366
 
-_EN = re.compile(r"\b(?:(today|tonight|this morning)|(yesterday)|(?:the )?day before yesterday|"
+#: the relative days a query may name (``referenced_days``; the offline history intent takes them out of a topic)
+DAY_WORDS_EN = re.compile(r"\b(?:(today|tonight|this morning)|(yesterday)|(?:the )?day before yesterday|"
                  r"(\d{1,3}) days? ago|last (monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
                  r"(last week)|(\d{1,2}) weeks? ago)\b", re.IGNORECASE)
-_ZH = re.compile(r"(今天|今早|今晚)|(昨天|昨晚)|(前天)|([0-9一两二三四五六七八九十]{1,3})天前|上(?:周|星期|礼拜)([一二三四五六日天])|"
+DAY_WORDS_ZH = re.compile(r"(今天|今早|今晚)|(昨天|昨晚)|(前天)|([0-9一两二三四五六七八九十]{1,3})天前|上(?:周|星期|礼拜)([一二三四五六日天])|"
                  r"(上周|上星期|上个星期)")
 
 
@@ -46,7 +47,7 @@ def _previous_week(now: datetime) -> list[datetime]:
 def referenced_days(query: str, now: datetime) -> list[datetime]:
     """The days a query refers to relative to ``now`` (in order of mention, without repeats)."""
     days: list[datetime] = []
-    for m in _EN.finditer(query):
+    for m in DAY_WORDS_EN.finditer(query):
         today, yesterday, ago, weekday, last_week, weeks = m.groups()
         text = m.group(0).lower()
         if today:
@@ -63,7 +64,7 @@ def referenced_days(query: str, now: datetime) -> list[datetime]:
             days.extend(_previous_week(now))
         elif weeks:
             days.extend(now - timedelta(days=7 * int(weeks) + i) for i in range(-3, 4))
-    for m in _ZH.finditer(query):
+    for m in DAY_WORDS_ZH.finditer(query):
         today, yesterday, before_yesterday, ago, weekday, last_week = m.groups()
         if today:
             days.append(now)
