@@ -18,7 +18,7 @@ import pytest
 
 from client.events import Connected, Disconnected
 from client.link import Backoff, Link
-from protocol import Connection, MsgType, Role
+from protocol import MsgType
 from protocol.messages import MAX_TOKEN_CHARS
 from server.app import Server
 from server.auth import LoginGuard, address_key, hash_token, token_problem
@@ -26,6 +26,7 @@ from server.config import AuthConfig, ServerConfig
 from server.config_base import ConfigError
 from testkit.echo_agent import EchoAgent
 from testkit.server import DEADLINE, ReplyError, V3Client, make_config, poll, running_server
+from testkit.raw_sockets import error_code, read_to_eof, squat
 
 T = MsgType
 DATA = Path(__file__).parent / "data"
@@ -47,31 +48,6 @@ async def connect_from(addr, local: str, **hello) -> V3Client:
     client = V3Client(reader, writer)
     client.hello = await client.call(T.HELLO, proto=3, client="s31", **hello)
     return client
-
-
-async def squat(addr, ssl_ctx: ssl.SSLContext | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A socket that sends the first byte of a HELLO (0x20) and nothing more: a v3 client "in its
-    handshake" that never finishes it (or, with TLS, a TCP connection that never starts the TLS one)."""
-    reader, writer = await asyncio.open_connection(*addr)
-    if ssl_ctx is None:
-        writer.write(bytes([T.HELLO]))
-    return reader, writer
-
-
-async def read_to_eof(reader: asyncio.StreamReader) -> bytes:
-    data = b""
-    try:
-        while chunk := await asyncio.wait_for(reader.read(65536), DEADLINE):
-            data += chunk
-    except ConnectionError:
-        pass
-    return data
-
-
-def error_code(data: bytes) -> str | None:
-    """The code of the ERROR frame the server sent (None: it only closed)."""
-    events = Connection(Role.CLIENT).receive_data(data) if data else []
-    return events[0].body["code"] if events else None
 
 
 # -- 1. the admin slot ------------------------------------------------------------------------------------

@@ -7,36 +7,15 @@ from __future__ import annotations
 import asyncio
 import time
 
-from protocol import Connection, MsgType, Role, encode_frame
+from protocol import MsgType, encode_frame
 from server.auth import hash_token
 from testkit.server import DEADLINE, V3Client, poll, running_server
+from testkit.raw_sockets import error_code, read_to_eof, squat
 from testkit.v2client import CHAT_TEXT
 
 T = MsgType
 USERS = {"auth": {"users": [{"user_id": u, "token_sha256": hash_token(t), "admin": a}
                             for u, t, a in (("alice", "t-alice", False), ("ops", "t-ops", True))]}}
-
-
-async def squat(addr) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A socket that sends the first byte of a HELLO and nothing more."""
-    reader, writer = await asyncio.open_connection(*addr)
-    writer.write(bytes([T.HELLO]))
-    return reader, writer
-
-
-async def read_to_eof(reader: asyncio.StreamReader) -> bytes:
-    data = b""
-    try:
-        while chunk := await asyncio.wait_for(reader.read(65536), DEADLINE):
-            data += chunk
-    except ConnectionError:
-        pass
-    return data
-
-
-def error_code(data: bytes) -> str | None:
-    events = Connection(Role.CLIENT).receive_data(data) if data else []
-    return events[0].body["code"] if events else None
 
 
 async def test_sockets_stuck_in_their_handshake_on_the_admins_address_cannot_keep_the_admin_out(tmp_path):
