@@ -145,18 +145,19 @@ def answer(call: Any, zh: bool, focus: str, uploaded: dict[str, str] | None = No
     terms = key_terms(focus)
     if not terms:
         return ("请告诉我要在知识库里查找什么。" if zh else "Tell me what to look for in your documents."), []
-    found = [p for p in found if terms & _holds(p)]
-    if not found:
-        return _nothing(zh), []
     named, rarest = names(focus), set(getattr(focus, "rarest", ()))
+    beside = set(getattr(focus, "beside", ()))       # (with names: one of these too, 超时 of "redis 连接超时怎么办")
+    found = [p for p in found if terms & _holds(p)]
+    if not found:                                    # (say what was asked about: "nothing about “OOM”")
+        return _nothing(zh, list(dict.fromkeys(named.values())) or None), []
     if named:
-        about = [p for p in found if set(named) <= _holds(p)]
+        about = [p for p in found if set(named) <= _holds(p) and (not beside or beside & _holds(p))]
     else:
         about = [p for p in found if rarest & _holds(p)] if rarest else found
     if not about:
         seen = set().union(*map(_holds, found))
         missing = [named[t] for t in named if t not in seen] if named else words_for(focus, rarest - seen)
-        return _nothing(zh, missing or words_for(focus, set(named) or rarest)), []
+        return _nothing(zh, missing or words_for(focus, (set(named) | beside) if named else rarest)), []
     found = _distinct(about, uploaded)
     best = found[0].get("score") or 0
     quoted = [p for p in found[:QUOTE_TOP] if (p.get("score") or 0) >= 0.5 * best] or found[:1]

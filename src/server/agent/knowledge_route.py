@@ -14,8 +14,12 @@ Rule (offline agent), first match wins:
    ``strong_match`` (4) requires -> knowledge (``strong_match``): "what time does the nightly backup
    run?", "磁盘使用率超过多少会触发告警", "CPU 告警阈值是多少", "缓存的过期时间是多少秒？"; "现在几点", "how
    much memory is free", "is port 22 open on web-01?", "生产环境的CPU使用率是多少？" leave nothing and keep
-   their tool. Such a question that is a follow-up (3) of a documents answer and leaves a word beyond
-   the request ("那过期时间呢？", not "那现在几点？") is one before the tool.
+   their tool. A metric or port question about the machine now (``live_reading``: 现在, 目前, 当前,
+   "right now", "currently"; no setting word, ``SETTING``: 阈值, 告警, "threshold" ...) keeps its tool
+   whatever the documents say: "现在 CPU 超过 90% 了吗" reads the CPU ("目前磁盘使用率超过多少会触发告警"
+   still asks the documents). Such a question that is a follow-up (3) of a documents answer and leaves
+   a word beyond the request ("那过期时间呢？", not "那现在几点？") is one before the tool; a port check
+   ("网关的 8443 端口通吗") never is.
    ``statement``: the message only states facts or preferences to keep, or takes them back
    (``distill.takes_back``), as the user memory's rules read them ("remember that the staging host
    is stage-7", "以后用中文回答", "forget my home address"; no question) -> general.
@@ -39,10 +43,15 @@ Rule (offline agent), first match wins:
    word of a Chinese message) or, naming none, one of its rarest terms (``rarest_terms``: the fewest
    passages of the user's documents hold it; not the kind of answer asked for, "which hosts") ->
    knowledge. A question whose best passage holds every name it names is one too, without the share
-   ("What is the port of Redis?" over Chinese documents). ``missing_term``: a question (not answered
-   by the user memory) whose best passage holds the share but not what it is about, or that names
-   something no best passage holds -> knowledge, and the answer says what the documents have nothing
-   about ("What is the SLA of the payments API?" -> I found nothing about “SLA” in your documents.).
+   ("What is the port of Redis?" over Chinese documents). With names, what it is about is also one of
+   the rarest of its other key terms that the documents hold (``Focus.beside``, an ops noun in either
+   language: "port" is held by 端口): "redis 连接超时怎么办" is not about "Redis 的端口是 6380" (超时).
+   ``missing_term``: a question (not answered by the user memory) the documents could answer (not one
+   about what happens on the machine, ``about_the_machine``: "最近有没有 OOM", "nginx 有没有报错", which
+   get the general route's "cannot handle" and what the agent can do) whose best passage holds the share
+   but not what it is about, or that names something no best passage holds -> knowledge, and the
+   answer says what the documents have nothing about ("What is the SLA of the payments API?" -> I
+   found nothing about “SLA” in your documents.).
 5. otherwise general (``default``; ``no_documents`` when the user can see no document).
 
 Every turn records ``{"route", "method", "reason", "query"?}`` in its context metadata (``route``).
@@ -59,7 +68,7 @@ from server.agent.intents import COMMAND, parsed_part, without_request
 from server.knowledge.access import readable
 from server.knowledge.rerank import identifiers
 from server.memory.analyze import CJK_STOP_CHARS, analyze
-from server.memory.distill import MAX_ITEMS_PER_MESSAGE, distill_rules, takes_back
+from server.memory.distill import MAX_ITEMS_PER_MESSAGE, distill_rules, other_language, takes_back
 from server.memory.extractive import sentences
 
 KEYWORDS = re.compile(r"知识库|文档|资料库|资料|\bknowledge[- ]?base\b|\bthe docs\b|\bmy docs\b|"
@@ -142,12 +151,54 @@ _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 ANSWER_HEAD_EN, ANSWER_HEAD_ZH = "From your documents:", "知识库中的相关内容："
 
 
+#: a question about the machine as it is now ("现在 CPU 超过 90% 了吗", "CPU usage right now?",
+#: "当前磁盘使用率超过 85% 了吗"): a metric or port question with one of these keeps its tool (a
+#: document's passage about the metric is about its settings), unless it asks about a setting (``SETTING``)
+LIVE_NOW = re.compile(r"现在|目前|当前|此刻|此时|这会儿|眼下|实时|"
+                      r"\b(?:right\s+now|currently|at\s+the\s+moment|at\s+present|as\s+of\s+now)\b", re.IGNORECASE)
+#: what a document says about a metric rather than its reading: "目前 CPU 告警阈值是多少" is a documents question
+SETTING = re.compile(r"阈值|告警|报警|警报|门限|上限|下限|间隔|周期|策略|配置|设置|规则|保留|默认|"
+                     r"\b(?:thresholds?|alerts?|alarms?|limits?|polic(?:y|ies)|intervals?|settings?|"
+                     r"config(?:ured|uration)?|rules?|retention|defaults?)\b", re.IGNORECASE)
+#: a question whether something happens or happened on the machine (an error, a crash, a restart, an
+#: OOM: "最近有没有 OOM", "nginx 有没有报错", "redis 今天重启了吗", "did the backup fail last night?", "is
+#: nginx down?", "any errors recently?"): the documents say how things are set up, not what happened, so
+#: it is never ``missing_term`` (no tool reads it: the general route says what the agent can do), unless
+#: it asks what to do or what something means (``HOW_TO``: "nginx 报错 502 怎么办")
+MACHINE_STATE = re.compile(
+    r"(?:有没有|是否有?|有无|是不是)[^，,。？?]{0,8}?(?:报错|出错|错误|异常|告警|报警|宕机|挂|崩溃|重启|OOM|oom|失败|超时|丢包|断开|掉线)|"
+    r"(?:报错|出错|宕机|挂|崩溃|重启|OOM|oom|失败|超时|丢包|掉线)了?(?:吗|没有?)|"
+    r"\b(?:any|(?:is|are|was|were)\s+there(?:\s+any)?)\s+(?:\w+\s+){0,2}?(?:errors?|exceptions?|crash(?:es)?|restarts?|"
+    r"ooms?|failures?|timeouts?|alerts?)\b|"
+    r"^\W*(?:did|has|have|is|was|are|were)\b[^?？]*\b(?:crash(?:ed)?|fail(?:ed)?|restart(?:ed)?|down|oom(?:-?killed)?)\b",
+    re.IGNORECASE)
+HOW_TO = re.compile(r"怎么办|怎么解决|怎么处理|如何|怎么|为什么|什么意思|是什么|"
+                    r"\b(?:how\s+(?:do|to|can|should)|what\s+(?:should|to\s+do|does|is)|why)\b", re.IGNORECASE)
+
+
+def about_the_machine(text: str) -> bool:
+    """``text`` asks what happens or happened on the machine (``MACHINE_STATE``), not what to do (``HOW_TO``);
+    of a long message only ``intents.parsed_part``, as the intents."""
+    text = parsed_part(text)
+    return MACHINE_STATE.search(text) is not None and HOW_TO.search(text) is None
+
+
+def live_reading(text: str, tool_intents: list[str]) -> bool:
+    """A metric or port question about the machine now (``LIVE_NOW``, no ``SETTING``): it keeps its tool
+    (the clock alone is left to the usual test: "目前夜间备份几点运行" asks the documents)."""
+    text = parsed_part(text)
+    return bool(set(tool_intents) - {"clock"}) and LIVE_NOW.search(text) is not None and SETTING.search(text) is None
+
+
 class Focus(str):
     """The text whose key terms a quoted passage must hold (the question, or a follow-up's own words),
     with ``rarest``: those of its terms the user's documents hold the fewest times (``rarest_terms``),
-    one of which a quoted passage must hold when the text names nothing (``names``). A plain str
-    works as a focus too (no rarest term known)."""
+    one of which a quoted passage must hold when the text names nothing (``names``), and ``beside``:
+    when it names something, the rarest of its other key terms that the documents hold, one of which a
+    quoted passage must hold beside the names ("redis 连接超时怎么办": 超时, so "Redis 的端口是 6380" is not
+    quoted). A plain str works as a focus too (no rarest term known)."""
     rarest: frozenset[str] = frozenset()
+    beside: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -307,24 +358,41 @@ async def doc_freqs(source: Any, user_id: str, terms: Iterable[str]) -> dict[str
     return await asyncio.to_thread(count)
 
 
-async def rarest_terms(source: Any, user_id: str, terms: Iterable[str]) -> frozenset[str]:
-    """Of ``terms`` (``_is_rare_candidate``), those the user's documents hold in the fewest passages
-    (by document frequency, ``doc_freqs``: "sla" in no passage, "deploy" in none, "kafka"); a CJK pair
-    in no passage is left out (a pair across two words, 夜间备份 -> 间备, says nothing missing)."""
-    df = await doc_freqs(source, user_id, [t for t in terms if _is_rare_candidate(t)])
-    known = {t: n for t, n in (df or {}).items() if n or not _CJK.match(t)}
+def _rarest(df: dict[str, int], held: bool = False) -> frozenset[str]:
+    """Of the terms of ``df`` ({term: passages holding it}), those in the fewest passages; a CJK pair in
+    no passage is left out, and with ``held`` every term in none."""
+    known = {t: n for t, n in df.items() if n or not (held or _CJK.match(t))}
     if not known:
         return frozenset()
     low = min(known.values())
     return frozenset(t for t, n in known.items() if n == low)
 
 
+async def rarest_terms(source: Any, user_id: str, terms: Iterable[str]) -> frozenset[str]:
+    """Of ``terms`` (``_is_rare_candidate``), those the user's documents hold in the fewest passages
+    (by document frequency, ``doc_freqs``: "sla" in no passage, "deploy" in none, "kafka"); a CJK pair
+    in no passage is left out (a pair across two words, 夜间备份 -> 间备, says nothing missing)."""
+    df = await doc_freqs(source, user_id, [t for t in terms if _is_rare_candidate(t)])
+    return _rarest(df or {})
+
+
 async def focus_of(source: Any, user_id: str, text: str, terms: Iterable[str] | None = None) -> Focus:
     """``text`` as a ``Focus``: its rarest term(s) among ``terms`` (default: its ``key_terms``), not
-    counting the kind of answer it asks for (``ANSWER_KIND``: "which hosts", "what port")."""
+    counting the kind of answer it asks for (``ANSWER_KIND``: "which hosts", "what port"), and when it
+    names something (``names``), the rarest of the other terms that the documents hold (``beside``; a
+    term no passage holds is not asked for, and an ops noun counts in either language,
+    ``distill.other_language``: "port" of "What is the port of Redis?" is held by "Redis 的端口是 6380")."""
     focus = Focus(text)
     kind = {t for m in ANSWER_KIND.finditer(text) for t in _terms(m.group(1))} | REFERRING_TERMS
-    focus.rarest = await rarest_terms(source, user_id, set(key_terms(text) if terms is None else terms) - kind)
+    wanted = {t for t in set(key_terms(text) if terms is None else terms) - kind if _is_rare_candidate(t)}
+    named = set(names(text)) if wanted else set()
+    df = await doc_freqs(source, user_id, wanted) or {}
+    focus.rarest = _rarest(df)
+    if named:
+        beside = _rarest({t: n for t, n in df.items() if t not in named}, held=True)
+        # (in either language: "port" of "What is the port of Redis?" is held by "Redis 的端口是 6380")
+        other = other_language(" ".join(words_for(text, beside))) if beside else ""
+        focus.beside = beside | {t for t in _terms(other) if _is_word(t) and _is_rare_candidate(t)}
     return focus
 
 
@@ -347,12 +415,16 @@ def statement_items(text: str) -> list[tuple[str, str]]:
     """What the user memory does with the message when every sentence of it is a fact or preference
     it keeps (``distill_rules``: (kind, text)) or takes something back (``takes_back``: ("forget",
     what) or ("no longer", "<subject> is <value>")), nothing else asked: those, the kept ones first;
-    else []."""
+    else []. Each sentence is tested on its own: one may give two items ("生产数据库是 db-prod-1，备份在
+    杭州机房", ``distill._statements``), and one that takes something back ("日志服务器不是 log-1 了") makes
+    the message no question, so it is never answered from the user memory (``offline``: only a message
+    with no item is)."""
     parts = sentences(text)
     if not parts or len(parts) > MAX_ITEMS_PER_MESSAGE:      # (more sentences than items are ever kept)
         return []
-    items = distill_rules(text) + takes_back(text)
-    return items if len(items) == len(parts) else []
+    if not all(distill_rules(part) or takes_back(part) for part in parts):
+        return []
+    return distill_rules(text) + takes_back(text)
 
 
 def covered(terms: set[str], passage: str) -> int:
@@ -382,9 +454,10 @@ async def decide(text: str, messages: list[dict[str, Any]], source: Any, user_id
         return Route("knowledge", "keyword", f"the message mentions {m.group(0)!r}", _query(text) or text,
                      await focus_of(source, user_id, text))
     if tool_intents:
-        if OUTRANKED.issuperset(tool_intents) and not COMMAND.match(text):
+        if OUTRANKED.issuperset(tool_intents) and not COMMAND.match(text) and not live_reading(text, tool_intents):
             asked = match_terms(parsed_part(text), request=True)
-            if any(map(_is_word, asked)):          # "那过期时间呢？" after a documents answer: no clock reading
+            # "那过期时间呢？" after a documents answer: no clock reading; a port check is never a follow-up
+            if "network_check" not in tool_intents and any(map(_is_word, asked)):
                 route = await _follow_up(source, user_id, text, messages, remembered, asked)
                 if route is not None:
                     return route
@@ -398,8 +471,9 @@ async def decide(text: str, messages: list[dict[str, Any]], source: Any, user_id
     route = await _follow_up(source, user_id, text, messages, remembered)
     if route is not None:
         return route
-    route = await _strong_match(source, user_id, text, match_terms(text), " of the message",
-                                named=names(text), question=not remembered and QUESTION.search(text) is not None)
+    question = not remembered and QUESTION.search(text) is not None
+    route = await _strong_match(source, user_id, text, match_terms(text), " of the message", named=names(text),
+                                question=question, missing=question and not about_the_machine(text))
     return route or Route("general", "default", "no document mention and no strong match")
 
 
@@ -435,15 +509,19 @@ async def _follow_up(source: Any, user_id: str, text: str, messages: list[dict[s
 
 
 async def _strong_match(source: Any, user_id: str, text: str, terms: set[str], of: str, *,
-                        named: dict[str, str] | None = None, question: bool = False) -> Route | None:
+                        named: dict[str, str] | None = None, question: bool = False,
+                        missing: bool = False) -> Route | None:
     """The ``strong_match`` route when the best passage for ``text`` holds at least ``STRONG_SHARE`` of
     the ``match_terms`` ``terms``, among them at least ``STRONG_MIN_TERMS`` words (``_is_word``: of
     Chinese, character pairs), and what the message is about: every one of the ``named`` names
     (``names``), or without any, one of the rarest of ``terms`` (``rarest_terms``). A best passage
     holding every name routes there without the share ("What is the port of Redis?" over Chinese
-    documents), when it is a ``question`` (not answered by the user memory); such a question whose best
-    passage holds its share but not what it is about, or that names something, gets the
-    ``missing_term`` route: the answer says the documents have nothing about it. Else None."""
+    documents), when it is a ``question`` (not answered by the user memory); with names, the passage must
+    also hold one of ``Focus.beside`` (the rarest of the other key terms the documents hold: 超时 of
+    "redis 连接超时怎么办"). A question the documents could answer (``missing``: not one about what
+    happens on the machine, ``about_the_machine``) whose best passage holds its share but not what it is
+    about, or that names something, gets the ``missing_term`` route: the answer says the documents have
+    nothing about it. Else None."""
     named = named or {}
     if sum(map(_is_word, terms)) < STRONG_MIN_TERMS and not named:
         return None
@@ -451,18 +529,20 @@ async def _strong_match(source: Any, user_id: str, text: str, terms: set[str], o
     focus = await focus_of(source, user_id, text, terms)
     if not hits:
         return Route("knowledge", "missing_term", f"no passage holds {', '.join(named.values())}", _query(text),
-                     focus) if named and question else None
+                     focus) if named and missing else None
     best = hits[0]
     holds = set(analyze(best.text + " " + " ".join(best.location.get("heading", []))))
     held = terms & holds
     shared = sum(map(_is_word, held)) >= STRONG_MIN_TERMS and len(held) >= STRONG_SHARE * len(terms)
     absent = [w for t, w in named.items() if t not in holds] if named else \
         words_for(text, focus.rarest - holds) if focus.rarest and not focus.rarest & holds else []
+    if named and not absent and focus.beside and not focus.beside & holds:
+        absent = words_for(text, focus.beside)      # (the names, but not what about them: 超时 of "redis 连接超时")
     if not absent and (shared or (named and question)):
         why = f"holds {len(held)} of the {len(terms)} search terms{of}" if shared else \
             f"holds {', '.join(dict.fromkeys(named.values()))}, named in the message"
         return Route("knowledge", "strong_match", f"{best.citation} {why}", text, focus)
-    if question and (shared or named):
+    if missing and (shared or named):
         return Route("knowledge", "missing_term",
                      f"{best.citation} holds {len(held)} of the {len(terms)} search terms{of}, not "
                      f"{', '.join(repr(w) for w in absent)}", _query(text), focus)

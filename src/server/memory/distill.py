@@ -21,7 +21,12 @@ says which path gave the items (``SOURCE_MODEL`` or ``SOURCE_RULES``, an item's 
 A sentence that takes something back is never kept either (``takes_back``): a request to forget
 ("Please forget that my home address is ...", "Don't remember that ...", "别记住…", "忘掉…") and a
 statement that a value no longer holds ("The prod DB host is not db-prod-41 anymore", "… is no
-longer …", "数据库不在杭州了"); ``retracts`` says which stored items such a sentence names.
+longer …", "数据库不在杭州了", "日志服务器不是 log-1 了": a Latin value may stand between spaces);
+``retracts`` says which stored items such a sentence names. A correction in one sentence ("... is not
+db-prod-41 anymore, it is db-prod-43", "日志服务器不是 log-1 了，换成 log-2 了") is a fact about what the
+old statement is about (``_correction``), so it replaces it. A Chinese change of any noun to an
+identifier is kept ("跳板机换成 jump-2 了", ``_zh_noun_change``), and a fact of several statements about
+different things is kept as those statements ("生产数据库是 db-prod-1，备份在杭州机房", ``_statements``).
 """
 from __future__ import annotations
 
@@ -252,8 +257,8 @@ _ZH_MOVE_VERBS = ("迁移到", "迁移至", "迁到", "迁至", "迁往", "搬�
 _ZH_CHANGE_VERBS = ("改成", "改为", "改到", "换成", "换为", "换到", "变成", "变为", "更新为", "更新成", "调整为", "调整成",
                     "切换到", "切换成", "切到", "升级到", "升级为")
 _ZH_CHANGED = re.compile(r"^\s*(?:(?:我们|咱们|我|他们)?把)?(?P<subject>[^，,。；;\s]{1,24}?)(?:从[^，,。；;\s]{1,16}?)?"
-                         rf"(?P<verb>{_alternatives(_ZH_MOVE_VERBS + _ZH_CHANGE_VERBS)})(?P<done>了)?(?P<value>[^，,。！!\s]+?)"
-                         r"(?P<end>了)?\s*[。.!！]?\s*$")
+                         rf"(?P<verb>{_alternatives(_ZH_MOVE_VERBS + _ZH_CHANGE_VERBS)})(?P<done>了)?\s*(?P<value>[^，,。！!\s]+?)"
+                         r"(?:\s*(?P<end>了))?\s*[。.!！]?\s*$")     # (a Latin value between spaces: "换成 log-2 了")
 _ZH_NAMED = re.compile(r"(?:名|名字|名称|姓名|称呼|昵称|职位|职务|岗位|职称|头衔|角色)$")
 #: what a Chinese change is about when it is a system setting ("生产数据库改成上海了")
 _ZH_SYSTEM = re.compile(r"数据库|服务器|主机|集群|机房|端口|地址|域名|节点|实例|环境|区域|地域|账号|用户名|版本|路径|目录|"
@@ -280,9 +285,29 @@ _LANGUAGES = {
     "arabic": ("arabic", "阿拉伯语"), "vietnamese": ("vietnamese", "越南语"), "dutch": ("dutch",), "hindi": ("hindi",),
 }
 _LANGUAGE_OF = {name: language for language, names in _LANGUAGES.items() for name in names}
+#: the words that switch the answers to a language: "用/使用英文", and "(把回答)改成/换成/改用/改为/切换到英文"
+_ZH_SWITCH_TO = ("用", "使用", "改成", "换成", "改用", "换用", "改为", "换为", "切换成", "切换到", "切换为", "切成", "切到")
+_EN_ANSWERS = r"(?:(?:the|your|all|my)\s+)*(?:answers?|replies|reply|responses?|output|(?:answer\s+|reply\s+)?language)"
 _ANSWER_LANGUAGE = re.compile(
     r"\b(?:answer|reply|respond|write|talk|speak)\s+(?:(?:to\s+)?me\s+)?(?:only\s+)?in\s+(?P<name>[A-Za-z]+)|"
-    rf"(?:用|使用)(?P<zh>{_alternatives(n for n in _LANGUAGE_OF if not n.isascii())})", re.IGNORECASE)
+    rf"\b(?:switch|change|set|turn)\s+{_EN_ANSWERS}(?:\s+(?:back|over))?\s+(?:to|into)\s+(?P<switched>[A-Za-z]+)|"
+    rf"(?:{_alternatives(_ZH_SWITCH_TO)})(?P<zh>{_alternatives(n for n in _LANGUAGE_OF if not n.isascii())})", re.IGNORECASE)
+
+
+#: switching the answers to a language is a preference too: "把回答改成英文", "回复换成中文",
+#: "switch the answers to English", "change your replies to Chinese" (not "把这段话改成英文": a translation)
+_ZH_LANGUAGE_NAMES = _alternatives(n for n in _LANGUAGE_OF if not n.isascii())
+_PREFERENCE.append(re.compile(
+    rf"(?:回答|回复|答复|输出|语言)[^，,。！？!?\s]{{0,6}}?(?:{_alternatives(_ZH_SWITCH_TO[2:])})(?:用)?(?:{_ZH_LANGUAGE_NAMES})|"
+    rf"\b(?:switch|change|set|turn)\s+{_EN_ANSWERS}(?:\s+(?:back|over))?\s+(?:to|into)\s+"
+    rf"(?:{_alternatives(n for n in _LANGUAGE_OF if n.isascii())})\b", re.IGNORECASE))
+
+
+def _language_named(m: re.Match[str]) -> str:
+    """The language name an ``_ANSWER_LANGUAGE`` match gives."""
+    return (m.group("name") or m.group("switched") or m.group("zh")).casefold()
+
+
 #: a negation before the request, in its clause: "Never answer in French", "I don't want you to
 #: reply in English"; in Chinese just before it ("不要用英文回答", "以后别再用英文回复"; not
 #: "特别是…都用中文回答")
@@ -297,7 +322,7 @@ def _language_key(text: str) -> str | None:
     about that language, so it leaves the positive one alone. "不要用英文，用中文回答" is positive."""
     negative = None
     for m in _ANSWER_LANGUAGE.finditer(text):
-        language = _LANGUAGE_OF.get((m.group("name") or m.group("zh")).casefold())
+        language = _LANGUAGE_OF.get(_language_named(m))
         if language is None:
             continue
         if not _NEGATION.search(_CLAUSE_END.split(text[:m.start()])[-1]):
@@ -331,6 +356,9 @@ def _about(kind: str, text: str) -> tuple[str, str | None] | None:
         return None if key is None else (key, None)
     if _CALL_ME.match(text):
         return "fact:call me", None
+    corrected = _correction(text)              # "... is not db-prod-41 anymore, it is db-prod-43"
+    if corrected is not None:
+        return None if corrected[0] is None else (corrected[0], corrected[2])
     m = _SUBJECT_VALUE.match(text)
     if m is not None:
         key = _en_key(m.group("subject"))
@@ -506,11 +534,68 @@ def _change(text: str) -> tuple[str | None, str, str] | None:
     subject = m.group("subject")
     if not (m.group("done") or m.group("end") or _ZH_NOW.search(subject)):
         return None
-    verb, value = m.group("verb"), m.group("value")
+    value = m.group("value")
+    verb = _zh_change_verb(m.group("verb"), subject, value)
+    return _zh_key(subject, verb), f"{subject}{verb}{value}", value
+
+
+def _zh_change_verb(verb: str, subject: str, value: str) -> str:
+    """What a Chinese change is about: where the subject is (在) for a move, or for 改成/换成 a value of
+    Chinese words unless the subject is a name or a title; else what it is (是)."""
     located = verb in _ZH_MOVE_VERBS or (
         _CJK_ONLY.match(value) is not None and not _ZH_NAMED.search(_ZH_NOW.sub("", subject)))
-    verb = "在" if located else "是"
-    return _zh_key(subject, verb), f"{subject}{verb}{value}", value
+    return "在" if located else "是"
+
+
+#: a Chinese change or correction is kept whatever noun its subject is ("跳板机换成 jump-2 了",
+#: "堡垒机换成bastion-2了") when its value is an identifier (it holds a Latin letter or a digit); with a
+#: value of Chinese words the subject must be a system thing (``_ZH_SYSTEM``: "生产数据库改成上海了";
+#: "天气变成晴天了" is kept by nothing). Never a person doing something ("他把车换成宝马了") or a pronoun.
+_ZH_ACTOR = re.compile(r"[把被将让给]|^(?:我|你|您|他|她|它|咱|这|那)")
+_IDENTIFIER = re.compile(r"[A-Za-z0-9]")
+
+
+def _zh_noun_change(subject: str, value: str) -> bool:
+    """``subject`` changed to (or no longer is) ``value`` is a fact to keep (``_ZH_ACTOR``, ``_IDENTIFIER``)."""
+    subject = _ZH_POSSESSIVE.sub("", _ZH_NOW.sub("", subject))
+    if not subject or _ZH_ACTOR.search(subject) or _zh_key(subject, "是") is None:
+        return False
+    return _IDENTIFIER.search(value) is not None or _ZH_SYSTEM.search(subject) is not None
+
+
+#: a correction in one sentence: a value that no longer holds, then the one that does: "The prod DB
+#: host is not db-prod-41 anymore, it is db-prod-43", "... is no longer db-prod-41, it's db-prod-43
+#: now", "日志服务器不是 log-1 了，换成 log-2 了", "日志服务器不是 log-1 了，现在是 log-2", "数据库不在杭州了，
+#: 迁到上海了". It is about what "<subject> is <new value>" is about, so it replaces the older statement
+#: (``_correction``); the old value needs no taking back.
+_EN_CORRECTION = re.compile(
+    rf"^\s*{_SUBJECT}\s+(?:(?:is|are)\s+no\s+longer|(?:is|are)\s+not|isn['’]t|aren['’]t)\s+(?P<old>[^\s,;]+?)"
+    r"(?:\s+any\s?(?:more|longer))?\s*[,;]\s*(?:(?:but|and|so)\s+)?(?:now\s+)?"
+    r"(?:(?:it|they|he|she)\s+(?:is|are)|(?:it|he|she)['’]s|they['’]re)\s+(?:now\s+)?(?P<value>[^\s,;]+?)(?:,?\s+now)?\s*[.!]?\s*$",
+    re.IGNORECASE)
+_ZH_CORRECTION = re.compile(
+    r"^\s*(?P<subject>[^，,。；;\s]{1,24}?)(?:已经|现在|目前)?(?:不再|不)(?:是|在)\s*(?P<old>[^，,。！!\s]+?)(?:\s*了)?"
+    r"\s*[，,；;]\s*(?:而|现在|目前|如今|已经|现已|已)*\s*"
+    rf"(?:(?P<verb>是|在)|(?P<change>{_alternatives(_ZH_MOVE_VERBS + _ZH_CHANGE_VERBS)})了?)"
+    r"\s*(?P<value>[^，,。！!\s]+?)(?:\s*了)?\s*[。.!！]?\s*$")
+
+
+def _correction(text: str) -> tuple[str | None, str, str] | None:
+    """A one-sentence correction (``_EN_CORRECTION``, ``_ZH_CORRECTION``): (its subject key, "<subject>
+    is <new value>", the new value), or None; the key is None when it is nothing to keep (a pronoun,
+    "我不是张三了，是李四"; a Chinese one as ``_zh_noun_change`` says)."""
+    m = _EN_CORRECTION.match(text)
+    if m is not None:
+        said = f"{m.group('subject')} is {m.group('value')}"
+        kept = is_fact(said) or _SYSTEM_FACT.search(said) is not None
+        return (_en_key(m.group("subject")) if kept else None), said, m.group("value")
+    m = _ZH_CORRECTION.match(text)
+    if m is None:
+        return None
+    subject, value = m.group("subject"), m.group("value")
+    verb = m.group("verb") or _zh_change_verb(m.group("change"), subject, value)
+    key = _zh_key(subject, verb) if _zh_noun_change(subject, value) else None
+    return key, f"{subject}{verb}{value}", value
 
 
 #: what "记住" may lead into and be dropped from although it is no fact by itself: "<system thing>是/在
@@ -567,7 +652,7 @@ _NO_LONGER = re.compile(
     rf"^\s*{_SUBJECT}\s+(?:(?:is|are)\s+no\s+longer|(?:(?:is|are)\s+not|isn['’]t|aren['’]t)(?=.*\bany\s?(?:more|longer)\b))"
     r"\s+(?P<value>[^\s,;]+?(?:\s+[^\s,;]+?){0,5}?)(?:\s+any\s?(?:more|longer))?\s*[.!]?\s*$", re.IGNORECASE)
 _ZH_NO_LONGER = re.compile(r"^\s*(?P<subject>[^，,。；;\s]{1,24}?)(?P<now>已经|现在|目前)?(?P<neg>不再|不)(?P<verb>是|在)\s*"
-                           r"(?P<value>[^，,。！!\s]+?)(?P<end>了)?\s*[。.!！]?\s*$")
+                           r"(?P<value>[^，,。！!\s]+?)(?:\s*(?P<end>了))?\s*[。.!！]?\s*$")   # ("不是 log-1 了")
 
 
 def _taken_back(sentence: str) -> tuple[str, str] | None:
@@ -585,7 +670,8 @@ def _taken_back(sentence: str) -> tuple[str, str] | None:
         if m is None or not (m.group("now") or m.group("end") or m.group("neg") == "不再") or \
                 _zh_key(m.group("subject"), m.group("verb")) is None:
             return None
-        said = f"{m.group('subject')}{m.group('verb')}{m.group('value')}"
+        gap = " " if m.start("value") > m.end("verb") else ""          # ("不是 log-1 了": "是 log-1")
+        said = f"{m.group('subject')}{m.group('verb')}{gap}{m.group('value')}"
     if any(p.search(sentence) for p in _QUESTION) or _CONDITIONAL.match(sentence) or \
             any(p.search(sentence) for p in _NOT_STATED):
         return None                               # (asked, supposed, hedged or someone else's)
@@ -635,7 +721,7 @@ _HAN = re.compile(r"[\u4e00-\u9fff]")
 
 def _answer_languages(text: str) -> set[str]:
     """The languages answers are asked in by ``text`` ("answer in Chinese", "用中文回答")."""
-    return {_LANGUAGE_OF.get((m.group("name") or m.group("zh")).casefold(), "") for m in _ANSWER_LANGUAGE.finditer(text)} - {""}
+    return {_LANGUAGE_OF.get(_language_named(m), "") for m in _ANSWER_LANGUAGE.finditer(text)} - {""}
 
 
 def retracts(taken: tuple[str, str]) -> Callable[[str, str], bool]:
@@ -725,18 +811,46 @@ def classify(sentence: str) -> str | None:
         return "preference"
     if _CONDITIONAL.match(s) or any(p.search(s) for p in _NOT_STATED):
         return None
+    corrected = _correction(s)      # "... is not db-prod-41 anymore, it is db-prod-43": what the new value is
+    if corrected is not None:
+        return "fact" if corrected[0] is not None else None
     if is_fact(s) or _SYSTEM_FACT.search(s) or _zh_system_statement(s) or _kept_statement(s) is not None:
         return "fact"                           # (what the user asked to keep is a fact: "keep in mind that ...")
     changed = _change(s)            # "The prod DB host changed to db-prod-43": a fact when "... is ..." is one
     if changed is not None and changed[0] is not None and \
             (is_fact(changed[1]) or _SYSTEM_FACT.search(changed[1]) or _ZH_SYSTEM.search(changed[1])):
         return "fact"
+    m = _ZH_CHANGED.match(s)        # "跳板机换成 jump-2 了": any noun subject with an identifier (_zh_noun_change)
+    if changed is not None and changed[0] is not None and m is not None and _zh_noun_change(m.group("subject"), changed[2]):
+        return "fact"
     return None
+
+
+#: where a kept fact is cut into its statements (``_statements``): a comma or semicolon between clauses
+_CLAUSE_SPLIT = re.compile(r"\s*[，；;]\s*|,\s+")
+
+
+def _statements(kind: str, text: str) -> list[str]:
+    """A kept fact that is several statements joined by commas, each "<subject> is/是/在 <value>" about a
+    thing of its own ("生产数据库是 db-prod-1，备份在杭州机房", "My son is 5, my daughter is 3"), as
+    those statements, so a later statement about one of them replaces that one alone ("生产数据库现在是
+    db-prod-2" leaves "备份在杭州机房"); anything else (a clause without its own subject: "…，不是杭州",
+    "…，它的端口是 5432", "…, port 5432"; a one-sentence correction) as it is."""
+    if kind != "fact" or _correction(text) is not None:
+        return [text]
+    parts = [p for p in _CLAUSE_SPLIT.split(text.rstrip("。.!！ ")) if p]
+    if len(parts) < 2 or len(parts) > MAX_ITEMS_PER_MESSAGE:
+        return [text]
+    keys = [_about("fact", p) for p in parts]
+    if any(k is None for k in keys) or len({k[0] for k in keys if k is not None}) < len(parts):
+        return [text]
+    return parts
 
 
 def distill_rules(text: str) -> list[tuple[str, str]]:
     """(kind, text) of the durable statements of one user message, in order, at most
-    ``MAX_ITEMS_PER_MESSAGE`` (a sentence that takes something back is none: ``takes_back``)."""
+    ``MAX_ITEMS_PER_MESSAGE`` (a sentence that takes something back is none: ``takes_back``; a fact
+    of several statements about different things is those statements: ``_statements``)."""
     out: list[tuple[str, str]] = []
     for s in sentences(text):
         if len(s) > MAX_STATEMENT_CHARS:
@@ -746,10 +860,10 @@ def distill_rules(text: str) -> list[tuple[str, str]]:
             continue
         kind = classify(plain) or (classify(s) if plain != s else None)   # (what "记住" asked to keep)
         if kind is not None:
-            out.append((kind, _clip(plain)))
+            out += [(kind, _clip(part)) for part in _statements(kind, plain)]
         if len(out) >= MAX_ITEMS_PER_MESSAGE:
             break
-    return out
+    return out[:MAX_ITEMS_PER_MESSAGE]
 
 
 def parse_model_answer(answer: str) -> list[tuple[str, str]] | None:
