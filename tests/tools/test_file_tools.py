@@ -198,7 +198,8 @@ async def test_hostile_paths(root, tmp_path, tool, key):
         ("/dev/zero", "path '/dev/zero' is under /dev, a pseudo filesystem that is never readable"),
         ("/sys/kernel", "path '/sys/kernel' is under /sys, a pseudo filesystem that is never readable"),
         ("/" + "a" * 9999, "argument '" + key + "': expected at most 4096 characters, got 10000"),
-        ("missing.txt", "no such file" + (" or directory" if tool != "read_file" else "") + ": 'missing.txt'"),
+        ("missing.txt", "no such file" + (" or directory" if tool != "read_file" else "") + ": 'missing.txt'"
+         + (f" (looked for under {root})" if tool != "list_dir" else "")),
     ]
     for path, message in cases:
         status, d = await run(tools, tool, **{key: path}, **extra)

@@ -515,6 +515,8 @@ _ERRORS_ZH: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [(re.
      lambda m: f"{_MISSING_ZH[m['kind']]}：“{m['p']}”（查找了：{m['roots']}）"),     # (a miss naming the roots searched)
     (r"(?P<kind>no such (?:file or directory|file|log file)): '(?P<p>.*)'",
      lambda m: f"{_MISSING_ZH[m['kind']]}：“{m['p']}”"),
+    (r"'(?P<p>.*)' is ambiguous: it is found as (?P<where>.*); give the full path",
+     lambda m: f"“{m['p']}”有多个同名的文件或目录：{m['where']}；请给出完整路径"),
     (r"(?P<tool>\w+) is disabled: no (?P<what>.+?) are configured on the server \((?P<key>[\w.]+)\)",
      lambda m: f"{m['tool']} 未启用：服务器没有配置{_what(m)}（{m['key']}）"),
     (r"permission denied (?P<verb>reading|listing) '(?P<p>.*)'",

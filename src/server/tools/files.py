@@ -1,4 +1,5 @@
-"""The read-only file browsing tools: ``list_dir`` and ``read_file``, under ``tools.file_roots``.
+"""The read-only file browsing tools: ``list_dir`` and ``read_file``, under ``tools.file_roots`` (read_file
+and search_files also under ``tools.log_roots``, looked in after the file roots: ``file_policy``).
 
 Paths go through ``server.tools.paths`` (the same checks as read_log). list_dir never follows a
 symlink, hides secret-looking names (counted in ``hidden``) and leaves out the server's own data
@@ -64,8 +65,19 @@ CUT_REDACT_MARGIN = 4096     # characters past what is shown of a cut line that 
 _PURPOSE = "read_file reads regular text files only"
 
 
+# the file tools that also look under (and read in) ``tools.log_roots``, after ``tools.file_roots``: a log
+# read_log tails ("tail app.log") is found by its name for a search or a read too ("app.log 里有没有 ERROR")
+LOG_ROOT_TOOLS = ("read_file", "search_files")
+
+
 def file_policy(cfg: ToolsConfig, tool: str, protected: tuple[Protected, ...] = ()) -> PathPolicy:
-    return PathPolicy(tuple(cfg.file_roots), "file directories", "tools.file_roots", tool, protected)
+    """The roots of a file tool: ``tools.file_roots`` (none: the tool is disabled); for ``LOG_ROOT_TOOLS``
+    then ``tools.log_roots``, whose files read_log reads already. A relative name is looked for under
+    each in order; one found as two different entries is refused as ambiguous, and a miss names the
+    roots looked under (``PathPolicy.explain``)."""
+    fallback = tuple(cfg.log_roots) if tool in LOG_ROOT_TOOLS else ()
+    return PathPolicy(tuple(cfg.file_roots), "file directories", "tools.file_roots", tool, protected,
+                      fallback=fallback, explain=tool in LOG_ROOT_TOOLS)
 
 
 def iso_mtime(ts: float) -> str:

@@ -4,7 +4,12 @@ A ``PathPolicy`` holds the allowlisted roots of one tool family and turns a clie
 real path of an existing file or directory, or raises ToolFailure with a precise message:
 
 - empty paths, NUL bytes, paths over ``MAX_PATH_CHARS`` and ``..`` components are refused as given;
-- relative paths are looked up under each root in order; absolute paths must be under a root;
+- relative paths are looked up under each root in order; absolute paths must be under a root. A
+  policy may have ``fallback`` roots, looked in after its own (read_file and search_files: the log
+  roots after the file roots) and allowed like them, and may ``explain`` its relative lookups: a name
+  found under two roots as two different entries is then refused as ambiguous (naming both) instead
+  of the first being taken, and a miss names the roots looked under
+  ("no such file: 'app.log' (looked for under /srv, /var/log)");
 - the real path (every symlink resolved) must lie inside the real path of a root;
 - pseudo filesystems (/proc, /sys, /dev) are never readable, whatever the roots say;
 - files whose name looks like a secret (``.env``, ``*.pem``, ``id_*``, ``*.key``, ``shadow``,
@@ -162,9 +167,18 @@ class PathPolicy:
     setting: str            # the config key, for the "disabled" message
     tool: str               # the tool name, for the "disabled" message
     protected: tuple[Protected, ...] = ()   # the server's own data: never readable, even under a root
+    # roots looked in (and allowed) after ``roots``; the tool is still disabled when ``roots`` is empty
+    fallback: tuple[str, ...] = ()
+    # relative lookups: an ambiguous name is refused (naming its matches) rather than the first taken,
+    # and a miss names the roots looked under
+    explain: bool = False
+
+    def all_roots(self) -> list[str]:
+        """``roots`` then ``fallback``, each once, as configured."""
+        return list(dict.fromkeys((*self.roots, *self.fallback)))
 
     def real_roots(self) -> list[str]:
-        return [real_path(r, r) for r in self.roots]
+        return [real_path(r, r) for r in self.all_roots()]
 
     def guard(self) -> Guard:
         return Guard(self.protected)
@@ -199,7 +213,7 @@ class PathPolicy:
                 raise ToolFailure(f"path '{path}' is under {pseudo}, a pseudo filesystem that is never readable")
         roots = self.real_roots()
         candidates = [path] if os.path.isabs(path) else [os.path.join(r, path) for r in roots]
-        for candidate in candidates:
+        for i, candidate in enumerate(candidates):
             # before any existence check: whether a file exists in the server's data is not told either
             self.protected_check(path, os.path.normpath(candidate), guard)
             real = real_path(candidate, path)
@@ -214,10 +228,39 @@ class PathPolicy:
             if os.path.lexists(candidate):
                 self.secret_check(path, os.path.normpath(candidate), real)
                 self.secret_check(real)
+                if self.explain and not os.path.isabs(path):
+                    self._refuse_ambiguous(path, real, candidates[i + 1:], roots, guard)
                 return real
         if os.path.isabs(path) or not any(os.path.lexists(c) for c in candidates):
+            if self.explain and not os.path.isabs(path):
+                raise ToolFailure(f"{missing}: '{path}' (looked for under {', '.join(self.all_roots())})")
             raise ToolFailure(f"{missing}: '{path}'")
         raise ToolFailure(f"path '{path}' resolves outside the allowed {self.what}")
+
+    def _refuse_ambiguous(self, path: str, real: str, later: list[str], roots: list[str], guard: Guard) -> None:
+        """Raise when the relative ``path``, found at ``real``, is also another entry under a later root
+        (``later``: its candidates there). A candidate the tool would refuse (the server's data, out of the
+        roots, a pseudo filesystem, a secret name) is no match, and is not told about either. The same
+        entry reached through two roots (overlapping roots) is one match."""
+        found = [real]
+        for candidate in later:
+            if guard.covering(os.path.normpath(candidate)) is not None or not os.path.lexists(candidate):
+                continue
+            try:
+                other = os.path.realpath(candidate)
+            except OSError:
+                continue
+            if (other in found or _pseudo(other) or not any(_inside(other, r) for r in roots)
+                    or guard.covering(other) is not None):
+                continue
+            try:
+                self.secret_check(path, os.path.normpath(candidate), other)
+                self.secret_check(other)
+            except ToolFailure:
+                continue
+            found.append(other)
+        if len(found) > 1:
+            raise ToolFailure(f"'{path}' is ambiguous: it is found as {', '.join(found)}; give the full path")
 
 
 def describe_kind(mode: int) -> str:

@@ -71,9 +71,9 @@ DESCRIPTIONS = {
     "clock": "Current date and time of the server, with its timezone and UTC.",
     "list_dir": "List a directory under the server's allowed file directories: name, type, size, modified time. "
                 "Read-only; secret-looking files are hidden.",
-    "read_file": "Read lines of a text file under the server's allowed file directories (binary files and "
+    "read_file": "Read lines of a text file under the server's allowed file and log directories (binary files and "
                  "secret files are refused; long files are paged with offset).",
-    "search_files": "Search text files under the server's allowed file directories for a string or RE2 regular "
+    "search_files": "Search text files under the server's allowed file and log directories for a string or RE2 regular "
                     "expression (like grep): returns matching lines with file and line number.",
     "search_knowledge": SEARCH_KNOWLEDGE_DESCRIPTION,
     "offer_download": offer.DESCRIPTION,

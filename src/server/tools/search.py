@@ -1,4 +1,5 @@
-"""The ``search_files`` tool: a read-only grep over one file or a directory tree under ``tools.file_roots``.
+"""The ``search_files`` tool: a read-only grep over one file or a directory tree under ``tools.file_roots`` (then
+``tools.log_roots``: ``files.file_policy``).
 
 Patterns are matched by RE2 (``google-re2``), whose matching time is linear in the input: a
 catastrophic pattern such as ``(a+)+$`` cannot stall the search, and constructs RE2 does not
