@@ -69,9 +69,13 @@ RULES: list[tuple[str, list[tuple[re.Pattern[str], float]]]] = [
                  (_p(r"\bsearch\b.*\b(history|conversations?|chats?)\b"), 1.0),
                  (_p(r"(之前|以前|上次|刚才|曾经).*(问|聊|说|提|讨论)|(问过|聊过|说过|提到过|讨论过)"), 1.0),
                  (_p(r"搜索.*(历史|记录|对话)|历史记录|聊天记录"), 1.0)]),
-    ("clock", [(_p(r"\bwhat time\b|\b(current )?time is it\b|\bdate\b|\bwhat day\b|\btoday\b|\bclock\b|"
+    # "today" / 今天 asks the date only about the day itself ("what's today?", "今天几号", "今天是什么日子",
+    # "today?"): "did the backup fail today?", "今天备份失败了吗" ask what happened, which no clock answers
+    ("clock", [(_p(r"\bwhat time\b|\b(current )?time is it\b|\bdate\b|\bwhat day\b|\bclock\b|"
+                   r"\bwhat(?:['’]s|\s+is)\s+today\b|^\W*today\W*$|"
                    r"(?<!much )(?<!long )\btime\b(?!\s*out)"), 1.0),      # ("how much time": a duration)
-               (_p(r"几点|(?<!运行)(?<!启动)(?<!长)(?<!多少)时间|日期|几号|星期几|周几|今天"), 1.0)]),   # (多长时间: a duration)
+               (_p(r"几点|(?<!运行)(?<!启动)(?<!长)(?<!多少)时间|日期|几号|星期几|周几|礼拜几|"
+                   r"今天(?:是)?(?:什么日子|哪一?天|几月几|多少号)|^[\s?？!！。.,，]*今天[\s?？!！。.,，]*$"), 1.0)]),   # (多长时间: a duration)
     ("help", [(_p(r"^\s*(hi|hello|hey|help|\?|good\s+(?:morning|afternoon|evening)|are\s+you\s+there|who\s+are\s+you)"
                   r"\s*[!.?]*\s*$|\bwhat can you do\b|\bhelp\b|\bcapabilit|\bwho are you\b"), 1.0),
               (_p(r"^\s*(你好|您好|嗨|帮助|在吗|在不在|在么|早上好|早安|上午好|中午好|下午好|晚上好|嗯+|[?？]+)\s*"

@@ -4,7 +4,10 @@ A knowledge answer quotes only passages that hold at least one key term of the q
 (``key_terms``: no stopword, no word naming the documents, no word that only asks) and what it is
 about (as in ``knowledge_route``'s rule 4: every name, else one of the rarest terms, ``Focus.rarest``); when none holds a key
 term it says the documents have nothing about it, when some do but none what it is about, that
-they have nothing about that ("nothing about “deployments”", 知识库里没有找到关于“Kafka”的内容。). A
+they have nothing about that ("nothing about “deployments”", 知识库里没有找到关于“Kafka”的内容。),
+naming only what no passage found holds (held apart: "nothing that mentions both"); it follows what
+the route decided (``Focus.decided``), and notes the names a quoted text lacks ("(The text quoted
+does not mention “SSL”.)"). A
 passage text is quoted once (a file uploaded twice); passages of one file uploaded several times
 (one citation in one collection: a personal vpn.md and a group's vpn.md are two files) are quoted
 the most recently uploaded first, each citation followed by its document's upload time; a group's
@@ -22,8 +25,8 @@ import re
 import unicodedata
 from typing import Any, Iterable
 
-from server.agent.knowledge_route import (ANSWER_HEAD_EN, ANSWER_HEAD_ZH, CITATION, Route, key_terms, names,
-                                          words_for)
+from server.agent.knowledge_route import (ANSWER_HEAD_EN, ANSWER_HEAD_ZH, CITATION, Route, beside_names, coverage,
+                                          held_names, holds_the_rest, key_terms, names, words_for)
 from server.agent.transcript import SEARCH_KNOWLEDGE, UNREADABLE_TEXT
 from server.memory.analyze import analyze
 
@@ -123,21 +126,59 @@ def _nothing(zh: bool, words: list[str] | None = None) -> str:
     return f"I found nothing about {', '.join(shown[:-1]) + ' or ' if len(shown) > 1 else ''}{shown[-1]} in your documents."
 
 
+def _text(p: dict[str, Any]) -> str:
+    """What a passage holds: its text and its citation (the file and its headings)."""
+    return str(p.get("text", "")) + " " + str(p.get("citation", ""))
+
+
 def _holds(p: dict[str, Any]) -> set[str]:
-    return set(analyze(str(p.get("text", "")) + " " + str(p.get("citation", ""))))
+    return set(analyze(_text(p)))
+
+
+def _has(p: dict[str, Any], word: str, named: dict[str, str]) -> bool:
+    """The passage holds ``word``: a name of ``named`` as ``held_names`` says, another word by its terms."""
+    if word in named.values():
+        return word in held_names({t: w for t, w in named.items() if w == word}, _text(p))
+    terms = {t for t in analyze(word)}
+    return bool(terms) and terms <= _holds(p)
+
+
+def _together(zh: bool, words: list[str]) -> str:
+    """The documents hold each of ``words`` somewhere, but no passage holds them together."""
+    if zh:
+        return f"知识库里没有找到同时提到{'和'.join(f'“{w}”' for w in words)}的内容。"
+    shown = [f"“{w}”" for w in words]
+    both = "both " if len(shown) == 2 else "all of " if len(shown) > 2 else ""
+    return f"I found nothing in your documents that mentions {both}{', '.join(shown[:-1]) + ' and ' if len(shown) > 1 else ''}" \
+        f"{shown[-1]}."
+
+
+def _not_mentioned(zh: bool, words: list[str]) -> str:
+    """The note after quoted passages that do not hold ``words`` (names of the question)."""
+    if zh:
+        return f"（以上内容未提到{'、'.join(f'“{w}”' for w in words)}。）"
+    shown = [f"“{w}”" for w in words]
+    return f"(The text quoted does not mention {', '.join(shown[:-1]) + ' or ' if len(shown) > 1 else ''}{shown[-1]}.)"
 
 
 def answer(call: Any, zh: bool, focus: str, uploaded: dict[str, str] | None = None) -> tuple[str, list[dict[str, Any]]]:
     """The offline answer quoting the best passages, and the citations it carries. Only the passages
     holding one of ``focus``'s ``key_terms`` (the question's, or a follow-up's own) and what it is
-    about are quoted: every name it names (``names``: SLA, Kafka, db-prod-01) or, naming none, one of
-    its rarest terms (``Focus.rarest``). "and its port?" quotes the passage about the port, not the one
-    the previous answer quoted again, and a passage that merely says "this page documents ..." or
-    shares "payments" with "What is the SLA of the payments API?" is not quoted. None holding a key
-    term: the documents have nothing about it; some, but none what it is about: nothing about that
-    ("I found nothing about “SLA” in your documents."). A text is quoted once; passages of one file
-    uploaded several times (``uploaded``: their upload times, ``upload_times``) are quoted the newest
-    first, each with its upload time; a group's passage names its group."""
+    about are quoted: every name it names (``names``: SLA, Kafka, db-prod-01; ``held_names``: a piece
+    of an identifier, the "db" of db-prod-01, is no "DB") or, naming none, one of its rarest terms
+    (``Focus.rarest``). "and its port?" quotes the passage about the port, not the one the previous
+    answer quoted again, and a passage that merely says "this page documents ..." or shares "payments"
+    with "What is the SLA of the payments API?" is not quoted. What the route decided is followed
+    (``Focus.decided``): "nothing" says the documents have nothing about what it found missing
+    (``Focus.absent``; one a passage found holds is never named: that none holds them together, else
+    the passages are judged as below), "quote" quotes the passage it judged (``Focus.best``) and notes
+    the names it lacks. Else, no passage holding every name: one no passage found holds leaves only a
+    passage holding everything else asked (``holds_the_rest``; none: "I found nothing about “SLA” in
+    your documents.", naming only what no passage holds); with every name held somewhere, the passages
+    holding the most of what was asked (``coverage``) are quoted, with a note of the names they lack.
+    None holding a key term: the documents have nothing about it. A text is quoted once; passages of
+    one file uploaded several times (``uploaded``: their upload times, ``upload_times``) are quoted the
+    newest first, each with its upload time; a group's passage names its group."""
     uploaded = uploaded or {}
     found = passages_of(call)
     if not found and call.status != "success":
@@ -147,20 +188,50 @@ def answer(call: Any, zh: bool, focus: str, uploaded: dict[str, str] | None = No
         return ("请告诉我要在知识库里查找什么。" if zh else "Tell me what to look for in your documents."), []
     named, rarest = names(focus), set(getattr(focus, "rarest", ()))
     beside = set(getattr(focus, "beside", ()))       # (with names: one of these too, 超时 of "redis 连接超时怎么办")
+    unknown = set(getattr(focus, "unknown", ()))
+    decided, best = getattr(focus, "decided", ""), getattr(focus, "best", "")
     found = [p for p in found if terms & _holds(p)]
+    if decided == "nothing" and getattr(focus, "absent", ()):
+        absent = list(focus.absent)                  # type: ignore[attr-defined]
+        held = {w for w in absent if any(_has(p, w, named) for p in found)}
+        if not held:
+            return _nothing(zh, absent), []
+        unheld = [w for w in absent if w not in held]
+        together = list(dict.fromkeys([*named.values(), *absent]))
+        if named and any(all(_has(p, w, named) for w in together) for p in found):
+            together += [w for w in words_for(focus, beside) if w not in together]   # (the names, not 超时 with them)
+        if named and not any(all(_has(p, w, named) for w in together) for p in found):
+            return (_nothing(zh, unheld) if unheld else _together(zh, together)), []
     if not found:                                    # (say what was asked about: "nothing about “OOM”")
-        return _nothing(zh, list(dict.fromkeys(named.values())) or None), []
+        return _nothing(zh, [w for w in dict.fromkeys(named.values()) if w in unknown]
+                        or list(dict.fromkeys(named.values())) or None), []
+    note: list[str] = []
     if named:
-        about = [p for p in found if set(named) <= _holds(p) and (not beside or beside & _holds(p))]
+        every = list(dict.fromkeys(named.values()))
+        about = [p for p in found if set(every) <= held_names(named, _text(p)) and (not beside or beside & _holds(p))]
+        if not about:
+            nowhere = [w for w in every if not any(_has(p, w, named) for p in found)]
+            chosen = [p for p in found if p.get("citation") == best] if decided == "quote" else []
+            if chosen:       # (a passage holding every name and more of the question first: "nginx 监听哪个端口？")
+                more = beside_names(focus, named)
+                about = [p for p in found if set(every) <= held_names(named, _text(p)) and more & _holds(p)] or chosen
+            elif nowhere:                            # (a name no passage found holds: the rest, or nothing)
+                about = [p for p in found if holds_the_rest(focus, named, nowhere, _text(p))]
+                if not about:
+                    return _nothing(zh, [w for w in nowhere if w in unknown] or nowhere), []
+            else:                                    # (each name somewhere: the passages holding the most)
+                most = max(coverage(focus, named, _text(p)) for p in found)
+                about = [p for p in found if coverage(focus, named, _text(p)) == most]
+            held_by = set().union(*(held_names(named, _text(p)) for p in about))
+            note = [w for w in every if w not in held_by]
     else:
         about = [p for p in found if rarest & _holds(p)] if rarest else found
-    if not about:
-        seen = set().union(*map(_holds, found))
-        missing = [named[t] for t in named if t not in seen] if named else words_for(focus, rarest - seen)
-        return _nothing(zh, missing or words_for(focus, (set(named) | beside) if named else rarest)), []
+        if not about:
+            seen = set().union(*map(_holds, found))
+            return _nothing(zh, words_for(focus, rarest - seen) or None), []
     found = _distinct(about, uploaded)
-    best = found[0].get("score") or 0
-    quoted = [p for p in found[:QUOTE_TOP] if (p.get("score") or 0) >= 0.5 * best] or found[:1]
+    top = found[0].get("score") or 0
+    quoted = [p for p in found[:QUOTE_TOP] if (p.get("score") or 0) >= 0.5 * top] or found[:1]
     documents = [_document(p) for p in quoted]
     dated = {p["doc_id"]: uploaded[p["doc_id"]] for p in quoted
              if documents.count(_document(p)) > 1 and p.get("doc_id") in uploaded}
@@ -173,6 +244,8 @@ def answer(call: Any, zh: bool, focus: str, uploaded: dict[str, str] | None = No
         block = "\n".join("> " + line if line.strip() else ">" for line in text.splitlines())
         newest = n == 0 or _document(quoted[n - 1]) != _document(p)
         parts.append(f"{block}\n\n{_source_line(p, dated, newest, zh)}")
+    if note:
+        parts.append(_not_mentioned(zh, note))
     return "\n\n".join(parts), [cite(p) for p in quoted]
 
 

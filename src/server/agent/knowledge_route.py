@@ -40,9 +40,15 @@ Rule (offline agent), first match wins:
    that only ask, ``ASKED``: "how many", 多少, 什么, 意思, "fix", "value"), among them at least 2 words
    (``_is_word``; of Chinese, character pairs without a function character: 缓存, 过期, not 的过), and
    what the message is about: every name it names (``names``: SLA, API, Kafka, db-prod-01, any ASCII
-   word of a Chinese message) or, naming none, one of its rarest terms (``rarest_terms``: the fewest
+   word of a Chinese message; ``held_names``: a piece of an identifier is no name, db-prod-01 holds no
+   "DB", payment-api no "API") or, naming none, one of its rarest terms (``rarest_terms``: the fewest
    passages of the user's documents hold it; not the kind of answer asked for, "which hosts") ->
-   knowledge. A question whose best passage holds every name it names is one too, without the share
+   knowledge. A name the best passage lacks refuses only when no passage of the documents holds it
+   (``Focus.unknown``) and the best passage does not hold everything else the question asks
+   (``holds_the_rest``): "How often are the SSL certificates renewed?" quotes "TLS certificates are
+   renewed by certbot every 60 days", "What is the SLA of the payments API?" does not; a name some
+   other passage holds ("Sunday" of "Where do the PagerDuty alerts go on Sunday?") leaves the passage
+   with the share quoted. The answer notes the names the quoted text lacks. A question whose best passage holds every name it names is one too, without the share
    ("What is the port of Redis?" over Chinese documents). With names, what it is about is also one of
    the rarest of its other key terms that the documents hold (``Focus.beside``, an ops noun in either
    language: "port" is held by 端口): "redis 连接超时怎么办" is not about "Redis 的端口是 6380" (超时).
@@ -51,7 +57,9 @@ Rule (offline agent), first match wins:
    get the general route's "cannot handle" and what the agent can do) whose best passage holds the share
    but not what it is about, or that names something no best passage holds -> knowledge, and the
    answer says what the documents have nothing about ("What is the SLA of the payments API?" -> I
-   found nothing about “SLA” in your documents.).
+   found nothing about “SLA” in your documents.), never naming a word a passage found holds: those
+   held apart are "nothing that mentions both “redis” and “超时”". The route's decision is kept in
+   its ``Focus`` (``decided``, ``best``, ``absent``, ``lacking``) and the answer follows it.
 5. otherwise general (``default``; ``no_documents`` when the user can see no document).
 
 Every turn records ``{"route", "method", "reason", "query"?}`` in its context metadata (``route``).
@@ -148,6 +156,7 @@ FOLLOW_UP_MAX_CJK = 16
 STRONG_SHARE = 0.6
 STRONG_MIN_TERMS = 2
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
 ANSWER_HEAD_EN, ANSWER_HEAD_ZH = "From your documents:", "知识库中的相关内容："
 
 
@@ -196,9 +205,22 @@ class Focus(str):
     one of which a quoted passage must hold when the text names nothing (``names``), and ``beside``:
     when it names something, the rarest of its other key terms that the documents hold, one of which a
     quoted passage must hold beside the names ("redis 连接超时怎么办": 超时, so "Redis 的端口是 6380" is not
-    quoted). A plain str works as a focus too (no rarest term known)."""
+    quoted). A plain str works as a focus too (no rarest term known).
+
+    ``unknown``: the names (as written) that no passage of the user's documents holds (``doc_freqs``
+    0: "SLA", "Kafka"; not "PagerDuty" nor "Sunday" when some passage has them), the only names an
+    answer may say the documents have nothing about. What the route decided (``_strong_match``):
+    ``decided`` "quote" (the best passage answers: ``best``, its citation, is quoted, and ``lacking``,
+    the names it does not hold, are noted) or "nothing" (the answer says the documents have nothing
+    about ``absent``; when a passage found holds them, that none holds them together); "" when the
+    route looked at no passage (``keyword``, ``follow_up``: the answer judges the passages found)."""
     rarest: frozenset[str] = frozenset()
     beside: frozenset[str] = frozenset()
+    unknown: frozenset[str] = frozenset()
+    decided: str = ""
+    best: str = ""
+    lacking: tuple[str, ...] = ()
+    absent: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -341,6 +363,92 @@ def _starts_sentence(text: str, at: int) -> bool:
     return i < 0
 
 
+#: a joined token (db-prod-01, payment-api, bk-3.internal, 02:30): its pieces are no words of their own
+#: (``held_names``): "db" of db-prod-01 is no "DB", "api" of payment-api no "API"
+_JOINED = re.compile(r"[A-Za-z0-9]+(?:[-_.:/][A-Za-z0-9]+)+", re.ASCII)
+_JOINERS = re.compile(r"[-_.:/]")
+
+
+def held_names(named: dict[str, str], text: str) -> set[str]:
+    """The names of ``named`` ({term: word as written}, ``names``) that ``text`` (a passage) holds: an
+    identifier (db-prod-01) every one of its terms; any other name one of its terms ("DB": db or
+    database) in a word of its own, or written exactly as the question writes it inside a joined token
+    ("Kafka" of "Kafka-based"), or an ops noun in the other language (``distill.other_language``: "DB"
+    by 数据库). A piece of an identifier is no standalone name: db-prod-01 holds no "DB", payment-api
+    no "API"."""
+    words = set(named.values())
+    if not words:
+        return set()
+    every, alone = set(analyze(text)), set(analyze(_JOINED.sub(" ", text)))
+    pieces = {piece for m in _JOINED.finditer(text) for piece in _JOINERS.split(m.group())}
+    out = set()
+    for word in words:
+        terms = _terms(word)
+        if _JOINED.fullmatch(word) is not None:
+            held = bool(terms) and terms <= every
+        else:
+            translated = {t for t in _terms(other_language(word)) if _is_word(t)}   # ("DB": 数据库)
+            held = bool(terms & alone) or word in pieces or (bool(translated) and translated <= alone)
+        if held:
+            out.add(word)
+    return out
+
+
+def _asked_words(text: str, named: dict[str, str]) -> tuple[set[str], list[str]]:
+    """What ``text`` asks about beyond its names: (its English key terms, its CJK runs), without the
+    words that only ask (``ASKED``), name the documents (``ROUTING``) or say the kind of answer wanted
+    (``ANSWER_KIND``)."""
+    asked = ASKED.sub(" ", search_query(text))
+    kind = {t for m in ANSWER_KIND.finditer(asked) for t in _terms(m.group(1))} | REFERRING_TERMS
+    skip = kind.union(*(_terms(w) for w in named.values()))
+    english = {t for t in _terms(_CJK_RUN.sub(" ", asked)) if t not in skip}
+    return english, _CJK_RUN.findall(asked)
+
+
+def _cjk_held(run: str, holds: set[str]) -> bool:
+    """Every content character of the CJK ``run`` is in a character pair ``holds`` has that is a word
+    (``_is_word``: 发布回滚 by 发布 and 回滚; 集群的密码 not by 密码 alone), or, a character with no word
+    pair around it, held by itself."""
+    for i, ch in enumerate(run):
+        if ch in CJK_STOP_CHARS:
+            continue
+        pairs = [p for p in (run[i - 1:i + 1] if i else "", run[i:i + 2]) if len(p) == 2 and _is_word(p)]
+        if not (any(p in holds for p in pairs) if pairs else ch in holds):
+            return False
+    return True
+
+
+def holds_the_rest(text: str, named: dict[str, str], without: Iterable[str], passage: str) -> bool:
+    """``passage`` holds everything ``text`` asks about but the names ``without``: its other names
+    (``held_names``), each of its other English key terms and every content character of its Chinese
+    (``_cjk_held``). "How often are the SSL certificates renewed?" and "TLS certificates are renewed
+    by certbot every 60 days": yes, but for SSL; "What is the SLA of the payments API?" and a log of
+    "payment-api": no (no standalone API); "Kafka 集群的密码是什么？" and "密码由 Vault 管理": no (集群)."""
+    without = set(without)
+    others = {t: w for t, w in named.items() if w not in without}
+    if set(others.values()) - held_names(others, passage):
+        return False
+    holds = set(analyze(passage))
+    english, runs = _asked_words(text, named)
+    return english <= holds and all(_cjk_held(run, holds) for run in runs)
+
+
+def beside_names(text: str, named: dict[str, str]) -> set[str]:
+    """The key terms of ``text`` beyond its names, in either language (``distill.other_language``:
+    "nginx 监听哪个端口？" -> 监听, 端口 and port)."""
+    other = {t for t in _terms(other_language(text)) if _is_word(t)}
+    return (key_terms(text) | other) - set(named)
+
+
+def coverage(text: str, named: dict[str, str], passage: str) -> int:
+    """How much of what ``text`` asks about ``passage`` holds: its names (``held_names``), English key
+    terms and CJK word pairs."""
+    holds = set(analyze(passage))
+    english, runs = _asked_words(text, named)
+    pairs = {run[i:i + 2] for run in runs for i in range(len(run) - 1) if _is_word(run[i:i + 2])}
+    return len(held_names(named, passage)) + len(english & holds) + len(pairs & holds)
+
+
 async def doc_freqs(source: Any, user_id: str, terms: Iterable[str]) -> dict[str, int] | None:
     """{term: how many passages of the documents ``user_id`` can read hold it} (the statistics the
     search weighs terms with: their collections only), or None when ``source`` cannot tell."""
@@ -381,13 +489,19 @@ async def focus_of(source: Any, user_id: str, text: str, terms: Iterable[str] | 
     counting the kind of answer it asks for (``ANSWER_KIND``: "which hosts", "what port"), and when it
     names something (``names``), the rarest of the other terms that the documents hold (``beside``; a
     term no passage holds is not asked for, and an ops noun counts in either language,
-    ``distill.other_language``: "port" of "What is the port of Redis?" is held by "Redis 的端口是 6380")."""
+    ``distill.other_language``: "port" of "What is the port of Redis?" is held by "Redis 的端口是 6380");
+    ``unknown``: the names no passage holds any term of."""
     focus = Focus(text)
     kind = {t for m in ANSWER_KIND.finditer(text) for t in _terms(m.group(1))} | REFERRING_TERMS
     wanted = {t for t in set(key_terms(text) if terms is None else terms) - kind if _is_rare_candidate(t)}
-    named = set(names(text)) if wanted else set()
-    df = await doc_freqs(source, user_id, wanted) or {}
+    named_words = names(text) if wanted else {}
+    named = set(named_words)
+    counted = await doc_freqs(source, user_id, wanted | named)
+    df = {t: n for t, n in (counted or {}).items() if t in wanted}
     focus.rarest = _rarest(df)
+    if counted is not None:      # (names in no passage: no term of theirs is held anywhere)
+        focus.unknown = frozenset(w for w in set(named_words.values())
+                                  if not any(counted.get(t) for t, v in named_words.items() if v == w))
     if named:
         beside = _rarest({t: n for t, n in df.items() if t not in named}, held=True)
         # (in either language: "port" of "What is the port of Redis?" is held by "Redis 的端口是 6380")
@@ -513,36 +627,63 @@ async def _strong_match(source: Any, user_id: str, text: str, terms: set[str], o
                         missing: bool = False) -> Route | None:
     """The ``strong_match`` route when the best passage for ``text`` holds at least ``STRONG_SHARE`` of
     the ``match_terms`` ``terms``, among them at least ``STRONG_MIN_TERMS`` words (``_is_word``: of
-    Chinese, character pairs), and what the message is about: every one of the ``named`` names
-    (``names``), or without any, one of the rarest of ``terms`` (``rarest_terms``). A best passage
-    holding every name routes there without the share ("What is the port of Redis?" over Chinese
-    documents), when it is a ``question`` (not answered by the user memory); with names, the passage must
-    also hold one of ``Focus.beside`` (the rarest of the other key terms the documents hold: 超时 of
-    "redis 连接超时怎么办"). A question the documents could answer (``missing``: not one about what
-    happens on the machine, ``about_the_machine``) whose best passage holds its share but not what it is
-    about, or that names something, gets the ``missing_term`` route: the answer says the documents have
-    nothing about it. Else None."""
+    Chinese, character pairs), and what the message is about: without ``named`` names (``names``), one
+    of the rarest of ``terms`` (``rarest_terms``); with names, every one of them (``held_names``: a piece
+    of an identifier is no standalone name) and one of ``Focus.beside`` (the rarest of the other key
+    terms the documents hold: 超时 of "redis 连接超时怎么办"). A best passage holding every name routes
+    there without the share ("What is the port of Redis?" over Chinese documents), when it is a
+    ``question`` (not answered by the user memory). A name the best passage lacks does not refuse by
+    itself: one some passage of the documents holds ("Sunday" of "Where do the PagerDuty alerts go on
+    Sunday?") leaves the passage with the share quoted (``Focus.lacking`` noted); one no passage holds
+    (``Focus.unknown``: "SSL", "SLA") too when the passage with the share holds everything else the
+    question asks (``holds_the_rest``: "How often are the SSL certificates renewed?"), else the
+    question gets the ``missing_term`` route and the answer says the documents have nothing about it
+    ("What is the SLA of the payments API?" -> I found nothing about “SLA” in your documents.). So does
+    a question the documents could answer (``missing``: not one about what happens on the machine,
+    ``about_the_machine``) whose best passage holds its share but not what it is about, or that names
+    something its best passage lacks without the share. What was decided is kept in the focus
+    (``Focus.decided``) for the answer to follow. Else None."""
     named = named or {}
     if sum(map(_is_word, terms)) < STRONG_MIN_TERMS and not named:
         return None
     hits = await source.search(user_id, text, 1)
     focus = await focus_of(source, user_id, text, terms)
     if not hits:
-        return Route("knowledge", "missing_term", f"no passage holds {', '.join(named.values())}", _query(text),
-                     focus) if named and missing else None
+        if not (named and missing):
+            return None
+        focus.decided, focus.absent = "nothing", tuple(w for w in dict.fromkeys(named.values()) if w in focus.unknown)
+        return Route("knowledge", "missing_term", f"no passage holds {', '.join(named.values())}", _query(text), focus)
     best = hits[0]
-    holds = set(analyze(best.text + " " + " ".join(best.location.get("heading", []))))
+    passage = best.text + " " + " ".join(best.location.get("heading", []))
+    holds = set(analyze(passage))
     held = terms & holds
     shared = sum(map(_is_word, held)) >= STRONG_MIN_TERMS and len(held) >= STRONG_SHARE * len(terms)
-    absent = [w for t, w in named.items() if t not in holds] if named else \
-        words_for(text, focus.rarest - holds) if focus.rarest and not focus.rarest & holds else []
-    if named and not absent and focus.beside and not focus.beside & holds:
-        absent = words_for(text, focus.beside)      # (the names, but not what about them: 超时 of "redis 连接超时")
-    if not absent and (shared or (named and question)):
+    focus.best = best.citation
+    lacking: list[str] = []
+    refused = False          # (what the question is about is in no passage: say so, quote nothing)
+    if named:
+        have = held_names(named, passage)
+        lacking = [w for w in dict.fromkeys(named.values()) if w not in have]
+        unknown = [w for w in lacking if w in focus.unknown]
+        if unknown and not (shared and holds_the_rest(text, named, unknown, passage)):
+            absent, refused = unknown, True
+        elif not lacking and focus.beside and not focus.beside & holds:
+            absent, refused = words_for(text, focus.beside), True   # (the names, not what about them: 超时)
+        else:
+            absent = lacking
+    else:
+        absent = words_for(text, focus.rarest - holds) if focus.rarest and not focus.rarest & holds else []
+        refused = bool(absent)
+    if not refused and (shared or (named and question and not absent)):
         why = f"holds {len(held)} of the {len(terms)} search terms{of}" if shared else \
             f"holds {', '.join(dict.fromkeys(named.values()))}, named in the message"
+        if absent:
+            why += f"; not {', '.join(repr(w) for w in absent)}, " + \
+                ("which no passage holds" if set(absent) <= focus.unknown else "held elsewhere")
+        focus.decided, focus.lacking = "quote", tuple(absent)
         return Route("knowledge", "strong_match", f"{best.citation} {why}", text, focus)
     if missing and (shared or named):
+        focus.decided, focus.absent = "nothing", tuple(absent)
         return Route("knowledge", "missing_term",
                      f"{best.citation} holds {len(held)} of the {len(terms)} search terms{of}, not "
                      f"{', '.join(repr(w) for w in absent)}", _query(text), focus)

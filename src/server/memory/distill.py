@@ -893,26 +893,87 @@ SOURCE_RULES = "rules"
 
 
 def _unstated(sentence: str) -> bool:
-    """A sentence the user does not state as true, by the rules' tests (``classify``): a question or
-    a request to be told, or -- unless it asks for a lasting way of answering -- a conditional or
-    hypothesis, a hedge, a request to check something or what someone else said."""
+    """A sentence (or clause) the user does not state as true, by the rules' tests (``classify``): a
+    question or a request to be told, or -- unless it asks for a lasting way of answering -- a
+    conditional or hypothesis, a hedge, a request to check something or what someone else said."""
+    return _unstated_as(sentence) is not None
+
+
+def _unstated_as(sentence: str) -> str | None:
+    """Why ``_unstated``: "question" (asked, or a request to be told: it says nothing of what follows
+    it), "scope" (a conditional, a hedge, a request to check, hearsay: what follows in the sentence is
+    supposed, hedged or someone else's too, ``_SCOPED``), or None (stated)."""
     plain = _plain(sentence)
     if _taken_back(plain) is not None:           # (kept: the learning drops what it takes back)
-        return False
+        return None
     if any(p.search(_ZH_INDEFINITE.sub("", plain)) for p in _QUESTION):
-        return True
+        return "question"
     if any(p.search(plain) for p in _PREFERENCE):
-        return False
-    return bool(_CONDITIONAL.match(plain) or any(p.search(plain) for p in _NOT_STATED))
+        return None
+    return "scope" if _CONDITIONAL.match(plain) or any(p.search(plain) for p in _NOT_STATED) else None
+
+
+#: where ``model_source`` cuts a sentence into clauses: a Chinese comma, a semicolon, a colon (before a
+#: space: not 02:30 nor http://) and an English comma before "but" ("I wonder why, but the host is db-1")
+_SOURCE_CLAUSE = re.compile(r"\s*[，；;：]\s*|:\s+|,\s*(?=(?:but|yet|though|however)\b)", re.IGNORECASE)
+#: a clause that turns from what the clause before said ("but ...", "但是…"): out of its scope
+_CONTRAST = re.compile(r"^(?:but|yet|though|however|但是|但|不过|可是|然而|只是)(?:[\s,，]+|(?=[\u4e00-\u9fff]))",
+                       re.IGNORECASE)
+#: the separators after which a hedge, a conditional or hearsay no longer holds (a new clause of its
+#: own: "Bob said the host is x; the port is 5432" states the port), unless ``_CONTRAST`` does it
+_SCOPE_ENDS = frozenset(";；")
+
+
+def _stated_clauses(sentence: str) -> list[str]:
+    """The clauses of a sentence that does not end in a question mark that the user states as true
+    (``_SOURCE_CLAUSE``, ``_unstated_as``): a question or a request to be told drops only itself
+    ("我不知道为什么，但是主库是 db-7。" keeps "主库是 db-7。", "How we deploy: the deploy host is
+    deploy-3." keeps "The deploy host is deploy-3."); a conditional, a hedge or hearsay also drops the
+    clauses after it up to a semicolon or a clause that turns from it ("but", 但是: "I wonder why, but
+    the prod DB host is db-prod-44."), so "如果主库是 db-9，端口就是 5433。" and "老王说：主库是 db-7。"
+    keep nothing. Every clause stated: the sentence as it is; a question ("…, is it db-1?"): []."""
+    end = sentence.rstrip()[-1:]
+    if end in ("?", "？"):
+        return [] if _unstated(sentence) else [sentence]
+    parts, seps, at = [], [], 0
+    for m in _SOURCE_CLAUSE.finditer(sentence):
+        parts.append(sentence[at:m.start()])
+        seps.append(m.group())
+        at = m.end()
+    parts.append(sentence[at:])
+    kept: list[str] = []
+    scoped = False
+    for n, part in enumerate(parts):
+        turned = _CONTRAST.match(part.strip())
+        clause = part.strip()[turned.end():] if turned else part.strip()
+        if n and (turned or seps[n - 1].strip() in _SCOPE_ENDS):
+            scoped = False
+        why = _unstated_as(clause) if clause else "question"
+        if why == "scope":
+            scoped = True
+        if why is None and not scoped:
+            kept.append(clause)
+    if len(kept) == len(parts):
+        return [sentence]
+    terminal = end if end in ".。!！" else ""
+    out = []
+    for clause in kept:
+        clause = clause.rstrip(" ,，")
+        if clause[-1:] not in ".。!！" and terminal:
+            clause += terminal
+        out.append(clause[0].upper() + clause[1:] if clause[:1].isascii() else clause)
+    return out
 
 
 def model_source(text: str) -> str:
-    """What of a user message the summary model is asked to distill: its sentences without those the
+    """What of a user message the summary model is asked to distill: its sentences without what the
     user does not state as true (``_unstated``: "Is the staging host stage-9?", "If my DB host is
     db-9, ...", "I think the port is 5433", "Bob said the VPN gateway is vpn-x"), which the model
-    would otherwise restate as facts; "" when none is left. A sentence over ``MAX_STATEMENT_CHARS``
-    is not classified and is kept."""
-    kept = [s for s in sentences(text) if len(s) > MAX_STATEMENT_CHARS or not _unstated(s)]
+    would otherwise restate as facts; "" when none is left. A sentence is judged by its clauses
+    (``_stated_clauses``): one that asks or hedges in passing keeps what it states ("I wonder why, but
+    the prod DB host is db-prod-44." -> "The prod DB host is db-prod-44."). A sentence over
+    ``MAX_STATEMENT_CHARS`` is not classified and is kept."""
+    kept = [c for s in sentences(text) for c in ([s] if len(s) > MAX_STATEMENT_CHARS else _stated_clauses(s))]
     return "\n".join(kept)
 
 
