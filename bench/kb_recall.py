@@ -209,7 +209,7 @@ def main() -> None:
     ap.add_argument("--docs-per-file", type=int, default=8)
     ap.add_argument("--scale", type=int, nargs="*", default=[10_000],
                     help="synthetic index sizes for the query speed (default 10000; 1000000 needs ~7 GB "
-                         "and minutes of CPU, so it runs only when named)")
+                         "and minutes of CPU, so it runs only when named; 0, or --scale alone, skips it)")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--chunk-chars", type=int, default=40, help="characters of a synthetic chunk")
     ap.add_argument("--big-mb", type=float, default=8.0, help="size of the one-document ingest test")
@@ -224,7 +224,7 @@ def main() -> None:
         asyncio.run(split_recall(args.path, args.docs_per_file, cfg, not args.no_rerank))
     else:
         asyncio.run(recall(args.path, args.docs_per_file, args.big_mb, cfg, not args.no_rerank))
-    speed(args.scale, args.queries, args.chunk_chars, not args.no_rerank)
+    speed([n for n in args.scale if n > 0], args.queries, args.chunk_chars, not args.no_rerank)
 
 
 if __name__ == "__main__":
