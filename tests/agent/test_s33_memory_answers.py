@@ -1,8 +1,8 @@
 """The offline agent's answers from what the user stated (server.agent.memory_answers), session 33:
 
 * the rules run on the event loop every offline turn: a message of the window is distilled once
-  (memoized, bounded), a message of more than 8 sentences (or over 4,000 characters) is skipped as
-  ``knowledge_route.statement_items`` skips it, and a window whose messages are not memoized yet
+  (memoized, bounded), a message counts with its first 8 statements, as the memory layer learns
+  them (one over 4,000 characters is skipped), and a window whose messages are not memoized yet
   (after a restart) is distilled in a worker thread;
 * the items are ranked by how exactly they answer: "what is the host of service billing?" is answered
   by "The host of service billing is ..." first, not by a sibling fact stated later.
@@ -57,13 +57,16 @@ def statements(tag: str, n: int) -> str:
 
 
 # -- 1. the loop: the sentence bound, the memo, the worker thread --------------------------------------------
-def test_a_message_of_more_than_8_sentences_is_skipped_as_statement_items_skips_it(distilled):
+def test_a_message_of_more_than_8_sentences_counts_with_its_first_8_statements(distilled):
     nine, eight = statements("alpha", 9), statements("beta", 8)
-    assert len(nine) < 4000                             # (short: only the sentence bound skips it)
-    question = "what is the host of service alpha5?"
-    assert memory_answers.answer(question, window(nine, question), zh=False) is None
-    assert nine not in distilled                        # not distilled at all
-    question = "what is the host of service beta5?"     # 8 sentences: at the bound, still read
+    assert len(nine) < 4000                             # (short: the 4,000-character bound does not skip it)
+    question = "what is the host of service alpha5?"     # 9 sentences: its first 8 statements count, as the
+    assert memory_answers.answer(question, window(nine, question), zh=False).splitlines()[:2] == \
+        ["From what you told me earlier:", f"- The host of service alpha5 is node-5.internal.{HERE}"]
+    question = "what is the host of service alpha9?"     # ... memory layer learns them (distill_rules): not the 9th
+    assert "node-9.internal" not in memory_answers.answer(question, window(nine, question), zh=False)
+    assert len(distilled[nine]) == 1                     # distilled once (the memo)
+    question = "what is the host of service beta5?"
     assert memory_answers.answer(question, window(eight, question), zh=False).splitlines()[:2] == \
         ["From what you told me earlier:", f"- The host of service beta5 is node-5.internal.{HERE}"]
     assert len(distilled[eight]) == 1

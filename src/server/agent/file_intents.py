@@ -78,14 +78,33 @@ def zh_number(text: str) -> int | None:
 def arabic_numbers(text: str) -> str:
     """``text`` with the Chinese numerals of counts and positions in digits: "内存占用前三的进程" ->
     "内存占用前3的进程", "最后二十行" -> "最后20行", "第五到第十行" -> "第5到第10行". A lone "一" before 个/条
-    stays ("有没有一个 python 进程": an article, no count); "一下", "一些", "统一" are not touched."""
+    stays ("有没有一个 python 进程": an article, no count); "一下", "一些", "统一" are not touched, nor is
+    anything inside a path or a quoted string ("/data/第三季度/report.log", "“第三次”": ``_kept_spans``).
+    Only the counts being parsed are read from its result (``intents`` 前N / N个 of a process listing, 最后N行
+    of a log, 第N行 of a file): a path, a grep pattern and every other argument come from the text as said."""
+    if not re.search(_ZH_NUM, text):
+        return text
+    kept = _kept_spans(text)
+
     def digits(m: re.Match[str]) -> str:
         said = next(g for g in m.groups() if g is not None)
-        if m.group(7) is not None and said == "一":
+        if m.group(7) is not None and said == "一" or any(a <= m.start() < b for a, b in kept):
             return m.group(0)
         n = zh_number(said)
         return m.group(0) if n is None else m.group(0).replace(said, str(n), 1)
-    return _ZH_COUNT.sub(digits, text) if re.search(_ZH_NUM, text) else text
+    return _ZH_COUNT.sub(digits, text)
+
+
+#: a quoted string (a grep pattern, a name with spaces): no numeral in it is a count
+_QUOTED_SPAN = re.compile(r"[\"'“”‘’`][^\"'“”‘’`\n]*[\"'“”‘’`]")
+
+
+def _kept_spans(text: str) -> list[tuple[int, int]]:
+    """The spans of ``text`` that ``arabic_numbers`` leaves as said: its quoted strings and its paths
+    (``paths_in``: "/data/第三季度/report.log" after a space, "logs/第二批/a.log")."""
+    return [m.span() for m in _QUOTED_SPAN.finditer(text)] + _path_spans(text)
+
+
 _IGNORE_CASE = re.compile(r"\b(?:ignore[- ]case|case[- ]insensitive)\b|忽略大小写|不区分大小写", re.IGNORECASE)
 
 
@@ -97,21 +116,30 @@ _WIDE_RE = re.compile(r"[\"'“”‘’`]([^\"'“”‘’`\n]*[^\x00-\x7f][^\
 _TRAILING = "，。？！,?!"
 
 
-def paths_in(text: str) -> list[str]:
-    """Path-looking tokens (absolute, relative with a slash, or a file name with an extension), in
-    the order they appear; a token with characters outside ASCII only when quoted or between spaces."""
-    found: list[tuple[int, str]] = []
+def _found_paths(text: str) -> list[tuple[tuple[int, int], str]]:
+    """((start, end), path) of each path-looking token of ``text``, in the order they appear."""
+    found: list[tuple[tuple[int, int], str]] = []
     spans: list[tuple[int, int]] = []
     for m in _WIDE_RE.finditer(text):
         quoted = m.group(1) is not None
         path = m.group(1).strip() if quoted else m.group(2).rstrip(_TRAILING)
         if not path.isascii() and (not quoted or re.fullmatch(_WIDE_PATH, path.replace(" ", "_"))):
-            found.append((m.start(), path))
+            found.append((m.span(), path))
             spans.append(m.span())
     for m in _PATH_RE.finditer(text):
         if not re.fullmatch(r"[\d.]+", m.group(1)) and not any(a <= m.start() < b for a, b in spans):
-            found.append((m.start(), m.group(1)))
-    return [path for _, path in sorted(found)]
+            found.append((m.span(1), m.group(1)))
+    return sorted(found)
+
+
+def paths_in(text: str) -> list[str]:
+    """Path-looking tokens (absolute, relative with a slash, or a file name with an extension), in
+    the order they appear; a token with characters outside ASCII only when quoted or between spaces."""
+    return [path for _, path in _found_paths(text)]
+
+
+def _path_spans(text: str) -> list[tuple[int, int]]:
+    return [span for span, _ in _found_paths(text)]
 
 
 def _grep(text: str) -> dict[str, Any] | None:
@@ -164,17 +192,17 @@ def parse_file_request(text: str) -> tuple[str, dict[str, Any]] | None:
     """(tool, arguments) for a file request, or None."""
     if len(text) > MAX_REQUEST_CHARS:
         return None
-    text = arabic_numbers(text)
-    grep = _grep(text)
+    grep = _grep(text)                # (the pattern and the path as said: "搜索 第三次" stays 第三次)
     if grep is not None:
         return "search_files", grep
     paths = paths_in(text)
+    counted = arabic_numbers(text)    # "最后二十行", "第二到第五行": the lines asked, in digits
     if _LIST.search(text) and not (paths and _READ.search(text) and not re.search(r"目录|folder|directory|\bdir\b|\bls\b", text, re.I)):
         bare = _BARE_DIR.search(text) if not paths else None
         name = bare.group(1) if bare is not None and not bare.group(1).startswith("-") else None
         return "list_dir", {"path": paths[0] if paths else name or "."}
-    if paths and _READ.search(text) and (not _LOGISH.search(text) or _LINES.search(text)):
-        return "read_file", {"path": paths[0], **_line_range(text)}
+    if paths and _READ.search(text) and (not _LOGISH.search(counted) or _LINES.search(counted)):
+        return "read_file", {"path": paths[0], **_line_range(counted)}
     if paths and re.search(r"的内容|\bcontents?\b|\bcat\b", text, re.IGNORECASE):
-        return "read_file", {"path": paths[0], **_line_range(text)}   # "查看 app.log 的内容": from its start
+        return "read_file", {"path": paths[0], **_line_range(counted)}   # "查看 app.log 的内容": from its start
     return None

@@ -30,10 +30,15 @@ newest first whatever they held, so a sibling fact stated later led the answer.
 
 This runs on the event loop every offline turn, so the rules are applied to a message of the window
 once, not once a turn: what each message states and takes back is kept (``_rules``, a least recently
-used memo of at most ``MEMO_CHARS`` characters of messages, per server process), and a message of
-more than ``MAX_ITEMS_PER_MESSAGE`` (8) sentences or over ``INLINE_DISTILL_CHARS`` (4,000)
-characters is skipped, as ``knowledge_route.statement_items`` does (the memory layer learns it in a
-worker thread). The offline agent calls ``answer_async``: on the loop when at most 4,000 characters
+used memo of at most ``MEMO_CHARS`` characters of messages, per server process). A message of any
+number of sentences counts with what the memory layer learns from it: its first
+``MAX_ITEMS_PER_MESSAGE`` (8) statements (``distill_rules``; "We moved racks today. ... The staging
+server is stage-7.internal. ... We left at six." states the staging server, in this conversation as in
+the next one); one over ``INLINE_DISTILL_CHARS`` (4,000) characters is skipped (the memory layer learns
+it in a worker thread). (Before, a message of more than 8 sentences was skipped too, as
+``knowledge_route.statement_items`` skips it for its own test, so this conversation did not know what
+a new one answered from memory.) Distilling a 4,000-character message takes ~2-10 ms, once (the
+memo). The offline agent calls ``answer_async``: on the loop when at most 4,000 characters
 of the window are not memoized (the message being answered, the one before), else in a worker thread
 (the first turn of a long conversation after a restart, a window larger than the memo). Before, every
 earlier message of the window was distilled again on every turn, on the loop: ~80-480 ms with 40
@@ -50,9 +55,7 @@ from typing import Any, Callable
 
 from server.memory.analyze import analyze
 from server.memory.context import MEMORY_HEADER
-from server.memory.distill import (MAX_ITEMS_PER_MESSAGE, asked_subject, distill_rules, retracts, same_subject,
-                                   takes_back)
-from server.memory.extractive import sentences
+from server.memory.distill import asked_subject, distill_rules, retracts, same_subject, takes_back
 from server.memory.recall import format_time
 from server.memory.user_memory import INLINE_DISTILL_CHARS
 
@@ -92,9 +95,10 @@ _memo_lock = threading.Lock()
 
 
 def _rules(text: str) -> _Rules:
-    """What the user message ``text`` states and takes back, nothing for a message of more than
-    ``MAX_ITEMS_PER_MESSAGE`` sentences or over ``INLINE_DISTILL_CHARS`` characters (on the loop: the
-    memory layer learns it in a worker thread), from the memo when this text was seen before."""
+    """What the user message ``text`` states (its first ``MAX_ITEMS_PER_MESSAGE`` statements, as the
+    memory layer learns them: ``distill_rules``) and takes back, nothing for a message over
+    ``INLINE_DISTILL_CHARS`` characters (on the loop: the memory layer learns it in a worker thread),
+    from the memo when this text was seen before."""
     global _memo_chars
     if len(text) > INLINE_DISTILL_CHARS:
         return _NOTHING
@@ -103,12 +107,9 @@ def _rules(text: str) -> _Rules:
         if got is not None:
             _memo.move_to_end(text)
             return got
-    if len(sentences(text)) > MAX_ITEMS_PER_MESSAGE:        # (more sentences than items are ever kept)
-        got = _NOTHING
-    else:
-        got = _Rules(tuple(_Item(kind, item, frozenset(analyze(item)), _subject(item))
-                           for kind, item in distill_rules(text)),
-                     tuple(retracts(back) for back in takes_back(text)))
+    got = _Rules(tuple(_Item(kind, item, frozenset(analyze(item)), _subject(item))
+                       for kind, item in distill_rules(text)),          # (at most MAX_ITEMS_PER_MESSAGE)
+                 tuple(retracts(back) for back in takes_back(text)))
     with _memo_lock:
         if text not in _memo:
             _memo[text] = got
@@ -143,8 +144,9 @@ def _stated(messages: list[dict[str, Any]]) -> list[_Item]:
 def stated(messages: list[dict[str, Any]]) -> list[str]:
     """The facts and preferences of the user's earlier messages in this context, newest first,
     without those a later message (the one being answered too) takes back (``distill.takes_back``:
-    "Please forget that ...", "... is not db-1 anymore"), as the user memory drops them; a message
-    of more than 8 sentences or over 4,000 characters is skipped (``_rules``)."""
+    "Please forget that ...", "... is not db-1 anymore"), as the user memory drops them; of a long
+    message its first ``MAX_ITEMS_PER_MESSAGE`` statements, and a message over 4,000 characters is
+    skipped (``_rules``)."""
     return [item.text for item in _stated(messages)]
 
 
@@ -226,7 +228,7 @@ async def answer_async(text: str, messages: list[dict[str, Any]], zh: bool) -> s
     """``answer``, on the loop when the rules of the window's messages are memoized but for at most
     ``INLINE_DISTILL_CHARS`` characters of them (the message being answered, the one before), else in
     a worker thread (the first turn of a long conversation after a restart, or a window the memo
-    cannot hold: up to ~0.5 s of rules for 40 messages of 8 long statements)."""
+    cannot hold: up to ~0.5 s of rules for 40 messages of 4,000 characters)."""
     if _unlearned(messages) > INLINE_DISTILL_CHARS:
         return await asyncio.to_thread(answer, text, messages, zh)
     return answer(text, messages, zh)
