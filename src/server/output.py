@@ -18,6 +18,13 @@ shrinking by ``STALL_PROGRESS_BYTES`` for ``SLOW_CONSUMER_STALL_S``: checked by 
 that stopped reading is dropped then, not at the next output due (the server's PING, up to
 ``ping_interval_s`` later). So one connection holds at most about twice ``max_output_buffer`` plus
 one message, and a client that does not read holds it for ``SLOW_CONSUMER_STALL_S`` at most.
+
+A connection whose output something waits on (``when_drained``: an export's slot, server-wide
+``max_concurrent_exports``) is judged by the same rule from its first unsent byte, not only over
+``max_output_buffer`` (review s33, export_hold.py: a ~6 MB export leaves ~1.5 MB in the transport
+once the kernel took the rest, under the cap, so two clients that never read held both export
+slots until ``idle_timeout_s``, 300 s, and every other export waited). Such a client is dropped
+``SLOW_CONSUMER_STALL_S`` after it stops reading, and the slot goes back.
 """
 from __future__ import annotations
 
@@ -132,7 +139,7 @@ class OutputBuffer:
             out.clear()
             self.size = 0
             if self._drained:
-                self._check_drained()
+                self._after_write(self.transport)   # type: ignore[arg-type]
 
     def flush(self) -> None:
         """Hand the batch to the transport, unless what it already holds is over the cap: then the
@@ -159,10 +166,15 @@ class OutputBuffer:
         out.clear()
         self.size = 0
         tr.write(data)
-        if backlog_of(tr) > self.cap:
-            self._watch_stall()     # a client that stopped reading is dropped without more output due
-        elif self._drained:
+        self._after_write(tr)
+
+    def _after_write(self, tr: asyncio.Transport) -> None:
+        """After a write to the transport: a client that stopped reading is dropped without more
+        output due, whether it is over the cap or holds output something waits on (``when_drained``)."""
+        if self._drained:
             self._check_drained()
+        if self._judged(backlog_of(tr)):
+            self._watch_stall()
 
     async def wait_writable(self) -> None:
         """Return once the transport is under its high-water mark (at once if it is), or stopped."""
@@ -194,7 +206,8 @@ class OutputBuffer:
         about to be sent) has left: nothing queued here and the transport under its high-water
         mark (at most 64 KiB left in it); or once the connection stops (closed, dropped). Not checked at once: a caller registers
         right before it queues that output (``server.handlers.history``: the export slot is held
-        until its reply has drained)."""
+        until its reply has drained). Meanwhile the client is judged from its first unsent byte
+        (``_judged``): one that does not read is dropped after ``stall_s``, which calls ``callback``."""
         if self.stopped or self.transport is None:
             callback()
             return
@@ -216,8 +229,13 @@ class OutputBuffer:
                 log.exception("connection %s: a drained callback failed", self._name)
 
     # -- stall ---------------------------------------------------------------------------------------
+    def _judged(self, backlog: int) -> bool:
+        """Whether the client must show progress: its transport is over the cap, or holds output
+        that a ``when_drained`` callback waits on (an export slot: judged from the first byte)."""
+        return backlog > self.cap or (backlog > 0 and bool(self._drained))
+
     def _watch_stall(self) -> None:
-        """The transport is over the cap: from now on, check that the client reads."""
+        """The client is judged (``_judged``): from now on, check that it reads."""
         if self._watch is not None:
             return
         self._mark = backlog_of(self.transport)
@@ -228,15 +246,16 @@ class OutputBuffer:
         self._watch = None
         tr = self.transport
         backlog = backlog_of(tr)
-        if tr is None or backlog <= self.cap:
-            return                  # caught up (or gone): the next time over the cap starts afresh
+        if tr is None or not self._judged(backlog):
+            return                  # caught up (or gone): the next time judged starts afresh
         now = self.loop.time()
         if backlog > self._mark:    # more was written meanwhile: not the client's doing, nor progress
             self._mark = backlog
         elif self._mark - backlog >= STALL_PROGRESS_BYTES:
             self._mark, self._progress_at = backlog, now
         elif now - self._progress_at >= self.stall_s:
-            self._slow_consumer(f"{backlog} bytes unsent, over {self.cap}, for {self.stall_s:g} s "
+            where = f"over {self.cap}" if backlog > self.cap else "a reply holding a slot"
+            self._slow_consumer(f"{backlog} bytes unsent, {where}, for {self.stall_s:g} s "
                                 f"without {STALL_PROGRESS_BYTES} bytes read")
             return
         self._watch = self.loop.call_later(self.stall_s / STALL_CHECKS, self._stall_check)

@@ -119,6 +119,15 @@ async def history_search(ctx: RequestContext, req: HistorySearch) -> HistorySear
     return fewer_hits(ctx, req.id, HistorySearchReply(tuple(hit_obj(h) for h in hits)))
 
 
+#: How long (seconds) an export waits for one of the ``max_concurrent_exports`` slots before it is
+#: refused SERVER_BUSY (not fatal; retry later) instead of waiting without a reply (review s33: two
+#: clients that never read held both slots and a third export got no answer at all). Above
+#: ``server.output.SLOW_CONSUMER_STALL_S`` (6 s, after which a slot held by a client that stopped
+#: reading comes back) plus the building of a large export; below a person's patience. A slot can
+#: still be held longer by a client reading a large reply slowly (8 MB at 200 KB/s: 40 s).
+EXPORT_SLOT_WAIT_S = 30.0
+
+
 async def history_export(ctx: RequestContext, req: HistoryExport) -> HistoryExportReply:
     """The whole session as one reply. It is built in a worker thread, at most
     ``max_concurrent_exports`` at once server-wide (``ExportSlots``), and refused with
@@ -126,8 +135,9 @@ async def history_export(ctx: RequestContext, req: HistoryExport) -> HistoryExpo
     send costs about ``max_message_size`` of work and memory, not its whole size. A slot is held
     until the reply has left the server (or its connection is gone), not only while it is built:
     clients that do not read cannot make the server hold more than ``max_concurrent_exports``
-    replies. Refused SERVER_BUSY while the unsent output of all connections is over
-    ``max_total_output_buffer``."""
+    replies (one that stops reading is dropped ``SLOW_CONSUMER_STALL_S`` later, ``server.output``,
+    which gives the slot back). Refused SERVER_BUSY while the unsent output of all connections is
+    over ``max_total_output_buffer``, or when no slot came free within ``EXPORT_SLOT_WAIT_S``."""
     rec = await target_session(ctx, req.session_id)
     # the header names the model SESSION_INFO shows (a session on the default model stores none)
     model = ctx.services.sessions.model_of(rec)
@@ -136,7 +146,10 @@ async def history_export(ctx: RequestContext, req: HistoryExport) -> HistoryExpo
     overhead = len(orjson.dumps(encode_reply(req.id, HistoryExportReply(rec.session_id, req.format, ""))))
     slots = export_slots(ctx.services)
     _check_output_room(ctx)
-    await slots.acquire()
+    if not await slots.acquire(EXPORT_SLOT_WAIT_S):
+        raise HandlerError(ErrorCode.SERVER_BUSY,
+                           f"all {slots.limit} export slots (max_concurrent_exports) stayed busy for "
+                           f"{EXPORT_SLOT_WAIT_S:g} s: export not built; try again later")
     if getattr(ctx.port, "closed", False):      # the client left while this export waited: not built
         slots.release()
         raise HandlerError(ErrorCode.CONNECTION_CLOSED, "the connection closed before the export was built")
@@ -206,8 +219,9 @@ class ExportSlots:
     """At most ``limit`` exports built or being sent at once, server-wide (``[limits]
     max_concurrent_exports``): each holds up to ``max_message_size`` while it is built and until its
     reply has left the server, and keeps a worker busy while it is built, so many at once would
-    multiply that and starve other requests. More wait their turn (first come, first served); a
-    waiting request counts against its connection's ``max_pending_requests`` like any other."""
+    multiply that and starve other requests. More wait their turn (first come, first served), for a
+    bounded time (``acquire``'s timeout: ``EXPORT_SLOT_WAIT_S``); a waiting request counts against
+    its connection's ``max_pending_requests`` like any other."""
 
     __slots__ = ("limit", "building", "waiting", "_sem")
 
@@ -217,14 +231,20 @@ class ExportSlots:
         self.waiting = 0             # exports waiting for a slot
         self._sem = asyncio.Semaphore(limit)
 
-    async def acquire(self) -> None:
-        """Wait for a slot (a cancelled wait takes none); ``release`` gives it back."""
+    async def acquire(self, timeout: float | None = None) -> bool:
+        """Wait for a slot, at most ``timeout`` seconds (None: without end); True once taken,
+        False when none came free in time. A cancelled or timed-out wait takes none (a slot handed
+        to it as it gave up goes to the next waiter); ``release`` gives a taken one back."""
         self.waiting += 1
         try:
-            await self._sem.acquire()
+            async with asyncio.timeout(timeout):
+                await self._sem.acquire()
+        except asyncio.TimeoutError:
+            return False
         finally:
             self.waiting -= 1
         self.building += 1
+        return True
 
     def release(self) -> None:
         self.building -= 1
