@@ -193,6 +193,9 @@ class OutputBuffer:
         self._wake()
         if self._drained:
             self._check_drained()
+        if self._watch is not None and not self._judged(backlog_of(self.transport)):
+            self._watch.cancel()    # caught up: the next time it is judged starts afresh (mark, time)
+            self._watch = None
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []

@@ -150,12 +150,15 @@ def test_export_output_writes_through_a_fifo(st: ServerThread, capsys: pytest.Ca
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
     reader.start()
     try:
         code, _, err = run(st, capsys, "export", "--session", sid, "--output", str(fifo))
     finally:
         reader.join(DEADLINE)
+        if reader.is_alive():       # the export never opened the FIFO: open it for writing so the reader ends
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            reader.join(DEADLINE)
     assert code == 0, err
     assert b"export me" in got[0] and fifo.is_fifo() and leftovers(tmp_path) == []
 

@@ -82,7 +82,7 @@ async def test_a_slow_steady_reader_is_not_dropped_when_an_event_falls_due(tmp_p
     as soon as a SESSION_EVENT from a rename on another connection was due.) The event is held while
     the reply drains, then delivered after it; the client reads slowly for longer than the stall
     time and is kept, because it makes progress."""
-    monkeypatch.setattr(output_mod, "SLOW_CONSUMER_STALL_S", 1.0, raising=False)
+    monkeypatch.setattr(output_mod, "SLOW_CONSUMER_STALL_S", 1.0)
     async with running_server(tmp_path, max_output_buffer=CAP) as (srv, addr):
         good = await big_session(addr)
         slow, conn = await paused_client(srv, addr)
@@ -110,7 +110,7 @@ async def test_a_client_that_stopped_reading_is_dropped_after_the_stall_time(tmp
     """Over its cap and not reading: dropped once SLOW_CONSUMER_STALL_S has passed without
     progress, with no more output due (before, only the server's PING, ``ping_interval_s`` = 60 s
     later, found it: 40 such clients held 415 MiB for a minute)."""
-    monkeypatch.setattr(output_mod, "SLOW_CONSUMER_STALL_S", 0.5, raising=False)
+    monkeypatch.setattr(output_mod, "SLOW_CONSUMER_STALL_S", 0.5)
     async with running_server(tmp_path, max_output_buffer=CAP) as (srv, addr):
         good = await big_session(addr)
         slow, conn = await paused_client(srv, addr)
@@ -129,7 +129,7 @@ async def test_an_export_holds_its_slot_until_its_reply_has_left(tmp_path, monke
     """(review s33, t24: the slot was given back once the reply was built, so clients that do not
     read could each hold a whole export.) With one slot, a second export waits while the first
     reply has not drained; it goes on once the first client reads, or once it is dropped."""
-    monkeypatch.setattr(output_mod, "SLOW_CONSUMER_STALL_S", 30.0, raising=False)
+    monkeypatch.setattr(output_mod, "SLOW_CONSUMER_STALL_S", 30.0)
     async with running_server(tmp_path, max_output_buffer=CAP, max_concurrent_exports=1) as (srv, addr):
         good = await big_session(addr)
         slots = export_slots(srv.services)
@@ -164,7 +164,7 @@ async def test_exports_are_refused_server_busy_past_max_total_output_buffer(tmp_
     """Unsent output is counted across connections: past ``max_total_output_buffer`` an export is
     refused SERVER_BUSY (not fatal) before it is built; once the output has drained it is served. The
     limit is in the HELLO reply's limits, with max_sessions_per_user."""
-    monkeypatch.setattr(output_mod, "SLOW_CONSUMER_STALL_S", 30.0, raising=False)
+    monkeypatch.setattr(output_mod, "SLOW_CONSUMER_STALL_S", 30.0)
     async with running_server(tmp_path, max_output_buffer=CAP, max_total_output_buffer=1 << 20,
                               max_concurrent_exports=3) as (srv, addr):
         good = await big_session(addr)

@@ -28,7 +28,8 @@ async def test_search_files_call_is_shown_as_a_tool_item(tmp_path: Path) -> None
     (files / "app.log").write_text("ok\nERROR disk full\n")
     agent = OfflineAgent(AgentConfig(), ToolRegistry(ToolsConfig(file_roots=[str(files)])))
     async with running_server(tmp_path, agent=agent) as (_, (host, port)):
-        app = NpltApp(ClientConfig(host=host, port=port, reconnect_initial_s=0.05, reconnect_max_s=0.2))
+        app = NpltApp(ClientConfig(host=host, port=port, reconnect_initial_s=0.05, reconnect_max_s=0.2),
+                      state_path=tmp_path / "tui-state.json")          # never the user's own saved inputs
         async with app.run_test(size=(110, 40)) as pilot:
             await wait_until(lambda: app.client.connected and app.client.hello is not None,   # a fresh server:
                              pilot, "the connection")                 # no session until the first message
