@@ -6,7 +6,6 @@ exports are refused SERVER_BUSY while the unsent output of all connections is ov
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 import pytest
@@ -17,35 +16,10 @@ from server.config import ServerConfig
 from server.handlers.history import export_slots
 from server.metrics import server_state
 from testkit.server import ReplyError, V3Client, poll, running_server
+from testkit.raw_sockets import big_session, paused_client
 
 T = MsgType
 CAP = 65536          # the smallest max_output_buffer
-
-
-async def big_session(addr: tuple[str, int], chars: int = 1_000_000) -> V3Client:
-    """A client whose session holds an answer of ``chars`` characters (an export of about that size)."""
-    good = await V3Client.connect(addr)
-    r = await good.call(T.CHAT_TEXT, text=f"!big {chars}")
-    await good.turn_events(r["turn_id"], timeout=30)
-    return good
-
-
-async def paused_client(srv: Any, addr: tuple[str, int]) -> tuple[V3Client, Any]:
-    """A v3 client past HELLO that does not read until ``resume`` (small kernel buffers on both
-    ends, so what it does not read stays in the server's transport); and its server connection."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    await asyncio.get_running_loop().sock_connect(sock, addr)
-    reader, writer = await asyncio.open_connection(sock=sock)
-    c = V3Client(reader, writer)
-    c.hello = await c.call(T.HELLO, proto=3, client="paused")
-    c._task.cancel()
-    await asyncio.gather(c._task, return_exceptions=True)
-    port = writer.get_extra_info("sockname")[1]
-    conn = next(x for x in srv.connections if x.peer.endswith(f":{port}"))
-    conn.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    return c, conn
 
 
 def total_unsent(connections: Any) -> int:

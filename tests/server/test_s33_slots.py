@@ -12,7 +12,6 @@ server's end a 4 KiB send buffer), so what they do not read stays in the server'
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from typing import Any
 
@@ -23,35 +22,10 @@ import server.output as output_mod
 from protocol import MsgType
 from server.handlers.history import export_slots
 from testkit.server import ReplyError, V3Client, poll, running_server
+from testkit.raw_sockets import big_session, paused_client
 
 T = MsgType
 CAP = 4 << 20            # the default max_output_buffer: the replies below stay under it
-
-
-async def big_session(addr: tuple[str, int], chars: int = 1_000_000) -> V3Client:
-    """A client whose session holds an answer of ``chars`` characters (an export of about that size)."""
-    good = await V3Client.connect(addr)
-    r = await good.call(T.CHAT_TEXT, text=f"!big {chars}")
-    await good.turn_events(r["turn_id"], timeout=30)
-    return good
-
-
-async def stopped_client(srv: Any, addr: tuple[str, int]) -> tuple[V3Client, Any]:
-    """A v3 client past HELLO that stops reading (small kernel buffers on both ends); and its
-    server connection."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    await asyncio.get_running_loop().sock_connect(sock, addr)
-    reader, writer = await asyncio.open_connection(sock=sock)
-    c = V3Client(reader, writer)
-    c.hello = await c.call(T.HELLO, proto=3, client="stopped")
-    c._task.cancel()
-    await asyncio.gather(c._task, return_exceptions=True)
-    port = writer.get_extra_info("sockname")[1]
-    conn = next(x for x in srv.connections if x.peer.endswith(f":{port}"))
-    conn.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    return c, conn
 
 
 def held_under_the_cap(conn: Any) -> bool:
@@ -64,7 +38,7 @@ async def two_stopped_exports(srv: Any, addr: tuple[str, int], sid: str) -> list
     """Two clients that request the export of ``sid`` and never read its reply: both slots taken."""
     stopped = []
     for _ in range(2):
-        c, conn = await stopped_client(srv, addr)
+        c, conn = await paused_client(srv, addr)
         c.send(T.HISTORY_EXPORT, {"id": 99, "format": "json", "session_id": sid})
         stopped.append((c, conn))
     for _, conn in stopped:
@@ -132,7 +106,7 @@ async def test_a_steady_reader_under_the_cap_keeps_its_slot(tmp_path, monkeypatc
     async with running_server(tmp_path, max_concurrent_exports=1) as (srv, addr):
         good = await big_session(addr)
         slots = export_slots(srv.services)
-        c, conn = await stopped_client(srv, addr)
+        c, conn = await paused_client(srv, addr)
         reply = asyncio.get_running_loop().create_future()
         c._waiting["r"] = reply
         c.send(T.HISTORY_EXPORT, {"id": "r", "format": "json", "session_id": good.session_id})
