@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 from server.agent.knowledge_route import (ANSWER_HEAD_EN, ANSWER_HEAD_ZH, CITATION, Route, beside_names, coverage,
                                           held_names, holds_the_rest, key_terms, names, words_for)
-from server.agent.transcript import SEARCH_KNOWLEDGE, UNREADABLE_TEXT
+from server.agent.transcript import UNREADABLE_TEXT, knowledge_results, parsed_result
 from server.memory.analyze import analyze
 
 QUOTE_TOP = 3
@@ -342,27 +342,12 @@ def carried_passages(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     call of the assistant message before it, whole (a result cut to fit the window is no longer JSON and
     counts for nothing). Stubs of documents the user can no longer read (``UNREADABLE_TEXT``,
     ``transcript.readable_history``) are left out."""
+    messages = list(messages)
     out: list[dict[str, Any]] = []
-    names: dict[Any, Any] = {}
-    for m in messages:
-        role = m.get("role") if isinstance(m, dict) else None
-        if role == "assistant" and m.get("tool_calls"):
-            names = {c.get("id"): (c.get("function") or {}).get("name")
-                     for c in m["tool_calls"] if isinstance(c, dict)}
-            continue
-        if role != "tool":
-            names = {}
-            continue
-        content = m.get("content")
-        if names.get(m.get("tool_call_id")) != SEARCH_KNOWLEDGE or not isinstance(content, str):
-            continue
-        try:
-            doc = json.loads(content)
-        except ValueError:
-            continue
-        passages = doc.get("passages") if isinstance(doc, dict) else None
-        if isinstance(passages, list):
-            out.extend(p for p in passages if isinstance(p, dict) and isinstance(p.get("citation"), str)
+    for i in knowledge_results(messages):
+        parsed = parsed_result(messages[i]["content"])
+        if parsed is not None:
+            out.extend(p for p in parsed[1] if isinstance(p, dict) and isinstance(p.get("citation"), str)
                        and p.get("text") != UNREADABLE_TEXT)
     return out
 

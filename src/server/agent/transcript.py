@@ -113,7 +113,7 @@ UNREADABLE_CUT_NOTE = ("an earlier search result, cut to fit, quoted documents t
 _DOC_ID = re.compile(r'"doc_id":"((?:[^"\\]|\\.)*)"')     # (compact JSON, as the tools write it)
 
 
-def _knowledge_results(messages: list[dict[str, Any]]) -> list[int]:
+def knowledge_results(messages: list[dict[str, Any]]) -> list[int]:
     """The indexes of the ``tool`` messages that answer a ``search_knowledge`` call (each right after
     the assistant message that issued it, as ``sanitize`` leaves them)."""
     out: list[int] = []
@@ -131,7 +131,7 @@ def _knowledge_results(messages: list[dict[str, Any]]) -> list[int]:
     return out
 
 
-def _parsed(content: str) -> tuple[dict[str, Any], list[Any]] | None:
+def parsed_result(content: str) -> tuple[dict[str, Any], list[Any]] | None:
     """(the result, its passages) of a whole search_knowledge result; None for anything else (an
     error result has no passages; a result cut to fit the window is no longer JSON)."""
     try:
@@ -145,7 +145,7 @@ def _parsed(content: str) -> tuple[dict[str, Any], list[Any]] | None:
 
 def _named_doc_ids(content: str) -> set[str]:
     """The document ids a result names: its passages' (whole), or every ``"doc_id"`` in its text (cut)."""
-    parsed = _parsed(content)
+    parsed = parsed_result(content)
     if parsed is not None:
         return {p["doc_id"] for p in parsed[1] if isinstance(p, dict) and isinstance(p.get("doc_id"), str)}
     if '"passages"' not in content:      # an error result (or no search result at all): names nothing
@@ -162,7 +162,7 @@ def _named_doc_ids(content: str) -> set[str]:
 def replayed_doc_ids(messages: list[dict[str, Any]]) -> set[str]:
     """The ids of the documents whose passages the replayed ``search_knowledge`` results carry."""
     out: set[str] = set()
-    for i in _knowledge_results(messages):
+    for i in knowledge_results(messages):
         out |= _named_doc_ids(messages[i]["content"])
     return out
 
@@ -179,10 +179,10 @@ def stub_unreadable(messages: list[dict[str, Any]], readable: set[str]) -> int:
     JSON) that names such a document is replaced whole (``UNREADABLE_CUT_NOTE``). Changed messages are
     new dicts (the memory layer's cached ones are never changed); the call ids stay."""
     n = 0
-    for i in _knowledge_results(messages):
+    for i in knowledge_results(messages):
         m = messages[i]
         content = m["content"]
-        parsed = _parsed(content)
+        parsed = parsed_result(content)
         if parsed is not None:
             doc, passages = parsed
             gone = [isinstance(p, dict) and isinstance(p.get("doc_id"), str) and p["doc_id"] not in readable
