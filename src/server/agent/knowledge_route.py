@@ -67,13 +67,11 @@ What a knowledge route answers, and the citations of the LLM agent's answers: ``
 """
 from __future__ import annotations
 
-import asyncio
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from server.agent.intents import COMMAND, parsed_part, without_request
-from server.knowledge.access import readable
 from server.knowledge.rerank import identifiers
 from server.memory.analyze import CJK_STOP_CHARS, analyze
 from server.memory.distill import MAX_ITEMS_PER_MESSAGE, distill_rules, other_language, takes_back
@@ -450,20 +448,11 @@ def coverage(text: str, named: dict[str, str], passage: str) -> int:
 
 
 async def doc_freqs(source: Any, user_id: str, terms: Iterable[str]) -> dict[str, int] | None:
-    """{term: how many passages of the documents ``user_id`` can read hold it} (the statistics the
-    search weighs terms with: their collections only), or None when ``source`` cannot tell."""
-    terms = sorted(set(terms))
-    kb = getattr(source, "kb", None)
-    index, groups_of = getattr(kb, "index", None), getattr(source, "groups_of", None)
-    if not terms or index is None or groups_of is None:
-        return None
-    collections = readable(user_id, groups_of(user_id))
-
-    def count() -> dict[str, int]:
-        with kb.lock:
-            stats = index.stats(collections)
-            return {t: stats.df(t) for t in terms}
-    return await asyncio.to_thread(count)
+    """{term: how many passages of the documents ``user_id`` can read hold it}
+    (``KnowledgeSource.doc_freqs``), or None when ``source`` cannot tell."""
+    count = getattr(source, "doc_freqs", None)
+    terms = set(terms)
+    return await count(user_id, terms) if count is not None and terms else None
 
 
 def _rarest(df: dict[str, int], held: bool = False) -> frozenset[str]:

@@ -15,9 +15,11 @@ each): the prompt builder stubs replayed passages of the others (``server.agent.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import asyncio
+from typing import Any, Callable, Iterable
 
 from server.errors import HandlerError
+from server.knowledge.access import readable
 from server.tools.units import ToolFailure
 
 PASSAGE_CHARS = 1500
@@ -78,6 +80,19 @@ class KnowledgeSource:
             except HandlerError:
                 continue
         return times
+
+    async def doc_freqs(self, user_id: str, terms: Iterable[str]) -> dict[str, int]:
+        """{term: how many passages of the documents ``user_id`` can read hold it} (the statistics the
+        search weighs terms with: their collections only), counted in a worker thread."""
+        terms = sorted(set(terms))
+        collections = readable(user_id, self.groups_of(user_id))
+        kb = self.kb
+
+        def count() -> dict[str, int]:
+            with kb.lock:
+                stats = kb.index.stats(collections)
+                return {t: stats.df(t) for t in terms}
+        return await asyncio.to_thread(count) if terms else {}
 
     async def readable_doc_ids(self, user_id: str, doc_ids: set[str]) -> set[str]:
         """Those of ``doc_ids`` the user can read now (a document deleted since, or of a group they
