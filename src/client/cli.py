@@ -32,7 +32,7 @@ from client.connection import Backoff, Client
 from client.errors import ClientCode, ClientError
 from client.events import Disconnected, ServerError
 from client.kb_cli import STANDARD_STREAMS, add_kb_parser, cmd_kb, dump_json as _dump
-from client.kb_cli import _check_standard_stream as check_standard_stream
+from client.kb_cli import check_standard_stream
 from client.turn_errors import error_line
 from client.wording import counted, printable, stamp
 

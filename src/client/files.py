@@ -12,7 +12,7 @@ given the replaced file's), flushed to disk (fsync), then renamed over it (``os.
 a write that fails (a full disk, a file size limit, an I/O error) leaves the old file as it was (or
 no file), and the temporary file is removed. A symlink to a regular file replaces its target (the
 link stays a link). A FIFO, a device or a descriptor's alias (``/dev/stdout``) is written through in
-place, as ``kb download`` does (``client.kb``: ``_write_target`` decides, ``_open_stream`` opens):
+place, as ``kb download`` does (``client.kb``: ``write_target`` decides, ``open_stream`` opens):
 it cannot be renamed over.
 """
 from __future__ import annotations
@@ -71,11 +71,11 @@ async def write_export(dest: Path, data: bytes) -> None:
     """Write ``data`` to ``dest``: atomically for a regular file (``replace_atomically``), in place
     for a FIFO, a device or a descriptor's alias (waiting for a FIFO's reader, cancellable). An
     OSError (ENOSPC, EFBIG, EACCES, ...) is raised as it is, with nothing cut-off left behind."""
-    target, direct, fd = await asyncio.to_thread(kbclient._write_target, dest)
+    target, direct, fd = await asyncio.to_thread(kbclient.write_target, dest)
     if not direct:
         await asyncio.to_thread(replace_atomically, target, data)
         return
-    f = await kbclient._open_stream(target, fd)
+    f = await kbclient.open_stream(target, fd)
     try:
         await asyncio.to_thread(_write_and_close, f, data)
     except BaseException:

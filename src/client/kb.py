@@ -46,7 +46,7 @@ SEPARATORS = tuple(filter(None, (os.sep, os.altsep)))   # a destination ending i
 FD_ALIAS_DIRS = ("/proc/", "/dev/fd/")
 FD_ALIASES = frozenset({"/dev/stdout", "/dev/stderr", "/dev/stdin"})
 MAX_LINK_HOPS = 40                                # a longer symlink chain is a loop (as the kernel's ELOOP)
-#: how often a download into a FIFO that has no reader yet looks for one (``_open_stream``)
+#: how often a download into a FIFO that has no reader yet looks for one (``open_stream``)
 FIFO_READER_POLL_S = 0.05
 Progress = Callable[[str, int, int], None]        # (stage, done, total)
 _handles = itertools.count(1)
@@ -191,7 +191,7 @@ async def download(client: Any, doc_id: str, dest: str | os.PathLike, *, progres
     earlier run), and their md5 is checked once all are written (CHECKSUM_MISMATCH then says the
     bytes were already written)."""
     dest = await _destination(client, doc_id, dest)
-    dest, direct, fd = await asyncio.to_thread(_write_target, dest)
+    dest, direct, fd = await asyncio.to_thread(write_target, dest)
     if direct:
         return await _stream(client, doc_id, dest, fd, progress, retries, reconnect_timeout, timeout)
     part = dest.with_name(dest.name + ".part")
@@ -258,7 +258,7 @@ def _own_descriptor(path: str) -> int | None:
     return int(named) if named is not None and named.isdigit() and named.isascii() else None
 
 
-def _write_target(dest: Path) -> tuple[Path, bool, int | None]:
+def write_target(dest: Path) -> tuple[Path, bool, int | None]:
     """(where the bytes go, whether they are streamed into it directly, this process's descriptor
     it names) for ``dest`` (blocking: it looks at the file system). An existing ``dest`` that is not
     a regular file (a FIFO, a device), or a descriptor's alias (``/dev/stdout``, or a symlink chain
@@ -287,14 +287,14 @@ def _write_target(dest: Path) -> tuple[Path, bool, int | None]:
 def streams_into(dest: str | Path) -> bool:
     """Whether a download to ``dest`` is streamed into it (a FIFO, a device, ``/dev/stdout``...) rather
     than written to a file of its own (blocking: it looks at the file system)."""
-    return _write_target(Path(dest))[1]
+    return write_target(Path(dest))[1]
 
 
 def own_descriptor(dest: str | Path) -> int | None:
     """The descriptor of this process that a download to ``dest`` is written into (``/dev/stdout``:
     1; ``/dev/fd/N``, ``/proc/self/fd/N``, or a symlink to one: N), or None (blocking: it looks at the
     file system)."""
-    return _write_target(Path(dest))[2]
+    return write_target(Path(dest))[2]
 
 
 def _try_open_stream(dest: Path, fd: int | None) -> Any:
@@ -304,7 +304,7 @@ def _try_open_stream(dest: Path, fd: int | None) -> Any:
     program writes to it next (reopening the alias would start at offset 0 and be overwritten).
     Anything else is opened to append, without blocking: opening a FIFO waits for its reader, and a
     worker thread blocked in that open could not be cancelled (Ctrl+C, SIGTERM, ``timeout`` would
-    not stop the download), so ``_open_stream`` asks again until the reader comes (ENXIO until
+    not stop the download), so ``open_stream`` asks again until the reader comes (ENXIO until
     then). The descriptor is made blocking again for the writes."""
     if fd is not None:
         return open(os.dup(fd), "wb")
@@ -323,7 +323,7 @@ def _try_open_stream(dest: Path, fd: int | None) -> Any:
         raise
 
 
-async def _open_stream(dest: Path, fd: int | None) -> Any:
+async def open_stream(dest: Path, fd: int | None) -> Any:
     """``_try_open_stream``, asked every ``FIFO_READER_POLL_S`` until a FIFO's reader comes (as
     ``curl -o FIFO`` waits for it), cancellable meanwhile."""
     while (f := await asyncio.to_thread(_try_open_stream, dest, fd)) is None:
@@ -336,7 +336,7 @@ async def _stream(client: Any, doc_id: str, dest: Path, fd: int | None, progress
     """Write the document into ``dest`` (a FIFO, a device, a descriptor's alias) as it arrives, in
     order, never renamed. A dropped connection continues from the bytes already written. The md5 is
     checked at the end, after the fact."""
-    f = await _open_stream(dest, fd)
+    f = await open_stream(dest, fd)
     md5 = hashlib.md5(usedforsecurity=False)
     written = [0]
 

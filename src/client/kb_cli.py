@@ -40,7 +40,7 @@ PART_SUFFIX = ".part.json"
 #: An "extension" longer than this many bytes is not kept apart when a name is shortened.
 EXTENSION_MAX_BYTES = 16
 #: This process's standard descriptors, which ``kb download`` writes into only when they were open
-#: at start (``_check_standard_stream``)
+#: at start (``check_standard_stream``)
 STANDARD_STREAMS = {0: "stdin", 1: "stdout", 2: "stderr"}
 
 
@@ -186,7 +186,7 @@ async def _download(c: Client, args: argparse.Namespace, out: TextIO, err: TextI
         raise ClientError(ClientCode.WRITE_FAILED,
                           f"cannot write {dest}: {exc.strerror or exc}{_too_long(exc, bool(args.output))}") from exc
     if descriptor in STANDARD_STREAMS:
-        _check_standard_stream(descriptor, out)   # before any byte is fetched
+        check_standard_stream(descriptor, out)   # before any byte is fetched
     try:
         doc = await kbclient.download(c, found.doc_id, dest, progress=_bar(err, found.name),
                                       replace_part=args.force)
@@ -205,7 +205,7 @@ async def _download(c: Client, args: argparse.Namespace, out: TextIO, err: TextI
         summary.write(f"{path}  {doc.size} bytes  md5 {doc.md5}\n")
 
 
-def _check_standard_stream(fd: int, out: TextIO) -> None:
+def check_standard_stream(fd: int, out: TextIO) -> None:
     """WRITE_FAILED (``stdout: closed``) unless standard stream ``fd`` (0, 1, 2), which a download
     is to be written into (``-o -``, ``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``), was open
     when the process started and still is. A stream the shell closed (``>&-``) leaves its number free,
