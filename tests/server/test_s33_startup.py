@@ -12,7 +12,7 @@ from server import app as app_module
 from server import main as main_module
 from server.app import Server
 from server.knowledge.store import FileDocumentStore
-from testkit.server import ReplyError, V3Client, make_config, running_server
+from testkit.server import ReplyError, V3Client, make_config, poll, running_server
 
 
 async def test_the_port_answers_ping_while_the_knowledge_base_loads(tmp_path, monkeypatch):
@@ -95,11 +95,7 @@ async def test_tune_gc_runs_before_the_listener_opens(tmp_path, monkeypatch):
     serving = asyncio.create_task(main_module.serve(cfg, str(port_file), stop))
     try:
         await asyncio.wait_for(started.wait(), 10)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while not port_file.exists() and not serving.done():    # (polled: the port file comes last)
-            assert loop.time() < deadline, "the server did not write its port file"
-            await asyncio.sleep(0.01)
+        await poll(lambda: port_file.exists() or serving.done(), 10, "the port file")   # it comes last
         assert int(port_file.read_text().strip()) in _listening_ports() - before     # the port it listens on
     finally:
         stop.set()
