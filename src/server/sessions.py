@@ -5,11 +5,8 @@ one all give the same ``NOT_FOUND``, so ids never leak. SessionInfo bodies are b
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import time
-import weakref
 from collections.abc import AsyncIterator
 from typing import Any, Callable, Protocol
 
@@ -19,6 +16,7 @@ from protocol.server_events import SessionEvent
 from server.agent.titles import TITLE_CHARS, title_from_message
 from server.errors import HandlerError, not_found
 from server.hub import Hub, Subscriber
+from server.session_quota import SessionQuota
 from server.wire import summary_obj
 from storage.errors import InvalidSessionId, NotFound, StorageClosed
 from storage.models import ChatMessage, SessionRecord
@@ -33,13 +31,6 @@ EMPTY_SCAN = 50           # newest sessions looked at for an empty one to reuse
 #: session's lock within ``[cluster] ending_turn_wait_ms`` or the delete or clear is refused
 #: QUEUE_FULL (``TurnControl.quiet``).
 TURN_STOP_WAIT_S = 10.0
-#: ``[limits] max_sessions_per_user``'s default, for a SessionService built without the limits
-DEFAULT_MAX_SESSIONS = 10_000
-#: On a store other nodes share (PostgreSQL), a user's session count is read from it again after this
-#: long (seconds), so sessions made or purged on other nodes are counted: a user creating sessions on
-#: several nodes at once may pass ``max_sessions_per_user`` by what the others made in that time. On
-#: the JSON backend (one process owns the data directory) the count, read once, is kept exact.
-COUNT_REFRESH_S = 60.0
 
 
 def auto_title(text: str) -> str:
@@ -55,14 +46,6 @@ def needs_title(rec: SessionRecord) -> bool:
 def untitled(title: str) -> bool:
     """True for the title of a session that has none of its own yet."""
     return not title or title == DEFAULT_TITLE
-
-
-def quota_text(have: int, cap: int) -> str:
-    """QUOTA_EXCEEDED's message for a session over ``max_sessions_per_user`` (v2 clients read it too)."""
-    return (f"you have {have} sessions, the trash included, and max_sessions_per_user is {cap}: no new "
-            "session was made. Purge sessions you no longer need from the trash (deleted sessions count "
-            "until purged; an NPLT v3 client can list and purge the trash), or ask the operator to raise "
-            "[limits] max_sessions_per_user")
 
 
 class TurnControl(Protocol):
@@ -87,17 +70,14 @@ class SessionService:
         self.hub = hub
         self.agent = agent
         self.memory = memory
-        self.limits = limits           # [limits] (max_sessions_per_user)
+        self.quota = SessionQuota(store, limits)   # [limits] max_sessions_per_user
         self.turns: TurnControl | None = None
-        # user -> (sessions, the trash included; when read from the store): ``session_count``
-        self._counts: dict[str, tuple[int, float]] = {}
-        self._create_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     @property
     def max_sessions(self) -> int:
         """``[limits] max_sessions_per_user`` (``build_services`` gives the server's limits; a service
         built without them has the default)."""
-        return getattr(self.limits, "max_sessions_per_user", DEFAULT_MAX_SESSIONS)
+        return self.quota.max_sessions
 
     def model_of(self, rec: SessionRecord) -> str:
         """The session's model, or the agent's default when unset or no longer offered."""
@@ -144,42 +124,9 @@ class SessionService:
 
         Every path that makes a session comes here (SESSION_NEW, a CHAT_TEXT's new session, v2's
         SESSION_NEW and greeting, a move after a delete): past ``max_sessions_per_user`` sessions,
-        those in the trash included, it is refused QUOTA_EXCEEDED. A user's creates are checked one
-        at a time (on this node), so two at once cannot both take the last place."""
-        lock = self._create_locks.get(user_id)
-        if lock is None:
-            lock = self._create_locks[user_id] = asyncio.Lock()
-        async with lock:
-            cap = self.max_sessions
-            have = await self.session_count(user_id)
-            if have >= cap:
-                raise HandlerError(ErrorCode.QUOTA_EXCEEDED, quota_text(have, cap))
-            rec = await self.store.create(user_id, title=title.strip() if title else None)
-            self._counted(user_id, +1)
-            return rec
-
-    async def session_count(self, user_id: str) -> int:
-        """The user's sessions, those in the trash included: read from the store once (again after
-        ``COUNT_REFRESH_S`` on a store other nodes share), then kept by ``create`` and ``purge``."""
-        hit = self._counts.get(user_id)
-        now = time.monotonic()
-        if hit is not None and (getattr(self.store, "link", None) is None or now - hit[1] < COUNT_REFRESH_S):
-            return hit[0]
-        count = getattr(self.store, "count_sessions", None)
-        if count is not None:
-            n = await count(user_id)
-        else:   # (a page of every live session and one of every deleted one: up to max_sessions + 1 each)
-            cap = self.max_sessions + 1
-            live, _ = await self.store.list(user_id, limit=cap)
-            trash, _ = await self.store.list(user_id, limit=cap, deleted=True)
-            n = len(live) + len(trash)
-        self._counts[user_id] = (n, now)
-        return n
-
-    def _counted(self, user_id: str, delta: int) -> None:
-        hit = self._counts.get(user_id)
-        if hit is not None:
-            self._counts[user_id] = (max(0, hit[0] + delta), hit[1])
+        those in the trash included, it is refused QUOTA_EXCEEDED (``session_quota``)."""
+        async with self.quota.creating(user_id):
+            return await self.store.create(user_id, title=title.strip() if title else None)
 
     async def fresh(self, user_id: str, title: str | None = None, system_prompt: str | None = None,
                     exclude: str | None = None) -> tuple[SessionRecord, bool]:
@@ -231,7 +178,7 @@ class SessionService:
             await self.store.purge(rec.session_id)
         finally:
             self.forget(rec.session_id, rec.user_id)
-        self._counted(rec.user_id, -1)
+        self.quota.counted(rec.user_id, -1)
         await self.publish_event("purged", rec)
         return rec
 
