@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.memory.distill import distill_rules, mentions_secret, retracts, subject_key, takes_back
+from server.memory.distill import distill_rules, retracts, subject_key, takes_back
+from server.memory.sensitive import mentions_secret
 
 
 @pytest.mark.parametrize("text, taken", [

@@ -23,7 +23,7 @@ import orjson
 
 from server.agent import downloads, file_answers, intents
 from server.agent.file_answers import when
-from server.memory.distill import mentions_secret
+from server.memory.sensitive import mentions_secret
 from server.memory.recall import QueryMatch
 from server.tools.units import fmt_duration
 from storage.models import ToolCall
