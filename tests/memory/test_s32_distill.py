@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from memory_testlib import ScriptedSummarizer
-from server.memory.distill import (SOURCE_MODEL, SOURCE_RULES, distill_by_model, distill_rules,
-                                   distill_with_model, subject_key)
+from server.memory.distill import distill_rules, subject_key
+from server.memory.distill_model import SOURCE_MODEL, SOURCE_RULES, distill_by_model, distill_with_model
 
 # (what the user wrote, the items kept): the request wording goes whenever a statement follows it
 KEPT = [

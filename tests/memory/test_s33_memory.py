@@ -11,7 +11,8 @@ import pytest
 from protocol import MsgType as T
 from server.app import Server
 from server.basic_memory import BasicMemory
-from server.memory.distill import (asked_subject, model_source, other_language, retracts, same_subject, subject_key,
+from server.memory.distill_model import model_source
+from server.memory.distill import (asked_subject, other_language, retracts, same_subject, subject_key,
                                    takes_back)
 from server.memory.user_files import JsonUserMemoryStore
 from server.memory.user_store import MemoryItem

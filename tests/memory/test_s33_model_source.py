@@ -15,7 +15,7 @@ import json
 
 from protocol import MsgType as T
 from server.app import Server
-from server.memory.distill import model_source
+from server.memory.distill_model import model_source
 from testkit.scripted_llm import Recorded, Reply, ScriptedLLM
 from testkit.server import V3Client, answer_text, make_config, poll
 

@@ -12,7 +12,8 @@ import pytest
 from memory_testlib import OfflineStub, ScriptedSummarizer, store_turn
 from server.memory import MemoryConfig, MemoryManager
 from server.memory.context import MEMORY_HEADER
-from server.memory.distill import distill_rules, distill_with_model, parse_model_answer, subject_key
+from server.memory.distill import distill_rules, subject_key
+from server.memory.distill_model import distill_with_model, parse_model_answer
 from server.memory.user_memory import item_subject
 from server.memory.user_files import JsonUserMemoryStore, UserFiles
 from server.memory.user_store import MemoryItem

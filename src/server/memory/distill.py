@@ -14,9 +14,8 @@ facts. Words that only lead into a sentence ("Actually,", "Correction:", "FYI", 
 db-prod-43" is kept as "The prod DB host is db-prod-43" and replaces "... is db-prod-42", as do "The
 prod DB host changed to db-prod-43" and "Our prod DB host is db-prod-43" (the user's possessives
 are not part of a subject either; "生产数据库改成上海了" replaces "我们的生产数据库在杭州"). With a
-summary model configured, ``distill_by_model`` asks it for the same kind of list as JSON and
-falls back to the rules when the answer is not usable (its items are refused on secrets too); it
-says which path gave the items (``SOURCE_MODEL`` or ``SOURCE_RULES``, an item's ``source``).
+summary model configured, ``server.memory.distill_model`` asks it for the same kind of list and
+keeps only what these rules take as stated (``unstated``).
 
 A sentence that takes something back is never kept either (``takes_back``): a request to forget
 ("Please forget that my home address is ...", "Don't remember that ...", "别记住…", "忘掉…") and a
@@ -30,11 +29,9 @@ different things is kept as those statements ("生产数据库是 db-prod-1，�
 """
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import re
-from typing import Any, Callable
+from typing import Callable
 
 from server.memory.analyze import SYNONYMS
 from server.memory.extractive import is_fact, sentences
@@ -51,7 +48,7 @@ MAX_STATEMENT_CHARS = 600
 MAX_LEAD_INS = 4
 _WORD = re.compile(r"\w")
 
-_PREFERENCE = [re.compile(p, re.IGNORECASE) for p in (
+PREFERENCE = [re.compile(p, re.IGNORECASE) for p in (
     r"\b(?:answer|reply|respond|write|talk|speak)\s+(?:to me\s+)?(?:only\s+)?in\s+[A-Za-z]+",
     r"\b(?:always|never|from now on|in future|going forward)\b.{0,60}\b(?:answer|reply|respond|use|show|"
     r"give|write|include|call)\b",
@@ -116,14 +113,6 @@ _NOT_STATED = [re.compile(p, re.IGNORECASE) for p in (
     r"[\u4e00-\u9fff]{1,3}?(?<!小)(?:说|讲|告诉我)(?![明法书话])",
 )]
 
-DISTILL_PROMPT = (
-    "Extract the durable facts and preferences the USER states about themselves, their work or their "
-    "systems in the message below (names, hosts, paths, settings, how they want answers). Skip "
-    "questions, one-off requests and anything uncertain; never include secrets such as passwords or "
-    "keys. Word a fact as \"<what> is <value>\" when it has that shape (\"The prod DB host is "
-    "db-prod-42\"), so a later correction replaces it. Answer with JSON only: a list of objects "
-    "{\"kind\": \"fact\" or \"preference\", \"text\": \"one short sentence in the user's "
-    "language\"}; [] when there is nothing durable.")
 
 
 #: the words that only ask to keep what follows: dropped from the kept item when what follows is a
@@ -224,30 +213,30 @@ _ZH_POSSESSIVE = re.compile(r"^(?:我们的|咱们的|我的|我们|咱们)")
 
 #: the languages answers can be asked in, by the names users give them ("answer in short sentences"
 #: asks for no language)
-_LANGUAGES = {
+LANGUAGES = {
     "chinese": ("chinese", "mandarin", "中文", "汉语", "普通话"), "cantonese": ("cantonese", "粤语"),
     "english": ("english", "英文", "英语"), "japanese": ("japanese", "日语", "日文"), "korean": ("korean", "韩语", "韩文"),
     "french": ("french", "法语", "法文"), "german": ("german", "德语", "德文"), "spanish": ("spanish", "西班牙语"),
     "russian": ("russian", "俄语", "俄文"), "portuguese": ("portuguese", "葡萄牙语"), "italian": ("italian", "意大利语"),
     "arabic": ("arabic", "阿拉伯语"), "vietnamese": ("vietnamese", "越南语"), "dutch": ("dutch",), "hindi": ("hindi",),
 }
-_LANGUAGE_OF = {name: language for language, names in _LANGUAGES.items() for name in names}
+LANGUAGE_OF = {name: language for language, names in LANGUAGES.items() for name in names}
 #: the words that switch the answers to a language: "用/使用英文", and "(把回答)改成/换成/改用/改为/切换到英文"
 _ZH_SWITCH_TO = ("用", "使用", "改成", "换成", "改用", "换用", "改为", "换为", "切换成", "切换到", "切换为", "切成", "切到")
 _EN_ANSWERS = r"(?:(?:the|your|all|my)\s+)*(?:answers?|replies|reply|responses?|output|(?:answer\s+|reply\s+)?language)"
 _ANSWER_LANGUAGE = re.compile(
     r"\b(?:answer|reply|respond|write|talk|speak)\s+(?:(?:to\s+)?me\s+)?(?:only\s+)?in\s+(?P<name>[A-Za-z]+)|"
     rf"\b(?:switch|change|set|turn)\s+{_EN_ANSWERS}(?:\s+(?:back|over))?\s+(?:to|into)\s+(?P<switched>[A-Za-z]+)|"
-    rf"(?:{_alternatives(_ZH_SWITCH_TO)})(?P<zh>{_alternatives(n for n in _LANGUAGE_OF if not n.isascii())})", re.IGNORECASE)
+    rf"(?:{_alternatives(_ZH_SWITCH_TO)})(?P<zh>{_alternatives(n for n in LANGUAGE_OF if not n.isascii())})", re.IGNORECASE)
 
 
 #: switching the answers to a language is a preference too: "把回答改成英文", "回复换成中文",
 #: "switch the answers to English", "change your replies to Chinese" (not "把这段话改成英文": a translation)
-_ZH_LANGUAGE_NAMES = _alternatives(n for n in _LANGUAGE_OF if not n.isascii())
-_PREFERENCE.append(re.compile(
+_ZH_LANGUAGE_NAMES = _alternatives(n for n in LANGUAGE_OF if not n.isascii())
+PREFERENCE.append(re.compile(
     rf"(?:回答|回复|答复|输出|语言)[^，,。！？!?\s]{{0,6}}?(?:{_alternatives(_ZH_SWITCH_TO[2:])})(?:用)?(?:{_ZH_LANGUAGE_NAMES})|"
     rf"\b(?:switch|change|set|turn)\s+{_EN_ANSWERS}(?:\s+(?:back|over))?\s+(?:to|into)\s+"
-    rf"(?:{_alternatives(n for n in _LANGUAGE_OF if n.isascii())})\b", re.IGNORECASE))
+    rf"(?:{_alternatives(n for n in LANGUAGE_OF if n.isascii())})\b", re.IGNORECASE))
 
 
 def _language_named(m: re.Match[str]) -> str:
@@ -269,7 +258,7 @@ def _language_key(text: str) -> str | None:
     about that language, so it leaves the positive one alone. "不要用英文，用中文回答" is positive."""
     negative = None
     for m in _ANSWER_LANGUAGE.finditer(text):
-        language = _LANGUAGE_OF.get(_language_named(m))
+        language = LANGUAGE_OF.get(_language_named(m))
         if language is None:
             continue
         if not _NEGATION.search(_CLAUSE_END.split(text[:m.start()])[-1]):
@@ -320,9 +309,9 @@ def _about(kind: str, text: str) -> tuple[str, str | None] | None:
 
 #: the recall analyzer's synonym groups ("db" and "database", "prod" and "production"), each named
 #: by its first informal word: one subject however it is worded
-_FOLDED: dict[str, str] = {}
+FOLDED: dict[str, str] = {}
 for _informal, _formal in SYNONYMS.items():
-    _FOLDED[_informal] = _FOLDED.setdefault(_formal, _informal)
+    FOLDED[_informal] = FOLDED.setdefault(_formal, _informal)
 
 #: the ops nouns a subject is folded through, English and Chinese (``same_subject``): one concept
 #: (the key) per group of words, so "生产数据库的主机是db-prod-42" and "The prod DB host is db-prod-43
@@ -365,21 +354,21 @@ BILINGUAL_SUBJECT_WORDS: dict[str, tuple[str, ...]] = {
     "namespace": ("namespace", "命名空间"),
     "name": ("name", "名字", "姓名", "名称"),
 }
-_CONCEPT_OF = {word: concept for concept, words in BILINGUAL_SUBJECT_WORDS.items() for word in words}
-_ZH_SUBJECT_WORDS = sorted((w for w in _CONCEPT_OF if not w.isascii()), key=len, reverse=True)
+CONCEPT_OF = {word: concept for concept, words in BILINGUAL_SUBJECT_WORDS.items() for word in words}
+_ZH_SUBJECT_WORDS = sorted((w for w in CONCEPT_OF if not w.isascii()), key=len, reverse=True)
 _LATIN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def _fold_word(word: str) -> str:
-    word = _FOLDED.get(word, word)
-    return _CONCEPT_OF.get(word, word)
+    word = FOLDED.get(word, word)
+    return CONCEPT_OF.get(word, word)
 
 
 def _en_key(subject: str) -> str | None:
     subject = _LEADING_ARTICLE.sub("", subject.casefold())
     if not subject or subject in _EN_PRONOUNS:
         return None
-    return "fact:" + " ".join(_FOLDED.get(word, word) for word in subject.split())
+    return "fact:" + " ".join(FOLDED.get(word, word) for word in subject.split())
 
 
 def _zh_concepts(subject: str) -> str | None:
@@ -396,7 +385,7 @@ def _zh_concepts(subject: str) -> str | None:
         word = next((w for w in _ZH_SUBJECT_WORDS if subject.startswith(w, i)), None)
         if word is None:
             return None
-        out.append(_CONCEPT_OF[word])
+        out.append(CONCEPT_OF[word])
         i += len(word)
     return " ".join(out) if out else None
 
@@ -422,7 +411,7 @@ def _bilingual(key: str | None) -> str | None:
         if concepts is None:
             return key
         return f"fact:{concepts}" if subject[-1] == "是" else f"fact:{concepts} {subject[-1]}"
-    return "fact:" + " ".join(_CONCEPT_OF.get(word, word) for word in subject.split())
+    return "fact:" + " ".join(CONCEPT_OF.get(word, word) for word in subject.split())
 
 
 def same_subject(kind: str, text: str) -> str | None:
@@ -462,8 +451,8 @@ def other_language(text: str) -> str:
     (an item stated in one language found by a question in the other); "" when there are none."""
     folded = text.casefold()
     found = sorted((folded.find(w), w) for w in _ZH_SUBJECT_WORDS if w in folded)
-    english = list(dict.fromkeys(_CONCEPT_OF[w] for _, w in found))
-    named = dict.fromkeys(c for w in _LATIN_WORD.findall(folded) if (c := _CONCEPT_OF.get(_FOLDED.get(w, w))))
+    english = list(dict.fromkeys(CONCEPT_OF[w] for _, w in found))
+    named = dict.fromkeys(c for w in _LATIN_WORD.findall(folded) if (c := CONCEPT_OF.get(FOLDED.get(w, w))))
     chinese = [next(w for w in BILINGUAL_SUBJECT_WORDS[c] if not w.isascii()) for c in named]
     return " ".join(english + chinese)
 
@@ -668,7 +657,7 @@ _HAN = re.compile(r"[\u4e00-\u9fff]")
 
 def _answer_languages(text: str) -> set[str]:
     """The languages answers are asked in by ``text`` ("answer in Chinese", "用中文回答")."""
-    return {_LANGUAGE_OF.get(_language_named(m), "") for m in _ANSWER_LANGUAGE.finditer(text)} - {""}
+    return {LANGUAGE_OF.get(_language_named(m), "") for m in _ANSWER_LANGUAGE.finditer(text)} - {""}
 
 
 def retracts(taken: tuple[str, str]) -> Callable[[str, str], bool]:
@@ -739,7 +728,7 @@ def _plain(sentence: str) -> str:
     return text if text == sentence else text[0].upper() + text[1:]
 
 
-def _clip(text: str) -> str:
+def clip(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= MAX_ITEM_CHARS else text[: MAX_ITEM_CHARS - 1] + "…"
 
@@ -754,7 +743,7 @@ def classify(sentence: str) -> str | None:
     unasked = _ZH_INDEFINITE.sub("", s)
     if any(p.search(unasked) for p in _QUESTION):
         return None
-    if any(p.search(s) for p in _PREFERENCE):
+    if any(p.search(s) for p in PREFERENCE):
         return "preference"
     if _CONDITIONAL.match(s) or any(p.search(s) for p in _NOT_STATED):
         return None
@@ -807,47 +796,21 @@ def distill_rules(text: str) -> list[tuple[str, str]]:
             continue
         kind = classify(plain) or (classify(s) if plain != s else None)   # (what "记住" asked to keep)
         if kind is not None:
-            out += [(kind, _clip(part)) for part in _statements(kind, plain)]
+            out += [(kind, clip(part)) for part in _statements(kind, plain)]
         if len(out) >= MAX_ITEMS_PER_MESSAGE:
             break
     return out[:MAX_ITEMS_PER_MESSAGE]
 
 
-def parse_model_answer(answer: str) -> list[tuple[str, str]] | None:
-    """The model's JSON list as (kind, text) pairs; None when it is not a usable answer."""
-    m = re.search(r"\[.*\]", answer, re.DOTALL)
-    if m is None:
-        return None
-    try:
-        data = json.loads(m.group(0))
-    except ValueError:
-        return None
-    if not isinstance(data, list):
-        return None
-    out = []
-    for d in data[:MAX_ITEMS_PER_MESSAGE]:
-        if not isinstance(d, dict) or not isinstance(d.get("text"), str) or not d["text"].strip():
-            return None
-        if mentions_secret(d["text"]):
-            continue
-        out.append(("preference" if d.get("kind") == "preference" else "fact", _clip(d["text"])))
-    return out
-
-
-#: ``distill_by_model``'s second value: which path produced the items (``MemoryItem.source``)
-SOURCE_MODEL = "model"
-SOURCE_RULES = "rules"
-
-
-def _unstated(sentence: str) -> bool:
+def unstated(sentence: str) -> bool:
     """A sentence (or clause) the user does not state as true, by the rules' tests (``classify``): a
     question or a request to be told, or -- unless it asks for a lasting way of answering -- a
     conditional or hypothesis, a hedge, a request to check something or what someone else said."""
-    return _unstated_as(sentence) is not None
+    return unstated_as(sentence) is not None
 
 
-def _unstated_as(sentence: str) -> str | None:
-    """Why ``_unstated``: "question" (asked, or a request to be told: it says nothing of what follows
+def unstated_as(sentence: str) -> str | None:
+    """Why ``unstated``: "question" (asked, or a request to be told: it says nothing of what follows
     it), "scope" (a conditional, a hedge, a request to check, hearsay: what follows in the sentence is
     supposed, hedged or someone else's too, ``_SCOPED``), or None (stated)."""
     plain = _plain(sentence)
@@ -855,103 +818,6 @@ def _unstated_as(sentence: str) -> str | None:
         return None
     if any(p.search(_ZH_INDEFINITE.sub("", plain)) for p in _QUESTION):
         return "question"
-    if any(p.search(plain) for p in _PREFERENCE):
+    if any(p.search(plain) for p in PREFERENCE):
         return None
     return "scope" if _CONDITIONAL.match(plain) or any(p.search(plain) for p in _NOT_STATED) else None
-
-
-#: where ``model_source`` cuts a sentence into clauses: a Chinese comma, a semicolon, a colon (before a
-#: space: not 02:30 nor http://) and an English comma before "but" ("I wonder why, but the host is db-1")
-_SOURCE_CLAUSE = re.compile(r"\s*[，；;：]\s*|:\s+|,\s*(?=(?:but|yet|though|however)\b)", re.IGNORECASE)
-#: a clause that turns from what the clause before said ("but ...", "但是…"): out of its scope
-_CONTRAST = re.compile(r"^(?:but|yet|though|however|但是|但|不过|可是|然而|只是)(?:[\s,，]+|(?=[\u4e00-\u9fff]))",
-                       re.IGNORECASE)
-#: the separators after which a hedge, a conditional or hearsay no longer holds (a new clause of its
-#: own: "Bob said the host is x; the port is 5432" states the port), unless ``_CONTRAST`` does it
-_SCOPE_ENDS = frozenset(";；")
-
-
-def _stated_clauses(sentence: str) -> list[str]:
-    """The clauses of a sentence that does not end in a question mark that the user states as true
-    (``_SOURCE_CLAUSE``, ``_unstated_as``): a question or a request to be told drops only itself
-    ("我不知道为什么，但是主库是 db-7。" keeps "主库是 db-7。", "How we deploy: the deploy host is
-    deploy-3." keeps "The deploy host is deploy-3."); a conditional, a hedge or hearsay also drops the
-    clauses after it up to a semicolon or a clause that turns from it ("but", 但是: "I wonder why, but
-    the prod DB host is db-prod-44."), so "如果主库是 db-9，端口就是 5433。" and "老王说：主库是 db-7。"
-    keep nothing. Every clause stated: the sentence as it is; a question ("…, is it db-1?"): []."""
-    end = sentence.rstrip()[-1:]
-    if end in ("?", "？"):
-        return [] if _unstated(sentence) else [sentence]
-    parts, seps, at = [], [], 0
-    for m in _SOURCE_CLAUSE.finditer(sentence):
-        parts.append(sentence[at:m.start()])
-        seps.append(m.group())
-        at = m.end()
-    parts.append(sentence[at:])
-    kept: list[str] = []
-    scoped = False
-    for n, part in enumerate(parts):
-        turned = _CONTRAST.match(part.strip())
-        clause = part.strip()[turned.end():] if turned else part.strip()
-        if n and (turned or seps[n - 1].strip() in _SCOPE_ENDS):
-            scoped = False
-        why = _unstated_as(clause) if clause else "question"
-        if why == "scope":
-            scoped = True
-        if why is None and not scoped:
-            kept.append(clause)
-    if len(kept) == len(parts):
-        return [sentence]
-    terminal = end if end in ".。!！" else ""
-    out = []
-    for clause in kept:
-        clause = clause.rstrip(" ,，")
-        if clause[-1:] not in ".。!！" and terminal:
-            clause += terminal
-        out.append(clause[0].upper() + clause[1:] if clause[:1].isascii() else clause)
-    return out
-
-
-def model_source(text: str) -> str:
-    """What of a user message the summary model is asked to distill: its sentences without what the
-    user does not state as true (``_unstated``: "Is the staging host stage-9?", "If my DB host is
-    db-9, ...", "I think the port is 5433", "Bob said the VPN gateway is vpn-x"), which the model
-    would otherwise restate as facts; "" when none is left. A sentence is judged by its clauses
-    (``_stated_clauses``): one that asks or hedges in passing keeps what it states ("I wonder why, but
-    the prod DB host is db-prod-44." -> "The prod DB host is db-prod-44."). A sentence over
-    ``MAX_STATEMENT_CHARS`` is not classified and is kept."""
-    kept = [c for s in sentences(text) for c in ([s] if len(s) > MAX_STATEMENT_CHARS else _stated_clauses(s))]
-    return "\n".join(kept)
-
-
-#: a longer message is filtered for the model (``model_source``) in a worker thread, off the loop
-INLINE_FILTER_CHARS = 4000
-
-
-async def distill_by_model(agent: Any, model: str | None, text: str) -> tuple[list[tuple[str, str]], str]:
-    """Ask the summary model about what the message states (``model_source``): (its items,
-    ``SOURCE_MODEL``); (the rules' items, ``SOURCE_RULES``) when it fails or answers something
-    unusable, so an item says which path learned it. A message that states nothing (only questions,
-    hypotheses, hedges, hearsay) is not sent: ([], ``SOURCE_RULES``)."""
-    source = model_source(text) if len(text) <= INLINE_FILTER_CHARS else \
-        await asyncio.to_thread(model_source, text)
-    if not source.strip():
-        return [], SOURCE_RULES
-    try:
-        answer = await agent.complete([{"role": "system", "content": DISTILL_PROMPT},
-                                       {"role": "user", "content": source}], model)
-    except Exception as exc:   # the provider failed (AgentError) or the agent has a bug: the rules still work
-        log.warning("memory: distilling with the model failed (%s: %s); the rules are used instead",
-                    type(exc).__name__, exc)
-        return distill_rules(text), SOURCE_RULES
-    parsed = parse_model_answer(answer or "")
-    if parsed is None:
-        log.info("memory: the model's distillation was not a JSON list of items; the rules are used instead")
-        return distill_rules(text), SOURCE_RULES
-    return parsed, SOURCE_MODEL
-
-
-async def distill_with_model(agent: Any, model: str | None, text: str) -> list[tuple[str, str]]:
-    """``distill_by_model``'s items alone (the model's, or the rules' when it fails or answers
-    something unusable)."""
-    return (await distill_by_model(agent, model, text))[0]

@@ -1,8 +1,9 @@
 """Does a text name or hold a secret?
 
 What long-term memory never keeps and the offline agent never repeats back: a sentence that names a
-password, PIN, token, key, credential or ID document, in English or Chinese (``_SECRET``), or holds a
-value shaped like one whatever the words around it: the shapes ``server.tools.secrets`` masks in
+password, PIN, token, key, credential or ID document, in English or Chinese (``_SECRET``), gives an
+account with what it logs in with ("db-1 root / hunter2", "root 用 hunter2 登录": ``_credential_pair``), or
+holds a value shaped like one whatever the words around it: the shapes ``server.tools.secrets`` masks in
 tool output, a long random token (``RANDOM_TOKEN_CHARS``) or a card, ID or social security number
 (``LONG_DIGITS``).
 """
@@ -59,9 +60,52 @@ def _id_number(text: str) -> bool:
     return _SSN.search(text) is not None
 
 
+#: an account and what it logs in with, worded without a keyword (``_credential_pair``): "db-1 root /
+#: hunter2", "admin:admin", "login: bob / hunter2", "the db-1 login is bob:hunter2", "log in as root with
+#: hunter2", "root logs in with hunter2", "db-1 的 root 用 hunter2 登录", "账号 root / hunter2". Not an
+#: ordinary ops fact: a path ("/var/log", "/root/.ssh"), "host:port", "10.0.0.1:5432", an owner
+#: ("owned by root:wheel", "chown root:root"), "user root owns the file", "db-1 的端口是 5432", "用 root 登录"
+#: and "jenkins 用 deploy账号登录" (the account alone), "root 用 ssh 登录" (a way of logging in, ``_LOGIN_MEANS``)
+_ACCOUNT = r"(?:root|admin|administrator|superuser|sysadmin)"
+_ACCOUNT_WORD = r"(?:user(?:\s?name)?|login|log-in|account|acct|账号|帐号|账户|用户名?|登录名|登录账号|登陆)"
+#: what one logs in with that is no secret: "root 用 ssh 登录", "log in as root with SSO"
+_LOGIN_MEANS = (r"(?:ssh|sso|ldap|saml|oauth2?|oidc|kerberos|kinit|ad|google|github|gitlab|okta|azure|keycloak|"
+                r"(?:ssh[ -]?)?keys?|certs?|certificates?|mfa|2fa|otp|yubikey|the\b|a\b|an\b|my\b|our\b|your\b|"
+                r"his\b|her\b|their\b|its\b)(?![\w.-])")
+_PAIR_SEP = r"(?:\s*/\s*|:)"          # "root / hunter2", "root/hunter2", "root:hunter2" (no space: "root: ..." is a label)
+_CREDENTIAL = re.compile(
+    # "<account> / <word>", "<account>:<word>": not inside a path or an address, the word not a path
+    rf"(?<![\w/.~:@-]){_ACCOUNT}{_PAIR_SEP}(?![/\s])[^\s/:]++(?![/:])|"
+    # "<account word> [:=] <name> / <word>" ("login: bob / hunter2", "user bob:hunter2", "账号 root / hunter2")
+    rf"(?<![\w/.-]){_ACCOUNT_WORD}(?:\s+(?:is|for\s+\S+\s+is|of\s+\S+\s+is|on\s+\S+\s+is|to\s+\S+\s+is))?"
+    rf"\s*[:：=]?\s*[\w.@-]++{_PAIR_SEP}(?![/\s])[^\s/:]++(?![/:])|"
+    # "log in as root with <word>", "root logs in with <word>"
+    rf"\blog(?:s|ged|ging)?[\s-]?in\s+as\s+\S+\s+(?:with|using)\s+(?!{_LOGIN_MEANS})\S|"
+    rf"(?<![\w/.-]){_ACCOUNT}\s+(?:logs?|logged)[\s-]?in\s+(?:with|using)\s+(?!{_LOGIN_MEANS})\S|"
+    # "<account or name> 用 <word> 登录" (the word Latin: "用 ldap 登录" and "用 root 登录" aside)
+    rf"(?:(?<![A-Za-z0-9_.-])[A-Za-z][A-Za-z0-9_.-]{{0,63}}+|账号|帐号|用户)\s*(?:账号|帐号|用户)?\s*(?:用|使用|以)\s*"
+    rf"(?!{_LOGIN_MEANS}|{_ACCOUNT}(?![\w.-]))[A-Za-z0-9][^\s，,。]{{0,63}}?(?<!账号)(?<!帐号)(?<!用户)(?<!身份)\s*(?:来)?(?:登录|登陆|登入|login)",
+    re.IGNORECASE)
+_PORT = re.compile(r":\d{1,5}$")         # "admin:8080": a host and its port
+#: a pair "<user>:<group>" next to these words is an owner, not a login ("owned by root:wheel")
+_OWNER = re.compile(r"\b(?:own(?:s|ed|er|ership)?|chown|chgrp|group)\b|属主|属组|所有者", re.IGNORECASE)
+
+
+def _credential_pair(text: str) -> bool:
+    """The text gives an account and what it logs in with (``_CREDENTIAL``), not a file's owner."""
+    for m in _CREDENTIAL.finditer(text):
+        pair = m.group()
+        if ":" in pair and "/" not in pair and (_OWNER.search(text) or _PORT.search(pair)):
+            continue
+        return True
+    return False
+
+
 def mentions_secret(text: str) -> bool:
-    """The text names a password, PIN, token, key, credential or ID document (``_SECRET``) or holds a
-    value shaped like one: a provider key, JWT, URL password ... (``server.tools.secrets``), a long
-    random token or a card, ID or social security number (``LONG_DIGITS``)."""
-    return bool(_SECRET.search(text)) or redact_shapes(text) != text or _id_number(text) or \
-        any(_looks_random(run) for run in _TOKEN_RUN.findall(text))
+    """The text names a password, PIN, token, key, credential or ID document (``_SECRET``), gives an
+    account with what it logs in with (``_credential_pair``: "db-1 root / hunter2", "root 用 hunter2
+    登录") or holds a value shaped like one: a provider key, JWT, URL password ...
+    (``server.tools.secrets``), a long random token or a card, ID or social security number
+    (``LONG_DIGITS``)."""
+    return bool(_SECRET.search(text)) or _credential_pair(text) or redact_shapes(text) != text or \
+        _id_number(text) or any(_looks_random(run) for run in _TOKEN_RUN.findall(text))

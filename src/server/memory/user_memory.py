@@ -29,8 +29,9 @@ from server.memory.analyze import analyze
 from server.memory.bm25 import BM25Index
 from server.memory.config import UserMemoryConfig
 from server.memory.context import Excerpt
-from server.memory.distill import (SOURCE_RULES, distill_by_model, distill_rules, other_language, retracts, same_subject,
+from server.memory.distill import (distill_rules, other_language, retracts, same_subject,
                                    takes_back)
+from server.memory.distill_model import SOURCE_RULES, distill_by_model
 from server.memory.recall import format_time
 from server.memory.tokens import TokenCounter, truncate_to_tokens
 from server.memory.user_store import MemoryItem, Retraction, UserMemoryStore, new_item_id
