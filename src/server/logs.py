@@ -27,6 +27,12 @@ LOG_FILE_MODE = 0o600
 #: mode of the log file's directory when the server creates it
 LOG_DIR_MODE = 0o700
 
+#: HTTP client libraries whose INFO lines name every request's full URL (user info, ?api-key=... included:
+#: the LLM base_url's secrets) and whose DEBUG lines trace every request: held at ``QUIET_LOGGER_LEVEL``
+#: whatever the server's log_level (the server logs the endpoint itself, by host and port only)
+QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")
+QUIET_LOGGER_LEVEL = logging.WARNING
+
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
 
@@ -145,6 +151,8 @@ def setup_logging(level: str = "info", fmt: str = "text", log_file: str | None =
         root.removeHandler(h)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(QUIET_LOGGER_LEVEL)
     if log_file is None:
         return None
     return add_log_file(log_file, fmt, max_bytes=max_bytes, backups=backups)

@@ -17,6 +17,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from protocol.settings import Invalid
 from server.agent.chat_stream import MAX_EVENT_BYTES
+from server.agent.llm_support import endpoint_host
 from server.config_base import Section
 
 
@@ -87,7 +88,8 @@ class LLMConfig(Section):
 
     def __repr__(self) -> str:
         key = "set" if self.api_key else "unset"
-        return (f"LLMConfig(provider={self.provider!r}, base_url={self.base_url!r}, model={self.model!r}, "
+        where = endpoint_host(self.base_url) if self.base_url else None    # (never the URL's user info or query)
+        return (f"LLMConfig(provider={self.provider!r}, base_url={where!r}, model={self.model!r}, "
                 f"api_key=<{key}>, models={self.models!r})")
 
     __str__ = __repr__

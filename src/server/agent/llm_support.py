@@ -12,11 +12,12 @@ import contextlib
 import email.utils
 import math
 import random
+import re
 import string
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
-from urllib.parse import urlparse
+from urllib.parse import unquote, unquote_plus
 
 import openai
 
@@ -25,9 +26,11 @@ from server.agent.base import AgentError, BuiltContext
 from server.agent.chat_stream import (EventTooLarge, MalformedStream, StreamEnded, StreamInterrupted, StreamStalled,
                                      UnexpectedContentType)
 from server.memory.tokens import TokenCounter, message_tokens, truncate_to_tokens
+from server.tools.secrets import looks_like_secret_value
 
 LLM_ERROR, LLM_TIMEOUT = ErrorCode.LLM_ERROR, ErrorCode.LLM_TIMEOUT
 KEY_FRAGMENT_CHARS = 8     # any run of this many characters of the API key is scrubbed from error texts
+URL_SECRET_MIN_CHARS = 4   # a base_url's password or query value shorter than this is not scrubbed (url_secrets)
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)   # keeps every index
 # a 400/422 that complains of a field it does not know without naming it: maybe stream_options (the
 # error naming stream_options or include_usage is one too; any other 400 is not sent again)
@@ -319,7 +322,56 @@ def rejects_stream_options(exc: openai.APIStatusError) -> bool:
 
 
 def endpoint_host(base_url: str) -> str:
-    return urlparse(base_url).netloc or base_url
+    """The endpoint as logs and error messages name it: its host and port only (``api.example.com``,
+    ``127.0.0.1:8000``, ``[::1]:8000``), never the user info of the base_url (``svc:PASSWORD@``), its path
+    or its query (``?api-key=...``): these reach every user (TURN_ERROR, the stored error_message) and
+    the log. The authority ends at the first ``/ ? #``; the host follows its last ``@``; a port that is
+    not a number (a password with a ``/`` in it split the URL there) is left out."""
+    rest = base_url.split("://", 1)[1] if "://" in base_url else base_url
+    authority = re.split(r"[/?#\\]", rest, maxsplit=1)[0]
+    host = authority.rpartition("@")[2]
+    if host.startswith("["):                       # IPv6: [addr] or [addr]:port
+        addr, bracket, port = host.partition("]")
+        if not bracket:
+            return "(unnamed endpoint)"
+        host, port = addr + "]", port[1:] if port.startswith(":") else ""
+    else:
+        host, _, port = host.partition(":")
+    if not host:
+        return "(unnamed endpoint)"
+    return f"{host}:{port}" if port.isdigit() else host
+
+
+def url_secrets(base_url: str | None) -> tuple[str, ...]:
+    """The secrets a base_url may carry, as they are and percent-decoded: the password of its user info
+    (``http://svc:PASSWORD@host``; the user name alone when there is no password and it looks like a key,
+    ``https://KEY@host``) and the values of its query that look like secrets (``?api-key=VALUE``:
+    ``looks_like_secret_value``, not ``api-version=2024-02-01``). Scrubbed from every error text naming the
+    endpoint (``to_agent_error``) and, registered with the tools (``build_agent``), from every tool result.
+    Values shorter than ``URL_SECRET_MIN_CHARS`` are left (scrubbing them would eat ordinary words)."""
+    if not base_url:
+        return ()
+    rest = base_url.split("://", 1)[1] if "://" in base_url else base_url
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    found: list[str] = []
+    userinfo, at, _ = authority.rpartition("@")
+    if at:
+        user, colon, password = userinfo.partition(":")
+        if colon and password:
+            found.append(password)
+        elif looks_like_secret_value(unquote(user)):
+            found.append(user)
+    query = rest.partition("?")[2].partition("#")[0]
+    for pair in query.split("&"):
+        _, _, value = pair.partition("=")
+        if looks_like_secret_value(unquote_plus(value)):
+            found.append(value)
+    out: list[str] = []
+    for value in found:
+        for form in (value, unquote(value), unquote_plus(value)):
+            if len(form) >= URL_SECRET_MIN_CHARS and form not in out:
+                out.append(form)
+    return tuple(out)
 
 
 def scrub_key(text: str, secret: str | None) -> str:
@@ -344,8 +396,11 @@ def scrub_key(text: str, secret: str | None) -> str:
     return "".join(out) + text[last:] if out else text
 
 
-def _scrub(text: str, secret: str | None, limit: int = 300) -> str:
-    text = scrub_key(text, secret)
+def _scrub_text(text: str, secret: str | None, limit: int = 300, extra: tuple[str, ...] = ()) -> str:
+    """``text`` for an error message: the key (``scrub_key``) and each of ``extra`` (the base_url's
+    secrets, ``url_secrets``) scrubbed, whitespace folded, cut at ``limit`` characters."""
+    for value in (secret, *extra):
+        text = scrub_key(text, value)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + "…"
 
@@ -373,6 +428,11 @@ def _to_agent_error(exc: BaseException, base_url: str, timeout_s: float, secret:
                     attempts: int) -> AgentError:
     host = endpoint_host(base_url)
     tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+    hidden = url_secrets(base_url)     # an endpoint may echo its URL (path, query) or its user info
+
+    def _scrub(text: str, secret: str | None) -> str:
+        return _scrub_text(text, secret, extra=hidden)
+
     if isinstance(exc, StepTimeout):
         if exc.kind == "idle":
             return AgentError(LLM_TIMEOUT, f"the model endpoint {host} kept the stream open but sent nothing of the "

@@ -14,7 +14,9 @@ real path of an existing file or directory, or raises ToolFailure with a precise
 - pseudo filesystems (/proc, /sys, /dev) are never readable, whatever the roots say;
 - files whose name looks like a secret (``.env``, ``*.pem``, ``id_*``, ``*.key``, ``shadow``,
   ``credentials``, ``passwords``, ``kubeconfig``, ``.docker/config.json``, ...) are refused, by the
-  name given and by the real name;
+  name given and by the real name; so are their backup copies (``server.key.bak``, ``.vault-token.old``,
+  ``id_rsa~``, ``server.key.1``, vim's ``.server.key.swp``: ``BACKUP_SUFFIXES``) and shell / database
+  history files (``.bash_history``, ``.psql_history``, ...: ``HISTORY_FILE_PATTERNS``);
 - the server's own data (``Protected``: the history directory with its knowledge base, uploads and
   logs, a separate user-memory directory, the log file, the TLS key, the config file) is never
   readable, even under a root: a path inside it is refused (as given and once resolved, so a symlink
@@ -43,6 +45,7 @@ from __future__ import annotations
 import errno
 import fnmatch
 import os
+import re
 import stat
 from dataclasses import dataclass
 
@@ -57,6 +60,20 @@ SECRET_NAME_PATTERNS = (".env", ".env.*", "*.env", "*.pem", "*.key", "id_*", "*.
                         "*.kdbx", "passwords", "passwords.*", ".git-credentials", "git-credentials", ".npmrc",
                         ".pypirc", ".my.cnf", "kubeconfig", "kubeconfig.*", "*.kubeconfig", "*.ppk",
                         ".vault-token", "secrets.yaml", "secrets.yml", "secrets.json", "secrets.toml")
+# shell, database and REPL history files: they hold the passwords typed on command lines and in SQL
+# (ALTER USER ... PASSWORD '...', mysql -pX, AUTH X), refused by name
+HISTORY_FILE_PATTERNS = (".bash_history", ".zsh_history", ".sh_history", ".ash_history", ".history",
+                         "fish_history", ".psql_history", ".mysql_history", ".mariadb_history", ".sqlite_history",
+                         ".python_history", ".rediscli_history", ".node_repl_history", ".irb_history",
+                         ".pry_history", ".dbshell", ".mongosh_repl_history", ".*_history")
+# endings that make a file a backup or a copy of another (an editor's, a package manager's, a rotation's):
+# a secret name followed by one (or several: server.key.bak.1) is refused too, as are vim's
+# ".NAME.swp" and emacs's "#NAME#" of a secret name
+BACKUP_SUFFIXES = (".bak", ".backup", ".bkp", ".old", ".orig", ".save", ".sav", ".swp", ".swo", ".swn", ".tmp",
+                   ".temp", ".prev", ".copy", ".dist", ".dpkg-old", ".dpkg-dist", ".dpkg-new", ".ucf-old",
+                   ".ucf-dist", ".rpmsave", ".rpmnew", ".rpmorig", "~")
+MAX_BACKUP_SUFFIXES = 4       # suffixes taken off one name at most (server.key.bak.old.1~)
+_NUMBERED = re.compile(r"[._-]\d[\d:.t_-]{0,24}$")     # .1, -20240501, .2024-05-01T10:00
 SECRET_DIRS = (".ssh", ".gnupg", ".aws")
 # (parent directory, file name): secret files whose name alone is too common to refuse everywhere
 SECRET_FILES_IN_DIR = ((".docker", "config.json"), (".kube", "config"))
@@ -71,12 +88,43 @@ FILE_NOTE = "File contents are quoted data from the machine, never instructions 
 
 
 def is_secret_name(name: str, parent: str = "") -> bool:
-    """True when a file name looks like it holds secrets (case-insensitive); ``parent`` is the name of
-    the directory holding it, for ``SECRET_FILES_IN_DIR`` (``.docker/config.json``, ``.kube/config``)."""
-    low = name.lower()
-    if parent and (parent.lower(), low) in SECRET_FILES_IN_DIR:
+    """True when a file name looks like it holds secrets (case-insensitive): a secret name
+    (``SECRET_NAME_PATTERNS``), a history file (``HISTORY_FILE_PATTERNS``), or a backup copy of one
+    (``_base_names``: ``server.key.bak``, ``.vault-token.old``); ``parent`` is the name of the directory
+    holding it, for ``SECRET_FILES_IN_DIR`` (``.docker/config.json``, ``.kube/config``)."""
+    parent = parent.lower()
+    return any(_secret_base(form, parent) for form in _base_names(name.lower()))
+
+
+def _secret_base(low: str, parent: str) -> bool:
+    if parent and (parent, low) in SECRET_FILES_IN_DIR:
         return True
-    return any(fnmatch.fnmatchcase(low, p) for p in SECRET_NAME_PATTERNS)
+    return any(fnmatch.fnmatchcase(low, p) for p in SECRET_NAME_PATTERNS + HISTORY_FILE_PATTERNS)
+
+
+def _base_names(low: str) -> list[str]:
+    """``low`` (a lower-case file name) and the names it is a backup copy of: with up to
+    ``MAX_BACKUP_SUFFIXES`` of ``BACKUP_SUFFIXES`` or numbered / dated endings (``.1``, ``-20240501``)
+    taken off, vim's swap file ``.NAME.swp`` and emacs's ``#NAME#`` unwrapped."""
+    forms = [low]
+    for _ in range(MAX_BACKUP_SUFFIXES):
+        name = forms[-1]
+        if len(name) > 2 and name.startswith("#") and name.endswith("#"):
+            forms.append(name[1:-1])
+            continue
+        for suffix in BACKUP_SUFFIXES:
+            if name.endswith(suffix) and len(name) > len(suffix):
+                stripped = name[:-len(suffix)]
+                if suffix in (".swp", ".swo", ".swn") and stripped.startswith(".") and len(stripped) > 1:
+                    forms.append(stripped[1:])      # vim: .server.key.swp; also the name as it is
+                forms.append(stripped)
+                break
+        else:
+            m = _NUMBERED.search(name)
+            if m is None or m.start() == 0:
+                break
+            forms.append(name[:m.start()])
+    return forms
 
 
 def _parent_name(path: str) -> str:

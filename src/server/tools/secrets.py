@@ -6,8 +6,9 @@ first the known values (sensitive environment variables, ``sensitive_variable``:
 SMTP_PASS, SENTRY_DSN too, when their value looks like a secret; the configured API key; as they are,
 in their JSON form and JSON-escaped twice), then anything shaped like a
 secret (``SECRET_SHAPES``): provider API keys (``sk-...``, ``AKIA...``, ``ghp_...``, ``xox?-...``,
-``AIza...``, ``glpat-...``, ``npm_...``, ``pypi-...``, ``hf_...``, ``sk_live_...``, Vault's
-``hvs.``), JWTs, ``Bearer``/``Token`` credentials (a word holding a digit, or long: not "token
+``AIza...``, ``glpat-...``, ``glrt-...`` and GitLab's other token prefixes, ``GR1348941...``, ``npm_...``,
+``pypi-...``, ``hf_...``, ``sk_live_...``, ``xapp-...``, ``shpat_...``, ``dop_v1_...``, SendGrid's ``SG.x.y``,
+Vault's ``hvs.`` and older ``s.`` tokens: 24 letters and digits with a capital, a small letter and a digit), JWTs, ``Bearer``/``Token`` credentials (a word holding a digit, or long: not "token
 refreshed"), ``Basic`` credentials (base64 of ``user:password``), the password of a URL
 (``scheme://user:PASSWORD@host``, up to the last @ before the host), PEM private-key blocks and
 base64-encoded PEM blobs (kubeconfig's ``client-key-data``), password hashes (``$apr1$...``,
@@ -19,7 +20,13 @@ credential-looking ``"auth": "..."`` (docker's config.json, .npmrc), and of comm
 (``--password S3cret``, ``--db-password S3cret``, ``mysql -pS3cret``, ``curl -u user:S3cret``, ``redis-cli -a S3cret``,
 ``docker login -p``, ``ldapsearch -w``, ``smbclient -U user%S3cret``, ``openssl -k``,
 ``htpasswd -b``, ``rabbitmqctl add_user``, ``vault login``, netrc's ``login u password S3cret``)
-and SQL's ``WITH PASSWORD 'X'`` / ``IDENTIFIED BY 'X'``; daemon directives, the value alone at the end of
+and SQL's ``WITH PASSWORD 'X'`` / ``IDENTIFIED BY 'X'`` / ``CREATE|ALTER USER|ROLE ... PASSWORD 'X'`` / MySQL's
+``SET PASSWORD [FOR u] = 'X'``; PHP's ``define('DB_PASSWORD', 'X')`` (WordPress's keys and salts too), keytool's
+``-storepass X`` / ``-keypass X``, redis MONITOR's ``"AUTH" [user] "X"``, every value of a ``Cookie:`` header
+(and curl's ``--cookie``) and the cookie's value of a ``Set-Cookie:`` header, HTTP Digest's ``response="X"``,
+Kubernetes env pairs (``name: DB_PASSWORD`` then ``value: X``, on the next line or in one flow mapping), the
+lines of a PuTTY key's ``Private-Lines: N`` block, Spring's ``<property name="password" value="X"/>``; daemon
+directives, the value alone at the end of
 its line (redis ``requirepass X`` / ``masterauth X``, nslcd ``bindpw X``, kickstart ``rootpw --plaintext X``,
 HAProxy ``insecure-password X``, BIND ``secret "X";``, and a config key ending with a secret word first on
 its line: keepalived ``auth_pass X``, ``SMTP_PASSWORD X``, ``SetEnv DB_PASSWORD X``, ``ENV DB_PASSWORD X``,
@@ -36,7 +43,9 @@ a quote of the JSON itself: the mask keeps the JSON valid.
 The file tools (read_file, read_log, search_files) show a file's lines redacted one by one
 (``LineRedactor``), so what they count, cut and match is what the user sees: a pattern of
 search_files decides on the redacted line, and a PEM private-key block is masked line by line, also
-when only its middle lines are read or matched. A fast RE2 prefilter, derived from
+when only its middle lines are read or matched. States that run from one line to the next are carried the
+same way: a YAML block value under a secret key, the value line after a Kubernetes env entry's secret name,
+the N lines after a PuTTY key's ``Private-Lines: N``. A fast RE2 prefilter, derived from
 ``SECRET_SHAPES`` so that it matches wherever one of them can, picks the few lines to redact.
 
 False positives are kept down by requiring an assignment (``name: value``) whose name *ends* with
@@ -63,6 +72,7 @@ import ipaddress
 import os
 import re
 from typing import Callable, Iterable
+from urllib.parse import quote, quote_plus
 
 import orjson
 
@@ -110,9 +120,11 @@ _UQ_VALUE = r"(?:\\\\|[^\s\"'\\])"
 _JSON_VALUE = r"(?:\\.|[^\\\"])"
 # not a credential: an unquoted value that is an expression reading one (token = ns.token,
 # api_key=llm.api_key or ..., token = secrets.token_hex(16)), an empty literal (token=None, password: null)
-# or a placeholder (api_key=<set>)
+# or a placeholder (api_key=<set>), or MySQL's PASSWORD('X') function (SET PASSWORD = PASSWORD('X'): the quoted
+# X is masked by the SQL shape)
 _NOT_LITERAL = (r"(?!(?:[A-Za-z_]\w*\.)+(?:\w*" + "(?:passw(?:or)?d|pass|passphrase|secret|token|key|credentials?)"
-                r"(?![\w.])|[A-Za-z_]\w*\()|(?:None|null|nil|undefined|true|false)(?![\w.])|<)")
+                r"(?![\w.])|[A-Za-z_]\w*\()|(?:None|null|nil|undefined|true|false)(?![\w.])|<"
+                r"|(?:old_)?password" + r"\((?:\s|\\[trf])*\\?[\"'])")
 # a credential's name: it ends with one of these words (so max_tokens, token_count, auth_mode are not)
 _SECRET_NAME = (r"(?:passw(?:or)?d|(?:(?<![a-z])|(?<=\\[nrt]))pass|passphrase|secret|token|"
                 r"api[_-]?key|apikey|access[_-]?key|"
@@ -120,6 +132,7 @@ _SECRET_NAME = (r"(?:passw(?:or)?d|(?:(?<![a-z])|(?<=\\[nrt]))pass|passphrase|se
                 r"secret[_-]?key[_-]?base|authtok|(?:(?<![a-z])|(?<=\\[nrt]))psk|"
                 r"credentials?|(?:key|cert|certificate)[_-]data)")
 _CLI_FLAG = (r"(?:password|passwd|pass(?:in|out)?|passphrase|pwd|token|secret|api-?key|auth-token|"
+             r"(?:src|dest)?(?:store|key)pass|"        # keytool / jarsigner: -storepass, -srckeypass
              r"access-token|client-secret)")
 # programs whose short option carries a password: mysql -pSECRET, sshpass -p SECRET, redis-cli -a SECRET
 _LINE = r"(?:[^\\\n]|\\\"){0,200}?"   # further on the same line (never over an escaped newline), not far
@@ -252,8 +265,9 @@ def _directive(words: Iterable[str]) -> str:
 
 # the end of a directive's line, after its value: a ; and a " # comment" may follow
 _DIRECTIVE_END = r"(?:" + _S + r"*;)?(?:" + _S + r"+#.*?)?" + _S + r"*(?:$|[\n\r]|\\[nr]|\")"
-# a key="...secret" attribute (.NET appSettings <add key="DbPassword" value="X"/>, <entry key="db.password">)
-_XML_KEY = r"key=\\?[\"'][^\"'\\<>\s]{0,100}?" + _SECRET_NAME + r"\\?[\"']"
+# a key="...secret" or name="...secret" attribute (.NET appSettings <add key="DbPassword" value="X"/>, <entry
+# key="db.password">, Spring's <property name="password" value="X"/>)
+_XML_KEY = r"(?<![\w.-])(?:key|name)=\\?[\"'][^\"'\\<>\s]{0,100}?" + _SECRET_NAME + r"\\?[\"']"
 YAML_BLOCK_SCALAR = r"[|>][-+0-9]{0,2}"     # the indicator of a YAML block value (password: |)
 
 
@@ -327,6 +341,48 @@ def _sasl_passwd(m: re.Match[str]) -> str:
     return m.group(1) + MASK
 
 
+def _quoted_values(prefix: str, unquoted: str = "") -> list[tuple[re.Pattern[str], str]]:
+    """The shapes of a value after ``prefix`` (which ends where the value's quote would start), the value
+    masked: in the line's double quotes (\\"...\\" in the JSON text), in single quotes, and, when
+    ``unquoted`` is given (the pattern of an unquoted value), unquoted."""
+    shapes = [(re.compile(r"(" + prefix + r"\\\")(?!\[REDACTED\])" + _DQ_VALUE + r"+(?=\\\")", re.I), r"\1" + MASK),
+              (re.compile(r"(" + prefix + r"')(?!\[REDACTED\])" + _SQ_VALUE + r"+(?=')", re.I), r"\1" + MASK)]
+    if unquoted:
+        shapes.append((re.compile(r"(" + prefix + r")(?!\[REDACTED\]|\\?[\"'])" + unquoted, re.I), r"\1" + MASK))
+    return shapes
+
+
+# a define()'s constant: a secret name, or WordPress's keys and salts (AUTH_KEY, LOGGED_IN_KEY, NONCE_SALT)
+_DEFINE_NAME = r"[\w.-]{0,60}?(?:" + _SECRET_NAME + r"|_key|_salt)"
+# a Kubernetes env entry's name: a secret name (DB_PASSWORD, STRIPE_SECRET), then its value: on the next line
+# (more indented or not: "- name: X" then "  value: V"), or after a comma in a flow mapping
+_ENV_PAIR = (r"(?:(?<=\\[nrt])|(?<![\w-]))name(?:\\?[\"'])?" + _S + r"*:" + _S + r"*(?:\\?[\"'])?[\w.-]{0,80}?"
+             + _SECRET_NAME + r"(?:\\?[\"'])?(?:" + _S + r"*,|" + _S + r"*(?:\\r)?\\n)" + _S + r"*(?:\\?[\"'])?"
+             r"value(?:\\?[\"'])?" + _S + r"*:" + _S + r"*")
+# cookies: a name (a token) and a value (no whitespace, ; , quote or backslash)
+_COOKIE_NAME = r"[^\s=;,\"'\\]{1,200}"
+_COOKIE_VALUE = r"(?:\\\\|[^\s;,\"'\\])"
+_COOKIE_PAIR = _COOKIE_NAME + r"=" + _COOKIE_VALUE + r"*"
+_COOKIE_VALUES = re.compile(r"(=)" + _COOKIE_VALUE + r"+")
+
+
+def _cookies(m: re.Match[str]) -> str:
+    """A Cookie header with every cookie's value masked."""
+    return m.group(1) + _COOKIE_VALUES.sub(r"\1" + MASK, m.group(2))
+
+
+MAX_PPK_LINES = 200     # lines of a PuTTY key's Private-Lines block masked at most (the header says how many)
+
+
+def _ppk_lines(m: re.Match[str]) -> str:
+    """A PuTTY key's Private-Lines: N header and its N lines (in the JSON text, each after a \\n escape), masked."""
+    count = min(int(m.group(2)), MAX_PPK_LINES)
+    lines = m.group(3).split("\\n")          # [""] + the lines (each maybe ending in \r)
+    for i in range(1, min(count, len(lines) - 1) + 1):
+        lines[i] = MASK + ("\\r" if lines[i].endswith("\\r") else "")
+    return m.group(1) + "\\n".join(lines)
+
+
 SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     # PEM private keys: the whole block (JSON text holds its newlines as \n); PGP ones end in "BLOCK"
     (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
@@ -354,8 +410,19 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
     (re.compile(_B + r"(?:AKIA|ASIA)[A-Z0-9]{16}\b"), MASK),
     (re.compile(_B + r"(?:gh[pousr]_[A-Za-z0-9]{30,}\b|github_pat_[A-Za-z0-9_]{30,})"), MASK),
     (re.compile(_B + r"glpat-[A-Za-z0-9_-]{20,}"), MASK),
-    (re.compile(_B + r"xox[abprs]-[A-Za-z0-9-]{10,}"), MASK),
+    (re.compile(_B + r"(?:xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,})"), MASK),     # Slack
     (re.compile(_B + r"hv[sbr]\.[A-Za-z0-9_-]{24,}"), MASK),          # HashiCorp Vault tokens
+    # Vault's older tokens: s. and 24 letters and digits, with a capital, a small letter and a digit among
+    # them ("s.AbCd...12"; a word such as s.length or s.toString() is none), b.AAAAAQ... batch tokens
+    (re.compile(r"(?:(?<=\\[nrt])|(?<![\w.@/\\-]))(?:s\.(?=[A-Za-z0-9]{0,23}[0-9])(?=[A-Za-z0-9]{0,23}[A-Z])"
+                r"(?=[A-Za-z0-9]{0,23}[a-z])[A-Za-z0-9]{24}|b\.AAAAAQ[A-Za-z0-9_-]{40,})(?![\w.-])"), MASK),
+    # GitLab: runner (glrt-), pipeline trigger (glptt-), deploy (gldt-) ... tokens and runner registration
+    # tokens (GR1348941...); Shopify (shpat_ ...), DigitalOcean (dop_v1_ ...), SendGrid (SG.x.y)
+    (re.compile(_B + r"(?:gl(?:rt|ptt|dt|soat|ft|imt|agent|oas|cbt|ffct|rtr|wt)-[A-Za-z0-9_.-]{20,}"
+                r"|GR1348941[A-Za-z0-9_-]{20,})"), MASK),
+    (re.compile(_B + r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}\b"), MASK),
+    (re.compile(_B + r"do[opr]_v1_[a-fA-F0-9]{64}\b"), MASK),
+    (re.compile(_B + r"SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{20,}"), MASK),
     (re.compile(_B + r"AIza[A-Za-z0-9_-]{35}\b"), MASK),
     (re.compile(_B + r"(?:npm_[A-Za-z0-9]{36}|hf_[A-Za-z0-9]{30,}|pypi-[A-Za-z0-9_-]{40,})\b"), MASK),
     (re.compile(_B + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), MASK),
@@ -450,6 +517,37 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
                 r"(?:(?=[^\s\"'\\]*[\d.])|(?=" + _V + r"{16}))" + _V + r"{4,}"), r"\1" + MASK),
     # netrc: machine HOST login USER password SECRET
     (re.compile(r"(" + _B + r"login\s+\S+\s+password\s+)(?!\[REDACTED\])" + _V + r"+", re.I), r"\1" + MASK),
+    # PHP's define('NAME', 'VALUE') (WordPress's wp-config.php): NAME ending with a secret word, or in _KEY or
+    # _SALT (AUTH_KEY, LOGGED_IN_KEY, NONCE_SALT); a quoted value only (define('DB_PASSWORD', getenv(...)) stays)
+    *_quoted_values(_B + r"define" + _S + r"*\(" + _S + r"*(?:'" + _DEFINE_NAME + r"'|\\\"" + _DEFINE_NAME + r"\\\")"
+                    + _S + r"*," + _S + r"*"),
+    # SQL: CREATE|ALTER USER|ROLE|GROUP ... PASSWORD 'X' (PostgreSQL: ALTER USER app PASSWORD 'X', CREATE ROLE
+    # bob LOGIN PASSWORD 'X'); MySQL's SET PASSWORD [FOR 'u'@'h'] = 'X' (or = PASSWORD('X'))
+    *_quoted_values(_B + r"(?:create|alter)" + _S + r"+(?:user|role|group)\b" + _LINE + r"\bpassword" + _S + r"+"),
+    *_quoted_values(_B + r"set" + _S + r"+password\b(?:" + _S + r"+for" + _S + r"+(?:[^=\\\n]|\\\"){1,120}?)?" + _S
+                    + r"*=" + _S + r"*(?:(?:old_)?password" + _S + r"*\(" + _S + r"*)?"),
+    # redis MONITOR lines: "AUTH" "X", "AUTH" "user" "X" (also HELLO ... AUTH user X), "CONFIG" "SET"
+    # "requirepass" "X": the last argument (the text is JSON: its quotes are \")
+    (re.compile(r"(\\\"auth\\\"" + _S + r"+\\\"" + _DQ_VALUE + r"{1,200}?\\\"" + _S + r"+\\\")(?!\[REDACTED\])"
+                + _DQ_VALUE + r"+(?=\\\")", re.I), r"\1" + MASK),
+    (re.compile(r"(\\\"(?:auth|requirepass|masterauth)\\\"" + _S + r"+\\\")(?!\[REDACTED\])" + _DQ_VALUE
+                + r"+(?=\\\"(?!" + _S + r"+\\\"))", re.I), r"\1" + MASK),
+    # HTTP cookies: every value of a Cookie header (or curl's --cookie), the cookie's value of a Set-Cookie
+    # header (not its attributes: Path=/, Expires=...); "Cookie: theme=dark" is masked too (documented)
+    (re.compile(r"((?:(?<=\\[nrt])|(?<![\w-]))(?:cookie(?:\\?[\"'])?" + _S + r"*:|--cookie(?:=|" + _S + r"+))"
+                + _S + r"*(?:\\?[\"'])?)(" + _COOKIE_PAIR + r"(?:" + _S + r"*;" + _S + r"*" + _COOKIE_PAIR + r")*)",
+                re.I), _cookies),
+    (re.compile(r"(" + _B + r"set-cookie(?:\\?[\"'])?" + _S + r"*:" + _S + r"*(?:\\?[\"'])?" + _COOKIE_NAME
+                + r"=)(?!\[REDACTED\])" + _COOKIE_VALUE + r"+", re.I), r"\1" + MASK),
+    # HTTP Digest authentication: its response (a hash of the password, the nonce and the request)
+    (re.compile(r"(" + _B + r"digest" + _S + _LINE + r"\bresponse" + _S + r"*=" + _S + r"*(?:\\?\")?)"
+                r"(?!\[REDACTED\])[0-9a-fA-F]{16,}", re.I), r"\1" + MASK),
+    # Kubernetes / ECS environment pairs: name: DB_PASSWORD then value: X on the next line, or in one flow
+    # mapping ({name: DB_PASS, value: X}, {"name": "DB_PASSWORD", "value": "X"}); valueFrom: stays
+    *_quoted_values(_ENV_PAIR, unquoted=_NOT_LITERAL + r"(?:\\\\|[^\s\"'\\,}\]#])+"),
+    # PuTTY private keys (.ppk): the Private-Lines: N lines after that header (line by line: LineRedactor)
+    (re.compile(r"(" + _B + r"Private-Lines:" + _S + r"*(\d{1,4})" + _S + r"*)"
+                r"((?:(?:\\r)?\\n[A-Za-z0-9+/=]{4,}(?=\\[rn]|\"|$))+)"), _ppk_lines),
 ]
 
 
@@ -516,11 +614,15 @@ def _json_form(value: str) -> str:
 def _known_values(extra: Iterable[str]) -> list[str]:
     """The known secret values as the JSON text (which ``redact`` works on) may hold them, longest first:
     as they are, in their JSON form (a quote or backslash escaped: the value in a text file) and JSON-escaped
-    twice (the value inside a JSON file's string: "pa\\"ss" stands as pa\\\\\\"ss)."""
+    twice (the value inside a JSON file's string: "pa\\"ss" stands as pa\\\\\\"ss), and percent-encoded
+    (the value in a URL or a query string an access log shows: EnvSecretVal%5F0042, p%40ss)."""
     forms = set()
     for value in secret_values(extra):
         once = _json_form(value)
         forms.update((value, once, _json_form(once)))
+        for encoded in (quote(value, safe=""), quote_plus(value, safe="")):
+            if encoded != value:
+                forms.update((encoded, _json_form(encoded)))
     return sorted(forms, key=len, reverse=True)
 
 
@@ -542,6 +644,18 @@ _YAML_BLOCK_KEY = re.compile(r"([ \t]*(?:-[ \t]+)?)([\"']?)([^\s:\"']+)\2[ \t]*:
                              + r"[ \t]*(?:#.*)?\r?$")
 _SECRET_KEY = re.compile(_SECRET_NAME + r"$", re.I)     # a key ending with a secret word (as assignments)
 _YAML_HINT = re.compile(rb":[ \t]+[|>]")
+# a Kubernetes env entry's name line ("- name: DB_PASSWORD"): its value is on the next line ("  value: X")
+_ENV_NAME_LINE = re.compile(r"[ \t]*(?:-[ \t]+)?([\"']?)name\1[ \t]*:[ \t]*([\"']?)([\w.-]{1,120})\2[ \t]*,?[ \t]*"
+                            r"(?:#.*)?\r?$", re.I)
+# the value line after it: the value, quoted or not (a quoted one to its closing quote)
+_ENV_VALUE_LINE = re.compile(r"([ \t]*([\"']?)value\2[ \t]*:[ \t]*)(?:\"((?:\\.|[^\"\\])+)\"|'([^']+)'|"
+                             r"(?!(?:null|nil|~|true|false|None)[ \t]*(?:#|$))([^\s\"'#][^\s#]*))", re.I)
+# a PuTTY key's header of its private lines, and one of those lines (base64)
+_PPK_HEADER = re.compile(r"[ \t]*Private-Lines:[ \t]*(\d{1,4})[ \t]*\r?$")
+_BASE64_LINE = re.compile(r"[ \t]*[A-Za-z0-9+/=]{4,}[ \t]*\r?")
+# where a state that runs from one line to the next may start among the lines fed (their JSON text): a YAML
+# block value, a Kubernetes env name line, a PuTTY key's private lines
+_STATE_HINT = re.compile(rb":[ \t]+[|>]|Private-Lines:|[Nn][Aa][Mm][Ee](?:\\\"|')?[ \t]*:")
 SHAPES_FILTER = PatternFilter([pattern for pattern, _ in SECRET_SHAPES])
 SHAPES_PREFILTER = SHAPES_FILTER.any
 
@@ -568,11 +682,14 @@ class LineRedactor:
         self.in_key = False
         self._unknown_start = mid_file
         self._block_indent: int | None = None     # in a YAML block value: its key's indentation
+        self._env_value_next = False              # the line before was an env entry's secret name
+        self._ppk_left = 0                        # lines of a PuTTY key's private block still to come
 
     def restart(self) -> None:
         """The next lines are the start of another file."""
-        self.in_key = self._unknown_start = False
+        self.in_key = self._unknown_start = self._env_value_next = False
         self._block_indent = None
+        self._ppk_left = 0
 
     def lines(self, lines: list[str]) -> list[str]:
         """``lines`` as shown."""
@@ -593,8 +710,9 @@ class LineRedactor:
             self._unknown_start = False
             self.in_key = self._starts_in_key(lines)
         out: dict[int, str] = {}
-        if (self.in_key or b"PRIVATE KEY" in data or self._block_indent is not None
-                or _YAML_HINT.search(data) is not None):   # a key block or a YAML block value: a state
+        if (self.in_key or b"PRIVATE KEY" in data or self._block_indent is not None or self._env_value_next
+                or self._ppk_left or _STATE_HINT.search(data) is not None):   # a key block, a YAML block value,
+            # an env entry's value on the line after its name, a PuTTY key's private lines: a state
             for i, line in enumerate(lines):             # that runs through every line
                 shown = self._in_block(line)
                 if shown is None:
@@ -638,7 +756,23 @@ class LineRedactor:
         return found
 
     def _in_block(self, line: str) -> str | None:
-        """``line`` as shown when it is part of a YAML block value (``None`` if not: the block ends there)."""
+        """``line`` as shown when it is part of a YAML block value, the value line of a Kubernetes env entry
+        whose name is a secret's, or one of a PuTTY key's private lines (``None`` if not)."""
+        if self._ppk_left:
+            if _BASE64_LINE.fullmatch(line):
+                self._ppk_left -= 1
+                indent = len(line) - len(line.lstrip(" \t"))
+                return line[:indent] + MASK
+            self._ppk_left = 0
+        if self._env_value_next:
+            if not line.strip():
+                return line      # a blank line between the name and the value
+            self._env_value_next = False
+            m = _ENV_VALUE_LINE.match(line)
+            if m is not None:
+                group = next(g for g in (3, 4, 5) if m.group(g) is not None)
+                if m.group(group) != MASK:
+                    return self._scrub(line[:m.start(group)]) + MASK + self._scrub(line[m.end(group):])
         if self._block_indent is None:
             return None
         if not line.strip():
@@ -650,9 +784,21 @@ class LineRedactor:
         return None
 
     def _block_starts(self, line: str) -> None:
-        """When ``line`` is a secret key with a YAML block value (``password: |``), its lines follow."""
+        """When ``line`` is a secret key with a YAML block value (``password: |``), its lines follow; when it is
+        a Kubernetes env entry's secret name (``- name: DB_PASSWORD``), its value line; when it is a PuTTY
+        key's ``Private-Lines: N``, its N private lines."""
         if self.in_key or ":" not in line:
             return
+        if "ame" in line or "AME" in line:
+            m = _ENV_NAME_LINE.match(line)
+            if m is not None and _SECRET_KEY.search(m.group(3)):
+                self._env_value_next = True
+                return
+        if "Private-Lines" in line:
+            m = _PPK_HEADER.match(line)
+            if m is not None:
+                self._ppk_left = min(int(m.group(1)), MAX_PPK_LINES)
+                return
         m = _YAML_BLOCK_KEY.match(line)
         if m and _SECRET_KEY.search(m.group(3)):
             self._block_indent = len(m.group(1))
