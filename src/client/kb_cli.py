@@ -255,7 +255,8 @@ async def _upload(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
             try:
                 if not path.is_file():
                     raise ClientError(ClientCode.NOT_A_FILE, "not a readable file")   # the path is shown with it
-                doc = await kbclient.upload(c, path, collection=args.group, progress=_bar(err, path.name))
+                doc = await kbclient.upload(c, path, collection=_group_collection(args.group),
+                                            progress=_bar(err, path.name))
             except ClientError as exc:
                 if exc.is_connection_error:
                     raise
@@ -299,6 +300,14 @@ async def _replace_older(c: Client, doc: Any, name: str) -> list[str]:
     for doc_id in older:
         await c.request(MsgType.KB_DELETE, {"doc_id": doc_id})
     return older
+
+
+def _group_collection(group: str | None) -> str | None:
+    """``--group G`` names group G's collection ("group:G"), never the user's own: before, ``--group
+    personal`` was sent as "personal" and stored into the user's own collection without a word."""
+    if group is None:
+        return None
+    return group if group.startswith("group:") else f"group:{group}"
 
 
 def _limit(text: str) -> int:

@@ -21,6 +21,7 @@ from protocol.settings import Invalid
 from server.agent.config import AgentConfig, LLMConfig
 from server.config_base import ConfigError, Section, TokenDigest
 from server.http_config import HttpConfig
+from server.knowledge.access import RESERVED_NAMES
 from server.knowledge.config import KnowledgeConfig
 from server.memory.config import MemoryConfig
 from server.tools.config import ToolsConfig
@@ -156,6 +157,10 @@ class UserEntry(Section):
         for g in v:
             if not _USER_RE.fullmatch(g):
                 raise Invalid(f"expected names of 1..64 characters of [A-Za-z0-9_.@-], got {g!r}")
+            if g.lower() in RESERVED_NAMES:       # (server.knowledge.access: "personal" is the user's own)
+                raise Invalid(f"{g!r} cannot name a group: {g.lower()!r} is reserved (in any case), since a "
+                              f"knowledge-base request naming the collection {g.lower()!r} means the user's own "
+                              "documents; rename the group")
         return tuple(dict.fromkeys(v))
 
 
@@ -172,6 +177,10 @@ class AuthConfig(Section):
     login_backoff_s: float = Field(60.0, ge=1.0, le=86_400.0)
     max_login_addresses: int = Field(10_000, ge=1, le=10_000_000)
     failed_login_delay_s: float = Field(2.0, ge=0.0, le=5.0)   # (below a client's 10 s HELLO timeout)
+    # groups of one user (``users`` entries' ``groups``): each request of the user's costs a little per
+    # group (the collections it may read), so a configuration generated with a mistake is refused at
+    # start-up rather than slowing every knowledge request of that user
+    max_groups_per_user: int = Field(1_000, ge=1, le=1_000_000)
 
     @property
     def reserved_slots(self) -> int:
@@ -188,6 +197,10 @@ class AuthConfig(Section):
             if u.token_sha256 in owners:
                 raise Invalid(f"users {owners[u.token_sha256]!r} and {u.user_id!r} have the same token: a token "
                               "must identify one user (give each user its own token)", "users", i, "token_sha256")
+            if len(u.groups) > self.max_groups_per_user:
+                raise Invalid(f"user {u.user_id!r} is in {len(u.groups)} groups, over max_groups_per_user = "
+                              f"{self.max_groups_per_user} (raise it in [auth] if that many are meant)",
+                              "users", i, "groups")
             seen.add(u.user_id)
             owners[u.token_sha256] = u.user_id
         return self

@@ -95,7 +95,8 @@ def build_services(config: ServerConfig, store: Any, notify: Callable[..., Any],
     hub = Hub()
     data = Path(config.storage.root)
     auth = Authenticator(config.auth)
-    knowledge = KnowledgeBase(config.knowledge, data / "knowledge", store=knowledge_store(config, store))
+    knowledge = KnowledgeBase(config.knowledge, data / "knowledge", store=knowledge_store(config, store),
+                              groups_of=auth.groups_of)
     udp = UdpTransfer(config.transfer)
     offers = OfferService(knowledge, hub, udp, groups_of=auth.groups_of)
     source = KnowledgeSource(knowledge, auth.groups_of)

@@ -51,6 +51,8 @@ def test_kb_commands(srv: ServerThread, capsys: pytest.CaptureFixture, tmp_path:
     assert code != 0 and "missing.md" in err
     code, out, err = run(srv, capsys, "kb", "upload", str(notes), "--group", "ops")   # user local has no groups
     assert code == 5 and "FORBIDDEN" in err
+    code, out, err = run(srv, capsys, "kb", "upload", str(notes), "--group", "personal")   # a group, never the own base
+    assert code == 5 and "FORBIDDEN" in err                           # before: stored into user:local, exit 0
     code, out, _ = run(srv, capsys, "kb", "list", "--json")
     assert code == 0 and [d["doc_id"] for d in json.loads(out)["documents"]] == [doc["doc_id"]]
     [listed] = json.loads(out)["documents"]

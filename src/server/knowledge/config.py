@@ -10,6 +10,8 @@ from server.config_base import Section
 from server.memory.config import EmbeddingsConfig
 
 MIB = 1024 * 1024
+#: ``max_documents_per_member`` when not set: ``max_documents_per_collection`` divided by this
+DOCUMENTS_PER_MEMBER_SHARE = 4
 
 
 class KnowledgeConfig(Section):
@@ -18,10 +20,21 @@ class KnowledgeConfig(Section):
     user_quota_bytes: int = Field(1024 * MIB, ge=0, le=1 << 44)  # all documents one user uploaded, every collection
     max_chunks_per_document: int = Field(50_000, ge=1, le=10_000_000)
     max_documents_per_collection: int = Field(10_000, ge=1, le=10_000_000)
+    # documents one member may upload into one group collection (QUOTA_EXCEEDED beyond), so that one
+    # member cannot fill max_documents_per_collection for the whole group; None (the default): a
+    # quarter of max_documents_per_collection (2,500), so at least four members are needed to fill
+    # it (``documents_per_member``). Personal collections have only max_documents_per_collection
+    max_documents_per_member: int | None = Field(None, ge=1, le=10_000_000)
     # chunks in the whole index, every collection (QUOTA_EXCEEDED beyond): the in-memory index takes
-    # ~5.6 KB of RSS per chunk, so 1,000,000 chunks is ~5.6 GB; the per-user quota alone allows
-    # ~1.8 M chunks (~10 GB) to each user
+    # ~5.6 KB of RSS per chunk, so 1,000,000 chunks is ~5.6 GB; the per-user byte quota alone would
+    # allow ~1.8 M chunks (~10 GB) to each user: max_chunks_per_user bounds a user's share
     max_total_chunks: int = Field(1_000_000, ge=1, le=1 << 40)
+    # chunks of the documents one user uploaded, personal and group collections together (QUOTA_EXCEEDED
+    # beyond), so that one user cannot fill max_total_chunks for everyone: 100,000 (~560 MB of index,
+    # ~60 M characters of text) is a tenth of the default max_total_chunks, so at least ten users are
+    # needed to fill the index. A fixed number, not a share: a smaller max_total_chunks binds first
+    # (lower this with it to keep the share)
+    max_chunks_per_user: int = Field(100_000, ge=1, le=1 << 40)
     chunk_target_chars: int = Field(600, ge=50, le=100_000)   # a chunk grows by whole paragraphs/sentences up to this
     chunk_overlap_chars: int = Field(100, ge=0, le=50_000)    # tail of the previous chunk of the same section repeated
     max_extracted_chars: int = Field(50_000_000, ge=1, le=1 << 33)   # text a parser may produce from one document
@@ -54,6 +67,13 @@ class KnowledgeConfig(Section):
         if self.chunk_overlap_chars >= self.chunk_target_chars:
             raise Invalid("must be smaller than chunk_target_chars", "chunk_overlap_chars")
         return self
+
+    @property
+    def documents_per_member(self) -> int:
+        """``max_documents_per_member``, or a quarter of ``max_documents_per_collection`` when it is not set."""
+        if self.max_documents_per_member is not None:
+            return self.max_documents_per_member
+        return max(1, self.max_documents_per_collection // DOCUMENTS_PER_MEMBER_SHARE)
 
     @property
     def user_ingest_threads(self) -> int:

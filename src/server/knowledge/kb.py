@@ -22,7 +22,7 @@ from typing import BinaryIO, Callable, Collection
 from protocol import ErrorCode
 from server.errors import HandlerError, not_found
 from server.memory.embeddings import Embedder, EmbeddingError
-from server.knowledge.access import readable, resolve
+from server.knowledge.access import can_read, readable, resolve
 from server.knowledge.chunker import chunk_blocks
 from server.knowledge.config import KnowledgeConfig
 from server.knowledge.index import ChunkIndex, chunk_terms
@@ -69,8 +69,13 @@ class KnowledgeBase:
     of the store, kept current with other nodes' changes when the store is shared."""
 
     def __init__(self, config: KnowledgeConfig, root: str | os.PathLike | None,
-                 embedder: Embedder | None = None, store: DocumentStore | None = None) -> None:
+                 embedder: Embedder | None = None, store: DocumentStore | None = None,
+                 groups_of: Callable[[str], Collection[str]] | None = None) -> None:
         self.config = config
+        # a user's groups now (``[auth] users``: ``Authenticator.groups_of``), asked when a group
+        # document is handed over to a co-uploader: only one who can still read its collection takes
+        # it. None: every co-uploader is taken to be a member still
+        self.groups_of = groups_of
         if store is None:
             if root is None:
                 raise ValueError("a KnowledgeBase needs a root directory or a store")
@@ -89,7 +94,7 @@ class KnowledgeBase:
         self._user_slots: dict[str, asyncio.Semaphore] = {}      # user -> ingest threads they may hold
         self._slot_waiters: dict[str, list[asyncio.Future]] = {}  # user -> wait_for_ingest_slot callers
         self._stops: set[threading.Event] = set()                # the running ingests' cancel flags
-        self._committing: dict[str, int] = {}                    # doc_id -> chunks, of the commits in flight
+        self._committing: dict[str, tuple[str, int]] = {}        # doc_id -> (uploader, chunks), of the commits in flight
         self._closing = False
         # the load of the stored documents: "idle" (not asked), "loading" (knowledge requests answer
         # SERVER_BUSY meanwhile), "ready", or "failed" (they answer STORAGE_ERROR: see the log)
@@ -267,7 +272,7 @@ class KnowledgeBase:
     def _visible(self, user: str, groups: Collection[str], doc_id: str) -> DocumentInfo:
         self._check_loaded()
         info = self._docs.get(doc_id) if isinstance(doc_id, str) else None
-        if info is None or info.collection not in readable(user, groups):
+        if info is None or not can_read(user, groups, info.collection):
             raise not_found("document")
         return info
 
@@ -276,6 +281,12 @@ class KnowledgeBase:
         while the documents are being loaded (an upload is refused at its start then)."""
         self._check_loaded()
         return sum(d.size for d in list(self._docs.values()) if d.uploader == user)
+
+    def chunks_of(self, user: str) -> int:
+        """Chunks of the documents ``user`` uploaded, every collection, those being committed included
+        (counted against ``max_chunks_per_user``). With ``lock`` held."""
+        held = sum(d.chunks for d in list(self._docs.values()) if d.uploader == user)
+        return held + sum(n for who, n in list(self._committing.values()) if who == user)
 
     # -- ingestion ---------------------------------------------------------------------------------
     async def ingest(self, user: str, groups: Collection[str], collection: str | None, name: str,
@@ -506,19 +517,54 @@ class KnowledgeBase:
 
     def check_quota(self, user: str, coll: str, size: int) -> None:
         """Checked once the bytes are known not to be a duplicate, and again at commit (SERVER_BUSY
-        while the documents are being loaded)."""
-        cfg = self.config
-        used = self.usage(user)
-        if used + size > cfg.user_quota_bytes:
-            raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"quota of {cfg.user_quota_bytes} bytes reached ({used} used)")
-        if sum(1 for d in list(self._docs.values()) if d.collection == coll) >= cfg.max_documents_per_collection:
-            raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"collection holds {cfg.max_documents_per_collection} documents")
+        while the documents are being loaded): ``user_quota_bytes``, in a group collection the
+        member's share ``max_documents_per_member``, then ``max_documents_per_collection``."""
+        self._check_loaded()
+        problem = self._quota_problem(user, coll, size, new_document=True)
+        if problem is not None:
+            raise HandlerError(ErrorCode.QUOTA_EXCEEDED, problem)
 
-    def check_total_chunks(self, chunks: int) -> None:
-        """QUOTA_EXCEEDED when ``chunks`` more would take the index (with the documents being
-        committed) over ``max_total_chunks`` (server-wide). With ``lock`` held."""
+    def _quota_problem(self, user: str, coll: str, size: int, *, new_document: bool,
+                       chunks: int | None = None) -> str | None:
+        """Why ``user`` may not hold one more document of ``size`` bytes (and ``chunks`` chunks, when
+        given) in ``coll``, or None. ``new_document``: it adds a document to the collection (an upload);
+        else it is there already (a hand-over), and only the user's own limits count."""
+        cfg = self.config
+        used = in_coll = mine = 0
+        for d in list(self._docs.values()):
+            if d.uploader == user:
+                used += d.size
+                if d.collection == coll:
+                    mine += 1
+            if d.collection == coll:
+                in_coll += 1
+        if used + size > cfg.user_quota_bytes:
+            return f"quota of {cfg.user_quota_bytes} bytes reached ({used} used)"
+        if chunks is not None:
+            held, limit = self.chunks_of(user), cfg.max_chunks_per_user
+            if held + chunks > limit:
+                return (f"your documents hold {held} chunks; {chunks} more would take you over the per-user "
+                        f"limit (max_chunks_per_user = {limit})")
+        share = cfg.documents_per_member
+        if coll.startswith("group:") and mine + 1 > share:
+            return (f"you uploaded {mine} of the {in_coll} documents of {coll}, a member's share "
+                    f"(max_documents_per_member = {share}): delete one of yours first")
+        if new_document and in_coll >= cfg.max_documents_per_collection:
+            return (f"collection {coll} holds {in_coll} documents (max_documents_per_collection = "
+                    f"{cfg.max_documents_per_collection}), {mine} of them yours")
+        return None
+
+    def check_total_chunks(self, chunks: int, user: str | None = None) -> None:
+        """QUOTA_EXCEEDED when ``chunks`` more would take ``user``'s documents over
+        ``max_chunks_per_user``, or the index (with the documents being committed) over
+        ``max_total_chunks`` (server-wide). With ``lock`` held."""
+        if user is not None:
+            held, limit = self.chunks_of(user), self.config.max_chunks_per_user
+            if held + chunks > limit:
+                raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"your documents hold {held} chunks; this document's "
+                                   f"{chunks} would take you over the per-user limit (max_chunks_per_user = {limit})")
         limit = self.config.max_total_chunks
-        held = len(self.index) + sum(self._committing.values())
+        held = len(self.index) + sum(n for _, n in self._committing.values())
         if held + chunks > limit:
             raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"the knowledge base holds {held} chunks; this document's "
                                f"{chunks} would take it over the server's limit (max_total_chunks = {limit})")
@@ -597,7 +643,7 @@ class KnowledgeBase:
                 raise HandlerError(ErrorCode.QUOTA_EXCEEDED, f"document makes {len(chunks)} chunks "
                                    f"(limit {self.config.max_chunks_per_document})")
             with self.lock:                          # (before the analysis: its terms are most of the memory)
-                self.check_total_chunks(len(chunks))
+                self.check_total_chunks(len(chunks), user)
             report("chunking", n_blocks, n_blocks)
             records = [{"text": c.text, "location": c.location()} for c in chunks]
             headings = [c.heading for c in chunks]
@@ -646,8 +692,8 @@ class KnowledgeBase:
                             len(staged.chunks), coll, datetime.now(timezone.utc).isoformat(), user)
         with self.lock:               # checked again, the other commits in flight counted
             if self.duplicate_of(coll, staged.sha256) is None:   # (else the store answers the duplicate)
-                self.check_total_chunks(len(staged.chunks))
-                self._committing[staged.doc_id] = len(staged.chunks)
+                self.check_total_chunks(len(staged.chunks), user)
+                self._committing[staged.doc_id] = (user, len(staged.chunks))
         try:
             stored = await self.store.commit(staged, info, vectors, self)
         finally:
@@ -666,35 +712,39 @@ class KnowledgeBase:
             coll = resolve(user, groups, collection)
             docs = [d for d in list(self._docs.values()) if d.collection == coll]
         else:
-            colls = set(readable(user, groups))
-            docs = [d for d in list(self._docs.values()) if d.collection in colls or d.uploader == user]
+            member_of = frozenset(groups)
+            docs = [d for d in list(self._docs.values())
+                    if d.uploader == user or user in d.co_uploaders or can_read(user, member_of, d.collection)]
         return sorted(docs, key=lambda d: d.uploaded_at, reverse=True)
 
     async def get(self, user: str, groups: Collection[str], doc_id: str) -> DocumentInfo:
         return self._visible(user, groups, doc_id)
 
     async def delete(self, user: str, groups: Collection[str], doc_id: str, *,
-                     admin: bool = False) -> DocumentInfo | None:
+                     admin: bool = False, passed_over: list[tuple[str, str]] | None = None) -> DocumentInfo | None:
         """Remove a document: its uploader, wherever it is (also in a group they have left, or one
         renamed or removed from the configuration: it counts toward their quota), or an admin who can
         read it. FORBIDDEN for another reader; NOT_FOUND if unseen. None when it is removed.
 
         A group document other members uploaded too (the same bytes: ``co_uploaders``) is not removed
-        by its uploader's delete: it passes to the first co-uploader (their quota from then on), and
-        the document, with its new ``uploader``, is returned. A co-uploader's delete withdraws their
-        upload only (the document, unchanged, is returned). An admin's delete of a document that is
-        not theirs removes it for everyone."""
+        by its uploader's delete: it passes to the first co-uploader, in upload order, who can still
+        read its collection (``groups_of``) and has room for it within their own limits
+        (``user_quota_bytes``, ``max_chunks_per_user``, ``max_documents_per_member``): their quota
+        from then on; the document, with its new ``uploader``, is returned. With no such co-uploader
+        it is removed (None). The co-uploaders passed over are appended to ``passed_over`` (when
+        given) with the reason. A co-uploader's delete withdraws their upload only (the document,
+        unchanged, is returned), also from a collection they can no longer read (an admin too). An
+        admin's delete of a document that is not theirs, in a collection they read, removes it for
+        everyone."""
         self._check_loaded()
         info = self._docs.get(doc_id) if isinstance(doc_id, str) else None
         if info is not None and info.collection.startswith("group:") and (
                 (info.uploader == user and (info.co_uploaders or self.store.shared))
-                or (user in info.co_uploaders and not admin)):
-            if info.uploader != user:
-                self._visible(user, groups, doc_id)
-            kept = await self._give_up(info, user)
+                or (user in info.co_uploaders and not (admin and can_read(user, groups, info.collection)))):
+            kept = await self._give_up(info, user, passed_over)
             if kept is not None:
                 return kept
-            info = self._docs.get(doc_id)     # (they hold it alone, as the store says: removed below)
+            info = self._docs.get(doc_id)     # (nobody else takes it, as the store says: removed below)
         if info is None or info.uploader != user:
             info = self._visible(user, groups, doc_id)
             if not admin:
@@ -703,19 +753,45 @@ class KnowledgeBase:
         await asyncio.to_thread(self._drop, doc_id)
         return None
 
-    async def _give_up(self, info: DocumentInfo, user: str) -> DocumentInfo | None:
+    def _why_not_taker(self, member: str, info: DocumentInfo) -> str | None:
+        """Why ``member`` (a co-uploader) cannot take over ``info`` from its uploader, or None: they can
+        no longer read its collection, or it would take them over one of their limits."""
+        if self.groups_of is not None and not can_read(member, frozenset(self.groups_of(member)), info.collection):
+            return f"no longer in {info.collection}"
+        problem = self._quota_problem(member, info.collection, info.size, new_document=False, chunks=info.chunks)
+        return None if problem is None else f"no room: {problem}"
+
+    async def _give_up(self, info: DocumentInfo, user: str,
+                       passed_over: list[tuple[str, str]] | None = None) -> DocumentInfo | None:
         """``user`` gives up a group document others uploaded too: its uploader's delete passes it
-        to the first co-uploader, a co-uploader's delete withdraws their upload. The
-        document kept for the others, or None when nobody else holds it (as the store says: on
-        PostgreSQL another node may have changed them) and it is to be removed."""
+        to the first co-uploader who can take it (``_why_not_taker``), a co-uploader's delete
+        withdraws their upload. The document kept for the others, or None when nobody else holds
+        it or can take it (as the store says: on PostgreSQL another node may have changed them) and
+        it is to be removed."""
+        passed: list[tuple[str, str]] = []
+
         def leave(uploader: str, co: tuple[str, ...]) -> tuple[str, tuple[str, ...]] | None:
+            passed.clear()                   # (a store may call it again, with the uploaders as they are then)
             if uploader == user:
-                return (co[0], co[1:]) if co else None
+                for i, member in enumerate(co):
+                    why = self._why_not_taker(member, info)
+                    if why is None:
+                        return member, co[:i] + co[i + 1:]
+                    passed.append((member, why))
+                return None                  # nobody can take it: left as it is, and removed
             return (uploader, tuple(u for u in co if u != user)) if user in co else None
         now = await self._change_uploaders(info.doc_id, leave)
+        if passed_over is not None:
+            passed_over.extend(passed)
+        if passed:
+            log.info("document %s (%s) of %s: %s deleted it; co-uploaders passed over: %s", info.doc_id, info.name,
+                     info.collection, user, "; ".join(f"{m} ({why})" for m, why in passed))
         if now is None or (now.uploader == user and not now.co_uploaders):
             return None
-        if now.uploader == user or user in now.co_uploaders:    # (a store that keeps nothing)
+        if now.uploader == user or user in now.co_uploaders:    # (nobody could take it, or a store that keeps nothing)
+            if passed:
+                log.info("document %s (%s) of %s removed: no co-uploader can take it", info.doc_id, info.name,
+                         info.collection)
             return None
         if info.uploader == user:
             log.info("document %s (%s) of %s: %s deleted it; kept for %s, who uploaded the same bytes",
@@ -727,7 +803,8 @@ class KnowledgeBase:
         """The best ``top_k`` passages of the readable collections (or of ``collection``); SERVER_BUSY
         while the documents are being loaded."""
         self._check_loaded()
-        colls = [resolve(user, groups, collection)] if collection else readable(user, groups)
+        visible = readable(user, groups)          # (built here, not under the lock: one name per group)
+        colls = [resolve(user, groups, collection)] if collection else visible
         top_k = max(1, min(int(top_k), 100))
         if not query.strip():
             return []
@@ -741,7 +818,7 @@ class KnowledgeBase:
         def run() -> list[Hit]:
             with self.lock:
                 return [self._hit(key, score) for key, score in
-                        self._distinct(query, colls, top_k, qvec, readable(user, groups))]
+                        self._distinct(query, colls, top_k, qvec, visible)]
         return await asyncio.to_thread(run)
 
     def _distinct(self, query: str, colls: list[str], top_k: int, qvec: list[float] | None,
