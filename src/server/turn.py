@@ -11,6 +11,7 @@ from protocol.objects import ChatMessage as MessageObj
 from protocol.objects import QueuedTurn, TurnState
 from protocol.server_events import (AnswerDelta, Notice, ToolCallEvent, ToolResultEvent, TurnEvent,
                                     TurnStatus)
+from server.agent.toolexec import CANCELLED_RESULT
 from server.hub import Hub, Subscriber
 from server.wire import call_obj, message_obj
 from storage.models import ChatMessage, ToolCall, now_iso
@@ -52,11 +53,12 @@ class Turn:
         return self.parts[0] if self.parts else ""
 
     def finished_calls(self) -> list[ToolCall]:
-        """Tool calls for a partial message; calls still running are marked interrupted."""
+        """Tool calls for a partial message; calls still running are marked as not finished (the same
+        JSON error result the tool step stores when it is cancelled: ``toolexec.CANCELLED_RESULT``)."""
         out = []
         for call in self.calls.values():
             if call.status == "running":
-                call.status, call.result = "error", "interrupted"
+                call.status, call.result = "error", CANCELLED_RESULT
             out.append(call)
         return out
 

@@ -116,7 +116,7 @@ async def test_malformed_tool_arguments_go_back_to_the_model(llm, make_agent, si
                         "'uptime', 'all', got 'gpu'"
     assert errors[2].startswith("unknown tool 'no_such_tool'")
     msgs = llm.requests[1].body["messages"]
-    assert msgs[2]["tool_calls"][0]["function"]["arguments"] == '{"metric": cpu'
+    assert json.loads(msgs[2]["tool_calls"][0]["function"]["arguments"]) == {"invalid_arguments": '{"metric": cpu'}
     assert "not valid JSON" in msgs[3]["content"]
     assert result.content == "Sorry." and result.finish_reason == "stop"
 

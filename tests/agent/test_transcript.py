@@ -53,7 +53,7 @@ def test_malformed_arguments_and_unfinished_calls_stay_valid():
         _call("y", "clock", {}, "", 0, "running"),
     ])
     out = history_to_openai([ChatMessage(id=1, role="user", content="q"), msg])
-    assert out[1]["tool_calls"][0]["function"]["arguments"] == '{"metric": cpu'
+    assert out[1]["tool_calls"][0]["function"]["arguments"] == '{"invalid_arguments":"{\\"metric\\": cpu"}'
     assert out[2] == {"role": "tool", "tool_call_id": "x", "content": '{"error":"bad json"}'}
     assert out[3] == {"role": "tool", "tool_call_id": "y", "content": UNFINISHED_RESULT}
     assert len(out) == 4   # empty final content is not sent

@@ -62,6 +62,17 @@ class AgentError(Exception):
         self.attempts = attempts
 
 
+class IncompleteAnswer(AgentError):
+    """A completion the endpoint did not finish (``Agent.complete``): ``finish_reason`` ``length`` (cut
+    at max_tokens) or ``content_filter`` (withheld). Code LLM_ERROR; ``content`` is the text it sent,
+    which is no answer (a summary cut mid-sentence must not be stored as the summary)."""
+
+    def __init__(self, finish_reason: str, content: str, message: str, attempts: int = 1) -> None:
+        super().__init__(ErrorCode.LLM_ERROR, message, attempts)
+        self.finish_reason = finish_reason
+        self.content = content
+
+
 @runtime_checkable
 class Agent(Protocol):
     name: str
@@ -72,6 +83,7 @@ class Agent(Protocol):
     async def run_turn(self, req: TurnRequest, sink: TurnSink) -> TurnResult: ...
     # tokens every model request of ``user_id``'s turn carries besides its messages (the tool schemas)
     async def tool_schema_tokens(self, user_id: str) -> int: ...
+    # one completion without tools; raises AgentError (IncompleteAnswer: cut by length, content filter)
     async def complete(self, messages: list[dict[str, Any]], model: str | None = None) -> str: ...
     async def aclose(self) -> None: ...
 

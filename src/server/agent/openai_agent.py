@@ -39,15 +39,17 @@ from typing import Any, Awaitable, Callable, TypeVar
 import openai
 import orjson
 
-from server.agent.base import AgentError, TurnRequest, TurnResult, TurnSink
+from server.agent.base import AgentError, IncompleteAnswer, TurnRequest, TurnResult, TurnSink
 from server.agent.chat_stream import MalformedStream, StreamEnded, StreamInterrupted, iter_chunks
 from server.agent.config import AgentConfig, LLMConfig
 from server.agent.llm_support import (LLM_ERROR, RetryPolicy, StepClock, TurnPrompt, Usage, endpoint_host,
                                       is_retryable, rejects_stream_options, retry_after, retry_detail,
                                       to_agent_error)
+from server.agent.intents import is_chinese
 from server.agent.tool_calls import AssembledCall, ToolCallAssembler
 from server.agent.model_catalog import ModelCatalog, ids_of
 from server.agent.toolexec import CallRequest, run_tool_step
+from server.agent.transcript import wire_arguments
 from server.agent.knowledge_answer import record_model_route
 from server.memory.tokens import ApproxTokenCounter, TokenCounter
 from server.tools import ToolContext, ToolRegistry
@@ -55,13 +57,25 @@ from server.tools import ToolContext, ToolRegistry
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# The instruction of the last request (``tool_choice: "none"``) after max_iterations / the context budget.
+# It is the latest user message the model sees, and models answer in its language: it says to answer in
+# the language of the user's question, and a Chinese question (``intents.is_chinese``) gets it in Chinese
+# (``final_prompt``). It stays a user message: several chat templates (Mistral, Gemma, ...) refuse a system
+# message anywhere but first.
 FINAL_ANSWER_PROMPT = ("The tool-call limit for this request has been reached. Do not call any more tools: "
-                       "answer now with the information gathered so far, and say what is still unknown.")
+                       "answer now with the information gathered so far, and say what is still unknown. "
+                       "Answer in the language of the user's question.")
 BUDGET_ANSWER_PROMPT = ("The results of further tool calls would not fit the context window of this request. Do not "
                         "call any more tools: answer now with the information gathered so far, and say what is "
-                        "still unknown.")
+                        "still unknown. Answer in the language of the user's question.")
+FINAL_ANSWER_PROMPT_ZH = "本次请求的工具调用次数已达上限。请不要再调用任何工具：现在就根据已获得的信息用中文回答，并说明哪些情况仍不清楚。"
+BUDGET_ANSWER_PROMPT_ZH = ("更多工具调用的结果已放不进本次请求的上下文窗口。请不要再调用任何工具：现在就根据已获得的信息用中文回答，"
+                           "并说明哪些情况仍不清楚。")
 NO_KEY_PLACEHOLDER = "no-key"   # the SDK insists on a key; keyless local servers ignore it
 SCHEMA_COUNTS_CACHED = 8        # token counts of distinct tool-schema lists kept (a user sees one of a few)
+QUESTION_LANGUAGE_CHARS = 2000  # the start of the user message whose language the last instruction follows
+#: a non-streamed completion ending so is not an answer: ``complete`` raises IncompleteAnswer
+INCOMPLETE_FINISH_REASONS = ("length", "content_filter")
 
 
 @dataclass(slots=True)
@@ -169,7 +183,8 @@ class OpenAIAgent:
         for step in range(self.cfg.max_iterations):
             messages = prompt.messages()
             if messages is None:     # this turn's results no longer fit, even cut: answer with what fits
-                finish, last = "context_budget", (BUDGET_ANSWER_PROMPT, "context budget reached; answering")
+                finish, last = "context_budget", (final_prompt("context_budget", req.user_message.content),
+                                                  "context budget reached; answering")
                 break
             steps += 1
             turn.step = step
@@ -188,7 +203,8 @@ class OpenAIAgent:
             await asyncio.to_thread(prompt.add_step, _assistant_message(res),
                                     [{"role": "tool", "tool_call_id": d.id, "content": d.result} for d in done])
         else:
-            finish, last = "max_iterations", (FINAL_ANSWER_PROMPT, "tool-call limit reached; answering")
+            finish, last = "max_iterations", (final_prompt("max_iterations", req.user_message.content),
+                                              "tool-call limit reached; answering")
         if last is not None:
             steps += 1
             turn.step = steps - 1
@@ -248,7 +264,10 @@ class OpenAIAgent:
         return out
 
     async def complete(self, messages: list[dict[str, Any]], model: str | None = None) -> str:
-        """One non-streamed completion without tools (used for summaries)."""
+        """One non-streamed completion without tools (summaries, the memory's distillation). An
+        answer the endpoint did not finish (``finish_reason`` ``length``: cut at max_tokens;
+        ``content_filter``: withheld) raises ``IncompleteAnswer`` (an LLM_ERROR AgentError carrying
+        the finish reason and the text), never returns as if whole."""
         async def call() -> Any:
             async with StepClock(self.llm.stream_idle_timeout_s, self.llm.step_timeout_s).bounded():
                 return await self.client.chat.completions.create(
@@ -261,7 +280,15 @@ class OpenAIAgent:
                                                  body=None), self.base_url, self.llm.request_timeout_s, self._key)
         if not choices:
             return ""
-        return choices[0].message.content or ""
+        content = choices[0].message.content or ""
+        reason = getattr(choices[0], "finish_reason", None)
+        if reason in INCOMPLETE_FINISH_REASONS:
+            host = endpoint_host(self.base_url)
+            why = (f"stopped it at the max_tokens limit ({self.llm.max_tokens}): raise [llm] max_tokens"
+                   if reason == "length" else "withheld it: its content filter stopped it")
+            raise IncompleteAnswer(reason, content, f"the model endpoint {host} did not finish the answer: it {why} "
+                                                    f"(finish_reason {reason})")
+        return content
 
     # -- one LLM call ------------------------------------------------------------------------------
 
@@ -387,9 +414,21 @@ class OpenAIAgent:
                 raise to_agent_error(e, self.base_url, self.llm.request_timeout_s, self._key, attempt + 1) from None
 
 
+def final_prompt(finish: str, question: str) -> str:
+    """The instruction of the last request after ``finish`` (``max_iterations`` or ``context_budget``),
+    in Chinese for a Chinese ``question`` (the user message of the turn)."""
+    zh = is_chinese(question[:QUESTION_LANGUAGE_CHARS])
+    if finish == "context_budget":
+        return BUDGET_ANSWER_PROMPT_ZH if zh else BUDGET_ANSWER_PROMPT
+    return FINAL_ANSWER_PROMPT_ZH if zh else FINAL_ANSWER_PROMPT
+
+
 def _assistant_message(res: StepResult) -> dict[str, Any]:
+    """The step's assistant message for the follow-up request; arguments that are not a JSON object
+    (cut at max_tokens) go as ``transcript.wire_arguments`` makes them (strict servers reject them)."""
     return {"role": "assistant", "content": res.text or None,
-            "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            "tool_calls": [{"id": c.id, "type": "function",
+                            "function": {"name": c.name, "arguments": wire_arguments(c.arguments)}}
                            for c in res.calls]}
 
 

@@ -27,6 +27,15 @@ class ToolCallAssembler:
     """Rebuilds tool calls from streamed deltas: id and name usually come first, arguments in pieces.
 
     Deltas are keyed by ``index``; a server that omits it gets a new slot whenever a new id appears.
+    A delta opens a new slot at its index too (the calls keep the order they were opened in) when
+    - it carries a function name and an id other than the one of the call open at that index:
+      Ollama streams parallel calls all with index 0 and distinct ids (they were merged into one
+      broken call, names joined "clocksys_monitor", arguments "{}{...}"), or
+    - it carries a function name and arguments, and the call open there has a name and arguments
+      that are a whole JSON object already: a whole call sent again (same id, or none), whose
+      arguments could only make the first call's invalid ("{}{}").
+    A name repeated with a piece of arguments that does not start a JSON object, or with none,
+    stays a repeat (a few servers repeat the name in every delta).
     Names and ids are bounded as they arrive (a model may send megabytes of either): a name over
     ``max_name_chars`` keeps that many characters and its length as sent in ``name_chars`` (the
     caller refuses the call as an unknown tool), an id over ``max_id_chars`` is replaced by a
@@ -35,8 +44,9 @@ class ToolCallAssembler:
 
     def __init__(self, max_name_chars: int = DEFAULT_MAX_TOOL_NAME_CHARS,
                  max_id_chars: int = DEFAULT_MAX_TOOL_CALL_ID_CHARS) -> None:
-        self._slots: dict[int, AssembledCall] = {}
-        self._last: int | None = None
+        self._slots: list[AssembledCall] = []          # every call, in the order opened
+        self._open: dict[int, AssembledCall] = {}      # stream index -> the call open at it now
+        self._last: AssembledCall | None = None
         self.max_name_chars = max_name_chars
         self.max_id_chars = max_id_chars
 
@@ -47,20 +57,31 @@ class ToolCallAssembler:
                 continue
             index = tc.get("index")
             tc_id = tc.get("id")
-            if isinstance(tc_id, str) and len(tc_id) > self.max_id_chars:
+            if not (tc_id and isinstance(tc_id, str)):
+                tc_id = None
+            elif len(tc_id) > self.max_id_chars:
                 # a stand-in longer than the limit (so ``calls()`` replaces it), equal for equal ids
                 tc_id = f"{tc_id[:self.max_id_chars]}…{len(tc_id)}"
-            if not isinstance(index, int):
-                if self._last is None or (tc_id and self._slots[self._last].id and tc_id != self._slots[self._last].id):
-                    index = len(self._slots)
-                else:
-                    index = self._last
-            slot = self._slots.setdefault(index, AssembledCall(index))
-            self._last = index
-            if tc_id and isinstance(tc_id, str):
-                slot.id = tc_id
             fn = tc.get("function")
-            if isinstance(fn, dict):
+            if not isinstance(fn, dict):
+                fn = None
+            if not isinstance(index, int):
+                last = self._last
+                if last is None or (tc_id and last.id and tc_id != last.id):
+                    index = len(self._slots)
+                    while index in self._open:
+                        index += 1
+                else:
+                    index = last.index
+            slot = self._open.get(index)
+            if slot is None or _starts_another(slot, tc_id, fn):
+                slot = AssembledCall(index)
+                self._slots.append(slot)
+                self._open[index] = slot
+            self._last = slot
+            if tc_id:
+                slot.id = tc_id
+            if fn is not None:
                 name = fn.get("name")
                 if name and isinstance(name, str):
                     # Most servers send the name once; a few repeat it in every delta.
@@ -85,8 +106,7 @@ class ToolCallAssembler:
         it is skipped."""
         taken = set() if taken is None else taken
         out = []
-        for index in sorted(self._slots):
-            slot = self._slots[index]
+        for slot in sorted(self._slots, key=lambda s: s.index):    # (stable: opened order within an index)
             if slot.pieces:
                 slot.arguments, slot.pieces = slot.arguments + "".join(slot.pieces), []
             if not (slot.name or slot.id or slot.arguments.strip()):
@@ -101,3 +121,33 @@ class ToolCallAssembler:
 
     def __bool__(self) -> bool:
         return bool(self._slots)
+
+
+def _starts_another(slot: AssembledCall, tc_id: str | None, fn: dict[str, Any] | None) -> bool:
+    """Whether a delta for ``slot``'s index is another call. It names a function (a call's first
+    delta always does) and either carries another id than the slot's, or carries arguments that
+    start a JSON object while the slot has a name and whole-object arguments (checked only then: the
+    slot's pieces are joined and parsed once per such delta, and a piece that continues valid JSON
+    never starts with ``{`` right after one that ends with ``}``). A delta of arguments alone under
+    another id continues the call (its id is taken, as before)."""
+    if fn is None:
+        return False
+    name, arguments = fn.get("name"), fn.get("arguments")
+    if not (name and isinstance(name, str)):
+        return False
+    if tc_id and slot.id and tc_id != slot.id:
+        return True
+    if not slot.name or not slot.pieces:
+        return False
+    if isinstance(arguments, dict):
+        pass                    # off-spec: a whole object at once
+    elif not (isinstance(arguments, str) and arguments.lstrip().startswith("{")):
+        return False
+    if not slot.pieces[-1].rstrip().endswith("}"):
+        return False
+    joined = "".join(slot.pieces)
+    slot.pieces = [joined]
+    try:
+        return isinstance(orjson.loads(joined), dict)
+    except orjson.JSONDecodeError:
+        return False

@@ -27,13 +27,44 @@ from server.tools.schema import RAW_ARGUMENTS
 from storage.models import ChatMessage, ToolCall
 
 UNFINISHED_RESULT = '{"error":"the tool call did not finish (the turn was interrupted)"}'
+#: the bare result older servers stored for a call a cancel stopped (not JSON): replayed as UNFINISHED_RESULT
+LEGACY_INTERRUPTED_RESULT = "interrupted"
+#: the key under which ``wire_arguments`` sends arguments that are not a JSON object
+INVALID_ARGUMENTS_KEY = "invalid_arguments"
+#: how much of such arguments is sent back to the model (the rest is cut, ending in ``…``)
+MAX_INVALID_ARGUMENTS_CHARS = 2000
+
+
+def wire_arguments(text: str) -> str:
+    """``tool_calls[].function.arguments`` as sent to the model: always the text of a JSON object.
+
+    Arguments that are one already go as they are (the model's own text). Anything else (cut at
+    max_tokens, ``{metric: cpu``, a JSON array, a string) goes as ``{"invalid_arguments": "<the raw
+    text, cut to MAX_INVALID_ARGUMENTS_CHARS>"}``; empty arguments as ``{}``. Strict servers (vLLM)
+    JSON-parse every historical call's arguments and answer 400 to a request holding one that is not
+    JSON, which failed every later turn of the session while the call was in its window. The stored
+    call keeps the raw text, and the paired tool result already says what was wrong with it.
+    """
+    stripped = text.strip()
+    if not stripped:
+        return "{}"
+    if stripped[0] == "{":
+        try:
+            if isinstance(orjson.loads(stripped), dict):
+                return text
+        except orjson.JSONDecodeError:
+            pass
+    if len(text) > MAX_INVALID_ARGUMENTS_CHARS:
+        text = text[:MAX_INVALID_ARGUMENTS_CHARS - 1] + "…"
+    return orjson.dumps({INVALID_ARGUMENTS_KEY: text}).decode()
 
 
 def arguments_text(call: ToolCall) -> str:
-    """The JSON arguments string as the model sent it (raw text kept when it was not valid JSON)."""
+    """The JSON arguments string as the model sent it, or, when that was not a JSON object (the raw
+    text is kept under ``RAW_ARGUMENTS``), its ``wire_arguments`` form: always a JSON object."""
     args = call.arguments
     if len(args) == 1 and isinstance(args.get(RAW_ARGUMENTS), str):
-        return args[RAW_ARGUMENTS]
+        return wire_arguments(args[RAW_ARGUMENTS])
     return orjson.dumps(args).decode()
 
 
@@ -46,7 +77,16 @@ def assistant_tool_message(calls: list[ToolCall], content: str | None = None) ->
 
 def tool_messages(calls: list[ToolCall]) -> list[dict[str, Any]]:
     """One ``tool`` message per call, in the order of the calls."""
-    return [{"role": "tool", "tool_call_id": c.id, "content": c.result or UNFINISHED_RESULT} for c in calls]
+    return [{"role": "tool", "tool_call_id": c.id, "content": _result_text(c)} for c in calls]
+
+
+def _result_text(call: ToolCall) -> str:
+    """A call's result as replayed: UNFINISHED_RESULT for one that has none, or the bare
+    ``"interrupted"`` older servers stored for a call a cancel stopped."""
+    result = call.result
+    if not result or (result == LEGACY_INTERRUPTED_RESULT and call.status != "success"):
+        return UNFINISHED_RESULT
+    return result
 
 
 def step_texts(m: ChatMessage, steps: set[int]) -> tuple[dict[int, str], str] | None:
