@@ -16,14 +16,17 @@ import codecs
 import io
 import json
 import os
+import re
 import sys
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
-from protocol import ErrorCode
-from protocol.objects import SessionInfo, ToolCall
-from protocol.server_events import AnswerDelta, ToolCallEvent, TurnEnd, TurnError, TurnEvent
+from protocol import ErrorCode, MsgType
+from protocol.messages import MAX_PROMPT_CHARS
+from protocol.objects import ChatMessage, SessionInfo, ToolCall
+from protocol.server_events import (AnswerDelta, SessionEvent, ToolCallEvent, TurnEnd, TurnError, TurnEvent,
+                                    TurnStart)
 
 from client import errors, files
 from client import kb as kbclient
@@ -49,6 +52,26 @@ EXIT_TERMINATED = 143  # SIGTERM (`timeout`, `kill`, systemd): 128 + 15
 #: how long a stopped ``ask`` (Ctrl+C, SIGTERM/SIGHUP, stdout gone) waits for the server to confirm
 #: the cancel of its turn before it exits anyway
 CANCEL_WAIT_S = 2.0
+#: ``ask -`` reads at most this many times the server's ``max_text_chars`` (HELLO ``limits``) characters
+#: of stdin: a text somewhat over the limit is refused as the same text given as an argument is
+#: (INVALID_MESSAGE, exit 5, saying how long it is), while a flood (``ask - < big.log``) stops at a
+#: bounded read, a usage error (exit 2), instead of being read whole into memory first
+STDIN_READ_FACTOR = 4
+#: the ``max_text_chars`` assumed when a server announces none: the most any server can be set to
+STDIN_DEFAULT_TEXT_CHARS = 10_000_000
+#: ``prompt -`` reads at most this many characters of stdin (``STDIN_READ_FACTOR`` x the protocol's
+#: longest system prompt, ``protocol.messages.MAX_PROMPT_CHARS``)
+STDIN_PROMPT_CHARS = STDIN_READ_FACTOR * MAX_PROMPT_CHARS
+#: bytes of a CHAT_TEXT request besides its text (id, field names, session id, frame header): the
+#: message is checked against the server's ``max_message_size`` with this much room
+REQUEST_ENVELOPE_BYTES = 1024
+#: the largest message id / cursor / connection id an argument may name: the protocol's integers
+#: are 64-bit (``history --before 99999999999999999999999`` is a usage error, not an encoding failure)
+MAX_INTEGER_ARGUMENT = (1 << 63) - 1
+#: how ``history`` marks an answer the server stopped while shutting down (``cancel_reason``), as the TUI does
+CANCEL_REASON_MARKS = {"shutdown": "stopped: the server shut down"}
+#: the mark the server ends a text with when it cut it to fit ``max_message_size`` (docs/protocol.md §3)
+CUT_MARK = re.compile(r"\n\[\.\.\. cut by the server to fit max_message_size: \d+ more characters\]$")
 
 CONNECTION_SERVER_CODES = frozenset({ErrorCode.SERVER_FULL, ErrorCode.SHUTTING_DOWN, ErrorCode.UNSUPPORTED_VERSION,
                                      ErrorCode.HANDSHAKE_TIMEOUT, ErrorCode.HANDSHAKE_REQUIRED, ErrorCode.IDLE_TIMEOUT,
@@ -168,44 +191,56 @@ def _need_session(client: Client, session_id: str | None) -> None:
                           'no current session, you have none yet: nplt-client ask "your message" starts one')
 
 
-async def _check_model(client: Client, name: str) -> None:
-    """UNKNOWN_MODEL unless the server offers ``name``: asked before anything is created or sent."""
-    offered = [m.name for m in (await client.model_list()).models]
+async def _check_model(client: Client, name: str) -> str | None:
+    """UNKNOWN_MODEL unless the server offers ``name``: asked before anything is created or sent.
+    Returns the server's default model (None when it marks none)."""
+    models = (await client.model_list()).models
+    offered = [m.name for m in models]
     if name not in offered:
         raise ClientError(ErrorCode.UNKNOWN_MODEL,
                           f"model {name!r} is not offered (available: {', '.join(offered) or 'none'})")
+    return next((m.name for m in models if m.default), None)
 
 
 async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
     """Send one message (``-``: read it from stdin) and stream the answer; with --json print one
-    document at the end."""
-    text = await _text_or_stdin(args.text)
-    if text is None or not text.strip():
-        err.write("nplt-client: USAGE: the message is empty (give its text, or - and the text on stdin)\n")
-        return EXIT_USAGE
+    document at the end.
+
+    A refused ask changes nothing: the text is checked against the server's limits (HELLO) before
+    any session is made or changed, and when the server still refuses the message after
+    ``--new``/``--model``/``--system`` took effect, those are undone (``AskSetup``)."""
+    from_stdin = args.text == "-"
+    if from_stdin:
+        _check_stdin()                  # a closed stdin: a usage error before connecting
+    elif not args.text.strip():
+        raise UsageError(EMPTY_MESSAGE)
+    _check_prompt_argument(args.system, "--system")
     if isinstance(out, PrintableWriter):
         out.check()       # a closed stdout (>&-): WRITE_FAILED before a turn generates for nobody
     async with make_client(cfg, session_id=args.session) as client:
+        limits = client.hello.limits if client.hello is not None else {}
+        text = args.text
+        if from_stdin:                  # read once connected: the cap is the server's limit
+            text = await _text_or_stdin("-", stdin_cap(limits), "the server's max_text_chars")
+            if text is None or not text.strip():
+                raise UsageError(EMPTY_MESSAGE)
+        check_message(text, limits)     # over the server's limits: refused before anything changes
         if args.session and client.session_id != args.session:
             await client.session_switch(args.session)  # NOT_FOUND when it is not the user's session
+        default_model = None
         if args.model:
-            await _check_model(client, args.model)      # a wrong name leaves no new session behind
-        # --new, or a user without sessions: the message itself starts the session (server side), so
-        # a message that fails leaves no empty session behind
-        new = args.new or client.session_id is None
-        if new and (args.model or args.system is not None):
-            # the model / system prompt must be set before the message: the session is needed first
-            await client.session_new(system_prompt=args.system or None)
-            new = False
-        elif args.system is not None:
-            await client.session_prompt(args.system)        # "" resets it to the server's
-        if args.model:
-            await client.model_switch(args.model)           # UNKNOWN_MODEL (exit 5) when not offered
-        reply = await client.chat_send(text, new_session=new)
-        turn_id = reply.turn_id
+            default_model = await _check_model(client, args.model)   # a wrong name leaves no new session behind
+        setup = AskSetup(client, default_model)
+        try:
+            reply, turn_id = await _send(client, args, text, setup)
+        except ClientError as exc:
+            if not exc.is_connection_error:      # refused: what this command set up is undone
+                await setup.undo(err)
+            raise
+        started: list[TurnStart] = []
         try:
             streamed = io.StringIO() if args.json else out   # --json: kept for a cut TURN_END
-            end = await _follow_turn(client, turn_id, streamed, None if args.json else err)
+            end = await _follow_turn(client, turn_id, streamed, None if args.json else err, started)
         except (asyncio.CancelledError, BrokenPipeError, WriteFailed) as stop:
             # Ctrl+C, SIGTERM/SIGHUP (client.main), stdout's reader left (`| head`) or stdout cannot
             # be written: the turn is cancelled, so the answer is not generated for nobody
@@ -226,7 +261,10 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
             and len(streamed.getvalue()) > len(str(message.get("content") or "")):
         message = {**message, "content": streamed.getvalue()}   # cut to fit max_message_size
     if args.json:
-        _dump({"session_id": reply.session_id, "turn_id": turn_id, "user_message": reply.user_message.encode(),
+        # a message queued behind another turn has no id in the CHAT_TEXT reply: its TURN_START
+        # carries it as stored
+        user_message = started[0].user_message if started else reply.user_message
+        _dump({"session_id": reply.session_id, "turn_id": turn_id, "user_message": user_message.encode(),
                "message": message, "tool_calls": message.get("tool_calls", []), "usage": end.usage,
                "finish_reason": end.finish_reason}, out)
     else:
@@ -242,6 +280,120 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
     return EXIT_OK
 
 
+EMPTY_MESSAGE = "the message is empty (give its text, or - and the text on stdin)"
+
+
+def stdin_cap(limits: dict[str, Any]) -> int:
+    """How many characters ``ask -`` reads at most: ``STDIN_READ_FACTOR`` x the server's ``max_text_chars``."""
+    chars = limits.get("max_text_chars")
+    if not isinstance(chars, int) or isinstance(chars, bool) or chars < 1:
+        chars = STDIN_DEFAULT_TEXT_CHARS
+    return STDIN_READ_FACTOR * chars
+
+
+def check_message(text: str, limits: dict[str, Any]) -> None:
+    """The refusal the server would give ``text`` for its size, given here before anything is made
+    or changed: over ``max_text_chars`` characters (INVALID_MESSAGE, the server's own words), or a
+    request over ``max_message_size`` bytes (MESSAGE_TOO_LARGE)."""
+    cap = limits.get("max_text_chars")
+    if isinstance(cap, int) and not isinstance(cap, bool) and len(text) > cap:
+        raise ClientError(ErrorCode.INVALID_MESSAGE,
+                          f"field 'text': expected at most {cap} characters, got {len(text)}")
+    size_cap = limits.get("max_message_size")
+    if isinstance(size_cap, int) and not isinstance(size_cap, bool):
+        size = len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) + REQUEST_ENVELOPE_BYTES
+        if size > size_cap:
+            raise ClientError(ErrorCode.MESSAGE_TOO_LARGE,
+                              f"the message would be a request of about {size} bytes, over the server's "
+                              f"max_message_size ({size_cap} bytes)")
+
+
+def _check_prompt_argument(text: str | None, what: str) -> None:
+    """A blank system prompt (spaces only) would replace the server's with nothing: a usage error
+    ("" is the reset, and stays allowed)."""
+    if text and not text.strip():
+        raise UsageError(f"{what} is blank: give the prompt's text, or '' to reset it to the server's")
+
+
+class AskSetup:
+    """What ``ask`` changed before its message (a session made or reused for ``--new``, the model,
+    the system prompt), so that a message the server refuses leaves things as they were
+    (``undo``): a session this command created is purged (it is empty: the message was refused);
+    one it reused (the user's empty "New chat") gets its model back and no prompt of its own; an
+    existing session gets its model and system prompt back. A model a session had none of its own
+    (the server's default) is switched back to the default's name, as MODEL_SWITCH cannot unset it."""
+
+    def __init__(self, client: Client, default_model: str | None) -> None:
+        self.client = client
+        self.default_model = default_model
+        self.session_id: str | None = None
+        self.created = False           # the session was created by this command (purged on undo)
+        self.prompt: tuple[str | None] | None = None   # (the old prompt,) once this command changed it
+        self.model: tuple[str | None] | None = None    # (the old model,) once this command switched it
+
+    async def undo(self, err: TextIO) -> None:
+        if self.session_id is None:
+            return
+        try:
+            if self.created:
+                await self.client.session_purge(self.session_id)
+                return
+            if self.model is not None:
+                old = self.model[0] or self.default_model
+                if old:
+                    await self.client.model_switch(old, session_id=self.session_id)
+            if self.prompt is not None:
+                await self.client.session_prompt(self.prompt[0] or "", session_id=self.session_id)
+        except ClientError as exc:
+            err.write(f"nplt-client: the session {self.session_id} could not be put back as it was "
+                      f"({exc.code}: {exc.message})\n")
+
+
+async def _send(client: Client, args: argparse.Namespace, text: str, setup: AskSetup) -> tuple[Any, str]:
+    """Set up the session (``--new``, ``--model``, ``--system``; each change noted in ``setup``) and
+    send the message: the CHAT_TEXT reply and the turn id."""
+    # --new, or a user without sessions: the message itself starts the session (server side), so
+    # a message that fails leaves no empty session behind
+    new = args.new or client.session_id is None
+    if new and (args.model or args.system is not None):
+        # the model / system prompt must be set before the message: the session is needed first
+        created: set[str] = set()
+
+        def note_created(event: Any) -> bool:
+            if isinstance(event, SessionEvent) and event.kind == "created":
+                created.add(event.session.session_id)
+            return False               # (the event still goes to the queue)
+        previous = client.taps.get(MsgType.SESSION_EVENT)
+        client.taps[MsgType.SESSION_EVENT] = note_created
+        try:      # the server sends "created" before this reply: it is noted by the time the reply is here
+            made = await client.session_new(system_prompt=args.system or None)
+        finally:
+            if previous is None:
+                client.taps.pop(MsgType.SESSION_EVENT, None)
+            else:
+                client.taps[MsgType.SESSION_EVENT] = previous
+        setup.session_id = made.session.session_id
+        setup.created = setup.session_id in created
+        if not setup.created:          # the user's empty session, reused: SESSION_NEW replaced its
+            setup.prompt = (None,)     # prompt, so it gets none of its own back
+        old_model = made.session.model
+        new = False
+    else:
+        old_model = None
+        if not new and (args.model or args.system is not None):
+            state = await client.session_prompt()      # (read: the model and prompt to restore)
+            setup.session_id = state.session.session_id
+            old_model = state.session.model
+            if args.system is not None and (args.system or None) != state.system_prompt:
+                setup.prompt = (state.system_prompt,)
+                await client.session_prompt(args.system)        # "" resets it to the server's
+    if args.model and args.model != old_model:
+        setup.model = (old_model,)
+        await client.model_switch(args.model)           # UNKNOWN_MODEL (exit 5) when not offered
+    reply = await client.chat_send(text, new_session=new)
+    return reply, reply.turn_id
+
+
 def cancel_failed(exc: BaseException) -> str:
     """What stderr says when a stopped ``ask`` could not cancel its turn (``exc``: the cancel's error,
     or the timeout, whose own text is empty)."""
@@ -249,21 +401,33 @@ def cancel_failed(exc: BaseException) -> str:
     return f"the turn could not be cancelled ({reason}): the answer may still be generating on the server"
 
 
-async def _text_or_stdin(text: str) -> str | None:
-    """``text``, or for ``-`` what stdin holds (trailing newlines dropped; None when blank). Text
-    that is not UTF-8, or a stdin that is closed (``<&-``) or cannot be read, raises ``UsageError``."""
-    if text != "-":
-        return text
+def _check_stdin() -> None:
+    """UsageError when stdin is closed (``<&-``): checked before connecting."""
     stdin = sys.stdin
     if stdin is None or getattr(stdin, "closed", False):
         raise UsageError("stdin is closed: give the text as an argument, or pipe it in for -")
+
+
+async def _text_or_stdin(text: str, cap: int, limit: str) -> str | None:
+    """``text``, or for ``-`` what stdin holds (trailing newlines dropped; None when blank), read up
+    to ``cap`` characters: more is a ``UsageError`` naming ``limit``, without reading the rest (a
+    300 MB stdin is not read into memory first). Text that is not UTF-8, or a stdin that is closed
+    (``<&-``) or cannot be read, raises ``UsageError``."""
+    if text != "-":
+        return text
+    _check_stdin()
+    stdin = sys.stdin
     try:
-        text = (await asyncio.to_thread(stdin.read)).rstrip("\n")
+        text = await asyncio.to_thread(stdin.read, cap + 1)
     except UnicodeDecodeError as exc:     # a stdin decoding strictly
         raise UsageError(f"stdin is not valid UTF-8 (byte 0x{exc.object[exc.start]:02x}): "
                          "the server takes UTF-8 text only") from None
     except (OSError, ValueError) as exc:  # an I/O error, a stream closed meanwhile
         raise UsageError(f"cannot read stdin: {getattr(exc, 'strerror', None) or exc}") from None
+    if len(text) > cap:
+        raise UsageError(f"stdin holds more than {cap} characters ({STDIN_READ_FACTOR} x {limit}, "
+                         f"{cap // STDIN_READ_FACTOR}): nothing was sent")
+    text = text.rstrip("\n")
     _check_utf8(text, "stdin")            # a stdin keeping undecodable bytes as surrogate escapes
     return text if text.strip() else None
 
@@ -306,7 +470,9 @@ async def cmd_prompt(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
             return EXIT_USAGE
         text = ""                            # "" resets it to the server's system prompt
     elif args.text is not None:
-        text = await _text_or_stdin(args.text)
+        if args.text != "-" and not args.text.strip():
+            raise UsageError("the system prompt is blank: give its text, or --clear to reset it to the server's")
+        text = await _text_or_stdin(args.text, STDIN_PROMPT_CHARS, "the longest system prompt")
         if text is None:
             err.write("nplt-client: USAGE: no system prompt on stdin (--clear resets it)\n")
             return EXIT_USAGE
@@ -327,9 +493,10 @@ async def cmd_prompt(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     return EXIT_OK
 
 
-async def _follow_turn(client: Client, turn_id: str, out: TextIO | None,
-                       err: TextIO | None) -> TurnEnd | TurnError:
-    """Read events until the turn ends; stream deltas to ``out`` and tool activity to ``err``. A
+async def _follow_turn(client: Client, turn_id: str, out: TextIO | None, err: TextIO | None,
+                       started: list[TurnStart] | None = None) -> TurnEnd | TurnError:
+    """Read events until the turn ends; stream deltas to ``out`` and tool activity to ``err``; the
+    turn's TURN_START (its user message as stored) is appended to ``started``. A
     partial answer that ends otherwise than by TURN_END (TURN_ERROR, Ctrl+C, the server gone) gets
     its line ended here, so the error after it (and the shell prompt) starts on a line of its own."""
     shown = 0
@@ -352,6 +519,8 @@ async def _follow_turn(client: Client, turn_id: str, out: TextIO | None,
                         shown = offset + len(text)
                 case ToolCallEvent(call=call) if err is not None:
                     err.write(f"[tool {call.tool_name} {_arguments(call)}]\n")
+                case TurnStart() if started is not None:
+                    started.append(event)
                 case TurnEnd():
                     ended = True                      # (the caller ends the line, or prints JSON)
                     return event
@@ -369,8 +538,10 @@ async def cmd_sessions(args: argparse.Namespace, cfg: ClientConfig, out: TextIO,
     sessions: list[SessionInfo] = []
     async with make_client(cfg) as client:
         before = None
+        cap = client.hello.limits.get("max_page_size") if client.hello is not None else None
+        size = min(args.page_size, cap) if isinstance(cap, int) and cap >= 1 else args.page_size
         while True:
-            page = await client.session_list(before=before, limit=args.page_size, deleted=args.deleted)
+            page = await client.session_list(before=before, limit=size, deleted=args.deleted)
             sessions.extend(page.sessions)
             before = page.next_before
             if not page.has_more or not before or (args.limit and len(sessions) >= args.limit):
@@ -389,34 +560,51 @@ async def cmd_sessions(args: argparse.Namespace, cfg: ClientConfig, out: TextIO,
     return EXIT_OK
 
 
-def message_marks(meta: dict) -> list[str]:
+def message_marks(meta: dict, cut: bool = False) -> list[str]:
     """What a stored message's metadata says about how it ended, for the text history: cancelled,
-    interrupted, error CODE, partial, truncated, ..."""
+    stopped: the server shut down, interrupted, error CODE, partial, truncated, ... ``cut``: the
+    server cut the message's text in this reply to fit its ``max_message_size`` (``truncated`` too)."""
     marks = []
     finish = meta.get("finish_reason")
-    if finish in ("cancelled", "interrupted", "length", "max_iterations", "context_budget"):
+    if finish == "cancelled" and meta.get("cancel_reason") in CANCEL_REASON_MARKS:
+        marks.append(CANCEL_REASON_MARKS[meta["cancel_reason"]])   # not cancelled by anyone
+    elif finish in ("cancelled", "interrupted", "length", "max_iterations", "context_budget"):
         marks.append(str(finish))
     error = meta.get("error")
     if error:
         code = error.get("code") if isinstance(error, dict) else error
         marks.append(f"error {code}")
     for flag in ("partial", "truncated"):
-        if meta.get(flag):
+        if meta.get(flag) or (flag == "truncated" and cut):
             marks.append(flag)
     return marks
+
+
+def cut_in_reply(message: ChatMessage) -> bool:
+    """Whether the server cut a text of ``message`` (its content, a tool call's result) in the reply
+    that brought it, to fit its ``max_message_size``: it ends with the server's cut mark (``CUT_MARK``)."""
+    texts = [message.content] + [c.result for c in message.tool_calls if isinstance(c.result, str)]
+    return any(CUT_MARK.search(t) for t in texts)
 
 
 async def cmd_history(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err: TextIO) -> int:
     """Print one page of a session's history (newest page unless --before)."""
     async with make_client(cfg) as client:
         _need_session(client, args.session)
+        _check_page_limit(client, args.limit)
         page = await client.history_page(session_id=args.session, before=args.before, limit=args.limit)
     if args.json:
         body = page.encode()
-        _dump({k: body[k] for k in ("session_id", "messages", "has_more", "next_before", "total")}, out)
+        # "truncated": true when the server cut texts of this page to fit max_message_size (as on the wire:
+        # only then)
+        _dump({k: body[k] for k in ("session_id", "messages", "has_more", "next_before", "total", "truncated")
+               if k in body}, out)
         return EXIT_OK
+    if page.truncated:
+        err.write("nplt-client: the server cut the longest texts of this page to fit its max_message_size "
+                  "(marked truncated); the stored messages are whole\n")
     for m in page.messages:
-        marks = message_marks(m.metadata)
+        marks = message_marks(m.metadata, page.truncated and cut_in_reply(m))
         out.write(f"[{m.id}] {m.role}  {stamp(m.timestamp, seconds=True)}"
                   + (f"  ({', '.join(marks)})" if marks else "") + "\n")
         for call in m.tool_calls:
@@ -438,10 +626,15 @@ async def cmd_search(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     if not args.query.strip():
         raise UsageError("the query is empty: give the words to look for")
     async with make_client(cfg) as client:
-        hits = (await client.search(args.query, session_id=args.session, limit=args.limit)).hits
+        _check_page_limit(client, args.limit)
+        found = await client.search(args.query, session_id=args.session, limit=args.limit)
+    hits = found.hits
     if args.json:
-        _dump({"hits": [h.encode() for h in hits]}, out)
+        _dump({"hits": [h.encode() for h in hits], **({"truncated": True} if found.truncated else {})}, out)
         return EXIT_OK
+    if found.truncated:
+        err.write(f"nplt-client: only the best {counted(len(hits), 'hit')} fit in the server's reply "
+                  "(some snippets may be cut)\n")
     for h in hits:
         out.write(f"{h.session_id}  [{h.message_id}] {h.role}  {stamp(h.timestamp)}  {h.title}\n"
                   f"  {' '.join(h.snippet.split())}\n")
@@ -678,13 +871,26 @@ def add_subcommands(parser: argparse.ArgumentParser) -> None:
 
 
 def _positive(text: str) -> int:
+    """A positive integer argument that the protocol can carry (at most ``MAX_INTEGER_ARGUMENT``,
+    2^63-1): else a usage error, exit 2, before connecting."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if value > MAX_INTEGER_ARGUMENT:
+        raise argparse.ArgumentTypeError(f"expected a positive integer of at most {MAX_INTEGER_ARGUMENT} "
+                                         f"(2^63-1), got {text!r}")
     return value
+
+
+def _check_page_limit(client: Client, limit: int | None) -> None:
+    """``--limit`` over the server's ``max_page_size`` (HELLO ``limits``, when it gives one): a usage
+    error, exit 2, before the request (the server would refuse it INVALID_MESSAGE)."""
+    cap = client.hello.limits.get("max_page_size") if client.hello is not None else None
+    if limit is not None and isinstance(cap, int) and not isinstance(cap, bool) and limit > cap:
+        raise UsageError(f"--limit {limit} is over the server's max_page_size ({cap})")
 
 
 async def run_command(args: argparse.Namespace, cfg: ClientConfig, out: TextIO | None = None,

@@ -12,6 +12,7 @@ from importlib import metadata
 from typing import Any, NoReturn, Sequence
 
 from client import cli, paths
+from client.wording import printable
 from client.config import ClientConfig, ClientConfigError, add_arguments
 
 
@@ -53,6 +54,40 @@ def log_to_file() -> None:
         return
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
+
+
+#: the loggers of the client library and the CLI (``client.*``; ``client.kb`` logs as ``nplt.client``)
+CLIENT_LOGGERS = ("client", "nplt")
+
+
+class CliLogHandler(logging.Handler):
+    """The client library's log in a subcommand: its warnings (a connection taken as lost, a frame
+    that did not validate) are not printed, because the command's own error line says what the user
+    needs (``nplt-client: CONNECTION_LOST: ...``); before, Python's last-resort handler wrote them to
+    stderr as bare lines, ahead of that error. What is logged at ERROR or above (a bug) is written as
+    ``nplt-client: LEVEL: message`` (made printable: it may quote the server's text)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = printable(f"nplt-client: {record.levelname}: {record.getMessage()}")
+            if record.exc_info:
+                line += printable("\n" + self.formatException(record.exc_info))
+            if sys.stderr is not None:
+                sys.stderr.write(line + "\n")
+        except Exception:      # (logging must never break the command)
+            self.handleError(record)
+
+
+def log_for_cli() -> None:
+    """A subcommand prints to stdout/stderr itself: the client loggers get a ``CliLogHandler`` (once,
+    on ``CLIENT_LOGGERS`` only: the root logger and other loggers are left as they are)."""
+    for name in CLIENT_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, CliLogHandler) for h in logger.handlers):
+            logger.addHandler(CliLogHandler())
 
 
 def _on_terminal() -> bool:
@@ -199,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         app = NpltApp(cfg)
         app.run()
         return app.return_code or cli.EXIT_OK
+    log_for_cli()
     # not asyncio.run: its close waits for the worker threads, which a stopped command does not (_end_now)
     runner = asyncio.Runner()
     stopped: tuple[int, str] | None = None

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
+#: The bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): they reorder
+#: what follows them on the line ("Trojan Source", CVE-2021-42574), so a document or a log line can
+#: make ``rm -rf /tmp/x`` read as something else; the server refuses them in titles and names
+#: (``protocol.messages``). The marks U+200E/U+200F (LRM/RLM) and U+061C (ALM) are left alone: they
+#: reorder nothing (a zero-width letter of one direction), and right-to-left text uses them.
+BIDI_CONTROLS = frozenset(range(0x202A, 0x202F)) | frozenset(range(0x2066, 0x206A))
 # What ``printable`` shows instead of passing it to the terminal: every C0 control but tab and
-# newline, DEL, and every C1 control (U+0080-U+009F; U+009B is an 8-bit CSI).
-CONTROLS = frozenset(range(0x20)) - {0x09, 0x0A} | {0x7F} | frozenset(range(0x80, 0xA0))
+# newline, DEL, every C1 control (U+0080-U+009F; U+009B is an 8-bit CSI) and the bidi controls.
+CONTROLS = frozenset(range(0x20)) - {0x09, 0x0A} | {0x7F} | frozenset(range(0x80, 0xA0)) | BIDI_CONTROLS
 _VISIBLE = {c: f"\\u{c:04x}" for c in CONTROLS}
 
 
@@ -17,8 +23,9 @@ def printable(text: str) -> str:
     passages, names, errors) could otherwise set the window title (``ESC ] 0 ; ... BEL``), hide text
     (``ESC [ 8 m``) or write the clipboard (OSC 52), on a terminal or later, when a redirected
     output is ``cat``. The escape is JSON's own (``json.dumps`` writes it for C0 controls), so a
-    JSON document stays valid and decodes to the same text. U+2028/U+2029 are left alone: terminals
-    do not act on them, and JSON allows them."""
+    JSON document stays valid and decodes to the same text. A bidi control (``BIDI_CONTROLS``:
+    ``\\u202e`` would show the rest of its line reversed) is escaped the same way. U+2028/U+2029 are
+    left alone: terminals do not act on them, and JSON allows them."""
     return text.translate(_VISIBLE)
 
 

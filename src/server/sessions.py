@@ -59,6 +59,15 @@ class TurnControl(Protocol):
     # quiet(session_id, action) -> AsyncContextManager[None]
 
 
+def check_system_prompt(prompt: str | None) -> None:
+    """INVALID_MESSAGE for a system prompt of whitespace only: stored, it would replace the server's
+    system prompt with nothing. "" (and None) stay the documented reset to the server's."""
+    if prompt and not prompt.strip():
+        raise HandlerError(ErrorCode.INVALID_MESSAGE,
+                           "field 'system_prompt': expected text, got only whitespace "
+                           "(\"\" resets the session to the server's system prompt)")
+
+
 class SessionService:
     """Ownership-checked session operations over the AsyncHistoryStore.
 
@@ -133,7 +142,11 @@ class SessionService:
         """A session to start a chat in: without a title, the user's empty untitled session when
         there is one other than ``exclude`` (the requester's current session: asking for a new chat
         never answers with the one you are in), so empty "New chat" sessions do not pile up; else a
-        new one ("New chat" until the first message names it). Second item: whether it was created."""
+        new one ("New chat" until the first message names it). Second item: whether it was created.
+        A blank ``system_prompt`` is refused (``check_system_prompt``) before anything is made; ""
+        means none."""
+        check_system_prompt(system_prompt)
+        system_prompt = system_prompt or None
         if not title:
             rec = await self.empty_session(user_id, exclude)
             if rec is not None:
@@ -183,7 +196,9 @@ class SessionService:
         return rec
 
     async def set_system_prompt(self, session_id: str, prompt: str | None) -> SessionRecord:
-        """Set (or with None or "" reset to the server's) the system prompt of a checked session."""
+        """Set (or with None or "" reset to the server's) the system prompt of a checked session; a
+        blank one is refused (``check_system_prompt``)."""
+        check_system_prompt(prompt)
         rec = await self.store.set_system_prompt(session_id, prompt or None)
         await self.publish_event("updated", rec)
         return rec

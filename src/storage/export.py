@@ -159,7 +159,7 @@ def _message_lines(m: ChatMessage) -> list[str]:
     """The Markdown lines of one message (the first follows the header or the previous message)."""
     flags, body = _marks(m)
     out = ["", "---", "", f"### {m.role.capitalize()} #{m.id}{flags}", "", f"*{m.timestamp}*", "", body]
-    cites = [c.get("citation") for c in m.metadata.get("citations") or () if isinstance(c, dict)]
+    cites = [source_label(c) for c in m.metadata.get("citations") or () if isinstance(c, dict)]
     if any(cites):   # the documents an answer quoted (knowledge base, docs/knowledge.md)
         out += ["", "Sources: " + " ".join(c for c in cites if c)]
     for tc in m.tool_calls:
@@ -168,6 +168,18 @@ def _message_lines(m: ChatMessage) -> list[str]:
     if isinstance(context, dict) and context:
         out += ["", _context(context)]
     return out
+
+
+def source_label(cite: dict[str, Any]) -> str:
+    """One source of an answer: its citation (``[runbook.md §Backup, line 5]``), followed by
+    ``(group NAME)`` for a passage of a group's document (metadata ``collection`` ``group:NAME``), as
+    the answer's own source lines say it, so a personal and a group document of one name are told
+    apart; "" without a citation."""
+    text = str(cite.get("citation") or "")
+    coll = cite.get("collection")
+    if text and isinstance(coll, str) and coll.startswith("group:") and len(coll) > len("group:"):
+        text += f" (group {coll[len('group:'):]})"
+    return text
 
 
 def _marks(m: ChatMessage) -> tuple[str, str]:

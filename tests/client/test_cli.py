@@ -123,7 +123,7 @@ def test_history_paging(srv: ServerThread, capsys: pytest.CaptureFixture) -> Non
     code, _, err = run(srv, capsys, "history", "--session", "s_20260101_000000000000")
     assert code == cli.EXIT_REQUEST and "NOT_FOUND" in err
     code, _, err = run(srv, capsys, "history", "--session", sid, "--limit", "5000")
-    assert code == cli.EXIT_REQUEST and "INVALID_MESSAGE" in err
+    assert code == cli.EXIT_USAGE and err == "nplt-client: USAGE: --limit 5000 is over the server's max_page_size (200)\n"
     code, out, _ = run(srv, capsys, "history", "--limit", "2", "--json")   # default: the latest session
     assert code == 0 and json.loads(out)["session_id"] == sid
     assert [m["content"] for m in json.loads(out)["messages"]] == ["third", "echo: third"]

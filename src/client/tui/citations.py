@@ -71,6 +71,18 @@ def location_text(location: dict[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
+def source_label(cite: dict[str, Any]) -> str:
+    """A source's button label: its citation (else the document's name, else the chunk id), followed
+    by ``(group NAME)`` for a passage of a group's document (``collection`` ``group:NAME``), as the
+    answer's own source lines say it: a personal and a group document of one name would otherwise
+    show as two identical buttons."""
+    label = str(cite.get("citation") or cite.get("name") or cite["chunk_id"])
+    coll = cite.get("collection")
+    if isinstance(coll, str) and coll.startswith("group:") and len(coll) > len("group:"):
+        label += f" (group {coll[len('group:'):]})"
+    return label
+
+
 class CitationList(HorizontalGroup):
     """The sources of an answer as small buttons; pressing one asks the app to open the passage.
     Citations that match no passage (``unverified``) follow as plain text under ``UNVERIFIED_LABEL``:
@@ -102,7 +114,7 @@ class CitationList(HorizontalGroup):
         if self.citations:
             yield Label("Sources:", classes="citations-label")
         for i, cite in enumerate(self.citations):
-            label = str(cite.get("citation") or cite.get("name") or cite["chunk_id"])
+            label = source_label(cite)
             yield Button(Text(printable(label)), compact=True, classes="citation", name=str(i))   # (Text: no markup)
         if self.unverified:
             yield Label(Text(unverified_text(self.unverified)), classes="citations-unverified")

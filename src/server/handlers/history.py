@@ -211,7 +211,8 @@ def _too_large(session_id: str, exc: ExportTooLarge, overhead: int, limit: int) 
     return (f"the {exc.fmt} export of session {session_id} is over max_message_size ({limit} bytes): "
             f"{exc.size + overhead} bytes so far, after {exc.done}{of} messages, so it was not built "
             "further. A session this large cannot be exported in one reply (there is no partial export): "
-            "read it page by page (HISTORY_REQUEST; 'history --before' in the CLI), or ask the operator "
+            "read it page by page (HISTORY_REQUEST; 'history --before' in the CLI: a message too large for one reply "
+            "comes cut there, marked truncated), or ask the operator "
             "to raise [limits] max_message_size")
 
 
