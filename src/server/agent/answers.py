@@ -21,7 +21,7 @@ import re
 
 import orjson
 
-from server.agent import downloads, file_answers, intents
+from server.agent import downloads, file_answers, file_intents, intents
 from server.agent.file_answers import when
 from server.memory.sensitive import mentions_secret
 from server.memory.recall import QueryMatch
@@ -31,6 +31,12 @@ from storage.models import ToolCall
 # Every capability is listed with the condition it needs (help_text is not told what this user has):
 # the file tools need [tools] file_roots, the log tail [tools] log_roots, documents an upload, what I
 # remember long-term memory on the server.
+_HELP_LOG_EN = "- the end of a log file (\"tail <name>\", e.g. \"tail syslog\": a path under the server's [tools] log_roots, once set),\n"
+_HELP_LOG_ZH = "- 日志文件末尾（“查看 <文件名> 日志”，例如“查看 syslog 日志”：路径在服务器的 [tools] log_roots 下，需先配置），\n"
+_HELP_FILES_EN = ("- files: list a directory, show a file, search files (\"ls <dir>\", \"cat <file>\", "
+                  "\"grep <text> in <file>\"; once the server sets [tools] file_roots),\n")
+_HELP_FILES_ZH = ("- 文件：列出目录、查看文件、搜索文件（“列出 <目录> 目录下的文件”、“查看 <文件> 的内容”、"
+                  "“在 <文件> 中搜索 <文字>”，需服务器配置 [tools] file_roots），\n")
 HELP_EN = (
     "I'm the offline assistant: no language model is configured, so I understand a fixed set of requests "
     "and answer from live tool results. My tools only read: I never change anything on the machine. I can report:\n"
@@ -38,9 +44,7 @@ HELP_EN = (
     "- network interfaces and traffic, load average, uptime, or everything at once (\"system status\"),\n"
     "- top processes (\"top processes by memory\", \"top 5 processes named python\"),\n"
     "- whether a port answers (\"check port 22 on localhost\"; only hosts allowed by the server),\n"
-    "- the end of a log file (\"tail /var/log/syslog\"; once the server sets [tools] log_roots),\n"
-    "- files: list a directory, show a file, search files (\"ls <dir>\", \"cat <file>\", "
-    "\"grep <text> in <file>\"; once the server sets [tools] file_roots),\n"
+    + _HELP_LOG_EN + _HELP_FILES_EN +
     "- your uploaded documents (\"according to my documents, ...\"; once you upload some: `nplt-client kb upload`), "
     "and a download of one (\"download <name>\"),\n"
     "- what you tell me to remember or forget (\"remember that ...\", \"forget ...\", \"what do you remember about "
@@ -55,9 +59,7 @@ HELP_ZH = (
     "- 网卡与流量、系统负载、运行时间，或一次查看全部（“系统状态”），\n"
     "- 占用最多的进程（“占用内存最多的进程”、“前5个python进程”），\n"
     "- 端口是否可连通（“检查 127.0.0.1:22 端口”，仅限服务器允许的主机），\n"
-    "- 日志文件末尾（“查看 /var/log/syslog 日志”，需服务器配置 [tools] log_roots），\n"
-    "- 文件：列出目录、查看文件、搜索文件（“列出 <目录> 目录下的文件”、“查看 <文件> 的内容”、"
-    "“在 <文件> 中搜索 <文字>”，需服务器配置 [tools] file_roots），\n"
+    + _HELP_LOG_ZH + _HELP_FILES_ZH +
     "- 你上传的文档（“根据知识库，……”，需先上传文档：`nplt-client kb upload`），以及下载文档（“下载 <文件名>”），\n"
     "- 记住或忘记你告诉我的事（“记住……”、“忘掉……”、“你记得我什么”，需服务器开启长期记忆），\n"
     "- 你之前的对话（“我之前问过<主题>什么”、“昨天我们聊过什么”），以及当前时间。\n"
@@ -70,8 +72,37 @@ LLM_HINT_ZH = ("如需自由对话，请配置大语言模型后重启服务器�
                "`NPLT_LLM_BASE_URL=http://127.0.0.1:11434/v1`（见 docs/agent.md）。")
 
 
-def help_text(zh: bool) -> str:
-    return (HELP_ZH + "\n" + LLM_HINT_ZH) if zh else (HELP_EN + "\n" + LLM_HINT_EN)
+def help_text(zh: bool, roots: tuple[list[str], list[str]] | None = None) -> str:
+    """The capabilities; with ``roots`` (the server's ``[tools] log_roots`` and ``file_roots``) the log and file
+    lines say where they read, or that they are off, instead of naming the settings they need."""
+    text = HELP_ZH if zh else HELP_EN
+    if roots is not None:
+        log_roots, file_roots = roots
+        text = text.replace(_HELP_LOG_ZH if zh else _HELP_LOG_EN, _log_line(log_roots, zh))
+        text = text.replace(_HELP_FILES_ZH if zh else _HELP_FILES_EN, _files_line(file_roots, log_roots, zh))
+    return (text + "\n" + LLM_HINT_ZH) if zh else (text + "\n" + LLM_HINT_EN)
+
+
+def _log_line(log_roots: list[str], zh: bool) -> str:
+    if not log_roots:
+        return _j(zh, "- (log files: not enabled on this server; its [tools] log_roots is empty),\n",
+                  "- （日志文件：这台服务器没有启用，[tools] log_roots 为空），\n")
+    where = ", ".join(log_roots)
+    return _j(zh, f"- the end of a log file under {where} (\"tail <name>\", a path relative to that directory, "
+                  "e.g. \"tail app.log\", \"last 20 lines of <name>\"),\n",
+              f"- {where} 下日志文件的末尾（“查看 <文件名> 日志”，路径相对于该目录，例如“查看 app.log 最后 20 行”），\n")
+
+
+def _files_line(file_roots: list[str], log_roots: list[str], zh: bool) -> str:
+    if not file_roots:
+        return _j(zh, "- (files: listing, showing and searching files is not enabled on this server; its [tools] "
+                      "file_roots is empty),\n",
+                  "- （文件：这台服务器没有启用列出、查看和搜索文件，[tools] file_roots 为空），\n")
+    where = ", ".join(list(dict.fromkeys([*file_roots, *log_roots])))
+    return _j(zh, f"- files under {where}: list a directory, show a file, search files (\"ls <dir>\", \"cat <file>\", "
+                  "\"grep <text> in <file>\", \"how many <text> lines in <file>\"),\n",
+              f"- {where} 下的文件：列出目录、查看文件、搜索文件（“列出 <目录> 目录下的文件”、“查看 <文件> 的内容”、"
+              "“在 <文件> 中搜索 <文字>”），\n")
 
 
 def not_understood(zh: bool) -> str:
@@ -99,26 +130,120 @@ def log_path_needed(zh: bool) -> str:
               "例如“查看 nginx/error.log 最后 20 行”。")
 
 
-#: what an answer adds to a tool's result for what the question asked beyond it (``intents.Intent.note``)
+#: what an answer adds to a tool's result for what the question asked beyond it (``intents.Intent.note`` and
+#: ``Intent.notes``: a key and the values its text names, ``{pid}``, ``{part}``): (English, Chinese), said before
+#: the answer, or after it for the keys of ``NOTES_AFTER``
 NOTES = {"io_not_measured": ("Disk I/O (throughput, IOPS) is not measured by the offline tools; disk space is:",
                              "离线工具不测量磁盘 IO（读写速度、IOPS），以下是磁盘空间：")}
+NOTES.update({
+    "past_reading": ("I only see the machine now: no past readings are kept, so this is the current reading:",
+                     "我只能看到机器现在的状态，不保存过去的读数；以下是当前读数："),
+    "no_rate": ("No rate (bytes per second) is measured: these are totals since boot.",
+                "离线工具不测量速率（每秒字节数）：以下是开机以来的累计流量。"),
+    "no_temperature": ("CPU temperature is not read by the offline tools; CPU usage is:",
+                       "离线工具不读取 CPU 温度；以下是 CPU 使用率："),
+    "decimal_units": ("Sizes are in binary units (1 GiB = 1.074 GB); each is also given in {unit}.",
+                      "大小以二进制单位表示（1 GiB = 1.074 GB），并附上 {unit} 换算。"),
+    "service_not_checked": ("Services are not checked: the offline tools read no service manager (systemd). "
+                            "Processes named like '{service}' (a running process is a sign it is up; a port check "
+                            "or its log says more):",
+                            "离线工具不检查服务状态（不读取 systemd 等服务管理器）。以下是名称包含“{service}”的进程"
+                            "（有进程在运行说明它可能在运行；也可以检查它的端口或查看它的日志）："),
+    "user_filter": ("The processes tool cannot filter by user ({user}): the list is of every user's processes, "
+                    "each with its user.", "进程工具不能按用户（{user}）筛选：以下列出所有用户的进程，并标出每个进程的用户。"),
+    "level_filter": ("Lines with {levels} (any case), from the start of the log:",
+                     "包含 {levels}（不区分大小写）的行，从日志开头起："),
+    "log_time_range": ("The time range ({range}) was not applied: the offline tools do not read log timestamps, so "
+                       "check the times on the lines.", "没有按时间范围（{range}）筛选：离线工具不解析日志时间戳，请看每行的时间。"),
+})
+#: notes said after the answer: what a message asked that was not answered or not done
+NOTES_AFTER = {
+    "part_not_answered": ("Not answered: \"{part}\" (the offline assistant did not understand that part).",
+                          "未回答：“{part}”（离线助手无法理解这一部分）。"),
+    "part_refused": ("Not done: \"{part}\": the offline assistant's tools are read-only.",
+                     "未执行：“{part}”：离线助手的工具都是只读的。"),
+}
+#: a PID asked for ("what is process 1"): said before the listing, whether it is in it (``_pid_note``)
+_PID_LINE = r"^\d+\. .*\(pid {pid}, .*$"
+#: a size in a binary unit, as the tools write it ("20.9 GiB"): given in a decimal unit too when asked
+_BINARY_SIZE = re.compile(r"\b(\d+(?:\.\d+)?) (KiB|MiB|GiB|TiB|PiB)\b")
+_POWERS = {"KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4, "PiB": 5}
+_DECIMAL = {"mb": ("MB", 2), "megabyte": ("MB", 2), "megabytes": ("MB", 2), "gb": ("GB", 3), "gigabyte": ("GB", 3),
+            "gigabytes": ("GB", 3), "tb": ("TB", 4), "terabyte": ("TB", 4), "terabytes": ("TB", 4)}
+
+
+def _in_decimal(answer: str, unit: str) -> str:
+    """``answer`` with each binary size followed by its value in the decimal ``unit`` asked ("20.9 GiB (22.4 GB)")."""
+    name, power = _DECIMAL.get(unit.lower(), ("GB", 3))
+
+    def add(m: re.Match[str]) -> str:
+        value = float(m.group(1)) * 1024 ** _POWERS[m.group(2)] / 1000 ** power
+        return f"{m.group(0)} ({value:.1f} {name})"
+    return _BINARY_SIZE.sub(add, answer)
+
+
+def _pid_note(answer: str, pid: int, zh: bool) -> str:
+    """Whether the listing holds the PID asked: the tool looks up no single PID."""
+    line = re.search(_PID_LINE.format(pid=pid), answer, re.MULTILINE)
+    if line:
+        return _j(zh, f"PID {pid} is in the list: {line.group(0)}", f"PID {pid} 在列表中：{line.group(0)}")
+    return _j(zh, f"PID {pid} is not among the processes listed: the processes tool cannot look up one PID, it lists the "
+                  "top processes by CPU or memory (optionally by name); ask for processes named like it instead.",
+              f"PID {pid} 不在上面的列表中：进程工具不能按 PID 查询单个进程，只能按 CPU 或内存列出占用最多的进程（可按名称筛选）；"
+              "可以改为按进程名查询。")
 
 
 def with_notes(answer: str, found: list[Any], zh: bool) -> str:
-    """``answer`` after the notes of the intents ``found`` (``NOTES``), each on its own line before it."""
-    notes = [_j(zh, *NOTES[i.note]) for i in found if getattr(i, "note", None) in NOTES]
-    return "\n".join([*dict.fromkeys(notes), answer]) if notes else answer
+    """``answer`` with the notes of the intents ``found`` (``NOTES`` and a PID asked, each on its own line
+    before it; ``NOTES_AFTER``, after it). Decimal units asked convert the sizes of the answer."""
+    before: list[str] = []
+    after: list[str] = []
+    for i in found:
+        keyed = [(i.note, {})] if getattr(i, "note", None) else []
+        for key, values in keyed + list(getattr(i, "notes", ())):
+            if key in NOTES:
+                before.append(_j(zh, *NOTES[key]).format(**values))
+            elif key in NOTES_AFTER:
+                after.append(_j(zh, *NOTES_AFTER[key]).format(**values))
+            elif key == "pid_asked":            # (first: the answer to the question asked)
+                before.append(_pid_note(answer, int(values["pid"]), zh))
+            if key == "decimal_units":
+                answer = _in_decimal(answer, str(values.get("unit", "GB")))
+    if not before and not after:
+        return answer
+    return "\n".join([*dict.fromkeys(before), answer, *dict.fromkeys(after)])
 
 
-def without_tool(found: list[Any], zh: bool) -> str:
-    """The reply to recognized intents that call no tool: a refusal to act, a log asked for by no path,
-    else the help text."""
+def unsupported_option(option: str, zh: bool) -> str:
+    """The reply to a grep option search_files cannot honour ("grep -v INFO app.log"): never searched as text."""
+    en, cn = file_intents.unsupported_option(option)
+    return _j(zh, f"grep option {option}{f' ({en})' if en else ''} is not supported: the file search finds the lines "
+                  "that match a text or a regular expression, with -i (ignore case), -w (whole words), -E (regex), "
+                  "-c (how many lines match) and -n (line numbers are always shown).",
+              f"不支持 grep 选项 {option}{f'（{cn}）' if cn else ''}：文件搜索只能找出匹配文字或正则表达式的行，支持 -i（忽略大小写）、"
+              "-w（整词）、-E（正则）、-c（匹配行数）和 -n（总是显示行号）。")
+
+
+def which_file(pattern: str, zh: bool) -> str:
+    """The reply to a search in a file named by a pronoun ("grep ERROR in it") with no earlier file known."""
+    return _j(zh, f"Which file should I search for '{pattern}'? Give its path, e.g. \"grep {pattern} in app/app.log\".",
+              f"要在哪个文件中搜索“{pattern}”？请给出它的路径，例如“在 app/app.log 中搜索 {pattern}”。")
+
+
+def without_tool(found: list[Any], zh: bool, roots: tuple[list[str], list[str]] | None = None) -> str:
+    """The reply to recognized intents that call no tool: a refusal to act, a log asked for by no path, a
+    grep option not supported, a file named by a pronoun, else the help text (``roots``: see ``help_text``)."""
     names = {i.name for i in found}
     if "refuse" in names:
         return refusal(zh)
     if "log_path" in names:
         return log_path_needed(zh)
-    return help_text(zh)
+    for i in found:
+        if i.name == "unsupported":
+            return unsupported_option(str(i.arguments.get("option", "")), zh)
+        if i.name == "which_file":
+            return which_file(str(i.arguments.get("pattern", "")), zh)
+    return help_text(zh, roots)
 
 
 def courtesy(zh: bool) -> str:
@@ -239,13 +364,27 @@ def _cpu(d: dict[str, Any], zh: bool) -> str:
 
 def _memory(d: dict[str, Any], zh: bool) -> str:
     sw = d["swap"]
+    high = float(d["percent"]) >= MEMORY_HIGH_PERCENT
+    swapping = sw["total"] != "0 B" and float(sw["percent"]) >= SWAP_HIGH_PERCENT
     if zh:
         swap = f"交换分区：已用 {sw['used']} / 共 {sw['total']}（{sw['percent']}%）。" if sw["total"] != "0 B" else "未启用交换分区。"
-        return f"内存：已用 {d['used']} / 共 {d['total']}（{d['percent']}%），可用 {d['available']}。{swap}"
+        verdict = (f"内存偏高：已用 {d['percent']}%（不低于 {MEMORY_HIGH_PERCENT}%）。" if high else
+                   f"内存正常：已用 {d['percent']}%（低于 {MEMORY_HIGH_PERCENT}%）。")
+        if swapping:
+            verdict += f"交换分区已用 {sw['percent']}%（不低于 {SWAP_HIGH_PERCENT}%）。"
+        return f"内存：已用 {d['used']} / 共 {d['total']}（{d['percent']}%），可用 {d['available']}。{swap}{verdict}"
     swap = f"Swap: {sw['used']} used of {sw['total']} ({sw['percent']}%)." if sw["total"] != "0 B" else "No swap configured."
-    return f"Memory: {d['used']} used of {d['total']} ({d['percent']}%), {d['available']} available. {swap}"
+    verdict = (f"High: {d['percent']}% used ({MEMORY_HIGH_PERCENT}% or more)." if high else
+               f"Normal: {d['percent']}% used (under {MEMORY_HIGH_PERCENT}%).")
+    if swapping:
+        verdict += f" Swap is {sw['percent']}% used ({SWAP_HIGH_PERCENT}% or more)."
+    return f"Memory: {d['used']} used of {d['total']} ({d['percent']}%), {d['available']} available. {swap} {verdict}"
 
 
+#: memory this used (percent of RAM) is "high" in the memory answer's verdict, else "normal"
+MEMORY_HIGH_PERCENT = 90
+#: swap this used (percent) is named in the memory answer's verdict
+SWAP_HIGH_PERCENT = 50
 #: a filesystem this full (percent used) is "nearly full" in the disk answer and its verdict
 DISK_FULL_PERCENT = 90
 #: a 1-minute load average above this per logical core is "high" in the load answer's verdict
@@ -334,7 +473,13 @@ def _processes(d: dict[str, Any], zh: bool) -> str:
         return _j(zh, f"No running process matches '{flt}'." if flt else "No processes could be read.",
                   f"没有名称包含“{flt}”的进程。" if flt else "无法读取进程信息。")
     counted = f"共 {d['total_processes']} 个，匹配 {d['matched']} 个" if flt else f"共 {d['total_processes']} 个"
-    head = _j(zh, f"Top {len(procs)} processes by {by} ({d['matched']} matched of {d['total_processes']}):",
+    gone = d["total_processes"] - d["matched"]
+    if flt:
+        of = f"{d['matched']} matched of {d['total_processes']}"
+    else:                 # (no filter: the processes not counted ended or could not be read while sampled)
+        of = f"{d['matched']} of {d['total_processes']}; {gone} vanished or unreadable" if gone else \
+            f"{d['total_processes']} in all"
+    head = _j(zh, f"Top {len(procs)} processes by {by} ({of}):",
               f"按{' CPU ' if d['sort_by'] == 'cpu' else by}排序的前 {len(procs)} 个进程（{counted}）：")
     lines = [head]
     for i, p in enumerate(procs, 1):
@@ -604,6 +749,17 @@ def _miss_hint(tool: str, err: str, zh: bool) -> str:
     return ""
 
 
+def _disabled_hint(tool: str, err: str, zh: bool) -> str:
+    """What still works when the file search is off: a log's last lines ("errors in app.log" and English
+    counts are searched with it, so they need ``[tools] file_roots``)."""
+    if tool != "search_files" or not re.match(r"\w+ is disabled: ", err):
+        return ""
+    return _j(zh, "\n(Counting or filtering lines of a log uses the file search, which needs [tools] file_roots; "
+                  "\"tail <log>\" shows a log's last lines from [tools] log_roots.)",
+              "\n（统计或筛选日志行使用文件搜索，需要服务器配置 [tools] file_roots；“查看 <文件名> 日志”可以显示 [tools] log_roots "
+              "下日志的最后几行。）")
+
+
 def render(call: ToolCall, zh: bool) -> str:
     """One paragraph for one finished tool call."""
     try:
@@ -615,7 +771,7 @@ def render(call: ToolCall, zh: bool) -> str:
         if _PORT_RANGE.fullmatch(err):         # network_check given a port out of range ("检查 localhost:70000 端口")
             return _j(zh, f"The port must be between 1 and 65535 (got {_PORT_RANGE.fullmatch(err)['p']}).",
                       f"端口必须在 1–65535 之间（收到的是 {_PORT_RANGE.fullmatch(err)['p']}）。")
-        hint = _miss_hint(call.tool_name, err, zh)
+        hint = _miss_hint(call.tool_name, err, zh) or _disabled_hint(call.tool_name, err, zh)
         if call.status == "timeout":
             return _j(zh, f"The {call.tool_name} tool timed out: {err}",
                       _sentence(f"{_doing_zh(call.tool_name)}超时：{error_zh(err)}"))

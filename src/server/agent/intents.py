@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from server.agent.downloads import parse_download_request
-from server.agent.file_intents import arabic_numbers, parse_file_request, paths_in
+from server.agent.file_intents import (LEVEL_WORDS, PRONOUNS, EN_TENS, EN_UNITS, counts_in_digits, parse_file_request,
+                                       paths_in)
 from server.memory.when import DAY_WORDS_EN as _DATE_EN, DAY_WORDS_ZH as _DATE_ZH   # days the recall index resolves
 
 THRESHOLD = 1.0
@@ -36,6 +37,12 @@ class Intent:
     tool: str | None = None        # refuse (a request to act), log_path (a log named by no path)
     arguments: dict[str, Any] = field(default_factory=dict)
     note: str | None = None        # what the answer adds to the tool's result (``answers.NOTES``: "io_not_measured")
+    #: more such notes, each (key of ``answers.NOTES``, the values its text names: {"pid": 1}, {"part": "..."})
+    notes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def said(self) -> tuple[str, str | None, Any]:
+        """What the intent asks, without its score: two clauses asking the same are one request."""
+        return self.name, self.tool, sorted(self.arguments.items())
 
 
 def _p(pattern: str) -> re.Pattern[str]:
@@ -48,20 +55,26 @@ _FLAGS = re.IGNORECASE | re.ASCII
 
 # (intent, [(pattern, weight)]): English words use \b boundaries (ASCII ones); Chinese has none.
 RULES: list[tuple[str, list[tuple[re.Pattern[str], float]]]] = [
-    ("cpu", [(_p(r"\bcpus?\b|cpu"), 1.0), (_p(r"\bprocessor\b|处理器"), 1.0)]),
+    ("cpu", [(_p(r"\bcpus?\b|cpu"), 1.0), (_p(r"\bprocessors?\b|处理器"), 1.0), (_p(r"\bcores?\b"), 1.0)]),
     ("memory", [(_p(r"\b(memory|ram|swap|mem)\b"), 1.0), (_p(r"内存|交换分区|交换空间"), 1.0)]),
-    ("disk", [(_p(r"\b(disks?|storage|filesystems?|partitions?|df)\b|disk\s+space"), 1.0),
+    ("disk", [(_p(r"\b(disks?|storage|filesystems?|partitions?|df|mounts?|mounted|mount\s*points?)\b|"
+                  r"disk\s+space"), 1.0),
               (_p(r"磁盘|硬盘|存储|分区|文件系统"), 1.0), (_p(r"空间"), 0.5)]),
     ("network", [(_p(r"\b(network|interfaces?|nics?|bandwidth|traffic|ip\s+address(es)?)\b"), 1.0),
                  (_p(r"网络|网卡|接口|流量|带宽|ip\s*地址"), 1.0)]),
     ("load", [(_p(r"\bload(\s+average)?\b|\bloadavg\b"), 1.0), (_p(r"负载"), 1.0)]),
-    ("uptime", [(_p(r"\buptime\b|\bboot(ed)?\b|how long .*\b(up|running)\b"), 1.0),
+    ("uptime", [(_p(r"\buptime\b|\b(re)?boot(ed|s)?\b|how long .*\b(up|running)\b|\bup\s+since\b|\blast\s+restart\b(?!\s+of)|"
+                    r"\b(system|server|machine|host|box)\s+(was\s+|been\s+)?restarted\b|"
+                    r"\bwhen\s+(was|did)\s+(the\s+|this\s+)?(system|server|machine|host|box)\s+(last\s+)?(re)?start"), 1.0),
                 (_p(r"运行时间|开机|启动时间|运行了多久|运行多久|上次重启|重启时间|什么时候重启"), 1.0)]),
-    ("overview", [(_p(r"\b(system|server|machine|host)\b.*\b(status|health|overview|doing)\b|"
+    ("overview", [(_p(r"\b(system|server|machine|host|box)\b.*\b(status|health|healthy|overview|doing|ok|okay)\b|"
+                      r"\b(healthy|health)\b.*\b(system|server|machine|host|box)\b|"
                       r"\bhow is (the )?(system|server|machine)\b|\bstatus\b"), 1.0),
                   (_p(r"系统状态|服务器状态|系统概况|系统情况|服务器怎么样|系统怎么样|机器怎么样|健康(?!检查|检测|探测|探针)"), 1.0)]),
-    ("processes", [(_p(r"\bprocess(es)?\b|\bps\b|\btasks?\b"), 1.0),
+    ("processes", [(_p(r"\bprocess(es)?\b|\bps\b|\btasks?\b|\bpids?\s*[#:=]?\s*\d"), 1.0),
                    (_p(r"\b(top|most|heaviest|hungriest)\b.*\b(using|consuming|by)\b"), 0.5),
+                   # "sort them by memory": only a process listing is sorted
+                   (_p(r"\b(re)?sort(ed)?\b.*\bby\s+(cpu|memory|mem|ram|rss)\b"), 1.0),
                    (_p(r"进程|程序.*(最多|最高)|占用.*最(多|高)|最.*占用"), 1.0)]),
     ("history", [(_p(r"\b(did|have|had)\s+(i|we)\b.*\b(ask|say|mention|talk|discuss)"), 1.0),
                  (_p(r"\bi\s+(asked|said|mentioned)\b|\bwe\s+(talked|discussed)\b"), 1.0),
@@ -89,18 +102,42 @@ _REMEMBERED = re.compile(r"\bwhat (?:do|did|have) you (?:remember(?:ed)?|know|re
                          r"你(?:都)?记住了(?:什么|哪些)|关于我你(?:记得|知道)(?:什么|哪些)", _FLAGS)
 
 _HOST_PORT = re.compile(r"(\[[0-9a-fA-F:]+\]|\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w.-]*)\s*:\s*(\d{1,5})\b", re.ASCII)
-_PORT_WORD = re.compile(r"(?:\bport\b|端口)\s*(?:号|number)?\s*[:：]?\s*(\d{1,5})\b|(\d{1,5})\s*(?:号)?\s*端口", _FLAGS)
+_PORT_WORD = re.compile(r"(?:\bports?\b|端口)\s*(?:号|number)?\s*[:：]?\s*(\d{1,5})\b|(\d{1,5})\s*(?:号)?\s*端口", _FLAGS)
 _HOST_WORD = re.compile(r"(?:\bon\b|\bat\b|\bof\b|\bto\b|主机|在)\s*(\[[0-9a-fA-F:]+\]|\d{1,3}(?:\.\d{1,3}){3}|"
                         r"[A-Za-z][\w.-]*)", _FLAGS)
 #: a message that is only host:port ("127.0.0.1:6379", "localhost:8080?"): check it
 _ONLY_TARGET = re.compile(r"\s*(?:\[[0-9a-fA-F:]+\]|\d{1,3}(?:\.\d{1,3}){3}|localhost)\s*:\s*\d{1,5}\s*[?？]?\s*", _FLAGS)
 _BARE_HOST = re.compile(r"(\d{1,3}(?:\.\d{1,3}){3}|\blocalhost\b|::1)", _FLAGS)
-_LINES = re.compile(r"(\d{1,5})\s*(?:lines?|行)", _FLAGS)
-_TOPN = re.compile(r"\btop\s+(\d{1,3})\b|前\s*(\d{1,3})|(\d{1,3})\s*个\s*(?:\S{0,8}?)\s*(?:进程|程序)", _FLAGS)
+_LINES = re.compile(r"(\d{1,5})\s*(?:(?:log\s+)?lines?|行)|\btail\s+-n\s*(\d{1,5})\b|\btail\s+-(\d{1,5})\b", _FLAGS)
+_TOPN = re.compile(r"\btop\s+(\d{1,3})\b|前\s*(\d{1,3})|(\d{1,3})\s*个\s*(?:\S{0,8}?)\s*(?:进程|程序)|"
+                   r"\b(\d{1,3})\s+(?:[A-Za-z-]+\s+){0,2}?(?:process(?:es)?|procs|programs)\b", _FLAGS)
 _NAMED = re.compile(r"\b(?:named|called|matching)\s+[\"']?([\w.\-]+)|\b([A-Za-z][\w.\-]*)\s*(?:的)?\s*进程|"
                     r"\b([A-Za-z][\w.\-]*)\s+process(?:es)?\b", _FLAGS)
+#: words before "process" / "进程" that name no process: question words, articles, pronouns, verbs, number words,
+#: and what a listing is sorted or filtered by ("what is process 1", "how many processes", "top three processes",
+#: "running processes", "user processes")
 _NOT_NAMES = {"top", "the", "all", "running", "which", "what", "heaviest", "biggest", "memory", "cpu", "list",
-              "show", "any", "my", "some", "of", "by", "most", "hungry", "ram", "mem", "rss"}
+              "show", "any", "my", "some", "of", "by", "most", "hungry", "ram", "mem", "rss",
+              "is", "are", "was", "were", "be", "been", "am", "how", "many", "much", "who", "whose", "why", "where",
+              "when", "a", "an", "this", "that", "these", "those", "it", "its", "their", "your", "our", "his", "her",
+              "s", "there", "here", "and", "or", "for", "in", "on", "to", "with", "from", "about", "each", "every",
+              "other", "total", "number", "count", "active", "current", "live", "big", "largest", "busiest",
+              "hungriest", "greediest", "highest", "expensive", "heavy", "user", "users", "system", "kernel",
+              "background", "zombie", "defunct", "child", "parent", "single", "same", "new", "old", "do", "does",
+              "did", "give", "get", "tell", "me", "see", "check", "find", "sort", "sorted", "display", "view",
+              "first", "last", "next", "only", "just", "main", "existing", "alive", "started", "stopped", "open",
+              "no", "not", "id", "pid", *EN_UNITS, *EN_TENS, "hundred"}
+#: one process asked by its id ("what is process 1", "show pid 4242"): the processes tool looks up none, so its
+#: largest listing is searched for it and the answer says whether it is there (``answers`` "pid_asked")
+_PID = re.compile(r"\b(?:process|pid)\s*(?:id\s*|number\s*|no\.?\s*)?[#:=]?\s*(\d{1,7})\b(?!\s*(?:%|processes|procs))",
+                  _FLAGS)
+#: processes of one user ("processes of user root", "processes owned by www-data", "root's processes"): the
+#: tool filters by name only, so the answer says the list is of all users (``answers`` "user_filter")
+_USER = re.compile(r"\b(?:of|for|by|owned\s+by|run\s+by|started\s+by|belonging\s+to|from)\s+(?:the\s+)?user\s+"
+                   r"[\"']?([A-Za-z_][\w.-]*)|\b(?:owned|run|started)\s+by\s+([A-Za-z_][\w.-]*)|"
+                   r"\buser\s+([A-Za-z_][\w.-]*)['’]s\s+process|\b([A-Za-z_][\w.-]*)['’]s\s+process(?:es)?\b", _FLAGS)
+#: the most processes the tool lists (its schema's maximum of ``limit``)
+PROCESS_LIST_MAX = 50
 _BY_MEMORY = re.compile(r"\b(memory|ram|mem|rss)\b|内存", _FLAGS)
 _LOG_WORDS = re.compile(r"\b(tail|log|logs|syslog)\b|日志", _FLAGS)
 #: a log asked to be shown without saying which ("看下错误日志", "show me the error log"): ask for its path
@@ -108,7 +145,7 @@ _LOG_ASKED = re.compile(r"^\s*(?:(?:please|can\s+you|could\s+you)\s+)?(?:show|ta
                         r"(?:查看|看下|看一下|看看|显示|打开|读取|帮我看).*日志", _FLAGS)
 #: disk input/output asked: sys_monitor measures space only, and the answer says so
 _DISK_IO = re.compile(r"\bi/?o\b|\biops\b|\bthroughput\b|读写|吞吐", _FLAGS)
-_CHECK_WORDS = re.compile(r"\b(check|port|reachable|connect|open|listening|ping)\b|端口|连通|连接|检查|检测|能否", _FLAGS)
+_CHECK_WORDS = re.compile(r"\b(check|ports?|reachable|connect|open|listening|ping)\b|端口|连通|连接|检查|检测|能否", _FLAGS)
 #: what makes "port N" a request to check it rather than a statement of a setting ("Redis port: 6380"):
 #: a check word other than "port", or a question
 _CHECK_ASKED = re.compile(r"\b(check|reachable|connect|open|listening|ping|test|up|alive)\b|连通|连接|检查|检测|能否|"
@@ -222,6 +259,23 @@ def history_arguments(text: str) -> dict[str, Any] | None:
     return args
 
 
+#: more ports after the first ("is port 22 or 8080 open", "check ports 80, 443 and 8443 on localhost"): each is checked
+_MORE_PORTS = re.compile(r"\bports?\s*(?:number\s*)?[:：]?\s*\d{1,5}((?:\s*(?:,|/|&|\bor\b|\band\b)\s*(?:(?:port\s*)?\d{1,5}\b))+)",
+                         _FLAGS)
+#: the most ports one message checks
+MAX_PORTS_CHECKED = 8
+
+
+def _network_targets(text: str) -> list[tuple[str, int]]:
+    """Every (host, port) ``text`` asks to check: one, or one per port of a list on one host."""
+    target = _network_target(text)
+    if target is None:
+        return []
+    more = _MORE_PORTS.search(text) if not _HOST_PORT.search(text) else None
+    ports = [target[1]] + ([int(p) for p in re.findall(r"\d{1,5}", more.group(1))] if more else [])
+    return [(target[0], port) for port in dict.fromkeys(ports)][:MAX_PORTS_CHECKED]
+
+
 def _network_target(text: str) -> tuple[str, int] | None:
     m = _HOST_PORT.search(text)
     if m and not m.group(1).lower().startswith(("http", "https")):
@@ -239,15 +293,32 @@ def _network_target(text: str) -> tuple[str, int] | None:
 
 def _process_args(text: str) -> dict[str, Any]:
     args: dict[str, Any] = {"sort_by": "memory" if _BY_MEMORY.search(text) else "cpu"}
-    m = _TOPN.search(arabic_numbers(text))     # "前三", "两个": the count in digits (the name as said)
+    m = _TOPN.search(counts_in_digits(text))   # "前三", "两个", "top three": the count in digits (the name as said)
     if m:
-        args["limit"] = max(1, min(50, int(next(g for g in m.groups() if g))))
+        args["limit"] = max(1, min(PROCESS_LIST_MAX, int(next(g for g in m.groups() if g))))
+    user = _USER.search(text)
+    users = {next(g for g in user.groups() if g).lower()} if user else set()
     for nm in _NAMED.finditer(text):
         name = next(g for g in nm.groups() if g)
-        if name.lower() not in _NOT_NAMES:
+        if name.lower() not in _NOT_NAMES and name.lower() not in users:
             args["name"] = name
             break
     return args
+
+
+def _process_intent(text: str, score: float) -> Intent:
+    """The process listing ``text`` asks for, with the notes of what the tool cannot do: look up one PID
+    (the largest listing is searched for it), filter by user (every user's processes are listed)."""
+    args = _process_args(text)
+    intent = Intent("processes", score, "processes", args)
+    pid = _PID.search(text)
+    if pid:
+        args["limit"] = PROCESS_LIST_MAX
+        intent.notes.append(("pid_asked", {"pid": int(pid.group(1))}))
+    user = _USER.search(text)
+    if user:
+        intent.notes.append(("user_filter", {"user": next(g for g in user.groups() if g)}))
+    return intent
 
 
 #: a service's log named without a path ("nginx 的 error log", "看下 nginx 的错误日志"): its usual place
@@ -256,18 +327,68 @@ _NAMED_LOG = re.compile(r"\b([A-Za-z][\w.-]*)\s*(?:的)?\s*(?:(error|access)[\s_
 _LOG_KIND = {"错误": "error", "访问": "access"}
 
 
-def _log_args(text: str) -> dict[str, Any] | None:
+#: a log named without a path or an extension ("tail syslog", "tail -n 20 messages", "show me the syslog"):
+#: read as that name relative to a log root
+_BARE_LOG = re.compile(r"\btail\s+(?:-[A-Za-z]+\s*\d*\s+|-\d+\s+)*(?:the\s+)?([A-Za-z][\w-]*)\s*[?.!]*\s*$|\b(syslog)\b",
+                       _FLAGS)
+_NOT_LOG_NAMES = {"log", "logs", "file", "files", "the", "a", "an", "my", "me", "of", "for", "end", "last", "latest",
+                  "error", "errors", "access", "it", "this", "that", "them", "there"}
+#: a log level asked of a log ("errors in app.log", "show warnings in nginx/error.log"): the log is grepped
+#: for it, case-insensitively (search_files), instead of showing its last lines. ("the nginx error log" names
+#: a log, not a level)
+_LEVEL = re.compile(r"\b(errors?|warnings?|warns?|fatal|critical|exceptions?)\b(?![\s_-]*logs?\b)", _FLAGS)
+#: a time range asked of a log or a reading ("in the last hour", "since yesterday", "today", "2 hours ago"):
+#: the tools read no log timestamps and keep no past readings, so the answer says it was not applied
+_TIME_RANGE = re.compile(r"\b(?:in|over|during|for|within|from)\s+the\s+(?:last|past|previous)\s+(?:\d+\s+|few\s+|"
+                         r"couple\s+(?:of\s+)?|several\s+)?(?:minutes?|mins?|hours?|hrs?|days?|weeks?|months?|night)\b|"
+                         r"\b(?:last|past)\s+(?:\d+\s+)?(?:minutes?|mins?|hours?|hrs?|days?|weeks?|months?|night)\b|"
+                         r"\bsince\s+(?:yesterday|this\s+morning|midnight|last\s+\w+|\d{1,2}(?::\d\d)?\s*(?:am|pm)?)\b|"
+                         r"\b(?:today|yesterday|tonight|this\s+morning|overnight|earlier\s+today)\b|"
+                         r"\b(?:an?|\d+|a\s+few)\s+(?:minutes?|mins?|hours?|hrs?|days?|weeks?)\s+ago\b", _FLAGS)
+
+
+def _log_intents(text: str, previous: str | None = None) -> list[Intent]:
+    """The read_log calls a log request asks for: one per path ("tail nginx/error.log and nginx/access.log"),
+    or for a log level asked in English ("errors in the last hour in app.log") a search of the log for it."""
     paths = [p for p in paths_in(text) if p != "/"]   # absolute, relative to a log root, or a file name
     named = _NAMED_LOG.search(text)
     if not paths and named and named.group(1).lower() not in _NOT_NAMES | {"the", "an", "a", "my"}:
         paths = [f"{named.group(1)}/{(named.group(2) or _LOG_KIND[named.group(3)]).lower()}.log"]
     if not paths:
-        return None
-    args: dict[str, Any] = {"path": paths[0]}
-    m = _LINES.search(arabic_numbers(text))    # "最后二十行": the count in digits (never the path's numerals)
-    if m:
-        args["lines"] = max(1, int(m.group(1)))
-    return args
+        bare = _BARE_LOG.search(text)
+        name = (bare.group(1) or bare.group(2)) if bare else None
+        if name and PRONOUNS.fullmatch(name) and previous:
+            paths = [previous]                                 # "tail it": the file named before
+        elif name and name.lower() not in _NOT_LOG_NAMES:
+            paths = [name]
+    if not paths:
+        return []
+    english = not is_chinese(text)
+    out: list[Intent] = []
+    for path in dict.fromkeys(paths):
+        args: dict[str, Any] = {"path": path}
+        m = _LINES.search(counts_in_digits(text))   # "最后二十行", "last five lines": the count in digits
+        if m:
+            args["lines"] = max(1, int(next(g for g in m.groups() if g)))
+        out.append(Intent("read_log", 2.0, "read_log", args))
+    if not english:
+        return out
+    rest = text
+    for p in paths:
+        rest = rest.replace(p, " ")
+    levels = list(dict.fromkeys(LEVEL_WORDS[w.lower()] for w in _LEVEL.findall(rest)))
+    when = _TIME_RANGE.search(rest)
+    for i, intent in enumerate(out):
+        if levels:               # the lines of that level, not the last lines of every level
+            args = {"root": intent.arguments["path"], "pattern": "|".join(levels) if len(levels) > 1 else levels[0],
+                    "ignore_case": True}
+            if len(levels) > 1:
+                args["regex"] = True
+            out[i] = intent = Intent("search_files", 2.0, "search_files", args)
+            intent.notes.append(("level_filter", {"levels": ", ".join(levels)}))
+        if when:
+            intent.notes.append(("log_time_range", {"range": when.group(0), "levels": bool(levels)}))
+    return out
 
 
 def without_request(text: str) -> str:
@@ -323,8 +444,9 @@ _SYSTEM_NOUN_EN = (r"(?:process(?:es)?|services?|daemons?|files?|folders?|direct
                    r"accounts?|logs?|vms?|instances?|nodes?|clusters?|cache|config(?:uration)?s?)\b")
 _DETERMINER_EN = r"(?:the|this|that|these|those|all|every|each|my|our|its|any|a|an)"
 _MODIFIERS_EN = rf"(?:(?!{_NOT_OBJECT_EN})[\w.@+-]+\s+){{0,3}}?"
-#: a path, a file name with an extension, a pid, a shell flag
-_PATHLIKE_EN = r"(?:-{1,2}[A-Za-z]|\d|[/~]|[\w.-]*\w\.[A-Za-z])"
+#: a path, a file name with an extension, a pid, a shell flag ("-rf", "kill -9 1234"), a quoted command
+#: ("run 'reboot'", 'execute "rm -rf /"', a backtick)
+_PATHLIKE_EN = r"(?:-{1,2}[A-Za-z0-9]|\d|[/~]|[\w.-]*\w\.[A-Za-z]|[\"'`“‘])"   # (a quoted command: run 'reboot')
 #: verbs that act on the machine whatever they name ("kill nginx", "restart nginx", "rm -rf /tmp/x")
 _ACT_VERBS_EN = (r"(?:kill|pkill|killall|terminate|delete|remove|rm|erase|wipe|purge|restart|reboot|shut\s*down|"
                  r"power\s+off|stop|start|execute|exec|run|install|uninstall|upgrade|chmod|chown|mv|move|rename|"
@@ -382,12 +504,239 @@ def is_request_to_act(text: str) -> bool:
     return not _ASKED_END.search(text) or polite.search(text) is not None
 
 
-def parse(text: str) -> list[Intent]:
+#: a service's status asked ("what's the status of nginx?", "nginx status", "is nginx running?", "systemctl status
+#: nginx"): services are not checked (no service manager is read), so processes named like it are listed and the
+#: answer says so (``answers`` "service_not_checked"). The names of the machine and its readings are no service.
+_SERVICE_STATUS = [_p(r"^\W*(?:what(?:['’]s|\s+is)\s+|show\s+(?:me\s+)?|check\s+|get\s+)?(?:the\s+)?(?:current\s+)?status\s+of\s+"
+                      r"(?:the\s+)?([A-Za-z][\w.@-]*)(?:\s+(?:service|daemon|unit|server|process))?\s*[?.!]*\s*$"),
+                   _p(r"^\W*(?:show\s+(?:me\s+)?|check\s+|get\s+)?(?:the\s+)?([A-Za-z][\w.@-]*)\s+(?:service\s+|daemon\s+)?"
+                      r"status\s*[?.!]*\s*$"),
+                   _p(r"^\W*is\s+(?:the\s+)?([A-Za-z][\w.@-]*)\s+(?:service\s+|daemon\s+|process\s+)?(?:still\s+)?"
+                      r"(?:running|up|alive|down|active|dead|started|stopped)\s*[?.!]*\s*$"),
+                   _p(r"^\W*(?:systemctl|service)\s+status\s+([A-Za-z][\w.@-]*)|^\W*service\s+([A-Za-z][\w.@-]*)\s+status\b")]
+_NOT_SERVICES = _NOT_NAMES | {"server", "machine", "host", "box", "overall", "disk", "disks", "network", "load", "port",
+                              "ports", "process", "processes", "everything", "things", "it", "service", "services",
+                              "swap", "uptime", "storage", "computer", "node", "vm", "cluster"}
+
+
+def _service_status(text: str) -> str | None:
+    for pat in _SERVICE_STATUS:
+        m = pat.search(text)
+        if m:
+            name = next(g for g in m.groups() if g)
+            return None if name.lower() in _NOT_SERVICES else name
+    return None
+
+
+#: the metric words a typo is corrected to ("memroy", "dsik", "netwrok", "proccesses"; ``corrected``)
+TYPO_WORDS = ("memory", "disk", "disks", "network", "process", "processes", "uptime", "storage", "bandwidth",
+              "interfaces", "usage", "status", "swap", "load")
+#: the shortest word a typo is corrected in; words of 4 letters only when two letters are swapped ("dsik")
+TYPO_MIN_CHARS = 4
+_WORD = re.compile(rf"(?<![\w./\\-])[A-Za-z]{{{TYPO_MIN_CHARS},}}(?![\w./\\-])")
+#: real words a typo correction must leave alone (one letter from a metric word: "risk" / "disk", "lead")
+_REAL_WORDS = {"risk", "desk", "dusk", "dish", "lead", "loan", "road", "toad", "goad", "loads", "swan", "swam",
+               "sway", "swat", "stats", "risks", "desks", "dusks", "disco", "statue", "states", "usages", "storages", "processor", "processed",
+               "memo", "memos", "network", "status", "loud", "lord", "upline", "uptime", "bandwidths"}
+
+
+def _distance(a: str, b: str) -> int:
+    """Edit distance with adjacent swaps (optimal string alignment), capped at 3."""
+    if abs(len(a) - len(b)) > 2:
+        return 3
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def corrected(text: str) -> str:
+    """``text`` with a misspelled metric word (``TYPO_WORDS``) corrected: one edit (a letter added, dropped,
+    changed or two swapped) in a word of ``TYPO_MIN_CHARS`` letters or more, two in one of 8 or more; a word of
+    4 letters only when two letters are swapped ("dsik" -> "disk", never "risk"). Paths and real words stay."""
+    def fix(m: re.Match[str]) -> str:
+        word = m.group(0)
+        low = word.lower()
+        if low in TYPO_WORDS or low in _REAL_WORDS:
+            return word
+        for target in TYPO_WORDS:
+            if len(low) == 4 or len(target) == 4:
+                if len(low) == len(target) and sorted(low) == sorted(target) and _distance(low, target) == 1:
+                    return target
+                continue
+            if _distance(low, target) <= (2 if len(low) >= 8 and len(target) >= 8 else 1):
+                return target
+        return word
+    return _WORD.sub(fix, text)
+
+
+#: a question about the past of a reading ("what was the CPU usage yesterday?", "was memory high last night?"):
+#: the tools keep no past readings, so the answer says it gives the current one (``answers`` "past_reading")
+_PAST_EN = _p(r"\b(?:was|were|had|did|been|peaked?)\b|\byesterday\b|\blast\s+(?:night|week|month|hour|day|weekend|time)\b|"
+              r"\b(?:\d+|an?|few)\s+(?:minutes?|hours?|days?|weeks?)\s+ago\b|\bearlier\s+today\b|\bthis\s+morning\b|"
+              r"\bovernight\b|\b(?:over|in|during)\s+the\s+(?:last|past)\b|\bhistor(?:y|ical)\b|\btrends?\b")
+_PAST_ZH = _p(r"昨天|昨晚|前天|上周|上个月|上星期|(?:\d+|[一二两三四五六七八九十几]+)\s*(?:个)?\s*(?:小时|分钟|天|星期|周)(?:前|以前|之前|内)|"
+              r"过去\s*(?:\d+|[一二两三四五六七八九十几]+)|历史(?:数据|记录|曲线)|趋势|峰值")
+_PAST_METRICS = ("cpu", "memory", "disk", "network", "load", "overview", "processes")
+#: the rate of network traffic asked ("bandwidth usage", "how fast is the network", "网速"): only totals since
+#: boot are read, and the answer says so (``answers`` "no_rate")
+_RATE = _p(r"\b(?:bandwidth|throughput|rate|speed|per\s+second|mbps|mb/s|kb/s|gbps|bps|how\s+fast)\b|带宽|网速|速率|每秒")
+#: a temperature asked ("cpu temperature", "is the CPU hot?", "CPU 温度"): none is read (``answers`` "no_temperature")
+_TEMPERATURE = _p(r"\b(?:temperature|temp|thermal|overheat(?:ing)?|hot|heat)\b|温度|过热|发热")
+#: decimal units asked ("free memory in GB", "disk space in gigabytes"): sizes are also given in GB
+#: (``answers`` "decimal_units"); the tools write binary units (GiB)
+_DECIMAL_UNITS = _p(r"\b(?:gb|gigabytes?|tb|terabytes?|mb|megabytes?)\b")
+
+
+def _with_notes(out: list[Intent], text: str) -> list[Intent]:
+    """``out`` with the notes of what the question asked beyond the readings: the past, a rate, a temperature,
+    decimal units."""
+    past = _PAST_ZH if is_chinese(text) else _PAST_EN
+    for intent in out:
+        if intent.tool not in ("sys_monitor", "processes"):
+            continue
+        if intent.name in _PAST_METRICS and past.search(text) and not _JUST_ASKED_NOW.search(text):
+            intent.notes.append(("past_reading", {}))
+        if intent.name == "network" and _RATE.search(text):
+            intent.notes.append(("no_rate", {}))
+        if intent.name == "cpu" and _TEMPERATURE.search(text):
+            intent.notes.append(("no_temperature", {}))
+        if intent.name in ("memory", "disk", "overview") and _DECIMAL_UNITS.search(text):
+            intent.notes.append(("decimal_units", {"unit": _DECIMAL_UNITS.search(text).group(0)}))
+    return out
+
+
+#: "right now" / "现在" in a question with a past word ("what was ... and what is it now"): the reading is asked
+_JUST_ASKED_NOW = _p(r"\bright\s+now\b|\bcurrently\b|现在|目前|当前")
+
+#: where a message holds several requests ("show disk usage and the last 3 lines of app.log", "tail a.log; grep
+#: 502 in b.log", "检查端口 22 以及内存"): each clause is parsed on its own (``parse``). Not inside quotes.
+_CLAUSE_SPLIT = re.compile(r"\s+and\s+(?:then\s+|also\s+)?|\s*[;；]\s*|\s*以及\s*|,\s+(?:and\s+)?(?:then\s+|also\s+)?", _FLAGS)
+#: intents found before the rest (``_parse_one`` returns at once) that leave the rest of a message unanswered
+_FIRST_ONLY = {"download", "list_dir", "read_file", "search_files", "read_log", "network_check", "log_path",
+               "unsupported", "which_file", "refuse"}
+#: a clause that asks nothing by itself ("please", "thanks", "ok"): not named as unanswered
+_FILLER = _p(r"(?:please|pls|thanks?(?:\s+you)?|ok(?:ay)?|hi|hello|hey|so|now|then|also|too|as\s+well|quickly|"
+             r"first|next|finally|again|if\s+you\s+can|when\s+you\s+can|谢谢|好的|请)(?:\s+(?:please|too|now))?")
+
+
+def _first_only(intent: Intent) -> bool:
+    """``intent`` is one ``_parse_one`` returns at once (a service's status too): the rest of its clause
+    is not read."""
+    return intent.name in _FIRST_ONLY or any(key == "service_not_checked" for key, _ in intent.notes)
+#: a clause that is a port and its host ("and port 80 on 10.0.0.5"): checked like the clause before it
+_PORT_FIRST = _p(r"^(?:the\s+)?ports?\s*\d")
+#: the most clauses of one message parsed apart
+MAX_CLAUSES = 6
+
+
+def clauses(text: str) -> list[str]:
+    """``text`` cut where it joins requests (``_CLAUSE_SPLIT``), outside quoted strings."""
+    quoted = [m.span() for m in re.finditer(r"[\"'“”‘’`][^\"'“”‘’`\n]*[\"'“”‘’`]", text)]
+    parts, start = [], 0
+    for m in _CLAUSE_SPLIT.finditer(text):
+        if any(a <= m.start() < b for a, b in quoted):
+            continue
+        parts.append(text[start:m.start()])
+        start = m.end()
+    parts.append(text[start:])
+    return [p.strip(" ,.") for p in parts if p.strip(" ,.?!")]
+
+
+def previous_file(messages: list[dict[str, Any]] | None) -> str | None:
+    """The file the previous request named (its last path), for a pronoun ("now grep ERROR in it"); None
+    when no earlier user message of ``messages`` (the last one is the new message) names one."""
+    for m in reversed((messages or [])[:-1]):
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            for intent in _parse_one(parsed_part(m["content"].strip()), None):
+                path = intent.arguments.get("path") or intent.arguments.get("root")
+                if path:
+                    return str(path)
+            found = [p for p in paths_in(m["content"]) if p != "/"]
+            if found:
+                return found[-1]
+    return None
+
+
+def _previous_listing(messages: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The arguments of the process listing the previous request asked for, or None."""
+    for m in reversed((messages or [])[:-1]):
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            for intent in _parse_one(parsed_part(m["content"].strip()), None):
+                if intent.tool == "processes":
+                    return dict(intent.arguments)
+            return None
+    return None
+
+
+#: a follow-up that re-sorts the previous listing ("sort them by memory", "now by CPU")
+_RESORT = _p(r"^\W*(?:now\s+|and\s+)?(?:re)?(?:sort|order)(?:ed)?\s+(?:them|it|those|these|that|the\s+list)?\s*by\s+"
+             r"(cpu|memory|mem|ram|rss)\b|^\W*(?:now\s+|and\s+)?by\s+(cpu|memory|mem|ram|rss)\s*[?.!]*\s*$")
+
+
+def parse(text: str, messages: list[dict[str, Any]] | None = None) -> list[Intent]:
     """Recognized intents in a stable order; an empty list means "not understood". Only the
-    ``parsed_part`` of a long message is looked at."""
+    ``parsed_part`` of a long message is looked at. ``messages`` (the turn's context, the new message last)
+    resolve a follow-up: a pronoun for the previous file ("now grep ERROR in it"), a re-sort of the
+    previous process listing ("sort them by memory"). A message of several requests joined by "and", ";",
+    "以及" gets the intents of each (``clauses``); a clause understood by no rule is named in a note."""
     text = parsed_part(text.strip())     # (Chinese numerals are read where a count is: ``_process_args``, ``_log_args``)
     if not text:
         return []
+    previous = previous_file(messages) if messages else None
+    resort = _RESORT.search(text)
+    if resort and messages:
+        listing = _previous_listing(messages)
+        if listing is not None:
+            listing["sort_by"] = "memory" if (resort.group(1) or resort.group(2)).lower() != "cpu" else "cpu"
+            return [Intent("processes", 2.0, "processes", listing)]
+    whole = _parse_one(text, previous)
+    if whole and whole[0].name in ("refuse", "history", "remembered"):
+        return whole
+    parts = clauses(text)
+    if len(parts) < 2 or len(parts) > MAX_CLAUSES:
+        return whole
+    each = [_parse_one(p, previous) for p in parts]
+    for k in range(1, len(parts)):      # "check port 22 on a and port 80 on b", "cat a.conf and b.conf": the verb said once
+        if not each[k] and (paths_in(parts[k]) or _PORT_FIRST.match(parts[k])):
+            verb = parts[k - 1].split()[0]
+            again = _parse_one(f"{verb} {parts[k]}", previous)
+            if again and all(map(_first_only, again)):
+                each[k] = again
+    if not any(map(_first_only, whole)) and not any(_first_only(i) for r in each for i in r):
+        return whole                      # (the rules found every request: "show CPU and memory")
+    said = [i.said() for i in whole]
+    if not (all(each) or any([i.said() for i in r] == said for r in each)):
+        return whole                      # (a clause of a grep pattern: "grep ERROR and WARN in app.log")
+    merged: list[Intent] = []
+    seen: set[Any] = set()
+    for intent in (i for r in each for i in r if i.name != "refuse"):
+        key = repr(intent.said())
+        if key not in seen:
+            seen.add(key)
+            merged.append(intent)
+    tools = [i for i in merged if i.tool]
+    if not tools:
+        return whole
+    for part, result in zip(parts, each):
+        if not result and (_FILLER.fullmatch(part.strip(" ?!.")) or len(part.split()) < 2 and not paths_in(part)):
+            continue                      # ("tail app.log, please")
+        if not result:
+            tools[-1].notes.append(("part_not_answered", {"part": part}))
+        elif any(i.name == "refuse" for i in result):
+            tools[-1].notes.append(("part_refused", {"part": part}))
+    return merged
+
+
+def _parse_one(text: str, previous: str | None) -> list[Intent]:
+    """The intents of one request (``parse`` without the clauses): the first of a download, a file request, a
+    log, a port check or a service's status wins; else every system reading the rules score."""
     if is_request_to_act(text):
         return [Intent("refuse", 3.0)]
     scores = _score(text)
@@ -400,22 +749,33 @@ def parse(text: str) -> list[Intent]:
     download = parse_download_request(text)   # "下载 <name>", "download <name>", "send me <name>"
     if download is not None:
         return [Intent("download", 2.0, "offer_download", download)]
-    file_request = parse_file_request(text)   # list_dir / read_file / search_files
+    file_request = parse_file_request(text, previous)   # list_dir / read_file / search_files
     if file_request is not None:
+        if file_request[0] in ("unsupported", "which_file"):    # (answered without a tool)
+            return [Intent(file_request[0], 2.0, None, file_request[1])]
         return [Intent(file_request[0], 2.0, *file_request)]
     if _LOG_WORDS.search(text):
-        args = _log_args(text)
-        if args:
-            return [Intent("read_log", 2.0, "read_log", args)]
+        found = _log_intents(text, previous)
+        if found:
+            return found
         if _LOG_ASKED.search(text):
             return [Intent("log_path", 2.0)]          # which log: the answer asks for its path
     if _CHECK_WORDS.search(text) and _CHECK_ASKED.search(text) or _ONLY_TARGET.fullmatch(text):
-        target = _network_target(text)
-        if target:         # a port out of 1..65535 too: the tool's answer says the range
-            return [Intent("network_check", 2.0, "network_check", {"host": target[0], "port": target[1]})]
+        targets = _network_targets(text)
+        if targets:         # a port out of 1..65535 too: the tool's answer says the range
+            return [Intent("network_check", 2.0, "network_check", {"host": h, "port": p}) for h, p in targets]
+    service = None if is_chinese(text) else _service_status(text)
+    if service:
+        return [Intent("processes", 2.0, "processes", {"sort_by": "cpu", "name": service},   # (a system request)
+                       notes=[("service_not_checked", {"service": service})])]
+    if not is_chinese(text):
+        fixed = corrected(text)
+        if fixed != text:
+            scores = {k: v for k, v in _score(fixed).items() if k != "history"}
+            text = fixed
     out: list[Intent] = []
     if scores.get("processes", 0) >= THRESHOLD:
-        out.append(Intent("processes", scores.pop("processes"), "processes", _process_args(text)))
+        out.append(_process_intent(text, scores.pop("processes")))
         scores.pop("cpu", None)
         scores.pop("memory", None)
     for name in ("overview", "cpu", "memory", "disk", "network", "load", "uptime"):
@@ -429,4 +789,4 @@ def parse(text: str) -> list[Intent]:
         out.append(Intent("clock", scores["clock"], "clock", {}))
     if not out and scores.get("help", 0) >= THRESHOLD:
         out.append(Intent("help", scores["help"]))
-    return out
+    return _with_notes(out, text)
