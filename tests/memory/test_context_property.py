@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_testlib import check_tool_pairing, rand_history, rand_text
-from server.memory.context import (NO_ANSWER, TRUNCATION_NOTE, WINDOW_CUT_NOTE, Excerpt, Parts, assemble,
-                                   build_turns, group_turns, has_answer, recent_turns, sanitize)
+from server.memory.context import (NO_ANSWER, SUMMARY_SHARE, TRUNCATION_NOTE, WINDOW_CUT_NOTE, Excerpt, Parts,
+                                   assemble, build_turns, group_turns, has_answer, recent_turns, sanitize)
 from server.memory.tokens import ApproxTokenCounter
 from storage.models import ChatMessage, SummaryRecord, ToolCall
 from test_s32_context import check_share
@@ -66,8 +66,10 @@ def assemble_and_check(rng: random.Random, history: list[ChatMessage], budget: i
     assert len(cut) == (meta.get("window_results_cut") or {}).get("count", 0)
     # results beyond WINDOW_RESULTS_SHARE of the budget are cut (oldest first); then only as far as needed
     check_share(msgs, budget, meta)
-    # lower-priority parts go first: a truncated summary or message means no turn or excerpt is left
-    if meta["summary_trimmed"] or meta["message_truncated"]:
+    # lower-priority parts go first: the summary beyond SUMMARY_SHARE of the budget goes before
+    # anything else; a summary cut further, or a truncated message, means no turn or excerpt is left
+    below = summary_below_share(msgs, budget, meta)
+    if below or meta["message_truncated"]:
         assert meta["turns_kept"] == 0 and meta["recalled"] == []
     if meta["recall_dropped"]:
         assert meta["turns_kept"] == 0
@@ -75,9 +77,18 @@ def assemble_and_check(rng: random.Random, history: list[ChatMessage], budget: i
     assert meta["memory_items"] == [e.ids[0] for e in memory[:len(memory) - meta["memory_dropped"]]]
     if meta["memory_dropped"]:
         assert meta["turns_kept"] == 0 and meta["recalled"] == []
-    if meta["summary_trimmed"] or meta["message_truncated"]:
+    if below or meta["message_truncated"]:
         assert meta["memory_items"] == []
     return meta
+
+
+def summary_below_share(msgs: list[dict], budget: int, meta: dict) -> bool:
+    """True when the summary was cut below its share of the budget (``SUMMARY_SHARE``): only once
+    every turn, excerpt and memory item is gone. A summary cut to its share keeps at least that."""
+    if not meta["summary_trimmed"]:
+        return False
+    sent = next((m for m in msgs if m["role"] == "system" and m["content"].startswith("Summary of")), None)
+    return sent is None or COUNTER.count_message(sent) < int(budget * SUMMARY_SHARE)
 
 
 def is_cut_of(sent: dict, whole: dict) -> bool:
@@ -162,7 +173,7 @@ def _turns(n: int, words: int) -> list:
 
 def test_reduction_order_turns_then_recall_then_summary_then_message():
     turns = _turns(6, 60)
-    summary = SummaryRecord("facts " * 300, 1, 10)
+    summary = SummaryRecord("facts " * 40, 1, 10)       # within its share (SUMMARY_SHARE) until the last step
     excerpts = [Excerpt([1], "[Recalled from x] User: " + "old " * 100), Excerpt([3], "second " * 100)]
     parts = Parts(SYSTEM, "new question", summary, excerpts, turns)
     full = COUNTER.count_messages(assemble(parts, COUNTER, 100_000).messages)

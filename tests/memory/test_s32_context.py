@@ -295,19 +295,23 @@ def test_a_turn_that_must_go_anyway_goes_before_the_results_of_the_next_are_cut(
     assert "window_results_cut" not in ctx.metadata
     assert ctx.messages[1:-1] == turns[1].messages                      # the newer turn whole
 
-    # beyond their share: the older turn still goes whole first, the newer one's results are cut to
-    # their share only (the prompt fits then), its question, call and answer whole
+    # beyond their share: the older turn's texts are oversize now (over WINDOW_TEXT_SHARE of the
+    # smaller budget): their middle is cut (s34) instead of the whole turn going; the newer one's
+    # results are cut to their share only (the prompt fits then), its question, call and answer whole
     history = _tool_turn(1, 1, 5, words=3000) + _tool_turn(3, 3, 400)
     turns = build_turns(history, COUNTER)
     budget = _prompt_tokens(turns[1:]) + 10
     cap = int(budget * WINDOW_RESULTS_SHARE)
     ctx = assemble(Parts(SYSTEM, "and now?", turns=turns), COUNTER, budget)
     meta, msgs = ctx.metadata, ctx.messages
-    assert (meta["turns_dropped"], meta["turns_kept"]) == (1, 1)
-    cut = check_window_body(msgs, turns, meta)
-    assert meta["window_results_cut"] == {"count": cut, "turns": 1} and cut > 0
+    assert (meta["turns_dropped"], meta["turns_kept"]) == (0, 2)
+    assert meta["window_texts_cut"] == {"count": 2, "turns": 1}
+    assert meta["window_results_cut"]["turns"] == 1
+    assert COUNTER.count_messages(msgs) <= budget
     assert cap - CUT_SLACK <= _results(msgs) <= cap
-    assert [m for m in msgs[1:-1] if m["role"] != "tool"] == [m for m in turns[1].messages if m["role"] != "tool"]
+    newer = [m for m in turns[1].messages if m["role"] != "tool"]
+    assert [m for m in msgs[1:-1] if m["role"] != "tool"][-len(newer):] == newer
+    assert [m["content"] for m in msgs[1:-1] if m["role"] == "tool"][0] == turns[0].messages[2]["content"]
 
 
 def test_random_histories_with_large_results_keep_every_invariant():

@@ -28,6 +28,7 @@ DEFAULT_WINDOW_TOKENS = 16000     # used when context.max_input_tokens is not se
 MIN_PROMPT_BUDGET = 256           # max_input_tokens - reserve_output_tokens must leave at least this
 
 MAX_PROMPT_FILE_BYTES = 64 * 1024  # a summary_prompt_file larger than this is refused
+DEFAULT_MAX_SUMMARY_TOKENS = 2000  # summarization.max_summary_tokens
 
 
 class Threshold(Section):
@@ -58,6 +59,11 @@ class SummarizationConfig(Section):
     summary_prompt: str = DEFAULT_SUMMARY_PROMPT
     summary_prompt_file: str | None = None    # read into summary_prompt at load
     max_failures_before_fallback: int = Field(3, ge=1, le=1000)
+    # a model-written summary counting more tokens is refused (a failed summary: the previous one
+    # stays); the request asks for at most about a quarter as many words. 2000: above the summary
+    # request's default output limit ([llm] max_tokens 1024) with room for the estimator counting
+    # up to ~2x generously, and a sixth of the default prompt budget (every prompt carries it)
+    max_summary_tokens: int = Field(DEFAULT_MAX_SUMMARY_TOKENS, ge=64, le=1_000_000)
 
     @model_validator(mode="before")
     @classmethod

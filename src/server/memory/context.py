@@ -14,10 +14,13 @@ missing or incomplete; ``assemble`` gives any window turn still without an answe
 The window turns' tool results together hold at most ``WINDOW_RESULTS_SHARE`` of the message budget
 (beyond it they are cut, oldest first, even when the prompt would fit), so that a follow-up turn that
 calls tools has room for its own results.
-Over budget, the assembler gives up, in order: the window turns' tool results (cut, oldest turn
-first, each keeping its call id, marked with ``WINDOW_CUT_NOTE``), whole oldest turns, recalled
-excerpts (lowest rank first), long-term memory items (lowest rank first), the summary's tail, the
-new message's tail (with a note), and last the system prompt's tail.
+Over budget, the assembler gives up, in order: what the summary holds beyond ``SUMMARY_SHARE`` of
+the budget (its tail), the middle of the window turns' oversize user and assistant texts (more than
+``WINDOW_TEXT_SHARE`` of the budget: the longest first, never below ``WINDOW_TEXT_MIN_TOKENS``,
+marked with ``WINDOW_TEXT_CUT_NOTE``), the window turns' tool results (cut, oldest turn first, each
+keeping its call id, marked with ``WINDOW_CUT_NOTE``), whole oldest turns, recalled excerpts (lowest
+rank first), long-term memory items (lowest rank first), the rest of the summary's tail, the new
+message's tail (with a note), and last the system prompt's tail.
 The budget is what the window leaves for the messages: what every request carries besides them (the
 agent's tool schemas, ``reserve``) is taken off first, never below ``MIN_PROMPT_BUDGET``.
 """
@@ -53,6 +56,21 @@ WINDOW_CUT_NOTE = "[... cut to fit the context budget: {n} more characters]"
 # are cut (oldest first) even when the prompt would fit, so a follow-up that calls tools has room
 # for its own results (the agent fits them into what the prompt leaves, docs/agent.md)
 WINDOW_RESULTS_SHARE = 0.5
+# a window turn's user or assistant text cut to fit the budget: its head and tail kept, this in between
+WINDOW_TEXT_CUT_NOTE = "[... {n} characters cut here to fit the context budget ...]"
+# a window turn's user or assistant text holding more than this share of the message budget is
+# oversize (a pasted log, a very long answer): over budget, the oversize texts are cut (the longest
+# first, all to one level) before any whole turn is dropped, so the other turns, small older ones
+# included, stay. (Before, one such text larger than the budget dropped every window turn.) Shorter
+# texts are never cut: when the window is full of them, the oldest turns go whole, as before.
+WINDOW_TEXT_SHARE = 0.5
+# an oversize text is never cut below this many tokens: when the texts at this size still do not
+# fit, the oldest turns go whole
+WINDOW_TEXT_MIN_TOKENS = 256
+# the share of the message budget the summary may hold when the prompt is over budget: what it holds
+# beyond it (its tail) goes before any window turn is cut or dropped (a summary stored before
+# summarization.max_summary_tokens, or a long extractive one, could otherwise push every turn out)
+SUMMARY_SHARE = 0.25
 
 
 @dataclass(slots=True)
@@ -272,12 +290,16 @@ class _Prompt:
             n = memo[key] = message_tokens(self.counter, message)
         return n
 
+    def summary_tokens(self) -> int:
+        """The tokens of the summary message (0 without one)."""
+        if self.summary is None or not self.summary_text:
+            return 0
+        return self._tokens(summary_message(self.summary, self.summary_text), True)
+
     def estimate(self) -> int:
-        n = self.base + sum(t.tokens for t in self.turns)
+        n = self.base + sum(t.tokens for t in self.turns) + self.summary_tokens()
         if self.system:
             n += self._tokens({"role": "system", "content": self.system}, True)
-        if self.summary is not None and self.summary_text:
-            n += self._tokens(summary_message(self.summary, self.summary_text), True)
         if self.excerpts:
             if self.additive and all(e.tokens is not None for e in self.excerpts):
                 # the header message's tokens plus each excerpt's: they are joined at newlines
@@ -323,8 +345,37 @@ def _cut_result(counter: TokenCounter, message: dict[str, Any], excess: int) -> 
     return (shorter, n - tokens) if n < tokens else None
 
 
-def _fully_cut_tokens(counter: TokenCounter, turn: Turn) -> int:
-    """The tokens of ``turn`` with every tool result cut down to its marker (where that is shorter)."""
+def cut_middle(counter: TokenCounter, text: str, max_tokens: int, note: str = WINDOW_TEXT_CUT_NOTE) -> str:
+    """``text`` in about ``max_tokens`` tokens: its head and its tail (half the room each) with
+    ``note`` (``{n}``: the characters cut) on a line of its own in between; ``text`` when it fits."""
+    if counter.count(text) <= max_tokens:
+        return text
+    marker = note.format(n=len(text))
+    room = max_tokens - counter.count(marker) - 2
+    if room <= 0:
+        return marker
+    head = truncate_to_tokens(counter, text, room - room // 2)
+    tail = truncate_to_tokens(counter, text[len(head):], room // 2, keep_end=True)
+    return f"{head}\n{note.format(n=len(text) - len(head) - len(tail))}\n{tail}"
+
+
+def oversize_tokens(budget: int) -> int:
+    """A window text counting more than this many tokens is oversize (``WINDOW_TEXT_SHARE``)."""
+    return max(WINDOW_TEXT_MIN_TOKENS, int(budget * WINDOW_TEXT_SHARE))
+
+
+def _text_tokens(counter: TokenCounter, message: dict[str, Any], over: int) -> int:
+    """The tokens of a user or assistant message's text when it is oversize (more than ``over``), else 0."""
+    content = message.get("content")
+    if message.get("role") not in ("user", "assistant") or not isinstance(content, str) or 4 * len(content) <= over:
+        return 0                                  # (a token is at least one UTF-8 byte: the count is no more)
+    n = counter.count(content)
+    return n if n > over else 0
+
+
+def _fully_cut_tokens(counter: TokenCounter, turn: Turn, over: int) -> int:
+    """The tokens of ``turn`` with every tool result cut down to its marker (where that is shorter)
+    and every oversize text (more than ``over`` tokens) to about ``WINDOW_TEXT_MIN_TOKENS``."""
     n = turn.tokens
     for m in turn.messages:
         content = m.get("content")
@@ -332,6 +383,8 @@ def _fully_cut_tokens(counter: TokenCounter, turn: Turn) -> int:
             gain = message_tokens(counter, m) - message_tokens(
                 counter, {**m, "content": WINDOW_CUT_NOTE.format(n=len(content))})
             n -= max(0, gain)
+        elif (size := _text_tokens(counter, m, over)):
+            n -= size - WINDOW_TEXT_MIN_TOKENS
     return n
 
 
@@ -344,30 +397,89 @@ class _ResultCutter:
     """Cuts the window turns' tool results, one cut per call: oldest turn first, in order within a
     turn; each cut takes what the results are over their share (``WINDOW_RESULTS_SHARE``) or the
     prompt is over the budget at that moment, and a result is cut as far as it goes before the next.
+    Before them (over budget), ``cut_texts`` cuts the middle of the oversize user and assistant texts
+    (more than ``oversize_tokens(budget)``), all to one level.
 
-    ``drop_first`` first drops the oldest turns that must go even with every result cut, so results
-    are cut only in the turns that stay (and the newest of them last)."""
+    ``drop_first`` first drops the oldest turns that must go even with every result and oversize
+    text cut, so only the turns that stay are cut (and the newest of them last)."""
 
-    def __init__(self, p: _Prompt) -> None:
+    def __init__(self, p: _Prompt, budget: int) -> None:
         self.p = p
+        self.over = oversize_tokens(budget)
         self.turn = 0
         self.pos = 0
         self.cuts = [0] * len(p.turns)              # results cut per kept turn (dropped with its turn)
         self.partial: tuple[dict[str, Any], int] | None = None   # the result under the cursor, cut partly:
         #                                                          (its whole message, the tokens it gave up)
+        # per kept turn: the texts cut so far, {index in the turn: (the whole message, its text's tokens)}
+        self.texts: list[dict[int, tuple[dict[str, Any], int]]] = [{} for _ in p.turns]
+        self.level: int | None = None               # the tokens every oversize text is cut to (None: none cut)
 
     def drop_first(self, total: int, budget: int) -> int:
         """Drop the fewest oldest turns without which the prompt (estimated at ``total``) fits once
-        the rest have every result cut; how many were dropped."""
+        the rest have every result and oversize text cut; how many were dropped."""
         turns = self.p.turns
-        least = [_fully_cut_tokens(self.p.counter, t) for t in turns]
+        least = [_fully_cut_tokens(self.p.counter, t, self.over) for t in turns]
         need = total - sum(t.tokens for t in turns) + sum(least)
         k = 0
         while k < len(turns) and need > budget:
             need -= least[k]
             k += 1
-        del turns[:k], self.cuts[:k]
+        del turns[:k], self.cuts[:k], self.texts[:k]
         return k
+
+    def text_cuts(self) -> list[int]:
+        """How many texts are cut in each kept turn."""
+        return [len(t) for t in self.texts]
+
+    def cut_texts(self, excess: int) -> bool:
+        """Cut the oversize user and assistant texts of the window turns to one lower level, the
+        highest that saves about ``excess`` tokens, never below ``WINDOW_TEXT_MIN_TOKENS`` (each
+        keeps its head and tail, ``cut_middle``); False when none can be cut further."""
+        counter, turns = self.p.counter, self.p.turns
+        if self.level == WINDOW_TEXT_MIN_TOKENS:     # every oversize text is down to the floor already
+            return False
+        found: list[tuple[int, int, dict[str, Any], int]] = []      # (turn, index, whole message, its tokens)
+        for ti, t in enumerate(turns):
+            for mi, m in enumerate(t.messages):
+                got = self.texts[ti].get(mi)
+                if got is not None:
+                    found.append((ti, mi, *got))
+                elif (size := _text_tokens(counter, m, self.over)):
+                    found.append((ti, mi, m, size))
+        if not found:
+            return False
+        now = min(self.level, max(f[3] for f in found)) if self.level is not None else max(f[3] for f in found)
+
+        def saved(level: int) -> int:                # what lowering every text from ``now`` to ``level`` saves
+            return sum(min(n, now) - min(n, level) for *_, n in found)
+
+        lo, hi = WINDOW_TEXT_MIN_TOKENS, now          # the highest level that saves ``excess`` (or the floor)
+        if hi <= lo:
+            return False
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if saved(mid) >= excess:
+                lo = mid
+            else:
+                hi = mid - 1
+        level = lo                                   # (< now: ``excess`` is at least 1)
+        self.level = level
+        changed = False
+        for ti, mi, whole, n in found:
+            if n <= level:
+                continue
+            t = turns[ti]
+            old = t.messages[mi]
+            shorter = {**whole, "content": cut_middle(counter, whole["content"], level)}
+            if shorter == old:
+                continue
+            messages = list(t.messages)
+            messages[mi] = shorter
+            turns[ti] = Turn(messages, t.ids, t.tokens + message_tokens(counter, shorter) - message_tokens(counter, old))
+            self.texts[ti][mi] = (whole, n)
+            changed = True
+        return changed
 
     def cut(self, excess: int) -> bool:
         """Cut the result at the cursor, or the next one that can be made shorter, by about ``excess``
@@ -405,6 +517,7 @@ class _ResultCutter:
         """The oldest turn goes whole (only once no result can be cut: the cursor is past the end)."""
         self.p.turns.pop(0)
         self.cuts.pop(0)
+        self.texts.pop(0)
         self.turn = max(0, self.turn - 1)
 
 
@@ -429,12 +542,21 @@ def assemble(parts: Parts, counter: TokenCounter, budget: int,
     budget, floored = message_budget(budget, reserve)
     parts = replace(parts, turns=[_answered(t, counter) for t in parts.turns])
     p = _Prompt(parts, counter, stable)
-    cutter = _ResultCutter(p)
+    cutter = _ResultCutter(p, budget)
     exact = bool(getattr(counter, "additive", False))
     dropped = recall_dropped = memory_dropped = 0
     flags = {"summary_trimmed": False, "message_truncated": False, "system_truncated": False}
     note_only = TRUNCATION_NOTE.strip()
-    if p.turns and (total := p.estimate()) > budget:  # turns that cannot stay however their results are cut
+    total = p.estimate()
+    if total > budget and p.summary is not None and p.summary_text:    # the summary's share goes first
+        beyond = min(total - budget, p.summary_tokens() - int(budget * SUMMARY_SHARE))
+        if beyond > 0:                      # (cut by ``beyond``, the note included: down to its share at most)
+            room = counter.count(p.summary_text) - beyond - counter.count(SUMMARY_TRIMMED_NOTE)
+            p.summary_text = truncate_to_tokens(counter, p.summary_text, room) + SUMMARY_TRIMMED_NOTE \
+                if room > 0 else ""
+            flags["summary_trimmed"] = True
+            total = p.estimate()
+    if p.turns and total > budget:          # turns that cannot stay however their results and texts are cut
         dropped = cutter.drop_first(total, budget)
     cap = int(budget * WINDOW_RESULTS_SHARE)            # the window's results beyond their share go first
     held = _results_tokens(counter, p.turns)            # counted once; each cut's change is in Turn.tokens
@@ -451,6 +573,8 @@ def assemble(parts: Parts, counter: TokenCounter, budget: int,
             if total <= budget:
                 break
         excess = max(1, total - budget)
+        if cutter.cut_texts(excess):                     # the middle of the oversize texts, before any result
+            continue
         if cutter.cut(excess):                           # a window turn's tool result, before any turn
             continue
         if p.turns:
@@ -491,6 +615,8 @@ def assemble(parts: Parts, counter: TokenCounter, budget: int,
     }
     if any(cutter.cuts):                                 # kept turns whose tool results were cut
         meta["window_results_cut"] = {"count": sum(cutter.cuts), "turns": sum(1 for n in cutter.cuts if n)}
+    if any(texts := cutter.text_cuts()):                 # kept turns whose user or assistant texts were cut
+        meta["window_texts_cut"] = {"count": sum(texts), "turns": sum(1 for n in texts if n)}
     if floored:                                          # the schemas leave less than MIN_PROMPT_BUDGET
         meta["budget_floored"] = True
     return BuiltContext(messages=msgs, metadata=meta)

@@ -282,6 +282,8 @@ class MemoryManager:
         user's long-term memory learned from it is removed too, in the background."""
         self.indexes.forget_session(session_id)
         self.titles.forget(session_id)
+        if cleared:                                         # a clear, delete or purge: its summary under way goes
+            self.summaries.forget(session_id)
         self._learned.pop(session_id, None)
         self._distilled.pop(session_id, None)
         if cleared and user_id is not None and self.user_memory is not None and not self._closed:

@@ -6,7 +6,9 @@ arriving while it runs makes it run once more. A task reads the uncovered messag
 summary, no message cleared or superseded, on this node or another). Failures in a row are counted;
 after ``max_failures_before_fallback`` the server is notified once and the context metadata says
 ``summary_fallback``. ``take_back`` undoes what a summary made of messages a regenerate or an edit
-supersedes (docs/memory.md, "Rolling summaries").
+supersedes (docs/memory.md, "Rolling summaries"); ``forget`` cancels the summary of a session
+that was cleared, deleted or purged, and a session purged while its summary is written (storage's
+``NotFound``) drops the summary quietly (logged at INFO).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable
 
+from storage import NotFound
 from storage.models import ChatMessage, SessionRecord, SummaryRecord, now_iso
 
 from server.memory.config import MemoryConfig
@@ -78,6 +81,14 @@ class Summaries:
             state = self._states.setdefault(session_id, SummaryState())
             state.task = self._spawn(self._loop(session_id, state))
 
+    def forget(self, session_id: str) -> None:
+        """The session was cleared, deleted or purged: a summary being written for it is cancelled
+        (its model call with it: nothing it would store applies any more) and its bookkeeping
+        (failures in a row, fallback) dropped."""
+        state = self._states.pop(session_id, None)
+        if state is not None and state.task is not None and not state.task.done():
+            state.task.cancel()
+
     async def take_back(self, session_id: str, first_id: int) -> None:
         """Before messages from ``first_id`` on are superseded: a summary being written is
         cancelled; when the current summary covers ``first_id``, the newest earlier summary that
@@ -102,6 +113,11 @@ class Summaries:
                 await self._once(session_id, state)
             except asyncio.CancelledError:
                 raise
+            except NotFound:                      # purged meanwhile (on this node or another): nothing to do
+                log.info("summary of session %s dropped: the session was purged while it was written", session_id)
+                if self._states.get(session_id) is state:
+                    del self._states[session_id]
+                return
             except Exception:
                 log.exception("summarization of session %s failed", session_id)
             if not state.rerun or self.closed:

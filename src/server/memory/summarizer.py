@@ -5,8 +5,10 @@ triggers (OR'ed). The cut keeps the ``keep`` most recent messages verbatim and o
 user-message boundary, so a turn -- and with it every tool call and its result -- is never split.
 The new summary folds the previous summary with the newly covered messages (the transcript part
 trimmed to ``trim_tokens_to_summarize``, most recent part kept), so nothing summarized before can
-fall out. With an offline agent (or none) the extractive summarizer writes it instead, in a
-worker thread (it reads only its arguments).
+fall out. A model summary over ``max_summary_tokens``, or any exception of the model call (an
+answer cut at its output limit included), is a failed summary: the previous one stays. With an
+offline agent (or none) the extractive summarizer writes it instead, in a worker thread (it reads
+only its arguments).
 """
 from __future__ import annotations
 
@@ -17,12 +19,19 @@ from typing import Any, Sequence
 from storage.models import ChatMessage, SummaryRecord, now_iso
 
 from server.memory.config import ContextConfig, SummarizationConfig, Threshold
-from server.memory.context import build_turns, in_prompt
+from server.memory.context import build_turns, cut_middle, in_prompt
 from server.memory.extractive import extractive_summary
 from server.memory.tokens import TokenCounter, truncate_to_tokens
 
 EXTRACTIVE_MODEL = "extractive"
 MAX_TOOL_RESULT_CHARS = 500       # per tool result in the transcript sent to the summarizer
+# the request asks for at most max_summary_tokens / this many words: well within the limit (a word is
+# one to two tokens), and within the summary request's default output limit ([llm] max_tokens 1024)
+TOKENS_PER_WORD_ASKED = 4
+# a previous summary over this many times max_summary_tokens (stored before that limit existed) goes
+# into the request cut in the middle (head and tail kept), so the request stays bounded
+PREVIOUS_SUMMARY_FACTOR = 4
+PREVIOUS_CUT_NOTE = "[... {n} characters of the previous summary cut here ...]"
 
 
 class SummaryFailed(Exception):
@@ -159,16 +168,21 @@ def transcript(messages: list[ChatMessage], counter: TokenCounter, max_tokens: i
 
 
 def request_messages(config: SummarizationConfig, previous: str, text: str) -> list[dict[str, Any]]:
-    """The one-shot chat request that produces the new rolling summary."""
+    """The one-shot chat request that produces the new rolling summary (it asks for at most about
+    ``max_summary_tokens // TOKENS_PER_WORD_ASKED`` words: a longer answer is refused)."""
+    words = max(1, config.max_summary_tokens // TOKENS_PER_WORD_ASKED)
     body = (f"Previous summary:\n{previous.strip() or '(none)'}\n\n"
             f"New messages to fold into the summary:\n{text}\n\n"
-            "Write the updated summary now.")
+            f"Write the updated summary now, in at most about {words} words (drop the least important "
+            "details to stay within that).")
     return [{"role": "system", "content": config.summary_prompt}, {"role": "user", "content": body}]
 
 
 async def summarize(p: Plan, config: SummarizationConfig, counter: TokenCounter, agent: Any,
                     model: str | None) -> SummaryRecord:
-    """Produce the new rolling summary for ``p``; raises SummaryFailed on an error or an empty text.
+    """Produce the new rolling summary for ``p``; raises SummaryFailed on an error (any exception of
+    ``agent.complete``, e.g. an answer cut at the output limit), an empty text, or a model summary
+    over ``max_summary_tokens``.
     What never reaches the model (superseded messages, empty error answers: ``context.in_prompt``)
     is not summarized either; the summary still covers their ids. With none of the others, the
     previous summary is carried over to the new range (no model call), or ``NothingToSummarize``."""
@@ -179,10 +193,13 @@ async def summarize(p: Plan, config: SummarizationConfig, counter: TokenCounter,
             raise NothingToSummarize(f"messages {p.covered[0].id}-{p.covers_to_id} were all superseded")
         return SummaryRecord(text=p.previous.text, covers_from_id=p.covers_from_id, covers_to_id=p.covers_to_id,
                              created_at=now_iso(), model=p.previous.model)
-    if agent is None or getattr(agent, "offline", False):    # pure CPU, proportional to the text: off the loop
+    extractive = agent is None or getattr(agent, "offline", False)
+    if extractive:                       # pure CPU, proportional to the text: off the loop
         text, used_model = await asyncio.to_thread(extractive_summary, previous, covered), EXTRACTIVE_MODEL
     else:
-        req = request_messages(config, previous, transcript(covered, counter, config.trim_tokens_to_summarize))
+        room = PREVIOUS_SUMMARY_FACTOR * config.max_summary_tokens
+        req = request_messages(config, cut_middle(counter, previous, room, PREVIOUS_CUT_NOTE),
+                               transcript(covered, counter, config.trim_tokens_to_summarize))
         try:
             text = await agent.complete(req, model)
         except Exception as exc:        # any LLM failure: nothing changes, the caller counts it
@@ -190,5 +207,9 @@ async def summarize(p: Plan, config: SummarizationConfig, counter: TokenCounter,
         used_model = model or getattr(agent, "default_model", "") or ""
     if not isinstance(text, str) or not text.strip():
         raise SummaryFailed("the summarizer returned an empty text")
+    if not extractive and (n := counter.count(text.strip())) > config.max_summary_tokens:
+        # (the extractive summary is bounded by its section caps instead)
+        raise SummaryFailed(f"the summary counts {n} tokens, over summarization.max_summary_tokens "
+                            f"({config.max_summary_tokens})")
     return SummaryRecord(text=text.strip(), covers_from_id=p.covers_from_id, covers_to_id=p.covers_to_id,
                          created_at=now_iso(), model=used_model)
