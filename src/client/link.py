@@ -523,7 +523,8 @@ class Link:
         finally:
             if not heard and self.tls is None and not self._closing:
                 self._fail_hello(_Dropped(f"{self.host}:{self.port} closed the connection without answering "
-                                          f"HELLO: {EXPECTS_TLS}, or it is not an NPLT server"))
+                                          f"HELLO: {EXPECTS_TLS}, or it is out of resources (its log may say "
+                                          f"'Too many open files'), or it is not an NPLT server"))
             if not self._closing and self._reader_task is asyncio.current_task():
                 self._connection_lost(reason)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import resource
 import socket
 import ssl
 import time
@@ -42,6 +43,13 @@ ACCEPT_RETRY_S = 1.0    # after a failed accept (out of file descriptors, ...), 
 #: server listens; a longer load goes on in the background (knowledge requests answer SERVER_BUSY
 #: "still loading" until it ends; PING, chat and everything else are served meanwhile)
 KNOWLEDGE_LOAD_WAIT_S = 5.0
+#: descriptors the server needs beyond one per client connection and one per open session journal
+#: (``[storage] lru_size``): listening sockets, log files, the WAL, LLM and PostgreSQL connections,
+#: knowledge and upload files, the event loop's own. ``check_fd_limit`` warns below that sum.
+FD_MARGIN = 128
+#: the soft open-file limit is raised to the hard one at start, to at most this many (a hard limit
+#: of "unlimited" cannot be the soft one)
+FD_RAISE_CAP = 1 << 20
 
 
 def _peer(addr: Any) -> str:
@@ -62,6 +70,37 @@ def _check_readable(key: str, path: str) -> None:
         raise ConfigError(f"server.{key}", f"is a directory, not a PEM file: {path}") from None
     except OSError as exc:
         raise ConfigError(f"server.{key}", f"cannot read {path}: {exc.strerror}") from None
+
+
+def check_fd_limit(cfg: ServerConfig) -> tuple[int, int]:
+    """At start: raise the soft open-file limit (RLIMIT_NOFILE) to the hard one when it is lower
+    (INFO), then WARN when it is below what a full server may hold open: ``max_clients`` (plus the
+    admin slot) connections, ``lru_size`` journals (JSON storage) and FD_MARGIN for the rest.
+    (Nothing is capped: the store closes its idle journals when it runs out of descriptors, but a
+    connection refused for want of one cannot be helped by the store.) Returns (needed, limit)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return 0, 0
+    target = min(FD_RAISE_CAP, hard) if hard != resource.RLIM_INFINITY else FD_RAISE_CAP
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (OSError, ValueError) as exc:
+            log.warning("could not raise the open-file limit from %d to %d: %s", soft, target, exc)
+        else:
+            log.info("open-file limit raised from %d to %d (the hard limit)", soft, target)
+            soft = target
+    journals = cfg.storage.lru_size if cfg.storage.url is None else 0
+    clients = cfg.limits.max_clients + cfg.auth.reserved_slots
+    needed = clients + journals + FD_MARGIN
+    if soft != resource.RLIM_INFINITY and needed > soft:
+        log.warning("the open-file limit is %d, under the %d a full server may need (%d client connections + "
+                    "%d session journals ([storage] lru_size) + %d for the rest): past it new connections "
+                    "are refused and sessions fail with STORAGE_ERROR; raise it (ulimit -n, systemd "
+                    "LimitNOFILE=) or lower [limits] max_clients / [storage] lru_size",
+                    soft, needed, clients, journals, FD_MARGIN)
+    return needed, soft
 
 
 def make_ssl_context(cert: str, key: str) -> ssl.SSLContext:
@@ -328,6 +367,7 @@ class Server:
         for ``KNOWLEDGE_LOAD_WAIT_S`` at most here."""
         cfg = self.config
         check_bind_policy(cfg)
+        check_fd_limit(cfg)
         tls = cfg.server.tls_cert is not None      # (both or neither, never empty: ServerSection)
         ssl_ctx = make_ssl_context(cfg.server.tls_cert, cfg.server.tls_key) if tls else None
         loop = asyncio.get_running_loop()

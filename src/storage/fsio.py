@@ -12,8 +12,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import resource
 import shutil
 import stat
+import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 log = logging.getLogger("storage")
@@ -30,11 +33,54 @@ class NotRegularFile(OSError):
     """A file of the store is a symbolic link or not a regular file: refused, never followed."""
 
 
+#: callbacks that free descriptors (a store's: close its idle journals), called when an open fails
+#: for want of them (EMFILE, ENFILE); each returns how many it closed
+_relievers: list[Callable[[], int]] = []
+_relievers_lock = threading.Lock()
+
+
+def add_reliever(fn: Callable[[], int]) -> None:
+    with _relievers_lock:
+        _relievers.append(fn)
+
+
+def remove_reliever(fn: Callable[[], int]) -> None:
+    with _relievers_lock:
+        if fn in _relievers:
+            _relievers.remove(fn)
+
+
+def relieve(exc: OSError) -> int:
+    """Out of descriptors: ask every reliever to close what it can spare; how many were closed."""
+    with _relievers_lock:
+        relievers = list(_relievers)
+    freed = sum(fn() for fn in relievers)
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        soft = -1
+    log.warning("storage: out of file descriptors (%s; the process may open %d): closed %d idle journal "
+                "files and retrying; raise the limit (ulimit -n, systemd LimitNOFILE=) or lower "
+                "[storage] lru_size", exc.strerror or exc, soft, freed)
+    return freed
+
+
+def os_open(path: str, flags: int, mode: int = 0o777) -> int:
+    """``os.open``; when it fails for want of descriptors (EMFILE, ENFILE), idle journals are
+    closed (``relieve``) and it is tried once more."""
+    try:
+        return os.open(path, flags, mode)
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE) or not relieve(exc):
+            raise
+    return os.open(path, flags, mode)
+
+
 def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> int:
     """``os.open`` that refuses a symbolic link and anything but a regular file (NotRegularFile).
     (O_NONBLOCK: opening a FIFO must not block; it is cleared again once the file is known regular.)"""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+        fd = os_open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise NotRegularFile(errno.ELOOP, "is a symbolic link", path) from None
@@ -51,7 +97,7 @@ def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = FILE_MODE) -> 
 
 def fsync_dir(path: str) -> None:
     """fsync a directory so renames and new entries in it are durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os_open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:
@@ -132,7 +178,7 @@ def quarantine(root: str, path: str, *, copy: bool = False, reason: str = "") ->
             copy = False
         else:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            with src, os.fdopen(os.open(dest, flags, FILE_MODE), "wb") as out:
+            with src, os.fdopen(os_open(dest, flags, FILE_MODE), "wb") as out:
                 shutil.copyfileobj(src, out)
     if not copy:
         os.replace(path, dest)

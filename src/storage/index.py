@@ -36,10 +36,18 @@ def entry_for(record: SessionRecord, files: list[int]) -> dict[str, Any]:
 
 
 def _valid_entry(e: Any) -> bool:
+    """Every field of its type (an edited ``"deleted": "no"`` must not read as True): else the
+    whole index is rebuilt from the session files."""
     if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in _REQUIRED):
         return False
     files = e.get("files")
-    return isinstance(files, list) and len(files) == 4 and all(type(x) is int for x in files)
+    if not (isinstance(files, list) and len(files) == 4 and all(type(x) is int for x in files)):
+        return False
+    try:
+        SessionRecord.from_dict(e)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 class SessionIndex:

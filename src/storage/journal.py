@@ -249,6 +249,25 @@ class JournalWriter:
             self._close_fd()
             self.size, self.synced = len(tail), self.written
 
+    def release_fd(self) -> bool:
+        """Close the file if nothing is pending (every byte written is durable, nothing queued, no
+        failure) and no thread uses it right now (never waits); the next write opens it again.
+        True if closed. (Out of descriptors: ``fsio.relieve``; caller holds the session lock.)"""
+        if self.fd is None or not self.fd_lock.acquire(blocking=False):
+            return False
+        try:
+            if not self._write_lock.acquire(blocking=False):
+                return False
+            try:
+                if self.fd is None or self.failed or self._queued or self.dirty:
+                    return False
+                self._close_fd()
+                return True
+            finally:
+                self._write_lock.release()
+        finally:
+            self.fd_lock.release()
+
     def _close_fd(self) -> None:
         if self.fd is not None:
             fd, self.fd = self.fd, None

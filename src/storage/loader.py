@@ -31,11 +31,22 @@ class SessionLoader:
     def paths(self, sid: str) -> tuple[str, str]:
         return os.path.join(self.root, snapshot_name(sid)), os.path.join(self.root, journal_name(sid))
 
-    def read(self, sid: str) -> Loaded:
-        """Load one session from disk, quarantining a corrupt snapshot (and its journal)."""
+    def read(self, sid: str, owner: str | None = None) -> Loaded:
+        """Load one session from disk, quarantining a corrupt snapshot (and its journal): also one
+        whose record is another session's (its ``session_id`` is not the one of its file name) or
+        another user's (``owner``, else the index entry's user: sessions never change hands, so a
+        file saying otherwise was copied or edited; serving it would hand one user's conversation
+        to another)."""
         snap, jpath = self.paths(sid)
+        if owner is None:
+            entry = self.index.get(sid)
+            owner = entry["user_id"] if entry is not None else None
         try:
-            loaded = load_session(snap, jpath)
+            loaded = load_session(snap, jpath, sid)
+            user = loaded.state.record.user_id
+            if owner is not None and user != owner:
+                raise SnapshotError(f"its record gives session {sid} to user {user!r}, but it is user "
+                                    f"{owner!r}'s (sessions never change hands: a copy or an edit?)")
         except FileNotFoundError:
             self.index.remove(sid)
             raise NotFound(f"session {sid} not found (its file is gone)") from None
@@ -63,6 +74,11 @@ class SessionLoader:
         scan = loaded.scan
         if scan.torn:
             log.warning("storage: %s: ignored a torn last line (%d bytes)", jpath, scan.disk_len - scan.valid_len)
+        if loaded.repaired:
+            # (the original is kept once; the fold below writes the repaired record, so the next
+            # read neither warns nor copies again)
+            quarantine(self.root, snap, copy=True, reason=f"snapshot with fields of the wrong type, repaired: "
+                                                         f"{'; '.join(loaded.repaired)[:500]}")
         bad = bool(scan.bad_lines or scan.rejected)
         if bad:
             log.warning("storage: %s: skipped unreadable lines %s and entries seq %s", jpath,
@@ -71,7 +87,7 @@ class SessionLoader:
         purge = any(e.get("op") == "clear" and e.get("purge") for e in scan.entries)
         if purge:
             log.info("storage: %s: finishing a purging clear (a crash kept it from rewriting the files)", jpath)
-        if bad or purge:
+        if bad or purge or loaded.repaired:
             self._fold(sid, snap, jpath, loaded)
         return loaded
 
@@ -101,12 +117,13 @@ class SessionLoader:
         if self.index.get(sid) is not None:          # (at startup, recovery adds the entry itself)
             self.index.put(loaded.state.record, [*loaded.snap_stat, 0])
 
-    def reload_entry(self, sid: str) -> dict[str, Any] | None:
+    def reload_entry(self, sid: str, owner: str | None = None) -> dict[str, Any] | None:
         """Recovery callback: re-read one session and return its index entry (None if unusable:
-        quarantined or of a newer schema). StorageIOError (it cannot be read right now) is raised:
-        the session is not gone, recovery keeps its previous entry."""
+        quarantined or of a newer schema). ``owner``: the user index.json gave it. StorageIOError
+        (it cannot be read right now) is raised: the session is not gone, recovery keeps its
+        previous entry."""
         try:
-            loaded = self.read(sid)
+            loaded = self.read(sid, owner)
         except NotFound:              # quarantined, newer schema (CorruptSession) or gone: not indexed
             return None
         return entry_for(loaded.state.record, [*loaded.snap_stat, loaded.scan.disk_len])

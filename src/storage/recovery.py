@@ -54,10 +54,12 @@ def scan_root(root: str) -> tuple[dict[str, os.DirEntry], dict[str, os.DirEntry]
 
 
 def recover(root: str, index: SessionIndex,
-            reload: Callable[[str], dict[str, Any] | None]) -> dict[str, int]:
-    """Fill ``index`` from index.json and the directory. ``reload(sid)`` re-reads one session and
-    returns its index entry, or None if it was unusable (quarantined or skipped); StorageIOError if
-    it could not be read right now (then the stored entry, if any, is kept)."""
+            reload: Callable[[str, str | None], dict[str, Any] | None]) -> dict[str, int]:
+    """Fill ``index`` from index.json and the directory. ``reload(sid, owner)`` re-reads one session
+    (``owner``: the user index.json gives it, None if none) and returns its index entry, or None if
+    it was unusable (quarantined or skipped: also a snapshot whose record is another session's or
+    another user's); StorageIOError if it could not be read right now (then the stored entry, if
+    any, is kept)."""
     stored = index.read_file()
     snaps, journals = scan_root(root)
     stats = {"sessions": 0, "reloaded": 0, "dropped": 0, "orphans": 0}
@@ -84,7 +86,7 @@ def recover(root: str, index: SessionIndex,
         if entry is None or entry["files"] != files:
             stats["reloaded"] += 1
             try:
-                fresh = reload(sid)
+                fresh = reload(sid, entry["user_id"] if entry is not None else None)
             except StorageIOError as exc:
                 if entry is None:
                     log.error("storage: session %s cannot be read (%s) and index.json has no entry for "
@@ -96,6 +98,9 @@ def recover(root: str, index: SessionIndex,
             if fresh is None:
                 continue
             entry = fresh
+        if entry["session_id"] != sid:      # (reload checks it; never list a session under another's id)
+            log.error("storage: session %s: its index entry is session %s's; not listed", sid, entry["session_id"])
+            continue
         index.entries[sid] = entry
         index.by_user.setdefault(entry["user_id"], {})[sid] = entry
         stats["sessions"] += 1

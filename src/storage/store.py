@@ -29,7 +29,7 @@ from .config import StorageConfig
 from .errors import InvalidArgument, MessageTooLarge, NotFound, StorageIOError, StorageLocked
 from .export import FORMATS, export
 from .flusher import JournalFlusher, NewFile
-from .fsio import DIR_MODE, FILE_MODE, fsync_dir, open_regular, write_file
+from .fsio import DIR_MODE, FILE_MODE, add_reliever, fsync_dir, open_regular, os_open, remove_reliever, write_file
 from .ids import new_session_id
 from .index import INDEX_NAME, SessionIndex
 from .journal import JournalWriter
@@ -79,6 +79,7 @@ class HistoryStore:
                                   exists=lambda sid: self.index.get(sid) is not None,
                                   new=lambda sid: LoadedSession(sid, *self.loader.paths(sid)),
                                   load=self.loader.fill)
+        add_reliever(self.cache.close_idle_journals)     # (out of descriptors: idle journals are closed)
         self.compactor = Compactor(self.root, self.index, config.compact_threshold, after=self.cache.trim)
         self.searcher = Searcher(self.index, self.cache)
         self.maintenance = Maintenance(tick_s=0.25, index_s=config.index_flush_ms / 1000,
@@ -111,7 +112,7 @@ class HistoryStore:
                 try:
                     # The empty journal is created first, so the directory fsync of the snapshot's
                     # rename covers both entries and the first append needs no directory fsync.
-                    os.close(os.open(sess.journal_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE))
+                    os.close(os_open(sess.journal_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE))
                 except FileExistsError:
                     continue                 # another create picked the same id a moment ago
                 break
@@ -258,6 +259,7 @@ class HistoryStore:
                     pass
                 fsync_dir(self.root)
             self.index.remove(session_id)
+            self.compactor.forget(session_id)
         with _io_errors("could not write the session index"):
             self.index.save()
         self.flusher.checkpoint()         # the session's lines leave the shared WAL too
@@ -548,6 +550,7 @@ class HistoryStore:
                 except Exception:
                     log.exception("storage: compaction of %s on close failed", sess.sid)
                 self.cache.close_session(sess)
+        remove_reliever(self.cache.close_idle_journals)
         try:
             self.index.save(force=True)
         finally:

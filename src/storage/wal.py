@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Callable, Iterable
 
 from . import fsio
-from .fsio import FILE_MODE, fsync_dir, write_all
+from .fsio import FILE_MODE, fsync_dir, os_open, write_all
 
 log = logging.getLogger("storage")
 
@@ -144,7 +144,7 @@ class SharedLog:
     def _open(self) -> int:
         self._generation += 1
         path = os.path.join(self.root, wal_name(self._generation))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
+        fd = os_open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
         try:
             fsync_dir(self.root)            # the new file's entry is durable before any record
         except BaseException:

@@ -42,7 +42,8 @@ def test_plain_to_a_tls_port_says_to_use_tls(servers, capsys: pytest.CaptureFixt
     code, out, err = run(tls, capsys, "sessions")
     assert (code, out) == (cli.EXIT_CONNECTION, "")
     assert err == (f"nplt-client: TLS_ERROR: {tls.addr[0]}:{tls.addr[1]} closed the connection without answering "
-                   "HELLO: the server expects TLS (use --tls), or it is not an NPLT server\n")
+                   "HELLO: the server expects TLS (use --tls), or it is out of resources (its log may say 'Too many open "
+                   "files'), or it is not an NPLT server\n")
     code, out, err = run(tls, capsys, "--tls", "sessions")                  # no CA: not trusted, says how
     assert code == cli.EXIT_CONNECTION and "is not trusted: self-signed certificate" in err and "--tls-ca" in err
     code, out, err = run(tls, capsys, "--tls", "--tls-ca", CERT, "sessions", "--json")
