@@ -25,12 +25,14 @@ import re
 import unicodedata
 from typing import Any, Iterable
 
-from server.agent.knowledge_route import (ANSWER_HEAD_EN, ANSWER_HEAD_ZH, CITATION, Route, beside_names, coverage,
-                                          held_names, holds_the_rest, key_terms, names, words_for)
+from server.agent.knowledge_route import (ANSWER_HEAD_EN, ANSWER_HEAD_ZH, CITATION, SUBJECTS, Route, beside_names,
+                                          coverage, held_names, holds_the_rest, key_terms, names, reading_subjects,
+                                          words_for)
 from server.agent.transcript import UNREADABLE_TEXT, knowledge_results, parsed_result
-from server.memory.analyze import analyze
+from server.memory.analyze import STOPWORDS, analyze
 
 QUOTE_TOP = 3
+_CJK_CHAR = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 QUOTE_CHARS = 600
 
 
@@ -178,7 +180,9 @@ def answer(call: Any, zh: bool, focus: str, uploaded: dict[str, str] | None = No
     holding the most of what was asked (``coverage``) are quoted, with a note of the names they lack.
     None holding a key term: the documents have nothing about it. A text is quoted once; passages of
     one file uploaded several times (``uploaded``: their upload times, ``upload_times``) are quoted the
-    newest first, each with its upload time; a group's passage names its group."""
+    newest first, each with its upload time; a group's passage names its group. Of a question holding a
+    reading against the documents, only passages holding what is read (``Focus.subjects``: "swap") are
+    quoted."""
     uploaded = uploaded or {}
     found = passages_of(call)
     if not found and call.status != "success":
@@ -191,6 +195,9 @@ def answer(call: Any, zh: bool, focus: str, uploaded: dict[str, str] | None = No
     unknown = set(getattr(focus, "unknown", ()))
     decided, best = getattr(focus, "decided", ""), getattr(focus, "best", "")
     found = [p for p in found if terms & _holds(p)]
+    subjects = set(getattr(focus, "subjects", ()))   # (a reading asked against the documents: about what is read)
+    if subjects:
+        found = [p for p in found if subjects & _holds(p)]
     if decided == "nothing" and getattr(focus, "absent", ()):
         absent = list(focus.absent)                  # type: ignore[attr-defined]
         held = {w for w in absent if any(_has(p, w, named) for p in found)}
@@ -387,3 +394,126 @@ def record_model_route(context: dict[str, Any], metadata: dict[str, Any], calls:
             route["reason"] += (f"; the answer cites {' '.join(unverified)}, which no passage of this turn's "
                                 "searches or of the earlier ones its prompt carried has")
     context["route"] = route
+
+
+#: a value a quoted sentence states: a number that is no part of a name, a time or a version (db-7,
+#: 02:30, 1.2.3), with what follows it (``_quoted_values``: "%" or a unit word)
+_VALUE = re.compile(r"(?<![\w.:/-])(\d+(?:\.\d+)?)(?![\w:/-]|\.\d)(\s*(?:%|percent\b|[^\W\d_]+))?", re.IGNORECASE)
+#: the sentences of a quoted passage
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+")
+#: what each reading subject is called in a comparison ("No comparison was made for swap: ...")
+SUBJECT_NAMES = {"disk": ("the disk", "磁盘"), "memory": ("memory", "内存"), "swap": ("swap", "交换分区"),
+                 "cpu": ("the CPU", "CPU"), "load": ("the load average", "系统负载")}
+
+
+def _unit(after: str | None) -> str:
+    """The unit of a quoted number from what follows it: "%" ("85%", "90 percent"), "" (none: "load
+    above 8 for ..."), else the word ("10 minutes", "14 days": never compared with a reading)."""
+    word = (after or "").strip().lower()
+    if word in ("%", "percent"):
+        return "%"
+    return "" if not word or word in STOPWORDS else word
+
+
+def _quoted_values(passages: list[dict[str, Any]]) -> list[tuple[str, float, str, set[str]]]:
+    """(number as written, value, unit, the reading subjects it is about) of each number of the quoted
+    ``passages``: a sentence is about the subjects it names (``knowledge_route.SUBJECTS``: "swap" of "If
+    swap usage is above 50% ..."), one naming none about those its passage's headings name ("At 95% the
+    on-call engineer must page the storage team." under "Disk runbook > Thresholds")."""
+    every = {name: {t for t in analyze(words) if not _CJK_CHAR.match(t) or len(t) == 2}
+             for subjects in SUBJECTS.values() for name, words in subjects.items()}
+    out = []
+    for p in passages:
+        heading = " ".join(h for h in (p.get("location") or {}).get("heading", []) if isinstance(h, str)) \
+            if isinstance(p.get("location"), dict) else ""
+        by_heading = {name for name, terms in every.items() if terms & set(analyze(heading))}
+        for sentence in _SENTENCE_BREAK.split(str(p.get("text", ""))):
+            said = set(analyze(sentence))
+            about = {name for name, terms in every.items() if terms & said} or by_heading
+            for m in _VALUE.finditer(sentence):
+                unit = _unit(m.group(2))
+                out.append((m.group(1) + ("%" if unit == "%" else ""), float(m.group(1)), unit, about))
+    return out
+
+
+def _readings(call: Any) -> list[tuple[str, float | None, str, str]]:
+    """(label, value, unit, subject) of what a ``sys_monitor`` call read: each filesystem's use (%),
+    memory and swap use (%; swap None when the machine has none), CPU use (%), the 1-minute load (no
+    unit). A failed call reads nothing."""
+    if call.tool_name != "sys_monitor" or call.status != "success":
+        return []
+    try:
+        doc = json.loads(call.result)
+    except ValueError:
+        return []
+    metric = doc.get("metric") if isinstance(doc, dict) else None
+    data = doc.get(metric) if isinstance(metric, str) else None
+    if not isinstance(data, dict):
+        return []
+    if metric == "disk":
+        return [(str(fs.get("mount")), float(fs["percent"]), "%", "disk")
+                for fs in data.get("filesystems", []) if isinstance(fs, dict) and fs.get("percent") is not None]
+    if metric == "memory":
+        swap = data.get("swap") if isinstance(data.get("swap"), dict) else {}
+        return [("memory", float(data["percent"]), "%", "memory"),
+                ("swap", None if swap.get("total") in (None, "0 B") else float(swap["percent"]), "%", "swap")]
+    if metric == "cpu":
+        return [("CPU", float(data["percent"]), "%", "cpu")]
+    if metric == "load":
+        return [("load (1 min)", float(data["load_1m"]), "", "load")]
+    return []
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def compare_readings(search: Any, citations: list[dict[str, Any]], calls: list[Any], text: str,
+                     readings: Iterable[str], zh: bool) -> str:
+    """Whether each reading the question asks about (``knowledge_route.reading_subjects``: the swap of "is
+    swap usage above the limit in the runbook?") is above, at or below the values the quoted passages
+    (``citations`` of ``search``'s) state about it, when both are plain numbers of the same unit ("/ is at
+    43.2%: below 85% and 95%."); else that no comparison was made, and why (no reading, no such value)."""
+    wanted = reading_subjects(text, readings)
+    cited = {(c.get("chunk_id"), c.get("citation")) for c in citations}
+    quoted = [p for p in passages_of(search) if (p.get("chunk_id"), p.get("citation")) in cited]
+    if not quoted:
+        return "未做比较：没有引用知识库的内容。" if zh else "No comparison was made: nothing was quoted from your documents."
+    values = _quoted_values(quoted)
+    taken = [r for c in calls for r in _readings(c)]
+    lines: list[str] = []
+    for subject in wanted:
+        name = SUBJECT_NAMES.get(subject, (subject, subject))[1 if zh else 0]
+        mine = [r for r in taken if r[3] == subject]
+        if not mine:
+            lines.append(f"未做比较：没有读到{name}的数值。" if zh else f"No comparison was made for {name}: it was not read.")
+            continue
+        if all(r[1] is None for r in mine):
+            lines.append(f"未做比较：这台机器没有{name}。" if zh else f"No comparison was made for {name}: this machine has none.")
+            continue
+        parts = []
+        for label, value, unit, _ in mine:
+            if value is None:
+                continue
+            against = sorted({(v, shown) for shown, v, u, about in values if subject in about and u == unit})
+            if not against:
+                continue
+            above = [shown for v, shown in against if value > v]
+            at = [shown for v, shown in against if value == v]
+            below = [shown for v, shown in against if value < v]
+            now = f"{_number(value)}{unit}"
+            if zh:
+                rel = "，".join(f"{word} {'、'.join(vs)}" for word, vs in (("高于", above), ("等于", at), ("低于", below)) if vs)
+                parts.append(f"{label} 当前 {now}，{rel}")
+            else:
+                rel = ", ".join(f"{word} {' and '.join(vs)}" for word, vs in (("above", above), ("at", at), ("below", below)) if vs)
+                parts.append(f"{label} is at {now}: {rel}")
+        if parts:
+            lines.append(("与引用的内容比较：" + "；".join(parts) + "。") if zh else
+                         ("Compared with the text quoted: " + "; ".join(parts) + "."))
+        else:
+            unit = "%" if any(r[2] == "%" for r in mine) else ""
+            kind = ("百分比" if unit else "数值") if zh else ("value in %" if unit else "plain number")
+            lines.append(f"未做比较：引用的内容里没有关于{name}的{kind}。" if zh else
+                         f"No comparison was made for {name}: the text quoted states no {kind} about it.")
+    return "\n".join(lines)

@@ -1,8 +1,14 @@
 """The general-vs-knowledge routing decision and the offline agent's knowledge answers.
 
 Rule (offline agent), first match wins:
+0. ``reading_and_documents`` (or ``keyword`` when it also mentions the documents): a yes/no question
+   whether a live reading is past a value that asks about a setting or the documents
+   (``mixed_readings``: "is the disk above the threshold in the runbook?", "磁盘使用率超过告警阈值了吗？")
+   -> knowledge with ``Route.readings``: the offline agent takes the reading with the search, quotes
+   only passages about what is read (``Focus.subjects``) and says whether the reading is above the
+   values quoted (``knowledge_answer.compare_readings``).
 1. ``keyword``: the message mentions the documents (知识库, 文档, 资料, "knowledge base", "the docs",
-   "my/the/our documents", "documentation") -> knowledge. The words that route it ("according to my
+   "my/the/our documents", "documentation", "the (on-call) runbook", "the playbook", "the wiki") -> knowledge. The words that route it ("according to my
    documents", "does the documentation say", "文档里有没有写"; ``ROUTING``) are left out of the search:
    they say where to look, not what to look for.
 2. ``intent``: a system request the offline agent has a tool for (CPU, disk, logs, ...) -> general,
@@ -52,6 +58,11 @@ Rule (offline agent), first match wins:
    ("What is the port of Redis?" over Chinese documents). With names, what it is about is also one of
    the rarest of its other key terms that the documents hold (``Focus.beside``, an ops noun in either
    language: "port" is held by 端口): "redis 连接超时怎么办" is not about "Redis 的端口是 6380" (超时).
+   A word that only says what is done or how something is ("kept", "high"; ``incidental_terms``) or the
+   kind of value asked ("threshold", "limit") and that no passage holds is left out (``Focus.idle``):
+   "how long are backups kept?" over "keeps 14 days of backups" is a match; plain verbs ("use", "need")
+   are asking words. A question with one search word of at least ``ONE_TERM_MIN_CHARS`` characters
+   ("Who do I escalate to?") matches a best passage holding it.
    ``missing_term``: a question (not answered by the user memory) the documents could answer (not one
    about what happens on the machine, ``about_the_machine``: "最近有没有 OOM", "nginx 有没有报错", which
    get the general route's "cannot handle" and what the agent can do) whose best passage holds the share
@@ -78,7 +89,8 @@ from server.memory.distill import MAX_ITEMS_PER_MESSAGE, distill_rules, other_la
 from server.memory.extractive import sentences
 
 KEYWORDS = re.compile(r"知识库|文档|资料库|资料|\bknowledge[- ]?base\b|\bthe docs\b|\bmy docs\b|"
-                      r"\b(?:my|the|our|uploaded)\s+(?:documents?|files)\b|\bdocumentation\b",
+                      r"\b(?:my|the|our|uploaded)\s+(?:documents?|files)\b|\bdocumentation\b|"
+                      r"\b(?:my|the|our|your)\s+(?:[a-z][\w-]*\s+)?(?:runbooks?|playbooks?|wiki)\b",
                       re.IGNORECASE | re.ASCII)   # (ASCII \b: "documentation里" has none in Unicode)
 _OWNER = r"(?:(?:my|the|our|your|uploaded|all)\s+)"
 #: the routing phrase with the words around it that only say "look in the documents" (left out of the search)
@@ -86,7 +98,7 @@ ROUTING = re.compile(
     r"(?:\b(?:according\s+to|based\s+on|as\s+per|from|in|inside|within|search(?:ing)?|check(?:ing)?|"
     r"look(?:ing)?\s+(?:in|into|through|at)|(?:what\s+)?(?:does|do|did|will|would|can|could)|"
     r"is\s+(?:there\s+)?(?:anything\s+)?in)\s+)?"
-    rf"(?:{_OWNER}*(?:\bknowledge[- ]?base|\bdocs|\bdocumentation)|{_OWNER}+(?:documents?|files))\b"
+    rf"(?:{_OWNER}*(?:\bknowledge[- ]?base|\bdocs|\bdocumentation)|{_OWNER}+(?:documents?|files|runbooks?|playbooks?|wiki))\b"
     r"(?:\s+(?:say|says|said|mention|mentions|tell\s+(?:me|us)|cover|covers|contain|contains|include|includes|"
     r"have|has|list|lists|describe|describes|explain|explains|state|states|show|shows)\b)?"
     r"(?:\s+(?:about|for|on|regarding|whether|if)\b)?|"
@@ -94,10 +106,12 @@ ROUTING = re.compile(
     r"(?:知识库|文档|资料库|资料)(?:里面|里|中|内|上)?(?:的)?(?:有没有|是否|有)?(?:写|提到|说|讲|记载|介绍|提|说明)?"
     r"(?:过|了|到)?(?:关于)?", re.IGNORECASE | re.ASCII)
 #: terms of the words that name the documents: never what a question is about
-ROUTING_TERMS = frozenset(analyze("documents documentation docs knowledge base knowledgebase")) | {
+ROUTING_TERMS = frozenset(analyze("documents documentation docs knowledge base knowledgebase runbook runbooks "
+                                  "playbook playbooks wiki")) | {
     "文档", "知识", "识库", "资料", "料库"}
 #: words that only ask ("tell me more", "explain"): never what a question is about either
-ASKING_TERMS = frozenset(analyze("tell say said explain describe know mention please thanks thank detail details"))
+ASKING_TERMS = frozenset(analyze("tell say said explain describe know mention please thanks thank detail details "
+                                 "use used uses using need needs needed happen happens happened mean means meant want"))
 #: words that only say what kind of answer is wanted: how much / how long, 多少, 什么, 意思, and what to
 #: do about it (fix, 解决): a passage about the subject answers them without holding them (``key_terms``)
 ASKED = re.compile(
@@ -153,6 +167,10 @@ FOLLOW_UP_MAX_WORDS = 8
 FOLLOW_UP_MAX_CJK = 16
 STRONG_SHARE = 0.6
 STRONG_MIN_TERMS = 2
+#: a question with a single search word ("Who do I escalate to?") is matched against the documents when
+#: that word's term is at least this long and the best passage holds it (``_strong_match``); a shorter
+#: one ("go", "run") says too little on its own
+ONE_TERM_MIN_CHARS = 4
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _CJK_RUN = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]+")
 ANSWER_HEAD_EN, ANSWER_HEAD_ZH = "From your documents:", "知识库中的相关内容："
@@ -197,6 +215,60 @@ def live_reading(text: str, tool_intents: list[str]) -> bool:
     return bool(set(tool_intents) - {"clock"}) and LIVE_NOW.search(text) is not None and SETTING.search(text) is None
 
 
+#: the system readings a question can hold against the documents (``mixed_readings``; ``intents`` names)
+READINGS = frozenset({"cpu", "memory", "disk", "load"})
+#: the words of what each reading measures ("is swap usage above ...": the swap of the memory reading;
+#: ``reading_subjects``), in either language
+SUBJECTS: dict[str, dict[str, str]] = {
+    "disk": {"disk": "disk disks filesystem filesystems storage 磁盘 硬盘 存储"},
+    "memory": {"memory": "memory ram 内存", "swap": "swap swapping 交换"},
+    "cpu": {"cpu": "cpu cpus processor 处理器"},
+    "load": {"load": "load 负载"},
+}
+#: the question asks whether a reading is past a value ("is the disk above ...", "磁盘超过告警阈值了吗")
+COMPARES = re.compile(r"\b(?:above|over|below|under|exceed(?:s|ed|ing)?|beyond|past|higher|lower|greater|more|less|"
+                      r"within|reach(?:ed|es)?|hit|breach(?:ed|es)?|cross(?:ed|es)?)\b|超过|超出|高于|低于|达到|突破|超了|超标",
+                      re.IGNORECASE)
+#: a yes/no question ("is ...", "does ...", "check whether ...", "...了吗")
+YES_NO = re.compile(r"^\W*(?:is|are|was|were|has|have|had|does|do|did|will|would|could|can|should)\b|"
+                    r"\b(?:if|whether)\b|吗\s*[？?。!！]*\s*$|了没有?|是否|有没有|是不是", re.IGNORECASE)
+#: it asks what the documents say (beside ``KEYWORDS`` and ``SETTING``): "should", "says", 规定
+AGAINST_DOCS = re.compile(r"\b(?:says?|said|should|supposed|allowed|recommended)\b|规定|要求|应该|建议", re.IGNORECASE)
+
+
+def mixed_readings(text: str, tool_intents: list[str]) -> tuple[str, ...]:
+    """The readings (``READINGS``) of a question that both names a live reading and asks it against the
+    documents: only system requests the documents can outrank (``OUTRANKED``), a yes/no question
+    (``YES_NO``) whether the reading is past a value (``COMPARES``) that asks about a setting or the
+    documents (``SETTING``, ``KEYWORDS``, ``AGAINST_DOCS``): "is the disk above the threshold in the
+    runbook?", "is swap usage above the limit in the runbook?", "磁盘使用率超过告警阈值了吗？". Such a
+    question gets the reading and the quoted passage together (``offline``). Not "is disk usage above
+    85%?" (no setting: the reading), nor "目前磁盘使用率超过多少会触发告警" (no yes/no: the documents)."""
+    text = parsed_part(text)
+    if not tool_intents or not OUTRANKED.issuperset(tool_intents):
+        return ()
+    readings = tuple(dict.fromkeys(n for n in tool_intents if n in READINGS))
+    if not readings or not COMPARES.search(text) or not YES_NO.search(text):
+        return ()
+    if not (KEYWORDS.search(text) or SETTING.search(text) or AGAINST_DOCS.search(text)):
+        return ()
+    return readings
+
+
+def reading_subjects(text: str, readings: Iterable[str]) -> dict[str, set[str]]:
+    """{subject: its terms} of the ``readings`` (``SUBJECTS``) that ``text`` names ("swap" of "is swap
+    usage above the limit?"), or, naming none of a reading's, all of that reading's; the terms of a
+    Chinese word are its character pairs."""
+    said = set(analyze(text))
+    out: dict[str, set[str]] = {}
+    for reading in readings:
+        subjects = {name: {t for t in analyze(words) if not _CJK.match(t) or len(t) == 2}
+                    for name, words in SUBJECTS.get(reading, {}).items()}
+        named = {name: terms for name, terms in subjects.items() if terms & said}
+        out.update(named or subjects)
+    return out
+
+
 class Focus(str):
     """The text whose key terms a quoted passage must hold (the question, or a follow-up's own words),
     with ``rarest``: those of its terms the user's documents hold the fewest times (``rarest_terms``),
@@ -211,7 +283,11 @@ class Focus(str):
     ``decided`` "quote" (the best passage answers: ``best``, its citation, is quoted, and ``lacking``,
     the names it does not hold, are noted) or "nothing" (the answer says the documents have nothing
     about ``absent``; when a passage found holds them, that none holds them together); "" when the
-    route looked at no passage (``keyword``, ``follow_up``: the answer judges the passages found)."""
+    route looked at no passage (``keyword``, ``follow_up``: the answer judges the passages found).
+    ``idle``: the ``incidental_terms`` no passage holds ("kept" of "how long are backups kept?" over
+    "keeps 14 days of backups"): left out of its rarest terms and of the terms a match counts.
+    ``subjects``: of a question holding a reading against the documents (``mixed_readings``), the terms
+    of what is read ("swap", "disk"; ``reading_subjects``): a quoted passage holds one of them."""
     rarest: frozenset[str] = frozenset()
     beside: frozenset[str] = frozenset()
     unknown: frozenset[str] = frozenset()
@@ -219,6 +295,8 @@ class Focus(str):
     best: str = ""
     lacking: tuple[str, ...] = ()
     absent: tuple[str, ...] = ()
+    idle: frozenset[str] = frozenset()
+    subjects: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -228,11 +306,14 @@ class Route:
     reason: str
     query: str = ""
     focus: str = ""        # the text whose search terms a quoted passage must hold (follow_up: the new message): a Focus
+    readings: tuple[str, ...] = ()   # the live readings to take with the search (``mixed_readings``)
 
     def record(self) -> dict[str, Any]:
-        out = {"route": self.route, "method": self.method, "reason": self.reason}
+        out: dict[str, Any] = {"route": self.route, "method": self.method, "reason": self.reason}
         if self.query:
             out["query"] = self.query
+        if self.readings:
+            out["readings"] = list(self.readings)
         return out
 
 
@@ -322,6 +403,70 @@ def _is_rare_candidate(term: str) -> bool:
     if _CJK.match(term):
         return len(term) == 2 and not CJK_STOP_CHARS.intersection(term)
     return len(term) > 1
+
+
+#: irregular past participles: with the -ed ones, the word ending a question with a be-form that says what
+#: is done ("how long are backups kept?"; ``incidental_terms``)
+IRREGULAR_PARTICIPLES = frozenset("""
+kept held run left sent spent built written broken begun chosen done found given known lost made meant paid put
+read said seen set shown shut sold told understood frozen hung fallen grown drawn fed led dealt caught brought
+bought taught stuck hidden driven forgotten thrown blown flown worn torn got gotten taken rebuilt rewritten
+overwritten undone split cut quit""".split())
+_WH = r"(?:what|what's|which|who|whom|whose|where|when|why|how)"
+_BE = r"(?:is|are|was|were|be|been|being|isn't|aren't|wasn't|weren't)"
+_PARTICLE = r"(?:to|on|in|at|for|with|from|by|up|out|about|into|of|over|after|off|down|back)"
+_ADVERBS = (r"(?:(?:not|still|always|usually|normally|typically|also|only|too|very|so|ever|never|already|"
+            r"currently|really)\s+)*")
+#: a word after a be-form that follows a content word: how something is or what is done to it ("backups
+#: are kept", "when swap is high")
+_AFTER_BE = re.compile(rf"\b([a-z][\w'-]*)\s+{_BE}\s+{_ADVERBS}([a-z][a-z-]*)\b", re.IGNORECASE | re.ASCII)
+#: the be- or do-form of a question and what follows it ("what port does| the production database use?")
+_AUXILIARY = re.compile(rf"^\W*(?:{_WH}\b[^?]*?)?\b({_BE}|do|does|did)\s+(.*)$", re.IGNORECASE | re.ASCII | re.DOTALL)
+_PARTICLE_WORD = re.compile(rf"{_PARTICLE}", re.IGNORECASE)
+_WORD = re.compile(r"[A-Za-z][\w'-]*", re.ASCII)
+
+
+def _question_verb(text: str) -> str | None:
+    """The verb of a question with a be- or do-form: the last word before the first particle after the
+    form, behind a subject of at least one word; after a be-form only a participle ("-ed", or
+    ``IRREGULAR_PARTICIPLES``): "use" of "what port does the production database use?", "escalate" of
+    "who do I escalate to?", "kept" of "how long are backups kept on disk?"; not "threshold" of "is the
+    disk above the threshold?" nor "password" of "what is the password of the Kafka cluster?"."""
+    m = _AUXILIARY.search(text)
+    if not m:
+        return None
+    words = _WORD.findall(m.group(2))
+    end = next((i for i, w in enumerate(words) if _PARTICLE_WORD.fullmatch(w)), len(words))
+    if end < 2:
+        return None
+    verb = words[end - 1]
+    if m.group(1).lower() in ("do", "does", "did"):
+        return verb
+    low = verb.lower()
+    return verb if low.endswith("ed") or low in IRREGULAR_PARTICIPLES else None
+
+
+#: the English words of ``SETTING``: the kind of value asked
+_SETTING_EN = re.compile(r"\b(?:thresholds?|alerts?|alarms?|limits?|polic(?:y|ies)|intervals?|settings?|"
+                         r"config(?:ured|uration)?|rules?|retention|defaults?)\b", re.IGNORECASE)
+
+
+def incidental_terms(text: str) -> set[str]:
+    """The terms of the English words of a question that say how something is or what is done with it
+    (a predicate: "kept" of "how many days of backups are kept?", "use" of "what port does the production
+    database use?", "high" of "when swap is high") or the kind of value asked (``SETTING``: "threshold",
+    "limit"). A passage answering may say it in other words ("keeps 14 days", "above 50%"), so such a term
+    that no passage of the documents holds is neither what the question is about (``focus_of``) nor
+    counted against its match (``_strong_match``): never the “nothing about …” of an answer. A noun the
+    question asks about ("deployments" of "Who approves production deployments?") is none of these."""
+    text = ASKED.sub(" ", search_query(text))
+    words = [m.group(0) for m in _SETTING_EN.finditer(text)]
+    words += [m.group(2) for m in _AFTER_BE.finditer(text)
+              if _terms(m.group(1)) and not re.fullmatch(_WH, m.group(1), re.IGNORECASE)]
+    verb = _question_verb(text)
+    if verb:
+        words.append(verb)
+    return {t for w in words for t in _terms(w) if not _CJK.match(t)}
 
 
 def names(text: str) -> dict[str, str]:
@@ -475,7 +620,8 @@ async def rarest_terms(source: Any, user_id: str, terms: Iterable[str]) -> froze
 
 async def focus_of(source: Any, user_id: str, text: str, terms: Iterable[str] | None = None) -> Focus:
     """``text`` as a ``Focus``: its rarest term(s) among ``terms`` (default: its ``key_terms``), not
-    counting the kind of answer it asks for (``ANSWER_KIND``: "which hosts", "what port"), and when it
+    counting the kind of answer it asks for (``ANSWER_KIND``: "which hosts", "what port") nor an
+    ``incidental_terms`` one that no passage holds (``Focus.idle``: "kept", "high"), and when it
     names something (``names``), the rarest of the other terms that the documents hold (``beside``; a
     term no passage holds is not asked for, and an ops noun counts in either language,
     ``distill.other_language``: "port" of "What is the port of Redis?" is held by "Redis 的端口是 6380");
@@ -485,8 +631,11 @@ async def focus_of(source: Any, user_id: str, text: str, terms: Iterable[str] | 
     wanted = {t for t in set(key_terms(text) if terms is None else terms) - kind if _is_rare_candidate(t)}
     named_words = names(text) if wanted else {}
     named = set(named_words)
-    counted = await doc_freqs(source, user_id, wanted | named)
-    df = {t: n for t, n in (counted or {}).items() if t in wanted}
+    incidental = incidental_terms(text) - named if wanted else set()
+    counted = await doc_freqs(source, user_id, wanted | named | incidental)
+    if counted is not None:       # (in no passage: the documents may say it in other words, "keeps")
+        focus.idle = frozenset(t for t in incidental if not counted.get(t))
+    df = {t: n for t, n in (counted or {}).items() if t in wanted and t not in focus.idle}
     focus.rarest = _rarest(df)
     if counted is not None:      # (names in no passage: no term of theirs is held anywhere)
         focus.unknown = frozenset(w for w in set(named_words.values())
@@ -552,10 +701,17 @@ async def decide(text: str, messages: list[dict[str, Any]], source: Any, user_id
         return Route("general", "no_knowledge_base", "this server has no knowledge base")
     if not await source.has_documents(user_id):
         return Route("general", "no_documents", "the user can see no document")
+    readings = mixed_readings(text, tool_intents)
     m = KEYWORDS.search(text)
-    if m:
-        return Route("knowledge", "keyword", f"the message mentions {m.group(0)!r}", _query(text) or text,
-                     await focus_of(source, user_id, text))
+    if m or readings:
+        focus = await focus_of(source, user_id, text)
+        if readings:            # (the passages quoted are about what is read: "swap", not the disk)
+            focus.subjects = focus.rarest = frozenset().union(*reading_subjects(text, readings).values())
+        why = f"the message mentions {m.group(0)!r}" if m else "the message asks about a setting"
+        if readings:
+            why += f" and whether a reading ({', '.join(readings)}) is past it"
+        return Route("knowledge", "keyword" if m else "reading_and_documents", why, _query(text) or text, focus,
+                     readings)
     if tool_intents:
         if OUTRANKED.issuperset(tool_intents) and not COMMAND.match(text) and not live_reading(text, tool_intents):
             asked = match_terms(parsed_part(text), request=True)
@@ -633,10 +789,15 @@ async def _strong_match(source: Any, user_id: str, text: str, terms: set[str], o
     something its best passage lacks without the share. What was decided is kept in the focus
     (``Focus.decided``) for the answer to follow. Else None."""
     named = named or {}
-    if sum(map(_is_word, terms)) < STRONG_MIN_TERMS and not named:
+    if not any(map(_is_word, terms)) and not named:
+        return None
+    focus = await focus_of(source, user_id, text, terms)
+    terms = set(terms) - focus.idle      # ("kept" of "how long are backups kept?" over "keeps 14 days")
+    words = [t for t in terms if _is_word(t)]
+    one = question and not named and len(words) == 1 and not _CJK.match(words[0]) and len(words[0]) >= ONE_TERM_MIN_CHARS
+    if len(words) < STRONG_MIN_TERMS and not named and not one:
         return None
     hits = await source.search(user_id, text, 1)
-    focus = await focus_of(source, user_id, text, terms)
     if not hits:
         if not (named and missing):
             return None
@@ -646,7 +807,7 @@ async def _strong_match(source: Any, user_id: str, text: str, terms: set[str], o
     passage = best.text + " " + " ".join(best.location.get("heading", []))
     holds = set(analyze(passage))
     held = terms & holds
-    shared = sum(map(_is_word, held)) >= STRONG_MIN_TERMS and len(held) >= STRONG_SHARE * len(terms)
+    shared = sum(map(_is_word, held)) >= (1 if one else STRONG_MIN_TERMS) and len(held) >= STRONG_SHARE * len(terms)
     focus.best = best.citation
     lacking: list[str] = []
     refused = False          # (what the question is about is in no passage: say so, quote nothing)

@@ -5,6 +5,10 @@ tools through the same registry with the same sink events and ToolCall records a
 and streams a concise answer written from the real results (server.agent.answers) in the user's
 language. No network, no model: everything it says about the machine comes from a tool.
 
+A question holding a live reading against the documents ("is the disk above the threshold in the
+runbook?"; ``knowledge_route.mixed_readings``) runs the reading with the document search and answers
+with the passages quoted, the reading and the comparison of both (``knowledge_answer.compare_readings``).
+
 Its answer to a history question (a listing of earlier messages) is marked ``"history_listing": true``
 in the message metadata: the recall index leaves that turn out (``server.memory.recall.turn_docs``), so
 the same question asked again finds what the user said, not the earlier listings.
@@ -57,14 +61,14 @@ class OfflineAgent:
         text = req.user_message.content
         zh = intents.is_chinese(text)
         await sink.status("thinking")
-        found = intents.parse(text)
+        found = intents.parse(text, req.context.messages)        # (the turn's messages: pronouns, re-sorts)
         calls = []
         known = self.registry.names
         memory_off = "user_memory" not in known          # long-term memory turned off (or no memory layer)
         asked_memory = memory_off and any(i.tool == "user_memory" for i in found)
         found = [i for i in found if not i.tool or i.tool in known]
         tool_intents = [i for i in found if i.tool]
-        canned_first = [i for i in found if i.name in ("refuse", "log_path")]   # before memory and documents
+        canned_first = [i for i in found if i.name in ("refuse", "log_path", "unsupported", "which_file")]   # before memory and documents
         noted = [] if canned_first else knowledge_route.statement_items(text)
         if any(kind == "forget" for kind, _ in noted):
             tool_intents = []       # a request to forget asks no tool ("Forget what I said about the DB host")
@@ -82,12 +86,21 @@ class OfflineAgent:
         req.context.metadata["route"] = route.record()
         citations: list[dict[str, Any]] = []
         if route.route == "knowledge":
+            # a reading asked against the documents ("is the disk above the threshold in the runbook?"):
+            # the reading is taken with the search, in the same step
+            reading = [i for i in tool_intents if i.name in route.readings and i.tool]
             calls = await run_tool_step(self.registry, sink, [CallRequest(None, "search_knowledge",
-                                                                          {"query": route.query[:500], "top_k": 5})],
+                                                                          {"query": route.query[:500], "top_k": 5}),
+                                                              *(CallRequest(None, i.tool, i.arguments) for i in reading)],
                                         ToolContext(req.user_id, req.session_id), step=0, timeout=self.cfg.tool_timeout_s)
             uploaded = knowledge_answer.upload_times(calls[0])
             answer, citations = knowledge_answer.answer(calls[0], zh, route.focus, uploaded)
             found = [intents.Intent("knowledge", 1.0, "search_knowledge")]
+            if reading:
+                answer = "\n\n".join([answer, *(answers.render(c, zh) for c in calls[1:]),
+                                       knowledge_answer.compare_readings(calls[0], citations, calls[1:], text,
+                                                                         route.readings, zh)])
+                found += reading
         elif tool_intents:
             requests = [CallRequest(None, i.tool, i.arguments) for i in tool_intents if i.tool]
             calls = await run_tool_step(self.registry, sink, requests, ToolContext(req.user_id, req.session_id),
@@ -107,7 +120,8 @@ class OfflineAgent:
             answer = answers.memory_off(zh)
             found = [intents.Intent("remembered", 1.0)]
         elif found:   # help, a refusal to act, a log asked for by no path
-            answer = answers.without_tool(found, zh)
+            roots = (self.registry.config.log_roots, self.registry.config.file_roots)
+            answer = answers.without_tool(found, zh, roots)
         elif knowledge_route.COURTESY.fullmatch(text.strip()):
             answer = answers.courtesy(zh)                            # thanks, "got it": not a failure
         else:
