@@ -18,6 +18,11 @@ from server.knowledge.blocks import Block
 # most this share of the chunk target: a longer one would crowd out the rows it names
 TABLE_HEADER_MAX_SHARE = 0.5
 _SENTENCE_END = re.compile(r"(?<=[。！？!?…])\s*|(?<=[.;；])\s+|(?<=\n)")
+_NOT_SPACE = re.compile(r"\S")
+# sentence ends are searched for in windows of this many times the chunk target, so that no single
+# regex call (which holds the GIL) scans more: a 25 MB line without a sentence end was one call of
+# 1-2.4 s, stalling every client of the server
+SENTENCE_SEARCH_WINDOW_TARGETS = 2
 
 
 @dataclass(slots=True)
@@ -57,13 +62,50 @@ def citation(name: str, loc: dict) -> str:
     return f"[{name} §{format_location(loc)}]"
 
 
+def _space_end(text: str, pos: int, window: int) -> int:
+    """Where the whitespace run at ``pos`` ends, each regex call scanning at most ``window`` characters."""
+    n = len(text)
+    while pos < n:
+        m = _NOT_SPACE.search(text, pos, min(n, pos + window))
+        if m is not None:
+            return m.start()
+        pos = min(n, pos + window)
+    return n
+
+
+def _sentence_ends(text: str, window: int) -> list[tuple[int, int]]:
+    """The (start, end) of the matches of ``_SENTENCE_END`` in ``text``, exactly as ``finditer`` gives
+    them, but each regex call scanning at most ``window`` characters (``finditer`` scans a line
+    without a sentence end in one call). A match a window's end cuts short (a whitespace run) is
+    extended to the run's end; a position a window's end cut off is searched again in the next."""
+    out: list[tuple[int, int]] = []
+    n, pos, empty_at = len(text), 0, -1
+    while True:
+        end = min(n, pos + window)
+        m = _SENTENCE_END.search(text, pos, end)
+        if m is not None and m.start() == m.end() == empty_at:
+            # as finditer: no second empty match where one was found
+            m = _SENTENCE_END.search(text, pos + 1, end) if pos < end else None
+        if m is None:
+            if end >= n:
+                return out
+            pos = end                                  # (the window's end is searched again, whole)
+            continue
+        a, b = m.span()
+        if b == end < n and a > 0 and text[a - 1] != "\n":
+            b = _space_end(text, b, window)            # "\s*" / "\s+" cut short by the window
+        out.append((a, b))
+        empty_at = b if a == b else -1
+        pos = b
+
+
 def _spans(text: str, target: int) -> list[tuple[int, int]]:
     """(start, end) of the sentences of ``text``, whitespace trimmed; a sentence longer than ``target``
     is cut at the last whitespace of its second half before ``target`` characters, else at ``target``."""
     out: list[tuple[int, int]] = []
     bounds = [0]
-    for m in _SENTENCE_END.finditer(text):
-        bounds += [m.start(), m.end()]
+    for start, end in _sentence_ends(text, max(1, SENTENCE_SEARCH_WINDOW_TARGETS * target)):
+        bounds += [start, end]
     bounds.append(len(text))
     for i in range(0, len(bounds), 2):
         a, b = bounds[i], bounds[i + 1]

@@ -34,6 +34,13 @@ class _HtmlBlocks(HTMLParser):
              "br", "ul", "ol", "header", "footer", "main", "nav", "figcaption", "caption"}
     CELL = {"td", "th"}
     SKIP = {"script", "style", "noscript", "template"}
+    # elements without an end tag: hidden, they hide nothing after them
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "keygen", "link", "meta", "param",
+            "source", "track", "wbr"}
+    # the start tags that end an open <p> (HTML5): a hidden <p> left open ends there
+    P_CLOSERS = BLOCK - {"br", "caption"} | {
+        "table", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "dl", "form", "figure", "aside", "address",
+        "details", "fieldset", "menu", "p"}
     # what may stand in <head>; any other start tag (or text outside <title>) ends it, as in HTML5
     HEAD = {"head", "title", "meta", "link", "base", "style", "script", "noscript", "template"}
 
@@ -50,6 +57,8 @@ class _HtmlBlocks(HTMLParser):
         self.head_done = False         # a <head> after the head (or the body) began is ignored
         self.in_title = False
         self.tables: list[_HtmlTable] = []   # open tables, innermost last
+        self.hidden: str | None = None       # the tag of the hidden element being skipped (``_is_hidden``)
+        self.hidden_depth = 0                # ... and how many elements of that tag are open in it
 
     def flush(self, level: int = 0) -> None:
         text = " ".join("".join(self.buf).split())
@@ -167,6 +176,64 @@ class _HtmlBlocks(HTMLParser):
             self._count_tag()
         return super().parse_endtag(i)
 
+    @staticmethod
+    def _is_hidden(attrs: list) -> bool:
+        """Whether an element with these attributes is hidden from the reader: ``hidden`` (but
+        ``hidden="until-found"``, found and shown by the browser's search), ``aria-hidden="true"``,
+        or a ``style`` with ``display: none`` or ``visibility: hidden`` / ``collapse``."""
+        for name, value in attrs:
+            value = (value or "").strip().lower()
+            if name == "hidden" and value != "until-found":
+                return True
+            if name == "aria-hidden" and value == "true":
+                return True
+            if name == "style":
+                for decl in value.split(";"):
+                    prop, _, val = decl.partition(":")
+                    val = val.replace("!important", "").strip()
+                    prop = prop.strip()
+                    if (prop == "display" and val == "none") or (prop == "visibility" and val in ("hidden", "collapse")):
+                        return True
+        return False
+
+    def _separate(self, tag: str) -> None:
+        """Where a hidden element that is a block (a paragraph, a heading, a cell) begins or ends: its
+        neighbours' text is not run together (a space inside a cell, else a block boundary)."""
+        if tag in self.BLOCK or tag in self.CELL or tag in ("tr", "table") or re.fullmatch(r"h[1-6]", tag):
+            if self._in_cell():
+                self.buf.append(" ")
+            else:
+                self.flush(self.heading)
+                self.heading = 0
+
+    def _hidden_start(self, tag: str, attrs: list) -> bool:
+        """A start tag, seen for hidden text: True when it is skipped (inside a hidden element, or
+        one beginning: its text, its nested elements, its own end tag are all left out, as docx
+        hidden runs are: text the reader never sees is not indexed to be quoted to them)."""
+        if self.hidden is not None:
+            if self.hidden == "p" and tag in self.P_CLOSERS:
+                self.hidden, self.hidden_depth = None, 0      # a hidden <p> left open ends here
+            else:
+                if tag == self.hidden:
+                    self.hidden_depth += 1
+                return True
+        if self.skip or tag in ("html", "head", "body") or not self._is_hidden(attrs):
+            return False
+        if tag in self.VOID:
+            return True                         # (a hidden <br> breaks no line; nothing to hide after it)
+        self._separate(tag)
+        self.hidden, self.hidden_depth = tag, 1
+        return True
+
+    def handle_startendtag(self, tag: str, attrs: list) -> None:
+        """``<x/>``: as HTML5, the slash is ignored on an element that is not void where hiding is
+        concerned: ``<div hidden/>`` hides what follows up to its ``</div>``, and a ``<div/>`` inside
+        a hidden element is one more ``div`` its ``</div>`` must close."""
+        hidden = self.hidden is not None or (not self.skip and self._is_hidden(attrs))
+        self.handle_starttag(tag, attrs)
+        if not hidden or tag in self.VOID:
+            self.handle_endtag(tag)
+
     def handle_starttag(self, tag: str, attrs: list) -> None:
         self.budget.check()
         self._count_tag()
@@ -179,6 +246,8 @@ class _HtmlBlocks(HTMLParser):
             self._end_head()
         elif not self.in_head and tag not in self.HEAD:
             self.head_done = True
+        if self._hidden_start(tag, attrs):
+            return
         if tag == "title" and self.in_head:
             self.in_title = True
         elif tag in self.SKIP:
@@ -197,6 +266,13 @@ class _HtmlBlocks(HTMLParser):
 
     def handle_endtag(self, tag: str) -> None:
         self._count_tag()
+        if self.hidden is not None:
+            if tag == self.hidden:
+                self.hidden_depth -= 1
+                if not self.hidden_depth:
+                    self.hidden = None
+                    self._separate(tag)
+            return
         if tag == "head":
             if self.in_head:
                 self._end_head()
@@ -244,7 +320,7 @@ class _HtmlBlocks(HTMLParser):
         super().close()
 
     def handle_data(self, data: str) -> None:
-        if self.skip:
+        if self.skip or self.hidden is not None:
             return
         if self.in_head:
             if self.in_title or not data.strip():
