@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import deque
 from typing import Any, Protocol
 
 from protocol import ErrorCode
 from protocol.objects import QueuedTurn, TurnState
 from protocol.server_events import TurnEnd, TurnError, TurnStart
+from server.agent.answers import NOTED_HEADS
 from server.agent.base import AgentError, BuiltContext, TurnResult, tool_schema_tokens
 from server.config import LimitsConfig
 from server.errors import HandlerError, failure_of, not_found
@@ -38,6 +40,17 @@ from storage.ids import validate_session_id
 from storage.models import ChatMessage, SessionRecord, ToolCall, now_iso
 
 log = logging.getLogger("nplt.turns")
+
+_CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def not_remembered(reason: str, zh: bool, listing: bool = False) -> str:
+    """What a turn's answer says when long-term memory could not store what the user stated
+    (``reason``: ``manager.not_stored_reason``); ``listing``: it heads the list of those statements."""
+    if zh:
+        return f"未能保存到长期记忆（{reason}），稍后会重试" + ("：" if listing else "。")
+    return f"I could not save {'this' if listing else 'that'} to memory: {reason}. It will be retried" + \
+        (":" if listing else ".")
 
 
 class TurnLock(Protocol):
@@ -483,16 +496,39 @@ class TurnRunner:
                       state: PipelineState) -> None:
         meta = {**result.metadata, "model": turn.model, "usage": result.usage,
                 "finish_reason": result.finish_reason, "context": ctx.metadata, "turn_id": turn.turn_id}
-        msg = await self._persist(turn, state, Answer(result.content, list(result.tool_calls), result.finish_reason, meta))
+        answer = Answer(result.content, list(result.tool_calls), result.finish_reason, meta)
+        learn_now = getattr(self.memory, "learn_now", None)   # an acknowledged fact is stored before its answer
+        if learn_now is not None and turn.user_message is not None:
+            not_stored = await learn_now(turn.session_id, turn.user_id, turn.user_message)
+            if isinstance(not_stored, str) and not_stored:
+                answer = await self._not_remembered(turn, sink, answer, not_stored)
+        msg = await self._persist(turn, state, answer)
         if isinstance(msg, HandlerError):
             self._not_stored(sink, msg)
             return
-        learn_now = getattr(self.memory, "learn_now", None)   # an acknowledged fact is stored before TURN_END
-        if learn_now is not None and turn.user_message is not None:
-            await learn_now(turn.session_id, turn.user_id, turn.user_message)
         sink.publish(TurnEnd(turn.session_id, turn.turn_id, message_obj(msg), result.usage,
                              result.finish_reason, ctx.metadata))
         self._after_turn(turn, msg)
+
+    async def _not_remembered(self, turn: Turn, sink: RunnerSink, answer: Answer, reason: str) -> Answer:
+        """The answer of a turn whose user message states something long-term memory could not store
+        (``learn_now``: ``reason``, e.g. "the server's storage failed (File too large)"): it does not
+        claim it was noted. The offline agent's acknowledgement ("Noted:" / "好的，记下了：",
+        ``answers.noted``) opens with ``not_remembered`` instead; any other answer ends with it. The
+        streamed text gets it too (a client that shows only the deltas), a NOTICE STORAGE_ERROR goes
+        to the session, and the stored answer's metadata says ``memory_error``. The memory layer
+        learns the message again after the turn and with the session's next turns."""
+        zh = bool(_CJK.search(turn.text))
+        note = not_remembered(reason, zh)
+        await sink.delta(("\n\n" if answer.content else "") + note)
+        await sink.notice("warning", str(ErrorCode.STORAGE_ERROR), note)
+        content = answer.content
+        head = next((h for h in NOTED_HEADS if content.startswith(h)), None)
+        if head is not None and set(answer.metadata.get("intents") or ()) & {"note", "forget"}:
+            content = not_remembered(reason, head != NOTED_HEADS[0], listing=True) + content[len(head):]
+        else:
+            content = f"{content}\n\n{note}" if content else note
+        return Answer(content, answer.tool_calls, answer.finish_reason, {**answer.metadata, "memory_error": reason})
 
     async def _end_cancelled(self, turn: Turn, sink: RunnerSink, ctx: BuiltContext, state: PipelineState) -> None:
         meta = {"partial": True, "model": turn.model, "finish_reason": "cancelled",

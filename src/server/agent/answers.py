@@ -72,6 +72,10 @@ LLM_HINT_ZH = ("如需自由对话，请配置大语言模型后重启服务器�
                "`NPLT_LLM_BASE_URL=http://127.0.0.1:11434/v1`（见 docs/agent.md）。")
 
 
+#: the heads of the acknowledgement of what long-term memory keeps (``noted``), English then Chinese:
+#: ``server.turns`` replaces them when the memory could not store it
+NOTED_HEADS = ("Noted:", "好的，记下了：")
+
 def help_text(zh: bool, roots: tuple[list[str], list[str]] | None = None) -> str:
     """The capabilities; with ``roots`` (the server's ``[tools] log_roots`` and ``file_roots``) the log and file
     lines say where they read, or that they are off, instead of naming the settings they need."""
@@ -281,7 +285,7 @@ def noted(items: list[tuple[str, str]], zh: bool, kept: bool = True,
             head = _j(zh, "Long-term memory is turned off on this server, so this stays in this conversation only:",
                       "这台服务器关闭了长期记忆，以下内容只保留在本次对话中：")
         else:
-            head = "好的，记下了：" if zh else "Noted:"
+            head = NOTED_HEADS[1] if zh else NOTED_HEADS[0]
         parts.append("\n".join([head, *(f"- {item}" for item in said)]))
         if any(_LANGUAGE_ASKED.search(item) and _asks_other_language(item, zh) for item in said):
             parts[-1] += _j(zh, "\n(The offline assistant answers in the language of the question; a configured "

@@ -25,6 +25,7 @@ from typing import Any, Awaitable
 from server.agent.base import BuiltContext
 from storage.models import ChatMessage, SessionRecord, SummaryRecord
 from storage import HistoryStore, NotFound
+from storage.errors import StorageError
 
 from server.memory.config import MemoryConfig
 from server.memory.context import Excerpt, Parts, Turn, assemble, in_prompt, recent_turns
@@ -45,6 +46,19 @@ RESET_INLINE_MAX = 200           # a view rebuilt from more messages than this i
 READ_INLINE_MAX = 32             # a loaded session's new messages read on the loop when at most this many
 STABLE_MEMO_SIZE = 64            # token counts of system prompts / summaries kept across prompts
 LEARN_WAIT_S = 5.0               # learn_now: how long a TURN_END waits for its facts to be stored
+#: user messages of one session whose learning failed (a full disk) kept to be learned again with the
+#: session's next learning (the newest; ``context.max_sessions_cached`` sessions)
+MAX_FAILED_MESSAGES = 32
+
+
+def not_stored_reason(exc: BaseException) -> str:
+    """Why long-term memory could not store something, for the user: the class of failure, never a
+    traceback ("the server's storage failed (No space left on device)")."""
+    if isinstance(exc, OSError):
+        return f"the server's storage failed ({exc.strerror or type(exc).__name__})"
+    if isinstance(exc, StorageError):
+        return f"the memory store is unavailable ({exc.message})"
+    return "an internal error of the server"
 
 
 class MemoryManager:
@@ -80,6 +94,7 @@ class MemoryManager:
         self._learning: dict[str, asyncio.Task] = {}           # session -> its latest learning task
         self._marked: dict[str, int] = {}                      # session -> begin_forget calls not ended
         self._distilled: dict[str, int] = {}                   # session -> user message learn_now handled
+        self._failed: OrderedDict[str, list[ChatMessage]] = OrderedDict()   # session -> messages not stored
 
     # -- context -------------------------------------------------------------------------------
     async def build_context(self, session_id: str, user_id: str, new_message: ChatMessage,
@@ -272,6 +287,9 @@ class MemoryManager:
         if self._closed or not messages:
             return
         users = [m.id for m in messages if m.role == "user"]
+        failed = self._failed.get(session_id)
+        if failed:                                    # (not learned again: superseded)
+            self._failed[session_id] = [m for m in failed if m.id not in users]
         if self.user_memory is not None and users:
             await self.user_memory.forget_messages(user_id, session_id, users)
         await self.summaries.take_back(session_id, min(m.id for m in messages))
@@ -286,6 +304,7 @@ class MemoryManager:
             self.summaries.forget(session_id)
         self._learned.pop(session_id, None)
         self._distilled.pop(session_id, None)
+        self._failed.pop(session_id, None)
         if cleared and user_id is not None and self.user_memory is not None and not self._closed:
             marked = self._marked.pop(session_id, 0)        # one begin_forget ends with each call
             if marked > 1:
@@ -329,37 +348,48 @@ class MemoryManager:
         if sc.enabled and view is not None and not self._closed:
             self.summaries.schedule(session_id, view)
 
-    async def learn_now(self, session_id: str, user_id: str, message: ChatMessage) -> None:
+    async def learn_now(self, session_id: str, user_id: str, message: ChatMessage) -> str | None:
         """Before the turn's TURN_END: what the rules distill from its user ``message`` is stored
         first, so a fact the assistant acknowledged ("Noted: ...") survives a crash right after
         (the user's next question may be in another session). Waits at most ``LEARN_WAIT_S``; a
         message that states nothing costs one inline distillation and no store access, and the
         background learning of ``after_turn`` skips it. With a summary model (or a text too long to
-        distill inline) learning stays in the background."""
+        distill inline) learning stays in the background.
+
+        Returns why what the message states could not be stored (``not_stored_reason``: "the
+        server's storage failed (File too large)"), None when it was stored, states nothing, is
+        learned in the background or is still being stored after ``LEARN_WAIT_S``. A message that
+        could not be stored is not marked distilled: the learning after this turn, and the next
+        turns of the session, try it again (``_failed``)."""
         um = self.user_memory
         if um is None or self._closed or message.role != "user" or not in_prompt(message):
-            return
+            return None
         try:
             states = um.states_something(message)
         except Exception:                             # (never in the way of TURN_END: learned later, as before)
             log.exception("distilling the user message of session %s failed", session_id)
-            return
+            return None
         if states is None:
-            return
+            return None
         self._distilled.pop(session_id, None)
         self._distilled[session_id] = message.id
         while len(self._distilled) > self.config.context.max_sessions_cached:
             self._distilled.pop(next(iter(self._distilled)))
         if not states:
-            return
-        task = self._spawn(self._learn_task(um, user_id, session_id, [message], self._learning.get(session_id)))
+            return None
+        task = self._spawn(self._learn_task(um, user_id, session_id, self._with_failed(session_id, [message]),
+                                            self._learning.get(session_id)))
         self._learning[session_id] = task
-        await asyncio.wait({task}, timeout=LEARN_WAIT_S)
+        done, _ = await asyncio.wait({task}, timeout=LEARN_WAIT_S)
+        if not done or task.cancelled():
+            return None
+        return task.result()
 
     def _learn(self, session_id: str, user_id: str, view: SessionView) -> None:
         """Distill the user messages stored since the last call into long-term memory (background).
         ``_learned`` only saves work: ``UserMemory.learn`` skips what the user's file records as
-        learned already, so a restart or an evicted entry never distills a message twice."""
+        learned already, so a restart or an evicted entry never distills a message twice. Messages
+        whose learning failed before (``_failed``) are learned again with them."""
         upto = self._learned.pop(session_id, 0)
         msgs = view.after(upto) if upto else [e.message for e in view.tail]
         self._learned[session_id] = view.last_id
@@ -369,21 +399,51 @@ class MemoryManager:
             msgs = []                                 # older than the cached tail: not read again
         done = self._distilled.pop(session_id, 0)        # (learn_now distilled it already)
         news = [m for m in msgs if m.role == "user" and m.id > upto and m.id != done and in_prompt(m)]   # not superseded
+        if session_id in self._failed:
+            news = self._with_failed(session_id, news)
         if news and self.user_memory is not None and not self._closed:
             self._learning[session_id] = self._spawn(
                 self._learn_task(self.user_memory, user_id, session_id, news, self._learning.get(session_id)))
 
+    def _with_failed(self, session_id: str, messages: list[ChatMessage]) -> list[ChatMessage]:
+        """``messages`` with the session's messages whose learning failed (taken: the learning that
+        gets them owns them now), in message order, each once."""
+        failed = self._failed.pop(session_id, [])
+        if not failed:
+            return messages
+        return sorted({m.id: m for m in (*failed, *messages)}.values(), key=lambda m: m.id)
+
     async def _learn_task(self, um: UserMemory, user_id: str, session_id: str, messages: list,
-                          before: asyncio.Task | None) -> None:
+                          before: asyncio.Task | None) -> str | None:
+        """Learn ``messages`` after the session's previous learning; None when stored, else why not
+        (``not_stored_reason``): the messages are kept in ``_failed`` and learned again with the
+        session's next learning (the learning after the turn, or the next turn's)."""
         if before is not None:                        # one at a time per session, in order
             await asyncio.gather(before, return_exceptions=True)
         try:
             await um.learn(user_id, session_id, messages)
-        except Exception:
-            log.exception("learning long-term memory from session %s failed", session_id)
+            return None
+        except Exception as exc:
+            reason = not_stored_reason(exc)
+            if isinstance(exc, (OSError, StorageError)):
+                log.error("learning long-term memory from session %s failed: %s (retried with the next "
+                          "learning of the session)", session_id, exc)
+            else:
+                log.exception("learning long-term memory from session %s failed", session_id)
+            if not self._closed:
+                self._keep_failed(session_id, messages)
+            return reason
         finally:
             if self._learning.get(session_id) is asyncio.current_task():
                 del self._learning[session_id]
+
+    def _keep_failed(self, session_id: str, messages: list[ChatMessage]) -> None:
+        """Keep messages whose learning failed for the session's next learning (at most
+        ``MAX_FAILED_MESSAGES`` per session, the newest; ``max_sessions_cached`` sessions)."""
+        kept = self._with_failed(session_id, [m for m in messages if getattr(m, "role", None) == "user"])
+        self._failed[session_id] = kept[-MAX_FAILED_MESSAGES:]
+        while len(self._failed) > self.config.context.max_sessions_cached:
+            self._failed.popitem(last=False)
 
     async def _forget_learned(self, um: UserMemory, user_id: str, session_id: str,
                               learning: asyncio.Task | None) -> None:

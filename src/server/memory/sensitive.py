@@ -15,6 +15,12 @@ from server.tools.secrets import redact_shapes
 
 _SECRET = re.compile(r"(?:password|passwd|pass ?phrase|passcode|secret|token|api[ _-]?key|credential|\bcreds?\b|"
                      r"(?:private|access|signing)[ _-]?key|\bpass\s*(?:is\b|[:=])|"
+                     # a key that is itself the secret: "the VPN PSK", "pre-shared key", "unseal key",
+                     # "recovery key/code", "master/encryption/licence/wifi key" (not "the key point",
+                     # "primary key", "ssh key": ``_KEY_VALUE`` judges "<x> key is <value>" by the value)
+                     r"(?<![A-Za-z])psk(?![A-Za-z])|pre[ _-]?shared[ _-]?key|"
+                     r"(?<![A-Za-z])(?:unseal|recovery|master|encryption|decryption|licen[cs]e|product|"
+                     r"activation|wi-?fi|wpa2?|wep|auth)[ _-]?keys?(?![A-Za-z])|(?<![A-Za-z])recovery[ _-]?codes?\b|"
                      r"(?<![A-Za-z])(?:pwd|pw|(?-i:PIN)|pin\s*(?:code|number)|ssn|cvv2?|cvc|iban)(?![A-Za-z])|"
                      r"social security|security code|(?:credit|debit|bank)[ -]?card|card\s*(?:number|no\b)|"
                      r"bank\s*account|routing\s*number|passport\s*(?:number|no\b)|"
@@ -86,6 +92,15 @@ _CREDENTIAL = re.compile(
     rf"(?:(?<![A-Za-z0-9_.-])[A-Za-z][A-Za-z0-9_.-]{{0,63}}+|账号|帐号|用户)\s*(?:账号|帐号|用户)?\s*(?:用|使用|以)\s*"
     rf"(?!{_LOGIN_MEANS}|{_ACCOUNT}(?![\w.-]))[A-Za-z0-9][^\s，,。]{{0,63}}?(?<!账号)(?<!帐号)(?<!用户)(?<!身份)\s*(?:来)?(?:登录|登陆|登入|login)",
     re.IGNORECASE)
+#: "<x> key is <value>" and "<service> auth is/是 <value>" (Redis's AUTH) hold a secret when the value
+#: looks like one: a run of at least this many letters and digits (``+/=`` among them) with both, or
+#: any other characters of a password ("P4ssw0rd!"); not "the primary key is id", "the partition key is
+#: tenant-42", "the redis key is user:123", "auth is LDAP", "auth: OAuth2" (``_LOGIN_MEANS``)
+KEY_VALUE_CHARS = 6
+_KEY_VALUE = re.compile(r"(?:(?<![A-Za-z])keys?|(?<![A-Za-z])auth)\s*(?:is|are|was|=|:|：|是|为|為)\s*"
+                        r"(?P<value>[^\s，,。；;、]{1,128})", re.IGNORECASE)
+_PASSWORD_SIGN = re.compile(r"[!#$%^&*+=]")
+_WORDLIKE = re.compile(r"[A-Za-z]+(?:[-_][A-Za-z0-9]+)*|[A-Za-z0-9]+(?:[-_.:/][A-Za-z0-9]+)+")
 _PORT = re.compile(r":\d{1,5}$")         # "admin:8080": a host and its port
 #: a pair "<user>:<group>" next to these words is an owner, not a login ("owned by root:wheel")
 _OWNER = re.compile(r"\b(?:own(?:s|ed|er|ership)?|chown|chgrp|group)\b|属主|属组|所有者", re.IGNORECASE)
@@ -101,11 +116,27 @@ def _credential_pair(text: str) -> bool:
     return False
 
 
+def _key_value(text: str) -> bool:
+    """"<x> key is <value>" or "<service> auth is/是 <value>" with a value that looks like a key or a
+    password (``KEY_VALUE_CHARS``), not a word, an identifier or a path (``_WORDLIKE``)."""
+    for m in _KEY_VALUE.finditer(text):
+        value = m.group("value").rstrip(".!?。！？")
+        if re.fullmatch(_LOGIN_MEANS, value, re.IGNORECASE) or _WORDLIKE.fullmatch(value):
+            continue
+        letters = any(c.isalpha() for c in value)
+        digits = any(c.isdigit() for c in value)
+        if letters and digits and len(value) >= KEY_VALUE_CHARS:
+            return True
+        if letters and _PASSWORD_SIGN.search(value):
+            return True                           # "Pa$$word", "hunter!2"
+    return False
+
+
 def mentions_secret(text: str) -> bool:
     """The text names a password, PIN, token, key, credential or ID document (``_SECRET``), gives an
     account with what it logs in with (``_credential_pair``: "db-1 root / hunter2", "root 用 hunter2
     登录") or holds a value shaped like one: a provider key, JWT, URL password ...
     (``server.tools.secrets``), a long random token or a card, ID or social security number
     (``LONG_DIGITS``)."""
-    return bool(_SECRET.search(text)) or _credential_pair(text) or redact_shapes(text) != text or \
+    return bool(_SECRET.search(text)) or _credential_pair(text) or _key_value(text) or redact_shapes(text) != text or \
         _id_number(text) or any(_looks_random(run) for run in _TOKEN_RUN.findall(text))

@@ -5,8 +5,10 @@ One file per user (``<root>/<sha256(user)[:32]>.json``, the user id never become
 atomically (temp file, fsync, rename, directory fsync), so a crash leaves the old or the new
 document, never a torn one. A file that cannot be parsed is moved aside (``set_aside``:
 ``<name>.corrupt.<UTC timestamp>[.<n>]``, never overwriting an earlier one) and the user starts
-empty. All file work runs in a worker thread; the store's lock per user orders the
-read-modify-writes (the data directory belongs to one process: storage's lock).
+empty. A file with more than ``max_items`` entries in a list is cut to the newest as it is read
+(``UserDoc.read``, a WARNING) and written back so cut, once. All file work runs in a worker thread;
+the store's lock per user orders the read-modify-writes (the data directory belongs to one process:
+storage's lock).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Any, Callable, TypeVar
 
 from storage.fsio import NotRegularFile, atomic_write, fsync_dir, read_bytes
 
-from server.memory.user_store import DocUserMemoryStore, UserDoc
+from server.memory.user_store import DocUserMemoryStore, UserDoc, over_max
 
 log = logging.getLogger("nplt.memory")
 
@@ -51,8 +53,9 @@ class UserFiles:
     """``DocBackend`` over one JSON file per user (see the module docstring). The data directory
     belongs to one process (storage's lock), so a save never conflicts: ``version`` is unused."""
 
-    def __init__(self, root: str | os.PathLike) -> None:
+    def __init__(self, root: str | os.PathLike, max_items: int | None = None) -> None:
         self.root = Path(root)
+        self.max_items = max_items          # a file with more is cut to the newest as it is read
         self.on_change: Callable[[str | None], None] | None = None
 
     def _path(self, user_id: str) -> Path:
@@ -61,13 +64,21 @@ class UserFiles:
     def _read(self, user_id: str) -> UserDoc:
         path = self._path(user_id)
         try:
-            return UserDoc.read(json.loads(read_bytes(str(path))), user_id)[1]   # (never through a link)
+            raw = json.loads(read_bytes(str(path)))                           # (never through a link)
+            doc = UserDoc.read(raw, user_id, self.max_items)[1]
         except FileNotFoundError:
             return UserDoc()
         except (NotRegularFile, ValueError, KeyError, TypeError, AttributeError) as exc:
             dest = set_aside(str(path))
             log.warning("user memory file %s unreadable (%s): moved to %s, starting empty", path, exc, dest)
             return UserDoc()
+        if self.max_items is not None and over_max(raw, self.max_items):
+            try:                                # cut once: the next read does not parse it all again
+                self._write(user_id, doc)
+            except OSError as exc:
+                log.warning("user memory file %s: writing it with the newest max_items entries failed (%s)",
+                            path, exc)
+        return doc
 
     def _write(self, user_id: str, doc: UserDoc) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -97,4 +108,4 @@ class JsonUserMemoryStore(DocUserMemoryStore):
     """The embedded default: one JSON file per user under ``root``."""
 
     def __init__(self, root: str | os.PathLike, max_items: int = 200, max_cached: int = 256) -> None:
-        super().__init__(UserFiles(root), max_items, max_cached)
+        super().__init__(UserFiles(root, max_items), max_items, max_cached)

@@ -30,12 +30,16 @@ Besides the items, a user's document keeps what makes forgetting durable (docs/m
   that was still distilling a cleared message (another node's summary model, slower than the clear)
   cannot bring it back after the pending mark has ended.
 
-The five lists are bounded by ``max_items`` entries each (the oldest go first).
+The five lists are bounded by ``max_items`` entries each (the oldest go first), also as a document
+is read (``UserDoc.read``'s ``max_items``, ``DocUserMemoryStore._cap``): a file written by hand or
+under a higher ``max_items`` never has a change run over more (a WARNING names the user and how many
+were dropped). A change over more than ``INLINE_CHANGE_ENTRIES`` entries runs in a worker thread.
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import secrets
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -43,7 +47,12 @@ from typing import Any, AsyncIterator, Callable, Iterable, Protocol, TypeVar
 
 from storage import StorageUnavailable
 
+log = logging.getLogger("nplt.memory")
+
 T = TypeVar("T")
+#: a change of one user's document over more entries than this (items, tombstones, replaced items:
+#: ``max_items`` set high) runs in a worker thread, so other users' requests are not held up meanwhile
+INLINE_CHANGE_ENTRIES = 2_000
 MAX_SAVE_TRIES = 20      # a locked update redone this many times (first documents racing): an error
 #: statements (session, message) one item names at most (the newest are kept): the same fact said in
 #: more sessions than this goes when the newest of them are cleared
@@ -195,16 +204,50 @@ class UserDoc:
                        list(self.replaced), dict(self.floors))
 
     @classmethod
-    def read(cls, doc: Any, user_id: str | None = None) -> tuple[str, UserDoc]:
+    def read(cls, doc: Any, user_id: str | None = None, max_items: int | None = None) -> tuple[str, UserDoc]:
         """(its user id, the document) of a stored document (a file's JSON, a PostgreSQL row's),
         checked to be ``user_id``'s when given. ValueError, KeyError, TypeError or AttributeError
-        when it is not a user memory document."""
+        when it is not a user memory document. ``max_items``: a document with more entries than that
+        in a list (items, tombstones, replaced items, learned positions, floors: a file written by
+        hand, or under a higher ``max_items``) keeps the newest, before they are parsed, with a
+        WARNING naming the user and how many were dropped (``capped``)."""
         owner = doc["user_id"]
         if not isinstance(owner, str):
             raise TypeError("user_id is not a string")
         if user_id is not None and owner != user_id:
             raise ValueError("the document belongs to another user id")
+        if max_items is not None:
+            doc = capped(doc, owner, max_items)
         return owner, cls.from_json(doc)
+
+
+_CAPPED = (("items", list), ("forgotten", list), ("replaced", list), ("learned", dict), ("floors", dict))
+
+
+def over_max(doc: Any, max_items: int) -> bool:
+    """A stored document (JSON) with more than ``max_items`` entries in a list or map that is kept
+    to ``max_items`` (``capped``)."""
+    return isinstance(doc, dict) and any(isinstance(doc.get(name), kind) and len(doc[name]) > max_items
+                                         for name, kind in _CAPPED)
+
+
+def capped(doc: dict, user_id: str, max_items: int) -> dict:
+    """A stored document (JSON) with at most ``max_items`` entries in each of its lists and maps,
+    the newest (the last); a WARNING names the user and what was dropped. The document itself when
+    nothing is over."""
+    if not over_max(doc, max_items):
+        return doc
+    dropped: dict[str, int] = {}
+    out = dict(doc)
+    for name, kind in _CAPPED:
+        entries = doc.get(name)
+        if isinstance(entries, kind) and len(entries) > max_items:
+            dropped[name] = len(entries) - max_items
+            out[name] = entries[-max_items:] if kind is list else dict(list(entries.items())[-max_items:])
+    log.warning("user memory of user %r holds more than max_items (%d) entries: the oldest were dropped, "
+                "the newest kept (%s)", user_id, max_items,
+                ", ".join(f"{n} {name}" for name, n in dropped.items()))
+    return out
 
 
 def take_back(doc: UserDoc, gone: Callable[[str, int], bool]) -> tuple[UserDoc, int] | None:
@@ -356,6 +399,7 @@ class DocUserMemoryStore:
         got = self._cache.pop(user_id, None)
         if got is None:
             doc, version = await self.backend.load(user_id)
+            self._cap(user_id, doc)
             changed = self._finish_stopped(user_id, doc)
             if changed is not None:
                 got = await self._save(user_id, changed, version)
@@ -395,6 +439,21 @@ class DocUserMemoryStore:
         self._cache[user_id] = (doc, new_version)
         return doc, new_version
 
+    def _cap(self, user_id: str, doc: UserDoc) -> UserDoc:
+        """A document as a backend read it, trimmed to ``max_items`` (``_trim``) with a WARNING when
+        it held more (a backend that does not cap while it reads, ``UserDoc.read``'s ``max_items``),
+        so no change runs over more."""
+        n = self.max_items
+        over = {name: len(entries) - n for name, entries in (
+            ("items", doc.items), ("forgotten", doc.forgotten), ("replaced", doc.replaced),
+            ("learned", doc.learned), ("floors", doc.floors)) if len(entries) > n}
+        if over:
+            log.warning("user memory of user %r holds more than max_items (%d) entries: the oldest were "
+                        "dropped, the newest kept (%s)", user_id, n,
+                        ", ".join(f"{k} {name}" for name, k in over.items()))
+            self._trim(doc)
+        return doc
+
     def _trim(self, doc: UserDoc) -> UserDoc:
         n = self.max_items
         doc.items = doc.items[-n:]                   # (replaced items that came back may exceed it)
@@ -414,7 +473,10 @@ class DocUserMemoryStore:
         cached document spares it the read (seen: 20 losses in a row to a node adding items)."""
         async with self._lock(user_id):
             doc, version = await self._load(user_id)
-            new, result = change(doc)
+            if len(doc.items) + len(doc.forgotten) + len(doc.replaced) > INLINE_CHANGE_ENTRIES:
+                new, result = await asyncio.to_thread(change, doc)    # (the cached document is not changed)
+            else:
+                new, result = change(doc)
             if new is None or await self._save(user_id, new, version) is not None:
                 return result
             for _ in range(MAX_SAVE_TRIES):
@@ -429,6 +491,7 @@ class DocUserMemoryStore:
                  ) -> tuple[UserDoc | None, T]:
         """``change`` of a freshly read document, after what ``_load`` does to one (sessions left
         pending by a process that stopped are done), trimmed as ``_save`` does."""
+        self._cap(user_id, doc)
         finished = self._finish_stopped(user_id, doc)
         new, result = change(doc if finished is None else finished)
         new = finished if new is None else new
