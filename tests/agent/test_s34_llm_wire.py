@@ -207,7 +207,18 @@ async def test_the_last_request_of_an_english_question_asks_for_the_question_s_l
     await make_agent(AgentConfig(max_iterations=1)).run_turn(make_request("what time is it?"), sink)
     last = llm.requests[-1].body["messages"][-1]
     assert last["role"] == "user" and not is_chinese(last["content"])
-    assert "Answer in the language of the user's question." in last["content"]
+    assert "Answer in the language the conversation asked for, else in the language of the user's question." \
+        in last["content"]
+
+
+def test_the_last_instruction_defers_to_the_language_the_conversation_asked_for():
+    """A system prompt's "Always answer in French" or a remembered "answer in Chinese" is not overridden by the
+    last instruction, and a Japanese question (kanji and kana) is never told to be answered in Chinese."""
+    from server.agent.openai_agent import final_prompt
+    ja = final_prompt("max_iterations", "サーバーの時刻を確認して、何時か教えてください")
+    assert not is_chinese(ja) and "the language the conversation asked for" in ja
+    zh = final_prompt("max_iterations", "服务器现在几点？")
+    assert "用对话要求的语言回答" in zh and "没有要求时用中文回答" in zh
 
 
 def test_the_budget_instruction_is_chinese_for_a_chinese_question():

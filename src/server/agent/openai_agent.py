@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
 
@@ -59,21 +60,25 @@ T = TypeVar("T")
 
 # The instruction of the last request (``tool_choice: "none"``) after max_iterations / the context budget.
 # It is the latest user message the model sees, and models answer in its language: it says to answer in
-# the language of the user's question, and a Chinese question (``intents.is_chinese``) gets it in Chinese
-# (``final_prompt``). It stays a user message: several chat templates (Mistral, Gemma, ...) refuse a system
+# the language the conversation asked for (a system prompt's "Always answer in French", a remembered "answer
+# in Chinese"), else in the language of the user's question; a Chinese question (Han characters and no kana:
+# ``final_prompt``) gets it in Chinese, a Japanese one the English wording. It stays a user message: several chat templates (Mistral, Gemma, ...) refuse a system
 # message anywhere but first.
 FINAL_ANSWER_PROMPT = ("The tool-call limit for this request has been reached. Do not call any more tools: "
                        "answer now with the information gathered so far, and say what is still unknown. "
-                       "Answer in the language of the user's question.")
+                       "Answer in the language the conversation asked for, else in the language of the user's question.")
 BUDGET_ANSWER_PROMPT = ("The results of further tool calls would not fit the context window of this request. Do not "
                         "call any more tools: answer now with the information gathered so far, and say what is "
-                        "still unknown. Answer in the language of the user's question.")
-FINAL_ANSWER_PROMPT_ZH = "本次请求的工具调用次数已达上限。请不要再调用任何工具：现在就根据已获得的信息用中文回答，并说明哪些情况仍不清楚。"
-BUDGET_ANSWER_PROMPT_ZH = ("更多工具调用的结果已放不进本次请求的上下文窗口。请不要再调用任何工具：现在就根据已获得的信息用中文回答，"
-                           "并说明哪些情况仍不清楚。")
+                        "still unknown. Answer in the language the conversation asked for, else in the language of the "
+                        "user's question.")
+FINAL_ANSWER_PROMPT_ZH = ("本次请求的工具调用次数已达上限。请不要再调用任何工具：现在就根据已获得的信息回答，并说明哪些情况仍不清楚。"
+                          "用对话要求的语言回答；没有要求时用中文回答。")
+BUDGET_ANSWER_PROMPT_ZH = ("更多工具调用的结果已放不进本次请求的上下文窗口。请不要再调用任何工具：现在就根据已获得的信息回答，"
+                           "并说明哪些情况仍不清楚。用对话要求的语言回答；没有要求时用中文回答。")
 NO_KEY_PLACEHOLDER = "no-key"   # the SDK insists on a key; keyless local servers ignore it
 SCHEMA_COUNTS_CACHED = 8        # token counts of distinct tool-schema lists kept (a user sees one of a few)
-QUESTION_LANGUAGE_CHARS = 2000  # the start of the user message whose language the last instruction follows
+QUESTION_LANGUAGE_CHARS = 2000
+_KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")   # hiragana, katakana (Japanese, not Chinese)  # the start of the user message whose language the last instruction follows
 #: a non-streamed completion ending so is not an answer: ``complete`` raises IncompleteAnswer
 INCOMPLETE_FINISH_REASONS = ("length", "content_filter")
 
@@ -416,8 +421,10 @@ class OpenAIAgent:
 
 def final_prompt(finish: str, question: str) -> str:
     """The instruction of the last request after ``finish`` (``max_iterations`` or ``context_budget``),
-    in Chinese for a Chinese ``question`` (the user message of the turn)."""
-    zh = is_chinese(question[:QUESTION_LANGUAGE_CHARS])
+    in Chinese for a Chinese ``question`` (the user message of the turn: Han characters and no kana, so a
+    Japanese question is not told to be answered in Chinese)."""
+    head = question[:QUESTION_LANGUAGE_CHARS]
+    zh = is_chinese(head) and not _KANA.search(head)
     if finish == "context_budget":
         return BUDGET_ANSWER_PROMPT_ZH if zh else BUDGET_ANSWER_PROMPT
     return FINAL_ANSWER_PROMPT_ZH if zh else FINAL_ANSWER_PROMPT
