@@ -1,8 +1,11 @@
-"""Document parsers: bytes in, ``Block`` list out. One function per format, chosen by extension.
+"""Document parsers: bytes in, ``Block`` list out. One function per format, chosen by extension
+(config files ``.conf .ini .cfg .toml .properties`` and rotated logs ``.log.N`` read as text).
 
-Refused with UNSUPPORTED_MEDIA: unknown extensions, binary content in a text format, and corrupt
-pdf/docx files (with the parser's reason). A docx is read by ``server.knowledge.docx`` (zip-bomb
-checks, streamed xml), an html file by ``server.knowledge.html``.
+Refused with UNSUPPORTED_MEDIA: unknown extensions, ``.env`` files (secrets), binary content in a
+text format, corrupt pdf/docx files (with the parser's reason), password-protected pdfs (one with
+only an owner password is read), malformed json/yaml/csv (a csv quote never closed too). A docx is
+read by ``server.knowledge.docx`` (zip-bomb checks, streamed xml), an html file by
+``server.knowledge.html``.
 
 Every parser counts the characters it produces as it goes (``server.knowledge.budget.Budget``) and
 stops as soon as
@@ -10,8 +13,12 @@ stops as soon as
 stream (``pdf_max_stream_bytes``, pypdf's decompression limits) and in page content interpreted
 (``pdf_max_content_bytes``); a docx's xml is streamed and bounded in elements read
 (``docx_max_xml_elements``); a csv is read a record at a time, each record bounded in characters
-(``csv_max_record_chars``); an html file is parsed in one pass. ``cancelled`` (a callable) is polled at every page / block: a
-cancelled parse raises ``Cancelled`` (SHUTTING_DOWN) and frees its thread.
+(``csv_max_record_chars``); an html file is parsed in one pass; a json file is bounded in values
+before it is parsed (``JSON_MAX_VALUES``) and never kept as a tree; a yaml file is read as parser
+events, never objects, bounded in events and depth (``YAML_MAX_EVENTS``, ``YAML_MAX_DEPTH``).
+``cancelled`` (a callable) is polled at every page / block (every ``JSON_CHECK_EVERY`` /
+``YAML_CHECK_EVERY`` tokens / events): a cancelled parse raises ``Cancelled`` (SHUTTING_DOWN) and
+frees its thread.
 """
 from __future__ import annotations
 
@@ -31,10 +38,19 @@ from server.knowledge.docx import parse_docx
 from server.knowledge.html import parse_html
 from server.knowledge.encodings import decode_text, unsupported
 
+#: configuration files, read as plain text (paragraphs by blank lines; a section's keys stay together)
+CONFIG_EXTENSIONS = (".conf", ".ini", ".cfg", ".toml", ".properties")
 TEXT_KINDS = {".txt": "text", ".text": "text", ".log": "text", ".md": "markdown", ".markdown": "markdown",
-              ".csv": "csv", ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".html": "html", ".htm": "html"}
+              ".csv": "csv", ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".html": "html", ".htm": "html",
+              **{ext: "text" for ext in CONFIG_EXTENSIONS}}
 BINARY_KINDS = {".pdf": "pdf", ".docx": "docx"}
 SUPPORTED = sorted(TEXT_KINDS) + sorted(BINARY_KINDS)
+#: a rotated log (``app.log.1``, ``syslog.log.12``): plain text like ``.log``; a compressed one
+#: (``app.log.2.gz``) is refused by its ``.gz``
+ROTATED_LOG = re.compile(r"\.log\.\d{1,6}$", re.IGNORECASE)
+#: an environment file (``.env``, ``.env.local``, ``prod.env``): refused, it holds secrets (API keys,
+#: database passwords) that search results would quote to everyone who reads the collection
+ENV_FILE = re.compile(r"^\.env(?:\..*)?$|\.env$", re.IGNORECASE)
 CSV_ROWS_PER_BLOCK = 20
 # csv's own cell limit (131,072 characters by default, process-wide) raised once to the largest
 # allowed csv_max_record_chars: a record's size is bounded by that setting (``_CsvLines``)
@@ -67,10 +83,18 @@ _CJK_SPACED_ANY = re.compile(rf"[{_CJK_JOINED}][ \u00a0]+[{_CJK_JOINED}]")     #
 
 def kind_of(name: str) -> str:
     """The parser kind for a file name (by extension), or UNSUPPORTED_MEDIA."""
+    base = PurePath(name).name
+    if ENV_FILE.search(base):
+        raise unsupported(f"{base!r} is an environment file (.env): it holds secrets (API keys, passwords) that "
+                          f"search answers would quote to everyone who can read the collection, so it is not "
+                          f"stored; upload a copy without the secret values as a .txt or .conf file")
+    if ROTATED_LOG.search(base):
+        return "text"
     ext = PurePath(name).suffix.lower()
     kind = TEXT_KINDS.get(ext) or BINARY_KINDS.get(ext)
     if kind is None:
-        raise unsupported(f"unsupported file type {ext or '(none)'!r}; supported: {' '.join(SUPPORTED)}")
+        raise unsupported(f"unsupported file type {ext or '(none)'!r}; supported: {' '.join(SUPPORTED)} "
+                          f"and rotated logs (.log.1)")
     return kind
 
 
@@ -209,18 +233,24 @@ class _CsvLines:
     """The lines of a csv text for ``csv.reader``, cut one at a time (no list of every line), refusing
     a record (a row and the lines its quoted cells span) of over ``csv_max_record_chars`` characters
     before the reader holds it: the reader keeps a record's cells as one list of strings, ~20 times
-    the record's size when its cells are short. ``next_record()`` is called at each row read."""
+    the record's size when its cells are short. ``next_record()`` is called at each row read. ``skip``:
+    lines not handed to the reader (Excel's ``sep=;`` line), still counted in the line numbers."""
 
-    def __init__(self, text: str, limit: int) -> None:
+    def __init__(self, text: str, limit: int, skip: int = 0) -> None:
         self.text = text
         self.limit = limit
         self.pos = 0                  # where the next line starts
-        self.lines = 0                # lines handed to the reader
-        self.first = 1                # the line the current record starts on
+        self.lines = 0                # lines handed to the reader (and skipped)
+        for _ in range(skip):
+            self.pos, self.lines = text.find("\n", self.pos) + 1 or len(text), self.lines + 1
+        self.first = self.lines + 1   # the line the current record starts on
+        self.start = self.pos         # ... and its offset in the text
+        self.last_first, self.last_start = self.first, self.start     # the same of the record read last
         self.record = 0               # characters of the current record so far
 
     def next_record(self) -> None:
-        self.first, self.record = self.lines + 1, 0
+        self.last_first, self.last_start = self.first, self.start
+        self.first, self.start, self.record = self.lines + 1, self.pos, 0
 
     def __iter__(self) -> _CsvLines:
         return self
@@ -239,6 +269,32 @@ class _CsvLines:
 
 
 _CSV_QUOTED = re.compile(r'"(?:[^"]|"")*"')
+# a quoted cell as the csv reader reads it: possessive, so a '""' at the end is an escaped quote,
+# never the closing one (``"a""`` is open)
+_CSV_QUOTED_CELL = re.compile(r'"[^"]*+(?:""[^"]*+)*+"')
+#: Excel's first line naming the delimiter (``sep=;``): not a header; its delimiter is used
+CSV_SEP_LINE = re.compile(r'sep=([^"\r\n])\r?')
+
+
+def _open_quote(text: str, start: int, delimiter: str) -> int | None:
+    """The offset of the quote that opens a cell of the record at ``start`` (the last of ``text``)
+    and is never closed, or None. Read as the (non-strict) csv reader reads: a quote opens a cell
+    only at the cell's start, ``""`` inside is an escaped quote, and after the closing quote the cell
+    runs on to the delimiter. The reader hands such a record every line up to the end of the file as
+    one cell, silently."""
+    rest = re.compile(f"[^{re.escape(delimiter)}\r\n]*")
+    pos, end = start, len(text)
+    while pos < end:
+        if text[pos] == '"':
+            m = _CSV_QUOTED_CELL.match(text, pos)
+            if m is None:
+                return pos
+            pos = m.end()
+        pos = rest.match(text, pos).end()            # type: ignore[union-attr]
+        if pos >= end or text[pos] != delimiter:     # the record's end
+            return None
+        pos += 1
+    return None
 
 
 def sniff_delimiter(text: str) -> str:
@@ -269,10 +325,15 @@ def parse_csv(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     as many line ends as its range has lines is line for line its source (no empty row or cell was
     dropped) and the chunker cites each row's own lines. Read a record at a time: each row's line is
     counted (its column names too) as it is made, and a record over ``csv_max_record_chars`` is
-    refused before it is split into cells. The delimiter is sniffed among ``,;\\t|`` (``sniff_delimiter``)."""
+    refused before it is split into cells. The delimiter is sniffed among ``,;\\t|`` (``sniff_delimiter``),
+    or named by an Excel ``sep=;`` first line (``CSV_SEP_LINE``, skipped). A quote that opens a cell
+    and is never closed is refused, naming its line: the reader would silently read every line after
+    it into that one cell."""
     text = decode_text(data)
-    lines = _CsvLines(text, cfg.csv_max_record_chars)
-    reader = csv.reader(lines, delimiter=sniff_delimiter(text))
+    sep = CSV_SEP_LINE.fullmatch(text[:text.find("\n")] if "\n" in text else text)
+    delimiter = sep.group(1) if sep else sniff_delimiter(text)
+    lines = _CsvLines(text, cfg.csv_max_record_chars, skip=1 if sep else 0)
+    reader = csv.reader(lines, delimiter=delimiter)
     out: list[Block] = []
     header: list[str] | None = None
     names: list[str] = []
@@ -280,7 +341,7 @@ def parse_csv(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     rows = first = 0                 # records in that block, and the line it starts on
     try:
         for row in reader:
-            start, end = lines.first, reader.line_num       # the lines this record spans
+            start, end = lines.first, lines.lines           # the lines this record spans
             lines.next_record()
             if header is None:
                 if not any(c.strip() for c in row):     # blank lines before the header
@@ -300,6 +361,12 @@ def parse_csv(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
                 part, rows = [], 0
     except csv.Error as exc:
         raise unsupported(f"malformed csv: {exc}") from None
+    opened = _open_quote(text, lines.last_start, delimiter)
+    if opened is not None:
+        line = lines.last_first + text.count("\n", lines.last_start, opened)
+        raise unsupported(f"malformed csv: the quote opening a cell on line {line} is never closed, so every "
+                          f"line after it would be read as that one cell (a stray '\"'? remove it, or quote the "
+                          f"whole cell and double the quotes inside: \"\"\")")
     if rows:
         out.append(Block("\n".join(part), 0, None, first, end))
     if header is not None and not out:                  # a header and no rows: the header is the text
@@ -316,56 +383,188 @@ def _escaped(m: re.Match) -> str:
     return f"\\u{ord(m.group()):04x}"
 
 
+#: JSON: at most this many values in one file (the document, array elements and object members;
+#: counted before parsing, from the commas and brackets outside strings): the parsed tree takes
+#: ~50-130 bytes a value (a 10 MB file of ``[{},{},...]`` took 1.4 GB and was then refused for its
+#: chunks), so it is bounded before it is built
+JSON_MAX_VALUES = 2_000_000
+#: pretty-printing a one-line JSON: its text is counted and cancellation checked every this many tokens
+JSON_CHECK_EVERY = 4096
+_JSON_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"')
+_JSON_EMPTY = re.compile(r"\[\s*\]|\{\s*\}")
+# the tokens of a valid JSON text: a string, a bracket, a comma or colon, a number or literal
+_JSON_TOKEN = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[\[\]{},:]|[^\s,:\[\]{}"]++')
+_scan_json_string = json.decoder.scanstring                    # type: ignore[attr-defined]
+_encode_json_string = json.encoder.encode_basestring           # type: ignore[attr-defined]
+
+
+def _json_values(text: str) -> int:
+    """The values of a JSON text (``JSON_MAX_VALUES``): one, plus its commas, plus its non-empty
+    arrays and objects (each holds one value more than its commas), outside strings. Bounded on the
+    whole text first (strings included: a quick upper bound); only when that is over the limit are
+    the strings left out and the empty ``[]`` / ``{}`` taken off. (Of a malformed text: a guess,
+    json.loads then names the error.)"""
+    n = text.count(",") + text.count("[") + text.count("{") + 1
+    if n <= JSON_MAX_VALUES:
+        return n
+    bare = _JSON_STRING.sub("", text)
+    empty = sum(1 for _ in _JSON_EMPTY.finditer(bare))
+    return bare.count(",") + bare.count("[") + bare.count("{") - empty + 1
+
+
+def _drop(_pairs: object) -> None:
+    return None
+
+
+def _pretty_json(text: str, budget: Budget) -> str:
+    """A valid one-line JSON text laid out as ``json.dumps(indent=2, ensure_ascii=False)`` lays out
+    its value, token by token, without building the value: strings with an escape decoded and
+    written back as json.dumps writes them (``\\u4e2d`` becomes ``中``), numbers as written. The
+    pieces are joined every ``JSON_CHECK_EVERY`` tokens (a list of every piece took ~50 bytes a
+    token), their size counted against the budget and cancellation checked."""
+    parts: list[str] = []            # the text so far, a string per JSON_CHECK_EVERY tokens
+    batch: list[str] = []
+    write = batch.append
+    size = depth = 0
+    opened = ""                      # a "[" / "{" whose first token is not read yet
+
+    def flush() -> None:
+        nonlocal size
+        parts.append("".join(batch))
+        batch.clear()
+        size += len(parts[-1])
+        if size > budget.limit - budget.total:
+            raise over_limit(budget.total + size, budget.limit)
+        budget.check()
+
+    for n, m in enumerate(_JSON_TOKEN.finditer(text), 1):
+        tok = m.group()
+        c = tok[0]
+        if opened:
+            if c in "]}":           # empty: [] / {}
+                write(opened + tok)
+                opened = ""
+                continue
+            depth += 1
+            write(opened + "\n" + "  " * depth)
+            opened = ""
+        if c in "[{":
+            opened = c
+        elif c in "]}":
+            depth -= 1
+            write("\n" + "  " * depth + c)
+        elif c == ",":
+            write(",\n" + "  " * depth)
+        elif c == ":":
+            write(": ")
+        elif c == '"' and "\\" in tok:
+            write(_encode_json_string(_scan_json_string(tok, 1)[0]))
+        else:
+            write(tok)
+        if n % JSON_CHECK_EVERY == 0:
+            flush()
+    write(opened)
+    flush()
+    return "".join(parts)
+
+
 def parse_json(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     """Validated, then indexed as written; a file on one line (minified) is indexed pretty-printed
     (keys stay next to their values, chunks end at line ends) and every block is located on that
-    one line of the file, not on the lines of the pretty-printed text. The pretty-printed text is
-    counted as it is produced (deep one-line files expand a lot); a lone surrogate stays the escape
-    it was written as."""
+    one line of the file, not on the lines of the pretty-printed text. A file of over
+    ``JSON_MAX_VALUES`` values is refused before it is parsed; it is validated by ``json.loads``
+    without keeping its objects, and pretty-printed from its text (``_pretty_json``), so memory stays
+    a small multiple of the file. The pretty-printed text is counted as it is produced (deep
+    one-line files expand a lot); a lone surrogate stays the escape it was written as."""
     text = decode_text(data)
+    values = _json_values(text)
+    if values > JSON_MAX_VALUES:
+        raise unsupported(f"json holds {values} values (array elements and object members), over the limit "
+                          f"of {JSON_MAX_VALUES} (JSON_MAX_VALUES)")
+    budget.check()
     try:
-        obj = json.loads(text)
+        json.loads(text, object_pairs_hook=_drop)       # validated: each object dropped once read
     except RecursionError:
         raise _too_deep("json") from None
     except ValueError as exc:
         raise unsupported(f"malformed json: {exc}") from None
+    budget.check()
     if "\n" not in text.strip():
-        pieces: list[str] = []
-        size = 0
-        try:
-            for piece in json.JSONEncoder(ensure_ascii=False, indent=2).iterencode(obj):
-                pieces.append(piece)
-                size += len(piece)
-                if size > budget.limit - budget.total:
-                    raise over_limit(budget.total + size, budget.limit)
-                if len(pieces) % 4096 == 0:
-                    budget.check()
-        except RecursionError:
-            raise _too_deep("json") from None
         line = 1 + text[:len(text) - len(text.lstrip())].count("\n")     # the line holding the json
-        # a lone surrogate escaped in the file ("\\ud800") is a str character once loaded: written
+        # a lone surrogate escaped in the file ("\\ud800") is a str character once decoded: written
         # back as its escape, so the text stays the file's json and valid unicode
-        text = _SURROGATE.sub(_escaped, "".join(pieces))
-        del pieces, obj
-        blocks = _counted(text.split("\n"), budget)
-        for b in blocks:                  # pretty-printed lines are not the file's: cite its one line
-            b.line_start = b.line_end = line
-        return blocks
-    del obj
+        text = _SURROGATE.sub(_escaped, _pretty_json(text, budget))
+        budget.add(len(text))
+        # one block (pretty-printed json has no blank line), cited on the file's one line, not on
+        # the lines of the pretty-printed text
+        return [Block(text, 0, None, line, line)]
     return _counted(text.split("\n"), budget)
 
 
+#: YAML: at most this many parser events in one file (a scalar, an alias, a collection's start and
+#: end: ~2 µs each with libyaml, ~40 µs without)
+YAML_MAX_EVENTS = 2_000_000
+#: YAML: collections nested at most this deep (a refusal, as deep JSON is)
+YAML_MAX_DEPTH = 1000
+#: YAML: the budget (cancellation) is checked every this many events
+YAML_CHECK_EVERY = 4096
+_YAML_PYTHON_TAG = "tag:yaml.org,2002:python/"
+
+
+def _too_many_events() -> HandlerError:
+    return unsupported(f"yaml holds over {YAML_MAX_EVENTS} elements (scalars, collections and aliases, counted "
+                       f"as parser events; limit YAML_MAX_EVENTS)")
+
+
 def parse_yaml(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
-    """Validated with ``yaml.safe_load_all`` (no object construction), indexed as written."""
+    """Validated as YAML syntax, indexed as written. Read as parser events (libyaml's when installed),
+    never composed into nodes or constructed into objects, so memory stays flat and application tags
+    (CloudFormation ``!Sub``, GitLab ``!reference``, Ansible ``!vault``) are accepted; an alias must
+    name an anchor defined before it in its document, and Python object tags (``!!python/...``) are
+    refused. Bounded: ``YAML_MAX_EVENTS`` events, ``YAML_MAX_DEPTH`` levels, the budget checked every
+    ``YAML_CHECK_EVERY`` events."""
     import yaml
     text = decode_text(data)
+    events = depth = 0
+    anchors: set[str] = set()
+    loader = None
     try:
-        for _ in yaml.safe_load_all(text):
-            budget.check()
-    except RecursionError:
-        raise _too_deep("yaml") from None
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+        while (event := loader.get_event()) is not None:
+            events += 1
+            if events % YAML_CHECK_EVERY == 0:
+                if events > YAML_MAX_EVENTS:
+                    raise _too_many_events()
+                budget.check()
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > YAML_MAX_DEPTH:
+                    raise _too_deep("yaml")
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
+                continue
+            elif isinstance(event, yaml.AliasEvent):
+                if event.anchor not in anchors:
+                    raise unsupported(f"malformed yaml: found undefined alias {event.anchor!r} "
+                                      f"(line {event.start_mark.line + 1})")
+                continue
+            elif isinstance(event, yaml.DocumentStartEvent):
+                anchors.clear()
+                continue
+            elif not isinstance(event, yaml.ScalarEvent):
+                continue
+            if event.anchor is not None:
+                anchors.add(event.anchor)
+            if event.tag and event.tag.startswith(_YAML_PYTHON_TAG):
+                raise unsupported(f"malformed yaml: a Python object tag {event.tag!r} (line "
+                                  f"{event.start_mark.line + 1}): only data is accepted")
     except yaml.YAMLError as exc:
         raise unsupported(f"malformed yaml: {str(exc).splitlines()[0]}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    if events > YAML_MAX_EVENTS:
+        raise _too_many_events()
     return _counted(text.split("\n"), budget)
 
 
@@ -389,15 +588,28 @@ def _content_bytes(page) -> int:
     return total
 
 
+def _opens_without_password(reader) -> bool:
+    """An encrypted pdf that every viewer opens (only an owner password, restricting printing or
+    copying; the user password empty) decrypted with the empty password: True; False when it needs a
+    password. Refused (UNSUPPORTED_MEDIA) when its cipher needs a package the server lacks (AES needs
+    ``cryptography``)."""
+    from pypdf.errors import DependencyError
+    try:
+        return bool(reader.decrypt(""))
+    except DependencyError as exc:
+        raise unsupported(f"encrypted pdf that this server cannot decrypt: {exc}") from None
+
+
 def parse_pdf(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     """Text of each page (pypdf), paragraphs per page, located by page number. Bounded: every
     stream's decompressed size (``pdf_max_stream_bytes``), the page content interpreted in the
     whole document, a stream shared by N pages counted N times (``pdf_max_content_bytes``, checked
     before any page is extracted), each page's text (``pdf_max_page_chars``, stopped as it grows)
-    and the running total (``max_extracted_chars``); cancellation is checked at every operator. A
-    page's spaced-out CJK lines (justified text: one glyph at a time) are joined (``join_spaced_cjk``)."""
+    and the running total (``max_extracted_chars``); cancellation is checked at every operator. An
+    encrypted pdf is read when it opens with the empty password (an owner password only), else
+    refused as password-protected. A page's spaced-out CJK lines (justified text: one glyph at a time) are joined (``join_spaced_cjk``)."""
     from pypdf import PdfReader, apply_configuration
-    from pypdf.errors import LimitReachedError, PyPdfError
+    from pypdf.errors import DependencyError, LimitReachedError, PyPdfError
     limit = cfg.pdf_max_stream_bytes
     out: list[Block] = []
     try:
@@ -406,8 +618,8 @@ def parse_pdf(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
                                  array_based_stream_maximum_output_length=limit,
                                  stream_decoding_work_maximum_length=limit):
             reader = PdfReader(io.BytesIO(data))
-            if reader.is_encrypted:
-                raise unsupported("encrypted pdf")
+            if reader.is_encrypted and not _opens_without_password(reader):
+                raise unsupported("password-protected pdf: it opens only with its password")
             if len(reader.pages) > cfg.pdf_max_pages:
                 raise unsupported(f"pdf has {len(reader.pages)} pages (limit {cfg.pdf_max_pages})")
             content = 0
@@ -446,6 +658,8 @@ def parse_pdf(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
         raise
     except LimitReachedError as exc:
         raise unsupported(f"pdf over a decompression limit (pdf_max_stream_bytes = {limit}): {exc}") from None
+    except DependencyError as exc:        # (AES without the cryptography package, met on the first string)
+        raise unsupported(f"encrypted pdf that this server cannot decrypt: {exc}") from None
     except PyPdfError as exc:
         raise unsupported(f"corrupt pdf: {exc or type(exc).__name__}") from None
     except Exception as exc:              # pypdf meets malformed objects with all kinds of errors
