@@ -227,10 +227,10 @@ def test_excel_sep_line_names_the_delimiter_and_is_not_the_header():
 
 
 # -- PDF -------------------------------------------------------------------------------------------
-def _encrypted(user: str, owner: str) -> bytes:
+def _encrypted(user: str, owner: str, algorithm: str = "RC4-128") -> bytes:
     from pypdf import PdfReader, PdfWriter
     writer = PdfWriter(clone_from=PdfReader(io.BytesIO(make_pdf(["Backups run nightly on bk-09"]))))
-    writer.encrypt(user_password=user, owner_password=owner, algorithm="RC4-128")
+    writer.encrypt(user_password=user, owner_password=owner, algorithm=algorithm)
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
@@ -241,6 +241,15 @@ def test_owner_password_only_pdf_is_read_and_a_user_password_refused():
     assert block.text == "Backups run nightly on bk-09" and block.page == 1
     message = refused("locked.pdf", _encrypted("user-secret", "owner-secret"))
     assert message.startswith("password-protected pdf")
+
+
+@pytest.mark.parametrize("algorithm", ["AES-128", "AES-256"])
+def test_an_aes_pdf_with_only_an_owner_password_is_read(algorithm):
+    """Acrobat's usual ciphers: pypdf opens them with the cryptography package (the pypdf[crypto] extra)."""
+    [block] = parse("aes.pdf", _encrypted("", "owner-secret", algorithm), CFG)
+    assert block.text == "Backups run nightly on bk-09"
+    assert refused("aes-locked.pdf", _encrypted("user-secret", "owner-secret", algorithm)).startswith(
+        "password-protected pdf")
 
 
 def test_pdf_cipher_the_server_cannot_decrypt_is_named(monkeypatch):
