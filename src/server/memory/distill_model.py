@@ -5,8 +5,9 @@ With a summary model configured, ``distill_by_model`` asks it (``DISTILL_PROMPT`
 facts and preferences of a message as JSON. It is sent only what the user states as true
 (``model_source``: the rules' tests of ``server.memory.distill``, clause by clause), and of its answer
 only items that pass the same tests and are said in the text it was sent are kept
-(``model_items_kept``, ``grounded``); secrets never (``server.memory.sensitive``). When it fails or
-answers something unusable, the rules' items are used (``SOURCE_RULES``).
+(``model_items_kept``, ``grounded``: values, names, negations and commands as they are, other words in
+its own way up to ``MAX_UNSAID_WORDS``); secrets never (``server.memory.sensitive``). When it fails,
+answers something unusable or none of its items is kept, the rules' items are used (``SOURCE_RULES``).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import asyncio
 import json
 import logging
 import re
+import unicodedata
 from typing import Any
 
 from server.memory.analyze import CJK_STOP_CHARS, STOPWORDS, analyze, normalize, word_terms
@@ -141,7 +143,7 @@ FRAME_WORDS = (STOPWORDS - _NEGATION_WORDS) | frozenset((
     "want", "wants", "please", "answer", "answers", "answered", "reply", "replies", "replied", "respond",
     "responds", "response", "responses", "language", "keep", "now", "currently", "called", "named", "located"))
 _ZH_FRAME_WORDS = ("用户", "我们", "咱们", "请", "使用", "用", "回答", "回复", "答复", "偏好", "喜欢", "希望", "现在",
-                   "目前", "叫", "为")
+                   "目前", "叫", "为", "位于", "所在")
 #: a lasting request in the text sent: a model's preference needs one or a preference by the rules
 #: (``_asks_lasting``), and only then may its item say "always" or "以后"
 _LASTING = re.compile(r"\b(?:always|never|from now on|going forward|in (?:the )?future|from here on|henceforth|"
@@ -184,6 +186,7 @@ class _Sent:
         if self.negated:
             self._han.update(_ZH_NEGATION_WORDS)
         self._longest = max(map(len, self._han))
+        self.flat = " ".join(self.text.split())
 
     def says(self, word: str) -> bool:
         """The word is in the text: an English word by its stem, a Chinese one as it is."""
@@ -213,54 +216,162 @@ class _Sent:
         """A value (a digit or a sign in it: an identifier, number, host, path, URL) is in the text as it is."""
         return re.search(rf"(?<![^\W_]){re.escape(token.casefold())}(?![^\W_])", self.text) is not None
 
-    def han(self, run: str) -> bool:
-        """A run of Han characters is made of pieces of the text (two characters or more), Chinese
-        words the text says in either language or in its frame (``_ZH_FRAME_WORDS``) and function
-        characters (``CJK_STOP_CHARS``)."""
-        reach = [False] * (len(run) + 1)
-        reach[0] = True
+    def alias(self, word: str) -> bool:
+        """Another name of one thing is in the text (``NAME_ALIASES``: "PostgreSQL" for "postgres")."""
+        group = _ALIAS_OF.get(word.casefold())
+        return group is not None and any(self.says(a) for a in group)
+
+    def han(self, run: str, lenient: bool = False) -> tuple[int, int] | None:
+        """A run of Han characters as (its words said, its words unsaid), or None when it holds a piece
+        the text does not. Said: pieces of the text (two characters or more), Chinese words the text
+        says in either language or in its frame (``_ZH_FRAME_WORDS``) and function characters
+        (``CJK_STOP_CHARS``). ``lenient`` (not the value of a statement): also a single character of
+        the text, and a run of other characters put between two characters (not function characters)
+        the text has side by side ("主数据库" from "主库"), as one unsaid word per two characters; the
+        fewest unsaid words win."""
+        n = len(run)
+        best: list[tuple[int, int] | None] = [None] * (n + 1)      # (unsaid, -said) to reach run[:i]
+        best[0] = (0, 0)
+
+        def offer(j: int, base: tuple[int, int], unsaid: int, said: int) -> None:
+            cand, cur = (base[0] + unsaid, base[1] - said), best[j]
+            if cur is None or cand < cur:
+                best[j] = cand
+
         far = 0          # run[i:far] is in the text for every i < far - 1 (a piece's suffix is one too)
-        for i in range(len(run)):
-            if not reach[i]:
+        for i in range(n):
+            at = best[i]
+            if at is None:
                 continue
             if run[i] in CJK_STOP_CHARS:
-                reach[i + 1] = True
-            for n in range(1, min(self._longest, len(run) - i) + 1):
-                if run[i:i + n] in self._han:
-                    reach[i + n] = True
+                offer(i + 1, at, 0, 0)
+            for k in range(1, min(self._longest, n - i) + 1):
+                if run[i:i + k] in self._han:
+                    offer(i + k, at, 0, 0 if run[i:i + k] in _ZH_FRAME_WORDS else 1)
             for j in range(i + 2, far + 1):
-                reach[j] = True
+                offer(j, at, 0, 1)
             j = max(i + 2, far + 1)          # (so each search of the text extends a piece or ends one)
-            while j <= len(run) and run[i:j] in self.text:
-                reach[j] = True
+            while j <= n and run[i:j] in self.text:
+                offer(j, at, 0, 1)
                 far = j
                 j += 1
-        return reach[-1]
+            if not lenient:
+                continue
+            if run[i] in self.text:
+                offer(i + 1, at, 0, 0)
+            if i and run[i - 1] not in CJK_STOP_CHARS:     # (not after 的: "我们的上海数据库" adds a place)
+                for j in range(i + 1, min(n - 1, i + 2 * MAX_UNSAID_WORDS) + 1):
+                    if run[j] not in CJK_STOP_CHARS and run[i - 1] + run[j] in self.text:
+                        offer(j, at, (j - i + 1) // 2, 0)
+        end = best[n]
+        return None if end is None else (-end[1], end[0])
 
 
-def grounded(text: str, source: str | _Sent) -> bool:
-    """Every piece of a model's item is said in the text it was sent (``source``): each value (with a
-    digit or a sign: "db-prod-42", "vpn-x.example.com", "http://..." ) as it is, each English word by its
-    stem unless it is a function or frame word (``FRAME_WORDS``), a negation only when the text has
-    one, an ops noun or a language named in either language ("The prod DB host is db-prod-42" from
-    "生产数据库的主机是 db-prod-42"; "Answers in Chinese" from "…中文"), and each run of Chinese as pieces
-    of the text (``_Sent.han``). A translation of other words ("Hangzhou" for 杭州) is not said."""
-    sent = source if isinstance(source, _Sent) else _Sent(source)
-    for m in _ITEM_PIECE.finditer(normalize(text)):
+#: how far a model's item may word what the text said its own way (``grounded``): at most this many
+#: ordinary words the text did not say (an English word of small letters whose stem is not in the
+#: text, "concise" for "short", "lives" for "based"; Chinese characters put between two the text
+#: has side by side, one word per two characters) ...
+MAX_UNSAID_WORDS = 2
+#: ... and no more than this share of the words that count in each clause of the item (words the
+#: text said and values; not function words nor the frame of a fact: "The user uses emacs" from
+#: "I use vim" has one word of its own and none said, and is dropped)
+MAX_UNSAID_SHARE = 0.5
+#: names of one thing: one in the item is said when another is in the text
+NAME_ALIASES: tuple[tuple[str, ...], ...] = (
+    ("postgres", "postgresql", "psql", "pg"), ("kubernetes", "k8s", "kube"), ("mongodb", "mongo"),
+    ("elasticsearch", "elastic"), ("javascript", "js"), ("typescript", "ts"), ("golang", "go"))
+_ALIAS_OF = {name: group for group in NAME_ALIASES for name in group}
+#: a shell command in an item (a downloader, sudo, rm, a shell, a pipe, "&&", "$(", a redirect to a
+#: path): kept only when the item from there on is in the text as it is
+COMMAND = re.compile(r"(?<![\w./-])(?:curl|wget|sudo|rm|chmod|chown|mkfs|dd|eval|exec|bash|sh|zsh|ksh|nc|ncat|"
+                     r"netcat|powershell|pwsh|iex|invoke-expression)(?![\w/.-])|\||&&|\$\(|>>?\s*[/~]",
+                     re.IGNORECASE)
+#: where an item's clauses end: each is weighed on its own (``MAX_UNSAID_SHARE``)
+_ITEM_CLAUSE = re.compile(r",\s+|[;，；、：]|:\s+|\s+(?:and|but|while|whereas|which|who|so)\s+|并且|而且|但是|以及|同时",
+                          re.IGNORECASE)
+#: what a statement says a thing is: the words after it in a clause are its value, said as they are
+_COPULA = re.compile(r"\b(?:is|are|was|were|am|be|been|being)\b|位于|(?<![但还就总倒要若可于凡])是(?!否)|"
+                     r"(?<![现正存实所自])在|(?<![因作认成称以更较])为(?!了)", re.IGNORECASE)
+#: frame words that count as said words of a preference ("prefers concise answers"), not of a fact
+_PREFERENCE_FRAME = frozenset(("prefer", "prefers", "preferred", "preference", "want", "wants", "answer", "answers",
+                               "answered", "reply", "replies", "replied", "respond", "responds", "response",
+                               "responses", "language"))
+_HAN_CHAR = re.compile(f"[{_HAN_CLASS}]")
+
+
+def _word(sent: _Sent, word: str, kind: str, lenient: bool) -> tuple[int, int] | None:
+    """One word of letters of an item as (said, unsaid), None when it must be said and is not."""
+    folded = word.casefold().replace("’", "'")
+    if sent.word(word) or sent.alias(word):
+        counted = folded not in FRAME_WORDS or (kind == "preference" and folded in _PREFERENCE_FRAME)
+        return (1 if counted else 0), 0
+    if (not lenient or folded != word or folded in _NEGATION_WORDS or folded.endswith("n't")
+            or folded in _LASTING_WORDS or COMMAND.fullmatch(folded)):
+        return None          # (a name, a negation, "always", a command word, or in a value: never unsaid)
+    return 0, 1
+
+
+def _tally(part: str, sent: _Sent, kind: str, lenient: bool, latin_names: bool) -> tuple[int, int] | None:
+    """(said, unsaid) words of part of an item, None when a piece of it must be said and is not."""
+    said = unsaid = 0
+    for m in _ITEM_PIECE.finditer(part):
+        got: tuple[int, int] | None
         if m.group("han"):
-            if not sent.han(m.group("han")):
-                return False
-            continue
-        token = m.group("tok")
-        if _PLAIN_WORD.fullmatch(token):
-            if not sent.word(token):
-                return False
-        elif all(_PLAIN_WORD.fullmatch(p) for p in token.split("-")) and "-" in token:
-            if not sent.value(token) and not all(sent.word(p) for p in token.split("-")):
-                return False
-        elif not sent.value(token):
+            got = sent.han(normalize(m.group("han")), lenient)
+        else:
+            token = m.group("tok")
+            if _PLAIN_WORD.fullmatch(token):
+                got = _word(sent, token, kind, lenient and not latin_names)
+            elif "-" in token and all(_PLAIN_WORD.fullmatch(p) for p in token.split("-")):
+                got = (1, 0)
+                if not sent.value(token):                  # ("on-call" as "on" and "call")
+                    pieces = [_word(sent, p, kind, lenient and not latin_names) for p in token.split("-")]
+                    got = None if None in pieces else \
+                        (sum(p[0] for p in pieces if p), sum(p[1] for p in pieces if p))
+            else:
+                got = (1, 0) if sent.value(token) or sent.alias(token) else None
+        if got is None:
+            return None
+        said, unsaid = said + got[0], unsaid + got[1]
+    return said, unsaid
+
+
+def grounded(text: str, source: str | _Sent, kind: str = "fact") -> bool:
+    """A model's item says what the text it was sent (``source``) said, in its own words at most a
+    little (``MAX_UNSAID_WORDS``, ``MAX_UNSAID_SHARE``). Said as they are, always: each value (with a
+    digit or a sign: "db-prod-42", "vpn-x.example.com", "http://...", "02:00"), each name (a word with
+    a capital letter, or a Latin word in a Chinese item: "ArgoCD", "Berlin"; another name of one thing
+    counts, ``NAME_ALIASES``), a negation (only when the text has one), "always"/"以后" (only when it
+    asks for something lasting), a shell command (``COMMAND``: from there on, as it is in the text) and
+    what a statement says a thing is (the words of a clause after "is"/"是"/"在"/"位于": "我们的数据库在上海"
+    from "...在杭州" is dropped). Said by its stem, in either language for the ops nouns and languages
+    ("The prod DB host is db-prod-42" from "生产数据库的主机是 db-prod-42"), or else counted as unsaid:
+    an English word of small letters ("The team deploys with ArgoCD" from "We deploy with ArgoCD").
+    Chinese as pieces of the text (``_Sent.han``). A translation of a name ("Hangzhou" for 杭州) is
+    not said."""
+    sent = source if isinstance(source, _Sent) else _Sent(source)
+    item = unicodedata.normalize("NFKC", text)
+    command = COMMAND.search(item)
+    if command is not None:
+        rest = " ".join(normalize(item[command.start():]).split()).rstrip(" .。!！")
+        if rest not in sent.flat:
             return False
-    return True
+    latin_names = _HAN_CHAR.search(item) is not None
+    unsaid_in_all = 0
+    for clause in _ITEM_CLAUSE.split(item):
+        copula = _COPULA.search(clause)
+        parts = [(clause, True)] if copula is None else [(clause[:copula.start()], True),
+                                                         (clause[copula.start():], False)]
+        said = unsaid = 0
+        for part, lenient in parts:
+            got = _tally(part, sent, kind, lenient, latin_names)
+            if got is None:
+                return False
+            said, unsaid = said + got[0], unsaid + got[1]
+        if unsaid > MAX_UNSAID_SHARE * (said + unsaid):
+            return False
+        unsaid_in_all += unsaid
+    return unsaid_in_all <= MAX_UNSAID_WORDS
 
 
 def _asks_lasting(sent: _Sent) -> bool:
@@ -278,7 +389,8 @@ def model_items_kept(items: list[tuple[str, str]], source: str) -> list[tuple[st
     (``_asks_lasting``). How many were dropped is logged at INFO."""
     sent = _Sent(source)
     kept = [(kind, text) for kind, text in items
-            if not unstated(text) and grounded(text, sent) and (kind != "preference" or _asks_lasting(sent))]
+            if not unstated(text) and grounded(text, sent, kind)
+            and (kind != "preference" or _asks_lasting(sent))]
     if len(kept) < len(items):
         log.info("memory: %d of the summary model's %d items were dropped: not stated as true, or not said "
                  "in the message", len(items) - len(kept), len(items))
@@ -287,8 +399,9 @@ def model_items_kept(items: list[tuple[str, str]], source: str) -> list[tuple[st
 
 async def distill_by_model(agent: Any, model: str | None, text: str) -> tuple[list[tuple[str, str]], str]:
     """Ask the summary model about what the message states (``model_source``): (its items,
-    ``SOURCE_MODEL``); (the rules' items, ``SOURCE_RULES``) when it fails or answers something
-    unusable, so an item says which path learned it. A message that states nothing (only questions,
+    ``SOURCE_MODEL``); (the rules' items, ``SOURCE_RULES``) when it fails, answers something
+    unusable, or answers items none of which is kept (``model_items_kept``) while the rules learn
+    something from the message, so an item says which path learned it and a stated fact is not lost. A message that states nothing (only questions,
     hypotheses, hedges, hearsay) is not sent: ([], ``SOURCE_RULES``)."""
     source = model_source(text) if len(text) <= INLINE_FILTER_CHARS else \
         await asyncio.to_thread(model_source, text)
@@ -307,6 +420,11 @@ async def distill_by_model(agent: Any, model: str | None, text: str) -> tuple[li
         return distill_rules(text), SOURCE_RULES
     kept = model_items_kept(parsed, source) if len(source) <= INLINE_FILTER_CHARS else \
         await asyncio.to_thread(model_items_kept, parsed, source)
+    if parsed and not kept:          # (every item dropped: what the rules learn is not lost with them)
+        rules = distill_rules(text) if len(text) <= INLINE_FILTER_CHARS else await asyncio.to_thread(distill_rules, text)
+        if rules:
+            log.info("memory: none of the summary model's items was kept; the rules' %d are used instead", len(rules))
+            return rules, SOURCE_RULES
     return kept, SOURCE_MODEL
 
 
