@@ -151,7 +151,7 @@ NOTES.update({
     "service_not_checked": ("Services are not checked: the offline tools read no service manager (systemd). "
                             "Processes named like '{service}' (a running process is a sign it is up; a port check "
                             "or its log says more):",
-                            "离线工具不检查服务状态（不读取 systemd 等服务管理器）。以下是名称包含“{service}”的进程"
+                            "离线工具不检查服务状态（不读取 systemd 等服务管理器）。以下是名称包含“{service_zh}”的进程"
                             "（有进程在运行说明它可能在运行；也可以检查它的端口或查看它的日志）："),
     "user_filter": ("The processes tool cannot filter by user ({user}): the list is of every user's processes, "
                     "each with its user.", "进程工具不能按用户（{user}）筛选：以下列出所有用户的进程，并标出每个进程的用户。"),
@@ -166,6 +166,9 @@ NOTES_AFTER = {
                           "未回答：“{part}”（离线助手无法理解这一部分）。"),
     "part_refused": ("Not done: \"{part}\": the offline assistant's tools are read-only.",
                      "未执行：“{part}”：离线助手的工具都是只读的。"),
+    "part_not_explained": ("Not answered: \"{part}\": the offline assistant shows and checks, it cannot explain or "
+                           "analyze; a configured language model can ([llm] in the server config).",
+                           "未回答：“{part}”：离线助手只能查看和检查，不能解释或分析；配置大语言模型（服务器配置 [llm]）后可以。"),
 }
 #: a PID asked for ("what is process 1"): said before the listing, whether it is in it (``_pid_note``)
 _PID_LINE = r"^\d+\. .*\(pid {pid}, .*$"
@@ -202,9 +205,12 @@ def with_notes(answer: str, found: list[Any], zh: bool) -> str:
     before it; ``NOTES_AFTER``, after it). Decimal units asked convert the sizes of the answer."""
     before: list[str] = []
     after: list[str] = []
+    services = [str(v.get("service")) for i in found for k, v in getattr(i, "notes", ()) if k == "service_not_checked"]
     for i in found:
         keyed = [(i.note, {})] if getattr(i, "note", None) else []
         for key, values in keyed + list(getattr(i, "notes", ())):
+            if key == "service_not_checked":    # said once for every service asked ("is nginx up and postgres down?")
+                values = {"service": "', '".join(dict.fromkeys(services)), "service_zh": "”“".join(dict.fromkeys(services))}
             if key in NOTES:
                 before.append(_j(zh, *NOTES[key]).format(**values))
             elif key in NOTES_AFTER:
@@ -248,6 +254,20 @@ def without_tool(found: list[Any], zh: bool, roots: tuple[list[str], list[str]] 
         if i.name == "which_file":
             return which_file(str(i.arguments.get("pattern", "")), zh)
     return help_text(zh, roots)
+
+
+def tool_results(rendered: list[str], found: list[Any], zh: bool,
+                 roots: tuple[list[str], list[str]] | None = None) -> str:
+    """The answer to a message of several requests: the tool results ``rendered``, then the reply to each
+    request of ``found`` that calls no tool ("show disk usage and tail the error log": "Which log file?";
+    "show memory and grep -v INFO app.log": the -v refused), then the notes (``with_notes``). No request is
+    dropped silently."""
+    canned = [without_tool([i], zh, roots) for i in found if not i.tool and i.name in WITHOUT_TOOL_AFTER]
+    return with_notes("\n\n".join([*rendered, *dict.fromkeys(canned)]), [i for i in found if i.tool], zh)
+
+
+#: the requests without a tool answered after the tool results of the same message (``tool_results``)
+WITHOUT_TOOL_AFTER = ("refuse", "log_path", "unsupported", "which_file")
 
 
 def courtesy(zh: bool) -> str:

@@ -20,7 +20,7 @@ PATH = rf"(?:{_ABS}|{_REL}|{_NAME}|{_DOTFILE}|\.)"
 TARGET = rf"(?:{PATH}|{_C}+)"     # after "in" / "在" a bare name is a path too ("grep ERROR in nginx")
 _PATH_RE = re.compile(rf"(?<![A-Za-z0-9_/.])({_ABS}|{_REL}|{_NAME}|{_DOTFILE})(?![A-Za-z0-9_/])")
 _QUOTED = r"[\"'“”‘’`]"
-_CASE_TAIL = r"(?:\s*,?\s*(?:ignore[- ]case|case[- ]insensitive|忽略大小写|不区分大小写))?"
+_CASE_TAIL = r"(?:\s*,?\s*(?:ignor(?:e|ing)[- ](?:the[- ])?case|case[- ]insensitive(?:ly)?|忽略大小写|不区分大小写))?"
 
 _LIST = re.compile(r"\b(?:ls|list|dir)\b|\bwhat(?:'s| is) in\b|\bfiles? (?:in|under)\b|\bcontents of (?:the )?"
                    r"(?:directory|folder|dir)\b|列出|目录下|文件夹下|目录里|目录中|有哪些文件|有什么文件|下的文件",
@@ -68,6 +68,14 @@ _COUNT_EN = [
 ]
 #: what a count names that is no text to grep ("how many lines in app.log": the file's length, not asked here)
 _NOT_PATTERN = re.compile(r"^(?:lines?|entries|rows|records|times|matches|hits|occurrences|of|the|a|an)$", re.I)
+#: what a count of a directory names ("count the files in /var/log", "how many directories in nginx"): its entries,
+#: listed by list_dir (the answer says how many), never grepped for the word
+_DIR_ENTRIES = re.compile(r"^(?:(?:the|all)\s+)?(?:(?:sub-?)?(?:files?|director(?:y|ies)|dirs?|folders?)|entries|items|"
+                          r"sub-?dirs?)$", re.I)
+_COUNT_ENTRIES = re.compile(r"\b(?:count|how\s+many|number\s+of)\s+(?:of\s+)?(?:the\s+|all\s+)?(?:sub-?)?(?:files?|"
+                            r"director(?:y|ies)|dirs?|folders?|entries|items)\s+(?:are\s+(?:there\s+)?)?"
+                            rf"(?:in|under|inside|within)\s+(?:the\s+)?(?:directory\s+|folder\s+|dir\s+)?({TARGET})"
+                            r"\s*/?\s*[?.!]*\s*$", re.I)
 #: a log level counted or filtered in the plural ("how many errors in app.log"): grepped case-insensitively as
 #: the level's stem (error, warn, fatal, critical, exception)
 LEVEL_WORDS = {"error": "error", "errors": "error", "warning": "warn", "warnings": "warn", "warn": "warn",
@@ -200,7 +208,7 @@ def _kept_spans(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in _QUOTED_SPAN.finditer(text)] + _path_spans(text)
 
 
-_IGNORE_CASE = re.compile(r"\b(?:ignore[- ]case|case[- ]insensitive)\b|忽略大小写|不区分大小写", re.IGNORECASE)
+_IGNORE_CASE = re.compile(r"\b(?:ignor(?:e|ing)[- ](?:the[- ])?case|case[- ]insensitive(?:ly)?)\b|忽略大小写|不区分大小写", re.IGNORECASE)
 
 
 # A path with other characters ("/data/日志/app.log") is taken only when quoted or after a space:
@@ -302,7 +310,7 @@ def _grep(text: str, previous: str | None = None) -> tuple[str, dict[str, Any]] 
 
 def _grep_args(text: str, pattern: str, root: str, flags: dict[str, bool],
                previous: str | None) -> tuple[str, dict[str, Any]] | None:
-    pattern = re.sub(r"\s*(?:,\s*)?(?:ignore[- ]case|case[- ]insensitive|忽略大小写|不区分大小写)\s*$", "", pattern,
+    pattern = re.sub(r"\s*(?:,\s*)?(?:ignor(?:e|ing)[- ](?:the[- ])?case|case[- ]insensitive(?:ly)?|忽略大小写|不区分大小写)\s*$", "", pattern,
                      flags=re.IGNORECASE).strip(" \"'“”‘’`")
     if not pattern:
         return None
@@ -311,8 +319,8 @@ def _grep_args(text: str, pattern: str, root: str, flags: dict[str, bool],
             return "which_file", {"pattern": pattern[:200]}
         root = previous
     if flags.get("count"):
-        if _NOT_PATTERN.match(pattern):
-            return None
+        if _NOT_PATTERN.match(pattern) or _DIR_ENTRIES.match(pattern):
+            return None                                       # (the entries of a directory: ``parse_file_request``)
         if re.fullmatch(r"\d+s", pattern):                    # "how many 502s"
             pattern = pattern[:-1]
         elif pattern.lower() in LEVEL_WORDS and not pattern.isupper():   # "how many errors": any case
@@ -359,6 +367,11 @@ def parse_file_request(text: str, previous: str | None = None) -> tuple[str, dic
         return grep
     paths = paths_in(text)
     counted = counts_in_digits(text)  # "最后二十行", "第二到第五行": the lines asked, in digits
+    entries = _COUNT_ENTRIES.search(text)
+    if entries is not None and not (re.search(r"\b(?:entries|items)\b", entries.group(0), re.I)
+                                    and re.search(r"\.[A-Za-z][A-Za-z0-9]{0,7}$", entries.group(1))):
+        # "count the files in /var/log": the listing says how many entries ("entries in app.log" are its lines)
+        return "list_dir", {"path": entries.group(1) if not PRONOUNS.fullmatch(entries.group(1)) else previous or "."}
     if _LIST.search(text) and not (paths and _READ.search(text) and not re.search(r"目录|folder|directory|\bdir\b|\bls\b", text, re.I)):
         bare = _BARE_DIR.search(text) if not paths else None
         name = bare.group(1) if bare is not None and not bare.group(1).startswith("-") else None

@@ -266,6 +266,9 @@ _MORE_PORTS = re.compile(r"\bports?\s*(?:number\s*)?[:：]?\s*\d{1,5}((?:\s*(?:,
 MAX_PORTS_CHECKED = 8
 
 
+_AT_END = re.compile(r"\s*[?.!？。]*\s*")
+
+
 def _network_targets(text: str) -> list[tuple[str, int]]:
     """Every (host, port) ``text`` asks to check: one, or one per port of a list on one host."""
     target = _network_target(text)
@@ -286,8 +289,8 @@ def _network_target(text: str) -> tuple[str, int] | None:
     port = int(pm.group(1) or pm.group(2))
     hm = _HOST_WORD.search(text) or _BARE_HOST.search(text)
     host = hm.group(1).strip("[]") if hm else "localhost"
-    if host.lower() in ("port", "the", "a"):
-        host = "localhost"
+    if host.lower() in ("port", "the") or host.lower() == "a" and not _AT_END.fullmatch(text[hm.end():]):
+        host = "localhost"        # (an article: "on a server"; a host at the end of its clause: "port 22 on a")
     return host, port
 
 
@@ -516,7 +519,10 @@ _SERVICE_STATUS = [_p(r"^\W*(?:what(?:['’]s|\s+is)\s+|show\s+(?:me\s+)?|check\
                    _p(r"^\W*(?:systemctl|service)\s+status\s+([A-Za-z][\w.@-]*)|^\W*service\s+([A-Za-z][\w.@-]*)\s+status\b")]
 _NOT_SERVICES = _NOT_NAMES | {"server", "machine", "host", "box", "overall", "disk", "disks", "network", "load", "port",
                               "ports", "process", "processes", "everything", "things", "it", "service", "services",
-                              "swap", "uptime", "storage", "computer", "node", "vm", "cluster"}
+                              "swap", "uptime", "storage", "computer", "node", "vm", "cluster", "health", "system",
+                              "systems", "status", "overview", "general", "memory", "mem", "ram", "cpu", "cpus",
+                              "net", "networking", "bandwidth", "interfaces", "interface", "usage", "servers",
+                              "machines", "hosts", "os", "hardware", "resources", "resource", "performance"}
 
 
 def _service_status(text: str) -> str | None:
@@ -524,7 +530,7 @@ def _service_status(text: str) -> str | None:
         m = pat.search(text)
         if m:
             name = next(g for g in m.groups() if g)
-            return None if name.lower() in _NOT_SERVICES else name
+            return None if name.lower() in _NOT_SERVICES or typo_of(name) else name   # ("netowrk": a metric word)
     return None
 
 
@@ -533,11 +539,36 @@ TYPO_WORDS = ("memory", "disk", "disks", "network", "process", "processes", "upt
               "interfaces", "usage", "status", "swap", "load")
 #: the shortest word a typo is corrected in; words of 4 letters only when two letters are swapped ("dsik")
 TYPO_MIN_CHARS = 4
+#: the shortest words a typo of two edits is corrected in, and then only when both edits swap letters
+#: ("bnadwdith": the same letters as "bandwidth"), never two other edits ("progresses" is no "processes")
+TYPO_TWO_EDITS_MIN_CHARS = 8
+#: the longest message read as an ops request when all its other words are ops words (``corrected``)
+TYPO_CONTEXT_MAX_WORDS = 12
 _WORD = re.compile(rf"(?<![\w./\\-])[A-Za-z]{{{TYPO_MIN_CHARS},}}(?![\w./\\-])")
+_ANY_WORD = re.compile(r"[A-Za-z][A-Za-z']*|\d+%?")
 #: real words a typo correction must leave alone (one letter from a metric word: "risk" / "disk", "lead")
 _REAL_WORDS = {"risk", "desk", "dusk", "dish", "lead", "loan", "road", "toad", "goad", "loads", "swan", "swam",
-               "sway", "swat", "stats", "risks", "desks", "dusks", "disco", "statue", "states", "usages", "storages", "processor", "processed",
-               "memo", "memos", "network", "status", "loud", "lord", "upline", "uptime", "bandwidths"}
+               "sway", "swat", "stats", "risks", "desks", "dusks", "disco", "statue", "statues", "stratus", "states",
+               "usages", "storages", "stowage", "processor", "processed", "progress", "progresses", "memo", "memos",
+               "emory", "network", "status", "loud", "lord", "upline", "uptime", "bandwidths"}
+#: the words an ops request is made of besides its metric words ("whats the X usage", "show X", "check X", "X status",
+#: "how much X is free"): a misspelled metric word is corrected only among them (``corrected``)
+_OPS_WORDS = {"cpu", "cpus", "ram", "mem", "memory", "disk", "disks", "network", "swap", "load", "uptime", "storage",
+              "bandwidth", "interfaces", "usage", "status", "process", "processes", "free", "used", "use", "space",
+              "left", "full", "stats", "info", "utilization", "utilisation", "level", "percent", "%", "show", "check",
+              "get", "display", "view", "see", "monitor", "list", "top", "what", "whats", "what's", "how", "much",
+              "many", "is", "are", "the", "my", "me", "of", "on", "this", "server", "system", "machine", "box", "host",
+              "current", "currently", "now", "right", "please", "and", "or", "a", "an", "tell", "give", "it", "its",
+              "there", "available", "total", "high", "low", "ok", "okay", "fine", "in", "by", "sort", "sorted", "pls",
+              "average", "avg", "quickly", "again", "overall", "report", "summary", "too", "also"}
+#: the words next to a misspelled metric word that make it one, in a message of other words ("whats the memroy
+#: usage on db-1 right now", "show me the dsik space of web-2"): before it (skipping ``_FILLER_WORDS``) or after it
+_CUE_BEFORE = {"show", "check", "get", "display", "view", "monitor", "much", "whats", "what's", "how's", "hows", "top",
+               "cpu", "ram", "memory", "disk", "network", "swap", "and", "sort", "by"}
+_CUE_AFTER = {"usage", "use", "used", "status", "free", "space", "left", "full", "stats", "info", "utilization",
+              "utilisation", "level", "percent", "%", "pressure", "and", "cpu", "ram", "memory", "disk", "network",
+              "swap", "load", "uptime", "report", "looking", "by"}
+_FILLER_WORDS = {"me", "the", "my", "current", "server", "system", "machine", "our", "your", "this", "is", "of"}
 
 
 def _distance(a: str, b: str) -> int:
@@ -556,24 +587,72 @@ def _distance(a: str, b: str) -> int:
     return prev[-1]
 
 
-def corrected(text: str) -> str:
-    """``text`` with a misspelled metric word (``TYPO_WORDS``) corrected: one edit (a letter added, dropped,
-    changed or two swapped) in a word of ``TYPO_MIN_CHARS`` letters or more, two in one of 8 or more; a word of
-    4 letters only when two letters are swapped ("dsik" -> "disk", never "risk"). Paths and real words stay."""
-    def fix(m: re.Match[str]) -> str:
-        word = m.group(0)
-        low = word.lower()
-        if low in TYPO_WORDS or low in _REAL_WORDS:
-            return word
-        for target in TYPO_WORDS:
-            if len(low) == 4 or len(target) == 4:
-                if len(low) == len(target) and sorted(low) == sorted(target) and _distance(low, target) == 1:
-                    return target
-                continue
-            if _distance(low, target) <= (2 if len(low) >= 8 and len(target) >= 8 else 1):
+def typo_of(word: str) -> str | None:
+    """The metric word (``TYPO_WORDS``) ``word`` misspells, or None: one edit (a letter added, dropped, changed
+    or two swapped) in a word of ``TYPO_MIN_CHARS`` letters or more; two only when both words have
+    ``TYPO_TWO_EDITS_MIN_CHARS`` letters or more and the edits swap letters (the same letters); a word of 4
+    letters only when two letters are swapped ("dsik" -> "disk", never "risk"). Real words (``_REAL_WORDS``) stay."""
+    low = word.lower()
+    if len(low) < TYPO_MIN_CHARS or low in TYPO_WORDS or low in _REAL_WORDS or not low.isalpha():
+        return None
+    for target in TYPO_WORDS:
+        same_letters = len(low) == len(target) and sorted(low) == sorted(target)
+        if len(low) == 4 or len(target) == 4:
+            if same_letters and _distance(low, target) == 1:
                 return target
-        return word
-    return _WORD.sub(fix, text)
+            continue
+        distance = _distance(low, target)
+        if distance == 1 or distance == 2 and same_letters and min(len(low), len(target)) >= TYPO_TWO_EDITS_MIN_CHARS:
+            return target
+    return None
+
+
+def corrected(text: str) -> str:
+    """``text`` with a misspelled metric word (``typo_of``) corrected, only where the message reads as an ops
+    request otherwise: all its other words are ops words (``_OPS_WORDS``: "memroy", "dsik usage", "whats the
+    memroy usage", "memroy and dsik"), or a cue word stands next to it ("show me the dsik space of web-2",
+    "whats the memroy usage on db-1"). A capitalised word other than the first (a name: "Is Emory University
+    in Atlanta?"), a path and a real word ("the statues in the lobby", "stratus clouds") stay."""
+    words = [(m.start(), m.group(0)) for m in _ANY_WORD.finditer(text)]
+    if not words:
+        return text
+    fixes: dict[int, str] = {}
+    for m in _WORD.finditer(text):
+        word = m.group(0)
+        if word[0].isupper() and not word.isupper() and m.start() != words[0][0]:
+            continue                                           # a name ("Emory"), not a sentence's first word
+        target = typo_of(word)
+        if target is not None:
+            fixes[m.start()] = target
+    if not fixes:
+        return text
+    lows = [w.lower() for _, w in words]
+    at = {start: k for k, (start, _) in enumerate(words)}
+    short = len(words) <= TYPO_CONTEXT_MAX_WORDS
+    kept: dict[int, str] = {}
+    for start, target in fixes.items():
+        k = at.get(start)
+        if k is None:
+            continue
+        others = [w for j, w in enumerate(lows) if j != k and words[j][0] not in fixes]
+        if short and all(w in _OPS_WORDS or w[0].isdigit() for w in others):
+            kept[start] = target
+            continue
+        j = k - 1
+        while j >= 0 and lows[j] in _FILLER_WORDS:
+            j -= 1
+        before = lows[j] if j >= 0 else None
+        after = lows[k + 1] if k + 1 < len(lows) else None
+        if before in _CUE_BEFORE or after in _CUE_AFTER:
+            kept[start] = target
+    if not kept:
+        return text
+    out, last = [], 0
+    for start in sorted(kept):
+        end = start + len(words[at[start]][1])
+        out += [text[last:start], kept[start]]
+        last = end
+    return "".join(out) + text[last:]
 
 
 #: a question about the past of a reading ("what was the CPU usage yesterday?", "was memory high last night?"):
@@ -632,8 +711,33 @@ def _first_only(intent: Intent) -> bool:
     return intent.name in _FIRST_ONLY or any(key == "service_not_checked" for key, _ in intent.notes)
 #: a clause that is a port and its host ("and port 80 on 10.0.0.5"): checked like the clause before it
 _PORT_FIRST = _p(r"^(?:the\s+)?ports?\s*\d")
+#: a clause that is a name and a state ("is nginx up and postgres down?"): asked like the service of the clause before
+_STATE_CLAUSE = _p(r"^(?:the\s+)?[A-Za-z][\w.@-]*\s+(?:service\s+|daemon\s+|process\s+)?(?:still\s+)?"
+                   r"(?:running|up|alive|down|active|dead|started|stopped)\s*[?.!]*$")
+#: a clause that only follows on a grep before it by counting its matches ("grep ERROR in app.log and count them"):
+#: the search's answer starts with how many lines match, so it asks nothing more
+_FOLLOW_COUNT = _p(r"^(?:then\s+)?(?:count|tally)(?:\s+(?:them|those|these|it|the\s+(?:matches|hits|lines|results)))?|"
+                   r"^how\s+many(?:\s+(?:are\s+there|there\s+are|of\s+them|matches|lines))?$")
+#: a clause asking to explain, summarize or analyze what was shown ("and explain it"): the offline assistant only
+#: shows and checks, and says so (``answers`` "part_not_explained")
+_EXPLAIN = _p(r"^(?:then\s+|please\s+|can\s+you\s+|and\s+)*(?:explain|summari[sz]e|analy[sz]e|interpret|"
+              r"what\s+does\s+(?:it|this|that)\s+mean)\b.*$")
 #: the most clauses of one message parsed apart
 MAX_CLAUSES = 6
+
+
+def _file_named(found: list[Intent]) -> str | None:
+    """The last file or directory ``found`` asks a tool about (a clause's path: "in it" after it is that one)."""
+    named = [str(i.arguments.get("path") or i.arguments.get("root")) for i in found
+             if i.tool and (i.arguments.get("path") or i.arguments.get("root"))]
+    return named[-1] if named else None
+
+
+def _swallowed(whole: list[Intent]) -> bool:
+    """``whole`` is one grep whose pattern ran over a clause into the next one ("grep ERROR in app.log and count
+    them" read as a search for 'ERROR in app.log and count' in "them"): the clauses say what was asked."""
+    return len(whole) == 1 and whole[0].name in ("search_files", "which_file") and \
+        bool(paths_in(str(whole[0].arguments.get("pattern", ""))))
 
 
 def clauses(text: str) -> list[str]:
@@ -702,17 +806,24 @@ def parse(text: str, messages: list[dict[str, Any]] | None = None) -> list[Inten
     parts = clauses(text)
     if len(parts) < 2 or len(parts) > MAX_CLAUSES:
         return whole
-    each = [_parse_one(p, previous) for p in parts]
-    for k in range(1, len(parts)):      # "check port 22 on a and port 80 on b", "cat a.conf and b.conf": the verb said once
-        if not each[k] and (paths_in(parts[k]) or _PORT_FIRST.match(parts[k])):
-            verb = parts[k - 1].split()[0]
-            again = _parse_one(f"{verb} {parts[k]}", previous)
+    each: list[list[Intent]] = []
+    before = previous                   # the file a pronoun names: an earlier clause's ("tail a.log, and grep X in it")
+    for k, part in enumerate(parts):
+        found = _parse_one(part, before)
+        if not found and k and (paths_in(part) or _PORT_FIRST.match(part)):
+            verb = parts[k - 1].split()[0]  # "check port 22 on web1 and port 80 on web2", "cat a.conf and b.conf"
+            again = _parse_one(f"{verb} {part}", before)
             if again and all(map(_first_only, again)):
-                each[k] = again
+                found = again
+        if not found and k and _STATE_CLAUSE.match(part) and \
+                any(key == "service_not_checked" for i in each[k - 1] for key, _ in i.notes):
+            found = _parse_one(f"is {part}", before)      # "is nginx up and postgres down?"
+        each.append(found)
+        before = _file_named(found) or before
     if not any(map(_first_only, whole)) and not any(_first_only(i) for r in each for i in r):
         return whole                      # (the rules found every request: "show CPU and memory")
     said = [i.said() for i in whole]
-    if not (all(each) or any([i.said() for i in r] == said for r in each)):
+    if not (all(each) or any([i.said() for i in r] == said for r in each) or _swallowed(whole)):
         return whole                      # (a clause of a grep pattern: "grep ERROR and WARN in app.log")
     merged: list[Intent] = []
     seen: set[Any] = set()
@@ -724,8 +835,14 @@ def parse(text: str, messages: list[dict[str, Any]] | None = None) -> list[Inten
     tools = [i for i in merged if i.tool]
     if not tools:
         return whole
-    for part, result in zip(parts, each):
-        if not result and (_FILLER.fullmatch(part.strip(" ?!.")) or len(part.split()) < 2 and not paths_in(part)):
+    for k, (part, result) in enumerate(zip(parts, each)):
+        asked = part.strip(" ?!.")
+        if not result and _EXPLAIN.match(asked):
+            tools[-1].notes.append(("part_not_explained", {"part": part}))
+            continue                      # ("show me nginx/error.log and explain it")
+        if not result and _FOLLOW_COUNT.match(asked) and any(i.tool == "search_files" for r in each[:k] for i in r):
+            continue                      # ("grep ERROR in app.log and count them": the answer says how many)
+        if not result and (_FILLER.fullmatch(asked) or len(part.split()) < 2 and not paths_in(part)):
             continue                      # ("tail app.log, please")
         if not result:
             tools[-1].notes.append(("part_not_answered", {"part": part}))
@@ -764,15 +881,15 @@ def _parse_one(text: str, previous: str | None) -> list[Intent]:
         targets = _network_targets(text)
         if targets:         # a port out of 1..65535 too: the tool's answer says the range
             return [Intent("network_check", 2.0, "network_check", {"host": h, "port": p}) for h, p in targets]
-    service = None if is_chinese(text) else _service_status(text)
-    if service:
-        return [Intent("processes", 2.0, "processes", {"sort_by": "cpu", "name": service},   # (a system request)
-                       notes=[("service_not_checked", {"service": service})])]
-    if not is_chinese(text):
+    if not is_chinese(text):       # (before a service's status: "memroy status" is the memory's, no service's)
         fixed = corrected(text)
         if fixed != text:
             scores = {k: v for k, v in _score(fixed).items() if k != "history"}
             text = fixed
+    service = None if is_chinese(text) else _service_status(text)
+    if service:
+        return [Intent("processes", 2.0, "processes", {"sort_by": "cpu", "name": service},   # (a system request)
+                       notes=[("service_not_checked", {"service": service})])]
     out: list[Intent] = []
     if scores.get("processes", 0) >= THRESHOLD:
         out.append(_process_intent(text, scores.pop("processes")))

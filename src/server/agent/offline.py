@@ -105,7 +105,8 @@ class OfflineAgent:
             requests = [CallRequest(None, i.tool, i.arguments) for i in tool_intents if i.tool]
             calls = await run_tool_step(self.registry, sink, requests, ToolContext(req.user_id, req.session_id),
                                         step=0, timeout=self.cfg.tool_timeout_s)
-            answer = answers.with_notes("\n\n".join(answers.render(c, zh) for c in calls), tool_intents, zh)
+            roots = (self.registry.config.log_roots, self.registry.config.file_roots)
+            answer = answers.tool_results([answers.render(c, zh) for c in calls], found, zh, roots)
         elif noted:                # what the user memory keeps or forgets; without it, nothing is kept beyond this session
             forgotten = None if memory_off else await self._forgotten(req.user_id, noted)
             answer = answers.noted(noted, zh, kept=not memory_off, forgotten=forgotten)
