@@ -26,7 +26,8 @@ import pytest
 from server.agent import answers
 from server.agent.config import AgentConfig
 from server.agent.file_intents import counts_in_digits, parse_file_request
-from server.agent.intents import corrected, parse
+from server.agent.intents import parse
+from server.agent.typos import corrected
 from server.agent.offline import OfflineAgent
 from server.tools import ToolRegistry, ToolsConfig
 

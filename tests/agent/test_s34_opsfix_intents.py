@@ -19,7 +19,8 @@ import pytest
 from kb_wire.kbwire import chat, connect, wired_server
 from server.agent import answers
 from server.agent.config import AgentConfig
-from server.agent.intents import corrected, parse
+from server.agent.intents import parse
+from server.agent.typos import corrected
 from server.agent.offline import OfflineAgent
 from server.tools import ToolRegistry, ToolsConfig
 
@@ -109,7 +110,7 @@ def test_a_typo_in_an_ops_request_is_still_corrected(text, metric):
 
 
 def test_two_edits_only_when_letters_are_swapped():
-    from server.agent.intents import typo_of
+    from server.agent.typos import typo_of
     assert typo_of("progresses") is None                  # two edits, other letters: no "processes"
     assert typo_of("bnadwdith") == "bandwidth"            # two swaps
     assert typo_of("Emory") is None and corrected("Emory memroy usage") == "Emory memory usage"
