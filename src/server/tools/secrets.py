@@ -21,8 +21,11 @@ credential-looking ``"auth": "..."`` (docker's config.json, .npmrc), and of comm
 ``docker login -p``, ``ldapsearch -w``, ``smbclient -U user%S3cret``, ``openssl -k``,
 ``htpasswd -b``, ``rabbitmqctl add_user``, ``vault login``, netrc's ``login u password S3cret``)
 and SQL's ``WITH PASSWORD 'X'`` / ``IDENTIFIED BY 'X'`` / ``CREATE|ALTER USER|ROLE ... PASSWORD 'X'`` / MySQL's
-``SET PASSWORD [FOR u] = 'X'``; PHP's ``define('DB_PASSWORD', 'X')`` (WordPress's keys and salts too), keytool's
-``-storepass X`` / ``-keypass X``, redis MONITOR's ``"AUTH" [user] "X"``, every value of a ``Cookie:`` header
+``SET PASSWORD [FOR u] = 'X'``; PHP's ``define('DB_PASSWORD', 'X')`` (a secret name, or one of WordPress's eight keys
+and salts, ``WORDPRESS_KEYS``: not CACHE_KEY or WP_CACHE_KEY_SALT), keytool's ``-storepass X`` / ``-keypass X``, redis
+MONITOR's ``"AUTH" [user] "X"``, ``"HELLO" "3" "AUTH" user "X"``, ``"MIGRATE" ... "AUTH" "X"`` and ``"CONFIG" "SET"
+"requirepass" "X"`` (the command first after the line's ``[db addr]`` or first on its line: ``"HSET" "k" "auth"
+"v"`` stays), every value of a ``Cookie:`` header
 (and curl's ``--cookie``) and the cookie's value of a ``Set-Cookie:`` header, HTTP Digest's ``response="X"``,
 Kubernetes env pairs (``name: DB_PASSWORD`` then ``value: X``, on the next line or in one flow mapping), the
 lines of a PuTTY key's ``Private-Lines: N`` block, Spring's ``<property name="password" value="X"/>``; daemon
@@ -45,8 +48,10 @@ The file tools (read_file, read_log, search_files) show a file's lines redacted 
 search_files decides on the redacted line, and a PEM private-key block is masked line by line, also
 when only its middle lines are read or matched. States that run from one line to the next are carried the
 same way: a YAML block value under a secret key, the value line after a Kubernetes env entry's secret name,
-the N lines after a PuTTY key's ``Private-Lines: N``. A fast RE2 prefilter, derived from
-``SECRET_SHAPES`` so that it matches wherever one of them can, picks the few lines to redact.
+the N lines after a PuTTY key's ``Private-Lines: N``; they are followed through every line only when one of
+them may start among the lines (``state_may_start``: one RE2 pass, the start first on its line, so hostname: or
+username: in a log never cost the slow path). A fast RE2 prefilter, derived from ``SECRET_SHAPES`` so that it
+matches wherever one of them can, picks the few lines to redact.
 
 False positives are kept down by requiring an assignment (``name: value``) whose name *ends* with
 the secret word: ``max_tokens: 1024``, ``token_budget = 200``, ``bypass: true``, ``auth_mode``,
@@ -75,6 +80,7 @@ from typing import Callable, Iterable
 from urllib.parse import quote, quote_plus
 
 import orjson
+import re2
 
 from server.tools.re2_filter import PatternFilter
 
@@ -341,19 +347,31 @@ def _sasl_passwd(m: re.Match[str]) -> str:
     return m.group(1) + MASK
 
 
-def _quoted_values(prefix: str, unquoted: str = "") -> list[tuple[re.Pattern[str], str]]:
+def _quoted_values(prefix: str, unquoted: str = "", keep: str = "") -> list[tuple[re.Pattern[str], str]]:
     """The shapes of a value after ``prefix`` (which ends where the value's quote would start), the value
     masked: in the line's double quotes (\\"...\\" in the JSON text), in single quotes, and, when
-    ``unquoted`` is given (the pattern of an unquoted value), unquoted."""
-    shapes = [(re.compile(r"(" + prefix + r"\\\")(?!\[REDACTED\])" + _DQ_VALUE + r"+(?=\\\")", re.I), r"\1" + MASK),
-              (re.compile(r"(" + prefix + r"')(?!\[REDACTED\])" + _SQ_VALUE + r"+(?=')", re.I), r"\1" + MASK)]
+    ``unquoted`` is given (the pattern of an unquoted value), unquoted. ``keep``: a quoted value left as it is
+    (a pattern of the whole value, without its quotes)."""
+    dq_keep = r"(?!(?:" + keep + r")\\\")" if keep else ""
+    sq_keep = r"(?!(?:" + keep + r")')" if keep else ""
+    shapes = [(re.compile(r"(" + prefix + r"\\\")(?!\[REDACTED\])" + dq_keep + _DQ_VALUE + r"+(?=\\\")", re.I),
+               r"\1" + MASK),
+              (re.compile(r"(" + prefix + r"')(?!\[REDACTED\])" + sq_keep + _SQ_VALUE + r"+(?=')", re.I), r"\1" + MASK)]
     if unquoted:
         shapes.append((re.compile(r"(" + prefix + r")(?!\[REDACTED\]|\\?[\"'])" + unquoted, re.I), r"\1" + MASK))
     return shapes
 
 
-# a define()'s constant: a secret name, or WordPress's keys and salts (AUTH_KEY, LOGGED_IN_KEY, NONCE_SALT)
-_DEFINE_NAME = r"[\w.-]{0,60}?(?:" + _SECRET_NAME + r"|_key|_salt)"
+# WordPress's keys and salts (wp-config.php): these eight constants only (AUTH_KEY and SECURE_AUTH_KEY also end
+# with a secret name: auth_key). Any other *_KEY or *_SALT constant is no secret: define('CACHE_KEY',
+# 'user_profile'), define('PRIMARY_KEY', 'id'), define('SORT_KEY', 'created_at'), WP_CACHE_KEY_SALT (a cache prefix)
+WORDPRESS_KEYS = ("AUTH_KEY", "SECURE_AUTH_KEY", "LOGGED_IN_KEY", "NONCE_KEY",
+                  "AUTH_SALT", "SECURE_AUTH_SALT", "LOGGED_IN_SALT", "NONCE_SALT")
+# the placeholder wp-config-sample.php ships in those eight: public, and left visible (it tells that the keys
+# were never set)
+WORDPRESS_PLACEHOLDER = "put your unique phrase here"
+# a define()'s constant: a secret name (DB_PASSWORD, API_KEY, SECRET_KEY), or one of WORDPRESS_KEYS
+_DEFINE_NAME = (r"(?:[\w.-]{0,60}?" + _SECRET_NAME + r"|" + "|".join(WORDPRESS_KEYS) + r")")
 # a Kubernetes env entry's name: a secret name (DB_PASSWORD, STRIPE_SECRET), then its value: on the next line
 # (more indented or not: "- name: X" then "  value: V"), or after a comma in a flow mapping
 _ENV_PAIR = (r"(?:(?<=\\[nrt])|(?<![\w-]))name(?:\\?[\"'])?" + _S + r"*:" + _S + r"*(?:\\?[\"'])?[\w.-]{0,80}?"
@@ -369,6 +387,21 @@ _COOKIE_VALUES = re.compile(r"(=)" + _COOKIE_VALUE + r"+")
 def _cookies(m: re.Match[str]) -> str:
     """A Cookie header with every cookie's value masked."""
     return m.group(1) + _COOKIE_VALUES.sub(r"\1" + MASK, m.group(2))
+
+
+# redis MONITOR lines: 1714000000.123 [0 127.0.0.1:5000] "COMMAND" "ARG" ... (in the JSON text each quote is \")
+_MONITOR_ARG = r"\\\"" + _DQ_VALUE + r"{0,200}?\\\""     # one argument, in its quotes
+MAX_MONITOR_PAIRS = 16      # parameter-value pairs of a CONFIG SET before requirepass / masterauth, at most
+
+
+def _monitor_command(name: str) -> str:
+    """``name`` (a redis command, in its quotes) at the command position of a MONITOR line: right after the
+    line's ``[db addr]`` bracket and its space, or first on its line (the start of the text, after a line
+    break, after the JSON string's opening quote). The quoted name comes first, so that Python's re skips
+    ahead to it; the position is checked behind it (each lookbehind has one width)."""
+    word = r"\\\"" + name + r"\\\""
+    return (word + r"(?:(?<=\] " + word + r")|(?<=\\[nr]" + word + r")|(?<=[\n\r]" + word + r")|(?<=^" + word
+            + r")|(?<=(?<!\\)\"" + word + r"))")
 
 
 MAX_PPK_LINES = 200     # lines of a PuTTY key's Private-Lines block masked at most (the header says how many)
@@ -517,21 +550,30 @@ SECRET_SHAPES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
                 r"(?:(?=[^\s\"'\\]*[\d.])|(?=" + _V + r"{16}))" + _V + r"{4,}"), r"\1" + MASK),
     # netrc: machine HOST login USER password SECRET
     (re.compile(r"(" + _B + r"login\s+\S+\s+password\s+)(?!\[REDACTED\])" + _V + r"+", re.I), r"\1" + MASK),
-    # PHP's define('NAME', 'VALUE') (WordPress's wp-config.php): NAME ending with a secret word, or in _KEY or
-    # _SALT (AUTH_KEY, LOGGED_IN_KEY, NONCE_SALT); a quoted value only (define('DB_PASSWORD', getenv(...)) stays)
+    # PHP's define('NAME', 'VALUE') (WordPress's wp-config.php): NAME ending with a secret word, or one of
+    # WordPress's eight keys and salts (WORDPRESS_KEYS); a quoted value only (define('DB_PASSWORD', getenv(...))
+    # stays), not WordPress's placeholder (WORDPRESS_PLACEHOLDER)
     *_quoted_values(_B + r"define" + _S + r"*\(" + _S + r"*(?:'" + _DEFINE_NAME + r"'|\\\"" + _DEFINE_NAME + r"\\\")"
-                    + _S + r"*," + _S + r"*"),
+                    + _S + r"*," + _S + r"*", keep=re.escape(WORDPRESS_PLACEHOLDER)),
     # SQL: CREATE|ALTER USER|ROLE|GROUP ... PASSWORD 'X' (PostgreSQL: ALTER USER app PASSWORD 'X', CREATE ROLE
     # bob LOGIN PASSWORD 'X'); MySQL's SET PASSWORD [FOR 'u'@'h'] = 'X' (or = PASSWORD('X'))
     *_quoted_values(_B + r"(?:create|alter)" + _S + r"+(?:user|role|group)\b" + _LINE + r"\bpassword" + _S + r"+"),
     *_quoted_values(_B + r"set" + _S + r"+password\b(?:" + _S + r"+for" + _S + r"+(?:[^=\\\n]|\\\"){1,120}?)?" + _S
                     + r"*=" + _S + r"*(?:(?:old_)?password" + _S + r"*\(" + _S + r"*)?"),
-    # redis MONITOR lines: "AUTH" "X", "AUTH" "user" "X" (also HELLO ... AUTH user X), "CONFIG" "SET"
-    # "requirepass" "X": the last argument (the text is JSON: its quotes are \")
-    (re.compile(r"(\\\"auth\\\"" + _S + r"+\\\"" + _DQ_VALUE + r"{1,200}?\\\"" + _S + r"+\\\")(?!\[REDACTED\])"
-                + _DQ_VALUE + r"+(?=\\\")", re.I), r"\1" + MASK),
-    (re.compile(r"(\\\"(?:auth|requirepass|masterauth)\\\"" + _S + r"+\\\")(?!\[REDACTED\])" + _DQ_VALUE
-                + r"+(?=\\\"(?!" + _S + r"+\\\"))", re.I), r"\1" + MASK),
+    # redis MONITOR lines (1714000000.123 [0 127.0.0.1:5000] "AUTH" "X"): a command's credential, the command
+    # at the command position (``_monitor_command``: so "HSET" "user:42" "auth" "oauth2", "SET" "auth" "on",
+    # "DEL" "requirepass" "notes" stay): AUTH [user] X (X its last argument), HELLO 3 AUTH user X, MIGRATE ...
+    # AUTH X / AUTH2 user X, CONFIG SET ... requirepass|masterauth X (the text is JSON: its quotes are \")
+    (re.compile(r"(" + _monitor_command("auth") + r"(?:" + _S + r"+" + _MONITOR_ARG + r")?" + _S
+                + r"+\\\")(?!\[REDACTED\])" + _DQ_VALUE + r"+(?=\\\"(?!" + _S + r"+\\\"))", re.I), r"\1" + MASK),
+    (re.compile(r"(" + _monitor_command("hello") + _S + r"+" + _MONITOR_ARG + _S + r"+\\\"auth\\\"" + _S + r"+"
+                + _MONITOR_ARG + _S + r"+\\\")(?!\[REDACTED\])" + _DQ_VALUE + r"+(?=\\\")", re.I), r"\1" + MASK),
+    (re.compile(r"(" + _monitor_command("migrate") + r"(?:" + _S + r"+(?!\\\"keys\\\")" + _MONITOR_ARG
+                + r"){5,7}?" + _S + r"+(?:\\\"auth\\\"|\\\"auth2\\\"" + _S + r"+" + _MONITOR_ARG + r")" + _S
+                + r"+\\\")(?!\[REDACTED\])" + _DQ_VALUE + r"+(?=\\\")", re.I), r"\1" + MASK),
+    (re.compile(r"(" + _monitor_command("config") + _S + r"+\\\"set\\\"(?:" + _S + r"+" + _MONITOR_ARG + _S + r"+"
+                + _MONITOR_ARG + r"){0,%d}?" % MAX_MONITOR_PAIRS + _S + r"+\\\"(?:requirepass|masterauth)\\\"" + _S
+                + r"+\\\")(?!\[REDACTED\])" + _DQ_VALUE + r"+(?=\\\")", re.I), r"\1" + MASK),
     # HTTP cookies: every value of a Cookie header (or curl's --cookie), the cookie's value of a Set-Cookie
     # header (not its attributes: Path=/, Expires=...); "Cookie: theme=dark" is masked too (documented)
     (re.compile(r"((?:(?<=\\[nrt])|(?<![\w-]))(?:cookie(?:\\?[\"'])?" + _S + r"*:|--cookie(?:=|" + _S + r"+))"
@@ -639,11 +681,10 @@ def redact(text: str, extra: Iterable[str] = ()) -> str:
 
 _PEM_MARK = re.compile(r"-----(BEGIN|END) [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 # a line holding a key and a YAML block indicator (password: |): the value is on the lines after it, indented
-# deeper (``LineRedactor``); _YAML_HINT finds where there may be one among the lines fed (their JSON text)
+# deeper (``LineRedactor``); _STATE_HINT finds where there may be one among the lines fed (their JSON text)
 _YAML_BLOCK_KEY = re.compile(r"([ \t]*(?:-[ \t]+)?)([\"']?)([^\s:\"']+)\2[ \t]*:[ \t]+" + YAML_BLOCK_SCALAR
                              + r"[ \t]*(?:#.*)?\r?$")
 _SECRET_KEY = re.compile(_SECRET_NAME + r"$", re.I)     # a key ending with a secret word (as assignments)
-_YAML_HINT = re.compile(rb":[ \t]+[|>]")
 # a Kubernetes env entry's name line ("- name: DB_PASSWORD"): its value is on the next line ("  value: X")
 _ENV_NAME_LINE = re.compile(r"[ \t]*(?:-[ \t]+)?([\"']?)name\1[ \t]*:[ \t]*([\"']?)([\w.-]{1,120})\2[ \t]*,?[ \t]*"
                             r"(?:#.*)?\r?$", re.I)
@@ -653,9 +694,23 @@ _ENV_VALUE_LINE = re.compile(r"([ \t]*([\"']?)value\2[ \t]*:[ \t]*)(?:\"((?:\\.|
 # a PuTTY key's header of its private lines, and one of those lines (base64)
 _PPK_HEADER = re.compile(r"[ \t]*Private-Lines:[ \t]*(\d{1,4})[ \t]*\r?$")
 _BASE64_LINE = re.compile(r"[ \t]*[A-Za-z0-9+/=]{4,}[ \t]*\r?")
-# where a state that runs from one line to the next may start among the lines fed (their JSON text): a YAML
-# block value, a Kubernetes env name line, a PuTTY key's private lines
-_STATE_HINT = re.compile(rb":[ \t]+[|>]|Private-Lines:|[Nn][Aa][Mm][Ee](?:\\\"|')?[ \t]*:")
+# where a state that runs from one line to the next may start among the lines fed (their JSON text, each line
+# after a b'\n  "': a tab in it is the escape \t, a quote \"): the line of a key with a YAML block value
+# (_YAML_BLOCK_KEY: key: |), a Kubernetes env entry's name line (_ENV_NAME_LINE: - name: X) and a PuTTY key's
+# Private-Lines: header (_PPK_HEADER), each first on its line (after indentation, a YAML list's "- ", a quote),
+# as those patterns need. One RE2 pass (a DFA: about 0.3 ms a MiB): an ordinary log, whose lines hold
+# hostname:, username:, "name": or a ": >" further on, never takes the line-by-line path
+_STATE_HINT = re2.compile(rb'\n  "(?: |\\t)*(?:Private-Lines:|(?:-(?: |\\t)+)?(?:\\"|\')?(?:[Nn][Aa][Mm][Ee]'
+                          rb'(?:\\"|\')?(?: |\\t)*:|[^\s:"\']+(?:\\"|\')?(?: |\\t)*:(?: |\\t)+[|>]))')
+
+
+def state_may_start(data: bytes) -> bool:
+    """Whether a state that runs over lines (a YAML block value, a Kubernetes env entry's value line, a PuTTY
+    key's private lines) may start among the lines of ``data`` (``orjson.dumps(lines, option=OPT_INDENT_2)``):
+    true for every line where ``LineRedactor._block_starts`` starts one (and maybe more)."""
+    return _STATE_HINT.search(data) is not None
+
+
 SHAPES_FILTER = PatternFilter([pattern for pattern, _ in SECRET_SHAPES])
 SHAPES_PREFILTER = SHAPES_FILTER.any
 
@@ -711,7 +766,7 @@ class LineRedactor:
             self.in_key = self._starts_in_key(lines)
         out: dict[int, str] = {}
         if (self.in_key or b"PRIVATE KEY" in data or self._block_indent is not None or self._env_value_next
-                or self._ppk_left or _STATE_HINT.search(data) is not None):   # a key block, a YAML block value,
+                or self._ppk_left or state_may_start(data)):   # a key block, a YAML block value,
             # an env entry's value on the line after its name, a PuTTY key's private lines: a state
             for i, line in enumerate(lines):             # that runs through every line
                 shown = self._in_block(line)
