@@ -78,7 +78,7 @@ class Cluster:
         self.relay = Relay(self.node_id, store.link, store, hub, batch_ms=cfg.delta_batch_ms,
                            on_start=self._remote_start, on_end=self._remote_end,
                            on_control=self._on_control, on_deleted=self._on_deleted,
-                           on_gap=self._on_gap)
+                           on_gap=self._on_gap, on_session_gone=self._on_session_gone)
         self.remote_cancel = RemoteCancel(self, cfg.remote_cancel_wait_ms)
         self.remote_state = RemoteTurnState(self, cfg.remote_state_wait_ms)
         self.turn_lock = ClusterTurnLock(self)
@@ -109,6 +109,13 @@ class Cluster:
         """Events of ``node`` (None: of any node) may have been lost here (``Relay``): check the turns."""
         if self.remote_turns:
             self._spawn(self.recheck_remote_turns(node))
+
+    def _on_session_gone(self, user_id: str, session_id: str, kind: str) -> None:
+        """Another node cleared, deleted or purged ``session_id``: the memory layer drops what this
+        node holds of it (a summary being written is cancelled with its model call)."""
+        forget = getattr(getattr(self.sessions, "memory", None), "forget_remote", None)
+        if forget is not None:
+            forget(session_id)
 
     def _on_deleted(self, user_id: str, session_id: str) -> None:
         self.remote_cancel.on_deleted(user_id, session_id)

@@ -39,6 +39,13 @@ Control items (``control``): requests between nodes that are not hub events (``s
 cancel a turn, the answer to that). They travel in the same queue, so in order with the events, and
 are handed to ``on_control(node, item)`` on the other nodes. A SESSION_EVENT ``deleted`` from another
 node is also reported to ``on_deleted(user, session)`` (this node's clients of it are moved).
+
+Every SESSION_EVENT ``cleared``, ``deleted`` or ``purged`` from another node (``FORGET_SPILLED_KINDS``)
+is reported to ``on_session_gone(user, session, kind)``, whether or not a client of the user is
+attached here (the memory layer cancels a summary this node is writing for it, with its model call,
+and drops its caches of the session: ``MemoryManager.forget_remote``). When such an event is spilled,
+its head carries its kind and session, so the report needs no row (the node that sent it deletes the
+session's spilled rows at once).
 """
 from __future__ import annotations
 
@@ -82,7 +89,8 @@ class Relay:
                  on_start: Callable[[str, str, str, int], None], on_end: Callable[[str, str], None],
                  on_control: Callable[[str, list[Any]], None] | None = None,
                  on_deleted: Callable[[str, str], None] | None = None,
-                 on_gap: Callable[[str | None], None] | None = None) -> None:
+                 on_gap: Callable[[str | None], None] | None = None,
+                 on_session_gone: Callable[[str, str, str], None] | None = None) -> None:
         self.node_id = node_id
         self.link = link
         self.store = store
@@ -93,6 +101,7 @@ class Relay:
         self.on_control = on_control
         self.on_deleted = on_deleted
         self.on_gap = on_gap
+        self.on_session_gone = on_session_gone   # (user, session, kind): see the module doc
         self.lost = False                 # a batch could not be sent: the peers are told ("k") when one can
         self.resend_s = LOST_RESEND_S
         self.peers: set[str] = set()      # other nodes listening: events are sent only if there is one
@@ -382,8 +391,12 @@ class Relay:
         self.received += 1
         kind = item[0]
         spilled = kind == "x"
+        gone_told = False
         if spilled:
             head = item[2] if len(item) > 2 else None
+            if isinstance(head, list) and len(head) >= 4 and head[0] == "u" and head[2] in FORGET_SPILLED_KINDS:
+                self._session_gone(head[1], head[3], head[2])     # (from the head: the row may be gone)
+                gone_told = True
             if isinstance(head, list) and head and not self._wanted(head):
                 if head[0] == "t" and head[3] in (TurnEnd.TYPE, TurnError.TYPE):
                     self.on_end(head[1], head[2])
@@ -402,6 +415,8 @@ class Relay:
                 self.on_control(node, item)
             return
         if kind == "u":
+            if not gone_told:
+                self._report_gone(item)
             if hub.user_subscribers(item[1]):
                 event = decode_event(item[2], item[3])
                 hub.publish_user(item[1], event, remote=True)
@@ -421,6 +436,24 @@ class Relay:
         finally:
             if kind in ("e", "f") or (kind == "t" and item[3] in (TurnEnd.TYPE, TurnError.TYPE)):
                 self.on_end(sid, tid)           # after its TURN_END went out here
+
+    def _report_gone(self, item: list[Any]) -> None:
+        """A user event ["u", user, type, fields] that is a SESSION_EVENT cleared, deleted or purged:
+        to ``on_session_gone``."""
+        fields = item[3] if len(item) > 3 else None
+        if item[2] == SessionEvent.TYPE and isinstance(fields, dict) and fields.get("kind") in FORGET_SPILLED_KINDS:
+            session = fields.get("session")
+            sid = session.get("session_id") if isinstance(session, dict) else None
+            if isinstance(sid, str):
+                self._session_gone(item[1], sid, fields["kind"])
+
+    def _session_gone(self, user_id: str, session_id: str, kind: str) -> None:
+        if self.on_session_gone is None:
+            return
+        try:
+            self.on_session_gone(user_id, session_id, kind)
+        except Exception:
+            log.exception("cluster: the %s of session %s on another node could not be applied here", kind, session_id)
 
     def _wanted(self, head: list[Any]) -> bool:
         """Whether this node has a use for a spilled item whose head (``_head``) is ``head``."""
@@ -504,6 +537,8 @@ def _head(item: list[Any]) -> list[Any] | None:
         return ["d", item[1], item[2]]
     if kind == "t":       # (a turn's start is read everywhere: it starts the watch of its node)
         return None if type(item[2]) is TurnStart else ["t", item[1], item[2].turn_id, item[2].TYPE]
+    if kind == "u" and type(item[2]) is SessionEvent and item[2].kind in FORGET_SPILLED_KINDS:
+        return ["u", item[1], item[2].kind, item[2].session_id]   # (on_session_gone needs no row)
     if kind in ("p", "u"):
         return [kind, item[1]]
     if kind == "v":

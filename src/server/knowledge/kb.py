@@ -31,7 +31,7 @@ from server.knowledge.names import clean_name
 from server.knowledge.budget import Cancelled
 from server.knowledge.parsers import kind_of, parse
 from server.knowledge.port import DocumentStore, Loaded, Staged
-from server.knowledge.store import FileDocumentStore, UploadersChange, write_json
+from server.knowledge.store import FileDocumentStore, UploadersChange, Usage, write_json
 
 log = logging.getLogger("nplt.knowledge")
 
@@ -378,24 +378,25 @@ class KnowledgeBase:
         return info.co_uploaders if info is not None else ()
 
     async def _change_uploaders(self, doc_id: str, change: UploadersChange,
-                                seen: DocumentInfo | None = None) -> DocumentInfo | None:
+                                seen: DocumentInfo | None = None, *, with_usage: bool = False) -> DocumentInfo | None:
         """Apply ``change`` to a document's uploaders in the store (``update_uploaders``: on
         PostgreSQL under the row's lock, so other nodes' changes are kept) and in the catalog; the
         document as it is now (None: gone). ``seen``: the document as the store answered it, for
         one a shared store holds that this node has not loaded yet. A store without
         ``update_uploaders`` keeps nothing: the change is made in this node's memory if the store is
-        not shared, not at all if it is."""
+        not shared, not at all if it is. ``with_usage``: a shared store gives ``change`` what each
+        co-uploader holds, read in the transaction of the change (``Usage``)."""
         async with self._uploaders_lock:
             info = self._docs.get(doc_id) or (seen if self.store.shared else None)
             if info is None:
                 return None
             updater = getattr(self.store, "update_uploaders", None)
             if updater is not None:
-                now = await updater(info, change)
+                now = await updater(info, change, with_usage=with_usage)
             elif self.store.shared:
                 return info
             else:
-                new = change(info.uploader, info.co_uploaders)
+                new = change(info.uploader, info.co_uploaders, None)
                 now = info if new is None else replace(info, uploader=new[0], co_uploaders=tuple(new[1]))
             with self.lock:
                 if now is not None:
@@ -410,7 +411,7 @@ class KnowledgeBase:
         if not dup.collection.startswith("group:") or dup.uploader == user:
             return dup
 
-        def join(uploader: str, co: tuple[str, ...]) -> tuple[str, tuple[str, ...]] | None:
+        def join(uploader: str, co: tuple[str, ...], _usage: object) -> tuple[str, tuple[str, ...]] | None:
             return None if user == uploader or user in co else (uploader, (*co, user))
         await self._change_uploaders(dup.doc_id, join, seen=dup)
         return dup
@@ -525,10 +526,11 @@ class KnowledgeBase:
             raise HandlerError(ErrorCode.QUOTA_EXCEEDED, problem)
 
     def _quota_problem(self, user: str, coll: str, size: int, *, new_document: bool,
-                       chunks: int | None = None) -> str | None:
+                       chunks: int | None = None, usage: Usage | None = None) -> str | None:
         """Why ``user`` may not hold one more document of ``size`` bytes (and ``chunks`` chunks, when
         given) in ``coll``, or None. ``new_document``: it adds a document to the collection (an upload);
-        else it is there already (a hand-over), and only the user's own limits count."""
+        else it is there already (a hand-over), and only the user's own limits count. ``usage``: the
+        user's (bytes, chunks, documents in ``coll``) as the store read them, instead of the catalog's."""
         cfg = self.config
         used = in_coll = mine = 0
         for d in list(self._docs.values()):
@@ -538,10 +540,13 @@ class KnowledgeBase:
                     mine += 1
             if d.collection == coll:
                 in_coll += 1
+        if usage is not None:
+            used, held_chunks, mine = usage
         if used + size > cfg.user_quota_bytes:
             return f"quota of {cfg.user_quota_bytes} bytes reached ({used} used)"
         if chunks is not None:
-            held, limit = self.chunks_of(user), cfg.max_chunks_per_user
+            held = self.chunks_of(user) if usage is None else held_chunks
+            limit = cfg.max_chunks_per_user
             if held + chunks > limit:
                 return (f"your documents hold {held} chunks; {chunks} more would take you over the per-user "
                         f"limit (max_chunks_per_user = {limit})")
@@ -753,12 +758,14 @@ class KnowledgeBase:
         await asyncio.to_thread(self._drop, doc_id)
         return None
 
-    def _why_not_taker(self, member: str, info: DocumentInfo) -> str | None:
+    def _why_not_taker(self, member: str, info: DocumentInfo, usage: Usage | None = None) -> str | None:
         """Why ``member`` (a co-uploader) cannot take over ``info`` from its uploader, or None: they can
-        no longer read its collection, or it would take them over one of their limits."""
+        no longer read its collection, or it would take them over one of their limits. ``usage``: what
+        they hold as a shared store read it in the hand-over's transaction (else the catalog's count)."""
         if self.groups_of is not None and not can_read(member, frozenset(self.groups_of(member)), info.collection):
             return f"no longer in {info.collection}"
-        problem = self._quota_problem(member, info.collection, info.size, new_document=False, chunks=info.chunks)
+        problem = self._quota_problem(member, info.collection, info.size, new_document=False, chunks=info.chunks,
+                                      usage=usage)
         return None if problem is None else f"no room: {problem}"
 
     async def _give_up(self, info: DocumentInfo, user: str,
@@ -770,17 +777,18 @@ class KnowledgeBase:
         it is to be removed."""
         passed: list[tuple[str, str]] = []
 
-        def leave(uploader: str, co: tuple[str, ...]) -> tuple[str, tuple[str, ...]] | None:
+        def leave(uploader: str, co: tuple[str, ...],
+                  usage: dict[str, Usage] | None) -> tuple[str, tuple[str, ...]] | None:
             passed.clear()                   # (a store may call it again, with the uploaders as they are then)
             if uploader == user:
                 for i, member in enumerate(co):
-                    why = self._why_not_taker(member, info)
+                    why = self._why_not_taker(member, info, None if usage is None else usage.get(member))
                     if why is None:
                         return member, co[:i] + co[i + 1:]
                     passed.append((member, why))
                 return None                  # nobody can take it: left as it is, and removed
             return (uploader, tuple(u for u in co if u != user)) if user in co else None
-        now = await self._change_uploaders(info.doc_id, leave)
+        now = await self._change_uploaders(info.doc_id, leave, with_usage=True)
         if passed_over is not None:
             passed_over.extend(passed)
         if passed:

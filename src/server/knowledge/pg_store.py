@@ -99,7 +99,10 @@ class PgBlockReader:
 
 
 def pg_limits(config: KnowledgeConfig) -> Limits:
-    return Limits(config.user_quota_bytes, config.max_documents_per_collection)
+    """Every limit an upload is held to, checked again in the insert's transaction (PostgreSQL holds
+    the truth: another node's uploads count as soon as they commit)."""
+    return Limits(config.user_quota_bytes, config.max_documents_per_collection, config.documents_per_member,
+                  config.max_chunks_per_user, config.max_total_chunks)
 
 
 class PgDocumentStore:
@@ -181,12 +184,15 @@ class PgDocumentStore:
         except StorageError as exc:
             raise _storage_error(exc) from None
 
-    async def update_uploaders(self, info: DocumentInfo, change: UploadersChange) -> DocumentInfo | None:
+    async def update_uploaders(self, info: DocumentInfo, change: UploadersChange, *,
+                               with_usage: bool = False) -> DocumentInfo | None:
         """Apply ``change`` to the uploaders as PostgreSQL holds them, under the row's lock (so the
         changes of several nodes never overwrite one another); the document as it is now, None if
-        it is gone."""
+        it is gone. ``with_usage``: ``change`` is given what each co-uploader holds, read under their
+        locks in the same transaction (``PgDocuments.update_uploaders``), to hand the document over
+        only to one with room."""
         try:
-            row = await self.rows.update_uploaders(info.doc_id, change)
+            row = await self.rows.update_uploaders(info.doc_id, change, with_usage=with_usage)
         except StorageError as exc:
             raise _storage_error(exc) from None
         return None if row is None else info_of(row)
@@ -222,7 +228,7 @@ class PgDocumentStore:
 
 # -- nplt-server migrate-json-to-pg -----------------------------------------------------------------
 #: the copy keeps every document of the files, whatever the quotas (they were accepted there)
-_COPY_LIMITS = Limits(1 << 62, 1 << 62)
+_COPY_LIMITS = Limits(1 << 62, 1 << 62, 1 << 62, 1 << 62, 1 << 62)
 
 _COPIED_SQL = """
 SELECT d.doc_id, d.collection, d.sha256, d.size, d.chunks,

@@ -115,9 +115,15 @@ def info_of(meta: dict) -> DocumentInfo:
     return DocumentInfo(**fields)
 
 
-#: a change of a document's uploaders: given the stored (uploader, co_uploaders), the new pair, or
-#: None to leave them as they are (``update_uploaders``; a pure function: a store may call it again)
-UploadersChange = Callable[[str, tuple[str, ...]], "tuple[str, tuple[str, ...]] | None"]
+#: what a co-uploader holds, as a shared store reads it with their lock held (``update_uploaders``
+#: ``with_usage``): (bytes of their documents, chunks of their documents, their documents in the
+#: document's collection)
+Usage = tuple[int, int, int]
+#: a change of a document's uploaders: given the stored (uploader, co_uploaders) and ``usage`` (each
+#: co-uploader's ``Usage`` when asked for and the store reads it, else None: the caller's catalog is
+#: the truth), the new pair, or None to leave them as they are (``update_uploaders``; a pure
+#: function: a store may call it again)
+UploadersChange = Callable[[str, tuple[str, ...], "dict[str, Usage] | None"], "tuple[str, tuple[str, ...]] | None"]
 
 
 class FileDocumentStore:
@@ -346,10 +352,12 @@ class FileDocumentStore:
             raise HandlerError(ErrorCode.STORAGE_ERROR,
                                f"cannot record the document's uploaders: {exc.strerror or exc}") from None
 
-    async def update_uploaders(self, info: DocumentInfo, change: UploadersChange) -> DocumentInfo | None:
+    async def update_uploaders(self, info: DocumentInfo, change: UploadersChange, *,
+                               with_usage: bool = False) -> DocumentInfo | None:
         """Apply ``change`` to the uploaders of ``info`` (this node's catalog is the truth here: the
-        caller serializes the changes) and keep the result; the document as it is now, None if gone."""
-        new = change(info.uploader, info.co_uploaders)
+        caller serializes the changes, and ``change`` is given no usage even ``with_usage``) and
+        keep the result; the document as it is now, None if gone."""
+        new = change(info.uploader, info.co_uploaders, None)
         if new is None:
             return info
         kept = replace(info, uploader=new[0], co_uploaders=tuple(new[1]))

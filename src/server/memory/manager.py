@@ -317,6 +317,15 @@ class MemoryManager:
         if view is not None:
             view.valid = False
 
+    def forget_remote(self, session_id: str) -> None:
+        """Another node cleared, deleted or purged the session (its SESSION_EVENT, reported by
+        ``server.cluster_relay``): what this node holds of it goes, as after a local one -- a summary
+        being written for it here is cancelled with its model call (``Summaries.forget``), its recall
+        index, title bookkeeping and cached view are dropped. What long-term memory learned from it
+        is removed by the node that cleared it (durably: ``begin_forget``), not again here."""
+        self.forget_session(session_id)
+        self.summaries.forget(session_id)
+
     # -- after a turn ----------------------------------------------------------------------------
     async def after_turn(self, session_id: str, user_id: str, answer: ChatMessage | None = None) -> None:
         """Mark the session's recall index stale (it is brought up to date when a search needs it),

@@ -3,14 +3,21 @@ original bytes in blocks, vectors; the SQL only, in plain values (the server's k
 them to its records).
 
 ``insert`` writes a whole document in one transaction, after taking two transaction-scoped
-advisory locks (its uploader's, for the quota; its collection's, for the document count and the
-dedupe check), so concurrent uploads on any number of nodes agree on quotas and duplicates; the
-UNIQUE (collection, sha256) constraint backs the dedupe. The change is announced on ``CHANNEL``
-inside the same transaction (only committed documents are ever announced).
+advisory locks (its uploader's, for the uploader's limits: bytes, chunks, documents in a group
+collection; its collection's, for the document count and the dedupe check), so concurrent uploads
+on any number of nodes agree on every limit (``Limits``) and on duplicates; the UNIQUE (collection,
+sha256) constraint backs the dedupe. The server-wide chunk count is the counter row
+``nplt_kb_totals`` (migration ``0014_kb_totals.sql``, kept by a trigger at commit): the insert locks
+it last (``SELECT ... FOR UPDATE``, held only until its commit) and checks ``max_total_chunks``
+there. The change is announced on ``CHANNEL`` inside the same transaction (only committed
+documents are ever announced).
 
 ``update_uploaders`` changes a group document's ``uploader`` and ``co_uploaders`` (migration
 ``0013_kb_co_uploaders.sql``) as a read-modify-write under the row's lock, announced as "upd": two
-nodes recording co-uploaders, or passing the document on, at the same time both take effect.
+nodes recording co-uploaders, or passing the document on, at the same time both take effect. A
+change that may pass the document on (``with_usage``) also takes the co-uploaders' advisory locks
+(the ones ``insert`` takes, in sorted order) and reads what each holds, so the taker's limits are
+checked in the same transaction as the hand-over.
 """
 from __future__ import annotations
 
@@ -36,8 +43,24 @@ DOC_COLUMNS = "doc_id, name, md5, sha256, size, chunks, collection, uploaded_at,
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    quota_bytes: int             # bytes one uploader may store, every collection
-    max_documents: int           # documents per collection
+    """The knowledge base's limits, checked in ``insert``'s transaction (``[knowledge]`` settings)."""
+    quota_bytes: int             # bytes one uploader may store, every collection (user_quota_bytes)
+    max_documents: int           # documents per collection (max_documents_per_collection)
+    max_documents_per_member: int   # documents one uploader may hold in one group collection
+    max_chunks_per_user: int     # chunks of the documents one uploader holds, every collection
+    max_total_chunks: int        # chunks of every document (nplt_kb_totals)
+
+
+#: what one user holds, as ``update_uploaders`` reads it under their lock: (bytes of their documents,
+#: chunks of their documents, their documents in the document's collection)
+Usage = tuple[int, int, int]
+#: a change of a document's uploaders: (uploader, co_uploaders, usage of each co-uploader or None) ->
+#: the new pair, or None to leave them
+UploadersChange = Callable[[str, tuple[str, ...], "dict[str, Usage] | None"], Any]
+
+
+class _Refused(Exception):
+    """Raised inside ``insert``'s transaction to roll it back: a limit checked last (``max_total_chunks``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,14 +110,9 @@ class PgDocuments:
                                          "WHERE collection = $1 AND sha256 = $2", meta["collection"], meta["sha256"])
                 if row is not None:
                     return "duplicate", dict(row)
-                used = await con.fetchval("SELECT coalesce(sum(size), 0) FROM nplt_kb_documents WHERE uploader = $1",
-                                          meta["uploader"])
-                if used + meta["size"] > limits.quota_bytes:
-                    return "quota", f"quota of {limits.quota_bytes} bytes reached ({used} used)"
-                count = await con.fetchval("SELECT count(*) FROM nplt_kb_documents WHERE collection = $1",
-                                           meta["collection"])
-                if count >= limits.max_documents:
-                    return "quota", f"collection holds {limits.max_documents} documents"
+                problem = await self._limit_problem(con, meta, limits)
+                if problem is not None:
+                    return "quota", problem
                 added = await con.fetchval(
                     "INSERT INTO nplt_kb_documents (doc_id, name, md5, sha256, size, chunks, collection, uploaded_at, "
                     "uploader, co_uploaders) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
@@ -106,9 +124,46 @@ class PgDocuments:
                                              "AND sha256 = $2", meta["collection"], meta["sha256"])
                     return "duplicate", dict(row)
                 await self._write_rows(con, meta["doc_id"], original, chunks, vectors)
+                # last, so that the counter row is locked only from here to the commit (its trigger
+                # adds this document's chunks then): uploads on every node check it one after another
+                total = await con.fetchval("SELECT chunks FROM nplt_kb_totals FOR UPDATE")
+                if total + meta["chunks"] > limits.max_total_chunks:
+                    raise _Refused(_total_problem(total, meta["chunks"], limits))
                 await publish_in(con, CHANNEL, {"op": "add", "doc": meta["doc_id"]})
             return "added", meta
-        return await self.link.run(work, write=True)
+
+        async def guarded(con: asyncpg.Connection) -> tuple[str, Any]:
+            try:
+                return await work(con)
+            except _Refused as exc:            # (the transaction is rolled back: nothing written)
+                return "quota", str(exc)
+        return await self.link.run(guarded, write=True)
+
+    @staticmethod
+    async def _limit_problem(con: asyncpg.Connection, meta: dict[str, Any], limits: Limits) -> str | None:
+        """Why the uploader may not add ``meta``'s document to its collection, or None; with the
+        uploader's and the collection's locks held (what they hold cannot change meanwhile)."""
+        user, coll = meta["uploader"], meta["collection"]
+        used, held, mine = await con.fetchrow(
+            "SELECT coalesce(sum(size), 0)::bigint, coalesce(sum(chunks), 0)::bigint, "
+            "count(*) FILTER (WHERE collection = $2) FROM nplt_kb_documents WHERE uploader = $1", user, coll)
+        if used + meta["size"] > limits.quota_bytes:
+            return f"quota of {limits.quota_bytes} bytes reached ({used} used)"
+        if held + meta["chunks"] > limits.max_chunks_per_user:
+            return (f"your documents hold {held} chunks; this document's {meta['chunks']} would take you over the "
+                    f"per-user limit (max_chunks_per_user = {limits.max_chunks_per_user})")
+        count = await con.fetchval("SELECT count(*) FROM nplt_kb_documents WHERE collection = $1", coll)
+        share = limits.max_documents_per_member
+        if coll.startswith("group:") and mine + 1 > share:
+            return (f"you uploaded {mine} of the {count} documents of {coll}, a member's share "
+                    f"(max_documents_per_member = {share}): delete one of yours first")
+        if count >= limits.max_documents:
+            return (f"collection {coll} holds {count} documents (max_documents_per_collection = "
+                    f"{limits.max_documents}), {mine} of them yours")
+        total = await con.fetchval("SELECT chunks FROM nplt_kb_totals")   # (early, unlocked: checked again last)
+        if total + meta["chunks"] > limits.max_total_chunks:
+            return _total_problem(total, meta["chunks"], limits)
+        return None
 
     async def _write_rows(self, con: asyncpg.Connection, doc_id: str, original: str | os.PathLike,
                           chunks: list[dict[str, Any]], vectors: list[list[float]] | None) -> None:
@@ -136,11 +191,16 @@ class PgDocuments:
                 return gone is not None
         return await self.link.run(work, write=True)
 
-    async def update_uploaders(self, doc_id: str, change: Callable[[str, tuple[str, ...]], Any]) -> dict[str, Any] | None:
-        """Change a document's ``uploader`` and ``co_uploaders``: ``change(uploader, co_uploaders)``
-        (pure, called with the row locked: ``SELECT ... FOR UPDATE``) gives the new pair, or None to
-        leave them; a change is written and announced ({"op": "upd"}) in one transaction. The row
-        as it is afterwards (DOC_COLUMNS), None if the document is gone."""
+    async def update_uploaders(self, doc_id: str, change: UploadersChange, *,
+                               with_usage: bool = False) -> dict[str, Any] | None:
+        """Change a document's ``uploader`` and ``co_uploaders``: ``change(uploader, co_uploaders,
+        usage)`` (pure, called with the row locked: ``SELECT ... FOR UPDATE``) gives the new pair, or
+        None to leave them; a change is written and announced ({"op": "upd"}) in one transaction.
+        ``with_usage``: first every co-uploader's advisory lock is taken (``insert``'s, sorted by
+        name, so two hand-overs never wait for each other in a circle) and ``usage`` maps each to what
+        they hold now (``Usage``): a change that passes the document to one of them is decided on
+        numbers no upload or other hand-over can change before the commit; else ``usage`` is None.
+        The row as it is afterwards (DOC_COLUMNS), None if the document is gone."""
         async def work(con: asyncpg.Connection) -> dict[str, Any] | None:
             async with con.transaction():
                 row = await con.fetchrow(f"SELECT {DOC_COLUMNS} FROM nplt_kb_documents WHERE doc_id = $1 FOR UPDATE",
@@ -148,13 +208,28 @@ class PgDocuments:
                 if row is None:
                     return None
                 meta = dict(row)
-                new = change(meta["uploader"], tuple(meta["co_uploaders"]))
+                usage = None
+                if with_usage:
+                    usage = await self._usage(con, sorted(set(meta["co_uploaders"])), meta["collection"])
+                new = change(meta["uploader"], tuple(meta["co_uploaders"]), usage)
                 if new is None or (new[0], tuple(new[1])) == (meta["uploader"], tuple(meta["co_uploaders"])):
                     return meta
                 await self._set_uploaders(con, doc_id, new[0], new[1])
                 meta["uploader"], meta["co_uploaders"] = new[0], list(new[1])
                 return meta
         return await self.link.run(work, write=True)
+
+    @staticmethod
+    async def _usage(con: asyncpg.Connection, members: list[str], collection: str) -> dict[str, Usage]:
+        """Each of ``members`` locked (``insert``'s lock, in the given order) and what they hold."""
+        for member in members:
+            await con.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", *_lock_key("user", member))
+        rows = await con.fetch(
+            "SELECT uploader, coalesce(sum(size), 0)::bigint AS used, coalesce(sum(chunks), 0)::bigint AS held, "
+            "count(*) FILTER (WHERE collection = $2) AS mine FROM nplt_kb_documents WHERE uploader = ANY($1) "
+            "GROUP BY uploader", members, collection)
+        found = {r["uploader"]: (r["used"], r["held"], r["mine"]) for r in rows}
+        return {m: found.get(m, (0, 0, 0)) for m in members}
 
     async def set_uploaders(self, doc_id: str, uploader: str, co: Iterable[str]) -> bool:
         """Set a document's ``uploader`` and ``co_uploaders`` (announced as "upd"); False if it is gone."""
@@ -229,6 +304,11 @@ class PgDocuments:
             "WHERE d.collection = ANY($1) AND c.text ILIKE ALL($2::text[]) ORDER BY c.doc_id, c.ordinal LIMIT $3",
             collections, patterns, limit), write=False)
         return [(r["doc_id"], r["ordinal"]) for r in rows]
+
+
+def _total_problem(total: int, chunks: int, limits: Limits) -> str:
+    return (f"the knowledge base holds {total} chunks; this document's {chunks} would take it over the "
+            f"server's limit (max_total_chunks = {limits.max_total_chunks})")
 
 
 def _assemble(docs: list, chunks: list, vecs: list) -> list[StoredDocument]:
