@@ -52,13 +52,18 @@ EXIT_TERMINATED = 143  # SIGTERM (`timeout`, `kill`, systemd): 128 + 15
 #: how long a stopped ``ask`` (Ctrl+C, SIGTERM/SIGHUP, stdout gone) waits for the server to confirm
 #: the cancel of its turn before it exits anyway
 CANCEL_WAIT_S = 2.0
-#: ``ask -`` reads at most this many times the server's ``max_text_chars`` (HELLO ``limits``) characters
+#: ``ask -`` takes at most this many times the server's ``max_text_chars`` (HELLO ``limits``) characters
 #: of stdin: a text somewhat over the limit is refused as the same text given as an argument is
-#: (INVALID_MESSAGE, exit 5, saying how long it is), while a flood (``ask - < big.log``) stops at a
-#: bounded read, a usage error (exit 2), instead of being read whole into memory first
+#: (INVALID_MESSAGE, exit 5, saying how long it is), a longer one is a usage error (exit 2)
 STDIN_READ_FACTOR = 4
 #: the ``max_text_chars`` assumed when a server announces none: the most any server can be set to
 STDIN_DEFAULT_TEXT_CHARS = 10_000_000
+#: ``ask -`` reads stdin whole before it connects (a slow producer, ``(sleep 60; date) | ask -``,
+#: neither holds a connection and a ``max_clients`` slot meanwhile nor loses its message when the
+#: server restarts in between), at most this many characters: the most any server's ``max_text_chars``
+#: can be. More is a usage error (exit 2) without reading the rest: a flood (``ask - < big.log``) is
+#: not read whole into memory first
+STDIN_ASK_CHARS = STDIN_DEFAULT_TEXT_CHARS
 #: ``prompt -`` reads at most this many characters of stdin (``STDIN_READ_FACTOR`` x the protocol's
 #: longest system prompt, ``protocol.messages.MAX_PROMPT_CHARS``)
 STDIN_PROMPT_CHARS = STDIN_READ_FACTOR * MAX_PROMPT_CHARS
@@ -210,20 +215,27 @@ async def cmd_ask(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, err:
     any session is made or changed, and when the server still refuses the message after
     ``--new``/``--model``/``--system`` took effect, those are undone (``AskSetup``)."""
     from_stdin = args.text == "-"
+    text: str | None = args.text
     if from_stdin:
-        _check_stdin()                  # a closed stdin: a usage error before connecting
+        _check_stdin()                  # a closed stdin: a usage error before anything else
     elif not args.text.strip():
         raise UsageError(EMPTY_MESSAGE)
     _check_prompt_argument(args.system, "--system")
     if isinstance(out, PrintableWriter):
         out.check()       # a closed stdout (>&-): WRITE_FAILED before a turn generates for nobody
+    if from_stdin:
+        # read whole before connecting (STDIN_ASK_CHARS): a slow producer holds no connection meanwhile,
+        # and a server restarted while it writes still gets the message
+        text = await _text_or_stdin("-", STDIN_ASK_CHARS, "the most any server's max_text_chars can be")
+        if text is None or not text.strip():
+            raise UsageError(EMPTY_MESSAGE)
+    assert text is not None
     async with make_client(cfg, session_id=args.session) as client:
         limits = client.hello.limits if client.hello is not None else {}
-        text = args.text
-        if from_stdin:                  # read once connected: the cap is the server's limit
-            text = await _text_or_stdin("-", stdin_cap(limits), "the server's max_text_chars")
-            if text is None or not text.strip():
-                raise UsageError(EMPTY_MESSAGE)
+        if from_stdin and len(text) > stdin_cap(limits):      # far over the server's limit: a usage error
+            cap = stdin_cap(limits)
+            raise UsageError(stdin_too_long(cap, f"{STDIN_READ_FACTOR} x the server's max_text_chars, "
+                                                 f"{cap // STDIN_READ_FACTOR}"))
         check_message(text, limits)     # over the server's limits: refused before anything changes
         if args.session and client.session_id != args.session:
             await client.session_switch(args.session)  # NOT_FOUND when it is not the user's session
@@ -284,7 +296,8 @@ EMPTY_MESSAGE = "the message is empty (give its text, or - and the text on stdin
 
 
 def stdin_cap(limits: dict[str, Any]) -> int:
-    """How many characters ``ask -`` reads at most: ``STDIN_READ_FACTOR`` x the server's ``max_text_chars``."""
+    """How many characters of stdin ``ask -`` takes at most (more is a usage error, exit 2):
+    ``STDIN_READ_FACTOR`` x the server's ``max_text_chars``."""
     chars = limits.get("max_text_chars")
     if not isinstance(chars, int) or isinstance(chars, bool) or chars < 1:
         chars = STDIN_DEFAULT_TEXT_CHARS
@@ -408,11 +421,16 @@ def _check_stdin() -> None:
         raise UsageError("stdin is closed: give the text as an argument, or pipe it in for -")
 
 
-async def _text_or_stdin(text: str, cap: int, limit: str) -> str | None:
+def stdin_too_long(cap: int, why: str) -> str:
+    """The usage error for a stdin over ``cap`` characters (``why``: where the cap comes from)."""
+    return f"stdin holds more than {cap} characters ({why}): nothing was sent"
+
+
+async def _text_or_stdin(text: str, cap: int, why: str) -> str | None:
     """``text``, or for ``-`` what stdin holds (trailing newlines dropped; None when blank), read up
-    to ``cap`` characters: more is a ``UsageError`` naming ``limit``, without reading the rest (a
-    300 MB stdin is not read into memory first). Text that is not UTF-8, or a stdin that is closed
-    (``<&-``) or cannot be read, raises ``UsageError``."""
+    to ``cap`` characters: more is a ``UsageError`` saying ``why`` (where the cap comes from),
+    without reading the rest (a 300 MB stdin is not read into memory first). Text that is not UTF-8,
+    or a stdin that is closed (``<&-``) or cannot be read, raises ``UsageError``."""
     if text != "-":
         return text
     _check_stdin()
@@ -425,8 +443,7 @@ async def _text_or_stdin(text: str, cap: int, limit: str) -> str | None:
     except (OSError, ValueError) as exc:  # an I/O error, a stream closed meanwhile
         raise UsageError(f"cannot read stdin: {getattr(exc, 'strerror', None) or exc}") from None
     if len(text) > cap:
-        raise UsageError(f"stdin holds more than {cap} characters ({STDIN_READ_FACTOR} x {limit}, "
-                         f"{cap // STDIN_READ_FACTOR}): nothing was sent")
+        raise UsageError(stdin_too_long(cap, why))
     text = text.rstrip("\n")
     _check_utf8(text, "stdin")            # a stdin keeping undecodable bytes as surrogate escapes
     return text if text.strip() else None
@@ -472,7 +489,8 @@ async def cmd_prompt(args: argparse.Namespace, cfg: ClientConfig, out: TextIO, e
     elif args.text is not None:
         if args.text != "-" and not args.text.strip():
             raise UsageError("the system prompt is blank: give its text, or --clear to reset it to the server's")
-        text = await _text_or_stdin(args.text, STDIN_PROMPT_CHARS, "the longest system prompt")
+        text = await _text_or_stdin(args.text, STDIN_PROMPT_CHARS,
+                                    f"{STDIN_READ_FACTOR} x the longest system prompt, {MAX_PROMPT_CHARS}")
         if text is None:
             err.write("nplt-client: USAGE: no system prompt on stdin (--clear resets it)\n")
             return EXIT_USAGE

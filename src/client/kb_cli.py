@@ -310,6 +310,17 @@ def _group_collection(group: str | None) -> str | None:
     return group if group.startswith("group:") else f"group:{group}"
 
 
+def _group(text: str) -> str:
+    """``--group G``: a group's name (or "group:G"). An empty or blank one is a usage error (exit 2,
+    before connecting): before, ``--group ""`` was sent as the collection "group:", which the server
+    refused as FORBIDDEN, as if the user were not in some group."""
+    name = text[len("group:"):] if text.startswith("group:") else text
+    if not name.strip():
+        raise argparse.ArgumentTypeError(f"expected a group's name, got {text!r} "
+                                         "(leave --group out to upload into your own collection)")
+    return text
+
+
 def _limit(text: str) -> int:
     try:
         value = int(text)
@@ -325,7 +336,7 @@ def add_kb_parser(sub: Any) -> None:
     kb = p.add_subparsers(dest="kb_command", metavar="ACTION", required=True)
     q = kb.add_parser("upload", help="upload files (resumed after a dropped connection)")
     q.add_argument("paths", nargs="+", metavar="PATH")
-    q.add_argument("--group", metavar="G", help="into group G's collection (default: your own)")
+    q.add_argument("--group", metavar="G", type=_group, help="into group G's collection (default: your own)")
     q.add_argument("--replace", action="store_true",
                    help="then delete your older documents of the same name in that collection")
     q.add_argument("--json", action="store_true")

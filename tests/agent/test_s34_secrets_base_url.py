@@ -5,7 +5,9 @@ NPLT_LLM_BASE_URL=http://svc:PASSWORD@host/v1?api-key=KEY put ``svc:PASSWORD@hos
 start-up line "agent: openai-compatible at ...", httpx's "HTTP Request: POST <full URL>" at INFO, and the
 model catalog's warning. ``endpoint_host`` now gives host[:port] only; the base_url's password and
 secret-looking query values (``url_secrets``) are scrubbed from error texts and registered with the tools;
-the HTTP client loggers (``logs.QUIET_LOGGERS``) are held at WARNING.
+the HTTP client loggers (``logs.QUIET_LOGGERS``) are held at WARNING. (A base_url with a query string is
+refused at start-up since fixer C2: tests/agent/test_s34_baseurl_refused.py; ``url_secrets`` still reads
+a query, as a second line of defence.)
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from server.agent import llm_support
 from server.agent.llm_support import endpoint_host, to_agent_error
 from server.tools import ToolContext, ToolRegistry, ToolsConfig
 from testkit.process import ServerProcess
-from testkit.scripted_llm import ScriptedLLM
+from testkit.scripted_llm import Reply, ScriptedLLM
 from testkit.server import V3Client
 
 PASSWORD, QUERY_KEY, API_KEY = "UrlUserPa55word", "QueryKeyVal0123456789", "cfgKeyValue0123456789zz"
@@ -72,16 +74,16 @@ def test_error_texts_name_the_host_and_never_the_secrets():
 
 
 async def test_the_tools_mask_the_base_url_secrets(tmp_path, caplog):
-    (tmp_path / "env.txt").write_text(f"LLM_URL_PASS {PASSWORD}\nquery {QUERY_KEY}\n")
+    (tmp_path / "env.txt").write_text(f"LLM_URL_PASS {PASSWORD}\n")
     tools = ToolRegistry(ToolsConfig(file_roots=[str(tmp_path)]))
-    cfg = LLMConfig.from_dict({"base_url": f"http://svc:{PASSWORD}@127.0.0.1:9/v1?api-key={QUERY_KEY}",
+    cfg = LLMConfig.from_dict({"base_url": f"http://svc:{PASSWORD}@127.0.0.1:9/v1",
                                "model": "m", "models_from_endpoint": False}, env={})
     caplog.set_level(logging.INFO, logger="server.agent.factory")
     agent = build_agent(cfg, AgentConfig(), tools)
     try:
         call = await tools.run("read_file", {"path": "env.txt"}, ToolContext("alice", "s_1"))
         assert call.status == "success"
-        assert orjson.loads(call.result)["text"] == "LLM_URL_PASS [REDACTED]\nquery [REDACTED]"
+        assert orjson.loads(call.result)["text"] == "LLM_URL_PASS [REDACTED]"
         assert "agent: openai-compatible at 127.0.0.1:9, model m" in caplog.text
         assert not [s for s in SECRETS if s in caplog.text]
     finally:
@@ -105,13 +107,14 @@ def test_the_http_client_loggers_are_quiet_at_any_level():
 
 
 async def test_a_real_server_keeps_the_base_url_secrets(tmp_path):
-    """t9.py: a real server process whose base_url carries a password and an ?api-key=; the model endpoint
-    answers 404 (the query breaks its paths) naming the path it got. Nothing the user sees (hello, the
-    TURN_ERROR, stats, models, session info, history, export) nor the log (debug level, stderr and file)
-    holds a secret; the errors name the endpoint by host and port."""
+    """t9.py: a real server process whose base_url carries a password; the model endpoint answers 401
+    naming the key and the URL it was given (a base_url with ?api-key= is refused at start-up now).
+    Nothing the user sees (hello, the TURN_ERROR, stats, models, session info, history, export) nor the
+    log (debug level, stderr and file) holds a secret; the errors name the endpoint by host and port."""
     data = tmp_path / "data"
     async with ScriptedLLM() as llm:
-        url = f"http://svc:{PASSWORD}@127.0.0.1:{llm.port}/v1?api-key={QUERY_KEY}"
+        llm.push(Reply.fail(401, f"bad key {API_KEY} for http://svc:{PASSWORD}@127.0.0.1:{llm.port}/v1"))
+        url = f"http://svc:{PASSWORD}@127.0.0.1:{llm.port}/v1"
         env = {"NPLT_LLM_BASE_URL": url, "NPLT_LLM_MODEL": "scripted-model", "NPLT_LLM_API_KEY": API_KEY}
         srv = await ServerProcess.start(data, "--log-level", "debug", env=env)
         try:
@@ -128,7 +131,7 @@ async def test_a_real_server_keeps_the_base_url_secrets(tmp_path):
             assert await srv.stop() == 0
     assert len(llm.model_requests) + len(llm.requests) >= 1     # the endpoint was reached, through that URL
     [error] = [ev.body for ev in events if ev.type == MsgType.TURN_ERROR]
-    assert error["message"].startswith(f"the model endpoint 127.0.0.1:{llm.port} returned HTTP 404"), error
+    assert error["message"].startswith(f"the model endpoint 127.0.0.1:{llm.port} returned HTTP 401"), error
     assert not [s for s in SECRETS if s in blob], blob
     log = srv.log_path.read_text() + "".join(p.read_text() for p in Path(data / "logs").glob("*.log*"))
     assert f"agent: openai-compatible at 127.0.0.1:{llm.port}, model scripted-model" in log
@@ -138,7 +141,6 @@ async def test_a_real_server_keeps_the_base_url_secrets(tmp_path):
 
 def test_the_config_repr_names_the_endpoint_by_host_and_port_only():
     from server.agent.config import LLMConfig
-    shown = repr(LLMConfig(base_url="http://svc:UrlUserPa55word@llm.internal:8080/v1?api-key=QueryKeyVal0123456789",
-                           api_key="sk-test"))
+    shown = repr(LLMConfig(base_url="http://svc:UrlUserPa55word@llm.internal:8080/v1", api_key="sk-test"))
     assert "llm.internal:8080" in shown
-    assert "UrlUserPa55word" not in shown and "QueryKeyVal" not in shown and "sk-test" not in shown
+    assert "UrlUserPa55word" not in shown and "sk-test" not in shown

@@ -185,8 +185,24 @@ class LLMConfig(Section):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
+        """An http(s) URL without a query or fragment: the client appends ``/chat/completions`` and
+        ``/models`` to base_url as a string, so ``...?api-key=K&api-version=V`` became
+        ``POST /v1/?api-key=K&api-version=Vchat/completions``, which never worked (the server started
+        anyway, and every turn failed). Refused at start-up; the message names no part of the URL
+        past its host (a password or key may be in it)."""
         if v is not None and not v.strip().startswith(("http://", "https://")):
-            raise Invalid(f"expected an http:// or https:// URL, got {v.strip()!r}")
+            scheme = v.strip().partition("://")[0] if "://" in v else None     # (never the rest: a password)
+            got = f"a {scheme}:// URL for {endpoint_host(v.strip())}" if scheme else "no URL scheme"
+            raise Invalid(f"expected an http:// or https:// URL, got {got}")
+        if v is not None and ("?" in v or "#" in v):
+            part = "a query string ('?...')" if "?" in v else "a fragment ('#...')"
+            raise Invalid(f"the URL of {endpoint_host(v.strip())} has {part}, which the server cannot use: "
+                          "requests go to base_url + '/chat/completions' and '/models', so query parameters "
+                          "would never reach the endpoint (and a '?' or '#' in a password must be "
+                          "percent-encoded, %3F / %23). Give the URL up to its path only, and the API key as "
+                          "[llm] api_key or NPLT_LLM_API_KEY (sent as 'Authorization: Bearer'); an endpoint "
+                          "that wants them needs a URL without them (Azure OpenAI: https://RESOURCE.openai.azure.com/"
+                          "openai/v1, the key as api_key, no api-version) or a proxy that adds them")
         return v.strip().rstrip("/") if v is not None else None
 
     @field_validator("api_key")

@@ -8,6 +8,7 @@ echoes back).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import email.utils
 import math
@@ -26,7 +27,7 @@ from server.agent.base import AgentError, BuiltContext
 from server.agent.chat_stream import (EventTooLarge, MalformedStream, StreamEnded, StreamInterrupted, StreamStalled,
                                      UnexpectedContentType)
 from server.memory.tokens import TokenCounter, message_tokens, truncate_to_tokens
-from server.tools.secrets import looks_like_secret_value
+from server.tools.secrets import looks_like_secret_value, redact_shapes
 
 LLM_ERROR, LLM_TIMEOUT = ErrorCode.LLM_ERROR, ErrorCode.LLM_TIMEOUT
 KEY_FRAGMENT_CHARS = 8     # any run of this many characters of the API key is scrubbed from error texts
@@ -374,6 +375,32 @@ def url_secrets(base_url: str | None) -> tuple[str, ...]:
     return tuple(out)
 
 
+def url_basic_credentials(base_url: str | None) -> tuple[str, ...]:
+    """The base_url's user info as the HTTP client sends it, ``Authorization: Basic base64(user:password)``
+    (the user name and password percent-decoded or as written), in the standard and the URL-safe base64
+    alphabet, with and without its ``=`` padding; only when ``url_secrets`` finds a secret in the user
+    info. An endpoint that echoes the request's headers (a 401 naming them) would otherwise hand the
+    password, base64-encoded, to every user (TURN_ERROR, the stored ``error_message``, the CLI's
+    stderr): scrubbed from every error text naming the endpoint (``to_agent_error``)."""
+    if not base_url:
+        return ()
+    rest = base_url.split("://", 1)[1] if "://" in base_url else base_url
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    userinfo, at, _ = authority.rpartition("@")
+    if not at or not url_secrets(f"http://{userinfo}@host"):
+        return ()
+    user, _, password = userinfo.partition(":")
+    forms: list[str] = []
+    for u in dict.fromkeys((user, unquote(user))):
+        for p in dict.fromkeys((password, unquote(password))):
+            raw = f"{u}:{p}".encode("utf-8", "surrogatepass")
+            for encoded in (base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()):
+                for form in (encoded, encoded.rstrip("=")):
+                    if len(form) >= URL_SECRET_MIN_CHARS and form not in forms:
+                        forms.append(form)
+    return tuple(forms)
+
+
 def scrub_key(text: str, secret: str | None) -> str:
     """``text`` with the key and every run of ``KEY_FRAGMENT_CHARS`` or more characters of it (a prefix
     an endpoint echoes, say) replaced by ``***``, in any letter case (an endpoint may echo the key lower-
@@ -398,9 +425,12 @@ def scrub_key(text: str, secret: str | None) -> str:
 
 def _scrub_text(text: str, secret: str | None, limit: int = 300, extra: tuple[str, ...] = ()) -> str:
     """``text`` for an error message: the key (``scrub_key``) and each of ``extra`` (the base_url's
-    secrets, ``url_secrets``) scrubbed, whitespace folded, cut at ``limit`` characters."""
+    secrets, ``url_secrets`` and ``url_basic_credentials``) scrubbed, then anything shaped like a secret
+    (``redact_shapes``: a ``Basic``/``Bearer`` credential the endpoint echoes, a URL's password, a
+    private key...), whitespace folded, cut at ``limit`` characters."""
     for value in (secret, *extra):
         text = scrub_key(text, value)
+    text = redact_shapes(text)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + "…"
 
@@ -428,7 +458,8 @@ def _to_agent_error(exc: BaseException, base_url: str, timeout_s: float, secret:
                     attempts: int) -> AgentError:
     host = endpoint_host(base_url)
     tries = f" (after {attempts} attempts)" if attempts > 1 else ""
-    hidden = url_secrets(base_url)     # an endpoint may echo its URL (path, query) or its user info
+    # an endpoint may echo its URL (path, query), its user info, or the Basic header carrying that
+    hidden = url_secrets(base_url) + url_basic_credentials(base_url)
 
     def _scrub(text: str, secret: str | None) -> str:
         return _scrub_text(text, secret, extra=hidden)
