@@ -384,10 +384,12 @@ def _escaped(m: re.Match) -> str:
 
 
 #: JSON: at most this many values in one file (the document, array elements and object members;
-#: counted before parsing, from the commas and brackets outside strings): the parsed tree takes
-#: ~50-130 bytes a value (a 10 MB file of ``[{},{},...]`` took 1.4 GB and was then refused for its
-#: chunks), so it is bounded before it is built
-JSON_MAX_VALUES = 2_000_000
+#: counted before parsing, from the commas and brackets outside strings). Validation keeps no object
+#: and no number (``_drop``: objects, numbers and constants are read as None), so what it holds is the
+#: arrays' slots, 8 bytes a value: ~80 MB at the limit (before, the parsed tree took ~50-130 bytes a
+#: value: a 10 MB file of ``[{},{},...]`` took 1.4 GB and was then refused for its chunks); a data dump
+#: of 2 M numbers (4 MB) is read
+JSON_MAX_VALUES = 10_000_000
 #: pretty-printing a one-line JSON: its text is counted and cancellation checked every this many tokens
 JSON_CHECK_EVERY = 4096
 _JSON_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"')
@@ -412,7 +414,8 @@ def _json_values(text: str) -> int:
     return bare.count(",") + bare.count("[") + bare.count("{") - empty + 1
 
 
-def _drop(_pairs: object) -> None:
+def _drop(_value: object) -> None:
+    """What validation keeps of an object, a number or a constant: nothing."""
     return None
 
 
@@ -483,7 +486,8 @@ def parse_json(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]
                           f"of {JSON_MAX_VALUES} (JSON_MAX_VALUES)")
     budget.check()
     try:
-        json.loads(text, object_pairs_hook=_drop)       # validated: each object dropped once read
+        json.loads(text, object_pairs_hook=_drop, parse_int=_drop, parse_float=_drop,
+                   parse_constant=_drop)           # validated: objects and numbers dropped once read
     except RecursionError:
         raise _too_deep("json") from None
     except ValueError as exc:
