@@ -6,7 +6,7 @@ facts and preferences of a message as JSON. It is sent only what the user states
 (``model_source``: the rules' tests of ``server.memory.distill``, clause by clause), and of its answer
 only items that pass the same tests and are said in the text it was sent are kept
 (``model_items_kept``, ``grounded``: values, names, negations and commands as they are, other words in
-its own way up to ``MAX_UNSAID_WORDS``); secrets never (``server.memory.sensitive``). When it fails,
+its own way up to ``MAX_UNSAID_WORDS`` neutral ones, ``NEUTRAL_UNSAID_WORDS``); secrets never (``server.memory.sensitive``). When it fails,
 answers something unusable or none of its items is kept, the rules' items are used (``SOURCE_RULES``).
 """
 from __future__ import annotations
@@ -137,8 +137,16 @@ INLINE_FILTER_CHARS = 4000
 #: a statement or of a request about the answers ("The user prefers answers in Chinese")
 _NEGATION_WORDS = frozenset(("not", "no", "nor", "never", "none", "nothing", "cannot", "dont", "don't", "doesn't",
                              "didn't", "isn't", "aren't", "wasn't", "weren't", "won't", "can't", "couldn't",
-                             "shouldn't", "wouldn't", "hasn't", "haven't", "hadn't", "mustn't", "shan't"))
-FRAME_WORDS = (STOPWORDS - _NEGATION_WORDS) | frozenset((
+                             "shouldn't", "wouldn't", "hasn't", "haven't", "hadn't", "mustn't", "shan't", "ain't",
+                             # (the same without the apostrophe, and other words that deny)
+                             "doesnt", "didnt", "isnt", "arent", "wasnt", "werent", "wont", "cant", "couldnt",
+                             "shouldnt", "wouldnt", "hasnt", "havent", "hadnt", "mustnt", "shant", "aint",
+                             "neither", "nobody", "nowhere", "without"))
+#: function words that turn what a statement says (off, down, out, against, was, ...): free in an item
+#: only when the text has the very word ("TLS stays off" from "TLS is enabled" is dropped)
+TURNING_WORDS = frozenset(("off", "down", "out", "against", "under", "over", "once", "few", "was", "were", "been",
+                           "had", "except", "until", "before", "after"))
+FRAME_WORDS = (STOPWORDS - _NEGATION_WORDS - TURNING_WORDS) | frozenset((
     "user", "user's", "users", "use", "uses", "using", "used", "prefer", "prefers", "preferred", "preference",
     "want", "wants", "please", "answer", "answers", "answered", "reply", "replies", "replied", "respond",
     "responds", "response", "responses", "language", "keep", "now", "currently", "called", "named", "located"))
@@ -152,7 +160,9 @@ _LASTING = re.compile(r"\b(?:always|never|from now on|going forward|in (?:the )?
 _LASTING_WORDS = frozenset(("always", "forever", "henceforth", "default", "future"))
 _ZH_LASTING_WORDS = ("以后", "今后", "往后", "总是", "始终", "永远", "一律", "每次", "一直", "默认")
 #: a negation in the text sent: only then may an item hold one ("never", "不要")
-_NEGATED = re.compile(r"\b(?:not|no|nor|never|none|nothing|cannot|dont|stop)\b|n['’]t\b|[不没别勿禁]", re.IGNORECASE)
+_NEGATED = re.compile(r"\b(?:not|no|nor|never|none|nothing|cannot|dont|stop|neither|nobody|nowhere|without|aint|"
+                      r"(?:does|did|is|are|was|were|wo|ca|could|should|would|has|have|had|must|sha)nt)\b|n['’]t\b|"
+                      r"[不没别勿禁]", re.IGNORECASE)
 _ZH_NEGATION_WORDS = ("不要", "不再", "不用", "从不", "不", "别", "勿", "禁止")
 _HAN_CLASS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _NOT_HAN = rf"[^\W_{_HAN_CLASS}]"
@@ -201,6 +211,8 @@ class _Sent:
         w = word.casefold().replace("’", "'")
         if w in _NEGATION_WORDS or w.endswith("n't"):
             return self.negated
+        if w in TURNING_WORDS:
+            return re.search(rf"(?<![^\W_]){w}(?![^\W_])", self.text) is not None
         if w in FRAME_WORDS or self.says(w):
             return True
         if w in _LASTING_WORDS:
@@ -261,6 +273,8 @@ class _Sent:
                 offer(i + 1, at, 0, 0)
             if i and run[i - 1] not in CJK_STOP_CHARS:     # (not after 的: "我们的上海数据库" adds a place)
                 for j in range(i + 1, min(n - 1, i + 2 * MAX_UNSAID_WORDS) + 1):
+                    if run[j - 1] in ZH_NEVER_UNSAID:       # (no 不, 停, 法 of its own: "以后不用中文回答")
+                        break
                     if run[j] not in CJK_STOP_CHARS and run[i - 1] + run[j] in self.text:
                         offer(j, at, (j - i + 1) // 2, 0)
         end = best[n]
@@ -272,6 +286,28 @@ class _Sent:
 #: text, "concise" for "short", "lives" for "based"; Chinese characters put between two the text
 #: has side by side, one word per two characters) ...
 MAX_UNSAID_WORDS = 2
+#: ... each of them a neutral word of a rephrasing (by its stem): who or what a fact is about, the
+#: plain verbs of a fact, how answers are worded, how often something runs. Never a word that denies,
+#: turns or ends what the text said ("without", "isnt", "stopped", "disabled", "replaced", "left",
+#: "decommissioned", "wipe", "format", ...) nor a language ("french"): they are not in this list, so
+#: an item that adds one is dropped
+NEUTRAL_UNSAID_WORDS = frozenset((
+    "user", "team", "company", "organization", "org", "person", "people", "staff",
+    "server", "host", "machine", "node", "instance", "service", "system", "port", "setup", "environment",
+    "env", "config", "configuration", "setting", "value", "address", "name", "location", "place", "city",
+    "office", "home", "tool", "app", "application", "project", "editor", "account",
+    "use", "run", "has", "have", "live", "located", "based", "resides", "reside", "sits", "serve",
+    "store", "hold", "contain", "include", "listen", "point", "resolve", "connect", "communicate", "rely",
+    "set", "configured", "called", "named", "prefer", "like", "want", "wish", "ask", "request", "expect",
+    "concise", "brief", "short", "terse", "succinct", "compact", "clear", "plain", "simple", "detailed",
+    "nightly", "daily", "via", "within", "inside", "across", "per", "along", "around", "near",
+    "toward", "towards", "upon", "onto", "among", "also", "currently", "usually", "typically", "generally"))
+_NEUTRAL_STEMS = frozenset(stem(w) for w in NEUTRAL_UNSAID_WORDS)
+#: Chinese characters never put into a run of the text as the model's own (``_Sent.han``): a negation
+#: (不 没 别 勿 非 未 无 ...), a word that stops, removes, ends or replaces (停 删 关 禁 撤 废 ...), a
+#: past or a former state (曾 旧 原 前) and the first character of a language name (法 英 德 ...)
+ZH_NEVER_UNSAID = frozenset("不没别勿非未无莫否甭毋休停删关禁撤废弃拆卸退离移换迁除掉灭断坏错假曾旧原前"
+                            + "".join(n[0] for names in LANGUAGES.values() for n in names if not n.isascii()))
 #: ... and no more than this share of the words that count in each clause of the item (words the
 #: text said and values; not function words nor the frame of a fact: "The user uses emacs" from
 #: "I use vim" has one word of its own and none said, and is dropped)
@@ -306,9 +342,19 @@ def _word(sent: _Sent, word: str, kind: str, lenient: bool) -> tuple[int, int] |
         counted = folded not in FRAME_WORDS or (kind == "preference" and folded in _PREFERENCE_FRAME)
         return (1 if counted else 0), 0
     if (not lenient or folded != word or folded in _NEGATION_WORDS or folded.endswith("n't")
-            or folded in _LASTING_WORDS or COMMAND.fullmatch(folded)):
+            or folded in _LASTING_WORDS or folded in TURNING_WORDS or COMMAND.fullmatch(folded)):
         return None          # (a name, a negation, "always", a command word, or in a value: never unsaid)
+    if not _neutral(folded):
+        return None          # (a word that turns what was said, a language: "without", "stopped", "french")
     return 0, 1
+
+
+def _neutral(word: str) -> bool:
+    """An ordinary word the model may add (``NEUTRAL_UNSAID_WORDS``, by its stem), never a language."""
+    bare = word[:-2] if word.endswith("'s") else word
+    if LANGUAGE_OF.get(bare) is not None or _LANGUAGE_BY_STEM.get(stem(bare)) is not None:
+        return False
+    return bare in NEUTRAL_UNSAID_WORDS or stem(bare) in _NEUTRAL_STEMS
 
 
 def _tally(part: str, sent: _Sent, kind: str, lenient: bool, latin_names: bool) -> tuple[int, int] | None:
@@ -346,7 +392,9 @@ def grounded(text: str, source: str | _Sent, kind: str = "fact") -> bool:
     what a statement says a thing is (the words of a clause after "is"/"是"/"在"/"位于": "我们的数据库在上海"
     from "...在杭州" is dropped). Said by its stem, in either language for the ops nouns and languages
     ("The prod DB host is db-prod-42" from "生产数据库的主机是 db-prod-42"), or else counted as unsaid:
-    an English word of small letters ("The team deploys with ArgoCD" from "We deploy with ArgoCD").
+    an English word of small letters that is a neutral one (``NEUTRAL_UNSAID_WORDS``: "The team deploys
+    with ArgoCD" from "We deploy with ArgoCD"; never "without", "stopped", "french": ``_neutral``); a
+    turning function word ("off", "was": ``TURNING_WORDS``) only when the text has it.
     Chinese as pieces of the text (``_Sent.han``). A translation of a name ("Hangzhou" for 杭州) is
     not said."""
     sent = source if isinstance(source, _Sent) else _Sent(source)
