@@ -248,6 +248,9 @@ def without_tool(found: list[Any], zh: bool, roots: tuple[list[str], list[str]] 
         return refusal(zh)
     if "log_path" in names:
         return log_path_needed(zh)
+    if "forget" in names:
+        part = next(str(i.arguments.get("part", "")) for i in found if i.name == "forget")
+        return forget_apart(part, zh)
     for i in found:
         if i.name == "unsupported":
             return unsupported_option(str(i.arguments.get("option", "")), zh)
@@ -266,8 +269,18 @@ def tool_results(rendered: list[str], found: list[Any], zh: bool,
     return with_notes("\n\n".join([*rendered, *dict.fromkeys(canned)]), [i for i in found if i.tool], zh)
 
 
-#: the requests without a tool answered after the tool results of the same message (``tool_results``)
-WITHOUT_TOOL_AFTER = ("refuse", "log_path", "unsupported", "which_file")
+#: the requests without a tool answered after the tool results of the same message (``tool_results``): a
+#: help or "who are you" clause gets the help text, a clause asking to forget is not done (``forget_apart``);
+#: a clause to remember is answered by ``offline`` (``noted``)
+WITHOUT_TOOL_AFTER = ("refuse", "log_path", "unsupported", "which_file", "help", "forget")
+
+
+def forget_apart(part: str, zh: bool) -> str:
+    """The reply to a request to forget sent with other requests ("show memory and forget everything"): the
+    user memory takes back only what a message asks alone, so nothing was forgotten, and how to do it."""
+    return _j(zh, f"Not done: \"{part}\": nothing was forgotten; send the request to forget as a message of its own. "
+                  + WHERE_MEMORY_EN,
+              f"未执行：“{part}”：没有忘记任何内容；请把要忘记的内容单独发一条消息。" + WHERE_MEMORY_ZH)
 
 
 def courtesy(zh: bool) -> str:

@@ -76,6 +76,9 @@ _COUNT_ENTRIES = re.compile(r"\b(?:count|how\s+many|number\s+of)\s+(?:of\s+)?(?:
                             r"director(?:y|ies)|dirs?|folders?|entries|items)\s+(?:are\s+(?:there\s+)?)?"
                             rf"(?:in|under|inside|within)\s+(?:the\s+)?(?:directory\s+|folder\s+|dir\s+)?({TARGET})"
                             r"\s*/?\s*[?.!]*\s*$", re.I)
+#: the same in Chinese ("统计 /var/log 下有多少个文件", "nginx 目录里有几个文件"): listed, never grepped for 文件
+_COUNT_ENTRIES_ZH = re.compile(rf"({TARGET})\s*(?:目录|文件夹)?\s*(?:下|中|里|里面|内)\s*(?:一共|总共|共)?\s*有?\s*"
+                               r"(?:多少|几)\s*个?\s*(?:子目录|文件夹|目录|文件)\s*(?:吗|呢)?\s*[？?。！!]*\s*$")
 #: a log level counted or filtered in the plural ("how many errors in app.log"): grepped case-insensitively as
 #: the level's stem (error, warn, fatal, critical, exception)
 LEVEL_WORDS = {"error": "error", "errors": "error", "warning": "warn", "warnings": "warn", "warn": "warn",
@@ -362,6 +365,9 @@ def parse_file_request(text: str, previous: str | None = None) -> tuple[str, dic
     request, is not known."""
     if len(text) > MAX_REQUEST_CHARS:
         return None
+    entries_zh = _COUNT_ENTRIES_ZH.search(text)
+    if entries_zh is not None:        # (before the grep: "有多少个文件" counts entries, it looks for no 文件)
+        return "list_dir", {"path": entries_zh.group(1) if not PRONOUNS.fullmatch(entries_zh.group(1)) else previous or "."}
     grep = _grep(text, previous)      # (the pattern and the path as said: "搜索 第三次" stays 第三次)
     if grep is not None:
         return grep

@@ -270,8 +270,16 @@ MAX_PORTS_CHECKED = 8
 _AT_END = re.compile(r"\s*[?.!？。]*\s*")
 
 
+#: "<host> 的 <port> 端口" ("检查 web1 的 22 端口和 web2 的 80 端口"): each host its port
+_ZH_HOST_PORT = re.compile(r"(\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w.-]*)\s*的\s*(\d{1,5})\s*号?\s*端口", re.ASCII)
+
+
 def _network_targets(text: str) -> list[tuple[str, int]]:
-    """Every (host, port) ``text`` asks to check: one, or one per port of a list on one host."""
+    """Every (host, port) ``text`` asks to check: one, or one per port of a list on one host, or each
+    "<host> 的 <port> 端口"."""
+    zh = [(m.group(1), int(m.group(2))) for m in _ZH_HOST_PORT.finditer(text)]
+    if zh:
+        return list(dict.fromkeys(zh))[:MAX_PORTS_CHECKED]
     target = _network_target(text)
     if target is None:
         return []
@@ -576,7 +584,24 @@ _JUST_ASKED_NOW = _p(r"\bright\s+now\b|\bcurrently\b|现在|目前|当前")
 
 #: where a message holds several requests ("show disk usage and the last 3 lines of app.log", "tail a.log; grep
 #: 502 in b.log", "检查端口 22 以及内存"): each clause is parsed on its own (``parse``). Not inside quotes.
-_CLAUSE_SPLIT = re.compile(r"\s+and\s+(?:then\s+|also\s+)?|\s*[;；]\s*|\s*以及\s*|,\s+(?:and\s+)?(?:then\s+|also\s+)?", _FLAGS)
+#: the Chinese words that join requests ("查看磁盘然后重启 nginx", "看下 app.log 最后10行，然后搜索 ERROR", "在 app.log 中搜索
+#: ERROR 并统计"): 然后 / 并且 / 接着 / 随后 anywhere, 并 / 再 only before a verb (not 并发, 合并, 再次)
+_CLAUSE_SPLIT_ZH = re.compile(r"\s*[，,]?\s*(?:然后|并且|接着|随后)\s*|\s*[，,]?\s*(?:并|再)\s*(?=(?:查看|看|搜索|查找|检查|"
+                              r"检测|显示|统计|列出|读取|打开|重启|停止|删除|杀|告诉|计算|数一下|grep|tail|cat))", re.I)
+_CLAUSE_SPLIT = re.compile(r"\s+and\s+(?:then\s+|also\s+)?|\s*[;；]\s*|\s*以及\s*|,\s+(?:and\s+)?(?:then\s+|also\s+)?|"
+                           + _CLAUSE_SPLIT_ZH.pattern, _FLAGS)
+#: a clause that tells the assistant something to keep or to forget ("remember that the staging server is
+#: stage-7.internal", "forget everything", "记住…", "忘掉…"): answered without a tool (``answers.tool_results``,
+#: ``offline``), never read as a file or a reading
+_NOTE_CLAUSE = _p(r"^(?:(?:please|pls|also)\s+)*(?:remember|note|keep\s+in\s+mind)\b(?!\s+(?:me|when|what|how|if)\b)|"
+                  r"^(?:请|帮我)?(?:记住|记一下)")
+_FORGET_CLAUSE = _p(r"^(?:(?:please|pls|also)\s+)*forget\b|^(?:请|帮我)?(?:忘记|忘掉)")
+#: a clause that is a port and its host after a port check ("check port 80 on a and 443 on b"): checked as "port N on b"
+_BARE_PORT_CLAUSE = _p(r"^\d{1,5}\s+(?:on|at)\s+\S+$")
+#: a Chinese search naming no file after a clause that named one ("…，然后搜索 ERROR"): that file is searched
+_ZH_SEARCH_CLAUSE = _p(r"^(?:再|并)?(?:搜索|查找|搜|找)(?:一下)?\s*\S")
+#: the requests of a clause answered without a tool that a message of several requests still answers (``parse``)
+_NO_TOOL_CLAUSE = {"help", "note", "forget"}
 #: intents found before the rest (``_parse_one`` returns at once) that leave the rest of a message unanswered
 _FIRST_ONLY = {"download", "list_dir", "read_file", "search_files", "read_log", "network_check", "log_path",
                "unsupported", "which_file", "refuse"}
@@ -597,7 +622,8 @@ _STATE_CLAUSE = _p(r"^(?:the\s+)?[A-Za-z][\w.@-]*\s+(?:service\s+|daemon\s+|proc
 #: a clause that only follows on a grep before it by counting its matches ("grep ERROR in app.log and count them"):
 #: the search's answer starts with how many lines match, so it asks nothing more
 _FOLLOW_COUNT = _p(r"^(?:then\s+)?(?:count|tally)(?:\s+(?:them|those|these|it|the\s+(?:matches|hits|lines|results)))?|"
-                   r"^how\s+many(?:\s+(?:are\s+there|there\s+are|of\s+them|matches|lines))?$")
+                   r"^how\s+many(?:\s+(?:are\s+there|there\s+are|of\s+them|matches|lines))?$|"
+                   r"^(?:统计|数一下|计数)(?:一下)?(?:数量|个数|行数|次数|条数)?$")
 #: a clause asking to explain, summarize or analyze what was shown ("and explain it"): the offline assistant only
 #: shows and checks, and says so (``answers`` "part_not_explained")
 _EXPLAIN = _p(r"^(?:then\s+|please\s+|can\s+you\s+|and\s+)*(?:explain|summari[sz]e|analy[sz]e|interpret|"
@@ -616,8 +642,9 @@ def _file_named(found: list[Intent]) -> str | None:
 def _swallowed(whole: list[Intent]) -> bool:
     """``whole`` is one grep whose pattern ran over a clause into the next one ("grep ERROR in app.log and count
     them" read as a search for 'ERROR in app.log and count' in "them"): the clauses say what was asked."""
+    pattern = str(whole[0].arguments.get("pattern", "")) if len(whole) == 1 else ""
     return len(whole) == 1 and whole[0].name in ("search_files", "which_file") and \
-        bool(paths_in(str(whole[0].arguments.get("pattern", ""))))
+        bool(paths_in(pattern) or _CLAUSE_SPLIT_ZH.search(pattern))      # ("搜索 ERROR 并统计")
 
 
 def clauses(text: str) -> list[str]:
@@ -689,7 +716,13 @@ def parse(text: str, messages: list[dict[str, Any]] | None = None) -> list[Inten
     each: list[list[Intent]] = []
     before = previous                   # the file a pronoun names: an earlier clause's ("tail a.log, and grep X in it")
     for k, part in enumerate(parts):
-        found = _parse_one(part, before)
+        note = "forget" if _FORGET_CLAUSE.match(part) else "note" if _NOTE_CLAUSE.match(part) else None
+        found = [Intent(note, 2.0, None, {"part": part})] if note else _parse_one(part, before)
+        if not found and k and _BARE_PORT_CLAUSE.match(part) and \
+                any(i.name == "network_check" for i in each[k - 1]):
+            found = _parse_one(f"check port {part}", before)        # "check port 80 on a and 443 on b"
+        if not found and k and before and _ZH_SEARCH_CLAUSE.match(part) and not paths_in(part):
+            found = _parse_one(f"在 {before} 中{part}", before)       # "看下 app.log 最后10行，然后搜索 ERROR"
         if not found and k and (paths_in(part) or _PORT_FIRST.match(part)):
             verb = parts[k - 1].split()[0]  # "check port 22 on web1 and port 80 on web2", "cat a.conf and b.conf"
             again = _parse_one(f"{verb} {part}", before)
@@ -700,10 +733,11 @@ def parse(text: str, messages: list[dict[str, Any]] | None = None) -> list[Inten
             found = _parse_one(f"is {part}", before)      # "is nginx up and postgres down?"
         each.append(found)
         before = _file_named(found) or before
-    if not any(map(_first_only, whole)) and not any(_first_only(i) for r in each for i in r):
+    asked_apart = any(i.name in _NO_TOOL_CLAUSE for r in each for i in r) and any(i.tool for r in each for i in r)
+    if not any(map(_first_only, whole)) and not any(_first_only(i) for r in each for i in r) and not asked_apart:
         return whole                      # (the rules found every request: "show CPU and memory")
     said = [i.said() for i in whole]
-    if not (all(each) or any([i.said() for i in r] == said for r in each) or _swallowed(whole)):
+    if not (all(each) or any([i.said() for i in r] == said for r in each) or _swallowed(whole) or asked_apart):
         return whole                      # (a clause of a grep pattern: "grep ERROR and WARN in app.log")
     merged: list[Intent] = []
     seen: set[Any] = set()
@@ -722,7 +756,8 @@ def parse(text: str, messages: list[dict[str, Any]] | None = None) -> list[Inten
             continue                      # ("show me nginx/error.log and explain it")
         if not result and _FOLLOW_COUNT.match(asked) and any(i.tool == "search_files" for r in each[:k] for i in r):
             continue                      # ("grep ERROR in app.log and count them": the answer says how many)
-        if not result and (_FILLER.fullmatch(asked) or len(part.split()) < 2 and not paths_in(part)):
+        if not result and (_FILLER.fullmatch(asked) or len(part.split()) < 2 and not paths_in(part)
+                           and not is_chinese(part)):
             continue                      # ("tail app.log, please")
         if not result:
             tools[-1].notes.append(("part_not_answered", {"part": part}))

@@ -107,6 +107,11 @@ class OfflineAgent:
                                         step=0, timeout=self.cfg.tool_timeout_s)
             roots = (self.registry.config.log_roots, self.registry.config.file_roots)
             answer = answers.tool_results([answers.render(c, zh) for c in calls], found, zh, roots)
+            for i in (i for i in found if i.name == "note"):   # "show memory and remember that ...": after the readings
+                part = str(i.arguments.get("part", ""))
+                said = knowledge_route.statement_items(part)
+                answer = "\n\n".join([answer, answers.noted(said, zh, kept=not memory_off) if said else
+                                       answers.NOTES_AFTER["part_not_answered"][zh].format(part=part)])
         elif noted:                # what the user memory keeps or forgets; without it, nothing is kept beyond this session
             forgotten = None if memory_off else await self._forgotten(req.user_id, noted)
             answer = answers.noted(noted, zh, kept=not memory_off, forgotten=forgotten)

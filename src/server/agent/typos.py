@@ -42,6 +42,27 @@ _CUE_AFTER = {"usage", "use", "used", "status", "free", "space", "left", "full",
               "utilisation", "level", "percent", "%", "pressure", "and", "cpu", "ram", "memory", "disk", "network",
               "swap", "load", "uptime", "report", "looking", "by"}
 _FILLER_WORDS = {"me", "the", "my", "current", "server", "system", "machine", "our", "your", "this", "is", "of"}
+#: words of what a metric does that make a misspelled metric word one anywhere in its clause ("I think the memroy
+#: on db-1 is leaking", "the dsik is spinning", "dsik almost full")
+#: (what a metric is doing, never a noun: "memroy leaks in Java" is a topic, not a reading)
+_OPS_VERBS = {"leaking", "spinning", "thrashing", "swapping", "filling", "full", "spiking", "growing", "exhausted",
+              "failing", "degraded", "saturated", "congested", "dropping"}
+#: a host (a name with a digit after "-" or ".": "db-1", "web01.internal"), a path or a value ("85%", "12GB") in the
+#: clause of a misspelled metric word: it is one ("memroy on db-1")
+_OPS_THING = re.compile(r"(?<![\w.-])(?:[A-Za-z][A-Za-z0-9]*(?:[-.][A-Za-z0-9]+)*[-.]\d[\w.-]*|/[\w./-]+|"
+                        r"\d+(?:\.\d+)?\s*(?:%|[kmgt]i?b\b))", re.I)
+#: where a clause ends, for ``_OPS_VERBS`` / ``_OPS_THING``
+_CLAUSE_END = re.compile(r"[,;.!?]\s|\s+(?:and|but|or)\s+|[;!?]$", re.I)
+
+
+def _ops_clause(text: str, start: int) -> bool:
+    """The clause of ``text`` holding the word at ``start`` names a host, a path or a value, or an ops verb."""
+    ends = [m for m in _CLAUSE_END.finditer(text)]
+    lo = max([m.end() for m in ends if m.end() <= start], default=0)
+    hi = min([m.start() for m in ends if m.start() >= start], default=len(text))
+    clause = text[lo:hi]
+    return _OPS_THING.search(clause) is not None or any(
+        w.lower() in _OPS_VERBS for w in _ANY_WORD.findall(clause))
 
 
 def _distance(a: str, b: str) -> int:
@@ -116,7 +137,7 @@ def corrected(text: str) -> str:
             j -= 1
         before = lows[j] if j >= 0 else None
         after = lows[k + 1] if k + 1 < len(lows) else None
-        if before in _CUE_BEFORE or after in _CUE_AFTER:
+        if before in _CUE_BEFORE or after in _CUE_AFTER or _ops_clause(text, start):
             kept[start] = target
     if not kept:
         return text
