@@ -783,12 +783,30 @@ def _statements(kind: str, text: str) -> list[str]:
     return parts
 
 
+#: a request to keep something joined to another request in one sentence: "show memory and remember that
+#: the staging server is stage-7.internal", "查看内存，然后记住预发服务器是 stage-7" (``_requests``)
+_JOINED_LEAD_IN = re.compile(r"(?:\s+and\s+(?:then\s+|also\s+)?|\s*[,，;；]\s*(?:and\s+|然后|并且?|再)?|\s*(?:然后|并且|并|再)\s*)"
+                             r"(?=(?:(?:please|pls)\s+)?(?:remember|don['’]t forget|do not forget|note|keep in mind)\b|"
+                             r"(?:请|麻烦你?)?(?:帮我)?(?:记住|记一下|记下))", re.IGNORECASE)
+
+
+def _requests(sentence: str) -> list[str]:
+    """A sentence as its requests when one of them asks to keep something (``_JOINED_LEAD_IN``): the part
+    before it and the request to keep, so the kept item is what that request says ("The staging server is
+    stage-7.internal"), not the whole sentence (before, "show memory and remember that ..." was kept whole
+    as a fact). Any other sentence as it is."""
+    m = _JOINED_LEAD_IN.search(sentence)
+    if m is None or not sentence[:m.start()].strip():
+        return [sentence]
+    return [sentence[:m.start()], sentence[m.end():]]
+
+
 def distill_rules(text: str) -> list[tuple[str, str]]:
     """(kind, text) of the durable statements of one user message, in order, at most
     ``MAX_ITEMS_PER_MESSAGE`` (a sentence that takes something back is none: ``takes_back``; a fact
     of several statements about different things is those statements: ``_statements``)."""
     out: list[tuple[str, str]] = []
-    for s in sentences(text):
+    for s in (part for sentence in sentences(text) for part in _requests(sentence)):
         if len(s) > MAX_STATEMENT_CHARS:
             continue
         plain = _plain(s)
