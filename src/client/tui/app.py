@@ -14,6 +14,7 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
+from protocol.messages import MAX_PROMPT_CHARS
 from protocol.objects import SearchHit
 
 from client import files, paths
@@ -260,15 +261,29 @@ class NpltApp(App[None]):
 
         async def open_editor() -> None:
             current = await self.controller.system_prompt()
-
-            def done(text: str | None) -> None:
-                if text is not None and text != current:
-                    self.controller.spawn(self.controller.set_system_prompt(text), "prompt")
-            self.push_screen(TextEditModal(
-                "System prompt of this session", current, allow_empty=True,
-                note="Used instead of the server's system prompt for every later answer of this session. "
-                     "Leave it empty to use the server's default. Ctrl+S saves, Esc cancels."), done)
+            self._prompt_editor(current, current)
         self.controller.spawn(open_editor(), "prompt")
+
+    def _prompt_editor(self, current: str, text: str) -> None:
+        """The system prompt editor holding ``text`` (``current``: the session's prompt now). A
+        prompt over ``MAX_PROMPT_CHARS`` is refused in the editor; one the server refuses (a store's
+        lower limit, a lost connection) is notified and the editor opens again with it: never lost."""
+        def done(new: str | None) -> None:
+            if new is not None and new != current:
+                self.controller.spawn(self._save_prompt(current, new), "prompt")
+        self.push_screen(TextEditModal(
+            "System prompt of this session", text, allow_empty=True, max_chars=MAX_PROMPT_CHARS,
+            note="Used instead of the server's system prompt for every later answer of this session. "
+                 "Leave it empty to use the server's default. Ctrl+S saves, Esc cancels."), done)
+
+    async def _save_prompt(self, current: str, text: str) -> None:
+        try:
+            await self.controller.set_system_prompt(text)
+        except ClientError as exc:
+            self.notify(f"System prompt not saved: {printable(exc.message)}", title=str(exc.code),
+                        severity="error", timeout=10)
+            if not any(isinstance(s, TextEditModal) for s in self.screen_stack):
+                self._prompt_editor(current, text)
 
     def action_knowledge(self, upload_first: bool = False) -> None:
         if not any(isinstance(s, KnowledgeScreen) for s in self.screen_stack):

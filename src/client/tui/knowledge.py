@@ -272,7 +272,9 @@ class Transfer(Vertical):
         bar = self.query_one(ProgressBar)
         self.query_one(".kb-transfer-cancel", Button).display = job.running
         if not job.running:
-            if not job.failed:
+            if job.failed:       # refused or cancelled: no bar (an indeterminate one would seem to still run)
+                bar.display = False
+            else:
                 bar.update(total=1, progress=1)
             return
         determinate = job.total > 0 and (job.stage == "receiving" or job.total > 1)
@@ -396,6 +398,11 @@ class KnowledgeScreen(ModalScreen[None]):
         row = self.transfers.get(job)
         if row is not None and row.is_attached and row.children:   # composed, not being removed
             row.show()
+            if job.failed and not job.cancelling:   # refused: its row may be below the fold, so shown and said
+                row.scroll_visible()
+        if job.end is not None and job.failed and not job.cancelling:
+            self.notify(printable(f"Upload of {job.path.name}: {job.end}"), title="Knowledge base",
+                        severity="error", timeout=10)
         if job.end is not None and not job.failed:
             self.refresh_list()
 

@@ -13,7 +13,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from client.tui.citations import UNVERIFIED_LABEL, unverified_of
+from client.tui.citations import UNVERIFIED_LABEL, source_label, unverified_of
 from client.wording import printable
 
 
@@ -57,7 +57,8 @@ def why_lines(metadata: Mapping[str, Any], memory_texts: Mapping[str, str] | Non
         out.append(f"  {item_id}: {texts.get(item_id, '(forgotten since)')}")
     retrieve = trace.get("retrieve") or {}
     passages, skipped = retrieve.get("passages") or [], retrieve.get("skipped")
-    out.append("Knowledge passages: " + (SKIPPED.get(skipped, skipped) if skipped and not passages else _ids(passages)))
+    out.append("Knowledge passages: " + (SKIPPED.get(skipped, skipped) if skipped and not passages
+                                         else _ids(_passage_labels(passages, metadata))))
     unverified = unverified_of(metadata)
     if unverified:                       # cited by the answer, matching no passage it was given
         out.append(f"Citations {UNVERIFIED_LABEL} " + " ".join(unverified))
@@ -101,6 +102,22 @@ def why_lines(metadata: Mapping[str, Any], memory_texts: Mapping[str, str] | Non
     return out
 
 
+def _passage_labels(passages: list[Any], metadata: Mapping[str, Any]) -> list[Any]:
+    """The trace's passages (their citations) as the Sources show them (``source_label``): a
+    passage of a group's document followed by ``(group NAME)``, its collection taken from the
+    answer's ``citations`` of that citation string (each used once, in order), so a personal and a
+    group document of one name do not read as two identical entries."""
+    cites: dict[str, list[Mapping[str, Any]]] = {}
+    for c in metadata.get("citations") or ():
+        if isinstance(c, Mapping) and isinstance(c.get("citation"), str):
+            cites.setdefault(c["citation"], []).append(c)
+    out: list[Any] = []
+    for p in passages:
+        same = cites.get(p) if isinstance(p, str) else None
+        out.append(source_label({**same.pop(0), "chunk_id": p}) if same else p)
+    return out
+
+
 def _count(value: Any) -> int:
     """A count from the metadata; 0 for anything that is not a positive integer."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
@@ -108,7 +125,8 @@ def _count(value: Any) -> int:
 
 def _cut_lines(ctx: Mapping[str, Any], exchange: Mapping[str, Any]) -> list[str]:
     """What was cut rather than left out to fit the budget: the earlier turns' tool results (the
-    context builder's ``window_results_cut``), this turn's tool results and steps (the agent's
+    context builder's ``window_results_cut``) and oversize messages (``window_texts_cut``: cut in
+    the middle), this turn's tool results and steps (the agent's
     ``tool_exchange.cut``)."""
     out: list[str] = []
     window = ctx.get("window_results_cut")
@@ -116,6 +134,11 @@ def _cut_lines(ctx: Mapping[str, Any], exchange: Mapping[str, Any]) -> list[str]
         turns = _count(window.get("turns"))
         where = f" in {turns} earlier turn{'s' if turns != 1 else ''}" if turns else ""
         out.append(f"Earlier tool results cut: {window['count']}{where} (to fit the budget or their share of it)")
+    texts = ctx.get("window_texts_cut")
+    if isinstance(texts, Mapping) and _count(texts.get("count")):
+        turns = _count(texts.get("turns"))
+        where = f" in {turns} earlier turn{'s' if turns != 1 else ''}" if turns else ""
+        out.append(f"Earlier messages cut in the middle: {texts['count']}{where} (to fit the budget)")
     cuts = exchange.get("cut")
     for cut in cuts if isinstance(cuts, list) else ():
         if isinstance(cut, Mapping) and _count(cut.get("count")):
