@@ -5,6 +5,7 @@ a system prompt over MAX_PROMPT_CHARS is refused in the editor (the text stays),
 server refuses opens the editor again with the text."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,26 @@ async def test_a_prompt_the_server_refuses_opens_the_editor_again() -> None:
                          and app.screen.query_one("#editor-text", TextArea).text == "Answer in French.",
                          pilot=pilot, what="the editor again, with the text")
         assert any("the connection was lost" in n for n in notes(app))
+
+
+async def test_a_prompt_is_saved_to_the_session_the_editor_was_opened_on() -> None:
+    """Before, the prompt went to whichever session was current when Ctrl+S was pressed (the current one can
+    change under the editor: another client deleting it moves the view to the user's newest session)."""
+    fake = FakeClient()
+    saved: list[tuple[str | None, str | None]] = []
+
+    async def record(system_prompt: str | None = None, session_id: str | None = None) -> Any:
+        if system_prompt is not None:
+            saved.append((system_prompt, session_id))
+        return await FakeClient.session_prompt(fake, system_prompt, session_id)
+    fake.session_prompt = record  # type: ignore[method-assign]
+    async with scripted_app(fake) as (app, pilot):
+        opened_on = app.controller.session_id
+        await pilot.press("ctrl+o")
+        await wait_until(lambda: shown(app, TextEditModal), pilot=pilot, what="the prompt editor")
+        state = app.controller.state                                  # the current session changes meanwhile
+        state.session = dataclasses.replace(state.session, session_id="s_20260101_another000000")
+        app.screen.query_one("#editor-text", TextArea).load_text("Answer in French.")
+        await pilot.press("ctrl+s")
+        await wait_until(lambda: bool(saved), pilot=pilot, what="the prompt saved")
+        assert saved == [("Answer in French.", opened_on)]

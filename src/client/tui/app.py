@@ -259,31 +259,33 @@ class NpltApp(App[None]):
         if not self.controller.session_id or any(isinstance(s, TextEditModal) for s in self.screen_stack):
             return
 
+        sid = self.controller.session_id                 # (saved to this session, whatever is current then)
+
         async def open_editor() -> None:
             current = await self.controller.system_prompt()
-            self._prompt_editor(current, current)
+            self._prompt_editor(current, current, sid)
         self.controller.spawn(open_editor(), "prompt")
 
-    def _prompt_editor(self, current: str, text: str) -> None:
+    def _prompt_editor(self, current: str, text: str, sid: str | None = None) -> None:
         """The system prompt editor holding ``text`` (``current``: the session's prompt now). A
         prompt over ``MAX_PROMPT_CHARS`` is refused in the editor; one the server refuses (a store's
         lower limit, a lost connection) is notified and the editor opens again with it: never lost."""
         def done(new: str | None) -> None:
             if new is not None and new != current:
-                self.controller.spawn(self._save_prompt(current, new), "prompt")
+                self.controller.spawn(self._save_prompt(current, new, sid), "prompt")
         self.push_screen(TextEditModal(
             "System prompt of this session", text, allow_empty=True, max_chars=MAX_PROMPT_CHARS,
             note="Used instead of the server's system prompt for every later answer of this session. "
                  "Leave it empty to use the server's default. Ctrl+S saves, Esc cancels."), done)
 
-    async def _save_prompt(self, current: str, text: str) -> None:
+    async def _save_prompt(self, current: str, text: str, sid: str | None = None) -> None:
         try:
-            await self.controller.set_system_prompt(text)
+            await self.controller.set_system_prompt(text, sid)
         except ClientError as exc:
             self.notify(f"System prompt not saved: {printable(exc.message)}", title=str(exc.code),
                         severity="error", timeout=10)
             if not any(isinstance(s, TextEditModal) for s in self.screen_stack):
-                self._prompt_editor(current, text)
+                self._prompt_editor(current, text, sid)
 
     def action_knowledge(self, upload_first: bool = False) -> None:
         if not any(isinstance(s, KnowledgeScreen) for s in self.screen_stack):

@@ -419,8 +419,10 @@ class Controller:
         """The current session's own system prompt ("" when the server's default is used)."""
         return (await self.client.session_prompt(session_id=self.session_id)).system_prompt or ""
 
-    async def set_system_prompt(self, text: str) -> None:
-        reply = await self.client.session_prompt(text, session_id=self.session_id)
+    async def set_system_prompt(self, text: str, session_id: str | None = None) -> None:
+        """Set the system prompt of ``session_id``: the session whose prompt the editor was opened on
+        (default: the current one), not whichever is current when it is saved."""
+        reply = await self.client.session_prompt(text, session_id=session_id or self.session_id)
         self._session_changed(reply.session)
         self.app.notify("System prompt saved" if reply.system_prompt else "System prompt reset to the server's")
         self.focus_input()
