@@ -18,7 +18,7 @@ import dataclasses
 import re
 
 from markdown_it import MarkdownIt
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.markdown import Markdown as RichMarkdown
 from rich.text import Text
 from textual.app import ComposeResult
@@ -40,6 +40,12 @@ ROLE_LABELS = {"user": "You", "assistant": "Assistant", "system": "System", "too
 SEGMENT_CHARS = 1200   # live Markdown text kept before freezing completed paragraphs into a Static
 MAX_SEGMENTS = 3       # frozen segments per live answer; more are merged into the first one
 FENCE = re.compile(r"^\s*(```|~~~)", re.M)
+#: a settled answer is rendered as Markdown up to this many characters (cut at a paragraph break);
+#: the rest as plain text, up to ``SHOWN_MAX_CHARS`` in all, and past that a note says how much is not
+#: shown (``f3`` copies and export writes the whole text). Rich's Markdown parse and layout grow faster
+#: than the text: 64 KB take ~30 ms, 1 MB took 7 s on the event loop, again at every re-open and resize
+MARKDOWN_MAX_CHARS = 64_000
+SHOWN_MAX_CHARS = 256_000
 
 
 _PROTOTYPE = RichMarkdown("", code_theme="monokai")
@@ -54,6 +60,20 @@ def rendered(text: str) -> RichMarkdown:
     md.markup = text
     md.parsed = _PARSER.parse(text)
     return md
+
+
+def settled(text: str) -> RenderableType:
+    """A settled answer's body: ``rendered`` Markdown of at most ``MARKDOWN_MAX_CHARS`` (cut at the last
+    paragraph break before it, outside a code fence), then plain printable text up to ``SHOWN_MAX_CHARS``,
+    then a note of what is not shown."""
+    if len(text) <= MARKDOWN_MAX_CHARS:
+        return rendered(text)
+    cut = split_point(text[:MARKDOWN_MAX_CHARS]) or MARKDOWN_MAX_CHARS
+    parts: list[RenderableType] = [rendered(text[:cut]), Text(printable(text[cut:SHOWN_MAX_CHARS]))]
+    if len(text) > SHOWN_MAX_CHARS:
+        parts.append(Text(f"[... {len(text) - SHOWN_MAX_CHARS:,} more characters not shown here: f3 copies "
+                          "the whole answer, export writes it]", style="italic"))
+    return Group(*parts)
 
 
 def split_point(text: str) -> int:
@@ -195,7 +215,7 @@ class MessageView(Vertical, can_focus=True):
         """A settled message's body: the user's own text as typed (no Markdown: line breaks and
         characters such as ``__init__`` or ``*`` stay), anything else rendered as Markdown; both
         made printable."""
-        return Text(printable(self.content)) if self.role == "user" else rendered(self.content)
+        return Text(printable(self.content)) if self.role == "user" else settled(self.content)
 
     def _make_body(self) -> Widget:
         if self.turn_id is None:
