@@ -31,3 +31,11 @@ def restartable_server():
     finally:
         server.destroy()
 
+
+@pytest.fixture
+def isolated_client_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No user config file or NPLT_CLIENT_* variable of the machine leaks into a test that runs the
+    client (autouse in tests/client; other modules calling ``client.main.main`` ask for it)."""
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
+    for key in [k for k in os.environ if k.startswith(("NPLT_CLIENT_", "XDG_"))]:
+        monkeypatch.delenv(key)   # platformdirs folders (config, state, logs, documents) follow HOME

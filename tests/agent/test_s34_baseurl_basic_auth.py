@@ -25,6 +25,8 @@ from testkit.process import ServerProcess
 from testkit.scripted_llm import Recorded, ScriptedLLM
 from testkit.server import V3Client
 
+pytestmark = pytest.mark.usefixtures("isolated_client_config")   # (it runs the CLI in this process)
+
 USER, PASSWORD = "svc", "Sup3rS3cretPw0rd"
 
 

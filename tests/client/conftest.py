@@ -16,11 +16,9 @@ from client_testlib import v3_server  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def isolated_client_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No user config file or NPLT_CLIENT_* variable of the machine leaks into the tests."""
-    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
-    for key in [k for k in os.environ if k.startswith(("NPLT_CLIENT_", "XDG_"))]:
-        monkeypatch.delenv(key)   # platformdirs folders (config, state, logs, documents) follow HOME
+def client_config_isolated(isolated_client_config: None) -> None:
+    """No user config file or NPLT_CLIENT_* variable of the machine leaks into the tests
+    (``isolated_client_config``, tests/conftest.py)."""
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ restarted while it is still writing gets the message; the read stays bounded (``
 and the server's own limits are applied once connected."""
 from __future__ import annotations
 
+import contextlib
+
 import io
 import json
 import socket
@@ -47,24 +49,24 @@ def test_slow_piped_message_survives_a_server_restart(tmp_path: Path, capsys: py
     """Before: ``ask -`` connected first and then waited for stdin, holding a connection (a
     ``max_clients`` slot) all along; a server restarted meanwhile dropped it and the message was lost:
     exit 3, ``NOT_CONNECTED: not connected (disconnected)``."""
-    first = ServerThread(tmp_path / "server").__enter__()
-    host, port = first.addr
-    servers = [first]
     seen: dict[str, int] = {}
+    with contextlib.ExitStack() as running:          # every server started is stopped once, whatever fails
+        first = ServerThread(tmp_path / "server")
+        first_stop = contextlib.ExitStack()
+        first_stop.enter_context(first)
+        running.push(first_stop.__exit__)
+        host, port = first.addr
+        servers = [first]
 
-    def restart() -> None:              # the producer is still writing: the server restarts (same port)
-        seen["connections"] = first.run(_connections(first.srv))
-        first.__exit__(None, None, None)
-        servers.append(ServerThread(tmp_path / "server", port=port).__enter__())
+        def restart() -> None:          # the producer is still writing: the server restarts (same port)
+            seen["connections"] = first.run(_connections(first.srv))
+            first_stop.close()
+            servers.append(running.enter_context(ServerThread(tmp_path / "server", port=port)))
 
-    stdin = SlowProducer("现在几点\n", restart)
-    monkeypatch.setattr(sys, "stdin", stdin)
-    try:
+        stdin = SlowProducer("现在几点\n", restart)
+        monkeypatch.setattr(sys, "stdin", stdin)
         code = main(["--host", host, "--port", str(port), "ask", "-", "--json"])
         out = capsys.readouterr()
-    finally:
-        for server in servers[1:]:
-            server.__exit__(None, None, None)
     assert len(servers) == 2                       # (the restart happened while stdin was read)
     assert code == cli.EXIT_OK, out.err
     assert seen["connections"] == 0                # no connection held while the producer writes

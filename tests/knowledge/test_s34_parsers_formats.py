@@ -114,8 +114,10 @@ def test_yaml_is_validated_without_building_its_objects():
     """A one-line flow list of 30,000 mappings: safe_load_all built them all (a 4 MB file: RSS
     87 -> 922 MB); read as events, the peak stays a small multiple of the file."""
     data = b"[" + b"{}, " * 30_000 + b"{}]\n"
+    import yaml
     peak = peak_of(lambda: parse("flow.yaml", data, CFG))
-    assert peak < 4 * len(data), peak                 # safe_load_all: ~250 times
+    bound = 4 if getattr(yaml, "__with_libyaml__", False) else 8   # (the pure-Python parser keeps more)
+    assert peak < bound * len(data), peak             # safe_load_all: ~250 times
 
 
 # -- JSON ------------------------------------------------------------------------------------------

@@ -19,6 +19,8 @@ from client_testlib import ServerThread  # noqa: E402
 
 from client.main import main  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("isolated_client_config")   # (it runs the CLI in this process)
+
 
 def run(st: ServerThread, capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
     code = main(["--host", st.addr[0], "--port", str(st.addr[1]), *args])

@@ -18,6 +18,8 @@ from client_testlib import ServerThread  # noqa: E402
 
 from client.main import main  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("isolated_client_config")   # (it runs the CLI in this process)
+
 NOTES = [
     ("机房温度：41℃，空调——故障", "gbk"),                      # ℃ and —— are outside CJK punctuation
     ("注意：“生产库”与“测试库”不能混用……", "gbk"),               # “” ……

@@ -27,6 +27,8 @@ def test_a_failing_compaction_backs_off_and_logs_its_traceback_once(tmp_path, ca
         blocker = sess.snap_path + ".tmp"
         os.mkdir(blocker)                          # the new snapshot cannot be written
         snap_before = os.stat(sess.snap_path)
+        now = time.monotonic()
+        store.compactor.clock = lambda: now          # (frozen: a slow disk must not end the first backoff)
         for i in range(20):
             store.append(sid, "user", f"m{i}")
             store.compactor.barrier()
@@ -35,7 +37,6 @@ def test_a_failing_compaction_backs_off_and_logs_its_traceback_once(tmp_path, ca
         assert store.compactor.failures(sid) == 1
         assert os.stat(sess.snap_path).st_mtime_ns == snap_before.st_mtime_ns
 
-        now = time.monotonic()
         store.compactor.clock = lambda: now + compaction.RETRY_FIRST_S + 0.5      # the first backoff is over
         store.append(sid, "user", "m20")
         store.compactor.barrier()

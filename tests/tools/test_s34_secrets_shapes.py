@@ -181,13 +181,15 @@ def test_the_prefilter_finds_every_new_shape(parts):
 @pytest.mark.parametrize("text", ["define(" * 4000, "ALTER USER a " * 2000, "SET PASSWORD FOR " + "'" * 8000,
                                   "\"AUTH\" " * 4000, "Cookie: " + "a=b; " * 4000, "Digest " * 4000,
                                   "name: DB_PASSWORD\n" * 2000, "Private-Lines: 9\n" * 2000 + "AAAB\n" * 2000,
-                                  "s." + "Ab1" * 5000, "SG." + "a" * 16000])
+                                  "s." + "Ab1" * 5000, "SG." + "a" * 16000],
+                         ids=["define", "alter-user", "set-password", "auth", "cookie", "digest", "k8s-name", "ppk",
+                              "vault-s", "sendgrid"])
 def test_the_new_shapes_stay_fast_on_hostile_text(text):
     body = orjson.dumps({"text": text}).decode()
-    start = time.perf_counter()
+    start = time.process_time()                    # (this process's CPU: no other process's load counts)
     redact(body)
     LineRedactor().lines(text.split("\n"))
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 # -- over loopback: a real server, a scripted model reading the files with the tools ----------------------
