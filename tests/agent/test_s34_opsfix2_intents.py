@@ -3,6 +3,8 @@ clauses, the Chinese separators (然后, 并且, 并, 再), Chinese counts of fi
 case was answered wrongly before (said in the comment); the same over the wire: test_s34_opsfix2_wire.py."""
 from __future__ import annotations
 
+import pytest
+
 from server.agent.intents import parse
 
 
@@ -71,3 +73,11 @@ def test_a_typo_with_a_host_a_value_or_an_ops_verb_in_its_clause_is_corrected():
     for text in ("Is Emory University in Atlanta?", "the statues are leaking", "tell me about memroy leaks in Java", "there is a risk on db-1",
                  "the stowage plan for ship-2 is full", "show me how the reindex progresses"):
         assert corrected(text) == text and parse(text) == [], text
+
+
+@pytest.mark.parametrize("text", ["在 app.log 中搜索 ERROR，不再显示 DEBUG", "在 app.log 中搜索 并查看", "在 app.log 中搜索 兼并统计",
+                                  "我想再看看 app.log 的最后10行", "把 a.log 和 b.log 合并统计 ERROR 数量", "在 app.log 中搜索 再检查"])
+def test_bing_and_zai_inside_words_join_no_requests(text):
+    """并 and 再 inside a word (不再, 合并, 兼并, 想再) or right after a verb with no object are no separators."""
+    from server.agent.intents import clauses
+    assert clauses(text) == [text]

@@ -28,3 +28,14 @@ def test_a_request_to_keep_joined_to_another_is_kept_alone(text, kept):
 ])
 def test_a_sentence_without_a_joined_request_to_keep_is_read_as_before(text, kept):
     assert distill_rules(text) == kept
+
+
+@pytest.mark.parametrize("text", [
+    "The backup runs at 02:00, note that this is UTC.",
+    "The cache is redis-2, and don't forget that it is not the primary.",
+    "主库是 db-7，请记住这一点。",
+    "The DB host is db-7 and remember to rotate the key monthly.",
+])
+def test_a_statement_followed_by_a_request_to_keep_stays_one_sentence(text):
+    """Cut there, the statement was lost and the kept half meant nothing ("This is UTC.", "请记住这一点。")."""
+    assert distill_rules(text) == [("fact", text)]

@@ -204,3 +204,12 @@ async def test_turned_items_are_not_stored_over_the_wire(tmp_path):
             await c.close()
         finally:
             await srv.stop()
+
+
+@pytest.mark.parametrize("said,item", [
+    ("I'm on the SRE team.", "The user belongs to the SRE team"),
+    ("I'm a DBA at Acme.", "The user works as a DBA at Acme"),
+])
+def test_membership_and_role_words_are_neutral(said, item):
+    from server.memory.distill_model import model_items_kept
+    assert model_items_kept([("fact", item)], said) == [("fact", item)]

@@ -585,8 +585,12 @@ _JUST_ASKED_NOW = _p(r"\bright\s+now\b|\bcurrently\b|现在|目前|当前")
 #: where a message holds several requests ("show disk usage and the last 3 lines of app.log", "tail a.log; grep
 #: 502 in b.log", "检查端口 22 以及内存"): each clause is parsed on its own (``parse``). Not inside quotes.
 #: the Chinese words that join requests ("查看磁盘然后重启 nginx", "看下 app.log 最后10行，然后搜索 ERROR", "在 app.log 中搜索
-#: ERROR 并统计"): 然后 / 并且 / 接着 / 随后 anywhere, 并 / 再 only before a verb (not 并发, 合并, 再次)
-_CLAUSE_SPLIT_ZH = re.compile(r"\s*[，,]?\s*(?:然后|并且|接着|随后)\s*|\s*[，,]?\s*(?:并|再)\s*(?=(?:查看|看|搜索|查找|检查|"
+#: ERROR 并统计"): 然后 / 并且 / 接着 / 随后 anywhere, 并 / 再 only before a verb and not inside a word (并发, 再次,
+#: 不再, 合并, 兼并, 一再, 归并, 吞并, 想再, 要再, 还再) nor right after a verb with no object ("搜索 并查看" is one request)
+_CLAUSE_SPLIT_ZH = re.compile(r"\s*[，,]?\s*(?:然后|并且|接着|随后)\s*|"
+                              r"(?<![不合兼一归吞并再想要会能还又])(?<!搜索)(?<!查看)(?<!查找)(?<!检查)(?<!显示)(?<!统计)"
+                              r"(?<!搜索\s)(?<!查看\s)(?<!查找\s)(?<!检查\s)(?<!显示\s)(?<!统计\s)"
+                              r"\s*[，,]?\s*(?:并|再)\s*(?=(?:查看|看|搜索|查找|检查|"
                               r"检测|显示|统计|列出|读取|打开|重启|停止|删除|杀|告诉|计算|数一下|grep|tail|cat))", re.I)
 _CLAUSE_SPLIT = re.compile(r"\s+and\s+(?:then\s+|also\s+)?|\s*[;；]\s*|\s*以及\s*|,\s+(?:and\s+)?(?:then\s+|also\s+)?|"
                            + _CLAUSE_SPLIT_ZH.pattern, _FLAGS)

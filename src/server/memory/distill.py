@@ -790,13 +790,23 @@ _JOINED_LEAD_IN = re.compile(r"(?:\s+and\s+(?:then\s+|also\s+)?|\s*[,，;；]\s*
                              r"(?:请|麻烦你?)?(?:帮我)?(?:记住|记一下|记下))", re.IGNORECASE)
 
 
+#: the part before a joined request to keep something is itself a request the assistant answers (show,
+#: tail, check, ..., 查看, 看下, ...): only then is the sentence cut there (``_requests``)
+_ASKS_FIRST = re.compile(r"^\s*(?:(?:please|pls|can\s+you|could\s+you)\s+)?(?:show|tail|check|list|grep|cat|display|"
+                         r"view|get|print|find|search|read|open|count|ping|monitor)\b|"
+                         r"^\s*(?:请|帮我|麻烦你?)?(?:查看|看下|看看|看一下|显示|列出|搜索|查找|检查|统计|打开|读取)",
+                         re.IGNORECASE)
+
+
 def _requests(sentence: str) -> list[str]:
-    """A sentence as its requests when one of them asks to keep something (``_JOINED_LEAD_IN``): the part
-    before it and the request to keep, so the kept item is what that request says ("The staging server is
-    stage-7.internal"), not the whole sentence (before, "show memory and remember that ..." was kept whole
-    as a fact). Any other sentence as it is."""
+    """A sentence as its requests when it opens with a request the assistant answers (``_ASKS_FIRST``) and
+    then asks to keep something (``_JOINED_LEAD_IN``): the part before and the request to keep, so the
+    kept item is what that request says ("show memory and remember that the staging server is
+    stage-7.internal" keeps "The staging server is stage-7.internal"; before, the whole sentence). A
+    statement followed by "note that ..." ("The backup runs at 02:00, note that this is UTC.") stays one
+    sentence, as does any other."""
     m = _JOINED_LEAD_IN.search(sentence)
-    if m is None or not sentence[:m.start()].strip():
+    if m is None or not _ASKS_FIRST.match(sentence[:m.start()]):
         return [sentence]
     return [sentence[:m.start()], sentence[m.end():]]
 
