@@ -88,8 +88,9 @@ class RenameModal(ModalScreen[str | None]):
 
 
 class ConfirmModal(ModalScreen[bool]):
-    """A yes/no question; Enter or Y confirms, Esc or N cancels. The question is shown made printable
-    (it quotes names and texts from the server)."""
+    """A yes/no question; Y (or Enter on the confirm button) confirms, Esc, N (or Enter on Cancel, where the
+    focus starts: a stray Enter never deletes) cancels. The question is shown made printable (it quotes
+    names and texts from the server)."""
 
     BINDINGS = [Binding("escape,n", "dismiss(False)", "No", show=False),
                 Binding("y", "dismiss(True)", "Yes", show=False)]
