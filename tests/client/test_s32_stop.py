@@ -24,7 +24,7 @@ import termios
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -33,7 +33,7 @@ from server.handlers import dispatch
 
 from client import main as client_main
 from client_testlib import ServerThread
-from testkit.server import V3Client
+from testkit.server import V3Client, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kb_wire"))   # for kbwire
 from kbwire import raw_upload  # noqa: E402
@@ -113,11 +113,6 @@ def upload(st: ServerThread, name: str, data: bytes) -> str:
     return st.run(run())
 
 
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        assert time.monotonic() < deadline, f"not {what} within {DEADLINE} s"
-        time.sleep(0.01)       # poll interval of a condition with a deadline, not a synchronisation
 
 
 def catches_sigterm(pid: int) -> bool:
@@ -179,7 +174,7 @@ def test_sigterm_stops_ask_dash_while_its_stdin_stays_open(st: ServerThread, tmp
     """`(sleep 60 | nplt-client ask -)`: stdin.read runs in a worker thread that no cancel interrupts."""
     proc = spawn(st, tmp_path / "home", procs, "ask", "-", stdin=subprocess.PIPE)
     # the handler installed, and a second thread (the stdin read) blocked with the rest
-    wait_for(lambda: catches_sigterm(proc.pid) and idle(proc.pid, min_threads=2), "reading stdin")
+    wait_for(lambda: catches_sigterm(proc.pid) and idle(proc.pid, min_threads=2), DEADLINE, "reading stdin")
     stopped_by_sigterm(proc)
     assert proc.stdout is not None and proc.stdout.read() == b""
 
@@ -194,7 +189,7 @@ def test_sigterm_stops_a_download_into_a_fifo_without_a_reader(st: ServerThread,
     os.mkfifo(fifo)
     proc = spawn(st, tmp_path / "home", procs, "kb", "download", "runbook.md", "-o", str(fifo))
     assert served[MsgType.KB_LIST].answered.wait(DEADLINE)        # the document looked up: the FIFO is next
-    wait_for(lambda: catches_sigterm(proc.pid) and idle(proc.pid), "waiting for a reader")
+    wait_for(lambda: catches_sigterm(proc.pid) and idle(proc.pid), DEADLINE, "waiting for a reader")
     stopped_by_sigterm(proc)
     assert not served[MsgType.KB_DOWNLOAD].started.is_set()      # nothing was fetched for a FIFO nobody reads
     assert fifo.is_fifo()
@@ -210,7 +205,7 @@ def test_a_download_into_a_fifo_waits_for_its_reader(st: ServerThread, tmp_path:
     os.mkfifo(fifo)
     proc = spawn(st, tmp_path / "home", procs, "kb", "download", "big.md", "-o", str(fifo))
     assert served[MsgType.KB_LIST].answered.wait(DEADLINE)
-    wait_for(lambda: idle(proc.pid), "waiting for a reader")
+    wait_for(lambda: idle(proc.pid), DEADLINE, "waiting for a reader")
     with open(fifo, "rb") as reader:
         got = reader.read()
     assert proc.wait(DEADLINE) == 0
@@ -223,7 +218,7 @@ def test_sigterm_stops_a_download_writing_into_a_stdout_nobody_reads(st: ServerT
     upload(st, "big.md", BIG)
     proc = spawn(st, tmp_path / "home", procs, "kb", "download", "big.md", "-o", "-")
     assert proc.stdout is not None
-    wait_for(lambda: catches_sigterm(proc.pid) and blocked_writing(proc.pid, proc.stdout), "blocked writing")
+    wait_for(lambda: catches_sigterm(proc.pid) and blocked_writing(proc.pid, proc.stdout), DEADLINE, "blocked writing")
     stopped_by_sigterm(proc)
 
 
@@ -238,7 +233,7 @@ def test_sigterm_ends_a_main_thread_blocked_on_stdout_at_the_deadline(st: Server
         assert proc.returncode == 0, err
     proc = spawn(st, tmp_path / "home", procs, "history")
     assert proc.stdout is not None
-    wait_for(lambda: catches_sigterm(proc.pid) and blocked_writing(proc.pid, proc.stdout), "blocked writing")
+    wait_for(lambda: catches_sigterm(proc.pid) and blocked_writing(proc.pid, proc.stdout), DEADLINE, "blocked writing")
     stopped_by_sigterm(proc, within=client_main.STOP_DEADLINE_S + STOP_WITHIN)
 
 

@@ -15,9 +15,8 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 
@@ -28,6 +27,7 @@ from client.errors import ClientError
 from client.main import build_parser, main
 from client.wording import printable
 from client_testlib import ServerThread
+from testkit.server import wait_for
 from protocol import ErrorCode
 
 DEADLINE = 30.0
@@ -108,12 +108,6 @@ def headers_of(history: str) -> list[str]:
     return [line for line in history.splitlines() if re.match(r"\[\d+\] (user|assistant)  ", line)]
 
 
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 # -- 1. a refused ask changes nothing ---------------------------------------------------------------------
@@ -272,7 +266,7 @@ def test_ask_json_names_a_queued_message_by_its_stored_id(st: ServerThread, caps
     queued = threading.Thread(target=ask, daemon=True)
     queued.start()
     runner = st.srv.services.runner
-    wait_for(lambda: sid in runner.lanes and len(runner.lanes[sid].waiting) == 1, "the queued turn")
+    wait_for(lambda: sid in runner.lanes and len(runner.lanes[sid].waiting) == 1, DEADLINE, "the queued turn")
     release(st, held, queued)
     assert codes == [0], err.getvalue()
     doc = json.loads(out.getvalue())

@@ -10,12 +10,11 @@ import os
 import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from protocol import MsgType as T
 from testkit.process import START_DEADLINE_S
-from testkit.server import V3Client
+from testkit.server import V3Client, wait_for
 
 SESSIONS = 80          # the reviewer's run failed from the 45th on under 64 descriptors
 
@@ -36,11 +35,10 @@ class LimitedServer:
                 [sys.executable, "-m", "server.main", "--port", "0", "--port-file", str(port_file),
                  "--data-dir", str(self.data), "--log-format", "json", "--log-level", "info"],
                 env=clean, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=lambda: _limit_nofile(soft, hard))
-        deadline = time.monotonic() + START_DEADLINE_S
-        while not (port_file.exists() and port_file.read_text().strip()):
+        def port_written() -> bool:
             assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no port file"
-            time.sleep(0.02)        # polling a file the child writes, with a deadline
+            return port_file.exists() and bool(port_file.read_text().strip())
+        wait_for(port_written, START_DEADLINE_S, "the port file")
         self.addr = ("127.0.0.1", int(port_file.read_text()))
 
     def nofile(self) -> tuple[int, int]:

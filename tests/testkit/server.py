@@ -248,6 +248,18 @@ async def poll(pred: Callable[[], Any], timeout: float = 10.0, what: str = "cond
         await asyncio.sleep(0.01)
 
 
+def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """``poll`` for code that is not async (a test driving a server thread or a child process): the
+    condition's first true value, or AssertionError after ``timeout``; the 10 ms between two looks is the
+    poll interval of a condition with a deadline, not a synchronisation."""
+    deadline = time.monotonic() + timeout
+    while not (ok := pred()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout} s")
+        time.sleep(0.01)
+    return ok
+
+
 async def non_reading_client(addr: tuple[str, int]) -> V3Client:
     """A v3 client past HELLO that then never reads (a 4 KiB receive buffer fills at once)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
