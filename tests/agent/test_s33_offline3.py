@@ -1,7 +1,7 @@
 """Session 33, regressions of the day's offline-agent fixes (fixer "offline3"), each over a real server
 too (loopback) where the wire matters:
 
-2. the "refuse" rule (``intents.is_request_to_act``) refused read-only questions: "运行中的进程有哪些" (a
+2. the "refuse" rule (``act_requests.is_request_to_act``) refused read-only questions: "运行中的进程有哪些" (a
    process listing before), "运行最久的进程是哪个", "你运行在哪台机器上", "启动项有哪些", "停止运行的服务有哪些",
    "Format the answer as a table: top processes by memory", "run queue length?", "Stop, show me the CPU
    usage instead". Now only an imperative aimed at something is refused, and never a question;
