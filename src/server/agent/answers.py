@@ -205,10 +205,10 @@ def with_notes(answer: str, found: list[Any], zh: bool) -> str:
     before it; ``NOTES_AFTER``, after it). Decimal units asked convert the sizes of the answer."""
     before: list[str] = []
     after: list[str] = []
-    services = [str(v.get("service")) for i in found for k, v in getattr(i, "notes", ()) if k == "service_not_checked"]
+    services = [str(v.get("service")) for i in found for k, v in i.notes if k == "service_not_checked"]
     for i in found:
-        keyed = [(i.note, {})] if getattr(i, "note", None) else []
-        for key, values in keyed + list(getattr(i, "notes", ())):
+        keyed = [(i.note, {})] if i.note else []
+        for key, values in keyed + list(i.notes):
             if key == "service_not_checked":    # said once for every service asked ("is nginx up and postgres down?")
                 values = {"service": "', '".join(dict.fromkeys(services)), "service_zh": "”“".join(dict.fromkeys(services))}
             if key in NOTES:

@@ -7,6 +7,7 @@ host:port check replaces the generic network report. Deterministic: no model, no
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -578,12 +579,23 @@ def clauses(text: str) -> list[str]:
     return [p.strip(" ,.") for p in parts if p.strip(" ,.?!")]
 
 
+#: earlier messages read for a follow-up (``previous_file``, ``_previous_listing``), kept parsed: without it
+#: every offline turn parsed every earlier user message again (20 earlier messages: ~50 ms on the loop)
+EARLIER_PARSED_CACHED = 512
+
+
+@functools.lru_cache(maxsize=EARLIER_PARSED_CACHED)
+def _parsed_alone(text: str) -> tuple[Intent, ...]:
+    """The intents of one earlier message read alone (no previous file): read only, never changed."""
+    return tuple(_parse_one(text, None))
+
+
 def previous_file(messages: list[dict[str, Any]] | None) -> str | None:
     """The file the previous request named (its last path), for a pronoun ("now grep ERROR in it"); None
     when no earlier user message of ``messages`` (the last one is the new message) names one."""
     for m in reversed((messages or [])[:-1]):
         if m.get("role") == "user" and isinstance(m.get("content"), str):
-            for intent in _parse_one(parsed_part(m["content"].strip()), None):
+            for intent in _parsed_alone(parsed_part(m["content"].strip())):
                 path = intent.arguments.get("path") or intent.arguments.get("root")
                 if path:
                     return str(path)
@@ -597,7 +609,7 @@ def _previous_listing(messages: list[dict[str, Any]] | None) -> dict[str, Any] |
     """The arguments of the process listing the previous request asked for, or None."""
     for m in reversed((messages or [])[:-1]):
         if m.get("role") == "user" and isinstance(m.get("content"), str):
-            for intent in _parse_one(parsed_part(m["content"].strip()), None):
+            for intent in _parsed_alone(parsed_part(m["content"].strip())):
                 if intent.tool == "processes":
                     return dict(intent.arguments)
             return None

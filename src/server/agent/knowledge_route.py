@@ -47,7 +47,7 @@ Rule (offline agent), first match wins:
    (``_is_word``; of Chinese, character pairs without a function character: 缓存, 过期, not 的过), and
    what the message is about: every name it names (``names``: SLA, API, Kafka, db-prod-01, any ASCII
    word of a Chinese message; ``held_names``: a piece of an identifier is no name, db-prod-01 holds no
-   "DB", payment-api no "API") or, naming none, one of its rarest terms (``rarest_terms``: the fewest
+   "DB", payment-api no "API") or, naming none, one of its rarest terms (``_rarest``: the fewest
    passages of the user's documents hold it; not the kind of answer asked for, "which hosts") ->
    knowledge. A name the best passage lacks refuses only when no passage of the documents holds it
    (``Focus.unknown``) and the best passage does not hold everything else the question asks
@@ -271,7 +271,7 @@ def reading_subjects(text: str, readings: Iterable[str]) -> dict[str, set[str]]:
 
 class Focus(str):
     """The text whose key terms a quoted passage must hold (the question, or a follow-up's own words),
-    with ``rarest``: those of its terms the user's documents hold the fewest times (``rarest_terms``),
+    with ``rarest``: those of its terms the user's documents hold the fewest times (``_rarest``),
     one of which a quoted passage must hold when the text names nothing (``names``), and ``beside``:
     when it names something, the rarest of its other key terms that the documents hold, one of which a
     quoted passage must hold beside the names ("redis 连接超时怎么办": 超时, so "Redis 的端口是 6380" is not
@@ -397,7 +397,7 @@ def _is_word(term: str) -> bool:
 
 
 def _is_rare_candidate(term: str) -> bool:
-    """A term whose rarity in the documents says what a question is about (``rarest_terms``): an
+    """A term whose rarity in the documents says what a question is about (``_rarest``): an
     English word or a number of more than one character, or a CJK pair without any function character
     (a pair across two words, 存的, is rare without meaning anything)."""
     if _CJK.match(term):
@@ -610,14 +610,6 @@ def _rarest(df: dict[str, int], held: bool = False) -> frozenset[str]:
     return frozenset(t for t, n in known.items() if n == low)
 
 
-async def rarest_terms(source: Any, user_id: str, terms: Iterable[str]) -> frozenset[str]:
-    """Of ``terms`` (``_is_rare_candidate``), those the user's documents hold in the fewest passages
-    (by document frequency, ``doc_freqs``: "sla" in no passage, "deploy" in none, "kafka"); a CJK pair
-    in no passage is left out (a pair across two words, 夜间备份 -> 间备, says nothing missing)."""
-    df = await doc_freqs(source, user_id, [t for t in terms if _is_rare_candidate(t)])
-    return _rarest(df or {})
-
-
 async def focus_of(source: Any, user_id: str, text: str, terms: Iterable[str] | None = None) -> Focus:
     """``text`` as a ``Focus``: its rarest term(s) among ``terms`` (default: its ``key_terms``), not
     counting the kind of answer it asks for (``ANSWER_KIND``: "which hosts", "what port") nor an
@@ -773,7 +765,7 @@ async def _strong_match(source: Any, user_id: str, text: str, terms: set[str], o
     """The ``strong_match`` route when the best passage for ``text`` holds at least ``STRONG_SHARE`` of
     the ``match_terms`` ``terms``, among them at least ``STRONG_MIN_TERMS`` words (``_is_word``: of
     Chinese, character pairs), and what the message is about: without ``named`` names (``names``), one
-    of the rarest of ``terms`` (``rarest_terms``); with names, every one of them (``held_names``: a piece
+    of the rarest of ``terms`` (``_rarest``); with names, every one of them (``held_names``: a piece
     of an identifier is no standalone name) and one of ``Focus.beside`` (the rarest of the other key
     terms the documents hold: 超时 of "redis 连接超时怎么办"). A best passage holding every name routes
     there without the share ("What is the port of Redis?" over Chinese documents), when it is a

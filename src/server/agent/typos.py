@@ -5,6 +5,7 @@ words are ops words, or a cue word stands next to the typo. Real words ("risk", 
 """
 from __future__ import annotations
 
+import functools
 import re
 
 #: the metric words a typo is corrected to ("memroy", "dsik", "netwrok", "proccesses"; ``corrected``)
@@ -81,6 +82,7 @@ def _distance(a: str, b: str) -> int:
     return prev[-1]
 
 
+@functools.lru_cache(maxsize=4096)
 def typo_of(word: str) -> str | None:
     """The metric word (``TYPO_WORDS``) ``word`` misspells, or None: one edit (a letter added, dropped, changed
     or two swapped) in a word of ``TYPO_MIN_CHARS`` letters or more; two only when both words have
