@@ -48,7 +48,6 @@ class ChunkIndex:
         self.title_weight = title_weight
         self.rerank_depth = rerank_depth      # BM25 candidates the second stage re-orders (0: none)
         self.chunks: dict[ChunkKey, IndexedChunk] = {}
-        self._sizes: dict[str, int] = {}      # collection -> its chunks (only collections that hold some)
         self._vectors: dict[str, dict[ChunkKey, np.ndarray]] = {}      # collection -> key -> unit vector
         self._matrix: dict[str, tuple[list[ChunkKey], np.ndarray]] = {}  # per collection, built lazily
 
@@ -63,8 +62,6 @@ class ChunkIndex:
             terms: list[dict[str, float]], vectors: list[list[float]] | None) -> None:
         for i, ch in enumerate(chunks):
             self.chunks[(doc_id, i)] = IndexedChunk(collection, ch["text"], ch["location"])
-        if chunks:
-            self._sizes[collection] = self._sizes.get(collection, 0) + len(chunks)
         self.bm25.add_sealed(((doc_id, i), bag, collection) for i, bag in enumerate(terms))
         if vectors:
             coll = self._vectors.setdefault(collection, {})
@@ -87,11 +84,6 @@ class ChunkIndex:
             if ch is None:
                 continue
             gone.append((doc_id, i))
-            left = self._sizes[ch.collection] - 1
-            if left:
-                self._sizes[ch.collection] = left
-            else:
-                del self._sizes[ch.collection]
             coll = self._vectors.get(ch.collection)
             if coll is not None and coll.pop((doc_id, i), None) is not None:
                 self._matrix.pop(ch.collection, None)
@@ -109,9 +101,9 @@ class ChunkIndex:
         statistics of ``collections`` and ``visible`` only (the searcher's readable collections).
         Collections without chunks are skipped before any work: a user in thousands of empty groups
         searches as fast as one in a few (before, each one cost a BM25 search, under the lock)."""
-        held = self._sizes
-        colls = [c for c in dict.fromkeys(collections) if c in held]     # (a collection without chunks: skipped)
-        stats = self.stats(colls + [c for c in (visible or ()) if c in held])
+        held = self.bm25.group_size                    # (the chunks of a collection, kept by the index's statistics)
+        colls = [c for c in dict.fromkeys(collections) if held(c)]       # (a collection without chunks: skipped)
+        stats = self.stats(colls + [c for c in (visible or ()) if held(c)])
         terms = analyze(query)
         wanted = max(depth, self.rerank_depth)
         found: list[tuple[Hashable, float]] = []

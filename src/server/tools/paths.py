@@ -99,7 +99,12 @@ def is_secret_name(name: str, parent: str = "") -> bool:
 def _secret_base(low: str, parent: str) -> bool:
     if parent and (parent, low) in SECRET_FILES_IN_DIR:
         return True
-    return any(fnmatch.fnmatchcase(low, p) for p in SECRET_NAME_PATTERNS + HISTORY_FILE_PATTERNS)
+    return _SECRET_NAME.match(low) is not None
+
+
+#: ``SECRET_NAME_PATTERNS`` and ``HISTORY_FILE_PATTERNS`` as one pattern, compiled once (it is asked of
+#: every entry ``list_dir`` lists and every file ``search_files`` walks)
+_SECRET_NAME = re.compile("|".join(fnmatch.translate(p) for p in SECRET_NAME_PATTERNS + HISTORY_FILE_PATTERNS))
 
 
 def _base_names(low: str) -> list[str]:
