@@ -71,7 +71,7 @@ from server.errors import HandlerError
 from server.handlers.dispatch import Dispatcher, run_handler
 from server.handlers.hello import authenticate, handle_hello, parse_hello
 from server.legacy_v2 import LegacyV2
-from server.output import OutputBuffer, backlog_of
+from server.output import OutputBuffer
 from server.request_queue import RequestQueue
 from server.rx_budget import RX_SLICE_BYTES, SMALL_READ_BYTES
 from server.services import Services
@@ -690,16 +690,14 @@ class ServerConnection(asyncio.Protocol):
         """Keep the largest output backlog seen (``_out_peak``): the transport's buffer is gone by
         ``connection_lost``, so it is read while the connection lives (here, at ``pause_writing``,
         after each request, at a close or a drop)."""
-        n = self.output.size + backlog_of(self.transport)
+        n = self.output.unsent
         if n > self._out_peak:
             self._out_peak = n
 
     def _on_slow(self) -> None:
         """The output buffer dropped the client (it aborts the transport itself)."""
         self.services.counters.slow_consumers += 1
-        n = backlog_of(self.transport)   # (what was held here is discarded already)
-        if n > self._out_peak:
-            self._out_peak = n
+        self._note_backlog()             # (what was held here is discarded already: the transport's)
         if not self.closing:
             self._set(_CLOSING)
         self.requests.drop()

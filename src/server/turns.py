@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections import deque
 from typing import Any, Protocol
 
@@ -33,6 +32,7 @@ from server.metrics import Metrics
 from server.pipeline import Answer, TurnPipeline, TurnState as PipelineState, generate, persist_step
 from server.sessions import SessionService, auto_title, untitled
 from server.agent.fit_message import fit_assistant_message
+from server.agent.intents import is_chinese
 from server.turn import RunnerSink, Turn
 from server.wire import message_obj
 from storage.errors import InvalidSessionId, NotFound
@@ -41,7 +41,6 @@ from storage.models import ChatMessage, SessionRecord, ToolCall, now_iso
 
 log = logging.getLogger("nplt.turns")
 
-_CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 def not_remembered(reason: str, zh: bool, listing: bool = False) -> str:
@@ -518,7 +517,7 @@ class TurnRunner:
         streamed text gets it too (a client that shows only the deltas), a NOTICE STORAGE_ERROR goes
         to the session, and the stored answer's metadata says ``memory_error``. The memory layer
         learns the message again after the turn and with the session's next turns."""
-        zh = bool(_CJK.search(turn.text))
+        zh = is_chinese(turn.text)
         note = not_remembered(reason, zh)
         await sink.delta(("\n\n" if answer.content else "") + note)
         await sink.notice("warning", str(ErrorCode.STORAGE_ERROR), note)

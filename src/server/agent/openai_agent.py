@@ -77,8 +77,8 @@ BUDGET_ANSWER_PROMPT_ZH = ("更多工具调用的结果已放不进本次请求�
                            "并说明哪些情况仍不清楚。用对话要求的语言回答；没有要求时用中文回答。")
 NO_KEY_PLACEHOLDER = "no-key"   # the SDK insists on a key; keyless local servers ignore it
 SCHEMA_COUNTS_CACHED = 8        # token counts of distinct tool-schema lists kept (a user sees one of a few)
-QUESTION_LANGUAGE_CHARS = 2000
-_KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")   # hiragana, katakana (Japanese, not Chinese)  # the start of the user message whose language the last instruction follows
+QUESTION_LANGUAGE_CHARS = 2000  # the start of the user message whose language the last instruction follows
+_KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")   # hiragana, katakana (Japanese, not Chinese)
 #: a non-streamed completion ending so is not an answer: ``complete`` raises IncompleteAnswer
 INCOMPLETE_FINISH_REASONS = ("length", "content_filter")
 

@@ -323,8 +323,7 @@ class MemoryManager:
         being written for it here is cancelled with its model call (``Summaries.forget``), its recall
         index, title bookkeeping and cached view are dropped. What long-term memory learned from it
         is removed by the node that cleared it (durably: ``begin_forget``), not again here."""
-        self.forget_session(session_id)
-        self.summaries.forget(session_id)
+        self.forget_session(session_id, cleared=True)     # (no user: no long-term memory to forget here)
 
     # -- after a turn ----------------------------------------------------------------------------
     async def after_turn(self, session_id: str, user_id: str, answer: ChatMessage | None = None) -> None:
