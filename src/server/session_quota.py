@@ -67,14 +67,10 @@ class SessionQuota:
         now = time.monotonic()
         if hit is not None and (getattr(self.store, "link", None) is None or now - hit[1] < COUNT_REFRESH_S):
             return hit[0]
-        count = getattr(self.store, "count_sessions", None)
-        if count is not None:
-            n = await count(user_id)
-        else:   # (a page of every live session and one of every deleted one: up to max_sessions + 1 each)
-            cap = self.max_sessions + 1
-            live, _ = await self.store.list(user_id, limit=cap)
-            trash, _ = await self.store.list(user_id, limit=cap, deleted=True)
-            n = len(live) + len(trash)
+        cap = self.max_sessions + 1     # (a page of every live session and one of every deleted one)
+        live, _ = await self.store.list(user_id, limit=cap)
+        trash, _ = await self.store.list(user_id, limit=cap, deleted=True)
+        n = len(live) + len(trash)
         self._counts[user_id] = (n, now)
         return n
 

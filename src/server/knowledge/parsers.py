@@ -592,18 +592,6 @@ def _content_bytes(page) -> int:
     return total
 
 
-def _opens_without_password(reader) -> bool:
-    """An encrypted pdf that every viewer opens (only an owner password, restricting printing or
-    copying; the user password empty) decrypted with the empty password: True; False when it needs a
-    password. Refused (UNSUPPORTED_MEDIA) when its cipher needs a package the server lacks (AES needs
-    ``cryptography``)."""
-    from pypdf.errors import DependencyError
-    try:
-        return bool(reader.decrypt(""))
-    except DependencyError as exc:
-        raise unsupported(f"encrypted pdf that this server cannot decrypt: {exc}") from None
-
-
 def parse_pdf(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
     """Text of each page (pypdf), paragraphs per page, located by page number. Bounded: every
     stream's decompressed size (``pdf_max_stream_bytes``), the page content interpreted in the
@@ -622,7 +610,9 @@ def parse_pdf(data: bytes, cfg: KnowledgeConfig, budget: Budget) -> list[Block]:
                                  array_based_stream_maximum_output_length=limit,
                                  stream_decoding_work_maximum_length=limit):
             reader = PdfReader(io.BytesIO(data))
-            if reader.is_encrypted and not _opens_without_password(reader):
+            # an encrypted pdf every viewer opens (only an owner password: the user password empty) is read;
+            # one that needs a password is refused (a cipher the server cannot decrypt: DependencyError below)
+            if reader.is_encrypted and not reader.decrypt(""):
                 raise unsupported("password-protected pdf: it opens only with its password")
             if len(reader.pages) > cfg.pdf_max_pages:
                 raise unsupported(f"pdf has {len(reader.pages)} pages (limit {cfg.pdf_max_pages})")
